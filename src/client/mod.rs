@@ -1,0 +1,3 @@
+//! Client (in progress).
+/// Elector placeholder.
+pub struct Elector;

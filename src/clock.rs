@@ -1,0 +1,12 @@
+//! The only place that reads a clock.
+//!
+//! Lease expiry runs on the monotonic clock, so a wall-clock jump (NTP, an
+//! operator setting the date) changes no lease timing. Everything else takes
+//! `now` as an argument.
+
+use std::time::Instant;
+
+/// The current instant on the monotonic clock.
+pub fn now() -> Instant {
+    Instant::now()
+}

@@ -1,0 +1,622 @@
+//! The lease table: every rule about leases, tokens and fences, as a pure
+//! state machine.
+//!
+//! Nothing here reads a clock, touches storage or awaits: every method takes
+//! `now` and returns a decision plus [`Effects`] for the caller to carry out
+//! (persist a record, wake a waiter, tell watchers). That keeps the rules
+//! testable with a hand-driven clock and lets the same table sit behind any
+//! storage.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, FenceCause, Result};
+use crate::lease::{HolderId, JobName, Token};
+
+/// The durable part of a job's lease: what the store keeps.
+///
+/// Expiry instants are never stored: monotonic instants mean nothing after a
+/// restart. A held record is restored as live for its full `ttl`, counted
+/// from start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The holder, or `None` once released.
+    pub holder: Option<HolderId>,
+    /// The newest token issued for the job. Never goes down.
+    pub token: Token,
+    /// The TTL to restore a held lease with: the longest TTL granted or
+    /// renewed since the record was last written.
+    pub ttl: Duration,
+}
+
+/// Identifies one waiting `Acquire` in a job's first-come-first-served queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(pub u64);
+
+/// Why a job has no leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vacancy {
+    /// Never granted since this server started (or ever).
+    Never,
+    /// The holder released it.
+    Released,
+    /// The holder stopped renewing and the TTL ran out.
+    Expired,
+}
+
+/// A snapshot of one job's lease at a given `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The job.
+    pub job: JobName,
+    /// The newest token; `Token::NONE` if never granted.
+    pub token: Token,
+    /// The live holding, or why there is none.
+    pub state: LeaseState,
+}
+
+/// Whether a job is led right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held and not expired.
+    Held {
+        /// Who holds it.
+        holder: HolderId,
+        /// The TTL of the last grant or renewal.
+        ttl: Duration,
+        /// When it expires, on the server's monotonic clock.
+        deadline: Instant,
+        /// Time left at the snapshot's `now`.
+        remaining: Duration,
+    },
+    /// Nobody leads.
+    Free(Vacancy),
+}
+
+impl LeaseView {
+    /// The holder, if the lease is live.
+    pub fn holder(&self) -> Option<&HolderId> {
+        match &self.state {
+            LeaseState::Held { holder, .. } => Some(holder),
+            LeaseState::Free(_) => None,
+        }
+    }
+
+    /// The expiry deadline, if the lease is live.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.state {
+            LeaseState::Held { deadline, .. } => Some(*deadline),
+            LeaseState::Free(_) => None,
+        }
+    }
+}
+
+/// What the caller must do after a decision.
+#[derive(Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct Effects {
+    /// Write this record to the store and make it durable before replying.
+    pub persist: Option<LeaseRecord>,
+    /// Wake this waiter: it is now first in line, or the lease is free.
+    pub wake: Option<WaiterId>,
+    /// The holder or token changed: tell the job's watchers (after the
+    /// change is durable).
+    pub changed: bool,
+}
+
+/// The answer to an `Acquire`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquire {
+    /// The caller holds the lease.
+    Granted(LeaseView),
+    /// Not granted.
+    Busy {
+        /// The lease as it is.
+        view: LeaseView,
+        /// Whether the asking waiter is first in line. Only the first waiter
+        /// needs a timer on the lease's deadline; the others are woken when
+        /// they move up.
+        first_in_line: bool,
+    },
+}
+
+/// Counters kept by the rules, exported as metrics.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Grants that issued a new token.
+    pub grants: u64,
+    /// Grants to a holder other than the previous one.
+    pub takeovers: u64,
+    /// Leases that ran out without being renewed or released.
+    pub expiries: u64,
+    /// Voluntary releases.
+    pub releases: u64,
+    /// Renewals refused with LEASE_LOST.
+    pub renew_losses: u64,
+    /// `CheckedWrite`s refused with FENCED.
+    pub fenced_writes: u64,
+}
+
+#[derive(Debug)]
+struct Holding {
+    holder: HolderId,
+    ttl: Duration,
+    deadline: Instant,
+}
+
+#[derive(Debug)]
+struct Job {
+    /// The newest token issued. Never goes down.
+    token: Token,
+    holding: Option<Holding>,
+    /// The holder of the newest token, kept after release or expiry so a
+    /// late, repeated release is answered kindly and takeovers are counted.
+    last_holder: Option<HolderId>,
+    /// The TTL in the stored record of the current holding.
+    stored_ttl: Duration,
+    /// Since when the job has had no leader, and why.
+    vacant_since: Instant,
+    vacancy: Vacancy,
+    waiters: VecDeque<WaiterId>,
+    /// An opaque number the caller attaches to the job's last change (its
+    /// durability sequence number).
+    stamp: u64,
+}
+
+impl Job {
+    fn new(now: Instant) -> Job {
+        Job {
+            token: Token::NONE,
+            holding: None,
+            last_holder: None,
+            stored_ttl: Duration::ZERO,
+            vacant_since: now,
+            vacancy: Vacancy::Never,
+            waiters: VecDeque::new(),
+            stamp: 0,
+        }
+    }
+
+    /// Lazy expiry: a lease whose deadline has passed is free. This is the
+    /// only place expiry is decided, and every rule calls it first.
+    fn settle(&mut self, now: Instant, stats: &mut Stats) {
+        if let Some(h) = &self.holding {
+            if h.deadline <= now {
+                self.vacant_since = h.deadline;
+                self.vacancy = Vacancy::Expired;
+                self.holding = None;
+                stats.expiries += 1;
+            }
+        }
+    }
+
+    fn view(&self, job: &JobName, now: Instant) -> LeaseView {
+        let state = match &self.holding {
+            Some(h) if h.deadline > now => LeaseState::Held {
+                holder: h.holder.clone(),
+                ttl: h.ttl,
+                deadline: h.deadline,
+                remaining: h.deadline - now,
+            },
+            Some(_) => LeaseState::Free(Vacancy::Expired),
+            None => LeaseState::Free(self.vacancy),
+        };
+        LeaseView {
+            job: job.clone(),
+            token: self.token,
+            state,
+        }
+    }
+
+    fn record(&self) -> LeaseRecord {
+        LeaseRecord {
+            holder: self.holding.as_ref().map(|h| h.holder.clone()),
+            token: self.token,
+            ttl: self.stored_ttl,
+        }
+    }
+
+    /// Removes `id` from the queue; returns the waiter to wake if the front
+    /// changed.
+    fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {
+        let pos = self.waiters.iter().position(|w| *w == id)?;
+        self.waiters.remove(pos);
+        if pos == 0 {
+            self.waiters.front().copied()
+        } else {
+            None
+        }
+    }
+}
+
+/// Every job's lease, the waiters queued on it, and the rules.
+#[derive(Debug, Default)]
+pub struct LeaseTable {
+    jobs: BTreeMap<JobName, Job>,
+    next_waiter: u64,
+    stats: Stats,
+}
+
+impl LeaseTable {
+    /// An empty table.
+    pub fn new() -> LeaseTable {
+        LeaseTable::default()
+    }
+
+    /// Rebuilds the table from stored records after a (re)start.
+    ///
+    /// **Every lease that was held is live again for its full TTL, counted
+    /// from `now`**: the server cannot know how long it was down, so it
+    /// extends and never shortens. Its holder can renew it with its token.
+    pub fn restore(records: impl IntoIterator<Item = (JobName, LeaseRecord)>, now: Instant) -> Self {
+        let mut table = LeaseTable::new();
+        for (name, rec) in records {
+            let mut job = Job::new(now);
+            job.token = rec.token;
+            job.stored_ttl = rec.ttl;
+            job.last_holder = rec.holder.clone();
+            job.holding = rec.holder.map(|holder| Holding {
+                holder,
+                ttl: rec.ttl,
+                deadline: now + rec.ttl,
+            });
+            if job.holding.is_none() && rec.token != Token::NONE {
+                job.vacancy = Vacancy::Released;
+            }
+            table.jobs.insert(name, job);
+        }
+        table
+    }
+
+    /// Asks for the lease on `job` for `holder`.
+    ///
+    /// Granted when the lease is free (or expired) and nobody is queued
+    /// ahead of `waiter`, or when `holder` already holds it live. A grant to
+    /// a free lease issues the next token; a live holder keeps its token and
+    /// is extended. `waiter` is `Some` for a queued, waiting `Acquire`.
+    pub fn acquire(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+        waiter: Option<WaiterId>,
+    ) -> (Acquire, Effects) {
+        let stats = &mut self.stats;
+        let job = self
+            .jobs
+            .entry(name.clone())
+            .or_insert_with(|| Job::new(now));
+        job.settle(now, stats);
+        let mut fx = Effects::default();
+
+        if let Some(h) = &mut job.holding {
+            if &h.holder != holder {
+                let first_in_line = waiter.is_some() && job.waiters.front().copied() == waiter;
+                return (
+                    Acquire::Busy {
+                        view: job.view(name, now),
+                        first_in_line,
+                    },
+                    fx,
+                );
+            }
+            // The live holder asks again: extend, same token.
+            h.ttl = ttl;
+            h.deadline = now + ttl;
+            if ttl > job.stored_ttl {
+                job.stored_ttl = ttl;
+                fx.persist = Some(job.record());
+            }
+            if let Some(id) = waiter {
+                fx.wake = job.leave_queue(id);
+            }
+            return (Acquire::Granted(job.view(name, now)), fx);
+        }
+
+        // Free. First come, first served: nobody queued ahead of us.
+        let first = job.waiters.front().copied();
+        let may = match waiter {
+            None => first.is_none(),
+            Some(id) => first == Some(id),
+        };
+        if !may {
+            return (
+                Acquire::Busy {
+                    view: job.view(name, now),
+                    first_in_line: false,
+                },
+                fx,
+            );
+        }
+        if waiter.is_some() {
+            job.waiters.pop_front();
+            fx.wake = job.waiters.front().copied();
+        }
+        job.token = job.token.next();
+        stats.grants += 1;
+        if job.last_holder.as_ref().is_some_and(|h| h != holder) {
+            stats.takeovers += 1;
+        }
+        job.last_holder = Some(holder.clone());
+        job.holding = Some(Holding {
+            holder: holder.clone(),
+            ttl,
+            deadline: now + ttl,
+        });
+        job.stored_ttl = ttl;
+        fx.persist = Some(job.record());
+        fx.changed = true;
+        (Acquire::Granted(job.view(name, now)), fx)
+    }
+
+    /// Extends a live lease held by `holder` with `token` by `ttl` from
+    /// `now`. The token never changes on a renewal.
+    ///
+    /// A renewal is persisted only when it raises the TTL above the stored
+    /// one: a restart restores the stored TTL from start-up, which is never
+    /// shorter than what the holder was promised.
+    pub fn renew(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<(LeaseView, Effects)> {
+        let stats = &mut self.stats;
+        let Some(job) = self.jobs.get_mut(name) else {
+            stats.renew_losses += 1;
+            return Err(unknown_or_lost(name, None, Token::NONE, token));
+        };
+        job.settle(now, stats);
+        match &mut job.holding {
+            Some(h) if &h.holder == holder && job.token == token => {
+                h.ttl = ttl;
+                h.deadline = now + ttl;
+                let mut fx = Effects::default();
+                if ttl > job.stored_ttl {
+                    job.stored_ttl = ttl;
+                    fx.persist = Some(job.record());
+                }
+                Ok((job.view(name, now), fx))
+            }
+            h => {
+                let current_holder = h.as_ref().map(|h| h.holder.clone());
+                stats.renew_losses += 1;
+                Err(unknown_or_lost(name, current_holder, job.token, token))
+            }
+        }
+    }
+
+    /// Steps `holder` down. The lease is free at once and the first waiter
+    /// is woken. Releasing a lease this holder and token already gave up
+    /// (released or expired) succeeds and changes nothing.
+    pub fn release(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        now: Instant,
+    ) -> Result<Effects> {
+        let stats = &mut self.stats;
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Err(unknown_or_lost(name, None, Token::NONE, token));
+        };
+        job.settle(now, stats);
+        let mut fx = Effects::default();
+        match &job.holding {
+            Some(h) if &h.holder == holder && job.token == token => {
+                job.holding = None;
+                job.vacancy = Vacancy::Released;
+                job.vacant_since = now;
+                stats.releases += 1;
+                fx.persist = Some(job.record());
+                fx.wake = job.waiters.front().copied();
+                fx.changed = true;
+                Ok(fx)
+            }
+            None if job.token == token && job.last_holder.as_ref() == Some(holder) => Ok(fx),
+            h => {
+                let current_holder = h.as_ref().map(|h| h.holder.clone());
+                Err(unknown_or_lost(name, current_holder, job.token, token))
+            }
+        }
+    }
+
+    /// The fence: may a writer with `token` write a key whose highest token
+    /// so far is `key_token`?
+    ///
+    /// Only if `token` is the job's newest token, its lease is live now, and
+    /// no higher token has written the key. Checking against the job's
+    /// newest token, not only the key's, is what rejects a paused leader
+    /// that wakes up after a takeover even before the new leader has
+    /// written anything.
+    pub fn check_write(
+        &mut self,
+        name: &JobName,
+        token: Token,
+        key_token: Option<Token>,
+        now: Instant,
+    ) -> Result<()> {
+        let stats = &mut self.stats;
+        let current = match self.jobs.get_mut(name) {
+            Some(job) => {
+                job.settle(now, stats);
+                job.token
+            }
+            None => Token::NONE,
+        };
+        if token > current || token == Token::NONE {
+            return Err(Error::UnknownToken {
+                job: name.to_string(),
+                token: token.0,
+                current,
+            });
+        }
+        let live = self.jobs.get(name).is_some_and(|j| j.holding.is_some());
+        let cause = if token < current {
+            Some(FenceCause::Superseded)
+        } else if !live {
+            Some(FenceCause::NotLive)
+        } else if key_token.is_some_and(|k| k > token) {
+            Some(FenceCause::KeyNewer)
+        } else {
+            None
+        };
+        match cause {
+            None => Ok(()),
+            Some(cause) => {
+                stats.fenced_writes += 1;
+                Err(Error::Fenced {
+                    job: name.to_string(),
+                    token,
+                    current,
+                    cause,
+                })
+            }
+        }
+    }
+
+    /// The lease of `job` at `now`; a job never seen has token 0 and no
+    /// holder.
+    pub fn view(&self, name: &JobName, now: Instant) -> LeaseView {
+        match self.jobs.get(name) {
+            Some(job) => job.view(name, now),
+            None => LeaseView {
+                job: name.clone(),
+                token: Token::NONE,
+                state: LeaseState::Free(Vacancy::Never),
+            },
+        }
+    }
+
+    /// Up to `limit` leases whose job starts with `prefix`, after job
+    /// `after`, in name order.
+    pub fn list(&self, prefix: &str, after: Option<&str>, limit: usize, now: Instant) -> Vec<LeaseView> {
+        let start = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Included(prefix),
+        };
+        self.jobs
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .take(limit)
+            .map(|(name, job)| job.view(name, now))
+            .collect()
+    }
+
+    /// Queues a waiting `Acquire` on `job`, last in line.
+    pub fn enqueue(&mut self, name: &JobName, now: Instant) -> WaiterId {
+        self.next_waiter += 1;
+        let id = WaiterId(self.next_waiter);
+        self.jobs
+            .entry(name.clone())
+            .or_insert_with(|| Job::new(now))
+            .waiters
+            .push_back(id);
+        id
+    }
+
+    /// Takes a waiter out of line (it gave up or was cancelled). Wakes the
+    /// new first in line, so that it arms its timer.
+    pub fn dequeue(&mut self, name: &JobName, id: WaiterId) -> Effects {
+        let wake = self.jobs.get_mut(name).and_then(|j| j.leave_queue(id));
+        Effects {
+            wake,
+            ..Effects::default()
+        }
+    }
+
+    /// Attaches an opaque stamp to the job's latest change.
+    pub fn set_stamp(&mut self, name: &JobName, stamp: u64) {
+        if let Some(job) = self.jobs.get_mut(name) {
+            job.stamp = stamp;
+        }
+    }
+
+    /// The stamp of the job's latest change; 0 if none.
+    pub fn stamp(&self, name: &JobName) -> u64 {
+        self.jobs.get(name).map_or(0, |j| j.stamp)
+    }
+
+    /// Applies lazy expiry to every job at `now`, so that the expiry
+    /// counter is current when metrics are read. Nothing depends on it for
+    /// correctness.
+    pub fn settle_all(&mut self, now: Instant) {
+        for job in self.jobs.values_mut() {
+            job.settle(now, &mut self.stats);
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Every job with its live holding at `now` and, when it has none, how
+    /// long it has been without a leader.
+    pub fn leadership(&self, now: Instant) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
+        self.jobs.iter().map(move |(name, job)| {
+            let l = match &job.holding {
+                Some(h) if h.deadline > now => Leadership::Led { token: job.token },
+                Some(h) => Leadership::Vacant {
+                    token: job.token,
+                    for_: now - h.deadline,
+                },
+                None => Leadership::Vacant {
+                    token: job.token,
+                    for_: now.saturating_duration_since(job.vacant_since),
+                },
+            };
+            (name, l)
+        })
+    }
+
+    /// The number of jobs known.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether no job is known.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
+/// A job's leadership, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leadership {
+    /// A live leader holds `token`.
+    Led {
+        /// Its token.
+        token: Token,
+    },
+    /// No leader for `for_`.
+    Vacant {
+        /// The newest token.
+        token: Token,
+        /// How long the job has been without a leader.
+        for_: Duration,
+    },
+}
+
+fn unknown_or_lost(name: &JobName, current_holder: Option<HolderId>, current: Token, token: Token) -> Error {
+    if token > current {
+        Error::UnknownToken {
+            job: name.to_string(),
+            token: token.0,
+            current,
+        }
+    } else {
+        Error::LeaseLost {
+            job: name.to_string(),
+            current_holder: current_holder.map(|h| h.to_string()),
+            current,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! Leadership as a metric: the Prometheus text exposition on the admin port.
+//!
+//! Per job: whether a leader is present, its token, and how long the job has
+//! been without a leader. Counters for grants, takeovers, expiries,
+//! releases, renew losses and fenced writes (split-brain attempts show up
+//! here), and a latency histogram per RPC. Hand-rolled: the format is a few
+//! lines of text, and a metrics crate would pull more into the build than
+//! this file holds.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::lease::Leadership;
+use crate::node::Node;
+
+/// The RPC methods with their own histogram; anything else is `other`.
+const METHODS: &[&str] = &[
+    "/leasehold.v1.Leases/Acquire",
+    "/leasehold.v1.Leases/Renew",
+    "/leasehold.v1.Leases/Release",
+    "/leasehold.v1.Leases/GetLease",
+    "/leasehold.v1.Leases/ListLeases",
+    "/leasehold.v1.Leases/WatchLease",
+    "/leasehold.v1.FencedStore/CheckedWrite",
+    "/leasehold.v1.FencedStore/Read",
+    "/leasehold.v1.FencedStore/ListKeys",
+    "other",
+];
+
+/// Histogram bucket upper bounds, in seconds.
+const BUCKETS: [f64; 15] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// gRPC status codes 0..=16.
+const CODES: usize = 17;
+
+struct MethodStats {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+    codes: [AtomicU64; CODES],
+}
+
+impl MethodStats {
+    fn new() -> MethodStats {
+        MethodStats {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            count: AtomicU64::new(0),
+            sum_nanos: AtomicU64::new(0),
+            codes: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+/// Per-RPC latency and status counts, recorded by the server's tower layer.
+pub struct RpcMetrics {
+    methods: Vec<MethodStats>,
+}
+
+impl Default for RpcMetrics {
+    fn default() -> Self {
+        RpcMetrics {
+            methods: METHODS.iter().map(|_| MethodStats::new()).collect(),
+        }
+    }
+}
+
+impl RpcMetrics {
+    /// Records one call of `path` that took `elapsed` and ended with gRPC
+    /// status `code`.
+    pub fn record(&self, path: &str, elapsed: Duration, code: usize) {
+        let i = METHODS
+            .iter()
+            .position(|m| *m == path)
+            .unwrap_or(METHODS.len() - 1);
+        let m = &self.methods[i];
+        let secs = elapsed.as_secs_f64();
+        if let Some(b) = BUCKETS.iter().position(|b| secs <= *b) {
+            m.buckets[b].fetch_add(1, Ordering::Relaxed);
+        }
+        m.count.fetch_add(1, Ordering::Relaxed);
+        m.sum_nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        m.codes[code.min(CODES - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Renders every metric in the Prometheus text format.
+pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
+    let snap = node.snapshot();
+    let mut out = String::with_capacity(256 + snap.jobs.len() * 160);
+    let o = &mut out;
+
+    let _ = writeln!(o, "# HELP leasehold_job_leader 1 if the job has a live leader, else 0.");
+    let _ = writeln!(o, "# TYPE leasehold_job_leader gauge");
+    for (job, l) in &snap.jobs {
+        let led = matches!(l, Leadership::Led { .. }) as u8;
+        let _ = writeln!(o, "leasehold_job_leader{{job=\"{}\"}} {led}", label(job.as_str()));
+    }
+    let _ = writeln!(o, "# HELP leasehold_job_token The job's newest fencing token.");
+    let _ = writeln!(o, "# TYPE leasehold_job_token gauge");
+    for (job, l) in &snap.jobs {
+        let t = match l {
+            Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
+        };
+        let _ = writeln!(o, "leasehold_job_token{{job=\"{}\"}} {t}", label(job.as_str()));
+    }
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_job_leaderless_seconds How long the job has been without a leader; 0 while led."
+    );
+    let _ = writeln!(o, "# TYPE leasehold_job_leaderless_seconds gauge");
+    for (job, l) in &snap.jobs {
+        let s = match l {
+            Leadership::Led { .. } => 0.0,
+            Leadership::Vacant { for_, .. } => for_.as_secs_f64(),
+        };
+        let _ = writeln!(
+            o,
+            "leasehold_job_leaderless_seconds{{job=\"{}\"}} {s:.3}",
+            label(job.as_str())
+        );
+    }
+
+    let s = &snap.stats;
+    for (name, help, v) in [
+        ("grants", "Grants that issued a new token.", s.grants),
+        ("takeovers", "Grants to a holder other than the previous one.", s.takeovers),
+        ("expiries", "Leases that ran out without renewal or release.", s.expiries),
+        ("releases", "Voluntary releases.", s.releases),
+        ("renew_losses", "Renewals refused with LEASE_LOST.", s.renew_losses),
+        (
+            "fenced_writes",
+            "CheckedWrites refused with FENCED: writes by a stale leader.",
+            s.fenced_writes,
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP leasehold_{name}_total {help}");
+        let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");
+        let _ = writeln!(o, "leasehold_{name}_total {v}");
+    }
+    let _ = writeln!(o, "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease.");
+    let _ = writeln!(o, "# TYPE leasehold_waiting_acquires gauge");
+    let _ = writeln!(o, "leasehold_waiting_acquires {}", snap.waiters);
+
+    let _ = writeln!(o, "# HELP leasehold_rpc_duration_seconds RPC latency, to the response headers.");
+    let _ = writeln!(o, "# TYPE leasehold_rpc_duration_seconds histogram");
+    for (path, m) in METHODS.iter().zip(&rpc.methods) {
+        let method = label(path.rsplit('/').next().unwrap_or(path));
+        let mut cum = 0;
+        for (b, n) in BUCKETS.iter().zip(&m.buckets) {
+            cum += n.load(Ordering::Relaxed);
+            let _ = writeln!(
+                o,
+                "leasehold_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"{b}\"}} {cum}"
+            );
+        }
+        let count = m.count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            o,
+            "leasehold_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}"
+        );
+        let sum = m.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(o, "leasehold_rpc_duration_seconds_sum{{method=\"{method}\"}} {sum}");
+        let _ = writeln!(o, "leasehold_rpc_duration_seconds_count{{method=\"{method}\"}} {count}");
+    }
+    let _ = writeln!(o, "# HELP leasehold_rpc_responses_total RPC responses by gRPC status code.");
+    let _ = writeln!(o, "# TYPE leasehold_rpc_responses_total counter");
+    for (path, m) in METHODS.iter().zip(&rpc.methods) {
+        let method = label(path.rsplit('/').next().unwrap_or(path));
+        for (code, n) in m.codes.iter().enumerate() {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                let _ = writeln!(
+                    o,
+                    "leasehold_rpc_responses_total{{method=\"{method}\",code=\"{}\"}} {n}",
+                    tonic::Code::from_i32(code as i32).description().replace(' ', "_")
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.
+pub async fn serve_admin(
+    listener: TcpListener,
+    node: Node,
+    rpc: Arc<RpcMetrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => return,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    continue;
+                }
+            },
+        };
+        let node = node.clone();
+        let rpc = rpc.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let body = match (req.method(), req.uri().path()) {
+                    (&Method::GET, "/metrics") => Ok(render(&node, &rpc)),
+                    (&Method::GET, "/healthz") => Ok("ok\n".to_owned()),
+                    _ => Err(()),
+                };
+                let resp = match body {
+                    Ok(b) => Response::builder()
+                        .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+                        .body(Full::new(Bytes::from(b))),
+                    Err(()) => Response::builder()
+                        .status(StatusCode::NOT_FOUND)
+                        .body(Full::new(Bytes::from_static(b"try /metrics or /healthz\n"))),
+                };
+                async move { Ok::<_, Infallible>(resp.expect("static response parts")) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,161 @@
+//! Group commit: many concurrent changes share one durability barrier.
+//!
+//! A change is staged by writing it to the store and taking the next
+//! sequence number, both while the node's state lock is held, so sequence
+//! order is store order. The caller then awaits [`GroupCommit::wait`]. One
+//! flusher thread runs [`Store::sync`] for everything staged so far and
+//! publishes the highest sequence number it covered; every waiter at or
+//! below it is released by that one sync. Under load the batches grow by
+//! themselves: while one sync runs, the next batch gathers.
+//!
+//! The flusher is a plain thread, not a tokio task, because `sync` blocks
+//! for as long as the disk takes; it must not hold a runtime worker.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+#[derive(Debug, Clone, Default)]
+struct Flushed {
+    /// Every change with a sequence number up to this one is durable.
+    durable: u64,
+    /// The last sync that failed covered changes up to this one...
+    failed_upto: u64,
+    /// ...and failed with this error.
+    error: Option<String>,
+}
+
+#[derive(Default)]
+struct Requests {
+    /// The highest sequence number somebody waits for.
+    wanted: u64,
+    stop: bool,
+}
+
+struct Shared {
+    staged: AtomicU64,
+    requests: Mutex<Requests>,
+    wake: Condvar,
+    flushed: watch::Sender<Flushed>,
+}
+
+/// The group committer; see the module docs.
+pub struct GroupCommit {
+    shared: Arc<Shared>,
+    flusher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl GroupCommit {
+    /// Starts the flusher thread for `store`.
+    pub fn start(store: Arc<dyn Store>) -> GroupCommit {
+        let shared = Arc::new(Shared {
+            staged: AtomicU64::new(0),
+            requests: Mutex::new(Requests::default()),
+            wake: Condvar::new(),
+            flushed: watch::Sender::new(Flushed::default()),
+        });
+        let s = shared.clone();
+        let flusher = std::thread::Builder::new()
+            .name("leasehold-flusher".into())
+            .spawn(move || flusher(&s, store.as_ref()))
+            .expect("spawn the flusher thread");
+        GroupCommit {
+            shared,
+            flusher: Mutex::new(Some(flusher)),
+        }
+    }
+
+    /// Takes the next sequence number for a change just written to the
+    /// store. Call it under the same lock as the store write.
+    pub fn stage(&self) -> u64 {
+        self.shared.staged.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The sequence number of the last staged change.
+    pub fn staged(&self) -> u64 {
+        self.shared.staged.load(Ordering::Acquire)
+    }
+
+    /// Waits until the change with sequence number `seq` (and every one
+    /// before it) is durable. Returns at once if it already is.
+    pub async fn wait(&self, seq: u64) -> Result<()> {
+        let mut rx = self.shared.flushed.subscribe();
+        let mut asked = false;
+        loop {
+            {
+                let f = rx.borrow_and_update();
+                if f.durable >= seq {
+                    return Ok(());
+                }
+                if asked && f.failed_upto >= seq {
+                    return Err(Error::Storage(f.error.clone().unwrap_or_default()));
+                }
+            }
+            if !asked {
+                let mut r = self.shared.requests.lock().expect("requests lock");
+                if r.stop {
+                    return Err(Error::ShuttingDown);
+                }
+                r.wanted = r.wanted.max(seq);
+                self.shared.wake.notify_one();
+                asked = true;
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::ShuttingDown);
+            }
+        }
+    }
+
+    /// Syncs what is staged, stops the flusher and waits for it.
+    pub fn stop(&self) {
+        {
+            let mut r = self.shared.requests.lock().expect("requests lock");
+            r.wanted = r.wanted.max(self.staged());
+            r.stop = true;
+            self.shared.wake.notify_one();
+        }
+        if let Some(h) = self.flusher.lock().expect("flusher lock").take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for GroupCommit {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn flusher(shared: &Shared, store: &dyn Store) {
+    let mut done = 0u64;
+    loop {
+        let stop = {
+            let mut r = shared.requests.lock().expect("requests lock");
+            while r.wanted <= done && !r.stop {
+                r = shared.wake.wait(r).expect("requests lock");
+            }
+            r.stop && r.wanted <= done
+        };
+        if stop {
+            return;
+        }
+        // Everything staged so far was written to the store before its
+        // number was taken, so this one sync covers all of it.
+        let target = shared.staged.load(Ordering::Acquire);
+        let result = store.sync();
+        shared.flushed.send_modify(|f| match result {
+            Ok(()) => f.durable = f.durable.max(target),
+            Err(e) => {
+                tracing::error!(error = %e, "sync failed; changes up to #{target} are not acknowledged");
+                f.failed_upto = target;
+                f.error = Some(e.to_string());
+            }
+        });
+        done = target;
+    }
+}

@@ -1,0 +1,452 @@
+//! The single-node coordinator: the lease rules, the store, group commit,
+//! waiting `Acquire`s and watchers, wired together.
+//!
+//! # One owner of lease state
+//!
+//! The [`LeaseTable`] lives behind one `std::sync::Mutex`, together with the
+//! wakers of waiting `Acquire`s. The lock is held only to decide and to
+//! hand the change to the store (an in-memory buffer write), never across an
+//! `.await`: a decision takes microseconds, so a tokio mutex or an actor
+//! task would only add a hop. Durability is awaited after the lock is
+//! released, through [`commit::GroupCommit`].
+//!
+//! # Nothing is acknowledged, or shown, before it is durable
+//!
+//! Every change that the store must keep (a grant, a release, a longer TTL,
+//! an accepted write) is staged in the store under the lock and gets a
+//! sequence number. Each reply waits until the change it reports is durable,
+//! including replies that only *show* state: `GetLease` waits for the job's
+//! last change, `Read` for everything staged before it read. So no client
+//! ever sees a token or a value that a crash could take back.
+
+pub mod commit;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::sleep_until;
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::lease::{
+    Acquire, Effects, HolderId, JobName, LeaseState, LeaseTable, LeaseView, Leadership, Stats,
+    Token, Vacancy, WaiterId,
+};
+use crate::store::{Store, ValueRecord};
+use commit::GroupCommit;
+
+/// What happened to a watched lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The state when the watch began.
+    Current,
+    /// A grant to a new holder, or a new token.
+    Acquired,
+    /// The holder released it.
+    Released,
+    /// It ran out.
+    Expired,
+}
+
+/// A point-in-time copy of the node's counters and per-job leadership.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The lease rules' counters.
+    pub stats: Stats,
+    /// Every job's leadership.
+    pub jobs: Vec<(JobName, Leadership)>,
+    /// Acquires waiting right now.
+    pub waiters: usize,
+}
+
+struct State {
+    table: LeaseTable,
+    wakers: HashMap<WaiterId, Arc<Notify>>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    store: Arc<dyn Store>,
+    commit: GroupCommit,
+    watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
+    closing: watch::Sender<bool>,
+}
+
+/// The coordinator. Cheap to clone: clones share one state.
+#[derive(Clone)]
+pub struct Node {
+    inner: Arc<Inner>,
+}
+
+impl Node {
+    /// Loads every lease record from `store` and starts serving from it.
+    /// Leases held when the store was last written are live again for their
+    /// full TTL from now.
+    pub fn open(store: Arc<dyn Store>) -> Result<Node> {
+        let records = store.leases()?;
+        let table = LeaseTable::restore(records, clock::now());
+        let commit = GroupCommit::start(store.clone());
+        Ok(Node {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    table,
+                    wakers: HashMap::new(),
+                }),
+                store,
+                commit,
+                watchers: Mutex::new(HashMap::new()),
+                closing: watch::Sender::new(false),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while deciding would leave the table half-changed; the
+        // server must not go on from that.
+        self.inner.state.lock().expect("lease state lock poisoned")
+    }
+
+    /// Decides under the lock and stages what the decision wants kept.
+    /// Returns the decision, the sequence number to wait for, and whether
+    /// watchers must be told.
+    fn decide<R>(
+        &self,
+        job: &JobName,
+        f: impl FnOnce(&mut LeaseTable, Instant) -> (R, Effects),
+    ) -> Result<(R, u64, bool)> {
+        let mut st = self.lock();
+        let (r, fx) = f(&mut st.table, clock::now());
+        let seq = match &fx.persist {
+            Some(rec) => {
+                self.inner.store.put_lease(job, rec)?;
+                let seq = self.inner.commit.stage();
+                st.table.set_stamp(job, seq);
+                seq
+            }
+            None => st.table.stamp(job),
+        };
+        if let Some(w) = fx.wake {
+            if let Some(n) = st.wakers.get(&w) {
+                n.notify_one();
+            }
+        }
+        Ok((r, seq, fx.changed))
+    }
+
+    async fn settle(&self, job: &JobName, seq: u64, changed: bool) -> Result<()> {
+        self.inner.commit.wait(seq).await?;
+        if changed {
+            self.publish(job);
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if *self.inner.closing.borrow() {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Asks for the lease; waits up to `wait` for it to free up, first come
+    /// first served. Returns whether it was granted, and the lease.
+    pub async fn acquire(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(bool, LeaseView)> {
+        self.check_open()?;
+        let give_up = clock::now() + wait;
+        let (res, seq, changed) = self.decide(job, |t, now| t.acquire(job, holder, ttl, now, None))?;
+        let busy = match res {
+            Acquire::Granted(view) => {
+                self.settle(job, seq, changed).await?;
+                return Ok((true, view));
+            }
+            Acquire::Busy { view, .. } => view,
+        };
+        if wait.is_zero() {
+            self.inner.commit.wait(seq).await?;
+            return Ok((false, busy));
+        }
+
+        // Join the queue.
+        let notify = Arc::new(Notify::new());
+        let id = {
+            let mut st = self.lock();
+            let id = st.table.enqueue(job, clock::now());
+            st.wakers.insert(id, notify.clone());
+            id
+        };
+        let _queued = Queued {
+            node: self,
+            job,
+            id,
+        };
+        let mut closing = self.inner.closing.subscribe();
+        loop {
+            let (res, seq, changed) =
+                self.decide(job, |t, now| t.acquire(job, holder, ttl, now, Some(id)))?;
+            match res {
+                Acquire::Granted(view) => {
+                    self.settle(job, seq, changed).await?;
+                    return Ok((true, view));
+                }
+                Acquire::Busy {
+                    view,
+                    first_in_line,
+                } => {
+                    if clock::now() >= give_up {
+                        self.inner.commit.wait(seq).await?;
+                        return Ok((false, view));
+                    }
+                    // Only the first in line watches the deadline; the rest
+                    // are woken when they move up. Nobody polls.
+                    let wake_at = match (first_in_line, view.deadline()) {
+                        (true, Some(d)) => d.min(give_up),
+                        _ => give_up,
+                    };
+                    tokio::select! {
+                        _ = notify.notified() => {}
+                        _ = sleep_until(wake_at.into()) => {}
+                        _ = closing.wait_for(|c| *c) => return Err(Error::ShuttingDown),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.
+    pub async fn renew(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<LeaseView> {
+        self.check_open()?;
+        let (r, seq, _) = self.decide(job, |t, now| match t.renew(job, holder, token, ttl, now) {
+            Ok((view, fx)) => (Ok(view), fx),
+            Err(e) => (Err(e), Effects::default()),
+        })?;
+        let view = r?;
+        self.inner.commit.wait(seq).await?;
+        Ok(view)
+    }
+
+    /// Releases a lease; the first waiter is granted at once.
+    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
+        self.check_open()?;
+        let (r, seq, changed) = self.decide(job, |t, now| match t.release(job, holder, token, now) {
+            Ok(fx) => (Ok(()), fx),
+            Err(e) => (Err(e), Effects::default()),
+        })?;
+        r?;
+        self.settle(job, seq, changed).await
+    }
+
+    /// The lease of `job`, once the change it shows is durable.
+    pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
+        let (view, seq) = {
+            let st = self.lock();
+            (st.table.view(job, clock::now()), st.table.stamp(job))
+        };
+        self.inner.commit.wait(seq).await?;
+        Ok(view)
+    }
+
+    /// Up to `limit` leases of jobs starting with `prefix`, after `after`.
+    pub async fn leases(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<LeaseView>> {
+        let (views, seq) = {
+            let st = self.lock();
+            let views = st.table.list(prefix, after, limit, clock::now());
+            (views, self.inner.commit.staged())
+        };
+        self.inner.commit.wait(seq).await?;
+        Ok(views)
+    }
+
+    /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
+    /// passes the fence. Returns the key's new version once durable.
+    pub async fn checked_write(
+        &self,
+        job: &JobName,
+        token: Token,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<u64> {
+        self.check_open()?;
+        let seq = {
+            let mut st = self.lock();
+            let existing = self.inner.store.get_value(job, key)?;
+            st.table
+                .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())?;
+            let version = existing.map_or(0, |r| r.version) + 1;
+            let rec = ValueRecord {
+                token,
+                version,
+                value,
+            };
+            self.inner.store.put_value(job, key, &rec)?;
+            (self.inner.commit.stage(), version)
+        };
+        self.inner.commit.wait(seq.0).await?;
+        Ok(seq.1)
+    }
+
+    /// The record under (job, key), once everything staged before the read
+    /// is durable: reads are linearizable.
+    pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        let (rec, seq) = {
+            let _st = self.lock();
+            (self.inner.store.get_value(job, key)?, self.inner.commit.staged())
+        };
+        self.inner.commit.wait(seq).await?;
+        Ok(rec)
+    }
+
+    /// Up to `limit` live keys of `job` starting with `prefix`, after `after`.
+    pub async fn keys(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        let (list, seq) = {
+            let _st = self.lock();
+            let list = self.inner.store.list_values(job, prefix, after, limit)?;
+            (list, self.inner.commit.staged())
+        };
+        self.inner.commit.wait(seq).await?;
+        Ok(list)
+    }
+
+    /// Watches `job`: the current lease first, then every change of holder
+    /// or token. The channel is bounded: a consumer that falls behind gets
+    /// the latest state, with the changes it missed folded into it. The
+    /// stream ends when the receiver is dropped or the node closes.
+    pub fn watch(&self, job: JobName) -> mpsc::Receiver<Result<(EventKind, LeaseView)>> {
+        let (tx, rx) = mpsc::channel(4);
+        let mut changes = {
+            let mut w = self.inner.watchers.lock().expect("watchers lock");
+            w.entry(job.clone())
+                .or_insert_with(|| watch::Sender::new(0))
+                .subscribe()
+        };
+        let node = self.clone();
+        tokio::spawn(async move {
+            let mut closing = node.inner.closing.subscribe();
+            let mut last = match node.lease(&job).await {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            if tx.send(Ok((EventKind::Current, last.clone()))).await.is_err() {
+                return;
+            }
+            loop {
+                let deadline = last.deadline();
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = closing.wait_for(|c| *c) => return,
+                    r = changes.changed() => if r.is_err() { return },
+                    _ = sleep_until(deadline.unwrap_or_else(clock::now).into()), if deadline.is_some() => {}
+                }
+                let view = match node.lease(&job).await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                if let Some(kind) = classify(&last, &view) {
+                    if tx.send(Ok((kind, view.clone()))).await.is_err() {
+                        return;
+                    }
+                }
+                last = view;
+            }
+        });
+        rx
+    }
+
+    fn publish(&self, job: &JobName) {
+        let mut w = self.inner.watchers.lock().expect("watchers lock");
+        if let Some(s) = w.get(job) {
+            if s.receiver_count() == 0 {
+                w.remove(job);
+            } else {
+                s.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    /// Counters and per-job leadership, for metrics.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut st = self.lock();
+        let now = clock::now();
+        st.table.settle_all(now);
+        Snapshot {
+            stats: st.table.stats().clone(),
+            jobs: st
+                .table
+                .leadership(now)
+                .map(|(j, l)| (j.clone(), l))
+                .collect(),
+            waiters: st.wakers.len(),
+        }
+    }
+
+    /// Stops taking changes: waiting `Acquire`s and watchers end with
+    /// [`Error::ShuttingDown`], then everything staged is synced.
+    pub fn close(&self) {
+        self.start_closing();
+        self.inner.commit.stop();
+    }
+
+    /// The first half of [`Node::close`]: refuse new changes and end
+    /// waiting `Acquire`s and watchers, but keep syncing what is in flight.
+    pub fn start_closing(&self) {
+        self.inner.closing.send_replace(true);
+    }
+}
+
+/// Takes a waiting `Acquire` out of line however it ends: granted, timed
+/// out, or dropped because the client went away.
+struct Queued<'a> {
+    node: &'a Node,
+    job: &'a JobName,
+    id: WaiterId,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut st = self.node.lock();
+        st.wakers.remove(&self.id);
+        let fx = st.table.dequeue(self.job, self.id);
+        if let Some(w) = fx.wake {
+            if let Some(n) = st.wakers.get(&w) {
+                n.notify_one();
+            }
+        }
+    }
+}
+
+/// What kind of event, if any, leads from `last` to `now` for a watcher.
+fn classify(last: &LeaseView, now: &LeaseView) -> Option<EventKind> {
+    let same = last.token == now.token && last.holder() == now.holder();
+    match &now.state {
+        LeaseState::Held { .. } if !same => Some(EventKind::Acquired),
+        LeaseState::Held { .. } => None,
+        LeaseState::Free(_) if same => None,
+        LeaseState::Free(Vacancy::Expired) => Some(EventKind::Expired),
+        LeaseState::Free(_) => Some(EventKind::Released),
+    }
+}

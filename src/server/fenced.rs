@@ -1,0 +1,90 @@
+//! The `FencedStore` service: decode, call the node, encode.
+
+use tonic::{Request, Response, Status};
+
+use crate::lease::Limits;
+use crate::node::Node;
+use crate::proto;
+
+/// Serves `leasehold.v1.FencedStore`.
+pub struct FencedStoreService {
+    node: Node,
+    limits: Limits,
+}
+
+impl FencedStoreService {
+    /// A service over `node`, checking requests against `limits`.
+    pub fn new(node: Node, limits: Limits) -> Self {
+        FencedStoreService { node, limits }
+    }
+}
+
+#[tonic::async_trait]
+impl proto::fenced_store_server::FencedStore for FencedStoreService {
+    async fn checked_write(
+        &self,
+        req: Request<proto::CheckedWriteRequest>,
+    ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
+        let r = req.into_inner();
+        let l = &self.limits;
+        let job = l.job(&r.job)?;
+        let token = l.token(r.token)?;
+        l.key(&r.key)?;
+        let value = if r.delete {
+            None
+        } else {
+            l.value(&r.value)?;
+            Some(r.value)
+        };
+        let version = self.node.checked_write(&job, token, &r.key, value).await?;
+        Ok(Response::new(proto::CheckedWriteResponse { version }))
+    }
+
+    async fn read(
+        &self,
+        req: Request<proto::ReadRequest>,
+    ) -> Result<Response<proto::ReadResponse>, Status> {
+        let r = req.into_inner();
+        let job = self.limits.job(&r.job)?;
+        self.limits.key(&r.key)?;
+        let rec = self.node.read(&job, &r.key).await?;
+        Ok(Response::new(match rec {
+            Some(rec) => proto::ReadResponse {
+                found: rec.value.is_some(),
+                value: rec.value.unwrap_or_default(),
+                token: rec.token.0,
+                version: rec.version,
+            },
+            None => proto::ReadResponse::default(),
+        }))
+    }
+
+    async fn list_keys(
+        &self,
+        req: Request<proto::ListKeysRequest>,
+    ) -> Result<Response<proto::ListKeysResponse>, Status> {
+        let r = req.into_inner();
+        let l = &self.limits;
+        let job = l.job(&r.job)?;
+        l.key_prefix(&r.prefix)?;
+        let limit = l.page_size(r.page_size)?;
+        let after = (!r.page_token.is_empty()).then_some(r.page_token.as_slice());
+        let list = self.node.keys(&job, &r.prefix, after, limit).await?;
+        let next_page_token = match list.last() {
+            Some((k, _)) if list.len() == limit => k.clone(),
+            _ => Vec::new(),
+        };
+        Ok(Response::new(proto::ListKeysResponse {
+            keys: list
+                .into_iter()
+                .map(|(key, rec)| proto::KeyInfo {
+                    key,
+                    token: rec.token.0,
+                    version: rec.version,
+                    size: rec.value.map_or(0, |v| v.len() as u32),
+                })
+                .collect(),
+            next_page_token,
+        }))
+    }
+}

@@ -1,0 +1,143 @@
+//! The gRPC server: the only module (with the client) that names tonic.
+//!
+//! Handlers are thin: decode and validate the request into domain types
+//! ([`convert`], [`crate::lease::Limits`]), call the [`Node`], encode the
+//! answer. Errors cross into gRPC through one table ([`status`]).
+//! Cross-cutting concerns are tower layers in front of every handler
+//! ([`layers`]). Health (`grpc.health.v1`) and reflection (v1 and v1alpha)
+//! are plain extra services, so grpcurl and load balancers work out of the
+//! box.
+
+pub mod convert;
+pub mod fenced;
+pub mod layers;
+pub mod leases;
+pub mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::Server;
+use tonic_health::ServingStatus;
+
+use crate::error::{Error, Result};
+use crate::lease::Limits;
+use crate::metrics::RpcMetrics;
+use crate::node::Node;
+use crate::proto;
+
+/// How the server serves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Limits on every request field.
+    pub limits: Limits,
+    /// How long in-flight calls may take to finish after a shutdown signal.
+    pub drain_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limits: Limits::default(),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    /// The largest request message the server decodes: the largest value
+    /// and key plus room for the other fields. Larger messages are refused
+    /// by the decoder, before anything is allocated for them.
+    pub fn max_message_bytes(&self) -> usize {
+        self.limits.max_value_bytes + self.limits.max_key_bytes + 2 * self.limits.max_name_bytes + 1024
+    }
+}
+
+/// Serves the gRPC API on `listener` until `shutdown` completes, then drains
+/// and closes the node.
+///
+/// Shutdown marks health NOT_SERVING, ends waiting `Acquire`s and watches
+/// with UNAVAILABLE, lets in-flight calls finish for up to
+/// `config.drain_timeout`, and syncs the store.
+pub async fn run(
+    listener: TcpListener,
+    node: Node,
+    config: Config,
+    rpc_metrics: Arc<RpcMetrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<proto::leases_server::LeasesServer<leases::LeasesService>>()
+        .await;
+    reporter
+        .set_serving::<proto::fenced_store_server::FencedStoreServer<fenced::FencedStoreService>>()
+        .await;
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(Error::serve)?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(Error::serve)?;
+
+    let max = config.max_message_bytes();
+    let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
+        node.clone(),
+        config.limits.clone(),
+    ))
+    .max_decoding_message_size(max);
+    let fenced = proto::fenced_store_server::FencedStoreServer::new(
+        fenced::FencedStoreService::new(node.clone(), config.limits.clone()),
+    )
+    .max_decoding_message_size(max);
+
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let closing_node = node.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight calls");
+        reporter
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+        reporter
+            .set_not_serving::<proto::leases_server::LeasesServer<leases::LeasesService>>()
+            .await;
+        reporter
+            .set_not_serving::<proto::fenced_store_server::FencedStoreServer<fenced::FencedStoreService>>()
+            .await;
+        closing_node.start_closing();
+        let _ = signalled_tx.send(());
+    };
+
+    let serve = Server::builder()
+        .layer(layers::RpcMetricsLayer::new(rpc_metrics))
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(leases)
+        .add_service(fenced)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+    tokio::pin!(serve);
+    let drain_timeout = config.drain_timeout;
+    tokio::select! {
+        r = &mut serve => r.map_err(Error::serve)?,
+        _ = async {
+            if signalled_rx.await.is_ok() {
+                tokio::time::sleep(drain_timeout).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => tracing::warn!(?drain_timeout, "drain timed out; closing with calls in flight"),
+    }
+    node.close();
+    tracing::info!("store synced; bye");
+    Ok(())
+}

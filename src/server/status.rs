@@ -1,0 +1,99 @@
+//! The one table from [`Error`] to gRPC status.
+//!
+//! Every status carries a `google.rpc.ErrorInfo` with domain `leasehold`
+//! and the error's reason, so that clients in any language branch on the
+//! reason, never on the message. Bad input also carries a
+//! `google.rpc.BadRequest` naming the field.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::Error;
+
+/// The `ErrorInfo` domain of every leasehold error.
+pub const DOMAIN: &str = "leasehold";
+
+/// Maps a domain error to its gRPC status. The mapping:
+///
+/// | error | code | reason |
+/// |---|---|---|
+/// | `InvalidArgument` | INVALID_ARGUMENT | INVALID_ARGUMENT |
+/// | `UnknownToken` | INVALID_ARGUMENT | UNKNOWN_TOKEN |
+/// | `LeaseLost` | FAILED_PRECONDITION | LEASE_LOST |
+/// | `Fenced` | FAILED_PRECONDITION | FENCED |
+/// | `Storage` | UNAVAILABLE | STORAGE |
+/// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
+pub fn to_status(e: &Error) -> Status {
+    let mut meta = HashMap::new();
+    let code = match e {
+        Error::InvalidArgument { field, .. } => {
+            meta.insert("field".to_owned(), (*field).to_owned());
+            Code::InvalidArgument
+        }
+        Error::UnknownToken { current, .. } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            Code::InvalidArgument
+        }
+        Error::LeaseLost {
+            current_holder,
+            current,
+            ..
+        } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            if let Some(h) = current_holder {
+                meta.insert("current_holder".to_owned(), h.clone());
+            }
+            Code::FailedPrecondition
+        }
+        Error::Fenced { current, .. } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            Code::FailedPrecondition
+        }
+        Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
+    };
+    let mut details = ErrorDetails::with_error_info(e.reason(), DOMAIN, meta);
+    if let Error::InvalidArgument { field, message } = e {
+        details.add_bad_request_violation(*field, message.clone());
+    }
+    Status::with_error_details(code, e.to_string(), details)
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        to_status(&e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FenceCause;
+    use crate::lease::Token;
+
+    #[test]
+    fn fenced_names_current_token_in_message_and_metadata() {
+        let s = to_status(&Error::Fenced {
+            job: "j".into(),
+            token: Token(1),
+            current: Token(2),
+            cause: FenceCause::Superseded,
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains('2'), "{}", s.message());
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "FENCED");
+        assert_eq!(info.domain, DOMAIN);
+        assert_eq!(info.metadata["current_token"], "2");
+    }
+
+    #[test]
+    fn invalid_argument_names_field() {
+        let s = to_status(&Error::invalid("ttl", "too long"));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        let d = s.get_error_details();
+        assert_eq!(d.error_info().unwrap().metadata["field"], "ttl");
+        assert_eq!(d.bad_request().unwrap().field_violations[0].field, "ttl");
+    }
+}

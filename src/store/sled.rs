@@ -1,0 +1,176 @@
+//! The embedded store, on sled. The only module that names sled.
+//!
+//! Two trees: `leases` (job -> lease record) and `values` ((job, key) ->
+//! value record). [`SledStore::sync`] is sled's `flush` followed by an
+//! `fdatasync` of the log file: sled 0.34's flush uses `sync_file_range`,
+//! which writes the pages but neither the file's metadata nor the drive's
+//! cache (sled issue #1452), so on its own it does not survive a power loss.
+//! Pages too large for the log go to files under `blobs/`, which sled never
+//! syncs; the segment size below keeps default-sized values out of blobs,
+//! and `sync` fsyncs any blob files that exist anyway.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::{Error, Result};
+use crate::lease::{JobName, LeaseRecord};
+use crate::store::{decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord};
+
+/// sled's segment size. A page larger than a quarter of it goes to a blob
+/// file, so 2 MiB keeps pages up to 512 KiB in the log. It is stored in the
+/// data dir and must not change between runs.
+const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
+
+/// The embedded store.
+pub struct SledStore {
+    db: sled::Db,
+    leases: sled::Tree,
+    values: sled::Tree,
+    /// The log file, opened a second time for `fdatasync`.
+    log: File,
+    blobs: PathBuf,
+    syncs: AtomicU64,
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    ///
+    /// Fails, rather than starting empty, when the directory cannot be
+    /// created or read, or is in use by another process: an empty store
+    /// would reset every token.
+    pub fn open(dir: &Path) -> Result<SledStore> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
+        })?;
+        let db = sled::Config::new()
+            .path(dir)
+            .segment_size(SEGMENT_SIZE)
+            // Every change is flushed by `sync`, in group commits; a
+            // background flusher would only add I/O.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                    Error::storage(format!(
+                        "data dir {} is in use by another leasehold process ({io})",
+                        dir.display()
+                    ))
+                }
+                e => Error::storage(format!("cannot open data dir {}: {e}", dir.display())),
+            })?;
+        let leases = db.open_tree("leases").map_err(Error::storage)?;
+        let values = db.open_tree("values").map_err(Error::storage)?;
+        let log = File::open(dir.join("db"))
+            .map_err(|e| Error::storage(format!("cannot open {}/db: {e}", dir.display())))?;
+        // Make the files' directory entries durable too.
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
+        Ok(SledStore {
+            db,
+            leases,
+            values,
+            log,
+            blobs: dir.join("blobs"),
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    /// How many durability barriers ran, for tests and metrics.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    fn sync_blobs(&self) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(&self.blobs) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut any = false;
+        for entry in entries {
+            File::open(entry?.path())?.sync_data()?;
+            any = true;
+        }
+        if any {
+            File::open(&self.blobs)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl Store for SledStore {
+    fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
+        self.leases
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.map_err(Error::storage)?;
+                let name = String::from_utf8(k.to_vec())
+                    .map_err(|_| Error::storage("corrupt job name in store"))?;
+                Ok((JobName::from_trusted(name), decode_lease(&v)?))
+            })
+            .collect()
+    }
+
+    fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
+        self.leases
+            .insert(job.as_str().as_bytes(), encode_lease(record))
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        match self.values.get(value_key(job, key)).map_err(Error::storage)? {
+            Some(v) => decode_value(&v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()> {
+        self.values
+            .insert(value_key(job, key), encode_value(record))
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    fn list_values(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        let base = value_key(job, b"").len();
+        let scan_prefix = value_key(job, prefix);
+        let iter = match after.map(|a| value_key(job, a)) {
+            Some(a) if a >= scan_prefix => self
+                .values
+                .range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            _ => self.values.range(scan_prefix.clone()..),
+        };
+        let mut out = Vec::new();
+        for kv in iter {
+            let (k, v) = kv.map_err(Error::storage)?;
+            if !k.starts_with(&scan_prefix) {
+                break;
+            }
+            let rec = decode_value(&v)?;
+            if rec.value.is_some() {
+                out.push((k[base..].to_vec(), rec));
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.db.flush().map_err(Error::storage)?;
+        self.log.sync_data().map_err(Error::storage)?;
+        self.sync_blobs().map_err(Error::storage)?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
