@@ -10,3 +10,9 @@ use std::time::Instant;
 pub fn now() -> Instant {
     Instant::now()
 }
+
+/// The current instant on tokio's clock (the same monotonic clock), for
+/// timers.
+pub fn tokio_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}

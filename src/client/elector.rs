@@ -1,0 +1,228 @@
+//! The Elector: campaign for a job, renew at ttl/3, step down on loss.
+//!
+//! A background task owns the lease. It campaigns with a waiting `Acquire`
+//! (so a release hands over at once), renews every `ttl / 3`, and reports
+//! its role through a watch channel.
+//!
+//! It steps down **no later than its own conservative deadline**: the
+//! instant the last successful grant or renewal was *sent*, plus the TTL.
+//! The server counts the TTL from when it *received* that request, later,
+//! so the elector always believes it has lost before the server can give
+//! the lease away, even when the server cannot be reached to say so.
+//! (What it cannot do is notice its own pause: a process stopped past its
+//! deadline resumes believing it leads until its task runs. That is what
+//! fencing tokens are for: carry the token into every write.)
+
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, sleep_until, timeout_at, Instant};
+
+use crate::clock::tokio_now;
+
+use super::{process_holder, Client, ClientError};
+
+/// The elector's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Not leading: campaigning, or stopped.
+    Follower,
+    /// Leading with this token.
+    Leader {
+        /// The fencing token to carry into every write.
+        token: u64,
+    },
+}
+
+impl Role {
+    /// The token, when leading.
+    pub fn token(self) -> Option<u64> {
+        match self {
+            Role::Leader { token } => Some(token),
+            Role::Follower => None,
+        }
+    }
+}
+
+/// Campaigns for one job; see the module docs.
+pub struct Elector {
+    holder: String,
+    role: watch::Receiver<Role>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Elector {
+    /// Starts campaigning for `job` as `name@<process uuid>` with `ttl`.
+    pub fn start(client: Client, job: &str, name: &str, ttl: Duration) -> Elector {
+        let holder = process_holder(name);
+        let (tx, role) = watch::channel(Role::Follower);
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let campaign = Campaign {
+            client,
+            job: job.to_owned(),
+            holder: holder.clone(),
+            ttl,
+            role: tx,
+        };
+        let task = tokio::spawn(campaign.run(stop_rx));
+        Elector {
+            holder,
+            role,
+            stop: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+
+    /// Our holder identity: `name@uuid`.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The role right now.
+    pub fn role(&self) -> Role {
+        *self.role.borrow()
+    }
+
+    /// A receiver that sees every change of role.
+    pub fn watch(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    /// Waits until we lead; returns the token.
+    pub async fn elected(&mut self) -> u64 {
+        loop {
+            if let Some(t) = self.role.borrow_and_update().token() {
+                return t;
+            }
+            if self.role.changed().await.is_err() {
+                // The campaign ended (resigned); nothing will change now.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Waits until we no longer lead with the current token.
+    pub async fn lost(&mut self) {
+        let Some(token) = self.role.borrow_and_update().token() else {
+            return;
+        };
+        loop {
+            if self.role.changed().await.is_err() {
+                return;
+            }
+            if self.role.borrow_and_update().token() != Some(token) {
+                return;
+            }
+        }
+    }
+
+    /// Stops campaigning, releases the lease if held, and waits for that.
+    pub async fn resign(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Elector {
+    fn drop(&mut self) {
+        // Without `resign`, stop renewing; the lease runs out on its own.
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+struct Campaign {
+    client: Client,
+    job: String,
+    holder: String,
+    ttl: Duration,
+    role: watch::Sender<Role>,
+}
+
+impl Campaign {
+    async fn run(self, mut stop: oneshot::Receiver<()>) {
+        let backoff = (self.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        // Wait for the lease in long polls; a release hands over at once.
+        let campaign_wait = (self.ttl * 3).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        loop {
+            let sent = tokio_now();
+            let acquired = tokio::select! {
+                _ = &mut stop => return,
+                r = self.client.acquire(&self.job, &self.holder, self.ttl, campaign_wait) => r,
+            };
+            match acquired {
+                Ok(a) if a.acquired => {
+                    if self.lead(a.lease.token, sent, &mut stop).await {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(job = %self.job, error = %e, "campaign: acquire failed");
+                    tokio::select! {
+                        _ = &mut stop => return,
+                        _ = sleep(backoff) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Leads until the lease is lost (returns false) or we are told to stop
+    /// (releases, returns true).
+    async fn lead(&self, token: u64, sent: Instant, stop: &mut oneshot::Receiver<()>) -> bool {
+        let mut deadline = sent + self.ttl;
+        self.role.send_replace(Role::Leader { token });
+        tracing::info!(job = %self.job, token, "elected");
+        let every = self.ttl / 3;
+        let retry = (self.ttl / 10).max(Duration::from_millis(10));
+        let mut next = sent + every;
+        loop {
+            tokio::select! {
+                _ = &mut *stop => return self.resign(token).await,
+                _ = sleep_until(next.min(deadline)) => {}
+            }
+            if tokio_now() >= deadline {
+                break;
+            }
+            let sent = tokio_now();
+            let r = tokio::select! {
+                _ = &mut *stop => return self.resign(token).await,
+                r = timeout_at(deadline, self.client.renew(&self.job, &self.holder, token, self.ttl)) => r,
+            };
+            match r {
+                Ok(Ok(_)) => {
+                    deadline = sent + self.ttl;
+                    next = sent + every;
+                }
+                Ok(Err(ClientError::LeaseLost { message, .. })) => {
+                    tracing::warn!(job = %self.job, token, %message, "lease lost");
+                    break;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(job = %self.job, token, error = %e, "renew failed; retrying");
+                    next = tokio_now() + retry;
+                }
+                Err(_) => break, // the deadline passed while renewing
+            }
+        }
+        tracing::warn!(job = %self.job, token, "stepped down");
+        self.role.send_replace(Role::Follower);
+        false
+    }
+
+    async fn resign(&self, token: u64) -> bool {
+        self.role.send_replace(Role::Follower);
+        if let Err(e) = self.client.release(&self.job, &self.holder, token).await {
+            tracing::warn!(job = %self.job, error = %e, "release on resign failed");
+        }
+        true
+    }
+}

@@ -1,0 +1,522 @@
+//! The gRPC API against the real server on 127.0.0.1, one behaviour per
+//! test: races, hand-over, waiting, watching, the fenced store, bad input,
+//! health, reflection and metrics.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use leasehold::client::{ClientError, EventKind};
+use leasehold::lease::Limits;
+use leasehold::proto;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const TTL: Duration = Duration::from_secs(30);
+const NOW: Duration = Duration::ZERO;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_holders_race_exactly_one_wins_and_the_other_sees_it() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("w{i}@race");
+            (holder.clone(), c.acquire("race", &holder, TTL, NOW).await.unwrap())
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut seen = Vec::new();
+    for t in tasks {
+        let (holder, a) = t.await.unwrap();
+        if a.acquired {
+            assert_eq!(a.lease.holder.as_deref(), Some(holder.as_str()));
+            winners.push(holder);
+        } else {
+            seen.push(a.lease);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one holder wins: {winners:?}");
+    assert_eq!(seen.len(), 7);
+    for l in seen {
+        assert_eq!(l.holder.as_deref(), Some(winners[0].as_str()), "losers see the holder");
+        assert_eq!(l.token, 1, "and its token");
+        assert!(l.remaining.unwrap() <= TTL);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_hands_over_to_a_waiting_acquire_at_once() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let a = c.acquire("handover", "a@1", TTL, NOW).await.unwrap();
+    assert!(a.acquired);
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move {
+        let r = c2.acquire("handover", "b@1", TTL, Duration::from_secs(20)).await.unwrap();
+        (r, Instant::now())
+    });
+    // Let the waiter queue up: it shows in the metrics gauge.
+    let queued = Instant::now();
+    while s.node.snapshot().waiters == 0 {
+        assert!(queued.elapsed() < Duration::from_secs(5), "waiter never queued");
+        tokio::task::yield_now().await;
+    }
+    let released = Instant::now();
+    c.release("handover", "a@1", 1).await.unwrap();
+    let (r, granted) = waiter.await.unwrap();
+    let handover = granted - released;
+    println!("handover time from Release call to the waiter's grant: {handover:?} (ttl {TTL:?})");
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2);
+    assert_eq!(r.lease.holder.as_deref(), Some("b@1"));
+    // Far below any TTL expiry (30 s) or poll interval could explain.
+    assert!(handover < Duration::from_secs(2), "handover took {handover:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    assert!(c.acquire("fifo", "h0", TTL, NOW).await.unwrap().acquired);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let c2 = c.clone();
+        let holder = format!("h{i}");
+        waiters.push(tokio::spawn(async move {
+            c2.acquire("fifo", &holder, TTL, Duration::from_secs(20)).await.unwrap()
+        }));
+        // Queue them in a known order.
+        let t = Instant::now();
+        while s.node.snapshot().waiters < i {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            tokio::task::yield_now().await;
+        }
+    }
+    // A newcomer that does not wait cannot jump the queue, even once the
+    // lease is free.
+    c.release("fifo", "h0", 1).await.unwrap();
+    let mut token = 1;
+    for (i, w) in waiters.into_iter().enumerate() {
+        let r = w.await.unwrap();
+        token += 1;
+        assert!(r.acquired);
+        assert_eq!(r.lease.holder.as_deref(), Some(format!("h{}", i + 1).as_str()));
+        assert_eq!(r.lease.token, token);
+        let jump = c.acquire("fifo", "jumper", TTL, NOW).await.unwrap();
+        assert!(!jump.acquired);
+        c.release("fifo", &format!("h{}", i + 1), token).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_granted_when_the_lease_expires() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = Duration::from_millis(300);
+    let t0 = Instant::now();
+    assert!(c.acquire("exp", "a", ttl, NOW).await.unwrap().acquired);
+    let r = c.acquire("exp", "b", ttl, Duration::from_secs(10)).await.unwrap();
+    let waited = t0.elapsed();
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2, "granted again after expiry: token + 1");
+    assert!(waited >= ttl, "no takeover before the TTL: {waited:?}");
+    // A waiter that gives up gets the current lease.
+    let r = c.acquire("exp", "c", TTL, Duration::from_millis(150)).await.unwrap();
+    assert!(!r.acquired);
+    assert_eq!(r.lease.holder.as_deref(), Some("b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = Duration::from_millis(200);
+    let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert_eq!(a.lease.token, 1);
+    let l = c.renew("renew", "a", 1, ttl).await.unwrap();
+    assert_eq!(l.token, 1);
+    let again = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert!(again.acquired);
+    assert_eq!(again.lease.token, 1, "re-acquire by the live holder keeps the token");
+    match c.renew("renew", "b", 1, ttl).await {
+        Err(ClientError::LeaseLost { current_token, .. }) => assert_eq!(current_token, Some(1)),
+        other => panic!("renew by another holder: {other:?}"),
+    }
+    // Let it expire, then renewing is LEASE_LOST.
+    let mut events = c.watch("renew").await.unwrap();
+    let first = events.message().await.unwrap().unwrap();
+    assert_eq!(first.kind, EventKind::Current as i32);
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.message())
+        .await
+        .expect("an expiry event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.kind, EventKind::Expired as i32);
+    match c.renew("renew", "a", 1, ttl).await {
+        Err(ClientError::LeaseLost { .. }) => {}
+        other => panic!("renew after expiry: {other:?}"),
+    }
+    let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert_eq!(a.lease.token, 2, "granted again after expiry: new token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sends_current_then_each_change() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let mut w = c.watch("w").await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Current as i32);
+    assert_eq!(ev.lease.unwrap().token, 0);
+    c.acquire("w", "a", TTL, NOW).await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Acquired as i32);
+    let l = ev.lease.unwrap();
+    assert_eq!((l.holder.as_str(), l.token), ("a", 1));
+    c.renew("w", "a", 1, TTL).await.unwrap(); // no event
+    c.release("w", "a", 1).await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Released as i32, "renewals send nothing");
+    let l = ev.lease.unwrap();
+    assert_eq!((l.holder.as_str(), l.token), ("", 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_leases_pages_in_job_order() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for i in 0..250 {
+        c.acquire(&format!("fleet/{i:03}"), "h", TTL, NOW).await.unwrap();
+    }
+    c.acquire("other", "h", TTL, NOW).await.unwrap();
+    let all = c.list_leases("fleet/").await.unwrap();
+    assert_eq!(all.len(), 250);
+    assert!(all.windows(2).all(|w| w[0].job < w[1].job));
+    let mut raw = proto::leases_client::LeasesClient::connect(s.url()).await.unwrap();
+    let p = raw
+        .list_leases(proto::ListLeasesRequest {
+            prefix: "fleet/".into(),
+            page_size: 100,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.leases.len(), 100);
+    assert_eq!(p.next_page_token, "fleet/099");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_store_accepts_only_the_live_token() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = Duration::from_millis(300);
+    c.acquire("f", "a", ttl, NOW).await.unwrap();
+    assert_eq!(c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(), 1);
+    assert_eq!(c.checked_write("f", 1, b"k", b"v2".to_vec()).await.unwrap(), 2);
+    // a's lease expires; b takes over but has written nothing yet.
+    let b = c.acquire("f", "b", ttl, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(b.lease.token, 2);
+    match c.checked_write("f", 1, b"k", b"stale".to_vec()).await {
+        Err(ClientError::Fenced {
+            message,
+            current_token,
+        }) => {
+            assert_eq!(current_token, Some(2));
+            assert!(message.contains("token 2") || message.contains("at token 2"), "{message}");
+        }
+        other => panic!("stale write: {other:?}"),
+    }
+    let v = c.read("f", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.token, v.version), (&b"v2"[..], 1, 2));
+    // A token never issued is bad input, not a fence.
+    match c.checked_write("f", 3, b"k", b"x".to_vec()).await {
+        Err(ClientError::InvalidArgument { .. }) => {}
+        other => panic!("unissued token: {other:?}"),
+    }
+    // The new leader writes, deletes, and the key stays fenced.
+    assert_eq!(c.checked_write("f", 2, b"k", b"v3".to_vec()).await.unwrap(), 3);
+    assert_eq!(c.checked_write("f", 2, b"k2", b"x".to_vec()).await.unwrap(), 1);
+    assert_eq!(c.delete("f", 2, b"k").await.unwrap(), 4);
+    let v = c.read("f", b"k").await.unwrap();
+    assert!(!v.found);
+    assert_eq!((v.token, v.version), (2, 4));
+    let keys = c.list_keys("f", b"").await.unwrap();
+    assert_eq!(keys.iter().map(|k| k.key.as_slice()).collect::<Vec<_>>(), [&b"k2"[..]]);
+    // After b releases, even b's token is fenced: nobody leads.
+    c.release("f", "b", 2).await.unwrap();
+    assert!(matches!(
+        c.checked_write("f", 2, b"k2", b"y".to_vec()).await,
+        Err(ClientError::Fenced { .. })
+    ));
+    let m = leasehold::metrics::render(&s.node, &Default::default());
+    assert!(m.contains("leasehold_fenced_writes_total 2"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_keys_pages_and_stays_within_the_job() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("a", "h", TTL, NOW).await.unwrap();
+    c.acquire("ab", "h", TTL, NOW).await.unwrap();
+    for i in 0..150 {
+        c.checked_write("a", 1, format!("cfg/{i:03}").as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    c.checked_write("a", 1, b"other", vec![]).await.unwrap();
+    c.checked_write("ab", 1, b"cfg/x", vec![]).await.unwrap();
+    let keys = c.list_keys("a", b"cfg/").await.unwrap();
+    assert_eq!(keys.len(), 150);
+    assert_eq!(keys[0].key, b"cfg/000");
+    assert_eq!(c.list_keys("a", b"").await.unwrap().len(), 151);
+    assert_eq!(c.list_keys("ab", b"").await.unwrap().len(), 1);
+}
+
+/// Every bad input gets INVALID_ARGUMENT naming the field and the limit,
+/// and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_names_field_and_limit_and_changes_nothing() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    let before = (c.get_lease("j").await.unwrap(), c.read("j", b"k").await.unwrap());
+
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url()).await.unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let d = |ms: u64| {
+        Some(prost_types::Duration {
+            seconds: (ms / 1000) as i64,
+            nanos: ((ms % 1000) * 1_000_000) as i32,
+        })
+    };
+    let long = "x".repeat(257);
+    let acq = |job: &str, holder: &str, ttl, wait| proto::AcquireRequest {
+        job: job.into(),
+        holder: holder.into(),
+        ttl,
+        wait,
+    };
+    let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: job.into(),
+        token,
+        key,
+        value,
+        delete: false,
+    };
+
+    let cases: Vec<(&str, &str, tonic::Status)> = vec![
+        ("job", "empty", leases.acquire(acq("", "b", d(1000), None)).await.unwrap_err()),
+        ("job", "256", leases.acquire(acq(&long, "b", d(1000), None)).await.unwrap_err()),
+        ("holder", "empty", leases.acquire(acq("j", "", d(1000), None)).await.unwrap_err()),
+        ("holder", "256", leases.acquire(acq("j", &long, d(1000), None)).await.unwrap_err()),
+        ("ttl", "100ms", leases.acquire(acq("j", "b", d(99), None)).await.unwrap_err()),
+        ("ttl", "3600s", leases.acquire(acq("j", "b", d(3_600_001), None)).await.unwrap_err()),
+        ("ttl", "required", leases.acquire(acq("j", "b", None, None)).await.unwrap_err()),
+        ("wait", "3600s", leases.acquire(acq("j", "b", d(1000), d(3_600_001))).await.unwrap_err()),
+        (
+            "wait",
+            "non-negative",
+            leases
+                .acquire(acq(
+                    "j",
+                    "b",
+                    d(1000),
+                    Some(prost_types::Duration {
+                        seconds: -1,
+                        nanos: 0,
+                    }),
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            leases
+                .renew(proto::RenewRequest {
+                    job: "j".into(),
+                    holder: "a".into(),
+                    token: 0,
+                    ttl: d(1000),
+                })
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            leases
+                .release(proto::ReleaseRequest {
+                    job: "j".into(),
+                    holder: "a".into(),
+                    token: 0,
+                })
+                .await
+                .unwrap_err(),
+        ),
+        ("key", "empty", store.checked_write(write("j", 1, vec![], b"v".to_vec())).await.unwrap_err()),
+        ("key", "1024", store.checked_write(write("j", 1, vec![b'k'; 1025], b"v".to_vec())).await.unwrap_err()),
+        ("value", "65536", store.checked_write(write("j", 1, b"k".to_vec(), vec![0; 65537])).await.unwrap_err()),
+        ("token", "must not be 0", store.checked_write(write("j", 0, b"k".to_vec(), b"v".to_vec())).await.unwrap_err()),
+        (
+            "page_size",
+            "1000",
+            leases
+                .list_leases(proto::ListLeasesRequest {
+                    prefix: String::new(),
+                    page_size: 1001,
+                    page_token: String::new(),
+                })
+                .await
+                .unwrap_err(),
+        ),
+    ];
+    for (field, limit, status) in cases {
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().contains(field) && status.message().contains(limit),
+            "message names {field:?} and {limit:?}: {:?}",
+            status.message()
+        );
+        let info = status.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "INVALID_ARGUMENT");
+        assert_eq!(info.metadata["field"], field);
+    }
+
+    // A token never issued: INVALID_ARGUMENT with its own reason.
+    let st = store
+        .checked_write(write("j", 9, b"k".to_vec(), b"v".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::InvalidArgument);
+    assert_eq!(st.get_error_details().error_info().unwrap().reason, "UNKNOWN_TOKEN");
+
+    let after = (c.get_lease("j").await.unwrap(), c.read("j", b"k").await.unwrap());
+    assert_eq!(before.0.holder, after.0.holder);
+    assert_eq!(before.0.token, after.0.token);
+    assert_eq!(before.1, after.1, "the value is untouched");
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() {
+    let limits = Limits {
+        max_value_bytes: 16,
+        ..Limits::default()
+    };
+    let s = TestServer::with_limits(limits).await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    match c.checked_write("j", 1, b"k", vec![0; 17]).await {
+        Err(ClientError::InvalidArgument { field, message }) => {
+            assert_eq!(field.as_deref(), Some("value"));
+            assert!(message.contains("16"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Far beyond the message limit: the decoder refuses it.
+    let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let st = raw
+        .checked_write(proto::CheckedWriteRequest {
+            job: "j".into(),
+            token: 1,
+            key: b"k".to_vec(),
+            value: vec![0; 1 << 20],
+            delete: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::OutOfRange, "{st:?}");
+    assert!(!c.read("j", b"k").await.unwrap().found);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer() {
+    let s = TestServer::start().await;
+    let channel = tonic::transport::Endpoint::from_shared(s.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for service in ["", "leasehold.v1.Leases", "leasehold.v1.FencedStore"] {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+    }
+
+    use tonic_reflection::pb::v1::{
+        server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
+        server_reflection_response::MessageResponse, ServerReflectionRequest,
+    };
+    let mut refl = ServerReflectionClient::new(channel.clone());
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut resp = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = resp.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+        panic!("unexpected reflection reply {msg:?}");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for want in ["leasehold.v1.Leases", "leasehold.v1.FencedStore", "grpc.health.v1.Health"] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+
+    use tonic_reflection::pb::v1alpha::{
+        server_reflection_client::ServerReflectionClient as AlphaClient,
+        server_reflection_request::MessageRequest as AlphaRequest, ServerReflectionRequest as AlphaReq,
+    };
+    let mut alpha = AlphaClient::new(channel);
+    let mut resp = alpha
+        .server_reflection_info(tokio_stream::iter(vec![AlphaReq {
+            host: String::new(),
+            message_request: Some(AlphaRequest::FileContainingSymbol("leasehold.v1.Leases".into())),
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp.message().await.unwrap().unwrap().message_response.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_leadership_per_job() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = Duration::from_millis(200);
+    c.acquire("led", "a", TTL, NOW).await.unwrap();
+    c.acquire("vacant", "a", ttl, NOW).await.unwrap();
+    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    let m = leasehold::metrics::render(&s.node, &Default::default());
+    assert!(m.contains("leasehold_job_leader{job=\"led\"} 1"), "{m}");
+    assert!(m.contains("leasehold_job_leader{job=\"vacant\"} 0"), "{m}");
+    assert!(m.contains("leasehold_job_token{job=\"vacant\"} 1"), "{m}");
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("leasehold_job_leaderless_seconds{job=\"vacant\"}"))
+        .unwrap();
+    let secs: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(secs >= 0.3, "{line}");
+    assert!(m.contains("leasehold_expiries_total 1"), "{m}");
+    assert!(m.contains("leasehold_grants_total 2"), "{m}");
+}

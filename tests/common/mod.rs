@@ -1,0 +1,184 @@
+//! Test harnesses: the real server, in process or as a child process, on
+//! 127.0.0.1 with a port the OS picks and a temporary data dir.
+#![allow(dead_code)] // each test binary uses part of this module
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold::client::Client;
+use leasehold::lease::Limits;
+use leasehold::metrics::RpcMetrics;
+use leasehold::node::Node;
+use leasehold::server;
+use leasehold::store::sled::SledStore;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// The `leasehold` binary built for these tests.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_leasehold"))
+}
+
+/// An example binary built by `cargo test` (examples are built with the
+/// tests), next to the `leasehold` binary.
+pub fn example(name: &str) -> PathBuf {
+    let p = bin()
+        .parent()
+        .expect("binary dir")
+        .join("examples")
+        .join(name);
+    assert!(p.exists(), "example {name} not built at {}", p.display());
+    p
+}
+
+/// The real server, in this process, with its own runtime thread pool
+/// shared with the test.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub node: Node,
+    pub dir: tempfile::TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        Self::with_limits(Limits::default()).await
+    }
+
+    pub async fn with_limits(limits: Limits) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, limits).await
+    }
+
+    pub async fn start_in(dir: tempfile::TempDir, limits: Limits) -> TestServer {
+        let store = SledStore::open(dir.path()).unwrap();
+        let node = Node::open(Arc::new(store)).unwrap();
+        // Bind first, then serve: no sleep to wait for start-up.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let config = server::Config {
+            limits,
+            drain_timeout: Duration::from_secs(2),
+        };
+        let n = node.clone();
+        let done = tokio::spawn(async move {
+            server::run(listener, n, config, Arc::new(RpcMetrics::default()), async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        TestServer {
+            addr,
+            node,
+            dir,
+            stop: Some(tx),
+            done: Some(done),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url()).await.unwrap()
+    }
+
+    /// Shuts down gracefully and hands back the data dir.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        let _ = self.stop.take().unwrap().send(());
+        self.done.take().unwrap().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// The real server as a child process, for tests that kill or pause it.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub data_dir: PathBuf,
+}
+
+impl ServerProcess {
+    /// Starts `leasehold serve` on `data_dir` with ports the OS picks, and
+    /// waits for the line it prints once both listeners are bound.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProcess {
+        let mut child = Command::new(bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start leasehold serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        // "leasehold listening on ADDR admin ADDR"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            words.len() == 6 && words[1] == "listening",
+            "unexpected start-up line {line:?}"
+        );
+        ServerProcess {
+            child,
+            addr: words[3].parse().unwrap(),
+            admin: words[5].parse().unwrap(),
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(r, 0, "kill({}, {sig})", self.pid());
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill9(mut self) {
+        self.signal(libc::SIGKILL);
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `sig` to a process.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    let r = unsafe { libc::kill(pid as i32, sig) };
+    assert_eq!(r, 0, "kill({pid}, {sig})");
+}
