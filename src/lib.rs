@@ -36,7 +36,8 @@ pub mod proto {
     tonic::include_proto!("leasehold.v1");
 
     /// The encoded file descriptor set, served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("leasehold_descriptor");
 }
 
 pub use error::{Error, Result};

@@ -177,7 +177,11 @@ enum Command {
 #[derive(Args)]
 struct Conn {
     /// Server address.
-    #[arg(long, env = "LEASEHOLD_SERVER", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        env = "LEASEHOLD_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
     server: String,
 }
 
@@ -223,13 +227,19 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("empty duration".into());
     }
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("{s:?}: expected a number, like 500ms, 10s, 2m or 1h"));
+            return Err(format!(
+                "{s:?}: expected a number, like 500ms, 10s, 2m or 1h"
+            ));
         }
         let n: u64 = rest[..digits].parse().map_err(|e| format!("{s:?}: {e}"))?;
         rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = match &rest[..unit_len] {
             "ms" => Duration::from_millis(n),
             "s" => Duration::from_secs(n),
@@ -249,7 +259,11 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                let default = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+                let default = if matches!(cli.command, Command::Serve(_)) {
+                    "info"
+                } else {
+                    "warn"
+                };
                 tracing_subscriber::EnvFilter::new(default)
             }),
         )
@@ -302,7 +316,10 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             token,
             ttl,
         } => {
-            let l = connect(&conn).await?.renew(&job, &holder, token, ttl).await?;
+            let l = connect(&conn)
+                .await?
+                .renew(&job, &holder, token, ttl)
+                .await?;
             println!("renewed {}", describe(&l));
             Ok(ExitCode::SUCCESS)
         }
@@ -325,7 +342,10 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             let mut events = connect(&conn).await?.watch(&job).await?;
             while let Some(ev) = events.message().await.map_err(ClientError::from)? {
                 let kind = EventKind::try_from(ev.kind).unwrap_or(EventKind::Unspecified);
-                let name = kind.as_str_name().trim_start_matches("KIND_").to_lowercase();
+                let name = kind
+                    .as_str_name()
+                    .trim_start_matches("KIND_")
+                    .to_lowercase();
                 println!("{name} {}", describe(&ev.lease.unwrap_or_default().into()));
                 std::io::stdout().flush()?;
             }
@@ -375,7 +395,11 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Keys { conn, job, prefix } => {
-            for k in connect(&conn).await?.list_keys(&job, prefix.as_bytes()).await? {
+            for k in connect(&conn)
+                .await?
+                .list_keys(&job, prefix.as_bytes())
+                .await?
+            {
                 println!(
                     "{}\ttoken={}\tversion={}\tsize={}",
                     String::from_utf8_lossy(&k.key),
@@ -393,7 +417,17 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             ttl,
             kill_grace,
             cmd,
-        } => run_singleton(&conn.server, &job, &name, ttl, kill_grace.unwrap_or(ttl / 3), &cmd).await,
+        } => {
+            run_singleton(
+                &conn.server,
+                &job,
+                &name,
+                ttl,
+                kill_grace.unwrap_or(ttl / 3),
+                &cmd,
+            )
+            .await
+        }
     }
 }
 
@@ -423,7 +457,10 @@ fn print_status(leases: &[Lease]) {
         .max()
         .unwrap_or(6)
         .max(6);
-    println!("{:<w$}  {:<hw$}  {:>8}  REMAINING", "JOB", "HOLDER", "TOKEN");
+    println!(
+        "{:<w$}  {:<hw$}  {:>8}  REMAINING",
+        "JOB", "HOLDER", "TOKEN"
+    );
     for l in leases {
         println!(
             "{:<w$}  {:<hw$}  {:>8}  {}",
@@ -507,7 +544,10 @@ async fn run_singleton(
         _ = term.recv() => { elector.resign().await; return Ok(ExitCode::from(143)) }
         _ = int.recv() => { elector.resign().await; return Ok(ExitCode::from(130)) }
     };
-    eprintln!("leasehold run: leading job={job} token={token} holder={}", elector.holder());
+    eprintln!(
+        "leasehold run: leading job={job} token={token} holder={}",
+        elector.holder()
+    );
     let mut child = tokio::process::Command::new(&cmd[0])
         .args(&cmd[1..])
         .env("LEASEHOLD_TOKEN", token.to_string())

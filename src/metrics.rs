@@ -40,7 +40,8 @@ const METHODS: &[&str] = &[
 
 /// Histogram bucket upper bounds, in seconds.
 const BUCKETS: [f64; 15] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    10.0,
 ];
 
 /// gRPC status codes 0..=16.
@@ -109,19 +110,33 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
     let mut out = String::with_capacity(256 + snap.jobs.len() * 160);
     let o = &mut out;
 
-    let _ = writeln!(o, "# HELP leasehold_job_leader 1 if the job has a live leader, else 0.");
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_job_leader 1 if the job has a live leader, else 0."
+    );
     let _ = writeln!(o, "# TYPE leasehold_job_leader gauge");
     for (job, l) in &snap.jobs {
         let led = matches!(l, Leadership::Led { .. }) as u8;
-        let _ = writeln!(o, "leasehold_job_leader{{job=\"{}\"}} {led}", label(job.as_str()));
+        let _ = writeln!(
+            o,
+            "leasehold_job_leader{{job=\"{}\"}} {led}",
+            label(job.as_str())
+        );
     }
-    let _ = writeln!(o, "# HELP leasehold_job_token The job's newest fencing token.");
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_job_token The job's newest fencing token."
+    );
     let _ = writeln!(o, "# TYPE leasehold_job_token gauge");
     for (job, l) in &snap.jobs {
         let t = match l {
             Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
         };
-        let _ = writeln!(o, "leasehold_job_token{{job=\"{}\"}} {t}", label(job.as_str()));
+        let _ = writeln!(
+            o,
+            "leasehold_job_token{{job=\"{}\"}} {t}",
+            label(job.as_str())
+        );
     }
     let _ = writeln!(
         o,
@@ -143,10 +158,22 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
     let s = &snap.stats;
     for (name, help, v) in [
         ("grants", "Grants that issued a new token.", s.grants),
-        ("takeovers", "Grants to a holder other than the previous one.", s.takeovers),
-        ("expiries", "Leases that ran out without renewal or release.", s.expiries),
+        (
+            "takeovers",
+            "Grants to a holder other than the previous one.",
+            s.takeovers,
+        ),
+        (
+            "expiries",
+            "Leases that ran out without renewal or release.",
+            s.expiries,
+        ),
         ("releases", "Voluntary releases.", s.releases),
-        ("renew_losses", "Renewals refused with LEASE_LOST.", s.renew_losses),
+        (
+            "renew_losses",
+            "Renewals refused with LEASE_LOST.",
+            s.renew_losses,
+        ),
         (
             "fenced_writes",
             "CheckedWrites refused with FENCED: writes by a stale leader.",
@@ -157,11 +184,17 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
         let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");
         let _ = writeln!(o, "leasehold_{name}_total {v}");
     }
-    let _ = writeln!(o, "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease.");
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease."
+    );
     let _ = writeln!(o, "# TYPE leasehold_waiting_acquires gauge");
     let _ = writeln!(o, "leasehold_waiting_acquires {}", snap.waiters);
 
-    let _ = writeln!(o, "# HELP leasehold_rpc_duration_seconds RPC latency, to the response headers.");
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_rpc_duration_seconds RPC latency, to the response headers."
+    );
     let _ = writeln!(o, "# TYPE leasehold_rpc_duration_seconds histogram");
     for (path, m) in METHODS.iter().zip(&rpc.methods) {
         let method = label(path.rsplit('/').next().unwrap_or(path));
@@ -179,10 +212,19 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
             "leasehold_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}"
         );
         let sum = m.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(o, "leasehold_rpc_duration_seconds_sum{{method=\"{method}\"}} {sum}");
-        let _ = writeln!(o, "leasehold_rpc_duration_seconds_count{{method=\"{method}\"}} {count}");
+        let _ = writeln!(
+            o,
+            "leasehold_rpc_duration_seconds_sum{{method=\"{method}\"}} {sum}"
+        );
+        let _ = writeln!(
+            o,
+            "leasehold_rpc_duration_seconds_count{{method=\"{method}\"}} {count}"
+        );
     }
-    let _ = writeln!(o, "# HELP leasehold_rpc_responses_total RPC responses by gRPC status code.");
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_rpc_responses_total RPC responses by gRPC status code."
+    );
     let _ = writeln!(o, "# TYPE leasehold_rpc_responses_total counter");
     for (path, m) in METHODS.iter().zip(&rpc.methods) {
         let method = label(path.rsplit('/').next().unwrap_or(path));
@@ -192,7 +234,9 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
                 let _ = writeln!(
                     o,
                     "leasehold_rpc_responses_total{{method=\"{method}\",code=\"{}\"}} {n}",
-                    tonic::Code::from_i32(code as i32).description().replace(' ', "_")
+                    tonic::Code::from_i32(code as i32)
+                        .description()
+                        .replace(' ', "_")
                 );
             }
         }

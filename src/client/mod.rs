@@ -85,7 +85,9 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::LeaseLost { message, .. } => write!(f, "{message} (LEASE_LOST)"),
             ClientError::Fenced { message, .. } => write!(f, "{message} (FENCED)"),
-            ClientError::InvalidArgument { message, .. } => write!(f, "{message} (INVALID_ARGUMENT)"),
+            ClientError::InvalidArgument { message, .. } => {
+                write!(f, "{message} (INVALID_ARGUMENT)")
+            }
             ClientError::Unavailable(m) => write!(f, "unavailable: {m}"),
             ClientError::Other(s) => write!(f, "{}: {}", s.code(), s.message()),
         }
@@ -246,7 +248,13 @@ impl Client {
     }
 
     /// Renews our live lease.
-    pub async fn renew(&self, job: &str, holder: &str, token: u64, ttl: Duration) -> Result<Lease, ClientError> {
+    pub async fn renew(
+        &self,
+        job: &str,
+        holder: &str,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<Lease, ClientError> {
         let r = self
             .leases
             .clone()
@@ -309,7 +317,10 @@ impl Client {
 
     /// Watches `job`: the current lease, then every change of holder or
     /// token.
-    pub async fn watch(&self, job: &str) -> Result<tonic::Streaming<proto::LeaseEvent>, ClientError> {
+    pub async fn watch(
+        &self,
+        job: &str,
+    ) -> Result<tonic::Streaming<proto::LeaseEvent>, ClientError> {
         Ok(self
             .leases
             .clone()
@@ -320,7 +331,13 @@ impl Client {
 
     /// Writes `value` under (job, key), fenced by `token`. Returns the new
     /// version.
-    pub async fn checked_write(&self, job: &str, token: u64, key: &[u8], value: Vec<u8>) -> Result<u64, ClientError> {
+    pub async fn checked_write(
+        &self,
+        job: &str,
+        token: u64,
+        key: &[u8],
+        value: Vec<u8>,
+    ) -> Result<u64, ClientError> {
         self.write(job, token, key, value, false).await
     }
 
@@ -329,7 +346,14 @@ impl Client {
         self.write(job, token, key, Vec::new(), true).await
     }
 
-    async fn write(&self, job: &str, token: u64, key: &[u8], value: Vec<u8>, delete: bool) -> Result<u64, ClientError> {
+    async fn write(
+        &self,
+        job: &str,
+        token: u64,
+        key: &[u8],
+        value: Vec<u8>,
+        delete: bool,
+    ) -> Result<u64, ClientError> {
         let r = self
             .store
             .clone()
@@ -364,7 +388,11 @@ impl Client {
     }
 
     /// Every live key of `job` starting with `prefix`, all pages.
-    pub async fn list_keys(&self, job: &str, prefix: &[u8]) -> Result<Vec<proto::KeyInfo>, ClientError> {
+    pub async fn list_keys(
+        &self,
+        job: &str,
+        prefix: &[u8],
+    ) -> Result<Vec<proto::KeyInfo>, ClientError> {
         let mut out = Vec::new();
         let mut page_token = Vec::new();
         loop {

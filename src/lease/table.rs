@@ -98,8 +98,9 @@ impl LeaseView {
 pub struct Effects {
     /// Write this record to the store and make it durable before replying.
     pub persist: Option<LeaseRecord>,
-    /// Wake this waiter: it is now first in line, or the lease is free.
-    pub wake: Option<WaiterId>,
+    /// Wake these waiters: each was granted the lease, or is now first in
+    /// line and must arm its timer on the lease's deadline.
+    pub wake: Vec<WaiterId>,
     /// The holder or token changed: tell the job's watchers (after the
     /// change is durable).
     pub changed: bool,
@@ -158,7 +159,7 @@ struct Job {
     /// Since when the job has had no leader, and why.
     vacant_since: Instant,
     vacancy: Vacancy,
-    waiters: VecDeque<WaiterId>,
+    waiters: VecDeque<Waiter>,
     /// An opaque number the caller attaches to the job's last change (its
     /// durability sequence number).
     stamp: u64,
@@ -217,17 +218,46 @@ impl Job {
         }
     }
 
+    fn first_in_line(&self) -> Option<WaiterId> {
+        self.waiters.front().map(|w| w.id)
+    }
+
     /// Removes `id` from the queue; returns the waiter to wake if the front
     /// changed.
     fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {
-        let pos = self.waiters.iter().position(|w| *w == id)?;
+        let pos = self.waiters.iter().position(|w| w.id == id)?;
         self.waiters.remove(pos);
         if pos == 0 {
-            self.waiters.front().copied()
+            self.first_in_line()
         } else {
             None
         }
     }
+
+    /// Grants the free lease to `holder` with the next token.
+    fn grant(&mut self, holder: &HolderId, ttl: Duration, now: Instant, stats: &mut Stats) {
+        debug_assert!(self.holding.is_none());
+        self.token = self.token.next();
+        stats.grants += 1;
+        if self.last_holder.as_ref().is_some_and(|h| h != holder) {
+            stats.takeovers += 1;
+        }
+        self.last_holder = Some(holder.clone());
+        self.holding = Some(Holding {
+            holder: holder.clone(),
+            ttl,
+            deadline: now + ttl,
+        });
+        self.stored_ttl = ttl;
+    }
+}
+
+/// A waiting `Acquire`, queued first come, first served.
+#[derive(Debug)]
+struct Waiter {
+    id: WaiterId,
+    holder: HolderId,
+    ttl: Duration,
 }
 
 /// Every job's lease, the waiters queued on it, and the rules.
@@ -249,7 +279,10 @@ impl LeaseTable {
     /// **Every lease that was held is live again for its full TTL, counted
     /// from `now`**: the server cannot know how long it was down, so it
     /// extends and never shortens. Its holder can renew it with its token.
-    pub fn restore(records: impl IntoIterator<Item = (JobName, LeaseRecord)>, now: Instant) -> Self {
+    pub fn restore(
+        records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
+        now: Instant,
+    ) -> Self {
         let mut table = LeaseTable::new();
         for (name, rec) in records {
             let mut job = Job::new(now);
@@ -293,7 +326,7 @@ impl LeaseTable {
 
         if let Some(h) = &mut job.holding {
             if &h.holder != holder {
-                let first_in_line = waiter.is_some() && job.waiters.front().copied() == waiter;
+                let first_in_line = waiter.is_some() && job.first_in_line() == waiter;
                 return (
                     Acquire::Busy {
                         view: job.view(name, now),
@@ -310,13 +343,13 @@ impl LeaseTable {
                 fx.persist = Some(job.record());
             }
             if let Some(id) = waiter {
-                fx.wake = job.leave_queue(id);
+                fx.wake.extend(job.leave_queue(id));
             }
             return (Acquire::Granted(job.view(name, now)), fx);
         }
 
         // Free. First come, first served: nobody queued ahead of us.
-        let first = job.waiters.front().copied();
+        let first = job.first_in_line();
         let may = match waiter {
             None => first.is_none(),
             Some(id) => first == Some(id),
@@ -332,20 +365,9 @@ impl LeaseTable {
         }
         if waiter.is_some() {
             job.waiters.pop_front();
-            fx.wake = job.waiters.front().copied();
+            fx.wake.extend(job.first_in_line());
         }
-        job.token = job.token.next();
-        stats.grants += 1;
-        if job.last_holder.as_ref().is_some_and(|h| h != holder) {
-            stats.takeovers += 1;
-        }
-        job.last_holder = Some(holder.clone());
-        job.holding = Some(Holding {
-            holder: holder.clone(),
-            ttl,
-            deadline: now + ttl,
-        });
-        job.stored_ttl = ttl;
+        job.grant(holder, ttl, now, stats);
         fx.persist = Some(job.record());
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -390,8 +412,9 @@ impl LeaseTable {
         }
     }
 
-    /// Steps `holder` down. The lease is free at once and the first waiter
-    /// is woken. Releasing a lease this holder and token already gave up
+    /// Steps `holder` down. The lease is free at once; if an `Acquire` is
+    /// waiting, the first in line is granted in the same step (the next
+    /// token) and woken. Releasing a lease this holder and token already gave up
     /// (released or expired) succeeds and changes nothing.
     pub fn release(
         &mut self,
@@ -412,8 +435,15 @@ impl LeaseTable {
                 job.vacancy = Vacancy::Released;
                 job.vacant_since = now;
                 stats.releases += 1;
+                // Hand over at once: the first waiter is granted in this
+                // same decision, so one durable write covers both the
+                // release and the grant, and the waiter only has to wake.
+                if let Some(w) = job.waiters.pop_front() {
+                    job.grant(&w.holder, w.ttl, now, stats);
+                    fx.wake.push(w.id);
+                    fx.wake.extend(job.first_in_line());
+                }
                 fx.persist = Some(job.record());
-                fx.wake = job.waiters.front().copied();
                 fx.changed = true;
                 Ok(fx)
             }
@@ -494,7 +524,13 @@ impl LeaseTable {
 
     /// Up to `limit` leases whose job starts with `prefix`, after job
     /// `after`, in name order.
-    pub fn list(&self, prefix: &str, after: Option<&str>, limit: usize, now: Instant) -> Vec<LeaseView> {
+    pub fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<LeaseView> {
         let start = match after {
             Some(a) => Bound::Excluded(a),
             None => Bound::Included(prefix),
@@ -507,15 +543,26 @@ impl LeaseTable {
             .collect()
     }
 
-    /// Queues a waiting `Acquire` on `job`, last in line.
-    pub fn enqueue(&mut self, name: &JobName, now: Instant) -> WaiterId {
+    /// Queues a waiting `Acquire` by `holder` for `ttl` on `job`, last in
+    /// line.
+    pub fn enqueue(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+    ) -> WaiterId {
         self.next_waiter += 1;
         let id = WaiterId(self.next_waiter);
         self.jobs
             .entry(name.clone())
             .or_insert_with(|| Job::new(now))
             .waiters
-            .push_back(id);
+            .push_back(Waiter {
+                id,
+                holder: holder.clone(),
+                ttl,
+            });
         id
     }
 
@@ -524,7 +571,7 @@ impl LeaseTable {
     pub fn dequeue(&mut self, name: &JobName, id: WaiterId) -> Effects {
         let wake = self.jobs.get_mut(name).and_then(|j| j.leave_queue(id));
         Effects {
-            wake,
+            wake: wake.into_iter().collect(),
             ..Effects::default()
         }
     }
@@ -602,7 +649,12 @@ pub enum Leadership {
     },
 }
 
-fn unknown_or_lost(name: &JobName, current_holder: Option<HolderId>, current: Token, token: Token) -> Error {
+fn unknown_or_lost(
+    name: &JobName,
+    current_holder: Option<HolderId>,
+    current: Token,
+    token: Token,
+) -> Error {
     if token > current {
         Error::UnknownToken {
             job: name.to_string(),

@@ -121,10 +121,7 @@ impl Limits {
         if self.max_ttl < self.min_ttl {
             return Err(Error::invalid(
                 "max_ttl",
-                format!(
-                    "{:?} is below min_ttl {:?}",
-                    self.max_ttl, self.min_ttl
-                ),
+                format!("{:?} is below min_ttl {:?}", self.max_ttl, self.min_ttl),
             ));
         }
         for (field, v) in [

@@ -31,7 +31,7 @@ use tokio::time::sleep_until;
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{
-    Acquire, Effects, HolderId, JobName, LeaseState, LeaseTable, LeaseView, Leadership, Stats,
+    Acquire, Effects, HolderId, JobName, Leadership, LeaseState, LeaseTable, LeaseView, Stats,
     Token, Vacancy, WaiterId,
 };
 use crate::store::{Store, ValueRecord};
@@ -64,6 +64,16 @@ pub struct Snapshot {
 struct State {
     table: LeaseTable,
     wakers: HashMap<WaiterId, Arc<Notify>>,
+}
+
+impl State {
+    fn wake(&self, ids: &[WaiterId]) {
+        for id in ids {
+            if let Some(n) = self.wakers.get(id) {
+                n.notify_one();
+            }
+        }
+    }
 }
 
 struct Inner {
@@ -127,11 +137,7 @@ impl Node {
             }
             None => st.table.stamp(job),
         };
-        if let Some(w) = fx.wake {
-            if let Some(n) = st.wakers.get(&w) {
-                n.notify_one();
-            }
-        }
+        st.wake(&fx.wake);
         Ok((r, seq, fx.changed))
     }
 
@@ -161,7 +167,8 @@ impl Node {
     ) -> Result<(bool, LeaseView)> {
         self.check_open()?;
         let give_up = clock::now() + wait;
-        let (res, seq, changed) = self.decide(job, |t, now| t.acquire(job, holder, ttl, now, None))?;
+        let (res, seq, changed) =
+            self.decide(job, |t, now| t.acquire(job, holder, ttl, now, None))?;
         let busy = match res {
             Acquire::Granted(view) => {
                 self.settle(job, seq, changed).await?;
@@ -178,7 +185,7 @@ impl Node {
         let notify = Arc::new(Notify::new());
         let id = {
             let mut st = self.lock();
-            let id = st.table.enqueue(job, clock::now());
+            let id = st.table.enqueue(job, holder, ttl, clock::now());
             st.wakers.insert(id, notify.clone());
             id
         };
@@ -229,10 +236,11 @@ impl Node {
         ttl: Duration,
     ) -> Result<LeaseView> {
         self.check_open()?;
-        let (r, seq, _) = self.decide(job, |t, now| match t.renew(job, holder, token, ttl, now) {
-            Ok((view, fx)) => (Ok(view), fx),
-            Err(e) => (Err(e), Effects::default()),
-        })?;
+        let (r, seq, _) =
+            self.decide(job, |t, now| match t.renew(job, holder, token, ttl, now) {
+                Ok((view, fx)) => (Ok(view), fx),
+                Err(e) => (Err(e), Effects::default()),
+            })?;
         let view = r?;
         self.inner.commit.wait(seq).await?;
         Ok(view)
@@ -241,10 +249,11 @@ impl Node {
     /// Releases a lease; the first waiter is granted at once.
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
         self.check_open()?;
-        let (r, seq, changed) = self.decide(job, |t, now| match t.release(job, holder, token, now) {
-            Ok(fx) => (Ok(()), fx),
-            Err(e) => (Err(e), Effects::default()),
-        })?;
+        let (r, seq, changed) =
+            self.decide(job, |t, now| match t.release(job, holder, token, now) {
+                Ok(fx) => (Ok(()), fx),
+                Err(e) => (Err(e), Effects::default()),
+            })?;
         r?;
         self.settle(job, seq, changed).await
     }
@@ -260,7 +269,12 @@ impl Node {
     }
 
     /// Up to `limit` leases of jobs starting with `prefix`, after `after`.
-    pub async fn leases(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<LeaseView>> {
+    pub async fn leases(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LeaseView>> {
         let (views, seq) = {
             let st = self.lock();
             let views = st.table.list(prefix, after, limit, clock::now());
@@ -303,7 +317,10 @@ impl Node {
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
         let (rec, seq) = {
             let _st = self.lock();
-            (self.inner.store.get_value(job, key)?, self.inner.commit.staged())
+            (
+                self.inner.store.get_value(job, key)?,
+                self.inner.commit.staged(),
+            )
         };
         self.inner.commit.wait(seq).await?;
         Ok(rec)
@@ -348,7 +365,11 @@ impl Node {
                     return;
                 }
             };
-            if tx.send(Ok((EventKind::Current, last.clone()))).await.is_err() {
+            if tx
+                .send(Ok((EventKind::Current, last.clone())))
+                .await
+                .is_err()
+            {
                 return;
             }
             loop {
@@ -431,11 +452,7 @@ impl Drop for Queued<'_> {
         let mut st = self.node.lock();
         st.wakers.remove(&self.id);
         let fx = st.table.dequeue(self.job, self.id);
-        if let Some(w) = fx.wake {
-            if let Some(n) = st.wakers.get(&w) {
-                n.notify_one();
-            }
-        }
+        st.wake(&fx.wake);
     }
 }
 

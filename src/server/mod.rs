@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
@@ -52,7 +53,10 @@ impl Config {
     /// and key plus room for the other fields. Larger messages are refused
     /// by the decoder, before anything is allocated for them.
     pub fn max_message_bytes(&self) -> usize {
-        self.limits.max_value_bytes + self.limits.max_key_bytes + 2 * self.limits.max_name_bytes + 1024
+        self.limits.max_value_bytes
+            + self.limits.max_key_bytes
+            + 2 * self.limits.max_name_bytes
+            + 1024
     }
 }
 
@@ -117,6 +121,14 @@ pub async fn run(
         let _ = signalled_tx.send(());
     };
 
+    // Small replies must not wait for Nagle's algorithm (40 ms with delayed
+    // ACKs on Linux): every reply here is a small message.
+    let incoming = TcpListenerStream::new(listener).map(|s| {
+        if let Ok(s) = &s {
+            let _ = s.set_nodelay(true);
+        }
+        s
+    });
     let serve = Server::builder()
         .layer(layers::RpcMetricsLayer::new(rpc_metrics))
         .add_service(health)
@@ -124,7 +136,7 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(leases)
         .add_service(fenced)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal);
+        .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(serve);
     let drain_timeout = config.drain_timeout;
     tokio::select! {

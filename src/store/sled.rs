@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, Result};
 use crate::lease::{JobName, LeaseRecord};
-use crate::store::{decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord};
+use crate::store::{
+    decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord,
+};
 
 /// sled's segment size. A page larger than a quarter of it goes to a blob
 /// file, so 2 MiB keeps pages up to 512 KiB in the log. It is stored in the
@@ -121,7 +123,11 @@ impl Store for SledStore {
     }
 
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
-        match self.values.get(value_key(job, key)).map_err(Error::storage)? {
+        match self
+            .values
+            .get(value_key(job, key))
+            .map_err(Error::storage)?
+        {
             Some(v) => decode_value(&v).map(Some),
             None => Ok(None),
         }

@@ -87,7 +87,10 @@ fn renewal_with_longer_ttl_is_persisted() {
         .unwrap();
     assert_eq!(fx.persist.map(|r| r.ttl), Some(TTL * 2));
     let (_, fx) = t.renew(&job("j"), &who("a"), Token(1), TTL, t0).unwrap();
-    assert_eq!(fx.persist, None, "shorter TTL: the stored longer one is safe");
+    assert_eq!(
+        fx.persist, None,
+        "shorter TTL: the stored longer one is safe"
+    );
 }
 
 #[test]
@@ -98,7 +101,16 @@ fn expiry_then_regrant_bumps_token_even_for_same_holder() {
     let err = t
         .renew(&job("j"), &who("a"), Token(1), TTL, t0 + TTL)
         .unwrap_err();
-    assert!(matches!(err, Error::LeaseLost { current_holder: None, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            Error::LeaseLost {
+                current_holder: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let (a, _) = t.acquire(&job("j"), &who("a"), TTL, t0 + TTL, None);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(t.stats().expiries, 1);
@@ -128,25 +140,60 @@ fn reacquire_by_live_holder_keeps_token() {
 }
 
 #[test]
-fn release_frees_at_once_and_wakes_first_waiter() {
+fn release_hands_over_to_first_waiter_in_one_durable_step() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
     let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w1 = t.enqueue(&j, t0);
-    let w2 = t.enqueue(&j, t0);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
     let fx = t.release(&j, &who("a"), Token(1), t0 + ms(1)).unwrap();
-    assert_eq!(fx.wake, Some(w1));
-    assert!(fx.persist.as_ref().is_some_and(|r| r.holder.is_none()));
-    // A newcomer that does not wait cannot jump the queue.
-    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + ms(2), None);
-    assert_eq!(granted(&a), None);
-    // The second waiter cannot go first either.
-    let (a, _) = t.acquire(&j, &who("c"), TTL, t0 + ms(2), Some(w2));
-    assert_eq!(granted(&a), None);
+    assert_eq!(
+        fx.wake,
+        vec![w1, w2],
+        "b was granted; c is now first in line"
+    );
+    assert_eq!(
+        fx.persist,
+        Some(LeaseRecord {
+            holder: Some(who("b")),
+            token: Token(2),
+            ttl: TTL
+        }),
+        "one record covers the release and the grant"
+    );
+    assert_eq!(t.view(&j, t0 + ms(1)).holder(), Some(&who("b")));
+    // The woken waiter finds the lease is its own.
     let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + ms(2), Some(w1));
     assert_eq!(granted(&a), Some(Token(2)));
-    assert_eq!(fx.wake, Some(w2), "the next in line arms its timer");
+    assert_eq!(fx.persist, None);
+    // Nobody jumps the queue: c is next, not a newcomer.
+    let fx = t.release(&j, &who("b"), Token(2), t0 + ms(3)).unwrap();
+    assert_eq!(fx.wake, vec![w2]);
+    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + ms(4), None);
+    assert_eq!(granted(&a), None);
+}
+
+#[test]
+fn free_lease_goes_to_first_waiter_not_a_newcomer() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    // a expires; the first waiter's timer wakes it.
+    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + TTL, None);
+    assert_eq!(
+        granted(&a),
+        None,
+        "a newcomer that does not wait cannot jump the queue"
+    );
+    let (a, _) = t.acquire(&j, &who("c"), TTL, t0 + TTL, Some(w2));
+    assert_eq!(granted(&a), None, "the second in line cannot go first");
+    let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + TTL, Some(w1));
+    assert_eq!(granted(&a), Some(Token(2)));
+    assert_eq!(fx.wake, vec![w2], "the next in line arms its timer");
 }
 
 #[test]
@@ -164,9 +211,16 @@ fn release_is_idempotent_and_refuses_others() {
         Err(Error::UnknownToken { .. })
     ));
     t.release(&j, &who("a"), Token(1), t0).unwrap();
-    assert_eq!(t.release(&j, &who("a"), Token(1), t0).unwrap(), Effects::default());
+    assert_eq!(
+        t.release(&j, &who("a"), Token(1), t0).unwrap(),
+        Effects::default()
+    );
     let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None);
-    assert_eq!(granted(&a), Some(Token(2)), "released then granted again: new token");
+    assert_eq!(
+        granted(&a),
+        Some(Token(2)),
+        "released then granted again: new token"
+    );
 }
 
 #[test]
@@ -174,11 +228,11 @@ fn dequeue_of_first_wakes_next() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let w1 = t.enqueue(&j, t0);
-    let w2 = t.enqueue(&j, t0);
-    assert_eq!(t.dequeue(&j, w2).wake, None);
-    let w3 = t.enqueue(&j, t0);
-    assert_eq!(t.dequeue(&j, w1).wake, Some(w3));
+    let w1 = t.enqueue(&j, &who("a"), TTL, t0);
+    let w2 = t.enqueue(&j, &who("b"), TTL, t0);
+    assert_eq!(t.dequeue(&j, w2).wake, vec![]);
+    let w3 = t.enqueue(&j, &who("c"), TTL, t0);
+    assert_eq!(t.dequeue(&j, w1).wake, vec![w3]);
 }
 
 #[test]
@@ -191,7 +245,9 @@ fn fence_rejects_paused_leader_before_successor_writes() {
     // a is paused past its TTL; b takes over and has not written anything.
     let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + TTL, None);
     assert_eq!(granted(&a), Some(Token(2)));
-    let err = t.check_write(&j, Token(1), Some(Token(1)), t0 + TTL + ms(1)).unwrap_err();
+    let err = t
+        .check_write(&j, Token(1), Some(Token(1)), t0 + TTL + ms(1))
+        .unwrap_err();
     assert_eq!(
         err,
         Error::Fenced {
@@ -221,17 +277,26 @@ fn fence_rejects_expired_and_released_and_unknown_tokens() {
     ));
     assert!(matches!(
         t.check_write(&j, Token(1), None, t0 + TTL),
-        Err(Error::Fenced { cause: FenceCause::NotLive, .. })
+        Err(Error::Fenced {
+            cause: FenceCause::NotLive,
+            ..
+        })
     ));
     let _ = t.acquire(&j, &who("a"), TTL, t0 + TTL, None);
     assert!(matches!(
         t.check_write(&j, Token(2), Some(Token(3)), t0 + TTL),
-        Err(Error::Fenced { cause: FenceCause::KeyNewer, .. })
+        Err(Error::Fenced {
+            cause: FenceCause::KeyNewer,
+            ..
+        })
     ));
     t.release(&j, &who("a"), Token(2), t0 + TTL).unwrap();
     assert!(matches!(
         t.check_write(&j, Token(2), None, t0 + TTL),
-        Err(Error::Fenced { cause: FenceCause::NotLive, .. })
+        Err(Error::Fenced {
+            cause: FenceCause::NotLive,
+            ..
+        })
     ));
 }
 
@@ -258,8 +323,13 @@ fn restore_extends_from_startup_and_continues_tokens() {
     ];
     let mut t = LeaseTable::restore(recs, t0);
     let (a, _) = t.acquire(&job("held"), &who("b"), TTL, t0 + TTL - ms(1), None);
-    assert_eq!(granted(&a), None, "no takeover before a full TTL from start-up");
-    t.renew(&job("held"), &who("a"), Token(7), TTL, t0 + ms(5)).unwrap();
+    assert_eq!(
+        granted(&a),
+        None,
+        "no takeover before a full TTL from start-up"
+    );
+    t.renew(&job("held"), &who("a"), Token(7), TTL, t0 + ms(5))
+        .unwrap();
     let (a, _) = t.acquire(&job("free"), &who("b"), TTL, t0, None);
     assert_eq!(granted(&a), Some(Token(4)));
 }
@@ -272,9 +342,15 @@ fn list_pages_by_prefix() {
         let _ = t.acquire(&job(n), &who("h"), TTL, t0, None);
     }
     let p1 = t.list("a/", None, 2, t0);
-    assert_eq!(p1.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(), ["a/1", "a/2"]);
+    assert_eq!(
+        p1.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(),
+        ["a/1", "a/2"]
+    );
     let p2 = t.list("a/", Some("a/2"), 2, t0);
-    assert_eq!(p2.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(), ["a/3"]);
+    assert_eq!(
+        p2.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(),
+        ["a/3"]
+    );
     assert_eq!(t.list("", None, 10, t0).len(), 4);
 }
 
@@ -299,20 +375,52 @@ fn leadership_reports_vacancy_time() {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire { job: u8, holder: u8, ttl_ms: u64 },
-    Renew { job: u8, holder: u8, token_delta: i8, ttl_ms: u64 },
-    Release { job: u8, holder: u8, token_delta: i8 },
-    Write { job: u8, token_delta: i8 },
-    Advance { ms: u64 },
+    Acquire {
+        job: u8,
+        holder: u8,
+        ttl_ms: u64,
+    },
+    Renew {
+        job: u8,
+        holder: u8,
+        token_delta: i8,
+        ttl_ms: u64,
+    },
+    Release {
+        job: u8,
+        holder: u8,
+        token_delta: i8,
+    },
+    Write {
+        job: u8,
+        token_delta: i8,
+    },
+    Advance {
+        ms: u64,
+    },
     Restart,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u8..3, 0u8..3, 100u64..3000).prop_map(|(job, holder, ttl_ms)| Op::Acquire { job, holder, ttl_ms }),
-        (0u8..3, 0u8..3, -1i8..=1, 100u64..3000)
-            .prop_map(|(job, holder, token_delta, ttl_ms)| Op::Renew { job, holder, token_delta, ttl_ms }),
-        (0u8..3, 0u8..3, -1i8..=1).prop_map(|(job, holder, token_delta)| Op::Release { job, holder, token_delta }),
+        (0u8..3, 0u8..3, 100u64..3000).prop_map(|(job, holder, ttl_ms)| Op::Acquire {
+            job,
+            holder,
+            ttl_ms
+        }),
+        (0u8..3, 0u8..3, -1i8..=1, 100u64..3000).prop_map(|(job, holder, token_delta, ttl_ms)| {
+            Op::Renew {
+                job,
+                holder,
+                token_delta,
+                ttl_ms,
+            }
+        }),
+        (0u8..3, 0u8..3, -1i8..=1).prop_map(|(job, holder, token_delta)| Op::Release {
+            job,
+            holder,
+            token_delta
+        }),
         (0u8..3, -1i8..=1).prop_map(|(job, token_delta)| Op::Write { job, token_delta }),
         (0u64..2000).prop_map(|ms| Op::Advance { ms }),
         Just(Op::Restart),
