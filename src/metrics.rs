@@ -44,8 +44,27 @@ const BUCKETS: [f64; 15] = [
     10.0,
 ];
 
-/// gRPC status codes 0..=16.
-const CODES: usize = 17;
+/// gRPC status codes 0..=16, by their canonical names.
+const CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+const CODES: usize = CODE_NAMES.len();
 
 struct MethodStats {
     buckets: [AtomicU64; BUCKETS.len()],
@@ -234,9 +253,7 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
                 let _ = writeln!(
                     o,
                     "leasehold_rpc_responses_total{{method=\"{method}\",code=\"{}\"}} {n}",
-                    tonic::Code::from_i32(code as i32)
-                        .description()
-                        .replace(' ', "_")
+                    CODE_NAMES[code]
                 );
             }
         }
