@@ -25,7 +25,10 @@ async fn two_holders_race_exactly_one_wins_and_the_other_sees_it() {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
             let holder = format!("w{i}@race");
-            (holder.clone(), c.acquire("race", &holder, TTL, NOW).await.unwrap())
+            (
+                holder.clone(),
+                c.acquire("race", &holder, TTL, NOW).await.unwrap(),
+            )
         }));
     }
     let mut winners = Vec::new();
@@ -42,7 +45,11 @@ async fn two_holders_race_exactly_one_wins_and_the_other_sees_it() {
     assert_eq!(winners.len(), 1, "exactly one holder wins: {winners:?}");
     assert_eq!(seen.len(), 7);
     for l in seen {
-        assert_eq!(l.holder.as_deref(), Some(winners[0].as_str()), "losers see the holder");
+        assert_eq!(
+            l.holder.as_deref(),
+            Some(winners[0].as_str()),
+            "losers see the holder"
+        );
         assert_eq!(l.token, 1, "and its token");
         assert!(l.remaining.unwrap() <= TTL);
     }
@@ -56,13 +63,19 @@ async fn release_hands_over_to_a_waiting_acquire_at_once() {
     assert!(a.acquired);
     let c2 = c.clone();
     let waiter = tokio::spawn(async move {
-        let r = c2.acquire("handover", "b@1", TTL, Duration::from_secs(20)).await.unwrap();
+        let r = c2
+            .acquire("handover", "b@1", TTL, Duration::from_secs(20))
+            .await
+            .unwrap();
         (r, Instant::now())
     });
     // Let the waiter queue up: it shows in the metrics gauge.
     let queued = Instant::now();
     while s.node.snapshot().waiters == 0 {
-        assert!(queued.elapsed() < Duration::from_secs(5), "waiter never queued");
+        assert!(
+            queued.elapsed() < Duration::from_secs(5),
+            "waiter never queued"
+        );
         tokio::task::yield_now().await;
     }
     let released = Instant::now();
@@ -74,7 +87,10 @@ async fn release_hands_over_to_a_waiting_acquire_at_once() {
     assert_eq!(r.lease.token, 2);
     assert_eq!(r.lease.holder.as_deref(), Some("b@1"));
     // Far below any TTL expiry (30 s) or poll interval could explain.
-    assert!(handover < Duration::from_secs(2), "handover took {handover:?}");
+    assert!(
+        handover < Duration::from_secs(2),
+        "handover took {handover:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +103,9 @@ async fn waiters_are_served_first_come_first_served() {
         let c2 = c.clone();
         let holder = format!("h{i}");
         waiters.push(tokio::spawn(async move {
-            c2.acquire("fifo", &holder, TTL, Duration::from_secs(20)).await.unwrap()
+            c2.acquire("fifo", &holder, TTL, Duration::from_secs(20))
+                .await
+                .unwrap()
         }));
         // Queue them in a known order.
         let t = Instant::now();
@@ -104,11 +122,16 @@ async fn waiters_are_served_first_come_first_served() {
         let r = w.await.unwrap();
         token += 1;
         assert!(r.acquired);
-        assert_eq!(r.lease.holder.as_deref(), Some(format!("h{}", i + 1).as_str()));
+        assert_eq!(
+            r.lease.holder.as_deref(),
+            Some(format!("h{}", i + 1).as_str())
+        );
         assert_eq!(r.lease.token, token);
         let jump = c.acquire("fifo", "jumper", TTL, NOW).await.unwrap();
         assert!(!jump.acquired);
-        c.release("fifo", &format!("h{}", i + 1), token).await.unwrap();
+        c.release("fifo", &format!("h{}", i + 1), token)
+            .await
+            .unwrap();
     }
 }
 
@@ -119,13 +142,19 @@ async fn a_waiter_is_granted_when_the_lease_expires() {
     let ttl = Duration::from_millis(300);
     let t0 = Instant::now();
     assert!(c.acquire("exp", "a", ttl, NOW).await.unwrap().acquired);
-    let r = c.acquire("exp", "b", ttl, Duration::from_secs(10)).await.unwrap();
+    let r = c
+        .acquire("exp", "b", ttl, Duration::from_secs(10))
+        .await
+        .unwrap();
     let waited = t0.elapsed();
     assert!(r.acquired);
     assert_eq!(r.lease.token, 2, "granted again after expiry: token + 1");
     assert!(waited >= ttl, "no takeover before the TTL: {waited:?}");
     // A waiter that gives up gets the current lease.
-    let r = c.acquire("exp", "c", TTL, Duration::from_millis(150)).await.unwrap();
+    let r = c
+        .acquire("exp", "c", TTL, Duration::from_millis(150))
+        .await
+        .unwrap();
     assert!(!r.acquired);
     assert_eq!(r.lease.holder.as_deref(), Some("b"));
 }
@@ -141,7 +170,10 @@ async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
     assert_eq!(l.token, 1);
     let again = c.acquire("renew", "a", ttl, NOW).await.unwrap();
     assert!(again.acquired);
-    assert_eq!(again.lease.token, 1, "re-acquire by the live holder keeps the token");
+    assert_eq!(
+        again.lease.token, 1,
+        "re-acquire by the live holder keeps the token"
+    );
     match c.renew("renew", "b", 1, ttl).await {
         Err(ClientError::LeaseLost { current_token, .. }) => assert_eq!(current_token, Some(1)),
         other => panic!("renew by another holder: {other:?}"),
@@ -190,13 +222,17 @@ async fn list_leases_pages_in_job_order() {
     let s = TestServer::start().await;
     let c = s.client().await;
     for i in 0..250 {
-        c.acquire(&format!("fleet/{i:03}"), "h", TTL, NOW).await.unwrap();
+        c.acquire(&format!("fleet/{i:03}"), "h", TTL, NOW)
+            .await
+            .unwrap();
     }
     c.acquire("other", "h", TTL, NOW).await.unwrap();
     let all = c.list_leases("fleet/").await.unwrap();
     assert_eq!(all.len(), 250);
     assert!(all.windows(2).all(|w| w[0].job < w[1].job));
-    let mut raw = proto::leases_client::LeasesClient::connect(s.url()).await.unwrap();
+    let mut raw = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
     let p = raw
         .list_leases(proto::ListLeasesRequest {
             prefix: "fleet/".into(),
@@ -216,10 +252,19 @@ async fn fenced_store_accepts_only_the_live_token() {
     let c = s.client().await;
     let ttl = Duration::from_millis(300);
     c.acquire("f", "a", ttl, NOW).await.unwrap();
-    assert_eq!(c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(), 1);
-    assert_eq!(c.checked_write("f", 1, b"k", b"v2".to_vec()).await.unwrap(), 2);
+    assert_eq!(
+        c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        c.checked_write("f", 1, b"k", b"v2".to_vec()).await.unwrap(),
+        2
+    );
     // a's lease expires; b takes over but has written nothing yet.
-    let b = c.acquire("f", "b", ttl, Duration::from_secs(5)).await.unwrap();
+    let b = c
+        .acquire("f", "b", ttl, Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(b.lease.token, 2);
     match c.checked_write("f", 1, b"k", b"stale".to_vec()).await {
         Err(ClientError::Fenced {
@@ -227,7 +272,10 @@ async fn fenced_store_accepts_only_the_live_token() {
             current_token,
         }) => {
             assert_eq!(current_token, Some(2));
-            assert!(message.contains("token 2") || message.contains("at token 2"), "{message}");
+            assert!(
+                message.contains("token 2") || message.contains("at token 2"),
+                "{message}"
+            );
         }
         other => panic!("stale write: {other:?}"),
     }
@@ -239,14 +287,23 @@ async fn fenced_store_accepts_only_the_live_token() {
         other => panic!("unissued token: {other:?}"),
     }
     // The new leader writes, deletes, and the key stays fenced.
-    assert_eq!(c.checked_write("f", 2, b"k", b"v3".to_vec()).await.unwrap(), 3);
-    assert_eq!(c.checked_write("f", 2, b"k2", b"x".to_vec()).await.unwrap(), 1);
+    assert_eq!(
+        c.checked_write("f", 2, b"k", b"v3".to_vec()).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        c.checked_write("f", 2, b"k2", b"x".to_vec()).await.unwrap(),
+        1
+    );
     assert_eq!(c.delete("f", 2, b"k").await.unwrap(), 4);
     let v = c.read("f", b"k").await.unwrap();
     assert!(!v.found);
     assert_eq!((v.token, v.version), (2, 4));
     let keys = c.list_keys("f", b"").await.unwrap();
-    assert_eq!(keys.iter().map(|k| k.key.as_slice()).collect::<Vec<_>>(), [&b"k2"[..]]);
+    assert_eq!(
+        keys.iter().map(|k| k.key.as_slice()).collect::<Vec<_>>(),
+        [&b"k2"[..]]
+    );
     // After b releases, even b's token is fenced: nobody leads.
     c.release("f", "b", 2).await.unwrap();
     assert!(matches!(
@@ -285,9 +342,14 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
     let c = s.client().await;
     c.acquire("j", "a", TTL, NOW).await.unwrap();
     c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
-    let before = (c.get_lease("j").await.unwrap(), c.read("j", b"k").await.unwrap());
+    let before = (
+        c.get_lease("j").await.unwrap(),
+        c.read("j", b"k").await.unwrap(),
+    );
 
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url()).await.unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
     let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
         .await
         .unwrap();
@@ -313,14 +375,67 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
     };
 
     let cases: Vec<(&str, &str, tonic::Status)> = vec![
-        ("job", "empty", leases.acquire(acq("", "b", d(1000), None)).await.unwrap_err()),
-        ("job", "256", leases.acquire(acq(&long, "b", d(1000), None)).await.unwrap_err()),
-        ("holder", "empty", leases.acquire(acq("j", "", d(1000), None)).await.unwrap_err()),
-        ("holder", "256", leases.acquire(acq("j", &long, d(1000), None)).await.unwrap_err()),
-        ("ttl", "100ms", leases.acquire(acq("j", "b", d(99), None)).await.unwrap_err()),
-        ("ttl", "3600s", leases.acquire(acq("j", "b", d(3_600_001), None)).await.unwrap_err()),
-        ("ttl", "required", leases.acquire(acq("j", "b", None, None)).await.unwrap_err()),
-        ("wait", "3600s", leases.acquire(acq("j", "b", d(1000), d(3_600_001))).await.unwrap_err()),
+        (
+            "job",
+            "empty",
+            leases
+                .acquire(acq("", "b", d(1000), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "job",
+            "256",
+            leases
+                .acquire(acq(&long, "b", d(1000), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "holder",
+            "empty",
+            leases
+                .acquire(acq("j", "", d(1000), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "holder",
+            "256",
+            leases
+                .acquire(acq("j", &long, d(1000), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            "100ms",
+            leases
+                .acquire(acq("j", "b", d(99), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            "3600s",
+            leases
+                .acquire(acq("j", "b", d(3_600_001), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            "required",
+            leases.acquire(acq("j", "b", None, None)).await.unwrap_err(),
+        ),
+        (
+            "wait",
+            "3600s",
+            leases
+                .acquire(acq("j", "b", d(1000), d(3_600_001)))
+                .await
+                .unwrap_err(),
+        ),
         (
             "wait",
             "non-negative",
@@ -362,10 +477,38 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
                 .await
                 .unwrap_err(),
         ),
-        ("key", "empty", store.checked_write(write("j", 1, vec![], b"v".to_vec())).await.unwrap_err()),
-        ("key", "1024", store.checked_write(write("j", 1, vec![b'k'; 1025], b"v".to_vec())).await.unwrap_err()),
-        ("value", "65536", store.checked_write(write("j", 1, b"k".to_vec(), vec![0; 65537])).await.unwrap_err()),
-        ("token", "must not be 0", store.checked_write(write("j", 0, b"k".to_vec(), b"v".to_vec())).await.unwrap_err()),
+        (
+            "key",
+            "empty",
+            store
+                .checked_write(write("j", 1, vec![], b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "key",
+            "1024",
+            store
+                .checked_write(write("j", 1, vec![b'k'; 1025], b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "value",
+            "65536",
+            store
+                .checked_write(write("j", 1, b"k".to_vec(), vec![0; 65537]))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            store
+                .checked_write(write("j", 0, b"k".to_vec(), b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
         (
             "page_size",
             "1000",
@@ -397,13 +540,23 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         .await
         .unwrap_err();
     assert_eq!(st.code(), Code::InvalidArgument);
-    assert_eq!(st.get_error_details().error_info().unwrap().reason, "UNKNOWN_TOKEN");
+    assert_eq!(
+        st.get_error_details().error_info().unwrap().reason,
+        "UNKNOWN_TOKEN"
+    );
 
-    let after = (c.get_lease("j").await.unwrap(), c.read("j", b"k").await.unwrap());
+    let after = (
+        c.get_lease("j").await.unwrap(),
+        c.read("j", b"k").await.unwrap(),
+    );
     assert_eq!(before.0.holder, after.0.holder);
     assert_eq!(before.0.token, after.0.token);
     assert_eq!(before.1, after.1, "the value is untouched");
-    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job was created");
+    assert_eq!(
+        c.list_leases("").await.unwrap().len(),
+        1,
+        "no job was created"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,12 +610,16 @@ async fn health_and_reflection_answer() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+        assert_eq!(
+            r.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
     }
 
     use tonic_reflection::pb::v1::{
-        server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
-        server_reflection_response::MessageResponse, ServerReflectionRequest,
+        server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        ServerReflectionRequest,
     };
     let mut refl = ServerReflectionClient::new(channel.clone());
     let req = ServerReflectionRequest {
@@ -479,24 +636,37 @@ async fn health_and_reflection_answer() {
         panic!("unexpected reflection reply {msg:?}");
     };
     let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
-    for want in ["leasehold.v1.Leases", "leasehold.v1.FencedStore", "grpc.health.v1.Health"] {
+    for want in [
+        "leasehold.v1.Leases",
+        "leasehold.v1.FencedStore",
+        "grpc.health.v1.Health",
+    ] {
         assert!(names.contains(&want), "{want} in {names:?}");
     }
 
     use tonic_reflection::pb::v1alpha::{
         server_reflection_client::ServerReflectionClient as AlphaClient,
-        server_reflection_request::MessageRequest as AlphaRequest, ServerReflectionRequest as AlphaReq,
+        server_reflection_request::MessageRequest as AlphaRequest,
+        ServerReflectionRequest as AlphaReq,
     };
     let mut alpha = AlphaClient::new(channel);
     let mut resp = alpha
         .server_reflection_info(tokio_stream::iter(vec![AlphaReq {
             host: String::new(),
-            message_request: Some(AlphaRequest::FileContainingSymbol("leasehold.v1.Leases".into())),
+            message_request: Some(AlphaRequest::FileContainingSymbol(
+                "leasehold.v1.Leases".into(),
+            )),
         }]))
         .await
         .unwrap()
         .into_inner();
-    assert!(resp.message().await.unwrap().unwrap().message_response.is_some());
+    assert!(resp
+        .message()
+        .await
+        .unwrap()
+        .unwrap()
+        .message_response
+        .is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,7 +55,13 @@ async fn client_for(target: &Target, cached: &mut Option<(u64, Client)>) -> Opti
     Some(c)
 }
 
-async fn worker(job: String, me: String, target: Arc<Target>, hist: Arc<Mutex<History>>, stop: Arc<AtomicBool>) {
+async fn worker(
+    job: String,
+    me: String,
+    target: Arc<Target>,
+    hist: Arc<Mutex<History>>,
+    stop: Arc<AtomicBool>,
+) {
     let ttl = Duration::from_millis(400);
     let op_timeout = Duration::from_secs(2);
     let mut cached = None;
@@ -71,9 +77,12 @@ async fn worker(job: String, me: String, target: Arc<Target>, hist: Arc<Mutex<Hi
         let result: Result<(), ClientError> = async {
             match held {
                 None => {
-                    let a = tokio::time::timeout(op_timeout, c.acquire(&job, &me, ttl, Duration::from_millis(200)))
-                        .await
-                        .map_err(|_| ClientError::Unavailable("timeout".into()))??;
+                    let a = tokio::time::timeout(
+                        op_timeout,
+                        c.acquire(&job, &me, ttl, Duration::from_millis(200)),
+                    )
+                    .await
+                    .map_err(|_| ClientError::Unavailable("timeout".into()))??;
                     if a.acquired {
                         let mut h = hist.lock().unwrap();
                         let holders = h.grants.entry((job.clone(), a.lease.token)).or_default();
@@ -81,33 +90,42 @@ async fn worker(job: String, me: String, target: Arc<Target>, hist: Arc<Mutex<Hi
                         if !holders.contains(&me) {
                             holders.push(me.clone());
                         }
-                        h.order.entry(job.clone()).or_default().push((generation, a.lease.token));
+                        h.order
+                            .entry(job.clone())
+                            .or_default()
+                            .push((generation, a.lease.token));
                         held = Some(a.lease.token);
                     }
                 }
-                Some(token) => {
-                    match n % 5 {
-                        0 => {
-                            held = None;
-                            tokio::time::timeout(op_timeout, c.release(&job, &me, token))
-                                .await
-                                .map_err(|_| ClientError::Unavailable("timeout".into()))??;
-                        }
-                        1 => {
-                            tokio::time::timeout(op_timeout, c.renew(&job, &me, token, ttl))
-                                .await
-                                .map_err(|_| ClientError::Unavailable("timeout".into()))??;
-                        }
-                        _ => {
-                            let key = format!("k{}", n % 3);
-                            let value = format!("{me}/{n}").into_bytes();
-                            let v = tokio::time::timeout(op_timeout, c.checked_write(&job, token, key.as_bytes(), value.clone()))
-                                .await
-                                .map_err(|_| ClientError::Unavailable("timeout".into()))??;
-                            hist.lock().unwrap().writes.entry((job.clone(), key)).or_default().push((v, value));
-                        }
+                Some(token) => match n % 5 {
+                    0 => {
+                        held = None;
+                        tokio::time::timeout(op_timeout, c.release(&job, &me, token))
+                            .await
+                            .map_err(|_| ClientError::Unavailable("timeout".into()))??;
                     }
-                }
+                    1 => {
+                        tokio::time::timeout(op_timeout, c.renew(&job, &me, token, ttl))
+                            .await
+                            .map_err(|_| ClientError::Unavailable("timeout".into()))??;
+                    }
+                    _ => {
+                        let key = format!("k{}", n % 3);
+                        let value = format!("{me}/{n}").into_bytes();
+                        let v = tokio::time::timeout(
+                            op_timeout,
+                            c.checked_write(&job, token, key.as_bytes(), value.clone()),
+                        )
+                        .await
+                        .map_err(|_| ClientError::Unavailable("timeout".into()))??;
+                        hist.lock()
+                            .unwrap()
+                            .writes
+                            .entry((job.clone(), key))
+                            .or_default()
+                            .push((v, value));
+                    }
+                },
             }
             Ok(())
         }
@@ -116,7 +134,10 @@ async fn worker(job: String, me: String, target: Arc<Target>, hist: Arc<Mutex<Hi
         h.ops += 1;
         if let Err(e) = result {
             h.errors += 1;
-            if matches!(e, ClientError::LeaseLost { .. } | ClientError::Fenced { .. }) {
+            if matches!(
+                e,
+                ClientError::LeaseLost { .. } | ClientError::Fenced { .. }
+            ) {
                 held = None;
             }
         }
@@ -151,7 +172,10 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         // Load for a while, with a long lease held across the crash.
         let owner = Client::connect(&server.url()).await.unwrap();
         let held_job = format!("held/{cycle}");
-        let held = owner.acquire(&held_job, "owner", HELD_TTL, Duration::ZERO).await.unwrap();
+        let held = owner
+            .acquire(&held_job, "owner", HELD_TTL, Duration::ZERO)
+            .await
+            .unwrap();
         assert!(held.acquired);
         tokio::time::sleep(Duration::from_millis(1500)).await;
 
@@ -167,19 +191,27 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         let thief = c.clone();
         let job = held_job.clone();
         let steal = tokio::spawn(async move {
-            let r = thief.acquire(&job, "thief", HELD_TTL, Duration::from_secs(20)).await.unwrap();
+            let r = thief
+                .acquire(&job, "thief", HELD_TTL, Duration::from_secs(20))
+                .await
+                .unwrap();
             (r, spawned.elapsed())
         });
         // The owner renews its lease with its old token after the restart...
         tokio::time::sleep(Duration::from_millis(200)).await;
         let renewed_at = spawned.elapsed(); // before sending: the server's TTL starts later
-        let renewed = c.renew(&held_job, "owner", held.lease.token, HELD_TTL).await;
+        let renewed = c
+            .renew(&held_job, "owner", held.lease.token, HELD_TTL)
+            .await;
         assert!(renewed.is_ok(), "renew across restart: {renewed:?}");
         // ...then stops, so the lease runs out one TTL after that renewal.
         let (r, granted_after) = steal.await.unwrap();
         assert!(r.acquired);
         assert_eq!(r.lease.token, held.lease.token + 1);
-        assert!(granted_after >= HELD_TTL, "takeover {granted_after:?} after restart");
+        assert!(
+            granted_after >= HELD_TTL,
+            "takeover {granted_after:?} after restart"
+        );
         assert!(
             granted_after >= renewed_at + HELD_TTL,
             "takeover {granted_after:?} after restart, before the renewed TTL ran out ({renewed_at:?} + {HELD_TTL:?})"
@@ -205,10 +237,18 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         h.grants.len(),
         h.writes.values().map(Vec::len).sum::<usize>()
     );
-    assert!(h.grants.len() > JOBS * CYCLES, "the load made grants: {}", h.grants.len());
+    assert!(
+        h.grants.len() > JOBS * CYCLES,
+        "the load made grants: {}",
+        h.grants.len()
+    );
 
     for ((job, token), holders) in &h.grants {
-        assert_eq!(holders.len(), 1, "token {token} of {job} granted to {holders:?}");
+        assert_eq!(
+            holders.len(),
+            1,
+            "token {token} of {job} granted to {holders:?}"
+        );
     }
     for (job, order) in &h.order {
         // Tokens granted in a later server generation are not below any
@@ -223,12 +263,19 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         }
         let gens: Vec<_> = max_by_gen.values().collect();
         for w in gens.windows(2) {
-            assert!(w[1].0 >= w[0].1, "{job}: tokens repeat across a restart: {max_by_gen:?}");
+            assert!(
+                w[1].0 >= w[0].1,
+                "{job}: tokens repeat across a restart: {max_by_gen:?}"
+            );
         }
         // And the server's newest token is at least the highest acknowledged.
         let l = c.get_lease(job).await.unwrap();
         let max = order.iter().map(|(_, t)| *t).max().unwrap();
-        assert!(l.token >= max, "{job}: server at token {} below acknowledged {max}", l.token);
+        assert!(
+            l.token >= max,
+            "{job}: server at token {} below acknowledged {max}",
+            l.token
+        );
     }
     for ((job, key), writes) in &h.writes {
         let (version, value) = writes.iter().max_by_key(|(v, _)| *v).unwrap();

@@ -68,9 +68,15 @@ impl TestServer {
         };
         let n = node.clone();
         let done = tokio::spawn(async move {
-            server::run(listener, n, config, Arc::new(RpcMetrics::default()), async {
-                let _ = rx.await;
-            })
+            server::run(
+                listener,
+                n,
+                config,
+                Arc::new(RpcMetrics::default()),
+                async {
+                    let _ = rx.await;
+                },
+            )
             .await
             .unwrap();
         });
@@ -121,7 +127,13 @@ impl ServerProcess {
     /// waits for the line it prints once both listeners are bound.
     pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProcess {
         let mut child = Command::new(bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
