@@ -1,0 +1,25 @@
+# leasehold: multi-stage build, non-root runtime, data on a volume.
+#   docker build -t leasehold .
+#   docker run -p 50051:50051 -p 9464:9464 -v leasehold-data:/data leasehold
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY proto proto
+COPY src src
+COPY examples examples
+RUN cargo build --release --locked --bin leasehold
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /data leasehold \
+ && mkdir -p /data && chown leasehold /data
+COPY --from=build /src/target/release/leasehold /usr/local/bin/leasehold
+USER leasehold
+VOLUME ["/data"]
+EXPOSE 50051 9464
+ENV LEASEHOLD_LISTEN=0.0.0.0:50051 \
+    LEASEHOLD_ADMIN_LISTEN=0.0.0.0:9464 \
+    LEASEHOLD_DATA_DIR=/data
+# SIGTERM (docker stop) drains in-flight calls and syncs the store.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["leasehold"]
+CMD ["serve"]
