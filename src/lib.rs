@@ -41,3 +41,8 @@ pub mod proto {
 }
 
 pub use error::{Error, Result};
+
+/// The README's Rust examples, compiled as doc tests so they cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
