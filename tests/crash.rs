@@ -22,6 +22,9 @@ const WORKERS_PER_JOB: usize = 2;
 const CYCLES: usize = 3;
 const HELD_TTL: Duration = Duration::from_secs(3);
 
+/// An acknowledged write: (version, value).
+type Acked = (u64, Vec<u8>);
+
 #[derive(Default)]
 struct History {
     /// (job, token) -> the distinct holders it was granted to, acknowledged.
@@ -29,7 +32,7 @@ struct History {
     /// Per job, the acknowledged grants in order: (server generation, token).
     order: HashMap<String, Vec<(u64, u64)>>,
     /// (job, key) -> (version, value) of acknowledged writes.
-    writes: HashMap<(String, String), Vec<(u64, Vec<u8>)>>,
+    writes: HashMap<(String, String), Vec<Acked>>,
     ops: u64,
     errors: u64,
 }
@@ -229,7 +232,7 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
     kills += 1;
     server = ServerProcess::start(dir.path(), &[]);
     let c = Client::connect(&server.url()).await.unwrap();
-    let h = hist.lock().unwrap();
+    let h = std::mem::take(&mut *hist.lock().unwrap());
     println!(
         "{} ops ({} failed or refused), {} grants, {} acknowledged writes, {kills} SIGKILLs",
         h.ops,

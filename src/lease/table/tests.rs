@@ -210,7 +210,7 @@ fn release_is_idempotent_and_refuses_others() {
         t.release(&j, &who("a"), Token(9), t0),
         Err(Error::UnknownToken { .. })
     ));
-    t.release(&j, &who("a"), Token(1), t0).unwrap();
+    let _ = t.release(&j, &who("a"), Token(1), t0).unwrap();
     assert_eq!(
         t.release(&j, &who("a"), Token(1), t0).unwrap(),
         Effects::default()
@@ -290,7 +290,7 @@ fn fence_rejects_expired_and_released_and_unknown_tokens() {
             ..
         })
     ));
-    t.release(&j, &who("a"), Token(2), t0 + TTL).unwrap();
+    let _ = t.release(&j, &who("a"), Token(2), t0 + TTL).unwrap();
     assert!(matches!(
         t.check_write(&j, Token(2), None, t0 + TTL),
         Err(Error::Fenced {
@@ -328,7 +328,8 @@ fn restore_extends_from_startup_and_continues_tokens() {
         None,
         "no takeover before a full TTL from start-up"
     );
-    t.renew(&job("held"), &who("a"), Token(7), TTL, t0 + ms(5))
+    let _ = t
+        .renew(&job("held"), &who("a"), Token(7), TTL, t0 + ms(5))
         .unwrap();
     let (a, _) = t.acquire(&job("free"), &who("b"), TTL, t0, None);
     assert_eq!(granted(&a), Some(Token(4)));
@@ -432,7 +433,6 @@ fn op() -> impl Strategy<Value = Op> {
 struct Model {
     token: u64,
     holder: Option<(u8, Instant)>, // holder and deadline
-    stored: Option<(Option<u8>, u64, Duration)>,
 }
 
 proptest! {
