@@ -690,3 +690,37 @@ async fn metrics_show_leadership_per_job() {
     assert!(m.contains("leasehold_expiries_total 1"), "{m}");
     assert!(m.contains("leasehold_grants_total 2"), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_goes_away_leaves_the_queue() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    assert!(c.acquire("gone", "a", TTL, NOW).await.unwrap().acquired);
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move {
+        c2.acquire("gone", "ghost", TTL, Duration::from_secs(60))
+            .await
+    });
+    let t = Instant::now();
+    while s.node.snapshot().waiters == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "waiter never queued");
+        tokio::task::yield_now().await;
+    }
+    // The client gives up: the call is cancelled on the wire.
+    waiter.abort();
+    let t = Instant::now();
+    while s.node.snapshot().waiters != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "a cancelled waiter stayed queued"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // So a release is not handed to the ghost, and a newcomer gets it.
+    c.release("gone", "a", 1).await.unwrap();
+    let l = c.get_lease("gone").await.unwrap();
+    assert_eq!(l.holder, None);
+    let r = c.acquire("gone", "b", TTL, NOW).await.unwrap();
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2);
+}
