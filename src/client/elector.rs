@@ -153,24 +153,61 @@ impl Campaign {
         let campaign_wait = (self.ttl * 3).clamp(Duration::from_secs(1), Duration::from_secs(30));
         loop {
             let sent = tokio_now();
+            // Bounded, so a server that stopped answering is asked again.
             let acquired = tokio::select! {
                 _ = &mut stop => return,
-                r = self.client.acquire(&self.job, &self.holder, self.ttl, campaign_wait) => r,
+                r = timeout_at(sent + campaign_wait + self.ttl, self.client.acquire(&self.job, &self.holder, self.ttl, campaign_wait)) => r,
             };
             match acquired {
-                Ok(a) if a.acquired => {
-                    if self.lead(a.lease.token, sent, &mut stop).await {
+                Ok(Ok(a)) if a.acquired => {
+                    let token = a.lease.token;
+                    let Some(anchor) = self.anchor(token, sent).await else {
+                        continue;
+                    };
+                    if self.lead(token, anchor, &mut stop).await {
                         return;
                     }
                 }
-                Ok(_) => {}
-                Err(e) => {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
                     tracing::warn!(job = %self.job, error = %e, "campaign: acquire failed");
                     tokio::select! {
                         _ = &mut stop => return,
                         _ = sleep(backoff) => {}
                     }
                 }
+                Err(_) => tracing::warn!(job = %self.job, "campaign: acquire timed out"),
+            }
+        }
+    }
+
+    /// The instant our lease's TTL may be counted from: a moment at or
+    /// before the server granted or last renewed it.
+    ///
+    /// For a grant that came back quickly, that is when the Acquire was
+    /// sent. A waiting Acquire may have been granted long after it was sent
+    /// (when the lease freed up), so counting from the send could put the
+    /// deadline in the past; then a Renew, sent now, gives a fresh anchor.
+    /// `None` when the lease cannot be confirmed.
+    async fn anchor(&self, token: u64, sent: Instant) -> Option<Instant> {
+        if tokio_now() < sent + self.ttl / 10 {
+            return Some(sent);
+        }
+        let sent = tokio_now();
+        match timeout_at(
+            sent + self.ttl / 2,
+            self.client.renew(&self.job, &self.holder, token, self.ttl),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Some(sent),
+            Ok(Err(e)) => {
+                tracing::warn!(job = %self.job, token, error = %e, "granted, but the confirming renew failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(job = %self.job, token, "granted, but the confirming renew timed out");
+                None
             }
         }
     }
@@ -186,7 +223,7 @@ impl Campaign {
         let mut next = sent + every;
         loop {
             tokio::select! {
-                _ = &mut *stop => return self.resign(token).await,
+                _ = &mut *stop => return self.resign(token, deadline).await,
                 _ = sleep_until(next.min(deadline)) => {}
             }
             if tokio_now() >= deadline {
@@ -194,7 +231,7 @@ impl Campaign {
             }
             let sent = tokio_now();
             let r = tokio::select! {
-                _ = &mut *stop => return self.resign(token).await,
+                _ = &mut *stop => return self.resign(token, deadline).await,
                 r = timeout_at(deadline, self.client.renew(&self.job, &self.holder, token, self.ttl)) => r,
             };
             match r {
@@ -218,10 +255,18 @@ impl Campaign {
         false
     }
 
-    async fn resign(&self, token: u64) -> bool {
+    /// Steps down and releases. The release is bounded: past our deadline
+    /// the lease runs out on its own, so a server that cannot answer does
+    /// not hold up shutdown for longer than that (and at least a moment).
+    async fn resign(&self, token: u64, deadline: Instant) -> bool {
         self.role.send_replace(Role::Follower);
-        if let Err(e) = self.client.release(&self.job, &self.holder, token).await {
-            tracing::warn!(job = %self.job, error = %e, "release on resign failed");
+        let until = deadline.max(tokio_now() + Duration::from_millis(200));
+        match timeout_at(until, self.client.release(&self.job, &self.holder, token)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(job = %self.job, error = %e, "release on resign failed"),
+            Err(_) => {
+                tracing::warn!(job = %self.job, "release on resign timed out; the lease will expire")
+            }
         }
         true
     }
