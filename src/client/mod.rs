@@ -15,6 +15,8 @@
 //! ```
 
 mod elector;
+mod elector_set;
+mod keepalive;
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -30,6 +32,8 @@ use crate::proto::leases_client::LeasesClient;
 use crate::server::convert::to_proto_duration;
 
 pub use elector::{Elector, Role};
+pub use elector_set::ElectorSet;
+pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
 
 /// A holder identity for this process: `name@uuid`, with one UUID made the

@@ -61,6 +61,24 @@ pub struct Snapshot {
     pub waiters: usize,
 }
 
+/// One renewal in a [`Node::renew_many`] batch: the arguments of
+/// [`Node::renew`].
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    /// The job.
+    pub job: JobName,
+    /// The holder that was granted it.
+    pub holder: HolderId,
+    /// The token of that grant.
+    pub token: Token,
+    /// The new lifetime, counted from now.
+    pub ttl: Duration,
+}
+
+/// The outcome of one renewal in a batch: our renewed lease, or why not
+/// (`LeaseLost` or `UnknownToken`) with the job's current lease.
+pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
+
 struct State {
     table: LeaseTable,
     wakers: HashMap<WaiterId, Arc<Notify>>,
@@ -244,6 +262,47 @@ impl Node {
         let view = r?;
         self.inner.commit.wait(seq).await?;
         Ok(view)
+    }
+
+    /// Renews many leases in one decision: the state lock is taken once,
+    /// every renewal is decided at the same instant with the rules of
+    /// [`Node::renew`], and the reply waits for one durability point that
+    /// covers every change it shows. Each renewal succeeds or fails on its
+    /// own. Fails as a whole only when the node is closing or the store
+    /// fails.
+    pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
+        self.check_open()?;
+        let mut out = Vec::with_capacity(batch.len());
+        let mut seq = 0;
+        {
+            let mut st = self.lock();
+            let now = clock::now();
+            for r in batch {
+                match st.table.renew(&r.job, &r.holder, r.token, r.ttl, now) {
+                    Ok((view, fx)) => {
+                        if let Some(rec) = &fx.persist {
+                            self.inner.store.put_lease(&r.job, rec)?;
+                            let s = self.inner.commit.stage();
+                            st.table.set_stamp(&r.job, s);
+                        }
+                        st.wake(&fx.wake);
+                        out.push(Ok(view));
+                    }
+                    Err(e) => out.push(Err((e, st.table.view(&r.job, now)))),
+                }
+                // What we show of the job must be durable: its last change.
+                seq = seq.max(st.table.stamp(&r.job));
+            }
+        }
+        self.inner.commit.wait(seq).await?;
+        Ok(out)
+    }
+
+    /// Resolves once the node starts closing ([`Node::start_closing`]), so
+    /// that long-lived streams can end with [`Error::ShuttingDown`].
+    pub async fn closing(&self) {
+        let mut rx = self.inner.closing.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
     }
 
     /// Releases a lease; the first waiter is granted at once.

@@ -2,12 +2,14 @@
 
 use std::pin::Pin;
 
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
+use crate::error::{Error, Result};
 use crate::lease::Limits;
-use crate::node::Node;
+use crate::node::{Node, Renewal};
 use crate::proto;
 use crate::server::convert::{self, duration, lease};
 
@@ -25,6 +27,10 @@ impl LeasesService {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::LeaseEvent, Status>> + Send>>;
+type RenewalStream = Pin<Box<dyn Stream<Item = Result<proto::KeepAliveResponse, Status>> + Send>>;
+
+/// The most renewals one `KeepAliveRequest` may carry.
+pub const MAX_KEEP_ALIVE_RENEWALS: usize = 1000;
 
 #[tonic::async_trait]
 impl proto::leases_server::Leases for LeasesService {
@@ -118,4 +124,124 @@ impl proto::leases_server::Leases for LeasesService {
         });
         Ok(Response::new(Box::pin(events)))
     }
+
+    type KeepAliveStream = RenewalStream;
+
+    async fn keep_alive(
+        &self,
+        req: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let mut inbound = req.into_inner();
+        let node = self.node.clone();
+        let limits = self.limits.clone();
+        let (tx, rx) = mpsc::channel(16);
+        // One task per stream answers its requests in order; each request
+        // takes the node's lock once for all its renewals.
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = node.closing() => {
+                        let _ = tx.send(Err(Status::from(Error::ShuttingDown))).await;
+                        return;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side, or the stream broke: no
+                    // one is left to answer.
+                    Ok(None) | Err(_) => return,
+                };
+                let reply = keep_alive_batch(&node, &limits, msg)
+                    .await
+                    .map_err(Status::from);
+                let end = reply.is_err();
+                if tx.send(reply).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Answers one `KeepAliveRequest`: validates each entry on its own, renews
+/// the valid ones in one node decision, and puts the results back in the
+/// request's order.
+async fn keep_alive_batch(
+    node: &Node,
+    l: &Limits,
+    req: proto::KeepAliveRequest,
+) -> Result<proto::KeepAliveResponse> {
+    use proto::keep_alive_result::Outcome;
+    if req.renewals.len() > MAX_KEEP_ALIVE_RENEWALS {
+        return Err(Error::invalid(
+            "renewals",
+            format!(
+                "{} renewals in one message, the limit is {MAX_KEEP_ALIVE_RENEWALS}: \
+                 split them across messages",
+                req.renewals.len()
+            ),
+        ));
+    }
+    let mut results = Vec::with_capacity(req.renewals.len());
+    let mut batch = Vec::with_capacity(req.renewals.len());
+    // For each valid entry, its index in `results`.
+    let mut slots = Vec::with_capacity(req.renewals.len());
+    for r in req.renewals {
+        let parsed = (|| {
+            Ok::<_, Error>(Renewal {
+                job: l.job(&r.job)?,
+                holder: l.holder(&r.holder)?,
+                token: l.token(r.token)?,
+                ttl: l.ttl(duration("ttl", r.ttl)?)?,
+            })
+        })();
+        match parsed {
+            Ok(renewal) => {
+                slots.push(results.len());
+                batch.push(renewal);
+                results.push(proto::KeepAliveResult {
+                    job: r.job,
+                    ..Default::default()
+                });
+            }
+            Err(e) => {
+                let field = match &e {
+                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    _ => String::new(),
+                };
+                results.push(proto::KeepAliveResult {
+                    job: r.job,
+                    outcome: Outcome::InvalidArgument as i32,
+                    lease: None,
+                    field,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    let outcomes = node.renew_many(&batch).await?;
+    for (slot, outcome) in slots.into_iter().zip(outcomes) {
+        let res = &mut results[slot];
+        match outcome {
+            Ok(view) => {
+                res.outcome = Outcome::Renewed as i32;
+                res.lease = Some(lease(&view));
+            }
+            Err((e, view)) => {
+                res.outcome = match e {
+                    Error::UnknownToken { .. } => Outcome::UnknownToken,
+                    _ => Outcome::LeaseLost,
+                } as i32;
+                res.lease = Some(lease(&view));
+                res.message = e.to_string();
+            }
+        }
+    }
+    Ok(proto::KeepAliveResponse {
+        id: req.id,
+        results,
+    })
 }
