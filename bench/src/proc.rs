@@ -1,0 +1,108 @@
+//! Child processes the bench starts itself (the leasehold server, the echo
+//! server), and what /proc says about a process: CPU time and RSS.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::sys::Res;
+
+/// A child that printed "... listening on ADDR ..." when ready.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    /// From spawn to the "listening" line.
+    pub startup: Duration,
+}
+
+impl Server {
+    /// Starts `leasehold serve` on `data_dir`, on ports the OS picks.
+    pub fn leasehold(bin: &Path, data_dir: &Path) -> Res<Server> {
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--max-ttl",
+            "24h",
+        ])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("RUST_LOG", "warn");
+        Server::spawn(cmd, 3)
+    }
+
+    /// Starts this bench binary as an echo server.
+    pub fn echo() -> Res<Server> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.arg("echo-serve");
+        Server::spawn(cmd, 3)
+    }
+
+    /// Spawns `cmd` and reads its first line; word `addr_word` is the
+    /// address ("leasehold listening on ADDR admin ADDR").
+    fn spawn(mut cmd: Command, addr_word: usize) -> Res<Server> {
+        let t = Instant::now();
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+        let startup = t.elapsed();
+        let addr = line
+            .split_whitespace()
+            .nth(addr_word)
+            .ok_or_else(|| format!("unexpected start-up line {line:?}"))?;
+        Ok(Server {
+            addr: format!("http://{addr}"),
+            child,
+            startup,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then wait (the server syncs and exits).
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// User plus system CPU seconds used by `pid` so far.
+pub fn cpu_seconds(pid: u32) -> Res<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').ok_or("bad stat")? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    let ticks: f64 = f[11].parse::<f64>()? + f[12].parse::<f64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz)
+}
+
+/// Resident set size of `pid`, bytes.
+pub fn rss_bytes(pid: u32) -> Res<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or("no VmRSS")?;
+    let kb: u64 = line.split_whitespace().nth(1).ok_or("bad VmRSS")?.parse()?;
+    Ok(kb * 1024)
+}

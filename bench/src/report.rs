@@ -1,0 +1,463 @@
+//! The Markdown report, the goals with their ratios, and the chart.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::fleet::{FleetResult, How, MillionResult};
+use crate::run::Row;
+use crate::sys::{self, Res, Sys, Work};
+use crate::Plan;
+
+pub struct Group {
+    pub name: String,
+    pub clients: usize,
+    pub fsync_probe_us: f64,
+    pub rows: Vec<Row>,
+}
+
+pub struct Report {
+    pub quick: bool,
+    pub plan: Plan,
+    pub command_line: String,
+    pub elapsed: Duration,
+    pub groups: Vec<Group>,
+    pub fleet: Vec<FleetResult>,
+    pub fleet_acquire_secs: f64,
+    pub fleet_leases: usize,
+    pub million: MillionResult,
+    pub lh_rss_after_groups: u64,
+}
+
+fn shell(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn what(sys: Sys, work: Work) -> String {
+    let s = sys.label();
+    match (sys, work) {
+        (Sys::Leasehold, Work::Renew) => "leasehold Renew (unary)".into(),
+        (Sys::Leasehold, Work::Write) => "leasehold CheckedWrite".into(),
+        (Sys::Leasehold, Work::Read) => "leasehold Read".into(),
+        (Sys::Leasehold, Work::Churn) => "leasehold Acquire+Release".into(),
+        (Sys::Leasehold, Work::Stream) => {
+            format!("leasehold KeepAlive stream, {} per message", sys::BATCH)
+        }
+        (Sys::Etcd, Work::Stream) => format!("etcd LeaseKeepAlive, {} pipelined", sys::BATCH),
+        (Sys::Etcd, Work::Renew) => "etcd txn (compare owner, put with lease)".into(),
+        (Sys::Etcd, Work::Write) => "etcd txn (compare token key, put)".into(),
+        (Sys::Postgres, Work::Renew) => "PostgreSQL upsert acquire-or-renew".into(),
+        (Sys::Postgres, Work::Write) => "PostgreSQL upsert WHERE epoch <=".into(),
+        (Sys::RedisAof | Sys::Redis, Work::Stream) => {
+            format!("{s}, Lua renew, {} pipelined", sys::BATCH)
+        }
+        (Sys::RedisAof | Sys::Redis, Work::Renew) => format!("{s}, Lua renew"),
+        (Sys::RedisAof | Sys::Redis, Work::Write) => format!("{s}, Lua compare-and-set"),
+        (Sys::Echo, _) => "floor: tonic echo round trip".into(),
+        (Sys::Disk, _) => "floor: one fdatasync".into(),
+        _ => format!("{s} {work:?}"),
+    }
+}
+
+fn rate(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{:.0}", x)
+    } else {
+        format!("{:.1}", x)
+    }
+}
+
+fn us(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else if x >= 10_000.0 {
+        format!("{:.1} ms", x / 1000.0)
+    } else {
+        format!("{:.0} µs", x)
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.0} MiB", b as f64 / (1 << 20) as f64)
+}
+
+impl Report {
+    /// The row of `sys` doing `work` in the group `name` at `clients`.
+    fn find(&self, name: &str, clients: usize, sys: Sys, work: Work) -> Option<&Row> {
+        self.groups
+            .iter()
+            .filter(|g| g.name == name && g.clients == clients)
+            .flat_map(|g| &g.rows)
+            .find(|r| r.sys == sys && r.work == work)
+    }
+
+    fn ratio(&self, name: &str, clients: usize, a: (Sys, Work), b: (Sys, Work)) -> Option<f64> {
+        let x = self.find(name, clients, a.0, a.1)?;
+        let y = self.find(name, clients, b.0, b.1)?;
+        Some(x.median.per_sec / y.median.per_sec)
+    }
+
+    /// The durable-write floor at one client: (CheckedWrite p50, echo p50
+    /// + fdatasync p50).
+    pub fn floor(&self) -> Option<(f64, f64, f64, f64)> {
+        let g = "Fenced write";
+        let w = self.find(g, 1, Sys::Leasehold, Work::Write)?.median.p50;
+        let e = self.find(g, 1, Sys::Echo, Work::Echo)?.median.p50;
+        let d = self.find(g, 1, Sys::Disk, Work::Fsync)?.median.p50;
+        Some((w, e, d, w / (e + d)))
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut o = String::new();
+        let p = &self.plan;
+        let _ = writeln!(o, "Command: `{}`\n", self.command_line);
+        let _ = writeln!(
+            o,
+            "Run of {} ({}), {} min: {} interleaved rounds (A B C D, D C B A, ...) of {:.1} s per cell after a warm-up, medians of the rounds. Machine: {} cores, Linux {}. Each client has its own connection and runs one operation at a time; jobs and keys are drawn at random from {}.\n",
+            shell("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            if self.quick { "--quick" } else { "full" },
+            (self.elapsed.as_secs_f64() / 60.0).round(),
+            p.rounds,
+            p.cell.as_secs_f64(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            shell("uname", &["-r"]),
+            sys::JOBS,
+        );
+        self.goals(&mut o);
+        let mut names: Vec<&str> = Vec::new();
+        for g in &self.groups {
+            if !names.contains(&g.name.as_str()) {
+                names.push(&g.name);
+            }
+        }
+        for name in names {
+            let _ = writeln!(o, "### {name}\n");
+            let _ = writeln!(
+                o,
+                "| clients | system | per second | rounds min–max | p50 | p99 | p99.9 | leasehold ÷ system | fsync probe |"
+            );
+            let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+            for g in self.groups.iter().filter(|g| g.name == name) {
+                let base = g.rows.first();
+                for r in &g.rows {
+                    let ratio = match base {
+                        Some(b) if !matches!(r.sys, Sys::Echo | Sys::Disk) => {
+                            format!("{:.2}", b.median.per_sec / r.median.per_sec)
+                        }
+                        _ => "-".into(),
+                    };
+                    let errors = if r.median.errors > 0 {
+                        format!(" ({} errors)", r.median.errors)
+                    } else {
+                        String::new()
+                    };
+                    let lo = r.rounds.iter().map(|s| s.per_sec).fold(f64::MAX, f64::min);
+                    let hi = r.rounds.iter().map(|s| s.per_sec).fold(0.0, f64::max);
+                    let _ = writeln!(
+                        o,
+                        "| {} | {}{} | {} | {}–{} | {} | {} | {} | {} | {} |",
+                        g.clients,
+                        what(r.sys, r.work),
+                        errors,
+                        rate(r.median.per_sec),
+                        rate(lo),
+                        rate(hi),
+                        us(r.median.p50),
+                        us(r.median.p99),
+                        us(r.median.p999),
+                        ratio,
+                        us(g.fsync_probe_us),
+                    );
+                }
+            }
+            let _ = writeln!(o);
+        }
+        self.fleet_md(&mut o);
+        self.million_md(&mut o);
+        o
+    }
+
+    fn goals(&self, o: &mut String) {
+        let _ = writeln!(o, "### Goals\n");
+        let _ = writeln!(o, "| goal | measured (ratio within this run) | met |");
+        let _ = writeln!(o, "|---|---|---|");
+        let mut goal = |text: String, value: Option<f64>, ok: &dyn Fn(f64) -> bool, fmt: &str| {
+            let (v, m) = match value {
+                Some(v) if v.is_finite() => (
+                    fmt.replace("{}", &format!("{v:.2}")),
+                    if ok(v) { "yes" } else { "**no**" },
+                ),
+                _ => ("not measured".into(), "-"),
+            };
+            let _ = writeln!(o, "| {text} | {v} | {m} |");
+        };
+        let (lr, lw, ls) = (
+            (Sys::Leasehold, Work::Renew),
+            (Sys::Leasehold, Work::Write),
+            (Sys::Leasehold, Work::Stream),
+        );
+        for c in [16, 64] {
+            goal(
+                format!("Renew ≥ 1.5x PostgreSQL at {c} clients"),
+                self.ratio("Renew", c, lr, (Sys::Postgres, Work::Renew)),
+                &|v| v >= 1.5,
+                "{}x",
+            );
+            goal(
+                format!("Renew ≥ 4x etcd at {c} clients"),
+                self.ratio("Renew", c, lr, (Sys::Etcd, Work::Renew)),
+                &|v| v >= 4.0,
+                "{}x",
+            );
+        }
+        for c in [16, 64] {
+            goal(
+                format!("Durable CheckedWrite ≥ 1.2x PostgreSQL at {c} clients"),
+                self.ratio("Fenced write", c, lw, (Sys::Postgres, Work::Write)),
+                &|v| v >= 1.2,
+                "{}x",
+            );
+        }
+        goal(
+            "Streamed renew ≥ 1x Redis AOF always (Lua renew per call) at 64 clients, leases/s"
+                .into(),
+            self.ratio("Streamed renew", 64, ls, (Sys::RedisAof, Work::Renew)),
+            &|v| v >= 1.0,
+            "{}x",
+        );
+        goal(
+            "(also) Streamed renew vs Redis AOF always pipelined 100 per round trip, 64 clients"
+                .into(),
+            self.ratio("Streamed renew", 64, ls, (Sys::RedisAof, Work::Stream)),
+            &|v| v >= 1.0,
+            "{}x",
+        );
+        let floor = self.floor();
+        goal(
+            "Single-client CheckedWrite p50 ≤ 1.3x floor (echo p50 + fdatasync p50)".into(),
+            floor.map(|f| f.3),
+            &|v| v <= 1.3,
+            "{}x the floor",
+        );
+        let m = &self.million;
+        let gib = (1u64 << 30) as f64;
+        let _ = writeln!(
+            o,
+            "| {} leases held in < 1 GiB RSS | {} ({:.2} GiB; {:.1}x the empty server's {}) | {} |",
+            m.leases,
+            mib(m.rss),
+            m.rss as f64 / gib,
+            m.rss as f64 / m.rss_empty as f64,
+            mib(m.rss_empty),
+            if m.leases < 1_000_000 {
+                "- (quick: fewer leases)"
+            } else if (m.rss as f64) < gib {
+                "yes"
+            } else {
+                "**no**"
+            }
+        );
+        let _ = writeln!(
+            o,
+            "| restart with {} persisted leases < 5 s | {:.2} s ({:.1}x the empty server's {:.3} s) | {} |",
+            m.leases,
+            m.startup.as_secs_f64(),
+            m.startup.as_secs_f64() / m.startup_empty.as_secs_f64(),
+            m.startup_empty.as_secs_f64(),
+            if m.leases < 1_000_000 {
+                "- (quick: fewer leases)"
+            } else if m.startup.as_secs_f64() < 5.0 {
+                "yes"
+            } else {
+                "**no**"
+            }
+        );
+        let _ = writeln!(o);
+        if let Some((w, e, d, r)) = floor {
+            let _ = writeln!(
+                o,
+                "Durable-write floor, one client: CheckedWrite p50 {} against tonic echo p50 {} + fdatasync p50 {} = {} ({r:.2}x).\n",
+                us(w),
+                us(e),
+                us(d),
+                us(e + d)
+            );
+        }
+    }
+
+    fn fleet_md(&self, o: &mut String) {
+        if self.fleet.is_empty() {
+            return;
+        }
+        let s = &self.plan.fleet;
+        let _ = writeln!(
+            o,
+            "### Fleet: {} leases, {} holders, TTL {} s, each renewing at ttl/3\n",
+            s.leases,
+            s.holders,
+            s.ttl.as_secs()
+        );
+        let _ = writeln!(
+            o,
+            "One round each, on a fresh server (setting up the leasehold fleet took {:.1} s: {:.0} durable Acquires/s from 64 clients). CPU is the server process's user + system time over a {} s window after one full period.\n",
+            self.fleet_acquire_secs,
+            self.fleet_leases as f64 / self.fleet_acquire_secs,
+            s.window.as_secs()
+        );
+        let _ = writeln!(
+            o,
+            "| renewing with | renewals/s | server CPU s per 1,000 renewals | ÷ leasehold stream | server RSS | RSS before the fleet |"
+        );
+        let _ = writeln!(o, "|---|---:|---:|---:|---:|---:|");
+        let base = self
+            .fleet
+            .iter()
+            .find(|r| r.how == How::Stream)
+            .map(|r| r.cpu_per_1000());
+        for r in &self.fleet {
+            let _ = writeln!(
+                o,
+                "| {} | {:.0} | {:.4} | {} | {} | {} |",
+                r.how.label(),
+                r.renewals as f64 / r.secs,
+                r.cpu_per_1000(),
+                base.map_or("-".into(), |b| format!("{:.1}x", r.cpu_per_1000() / b)),
+                mib(r.rss),
+                mib(r.rss_idle),
+            );
+        }
+        let _ = writeln!(o);
+    }
+
+    fn million_md(&self, o: &mut String) {
+        let m = &self.million;
+        let _ = writeln!(o, "### {} persisted leases: restart and memory\n", m.leases);
+        let _ = writeln!(
+            o,
+            "| server | start-up to listening | RSS | |\n|---|---:|---:|---|\n| empty data dir (baseline) | {:.3} s | {} | |\n| {} held leases | {:.2} s ({:.1}x) | {} ({:.1}x) | {} of 1,000 random leases renewed with their token after the restart |\n",
+            m.startup_empty.as_secs_f64(),
+            mib(m.rss_empty),
+            m.leases,
+            m.startup.as_secs_f64(),
+            m.startup.as_secs_f64() / m.startup_empty.as_secs_f64(),
+            mib(m.rss),
+            m.rss as f64 / m.rss_empty as f64,
+            m.renewed
+        );
+        let _ = writeln!(
+            o,
+            "(The workload server's RSS after every group above: {}.)\n",
+            mib(self.lh_rss_after_groups)
+        );
+    }
+}
+
+/// Draws ops/s per system and concurrency, one panel per workload, log
+/// scale.
+pub fn chart(rep: &Report, path: &Path) -> Res<()> {
+    use plotters::prelude::*;
+    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+        .map_err(|e| format!("DejaVuSans.ttf (package fonts-dejavu-core): {e}"))?;
+    let font: &'static [u8] = Box::leak(font.into_boxed_slice());
+    plotters::style::register_font("sans-serif", FontStyle::Normal, font)
+        .map_err(|_| "bad font file")?;
+
+    let panels = ["Renew", "Fenced write", "Streamed renew"];
+    let clients = rep.plan.clients;
+    let root = BitMapBackend::new(path, (1800, 640)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, body) = root.split_vertically(50);
+    top.titled(
+        "leasehold and what users pick instead: operations (leases renewed) per second, log scale, higher is better",
+        ("sans-serif", 22),
+    )?;
+    let areas = body.split_evenly((1, panels.len()));
+    let colors = [
+        RGBColor(0x1f, 0x77, 0xb4),
+        RGBColor(0xff, 0x7f, 0x0e),
+        RGBColor(0x2c, 0xa0, 0x2c),
+        RGBColor(0xd6, 0x27, 0x28),
+        RGBColor(0x94, 0x67, 0xbd),
+        RGBColor(0x8c, 0x56, 0x4b),
+    ];
+    for (area, name) in areas.iter().zip(panels) {
+        let rows: Vec<&Row> = rep
+            .groups
+            .iter()
+            .filter(|g| g.name == name)
+            .flat_map(|g| &g.rows)
+            .filter(|r| !matches!(r.sys, Sys::Echo | Sys::Disk))
+            .collect();
+        let mut series: Vec<(Sys, Work)> = Vec::new();
+        for r in &rows {
+            if !series.contains(&(r.sys, r.work)) {
+                series.push((r.sys, r.work));
+            }
+        }
+        let ymax = rows.iter().map(|r| r.median.per_sec).fold(1000.0, f64::max) * 8.0;
+        let mut chart = ChartBuilder::on(area)
+            .caption(name, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..3f64, (10f64..ymax).log_scale())?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(7)
+            .x_label_formatter(&|x| {
+                let k = (x * 2.0).round() as i64;
+                if k % 2 == 1 && (0..6).contains(&k) {
+                    format!("{} clients", clients[(k / 2) as usize])
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|y| {
+                if *y >= 1e6 {
+                    format!("{:.0}M", y / 1e6)
+                } else if *y >= 1e3 {
+                    format!("{:.0}k", y / 1e3)
+                } else {
+                    format!("{y:.0}")
+                }
+            })
+            .label_style(("sans-serif", 15))
+            .draw()?;
+        let w = 0.8 / series.len() as f64;
+        for (k, &(sys, work)) in series.iter().enumerate() {
+            let color = colors[k % colors.len()];
+            let bars: Vec<_> = rows
+                .iter()
+                .filter(|r| r.sys == sys && r.work == work)
+                .filter_map(|r| {
+                    let ci = clients.iter().position(|&c| c == r.clients)?;
+                    let x0 = ci as f64 + 0.1 + k as f64 * w;
+                    Some(Rectangle::new(
+                        [(x0, 10.0), (x0 + w * 0.9, r.median.per_sec.max(10.0))],
+                        color.filled(),
+                    ))
+                })
+                .collect();
+            chart
+                .draw_series(bars)?
+                .label(what(sys, work))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
