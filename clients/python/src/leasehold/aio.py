@@ -1,0 +1,439 @@
+"""asyncio variants: :class:`AsyncClient` and :class:`AsyncElector`.
+
+They behave exactly as :class:`~leasehold.Client` and
+:class:`~leasehold.Elector`, on ``grpc.aio`` and one asyncio task::
+
+    async with AsyncClient("127.0.0.1:50051") as client:
+        async with AsyncElector(client, "bridge_health", "bridge", ttl=10) as elector:
+            token = await elector.wait_elected()
+            await client.checked_write("bridge_health", token, b"status", b"ok")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import AsyncIterator, Awaitable, Callable, List, Optional, Union
+
+import grpc
+import grpc.aio
+
+from . import errors
+from .client import (
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT,
+    _PAGE_SIZE,
+    acquire_request,
+    key_from_pb,
+    normalize_target,
+    release_request,
+    renew_request,
+    value_from_pb,
+    write_request,
+)
+from .elector import campaign_timing
+from .types import (
+    Acquired,
+    Bytes,
+    KeyInfo,
+    Lease,
+    LeaseEvent,
+    Value,
+    as_bytes,
+    event_from_pb,
+    lease_from_pb,
+    process_holder,
+)
+from .v1 import leasehold_pb2 as pb
+from .v1 import leasehold_pb2_grpc as pb_grpc
+
+log = logging.getLogger("leasehold.elector")
+
+AsyncTokenCallback = Callable[[int], Union[None, Awaitable[None]]]
+
+
+class AsyncClient:
+    """The asyncio client over one ``grpc.aio`` channel. Use it from one
+    event loop."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        channel: Optional[grpc.aio.Channel] = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self._own_channel = channel is None
+        self._channel = channel or grpc.aio.insecure_channel(normalize_target(target))
+        self._timeout = timeout
+        self._leases = pb_grpc.LeasesStub(self._channel)
+        self._store = pb_grpc.FencedStoreStub(self._channel)
+
+    async def close(self) -> None:
+        if self._own_channel:
+            await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _call(self, method, request, timeout: Optional[float]):
+        try:
+            return await method(request, timeout=self._timeout if timeout is None else timeout)
+        except grpc.aio.AioRpcError as e:
+            raise errors.from_rpc_error(e) from None
+
+    async def acquire(
+        self, job: str, holder: str, ttl: float, wait: float = 0.0, *, timeout: Optional[float] = None
+    ) -> Acquired:
+        t = wait + self._timeout if timeout is None else timeout
+        r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+        return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
+
+    async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
+        r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
+        return lease_from_pb(r.lease)
+
+    async def release(self, job: str, holder: str, token: int, *, timeout: Optional[float] = None) -> None:
+        await self._call(self._leases.Release, release_request(job, holder, token), timeout)
+
+    async def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
+        return lease_from_pb(await self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
+
+    async def list_leases(self, prefix: str = "", *, timeout: Optional[float] = None) -> List[Lease]:
+        out: List[Lease] = []
+        page = ""
+        while True:
+            r = await self._call(
+                self._leases.ListLeases,
+                pb.ListLeasesRequest(prefix=prefix, page_size=_PAGE_SIZE, page_token=page),
+                timeout,
+            )
+            out.extend(lease_from_pb(l) for l in r.leases)
+            if not r.next_page_token:
+                return out
+            page = r.next_page_token
+
+    async def watch(self, job: str, *, timeout: Optional[float] = None) -> AsyncIterator[LeaseEvent]:
+        """The current lease, then every change of holder or token. Stop
+        iterating (or cancel the task) to end the watch."""
+        call = self._leases.WatchLease(pb.WatchLeaseRequest(job=job), timeout=timeout)
+        try:
+            async for msg in call:
+                yield event_from_pb(msg)
+        except grpc.aio.AioRpcError as e:
+            raise errors.from_rpc_error(e) from None
+        finally:
+            call.cancel()
+
+    async def checked_write(
+        self, job: str, token: int, key: Bytes, value: Bytes, *, timeout: Optional[float] = None
+    ) -> int:
+        r = await self._call(self._store.CheckedWrite, write_request(job, token, key, value, False), timeout)
+        return r.version
+
+    async def delete(self, job: str, token: int, key: Bytes, *, timeout: Optional[float] = None) -> int:
+        r = await self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True), timeout)
+        return r.version
+
+    async def read(self, job: str, key: Bytes, *, timeout: Optional[float] = None) -> Value:
+        return value_from_pb(await self._call(self._store.Read, pb.ReadRequest(job=job, key=as_bytes(key)), timeout))
+
+    async def list_keys(self, job: str, prefix: Bytes = b"", *, timeout: Optional[float] = None) -> List[KeyInfo]:
+        out: List[KeyInfo] = []
+        page = b""
+        while True:
+            r = await self._call(
+                self._store.ListKeys,
+                pb.ListKeysRequest(job=job, prefix=as_bytes(prefix), page_size=_PAGE_SIZE, page_token=page),
+                timeout,
+            )
+            out.extend(key_from_pb(k) for k in r.keys)
+            if not r.next_page_token:
+                return out
+            page = bytes(r.next_page_token)
+
+
+class _Stopped(Exception):
+    pass
+
+
+class AsyncElector:
+    """The asyncio :class:`~leasehold.Elector`: one task campaigns for
+    ``job`` as ``name@<process uuid>``, renews at ttl/3, steps down by its
+    own deadline, and releases on :meth:`resign`.
+
+    ``on_elected(token)`` / ``on_lost(token)`` may be plain functions or
+    coroutine functions; coroutines run as their own tasks, so a slow one
+    cannot delay a renewal.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        job: str,
+        name: str,
+        ttl: float,
+        *,
+        holder: Optional[str] = None,
+        on_elected: Optional[AsyncTokenCallback] = None,
+        on_lost: Optional[AsyncTokenCallback] = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self._client = client
+        self._job = job
+        self._ttl = float(ttl)
+        self._holder = holder or process_holder(name)
+        self._on_elected = on_elected
+        self._on_lost = on_lost
+        self._token: Optional[int] = None
+        self._deadline = 0.0
+        self._changed: Optional[asyncio.Condition] = None
+        self._stop: Optional[asyncio.Event] = None
+        self._task: Optional[asyncio.Task] = None
+        self._callback_tasks: "set[asyncio.Task]" = set()
+        self._finished = False
+
+    @property
+    def holder(self) -> str:
+        return self._holder
+
+    @property
+    def job(self) -> str:
+        return self._job
+
+    @property
+    def token(self) -> Optional[int]:
+        """The token we lead with, or ``None`` (also past our own deadline)."""
+        if self._token is not None and time.monotonic() < self._deadline:
+            return self._token
+        return None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.token is not None
+
+    def start(self) -> "AsyncElector":
+        """Starts campaigning, on the running event loop (once)."""
+        if self._task is None:
+            self._changed = asyncio.Condition()
+            self._stop = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"leasehold-elector-{self._job}")
+        return self
+
+    async def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Waits until we lead; the token, or ``None`` on timeout or once
+        resigned."""
+        assert self._changed is not None, "start() first"
+        async with self._changed:
+            try:
+                await asyncio.wait_for(
+                    self._changed.wait_for(lambda: self._token is not None or self._finished), timeout
+                )
+            except asyncio.TimeoutError:
+                pass
+            return self._token
+
+    async def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Waits until we no longer lead with the current token."""
+        assert self._changed is not None, "start() first"
+        token = self._token
+        if token is None:
+            return True
+        async with self._changed:
+            try:
+                await asyncio.wait_for(self._changed.wait_for(lambda: self._token != token), timeout)
+                return True
+            except asyncio.TimeoutError:
+                return False
+
+    async def resign(self) -> None:
+        """Stops campaigning, releases the lease if held (bounded by our
+        deadline, at least 200 ms), and waits for the callbacks."""
+        if self._task is not None and self._stop is not None:
+            self._stop.set()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._callback_tasks:
+            await asyncio.gather(*self._callback_tasks, return_exceptions=True)
+        self._finished = True
+        await self._notify()
+
+    async def __aenter__(self) -> "AsyncElector":
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.resign()
+
+    # The campaign task
+
+    async def _notify(self) -> None:
+        if self._changed is not None:
+            async with self._changed:
+                self._changed.notify_all()
+
+    async def _until(self, aw: Awaitable, deadline: float):
+        """Awaits ``aw`` until ``deadline``; raises _Stopped if told to stop
+        first, asyncio.TimeoutError at the deadline."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {task, stop}, timeout=max(deadline - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            stop.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        if stop in done or self._stop.is_set():
+            raise _Stopped()
+        raise asyncio.TimeoutError()
+
+    async def _sleep_until(self, when: float) -> None:
+        """Sleeps until ``when``; raises _Stopped if told to stop first."""
+        try:
+            await self._until(asyncio.sleep(max(when - time.monotonic(), 0)), when + 1.0)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _run(self) -> None:
+        backoff, campaign_wait, _, _ = campaign_timing(self._ttl)
+        try:
+            while True:
+                sent = time.monotonic()
+                limit = campaign_wait + self._ttl
+                try:
+                    a = await self._until(
+                        self._client.acquire(self._job, self._holder, self._ttl, campaign_wait, timeout=limit),
+                        sent + limit,
+                    )
+                except _Stopped:
+                    await self._release_if_granted()
+                    return
+                except asyncio.TimeoutError:
+                    log.warning("campaign for %s: acquire timed out", self._job)
+                    continue
+                except errors.LeaseholdError as e:
+                    log.warning("campaign for %s: acquire failed: %s", self._job, e)
+                    try:
+                        await self._sleep_until(time.monotonic() + backoff)
+                    except _Stopped:
+                        return
+                    continue
+                if not a.acquired:
+                    continue
+                token = a.lease.token
+                anchor = await self._anchor(token, sent)
+                if anchor is None:
+                    continue
+                if await self._lead(token, anchor):
+                    return
+        except Exception:
+            log.exception("elector for %s failed", self._job)
+            if self._token is not None:
+                await self._set_follower(self._token)
+        finally:
+            self._finished = True
+            await self._notify()
+
+    async def _anchor(self, token: int, sent: float) -> Optional[float]:
+        if time.monotonic() < sent + self._ttl / 10:
+            return sent
+        sent = time.monotonic()
+        try:
+            await self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+            return sent
+        except errors.LeaseholdError as e:
+            log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
+            return None
+
+    async def _lead(self, token: int, sent: float) -> bool:
+        _, _, every, retry = campaign_timing(self._ttl)
+        deadline = sent + self._ttl
+        await self._set_leader(token, deadline)
+        nxt = sent + every
+        while True:
+            try:
+                await self._sleep_until(min(nxt, deadline))
+            except _Stopped:
+                return await self._resign_lease(token, deadline)
+            now = time.monotonic()
+            if now >= deadline:
+                log.warning("%s: token %d reached its deadline without a renewal", self._job, token)
+                break
+            try:
+                await self._until(
+                    self._client.renew(self._job, self._holder, token, self._ttl, timeout=deadline - now), deadline
+                )
+            except _Stopped:
+                return await self._resign_lease(token, deadline)
+            except asyncio.TimeoutError:
+                log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
+                break
+            except errors.LeaseLost as e:
+                log.warning("%s: lease lost (token %d): %s", self._job, token, e)
+                break
+            except errors.LeaseholdError as e:
+                log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)
+                nxt = time.monotonic() + retry
+                continue
+            deadline = now + self._ttl
+            nxt = now + every
+            if self._token == token:
+                self._deadline = deadline
+        await self._set_follower(token)
+        return False
+
+    async def _resign_lease(self, token: int, deadline: float) -> bool:
+        await self._set_follower(token)
+        until = max(deadline, time.monotonic() + 0.2)
+        try:
+            await self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
+        except errors.LeaseholdError as e:
+            log.warning("%s: release of token %d on resign failed: %s", self._job, token, e)
+        return True
+
+    async def _release_if_granted(self) -> None:
+        try:
+            lease = await self._client.get_lease(self._job, timeout=0.2)
+            if lease.holder == self._holder:
+                await self._client.release(self._job, self._holder, lease.token, timeout=0.2)
+        except errors.LeaseholdError:
+            pass
+
+    def _callback(self, cb: Optional[AsyncTokenCallback], token: int) -> None:
+        if cb is None:
+            return
+        try:
+            r = cb(token)
+        except Exception:
+            log.exception("elector callback failed")
+            return
+        if inspect.isawaitable(r):
+            t = asyncio.ensure_future(r)
+            self._callback_tasks.add(t)
+            t.add_done_callback(self._callback_tasks.discard)
+
+    async def _set_leader(self, token: int, deadline: float) -> None:
+        self._token = token
+        self._deadline = deadline
+        log.info("%s: elected with token %d", self._job, token)
+        await self._notify()
+        self._callback(self._on_elected, token)
+
+    async def _set_follower(self, token: int) -> None:
+        if self._token != token:
+            return
+        self._token = None
+        log.info("%s: stepped down from token %d", self._job, token)
+        await self._notify()
+        self._callback(self._on_lost, token)

@@ -1,0 +1,361 @@
+"""The thread-based :class:`Elector`: campaign for a job, renew at ttl/3,
+step down on loss, release on shutdown.
+
+One background thread owns the lease. It campaigns with a waiting
+``Acquire`` (so a release hands over at once), renews every ``ttl / 3``,
+and steps down **no later than its own conservative deadline**: the
+instant the last successful grant or renewal was *sent*, plus the TTL. The
+server counts the TTL from when it *received* that request, later, so the
+elector believes it has lost before the server can give the lease away,
+even when the server cannot be reached to say so.
+
+What no elector can do is notice its own process being paused (GC, SIGSTOP,
+a VM migration): carry the token into every write, so that a stale leader
+is fenced. :attr:`Elector.token` also checks the deadline itself, so it
+turns ``None`` on time even if the elector thread is held up.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Callable, Optional
+
+import grpc
+
+from . import errors
+from .client import Client
+from .types import process_holder
+
+log = logging.getLogger("leasehold.elector")
+
+TokenCallback = Callable[[int], None]
+
+_STOP = "stop"
+_TIMEOUT = "timeout"
+_DONE = "done"
+
+
+def campaign_timing(ttl: float):
+    """(backoff after an error, how long one waiting Acquire waits, renew
+    period, retry period after a failed renew), as the Rust Elector."""
+    backoff = min(max(ttl / 10, 0.05), 1.0)
+    campaign_wait = min(max(ttl * 3, 1.0), 30.0)
+    return backoff, campaign_wait, ttl / 3, max(ttl / 10, 0.01)
+
+
+class _Dispatcher:
+    """Runs callbacks in order on their own thread, so that a slow callback
+    cannot delay a renewal."""
+
+    def __init__(self) -> None:
+        self._q: "queue.Queue[Optional[Callable[[], None]]]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="leasehold-callbacks", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._q.put(fn)
+
+    def close(self, timeout: Optional[float]) -> None:
+        self._q.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._q.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:  # a user callback failed; keep dispatching
+                log.exception("elector callback failed")
+
+
+class Elector:
+    """Campaigns for ``job`` as ``name@<process uuid>``.
+
+    ::
+
+        with Elector(client, "bridge_health", "bridge", ttl=10) as elector:
+            token = elector.wait_elected()
+            client.checked_write("bridge_health", token, b"status", b"ok")
+        # leaving the block resigns: releases the lease if held
+
+    ``on_elected(token)`` and ``on_lost(token)`` are called in order on a
+    callback thread. :attr:`is_leader`, :attr:`token`, :meth:`wait_elected`
+    and :meth:`wait_lost` can be used instead of, or as well as, callbacks.
+    After losing, the elector campaigns again until :meth:`resign`.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        job: str,
+        name: str,
+        ttl: float,
+        *,
+        holder: Optional[str] = None,
+        on_elected: Optional[TokenCallback] = None,
+        on_lost: Optional[TokenCallback] = None,
+    ) -> None:
+        if ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self._client = client
+        self._job = job
+        self._ttl = float(ttl)
+        self._holder = holder or process_holder(name)
+        self._on_elected = on_elected
+        self._on_lost = on_lost
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._finished = False
+        self._token: Optional[int] = None
+        self._deadline = 0.0
+        self._thread: Optional[threading.Thread] = None
+        self._dispatcher = _Dispatcher() if (on_elected or on_lost) else None
+
+    # Public surface
+
+    @property
+    def holder(self) -> str:
+        """Our holder identity, ``name@uuid``."""
+        return self._holder
+
+    @property
+    def job(self) -> str:
+        return self._job
+
+    @property
+    def token(self) -> Optional[int]:
+        """The token we lead with, or ``None`` when not leading (or past our
+        own deadline, even if the elector thread has not caught up yet)."""
+        with self._cond:
+            if self._token is not None and time.monotonic() < self._deadline:
+                return self._token
+            return None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.token is not None
+
+    def start(self) -> "Elector":
+        """Starts campaigning (once)."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"leasehold-elector-{self._job}", daemon=True
+                )
+                self._thread.start()
+        return self
+
+    def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Waits until we lead; returns the token, or ``None`` on timeout or
+        once resigned."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._token is not None or self._finished, timeout)
+            return self._token
+
+    def wait_lost(self, timeout: Optional[float] = None) -> bool:
+        """Waits until we no longer lead with the token we lead with now;
+        True once that happened (at once if not leading)."""
+        with self._cond:
+            token = self._token
+            if token is None:
+                return True
+            return self._cond.wait_for(lambda: self._token != token, timeout)
+
+    def resign(self, timeout: Optional[float] = None) -> None:
+        """Stops campaigning, releases the lease if held, and waits for that
+        (and for the callbacks). The release is bounded by our deadline
+        (at least 200 ms): past it the lease runs out on its own."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            thread = self._thread
+        end = None if timeout is None else time.monotonic() + timeout
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if self._dispatcher is not None:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            self._dispatcher.close(left)
+        with self._cond:
+            self._finished = True
+            self._cond.notify_all()
+
+    def __enter__(self) -> "Elector":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.resign()
+
+    # The campaign, on the elector thread
+
+    def _run(self) -> None:
+        backoff, campaign_wait, _, _ = campaign_timing(self._ttl)
+        try:
+            while not self._stopped:
+                sent = time.monotonic()
+                limit = campaign_wait + self._ttl
+                fut = self._client.acquire_future(self._job, self._holder, self._ttl, campaign_wait, limit)
+                outcome = self._wait(fut, sent + limit)
+                if outcome == _STOP:
+                    self._release_if_granted()
+                    return
+                if outcome == _TIMEOUT:
+                    log.warning("campaign for %s: acquire timed out", self._job)
+                    continue
+                err = fut.exception()
+                if err is not None:
+                    e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
+                    log.warning("campaign for %s: acquire failed: %s", self._job, e)
+                    if self._sleep_until(time.monotonic() + backoff):
+                        return
+                    continue
+                r = fut.result()
+                if not r.acquired:
+                    continue
+                token = r.lease.token
+                anchor = self._anchor(token, sent)
+                if anchor is None:
+                    continue
+                if self._lead(token, anchor):
+                    return
+        except Exception:  # never die silently: step down and stop
+            log.exception("elector for %s failed", self._job)
+            with self._cond:
+                token = self._token
+            if token is not None:
+                self._set_follower(token)
+        finally:
+            with self._cond:
+                self._finished = True
+                self._cond.notify_all()
+
+    def _wait(self, fut: grpc.Future, deadline: float) -> str:
+        """Waits for ``fut``, a stop, or ``deadline``; cancels ``fut``
+        unless it completed."""
+        fut.add_done_callback(lambda _: self._notify())
+        with self._cond:
+            while True:
+                if fut.done():
+                    return _DONE
+                if self._stopped:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    fut.cancel()
+                    return _TIMEOUT
+                self._cond.wait(left)
+        fut.cancel()
+        return _STOP
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _sleep_until(self, when: float) -> bool:
+        """Sleeps until ``when``; True if told to stop meanwhile."""
+        with self._cond:
+            while not self._stopped:
+                left = when - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def _anchor(self, token: int, sent: float) -> Optional[float]:
+        """The instant our lease's TTL may be counted from: at or before the
+        server granted or last renewed it. A waiting Acquire may have been
+        granted long after it was sent; then a Renew sent now confirms the
+        lease and gives a fresh anchor. ``None`` when it cannot."""
+        if time.monotonic() < sent + self._ttl / 10:
+            return sent
+        sent = time.monotonic()
+        try:
+            self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+            return sent
+        except errors.LeaseholdError as e:
+            log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
+            return None
+
+    def _lead(self, token: int, sent: float) -> bool:
+        """Leads until the lease is lost (False) or we are told to stop
+        (releases; True)."""
+        _, _, every, retry = campaign_timing(self._ttl)
+        deadline = sent + self._ttl
+        self._set_leader(token, deadline)
+        nxt = sent + every
+        while True:
+            if self._sleep_until(min(nxt, deadline)):
+                return self._resign_lease(token, deadline)
+            now = time.monotonic()
+            if now >= deadline:
+                log.warning("%s: token %d reached its deadline without a renewal", self._job, token)
+                break
+            fut = self._client.renew_future(self._job, self._holder, token, self._ttl, deadline - now)
+            outcome = self._wait(fut, deadline)
+            if outcome == _STOP:
+                return self._resign_lease(token, deadline)
+            if outcome == _TIMEOUT:
+                log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
+                break
+            err = fut.exception()
+            if err is None:
+                deadline = now + self._ttl
+                nxt = now + every
+                with self._cond:
+                    if self._token == token:
+                        self._deadline = deadline
+                continue
+            e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
+            if isinstance(e, errors.LeaseLost):
+                log.warning("%s: lease lost (token %d): %s", self._job, token, e)
+                break
+            log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)
+            nxt = time.monotonic() + retry
+        self._set_follower(token)
+        return False
+
+    def _resign_lease(self, token: int, deadline: float) -> bool:
+        self._set_follower(token)
+        until = max(deadline, time.monotonic() + 0.2)
+        try:
+            self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
+        except errors.LeaseholdError as e:
+            log.warning("%s: release of token %d on resign failed: %s", self._job, token, e)
+        return True
+
+    def _release_if_granted(self) -> None:
+        """Stopped while an Acquire was in flight: the server may have
+        granted it just before the cancel. Best effort, briefly: release the
+        lease if it is ours, rather than leave it to run out."""
+        try:
+            lease = self._client.get_lease(self._job, timeout=0.2)
+            if lease.holder == self._holder:
+                self._client.release(self._job, self._holder, lease.token, timeout=0.2)
+        except errors.LeaseholdError:
+            pass
+
+    def _set_leader(self, token: int, deadline: float) -> None:
+        with self._cond:
+            self._token = token
+            self._deadline = deadline
+            self._cond.notify_all()
+        log.info("%s: elected with token %d", self._job, token)
+        if self._dispatcher is not None and self._on_elected is not None:
+            cb = self._on_elected
+            self._dispatcher.submit(lambda: cb(token))
+
+    def _set_follower(self, token: int) -> None:
+        with self._cond:
+            if self._token != token:
+                return
+            self._token = None
+            self._cond.notify_all()
+        log.info("%s: stepped down from token %d", self._job, token)
+        if self._dispatcher is not None and self._on_lost is not None:
+            cb = self._on_lost
+            self._dispatcher.submit(lambda: cb(token))

@@ -1,0 +1,199 @@
+"""Typed errors, decoded from the ``google.rpc.ErrorInfo`` reason.
+
+Every leasehold error status carries an ``ErrorInfo`` with domain
+``"leasehold"`` and a reason (``LEASE_LOST``, ``FENCED``,
+``INVALID_ARGUMENT``, ``UNKNOWN_TOKEN``, ``STORAGE``, ``SHUTTING_DOWN``).
+:func:`from_rpc_error` turns a ``grpc.RpcError`` (sync or asyncio) into the
+matching exception below, so that callers branch on the type, never on the
+message::
+
+    try:
+        client.checked_write(job, token, b"status", b"ok")
+    except leasehold.Fenced as e:
+        stop_leading()          # e.current_token is the job's newest token
+
+Hierarchy::
+
+    LeaseholdError
+    ├── LeaseLost          renew/release of a lease we no longer hold
+    ├── Fenced             write with a token that is not the live one
+    ├── InvalidArgument    bad input; .field names it
+    │   └── UnknownToken   a token the server never issued for the job
+    └── Unavailable        server unreachable or not answering; retryable
+        ├── StorageError   the store could not make a change durable
+        └── ShuttingDown   the server is stopping
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Optional, Tuple
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+DOMAIN = "leasehold"
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class LeaseholdError(Exception):
+    """Any error from leasehold, with the gRPC code, the ErrorInfo reason
+    (``None`` when the status had none) and the ErrorInfo metadata."""
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode = grpc.StatusCode.UNKNOWN,
+        reason: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+
+    def __str__(self) -> str:
+        tag = self.reason or (self.code.name if self.code else "")
+        return f"{self.message} ({tag})" if tag else self.message
+
+    def _token(self, key: str = "current_token") -> Optional[int]:
+        raw = self.metadata.get(key)
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+
+class LeaseLost(LeaseholdError):
+    """The lease is no longer ours (reason LEASE_LOST): stop leading.
+    Retrying is useless; campaign again if you like."""
+
+    @property
+    def current_token(self) -> Optional[int]:
+        """The job's newest token, if the server said."""
+        return self._token()
+
+    @property
+    def current_holder(self) -> Optional[str]:
+        """The job's holder now, if it has one."""
+        return self.metadata.get("current_holder") or None
+
+
+class Fenced(LeaseholdError):
+    """The write was fenced (reason FENCED): the writer is not the live
+    leader and must stop. Nothing was written."""
+
+    @property
+    def current_token(self) -> Optional[int]:
+        """The job's newest token."""
+        return self._token()
+
+
+class InvalidArgument(LeaseholdError):
+    """Bad input (INVALID_ARGUMENT): retrying the same call cannot help.
+    Nothing was changed."""
+
+    @property
+    def field(self) -> Optional[str]:
+        """The request field at fault (``"job"``, ``"ttl"``, ``"key"``...)."""
+        return self.metadata.get("field")
+
+
+class UnknownToken(InvalidArgument):
+    """A token the server never issued for the job: zero, or above the
+    job's newest token (reason UNKNOWN_TOKEN)."""
+
+    @property
+    def field(self) -> Optional[str]:
+        return self.metadata.get("field", "token")
+
+    @property
+    def current_token(self) -> Optional[int]:
+        """The job's newest token."""
+        return self._token()
+
+
+class Unavailable(LeaseholdError):
+    """The server could not be reached or could not answer (UNAVAILABLE,
+    DEADLINE_EXCEEDED, CANCELLED, a transport failure). The outcome of a
+    change is unknown; retrying later can help."""
+
+    retryable = True
+
+
+class StorageError(Unavailable):
+    """The server could not make the change durable (reason STORAGE)."""
+
+
+class ShuttingDown(Unavailable):
+    """The server is shutting down (reason SHUTTING_DOWN)."""
+
+
+_BY_REASON = {
+    "LEASE_LOST": LeaseLost,
+    "FENCED": Fenced,
+    "UNKNOWN_TOKEN": UnknownToken,
+    "INVALID_ARGUMENT": InvalidArgument,
+    "STORAGE": StorageError,
+    "SHUTTING_DOWN": ShuttingDown,
+}
+
+_UNAVAILABLE_CODES = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+}
+
+
+def error_info(
+    trailing_metadata: Optional[Iterable[Tuple[str, object]]],
+) -> Optional[error_details_pb2.ErrorInfo]:
+    """The leasehold ``ErrorInfo`` in a status's trailing metadata, if any."""
+    for key, value in trailing_metadata or ():
+        if key != _DETAILS_KEY or not isinstance(value, (bytes, bytearray)):
+            continue
+        status = status_pb2.Status.FromString(bytes(value))
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                if info.domain == DOMAIN:
+                    return info
+    return None
+
+
+def from_status(
+    code: grpc.StatusCode,
+    message: str,
+    trailing_metadata: Optional[Iterable[Tuple[str, object]]] = None,
+) -> LeaseholdError:
+    """The typed error for a status code, message and trailing metadata."""
+    info = error_info(trailing_metadata)
+    reason = info.reason if info is not None else None
+    metadata = dict(info.metadata) if info is not None else {}
+    message = message or (code.name if code else "error")
+    cls = _BY_REASON.get(reason or "")
+    if cls is None:
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            cls = InvalidArgument
+        elif code in _UNAVAILABLE_CODES:
+            cls = Unavailable
+        else:
+            cls = LeaseholdError
+    return cls(message, code=code, reason=reason, metadata=metadata)
+
+
+def from_rpc_error(e: grpc.RpcError) -> LeaseholdError:
+    """The typed error for a failed call (``grpc.RpcError`` or
+    ``grpc.aio.AioRpcError``)."""
+    try:
+        code = e.code()  # type: ignore[attr-defined]
+        message = e.details() or ""  # type: ignore[attr-defined]
+        trailing = e.trailing_metadata()  # type: ignore[attr-defined]
+    except Exception:  # an RpcError that is not a call (rare)
+        return Unavailable(str(e), code=grpc.StatusCode.UNKNOWN)
+    return from_status(code, message, trailing)

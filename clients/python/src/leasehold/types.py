@@ -1,0 +1,141 @@
+"""Plain values the clients return, and the conversions from the wire."""
+
+from __future__ import annotations
+
+import enum
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from google.protobuf import duration_pb2
+
+from .v1 import leasehold_pb2 as pb
+
+Bytes = Union[bytes, bytearray, memoryview, str]
+
+_process_uuid = uuid.uuid4()
+
+
+def _new_process_uuid() -> None:
+    global _process_uuid
+    _process_uuid = uuid.uuid4()
+
+
+# A forked child is a new process, so it is a new holder too.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_process_uuid)
+
+
+def process_holder(name: str) -> str:
+    """A holder identity for this process: ``name@uuid``, with one UUID made
+    at process start (and again in a forked child). A restarted process is
+    therefore a new holder, never mistaken for the old one."""
+    return f"{name}@{_process_uuid}"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A job's lease, as the server reported it."""
+
+    job: str
+    #: The live holder, or ``None`` when the job is free.
+    holder: Optional[str]
+    #: The newest token; 0 if never granted.
+    token: int
+    #: The TTL of the live grant, in seconds.
+    ttl: Optional[float]
+    #: Seconds left when the server answered.
+    remaining: Optional[float]
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """The answer to ``acquire``."""
+
+    #: Whether we hold the lease now.
+    acquired: bool
+    #: Our lease when acquired, else the current holder's.
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class Value:
+    """A stored value, as ``read`` returns it."""
+
+    #: False when never written or deleted.
+    found: bool
+    value: bytes
+    #: The token of the write that stored this value (or the delete).
+    token: int
+    #: The key's version; 0 if never written.
+    version: int
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One live key, as ``list_keys`` returns it."""
+
+    key: bytes
+    token: int
+    version: int
+    #: The value's size in bytes.
+    size: int
+
+
+class EventKind(enum.Enum):
+    """Why a watch event was sent."""
+
+    CURRENT = pb.LeaseEvent.KIND_CURRENT
+    ACQUIRED = pb.LeaseEvent.KIND_ACQUIRED
+    RELEASED = pb.LeaseEvent.KIND_RELEASED
+    EXPIRED = pb.LeaseEvent.KIND_EXPIRED
+    UNSPECIFIED = pb.LeaseEvent.KIND_UNSPECIFIED
+
+
+@dataclass(frozen=True)
+class LeaseEvent:
+    """One event of ``watch``: the lease after a change."""
+
+    kind: EventKind
+    lease: Lease
+
+
+def to_duration(seconds: float) -> duration_pb2.Duration:
+    if seconds < 0:
+        seconds = 0.0
+    nanos_total = int(round(seconds * 1e9))
+    return duration_pb2.Duration(
+        seconds=nanos_total // 1_000_000_000, nanos=nanos_total % 1_000_000_000
+    )
+
+
+def _seconds(msg: pb.Lease, field: str) -> Optional[float]:
+    if not msg.HasField(field):
+        return None
+    d = getattr(msg, field)
+    return max(d.seconds, 0) + max(d.nanos, 0) / 1e9
+
+
+def lease_from_pb(msg: pb.Lease) -> Lease:
+    return Lease(
+        job=msg.job,
+        holder=msg.holder or None,
+        token=msg.token,
+        ttl=_seconds(msg, "ttl"),
+        remaining=_seconds(msg, "remaining"),
+    )
+
+
+def event_from_pb(msg: pb.LeaseEvent) -> LeaseEvent:
+    try:
+        kind = EventKind(msg.kind)
+    except ValueError:
+        kind = EventKind.UNSPECIFIED
+    return LeaseEvent(kind=kind, lease=lease_from_pb(msg.lease))
+
+
+def as_bytes(b: Bytes) -> bytes:
+    if isinstance(b, str):
+        return b.encode("utf-8")
+    return bytes(b)

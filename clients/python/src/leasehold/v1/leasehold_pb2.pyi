@@ -1,0 +1,270 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_LEASE_LOST: _ClassVar[ErrorReason]
+    ERROR_REASON_FENCED: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    ERROR_REASON_UNKNOWN_TOKEN: _ClassVar[ErrorReason]
+    ERROR_REASON_STORAGE: _ClassVar[ErrorReason]
+    ERROR_REASON_SHUTTING_DOWN: _ClassVar[ErrorReason]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_LEASE_LOST: ErrorReason
+ERROR_REASON_FENCED: ErrorReason
+ERROR_REASON_INVALID_ARGUMENT: ErrorReason
+ERROR_REASON_UNKNOWN_TOKEN: ErrorReason
+ERROR_REASON_STORAGE: ErrorReason
+ERROR_REASON_SHUTTING_DOWN: ErrorReason
+
+class Lease(_message.Message):
+    __slots__ = ("job", "holder", "token", "ttl", "remaining")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    token: int
+    ttl: _duration_pb2.Duration
+    remaining: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AcquireRequest(_message.Message):
+    __slots__ = ("job", "holder", "ttl", "wait")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    ttl: _duration_pb2.Duration
+    wait: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AcquireResponse(_message.Message):
+    __slots__ = ("acquired", "lease")
+    ACQUIRED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    acquired: bool
+    lease: Lease
+    def __init__(self, acquired: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("job", "holder", "token", "ttl")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    token: int
+    ttl: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("job", "holder", "token")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    token: int
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetLeaseRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class ListLeasesRequest(_message.Message):
+    __slots__ = ("prefix", "page_size", "page_token")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    page_size: int
+    page_token: str
+    def __init__(self, prefix: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListLeasesResponse(_message.Message):
+    __slots__ = ("leases", "next_page_token")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    next_page_token: str
+    def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchLeaseRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class LeaseEvent(_message.Message):
+    __slots__ = ("lease", "kind")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[LeaseEvent.Kind]
+        KIND_CURRENT: _ClassVar[LeaseEvent.Kind]
+        KIND_ACQUIRED: _ClassVar[LeaseEvent.Kind]
+        KIND_RELEASED: _ClassVar[LeaseEvent.Kind]
+        KIND_EXPIRED: _ClassVar[LeaseEvent.Kind]
+    KIND_UNSPECIFIED: LeaseEvent.Kind
+    KIND_CURRENT: LeaseEvent.Kind
+    KIND_ACQUIRED: LeaseEvent.Kind
+    KIND_RELEASED: LeaseEvent.Kind
+    KIND_EXPIRED: LeaseEvent.Kind
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    kind: LeaseEvent.Kind
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., kind: _Optional[_Union[LeaseEvent.Kind, str]] = ...) -> None: ...
+
+class CheckedWriteRequest(_message.Message):
+    __slots__ = ("job", "token", "key", "value", "delete")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    token: int
+    key: bytes
+    value: bytes
+    delete: bool
+    def __init__(self, job: _Optional[str] = ..., token: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ...) -> None: ...
+
+class CheckedWriteResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("job", "key")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    key: bytes
+    def __init__(self, job: _Optional[str] = ..., key: _Optional[bytes] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("found", "value", "token", "version")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    token: int
+    version: int
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ..., token: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ("job", "prefix", "page_size", "page_token")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    prefix: bytes
+    page_size: int
+    page_token: bytes
+    def __init__(self, job: _Optional[str] = ..., prefix: _Optional[bytes] = ..., page_size: _Optional[int] = ..., page_token: _Optional[bytes] = ...) -> None: ...
+
+class KeyInfo(_message.Message):
+    __slots__ = ("key", "token", "version", "size")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    token: int
+    version: int
+    size: int
+    def __init__(self, key: _Optional[bytes] = ..., token: _Optional[int] = ..., version: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("keys", "next_page_token")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
+    next_page_token: bytes
+    def __init__(self, keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., next_page_token: _Optional[bytes] = ...) -> None: ...
+
+class KeepAliveRequest(_message.Message):
+    __slots__ = ("id", "renewals")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RENEWALS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    renewals: _containers.RepeatedCompositeFieldContainer[KeepAliveRenewal]
+    def __init__(self, id: _Optional[int] = ..., renewals: _Optional[_Iterable[_Union[KeepAliveRenewal, _Mapping]]] = ...) -> None: ...
+
+class KeepAliveRenewal(_message.Message):
+    __slots__ = ("job", "holder", "token", "ttl")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    token: int
+    ttl: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class KeepAliveResponse(_message.Message):
+    __slots__ = ("id", "results")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    results: _containers.RepeatedCompositeFieldContainer[KeepAliveResult]
+    def __init__(self, id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[KeepAliveResult, _Mapping]]] = ...) -> None: ...
+
+class KeepAliveResult(_message.Message):
+    __slots__ = ("job", "outcome", "lease", "field", "message")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[KeepAliveResult.Outcome]
+        OUTCOME_RENEWED: _ClassVar[KeepAliveResult.Outcome]
+        OUTCOME_LEASE_LOST: _ClassVar[KeepAliveResult.Outcome]
+        OUTCOME_UNKNOWN_TOKEN: _ClassVar[KeepAliveResult.Outcome]
+        OUTCOME_INVALID_ARGUMENT: _ClassVar[KeepAliveResult.Outcome]
+    OUTCOME_UNSPECIFIED: KeepAliveResult.Outcome
+    OUTCOME_RENEWED: KeepAliveResult.Outcome
+    OUTCOME_LEASE_LOST: KeepAliveResult.Outcome
+    OUTCOME_UNKNOWN_TOKEN: KeepAliveResult.Outcome
+    OUTCOME_INVALID_ARGUMENT: KeepAliveResult.Outcome
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    outcome: KeepAliveResult.Outcome
+    lease: Lease
+    field: str
+    message: str
+    def __init__(self, job: _Optional[str] = ..., outcome: _Optional[_Union[KeepAliveResult.Outcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,110 @@
+"""The asyncio client and AsyncElector against the real server."""
+
+import asyncio
+import signal
+import time
+
+import pytest
+
+import leasehold
+from leasehold.aio import AsyncClient, AsyncElector
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_async_client_calls_and_typed_errors(server, job):
+    async def main():
+        async with AsyncClient(server.target) as c:
+            a = await c.acquire(job, "a", ttl=30)
+            assert a.acquired and a.lease.token == 1
+            assert (await c.renew(job, "a", 1, ttl=30)).token == 1
+            assert await c.checked_write(job, 1, b"k", b"v") == 1
+            assert (await c.read(job, b"k")).value == b"v"
+            assert [k.key for k in await c.list_keys(job)] == [b"k"]
+            assert job in [l.job for l in await c.list_leases(job)]
+            with pytest.raises(leasehold.InvalidArgument) as e:
+                await c.acquire(job, "b", ttl=0)
+            assert e.value.field == "ttl"
+            with pytest.raises(leasehold.UnknownToken):
+                await c.checked_write(job, 9, b"k", b"v")
+            await c.release(job, "a", 1)
+            with pytest.raises(leasehold.LeaseLost) as e:
+                await c.renew(job, "a", 1, ttl=30)
+            assert e.value.current_token == 1
+            await c.acquire(job, "b", ttl=30)
+            with pytest.raises(leasehold.Fenced) as e:
+                await c.checked_write(job, 1, b"k", b"stale")
+            assert e.value.current_token == 2
+            assert await c.delete(job, 2, b"k") == 2
+
+    run(main())
+
+
+def test_async_watch(server, job):
+    async def main():
+        async with AsyncClient(server.target) as c:
+            events = c.watch(job, timeout=20)
+            first = await events.__anext__()
+            assert first.kind == leasehold.EventKind.CURRENT
+            await c.acquire(job, "a", ttl=30)
+            e = await events.__anext__()
+            assert (e.kind, e.lease.token) == (leasehold.EventKind.ACQUIRED, 1)
+            await events.aclose()
+
+    run(main())
+
+
+def test_async_electors_one_leads_and_resign_hands_over(server, job):
+    async def main():
+        async with AsyncClient(server.target) as c:
+            seen = []
+            a = AsyncElector(c, job, "a", 10, on_elected=lambda t: seen.append(("a", t))).start()
+
+            async def b_elected(t):  # a coroutine callback
+                seen.append(("b", t))
+
+            b = AsyncElector(c, job, "b", 10, on_elected=b_elected).start()
+            done, _ = await asyncio.wait(
+                {asyncio.ensure_future(a.wait_elected()), asyncio.ensure_future(b.wait_elected())},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            assert [t.result() for t in done] == [1]
+            leader, follower = (a, b) if a.is_leader else (b, a)
+            await asyncio.get_running_loop().run_in_executor(None, server.wait_waiters, 1)
+            assert not follower.is_leader
+            t = time.monotonic()
+            await leader.resign()
+            assert await follower.wait_elected(5) == 2
+            assert time.monotonic() - t < 2.5
+            await follower.resign()
+            lease = await c.get_lease(job)
+            assert (lease.holder, lease.token) == (None, 2)
+            assert sorted(seen)[0][1] == 1 and len(seen) == 2
+
+    run(main())
+
+
+def test_async_elector_steps_down_by_its_deadline_when_the_server_is_paused(own_server):
+    ttl = 0.9
+
+    async def main():
+        async with AsyncClient(own_server.target) as c:
+            e = AsyncElector(c, "paused", "e", ttl).start()
+            assert await e.wait_elected(5) == 1
+            await asyncio.sleep(ttl)
+            own_server.signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            assert await e.wait_lost(3 * ttl)
+            after = time.monotonic() - stopped
+            assert after <= ttl + 0.3, f"stepped down late: {after:.3f}s"
+            t = time.monotonic()
+            await e.resign()
+            assert time.monotonic() - t < 2.0
+            own_server.signal(signal.SIGCONT)
+
+    try:
+        run(main())
+    finally:
+        own_server.signal(signal.SIGCONT)
