@@ -73,6 +73,15 @@ pub enum Error {
     /// full). The outcome of a failed change is unknown until it is read
     /// back. Retrying later can help.
     Storage(String),
+    /// The data dir's disk is (nearly) full, so the change was refused
+    /// before anything was written. Reads go on. Retrying after space is
+    /// freed can help.
+    NoSpace {
+        /// Bytes free for the server in the data dir's file system.
+        free: u64,
+        /// Bytes a write needs free: its own size plus the store's reserve.
+        needed: u64,
+    },
     /// The server is shutting down. Retrying against a server that is up
     /// can help.
     ShuttingDown,
@@ -107,6 +116,7 @@ impl Error {
             Error::LeaseLost { .. } => "LEASE_LOST",
             Error::Fenced { .. } => "FENCED",
             Error::Storage(_) => "STORAGE",
+            Error::NoSpace { .. } => "DISK_FULL",
             Error::ShuttingDown | Error::Serve(_) => "SHUTTING_DOWN",
         }
     }
@@ -160,6 +170,11 @@ impl fmt::Display for Error {
                 ),
             },
             Error::Storage(cause) => write!(f, "storage failure: {cause}"),
+            Error::NoSpace { free, needed } => write!(
+                f,
+                "disk full: {free} bytes free in the data dir, a write needs at least {needed}; \
+                 nothing was changed"
+            ),
             Error::ShuttingDown => f.write_str("the server is shutting down"),
             Error::Serve(cause) => write!(f, "server failure: {cause}"),
         }

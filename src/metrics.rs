@@ -198,6 +198,16 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
             "CheckedWrites refused with FENCED: writes by a stale leader.",
             s.fenced_writes,
         ),
+        (
+            "store_failures",
+            "Times the store failed to write or sync (disk full, I/O error).",
+            snap.store_failures,
+        ),
+        (
+            "store_recoveries",
+            "Times the store was reopened from stable storage after a failure.",
+            snap.store_recoveries,
+        ),
     ] {
         let _ = writeln!(o, "# HELP leasehold_{name}_total {help}");
         let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");

@@ -116,6 +116,7 @@ impl From<Status> for ClientError {
                 message,
                 current_token,
             },
+            (_, "DISK_FULL" | "STORAGE" | "SHUTTING_DOWN") => ClientError::Unavailable(message),
             (Code::InvalidArgument, _) => ClientError::InvalidArgument {
                 field: meta("field"),
                 message,

@@ -139,14 +139,14 @@ pub struct Stats {
     pub fenced_writes: u64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Holding {
     holder: HolderId,
     ttl: Duration,
     deadline: Instant,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Job {
     /// The newest token issued. Never goes down.
     token: Token,
@@ -253,7 +253,7 @@ impl Job {
 }
 
 /// A waiting `Acquire`, queued first come, first served.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Waiter {
     id: WaiterId,
     holder: HolderId,
@@ -300,6 +300,39 @@ impl LeaseTable {
             table.jobs.insert(name, job);
         }
         table
+    }
+
+    /// Replaces every job with the stored records, as [`LeaseTable::restore`]
+    /// does, keeping the counters. Used after the store was reopened from
+    /// stable storage: whatever was not durable is forgotten, held leases
+    /// are live for a full TTL from `now`. Queued waiters are dropped; their
+    /// callers must ask again.
+    pub fn reload(
+        &mut self,
+        records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
+        now: Instant,
+    ) {
+        self.jobs = LeaseTable::restore(records, now).jobs;
+    }
+
+    /// Saves one job's state, to undo a decision whose change could not be
+    /// stored (the disk is full). Costs a copy of the job, so callers take
+    /// one only when a store failure is likely.
+    pub fn checkpoint(&self, name: &JobName) -> Checkpoint {
+        Checkpoint {
+            name: name.clone(),
+            job: self.jobs.get(name).cloned(),
+            stats: self.stats.clone(),
+        }
+    }
+
+    /// Undoes everything since `c` was taken (for its job).
+    pub fn rollback(&mut self, c: Checkpoint) {
+        match c.job {
+            Some(job) => self.jobs.insert(c.name, job),
+            None => self.jobs.remove(&c.name),
+        };
+        self.stats = c.stats;
     }
 
     /// Asks for the lease on `job` for `holder`.
@@ -630,6 +663,14 @@ impl LeaseTable {
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
     }
+}
+
+/// One job's saved state; see [`LeaseTable::checkpoint`].
+#[derive(Debug)]
+pub struct Checkpoint {
+    name: JobName,
+    job: Option<Job>,
+    stats: Stats,
 }
 
 /// A job's leadership, for metrics.

@@ -18,16 +18,41 @@ use std::thread::JoinHandle;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
+use crate::node::recovery::Trigger;
 use crate::store::Store;
 
 #[derive(Debug, Clone, Default)]
 struct Flushed {
-    /// Every change with a sequence number up to this one is durable.
+    /// Every change with a sequence number up to this one is durable,
+    /// except those in `lost`.
     durable: u64,
     /// The last sync that failed covered changes up to this one...
     failed_upto: u64,
     /// ...and failed with this error.
     error: Option<String>,
+    /// Ranges `(after, upto]` of changes that were staged on a store that
+    /// failed and was reopened, with why: they will never be durable,
+    /// whatever later syncs cover.
+    lost: Vec<(u64, u64, String)>,
+}
+
+impl Flushed {
+    fn outcome(&self, seq: u64) -> Option<Result<()>> {
+        if let Some((_, _, why)) = self.lost.iter().find(|(a, b, _)| *a < seq && seq <= *b) {
+            return Some(Err(Error::Storage(format!(
+                "{why}; the change was not made durable and was discarded"
+            ))));
+        }
+        if self.durable >= seq {
+            return Some(Ok(()));
+        }
+        if self.failed_upto >= seq {
+            return Some(Err(Error::Storage(
+                self.error.clone().unwrap_or_else(|| "sync failed".into()),
+            )));
+        }
+        None
+    }
 }
 
 #[derive(Default)]
@@ -51,8 +76,9 @@ pub struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Starts the flusher thread for `store`.
-    pub fn start(store: Arc<dyn Store>) -> GroupCommit {
+    /// Starts the flusher thread for `store`. A failed sync fires
+    /// `on_failure`.
+    pub fn start(store: Arc<dyn Store>, on_failure: Arc<Trigger>) -> GroupCommit {
         let shared = Arc::new(Shared {
             staged: AtomicU64::new(0),
             requests: Mutex::new(Requests::default()),
@@ -62,7 +88,7 @@ impl GroupCommit {
         let s = shared.clone();
         let flusher = std::thread::Builder::new()
             .name("leasehold-flusher".into())
-            .spawn(move || flusher(&s, store.as_ref()))
+            .spawn(move || flusher(&s, store.as_ref(), &on_failure))
             .expect("spawn the flusher thread");
         GroupCommit {
             shared,
@@ -87,14 +113,8 @@ impl GroupCommit {
         let mut rx = self.shared.flushed.subscribe();
         let mut asked = false;
         loop {
-            {
-                let f = rx.borrow_and_update();
-                if f.durable >= seq {
-                    return Ok(());
-                }
-                if asked && f.failed_upto >= seq {
-                    return Err(Error::Storage(f.error.clone().unwrap_or_default()));
-                }
+            if let Some(r) = rx.borrow_and_update().outcome(seq) {
+                return r;
             }
             if !asked {
                 let mut r = self.shared.requests.lock().expect("requests lock");
@@ -109,6 +129,19 @@ impl GroupCommit {
                 return Err(Error::ShuttingDown);
             }
         }
+    }
+
+    /// Declares every staged change that is not durable yet lost: the store
+    /// failed and is being reopened from what is on stable storage. Call it
+    /// under the same lock as `stage`, so nothing is staged meanwhile.
+    pub fn lose_pending(&self, why: &str) {
+        let staged = self.staged();
+        self.shared.flushed.send_modify(|f| {
+            let after = f.lost.last().map_or(f.durable, |l| l.1.max(f.durable));
+            if staged > after {
+                f.lost.push((after, staged, why.to_owned()));
+            }
+        });
     }
 
     /// Syncs what is staged, stops the flusher and waits for it.
@@ -131,7 +164,7 @@ impl Drop for GroupCommit {
     }
 }
 
-fn flusher(shared: &Shared, store: &dyn Store) {
+fn flusher(shared: &Shared, store: &dyn Store, on_failure: &Trigger) {
     let mut done = 0u64;
     loop {
         let stop = {
@@ -148,6 +181,7 @@ fn flusher(shared: &Shared, store: &dyn Store) {
         // number was taken, so this one sync covers all of it.
         let target = shared.staged.load(Ordering::Acquire);
         let result = store.sync();
+        let failed = result.is_err();
         shared.flushed.send_modify(|f| match result {
             Ok(()) => f.durable = f.durable.max(target),
             Err(e) => {
@@ -157,5 +191,8 @@ fn flusher(shared: &Shared, store: &dyn Store) {
             }
         });
         done = target;
+        if failed {
+            on_failure.fire();
+        }
     }
 }

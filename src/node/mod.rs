@@ -20,9 +20,10 @@
 //! ever sees a token or a value that a crash could take back.
 
 pub mod commit;
+pub mod recovery;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Notify};
@@ -36,6 +37,7 @@ use crate::lease::{
 };
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
+use recovery::Trigger;
 
 /// What happened to a watched lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +61,10 @@ pub struct Snapshot {
     pub jobs: Vec<(JobName, Leadership)>,
     /// Acquires waiting right now.
     pub waiters: usize,
+    /// Times the store failed (disk full, I/O error).
+    pub store_failures: u64,
+    /// Times the store was reopened after a failure.
+    pub store_recoveries: u64,
 }
 
 /// One renewal in a [`Node::renew_many`] batch: the arguments of
@@ -82,6 +88,11 @@ pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
 struct State {
     table: LeaseTable,
     wakers: HashMap<WaiterId, Arc<Notify>>,
+    /// Goes up each time the table is reloaded after a store failure;
+    /// waiters queued before that must ask again.
+    generation: u64,
+    store_failures: u64,
+    store_recoveries: u64,
 }
 
 impl State {
@@ -100,6 +111,61 @@ struct Inner {
     commit: GroupCommit,
     watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
     closing: watch::Sender<bool>,
+    recovery: Arc<Trigger>,
+}
+
+impl Inner {
+    /// Under the state lock, after a put failed or before a reopen: every
+    /// change not durable yet is lost, and the recovery thread must run.
+    fn fail(&self, st: &mut State, job: Option<&JobName>, e: &Error) {
+        // A number for this change too, so that a reply waiting on the
+        // job's last change sees the loss instead of older, durable state.
+        let seq = self.commit.stage();
+        if let Some(job) = job {
+            st.table.set_stamp(job, seq);
+        }
+        self.commit.lose_pending(&e.to_string());
+        st.store_failures += 1;
+        self.recovery.fire();
+    }
+
+    /// Reopens the store and reloads the lease table from it.
+    fn recover(&self) -> Result<()> {
+        let mut st = self.state.lock().expect("lease state lock poisoned");
+        self.commit
+            .lose_pending("the store failed and was reopened from stable storage");
+        self.store.reopen()?;
+        let records = self.store.leases()?;
+        st.table.reload(records, clock::now());
+        st.generation += 1;
+        st.store_recoveries += 1;
+        for n in st.wakers.values() {
+            n.notify_one();
+        }
+        drop(st);
+        for s in self.watchers.lock().expect("watchers lock").values() {
+            s.send_modify(|n| *n += 1);
+        }
+        tracing::warn!("store recovered: lease table reloaded from stable storage");
+        Ok(())
+    }
+}
+
+/// Runs recoveries when fired, retrying each until it succeeds.
+fn recovery_thread(inner: Weak<Inner>, trigger: Arc<Trigger>) {
+    while trigger.wait() {
+        loop {
+            let Some(inner) = inner.upgrade() else { return };
+            match inner.recover() {
+                Ok(()) => break,
+                Err(e) => tracing::error!(error = %e, "store recovery failed; retrying"),
+            }
+            drop(inner);
+            if !trigger.pause(recovery::RETRY) {
+                return;
+            }
+        }
+    }
 }
 
 /// The coordinator. Cheap to clone: clones share one state.
@@ -115,19 +181,28 @@ impl Node {
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
         let records = store.leases()?;
         let table = LeaseTable::restore(records, clock::now());
-        let commit = GroupCommit::start(store.clone());
-        Ok(Node {
-            inner: Arc::new(Inner {
-                state: Mutex::new(State {
-                    table,
-                    wakers: HashMap::new(),
-                }),
-                store,
-                commit,
-                watchers: Mutex::new(HashMap::new()),
-                closing: watch::Sender::new(false),
+        let trigger = Arc::new(Trigger::default());
+        let commit = GroupCommit::start(store.clone(), trigger.clone());
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                table,
+                wakers: HashMap::new(),
+                generation: 0,
+                store_failures: 0,
+                store_recoveries: 0,
             }),
-        })
+            store,
+            commit,
+            watchers: Mutex::new(HashMap::new()),
+            closing: watch::Sender::new(false),
+            recovery: trigger.clone(),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("leasehold-recovery".into())
+            .spawn(move || recovery_thread(weak, trigger))
+            .map_err(Error::storage)?;
+        Ok(Node { inner })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -145,10 +220,27 @@ impl Node {
         f: impl FnOnce(&mut LeaseTable, Instant) -> (R, Effects),
     ) -> Result<(R, u64, bool)> {
         let mut st = self.lock();
+        // On a nearly full disk, be ready to undo a decision whose change
+        // the store refuses.
+        let undo = self
+            .inner
+            .store
+            .nearly_full()
+            .then(|| st.table.checkpoint(job));
         let (r, fx) = f(&mut st.table, clock::now());
         let seq = match &fx.persist {
             Some(rec) => {
-                self.inner.store.put_lease(job, rec)?;
+                if let Err(e) = self.inner.store.put_lease(job, rec) {
+                    match (undo, &e) {
+                        // Refused before anything was written: undo.
+                        (Some(c), Error::NoSpace { .. }) => st.table.rollback(c),
+                        // The table has already changed in memory; the
+                        // reload after the reopen puts it back to what is
+                        // durable.
+                        _ => self.inner.fail(&mut st, Some(job), &e),
+                    }
+                    return Err(e);
+                }
                 let seq = self.inner.commit.stage();
                 st.table.set_stamp(job, seq);
                 seq
@@ -201,11 +293,11 @@ impl Node {
 
         // Join the queue.
         let notify = Arc::new(Notify::new());
-        let id = {
+        let (id, generation) = {
             let mut st = self.lock();
             let id = st.table.enqueue(job, holder, ttl, clock::now());
             st.wakers.insert(id, notify.clone());
-            id
+            (id, st.generation)
         };
         let _queued = Queued {
             node: self,
@@ -214,6 +306,12 @@ impl Node {
         };
         let mut closing = self.inner.closing.subscribe();
         loop {
+            if self.lock().generation != generation {
+                return Err(Error::Storage(
+                    "the store was reopened after a failure while this Acquire waited; ask again"
+                        .into(),
+                ));
+            }
             let (res, seq, changed) =
                 self.decide(job, |t, now| t.acquire(job, holder, ttl, now, Some(id)))?;
             match res {
@@ -364,7 +462,12 @@ impl Node {
                 version,
                 value,
             };
-            self.inner.store.put_value(job, key, &rec)?;
+            if let Err(e) = self.inner.store.put_value(job, key, &rec) {
+                if !matches!(e, Error::NoSpace { .. }) {
+                    self.inner.fail(&mut st, None, &e);
+                }
+                return Err(e);
+            }
             (self.inner.commit.stage(), version)
         };
         self.inner.commit.wait(seq.0).await?;
@@ -481,6 +584,8 @@ impl Node {
                 .map(|(j, l)| (j.clone(), l))
                 .collect(),
             waiters: st.wakers.len(),
+            store_failures: st.store_failures,
+            store_recoveries: st.store_recoveries,
         }
     }
 
@@ -488,6 +593,7 @@ impl Node {
     /// [`Error::ShuttingDown`], then everything staged is synced.
     pub fn close(&self) {
         self.start_closing();
+        self.inner.recovery.stop();
         self.inner.commit.stop();
     }
 

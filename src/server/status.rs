@@ -24,6 +24,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `LeaseLost` | FAILED_PRECONDITION | LEASE_LOST |
 /// | `Fenced` | FAILED_PRECONDITION | FENCED |
 /// | `Storage` | UNAVAILABLE | STORAGE |
+/// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
@@ -50,6 +51,11 @@ pub fn to_status(e: &Error) -> Status {
         Error::Fenced { current, .. } => {
             meta.insert("current_token".to_owned(), current.to_string());
             Code::FailedPrecondition
+        }
+        Error::NoSpace { free, needed } => {
+            meta.insert("free_bytes".to_owned(), free.to_string());
+            meta.insert("needed_bytes".to_owned(), needed.to_string());
+            Code::ResourceExhausted
         }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };

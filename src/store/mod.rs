@@ -16,6 +16,8 @@
 //!   acknowledge anything it read before a `sync` that covers it.
 //! - Recovery yields a prefix of the puts, in order: if a put survived, every
 //!   put before it survived.
+//! - **After a failed put or sync, every put and sync fails until
+//!   [`Store::reopen`] succeeds**, and a reopen keeps only what was durable.
 //!
 //! [`sled::SledStore`] is the embedded default. A replicated engine (etcd)
 //! needs more than this trait, because there the decisions themselves must
@@ -62,6 +64,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>>;
     /// The durability barrier; see the module docs.
     fn sync(&self) -> Result<()>;
+    /// Whether the disk is nearly full, so that a put may soon be refused
+    /// with [`Error::NoSpace`]. Callers use it to prepare to undo a
+    /// decision whose change cannot be stored.
+    fn nearly_full(&self) -> bool {
+        false
+    }
+    /// After a failure: discards whatever is not on stable storage and opens
+    /// the store again from what is. Once a put or sync has failed, every
+    /// later put and sync fails until this succeeds, so nothing written
+    /// after a failure can be mistaken for durable.
+    fn reopen(&self) -> Result<()>;
 }
 
 // ---- Record encoding, shared by stores that keep bytes ----

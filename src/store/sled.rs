@@ -12,6 +12,7 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::lease::{JobName, LeaseRecord};
@@ -24,15 +25,32 @@ use crate::store::{
 /// data dir and must not change between runs.
 const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 
+/// The free space a put needs beyond its own size. sled may start a new
+/// segment at any write, and a write that fails inside sled stops the whole
+/// store until it is reopened (which itself needs space); refusing the put
+/// up front keeps the store, and reads, working on a full disk.
+const RESERVE: u64 = 2 * SEGMENT_SIZE as u64;
+
 /// The embedded store.
 pub struct SledStore {
+    dir: PathBuf,
+    /// `None` while a reopen after a failure has not succeeded yet.
+    open: RwLock<Option<Open>>,
+    /// The first failure since the store was (re)opened. Once set, every
+    /// put and sync fails until [`Store::reopen`]: sled itself stops
+    /// writing after an I/O error, and a later flush that returned `Ok`
+    /// would not mean that the earlier puts reached the disk.
+    failed: Mutex<Option<String>>,
+    syncs: AtomicU64,
+}
+
+struct Open {
     db: sled::Db,
     leases: sled::Tree,
     values: sled::Tree,
     /// The log file, opened a second time for `fdatasync`.
     log: File,
     blobs: PathBuf,
-    syncs: AtomicU64,
 }
 
 impl SledStore {
@@ -42,6 +60,68 @@ impl SledStore {
     /// created or read, or is in use by another process: an empty store
     /// would reset every token.
     pub fn open(dir: &Path) -> Result<SledStore> {
+        let open = Open::new(dir)?;
+        Ok(SledStore {
+            dir: dir.to_owned(),
+            open: RwLock::new(Some(open)),
+            failed: Mutex::new(None),
+            syncs: AtomicU64::new(0),
+        })
+    }
+
+    /// How many durability barriers ran, for tests and metrics.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
+        let guard = self.open.read().expect("store lock");
+        let open = guard
+            .as_ref()
+            .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
+        f(open)
+    }
+
+    /// Runs a write, failing fast once the store has failed, and marking it
+    /// failed on error.
+    fn write<T>(&self, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
+        if let Some(e) = self.failed.lock().expect("failed lock").as_ref() {
+            return Err(Error::storage(format!("{e} (the store is being reopened)")));
+        }
+        let r = self.with(f);
+        if let Err(e) = &r {
+            self.failed
+                .lock()
+                .expect("failed lock")
+                .get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    /// Refuses a put of about `bytes` when the data dir's file system is
+    /// too full for it, before sled sees it.
+    fn ensure_space(&self, bytes: usize) -> Result<()> {
+        let free = free_bytes(&self.dir).map_err(|e| {
+            Error::storage(format!("cannot stat data dir {}: {e}", self.dir.display()))
+        })?;
+        let needed = RESERVE + bytes as u64;
+        if free < needed {
+            return Err(Error::NoSpace { free, needed });
+        }
+        Ok(())
+    }
+
+    fn failure(&self, default: &str) -> String {
+        self.failed
+            .lock()
+            .expect("failed lock")
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    }
+}
+
+impl Open {
+    fn new(dir: &Path) -> Result<Open> {
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
@@ -69,19 +149,13 @@ impl SledStore {
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
-        Ok(SledStore {
+        Ok(Open {
             db,
             leases,
             values,
             log,
             blobs: dir.join("blobs"),
-            syncs: AtomicU64::new(0),
         })
-    }
-
-    /// How many durability barriers ran, for tests and metrics.
-    pub fn syncs(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
     }
 
     fn sync_blobs(&self) -> std::io::Result<()> {
@@ -104,40 +178,47 @@ impl SledStore {
 
 impl Store for SledStore {
     fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
-        self.leases
-            .iter()
-            .map(|kv| {
-                let (k, v) = kv.map_err(Error::storage)?;
-                let name = String::from_utf8(k.to_vec())
-                    .map_err(|_| Error::storage("corrupt job name in store"))?;
-                Ok((JobName::from_trusted(name), decode_lease(&v)?))
-            })
-            .collect()
+        self.with(|o| {
+            o.leases
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.map_err(Error::storage)?;
+                    let name = String::from_utf8(k.to_vec())
+                        .map_err(|_| Error::storage("corrupt job name in store"))?;
+                    Ok((JobName::from_trusted(name), decode_lease(&v)?))
+                })
+                .collect()
+        })
     }
 
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
-        self.leases
-            .insert(job.as_str().as_bytes(), encode_lease(record))
-            .map_err(Error::storage)?;
-        Ok(())
+        self.ensure_space(job.as_str().len() + 64)?;
+        self.write(|o| {
+            o.leases
+                .insert(job.as_str().as_bytes(), encode_lease(record))
+                .map_err(Error::storage)?;
+            Ok(())
+        })
     }
 
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
-        match self
-            .values
-            .get(value_key(job, key))
-            .map_err(Error::storage)?
-        {
-            Some(v) => decode_value(&v).map(Some),
-            None => Ok(None),
-        }
+        self.with(
+            |o| match o.values.get(value_key(job, key)).map_err(Error::storage)? {
+                Some(v) => decode_value(&v).map(Some),
+                None => Ok(None),
+            },
+        )
     }
 
     fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()> {
-        self.values
-            .insert(value_key(job, key), encode_value(record))
-            .map_err(Error::storage)?;
-        Ok(())
+        let size = job.as_str().len() + key.len() + record.value.as_ref().map_or(0, Vec::len);
+        self.ensure_space(size + 64)?;
+        self.write(|o| {
+            o.values
+                .insert(value_key(job, key), encode_value(record))
+                .map_err(Error::storage)?;
+            Ok(())
+        })
     }
 
     fn list_values(
@@ -149,11 +230,15 @@ impl Store for SledStore {
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
         let base = value_key(job, b"").len();
         let scan_prefix = value_key(job, prefix);
+        let guard = self.open.read().expect("store lock");
+        let o = guard
+            .as_ref()
+            .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
         let iter = match after.map(|a| value_key(job, a)) {
-            Some(a) if a >= scan_prefix => self
+            Some(a) if a >= scan_prefix => o
                 .values
                 .range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            _ => self.values.range(scan_prefix.clone()..),
+            _ => o.values.range(scan_prefix.clone()..),
         };
         let mut out = Vec::new();
         for kv in iter {
@@ -173,10 +258,42 @@ impl Store for SledStore {
     }
 
     fn sync(&self) -> Result<()> {
-        self.db.flush().map_err(Error::storage)?;
-        self.log.sync_data().map_err(Error::storage)?;
-        self.sync_blobs().map_err(Error::storage)?;
+        self.write(|o| {
+            o.db.flush().map_err(Error::storage)?;
+            o.log.sync_data().map_err(Error::storage)?;
+            o.sync_blobs().map_err(Error::storage)?;
+            Ok(())
+        })?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+
+    fn nearly_full(&self) -> bool {
+        free_bytes(&self.dir).map_or(true, |free| free < 2 * RESERVE)
+    }
+
+    fn reopen(&self) -> Result<()> {
+        let mut guard = self.open.write().expect("store lock");
+        // Close first: the data dir's lock must be free to open it again,
+        // and whatever sled still holds in memory must go.
+        drop(guard.take());
+        *guard = Some(Open::new(&self.dir)?);
+        *self.failed.lock().expect("failed lock") = None;
+        tracing::info!(dir = %self.dir.display(), "store reopened");
+        Ok(())
+    }
+}
+
+/// Bytes available to this process in the file system holding `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `st` a valid,
+    // writable statvfs for the call's duration.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }

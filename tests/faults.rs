@@ -1,0 +1,350 @@
+//! Storage faults and bad environments, with the real server process:
+//! a full disk, the sync system call that acknowledgement waits for, and a
+//! wall clock that jumps.
+//!
+//! These tests need root (to mount a small tmpfs, and to ptrace) plus the
+//! `strace` and `faketime` tools; `scripts/test` installs the tools, and CI
+//! runs as root. They fail, rather than skip, when something is missing.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ServerProcess;
+use leasehold::client::{Client, ClientError};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A tmpfs of `mib` MiB, unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(mib: u32) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a tmpfs needs root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills the disk with a file until the file system refuses more.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let p = self.path().join("filler");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+        p
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_writes_keeps_serving_reads_and_recovers() {
+    let disk = SmallDisk::mount(16);
+    let data = disk.path().join("data");
+    let mut server = ServerProcess::start(&data, &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert!(
+        c.acquire("j", "a", HOUR, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"before".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+
+    let filler = disk.fill();
+
+    // Every change is refused, clearly, and changes nothing.
+    for r in [
+        c.checked_write("j", 1, b"k", b"during".to_vec())
+            .await
+            .map(drop),
+        c.checked_write("j", 1, b"new", b"x".to_vec())
+            .await
+            .map(drop),
+        c.acquire("other", "b", HOUR, Duration::ZERO)
+            .await
+            .map(drop),
+        c.release("j", "a", 1).await,
+    ] {
+        match r {
+            Err(ClientError::Unavailable(m)) => assert!(m.contains("disk full"), "{m}"),
+            other => panic!("a change on a full disk: {other:?}"),
+        }
+    }
+    let mut raw = leasehold::proto::fenced_store_client::FencedStoreClient::connect(server.url())
+        .await
+        .unwrap();
+    let st = raw
+        .checked_write(leasehold::proto::CheckedWriteRequest {
+            job: "j".into(),
+            token: 1,
+            key: b"k".to_vec(),
+            value: b"x".to_vec(),
+            delete: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), tonic::Code::ResourceExhausted);
+
+    // Reads and renewals go on.
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"before"[..], 1));
+    assert!(!c.read("j", b"new").await.unwrap().found);
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("a"), 1),
+        "the release changed nothing"
+    );
+    assert_eq!(
+        c.get_lease("other").await.unwrap().token,
+        0,
+        "the acquire changed nothing"
+    );
+    c.renew("j", "a", 1, HOUR).await.unwrap();
+
+    // Space returns: writes work again, without a restart.
+    std::fs::remove_file(filler).unwrap();
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"after".to_vec())
+            .await
+            .unwrap(),
+        2
+    );
+    let b = c.acquire("other", "b", HOUR, Duration::ZERO).await.unwrap();
+    assert_eq!((b.acquired, b.lease.token), (true, 1));
+
+    // Nothing acknowledged was lost, nothing is corrupt.
+    server.signal(libc::SIGKILL);
+    server.child.wait().unwrap();
+    drop(server);
+    let server = ServerProcess::start(&data, &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"after"[..], 2));
+    assert_eq!(c.get_lease("other").await.unwrap().token, 1);
+    let m = admin_metrics(&server).await;
+    assert!(
+        m.contains("leasehold_store_failures_total 0"),
+        "the store itself never failed: {m}"
+    );
+}
+
+/// strace shows the reply to a `CheckedWrite` leaves the server only after
+/// an fdatasync of the store's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reply_to_a_write_follows_an_fdatasync_of_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.acquire("j", "a", HOUR, Duration::ZERO).await.unwrap();
+    c.read("j", b"k").await.unwrap(); // the connection is warm
+
+    let trace = dir.path().join("strace.txt");
+    let mut strace = Command::new("strace")
+        .args(["-f", "-ttt", "-yy", "-xx", "-s", "16"])
+        .args([
+            "-e",
+            "trace=fdatasync,fsync,write,writev,sendto,sendmsg,read,recvfrom",
+        ])
+        .arg("-o")
+        .arg(&trace)
+        .arg("-p")
+        .arg(server.pid().to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed (scripts/test installs it)");
+    // strace reports each thread it attaches to; wait for the first.
+    {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(strace.stderr.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("attached"), "strace: {line}");
+    }
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"traced".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+    common::signal(strace.id(), libc::SIGINT);
+    strace.wait().unwrap();
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let port = format!(":{}->", server.addr.port());
+    // (time, what) for the events that matter.
+    let mut events = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(_pid), Some(t)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Ok(t) = t.parse::<f64>() else { continue };
+        let call = &line[line.find(t.to_string().as_str()).unwrap_or(0)..];
+        // With -xx, paths are hex too: "/db" is \x2f\x64\x62.
+        if call.contains("fdatasync(")
+            && call.contains("\\x2f\\x64\\x62>")
+            && call.trim_end().ends_with("= 0")
+        {
+            events.push((t, "sync"));
+        } else if call.contains(&port) && (call.contains("recvfrom(") || call.contains("read(")) {
+            events.push((t, "request"));
+        } else if call.contains(&port)
+            && (call.contains("writev(") || call.contains("write(") || call.contains("sendto("))
+            && first_frame_type(call) == Some(1)
+        {
+            // A HEADERS frame: the start of a response.
+            events.push((t, "reply"));
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let kinds: Vec<&str> = events.iter().map(|e| e.1).collect();
+    let req = kinds
+        .iter()
+        .position(|k| *k == "request")
+        .expect("the request was read");
+    let reply = kinds
+        .iter()
+        .position(|k| *k == "reply")
+        .expect("a reply was written");
+    let sync = kinds[req..reply].iter().position(|k| *k == "sync");
+    assert!(
+        sync.is_some(),
+        "no fdatasync of the log between the request and the reply: {kinds:?}\n{text}"
+    );
+    println!("syscalls: {kinds:?}");
+}
+
+/// The frame type of the first HTTP/2 frame in a write traced with `-xx`.
+fn first_frame_type(call: &str) -> Option<u8> {
+    let start = call.find("\"\\x")? + 1;
+    let bytes: Vec<u8> = call[start..]
+        .split("\\x")
+        .skip(1)
+        .take(4)
+        .filter_map(|h| u8::from_str_radix(h.get(..2)?, 16).ok())
+        .collect();
+    bytes.get(3).copied()
+}
+
+/// Jumps of the wall clock, a day forward and back, change no lease timing:
+/// expiry runs on the monotonic clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_clock_jumps_change_no_lease_timing() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libfaketime is needed (scripts/test installs faketime)");
+    let spec = dir.path().join("faketime");
+    std::fs::write(&spec, "+0").unwrap();
+    let mut child = Command::new(common::bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path().join("data"))
+        .env("LD_PRELOAD", lib)
+        .env("FAKETIME_TIMESTAMP_FILE", &spec)
+        .env("FAKETIME_NO_CACHE", "1")
+        // A changed system time moves the wall clock only.
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.split_whitespace().nth(3).unwrap().to_owned()
+    };
+    let c = Client::connect(&addr).await.unwrap();
+    let ttl = Duration::from_millis(1500);
+    let t0 = Instant::now();
+    assert!(
+        c.acquire("j", "a", ttl, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+
+    std::fs::write(&spec, "+1d").unwrap();
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        l.holder.as_deref(),
+        Some("a"),
+        "a day forward does not expire the lease"
+    );
+    std::fs::write(&spec, "-1d").unwrap();
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(l.holder.as_deref(), Some("a"));
+    assert!(
+        l.remaining.unwrap() <= ttl,
+        "a day back does not extend it: {:?}",
+        l.remaining
+    );
+
+    // It expires one TTL after the grant, neither sooner nor much later.
+    let b = c
+        .acquire("j", "b", ttl, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(b.acquired);
+    assert!(took >= ttl, "expired early: {took:?}");
+    assert!(took < ttl * 3, "expired late: {took:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn admin_metrics(server: &ServerProcess) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(server.admin).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    buf
+}
