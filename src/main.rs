@@ -484,6 +484,10 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     limits.validate().context("bad limits")?;
     let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
     let node = Node::open(Arc::new(store)).context("cannot load the store")?;
+    #[cfg(feature = "fault-injection")]
+    if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
+        node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
+    }
     // Bind both listeners before serving, so that "listening" means it.
     let listener = TcpListener::bind(a.listen)
         .await

@@ -50,7 +50,7 @@ mod table;
 mod types;
 
 pub use table::{
-    Acquire, Checkpoint, Effects, Leadership, LeaseRecord, LeaseState, LeaseTable, LeaseView,
-    Stats, Vacancy, WaiterId,
+    Acquire, Checkpoint, Effects, Faults, Leadership, LeaseRecord, LeaseState, LeaseTable,
+    LeaseView, Stats, Vacancy, WaiterId,
 };
 pub use types::{HolderId, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};

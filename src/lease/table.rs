@@ -181,9 +181,12 @@ impl Job {
 
     /// Lazy expiry: a lease whose deadline has passed is free. This is the
     /// only place expiry is decided, and every rule calls it first.
-    fn settle(&mut self, now: Instant, stats: &mut Stats) {
+    fn settle(&mut self, now: Instant, stats: &mut Stats, faults: Faults) {
         if let Some(h) = &self.holding {
-            if h.deadline <= now {
+            // The broken rule "early-expiry" lets a lease run out at half
+            // its TTL, to show that the torture checker notices.
+            let early = faults.early_expiry && h.deadline - h.ttl / 2 <= now;
+            if h.deadline <= now || early {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
                 self.holding = None;
@@ -266,6 +269,20 @@ pub struct LeaseTable {
     jobs: BTreeMap<JobName, Job>,
     next_waiter: u64,
     stats: Stats,
+    faults: Faults,
+}
+
+/// Rules broken on purpose, to show that the torture checker catches real
+/// bugs. All false unless set by a build with the `fault-injection`
+/// feature; never in a release.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Faults {
+    /// Accept any write whose token was issued, live or not.
+    pub skip_fence: bool,
+    /// Let a lease run out at half its TTL.
+    pub early_expiry: bool,
+    /// Give a renewal a new token.
+    pub renew_bumps_token: bool,
 }
 
 impl LeaseTable {
@@ -300,6 +317,12 @@ impl LeaseTable {
             table.jobs.insert(name, job);
         }
         table
+    }
+
+    /// Breaks rules on purpose; see [`Faults`].
+    #[cfg(feature = "fault-injection")]
+    pub fn break_rules(&mut self, faults: Faults) {
+        self.faults = faults;
     }
 
     /// Replaces every job with the stored records, as [`LeaseTable::restore`]
@@ -350,11 +373,12 @@ impl LeaseTable {
         waiter: Option<WaiterId>,
     ) -> (Acquire, Effects) {
         let stats = &mut self.stats;
+        let faults = self.faults;
         let job = self
             .jobs
             .entry(name.clone())
             .or_insert_with(|| Job::new(now));
-        job.settle(now, stats);
+        job.settle(now, stats, faults);
         let mut fx = Effects::default();
 
         if let Some(h) = &mut job.holding {
@@ -421,11 +445,12 @@ impl LeaseTable {
         now: Instant,
     ) -> Result<(LeaseView, Effects)> {
         let stats = &mut self.stats;
+        let faults = self.faults;
         let Some(job) = self.jobs.get_mut(name) else {
             stats.renew_losses += 1;
             return Err(unknown_or_lost(name, None, Token::NONE, token));
         };
-        job.settle(now, stats);
+        job.settle(now, stats, faults);
         match &mut job.holding {
             Some(h) if &h.holder == holder && job.token == token => {
                 h.ttl = ttl;
@@ -433,6 +458,10 @@ impl LeaseTable {
                 let mut fx = Effects::default();
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
+                    fx.persist = Some(job.record());
+                }
+                if faults.renew_bumps_token {
+                    job.token = job.token.next();
                     fx.persist = Some(job.record());
                 }
                 Ok((job.view(name, now), fx))
@@ -457,10 +486,11 @@ impl LeaseTable {
         now: Instant,
     ) -> Result<Effects> {
         let stats = &mut self.stats;
+        let faults = self.faults;
         let Some(job) = self.jobs.get_mut(name) else {
             return Err(unknown_or_lost(name, None, Token::NONE, token));
         };
-        job.settle(now, stats);
+        job.settle(now, stats, faults);
         let mut fx = Effects::default();
         match &job.holding {
             Some(h) if &h.holder == holder && job.token == token => {
@@ -504,9 +534,10 @@ impl LeaseTable {
         now: Instant,
     ) -> Result<()> {
         let stats = &mut self.stats;
+        let faults = self.faults;
         let current = match self.jobs.get_mut(name) {
             Some(job) => {
-                job.settle(now, stats);
+                job.settle(now, stats, faults);
                 job.token
             }
             None => Token::NONE,
@@ -517,6 +548,9 @@ impl LeaseTable {
                 token: token.0,
                 current,
             });
+        }
+        if faults.skip_fence {
+            return Ok(());
         }
         let live = self.jobs.get(name).is_some_and(|j| j.holding.is_some());
         let cause = if token < current {
@@ -626,7 +660,7 @@ impl LeaseTable {
     /// correctness.
     pub fn settle_all(&mut self, now: Instant) {
         for job in self.jobs.values_mut() {
-            job.settle(now, &mut self.stats);
+            job.settle(now, &mut self.stats, self.faults);
         }
     }
 

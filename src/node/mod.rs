@@ -571,6 +571,34 @@ impl Node {
         }
     }
 
+    /// Breaks rules on purpose, from a list such as
+    /// `no-fence,early-expiry,renew-bumps-token,ack-before-sync`, so that
+    /// the torture test can show its checker catches real bugs.
+    #[cfg(feature = "fault-injection")]
+    pub fn break_rules(&self, list: &str) -> Result<()> {
+        let mut f = crate::lease::Faults::default();
+        for rule in list.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+            match rule {
+                "no-fence" => f.skip_fence = true,
+                "early-expiry" => f.early_expiry = true,
+                "renew-bumps-token" => f.renew_bumps_token = true,
+                "ack-before-sync" => self.inner.commit.ack_before_sync(),
+                other => {
+                    return Err(Error::invalid(
+                        "LEASEHOLD_BREAK",
+                        format!("unknown rule {other:?}"),
+                    ))
+                }
+            }
+        }
+        self.lock().table.break_rules(f);
+        tracing::warn!(
+            rules = list,
+            "BREAKING LEASE RULES ON PURPOSE (fault-injection build)"
+        );
+        Ok(())
+    }
+
     /// Counters and per-job leadership, for metrics.
     pub fn snapshot(&self) -> Snapshot {
         let mut st = self.lock();

@@ -1,0 +1,920 @@
+//! The torture harness: the real server under random faults, and a checker
+//! of the recorded history, in the spirit of Jepsen.
+//!
+//! The harness starts `leasehold serve` as a child process on a fixed port
+//! and several worker processes (this same binary, re-run with `--worker`)
+//! that do random `Acquire` (with and without wait), `Renew`, `Release`,
+//! `CheckedWrite` (with live and with stale tokens) and `Read` on a few
+//! jobs and keys, with short TTLs. Meanwhile a nemesis SIGKILLs and restarts
+//! the server, SIGSTOPs and SIGCONTs it, and SIGSTOPs and SIGCONTs workers.
+//! Every operation is recorded with its invoke and complete times on the
+//! machine's monotonic clock (shared by all processes) and its outcome: ok,
+//! failed (the server said no, so nothing happened) or unknown (a timeout
+//! or a lost connection: it may or may not have happened).
+//!
+//! The checker then verifies, over the whole history:
+//! 1. token uniqueness: no (job, token) granted to two holders, and grants
+//!    ordered by token in real time;
+//! 2. no early takeover: a grant to B never completes before A's last
+//!    acknowledged grant or renewal (invoke time + TTL) has run out, unless
+//!    A released first; restarts included;
+//! 3. no stale write: no accepted write with token T was invoked after a
+//!    grant of a higher token had completed;
+//! 4. no lost write: per key, a read never returns a version older than a
+//!    write that completed before the read began (final reads after a last
+//!    SIGKILL included), never two writes with one version, and never a
+//!    value nobody wrote.
+//!
+//! Usage (cargo runs it with no arguments, for the default bounded run):
+//!
+//! ```text
+//! cargo test --test torture -- [--duration SECS] [--workers N] [--seed N]
+//!                              [--server-bin PATH] [--break RULES] [--expect-violations]
+//! ```
+//!
+//! `--break` runs a server built with `--features fault-injection` that
+//! breaks rules on purpose (`no-fence`, `early-expiry`, `renew-bumps-token`,
+//! `ack-before-sync`); with `--expect-violations` the run succeeds only if
+//! the checker finds violations, which shows that it catches real bugs.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold::client::{Client, ClientError};
+
+const JOBS: usize = 3;
+const KEYS: usize = 3;
+const OP_TIMEOUT: Duration = Duration::from_millis(1500);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--worker") {
+        let id: usize = args[i + 1].parse().expect("worker id");
+        let addr: SocketAddr = args[i + 2].parse().expect("worker addr");
+        let seed: u64 = args[i + 3].parse().expect("worker seed");
+        worker(id, addr, seed);
+        return;
+    }
+    let opts = Opts::parse(&args);
+    let code = run(&opts);
+    std::process::exit(code);
+}
+
+struct Opts {
+    duration: Duration,
+    workers: usize,
+    seed: u64,
+    server_bin: PathBuf,
+    break_rules: Option<String>,
+    expect_violations: bool,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Opts {
+        let mut o = Opts {
+            duration: Duration::from_secs(150),
+            workers: 5,
+            seed: mono_ns(),
+            server_bin: PathBuf::from(env!("CARGO_BIN_EXE_leasehold")),
+            break_rules: None,
+            expect_violations: false,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || {
+                it.next()
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{a} needs a value"))
+            };
+            match a.as_str() {
+                "--duration" => {
+                    o.duration = Duration::from_secs(val().parse().expect("--duration SECS"))
+                }
+                "--workers" => o.workers = val().parse().expect("--workers N"),
+                "--seed" => o.seed = val().parse().expect("--seed N"),
+                "--server-bin" => o.server_bin = PathBuf::from(val()),
+                "--break" => o.break_rules = Some(val()),
+                "--expect-violations" => o.expect_violations = true,
+                // Flags cargo's test runner passes; nothing to do.
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC: one clock for every process here.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// xorshift64*: reproducible randomness without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo)
+    }
+}
+
+// ---- The history ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Acquire,
+    Renew,
+    Release,
+    Write,
+    Read,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Fail(String),
+    Unknown,
+}
+
+/// One operation, as one line of a worker's output.
+#[derive(Debug, Clone)]
+struct Op {
+    worker: usize,
+    kind: Kind,
+    job: String,
+    holder: String,
+    /// The token sent (Renew, Release, Write) or granted (Acquire).
+    token: u64,
+    ttl_ms: u64,
+    key: String,
+    /// The value written, or read.
+    value: String,
+    invoke: u64,
+    complete: u64,
+    outcome: Outcome,
+    /// Acquire: granted. Read: found.
+    flag: bool,
+    /// Write: the new version. Read: the version read.
+    version: u64,
+}
+
+impl Op {
+    fn line(&self) -> String {
+        let kind = match self.kind {
+            Kind::Acquire => "acquire",
+            Kind::Renew => "renew",
+            Kind::Release => "release",
+            Kind::Write => "write",
+            Kind::Read => "read",
+        };
+        let outcome = match &self.outcome {
+            Outcome::Ok => "ok".to_owned(),
+            Outcome::Fail(r) => format!("fail:{r}"),
+            Outcome::Unknown => "unknown".to_owned(),
+        };
+        let dash = |s: &str| {
+            if s.is_empty() {
+                "-".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        format!(
+            "OP {} {kind} {} {} {} {} {} {} {} {} {outcome} {} {}",
+            self.worker,
+            self.job,
+            dash(&self.holder),
+            self.token,
+            self.ttl_ms,
+            dash(&self.key),
+            dash(&self.value),
+            self.invoke,
+            self.complete,
+            self.flag as u8,
+            self.version
+        )
+    }
+
+    fn parse(line: &str) -> Option<Op> {
+        let w: Vec<&str> = line.split(' ').collect();
+        if w.len() != 14 || w[0] != "OP" {
+            return None;
+        }
+        let undash = |s: &str| {
+            if s == "-" {
+                String::new()
+            } else {
+                s.to_owned()
+            }
+        };
+        Some(Op {
+            worker: w[1].parse().ok()?,
+            kind: match w[2] {
+                "acquire" => Kind::Acquire,
+                "renew" => Kind::Renew,
+                "release" => Kind::Release,
+                "write" => Kind::Write,
+                "read" => Kind::Read,
+                _ => return None,
+            },
+            job: w[3].to_owned(),
+            holder: undash(w[4]),
+            token: w[5].parse().ok()?,
+            ttl_ms: w[6].parse().ok()?,
+            key: undash(w[7]),
+            value: undash(w[8]),
+            invoke: w[9].parse().ok()?,
+            complete: w[10].parse().ok()?,
+            outcome: match w[11] {
+                "ok" => Outcome::Ok,
+                "unknown" => Outcome::Unknown,
+                f => Outcome::Fail(f.strip_prefix("fail:")?.to_owned()),
+            },
+            flag: w[12] == "1",
+            version: w[13].parse().ok()?,
+        })
+    }
+}
+
+fn outcome_of(e: &ClientError) -> Outcome {
+    match e {
+        ClientError::LeaseLost { .. } => Outcome::Fail("LEASE_LOST".into()),
+        ClientError::Fenced { .. } => Outcome::Fail("FENCED".into()),
+        ClientError::InvalidArgument { .. } => Outcome::Fail("INVALID".into()),
+        // The change may or may not have happened.
+        ClientError::Unavailable(_) | ClientError::Other(_) => Outcome::Unknown,
+    }
+}
+
+// ---- A worker process ----
+
+fn worker(id: usize, addr: SocketAddr, seed: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The harness closes our stdin to say "finish".
+    let done = Arc::new(AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while std::io::stdin()
+                .read_line(&mut sink)
+                .map(|n| n > 0)
+                .unwrap_or(false)
+            {}
+            done.store(true, Ordering::SeqCst);
+        });
+    }
+    rt.block_on(async move {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(OP_TIMEOUT)
+            .connect_lazy();
+        let c = Client::from_channel(channel);
+        let mut rng = Rng(seed | 1);
+        let holder = format!("w{id}@{seed:x}");
+        let mut held: Option<(String, u64, u64)> = None; // job, token, ttl_ms
+        let mut old_tokens: Vec<(String, u64)> = Vec::new();
+        let mut n = 0u64;
+        let out = std::io::stdout();
+        while !done.load(Ordering::SeqCst) {
+            n += 1;
+            let job = format!("job{}", rng.below(JOBS as u64));
+            let key = format!("k{}", rng.below(KEYS as u64));
+            let mut op = Op {
+                worker: id,
+                kind: Kind::Read,
+                job: job.clone(),
+                holder: holder.clone(),
+                token: 0,
+                ttl_ms: 0,
+                key: String::new(),
+                value: String::new(),
+                invoke: 0,
+                complete: 0,
+                outcome: Outcome::Ok,
+                flag: false,
+                version: 0,
+            };
+            let roll = rng.below(100);
+            match (&held, roll) {
+                (None, 0..=54) => {
+                    let ttl_ms = rng.range(300, 900);
+                    let wait = if rng.below(2) == 0 {
+                        0
+                    } else {
+                        rng.range(50, 1200)
+                    };
+                    op.kind = Kind::Acquire;
+                    op.ttl_ms = ttl_ms;
+                    op.invoke = mono_ns();
+                    let r = c
+                        .acquire(
+                            &job,
+                            &holder,
+                            Duration::from_millis(ttl_ms),
+                            Duration::from_millis(wait),
+                        )
+                        .await;
+                    op.complete = mono_ns();
+                    match r {
+                        Ok(a) => {
+                            op.flag = a.acquired;
+                            op.token = a.lease.token;
+                            if a.acquired {
+                                held = Some((job.clone(), a.lease.token, ttl_ms));
+                            }
+                        }
+                        Err(e) => op.outcome = outcome_of(&e),
+                    }
+                }
+                (Some((hj, token, ttl_ms)), 0..=19) => {
+                    op.kind = Kind::Renew;
+                    op.job = hj.clone();
+                    op.token = *token;
+                    op.ttl_ms = *ttl_ms;
+                    op.invoke = mono_ns();
+                    let r = c
+                        .renew(hj, &holder, *token, Duration::from_millis(*ttl_ms))
+                        .await;
+                    op.complete = mono_ns();
+                    match r {
+                        Ok(l) => op.version = l.token, // the token the server says we hold
+                        Err(e) => {
+                            op.outcome = outcome_of(&e);
+                            if op.outcome != Outcome::Unknown {
+                                old_tokens.push((hj.clone(), *token));
+                                held = None;
+                            }
+                        }
+                    }
+                }
+                (Some((hj, token, _)), 20..=29) => {
+                    op.kind = Kind::Release;
+                    op.job = hj.clone();
+                    op.token = *token;
+                    old_tokens.push((hj.clone(), *token));
+                    op.invoke = mono_ns();
+                    let r = c.release(hj, &holder, *token).await;
+                    op.complete = mono_ns();
+                    if let Err(e) = r {
+                        op.outcome = outcome_of(&e);
+                    }
+                    held = None;
+                }
+                (Some((hj, token, _)), 30..=69) => {
+                    // A write with our live token, or now and then with a
+                    // stale one (a paused leader's work in flight).
+                    let (wj, wt) = match old_tokens.last() {
+                        Some(old) if rng.below(5) == 0 => old.clone(),
+                        _ => (hj.clone(), *token),
+                    };
+                    op.kind = Kind::Write;
+                    op.job = wj.clone();
+                    op.token = wt;
+                    op.key = key.clone();
+                    op.value = format!("w{id}.{seed:x}.{n}");
+                    op.invoke = mono_ns();
+                    let r = c
+                        .checked_write(&wj, wt, key.as_bytes(), op.value.clone().into_bytes())
+                        .await;
+                    op.complete = mono_ns();
+                    match r {
+                        Ok(v) => op.version = v,
+                        Err(e) => {
+                            op.outcome = outcome_of(&e);
+                            if op.outcome == Outcome::Fail("FENCED".into())
+                                && wj == *hj
+                                && wt == *token
+                            {
+                                old_tokens.push((hj.clone(), *token));
+                                held = None;
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    op.kind = Kind::Read;
+                    op.holder.clear();
+                    op.key = key.clone();
+                    op.invoke = mono_ns();
+                    let r = c.read(&job, key.as_bytes()).await;
+                    op.complete = mono_ns();
+                    match r {
+                        Ok(v) => {
+                            op.flag = v.found;
+                            op.version = v.version;
+                            op.token = v.token;
+                            op.value = String::from_utf8_lossy(&v.value).into_owned();
+                        }
+                        Err(e) => op.outcome = outcome_of(&e),
+                    }
+                }
+            }
+            let _ = writeln!(out.lock(), "{}", op.line());
+            tokio::time::sleep(Duration::from_millis(rng.below(15))).await;
+        }
+    });
+}
+
+// ---- The harness ----
+
+struct Server {
+    bin: PathBuf,
+    data: PathBuf,
+    addr: SocketAddr,
+    break_rules: Option<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start(&mut self) {
+        for attempt in 0..50 {
+            let mut cmd = Command::new(&self.bin);
+            cmd.args([
+                "serve",
+                "--listen",
+                &self.addr.to_string(),
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(&self.data)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+            if let Some(r) = &self.break_rules {
+                cmd.env("LEASEHOLD_BREAK", r);
+            }
+            let mut child = cmd.spawn().expect("start the server");
+            let mut line = String::new();
+            let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+            if line.contains("listening") {
+                self.child = Some(child);
+                return;
+            }
+            // The port may still be held for a moment after a kill.
+            let status = child.wait().unwrap();
+            eprintln!("server did not start (attempt {attempt}, {status}); retrying");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the server failed to start 50 times: is the data dir still readable after SIGKILL?"
+        );
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) };
+}
+
+struct Workers {
+    children: Vec<Child>,
+    stdins: Vec<Option<ChildStdin>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn run(o: &Opts) -> i32 {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    println!(
+        "torture: {} workers, {:?}, seed {}, server {}{}",
+        o.workers,
+        o.duration,
+        o.seed,
+        o.server_bin.display(),
+        o.break_rules
+            .as_ref()
+            .map(|r| format!(", BREAKING {r}"))
+            .unwrap_or_default()
+    );
+    let mut server = Server {
+        bin: o.server_bin.clone(),
+        data: dir.path().join("data"),
+        addr,
+        break_rules: o.break_rules.clone(),
+        child: None,
+    };
+    server.start();
+
+    let history: Arc<Mutex<Vec<Op>>> = Arc::default();
+    let me = std::env::current_exe().unwrap();
+    let mut w = Workers {
+        children: Vec::new(),
+        stdins: Vec::new(),
+        readers: Vec::new(),
+    };
+    let mut rng = Rng(o.seed | 1);
+    for id in 0..o.workers {
+        let mut child = Command::new(&me)
+            .args([
+                "--worker",
+                &id.to_string(),
+                &addr.to_string(),
+                &rng.next().to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let h = history.clone();
+        w.readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(op) = Op::parse(&line) {
+                    h.lock().unwrap().push(op);
+                }
+            }
+        }));
+        w.stdins.push(child.stdin.take());
+        w.children.push(child);
+    }
+
+    // The nemeses: one for the server, one for the workers, at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let worker_pauses = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let pauser = {
+        let pids: Vec<i32> = w.children.iter().map(|c| c.id() as i32).collect();
+        let (stop, count) = (stop.clone(), worker_pauses.clone());
+        let mut rng = Rng(rng.next() | 1);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(rng.range(200, 1000)));
+                let pid = pids[rng.below(pids.len() as u64) as usize];
+                signal(pid, libc::SIGSTOP);
+                std::thread::sleep(Duration::from_millis(rng.range(300, 2000)));
+                signal(pid, libc::SIGCONT);
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let (mut kills, mut server_pauses) = (0u64, 0u64);
+    let start = std::time::Instant::now();
+    let mut next_report = Duration::from_secs(15);
+    while start.elapsed() < o.duration {
+        std::thread::sleep(Duration::from_millis(rng.range(100, 700)));
+        if rng.below(100) < 55 {
+            server.kill9();
+            server.start();
+            kills += 1;
+        } else {
+            let pid = server.pid();
+            signal(pid, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(rng.range(100, 1000)));
+            signal(pid, libc::SIGCONT);
+            server_pauses += 1;
+        }
+        if start.elapsed() >= next_report {
+            println!(
+                "torture: {:>4.0?} {} ops, {kills} kills, {server_pauses} server pauses, {} worker pauses",
+                start.elapsed(),
+                history.lock().unwrap().len(),
+                worker_pauses.load(Ordering::SeqCst)
+            );
+            next_report += Duration::from_secs(15);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    pauser.join().unwrap();
+    let worker_pauses = worker_pauses.load(Ordering::SeqCst);
+
+    // Stop the workers, then crash the server once more and read every key.
+    for s in &mut w.stdins {
+        drop(s.take());
+    }
+    for c in &mut w.children {
+        wait_or_kill(c, Duration::from_secs(10));
+    }
+    for r in w.readers.drain(..) {
+        let _ = r.join();
+    }
+    server.kill9();
+    server.start();
+    kills += 1;
+    let finals = final_reads(addr);
+    server.kill9();
+
+    let mut ops = std::mem::take(&mut *history.lock().unwrap());
+    ops.extend(finals);
+    let violations = check(&ops);
+    let ok = ops.iter().filter(|o| o.outcome == Outcome::Ok).count();
+    let unknown = ops.iter().filter(|o| o.outcome == Outcome::Unknown).count();
+    let grants = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Acquire && o.flag)
+        .count();
+    let accepted = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Write && o.outcome == Outcome::Ok)
+        .count();
+    let fenced = ops
+        .iter()
+        .filter(|o| o.outcome == Outcome::Fail("FENCED".into()))
+        .count();
+    println!(
+        "torture: {} ops ({ok} ok, {unknown} unknown), {grants} grants, {accepted} accepted writes, \
+         {fenced} fenced; {kills} kills, {server_pauses} server pauses, {worker_pauses} worker pauses; \
+         {} violations",
+        ops.len(),
+        violations.len()
+    );
+    for v in violations.iter().take(20) {
+        println!("VIOLATION {v}");
+    }
+    let passed = if o.expect_violations {
+        !violations.is_empty()
+    } else {
+        violations.is_empty() && grants > 0 && accepted > 0
+    };
+    if o.expect_violations {
+        println!(
+            "torture: the checker {} the broken rule",
+            if passed { "caught" } else { "did NOT catch" }
+        );
+    }
+    println!("torture: {} passed, {} failed", passed as u8, !passed as u8);
+    if passed {
+        0
+    } else {
+        1
+    }
+}
+
+fn wait_or_kill(c: &mut Child, d: Duration) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+fn final_reads(addr: SocketAddr) -> Vec<Op> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let c = Client::connect(&format!("http://{addr}")).await.unwrap();
+        let mut out = Vec::new();
+        for j in 0..JOBS {
+            for k in 0..KEYS {
+                let (job, key) = (format!("job{j}"), format!("k{k}"));
+                let invoke = mono_ns();
+                let v = c.read(&job, key.as_bytes()).await.expect("final read");
+                out.push(Op {
+                    worker: usize::MAX,
+                    kind: Kind::Read,
+                    job,
+                    holder: String::new(),
+                    token: v.token,
+                    ttl_ms: 0,
+                    key,
+                    value: String::from_utf8_lossy(&v.value).into_owned(),
+                    invoke,
+                    complete: mono_ns(),
+                    outcome: Outcome::Ok,
+                    flag: v.found,
+                    version: v.version,
+                });
+            }
+        }
+        out
+    })
+}
+
+// ---- The checker ----
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// Every violation of the four properties in `ops`; see the module docs.
+fn check(ops: &[Op]) -> Vec<String> {
+    let mut v = Vec::new();
+    let ok = |o: &&Op| o.outcome == Outcome::Ok;
+    let grants: Vec<&Op> = ops
+        .iter()
+        .filter(ok)
+        .filter(|o| o.kind == Kind::Acquire && o.flag)
+        .collect();
+
+    // 1. Token uniqueness, and real-time order of grants.
+    let mut holders: HashMap<(&str, u64), HashSet<&str>> = HashMap::new();
+    for g in &grants {
+        holders
+            .entry((&g.job, g.token))
+            .or_default()
+            .insert(&g.holder);
+    }
+    for ((job, token), hs) in &holders {
+        if hs.len() > 1 {
+            v.push(format!(
+                "token {token} of {job} was granted to {} holders: {hs:?}",
+                hs.len()
+            ));
+        }
+    }
+    let mut by_job: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for g in &grants {
+        by_job.entry(&g.job).or_default().push(g);
+    }
+    for (job, gs) in &by_job {
+        for a in gs {
+            for b in gs {
+                if a.complete < b.invoke && a.token > b.token {
+                    v.push(format!(
+                        "{job}: grant of token {} completed at {:.1} ms, before a later grant of older token {} was invoked at {:.1} ms",
+                        a.token,
+                        ms(a.complete),
+                        b.token,
+                        ms(b.invoke)
+                    ));
+                }
+            }
+        }
+    }
+    // A renewal never changes the token.
+    for r in ops.iter().filter(ok).filter(|o| o.kind == Kind::Renew) {
+        if r.version != r.token {
+            v.push(format!(
+                "{}: renewal of token {} by {} answered token {}",
+                r.job, r.token, r.holder, r.version
+            ));
+        }
+    }
+
+    // 2. No early takeover.
+    let promises: Vec<&Op> = ops
+        .iter()
+        .filter(ok)
+        .filter(|o| (o.kind == Kind::Acquire && o.flag) || o.kind == Kind::Renew)
+        .collect();
+    let releases: Vec<&Op> = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Release && !matches!(o.outcome, Outcome::Fail(_)))
+        .collect();
+    for g in &grants {
+        for p in promises
+            .iter()
+            .filter(|p| p.job == g.job && p.holder != g.holder && p.token < g.token)
+        {
+            let until = p.invoke + p.ttl_ms * 1_000_000;
+            if p.invoke < g.complete && g.complete < until {
+                let released = releases.iter().any(|r| {
+                    r.job == p.job
+                        && r.holder == p.holder
+                        && r.token == p.token
+                        && r.invoke < g.complete
+                });
+                if !released {
+                    v.push(format!(
+                        "{}: {} was granted token {} at {:.1} ms while {}'s lease (token {}, invoked {:.1} ms + {} ms) ran until {:.1} ms",
+                        g.job,
+                        g.holder,
+                        g.token,
+                        ms(g.complete),
+                        p.holder,
+                        p.token,
+                        ms(p.invoke),
+                        p.ttl_ms,
+                        ms(until)
+                    ));
+                }
+            }
+        }
+    }
+
+    // 3. No stale write accepted.
+    for w in ops.iter().filter(ok).filter(|o| o.kind == Kind::Write) {
+        if let Some(g) = by_job.get(w.job.as_str()).and_then(|gs| {
+            gs.iter()
+                .find(|g| g.token > w.token && g.complete < w.invoke)
+        }) {
+            v.push(format!(
+                "{}: write with token {} invoked at {:.1} ms was accepted after token {} was granted at {:.1} ms",
+                w.job,
+                w.token,
+                ms(w.invoke),
+                g.token,
+                ms(g.complete)
+            ));
+        }
+    }
+
+    // 4. No lost write; linearizable reads per key.
+    let mut writes: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
+    let mut written: HashSet<&str> = HashSet::new();
+    for w in ops
+        .iter()
+        .filter(|o| o.kind == Kind::Write && !matches!(o.outcome, Outcome::Fail(_)))
+    {
+        written.insert(&w.value);
+        if w.outcome == Outcome::Ok {
+            writes.entry((&w.job, &w.key)).or_default().push(w);
+        }
+    }
+    for ((job, key), ws) in &mut writes {
+        let mut versions: HashMap<u64, &str> = HashMap::new();
+        for w in ws.iter() {
+            if let Some(other) = versions.insert(w.version, &w.value) {
+                v.push(format!(
+                    "{job}/{key}: version {} acknowledged for two writes ({other}, {})",
+                    w.version, w.value
+                ));
+            }
+        }
+        ws.sort_by_key(|w| w.complete);
+    }
+    for r in ops.iter().filter(ok).filter(|o| o.kind == Kind::Read) {
+        let Some(ws) = writes.get(&(r.job.as_str(), r.key.as_str())) else {
+            if r.flag && !written.contains(r.value.as_str()) {
+                v.push(format!(
+                    "{}/{}: read a value nobody wrote: {}",
+                    r.job, r.key, r.value
+                ));
+            }
+            continue;
+        };
+        // The newest write acknowledged before the read began.
+        let before = ws.partition_point(|w| w.complete < r.invoke);
+        if let Some(newest) = ws[..before].iter().max_by_key(|w| w.version) {
+            if r.version < newest.version {
+                v.push(format!(
+                    "{}/{}: read at {:.1} ms saw version {} but version {} ({}) was acknowledged at {:.1} ms{}",
+                    r.job,
+                    r.key,
+                    ms(r.invoke),
+                    r.version,
+                    newest.version,
+                    newest.value,
+                    ms(newest.complete),
+                    if r.worker == usize::MAX { " (lost across a crash)" } else { "" }
+                ));
+            }
+        }
+        if let Some(w) = ws.iter().find(|w| w.version == r.version) {
+            if r.value != w.value {
+                v.push(format!(
+                    "{}/{}: version {} reads {} but was written as {}",
+                    r.job, r.key, r.version, r.value, w.value
+                ));
+            }
+        }
+        if r.flag && !written.contains(r.value.as_str()) {
+            v.push(format!(
+                "{}/{}: read a value nobody wrote: {}",
+                r.job, r.key, r.value
+            ));
+        }
+    }
+    v
+}
