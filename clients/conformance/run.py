@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""The conformance scenario, written once (README.md beside this file is
+its spec), run against each language's worker and a real
+``leasehold serve``.
+
+    run.py --workers workers.json [--lang python --lang go ...] [--mixed A:B ...]
+           [--results results.json]
+
+``workers.json`` maps a language to the argv of its worker (the flags
+``--server --job --name --ttl-ms`` are appended). Server-side state is
+checked with the Rust ``leasehold`` CLI, the reference implementation, so
+that no client under test checks itself. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+TTL_MS = 1000
+JOB = "conformance"
+#: Generous bound for what should take well under a second; JVM start-up
+#: on a loaded 2-core machine included.
+STEP = 20.0
+#: Step 4: a waiting elector takes over within this long after the
+#: leader's graceful shutdown has released the lease.
+HANDOVER_LIMIT = 0.050
+
+STEPS = [
+    (1, "two electors race for one job: exactly one leads"),
+    (2, "leader paused past the TTL (SIGSTOP): the other takes over with token+1"),
+    (3, "the old leader's fenced write gets the typed Fenced error, and its elector reports the loss"),
+    (4, "graceful shutdown (SIGTERM) releases; the waiting elector takes over within 50 ms"),
+    (5, "bad input gets the typed invalid-argument error naming the field"),
+]
+
+
+class StepFailed(AssertionError):
+    pass
+
+
+def check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise StepFailed(msg)
+
+
+class Cli:
+    """The Rust CLI against the server under test."""
+
+    def __init__(self, server: harness.ServerProcess) -> None:
+        self.bin = str(harness.server_binary())
+        self.url = server.url
+
+    def lease(self, job: str) -> Tuple[Optional[str], int]:
+        """(holder or None, token) of ``job``."""
+        out = subprocess.run(
+            [self.bin, "status", "--server", self.url, job], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+        for line in out.splitlines()[1:]:
+            cols = line.split()
+            if cols and cols[0] == job:
+                return (None if cols[1] == "-" else cols[1]), int(cols[2])
+        return None, 0
+
+    def read(self, job: str, key: str) -> Tuple[Optional[str], int, int]:
+        """(value or None, token, version) of (job, key)."""
+        p = subprocess.run(
+            [self.bin, "read", "--meta", "--server", self.url, job, key], capture_output=True, text=True, timeout=10
+        )
+        meta = dict(kv.split("=", 1) for kv in p.stderr.split() if "=" in kv)
+        value = p.stdout if meta.get("found") == "true" else None
+        return value, int(meta.get("token", 0)), int(meta.get("version", 0))
+
+
+class Worker(harness.LineProcess):
+    def __init__(self, argv: List[str], label: str, server: harness.ServerProcess) -> None:
+        super().__init__(
+            [*argv, "--server", server.target, "--job", JOB, "--name", label, "--ttl-ms", str(TTL_MS)],
+            label,
+            cwd=str(harness.ROOT),
+        )
+        _, line = self.expect(lambda l: l.startswith("holder "), STEP, "the holder line")
+        self.holder = line.split(" ", 1)[1]
+
+    def printed(self, line: str) -> bool:
+        return line in self.lines.seen
+
+    def command(self, cmd: str, answer: str) -> str:
+        self.send(cmd)
+        return self.expect(lambda l: l.split(" ")[0] == answer, STEP, f"the answer to {cmd!r}")[1]
+
+
+def first_elected(workers: List[Worker], timeout: float) -> Tuple[Worker, float, str]:
+    """The first worker to print an ``elected`` line, reading both."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for w in workers:
+            try:
+                at, line = w.lines.next(0.01)
+            except TimeoutError:
+                continue
+            if line is None:
+                raise StepFailed(f"{w.name} ended its output: {w.lines.seen}")
+            if line.startswith("elected"):
+                return w, at, line
+        if time.monotonic() > deadline:
+            raise StepFailed(f"nobody elected within {timeout}s: " + "; ".join(f"{w.name}: {w.lines.seen}" for w in workers))
+
+
+def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]:
+    """Runs the scenario once; {step: "pass" | "FAIL: why"}."""
+    results: Dict[int, str] = {}
+    server = harness.ServerProcess()
+    cli = Cli(server)
+    workers: List[Worker] = []
+    current = 0
+    try:
+        # 1. Two electors race for one job: exactly one leads.
+        current = 1
+        a = Worker(argv_a, f"{label}-a", server)
+        b = Worker(argv_b, f"{label}-b", server)
+        workers = [a, b]
+        leader, _, line = first_elected(workers, STEP)
+        follower = b if leader is a else a
+        check(line == "elected token=1", f"first election: {line!r}")
+        holder, token = cli.lease(JOB)
+        check((holder, token) == (leader.holder, 1), f"server says {holder} token {token}, {leader.name} says it leads")
+        server.wait_waiters(1, STEP)  # the follower is queued behind the leader
+        check(not any(l.startswith("elected") for l in follower.lines.seen), f"both lead: {follower.lines.seen}")
+        check(cli.lease(JOB) == (leader.holder, 1), "the leader changed while both ran")
+        check(leader.command("write a", "write") == "write ok version=1", "the leader's first write")
+        results[1] = "pass"
+
+        # 2. The leader is paused past the TTL; the other takes over, token 2.
+        current = 2
+        leader.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        harness.wait_until(lambda: cli.lease(JOB)[1] >= 2, STEP, "a new grant after SIGSTOP")
+        took = time.monotonic() - stopped
+        check(cli.lease(JOB) == (follower.holder, 2), f"after SIGSTOP the server says {cli.lease(JOB)}")
+        check(took >= TTL_MS / 1000 * 0.5, f"taken over {took:.3f}s after SIGSTOP: before the lease could expire")
+        _, line = follower.expect(lambda l: l.startswith("elected"), STEP, "the follower's election")
+        check(line == "elected token=2", f"follower: {follower.lines.seen}")
+        results[2] = "pass"
+
+        # 3. The old leader wakes; its in-flight write is fenced before the
+        #    new leader wrote anything, and its elector reports the loss.
+        current = 3
+        leader.signal(signal.SIGCONT)
+        answer = leader.command("write b", "write")
+        check(answer == "write fenced current=2", f"stale write: {answer!r}")
+        if not leader.printed("lost token=1"):
+            leader.expect(lambda l: l == "lost token=1", STEP, "the old leader's loss")
+        check(cli.read(JOB, "status") == ("a", 1, 1), f"the store after the stale write: {cli.read(JOB, 'status')}")
+        check(cli.lease(JOB) == (follower.holder, 2), "the fenced worker disturbed the new leader")
+        results[3] = "pass"
+
+        # 4. Graceful shutdown of the new leader releases; the old leader,
+        #    campaigning again with a waiting Acquire, takes over at once.
+        current = 4
+        server.wait_waiters(1, STEP)
+        sigterm = time.monotonic()
+        follower.signal(signal.SIGTERM)
+        bye_at, _ = follower.expect(lambda l: l == "bye", STEP, "bye after SIGTERM")
+        check(follower.printed("lost token=2"), f"the shut-down leader did not report its loss: {follower.lines.seen}")
+        code = follower.wait(STEP)
+        check(code == 0, f"the shut-down leader exited with {code}")
+        elected_at, line = leader.expect(lambda l: l.startswith("elected"), STEP, "the waiting elector's election")
+        check(line == "elected token=3", f"after the release: {line!r}")
+        handover = elected_at - bye_at
+        total = elected_at - sigterm
+        check(handover <= HANDOVER_LIMIT, f"took over {handover * 1000:.1f} ms after the release (limit 50 ms)")
+        check(total < TTL_MS / 1000, f"took over {total:.3f}s after SIGTERM: by expiry, not by release")
+        check(cli.lease(JOB) == (leader.holder, 3), f"after the hand-over the server says {cli.lease(JOB)}")
+        results[4] = f"pass ({max(handover, 0) * 1000:.1f} ms after release, {total * 1000:.0f} ms after SIGTERM)"
+
+        # 5. Bad input: typed invalid-argument errors naming the field.
+        current = 5
+        for case, want in [
+            ("job", "bad job invalid field=job"),
+            ("ttl", "bad ttl invalid field=ttl"),
+            ("key", "bad key invalid field=key"),
+            ("token", "bad token unknown-token current=3"),
+        ]:
+            got = leader.command(f"bad {case}", "bad")
+            check(got == want, f"bad {case}: {got!r}, want {want!r}")
+        check(cli.lease(JOB) == (leader.holder, 3), "bad input changed the lease")
+        check(cli.read(JOB, "status") == ("a", 1, 1), "bad input changed the store")
+        # And a clean exit, releasing.
+        check(leader.command("quit", "bye") == "bye", "quit")
+        check(leader.wait(STEP) == 0, "the last worker's exit code")
+        check(cli.lease(JOB) == (None, 3), f"after quit the server says {cli.lease(JOB)}")
+        results[5] = "pass"
+    except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
+        results[current] = f"FAIL: {e}"
+        sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
+        for w in workers:
+            sys.stderr.write(f"  {w.name} printed: {w.lines.seen}\n")
+        if not isinstance(e, StepFailed):
+            traceback.print_exc()
+    finally:
+        for w in workers:
+            w.kill()
+        server.stop()
+    for n, _ in STEPS:
+        results.setdefault(n, "not run")
+    return results
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", required=True, help="JSON: language -> worker argv")
+    p.add_argument("--lang", action="append", help="languages to run (default: all in the workers file)")
+    p.add_argument("--mixed", action="append", default=[], help="LANG_A:LANG_B, one elector in each")
+    p.add_argument("--results", help="write the results here as JSON")
+    args = p.parse_args()
+    workers = json.loads(Path(args.workers).read_text())
+    runs = [(lang, workers[lang], workers[lang]) for lang in (args.lang or list(workers))]
+    for pair in args.mixed:
+        x, y = pair.split(":")
+        runs.append((f"{x}+{y}", workers[x], workers[y]))
+
+    table: Dict[str, Dict[int, str]] = {}
+    for label, argv_a, argv_b in runs:
+        t = time.monotonic()
+        table[label] = scenario(argv_a, argv_b, label)
+        print(f"conformance {label}: {time.monotonic() - t:.1f}s", flush=True)
+        for n, title in STEPS:
+            print(f"  {n}. {title}: {table[label][n]}", flush=True)
+
+    failed = sum(1 for r in table.values() for v in r.values() if not v.startswith("pass"))
+    passed = sum(1 for r in table.values() for v in r.values() if v.startswith("pass"))
+    print()
+    print("| language | " + " | ".join(f"{n}" for n, _ in STEPS) + " |")
+    print("|---|" + "---|" * len(STEPS))
+    for label, r in table.items():
+        print(f"| {label} | " + " | ".join("pass" if r[n].startswith("pass") else "FAIL" for n, _ in STEPS) + " |")
+    print()
+    if args.results:
+        Path(args.results).write_text(json.dumps(table, indent=2) + "\n")
+    print(f"conformance: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

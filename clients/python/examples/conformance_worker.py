@@ -1,0 +1,112 @@
+"""The conformance worker for Python (clients/conformance/README.md has
+the protocol): one Elector for one job, driven over stdin, reporting on
+stdout. Also a complete example of a worker: lead, write fenced by the
+token, release on SIGTERM.
+
+    python conformance_worker.py --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
+"""
+
+import argparse
+import signal
+import sys
+import threading
+
+import leasehold
+
+_out = threading.Lock()
+
+
+def say(line: str) -> None:
+    with _out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+class Shutdown(Exception):
+    pass
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--server", required=True)
+    p.add_argument("--job", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--ttl-ms", type=int, default=1000)
+    args = p.parse_args()
+
+    client = leasehold.Client(args.server)
+    last_token = [None]  # the token we last led with, kept after losing
+
+    def elected(token: int) -> None:
+        last_token[0] = token
+        say(f"elected token={token}")
+
+    def lost(token: int) -> None:
+        say(f"lost token={token}")
+
+    elector = leasehold.Elector(client, args.job, args.name, args.ttl_ms / 1000, on_elected=elected, on_lost=lost)
+    say(f"holder {elector.holder}")
+
+    def on_term(signum, frame):
+        raise Shutdown()
+
+    signal.signal(signal.SIGTERM, on_term)
+    elector.start()
+    try:
+        for line in sys.stdin:
+            cmd, _, arg = line.strip().partition(" ")
+            if cmd == "quit":
+                break
+            if cmd == "write":
+                say(write(client, args.job, last_token[0], arg))
+            elif cmd == "bad":
+                say(f"bad {arg} {bad(client, args.job, elector.holder, last_token[0], arg)}")
+            elif cmd:
+                say(f"error unknown command {cmd!r}")
+    except Shutdown:
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elector.resign()  # releases the lease if held
+    say("bye")
+    client.close()
+    return 0
+
+
+def write(client: leasehold.Client, job: str, token, value: str) -> str:
+    # No "am I still the leader?" check first: it could be stale by the
+    # time the write lands. The token goes with the write; the server
+    # decides.
+    if token is None:
+        return "write error never-led"
+    try:
+        version = client.checked_write(job, token, b"status", value.encode())
+        return f"write ok version={version}"
+    except leasehold.Fenced as e:
+        return f"write fenced current={e.current_token}"
+    except leasehold.LeaseholdError as e:
+        return f"write error {type(e).__name__} {e}"
+
+
+def bad(client: leasehold.Client, job: str, holder: str, token, case: str) -> str:
+    try:
+        if case == "job":
+            client.acquire("", holder, ttl=1.0)
+        elif case == "ttl":
+            client.acquire(job, holder, ttl=0.001)
+        elif case == "key":
+            client.checked_write(job, token or 1, b"", b"x")
+        elif case == "token":
+            client.checked_write(job, 1 << 62, b"status", b"x")
+        else:
+            return "error unknown case"
+        return "accepted"
+    except leasehold.UnknownToken as e:
+        return f"unknown-token current={e.current_token}"
+    except leasehold.InvalidArgument as e:
+        return f"invalid field={e.field}"
+    except leasehold.LeaseholdError as e:
+        return f"other {type(e).__name__} {e}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

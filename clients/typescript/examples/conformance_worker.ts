@@ -1,0 +1,94 @@
+/**
+ * The conformance worker for TypeScript (clients/conformance/README.md has
+ * the protocol): one Elector for one job, driven over stdin, reporting on
+ * stdout. Also a complete example of a worker: lead, write fenced by the
+ * token, release on SIGTERM.
+ *
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
+ */
+import { createInterface } from "node:readline";
+import { Client, Elector, Fenced, InvalidArgument, LeaseholdError, UnknownToken } from "../src";
+
+function flag(name: string, fallback?: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  const v = i >= 0 ? process.argv[i + 1] : fallback;
+  if (v === undefined) throw new Error(`--${name} is required`);
+  return v;
+}
+
+const say = (line: string) => process.stdout.write(line + "\n");
+
+async function main(): Promise<void> {
+  const job = flag("job");
+  const client = new Client(flag("server"));
+  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")));
+  let lastToken: bigint | undefined; // the token we last led with, kept after losing
+
+  elector.on("elected", (token) => {
+    lastToken = token;
+    say(`elected token=${token}`);
+  });
+  elector.on("lost", (token) => say(`lost token=${token}`));
+  say(`holder ${elector.holder}`);
+  elector.start();
+
+  let shuttingDown = false;
+  const shutdown = async () => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    await elector.resign(); // releases the lease if held
+    say("bye");
+    client.close();
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void shutdown());
+
+  const lines = createInterface({ input: process.stdin });
+  lines.on("close", () => void shutdown());
+  // One command at a time, in order.
+  let queue = Promise.resolve();
+  lines.on("line", (line) => {
+    queue = queue.then(async () => {
+      const [cmd, ...rest] = line.trim().split(" ");
+      const arg = rest.join(" ");
+      if (cmd === "quit") return shutdown();
+      if (cmd === "write") say(await write(client, job, lastToken, arg));
+      else if (cmd === "bad") say(`bad ${arg} ${await bad(client, job, elector.holder, lastToken, arg)}`);
+      else if (cmd) say(`error unknown command ${JSON.stringify(cmd)}`);
+    });
+  });
+}
+
+async function write(client: Client, job: string, token: bigint | undefined, value: string): Promise<string> {
+  // No "am I still the leader?" check first: it could be stale by the time
+  // the write lands. The token goes with the write; the server decides.
+  if (token === undefined) return "write error never-led";
+  try {
+    return `write ok version=${await client.checkedWrite(job, token, "status", value)}`;
+  } catch (e) {
+    if (e instanceof Fenced) return `write fenced current=${e.currentToken}`;
+    if (e instanceof LeaseholdError) return `write error ${e.name} ${e.message}`;
+    throw e;
+  }
+}
+
+async function bad(client: Client, job: string, holder: string, token: bigint | undefined, c: string): Promise<string> {
+  try {
+    if (c === "job") await client.acquire("", holder, 1000);
+    else if (c === "ttl") await client.acquire(job, holder, 1);
+    else if (c === "key") await client.checkedWrite(job, token ?? 1n, "", "x");
+    else if (c === "token") await client.checkedWrite(job, 1n << 62n, "status", "x");
+    else return "error unknown case";
+    return "accepted";
+  } catch (e) {
+    if (e instanceof UnknownToken) return `unknown-token current=${e.currentToken}`;
+    if (e instanceof InvalidArgument) return `invalid field=${e.field}`;
+    if (e instanceof LeaseholdError) return `other ${e.name} ${e.message}`;
+    throw e;
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

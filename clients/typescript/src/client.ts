@@ -1,0 +1,268 @@
+/**
+ * The promise-based `Client`. Durations are milliseconds, tokens and
+ * versions are `bigint` (they are uint64 on the wire), keys and values are
+ * `Buffer`s (a string is encoded as UTF-8). Every method rejects with a
+ * typed `LeaseholdError`.
+ */
+import {
+  credentials as grpcCredentials,
+  type ChannelCredentials,
+  type ClientOptions,
+  type ClientReadableStream,
+  type ClientUnaryCall,
+  Metadata,
+  status as Code,
+  type ServiceError,
+} from "@grpc/grpc-js";
+import { fromServiceError, LeaseholdError } from "./errors";
+import * as pb from "./gen/leasehold/v1/leasehold";
+import {
+  type Acquired,
+  asBytes,
+  type Bytes,
+  eventFromPb,
+  type KeyInfo,
+  type Lease,
+  type LeaseEvent,
+  leaseFromPb,
+  toDuration,
+  type Value,
+} from "./types";
+
+/** The server the client talks to when given no target. */
+export const DEFAULT_TARGET = "127.0.0.1:50051";
+/** How long a call may take, on top of any time it asks the server to wait. */
+export const DEFAULT_TIMEOUT_MS = 10_000;
+const PAGE_SIZE = 1000;
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Bound on the call; default: the client's timeout (plus `wait`). */
+  timeoutMs?: number;
+  /** Cancels the call when aborted (it then rejects with Unavailable). */
+  signal?: AbortSignal;
+}
+
+export interface ClientConfig {
+  /** Default TLS-less; pass credentials for TLS. */
+  credentials?: ChannelCredentials;
+  /** grpc-js channel options. */
+  channelOptions?: Partial<ClientOptions>;
+  /** The default per-call timeout, ms. */
+  timeoutMs?: number;
+}
+
+/** Accepts `host:port` or `http://host:port` (as the Rust client does). */
+export function normalizeTarget(target: string): string {
+  for (const scheme of ["http://", "grpc://"]) {
+    if (target.startsWith(scheme)) return target.slice(scheme.length).replace(/\/+$/, "");
+  }
+  return target;
+}
+
+type Callback<Res> = (err: ServiceError | null, res: Res) => void;
+type UnaryMethod<Req, Res> = (
+  req: Req,
+  md: Metadata,
+  opts: { deadline: Date },
+  cb: Callback<Res>,
+) => ClientUnaryCall;
+
+/** The events of one watch: an async iterable; `cancel()` ends it. */
+export class Watch implements AsyncIterable<LeaseEvent> {
+  private cancelled = false;
+  constructor(private readonly call: ClientReadableStream<pb.LeaseEvent>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<LeaseEvent> {
+    try {
+      for await (const msg of this.call as AsyncIterable<pb.LeaseEvent>) {
+        yield eventFromPb(msg);
+      }
+    } catch (e) {
+      if (this.cancelled && (e as ServiceError).code === Code.CANCELLED) return;
+      throw fromServiceError(e as ServiceError);
+    } finally {
+      this.cancel();
+    }
+  }
+
+  cancel(): void {
+    if (this.cancelled) return;
+    this.cancelled = true;
+    this.call.cancel();
+  }
+}
+
+/** A client over one gRPC channel; share one per process. */
+export class Client {
+  private readonly leases: pb.LeasesClient;
+  private readonly store: pb.FencedStoreClient;
+  private readonly timeoutMs: number;
+
+  constructor(target: string = DEFAULT_TARGET, config: ClientConfig = {}) {
+    const creds = config.credentials ?? grpcCredentials.createInsecure();
+    const addr = normalizeTarget(target);
+    this.leases = new pb.LeasesClient(addr, creds, config.channelOptions);
+    // Share one channel between both services.
+    this.store = new pb.FencedStoreClient(addr, creds, {
+      ...config.channelOptions,
+      channelOverride: this.leases.getChannel(),
+    });
+    this.timeoutMs = config.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  }
+
+  /** Closes the channel. */
+  close(): void {
+    this.leases.close();
+  }
+
+  private unary<Req, Res>(
+    svc: object,
+    method: UnaryMethod<Req, Res>,
+    req: Req,
+    opts: CallOptions | undefined,
+    extraMs = 0,
+  ): Promise<Res> {
+    return new Promise<Res>((resolve, reject) => {
+      const signal = opts?.signal;
+      if (signal?.aborted) {
+        reject(fromServiceError({ code: Code.CANCELLED, details: "aborted", metadata: new Metadata() } as ServiceError));
+        return;
+      }
+      const deadline = new Date(Date.now() + (opts?.timeoutMs ?? this.timeoutMs + extraMs));
+      const onAbort = () => call.cancel();
+      const call = method.call(svc, req, new Metadata(), { deadline }, (err, res) => {
+        signal?.removeEventListener("abort", onAbort);
+        if (err) reject(fromServiceError(err));
+        else resolve(res);
+      });
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** Asks for the lease on `job`; waits up to `waitMs` for it to free up. */
+  async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: CallOptions): Promise<Acquired> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
+      { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
+      opts,
+      waitMs,
+    );
+    return { acquired: r.acquired, lease: leaseFromPb(r.lease) };
+  }
+
+  /** Renews our live lease; rejects with LeaseLost when it is not ours. */
+  async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: CallOptions): Promise<Lease> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.renew as UnaryMethod<pb.RenewRequest, pb.RenewResponse>,
+      { job, holder, token, ttl: toDuration(ttlMs) },
+      opts,
+    );
+    return leaseFromPb(r.lease);
+  }
+
+  /** Releases our lease; the first waiter is granted at once. */
+  async release(job: string, holder: string, token: bigint, opts?: CallOptions): Promise<void> {
+    await this.unary(
+      this.leases,
+      this.leases.release as UnaryMethod<pb.ReleaseRequest, pb.ReleaseResponse>,
+      { job, holder, token },
+      opts,
+    );
+  }
+
+  /** The lease of `job` (token 0n and no holder if never granted). */
+  async getLease(job: string, opts?: CallOptions): Promise<Lease> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.getLease as UnaryMethod<pb.GetLeaseRequest, pb.Lease>,
+      { job },
+      opts,
+    );
+    return leaseFromPb(r);
+  }
+
+  /** Every lease whose job starts with `prefix`, all pages. */
+  async listLeases(prefix = "", opts?: CallOptions): Promise<Lease[]> {
+    const out: Lease[] = [];
+    let pageToken = "";
+    for (;;) {
+      const r = await this.unary(
+        this.leases,
+        this.leases.listLeases as UnaryMethod<pb.ListLeasesRequest, pb.ListLeasesResponse>,
+        { prefix, pageSize: PAGE_SIZE, pageToken },
+        opts,
+      );
+      out.push(...r.leases.map(leaseFromPb));
+      if (!r.nextPageToken) return out;
+      pageToken = r.nextPageToken;
+    }
+  }
+
+  /** Watches `job`: the current lease, then every change of holder or token. */
+  watch(job: string, opts?: { timeoutMs?: number }): Watch {
+    const options = opts?.timeoutMs !== undefined ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
+    return new Watch(this.leases.watchLease({ job }, new Metadata(), options));
+  }
+
+  /** Writes `value` under (job, key), fenced by `token`; the new version. */
+  async checkedWrite(job: string, token: bigint, key: Bytes, value: Bytes, opts?: CallOptions): Promise<bigint> {
+    return this.write(job, token, key, value, false, opts);
+  }
+
+  /** Deletes (job, key), fenced by `token`; the new version. */
+  async delete(job: string, token: bigint, key: Bytes, opts?: CallOptions): Promise<bigint> {
+    return this.write(job, token, key, Buffer.alloc(0), true, opts);
+  }
+
+  private async write(
+    job: string,
+    token: bigint,
+    key: Bytes,
+    value: Bytes,
+    del: boolean,
+    opts?: CallOptions,
+  ): Promise<bigint> {
+    const r = await this.unary(
+      this.store,
+      this.store.checkedWrite as UnaryMethod<pb.CheckedWriteRequest, pb.CheckedWriteResponse>,
+      { job, token, key: asBytes(key), value: asBytes(value), delete: del },
+      opts,
+    );
+    return r.version;
+  }
+
+  /** Reads (job, key); linearizable. */
+  async read(job: string, key: Bytes, opts?: CallOptions): Promise<Value> {
+    const r = await this.unary(
+      this.store,
+      this.store.read as UnaryMethod<pb.ReadRequest, pb.ReadResponse>,
+      { job, key: asBytes(key) },
+      opts,
+    );
+    return { found: r.found, value: Buffer.from(r.value), token: r.token, version: r.version };
+  }
+
+  /** Every live key of `job` starting with `prefix`, all pages. */
+  async listKeys(job: string, prefix: Bytes = "", opts?: CallOptions): Promise<KeyInfo[]> {
+    const out: KeyInfo[] = [];
+    let pageToken: Buffer = Buffer.alloc(0);
+    for (;;) {
+      const r = await this.unary(
+        this.store,
+        this.store.listKeys as UnaryMethod<pb.ListKeysRequest, pb.ListKeysResponse>,
+        { job, prefix: asBytes(prefix), pageSize: PAGE_SIZE, pageToken },
+        opts,
+      );
+      out.push(
+        ...r.keys.map((k) => ({ key: Buffer.from(k.key), token: k.token, version: k.version, size: k.size })),
+      );
+      if (r.nextPageToken.length === 0) return out;
+      pageToken = Buffer.from(r.nextPageToken);
+    }
+  }
+}
+
+export { LeaseholdError };

@@ -1,0 +1,328 @@
+/**
+ * The `Elector`: campaign for a job, renew at ttl/3, step down on loss,
+ * release on shutdown. An EventEmitter:
+ *
+ * - `"elected"` (token: bigint) when it becomes leader,
+ * - `"lost"` (token: bigint) when it stops leading with that token.
+ *
+ * It campaigns with a waiting Acquire (a release hands over at once),
+ * renews every ttl/3, and steps down **no later than its own deadline**:
+ * the instant the last successful grant or renewal was *sent*, plus the
+ * TTL. The server counts the TTL from when it *received* that request,
+ * later, so the elector believes it has lost before the server can give
+ * the lease away, even when the server cannot answer. `token` also checks
+ * the deadline itself, so it turns undefined on time even if the event
+ * loop was held up. What no elector can notice is its own process being
+ * paused: carry the token into every write, so a stale leader is fenced.
+ */
+import { EventEmitter } from "node:events";
+import { performance } from "node:perf_hooks";
+import type { Client } from "./client";
+import { LeaseholdError, LeaseLost } from "./errors";
+import { processHolder } from "./types";
+
+export interface ElectorOptions {
+  /** Holder identity; default `name@<process uuid>`. */
+  holder?: string;
+  /** Where warnings go; default console.warn. */
+  logger?: { warn(message: string): void };
+}
+
+export interface ElectorEvents {
+  elected: [token: bigint];
+  lost: [token: bigint];
+}
+
+const now = () => performance.now();
+
+class Stopped extends Error {}
+class TimedOut extends Error {}
+
+/** (backoff after an error, one waiting Acquire's wait, renew period, retry period), as the Rust Elector. */
+function timing(ttlMs: number) {
+  return {
+    backoff: Math.min(Math.max(ttlMs / 10, 50), 1000),
+    campaignWait: Math.min(Math.max(ttlMs * 3, 1000), 30_000),
+    every: ttlMs / 3,
+    retry: Math.max(ttlMs / 10, 10),
+  };
+}
+
+export class Elector extends EventEmitter<ElectorEvents> {
+  readonly holder: string;
+  private readonly stop = new AbortController();
+  private loop: Promise<void> | undefined;
+  private leading: bigint | undefined;
+  private deadline = 0;
+  private finished = false;
+  private resolveFinished: () => void = () => {};
+  private readonly finishedPromise = new Promise<void>((resolve) => (this.resolveFinished = resolve));
+  private readonly log: { warn(message: string): void };
+
+  constructor(
+    private readonly client: Client,
+    readonly job: string,
+    name: string,
+    readonly ttlMs: number,
+    options: ElectorOptions = {},
+  ) {
+    super();
+    if (!(ttlMs > 0)) throw new RangeError("ttlMs must be positive");
+    this.holder = options.holder ?? processHolder(name);
+    this.log = options.logger ?? { warn: (m) => console.warn(`leasehold elector: ${m}`) };
+  }
+
+  /** The token we lead with; undefined when not leading or past our deadline. */
+  get token(): bigint | undefined {
+    return this.leading !== undefined && now() < this.deadline ? this.leading : undefined;
+  }
+
+  get isLeader(): boolean {
+    return this.token !== undefined;
+  }
+
+  /** Starts campaigning (once). */
+  start(): this {
+    if (!this.loop) this.loop = this.run();
+    return this;
+  }
+
+  /** Resolves with the token once we lead; undefined once resigned. */
+  elected(): Promise<bigint | undefined> {
+    if (this.leading !== undefined || this.finished) return Promise.resolve(this.leading);
+    return new Promise((resolve) => {
+      const onElected = (t: bigint) => resolve(t);
+      this.once("elected", onElected);
+      void this.finishedPromise.then(() => {
+        this.off("elected", onElected);
+        resolve(undefined);
+      });
+    });
+  }
+
+  /** Resolves once we no longer lead with the token we lead with now. */
+  lost(): Promise<void> {
+    const token = this.leading;
+    if (token === undefined) return Promise.resolve();
+    return new Promise((resolve) => {
+      const onLost = (t: bigint) => {
+        if (t === token) {
+          this.off("lost", onLost);
+          resolve();
+        }
+      };
+      this.on("lost", onLost);
+    });
+  }
+
+  /**
+   * Stops campaigning, releases the lease if held, and waits for that. The
+   * release is bounded by our deadline (at least 200 ms): past it the
+   * lease runs out on its own.
+   */
+  async resign(): Promise<void> {
+    this.stop.abort();
+    await this.loop;
+    this.finish();
+  }
+
+  private finish() {
+    if (this.finished) return;
+    this.finished = true;
+    this.resolveFinished();
+  }
+
+  private safeEmit(event: "elected" | "lost", token: bigint) {
+    try {
+      this.emit(event, token);
+    } catch (e) {
+      this.log.warn(`${event} listener threw: ${e}`);
+    }
+  }
+
+  /** Awaits `p` until `deadline`; throws Stopped or TimedOut first. */
+  private until<T>(start: (signal: AbortSignal) => Promise<T>, deadline: number): Promise<T> {
+    const ac = new AbortController();
+    return new Promise<T>((resolve, reject) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.stop.signal.removeEventListener("abort", onStop);
+      };
+      const onStop = () => {
+        done();
+        ac.abort();
+        reject(new Stopped());
+      };
+      const timer = setTimeout(() => {
+        done();
+        ac.abort();
+        reject(new TimedOut());
+      }, Math.max(0, deadline - now()));
+      if (this.stop.signal.aborted) return onStop();
+      this.stop.signal.addEventListener("abort", onStop, { once: true });
+      start(ac.signal).then(
+        (v) => {
+          done();
+          resolve(v);
+        },
+        (e) => {
+          done();
+          reject(e);
+        },
+      );
+    });
+  }
+
+  private sleepUntil(when: number): Promise<void> {
+    return this.until(
+      () => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, when - now()))),
+      when + 1000,
+    );
+  }
+
+  private async run(): Promise<void> {
+    const { backoff, campaignWait } = timing(this.ttlMs);
+    try {
+      for (;;) {
+        const sent = now();
+        const limit = campaignWait + this.ttlMs;
+        let acquired;
+        try {
+          acquired = await this.until(
+            (signal) =>
+              this.client.acquire(this.job, this.holder, this.ttlMs, campaignWait, { timeoutMs: limit, signal }),
+            sent + limit,
+          );
+        } catch (e) {
+          if (e instanceof Stopped) {
+            await this.releaseIfGranted();
+            return;
+          }
+          if (e instanceof TimedOut) {
+            this.log.warn(`campaign for ${this.job}: acquire timed out`);
+            continue;
+          }
+          this.log.warn(`campaign for ${this.job}: acquire failed: ${(e as Error).message}`);
+          try {
+            await this.sleepUntil(now() + backoff);
+          } catch {
+            return; // stopped
+          }
+          continue;
+        }
+        if (!acquired.acquired) continue;
+        const token = acquired.lease.token;
+        const anchor = await this.anchor(token, sent);
+        if (anchor === undefined) continue;
+        if (await this.lead(token, anchor)) return;
+      }
+    } catch (e) {
+      this.log.warn(`elector for ${this.job} failed: ${(e as Error).stack ?? e}`);
+      if (this.leading !== undefined) this.setFollower(this.leading);
+    } finally {
+      this.finish();
+    }
+  }
+
+  /**
+   * The instant our lease's TTL may be counted from: at or before the
+   * server granted or last renewed it. A waiting Acquire may have been
+   * granted long after it was sent; then a Renew sent now confirms the
+   * lease and gives a fresh anchor. Undefined when it cannot.
+   */
+  private async anchor(token: bigint, sent: number): Promise<number | undefined> {
+    if (now() < sent + this.ttlMs / 10) return sent;
+    const at = now();
+    try {
+      await this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: this.ttlMs / 2 });
+      return at;
+    } catch (e) {
+      this.log.warn(`${this.job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
+      return undefined;
+    }
+  }
+
+  /** Leads until lost (false) or told to stop (releases; true). */
+  private async lead(token: bigint, sent: number): Promise<boolean> {
+    const { every, retry } = timing(this.ttlMs);
+    let deadline = sent + this.ttlMs;
+    this.setLeader(token, deadline);
+    let next = sent + every;
+    for (;;) {
+      try {
+        await this.sleepUntil(Math.min(next, deadline));
+      } catch {
+        return this.resignLease(token, deadline);
+      }
+      const at = now();
+      if (at >= deadline) {
+        this.log.warn(`${this.job}: token ${token} reached its deadline without a renewal`);
+        break;
+      }
+      try {
+        await this.until(
+          (signal) => this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: deadline - at, signal }),
+          deadline,
+        );
+      } catch (e) {
+        if (e instanceof Stopped) return this.resignLease(token, deadline);
+        if (e instanceof TimedOut) {
+          this.log.warn(`${this.job}: renew of token ${token} did not answer before the deadline`);
+          break;
+        }
+        if (e instanceof LeaseLost) {
+          this.log.warn(`${this.job}: lease lost (token ${token}): ${e.message}`);
+          break;
+        }
+        this.log.warn(`${this.job}: renew of token ${token} failed, retrying: ${(e as Error).message}`);
+        next = now() + retry;
+        continue;
+      }
+      deadline = at + this.ttlMs;
+      next = at + every;
+      if (this.leading === token) this.deadline = deadline;
+    }
+    this.setFollower(token);
+    return false;
+  }
+
+  private async resignLease(token: bigint, deadline: number): Promise<boolean> {
+    this.setFollower(token);
+    const until = Math.max(deadline, now() + 200);
+    try {
+      await this.client.release(this.job, this.holder, token, { timeoutMs: Math.max(until - now(), 1) });
+    } catch (e) {
+      if (e instanceof LeaseholdError) this.log.warn(`${this.job}: release of token ${token} failed: ${e.message}`);
+      else throw e;
+    }
+    return true;
+  }
+
+  /**
+   * Stopped while an Acquire was in flight: the server may have granted it
+   * just before the cancel. Best effort, briefly: release the lease if it
+   * is ours, rather than leave it to run out.
+   */
+  private async releaseIfGranted(): Promise<void> {
+    try {
+      const lease = await this.client.getLease(this.job, { timeoutMs: 200 });
+      if (lease.holder === this.holder) {
+        await this.client.release(this.job, this.holder, lease.token, { timeoutMs: 200 });
+      }
+    } catch {
+      // best effort
+    }
+  }
+
+  private setLeader(token: bigint, deadline: number) {
+    this.leading = token;
+    this.deadline = deadline;
+    this.safeEmit("elected", token);
+  }
+
+  private setFollower(token: bigint) {
+    if (this.leading !== token) return;
+    this.leading = undefined;
+    this.safeEmit("lost", token);
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * Typed errors, decoded from the `google.rpc.ErrorInfo` reason (domain
+ * "leasehold") in a failed call's status details. Branch on the class,
+ * never on the message:
+ *
+ * ```ts
+ * try {
+ *   await client.checkedWrite(job, token, "status", "ok");
+ * } catch (e) {
+ *   if (e instanceof Fenced) stopLeading(); // e.currentToken is the newest
+ *   else throw e;
+ * }
+ * ```
+ *
+ * LeaseholdError
+ * ├── LeaseLost          renew/release of a lease we no longer hold
+ * ├── Fenced             write with a token that is not the live one
+ * ├── InvalidArgument    bad input; .field names it
+ * │   └── UnknownToken   a token the server never issued for the job
+ * └── Unavailable        unreachable or not answering; retryable
+ *     ├── StorageError   the store could not make a change durable
+ *     └── ShuttingDown   the server is stopping
+ */
+import { Metadata, status as Code, type ServiceError } from "@grpc/grpc-js";
+import { ErrorInfo } from "./gen/google/rpc/error_details";
+import { Status } from "./gen/google/rpc/status";
+
+/** The ErrorInfo domain of every leasehold error. */
+export const DOMAIN = "leasehold";
+const DETAILS_KEY = "grpc-status-details-bin";
+const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
+
+/** Any error from leasehold. */
+export class LeaseholdError extends Error {
+  /** Whether retrying the same call later can help. */
+  readonly retryable: boolean = false;
+
+  constructor(
+    message: string,
+    /** The gRPC status code. */
+    readonly code: Code,
+    /** The ErrorInfo reason, or undefined when the status had none. */
+    readonly reason: string | undefined,
+    /** The ErrorInfo metadata. */
+    readonly metadata: Readonly<Record<string, string>>,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+
+  protected tokenFromMetadata(key = "current_token"): bigint | undefined {
+    const raw = this.metadata[key];
+    if (raw === undefined || !/^\d+$/.test(raw)) return undefined;
+    return BigInt(raw);
+  }
+}
+
+/** The lease is no longer ours (LEASE_LOST): stop leading. */
+export class LeaseLost extends LeaseholdError {
+  /** The job's newest token, if the server said. */
+  get currentToken(): bigint | undefined {
+    return this.tokenFromMetadata();
+  }
+  /** The job's holder now, if it has one. */
+  get currentHolder(): string | undefined {
+    return this.metadata["current_holder"] || undefined;
+  }
+}
+
+/** The write was fenced (FENCED): the writer is not the live leader. */
+export class Fenced extends LeaseholdError {
+  /** The job's newest token. */
+  get currentToken(): bigint | undefined {
+    return this.tokenFromMetadata();
+  }
+}
+
+/** Bad input (INVALID_ARGUMENT); nothing was changed. */
+export class InvalidArgument extends LeaseholdError {
+  /** The request field at fault ("job", "ttl", "key"...). */
+  get field(): string | undefined {
+    return this.metadata["field"];
+  }
+}
+
+/** A token the server never issued for the job (UNKNOWN_TOKEN). */
+export class UnknownToken extends InvalidArgument {
+  override get field(): string | undefined {
+    return this.metadata["field"] ?? "token";
+  }
+  /** The job's newest token. */
+  get currentToken(): bigint | undefined {
+    return this.tokenFromMetadata();
+  }
+}
+
+/** The server could not be reached or could not answer; retryable. */
+export class Unavailable extends LeaseholdError {
+  override readonly retryable: boolean = true;
+}
+
+/** The server could not make the change durable (STORAGE). */
+export class StorageError extends Unavailable {}
+
+/** The server is shutting down (SHUTTING_DOWN). */
+export class ShuttingDown extends Unavailable {}
+
+type ErrorClass = new (
+  message: string,
+  code: Code,
+  reason: string | undefined,
+  metadata: Record<string, string>,
+) => LeaseholdError;
+
+const BY_REASON: Record<string, ErrorClass> = {
+  LEASE_LOST: LeaseLost,
+  FENCED: Fenced,
+  UNKNOWN_TOKEN: UnknownToken,
+  INVALID_ARGUMENT: InvalidArgument,
+  STORAGE: StorageError,
+  SHUTTING_DOWN: ShuttingDown,
+};
+
+const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);
+
+/** The leasehold ErrorInfo in a status's trailing metadata, if any. */
+export function errorInfo(metadata: Metadata | undefined): ErrorInfo | undefined {
+  for (const raw of metadata?.get(DETAILS_KEY) ?? []) {
+    if (typeof raw === "string") continue;
+    let status: Status;
+    try {
+      status = Status.decode(raw);
+    } catch {
+      continue;
+    }
+    for (const d of status.details) {
+      if (d.typeUrl.slice(d.typeUrl.lastIndexOf("/") + 1) !== ERROR_INFO_TYPE) continue;
+      const info = ErrorInfo.decode(d.value);
+      if (info.domain === DOMAIN) return info;
+    }
+  }
+  return undefined;
+}
+
+/** The typed error for a status code, message and trailing metadata. */
+export function fromStatus(code: Code, message: string, metadata?: Metadata): LeaseholdError {
+  const info = errorInfo(metadata);
+  const reason = info?.reason;
+  let cls: ErrorClass | undefined = reason !== undefined ? BY_REASON[reason] : undefined;
+  if (!cls) {
+    if (code === Code.INVALID_ARGUMENT) cls = InvalidArgument;
+    else if (UNAVAILABLE_CODES.has(code)) cls = Unavailable;
+    else cls = LeaseholdError;
+  }
+  return new cls(message || Code[code] || "error", code, reason, { ...(info?.metadata ?? {}) });
+}
+
+/** The typed error for a failed grpc-js call. */
+export function fromServiceError(e: ServiceError | Error): LeaseholdError {
+  if (e instanceof LeaseholdError) return e;
+  const se = e as Partial<ServiceError>;
+  if (typeof se.code !== "number") return new Unavailable(e.message, Code.UNKNOWN, undefined, {});
+  return fromStatus(se.code, se.details ?? e.message, se.metadata);
+}

@@ -1,0 +1,35 @@
+/**
+ * leasehold for TypeScript / Node.js: a promise-based `Client`, the
+ * `Elector` (an EventEmitter), and typed errors, on @grpc/grpc-js with
+ * types generated from proto/leasehold/v1/leasehold.proto by ts-proto.
+ *
+ * ```ts
+ * const client = new Client("127.0.0.1:50051");
+ * const elector = new Elector(client, "bridge_health", "bridge", 10_000).start();
+ * const token = await elector.elected();
+ * await client.checkedWrite("bridge_health", token!, "status", "ok");
+ * await elector.resign();
+ * ```
+ */
+export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, Watch } from "./client";
+export type { CallOptions, ClientConfig } from "./client";
+export { Elector } from "./elector";
+export type { ElectorEvents, ElectorOptions } from "./elector";
+export {
+  DOMAIN,
+  errorInfo,
+  Fenced,
+  fromServiceError,
+  fromStatus,
+  InvalidArgument,
+  LeaseholdError,
+  LeaseLost,
+  ShuttingDown,
+  StorageError,
+  Unavailable,
+  UnknownToken,
+} from "./errors";
+export { EventKind, processHolder } from "./types";
+export type { Acquired, Bytes, KeyInfo, Lease, LeaseEvent, Value } from "./types";
+/** The generated messages and grpc-js service clients. */
+export * as v1 from "./gen/leasehold/v1/leasehold";

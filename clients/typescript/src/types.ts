@@ -1,0 +1,107 @@
+import { randomUUID } from "node:crypto";
+import type { Duration } from "./gen/google/protobuf/duration";
+import * as pb from "./gen/leasehold/v1/leasehold";
+
+let processUuid = randomUUID();
+
+/**
+ * A holder identity for this process: `name@uuid`, with one UUID made at
+ * process start. A restarted process is a new holder, never mistaken for
+ * the old one.
+ */
+export function processHolder(name: string): string {
+  return `${name}@${processUuid}`;
+}
+
+/** A job's lease, as the server reported it. Durations in milliseconds. */
+export interface Lease {
+  job: string;
+  /** The live holder, or undefined when the job is free. */
+  holder: string | undefined;
+  /** The newest token; 0n if never granted. */
+  token: bigint;
+  /** The TTL of the live grant, in ms. */
+  ttlMs: number | undefined;
+  /** Time left when the server answered, in ms. */
+  remainingMs: number | undefined;
+}
+
+/** The answer to `acquire`. */
+export interface Acquired {
+  /** Whether we hold the lease now. */
+  acquired: boolean;
+  /** Our lease when acquired, else the current holder's. */
+  lease: Lease;
+}
+
+/** A stored value. */
+export interface Value {
+  /** False when never written or deleted. */
+  found: boolean;
+  value: Buffer;
+  /** The token of the write that stored it. */
+  token: bigint;
+  /** The key's version; 0n if never written. */
+  version: bigint;
+}
+
+/** One live key. */
+export interface KeyInfo {
+  key: Buffer;
+  token: bigint;
+  version: bigint;
+  /** The value's size in bytes. */
+  size: number;
+}
+
+/** Why a watch event was sent. */
+export enum EventKind {
+  Unspecified = "UNSPECIFIED",
+  Current = "CURRENT",
+  Acquired = "ACQUIRED",
+  Released = "RELEASED",
+  Expired = "EXPIRED",
+}
+
+/** One event of `watch`: the lease after a change. */
+export interface LeaseEvent {
+  kind: EventKind;
+  lease: Lease;
+}
+
+export function toDuration(ms: number): Duration {
+  const nanosTotal = BigInt(Math.max(0, Math.round(ms * 1e6)));
+  return { seconds: nanosTotal / 1_000_000_000n, nanos: Number(nanosTotal % 1_000_000_000n) };
+}
+
+function toMs(d: Duration | undefined): number | undefined {
+  if (!d) return undefined;
+  return Number(d.seconds) * 1000 + d.nanos / 1e6;
+}
+
+export function leaseFromPb(l: pb.Lease | undefined): Lease {
+  return {
+    job: l?.job ?? "",
+    holder: l?.holder || undefined,
+    token: l?.token ?? 0n,
+    ttlMs: toMs(l?.ttl),
+    remainingMs: toMs(l?.remaining),
+  };
+}
+
+const KINDS: Record<number, EventKind> = {
+  [pb.LeaseEvent_Kind.KIND_CURRENT]: EventKind.Current,
+  [pb.LeaseEvent_Kind.KIND_ACQUIRED]: EventKind.Acquired,
+  [pb.LeaseEvent_Kind.KIND_RELEASED]: EventKind.Released,
+  [pb.LeaseEvent_Kind.KIND_EXPIRED]: EventKind.Expired,
+};
+
+export function eventFromPb(e: pb.LeaseEvent): LeaseEvent {
+  return { kind: KINDS[e.kind] ?? EventKind.Unspecified, lease: leaseFromPb(e.lease) };
+}
+
+export type Bytes = string | Uint8Array;
+
+export function asBytes(b: Bytes): Buffer {
+  return typeof b === "string" ? Buffer.from(b, "utf8") : Buffer.from(b);
+}

@@ -1,0 +1,143 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Client, Elector } from "../src";
+import { Server, sleep, uniqueJob, waitUntil } from "./harness";
+
+const quiet = { warn: () => {} };
+
+function record(e: Elector): string[] {
+  const events: string[] = [];
+  e.on("elected", (t) => events.push(`elected ${t}`));
+  e.on("lost", (t) => events.push(`lost ${t}`));
+  return events;
+}
+
+describe("Elector against the real server", () => {
+  let server: Server;
+  let client: Client;
+  before(async () => {
+    server = await Server.start();
+    client = new Client(server.target);
+  });
+  after(async () => {
+    client.close();
+    await server.stop();
+  });
+
+  test("exactly one of two leads; resign hands over at once", async () => {
+    const job = uniqueJob("two");
+    const ttl = 10_000;
+    const a = new Elector(client, job, "a", ttl, { logger: quiet });
+    const b = new Elector(client, job, "b", ttl, { logger: quiet });
+    const ea = record(a);
+    const eb = record(b);
+    a.start();
+    b.start();
+    after(() => Promise.all([a.resign(), b.resign()]));
+    assert.notEqual(a.holder, b.holder);
+    const first = await Promise.race([a.elected(), b.elected()]);
+    assert.equal(first, 1n);
+    const [leader, follower, el, ef] = a.isLeader ? [a, b, ea, eb] : [b, a, eb, ea];
+    await server.waitWaiters(1);
+    assert.equal(follower.isLeader, false);
+    assert.equal((await client.getLease(job)).holder, leader.holder);
+    const t = performance.now();
+    await leader.resign();
+    assert.equal(await follower.elected(), 2n);
+    const handover = performance.now() - t;
+    assert.ok(handover < ttl / 4, `hand-over came from the release, not expiry: ${handover} ms`);
+    assert.deepEqual(el, ["elected 1", "lost 1"]);
+    await follower.resign();
+    assert.deepEqual(ef, ["elected 2", "lost 2"]);
+    const lease = await client.getLease(job);
+    assert.deepEqual([lease.holder, lease.token], [undefined, 2n], "resign released the lease");
+  });
+
+  test("keeps leading across renewals", async () => {
+    const job = uniqueJob("renewals");
+    const ttl = 600;
+    const e = new Elector(client, job, "r", ttl, { logger: quiet });
+    const events = record(e);
+    e.start();
+    try {
+      assert.equal(await e.elected(), 1n);
+      const end = performance.now() + 3 * ttl;
+      while (performance.now() < end) {
+        assert.equal(e.token, 1n);
+        await sleep(ttl / 10);
+      }
+      assert.deepEqual(events, ["elected 1"]);
+    } finally {
+      await e.resign();
+    }
+    assert.equal((await client.getLease(job)).holder, undefined);
+  });
+
+  test("a grant long after the acquire was sent is confirmed, not dropped", async () => {
+    const job = uniqueJob("late");
+    const ttl = 500;
+    await client.acquire(job, "other", 30_000);
+    const e = new Elector(client, job, "late", ttl, { logger: quiet });
+    const events = record(e);
+    e.start();
+    try {
+      await server.waitWaiters(1);
+      await sleep(2 * ttl); // the waiting Acquire ages past a TTL
+      await client.release(job, "other", 1n);
+      assert.equal(await e.elected(), 2n);
+      await sleep(3 * ttl);
+      assert.equal(e.token, 2n);
+      assert.deepEqual(events, ["elected 2"], "stepped down after the late grant");
+    } finally {
+      await e.resign();
+    }
+  });
+
+  test("LEASE_LOST on renew steps down, then campaigns again", async () => {
+    const job = uniqueJob("again");
+    const ttl = 300;
+    const e = new Elector(client, job, "again", ttl, { logger: quiet });
+    const events = record(e);
+    e.start();
+    try {
+      assert.equal(await e.elected(), 1n);
+      await client.release(job, e.holder, 1n);
+      const other = await client.acquire(job, "thief", 1000);
+      assert.equal(other.lease.token, 2n);
+      await waitUntil(() => events.includes("elected 3"), 5000, "re-election");
+      assert.deepEqual(events, ["elected 1", "lost 1", "elected 3"]);
+    } finally {
+      await e.resign();
+    }
+  });
+
+  test("ttl must be positive", () => {
+    assert.throws(() => new Elector(client, "j", "n", 0), RangeError);
+  });
+});
+
+test("steps down by its own deadline when the server is paused; resign stays bounded", async () => {
+  const server = await Server.start();
+  const client = new Client(server.target);
+  const ttl = 900;
+  const e = new Elector(client, "paused", "e", ttl, { logger: quiet }).start();
+  try {
+    assert.equal(await e.elected(), 1n);
+    await sleep(ttl);
+    server.signal("SIGSTOP");
+    const stopped = performance.now();
+    const lost = e.lost();
+    await Promise.race([lost, sleep(3 * ttl).then(() => assert.fail("never stepped down"))]);
+    const after = performance.now() - stopped;
+    assert.ok(after <= ttl + 300, `stepped down late: ${after} ms`);
+    assert.equal(e.token, undefined);
+    const t = performance.now();
+    await e.resign();
+    assert.ok(performance.now() - t < 2000, "resign is bounded");
+  } finally {
+    server.signal("SIGCONT");
+    await e.resign();
+    client.close();
+    await server.stop();
+  }
+});

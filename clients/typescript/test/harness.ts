@@ -1,0 +1,111 @@
+/**
+ * The real `leasehold serve` as a child process, on 127.0.0.1 with ports
+ * the OS picks: no sleep waits for start-up, the server prints one line
+ * once both listeners are bound.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { get } from "node:http";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+
+const ROOT = resolve(__dirname, "..", "..", "..", "..");
+
+export function serverBinary(): string {
+  const p = process.env.LEASEHOLD_BIN || join(ROOT, "target", "debug", "leasehold");
+  if (!existsSync(p)) throw new Error(`leasehold binary not found at ${p}; run cargo build --bin leasehold`);
+  return p;
+}
+
+export class Server {
+  private constructor(
+    readonly proc: ChildProcess,
+    readonly target: string,
+    readonly admin: string,
+    private readonly dataDir: string,
+  ) {}
+
+  static start(timeoutMs = 30_000): Promise<Server> {
+    const dataDir = mkdtempSync(join(tmpdir(), "leasehold-ts-"));
+    const proc = spawn(
+      serverBinary(),
+      ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", dataDir],
+      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, RUST_LOG: "warn" } },
+    );
+    return new Promise((resolvePromise, reject) => {
+      const timer = setTimeout(() => {
+        proc.kill("SIGKILL");
+        reject(new Error("server did not start in time"));
+      }, timeoutMs);
+      const lines = createInterface({ input: proc.stdout! });
+      lines.on("line", (line) => {
+        const m = /^leasehold listening on (\S+) admin (\S+)$/.exec(line);
+        if (m) {
+          clearTimeout(timer);
+          resolvePromise(new Server(proc, m[1], m[2], dataDir));
+        }
+      });
+      proc.on("exit", (code) => {
+        clearTimeout(timer);
+        reject(new Error(`server exited with ${code} before listening`));
+      });
+    });
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    this.proc.kill(sig);
+  }
+
+  /** The sum of a metric's samples on /metrics. */
+  metric(name: string): Promise<number> {
+    return new Promise((resolvePromise, reject) => {
+      get(`http://${this.admin}/metrics`, (res) => {
+        let body = "";
+        res.on("data", (c) => (body += c));
+        res.on("end", () => {
+          let total = 0;
+          for (const line of body.split("\n")) {
+            if (line.startsWith(name + " ") || line.startsWith(name + "{")) {
+              total += Number(line.slice(line.lastIndexOf(" ") + 1));
+            }
+          }
+          resolvePromise(total);
+        });
+      }).on("error", reject);
+    });
+  }
+
+  /** Waits until at least `n` Acquires are queued on the server. */
+  async waitWaiters(n: number, timeoutMs = 10_000): Promise<void> {
+    await waitUntil(async () => (await this.metric("leasehold_waiting_acquires")) >= n, timeoutMs, `${n} waiter(s)`);
+  }
+
+  async stop(): Promise<void> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      const exited = new Promise((r) => this.proc.once("exit", r));
+      this.proc.kill("SIGCONT");
+      this.proc.kill("SIGTERM");
+      const t = setTimeout(() => this.proc.kill("SIGKILL"), 15_000);
+      await exited;
+      clearTimeout(t);
+    }
+    rmSync(this.dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Bounded polling for an external state change (never for start-up). */
+export async function waitUntil(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await pred())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+let jobs = 0;
+export function uniqueJob(prefix: string): string {
+  return `${prefix}-${jobs++}`;
+}
