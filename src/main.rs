@@ -217,6 +217,23 @@ struct ServeArgs {
     /// How long in-flight calls may take to finish on shutdown.
     #[arg(long, env = "LEASEHOLD_DRAIN_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     drain_timeout: Duration,
+    /// Connections open at once; more are closed on accept.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Calls in flight at once (waiting Acquires included); more are
+    /// answered RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 10_000)]
+    max_in_flight: usize,
+    /// HTTP/2 streams open at once on one connection (watches included).
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1024
+    )]
+    max_streams_per_connection: u32,
+    /// Ping idle connections this often; drop peers that do not answer.
+    #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
+    keepalive: Duration,
 }
 
 /// Parses `1500ms`, `10s`, `2m`, `1h`, or a combination like `1m30s`.
@@ -508,9 +525,25 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, %admin_addr, data_dir = %a.data_dir.display(), "serving");
     println!("leasehold listening on {addr} admin {admin_addr}");
     std::io::stdout().flush()?;
+    for (flag, v) in [
+        ("--max-connections", a.max_connections),
+        ("--max-in-flight", a.max_in_flight),
+        (
+            "--max-streams-per-connection",
+            a.max_streams_per_connection as usize,
+        ),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
     let config = server::Config {
         limits,
         drain_timeout: a.drain_timeout,
+        max_connections: a.max_connections,
+        max_in_flight: a.max_in_flight,
+        max_streams_per_connection: a.max_streams_per_connection,
+        keepalive: a.keepalive,
     };
     server::run(listener, node, config, rpc, shutdown_signal()).await?;
     let _ = stop_tx.send(true);

@@ -1,11 +1,12 @@
 //! Tower layers in front of every handler.
 //!
 //! Cross-cutting concerns go here, once, instead of into each handler:
-//! today the RPC metrics; later the caller's identity from its TLS client
+//! today the RPC metrics and the cap on calls in flight; later the caller's identity from its TLS client
 //! certificate, put into the request's extensions for the per-job access
 //! rules to read (see ARCHITECTURE.md, "Where TLS and access rules go").
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -83,6 +84,93 @@ where
             };
             metrics.record(&path, start.elapsed(), code);
             res
+        })
+    }
+}
+
+/// Caps the calls in flight across all connections. A call over the cap is
+/// answered at once with RESOURCE_EXHAUSTED, naming the limit, instead of
+/// queueing without bound. A streaming call counts until its response
+/// starts; a waiting `Acquire` counts while it waits.
+#[derive(Clone)]
+pub struct InflightLimitLayer {
+    inflight: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl InflightLimitLayer {
+    /// A cap of `max` calls in flight.
+    pub fn new(max: usize) -> Self {
+        InflightLimitLayer {
+            inflight: Arc::new(AtomicUsize::new(0)),
+            max,
+        }
+    }
+}
+
+impl<S> Layer<S> for InflightLimitLayer {
+    type Service = InflightLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        InflightLimit {
+            inner,
+            inflight: self.inflight.clone(),
+            max: self.max,
+        }
+    }
+}
+
+/// The service made by [`InflightLimitLayer`].
+#[derive(Clone)]
+pub struct InflightLimit<S> {
+    inner: S,
+    inflight: Arc<AtomicUsize>,
+    max: usize,
+}
+
+/// Gives a slot back when the call ends, however it ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl<S, B, R> Service<http::Request<B>> for InflightLimit<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    R: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let before = self.inflight.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(self.inflight.clone());
+        if before >= self.max {
+            let status = tonic::Status::resource_exhausted(format!(
+                "overloaded: {} calls in flight, the limit (--max-in-flight) is {}; retry with backoff",
+                before, self.max
+            ));
+            return Box::pin(async move {
+                drop(slot);
+                Ok(status.into_http())
+            });
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(async move {
+            let _slot = slot;
+            inner.call(req).await
         })
     }
 }

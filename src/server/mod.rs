@@ -8,6 +8,7 @@
 //! are plain extra services, so grpcurl and load balancers work out of the
 //! box.
 
+pub mod conn;
 pub mod convert;
 pub mod fenced;
 pub mod layers;
@@ -19,8 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
@@ -37,6 +36,17 @@ pub struct Config {
     pub limits: Limits,
     /// How long in-flight calls may take to finish after a shutdown signal.
     pub drain_timeout: Duration,
+    /// Connections open at once; more are closed on accept.
+    pub max_connections: usize,
+    /// Calls in flight at once, across connections; more are answered
+    /// RESOURCE_EXHAUSTED.
+    pub max_in_flight: usize,
+    /// HTTP/2 streams open at once on one connection (watches included).
+    pub max_streams_per_connection: u32,
+    /// How often an idle connection is pinged; a peer that does not answer
+    /// within the same time is disconnected, which ends its watches and
+    /// waits.
+    pub keepalive: Duration,
 }
 
 impl Default for Config {
@@ -44,6 +54,10 @@ impl Default for Config {
         Config {
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            max_in_flight: 10_000,
+            max_streams_per_connection: 1024,
+            keepalive: Duration::from_secs(30),
         }
     }
 }
@@ -121,16 +135,13 @@ pub async fn run(
         let _ = signalled_tx.send(());
     };
 
-    // Small replies must not wait for Nagle's algorithm (40 ms with delayed
-    // ACKs on Linux): every reply here is a small message.
-    let incoming = TcpListenerStream::new(listener).map(|s| {
-        if let Ok(s) = &s {
-            let _ = s.set_nodelay(true);
-        }
-        s
-    });
+    let incoming = conn::incoming(listener, config.max_connections);
     let serve = Server::builder()
+        .max_concurrent_streams(config.max_streams_per_connection)
+        .http2_keepalive_interval(Some(config.keepalive))
+        .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics))
+        .layer(layers::InflightLimitLayer::new(config.max_in_flight))
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -56,16 +56,21 @@ impl TestServer {
     }
 
     pub async fn start_in(dir: tempfile::TempDir, limits: Limits) -> TestServer {
+        let config = server::Config {
+            limits,
+            drain_timeout: Duration::from_secs(2),
+            ..server::Config::default()
+        };
+        Self::with_config(dir, config).await
+    }
+
+    pub async fn with_config(dir: tempfile::TempDir, config: server::Config) -> TestServer {
         let store = SledStore::open(dir.path()).unwrap();
         let node = Node::open(Arc::new(store)).unwrap();
         // Bind first, then serve: no sleep to wait for start-up.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
-        let config = server::Config {
-            limits,
-            drain_timeout: Duration::from_secs(2),
-        };
         let n = node.clone();
         let done = tokio::spawn(async move {
             server::run(
