@@ -46,6 +46,8 @@
 //!
 //! The module is pure: no clock, no I/O, no async. Callers pass `now`.
 
+#[cfg(any(test, feature = "model"))]
+pub mod model;
 mod table;
 mod types;
 

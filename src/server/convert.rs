@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lease::{LeaseState, LeaseView};
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Token};
 use crate::node::EventKind;
 use crate::proto;
 
@@ -22,6 +22,76 @@ pub fn duration(field: &'static str, d: Option<prost_types::Duration>) -> Result
         ));
     }
     Ok(Some(Duration::new(d.seconds as u64, d.nanos as u32)))
+}
+
+/// A validated `Acquire`: (job, holder, ttl, wait).
+pub fn acquire_args(
+    l: &Limits,
+    r: &proto::AcquireRequest,
+) -> Result<(JobName, HolderId, Duration, Duration)> {
+    Ok((
+        l.job(&r.job)?,
+        l.holder(&r.holder)?,
+        l.ttl(duration("ttl", r.ttl)?)?,
+        l.wait(duration("wait", r.wait)?)?,
+    ))
+}
+
+/// A validated `Renew`: (job, holder, token, ttl).
+pub fn renew_args(
+    l: &Limits,
+    r: &proto::RenewRequest,
+) -> Result<(JobName, HolderId, Token, Duration)> {
+    Ok((
+        l.job(&r.job)?,
+        l.holder(&r.holder)?,
+        l.token(r.token)?,
+        l.ttl(duration("ttl", r.ttl)?)?,
+    ))
+}
+
+/// A validated `Release`: (job, holder, token).
+pub fn release_args(l: &Limits, r: &proto::ReleaseRequest) -> Result<(JobName, HolderId, Token)> {
+    Ok((l.job(&r.job)?, l.holder(&r.holder)?, l.token(r.token)?))
+}
+
+/// A validated `CheckedWrite`.
+#[derive(Debug)]
+pub struct WriteArgs {
+    /// The job whose token fences the key.
+    pub job: JobName,
+    /// The writer's token.
+    pub token: Token,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Validates a `CheckedWrite`.
+pub fn write_args(l: &Limits, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {
+    let job = l.job(&r.job)?;
+    let token = l.token(r.token)?;
+    l.key(&r.key)?;
+    let value = if r.delete {
+        None
+    } else {
+        l.value(&r.value)?;
+        Some(r.value)
+    };
+    Ok(WriteArgs {
+        job,
+        token,
+        key: r.key,
+        value,
+    })
+}
+
+/// A validated `Read`: (job, key).
+pub fn read_args(l: &Limits, r: proto::ReadRequest) -> Result<(JobName, Vec<u8>)> {
+    let job = l.job(&r.job)?;
+    l.key(&r.key)?;
+    Ok((job, r.key))
 }
 
 /// A std duration as a proto one.

@@ -5,6 +5,7 @@ use tonic::{Request, Response, Status};
 use crate::lease::Limits;
 use crate::node::Node;
 use crate::proto;
+use crate::server::convert;
 
 /// Serves `leasehold.v1.FencedStore`.
 pub struct FencedStoreService {
@@ -25,18 +26,11 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::CheckedWriteRequest>,
     ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
-        let r = req.into_inner();
-        let l = &self.limits;
-        let job = l.job(&r.job)?;
-        let token = l.token(r.token)?;
-        l.key(&r.key)?;
-        let value = if r.delete {
-            None
-        } else {
-            l.value(&r.value)?;
-            Some(r.value)
-        };
-        let version = self.node.checked_write(&job, token, &r.key, value).await?;
+        let w = convert::write_args(&self.limits, req.into_inner())?;
+        let version = self
+            .node
+            .checked_write(&w.job, w.token, &w.key, w.value)
+            .await?;
         Ok(Response::new(proto::CheckedWriteResponse { version }))
     }
 
@@ -44,10 +38,8 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::ReadRequest>,
     ) -> Result<Response<proto::ReadResponse>, Status> {
-        let r = req.into_inner();
-        let job = self.limits.job(&r.job)?;
-        self.limits.key(&r.key)?;
-        let rec = self.node.read(&job, &r.key).await?;
+        let (job, key) = convert::read_args(&self.limits, req.into_inner())?;
+        let rec = self.node.read(&job, &key).await?;
         Ok(Response::new(match rec {
             Some(rec) => proto::ReadResponse {
                 found: rec.value.is_some(),

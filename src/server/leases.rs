@@ -38,12 +38,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
-        let r = req.into_inner();
-        let l = &self.limits;
-        let job = l.job(&r.job)?;
-        let holder = l.holder(&r.holder)?;
-        let ttl = l.ttl(duration("ttl", r.ttl)?)?;
-        let wait = l.wait(duration("wait", r.wait)?)?;
+        let (job, holder, ttl, wait) = convert::acquire_args(&self.limits, req.get_ref())?;
         let (acquired, view) = self.node.acquire(&job, &holder, ttl, wait).await?;
         Ok(Response::new(proto::AcquireResponse {
             acquired,
@@ -55,12 +50,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
-        let r = req.into_inner();
-        let l = &self.limits;
-        let job = l.job(&r.job)?;
-        let holder = l.holder(&r.holder)?;
-        let token = l.token(r.token)?;
-        let ttl = l.ttl(duration("ttl", r.ttl)?)?;
+        let (job, holder, token, ttl) = convert::renew_args(&self.limits, req.get_ref())?;
         let view = self.node.renew(&job, &holder, token, ttl).await?;
         Ok(Response::new(proto::RenewResponse {
             lease: Some(lease(&view)),
@@ -71,11 +61,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
-        let r = req.into_inner();
-        let l = &self.limits;
-        let job = l.job(&r.job)?;
-        let holder = l.holder(&r.holder)?;
-        let token = l.token(r.token)?;
+        let (job, holder, token) = convert::release_args(&self.limits, req.get_ref())?;
         self.node.release(&job, &holder, token).await?;
         Ok(Response::new(proto::ReleaseResponse {}))
     }

@@ -1,12 +1,12 @@
 //! Scenario tests with a hand-driven clock, and property tests of the
 //! invariants against a reference model.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
 use super::*;
+use crate::lease::model::{self, Op};
 use crate::lease::Limits;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -372,35 +372,7 @@ fn leadership_reports_vacancy_time() {
     );
 }
 
-// ---- Properties against a reference model ----
-
-#[derive(Debug, Clone)]
-enum Op {
-    Acquire {
-        job: u8,
-        holder: u8,
-        ttl_ms: u64,
-    },
-    Renew {
-        job: u8,
-        holder: u8,
-        token_delta: i8,
-        ttl_ms: u64,
-    },
-    Release {
-        job: u8,
-        holder: u8,
-        token_delta: i8,
-    },
-    Write {
-        job: u8,
-        token_delta: i8,
-    },
-    Advance {
-        ms: u64,
-    },
-    Restart,
-}
+// ---- Properties against the reference model (crate::lease::model) ----
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
@@ -428,114 +400,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The simplest model of what a job's lease promises.
-#[derive(Debug, Default, Clone)]
-struct Model {
-    token: u64,
-    holder: Option<(u8, Instant)>, // holder and deadline
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     /// Every decision matches the model, through restarts.
     #[test]
     fn table_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
-        let t0 = Instant::now();
-        let mut now = t0;
-        let mut table = LeaseTable::new();
-        let mut model: HashMap<u8, Model> = HashMap::new();
-        let mut stored: HashMap<u8, LeaseRecord> = HashMap::new();
-        let holder = |h: u8| who(&format!("h{h}"));
-        let name = |j: u8| job(&format!("j{j}"));
+        if let Err(e) = model::check(&ops) {
+            prop_assert!(false, "{}", e);
+        }
+    }
 
-        for op in ops {
-            match op {
-                Op::Acquire { job: j, holder: h, ttl_ms } => {
-                    let ttl = ms(ttl_ms);
-                    let m = model.entry(j).or_default();
-                    let live = m.holder.filter(|(_, d)| *d > now);
-                    let expect = match live {
-                        Some((lh, _)) if lh == h => Some(m.token),
-                        Some(_) => None,
-                        None => Some(m.token + 1),
-                    };
-                    let (a, fx) = table.acquire(&name(j), &holder(h), ttl, now, None);
-                    prop_assert_eq!(granted(&a).map(|t| t.0), expect);
-                    if expect.is_some() {
-                        m.token = expect.unwrap();
-                        m.holder = Some((h, now + ttl));
-                    }
-                    if let Some(r) = fx.persist { stored.insert(j, r); }
-                }
-                Op::Renew { job: j, holder: h, token_delta, ttl_ms } => {
-                    let ttl = ms(ttl_ms);
-                    let m = model.entry(j).or_default();
-                    let token = (m.token as i64 + token_delta as i64).max(1) as u64;
-                    let ok = matches!(m.holder, Some((lh, d)) if lh == h && d > now) && token == m.token;
-                    let r = table.renew(&name(j), &holder(h), Token(token), ttl, now);
-                    prop_assert_eq!(r.is_ok(), ok, "renew {:?}", r);
-                    if let Ok((v, fx)) = r {
-                        prop_assert_eq!(v.token.0, m.token);
-                        m.holder = Some((h, now + ttl));
-                        if let Some(r) = fx.persist { stored.insert(j, r); }
-                    }
-                }
-                Op::Release { job: j, holder: h, token_delta } => {
-                    let m = model.entry(j).or_default();
-                    let token = (m.token as i64 + token_delta as i64).max(1) as u64;
-                    let live_ours = matches!(m.holder, Some((lh, d)) if lh == h && d > now) && token == m.token;
-                    let r = table.release(&name(j), &holder(h), Token(token), now);
-                    if live_ours {
-                        let fx = r.expect("release by the live holder succeeds");
-                        m.holder = None;
-                        if let Some(r) = fx.persist { stored.insert(j, r); }
-                    } else if let Ok(fx) = r {
-                        prop_assert_eq!(fx, Effects::default(), "a refused or repeated release changes nothing");
-                    }
-                }
-                Op::Write { job: j, token_delta } => {
-                    let m = model.entry(j).or_default();
-                    let token = (m.token as i64 + token_delta as i64).max(1) as u64;
-                    let live = m.holder.is_some_and(|(_, d)| d > now);
-                    let ok = token == m.token && live;
-                    let r = table.check_write(&name(j), Token(token), None, now);
-                    prop_assert_eq!(r.is_ok(), ok, "write {:?} model {:?}", r, m);
-                    if token > m.token {
-                        let unknown = matches!(r, Err(Error::UnknownToken { .. }));
-                        prop_assert!(unknown);
-                    }
-                }
-                Op::Advance { ms: d } => now += ms(d),
-                Op::Restart => {
-                    // Only what was persisted survives. Every held lease is
-                    // live for its stored TTL from start-up; tokens go on.
-                    table = LeaseTable::restore(stored.iter().map(|(j, r)| (name(*j), r.clone())), now);
-                    for (j, m) in model.iter_mut() {
-                        let Some(r) = stored.get(j) else {
-                            prop_assert_eq!(m.token, 0, "a granted job was never stored");
-                            continue;
-                        };
-                        prop_assert_eq!(r.token.0, m.token, "the newest token is always stored");
-                        let had = m.holder.filter(|(_, d)| *d > now);
-                        match (&r.holder, had) {
-                            (Some(h), Some((mh, d))) => {
-                                prop_assert_eq!(h, &holder(mh));
-                                prop_assert!(now + r.ttl >= d, "a restart never shortens a lease");
-                                m.holder = Some((mh, now + r.ttl));
-                            }
-                            (Some(h), None) => {
-                                // Expired before the restart: live again, which
-                                // is conservative (no early takeover).
-                                let mh = (0..3).find(|x| &holder(*x) == h).unwrap();
-                                m.holder = Some((mh, now + r.ttl));
-                            }
-                            (None, Some(_)) => prop_assert!(false, "a live lease was not stored"),
-                            (None, None) => m.holder = None,
-                        }
-                    }
-                }
-            }
+    /// The fuzz target's decoding gives valid scenarios the model accepts.
+    #[test]
+    fn decoded_bytes_match_model(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        if let Err(e) = model::check(&model::from_bytes(&bytes)) {
+            prop_assert!(false, "{}", e);
         }
     }
 }
