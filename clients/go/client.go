@@ -1,0 +1,216 @@
+// Package leasehold is the Go client for leasehold: per-job leases with
+// fencing tokens, an Elector, and a key-value store fenced by the tokens,
+// over gRPC. The generated code is in package leaseholdv1.
+//
+//	client, err := leasehold.Dial("127.0.0.1:50051")
+//	elector, err := leasehold.NewElector(client, leasehold.ElectorConfig{
+//		Job: "bridge_health", Name: "bridge", TTL: 10 * time.Second,
+//		Callbacks: leasehold.LeaderCallbacks{
+//			OnStartedLeading: func(ctx context.Context, token uint64) {
+//				// lead until ctx is done; carry token into every write
+//				_, err := client.CheckedWrite(ctx, "bridge_health", token, []byte("status"), []byte("ok"))
+//				if errors.Is(err, leasehold.ErrFenced) { /* not the leader any more */ }
+//			},
+//		},
+//	})
+//	elector.Run(ctx) // campaigns until ctx is done, then releases
+//
+// Every method returns typed errors (see FromError): errors.Is(err,
+// ErrFenced), errors.As(err, &fencedErr) for the current token, and so on.
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdv1"
+)
+
+// DefaultTarget is the server address of a default installation.
+const DefaultTarget = "127.0.0.1:50051"
+
+const pageSize = 1000
+
+// Client is a typed client over one gRPC connection. Safe for concurrent
+// use; share one per process.
+type Client struct {
+	conn   *grpc.ClientConn
+	leases pb.LeasesClient
+	store  pb.FencedStoreClient
+}
+
+// Dial makes a client for target ("host:port", or "http://host:port" as
+// the Rust client takes it). Without options the connection is insecure
+// (plaintext); options are passed on to grpc.NewClient after that default,
+// so grpc.WithTransportCredentials overrides it.
+func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
+	for _, scheme := range []string{"http://", "grpc://"} {
+		target = strings.TrimPrefix(target, scheme)
+	}
+	target = strings.TrimSuffix(target, "/")
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	conn, err := grpc.NewClient(target, all...)
+	if err != nil {
+		return nil, &InvalidArgumentError{Message: "bad server address: " + err.Error(), Field: "server"}
+	}
+	c := New(conn)
+	c.conn = conn
+	return c, nil
+}
+
+// New makes a client over an existing connection, which the caller closes.
+func New(conn grpc.ClientConnInterface) *Client {
+	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn)}
+}
+
+// Close closes the connection if Dial made it.
+func (c *Client) Close() error {
+	if c.conn != nil {
+		return c.conn.Close()
+	}
+	return nil
+}
+
+// Acquire asks for the lease on job; it waits up to wait for the lease to
+// free up (bound ctx accordingly, or leave it without a deadline).
+func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration) (Acquired, error) {
+	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
+	if err != nil {
+		return Acquired{}, FromError(err)
+	}
+	return Acquired{Acquired: r.GetAcquired(), Lease: leaseFromPb(r.GetLease())}, nil
+}
+
+// Renew extends our live lease by ttl from now. It fails with
+// ErrLeaseLost when the lease is not ours any more.
+func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Lease, error) {
+	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl)})
+	if err != nil {
+		return Lease{}, FromError(err)
+	}
+	return leaseFromPb(r.GetLease()), nil
+}
+
+// Release steps down; the first waiter is granted at once.
+func (c *Client) Release(ctx context.Context, job, holder string, token uint64) error {
+	_, err := c.leases.Release(ctx, &pb.ReleaseRequest{Job: job, Holder: holder, Token: token})
+	return FromError(err)
+}
+
+// GetLease returns the lease of job (token 0, no holder, if never granted).
+func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
+	r, err := c.leases.GetLease(ctx, &pb.GetLeaseRequest{Job: job})
+	if err != nil {
+		return Lease{}, FromError(err)
+	}
+	return leaseFromPb(r), nil
+}
+
+// ListLeases returns every lease whose job starts with prefix, all pages.
+func (c *Client) ListLeases(ctx context.Context, prefix string) ([]Lease, error) {
+	var out []Lease
+	page := ""
+	for {
+		r, err := c.leases.ListLeases(ctx, &pb.ListLeasesRequest{Prefix: prefix, PageSize: pageSize, PageToken: page})
+		if err != nil {
+			return nil, FromError(err)
+		}
+		for _, l := range r.GetLeases() {
+			out = append(out, leaseFromPb(l))
+		}
+		if r.GetNextPageToken() == "" {
+			return out, nil
+		}
+		page = r.GetNextPageToken()
+	}
+}
+
+// Watch is one watch of a job's lease.
+type Watch struct {
+	stream grpc.ServerStreamingClient[pb.LeaseEvent]
+	cancel context.CancelFunc
+}
+
+// Recv returns the next event; io.EOF when the watch ended normally, or
+// after Close.
+func (w *Watch) Recv() (LeaseEvent, error) {
+	e, err := w.stream.Recv()
+	if err != nil {
+		if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+			return LeaseEvent{}, io.EOF
+		}
+		return LeaseEvent{}, FromError(err)
+	}
+	return eventFromPb(e), nil
+}
+
+// Close ends the watch.
+func (w *Watch) Close() { w.cancel() }
+
+// Watch watches job: the current lease first (EventCurrent), then every
+// change of holder or token, until ctx is done or Close is called.
+func (c *Client) Watch(ctx context.Context, job string) (*Watch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := c.leases.WatchLease(ctx, &pb.WatchLeaseRequest{Job: job})
+	if err != nil {
+		cancel()
+		return nil, FromError(err)
+	}
+	return &Watch{stream: s, cancel: cancel}, nil
+}
+
+// CheckedWrite stores value under (job, key), fenced by token, and returns
+// the key's new version. It fails with ErrFenced when token is not the
+// job's live token.
+func (c *Client) CheckedWrite(ctx context.Context, job string, token uint64, key, value []byte) (uint64, error) {
+	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Value: value})
+}
+
+// Delete deletes (job, key), fenced by token, and returns the new version.
+func (c *Client) Delete(ctx context.Context, job string, token uint64, key []byte) (uint64, error) {
+	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Delete: true})
+}
+
+func (c *Client) write(ctx context.Context, req *pb.CheckedWriteRequest) (uint64, error) {
+	r, err := c.store.CheckedWrite(ctx, req)
+	if err != nil {
+		return 0, FromError(err)
+	}
+	return r.GetVersion(), nil
+}
+
+// Read reads (job, key); reads are linearizable.
+func (c *Client) Read(ctx context.Context, job string, key []byte) (Value, error) {
+	r, err := c.store.Read(ctx, &pb.ReadRequest{Job: job, Key: key})
+	if err != nil {
+		return Value{}, FromError(err)
+	}
+	return Value{Found: r.GetFound(), Value: r.GetValue(), Token: r.GetToken(), Version: r.GetVersion()}, nil
+}
+
+// ListKeys returns every live key of job starting with prefix, all pages.
+func (c *Client) ListKeys(ctx context.Context, job string, prefix []byte) ([]KeyInfo, error) {
+	var out []KeyInfo
+	var page []byte
+	for {
+		r, err := c.store.ListKeys(ctx, &pb.ListKeysRequest{Job: job, Prefix: prefix, PageSize: pageSize, PageToken: page})
+		if err != nil {
+			return nil, FromError(err)
+		}
+		for _, k := range r.GetKeys() {
+			out = append(out, KeyInfo{Key: k.GetKey(), Token: k.GetToken(), Version: k.GetVersion(), Size: k.GetSize()})
+		}
+		if len(r.GetNextPageToken()) == 0 {
+			return out, nil
+		}
+		page = r.GetNextPageToken()
+	}
+}

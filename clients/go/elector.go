@@ -1,0 +1,323 @@
+package leasehold
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// LeaderCallbacks are called as leadership changes, in the style of
+// client-go's leaderelection.
+type LeaderCallbacks struct {
+	// OnStartedLeading runs in its own goroutine when we become leader with
+	// token. ctx is cancelled the moment we stop leading (lost, our own
+	// deadline passed, or Run's context is done): return promptly then.
+	// Carry token into every write.
+	OnStartedLeading func(ctx context.Context, token uint64)
+	// OnStoppedLeading is called when leadership with token ended, after
+	// OnStartedLeading for that token has returned.
+	OnStoppedLeading func(token uint64)
+}
+
+// ElectorConfig configures an Elector.
+type ElectorConfig struct {
+	// Job to lead. Required.
+	Job string
+	// Name for the holder identity Name@<process uuid>. Required unless
+	// Holder is set.
+	Name string
+	// Holder overrides the holder identity.
+	Holder string
+	// TTL of the lease; renewals go out every TTL/3. Required.
+	TTL time.Duration
+	// Callbacks, all optional.
+	Callbacks LeaderCallbacks
+	// Logger for warnings; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Elector campaigns for one job. Run drives it: it campaigns with a
+// waiting Acquire (a release hands over at once), renews every TTL/3, and
+// steps down no later than its own deadline: the instant the last
+// successful grant or renewal was sent, plus the TTL. The server counts
+// the TTL from when it received that request, later, so the elector
+// believes it has lost before the server can give the lease away, even
+// when the server cannot be reached. After losing it campaigns again,
+// until Run's context is done; then it releases the lease (bounded) and
+// returns.
+//
+// What no elector can notice is its own process being paused (GC,
+// SIGSTOP): carry the token into every write, so a stale leader is fenced.
+type Elector struct {
+	client *Client
+	cfg    ElectorConfig
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	token    uint64 // 0 when not leading
+	deadline time.Time
+
+	// The current term's leader context, and the callbacks of the last
+	// term (each term's callbacks wait for the previous term's).
+	cancelTerm context.CancelFunc
+	termDone   chan struct{}
+}
+
+// NewElector checks cfg and makes an Elector; call Run to campaign.
+func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
+	if cfg.Job == "" {
+		return nil, errors.New("leasehold: ElectorConfig.Job is required")
+	}
+	if cfg.TTL <= 0 {
+		return nil, errors.New("leasehold: ElectorConfig.TTL must be positive")
+	}
+	if cfg.Holder == "" {
+		if cfg.Name == "" {
+			return nil, errors.New("leasehold: ElectorConfig.Name or Holder is required")
+		}
+		cfg.Holder = ProcessHolder(cfg.Name)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("job", cfg.Job)
+	return &Elector{client: client, cfg: cfg, log: log}, nil
+}
+
+// Holder returns our holder identity.
+func (e *Elector) Holder() string { return e.cfg.Holder }
+
+// Token returns the token we lead with, and whether we lead. It checks our
+// own deadline too, so it reports false on time even if the elector's
+// goroutine has not caught up yet.
+func (e *Elector) Token() (uint64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.token != 0 && time.Now().Before(e.deadline) {
+		return e.token, true
+	}
+	return 0, false
+}
+
+// IsLeader reports whether we lead now.
+func (e *Elector) IsLeader() bool {
+	_, ok := e.Token()
+	return ok
+}
+
+type timing struct{ backoff, campaignWait, every, retry time.Duration }
+
+func timingFor(ttl time.Duration) timing {
+	clamp := func(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+	return timing{
+		backoff:      clamp(ttl/10, 50*time.Millisecond, time.Second),
+		campaignWait: clamp(ttl*3, time.Second, 30*time.Second),
+		every:        ttl / 3,
+		retry:        max(ttl/10, 10*time.Millisecond),
+	}
+}
+
+// Run campaigns until ctx is done, then releases the lease if held (bounded
+// by our deadline, at least 200 ms) and returns once the callbacks have
+// returned. Run it once.
+func (e *Elector) Run(ctx context.Context) {
+	t := timingFor(e.cfg.TTL)
+	defer e.waitCallbacks()
+	for ctx.Err() == nil {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, t.campaignWait+e.cfg.TTL)
+		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait)
+		timedOut := actx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			e.releaseIfGranted()
+			return
+		}
+		if err != nil {
+			if timedOut {
+				e.log.Warn("campaign: acquire timed out")
+				continue
+			}
+			e.log.Warn("campaign: acquire failed", "error", err)
+			if !sleepCtx(ctx, t.backoff) {
+				return
+			}
+			continue
+		}
+		if !a.Acquired {
+			continue
+		}
+		anchor, ok := e.anchor(ctx, a.Lease.Token, sent)
+		if !ok {
+			continue
+		}
+		if e.lead(ctx, a.Lease.Token, anchor) {
+			return
+		}
+	}
+}
+
+// anchor is the instant our lease's TTL may be counted from: at or before
+// the server granted or last renewed it. A waiting Acquire may have been
+// granted long after it was sent; then a Renew sent now confirms the lease
+// and gives a fresh anchor.
+func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (time.Time, bool) {
+	if time.Since(sent) < e.cfg.TTL/10 {
+		return sent, true
+	}
+	at := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
+	defer cancel()
+	if _, err := e.client.Renew(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL); err != nil {
+		e.log.Warn("granted, but the confirming renew failed", "token", token, "error", err)
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// lead leads until the lease is lost (false) or ctx is done (releases;
+// true).
+func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
+	t := timingFor(e.cfg.TTL)
+	deadline := sent.Add(e.cfg.TTL)
+	e.setLeader(token, deadline)
+	next := sent.Add(t.every)
+	for {
+		wake := next
+		if deadline.Before(wake) {
+			wake = deadline
+		}
+		if !sleepCtx(ctx, time.Until(wake)) {
+			return e.resign(token, deadline)
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			e.log.Warn("reached the deadline without a renewal", "token", token)
+			break
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		_, err := e.client.Renew(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL)
+		cancel()
+		if ctx.Err() != nil {
+			return e.resign(token, deadline)
+		}
+		if err == nil {
+			deadline = now.Add(e.cfg.TTL)
+			next = now.Add(t.every)
+			e.mu.Lock()
+			if e.token == token {
+				e.deadline = deadline
+			}
+			e.mu.Unlock()
+			continue
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			e.log.Warn("lease lost", "token", token, "error", err)
+			break
+		}
+		e.log.Warn("renew failed; retrying", "token", token, "error", err)
+		next = time.Now().Add(t.retry)
+	}
+	e.setFollower(token)
+	return false
+}
+
+// resign steps down and releases, bounded: past our deadline the lease
+// runs out on its own.
+func (e *Elector) resign(token uint64, deadline time.Time) bool {
+	e.setFollower(token)
+	bound := max(time.Until(deadline), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if err := e.client.Release(ctx, e.cfg.Job, e.cfg.Holder, token); err != nil {
+		e.log.Warn("release on resign failed", "token", token, "error", err)
+	}
+	return true
+}
+
+// releaseIfGranted: stopped while an Acquire was in flight, which the
+// server may have granted just before the cancel. Best effort, briefly:
+// release the lease if it is ours, rather than leave it to run out.
+func (e *Elector) releaseIfGranted() {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if l, err := e.client.GetLease(ctx, e.cfg.Job); err == nil && l.Holder == e.cfg.Holder {
+		_ = e.client.Release(ctx, e.cfg.Job, e.cfg.Holder, l.Token)
+	}
+}
+
+func (e *Elector) setLeader(token uint64, deadline time.Time) {
+	termCtx, cancel := context.WithCancel(context.Background())
+	e.mu.Lock()
+	e.token = token
+	e.deadline = deadline
+	e.cancelTerm = cancel
+	prev := e.termDone
+	done := make(chan struct{})
+	e.termDone = done
+	e.mu.Unlock()
+	e.log.Info("elected", "token", token)
+	cb := e.cfg.Callbacks
+	go func() {
+		defer close(done)
+		if prev != nil {
+			<-prev // the previous term's callbacks come first
+		}
+		if cb.OnStartedLeading != nil {
+			cb.OnStartedLeading(termCtx, token)
+		}
+		<-termCtx.Done()
+		if cb.OnStoppedLeading != nil {
+			cb.OnStoppedLeading(token)
+		}
+	}()
+}
+
+func (e *Elector) setFollower(token uint64) {
+	e.mu.Lock()
+	if e.token != token {
+		e.mu.Unlock()
+		return
+	}
+	e.token = 0
+	cancel := e.cancelTerm
+	e.cancelTerm = nil
+	e.mu.Unlock()
+	e.log.Info("stepped down", "token", token)
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (e *Elector) waitCallbacks() {
+	e.mu.Lock()
+	done := e.termDone
+	e.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// sleepCtx sleeps for d; false if ctx was done first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// String describes the elector, for logs.
+func (e *Elector) String() string {
+	return fmt.Sprintf("Elector(job=%s holder=%s)", e.cfg.Job, e.cfg.Holder)
+}

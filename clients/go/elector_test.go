@@ -1,0 +1,227 @@
+package leasehold_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	leasehold "github.com/leasehold/leasehold/clients/go"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// recorder collects callbacks in order.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(s string) { r.mu.Lock(); r.events = append(r.events, s); r.mu.Unlock() }
+func (r *recorder) get() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+func (r *recorder) has(s string) bool { return slices.Contains(r.get(), s) }
+
+func (r *recorder) callbacks() leasehold.LeaderCallbacks {
+	return leasehold.LeaderCallbacks{
+		OnStartedLeading: func(ctx context.Context, token uint64) { r.add(fmt.Sprintf("elected %d", token)) },
+		OnStoppedLeading: func(token uint64) { r.add(fmt.Sprintf("lost %d", token)) },
+	}
+}
+
+// running is an Elector in its own goroutine.
+type running struct {
+	*leasehold.Elector
+	cancel context.CancelFunc
+	done   chan struct{}
+	rec    *recorder
+}
+
+func start(t *testing.T, c *leasehold.Client, job, name string, ttl time.Duration) *running {
+	t.Helper()
+	rec := &recorder{}
+	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{Job: job, Name: name, TTL: ttl, Callbacks: rec.callbacks(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Elector: e, cancel: cancel, done: make(chan struct{}), rec: rec}
+	go func() { e.Run(ctx); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop cancels Run's context and waits for it to return.
+func (r *running) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func TestExactlyOneOfTwoLeadsAndResignHandsOver(t *testing.T) {
+	s := startServer(t)
+	c, ctx := dial(t, s), ctxT(t)
+	ttl := 10 * time.Second
+	a := start(t, c, "two", "a", ttl)
+	b := start(t, c, "two", "b", ttl)
+	if a.Holder() == b.Holder() {
+		t.Fatal("same holder")
+	}
+	waitUntil(t, 10*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	leader, follower := a, b
+	if b.IsLeader() {
+		leader, follower = b, a
+	}
+	if tok, _ := leader.Token(); tok != 1 {
+		t.Fatalf("token %d", tok)
+	}
+	s.waitWaiters(t, 1)
+	if follower.IsLeader() {
+		t.Fatal("both lead")
+	}
+	if l, _ := c.GetLease(ctx, "two"); l.Holder != leader.Holder() {
+		t.Fatalf("server says %+v", l)
+	}
+	t0 := time.Now()
+	leader.stop() // cancel: releases
+	waitUntil(t, 5*time.Second, "the hand-over", func() bool { return follower.IsLeader() })
+	if d := time.Since(t0); d > ttl/4 {
+		t.Fatalf("hand-over came from expiry, not the release: %v", d)
+	}
+	if tok, _ := follower.Token(); tok != 2 {
+		t.Fatalf("follower token %d", tok)
+	}
+	if got := leader.rec.get(); !slices.Equal(got, []string{"elected 1", "lost 1"}) {
+		t.Fatalf("leader callbacks %v", got)
+	}
+	follower.stop()
+	if got := follower.rec.get(); !slices.Equal(got, []string{"elected 2", "lost 2"}) {
+		t.Fatalf("follower callbacks %v", got)
+	}
+	if l, _ := c.GetLease(ctx, "two"); l.Holder != "" || l.Token != 2 {
+		t.Fatalf("not released: %+v", l)
+	}
+}
+
+func TestLeaderContextIsCancelledOnStepDown(t *testing.T) {
+	s := startServer(t)
+	c := dial(t, s)
+	workEnded := make(chan time.Time, 1)
+	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{
+		Job: "ctx", Name: "w", TTL: time.Second, Logger: quiet,
+		Callbacks: leasehold.LeaderCallbacks{OnStartedLeading: func(ctx context.Context, token uint64) {
+			<-ctx.Done()
+			workEnded <- time.Now()
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	cancel()
+	<-done
+	select {
+	case <-workEnded: // Run returned only after the work did
+	default:
+		t.Fatal("Run returned before OnStartedLeading")
+	}
+}
+
+func TestKeepsLeadingAcrossRenewals(t *testing.T) {
+	s := startServer(t)
+	c := dial(t, s)
+	ttl := 600 * time.Millisecond
+	e := start(t, c, "renewals", "r", ttl)
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		if tok, ok := e.Token(); !ok || tok != 1 {
+			t.Fatalf("lost the lead: %d %v (events %v)", tok, ok, e.rec.get())
+		}
+		time.Sleep(ttl / 10)
+	}
+}
+
+func TestLateGrantIsConfirmedNotDropped(t *testing.T) {
+	s := startServer(t)
+	c, ctx := dial(t, s), ctxT(t)
+	ttl := 500 * time.Millisecond
+	_, _ = c.Acquire(ctx, "late", "other", 30*time.Second, 0)
+	e := start(t, c, "late", "late", ttl)
+	s.waitWaiters(t, 1)
+	time.Sleep(2 * ttl) // the waiting Acquire ages past a TTL
+	if err := c.Release(ctx, "late", "other", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "election", e.IsLeader)
+	time.Sleep(3 * ttl)
+	if tok, ok := e.Token(); !ok || tok != 2 {
+		t.Fatalf("token %d %v", tok, ok)
+	}
+	if got := e.rec.get(); !slices.Equal(got, []string{"elected 2"}) {
+		t.Fatalf("stepped down after the late grant: %v", got)
+	}
+}
+
+func TestLeaseLostOnRenewStepsDownAndCampaignsAgain(t *testing.T) {
+	s := startServer(t)
+	c, ctx := dial(t, s), ctxT(t)
+	e := start(t, c, "again", "again", 300*time.Millisecond)
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	if err := c.Release(ctx, "again", e.Holder(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := c.Acquire(ctx, "again", "thief", time.Second, 0); a.Lease.Token != 2 {
+		t.Fatalf("thief: %+v", a)
+	}
+	waitUntil(t, 5*time.Second, "re-election", func() bool { return e.rec.has("elected 3") })
+	if got := e.rec.get(); !slices.Equal(got, []string{"elected 1", "lost 1", "elected 3"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
+func TestStepsDownByItsOwnDeadlineWhenTheServerIsPaused(t *testing.T) {
+	s := startServer(t)
+	c := dial(t, s)
+	ttl := 900 * time.Millisecond
+	e := start(t, c, "paused", "e", ttl)
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	time.Sleep(ttl)
+	s.signal(syscall.SIGSTOP)
+	defer s.signal(syscall.SIGCONT)
+	stopped := time.Now()
+	waitUntil(t, 3*ttl, "step-down", func() bool { return e.rec.has("lost 1") })
+	if after := time.Since(stopped); after > ttl+300*time.Millisecond {
+		t.Fatalf("stepped down late: %v", after)
+	}
+	if e.IsLeader() {
+		t.Fatal("still leader")
+	}
+	t0 := time.Now()
+	e.stop()
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("Run did not return promptly with the server paused: %v", d)
+	}
+}
+
+func TestNewElectorChecksConfig(t *testing.T) {
+	for _, cfg := range []leasehold.ElectorConfig{
+		{Name: "n", TTL: time.Second},
+		{Job: "j", TTL: time.Second},
+		{Job: "j", Name: "n"},
+	} {
+		if _, err := leasehold.NewElector(nil, cfg); err == nil {
+			t.Errorf("accepted %+v", cfg)
+		}
+	}
+}

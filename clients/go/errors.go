@@ -1,0 +1,177 @@
+package leasehold
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the google.rpc.ErrorInfo domain of every leasehold error.
+const Domain = "leasehold"
+
+// Sentinels for errors.Is. Every error a Client method returns for a
+// failed call matches one of them (or is a plain gRPC status error for
+// codes leasehold does not use):
+//
+//	errors.Is(err, leasehold.ErrFenced)
+//
+// ErrUnknownToken errors also match ErrInvalidArgument; ErrStorage and
+// ErrShuttingDown errors also match ErrUnavailable. Use errors.As with
+// *FencedError, *LeaseLostError, *InvalidArgumentError,
+// *UnknownTokenError or *UnavailableError for the details.
+var (
+	ErrLeaseLost       = errors.New("leasehold: lease lost")
+	ErrFenced          = errors.New("leasehold: fenced")
+	ErrInvalidArgument = errors.New("leasehold: invalid argument")
+	ErrUnknownToken    = errors.New("leasehold: unknown token")
+	ErrUnavailable     = errors.New("leasehold: unavailable")
+	ErrStorage         = errors.New("leasehold: storage")
+	ErrShuttingDown    = errors.New("leasehold: shutting down")
+)
+
+// LeaseLostError: Renew or Release of a lease this holder no longer has
+// with this token (reason LEASE_LOST). Stop leading; retrying is useless.
+type LeaseLostError struct {
+	Message string
+	// CurrentToken is the job's newest token (0 if the server did not say).
+	CurrentToken uint64
+	// CurrentHolder is the job's holder now ("" when free).
+	CurrentHolder string
+	status        *status.Status
+}
+
+func (e *LeaseLostError) Error() string              { return e.Message + " (LEASE_LOST)" }
+func (e *LeaseLostError) Is(target error) bool        { return target == ErrLeaseLost }
+func (e *LeaseLostError) GRPCStatus() *status.Status { return e.status }
+
+// FencedError: a CheckedWrite with a token that is not the job's live
+// token (reason FENCED). The writer is not the leader and must stop.
+type FencedError struct {
+	Message string
+	// CurrentToken is the job's newest token.
+	CurrentToken uint64
+	status       *status.Status
+}
+
+func (e *FencedError) Error() string              { return e.Message + " (FENCED)" }
+func (e *FencedError) Is(target error) bool        { return target == ErrFenced }
+func (e *FencedError) GRPCStatus() *status.Status { return e.status }
+
+// InvalidArgumentError: bad input (INVALID_ARGUMENT); nothing was changed.
+type InvalidArgumentError struct {
+	Message string
+	// Field names the request field at fault ("job", "ttl", "key"...).
+	Field  string
+	status *status.Status
+}
+
+func (e *InvalidArgumentError) Error() string              { return e.Message + " (INVALID_ARGUMENT)" }
+func (e *InvalidArgumentError) Is(target error) bool        { return target == ErrInvalidArgument }
+func (e *InvalidArgumentError) GRPCStatus() *status.Status { return e.status }
+
+// UnknownTokenError: a token the server never issued for the job, zero or
+// above its newest (reason UNKNOWN_TOKEN). Also matches ErrInvalidArgument.
+type UnknownTokenError struct {
+	Message string
+	// CurrentToken is the job's newest token.
+	CurrentToken uint64
+	status       *status.Status
+}
+
+func (e *UnknownTokenError) Error() string { return e.Message + " (UNKNOWN_TOKEN)" }
+func (e *UnknownTokenError) Is(target error) bool {
+	return target == ErrUnknownToken || target == ErrInvalidArgument
+}
+func (e *UnknownTokenError) GRPCStatus() *status.Status { return e.status }
+
+// UnavailableError: the server could not be reached or could not answer
+// (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
+// refused for a reason retrying later can fix: Reason "STORAGE" (the
+// store could not make the change durable) or "SHUTTING_DOWN". The
+// outcome of a change is unknown.
+type UnavailableError struct {
+	Message string
+	Code    codes.Code
+	// Reason is "STORAGE", "SHUTTING_DOWN" or "".
+	Reason string
+	status *status.Status
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("%s (%s)", e.Message, e.Reason)
+	}
+	return fmt.Sprintf("%s (%s)", e.Message, e.Code)
+}
+func (e *UnavailableError) Is(target error) bool {
+	switch target {
+	case ErrUnavailable:
+		return true
+	case ErrStorage:
+		return e.Reason == "STORAGE"
+	case ErrShuttingDown:
+		return e.Reason == "SHUTTING_DOWN"
+	}
+	return false
+}
+func (e *UnavailableError) GRPCStatus() *status.Status { return e.status }
+
+// Retryable reports whether retrying the same call later can help.
+func Retryable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// ErrorInfo returns the leasehold ErrorInfo in a status's details, if any.
+func ErrorInfo(s *status.Status) *errdetails.ErrorInfo {
+	for _, d := range s.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return info
+		}
+	}
+	return nil
+}
+
+// FromError turns an error from a generated stub into the typed error for
+// its status. A nil error stays nil; an error that is not a gRPC status
+// becomes an *UnavailableError.
+func FromError(err error) error {
+	if err == nil {
+		return nil
+	}
+	s, ok := status.FromError(err)
+	if !ok {
+		return &UnavailableError{Message: err.Error(), Code: codes.Unknown, status: s}
+	}
+	info := ErrorInfo(s)
+	reason := info.GetReason()
+	meta := info.GetMetadata()
+	token := func() uint64 {
+		t, _ := strconv.ParseUint(meta["current_token"], 10, 64)
+		return t
+	}
+	msg := s.Message()
+	if msg == "" {
+		msg = s.Code().String()
+	}
+	switch reason {
+	case "LEASE_LOST":
+		return &LeaseLostError{Message: msg, CurrentToken: token(), CurrentHolder: meta["current_holder"], status: s}
+	case "FENCED":
+		return &FencedError{Message: msg, CurrentToken: token(), status: s}
+	case "UNKNOWN_TOKEN":
+		return &UnknownTokenError{Message: msg, CurrentToken: token(), status: s}
+	case "INVALID_ARGUMENT":
+		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
+	case "STORAGE", "SHUTTING_DOWN":
+		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason, status: s}
+	}
+	switch s.Code() {
+	case codes.InvalidArgument:
+		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
+		return &UnavailableError{Message: msg, Code: s.Code(), status: s}
+	}
+	return s.Err()
+}

@@ -1,0 +1,146 @@
+package leasehold_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	leasehold "github.com/leasehold/leasehold/clients/go"
+)
+
+// server is the real `leasehold serve`, on 127.0.0.1 with ports the OS
+// picks. No sleep waits for start-up: the server prints one line once both
+// listeners are bound.
+type server struct {
+	cmd    *exec.Cmd
+	target string
+	admin  string
+}
+
+var listening = regexp.MustCompile(`^leasehold listening on (\S+) admin (\S+)$`)
+
+func serverBinary(t *testing.T) string {
+	p := os.Getenv("LEASEHOLD_BIN")
+	if p == "" {
+		p = filepath.Join("..", "..", "target", "debug", "leasehold")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("leasehold binary not found at %s: run cargo build --bin leasehold or set LEASEHOLD_BIN", p)
+	}
+	return p
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	cmd := exec.Command(serverBinary(t), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--data-dir", t.TempDir())
+	cmd.Env = append(os.Environ(), "RUST_LOG=warn")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{cmd: cmd}
+	t.Cleanup(s.stop)
+	found := make(chan []string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case m := <-found:
+		s.target, s.admin = m[1], m[2]
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not print its listening line")
+	}
+	return s
+}
+
+func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }
+
+func (s *server) stop() {
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.signal(syscall.SIGCONT)
+	s.signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// metric is the sum of a metric's samples on /metrics.
+func (s *server) metric(t *testing.T, name string) float64 {
+	resp, err := http.Get("http://" + s.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	total := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+			total += v
+		}
+	}
+	return total
+}
+
+// waitWaiters waits until at least n Acquires are queued on the server.
+func (s *server) waitWaiters(t *testing.T, n float64) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, fmt.Sprintf("%v queued acquire(s)", n), func() bool {
+		return s.metric(t, "leasehold_waiting_acquires") >= n
+	})
+}
+
+// waitUntil polls (bounded) for an external state change.
+func waitUntil(t *testing.T, timeout time.Duration, what string, pred func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !pred() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func dial(t *testing.T, s *server) *leasehold.Client {
+	t.Helper()
+	c, err := leasehold.Dial(s.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var jobs atomic.Int64
+
+func uniqueJob(prefix string) string { return fmt.Sprintf("%s-%d", prefix, jobs.Add(1)) }

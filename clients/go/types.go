@@ -1,0 +1,131 @@
+package leasehold
+
+import (
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdv1"
+)
+
+var processUUID = newUUID()
+
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// ProcessHolder returns a holder identity for this process: name@uuid, with
+// one UUID made at process start. A restarted process is a new holder,
+// never mistaken for the old one.
+func ProcessHolder(name string) string { return name + "@" + processUUID }
+
+// Lease is a job's lease, as the server reported it.
+type Lease struct {
+	Job string
+	// Holder is the live holder, "" when the job is free.
+	Holder string
+	// Token is the newest token; 0 if never granted.
+	Token uint64
+	// TTL of the live grant; 0 when free.
+	TTL time.Duration
+	// Remaining is the time left when the server answered; 0 when free.
+	Remaining time.Duration
+}
+
+// Acquired is the answer to Acquire.
+type Acquired struct {
+	// Acquired reports whether we hold the lease now.
+	Acquired bool
+	// Lease is ours when acquired, else the current holder's.
+	Lease Lease
+}
+
+// Value is a stored value.
+type Value struct {
+	// Found is false when never written or deleted.
+	Found bool
+	Value []byte
+	// Token of the write that stored it.
+	Token uint64
+	// Version of the key; 0 if never written.
+	Version uint64
+}
+
+// KeyInfo describes one live key.
+type KeyInfo struct {
+	Key     []byte
+	Token   uint64
+	Version uint64
+	Size    uint32
+}
+
+// EventKind says why a watch event was sent.
+type EventKind int
+
+const (
+	EventUnspecified EventKind = iota
+	EventCurrent
+	EventAcquired
+	EventReleased
+	EventExpired
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventCurrent:
+		return "CURRENT"
+	case EventAcquired:
+		return "ACQUIRED"
+	case EventReleased:
+		return "RELEASED"
+	case EventExpired:
+		return "EXPIRED"
+	}
+	return "UNSPECIFIED"
+}
+
+// LeaseEvent is one event of a watch: the lease after a change.
+type LeaseEvent struct {
+	Kind  EventKind
+	Lease Lease
+}
+
+func leaseFromPb(l *pb.Lease) Lease {
+	return Lease{
+		Job:       l.GetJob(),
+		Holder:    l.GetHolder(),
+		Token:     l.GetToken(),
+		TTL:       l.GetTtl().AsDuration(),
+		Remaining: l.GetRemaining().AsDuration(),
+	}
+}
+
+func eventFromPb(e *pb.LeaseEvent) LeaseEvent {
+	kind := EventUnspecified
+	switch e.GetKind() {
+	case pb.LeaseEvent_KIND_CURRENT:
+		kind = EventCurrent
+	case pb.LeaseEvent_KIND_ACQUIRED:
+		kind = EventAcquired
+	case pb.LeaseEvent_KIND_RELEASED:
+		kind = EventReleased
+	case pb.LeaseEvent_KIND_EXPIRED:
+		kind = EventExpired
+	}
+	return LeaseEvent{Kind: kind, Lease: leaseFromPb(e.GetLease())}
+}
+
+func dur(d time.Duration) *durationpb.Duration {
+	if d < 0 {
+		d = 0
+	}
+	return durationpb.New(d)
+}
