@@ -45,7 +45,7 @@ type LeaseLostError struct {
 }
 
 func (e *LeaseLostError) Error() string              { return e.Message + " (LEASE_LOST)" }
-func (e *LeaseLostError) Is(target error) bool        { return target == ErrLeaseLost }
+func (e *LeaseLostError) Is(target error) bool       { return target == ErrLeaseLost }
 func (e *LeaseLostError) GRPCStatus() *status.Status { return e.status }
 
 // FencedError: a CheckedWrite with a token that is not the job's live
@@ -58,7 +58,7 @@ type FencedError struct {
 }
 
 func (e *FencedError) Error() string              { return e.Message + " (FENCED)" }
-func (e *FencedError) Is(target error) bool        { return target == ErrFenced }
+func (e *FencedError) Is(target error) bool       { return target == ErrFenced }
 func (e *FencedError) GRPCStatus() *status.Status { return e.status }
 
 // InvalidArgumentError: bad input (INVALID_ARGUMENT); nothing was changed.
@@ -70,7 +70,7 @@ type InvalidArgumentError struct {
 }
 
 func (e *InvalidArgumentError) Error() string              { return e.Message + " (INVALID_ARGUMENT)" }
-func (e *InvalidArgumentError) Is(target error) bool        { return target == ErrInvalidArgument }
+func (e *InvalidArgumentError) Is(target error) bool       { return target == ErrInvalidArgument }
 func (e *InvalidArgumentError) GRPCStatus() *status.Status { return e.status }
 
 // UnknownTokenError: a token the server never issued for the job, zero or
