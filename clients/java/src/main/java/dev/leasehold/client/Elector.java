@@ -1,0 +1,542 @@
+package dev.leasehold.client;
+
+import com.google.common.util.concurrent.ListenableFuture;
+import dev.leasehold.v1.AcquireResponse;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.OptionalLong;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.LongConsumer;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * Campaigns for one job on a background thread: a waiting Acquire (so a
+ * release hands over at once), a renewal every ttl/3, and a step-down no
+ * later than its own deadline: the instant the last successful grant or
+ * renewal was <em>sent</em>, plus the TTL. The server counts the TTL from
+ * when it <em>received</em> that request, later, so the elector believes it
+ * has lost before the server can give the lease away, even when the server
+ * cannot be reached. After a loss it campaigns again; {@link #close()}
+ * stops it and releases the lease (bounded).
+ *
+ * <p>What no elector can notice is its own process being paused (GC,
+ * SIGSTOP): carry the token into every write, so a stale leader is fenced.
+ * {@link #token()} checks the deadline itself, so it turns empty on time
+ * even if the elector's thread is held up.
+ *
+ * <pre>{@code
+ * try (Elector elector = Elector.builder(client, "bridge_health", "bridge")
+ *     .ttl(Duration.ofSeconds(10))
+ *     .onElected(token -> log.info("leading with " + token))
+ *     .onLost(token -> stopWork())
+ *     .start()) {
+ *   long token = elector.awaitElected(Duration.ofMinutes(5)).orElseThrow();
+ *   client.checkedWrite("bridge_health", token, "status", "ok");
+ * } // close(): releases the lease
+ * }</pre>
+ *
+ * <p>Callbacks run in order on one callback thread, so a slow callback
+ * cannot delay a renewal.
+ */
+public final class Elector implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(Elector.class.getName());
+
+  private final Client client;
+  private final String job;
+  private final String holder;
+  private final Duration ttl;
+  private final LongConsumer onElected;
+  private final LongConsumer onLost;
+
+  private final ReentrantLock lock = new ReentrantLock();
+  private final Condition changed = lock.newCondition();
+  private boolean stopped;
+  private boolean finished;
+  private long token; // 0: not leading
+  private long deadline; // System.nanoTime() when leading
+  private Thread thread;
+  private final ExecutorService callbacks;
+
+  private Elector(Builder b) {
+    this.client = b.client;
+    this.job = b.job;
+    this.holder = b.holder != null ? b.holder : Client.processHolder(b.name);
+    this.ttl = b.ttl;
+    this.onElected = b.onElected;
+    this.onLost = b.onLost;
+    this.callbacks = Executors.newSingleThreadExecutor(r -> {
+      Thread t = new Thread(r, "leasehold-callbacks-" + job);
+      t.setDaemon(true);
+      return t;
+    });
+  }
+
+  /** A builder for an elector of {@code job} as {@code name@<process uuid>}. */
+  public static Builder builder(Client client, String job, String name) {
+    return new Builder(client, job, name);
+  }
+
+  /** Configures an {@link Elector}. */
+  public static final class Builder {
+    private final Client client;
+    private final String job;
+    private final String name;
+    private String holder;
+    private Duration ttl = Duration.ofSeconds(10);
+    private LongConsumer onElected = t -> {};
+    private LongConsumer onLost = t -> {};
+
+    private Builder(Client client, String job, String name) {
+      this.client = Objects.requireNonNull(client, "client");
+      this.job = Objects.requireNonNull(job, "job");
+      this.name = Objects.requireNonNull(name, "name");
+    }
+
+    /** The lease's TTL (default 10 s); renewals go out every ttl/3. */
+    public Builder ttl(Duration ttl) {
+      if (ttl.isNegative() || ttl.isZero()) {
+        throw new IllegalArgumentException("ttl must be positive");
+      }
+      this.ttl = ttl;
+      return this;
+    }
+
+    /** Overrides the holder identity (default {@code name@<process uuid>}). */
+    public Builder holder(String holder) {
+      this.holder = holder;
+      return this;
+    }
+
+    /** Called with the token when we become leader. */
+    public Builder onElected(LongConsumer f) {
+      this.onElected = Objects.requireNonNull(f);
+      return this;
+    }
+
+    /** Called with the token when we stop leading with it. */
+    public Builder onLost(LongConsumer f) {
+      this.onLost = Objects.requireNonNull(f);
+      return this;
+    }
+
+    /** The elector, not started. */
+    public Elector build() {
+      return new Elector(this);
+    }
+
+    /** The elector, campaigning. */
+    public Elector start() {
+      return build().start();
+    }
+  }
+
+  /** Starts campaigning (once). */
+  public Elector start() {
+    lock.lock();
+    try {
+      if (thread == null) {
+        thread = new Thread(this::run, "leasehold-elector-" + job);
+        thread.setDaemon(true);
+        thread.start();
+      }
+    } finally {
+      lock.unlock();
+    }
+    return this;
+  }
+
+  /** Our holder identity. */
+  public String holder() {
+    return holder;
+  }
+
+  /** The job. */
+  public String job() {
+    return job;
+  }
+
+  /** The token we lead with; empty when not leading, or past our own deadline. */
+  public OptionalLong token() {
+    lock.lock();
+    try {
+      return token != 0 && System.nanoTime() - deadline < 0 ? OptionalLong.of(token) : OptionalLong.empty();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Whether we lead now. */
+  public boolean isLeader() {
+    return token().isPresent();
+  }
+
+  /** Waits until we lead; the token, or empty on timeout or once closed. */
+  public OptionalLong awaitElected(Duration timeout) throws InterruptedException {
+    long end = System.nanoTime() + timeout.toNanos();
+    lock.lock();
+    try {
+      while (token == 0 && !finished) {
+        long left = end - System.nanoTime();
+        if (left <= 0) {
+          return OptionalLong.empty();
+        }
+        changed.awaitNanos(left);
+      }
+      return token != 0 ? OptionalLong.of(token) : OptionalLong.empty();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Waits until we no longer lead with the token we lead with now; true once that happened. */
+  public boolean awaitLost(Duration timeout) throws InterruptedException {
+    long end = System.nanoTime() + timeout.toNanos();
+    lock.lock();
+    try {
+      long t = token;
+      while (t != 0 && token == t) {
+        long left = end - System.nanoTime();
+        if (left <= 0) {
+          return false;
+        }
+        changed.awaitNanos(left);
+      }
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Stops campaigning, releases the lease if held, and waits for that and
+   * for the callbacks. The release is bounded by our deadline (at least
+   * 200 ms): past it the lease runs out on its own.
+   */
+  @Override
+  public void close() {
+    Thread t;
+    lock.lock();
+    try {
+      stopped = true;
+      changed.signalAll();
+      t = thread;
+    } finally {
+      lock.unlock();
+    }
+    boolean interrupted = false;
+    if (t != null && t != Thread.currentThread()) {
+      while (true) {
+        try {
+          t.join();
+          break;
+        } catch (InterruptedException e) {
+          interrupted = true;
+        }
+      }
+    }
+    callbacks.shutdown();
+    if (!Thread.currentThread().getName().startsWith("leasehold-callbacks-")) {
+      try {
+        callbacks.awaitTermination(10, TimeUnit.SECONDS);
+      } catch (InterruptedException e) {
+        interrupted = true;
+      }
+    }
+    lock.lock();
+    try {
+      finished = true;
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  // The campaign, on the elector thread.
+
+  private enum Outcome { DONE, STOP, TIMEOUT }
+
+  private long ttlNanos() {
+    return ttl.toNanos();
+  }
+
+  private static long clamp(long v, long lo, long hi) {
+    return Math.min(Math.max(v, lo), hi);
+  }
+
+  private void run() {
+    long ms = TimeUnit.MILLISECONDS.toNanos(1);
+    long backoff = clamp(ttlNanos() / 10, 50 * ms, 1000 * ms);
+    long campaignWait = clamp(ttlNanos() * 3, 1000 * ms, 30_000 * ms);
+    try {
+      while (!isStopped()) {
+        long sent = System.nanoTime();
+        long limit = campaignWait + ttlNanos();
+        ListenableFuture<AcquireResponse> f =
+            client.acquireAsync(job, holder, ttl, Duration.ofNanos(campaignWait), Duration.ofNanos(limit));
+        Outcome o = await(f, sent + limit);
+        if (o == Outcome.STOP) {
+          releaseIfGranted();
+          return;
+        }
+        if (o == Outcome.TIMEOUT) {
+          LOG.warning(job + ": campaign: acquire timed out");
+          continue;
+        }
+        AcquireResponse r;
+        try {
+          r = f.get();
+        } catch (ExecutionException e) {
+          LOG.warning(job + ": campaign: acquire failed: " + Errors.from(e.getCause()));
+          if (sleepUntil(System.nanoTime() + backoff)) {
+            return;
+          }
+          continue;
+        }
+        if (!r.getAcquired()) {
+          continue;
+        }
+        long granted = r.getLease().getToken();
+        Long anchor = anchor(granted, sent);
+        if (anchor == null) {
+          continue;
+        }
+        if (lead(granted, anchor)) {
+          return;
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } catch (RuntimeException e) {
+      LOG.log(Level.SEVERE, job + ": elector failed", e);
+      long t;
+      lock.lock();
+      try {
+        t = token;
+      } finally {
+        lock.unlock();
+      }
+      if (t != 0) {
+        setFollower(t);
+      }
+    } finally {
+      lock.lock();
+      try {
+        finished = true;
+        changed.signalAll();
+      } finally {
+        lock.unlock();
+      }
+    }
+  }
+
+  private boolean isStopped() {
+    lock.lock();
+    try {
+      return stopped;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  private void signal() {
+    lock.lock();
+    try {
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Waits for {@code f}, a stop, or {@code until}; cancels {@code f} unless it completed. */
+  private Outcome await(ListenableFuture<?> f, long until) throws InterruptedException {
+    f.addListener(this::signal, Runnable::run);
+    lock.lock();
+    try {
+      while (true) {
+        if (f.isDone()) {
+          return Outcome.DONE;
+        }
+        if (stopped) {
+          f.cancel(true);
+          return Outcome.STOP;
+        }
+        long left = until - System.nanoTime();
+        if (left <= 0) {
+          f.cancel(true);
+          return Outcome.TIMEOUT;
+        }
+        changed.awaitNanos(left);
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Sleeps until {@code until}; true if told to stop meanwhile. */
+  private boolean sleepUntil(long until) throws InterruptedException {
+    lock.lock();
+    try {
+      while (!stopped) {
+        long left = until - System.nanoTime();
+        if (left <= 0) {
+          return false;
+        }
+        changed.awaitNanos(left);
+      }
+      return true;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The instant our lease's TTL may be counted from: at or before the
+   * server granted or last renewed it. A waiting Acquire may have been
+   * granted long after it was sent; then a Renew sent now confirms the
+   * lease and gives a fresh anchor. Null when it cannot.
+   */
+  private Long anchor(long granted, long sent) {
+    if (System.nanoTime() - (sent + ttlNanos() / 10) < 0) {
+      return sent;
+    }
+    long at = System.nanoTime();
+    try {
+      client.renew(job, holder, granted, ttl, ttl.dividedBy(2));
+      return at;
+    } catch (LeaseholdException e) {
+      LOG.warning(job + ": granted token " + granted + ", but the confirming renew failed: " + e);
+      return null;
+    }
+  }
+
+  /** Leads until lost (false) or told to stop (releases; true). */
+  private boolean lead(long t, long sent) throws InterruptedException {
+    long every = ttlNanos() / 3;
+    long retry = Math.max(ttlNanos() / 10, TimeUnit.MILLISECONDS.toNanos(10));
+    long until = sent + ttlNanos();
+    setLeader(t, until);
+    long next = sent + every;
+    while (true) {
+      long wake = next - until < 0 ? next : until;
+      if (sleepUntil(wake)) {
+        return resign(t, until);
+      }
+      long now = System.nanoTime();
+      if (now - until >= 0) {
+        LOG.warning(job + ": token " + t + " reached its deadline without a renewal");
+        break;
+      }
+      ListenableFuture<?> f = client.renewAsync(job, holder, t, ttl, Duration.ofNanos(until - now));
+      Outcome o = await(f, until);
+      if (o == Outcome.STOP) {
+        return resign(t, until);
+      }
+      if (o == Outcome.TIMEOUT) {
+        LOG.warning(job + ": renew of token " + t + " did not answer before the deadline");
+        break;
+      }
+      try {
+        f.get();
+      } catch (ExecutionException e) {
+        LeaseholdException le = Errors.from(e.getCause());
+        if (le instanceof LeaseLostException) {
+          LOG.warning(job + ": lease lost (token " + t + "): " + le.getMessage());
+          break;
+        }
+        LOG.warning(job + ": renew of token " + t + " failed, retrying: " + le);
+        next = System.nanoTime() + retry;
+        continue;
+      }
+      until = now + ttlNanos();
+      next = now + every;
+      lock.lock();
+      try {
+        if (token == t) {
+          deadline = until;
+        }
+      } finally {
+        lock.unlock();
+      }
+    }
+    setFollower(t);
+    return false;
+  }
+
+  private boolean resign(long t, long until) {
+    setFollower(t);
+    long bound = Math.max(until - System.nanoTime(), TimeUnit.MILLISECONDS.toNanos(200));
+    try {
+      client.release(job, holder, t, Duration.ofNanos(bound));
+    } catch (LeaseholdException e) {
+      LOG.warning(job + ": release of token " + t + " on resign failed: " + e);
+    }
+    return true;
+  }
+
+  /**
+   * Stopped while an Acquire was in flight, which the server may have
+   * granted just before the cancel. Best effort, briefly: release the lease
+   * if it is ours, rather than leave it to run out.
+   */
+  private void releaseIfGranted() {
+    try {
+      Lease l = client.getLease(job, Duration.ofMillis(200));
+      if (holder.equals(l.holder())) {
+        client.release(job, holder, l.token(), Duration.ofMillis(200));
+      }
+    } catch (LeaseholdException e) {
+      // best effort
+    }
+  }
+
+  private void setLeader(long t, long until) {
+    lock.lock();
+    try {
+      token = t;
+      deadline = until;
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    LOG.fine(() -> job + ": elected with token " + t);
+    dispatch(onElected, t);
+  }
+
+  private void setFollower(long t) {
+    lock.lock();
+    try {
+      if (token != t) {
+        return;
+      }
+      token = 0;
+      changed.signalAll();
+    } finally {
+      lock.unlock();
+    }
+    LOG.fine(() -> job + ": stepped down from token " + t);
+    dispatch(onLost, t);
+  }
+
+  private void dispatch(LongConsumer f, long t) {
+    try {
+      callbacks.execute(() -> {
+        try {
+          f.accept(t);
+        } catch (RuntimeException e) {
+          LOG.log(Level.WARNING, job + ": elector callback failed", e);
+        }
+      });
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      // closed
+    }
+  }
+}

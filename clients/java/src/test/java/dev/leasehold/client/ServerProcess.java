@@ -1,0 +1,141 @@
+package dev.leasehold.client;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.Comparator;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * The real {@code leasehold serve}, on 127.0.0.1 with ports the OS picks. No
+ * sleep waits for start-up: the server prints one line once both listeners
+ * are bound.
+ */
+final class ServerProcess implements AutoCloseable {
+  private static final Pattern LISTENING = Pattern.compile("^leasehold listening on (\\S+) admin (\\S+)$");
+
+  final Process process;
+  final String target;
+  final String admin;
+  private final Path dataDir;
+
+  static Path binary() {
+    String p = System.getProperty("leasehold.bin");
+    if (p == null || p.isEmpty() || p.startsWith("${")) {
+      p = System.getenv("LEASEHOLD_BIN");
+    }
+    Path path = p != null && !p.isEmpty() ? Paths.get(p) : Paths.get("..", "..", "target", "debug", "leasehold");
+    if (!Files.exists(path)) {
+      throw new IllegalStateException("leasehold binary not found at " + path + ": run cargo build --bin leasehold or set LEASEHOLD_BIN");
+    }
+    return path;
+  }
+
+  ServerProcess() throws Exception {
+    dataDir = Files.createTempDirectory("leasehold-java-");
+    ProcessBuilder pb = new ProcessBuilder(binary().toString(), "serve", "--listen", "127.0.0.1:0",
+        "--admin-listen", "127.0.0.1:0", "--data-dir", dataDir.toString());
+    pb.environment().put("RUST_LOG", "warn");
+    pb.redirectError(ProcessBuilder.Redirect.INHERIT);
+    process = pb.start();
+    BlockingQueue<String> lines = new LinkedBlockingQueue<>();
+    Thread reader = new Thread(() -> {
+      try (BufferedReader r = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
+        String line;
+        while ((line = r.readLine()) != null) {
+          lines.add(line);
+        }
+      } catch (IOException e) {
+        // the server ended
+      }
+    }, "server-stdout");
+    reader.setDaemon(true);
+    reader.start();
+    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (true) {
+      String line = lines.poll(end - System.nanoTime(), TimeUnit.NANOSECONDS);
+      if (line == null) {
+        process.destroyForcibly();
+        throw new IllegalStateException("server did not print its listening line");
+      }
+      Matcher m = LISTENING.matcher(line);
+      if (m.matches()) {
+        target = m.group(1);
+        admin = m.group(2);
+        return;
+      }
+    }
+  }
+
+  /** Sends a signal (STOP, CONT, TERM...) with kill(1). */
+  void signal(String sig) throws Exception {
+    Process p = new ProcessBuilder("kill", "-" + sig, Long.toString(process.pid())).inheritIO().start();
+    if (p.waitFor() != 0) {
+      throw new IllegalStateException("kill -" + sig + " failed");
+    }
+  }
+
+  /** The sum of a metric's samples on /metrics. */
+  double metric(String name) throws Exception {
+    HttpResponse<String> r = HttpClient.newHttpClient().send(
+        HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics")).timeout(Duration.ofSeconds(5)).build(),
+        HttpResponse.BodyHandlers.ofString());
+    double total = 0;
+    for (String line : r.body().split("\n")) {
+      if (line.startsWith(name + " ") || line.startsWith(name + "{")) {
+        total += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+      }
+    }
+    return total;
+  }
+
+  /** Waits until at least {@code n} Acquires are queued on the server. */
+  void waitWaiters(int n) throws Exception {
+    waitUntil(Duration.ofSeconds(10), n + " queued acquire(s)", () -> {
+      try {
+        return metric("leasehold_waiting_acquires") >= n;
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    });
+  }
+
+  /** Bounded polling for an external state change. */
+  static void waitUntil(Duration timeout, String what, BooleanSupplier pred) throws InterruptedException {
+    long end = System.nanoTime() + timeout.toNanos();
+    while (!pred.getAsBoolean()) {
+      if (System.nanoTime() - end > 0) {
+        throw new AssertionError("timed out after " + timeout + " waiting for " + what);
+      }
+      Thread.sleep(20);
+    }
+  }
+
+  @Override
+  public void close() throws Exception {
+    if (process.isAlive()) {
+      signal("CONT");
+      process.destroy(); // SIGTERM
+      if (!process.waitFor(15, TimeUnit.SECONDS)) {
+        process.destroyForcibly().waitFor();
+      }
+    }
+    try (var walk = Files.walk(dataDir)) {
+      walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    }
+  }
+}

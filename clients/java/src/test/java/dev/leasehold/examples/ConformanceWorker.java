@@ -1,0 +1,129 @@
+package dev.leasehold.examples;
+
+import dev.leasehold.client.Client;
+import dev.leasehold.client.Elector;
+import dev.leasehold.client.FencedException;
+import dev.leasehold.client.InvalidArgumentException;
+import dev.leasehold.client.LeaseholdException;
+import dev.leasehold.client.UnknownTokenException;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * The conformance worker for Java (clients/conformance/README.md has the
+ * protocol): one Elector for one job, driven over stdin, reporting on
+ * stdout. Also a complete example of a worker: lead, write fenced by the
+ * token, release on SIGTERM (in a shutdown hook).
+ *
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000</pre>
+ */
+public final class ConformanceWorker {
+  private ConformanceWorker() {}
+
+  static synchronized void say(String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  public static void main(String[] argv) throws Exception {
+    Logger.getLogger("dev.leasehold").setLevel(Level.SEVERE);
+    Map<String, String> args = new HashMap<>();
+    for (int i = 0; i + 1 < argv.length; i += 2) {
+      args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
+    }
+    String job = args.get("job");
+    Client client = Client.connect(args.getOrDefault("server", Client.DEFAULT_TARGET));
+    AtomicLong lastToken = new AtomicLong(); // the token we last led with, kept after losing
+    Elector elector = Elector.builder(client, job, args.getOrDefault("name", "worker"))
+        .ttl(Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000"))))
+        .onElected(t -> {
+          lastToken.set(t);
+          say("elected token=" + Long.toUnsignedString(t));
+        })
+        .onLost(t -> say("lost token=" + Long.toUnsignedString(t)))
+        .build();
+    say("holder " + elector.holder());
+
+    // SIGTERM runs the shutdown hooks: resign (release), then exit 0.
+    Object once = new Object();
+    boolean[] done = {false};
+    Runnable shutdown = () -> {
+      synchronized (once) {
+        if (done[0]) {
+          return;
+        }
+        done[0] = true;
+      }
+      elector.close(); // releases the lease if held
+      say("bye");
+      client.close();
+    };
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+      shutdown.run();
+      Runtime.getRuntime().halt(0); // a graceful shutdown is a success
+    }, "shutdown"));
+    elector.start();
+
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      String[] parts = line.trim().split(" ", 2);
+      String cmd = parts[0];
+      String arg = parts.length > 1 ? parts[1] : "";
+      if (cmd.equals("quit")) {
+        break;
+      } else if (cmd.equals("write")) {
+        say(write(client, job, lastToken.get(), arg));
+      } else if (cmd.equals("bad")) {
+        say("bad " + arg + " " + bad(client, job, elector.holder(), lastToken.get(), arg));
+      } else if (!cmd.isEmpty()) {
+        say("error unknown command " + cmd);
+      }
+    }
+    shutdown.run();
+    System.exit(0);
+  }
+
+  static String write(Client client, String job, long token, String value) {
+    // No "am I still the leader?" check first: it could be stale by the
+    // time the write lands. The token goes with the write; the server decides.
+    if (token == 0) {
+      return "write error never-led";
+    }
+    try {
+      return "write ok version=" + client.checkedWrite(job, token, "status", value);
+    } catch (FencedException e) {
+      return "write fenced current=" + e.currentToken().orElse(0);
+    } catch (LeaseholdException e) {
+      return "write error " + e;
+    }
+  }
+
+  static String bad(Client client, String job, String holder, long token, String which) {
+    try {
+      switch (which) {
+        case "job" -> client.acquire("", holder, Duration.ofSeconds(1));
+        case "ttl" -> client.acquire(job, holder, Duration.ofMillis(1));
+        case "key" -> client.checkedWrite(job, token == 0 ? 1 : token, new byte[0], new byte[] {'x'});
+        case "token" -> client.checkedWrite(job, 1L << 62, "status", "x");
+        default -> {
+          return "error unknown case";
+        }
+      }
+      return "accepted";
+    } catch (UnknownTokenException e) {
+      return "unknown-token current=" + e.currentToken().orElse(0);
+    } catch (InvalidArgumentException e) {
+      return "invalid field=" + e.field();
+    } catch (LeaseholdException e) {
+      return "other " + e;
+    }
+  }
+}
