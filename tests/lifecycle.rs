@@ -158,3 +158,52 @@ async fn admin_get(addr: std::net::SocketAddr, path: &str) -> String {
     );
     body.to_owned()
 }
+
+/// sled opens a store whose files are corrupt, or gone, as an empty store.
+/// Starting on that would issue tokens again; the server refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_lost_its_data_stops_start_up() {
+    for damage in ["garbage", "deleted"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = ServerProcess::start(dir.path(), &[]);
+        let c = Client::connect(&server.url()).await.unwrap();
+        assert!(
+            c.acquire("j", "a", Duration::from_secs(60), Duration::ZERO)
+                .await
+                .unwrap()
+                .acquired
+        );
+        server.signal(libc::SIGTERM);
+        assert!(server.child.wait().unwrap().success());
+        let db = dir.path().join("db");
+        match damage {
+            "garbage" => {
+                let len = std::fs::metadata(&db).unwrap().len() as usize;
+                let noise: Vec<u8> = (0..len).map(|i| (i * 7919 % 251) as u8).collect();
+                std::fs::write(&db, noise).unwrap();
+            }
+            _ => std::fs::remove_file(&db).unwrap(),
+        }
+        let out = Command::new(bin())
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{damage}: started on a damaged store: {err}"
+        );
+        assert!(
+            err.contains("corrupt") && err.contains("Refusing to start"),
+            "{damage}: {err}"
+        );
+    }
+}

@@ -60,7 +60,7 @@ impl SledStore {
     /// created or read, or is in use by another process: an empty store
     /// would reset every token.
     pub fn open(dir: &Path) -> Result<SledStore> {
-        let open = Open::new(dir)?;
+        let open = Open::checked(dir)?;
         Ok(SledStore {
             dir: dir.to_owned(),
             open: RwLock::new(Some(open)),
@@ -120,7 +120,57 @@ impl SledStore {
     }
 }
 
+/// A file beside sled's own, written once the store holds leasehold's
+/// marker record. If it exists, the store must contain that record: sled
+/// opens a store whose files are corrupt as an *empty* store, and starting
+/// empty would reset every token.
+const MARKER_FILE: &str = "leasehold.store";
+/// The marker record, in sled's default tree.
+const MARKER_KEY: &[u8] = b"leasehold/format";
+const MARKER_VALUE: &[u8] = b"1";
+
 impl Open {
+    /// Opens the store in `dir`, refusing one that lost its data.
+    fn checked(dir: &Path) -> Result<Open> {
+        let marker = dir.join(MARKER_FILE);
+        let had_marker = marker.exists();
+        let had_log = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
+        let open = Open::new(dir)?;
+        let has_record = open
+            .db
+            .get(MARKER_KEY)
+            .map_err(Error::storage)?
+            .is_some_and(|v| v.as_ref() == MARKER_VALUE);
+        if has_record {
+            if !had_marker {
+                write_marker(dir)?;
+            }
+            return Ok(open);
+        }
+        if had_marker || had_log {
+            return Err(Error::storage(format!(
+                "data dir {} holds no leasehold data although it should ({}): its files are \
+                 corrupt or are not a leasehold store. Refusing to start, because an empty store \
+                 would issue tokens again. Restore the directory from a backup, or point \
+                 --data-dir at an empty directory to start afresh on purpose",
+                dir.display(),
+                if had_marker {
+                    format!("{MARKER_FILE} exists")
+                } else {
+                    "a sled log exists".to_owned()
+                }
+            )));
+        }
+        // A new store: the record, durably, then the file.
+        open.db
+            .insert(MARKER_KEY, MARKER_VALUE)
+            .map_err(Error::storage)?;
+        open.db.flush().map_err(Error::storage)?;
+        open.log.sync_data().map_err(Error::storage)?;
+        write_marker(dir)?;
+        Ok(open)
+    }
+
     fn new(dir: &Path) -> Result<Open> {
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
@@ -277,7 +327,7 @@ impl Store for SledStore {
         // Close first: the data dir's lock must be free to open it again,
         // and whatever sled still holds in memory must go.
         drop(guard.take());
-        *guard = Some(Open::new(&self.dir)?);
+        *guard = Some(Open::checked(&self.dir)?);
         *self.failed.lock().expect("failed lock") = None;
         tracing::info!(dir = %self.dir.display(), "store reopened");
         Ok(())
@@ -296,4 +346,14 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Writes the marker file durably (file, then directory entry).
+fn write_marker(dir: &Path) -> Result<()> {
+    let p = dir.join(MARKER_FILE);
+    let f = File::create(&p)
+        .map_err(|e| Error::storage(format!("cannot write {}: {e}", p.display())))?;
+    f.sync_all()
+        .and_then(|()| File::open(dir)?.sync_all())
+        .map_err(|e| Error::storage(format!("cannot sync {}: {e}", p.display())))
 }
