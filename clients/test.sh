@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The client tests: what scripts/test runs for clients/. Installs what it
+# needs first (pinned; see clients/tools.sh), builds the server, and runs
+# every part against a real `leasehold serve` that the tests start.
+#
+#   clients/test.sh                 every part, in this order:
+#   clients/test.sh PART...         generate python sql typescript go java conformance
+#
+# PostgreSQL (for `sql`) must be installed: scripts/test does that with
+# need_debs. Each part prints a header; the first failure stops the run.
+set -euo pipefail
+source "$(dirname "$0")/tools.sh"
+cd "$root_dir"
+
+all=(generate python sql typescript go java conformance)
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=("${all[@]}")
+for p in "${parts[@]}"; do
+  case " ${all[*]} " in *" $p "*) ;; *) echo "unknown part: $p (parts: ${all[*]})" >&2; exit 2 ;; esac
+done
+want() { case " ${parts[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
+
+started=$(date +%s)
+part() { printf '\n--> clients: %s (%ss)\n' "$*" "$(($(date +%s) - started))"; }
+
+part "server binary"
+cargo build --quiet --bin leasehold
+export LEASEHOLD_BIN="$root_dir/target/debug/leasehold"
+
+part "tools"
+ensure_venv
+if want typescript || want conformance || want generate; then ensure_npm; fi
+# The Python package, installed as users install it.
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
+
+if want generate; then
+  part "generated code is fresh (clients/generate.sh --check)"
+  clients/generate.sh --check
+fi
+
+if want python; then
+  part "python: pytest"
+  (cd clients/python && "$py" -m pytest -p no:cacheprovider -q tests)
+fi
+
+if want sql; then
+  part "sql: the PostgreSQL fencing recipe, from Python"
+  (cd clients/sql && "$py" -m pytest -p no:cacheprovider -q tests)
+fi
+
+if want typescript || want conformance; then
+  part "typescript: tsc"
+  (cd clients/typescript && npx tsc -p tsconfig.json)
+fi
+if want typescript; then
+  part "typescript: node --test"
+  (cd clients/typescript && node --test --test-concurrency=1 --test-timeout=120000 dist/test/*.test.js)
+fi
+
+if want go || want conformance; then
+  part "go: vet, build"
+  (cd clients/go && go vet ./... && go build -o "$work_dir/bin/go-conformance-worker" ./cmd/conformance-worker)
+  unformatted=$(cd clients/go && gofmt -l .)
+  if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+fi
+if want go; then
+  part "go: go test"
+  (cd clients/go && go test -count=1 ./...)
+fi
+
+if want java || want conformance; then
+  goals=(test-compile)
+  want java && goals=(test)
+  part "java: mvn ${goals[*]}"
+  (cd clients/java && mvn -B -ntp -Dstyle.color=never "${goals[@]}" dependency:build-classpath \
+    -Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=test)
+fi
+
+if want conformance; then
+  part "conformance: one scenario, every language"
+  "$py" - "$work_dir/workers.json" <<EOF
+import json, sys
+cp = open("clients/java/target/classpath.txt").read().strip()
+json.dump({
+    "python": ["$py", "clients/python/examples/conformance_worker.py"],
+    "typescript": ["node", "clients/typescript/dist/examples/conformance_worker.js"],
+    "go": ["$work_dir/bin/go-conformance-worker"],
+    "java": ["java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+             "-cp", "clients/java/target/test-classes:clients/java/target/classes:" + cp,
+             "dev.leasehold.examples.ConformanceWorker"],
+}, open(sys.argv[1], "w"), indent=2)
+EOF
+  "$py" clients/conformance/run.py --workers "$work_dir/workers.json" \
+    --mixed python:go --mixed java:typescript --results "$work_dir/conformance.json"
+fi
+
+part "done"
