@@ -65,13 +65,19 @@ async fn latency(c: &Client, holder: &str, token: u64, n: usize) -> (Duration, D
     let mut get = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        c.renew("probe", holder, token, Duration::from_secs(600)).await.unwrap();
+        c.renew("probe", holder, token, Duration::from_secs(600))
+            .await
+            .unwrap();
         renew.push(t.elapsed());
         let t = Instant::now();
         c.get_lease("probe").await.unwrap();
         get.push(t.elapsed());
     }
-    (pct(&mut renew, 0.5), pct(&mut renew, 0.99), pct(&mut get, 0.5))
+    (
+        pct(&mut renew, 0.5),
+        pct(&mut renew, 0.99),
+        pct(&mut get, 0.5),
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -79,20 +85,36 @@ async fn main() {
     let a = args();
     let dir = tempfile::tempdir().unwrap();
     let mut server = Command::new(&a.server_bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
         .args(["--max-connections", "100000", "--max-in-flight", "100000"])
         .arg("--data-dir")
         .arg(dir.path())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e} (build it with cargo build --release)", a.server_bin));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {}: {e} (build it with cargo build --release)",
+                a.server_bin
+            )
+        });
     let pid = server.id();
     let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let url = format!("http://{}", line.split_whitespace().nth(3).unwrap());
     let c = Client::connect(&url).await.unwrap();
-    let probe = c.acquire("probe", "probe", Duration::from_secs(600), Duration::ZERO).await.unwrap();
+    let probe = c
+        .acquire("probe", "probe", Duration::from_secs(600), Duration::ZERO)
+        .await
+        .unwrap();
 
     let rss0 = rss_kib(pid);
     let base = latency(&c, "probe", probe.lease.token, 2000).await;
@@ -107,7 +129,12 @@ async fn main() {
             for i in (w..jobs).step_by(16) {
                 let holder = format!("holder-{}", i % 1000);
                 let r = c
-                    .acquire(&format!("fleet/{i:07}"), &holder, Duration::from_secs(600), Duration::ZERO)
+                    .acquire(
+                        &format!("fleet/{i:07}"),
+                        &holder,
+                        Duration::from_secs(600),
+                        Duration::ZERO,
+                    )
                     .await
                     .unwrap();
                 assert!(r.acquired);
@@ -126,7 +153,10 @@ async fn main() {
         if i % 1000 == 0 {
             conn = Client::connect(&url).await.unwrap();
         }
-        let mut s = conn.watch(&format!("fleet/{:07}", i % a.jobs.max(1))).await.unwrap();
+        let mut s = conn
+            .watch(&format!("fleet/{:07}", i % a.jobs.max(1)))
+            .await
+            .unwrap();
         s.message().await.unwrap().unwrap(); // the current state
         streams.push(s);
     }
@@ -136,12 +166,12 @@ async fn main() {
 
     // A change reaching its watcher: release a watched job, time the event.
     let mut notify = Vec::new();
-    for i in 0..200.min(a.watchers) {
+    for (i, stream) in streams.iter_mut().take(200).enumerate() {
         let job = format!("fleet/{i:07}");
         let holder = format!("holder-{}", i % 1000);
         let t = Instant::now();
         c.release(&job, &holder, 1).await.unwrap();
-        streams[i].message().await.unwrap().unwrap();
+        stream.message().await.unwrap().unwrap();
         notify.push(t.elapsed());
     }
 
@@ -162,11 +192,35 @@ async fn main() {
         rss_watch / 1024,
         (rss_watch.saturating_sub(rss_jobs) * 1024) as f64 / a.watchers.max(1) as f64
     );
-    println!("| granting {} leases (16 clients) | {:.1} s ({:.0}/s) |", a.jobs, grant_time.as_secs_f64(), a.jobs as f64 / grant_time.as_secs_f64());
-    println!("| opening {} watchers | {:.1} s |", a.watchers, watch_time.as_secs_f64());
-    println!("| Renew p50, empty -> loaded | {} -> {} ({:.2}x) |", ms(base.0), ms(loaded.0), ratio(loaded.0, base.0));
-    println!("| Renew p99, empty -> loaded | {} -> {} ({:.2}x) |", ms(base.1), ms(loaded.1), ratio(loaded.1, base.1));
-    println!("| GetLease p50, empty -> loaded | {} -> {} ({:.2}x) |", ms(base.2), ms(loaded.2), ratio(loaded.2, base.2));
+    println!(
+        "| granting {} leases (16 clients) | {:.1} s ({:.0}/s) |",
+        a.jobs,
+        grant_time.as_secs_f64(),
+        a.jobs as f64 / grant_time.as_secs_f64()
+    );
+    println!(
+        "| opening {} watchers | {:.1} s |",
+        a.watchers,
+        watch_time.as_secs_f64()
+    );
+    println!(
+        "| Renew p50, empty -> loaded | {} -> {} ({:.2}x) |",
+        ms(base.0),
+        ms(loaded.0),
+        ratio(loaded.0, base.0)
+    );
+    println!(
+        "| Renew p99, empty -> loaded | {} -> {} ({:.2}x) |",
+        ms(base.1),
+        ms(loaded.1),
+        ratio(loaded.1, base.1)
+    );
+    println!(
+        "| GetLease p50, empty -> loaded | {} -> {} ({:.2}x) |",
+        ms(base.2),
+        ms(loaded.2),
+        ratio(loaded.2, base.2)
+    );
     println!(
         "| Release to watcher event, p50 / p99 | {} / {} ({:.2}x Renew p50, loaded) |",
         ms(pct(&mut notify, 0.5)),
