@@ -274,16 +274,7 @@ async fn wall_clock_jumps_change_no_lease_timing() {
     .expect("libfaketime is needed (scripts/test installs faketime)");
     let spec = dir.path().join("faketime");
     std::fs::write(&spec, "+0").unwrap();
-    let mut child = Command::new(common::bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path().join("data"))
+    let mut child = common::serve_command(&dir.path().join("data"))
         .env("LD_PRELOAD", lib)
         .env("FAKETIME_TIMESTAMP_FILE", &spec)
         .env("FAKETIME_NO_CACHE", "1")

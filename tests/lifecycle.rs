@@ -2,28 +2,16 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bin, ServerProcess};
+use common::{serve_command, ServerProcess};
 use leasehold::client::{Client, ClientError};
 
 #[test]
 fn a_data_dir_in_use_stops_start_up_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
     let _first = ServerProcess::start(dir.path(), &[]);
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = serve_command(dir.path()).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("in use by another leasehold process"), "{err}");
@@ -34,18 +22,7 @@ fn a_data_dir_that_cannot_be_opened_stops_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, b"x").unwrap();
-    let out = Command::new(bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = serve_command(&file).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot create data dir"), "{err}");
@@ -54,9 +31,8 @@ fn a_data_dir_that_cannot_be_opened_stops_start_up() {
 #[test]
 fn bad_limits_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(bin())
-        .args(["serve", "--min-ttl", "2s", "--max-ttl", "1s", "--data-dir"])
-        .arg(dir.path())
+    let out = serve_command(dir.path())
+        .args(["--min-ttl", "2s", "--max-ttl", "1s"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -184,18 +160,7 @@ async fn a_store_that_lost_its_data_stops_start_up() {
             }
             _ => std::fs::remove_file(&db).unwrap(),
         }
-        let out = Command::new(bin())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(dir.path())
-            .output()
-            .unwrap();
+        let out = serve_command(dir.path()).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success(),

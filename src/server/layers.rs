@@ -62,10 +62,7 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        // The clone that was polled ready serves this call; a fresh clone
-        // stays behind for the next one (tower's documented pattern).
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         let metrics = self.metrics.clone();
         let path = req.uri().path().to_owned();
         Box::pin(async move {
@@ -166,11 +163,18 @@ where
                 Ok(status.into_http())
             });
         }
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = take_ready(&mut self.inner);
         Box::pin(async move {
             let _slot = slot;
             inner.call(req).await
         })
     }
+}
+
+/// Takes the service that was polled ready, leaving a fresh clone behind
+/// for the next call (tower's documented pattern for services that are
+/// called from a future).
+fn take_ready<S: Clone>(s: &mut S) -> S {
+    let clone = s.clone();
+    std::mem::replace(s, clone)
 }

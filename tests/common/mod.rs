@@ -119,6 +119,21 @@ impl Drop for TestServer {
     }
 }
 
+/// `leasehold serve` on `data_dir`, listening on ports the OS picks.
+pub fn serve_command(data_dir: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--data-dir")
+    .arg(data_dir);
+    c
+}
+
 /// The real server as a child process, for tests that kill or pause it.
 pub struct ServerProcess {
     pub child: Child,
@@ -131,16 +146,7 @@ impl ServerProcess {
     /// Starts `leasehold serve` on `data_dir` with ports the OS picks, and
     /// waits for the line it prints once both listeners are bound.
     pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProcess {
-        let mut child = Command::new(bin())
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
+        let mut child = serve_command(data_dir)
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
