@@ -93,7 +93,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "==> building leasehold and the bench (release)"
-cargo build --release --quiet -p leasehold --bin leasehold -p leasehold-bench
+cargo build --release --quiet --workspace --bins
 
 echo "==> starting PostgreSQL, etcd, Redis (AOF always), Redis (defaults) under $tmp"
 pg_port=$(free_port)

@@ -397,26 +397,26 @@ pub async fn million(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let rss = rss_bytes(s.pid())?;
     // Prove they are held: renew 1,000 random ones with their token.
-    let mut c = LeasesClient::new(channel(&s.addr).await?);
-    let (tx, rx) = mpsc::channel(1);
-    let mut resp = c.keep_alive(ReceiverStream::new(rx)).await?.into_inner();
+    let client = leasehold::client::Client::connect(&s.addr).await?;
+    let mut ka = client.keep_alive().await?;
     let mut rng = crate::Rng::new(42);
-    let renewals = (0..1000)
-        .map(|_| lh::KeepAliveRenewal {
-            job: format!("million-{:07}", rng.below(n)),
-            holder: holder.into(),
-            token: 1,
-            ttl: Some(dur(ttl)),
+    let batch: Vec<_> = (0..1000)
+        .map(|_| {
+            leasehold::client::KeepAliveRenewal::new(
+                &format!("million-{:07}", rng.below(n)),
+                holder,
+                1,
+                ttl,
+            )
         })
         .collect();
-    tx.send(lh::KeepAliveRequest { id: 1, renewals }).await?;
-    let r = resp.message().await?.ok_or("stream ended")?;
-    let renewed = r
-        .results
+    let renewed = ka
+        .renew(&batch)
+        .await?
         .iter()
-        .filter(|r| r.outcome() == lh::keep_alive_result::Outcome::Renewed)
+        .filter(|o| o.is_renewed())
         .count();
-    drop(tx);
+    drop(ka);
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&empty);

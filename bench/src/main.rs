@@ -67,6 +67,23 @@ enum Command {
     Run(RunArgs),
     /// Serves the echo service on 127.0.0.1 (started by `run` itself).
     EchoServe,
+    /// Loads one running leasehold server with one workload, for profiling
+    /// (`perf record -p PID` or `valgrind --tool=callgrind` on the server).
+    Load(LoadArgs),
+}
+
+#[derive(clap::Args)]
+struct LoadArgs {
+    /// The server, e.g. http://127.0.0.1:50051.
+    #[arg(long)]
+    leasehold: String,
+    /// renew, write, read, churn or stream.
+    #[arg(long, default_value = "renew")]
+    work: String,
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    #[arg(long, default_value_t = 10.0)]
+    secs: f64,
 }
 
 #[derive(clap::Args)]
@@ -120,6 +137,7 @@ fn main() -> Res<()> {
     match cli.command {
         Command::EchoServe => rt.block_on(echo_serve()),
         Command::Run(a) => rt.block_on(run_all(a)),
+        Command::Load(a) => rt.block_on(load(a)),
     }
 }
 
@@ -153,6 +171,42 @@ async fn echo_serve() -> Res<()> {
         .add_service(echo::echo_server::EchoServer::new(EchoService))
         .serve_with_incoming(incoming)
         .await?;
+    Ok(())
+}
+
+async fn load(a: LoadArgs) -> Res<()> {
+    let work = match a.work.as_str() {
+        "renew" => Work::Renew,
+        "write" => Work::Write,
+        "read" => Work::Read,
+        "churn" => Work::Churn,
+        "stream" => Work::Stream,
+        w => return Err(format!("unknown workload {w}").into()),
+    };
+    let addrs = Addrs {
+        leasehold: a.leasehold,
+        postgres: None,
+        etcd: None,
+        redis_aof: None,
+        redis: None,
+        echo: String::new(),
+        fsync_file: PathBuf::new(),
+        etcd_first_lease: None,
+    };
+    let setup = Arc::new(sys::setup(&addrs).await?);
+    let s = run::cell(
+        Sys::Leasehold,
+        work,
+        a.clients,
+        Duration::from_secs_f64(a.secs),
+        &addrs,
+        &setup,
+    )
+    .await?;
+    println!(
+        "{work:?} x{}: {:.0}/s p50 {:.0} us p99 {:.0} us, {} errors",
+        a.clients, s.per_sec, s.p50, s.p99, s.errors
+    );
     Ok(())
 }
 
@@ -200,9 +254,14 @@ async fn run_all(a: RunArgs) -> Res<()> {
         redis: a.redis.clone(),
         echo: echo.addr.clone(),
         fsync_file: lh_data.join("floor-probe"),
+        etcd_first_lease: None,
     };
     eprintln!("setting up 1,000 jobs on every system...");
     let setup = Arc::new(sys::setup(&addrs).await?);
+    let addrs = Addrs {
+        etcd_first_lease: setup.etcd_leases.first().copied(),
+        ..addrs
+    };
 
     let peers = |work: Work| -> Vec<(Sys, Work)> {
         let mut v = vec![(Sys::Leasehold, work)];

@@ -2,6 +2,7 @@
 //! server), and what /proc says about a process: CPU time and RSS.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,6 +46,15 @@ impl Server {
     /// Spawns `cmd` and reads its first line; word `addr_word` is the
     /// address ("leasehold listening on ADDR admin ADDR").
     fn spawn(mut cmd: Command, addr_word: usize) -> Res<Server> {
+        // The child goes when the bench goes, however it goes.
+        // SAFETY: prctl is async-signal-safe; nothing else runs between
+        // fork and exec here.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
         let t = Instant::now();
         let mut child = cmd
             .stdout(Stdio::piped())

@@ -89,6 +89,8 @@ pub struct Addrs {
     pub echo: String,
     /// A file on the same file system as leasehold's data, for the floor.
     pub fsync_file: std::path::PathBuf,
+    /// An etcd lease id to open keep-alive streams with (set up first).
+    pub etcd_first_lease: Option<i64>,
 }
 
 /// What setup learned: each job's token (or epoch, or etcd lease id).
@@ -392,8 +394,16 @@ impl Conn {
                 let ka = if work == Work::Stream {
                     let mut lease = etcd::lease_client::LeaseClient::new(ch.clone());
                     let (tx, rx) = mpsc::channel(BATCH);
-                    let resp = lease.lease_keep_alive(ReceiverStream::new(rx)).await?;
-                    Some((tx, resp.into_inner()))
+                    // etcd (grpc-go) sends the response headers with the
+                    // first answer: ask first, then wait for the stream.
+                    let setup = a.etcd_first_lease.ok_or("etcd was not set up")?;
+                    tx.send(etcd::LeaseKeepAliveRequest { id: setup }).await?;
+                    let mut resp = lease
+                        .lease_keep_alive(ReceiverStream::new(rx))
+                        .await?
+                        .into_inner();
+                    resp.message().await?.ok_or("etcd keep-alive ended")?;
+                    Some((tx, resp))
                 } else {
                     None
                 };
