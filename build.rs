@@ -18,5 +18,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("leasehold_descriptor.bin"))
         .compile_protos(&[proto], &["proto"])?;
+    // The part of etcd's v3 API the etcd backend speaks (src/etcd/): a
+    // client only, and no descriptor set (reflection serves leasehold's
+    // own API alone).
+    let etcd = "src/etcd/etcd.proto";
+    println!("cargo:rerun-if-changed={etcd}");
+    tonic_prost_build::configure()
+        .build_server(false)
+        .compile_protos(&[etcd], &["src/etcd"])?;
     Ok(())
 }

@@ -10,6 +10,9 @@
 //! - [`node`]: the single-node coordinator. Owns the lease table behind one
 //!   lock, stages changes in the store, group-commits them, and serves
 //!   waiters and watchers.
+//! - [`etcd`]: the scale-out backend: stateless frontends whose decisions
+//!   are etcd transactions; the only module that speaks to etcd.
+//! - [`backend`]: the seam the handlers call: the single node or etcd.
 //! - [`server`]: gRPC (tonic). Decode and validate, call the node, encode.
 //!   One error table, tower layers in front of every handler.
 //! - [`client`]: a typed client and the [`client::Elector`].
@@ -21,9 +24,11 @@
 
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod client;
 pub mod clock;
 pub mod error;
+pub mod etcd;
 pub mod lease;
 pub mod metrics;
 pub mod node;

@@ -12,7 +12,9 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 
+use leasehold::backend::Backend;
 use leasehold::client::{process_holder, Client, ClientError, Elector, EventKind, Lease};
+use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::{serve_admin, RpcMetrics};
 use leasehold::node::Node;
@@ -41,7 +43,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server on the embedded store.
+    /// Run the server: on the embedded store (default), or as one of many
+    /// stateless frontends on an etcd cluster (--store etcd).
     Serve(ServeArgs),
     /// Acquire a lease (optionally waiting for it).
     Acquire {
@@ -185,20 +188,55 @@ struct Conn {
     server: String,
 }
 
+/// Where the server keeps leases and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    /// The embedded store (sled) in --data-dir: one server.
+    Sled,
+    /// An etcd cluster (--etcd-endpoints): any number of stateless
+    /// frontends.
+    Etcd,
+}
+
 #[derive(Args)]
 struct ServeArgs {
+    /// Where leases and values live.
+    #[arg(long, env = "LEASEHOLD_STORE", value_enum, default_value = "sled")]
+    store: StoreKind,
+    /// With --store etcd: the etcd members' client URLs, comma-separated.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd_endpoints: Vec<String>,
+    /// With --store etcd: every key leasehold writes starts with this.
+    /// Frontends that share a prefix serve the same jobs.
+    #[arg(long, env = "LEASEHOLD_ETCD_PREFIX", default_value = "leasehold/")]
+    etcd_prefix: String,
+    /// With --store etcd: how long an operation waits for etcd before it
+    /// fails with UNAVAILABLE.
+    #[arg(long, env = "LEASEHOLD_ETCD_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    etcd_timeout: Duration,
+    /// With --store etcd: TTL of this frontend's session lease, which its
+    /// waiting Acquires' places in line are bound to (how long a dead
+    /// frontend's waiters hold up the line). Whole seconds.
+    #[arg(long, env = "LEASEHOLD_ETCD_SESSION_TTL", value_parser = parse_duration, default_value = "5s")]
+    etcd_session_ttl: Duration,
     /// Address for the gRPC API.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
     /// Address for /metrics and /healthz.
     #[arg(long, env = "LEASEHOLD_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
     admin_listen: SocketAddr,
-    /// Where the embedded store keeps its files.
+    /// Where the embedded store keeps its files (--store sled).
     #[arg(long, env = "LEASEHOLD_DATA_DIR", default_value = "./leasehold-data")]
     data_dir: PathBuf,
-    /// Shortest lease TTL accepted.
-    #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration, default_value = "100ms")]
-    min_ttl: Duration,
+    /// Shortest lease TTL accepted; default 100ms on sled, etcd's minimum
+    /// lease TTL (2s by default) on etcd.
+    #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration)]
+    min_ttl: Option<Duration>,
     /// Longest lease TTL accepted.
     #[arg(long, env = "LEASEHOLD_MAX_TTL", value_parser = parse_duration, default_value = "1h")]
     max_ttl: Duration,
@@ -490,8 +528,8 @@ fn print_status(leases: &[Lease]) {
 }
 
 async fn serve(a: ServeArgs) -> anyhow::Result<()> {
-    let limits = Limits {
-        min_ttl: a.min_ttl,
+    let mut limits = Limits {
+        min_ttl: a.min_ttl.unwrap_or(Duration::from_millis(100)),
         max_ttl: a.max_ttl,
         max_wait: a.max_wait,
         max_name_bytes: a.max_name_bytes,
@@ -499,12 +537,48 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_value_bytes: a.max_value_bytes,
     };
     limits.validate().context("bad limits")?;
-    let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
-    let node = Node::open(Arc::new(store)).context("cannot load the store")?;
-    #[cfg(feature = "fault-injection")]
-    if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
-        node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
-    }
+    let (node, place): (Backend, String) = match a.store {
+        StoreKind::Sled => {
+            let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
+            let node = Node::open(Arc::new(store)).context("cannot load the store")?;
+            #[cfg(feature = "fault-injection")]
+            if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
+                node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
+            }
+            (node.into(), format!("data_dir={}", a.data_dir.display()))
+        }
+        StoreKind::Etcd => {
+            let config = etcd::Config {
+                endpoints: a.etcd_endpoints.clone(),
+                prefix: a.etcd_prefix.clone(),
+                timeout: a.etcd_timeout,
+                session_ttl: a.etcd_session_ttl,
+            };
+            let node = EtcdNode::open(config)
+                .await
+                .with_context(|| format!("cannot reach etcd at {}", a.etcd_endpoints.join(",")))?;
+            // TTLs are whole seconds, at least etcd's minimum lease TTL.
+            let min = node.min_ttl();
+            limits.min_ttl = a.min_ttl.unwrap_or(min);
+            for (flag, v) in [("--min-ttl", limits.min_ttl), ("--max-ttl", limits.max_ttl)] {
+                if v.subsec_nanos() != 0 || v < min {
+                    bail!(
+                        "{flag} {v:?}: with --store etcd, TTLs are whole seconds and at least \
+                         {min:?} (etcd's minimum lease TTL)"
+                    );
+                }
+            }
+            limits.validate().context("bad limits")?;
+            (
+                node.into(),
+                format!(
+                    "etcd={} prefix={:?} min_ttl={min:?}",
+                    a.etcd_endpoints.join(","),
+                    a.etcd_prefix
+                ),
+            )
+        }
+    };
     // Bind both listeners before serving, so that "listening" means it.
     let listener = TcpListener::bind(a.listen)
         .await
@@ -522,7 +596,7 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             let _ = rx.wait_for(|s| *s).await;
         }
     }));
-    tracing::info!(%addr, %admin_addr, data_dir = %a.data_dir.display(), "serving");
+    tracing::info!(%addr, %admin_addr, store = %place, "serving");
     println!("leasehold listening on {addr} admin {admin_addr}");
     std::io::stdout().flush()?;
     for (flag, v) in [

@@ -21,8 +21,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::backend::Backend;
 use crate::lease::Leadership;
-use crate::node::Node;
 
 /// The RPC methods with their own histogram; anything else is `other`.
 const METHODS: &[&str] = &[
@@ -124,7 +124,7 @@ fn label(s: &str) -> String {
 }
 
 /// Renders every metric in the Prometheus text format.
-pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
+pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     let snap = node.snapshot();
     let mut out = String::with_capacity(256 + snap.jobs.len() * 160);
     let o = &mut out;
@@ -274,7 +274,7 @@ pub fn render(node: &Node, rpc: &RpcMetrics) -> String {
 /// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.
 pub async fn serve_admin(
     listener: TcpListener,
-    node: Node,
+    node: Backend,
     rpc: Arc<RpcMetrics>,
     shutdown: impl Future<Output = ()>,
 ) {

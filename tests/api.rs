@@ -1,6 +1,10 @@
 //! The gRPC API against the real server on 127.0.0.1, one behaviour per
 //! test: races, hand-over, waiting, watching, the fenced store, bad input,
 //! health, reflection and metrics.
+//!
+//! Runs against either backend: `LEASEHOLD_TEST_BACKEND=etcd` runs every
+//! test on an etcd frontend (see `common`), with short TTLs rounded up to
+//! etcd's whole seconds by `common::ttl`.
 
 mod common;
 
@@ -139,7 +143,7 @@ async fn waiters_are_served_first_come_first_served() {
 async fn a_waiter_is_granted_when_the_lease_expires() {
     let s = TestServer::start().await;
     let c = s.client().await;
-    let ttl = Duration::from_millis(300);
+    let ttl = common::ttl(Duration::from_millis(300));
     let t0 = Instant::now();
     assert!(c.acquire("exp", "a", ttl, NOW).await.unwrap().acquired);
     let r = c
@@ -163,7 +167,7 @@ async fn a_waiter_is_granted_when_the_lease_expires() {
 async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
     let s = TestServer::start().await;
     let c = s.client().await;
-    let ttl = Duration::from_millis(200);
+    let ttl = common::ttl(Duration::from_millis(200));
     let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
     assert_eq!(a.lease.token, 1);
     let l = c.renew("renew", "a", 1, ttl).await.unwrap();
@@ -182,11 +186,14 @@ async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
     let mut events = c.watch("renew").await.unwrap();
     let first = events.message().await.unwrap().unwrap();
     assert_eq!(first.kind, EventKind::Current as i32);
-    let ev = tokio::time::timeout(Duration::from_secs(5), events.message())
-        .await
-        .expect("an expiry event")
-        .unwrap()
-        .unwrap();
+    let ev = tokio::time::timeout(
+        Duration::from_secs(5) + common::expiry_slack(),
+        events.message(),
+    )
+    .await
+    .expect("an expiry event")
+    .unwrap()
+    .unwrap();
     assert_eq!(ev.kind, EventKind::Expired as i32);
     match c.renew("renew", "a", 1, ttl).await {
         Err(ClientError::LeaseLost { .. }) => {}
@@ -250,7 +257,7 @@ async fn list_leases_pages_in_job_order() {
 async fn fenced_store_accepts_only_the_live_token() {
     let s = TestServer::start().await;
     let c = s.client().await;
-    let ttl = Duration::from_millis(300);
+    let ttl = common::ttl(Duration::from_millis(300));
     c.acquire("f", "a", ttl, NOW).await.unwrap();
     assert_eq!(
         c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(),
@@ -262,7 +269,12 @@ async fn fenced_store_accepts_only_the_live_token() {
     );
     // a's lease expires; b takes over but has written nothing yet.
     let b = c
-        .acquire("f", "b", ttl, Duration::from_secs(5))
+        .acquire(
+            "f",
+            "b",
+            ttl,
+            Duration::from_secs(5) + common::expiry_slack(),
+        )
         .await
         .unwrap();
     assert_eq!(b.lease.token, 2);
@@ -360,6 +372,9 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         })
     };
     let long = "x".repeat(257);
+    // A TTL the backend accepts, and the shortest it names in errors.
+    let ok = common::ttl(Duration::from_secs(1)).as_millis() as u64;
+    let min_ttl = format!("{:?}", common::min_ttl());
     let acq = |job: &str, holder: &str, ttl, wait| proto::AcquireRequest {
         job: job.into(),
         holder: holder.into(),
@@ -378,38 +393,32 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         (
             "job",
             "empty",
-            leases
-                .acquire(acq("", "b", d(1000), None))
-                .await
-                .unwrap_err(),
+            leases.acquire(acq("", "b", d(ok), None)).await.unwrap_err(),
         ),
         (
             "job",
             "256",
             leases
-                .acquire(acq(&long, "b", d(1000), None))
+                .acquire(acq(&long, "b", d(ok), None))
                 .await
                 .unwrap_err(),
         ),
         (
             "holder",
             "empty",
-            leases
-                .acquire(acq("j", "", d(1000), None))
-                .await
-                .unwrap_err(),
+            leases.acquire(acq("j", "", d(ok), None)).await.unwrap_err(),
         ),
         (
             "holder",
             "256",
             leases
-                .acquire(acq("j", &long, d(1000), None))
+                .acquire(acq("j", &long, d(ok), None))
                 .await
                 .unwrap_err(),
         ),
         (
             "ttl",
-            "100ms",
+            min_ttl.as_str(),
             leases
                 .acquire(acq("j", "b", d(99), None))
                 .await
@@ -432,7 +441,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
             "wait",
             "3600s",
             leases
-                .acquire(acq("j", "b", d(1000), d(3_600_001)))
+                .acquire(acq("j", "b", d(ok), d(3_600_001)))
                 .await
                 .unwrap_err(),
         ),
@@ -443,7 +452,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
                 .acquire(acq(
                     "j",
                     "b",
-                    d(1000),
+                    d(ok),
                     Some(prost_types::Duration {
                         seconds: -1,
                         nanos: 0,
@@ -460,7 +469,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
                     job: "j".into(),
                     holder: "a".into(),
                     token: 0,
-                    ttl: d(1000),
+                    ttl: d(ok),
                 })
                 .await
                 .unwrap_err(),
@@ -673,10 +682,10 @@ async fn health_and_reflection_answer() {
 async fn metrics_show_leadership_per_job() {
     let s = TestServer::start().await;
     let c = s.client().await;
-    let ttl = Duration::from_millis(200);
+    let ttl = common::ttl(Duration::from_millis(200));
     c.acquire("led", "a", TTL, NOW).await.unwrap();
     c.acquire("vacant", "a", ttl, NOW).await.unwrap();
-    tokio::time::sleep(ttl + Duration::from_millis(300)).await;
+    tokio::time::sleep(ttl + common::expiry_slack() + Duration::from_millis(300)).await;
     let m = leasehold::metrics::render(&s.node, &Default::default());
     assert!(m.contains("leasehold_job_leader{job=\"led\"} 1"), "{m}");
     assert!(m.contains("leasehold_job_leader{job=\"vacant\"} 0"), "{m}");

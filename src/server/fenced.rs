@@ -2,20 +2,20 @@
 
 use tonic::{Request, Response, Status};
 
+use crate::backend::Backend;
 use crate::lease::Limits;
-use crate::node::Node;
 use crate::proto;
 use crate::server::convert;
 
 /// Serves `leasehold.v1.FencedStore`.
 pub struct FencedStoreService {
-    node: Node,
+    node: Backend,
     limits: Limits,
 }
 
 impl FencedStoreService {
     /// A service over `node`, checking requests against `limits`.
-    pub fn new(node: Node, limits: Limits) -> Self {
+    pub fn new(node: Backend, limits: Limits) -> Self {
         FencedStoreService { node, limits }
     }
 }

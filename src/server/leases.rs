@@ -7,21 +7,22 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
-use crate::node::{Node, Renewal};
+use crate::node::Renewal;
 use crate::proto;
 use crate::server::convert::{self, duration, lease};
 
 /// Serves `leasehold.v1.Leases`.
 pub struct LeasesService {
-    node: Node,
+    node: Backend,
     limits: Limits,
 }
 
 impl LeasesService {
     /// A service over `node`, checking requests against `limits`.
-    pub fn new(node: Node, limits: Limits) -> Self {
+    pub fn new(node: Backend, limits: Limits) -> Self {
         LeasesService { node, limits }
     }
 }
@@ -39,6 +40,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
         let (job, holder, ttl, wait) = convert::acquire_args(&self.limits, req.get_ref())?;
+        let ttl = self.node.check_ttl(ttl)?;
         let (acquired, view) = self.node.acquire(&job, &holder, ttl, wait).await?;
         Ok(Response::new(proto::AcquireResponse {
             acquired,
@@ -51,6 +53,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
         let (job, holder, token, ttl) = convert::renew_args(&self.limits, req.get_ref())?;
+        let ttl = self.node.check_ttl(ttl)?;
         let view = self.node.renew(&job, &holder, token, ttl).await?;
         Ok(Response::new(proto::RenewResponse {
             lease: Some(lease(&view)),
@@ -156,7 +159,7 @@ impl proto::leases_server::Leases for LeasesService {
 /// the valid ones in one node decision, and puts the results back in the
 /// request's order.
 async fn keep_alive_batch(
-    node: &Node,
+    node: &Backend,
     l: &Limits,
     req: proto::KeepAliveRequest,
 ) -> Result<proto::KeepAliveResponse> {
@@ -181,7 +184,7 @@ async fn keep_alive_batch(
                 job: l.job(&r.job)?,
                 holder: l.holder(&r.holder)?,
                 token: l.token(r.token)?,
-                ttl: l.ttl(duration("ttl", r.ttl)?)?,
+                ttl: node.check_ttl(l.ttl(duration("ttl", r.ttl)?)?)?,
             })
         })();
         match parsed {

@@ -1,7 +1,7 @@
 //! The gRPC server: the only module (with the client) that names tonic.
 //!
 //! Handlers are thin: decode and validate the request into domain types
-//! ([`convert`], [`crate::lease::Limits`]), call the [`Node`], encode the
+//! ([`convert`], [`crate::lease::Limits`]), call the [`Backend`] (the single node or etcd), encode the
 //! answer. Errors cross into gRPC through one table ([`status`]).
 //! Cross-cutting concerns are tower layers in front of every handler
 //! ([`layers`]). Health (`grpc.health.v1`) and reflection (v1 and v1alpha)
@@ -23,10 +23,10 @@ use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
-use crate::node::Node;
 use crate::proto;
 
 /// How the server serves.
@@ -75,18 +75,19 @@ impl Config {
 }
 
 /// Serves the gRPC API on `listener` until `shutdown` completes, then drains
-/// and closes the node.
+/// and closes the backend.
 ///
 /// Shutdown marks health NOT_SERVING, ends waiting `Acquire`s and watches
 /// with UNAVAILABLE, lets in-flight calls finish for up to
 /// `config.drain_timeout`, and syncs the store.
 pub async fn run(
     listener: TcpListener,
-    node: Node,
+    node: impl Into<Backend>,
     config: Config,
     rpc_metrics: Arc<RpcMetrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let node: Backend = node.into();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_serving::<proto::leases_server::LeasesServer<leases::LeasesService>>()
@@ -160,7 +161,7 @@ pub async fn run(
             }
         } => tracing::warn!(?drain_timeout, "drain timed out; closing with calls in flight"),
     }
-    node.close();
+    node.close().await;
     tracing::info!("store synced; bye");
     Ok(())
 }

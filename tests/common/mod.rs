@@ -1,6 +1,16 @@
 //! Test harnesses: the real server, in process or as a child process, on
-//! 127.0.0.1 with a port the OS picks and a temporary data dir.
+//! 127.0.0.1 with a port the OS picks and a temporary data dir; and real
+//! etcd clusters for the etcd backend.
+//!
+//! `LEASEHOLD_TEST_BACKEND=etcd` runs [`TestServer`] as an etcd frontend
+//! instead of on sled: on the cluster at `LEASEHOLD_TEST_ETCD_ENDPOINTS`
+//! when set, otherwise on a 3-member cluster this test process starts once
+//! (and kills when it exits), each server under a key prefix of its own.
+//! Tests that depend on short TTLs take them from [`ttl`], which rounds up
+//! to the backend's granularity.
 #![allow(dead_code)] // each test binary uses part of this module
+
+pub mod etcd;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -9,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold::backend::Backend;
 use leasehold::client::Client;
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
@@ -35,11 +46,54 @@ pub fn example(name: &str) -> PathBuf {
     p
 }
 
+/// Whether the tests run against the etcd backend
+/// (`LEASEHOLD_TEST_BACKEND=etcd`) rather than sled.
+pub fn etcd_mode() -> bool {
+    match std::env::var("LEASEHOLD_TEST_BACKEND").as_deref() {
+        Ok("etcd") => true,
+        Ok("sled") | Ok("") | Err(_) => false,
+        Ok(other) => panic!("LEASEHOLD_TEST_BACKEND={other:?}: use sled or etcd"),
+    }
+}
+
+/// The shortest TTL the backend accepts: the server's default 100 ms on
+/// sled, etcd's minimum lease TTL (2 s with etcd's defaults) on etcd.
+pub fn min_ttl() -> Duration {
+    if etcd_mode() {
+        etcd::MIN_TTL
+    } else {
+        Limits::default().min_ttl
+    }
+}
+
+/// A TTL of about `d` that the backend can keep: `d` itself on sled; on
+/// etcd, whole seconds, at least etcd's minimum.
+pub fn ttl(d: Duration) -> Duration {
+    if etcd_mode() {
+        let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+        Duration::from_secs(secs).max(etcd::MIN_TTL)
+    } else {
+        d
+    }
+}
+
+/// How much later than its TTL a lease may end on the backend: nothing on
+/// sled (expiry is decided at every check); on etcd, up to a second or
+/// so (etcd looks for expired leases every 500 ms, then revokes through
+/// raft).
+pub fn expiry_slack() -> Duration {
+    if etcd_mode() {
+        Duration::from_millis(1500)
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// The real server, in this process, with its own runtime thread pool
 /// shared with the test.
 pub struct TestServer {
     pub addr: SocketAddr,
-    pub node: Node,
+    pub node: Backend,
     pub dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
@@ -64,9 +118,20 @@ impl TestServer {
         Self::with_config(dir, config).await
     }
 
-    pub async fn with_config(dir: tempfile::TempDir, config: server::Config) -> TestServer {
-        let store = SledStore::open(dir.path()).unwrap();
-        let node = Node::open(Arc::new(store)).unwrap();
+    pub async fn with_config(dir: tempfile::TempDir, mut config: server::Config) -> TestServer {
+        let node: Backend = if etcd_mode() {
+            let node = leasehold::etcd::EtcdNode::open(etcd::frontend_config(
+                etcd::shared_endpoints(),
+                &etcd::fresh_prefix(),
+            ))
+            .await
+            .unwrap();
+            config.limits.min_ttl = ttl(config.limits.min_ttl).max(node.min_ttl());
+            node.into()
+        } else {
+            let store = SledStore::open(dir.path()).unwrap();
+            Node::open(Arc::new(store)).unwrap().into()
+        };
         // Bind first, then serve: no sleep to wait for start-up.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -146,8 +211,15 @@ impl ServerProcess {
     /// Starts `leasehold serve` on `data_dir` with ports the OS picks, and
     /// waits for the line it prints once both listeners are bound.
     pub fn start(data_dir: &Path, extra: &[&str]) -> ServerProcess {
-        let mut child = serve_command(data_dir)
-            .args(extra)
+        let mut cmd = serve_command(data_dir);
+        cmd.args(extra);
+        Self::spawn(cmd, data_dir)
+    }
+
+    /// Starts `cmd` (a `leasehold serve` command) and waits for the line it
+    /// prints once both listeners are bound.
+    pub fn spawn(mut cmd: Command, data_dir: &Path) -> ServerProcess {
+        let mut child = cmd
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,0 +1,195 @@
+//! The seam between the gRPC handlers and where decisions are made.
+//!
+//! [`Backend`] offers the coordinator's methods and passes each call to
+//! the single-node [`Node`] (sled, one process serialises everything) or
+//! to an [`EtcdNode`] (a stateless frontend; etcd's transactions decide).
+//! The handlers, the metrics and the CLI hold a `Backend` and do not know
+//! which one it is. The single-node path pays one `match` per call.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::error::Result;
+use crate::etcd::EtcdNode;
+use crate::lease::{HolderId, JobName, LeaseView, Token};
+use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot};
+use crate::store::ValueRecord;
+
+/// Where decisions are made: one process on sled, or etcd.
+#[derive(Clone)]
+pub enum Backend {
+    /// The single-node coordinator on the embedded store.
+    Local(Node),
+    /// A stateless frontend on an etcd cluster.
+    Etcd(EtcdNode),
+}
+
+impl From<Node> for Backend {
+    fn from(n: Node) -> Backend {
+        Backend::Local(n)
+    }
+}
+
+impl From<EtcdNode> for Backend {
+    fn from(n: EtcdNode) -> Backend {
+        Backend::Etcd(n)
+    }
+}
+
+impl Backend {
+    /// Refuses a TTL this backend cannot keep exactly, with
+    /// INVALID_ARGUMENT naming `ttl` (etcd: not whole seconds, or below
+    /// etcd's minimum lease TTL). The range of the server's limits is
+    /// checked before this.
+    pub fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
+        match self {
+            Backend::Local(_) => Ok(ttl),
+            Backend::Etcd(n) => n.check_ttl(ttl),
+        }
+    }
+
+    /// See [`Node::acquire`].
+    pub async fn acquire(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(bool, LeaseView)> {
+        match self {
+            Backend::Local(n) => n.acquire(job, holder, ttl, wait).await,
+            Backend::Etcd(n) => n.acquire(job, holder, ttl, wait).await,
+        }
+    }
+
+    /// See [`Node::renew`].
+    pub async fn renew(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<LeaseView> {
+        match self {
+            Backend::Local(n) => n.renew(job, holder, token, ttl).await,
+            Backend::Etcd(n) => n.renew(job, holder, token, ttl).await,
+        }
+    }
+
+    /// See [`Node::renew_many`].
+    pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
+        match self {
+            Backend::Local(n) => n.renew_many(batch).await,
+            Backend::Etcd(n) => n.renew_many(batch).await,
+        }
+    }
+
+    /// See [`Node::release`].
+    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
+        match self {
+            Backend::Local(n) => n.release(job, holder, token).await,
+            Backend::Etcd(n) => n.release(job, holder, token).await,
+        }
+    }
+
+    /// See [`Node::lease`].
+    pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
+        match self {
+            Backend::Local(n) => n.lease(job).await,
+            Backend::Etcd(n) => n.lease(job).await,
+        }
+    }
+
+    /// See [`Node::leases`].
+    pub async fn leases(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LeaseView>> {
+        match self {
+            Backend::Local(n) => n.leases(prefix, after, limit).await,
+            Backend::Etcd(n) => n.leases(prefix, after, limit).await,
+        }
+    }
+
+    /// See [`Node::watch`].
+    pub fn watch(&self, job: JobName) -> mpsc::Receiver<Result<(EventKind, LeaseView)>> {
+        match self {
+            Backend::Local(n) => n.watch(job),
+            Backend::Etcd(n) => n.watch(job),
+        }
+    }
+
+    /// See [`Node::checked_write`].
+    pub async fn checked_write(
+        &self,
+        job: &JobName,
+        token: Token,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<u64> {
+        match self {
+            Backend::Local(n) => n.checked_write(job, token, key, value).await,
+            Backend::Etcd(n) => n.checked_write(job, token, key, value).await,
+        }
+    }
+
+    /// See [`Node::read`].
+    pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        match self {
+            Backend::Local(n) => n.read(job, key).await,
+            Backend::Etcd(n) => n.read(job, key).await,
+        }
+    }
+
+    /// See [`Node::keys`].
+    pub async fn keys(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        match self {
+            Backend::Local(n) => n.keys(job, prefix, after, limit).await,
+            Backend::Etcd(n) => n.keys(job, prefix, after, limit).await,
+        }
+    }
+
+    /// Counters and per-job leadership, for metrics. On etcd, per-job
+    /// leadership and the grant, takeover, expiry and release counters
+    /// describe the whole cluster; the rest is this frontend's.
+    pub fn snapshot(&self) -> Snapshot {
+        match self {
+            Backend::Local(n) => n.snapshot(),
+            Backend::Etcd(n) => n.snapshot(),
+        }
+    }
+
+    /// Resolves once the backend starts closing.
+    pub async fn closing(&self) {
+        match self {
+            Backend::Local(n) => n.closing().await,
+            Backend::Etcd(n) => n.closing().await,
+        }
+    }
+
+    /// Refuses new changes; ends waiting `Acquire`s and watches.
+    pub fn start_closing(&self) {
+        match self {
+            Backend::Local(n) => n.start_closing(),
+            Backend::Etcd(n) => n.start_closing(),
+        }
+    }
+
+    /// Closes: the single node syncs its store; an etcd frontend revokes
+    /// its session lease.
+    pub async fn close(&self) {
+        match self {
+            Backend::Local(n) => n.close(),
+            Backend::Etcd(n) => n.close().await,
+        }
+    }
+}

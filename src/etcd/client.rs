@@ -1,0 +1,491 @@
+//! A small etcd v3 client over tonic: exactly the calls the backend makes,
+//! each bounded by a deadline.
+//!
+//! One channel balances over every endpoint; HTTP/2 keepalive pings drop a
+//! connection to a member that stopped answering (SIGSTOP, partition)
+//! within a few seconds, so later calls go to the others. Reads and other
+//! idempotent calls are retried on another attempt until the deadline;
+//! calls that change something are made once, and a failure is reported
+//! as [`Error::Storage`] (UNAVAILABLE): its outcome is unknown, as for any
+//! lost reply.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::error::{Error, Result};
+
+/// Code generated from `src/etcd/etcd.proto`: etcd's own names.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+use pb::kv_client::KvClient;
+use pb::lease_client::LeaseClient;
+use pb::maintenance_client::MaintenanceClient;
+use pb::request_op::Request as Op;
+use pb::watch_client::WatchClient;
+
+/// The etcd cluster, through every endpoint.
+#[derive(Clone)]
+pub struct Etcd {
+    channel: Channel,
+    timeout: Duration,
+}
+
+/// How long one attempt of a call may take before another is tried.
+const ATTEMPT: Duration = Duration::from_secs(2);
+
+fn storage(what: &str, s: &Status) -> Error {
+    Error::Storage(format!("etcd {what}: {} ({:?})", s.message(), s.code()))
+}
+
+/// Whether another attempt of an idempotent call can help.
+fn retryable(s: &Status) -> bool {
+    !matches!(
+        s.code(),
+        Code::InvalidArgument
+            | Code::FailedPrecondition
+            | Code::NotFound
+            | Code::OutOfRange
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::ResourceExhausted
+            | Code::Unimplemented
+    )
+}
+
+impl Etcd {
+    /// A client of the cluster at `endpoints` (`http://host:port`). Every
+    /// call gives up after `timeout`. Connects lazily: a cluster that is
+    /// down shows in the first call.
+    pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+        if endpoints.is_empty() {
+            return Err(Error::Storage("no etcd endpoints given".into()));
+        }
+        let mut list = Vec::with_capacity(endpoints.len());
+        for e in endpoints {
+            let ep = Endpoint::from_shared(e.clone())
+                .map_err(|err| Error::Storage(format!("bad etcd endpoint {e:?}: {err}")))?
+                .connect_timeout(Duration::from_secs(1))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .keep_alive_timeout(Duration::from_secs(2))
+                .keep_alive_while_idle(true);
+            list.push(ep);
+        }
+        Ok(Etcd {
+            channel: Channel::balance_list(list.into_iter()),
+            timeout,
+        })
+    }
+
+    /// The deadline of every call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `f` until it succeeds, fails for good, or the deadline passes.
+    /// Only for calls that may safely run more than once.
+    async fn retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Status>>,
+    {
+        let deadline = Instant::now() + self.timeout;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let err = match tokio::time::timeout(left.min(ATTEMPT), f()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(s)) if !retryable(&s) => return Err(storage(what, &s)),
+                Ok(Err(s)) => storage(what, &s),
+                Err(_) => Error::Storage(format!("etcd {what}: no answer within {ATTEMPT:?}")),
+            };
+            if Instant::now() + backoff >= deadline {
+                return Err(match err {
+                    Error::Storage(m) => Error::Storage(format!(
+                        "{m}; gave up after {:?}: is a majority of etcd up?",
+                        self.timeout
+                    )),
+                    e => e,
+                });
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Runs `f` once, within the deadline.
+    async fn once<T, Fut>(&self, what: &str, f: Fut) -> Result<T>
+    where
+        Fut: std::future::Future<Output = std::result::Result<T, Status>>,
+    {
+        match tokio::time::timeout(self.timeout, f).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(s)) => Err(storage(what, &s)),
+            Err(_) => Err(Error::Storage(format!(
+                "etcd {what}: no answer within {:?}; the change may or may not have happened",
+                self.timeout
+            ))),
+        }
+    }
+
+    fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel.clone())
+    }
+
+    fn lease(&self) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel.clone())
+    }
+
+    /// A linearizable range read, retried until the deadline.
+    pub async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.retry("range", || {
+            let mut kv = self.kv();
+            let req = req.clone();
+            async move { kv.range(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
+    /// A transaction that only reads (its ranges see one revision),
+    /// retried until the deadline.
+    pub async fn read_txn(&self, reads: Vec<pb::RangeRequest>) -> Result<pb::TxnResponse> {
+        let req = pb::TxnRequest {
+            compare: Vec::new(),
+            success: reads
+                .into_iter()
+                .map(|r| pb::RequestOp {
+                    request: Some(Op::RequestRange(r)),
+                })
+                .collect(),
+            failure: Vec::new(),
+        };
+        self.retry("read", || {
+            let mut kv = self.kv();
+            let req = req.clone();
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
+    /// A transaction that changes something: made once.
+    pub async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        let mut kv = self.kv();
+        self.once(
+            "txn",
+            async move { kv.txn(req).await.map(|r| r.into_inner()) },
+        )
+        .await
+    }
+
+    /// Puts `key` bound to `lease` (0 for none): made once.
+    pub async fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<pb::PutResponse> {
+        let mut kv = self.kv();
+        self.once("put", async move {
+            kv.put(pb::PutRequest { key, value, lease })
+                .await
+                .map(|r| r.into_inner())
+        })
+        .await
+    }
+
+    /// Deletes one key, retried until the deadline (deleting twice is
+    /// deleting once).
+    pub async fn delete(&self, key: Vec<u8>) -> Result<()> {
+        self.retry("delete", || {
+            let mut kv = self.kv();
+            let key = key.clone();
+            async move {
+                kv.delete_range(pb::DeleteRangeRequest {
+                    key,
+                    range_end: Vec::new(),
+                })
+                .await
+                .map(|_| ())
+            }
+        })
+        .await
+    }
+
+    /// A new etcd lease of `ttl` seconds: its id and the TTL etcd granted
+    /// (etcd raises a TTL below its minimum to the minimum).
+    pub async fn grant(&self, ttl: i64) -> Result<(i64, i64)> {
+        let mut l = self.lease();
+        let r = self
+            .once("lease grant", async move {
+                l.lease_grant(pb::LeaseGrantRequest { ttl, id: 0 })
+                    .await
+                    .map(|r| r.into_inner())
+            })
+            .await?;
+        if !r.error.is_empty() {
+            return Err(Error::Storage(format!("etcd lease grant: {}", r.error)));
+        }
+        Ok((r.id, r.ttl))
+    }
+
+    /// Revokes an etcd lease, deleting every key bound to it. A lease that
+    /// is already gone is not an error.
+    pub async fn revoke(&self, id: i64) -> Result<()> {
+        self.retry("lease revoke", || {
+            let mut l = self.lease();
+            async move {
+                match l.lease_revoke(pb::LeaseRevokeRequest { id }).await {
+                    Ok(_) => Ok(()),
+                    Err(s) if s.code() == Code::NotFound => Ok(()),
+                    Err(s) => Err(s),
+                }
+            }
+        })
+        .await
+    }
+
+    /// Renews an etcd lease once; the TTL it now has, or `None` when the
+    /// lease is gone (expired or revoked: etcd never renews an expired
+    /// lease, it waits for its revocation and says not found).
+    pub async fn keep_alive(&self, id: i64) -> Result<Option<i64>> {
+        self.retry("lease keep-alive", || {
+            let mut l = self.lease();
+            async move {
+                let mut replies = l
+                    .lease_keep_alive(tokio_stream::once(pb::LeaseKeepAliveRequest { id }))
+                    .await?
+                    .into_inner();
+                match replies.message().await? {
+                    Some(r) if r.ttl > 0 => Ok(Some(r.ttl)),
+                    Some(_) => Ok(None),
+                    None => Err(Status::unavailable(
+                        "keep-alive stream ended without a reply",
+                    )),
+                }
+            }
+        })
+        .await
+    }
+
+    /// The seconds an etcd lease has left (etcd rounds down), or `None`
+    /// when it is gone.
+    pub async fn time_to_live(&self, id: i64) -> Result<Option<i64>> {
+        let r = self
+            .retry("lease time-to-live", || {
+                let mut l = self.lease();
+                async move {
+                    l.lease_time_to_live(pb::LeaseTimeToLiveRequest { id, keys: false })
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        Ok((r.ttl >= 0).then_some(r.ttl))
+    }
+
+    /// Watches the key ranges `[start, end)` from `revision` on. Events
+    /// from `revision` on are never missed, however late the watch is
+    /// registered.
+    pub async fn watch(&self, ranges: &[(Vec<u8>, Vec<u8>)], revision: i64) -> Result<Watch> {
+        let (tx, rx) = mpsc::channel(ranges.len().max(1));
+        for (key, range_end) in ranges {
+            let req = pb::WatchRequest {
+                request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
+                    pb::WatchCreateRequest {
+                        key: key.clone(),
+                        range_end: range_end.clone(),
+                        start_revision: revision,
+                        ..Default::default()
+                    },
+                )),
+            };
+            tx.try_send(req).expect("room for every create request");
+        }
+        let mut w = WatchClient::new(self.channel.clone());
+        let stream = self
+            .once("watch", async move {
+                w.watch(ReceiverStream::new(rx))
+                    .await
+                    .map(|r| r.into_inner())
+            })
+            .await?;
+        Ok(Watch { _tx: tx, stream })
+    }
+
+    /// The member status of one endpoint: (its member id, the leader it
+    /// knows). For tests and operators, not for decisions.
+    pub async fn status(endpoint: &str, timeout: Duration) -> Result<(u64, u64)> {
+        let ch = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|e| Error::Storage(format!("bad etcd endpoint {endpoint:?}: {e}")))?
+            .connect_timeout(timeout)
+            .timeout(timeout);
+        let fut = async move {
+            let ch = ch
+                .connect()
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            MaintenanceClient::new(ch)
+                .status(pb::StatusRequest {})
+                .await
+                .map(|r| r.into_inner())
+        };
+        let r = match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(s)) => return Err(storage("status", &s)),
+            Err(_) => {
+                return Err(Error::Storage(format!(
+                    "etcd status of {endpoint}: no answer"
+                )))
+            }
+        };
+        Ok((r.header.map_or(0, |h| h.member_id), r.leader))
+    }
+}
+
+/// An open etcd watch.
+pub struct Watch {
+    /// Keeps the request side open: the watch lives as long as this.
+    _tx: mpsc::Sender<pb::WatchRequest>,
+    stream: tonic::Streaming<pb::WatchResponse>,
+}
+
+impl Watch {
+    /// The next response with events; an error when the watch broke or
+    /// was cancelled (the caller reads afresh and watches again).
+    pub async fn next(&mut self) -> Result<pb::WatchResponse> {
+        loop {
+            let r = match self.stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) => return Err(Error::Storage("etcd watch ended".into())),
+                Err(s) => return Err(storage("watch", &s)),
+            };
+            if r.canceled {
+                return Err(Error::Storage(format!(
+                    "etcd watch cancelled: {} (compacted at {})",
+                    r.cancel_reason, r.compact_revision
+                )));
+            }
+            if !r.events.is_empty() {
+                return Ok(r);
+            }
+        }
+    }
+}
+
+/// `key`'s create revision is `rev` (0: the key does not exist).
+pub fn create_is(key: Vec<u8>, rev: i64) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key,
+        target_union: Some(TargetUnion::CreateRevision(rev)),
+        range_end: Vec::new(),
+    }
+}
+
+/// `key`'s mod revision is `rev` (0: the key does not exist).
+pub fn mod_is(key: Vec<u8>, rev: i64) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Mod as i32,
+        key,
+        target_union: Some(TargetUnion::ModRevision(rev)),
+        range_end: Vec::new(),
+    }
+}
+
+/// `key` exists and holds exactly `value`.
+pub fn value_is(key: Vec<u8>, value: Vec<u8>) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Value as i32,
+        key,
+        target_union: Some(TargetUnion::Value(value)),
+        range_end: Vec::new(),
+    }
+}
+
+/// `key` exists and its value sorts below `bound`, byte-wise.
+pub fn value_below(key: Vec<u8>, bound: Vec<u8>) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Less as i32,
+        target: CompareTarget::Value as i32,
+        key,
+        target_union: Some(TargetUnion::Value(bound)),
+        range_end: Vec::new(),
+    }
+}
+
+/// `key` is bound to etcd lease `id`.
+pub fn lease_is(key: Vec<u8>, id: i64) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Lease as i32,
+        key,
+        target_union: Some(TargetUnion::Lease(id)),
+        range_end: Vec::new(),
+    }
+}
+
+/// The range `[start, end)` holds no key.
+pub fn range_empty(start: Vec<u8>, end: Vec<u8>) -> pb::Compare {
+    pb::Compare {
+        range_end: end,
+        ..create_is(start, 0)
+    }
+}
+
+/// Every key in `[start, end)` was created at revision `rev` or later
+/// (false for an empty range).
+pub fn range_created_since(start: Vec<u8>, end: Vec<u8>, rev: i64) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Create as i32,
+        key: start,
+        target_union: Some(TargetUnion::CreateRevision(rev - 1)),
+        range_end: end,
+    }
+}
+
+/// A put in a transaction.
+pub fn put_op(key: Vec<u8>, value: Vec<u8>, lease: i64) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(Op::RequestPut(pb::PutRequest { key, value, lease })),
+    }
+}
+
+/// A delete of one key in a transaction.
+pub fn delete_op(key: Vec<u8>) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(Op::RequestDeleteRange(pb::DeleteRangeRequest {
+            key,
+            range_end: Vec::new(),
+        })),
+    }
+}
+
+/// A read of `[key, end)` (one key when `end` is empty), up to `limit`
+/// keys (0: all).
+pub fn range_req(key: Vec<u8>, end: Vec<u8>, limit: i64) -> pb::RangeRequest {
+    pb::RangeRequest {
+        key,
+        range_end: end,
+        limit,
+        ..Default::default()
+    }
+}
+
+/// The ranges a read-only transaction answered, in order.
+pub fn ranges(r: pb::TxnResponse) -> Vec<pb::RangeResponse> {
+    r.responses
+        .into_iter()
+        .filter_map(|op| match op.response {
+            Some(pb::response_op::Response::ResponseRange(rr)) => Some(rr),
+            _ => None,
+        })
+        .collect()
+}
