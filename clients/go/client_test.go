@@ -261,7 +261,8 @@ func TestWaitingAcquireEndsWithShuttingDown(t *testing.T) {
 func TestDecodingOfEveryReason(t *testing.T) {
 	mk := func(code codes.Code, reason, domain string) error {
 		s, err := status.New(code, "m").WithDetails(&errdetails.ErrorInfo{
-			Reason: reason, Domain: domain, Metadata: map[string]string{"current_token": "5", "field": "ttl"},
+			Reason: reason, Domain: domain,
+			Metadata: map[string]string{"current_token": "5", "field": "ttl", "free_bytes": "10", "needed_bytes": "4096"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -279,9 +280,10 @@ func TestDecodingOfEveryReason(t *testing.T) {
 		{codes.InvalidArgument, "UNKNOWN_TOKEN", leasehold.ErrUnknownToken},
 		{codes.Unavailable, "STORAGE", leasehold.ErrStorage},
 		{codes.Unavailable, "SHUTTING_DOWN", leasehold.ErrShuttingDown},
+		{codes.ResourceExhausted, "DISK_FULL", leasehold.ErrDiskFull},
 	}
 	all := []error{leasehold.ErrLeaseLost, leasehold.ErrFenced, leasehold.ErrInvalidArgument, leasehold.ErrUnknownToken,
-		leasehold.ErrStorage, leasehold.ErrShuttingDown}
+		leasehold.ErrStorage, leasehold.ErrShuttingDown, leasehold.ErrDiskFull}
 	for _, tc := range cases {
 		err := leasehold.FromError(mk(tc.code, tc.reason, "leasehold"))
 		for _, s := range all {
@@ -293,6 +295,11 @@ func TestDecodingOfEveryReason(t *testing.T) {
 		if status.Code(err) != tc.code {
 			t.Errorf("%s: code %v", tc.reason, status.Code(err))
 		}
+	}
+	var full *leasehold.UnavailableError
+	if err := leasehold.FromError(mk(codes.ResourceExhausted, "DISK_FULL", "leasehold")); !errors.As(err, &full) ||
+		full.FreeBytes != 10 || full.NeededBytes != 4096 || !leasehold.Retryable(err) {
+		t.Errorf("disk full: %#v", err)
 	}
 	if err := leasehold.FromError(mk(codes.Unavailable, "FENCED", "other")); errors.Is(err, leasehold.ErrFenced) || !errors.Is(err, leasehold.ErrUnavailable) {
 		t.Errorf("another domain: %#v", err)

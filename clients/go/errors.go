@@ -19,8 +19,8 @@ const Domain = "leasehold"
 //
 //	errors.Is(err, leasehold.ErrFenced)
 //
-// ErrUnknownToken errors also match ErrInvalidArgument; ErrStorage and
-// ErrShuttingDown errors also match ErrUnavailable. Use errors.As with
+// ErrUnknownToken errors also match ErrInvalidArgument; ErrStorage,
+// ErrDiskFull and ErrShuttingDown errors also match ErrUnavailable. Use errors.As with
 // *FencedError, *LeaseLostError, *InvalidArgumentError,
 // *UnknownTokenError or *UnavailableError for the details.
 var (
@@ -31,6 +31,7 @@ var (
 	ErrUnavailable     = errors.New("leasehold: unavailable")
 	ErrStorage         = errors.New("leasehold: storage")
 	ErrShuttingDown    = errors.New("leasehold: shutting down")
+	ErrDiskFull        = errors.New("leasehold: disk full")
 )
 
 // LeaseLostError: Renew or Release of a lease this holder no longer has
@@ -91,14 +92,18 @@ func (e *UnknownTokenError) GRPCStatus() *status.Status { return e.status }
 // UnavailableError: the server could not be reached or could not answer
 // (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
 // refused for a reason retrying later can fix: Reason "STORAGE" (the
-// store could not make the change durable) or "SHUTTING_DOWN". The
-// outcome of a change is unknown.
+// store could not make the change durable), "SHUTTING_DOWN", or
+// "DISK_FULL" (code RESOURCE_EXHAUSTED: the server's disk is nearly full,
+// the change was refused before anything was written; reads go on). The
+// outcome of a change is unknown unless the reason says otherwise.
 type UnavailableError struct {
 	Message string
 	Code    codes.Code
-	// Reason is "STORAGE", "SHUTTING_DOWN" or "".
+	// Reason is "STORAGE", "SHUTTING_DOWN", "DISK_FULL" or "".
 	Reason string
-	status *status.Status
+	// FreeBytes and NeededBytes: for DISK_FULL, what the server reported.
+	FreeBytes, NeededBytes uint64
+	status                 *status.Status
 }
 
 func (e *UnavailableError) Error() string {
@@ -115,6 +120,8 @@ func (e *UnavailableError) Is(target error) bool {
 		return e.Reason == "STORAGE"
 	case ErrShuttingDown:
 		return e.Reason == "SHUTTING_DOWN"
+	case ErrDiskFull:
+		return e.Reason == "DISK_FULL"
 	}
 	return false
 }
@@ -147,10 +154,11 @@ func FromError(err error) error {
 	info := ErrorInfo(s)
 	reason := info.GetReason()
 	meta := info.GetMetadata()
-	token := func() uint64 {
-		t, _ := strconv.ParseUint(meta["current_token"], 10, 64)
+	num := func(key string) uint64 {
+		t, _ := strconv.ParseUint(meta[key], 10, 64)
 		return t
 	}
+	token := func() uint64 { return num("current_token") }
 	msg := s.Message()
 	if msg == "" {
 		msg = s.Code().String()
@@ -166,6 +174,9 @@ func FromError(err error) error {
 		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
 	case "STORAGE", "SHUTTING_DOWN":
 		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason, status: s}
+	case "DISK_FULL":
+		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason,
+			FreeBytes: num("free_bytes"), NeededBytes: num("needed_bytes"), status: s}
 	}
 	switch s.Code() {
 	case codes.InvalidArgument:

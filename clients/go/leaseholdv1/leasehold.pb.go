@@ -70,6 +70,10 @@ const (
 	ErrorReason_ERROR_REASON_STORAGE ErrorReason = 5
 	// The server is shutting down. Retry against another server or later.
 	ErrorReason_ERROR_REASON_SHUTTING_DOWN ErrorReason = 6
+	// The data dir's disk is (nearly) full: the change was refused before
+	// anything was written (status RESOURCE_EXHAUSTED, metadata "free_bytes"
+	// and "needed_bytes"). Reads go on. Retry once space is freed.
+	ErrorReason_ERROR_REASON_DISK_FULL ErrorReason = 7
 )
 
 // Enum value maps for ErrorReason.
@@ -82,6 +86,7 @@ var (
 		4: "ERROR_REASON_UNKNOWN_TOKEN",
 		5: "ERROR_REASON_STORAGE",
 		6: "ERROR_REASON_SHUTTING_DOWN",
+		7: "ERROR_REASON_DISK_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":      0,
@@ -91,6 +96,7 @@ var (
 		"ERROR_REASON_UNKNOWN_TOKEN":    4,
 		"ERROR_REASON_STORAGE":          5,
 		"ERROR_REASON_SHUTTING_DOWN":    6,
+		"ERROR_REASON_DISK_FULL":        7,
 	}
 )
 
@@ -1746,7 +1752,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xde\x01\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xfa\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -1754,7 +1760,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x03\x12\x1e\n" +
 	"\x1aERROR_REASON_UNKNOWN_TOKEN\x10\x04\x12\x18\n" +
 	"\x14ERROR_REASON_STORAGE\x10\x05\x12\x1e\n" +
-	"\x1aERROR_REASON_SHUTTING_DOWN\x10\x062\x88\x04\n" +
+	"\x1aERROR_REASON_SHUTTING_DOWN\x10\x06\x12\x1a\n" +
+	"\x16ERROR_REASON_DISK_FULL\x10\a2\x88\x04\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +

@@ -225,11 +225,16 @@ def test_decoding_of_every_reason():
         (U.INVALID_ARGUMENT, "UNKNOWN_TOKEN", leasehold.UnknownToken),
         (U.UNAVAILABLE, "STORAGE", leasehold.StorageError),
         (U.UNAVAILABLE, "SHUTTING_DOWN", leasehold.ShuttingDown),
+        (U.RESOURCE_EXHAUSTED, "DISK_FULL", leasehold.DiskFull),
     ]
     for code, reason, cls in cases:
         e = errors.from_status(code, "m", _status_metadata(code, reason, {"current_token": "5", "field": "ttl"}))
         assert type(e) is cls, (reason, e)
         assert e.reason == reason
+    full = errors.from_status(
+        U.RESOURCE_EXHAUSTED, "m", _status_metadata(U.RESOURCE_EXHAUSTED, "DISK_FULL", {"free_bytes": "10", "needed_bytes": "4096"})
+    )
+    assert (full.free_bytes, full.needed_bytes, full.retryable) == (10, 4096, True)
     # Another domain's ErrorInfo is not ours: the code decides.
     e = errors.from_status(U.UNAVAILABLE, "m", _status_metadata(U.UNAVAILABLE, "FENCED", {}, domain="other"))
     assert type(e) is leasehold.Unavailable

@@ -19,6 +19,7 @@
  * │   └── UnknownToken   a token the server never issued for the job
  * └── Unavailable        unreachable or not answering; retryable
  *     ├── StorageError   the store could not make a change durable
+ *     ├── DiskFull       the server's disk is (nearly) full; reads go on
  *     └── ShuttingDown   the server is stopping
  */
 import { Metadata, status as Code, type ServiceError } from "@grpc/grpc-js";
@@ -105,6 +106,20 @@ export class StorageError extends Unavailable {}
 /** The server is shutting down (SHUTTING_DOWN). */
 export class ShuttingDown extends Unavailable {}
 
+/**
+ * The server's data disk is (nearly) full (DISK_FULL, RESOURCE_EXHAUSTED):
+ * the change was refused before anything was written. Reads go on; retry
+ * once space is freed.
+ */
+export class DiskFull extends Unavailable {
+  get freeBytes(): bigint | undefined {
+    return this.tokenFromMetadata("free_bytes");
+  }
+  get neededBytes(): bigint | undefined {
+    return this.tokenFromMetadata("needed_bytes");
+  }
+}
+
 type ErrorClass = new (
   message: string,
   code: Code,
@@ -119,6 +134,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   INVALID_ARGUMENT: InvalidArgument,
   STORAGE: StorageError,
   SHUTTING_DOWN: ShuttingDown,
+  DISK_FULL: DiskFull,
 };
 
 const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);

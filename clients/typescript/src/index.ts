@@ -16,6 +16,7 @@ export type { CallOptions, ClientConfig } from "./client";
 export { Elector } from "./elector";
 export type { ElectorEvents, ElectorOptions } from "./elector";
 export {
+  DiskFull,
   DOMAIN,
   errorInfo,
   Fenced,

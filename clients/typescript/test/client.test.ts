@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { Metadata, status as Code } from "@grpc/grpc-js";
 import {
   Client,
+  DiskFull,
   EventKind,
   Fenced,
   fromStatus,
@@ -220,7 +221,11 @@ test("a waiting acquire ends with ShuttingDown when the server stops", async () 
 
 test("decoding of every reason", () => {
   const md = (code: Code, reason: string, domain = "leasehold") => {
-    const info = ErrorInfo.encode({ reason, domain, metadata: { current_token: "5", field: "ttl" } }).finish();
+    const info = ErrorInfo.encode({
+      reason,
+      domain,
+      metadata: { current_token: "5", field: "ttl", free_bytes: "10", needed_bytes: "4096" },
+    }).finish();
     const st = Status.encode({
       code,
       message: "m",
@@ -237,12 +242,15 @@ test("decoding of every reason", () => {
     [Code.INVALID_ARGUMENT, "UNKNOWN_TOKEN", UnknownToken],
     [Code.UNAVAILABLE, "STORAGE", StorageError],
     [Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDown],
+    [Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFull],
   ] as const;
   for (const [code, reason, cls] of cases) {
     const e = fromStatus(code, "m", md(code, reason));
     assert.equal(e.constructor, cls, reason);
     assert.equal(e.reason, reason);
   }
+  const full = fromStatus(Code.RESOURCE_EXHAUSTED, "m", md(Code.RESOURCE_EXHAUSTED, "DISK_FULL")) as DiskFull;
+  assert.deepEqual([full.freeBytes, full.neededBytes, full.retryable], [10n, 4096n, true]);
   assert.equal(fromStatus(Code.UNAVAILABLE, "m", md(Code.UNAVAILABLE, "FENCED", "other")).constructor, Unavailable);
   assert.equal(fromStatus(Code.PERMISSION_DENIED, "m").constructor, LeaseholdError);
 });

@@ -22,6 +22,7 @@ from .client import DEFAULT_TARGET, Client, Watch
 from .elector import Elector
 from .errors import (
     DOMAIN,
+    DiskFull,
     Fenced,
     InvalidArgument,
     LeaseholdError,
@@ -42,6 +43,7 @@ __all__ = [
     "Client",
     "DEFAULT_TARGET",
     "DOMAIN",
+    "DiskFull",
     "Elector",
     "EventKind",
     "Fenced",

@@ -2,7 +2,8 @@
 
 Every leasehold error status carries an ``ErrorInfo`` with domain
 ``"leasehold"`` and a reason (``LEASE_LOST``, ``FENCED``,
-``INVALID_ARGUMENT``, ``UNKNOWN_TOKEN``, ``STORAGE``, ``SHUTTING_DOWN``).
+``INVALID_ARGUMENT``, ``UNKNOWN_TOKEN``, ``STORAGE``, ``SHUTTING_DOWN``,
+``DISK_FULL``).
 :func:`from_rpc_error` turns a ``grpc.RpcError`` (sync or asyncio) into the
 matching exception below, so that callers branch on the type, never on the
 message::
@@ -21,6 +22,7 @@ Hierarchy::
     │   └── UnknownToken   a token the server never issued for the job
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
+        ├── DiskFull       the server's disk is (nearly) full; reads go on
         └── ShuttingDown   the server is stopping
 """
 
@@ -132,6 +134,20 @@ class ShuttingDown(Unavailable):
     """The server is shutting down (reason SHUTTING_DOWN)."""
 
 
+class DiskFull(Unavailable):
+    """The server's data disk is (nearly) full (reason DISK_FULL, status
+    RESOURCE_EXHAUSTED): the change was refused before anything was
+    written. Reads go on; retry once space is freed."""
+
+    @property
+    def free_bytes(self) -> Optional[int]:
+        return self._token("free_bytes")
+
+    @property
+    def needed_bytes(self) -> Optional[int]:
+        return self._token("needed_bytes")
+
+
 _BY_REASON = {
     "LEASE_LOST": LeaseLost,
     "FENCED": Fenced,
@@ -139,6 +155,7 @@ _BY_REASON = {
     "INVALID_ARGUMENT": InvalidArgument,
     "STORAGE": StorageError,
     "SHUTTING_DOWN": ShuttingDown,
+    "DISK_FULL": DiskFull,
 }
 
 _UNAVAILABLE_CODES = {

@@ -86,6 +86,12 @@ export enum ErrorReason {
   ERROR_REASON_STORAGE = 5,
   /** ERROR_REASON_SHUTTING_DOWN - The server is shutting down. Retry against another server or later. */
   ERROR_REASON_SHUTTING_DOWN = 6,
+  /**
+   * ERROR_REASON_DISK_FULL - The data dir's disk is (nearly) full: the change was refused before
+   * anything was written (status RESOURCE_EXHAUSTED, metadata "free_bytes"
+   * and "needed_bytes"). Reads go on. Retry once space is freed.
+   */
+  ERROR_REASON_DISK_FULL = 7,
   UNRECOGNIZED = -1,
 }
 
@@ -112,6 +118,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 6:
     case "ERROR_REASON_SHUTTING_DOWN":
       return ErrorReason.ERROR_REASON_SHUTTING_DOWN;
+    case 7:
+    case "ERROR_REASON_DISK_FULL":
+      return ErrorReason.ERROR_REASON_DISK_FULL;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -135,6 +144,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_STORAGE";
     case ErrorReason.ERROR_REASON_SHUTTING_DOWN:
       return "ERROR_REASON_SHUTTING_DOWN";
+    case ErrorReason.ERROR_REASON_DISK_FULL:
+      return "ERROR_REASON_DISK_FULL";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

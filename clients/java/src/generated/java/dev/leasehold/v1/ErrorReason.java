@@ -72,6 +72,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_SHUTTING_DOWN = 6;</code>
    */
   ERROR_REASON_SHUTTING_DOWN(6),
+  /**
+   * <pre>
+   * The data dir's disk is (nearly) full: the change was refused before
+   * anything was written (status RESOURCE_EXHAUSTED, metadata "free_bytes"
+   * and "needed_bytes"). Reads go on. Retry once space is freed.
+   * </pre>
+   *
+   * <code>ERROR_REASON_DISK_FULL = 7;</code>
+   */
+  ERROR_REASON_DISK_FULL(7),
   UNRECOGNIZED(-1),
   ;
 
@@ -140,6 +150,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_SHUTTING_DOWN = 6;</code>
    */
   public static final int ERROR_REASON_SHUTTING_DOWN_VALUE = 6;
+  /**
+   * <pre>
+   * The data dir's disk is (nearly) full: the change was refused before
+   * anything was written (status RESOURCE_EXHAUSTED, metadata "free_bytes"
+   * and "needed_bytes"). Reads go on. Retry once space is freed.
+   * </pre>
+   *
+   * <code>ERROR_REASON_DISK_FULL = 7;</code>
+   */
+  public static final int ERROR_REASON_DISK_FULL_VALUE = 7;
 
 
   public final int getNumber() {
@@ -173,6 +193,7 @@ public enum ErrorReason
       case 4: return ERROR_REASON_UNKNOWN_TOKEN;
       case 5: return ERROR_REASON_STORAGE;
       case 6: return ERROR_REASON_SHUTTING_DOWN;
+      case 7: return ERROR_REASON_DISK_FULL;
       default: return null;
     }
   }

@@ -203,34 +203,35 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTC" +
       "OME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n" +
       "\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVA" +
-      "LID_ARGUMENT\020\004*\336\001\n\013ErrorReason\022\034\n\030ERROR_" +
+      "LID_ARGUMENT\020\004*\372\001\n\013ErrorReason\022\034\n\030ERROR_" +
       "REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEA" +
       "SE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ER" +
       "ROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_R" +
       "EASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_ST" +
-      "ORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\0062" +
-      "\210\004\n\006Leases\022F\n\007Acquire\022\034.leasehold.v1.Acq" +
-      "uireRequest\032\035.leasehold.v1.AcquireRespon" +
-      "se\022@\n\005Renew\022\032.leasehold.v1.RenewRequest\032" +
-      "\033.leasehold.v1.RenewResponse\022F\n\007Release\022" +
-      "\034.leasehold.v1.ReleaseRequest\032\035.leasehol" +
-      "d.v1.ReleaseResponse\022>\n\010GetLease\022\035.lease" +
-      "hold.v1.GetLeaseRequest\032\023.leasehold.v1.L" +
-      "ease\022O\n\nListLeases\022\037.leasehold.v1.ListLe" +
-      "asesRequest\032 .leasehold.v1.ListLeasesRes" +
-      "ponse\022I\n\nWatchLease\022\037.leasehold.v1.Watch" +
-      "LeaseRequest\032\030.leasehold.v1.LeaseEvent0\001" +
-      "\022P\n\tKeepAlive\022\036.leasehold.v1.KeepAliveRe" +
-      "quest\032\037.leasehold.v1.KeepAliveResponse(\001" +
-      "0\0012\356\001\n\013FencedStore\022U\n\014CheckedWrite\022!.lea" +
-      "sehold.v1.CheckedWriteRequest\032\".leasehol" +
-      "d.v1.CheckedWriteResponse\022=\n\004Read\022\031.leas" +
-      "ehold.v1.ReadRequest\032\032.leasehold.v1.Read" +
-      "Response\022I\n\010ListKeys\022\035.leasehold.v1.List" +
-      "KeysRequest\032\036.leasehold.v1.ListKeysRespo" +
-      "nseBW\n\020dev.leasehold.v1P\001ZAgithub.com/le" +
-      "asehold/leasehold/clients/go/leaseholdv1" +
-      ";leaseholdv1b\006proto3"
+      "ORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022" +
+      "\032\n\026ERROR_REASON_DISK_FULL\020\0072\210\004\n\006Leases\022F" +
+      "\n\007Acquire\022\034.leasehold.v1.AcquireRequest\032" +
+      "\035.leasehold.v1.AcquireResponse\022@\n\005Renew\022" +
+      "\032.leasehold.v1.RenewRequest\032\033.leasehold." +
+      "v1.RenewResponse\022F\n\007Release\022\034.leasehold." +
+      "v1.ReleaseRequest\032\035.leasehold.v1.Release" +
+      "Response\022>\n\010GetLease\022\035.leasehold.v1.GetL" +
+      "easeRequest\032\023.leasehold.v1.Lease\022O\n\nList" +
+      "Leases\022\037.leasehold.v1.ListLeasesRequest\032" +
+      " .leasehold.v1.ListLeasesResponse\022I\n\nWat" +
+      "chLease\022\037.leasehold.v1.WatchLeaseRequest" +
+      "\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAliv" +
+      "e\022\036.leasehold.v1.KeepAliveRequest\032\037.leas" +
+      "ehold.v1.KeepAliveResponse(\0010\0012\356\001\n\013Fence" +
+      "dStore\022U\n\014CheckedWrite\022!.leasehold.v1.Ch" +
+      "eckedWriteRequest\032\".leasehold.v1.Checked" +
+      "WriteResponse\022=\n\004Read\022\031.leasehold.v1.Rea" +
+      "dRequest\032\032.leasehold.v1.ReadResponse\022I\n\010" +
+      "ListKeys\022\035.leasehold.v1.ListKeysRequest\032" +
+      "\036.leasehold.v1.ListKeysResponseBW\n\020dev.l" +
+      "easehold.v1P\001ZAgithub.com/leasehold/leas" +
+      "ehold/clients/go/leaseholdv1;leaseholdv1" +
+      "b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

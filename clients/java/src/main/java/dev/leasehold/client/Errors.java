@@ -64,6 +64,8 @@ public final class Errors {
           return new StorageException(message, code, reason, meta, t);
         case "SHUTTING_DOWN":
           return new ShuttingDownException(message, code, reason, meta, t);
+        case "DISK_FULL":
+          return new DiskFullException(message, code, reason, meta, t);
         default:
           break;
       }

@@ -17,6 +17,7 @@ import java.util.OptionalLong;
  * │   └── UnknownTokenException   a token the server never issued for the job
  * └── UnavailableException        unreachable or not answering; retryable
  *     ├── StorageException        the store could not make a change durable
+ *     ├── DiskFullException       the server's disk is (nearly) full; reads go on
  *     └── ShuttingDownException   the server is stopping
  * </pre>
  */

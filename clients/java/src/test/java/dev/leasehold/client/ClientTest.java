@@ -242,20 +242,26 @@ class ClientTest {
         new Case(Status.Code.INVALID_ARGUMENT, "INVALID_ARGUMENT", InvalidArgumentException.class),
         new Case(Status.Code.INVALID_ARGUMENT, "UNKNOWN_TOKEN", UnknownTokenException.class),
         new Case(Status.Code.UNAVAILABLE, "STORAGE", StorageException.class),
-        new Case(Status.Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDownException.class));
+        new Case(Status.Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDownException.class),
+        new Case(Status.Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFullException.class));
     Consumer<Case> check = c -> {
       LeaseholdException e = Errors.from(status(c.code, c.reason, "leasehold"));
       assertSame(c.cls, e.getClass(), c.reason);
       assertEquals(c.reason, e.reason());
     };
     cases.forEach(check);
+    DiskFullException full = (DiskFullException) Errors.from(status(Status.Code.RESOURCE_EXHAUSTED, "DISK_FULL", "leasehold"));
+    assertEquals(10, full.freeBytes().getAsLong());
+    assertEquals(4096, full.neededBytes().getAsLong());
+    assertTrue(full.isRetryable());
     assertSame(UnavailableException.class, Errors.from(status(Status.Code.UNAVAILABLE, "FENCED", "other")).getClass());
     assertSame(LeaseholdException.class, Errors.from(Status.PERMISSION_DENIED.asRuntimeException()).getClass());
   }
 
   private static Throwable status(Status.Code code, String reason, String domain) {
     ErrorInfo info = ErrorInfo.newBuilder().setReason(reason).setDomain(domain)
-        .putMetadata("current_token", "5").putMetadata("field", "ttl").build();
+        .putMetadata("current_token", "5").putMetadata("field", "ttl")
+        .putMetadata("free_bytes", "10").putMetadata("needed_bytes", "4096").build();
     return StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
         .setCode(code.value()).setMessage("m").addDetails(Any.pack(info)).build());
   }
