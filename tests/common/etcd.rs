@@ -162,14 +162,14 @@ impl EtcdCluster {
     /// (member id, leader id) as member `i` reports them.
     pub fn status(&self, i: usize) -> Option<(u64, u64)> {
         let ep = self.endpoint(i);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        // A thread of its own: callers may be inside a runtime.
+        // A thread and runtime of its own: callers may be inside a runtime.
         std::thread::scope(|s| {
             s.spawn(|| {
-                rt.block_on(Etcd::status(&ep, Duration::from_millis(500)))
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(Etcd::status(&ep, Duration::from_millis(500)))
                     .ok()
             })
             .join()
