@@ -430,7 +430,7 @@ async fn a_frontend_killed_mid_load_loses_nothing_and_repeats_no_token() {
             .expect("workers finish")
             .unwrap();
     }
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     let after = seen.grants.len() - before;
     let gap = longest_gap(&seen.ok_at, killed, Instant::now());
     println!(
@@ -469,7 +469,7 @@ async fn the_etcd_leader_killed_mid_load_stalls_briefly_and_loses_nothing() {
             .unwrap();
     }
     let new_leader = cluster.leader();
-    let seen = seen.lock().unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
     let gap = longest_gap(&seen.ok_at, killed, Instant::now());
     println!(
         "etcd: leader m{leader} killed (new leader {new_leader:?}): stall {gap:?}; {} grants \
