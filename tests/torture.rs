@@ -30,7 +30,17 @@
 //! ```text
 //! cargo test --test torture -- [--duration SECS] [--workers N] [--seed N]
 //!                              [--server-bin PATH] [--break RULES] [--expect-violations]
+//!                              [--server-arg ARG]... [--etcd]
 //! ```
+//!
+//! `--server-arg` passes one more argument to every `leasehold serve` the
+//! harness starts (repeat it for several). `--etcd` runs the same workers
+//! and checker against the etcd backend: a 3-member etcd cluster on
+//! 127.0.0.1 (Debian's etcd-server) and two `--store etcd` frontends;
+//! workers switch frontends when one does not answer, TTLs are whole
+//! seconds, and the nemesis SIGKILLs and restarts, or SIGSTOPs and
+//! SIGCONTs, a frontend or an etcd member (one at a time, so a majority
+//! stays up) instead of the single server.
 //!
 //! `--break` runs a server built with `--features fault-injection` that
 //! breaks rules on purpose (`no-fence`, `early-expiry`, `renew-bumps-token`,
@@ -48,6 +58,8 @@ use std::time::Duration;
 
 use leasehold::client::{Client, ClientError};
 
+mod common;
+
 const JOBS: usize = 3;
 const KEYS: usize = 3;
 const OP_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -56,9 +68,13 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(i) = args.iter().position(|a| a == "--worker") {
         let id: usize = args[i + 1].parse().expect("worker id");
-        let addr: SocketAddr = args[i + 2].parse().expect("worker addr");
+        let addrs: Vec<SocketAddr> = args[i + 2]
+            .split(',')
+            .map(|a| a.parse().expect("worker addr"))
+            .collect();
         let seed: u64 = args[i + 3].parse().expect("worker seed");
-        worker(id, addr, seed);
+        let etcd = args.get(i + 4).is_some_and(|m| m == "etcd");
+        worker(id, &addrs, seed, etcd);
         return;
     }
     let opts = Opts::parse(&args);
@@ -73,6 +89,8 @@ struct Opts {
     server_bin: PathBuf,
     break_rules: Option<String>,
     expect_violations: bool,
+    server_args: Vec<String>,
+    etcd: bool,
 }
 
 impl Opts {
@@ -84,6 +102,8 @@ impl Opts {
             server_bin: PathBuf::from(env!("CARGO_BIN_EXE_leasehold")),
             break_rules: None,
             expect_violations: false,
+            server_args: Vec::new(),
+            etcd: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -101,6 +121,8 @@ impl Opts {
                 "--server-bin" => o.server_bin = PathBuf::from(val()),
                 "--break" => o.break_rules = Some(val()),
                 "--expect-violations" => o.expect_violations = true,
+                "--server-arg" => o.server_args.push(val()),
+                "--etcd" => o.etcd = true,
                 // Flags cargo's test runner passes; nothing to do.
                 _ => {}
             }
@@ -268,7 +290,9 @@ fn outcome_of(e: &ClientError) -> Outcome {
 
 // ---- A worker process ----
 
-fn worker(id: usize, addr: SocketAddr, seed: u64) {
+/// `addrs`: the servers to use, moving to the next one after an operation
+/// whose outcome is unknown. `etcd`: TTLs in whole seconds (2 or 3 s).
+fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -288,12 +312,18 @@ fn worker(id: usize, addr: SocketAddr, seed: u64) {
         });
     }
     rt.block_on(async move {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_timeout(Duration::from_millis(500))
-            .timeout(OP_TIMEOUT)
-            .connect_lazy();
-        let c = Client::from_channel(channel);
+        let clients: Vec<Client> = addrs
+            .iter()
+            .map(|addr| {
+                let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .unwrap()
+                    .connect_timeout(Duration::from_millis(500))
+                    .timeout(OP_TIMEOUT)
+                    .connect_lazy();
+                Client::from_channel(channel)
+            })
+            .collect();
+        let mut at = 0;
         let mut rng = Rng(seed | 1);
         let holder = format!("w{id}@{seed:x}");
         let mut held: Option<(String, u64, u64)> = None; // job, token, ttl_ms
@@ -301,6 +331,7 @@ fn worker(id: usize, addr: SocketAddr, seed: u64) {
         let mut n = 0u64;
         let out = std::io::stdout();
         while !done.load(Ordering::SeqCst) {
+            let c = &clients[at];
             n += 1;
             let job = format!("job{}", rng.below(JOBS as u64));
             let key = format!("k{}", rng.below(KEYS as u64));
@@ -322,7 +353,11 @@ fn worker(id: usize, addr: SocketAddr, seed: u64) {
             let roll = rng.below(100);
             match (&held, roll) {
                 (None, 0..=54) => {
-                    let ttl_ms = rng.range(300, 900);
+                    let ttl_ms = if etcd {
+                        1000 * rng.range(2, 4)
+                    } else {
+                        rng.range(300, 900)
+                    };
                     let wait = if rng.below(2) == 0 {
                         0
                     } else {
@@ -434,6 +469,9 @@ fn worker(id: usize, addr: SocketAddr, seed: u64) {
                     }
                 }
             }
+            if op.outcome == Outcome::Unknown {
+                at = (at + 1) % clients.len();
+            }
             let _ = writeln!(out.lock(), "{}", op.line());
             tokio::time::sleep(Duration::from_millis(rng.below(15))).await;
         }
@@ -447,6 +485,9 @@ struct Server {
     data: PathBuf,
     addr: SocketAddr,
     break_rules: Option<String>,
+    /// More arguments for `leasehold serve` (--server-arg, or the etcd
+    /// frontend's flags).
+    args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -463,6 +504,7 @@ impl Server {
             ])
             .arg("--data-dir")
             .arg(&self.data)
+            .args(&self.args)
             .env("RUST_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -515,14 +557,65 @@ struct Workers {
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Counts of the etcd-mode nemesis's faults.
+#[derive(Default)]
+struct EtcdFaults {
+    member_kills: u64,
+    member_pauses: u64,
+}
+
+/// One fault of the etcd-mode nemesis: a frontend SIGKILLed and
+/// restarted, or paused; or an etcd member SIGKILLed and restarted, or
+/// paused. One at a time, so a majority of etcd stays up.
+fn etcd_fault(
+    rng: &mut Rng,
+    frontends: &mut [Server],
+    cluster: &mut common::etcd::EtcdCluster,
+    kills: &mut u64,
+    pauses: &mut u64,
+    faults: &mut EtcdFaults,
+) {
+    let roll = rng.below(100);
+    if roll < 50 {
+        let f = &mut frontends[rng.below(frontends.len() as u64) as usize];
+        if roll < 25 {
+            f.kill9();
+            f.start();
+            *kills += 1;
+        } else {
+            let pid = f.pid();
+            signal(pid, libc::SIGSTOP);
+            std::thread::sleep(Duration::from_millis(rng.range(100, 1000)));
+            signal(pid, libc::SIGCONT);
+            *pauses += 1;
+        }
+        return;
+    }
+    let m = rng.below(3) as usize;
+    if roll < 75 {
+        cluster.kill(m);
+        std::thread::sleep(Duration::from_millis(rng.range(200, 1500)));
+        cluster.restart(m);
+        faults.member_kills += 1;
+    } else {
+        cluster.pause(m);
+        std::thread::sleep(Duration::from_millis(rng.range(200, 1500)));
+        cluster.resume(m);
+        faults.member_pauses += 1;
+    }
+    cluster.wait_ready(Duration::from_secs(30));
+}
+
 fn run(o: &Opts) -> i32 {
     let dir = tempfile::tempdir().unwrap();
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let mut cluster = o.etcd.then(|| common::etcd::EtcdCluster::start(3));
     println!(
-        "torture: {} workers, {:?}, seed {}, server {}{}",
+        "torture: {} workers, {:?}, seed {}, server {}{}{}",
         o.workers,
         o.duration,
         o.seed,
@@ -530,16 +623,47 @@ fn run(o: &Opts) -> i32 {
         o.break_rules
             .as_ref()
             .map(|r| format!(", BREAKING {r}"))
+            .unwrap_or_default(),
+        cluster
+            .as_ref()
+            .map(|c| format!(", etcd: 2 frontends on {}", c.endpoints_arg()))
             .unwrap_or_default()
     );
-    let mut server = Server {
-        bin: o.server_bin.clone(),
-        data: dir.path().join("data"),
-        addr,
-        break_rules: o.break_rules.clone(),
-        child: None,
-    };
-    server.start();
+    let mut servers: Vec<Server> = Vec::new();
+    for _ in 0..if o.etcd { 2 } else { 1 } {
+        let mut args = o.server_args.clone();
+        if let Some(c) = &cluster {
+            args.extend(
+                [
+                    "--store",
+                    "etcd",
+                    "--etcd-endpoints",
+                    &c.endpoints_arg(),
+                    "--etcd-prefix",
+                    "torture/",
+                    "--etcd-session-ttl",
+                    "2s",
+                ]
+                .map(String::from),
+            );
+        }
+        let mut server = Server {
+            bin: o.server_bin.clone(),
+            data: dir.path().join("data"),
+            addr: free_addr(),
+            break_rules: o.break_rules.clone(),
+            args,
+            child: None,
+        };
+        server.start();
+        servers.push(server);
+    }
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
+    let addr_list = addrs
+        .iter()
+        .map(|a| a.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
 
     let history: Arc<Mutex<Vec<Op>>> = Arc::default();
     let me = std::env::current_exe().unwrap();
@@ -554,9 +678,10 @@ fn run(o: &Opts) -> i32 {
             .args([
                 "--worker",
                 &id.to_string(),
-                &addr.to_string(),
+                &addr_list,
                 &rng.next().to_string(),
             ])
+            .args(o.etcd.then_some("etcd"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -594,16 +719,27 @@ fn run(o: &Opts) -> i32 {
         })
     };
     let (mut kills, mut server_pauses) = (0u64, 0u64);
+    let mut etcd_faults = EtcdFaults::default();
     let start = std::time::Instant::now();
     let mut next_report = Duration::from_secs(15);
     while start.elapsed() < o.duration {
         std::thread::sleep(Duration::from_millis(rng.range(100, 700)));
-        if rng.below(100) < 55 {
+        if let Some(c) = &mut cluster {
+            etcd_fault(
+                &mut rng,
+                &mut servers,
+                c,
+                &mut kills,
+                &mut server_pauses,
+                &mut etcd_faults,
+            );
+        } else if rng.below(100) < 55 {
+            let server = &mut servers[0];
             server.kill9();
             server.start();
             kills += 1;
         } else {
-            let pid = server.pid();
+            let pid = servers[0].pid();
             signal(pid, libc::SIGSTOP);
             std::thread::sleep(Duration::from_millis(rng.range(100, 1000)));
             signal(pid, libc::SIGCONT);
@@ -611,10 +747,11 @@ fn run(o: &Opts) -> i32 {
         }
         if start.elapsed() >= next_report {
             println!(
-                "torture: {:>4.0?} {} ops, {kills} kills, {server_pauses} server pauses, {} worker pauses",
+                "torture: {:>4.0?} {} ops, {kills} kills, {server_pauses} server pauses, {} worker pauses{}",
                 start.elapsed(),
                 history.lock().unwrap().len(),
-                worker_pauses.load(Ordering::SeqCst)
+                worker_pauses.load(Ordering::SeqCst),
+                etcd_summary(&cluster, &etcd_faults)
             );
             next_report += Duration::from_secs(15);
         }
@@ -633,11 +770,15 @@ fn run(o: &Opts) -> i32 {
     for r in w.readers.drain(..) {
         let _ = r.join();
     }
-    server.kill9();
-    server.start();
-    kills += 1;
-    let finals = final_reads(addr);
-    server.kill9();
+    for server in &mut servers {
+        server.kill9();
+        server.start();
+        kills += 1;
+    }
+    let finals = final_reads(addrs[0]);
+    for server in &mut servers {
+        server.kill9();
+    }
 
     let mut ops = std::mem::take(&mut *history.lock().unwrap());
     ops.extend(finals);
@@ -658,9 +799,10 @@ fn run(o: &Opts) -> i32 {
         .count();
     println!(
         "torture: {} ops ({ok} ok, {unknown} unknown), {grants} grants, {accepted} accepted writes, \
-         {fenced} fenced; {kills} kills, {server_pauses} server pauses, {worker_pauses} worker pauses; \
+         {fenced} fenced; {kills} kills, {server_pauses} server pauses, {worker_pauses} worker pauses{}; \
          {} violations",
         ops.len(),
+        etcd_summary(&cluster, &etcd_faults),
         violations.len()
     );
     for v in violations.iter().take(20) {
@@ -682,6 +824,16 @@ fn run(o: &Opts) -> i32 {
         0
     } else {
         1
+    }
+}
+
+fn etcd_summary(cluster: &Option<common::etcd::EtcdCluster>, f: &EtcdFaults) -> String {
+    match cluster {
+        Some(_) => format!(
+            " (kills and server pauses are of frontends), {} etcd member kills, {} etcd member pauses",
+            f.member_kills, f.member_pauses
+        ),
+        None => String::new(),
     }
 }
 
