@@ -264,6 +264,63 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
     assert!(err.contains("--min-ttl") && err.contains("2s"), "{err}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_streams_renew_each_lease_on_its_own() {
+    use leasehold::client::{KeepAliveRenewal, RenewOutcome};
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let f0 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
+    let f1 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
+    let (c0, c1) = (client_of(&f0.url(), LONG), client_of(&f1.url(), LONG));
+    let ttl = Duration::from_secs(3);
+    for j in ["k0", "k1"] {
+        assert!(c0.acquire(j, "me", ttl, NOW).await.unwrap().acquired);
+    }
+    assert!(
+        c0.acquire("theirs", "other", LONG, NOW)
+            .await
+            .unwrap()
+            .acquired
+    );
+    // Renewed over a stream to the other frontend, entry by entry.
+    let batch = [
+        KeepAliveRenewal::new("k0", "me", 1, ttl),
+        KeepAliveRenewal::new("theirs", "me", 1, ttl),
+        KeepAliveRenewal::new("k1", "me", 1, Duration::from_millis(4500)),
+        KeepAliveRenewal::new("k1", "me", 7, ttl),
+        KeepAliveRenewal::new("k1", "me", 1, Duration::from_secs(6)),
+    ];
+    let mut ka = c1.keep_alive().await.unwrap();
+    let out = ka.renew(&batch).await.unwrap();
+    assert_eq!(out.len(), 5);
+    assert!(matches!(&out[0], RenewOutcome::Renewed(l) if l.token == 1 && l.ttl == Some(ttl)));
+    assert!(
+        matches!(&out[1], RenewOutcome::LeaseLost(l) if l.holder.as_deref() == Some("other")),
+        "{:?}",
+        out[1]
+    );
+    assert!(
+        matches!(&out[2], RenewOutcome::InvalidArgument { field, message } if field == "ttl" && message.contains("2s")),
+        "{:?}",
+        out[2]
+    );
+    assert!(
+        matches!(&out[3], RenewOutcome::UnknownToken(l) if l.token == 1),
+        "{:?}",
+        out[3]
+    );
+    assert!(matches!(&out[4], RenewOutcome::Renewed(l) if l.ttl == Some(Duration::from_secs(6))));
+    // Kept alive past their first TTL by the stream alone.
+    let t = Instant::now();
+    while t.elapsed() < ttl + Duration::from_secs(1) {
+        let out = ka.renew(&batch[..1]).await.unwrap();
+        assert!(out[0].is_renewed(), "{out:?}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let l = c0.get_lease("k0").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("me"), 1));
+}
+
 // ---- Load with faults ----
 
 /// What the clients saw: grants and acknowledged writes, and when each
