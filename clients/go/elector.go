@@ -19,6 +19,9 @@ type LeaderCallbacks struct {
 	OnStartedLeading func(ctx context.Context, token uint64)
 	// OnStoppedLeading is called when leadership with token ended, after
 	// OnStartedLeading for that token has returned.
+	//
+	// Each term's callbacks start after the previous term's have returned,
+	// and Run returns only after the last term's have.
 	OnStoppedLeading func(token uint64)
 }
 
