@@ -184,12 +184,12 @@ pub async fn group(
         .collect())
 }
 
-/// The median fdatasync time of a small write in `dir`, microseconds: the
-/// disk weather before a group.
+/// The median fdatasync time of a small in-place write in `dir`,
+/// microseconds: the disk weather before a group.
 pub fn fsync_probe(dir: &std::path::Path) -> f64 {
     use std::os::unix::fs::FileExt;
     let path = dir.join("fsync-probe");
-    let Ok(f) = std::fs::File::create(&path) else {
+    let Ok(f) = crate::sys::preallocated(&path) else {
         return f64::NAN;
     };
     let mut v = Vec::new();
@@ -200,6 +200,5 @@ pub fn fsync_probe(dir: &std::path::Path) -> f64 {
         }
         v.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    let _ = std::fs::remove_file(&path);
     median(v)
 }

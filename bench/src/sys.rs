@@ -339,6 +339,27 @@ pub enum Conn {
     },
 }
 
+/// The region the floor's writes cycle through.
+pub const FLOOR_FILE_BYTES: u64 = 1 << 20;
+
+/// A file of [`FLOOR_FILE_BYTES`], written and synced once, so that each
+/// later write overwrites in place and its fdatasync has no size change
+/// (no journal commit) to carry: the way sled's log, PostgreSQL's WAL and
+/// etcd's WAL are preallocated.
+pub fn preallocated(path: &std::path::Path) -> Res<std::fs::File> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    if f.metadata()?.len() < FLOOR_FILE_BYTES {
+        f.write_all(&vec![0u8; FLOOR_FILE_BYTES as usize])?;
+        f.sync_all()?;
+    }
+    Ok(f)
+}
+
 /// The size of a CheckedWrite request of the write workload, for the floor.
 pub fn write_request_bytes() -> usize {
     use prost::Message;
@@ -432,11 +453,7 @@ impl Conn {
                 payload: vec![b'e'; write_request_bytes()],
             },
             Sys::Disk => Conn::Disk {
-                f: std::fs::OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(&a.fsync_file)?,
+                f: preallocated(&a.fsync_file)?,
                 payload: vec![b'd'; write_request_bytes()],
                 off: 0,
             },
@@ -704,7 +721,7 @@ impl Conn {
             (Conn::Disk { f, payload, off }, _) => {
                 use std::os::unix::fs::FileExt;
                 f.write_all_at(payload, *off)?;
-                *off = (*off + payload.len() as u64) % (1 << 20);
+                *off = (*off + payload.len() as u64) % (FLOOR_FILE_BYTES - payload.len() as u64);
                 f.sync_data()?;
                 Ok(1)
             }
