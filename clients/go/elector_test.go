@@ -178,10 +178,18 @@ func TestLeaseLostOnRenewStepsDownAndCampaignsAgain(t *testing.T) {
 	c, ctx := dial(t, s), ctxT(t)
 	e := start(t, c, "again", "again", 300*time.Millisecond)
 	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	// Hand the lease to a waiting thief behind the elector's back: the
+	// release grants the queued waiter in the same step.
+	thief := make(chan leasehold.Acquired, 1)
+	go func() {
+		a, _ := c.Acquire(ctx, "again", "thief", time.Second, 10*time.Second)
+		thief <- a
+	}()
+	s.waitWaiters(t, 1)
 	if err := c.Release(ctx, "again", e.Holder(), 1); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := c.Acquire(ctx, "again", "thief", time.Second, 0); a.Lease.Token != 2 {
+	if a := <-thief; !a.Acquired || a.Lease.Token != 2 {
 		t.Fatalf("thief: %+v", a)
 	}
 	waitUntil(t, 5*time.Second, "re-election", func() bool { return e.rec.has("elected 3") })

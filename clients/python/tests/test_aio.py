@@ -81,7 +81,7 @@ def test_async_electors_one_leads_and_resign_hands_over(server, job):
             await follower.resign()
             lease = await c.get_lease(job)
             assert (lease.holder, lease.token) == (None, 2)
-            assert sorted(seen)[0][1] == 1 and len(seen) == 2
+            assert sorted(t for _, t in seen) == [1, 2], seen
 
     run(main())
 
@@ -108,3 +108,43 @@ def test_async_elector_steps_down_by_its_deadline_when_the_server_is_paused(own_
         run(main())
     finally:
         own_server.signal(signal.SIGCONT)
+
+
+def test_async_late_grant_is_confirmed_and_lease_lost_campaigns_again(server, job):
+    """As for the thread-based Elector: a grant long after the Acquire was
+    sent is confirmed with a Renew (no flapping), and LEASE_LOST steps down
+    and campaigns again."""
+    ttl = 0.5
+
+    async def main():
+        async with AsyncClient(server.target) as c:
+            await c.acquire(job, "other", ttl=30)
+            events = []
+            e = AsyncElector(
+                c, job, "late", ttl,
+                on_elected=lambda t: events.append(("elected", t)),
+                on_lost=lambda t: events.append(("lost", t)),
+            ).start()
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, server.wait_waiters, 1)
+                await asyncio.sleep(2 * ttl)  # the waiting Acquire ages past a TTL
+                await c.release(job, "other", 1)
+                assert await e.wait_elected(5) == 2
+                await asyncio.sleep(3 * ttl)
+                assert e.token == 2 and events == [("elected", 2)], events
+                # Handed to a waiting thief behind its back (the release
+                # grants the queued waiter in the same step): LEASE_LOST,
+                # then elected again once the thief's lease runs out.
+                thief = asyncio.ensure_future(c.acquire(job, "thief", ttl=1.0, wait=10))
+                await asyncio.get_running_loop().run_in_executor(None, server.wait_waiters, 1)
+                await c.release(job, e.holder, 2)
+                assert (await thief).lease.token == 3
+                deadline = time.monotonic() + 5
+                while ("elected", 4) not in events:
+                    assert time.monotonic() < deadline, events
+                    await asyncio.sleep(0.02)
+                assert events == [("elected", 2), ("lost", 2), ("elected", 4)]
+            finally:
+                await e.resign()
+
+    run(main())

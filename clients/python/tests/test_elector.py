@@ -132,10 +132,15 @@ def test_lease_lost_on_renew_steps_down_and_campaigns_again(server, client, job)
     e = leasehold.Elector(client, job, "again", ttl, on_elected=r.elected, on_lost=r.lost).start()
     try:
         assert e.wait_elected(5) == 1
-        # Release our lease behind the elector's back and take it over.
+        # Hand the lease to a waiting thief behind the elector's back: the
+        # release grants the queued waiter in the same step.
+        thief = {}
+        t = threading.Thread(target=lambda: thief.update(r=client.acquire(job, f"thief@{job}", ttl=1.0, wait=10)))
+        t.start()
+        server.wait_waiters(1)
         client.release(job, e.holder, 1)
-        other = client.acquire(job, f"thief@{job}", ttl=1.0)
-        assert other.acquired and other.lease.token == 2
+        t.join(10)
+        assert thief["r"].acquired and thief["r"].lease.token == 2
         r.wait_for(("lost", 1), timeout=5)
         # The thief does not renew: the elector is granted token 3 after expiry.
         r.wait_for(("elected", 3), timeout=5)

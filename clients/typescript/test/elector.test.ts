@@ -101,8 +101,13 @@ describe("Elector against the real server", () => {
     e.start();
     try {
       assert.equal(await e.elected(), 1n);
+      // Hand the lease to a waiting thief behind the elector's back: the
+      // release grants the queued waiter in the same step.
+      const thief = client.acquire(job, "thief", 1000, 10_000);
+      await server.waitWaiters(1);
       await client.release(job, e.holder, 1n);
-      const other = await client.acquire(job, "thief", 1000);
+      const other = await thief;
+      assert.equal(other.acquired, true);
       assert.equal(other.lease.token, 2n);
       await waitUntil(() => events.includes("elected 3"), 5000, "re-election");
       assert.deepEqual(events, ["elected 1", "lost 1", "elected 3"]);
@@ -127,7 +132,11 @@ test("steps down by its own deadline when the server is paused; resign stays bou
     server.signal("SIGSTOP");
     const stopped = performance.now();
     const lost = e.lost();
-    await Promise.race([lost, sleep(3 * ttl).then(() => assert.fail("never stepped down"))]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      lost,
+      new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("never stepped down")), 3 * ttl))),
+    ]).finally(() => clearTimeout(timer));
     const after = performance.now() - stopped;
     assert.ok(after <= ttl + 300, `stepped down late: ${after} ms`);
     assert.equal(e.token, undefined);

@@ -121,8 +121,15 @@ class ElectorTest {
     Recorder r = new Recorder();
     try (Elector e = r.attach(Elector.builder(client, job, "again").ttl(Duration.ofMillis(300))).start()) {
       assertEquals(1, e.awaitElected(Duration.ofSeconds(10)).getAsLong());
+      // Hand the lease to a waiting thief behind the elector's back: the
+      // release grants the queued waiter in the same step.
+      java.util.concurrent.CompletableFuture<Acquired> thief = java.util.concurrent.CompletableFuture.supplyAsync(
+          () -> client.acquire(job, "thief", Duration.ofSeconds(1), Duration.ofSeconds(10)));
+      server.waitWaiters(1);
       client.release(job, e.holder(), 1);
-      assertEquals(2, client.acquire(job, "thief", Duration.ofSeconds(1)).lease().token());
+      Acquired a = thief.get(10, TimeUnit.SECONDS);
+      assertTrue(a.acquired());
+      assertEquals(2, a.lease().token());
       ServerProcess.waitUntil(Duration.ofSeconds(5), "re-election", () -> r.get().contains("elected 3"));
       assertEquals(List.of("elected 1", "lost 1", "elected 3"), r.get());
     }
