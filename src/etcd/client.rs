@@ -248,10 +248,11 @@ impl Etcd {
         .await
     }
 
-    /// Renews an etcd lease once; the TTL it now has, or `None` when the
-    /// lease is gone (expired or revoked: etcd never renews an expired
-    /// lease, it waits for its revocation and says not found).
-    pub async fn keep_alive(&self, id: i64) -> Result<Option<i64>> {
+    /// Renews an etcd lease once; the TTL it now has and the raft term of
+    /// the member that answered, or `None` when the lease is gone (expired
+    /// or revoked: etcd never renews an expired lease, it waits for its
+    /// revocation and says not found).
+    pub async fn keep_alive(&self, id: i64) -> Result<Option<(i64, u64)>> {
         self.retry("lease keep-alive", || {
             let mut l = self.lease();
             async move {
@@ -260,7 +261,7 @@ impl Etcd {
                     .await?
                     .into_inner();
                 match replies.message().await? {
-                    Some(r) if r.ttl > 0 => Ok(Some(r.ttl)),
+                    Some(r) if r.ttl > 0 => Ok(Some((r.ttl, r.header.map_or(0, |h| h.raft_term)))),
                     Some(_) => Ok(None),
                     None => Err(Status::unavailable(
                         "keep-alive stream ended without a reply",

@@ -27,9 +27,13 @@
 //!   keeps its etcd lease alive. etcd never renews an expired lease (it
 //!   waits for the revocation and answers not found), and a grant's etcd
 //!   lease belongs to that grant alone, so a successful keep-alive proves
-//!   the grant was still live. A renewal with a different TTL moves the
-//!   holder key to a new etcd lease in one transaction that compares the
-//!   old value and lease.
+//!   the grant was still live. The keep-alive counts only if the member
+//!   that answered was in the raft term of a linearizable read made after
+//!   it, which also re-checks the holder key: etcd 3.4 before 3.4.25 lets a
+//!   deposed leader that has not heard of the new term renew in memory
+//!   while the real leader lets the lease run out. A renewal with a
+//!   different TTL moves the holder key to a new etcd lease in one
+//!   transaction that compares the old value and lease.
 //! - **Release**: one transaction compares the holder key's exact value and
 //!   lease, marks the token record released and deletes the holder key;
 //!   then the etcd lease is revoked.
@@ -665,9 +669,10 @@ impl EtcdNode {
             state: held(rec, ttl),
         };
         if h.rec.ttl == ttl {
-            return Ok(self
-                .failed(self.inner.etcd.keep_alive(h.lease).await)?
-                .map(|_| view(&h.rec)));
+            return self
+                .keep_alive(job, h)
+                .await
+                .map(|ok| ok.then(|| view(&h.rec)));
         }
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let hk = self.inner.keys.holder(job.as_str());
@@ -693,6 +698,49 @@ impl EtcdNode {
         }
         self.revoke_later(h.lease);
         Ok(Some(view(&rec)))
+    }
+
+    /// Keeps the holding's etcd lease alive, and confirms it: `false` when
+    /// the holding is gone.
+    ///
+    /// etcd's lessor renews in memory on the member that thinks it leads.
+    /// etcd 3.4 before 3.4.25 lets a deposed leader that has not yet heard
+    /// of the new term (paused, partitioned) renew, while the real leader
+    /// may let the same lease run out. So the keep-alive counts only if the
+    /// member that answered was in the current raft term: the term of a
+    /// linearizable read made after it (every leader of a later term
+    /// restarts every lease's full TTL when it takes over, so a renewal
+    /// in the current term is never undone). The read also checks that the
+    /// holder key is still this holding.
+    async fn keep_alive(&self, job: &JobName, h: &Holding) -> Result<bool> {
+        let hk = self.inner.keys.holder(job.as_str());
+        for _ in 0..3 {
+            let Some((_, term)) = self.failed(self.inner.etcd.keep_alive(h.lease).await)? else {
+                return Ok(false);
+            };
+            let r = self.failed(
+                self.inner
+                    .etcd
+                    .range(range_req(hk.clone(), Vec::new(), 0))
+                    .await,
+            )?;
+            let current = r.header.as_ref().map_or(0, |h| h.raft_term);
+            match r.kvs.first() {
+                Some(kv) if kv.lease == h.lease && kv.value == h.raw => {}
+                _ => return Ok(false),
+            }
+            if term >= current {
+                return Ok(true);
+            }
+            tracing::debug!(
+                term,
+                current,
+                "keep-alive answered in an older raft term; again"
+            );
+        }
+        Err(Error::Storage(
+            "etcd keep-alive kept being answered by a member in an older raft term".into(),
+        ))
     }
 
     fn revoke_later(&self, lease: i64) {
