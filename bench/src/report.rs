@@ -398,7 +398,7 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
                 series.push((r.sys, r.work));
             }
         }
-        let ymax = rows.iter().map(|r| r.median.per_sec).fold(1000.0, f64::max) * 8.0;
+        let ymax = rows.iter().map(|r| r.median.per_sec).fold(1000.0, f64::max) * 80.0;
         let mut chart = ChartBuilder::on(area)
             .caption(name, ("sans-serif", 20))
             .margin(12)
