@@ -65,7 +65,16 @@ async fn sigterm_drains_ends_waiters_and_keeps_state() {
         assert!(t.elapsed() < Duration::from_secs(5), "waiter never queued");
         metrics = admin_get(server.admin, "/metrics").await;
     }
+    let mut watch = c.watch("j").await.unwrap();
+    watch.message().await.unwrap().unwrap(); // the current state
     server.signal(libc::SIGTERM);
+    let end = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&end, Err(s) if s.code() == tonic::Code::Unavailable),
+        "a watch ends with UNAVAILABLE on shutdown: {end:?}"
+    );
     let r = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .unwrap()

@@ -536,11 +536,17 @@ impl Node {
             }
             loop {
                 let deadline = last.deadline();
+                let mut shutting_down = false;
                 tokio::select! {
                     _ = tx.closed() => return,
-                    _ = closing.wait_for(|c| *c) => return,
+                    _ = closing.wait_for(|c| *c) => shutting_down = true,
                     r = changes.changed() => if r.is_err() { return },
                     _ = sleep_until(deadline.unwrap_or_else(clock::now).into()), if deadline.is_some() => {}
+                }
+                if shutting_down {
+                    // Tell the watcher why, so it reconnects elsewhere.
+                    let _ = tx.send(Err(Error::ShuttingDown)).await;
+                    return;
                 }
                 let view = match node.lease(&job).await {
                     Ok(v) => v,

@@ -162,6 +162,6 @@ pub async fn run(
         } => tracing::warn!(?drain_timeout, "drain timed out; closing with calls in flight"),
     }
     node.close().await;
-    tracing::info!("store synced; bye");
+    tracing::info!("closed; bye");
     Ok(())
 }
