@@ -128,7 +128,11 @@ final class ServerProcess implements AutoCloseable {
   @Override
   public void close() throws Exception {
     if (process.isAlive()) {
-      signal("CONT");
+      try {
+        signal("CONT"); // in case a test left it stopped
+      } catch (IllegalStateException e) {
+        // it exited meanwhile (a test sent SIGTERM)
+      }
       process.destroy(); // SIGTERM
       if (!process.waitFor(15, TimeUnit.SECONDS)) {
         process.destroyForcibly().waitFor();
