@@ -81,9 +81,9 @@ final class ServerProcess implements AutoCloseable {
     }
   }
 
-  /** Sends a signal (STOP, CONT, TERM...) with kill(1). */
+  /** Sends a signal (STOP, CONT, TERM...) with the shell's kill builtin. */
   void signal(String sig) throws Exception {
-    Process p = new ProcessBuilder("kill", "-" + sig, Long.toString(process.pid())).inheritIO().start();
+    Process p = new ProcessBuilder("sh", "-c", "kill -" + sig + " " + process.pid()).inheritIO().start();
     if (p.waitFor() != 0) {
       throw new IllegalStateException("kill -" + sig + " failed");
     }
