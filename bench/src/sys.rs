@@ -24,9 +24,11 @@ pub type Res<T> = Result<T, BoxError>;
 pub const JOBS: usize = 1000;
 /// Renewals per message on the streamed paths.
 pub const BATCH: usize = 100;
-/// The TTL of every lease in the workloads: renewals never raise it, so
-/// they need no sync (the restart rule holds).
-pub const TTL: Duration = Duration::from_secs(60);
+/// The TTL of every lease in the workloads: longer than any run, since
+/// a job is renewed only when the random draw picks it (and not at all
+/// while other groups run). Renewals never raise it, so on leasehold they
+/// need no sync (the restart rule holds).
+pub const TTL: Duration = Duration::from_secs(3600);
 /// The size of a fenced write's value.
 pub const VALUE_BYTES: usize = 64;
 /// The holder of every workload lease.
