@@ -597,6 +597,8 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         }
     }));
     tracing::info!(%addr, %admin_addr, store = %place, "serving");
+    // Handlers first: "listening" promises a graceful shutdown on SIGTERM.
+    let shutdown = shutdown_signal()?;
     println!("leasehold listening on {addr} admin {admin_addr}");
     std::io::stdout().flush()?;
     for (flag, v) in [
@@ -619,20 +621,27 @@ async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_streams_per_connection: a.max_streams_per_connection,
         keepalive: a.keepalive,
     };
-    server::run(listener, node, config, rpc, shutdown_signal()).await?;
+    server::run(listener, node, config, rpc, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admin_task.await;
     Ok(())
 }
 
 /// Completes on SIGINT or SIGTERM (containers send SIGTERM).
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("install the SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+///
+/// The handlers are installed here, when called, not when the future is
+/// first polled: a signal that arrives right after start-up must drain and
+/// sync like any other, not kill the process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
 }
 
 async fn run_singleton(
