@@ -162,7 +162,7 @@ async fn a_full_disk_refuses_writes_keeps_serving_reads_and_recovers() {
 }
 
 /// strace shows the reply to a `CheckedWrite` leaves the server only after
-/// an fdatasync of the store's log.
+/// an fdatasync of the write-ahead log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reply_to_a_write_follows_an_fdatasync_of_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,9 +214,9 @@ async fn the_reply_to_a_write_follows_an_fdatasync_of_the_log() {
         };
         let Ok(t) = t.parse::<f64>() else { continue };
         let call = &line[line.find(t.to_string().as_str()).unwrap_or(0)..];
-        // With -xx, paths are hex too: "/db" is \x2f\x64\x62.
+        // With -xx, paths are hex too: "/wal" is \x2f\x77\x61\x6c.
         if call.contains("fdatasync(")
-            && call.contains("\\x2f\\x64\\x62>")
+            && call.contains("\\x2f\\x77\\x61\\x6c>")
             && call.trim_end().ends_with("= 0")
         {
             events.push((t, "sync"));

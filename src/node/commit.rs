@@ -188,6 +188,10 @@ fn flusher(shared: &Shared, store: &dyn Store, on_failure: &Trigger) {
             r.stop && r.wanted <= done
         };
         if stop {
+            // A clean shutdown: leave nothing for the next start to replay.
+            if let Err(e) = store.checkpoint() {
+                tracing::warn!(error = %e, "checkpoint at shutdown failed; the next start replays the log");
+            }
             return;
         }
         // Everything staged so far was written to the store before its
@@ -205,6 +209,11 @@ fn flusher(shared: &Shared, store: &dyn Store, on_failure: &Trigger) {
         });
         done = target;
         if failed {
+            on_failure.fire();
+        } else if let Err(e) = store.settle() {
+            // What was acknowledged is durable; the store needs a reopen
+            // (which replays its log) before it takes more changes.
+            tracing::error!(error = %e, "store failed after a sync");
             on_failure.fire();
         }
     }

@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseRecord, Token};
 
 pub mod sled;
+pub mod wal;
 
 /// What is stored under (job, key).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +65,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>>;
     /// The durability barrier; see the module docs.
     fn sync(&self) -> Result<()>;
+    /// Background work after a [`Store::sync`] whose waiters were released:
+    /// the group committer calls it right after publishing. It must not
+    /// change what is durable, only where it is kept.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Moves everything durable to where a restart reads it fastest; for a
+    /// clean shutdown, after the last [`Store::sync`].
+    fn checkpoint(&self) -> Result<()> {
+        Ok(())
+    }
     /// Whether the disk is nearly full, so that a put may soon be refused
     /// with [`Error::NoSpace`]. Callers use it to prepare to undo a
     /// decision whose change cannot be stored.

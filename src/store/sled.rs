@@ -1,14 +1,36 @@
-//! The embedded store, on sled. The only module that names sled.
+//! The embedded store: leasehold's write-ahead log in front of sled. The
+//! only module that names sled.
 //!
-//! Two trees: `leases` (job -> lease record) and `values` ((job, key) ->
-//! value record). [`SledStore::sync`] is sled's `flush` followed by an
-//! `fdatasync` of the log file: sled 0.34's flush uses `sync_file_range`,
-//! which writes the pages but neither the file's metadata nor the drive's
-//! cache (sled issue #1452), so on its own it does not survive a power loss.
-//! Pages too large for the log go to files under `blobs/`, which sled never
-//! syncs; the segment size below keeps default-sized values out of blobs,
-//! and `sync` fsyncs any blob files that exist anyway.
+//! Two sled trees: `leases` (job -> lease record) and `values` ((job, key)
+//! -> value record).
+//!
+//! # The path of a put
+//!
+//! 1. `put_*` appends the record to a pending list and, for values, to an
+//!    in-memory overlay that gets read before sled, so the put is visible
+//!    at once.
+//! 2. [`Store::sync`] (the flusher thread, once per group commit) writes
+//!    every pending record to the [`wal`](super::wal) with one `pwrite` and
+//!    one `fdatasync`. That is the durability point.
+//! 3. [`Store::settle`] (the same thread, after the waiters were released)
+//!    applies the records to sled's trees in memory and drops them from the
+//!    overlay.
+//! 4. A checkpoint, when the log is half full, at a clean shutdown and at
+//!    every start-up, flushes sled (its `flush` and an `fdatasync` of its
+//!    log: sled 0.34's flush ends in `sync_file_range`, which reaches
+//!    neither the file's metadata nor the drive's cache, sled issue #1452)
+//!    and then empties the log.
+//!
+//! **sled never holds a record that the log has not made durable**: records
+//! reach sled only after their `fdatasync`. Whatever sled writes on its own
+//! is therefore a prefix of the durable records, and replaying the log over
+//! it at start-up yields exactly the durable state, never a mix.
+//!
+//! Pages too large for sled's log go to files under `blobs/`, which sled
+//! never syncs; the segment size below keeps default-sized values out of
+//! blobs, and a checkpoint fsyncs any blob files that exist anyway.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,9 +38,18 @@ use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
 use crate::lease::{JobName, LeaseRecord};
+use crate::store::wal::{Kind, Record, Wal};
 use crate::store::{
     decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord,
 };
+
+/// The write-ahead log's file in the data dir.
+const WAL_FILE: &str = "wal";
+/// The write-ahead log's size when it is created: a checkpoint runs when it
+/// is half full. Smaller on a small file system (an eighth of the free
+/// space), so that the log never takes the room that sled needs.
+const WAL_SIZE: u64 = 8 * 1024 * 1024;
+const WAL_MIN: u64 = 64 * 1024;
 
 /// sled's segment size. A page larger than a quarter of it goes to a blob
 /// file, so 2 MiB keeps pages up to 512 KiB in the log. It is stored in the
@@ -42,6 +73,32 @@ pub struct SledStore {
     /// would not mean that the earlier puts reached the disk.
     failed: Mutex<Option<String>>,
     syncs: AtomicU64,
+    /// Puts not yet in the log, and the values not yet in sled.
+    pending: Mutex<Pending>,
+}
+
+/// One put on its way: logged by `sync`, applied to sled by `settle`.
+struct Put {
+    seq: u64,
+    record: Record,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Puts since the last `sync`, in order.
+    puts: Vec<Put>,
+    /// The newest put of every value key that is not in sled yet (logged or
+    /// not), read before sled.
+    overlay: BTreeMap<Vec<u8>, (u64, Vec<u8>)>,
+    next_seq: u64,
+}
+
+impl Pending {
+    /// Forgets overlay entries that sled now holds: those of puts up to
+    /// `seq` that no later put replaced.
+    fn trim(&mut self, seq: u64) {
+        self.overlay.retain(|_, (s, _)| *s > seq);
+    }
 }
 
 struct Open {
@@ -51,6 +108,9 @@ struct Open {
     /// The log file, opened a second time for `fdatasync`.
     log: File,
     blobs: PathBuf,
+    wal: Mutex<Wal>,
+    /// Logged puts that `settle` has not applied to sled yet.
+    unapplied: Mutex<Vec<Put>>,
 }
 
 impl SledStore {
@@ -66,6 +126,28 @@ impl SledStore {
             open: RwLock::new(Some(open)),
             failed: Mutex::new(None),
             syncs: AtomicU64::new(0),
+            pending: Mutex::new(Pending::default()),
+        })
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().expect("pending lock")
+    }
+
+    /// Queues a put for the next `sync`.
+    fn stage(&self, kind: Kind, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+        self.write(|_| {
+            let mut p = self.pending();
+            p.next_seq += 1;
+            let seq = p.next_seq;
+            if kind == Kind::Value {
+                p.overlay.insert(key.clone(), (seq, value.clone()));
+            }
+            p.puts.push(Put {
+                seq,
+                record: Record { kind, key, value },
+            });
+            Ok(())
         })
     }
 
@@ -130,12 +212,54 @@ const MARKER_KEY: &[u8] = b"leasehold/format";
 const MARKER_VALUE: &[u8] = b"1";
 
 impl Open {
-    /// Opens the store in `dir`, refusing one that lost its data.
+    /// Opens the store in `dir`, refusing one that lost its data, and
+    /// replays the write-ahead log into it.
     fn checked(dir: &Path) -> Result<Open> {
+        let (open, records) = Open::sled_checked(dir)?;
+        let replayed = records.len();
+        let puts: Vec<Put> = records
+            .into_iter()
+            .map(|record| Put { seq: 0, record })
+            .collect();
+        open.apply(&puts)?;
+        // Make the replayed records sled's, and start a new generation.
+        open.checkpoint(&mut open.wal.lock().expect("wal lock"))?;
+        if replayed > 0 {
+            tracing::info!(records = replayed, "replayed the write-ahead log");
+        }
+        Ok(open)
+    }
+
+    /// Applies logged puts to sled's trees, in order.
+    fn apply(&self, puts: &[Put]) -> Result<()> {
+        for p in puts {
+            let tree = match p.record.kind {
+                Kind::Lease => &self.leases,
+                Kind::Value => &self.values,
+            };
+            tree.insert(p.record.key.as_slice(), p.record.value.as_slice())
+                .map_err(Error::storage)?;
+        }
+        Ok(())
+    }
+
+    /// Makes everything applied to sled durable in sled, then empties the
+    /// log. sled first: until it is durable, the log is the only copy.
+    fn checkpoint(&self, wal: &mut Wal) -> Result<()> {
+        self.db.flush().map_err(Error::storage)?;
+        self.log.sync_data().map_err(Error::storage)?;
+        self.sync_blobs().map_err(Error::storage)?;
+        wal.reset()
+            .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))
+    }
+
+    /// Opens sled in `dir`, refusing a store that lost its data, and
+    /// reads the log without applying it.
+    fn sled_checked(dir: &Path) -> Result<(Open, Vec<Record>)> {
         let marker = dir.join(MARKER_FILE);
         let had_marker = marker.exists();
         let had_log = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
-        let open = Open::new(dir)?;
+        let (open, records) = Open::new(dir)?;
         let has_record = open
             .db
             .get(MARKER_KEY)
@@ -145,7 +269,7 @@ impl Open {
             if !had_marker {
                 write_marker(dir)?;
             }
-            return Ok(open);
+            return Ok((open, records));
         }
         if had_marker || had_log {
             return Err(Error::storage(format!(
@@ -168,10 +292,10 @@ impl Open {
         open.db.flush().map_err(Error::storage)?;
         open.log.sync_data().map_err(Error::storage)?;
         write_marker(dir)?;
-        Ok(open)
+        Ok((open, records))
     }
 
-    fn new(dir: &Path) -> Result<Open> {
+    fn new(dir: &Path) -> Result<(Open, Vec<Record>)> {
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
@@ -199,13 +323,20 @@ impl Open {
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
-        Ok(Open {
+        let path = dir.join(WAL_FILE);
+        let size = free_bytes(dir).map_or(WAL_SIZE, |free| (free / 8).clamp(WAL_MIN, WAL_SIZE));
+        let (wal, records) = Wal::open(&path, size & !4095)
+            .map_err(|e| Error::storage(format!("cannot open {}: {e}", path.display())))?;
+        let open = Open {
             db,
             leases,
             values,
             log,
             blobs: dir.join("blobs"),
-        })
+            wal: Mutex::new(wal),
+            unapplied: Mutex::new(Vec::new()),
+        };
+        Ok((open, records))
     }
 
     fn sync_blobs(&self) -> std::io::Result<()> {
@@ -243,32 +374,30 @@ impl Store for SledStore {
 
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
         self.ensure_space(job.as_str().len() + 64)?;
-        self.write(|o| {
-            o.leases
-                .insert(job.as_str().as_bytes(), encode_lease(record))
-                .map_err(Error::storage)?;
-            Ok(())
-        })
+        self.stage(
+            Kind::Lease,
+            job.as_str().as_bytes().to_vec(),
+            encode_lease(record),
+        )
     }
 
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
-        self.with(
-            |o| match o.values.get(value_key(job, key)).map_err(Error::storage)? {
-                Some(v) => decode_value(&v).map(Some),
-                None => Ok(None),
-            },
-        )
+        let k = value_key(job, key);
+        if let Some((_, v)) = self.pending().overlay.get(&k) {
+            return decode_value(v).map(Some);
+        }
+        // Not in the overlay: sled has it, because puts leave the overlay
+        // only after they were applied to sled.
+        self.with(|o| match o.values.get(&k).map_err(Error::storage)? {
+            Some(v) => decode_value(&v).map(Some),
+            None => Ok(None),
+        })
     }
 
     fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()> {
         let size = job.as_str().len() + key.len() + record.value.as_ref().map_or(0, Vec::len);
         self.ensure_space(size + 64)?;
-        self.write(|o| {
-            o.values
-                .insert(value_key(job, key), encode_value(record))
-                .map_err(Error::storage)?;
-            Ok(())
-        })
+        self.stage(Kind::Value, value_key(job, key), encode_value(record))
     }
 
     fn list_values(
@@ -278,30 +407,62 @@ impl Store for SledStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        use std::ops::Bound;
         let base = value_key(job, b"").len();
         let scan_prefix = value_key(job, prefix);
+        let start = match after.map(|a| value_key(job, a)) {
+            Some(a) if a >= scan_prefix => Bound::Excluded(a),
+            _ => Bound::Included(scan_prefix.clone()),
+        };
+        // The overlay first, then sled: an entry that leaves the overlay in
+        // between was applied to sled before it left.
+        let overlay: Vec<(Vec<u8>, Vec<u8>)> = self
+            .pending()
+            .overlay
+            .range((start.clone(), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&scan_prefix))
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect();
+        let mut overlay = overlay.into_iter().peekable();
         let guard = self.open.read().expect("store lock");
         let o = guard
             .as_ref()
             .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
-        let iter = match after.map(|a| value_key(job, a)) {
-            Some(a) if a >= scan_prefix => o
-                .values
-                .range((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            _ => o.values.range(scan_prefix.clone()..),
-        };
+        let mut sled = o
+            .values
+            .range((start, Bound::Unbounded))
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v)).map_err(Error::storage))
+            .take_while(|kv| {
+                kv.as_ref()
+                    .map_or(true, |(k, _)| k.starts_with(&scan_prefix))
+            })
+            .peekable();
         let mut out = Vec::new();
-        for kv in iter {
-            let (k, v) = kv.map_err(Error::storage)?;
-            if !k.starts_with(&scan_prefix) {
-                break;
-            }
+        while out.len() < limit {
+            // Merge the two key-ordered runs; the overlay wins a tie.
+            let from_sled = match (overlay.peek(), sled.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((ko, _)), Some(Ok((ks, _)))) => ks < ko,
+                (_, Some(Err(_))) => true,
+            };
+            let (k, v) = if from_sled {
+                let (k, v) = sled.next().expect("peeked")?;
+                (k, v.to_vec())
+            } else {
+                let (k, v) = overlay.next().expect("peeked");
+                if sled
+                    .peek()
+                    .is_some_and(|kv| kv.as_ref().is_ok_and(|(ks, _)| *ks == k))
+                {
+                    sled.next();
+                }
+                (k, v)
+            };
             let rec = decode_value(&v)?;
             if rec.value.is_some() {
                 out.push((k[base..].to_vec(), rec));
-                if out.len() == limit {
-                    break;
-                }
             }
         }
         Ok(out)
@@ -309,13 +470,52 @@ impl Store for SledStore {
 
     fn sync(&self) -> Result<()> {
         self.write(|o| {
-            o.db.flush().map_err(Error::storage)?;
-            o.log.sync_data().map_err(Error::storage)?;
-            o.sync_blobs().map_err(Error::storage)?;
+            let puts = std::mem::take(&mut self.pending().puts);
+            if puts.is_empty() {
+                return Ok(());
+            }
+            let mut wal = o.wal.lock().expect("wal lock");
+            let logged = wal
+                .append(puts.iter().map(|p| &p.record))
+                .map_err(|e| Error::storage(format!("{}: {e}", wal.path().display())))?;
+            if logged {
+                o.unapplied.lock().expect("unapplied lock").extend(puts);
+                return Ok(());
+            }
+            // Too big for the room left in the log: straight into sled,
+            // after what is logged, and checkpoint.
+            let mut unapplied = o.unapplied.lock().expect("unapplied lock");
+            o.apply(&unapplied)?;
+            o.apply(&puts)?;
+            unapplied.clear();
+            o.checkpoint(&mut wal)?;
+            let last = puts.last().map_or(0, |p| p.seq);
+            self.pending().trim(last);
             Ok(())
         })?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.write(|o| {
+            let puts = std::mem::take(&mut *o.unapplied.lock().expect("unapplied lock"));
+            let Some(last) = puts.last().map(|p| p.seq) else {
+                return Ok(());
+            };
+            o.apply(&puts)?;
+            self.pending().trim(last);
+            let mut wal = o.wal.lock().expect("wal lock");
+            if wal.used() * 2 > wal.capacity() {
+                o.checkpoint(&mut wal)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.settle()?;
+        self.write(|o| o.checkpoint(&mut o.wal.lock().expect("wal lock")))
     }
 
     fn nearly_full(&self) -> bool {
@@ -327,6 +527,8 @@ impl Store for SledStore {
         // Close first: the data dir's lock must be free to open it again,
         // and whatever sled still holds in memory must go.
         drop(guard.take());
+        // Puts that were not logged are lost; the log has the rest.
+        *self.pending() = Pending::default();
         *guard = Some(Open::checked(&self.dir)?);
         *self.failed.lock().expect("failed lock") = None;
         tracing::info!(dir = %self.dir.display(), "store reopened");
@@ -356,4 +558,144 @@ fn write_marker(dir: &Path) -> Result<()> {
     f.sync_all()
         .and_then(|()| File::open(dir)?.sync_all())
         .map_err(|e| Error::storage(format!("cannot sync {}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{Limits, Token};
+
+    fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
+        ValueRecord {
+            token: Token(token),
+            version,
+            value: v.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    fn keys(s: &SledStore, job: &JobName, after: Option<&[u8]>, limit: usize) -> Vec<String> {
+        s.list_values(job, b"k", after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|(k, r)| {
+                format!(
+                    "{}={}",
+                    String::from_utf8(k).unwrap(),
+                    String::from_utf8(r.value.unwrap()).unwrap()
+                )
+            })
+            .collect()
+    }
+
+    /// Values live in three places on their way (pending, logged but not in
+    /// sled, in sled); gets and lists see the newest, in key order.
+    #[test]
+    fn reads_see_every_put_wherever_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let job = Limits::default().job("j").unwrap();
+        let other = Limits::default().job("j2").unwrap();
+        for k in ["k1", "k3", "k5"] {
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some("sled")))
+                .unwrap();
+        }
+        s.put_value(&other, b"k0", &val(1, 1, Some("other")))
+            .unwrap();
+        s.sync().unwrap();
+        s.settle().unwrap();
+        s.put_value(&job, b"k2", &val(1, 1, Some("logged")))
+            .unwrap();
+        s.put_value(&job, b"k3", &val(1, 2, Some("logged")))
+            .unwrap();
+        s.sync().unwrap();
+        s.put_value(&job, b"k4", &val(1, 1, Some("pending")))
+            .unwrap();
+        s.put_value(&job, b"k5", &val(1, 2, None)).unwrap();
+        assert_eq!(
+            keys(&s, &job, None, 100),
+            ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+        );
+        assert_eq!(keys(&s, &job, Some(b"k2"), 2), ["k3=logged", "k4=pending"]);
+        assert_eq!(s.get_value(&job, b"k5").unwrap(), Some(val(1, 2, None)));
+        assert_eq!(
+            s.get_value(&job, b"k3").unwrap().unwrap().version,
+            2,
+            "the logged put, not sled's"
+        );
+        s.sync().unwrap();
+        s.settle().unwrap();
+        assert!(s.pending().overlay.is_empty(), "everything is in sled");
+        assert_eq!(
+            keys(&s, &job, None, 100),
+            ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+        );
+    }
+
+    /// A reopen keeps exactly what was synced: logged puts come back from
+    /// the log, unsynced ones are gone.
+    #[test]
+    fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        let lease = LeaseRecord {
+            holder: Some(l.holder("w").unwrap()),
+            token: Token(7),
+            ttl: std::time::Duration::from_secs(9),
+        };
+        s.put_lease(&job, &lease).unwrap();
+        s.put_value(&job, b"k1", &val(7, 1, Some("synced")))
+            .unwrap();
+        s.sync().unwrap(); // logged; never applied to sled before the reopen
+        s.put_value(&job, b"k2", &val(7, 1, Some("lost"))).unwrap();
+        s.reopen().unwrap();
+        assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+        assert_eq!(
+            s.get_value(&job, b"k1").unwrap(),
+            Some(val(7, 1, Some("synced")))
+        );
+        assert_eq!(s.get_value(&job, b"k2").unwrap(), None);
+        drop(s);
+        // And again from a fresh process's point of view.
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(keys(&s, &job, None, 10), ["k1=synced"]);
+    }
+
+    /// A batch that does not fit in the log goes straight into sled, and a
+    /// log that passes half full is checkpointed: nothing is lost either way.
+    #[test]
+    fn a_full_log_checkpoints_into_sled() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let job = Limits::default().job("j").unwrap();
+        let cap = s.with(|o| Ok(o.wal.lock().unwrap().capacity())).unwrap();
+        let big = "x".repeat(60 * 1024);
+        let mut n = 0u64;
+        while n * 60 * 1024 < cap * 3 {
+            n += 1;
+            let k = format!("k{n:04}");
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+            if n % 5 == 0 {
+                s.sync().unwrap();
+                s.settle().unwrap();
+            }
+        }
+        // Many at once: more than the whole log holds.
+        for i in 0..(cap / (60 * 1024) + 2) {
+            let k = format!("m{i:04}");
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+        }
+        s.sync().unwrap();
+        let used = s.with(|o| Ok(o.wal.lock().unwrap().used())).unwrap();
+        assert!(used * 2 <= cap, "the log was checkpointed: {used} of {cap}");
+        drop(s);
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(
+            s.list_values(&job, b"", None, 10_000).unwrap().len() as u64,
+            n + cap / (60 * 1024) + 2
+        );
+    }
 }
