@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
-use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot};
+use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, Write};
 use crate::store::ValueRecord;
 
 /// Where decisions are made: one process on sled, or etcd.
@@ -133,6 +133,27 @@ impl Backend {
         match self {
             Backend::Local(n) => n.checked_write(job, token, key, value).await,
             Backend::Etcd(n) => n.checked_write(job, token, key, value).await,
+        }
+    }
+
+    /// See [`Node::checked_write_many`]. On etcd, the writes are made one
+    /// after the other, each its own transaction.
+    pub async fn checked_write_many(&self, batch: Vec<Write>) -> Result<Vec<Result<u64>>> {
+        match self {
+            Backend::Local(n) => n.checked_write_many(batch).await,
+            Backend::Etcd(n) => {
+                let mut out = Vec::with_capacity(batch.len());
+                for w in batch {
+                    out.push(
+                        match n.checked_write(&w.job, w.token, &w.key, w.value).await {
+                            Ok(v) => Ok(v),
+                            Err(e @ (Error::Fenced { .. } | Error::UnknownToken { .. })) => Err(e),
+                            Err(e) => return Err(e),
+                        },
+                    );
+                }
+                Ok(out)
+            }
         }
     }
 

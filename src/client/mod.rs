@@ -17,6 +17,7 @@
 mod elector;
 mod elector_set;
 mod keepalive;
+mod writestream;
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -35,6 +36,7 @@ pub use elector::{Elector, Role};
 pub use elector_set::ElectorSet;
 pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
+pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 
 /// A holder identity for this process: `name@uuid`, with one UUID made the
 /// first time it is asked for and kept for the life of the process. A

@@ -81,6 +81,20 @@ pub struct Renewal {
     pub ttl: Duration,
 }
 
+/// One write in a [`Node::checked_write_many`] batch: the arguments of
+/// [`Node::checked_write`].
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// The job whose token fences the key.
+    pub job: JobName,
+    /// The writer's token.
+    pub token: Token,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value, or `None` for a delete.
+    pub value: Option<Vec<u8>>,
+}
+
 /// The outcome of one renewal in a batch: our renewed lease, or why not
 /// (`LeaseLost` or `UnknownToken`) with the job's current lease.
 pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
@@ -451,27 +465,75 @@ impl Node {
         value: Option<Vec<u8>>,
     ) -> Result<u64> {
         self.check_open()?;
-        let seq = {
+        let (version, seq) = {
             let mut st = self.lock();
-            let existing = self.inner.store.get_value(job, key)?;
-            st.table
-                .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())?;
-            let version = existing.map_or(0, |r| r.version) + 1;
-            let rec = ValueRecord {
-                token,
-                version,
-                value,
-            };
-            if let Err(e) = self.inner.store.put_value(job, key, &rec) {
-                if !matches!(e, Error::NoSpace { .. }) {
-                    self.inner.fail(&mut st, None, &e);
-                }
-                return Err(e);
-            }
-            (self.inner.commit.stage(), version)
+            self.write_one(&mut st, job, token, key, value)??
         };
-        self.inner.commit.wait(seq.0).await?;
-        Ok(seq.1)
+        self.inner.commit.wait(seq).await?;
+        Ok(version)
+    }
+
+    /// Many writes in one decision: the state lock is taken once, the
+    /// writes are made in order with the rules of [`Node::checked_write`],
+    /// each on its own (a fenced one does not stop the others), and the
+    /// reply waits for one durability point that covers all of them.
+    /// Returns each write's new version or why it was refused (`Fenced`,
+    /// `UnknownToken`). Fails as a whole when the node is closing or the
+    /// store refuses or fails; writes before that one may have been made.
+    pub async fn checked_write_many(&self, batch: Vec<Write>) -> Result<Vec<Result<u64>>> {
+        self.check_open()?;
+        let mut out = Vec::with_capacity(batch.len());
+        let mut last = 0;
+        {
+            let mut st = self.lock();
+            for w in batch {
+                out.push(
+                    self.write_one(&mut st, &w.job, w.token, &w.key, w.value)?
+                        .map(|(version, seq)| {
+                            last = seq;
+                            version
+                        }),
+                );
+            }
+        }
+        if last > 0 {
+            self.inner.commit.wait(last).await?;
+        }
+        Ok(out)
+    }
+
+    /// One write, under the state lock: the fence, then the store. The
+    /// outer error is the store's (the whole call fails), the inner one
+    /// the fence's (this write is refused). Returns the new version and
+    /// the sequence number to wait for.
+    fn write_one(
+        &self,
+        st: &mut State,
+        job: &JobName,
+        token: Token,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+    ) -> Result<Result<(u64, u64)>> {
+        let existing = self.inner.store.get_value(job, key)?;
+        if let Err(e) =
+            st.table
+                .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
+        {
+            return Ok(Err(e));
+        }
+        let version = existing.map_or(0, |r| r.version) + 1;
+        let rec = ValueRecord {
+            token,
+            version,
+            value,
+        };
+        if let Err(e) = self.inner.store.put_value(job, key, &rec) {
+            if !matches!(e, Error::NoSpace { .. }) {
+                self.inner.fail(st, None, &e);
+            }
+            return Err(e);
+        }
+        Ok(Ok((version, self.inner.commit.stage())))
     }
 
     /// The record under (job, key), once everything staged before the read

@@ -56,17 +56,7 @@ pub fn release_args(l: &Limits, r: &proto::ReleaseRequest) -> Result<(JobName, H
 }
 
 /// A validated `CheckedWrite`.
-#[derive(Debug)]
-pub struct WriteArgs {
-    /// The job whose token fences the key.
-    pub job: JobName,
-    /// The writer's token.
-    pub token: Token,
-    /// The key.
-    pub key: Vec<u8>,
-    /// The value, or `None` for a delete.
-    pub value: Option<Vec<u8>>,
-}
+pub type WriteArgs = crate::node::Write;
 
 /// Validates a `CheckedWrite`.
 pub fn write_args(l: &Limits, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {

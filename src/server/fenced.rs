@@ -1,11 +1,22 @@
 //! The `FencedStore` service: decode, call the node, encode.
 
-use tonic::{Request, Response, Status};
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::backend::Backend;
+use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::proto;
 use crate::server::convert;
+
+/// The most writes one `WriteStreamRequest` may carry.
+pub const MAX_STREAM_WRITES: usize = 1000;
+
+type WriteResults = Pin<Box<dyn Stream<Item = Result<proto::WriteStreamResponse, Status>> + Send>>;
 
 /// Serves `leasehold.v1.FencedStore`.
 pub struct FencedStoreService {
@@ -32,6 +43,44 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             .checked_write(&w.job, w.token, &w.key, w.value)
             .await?;
         Ok(Response::new(proto::CheckedWriteResponse { version }))
+    }
+
+    type WriteStreamStream = WriteResults;
+
+    async fn write_stream(
+        &self,
+        req: Request<Streaming<proto::WriteStreamRequest>>,
+    ) -> Result<Response<Self::WriteStreamStream>, Status> {
+        let mut inbound = req.into_inner();
+        let node = self.node.clone();
+        let limits = self.limits.clone();
+        let (tx, rx) = mpsc::channel(16);
+        // One task per stream answers its requests in order; each request
+        // takes the node's lock once for all its writes.
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = node.closing() => {
+                        let _ = tx.send(Err(Status::from(Error::ShuttingDown))).await;
+                        return;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side, or the stream broke: no
+                    // one is left to answer.
+                    Ok(None) | Err(_) => return,
+                };
+                let reply = write_batch(&node, &limits, msg).await.map_err(Status::from);
+                let end = reply.is_err();
+                if tx.send(reply).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn read(
@@ -79,4 +128,72 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             next_page_token,
         }))
     }
+}
+
+/// Answers one `WriteStreamRequest`: validates each write on its own, makes
+/// the valid ones in one node decision, and puts the results back in the
+/// request's order.
+async fn write_batch(
+    node: &Backend,
+    l: &Limits,
+    req: proto::WriteStreamRequest,
+) -> Result<proto::WriteStreamResponse> {
+    use proto::write_result::Outcome;
+    if req.writes.len() > MAX_STREAM_WRITES {
+        return Err(Error::invalid(
+            "writes",
+            format!(
+                "{} writes in one message, the limit is {MAX_STREAM_WRITES}: \
+                 split them across messages",
+                req.writes.len()
+            ),
+        ));
+    }
+    let mut results = Vec::with_capacity(req.writes.len());
+    let mut batch = Vec::with_capacity(req.writes.len());
+    // For each valid write, its index in `results`.
+    let mut slots = Vec::with_capacity(req.writes.len());
+    for w in req.writes {
+        match convert::write_args(l, w) {
+            Ok(args) => {
+                slots.push(results.len());
+                batch.push(args);
+                results.push(proto::WriteResult::default());
+            }
+            Err(e) => results.push(proto::WriteResult {
+                outcome: Outcome::InvalidArgument as i32,
+                field: match &e {
+                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    _ => String::new(),
+                },
+                message: e.to_string(),
+                ..Default::default()
+            }),
+        }
+    }
+    let outcomes = node.checked_write_many(batch).await?;
+    for (slot, outcome) in slots.into_iter().zip(outcomes) {
+        let res = &mut results[slot];
+        match outcome {
+            Ok(version) => {
+                res.outcome = Outcome::Written as i32;
+                res.version = version;
+            }
+            Err(e) => {
+                let (outcome, current) = match &e {
+                    Error::Fenced { current, .. } => (Outcome::Fenced, current.0),
+                    Error::UnknownToken { current, .. } => (Outcome::UnknownToken, current.0),
+                    // The node refuses a write on its own only for these.
+                    _ => return Err(e),
+                };
+                res.outcome = outcome as i32;
+                res.current_token = current;
+                res.message = e.to_string();
+            }
+        }
+    }
+    Ok(proto::WriteStreamResponse {
+        id: req.id,
+        results,
+    })
 }

@@ -186,6 +186,69 @@ func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11, 0}
 }
 
+type WriteResult_Outcome int32
+
+const (
+	WriteResult_OUTCOME_UNSPECIFIED WriteResult_Outcome = 0
+	// Stored, durably: `version` is the key's new version.
+	WriteResult_OUTCOME_WRITTEN WriteResult_Outcome = 1
+	// The token is not the job's live token, as for CheckedWrite's reason
+	// FENCED: the writer is not the leader and must stop. Nothing was
+	// written. `current_token` is the job's newest token.
+	WriteResult_OUTCOME_FENCED WriteResult_Outcome = 2
+	// The token was never issued for the job, as for reason UNKNOWN_TOKEN.
+	// Nothing was written. `current_token` is the job's newest token.
+	WriteResult_OUTCOME_UNKNOWN_TOKEN WriteResult_Outcome = 3
+	// The write is malformed: `field` names the field at fault and
+	// `message` the limit. Nothing was written.
+	WriteResult_OUTCOME_INVALID_ARGUMENT WriteResult_Outcome = 4
+)
+
+// Enum value maps for WriteResult_Outcome.
+var (
+	WriteResult_Outcome_name = map[int32]string{
+		0: "OUTCOME_UNSPECIFIED",
+		1: "OUTCOME_WRITTEN",
+		2: "OUTCOME_FENCED",
+		3: "OUTCOME_UNKNOWN_TOKEN",
+		4: "OUTCOME_INVALID_ARGUMENT",
+	}
+	WriteResult_Outcome_value = map[string]int32{
+		"OUTCOME_UNSPECIFIED":      0,
+		"OUTCOME_WRITTEN":          1,
+		"OUTCOME_FENCED":           2,
+		"OUTCOME_UNKNOWN_TOKEN":    3,
+		"OUTCOME_INVALID_ARGUMENT": 4,
+	}
+)
+
+func (x WriteResult_Outcome) Enum() *WriteResult_Outcome {
+	p := new(WriteResult_Outcome)
+	*p = x
+	return p
+}
+
+func (x WriteResult_Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WriteResult_Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_leasehold_proto_enumTypes[2].Descriptor()
+}
+
+func (WriteResult_Outcome) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_leasehold_proto_enumTypes[2]
+}
+
+func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WriteResult_Outcome.Descriptor instead.
+func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
+}
+
 type KeepAliveResult_Outcome int32
 
 const (
@@ -235,11 +298,11 @@ func (x KeepAliveResult_Outcome) String() string {
 }
 
 func (KeepAliveResult_Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_leasehold_proto_enumTypes[2].Descriptor()
+	return file_leasehold_v1_leasehold_proto_enumTypes[3].Descriptor()
 }
 
 func (KeepAliveResult_Outcome) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_leasehold_proto_enumTypes[2]
+	return &file_leasehold_v1_leasehold_proto_enumTypes[3]
 }
 
 func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
@@ -248,7 +311,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25, 0}
 }
 
 type Lease struct {
@@ -1058,6 +1121,201 @@ func (x *CheckedWriteResponse) GetVersion() uint64 {
 	return 0
 }
 
+// One message on the WriteStream: writes, applied in order.
+type WriteStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. Any number the client likes; the response to this request
+	// carries it back (responses also come back in order).
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The writes, at most 1000, each with the fields and rules of
+	// CheckedWrite. Empty is allowed and answered with an empty response.
+	Writes        []*CheckedWriteRequest `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStreamRequest) Reset() {
+	*x = WriteStreamRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStreamRequest) ProtoMessage() {}
+
+func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
+func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WriteStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WriteStreamRequest) GetWrites() []*CheckedWriteRequest {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// The answer to one WriteStreamRequest.
+type WriteStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The `id` of the request this answers.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// One result per write of the request, in the same order.
+	Results       []*WriteResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStreamResponse) Reset() {
+	*x = WriteStreamResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStreamResponse) ProtoMessage() {}
+
+func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
+func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WriteStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WriteStreamResponse) GetResults() []*WriteResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The outcome of one write on the WriteStream.
+type WriteResult struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Outcome WriteResult_Outcome    `protobuf:"varint,1,opt,name=outcome,proto3,enum=leasehold.v1.WriteResult_Outcome" json:"outcome,omitempty"`
+	// WRITTEN only: the key's new version.
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// FENCED and UNKNOWN_TOKEN: the job's newest token.
+	CurrentToken uint64 `protobuf:"varint,3,opt,name=current_token,json=currentToken,proto3" json:"current_token,omitempty"`
+	// INVALID_ARGUMENT only: the field at fault, as named in
+	// CheckedWriteRequest ("job", "token", "key" or "value").
+	Field string `protobuf:"bytes,4,opt,name=field,proto3" json:"field,omitempty"`
+	// Not WRITTEN: a human-readable explanation. Branch on `outcome`, not on
+	// this text.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteResult) Reset() {
+	*x = WriteResult{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteResult) ProtoMessage() {}
+
+func (x *WriteResult) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
+func (*WriteResult) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *WriteResult) GetOutcome() WriteResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return WriteResult_OUTCOME_UNSPECIFIED
+}
+
+func (x *WriteResult) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *WriteResult) GetCurrentToken() uint64 {
+	if x != nil {
+		return x.CurrentToken
+	}
+	return 0
+}
+
+func (x *WriteResult) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *WriteResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ReadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1068,7 +1326,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1338,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1351,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -1125,7 +1383,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1395,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1408,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -1196,7 +1454,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1466,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1479,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -1265,7 +1523,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1535,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1548,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -1332,7 +1590,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1602,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1615,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -1391,7 +1649,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1661,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1674,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -1451,7 +1709,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1721,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1734,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -1520,7 +1778,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1790,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1803,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -1584,7 +1842,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1854,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1867,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -1707,7 +1965,25 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
 	"\x06delete\x18\x05 \x01(\bR\x06delete\"0\n" +
 	"\x14CheckedWriteResponse\x12\x18\n" +
-	"\aversion\x18\x01 \x01(\x04R\aversion\"1\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\"_\n" +
+	"\x12WriteStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
+	"\x06writes\x18\x02 \x03(\v2!.leasehold.v1.CheckedWriteRequestR\x06writes\"Z\n" +
+	"\x13WriteStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
+	"\aresults\x18\x02 \x03(\v2\x19.leasehold.v1.WriteResultR\aresults\"\xc0\x02\n" +
+	"\vWriteResult\x12;\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2!.leasehold.v1.WriteResult.OutcomeR\aoutcome\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12#\n" +
+	"\rcurrent_token\x18\x03 \x01(\x04R\fcurrentToken\x12\x14\n" +
+	"\x05field\x18\x04 \x01(\tR\x05field\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x84\x01\n" +
+	"\aOutcome\x12\x17\n" +
+	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fOUTCOME_WRITTEN\x10\x01\x12\x12\n" +
+	"\x0eOUTCOME_FENCED\x10\x02\x12\x19\n" +
+	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04\"1\n" +
 	"\vReadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"j\n" +
@@ -1771,9 +2047,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"ListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12I\n" +
 	"\n" +
 	"WatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n" +
-	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x012\xee\x01\n" +
+	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x012\xc6\x02\n" +
 	"\vFencedStore\x12U\n" +
-	"\fCheckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12=\n" +
+	"\fCheckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n" +
+	"\vWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x010\x01\x12=\n" +
 	"\x04Read\x12\x19.leasehold.v1.ReadRequest\x1a\x1a.leasehold.v1.ReadResponse\x12I\n" +
 	"\bListKeys\x12\x1d.leasehold.v1.ListKeysRequest\x1a\x1e.leasehold.v1.ListKeysResponseBW\n" +
 	"\x10dev.leasehold.v1P\x01ZAgithub.com/leasehold/leasehold/clients/go/leaseholdv1;leaseholdv1b\x06proto3"
@@ -1790,79 +2067,88 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),             // 0: leasehold.v1.ErrorReason
 	(LeaseEvent_Kind)(0),         // 1: leasehold.v1.LeaseEvent.Kind
-	(KeepAliveResult_Outcome)(0), // 2: leasehold.v1.KeepAliveResult.Outcome
-	(*Lease)(nil),                // 3: leasehold.v1.Lease
-	(*AcquireRequest)(nil),       // 4: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),      // 5: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),         // 6: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),        // 7: leasehold.v1.RenewResponse
-	(*ReleaseRequest)(nil),       // 8: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 9: leasehold.v1.ReleaseResponse
-	(*GetLeaseRequest)(nil),      // 10: leasehold.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),    // 11: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),   // 12: leasehold.v1.ListLeasesResponse
-	(*WatchLeaseRequest)(nil),    // 13: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),           // 14: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),  // 15: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil), // 16: leasehold.v1.CheckedWriteResponse
-	(*ReadRequest)(nil),          // 17: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),         // 18: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),      // 19: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),              // 20: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),     // 21: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),     // 22: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),     // 23: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),    // 24: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),      // 25: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),  // 26: google.protobuf.Duration
+	(WriteResult_Outcome)(0),     // 2: leasehold.v1.WriteResult.Outcome
+	(KeepAliveResult_Outcome)(0), // 3: leasehold.v1.KeepAliveResult.Outcome
+	(*Lease)(nil),                // 4: leasehold.v1.Lease
+	(*AcquireRequest)(nil),       // 5: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),      // 6: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),         // 7: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),        // 8: leasehold.v1.RenewResponse
+	(*ReleaseRequest)(nil),       // 9: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),      // 10: leasehold.v1.ReleaseResponse
+	(*GetLeaseRequest)(nil),      // 11: leasehold.v1.GetLeaseRequest
+	(*ListLeasesRequest)(nil),    // 12: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),   // 13: leasehold.v1.ListLeasesResponse
+	(*WatchLeaseRequest)(nil),    // 14: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),           // 15: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),  // 16: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil), // 17: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),   // 18: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),  // 19: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),          // 20: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),          // 21: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),         // 22: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),      // 23: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),              // 24: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),     // 25: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),     // 26: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),     // 27: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),    // 28: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),      // 29: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),  // 30: google.protobuf.Duration
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	26, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	26, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	26, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	3,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	26, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	3,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	3,  // 8: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	30, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	30, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	30, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	4,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
+	30, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
+	4,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	4,  // 8: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
 	1,  // 9: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	20, // 10: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	23, // 11: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	26, // 12: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	25, // 13: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	2,  // 14: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	3,  // 15: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	4,  // 16: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	6,  // 17: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	8,  // 18: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	10, // 19: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	11, // 20: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	13, // 21: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	22, // 22: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	15, // 23: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	17, // 24: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	19, // 25: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	5,  // 26: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	7,  // 27: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	9,  // 28: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	3,  // 29: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	12, // 30: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	14, // 31: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	24, // 32: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	16, // 33: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	18, // 34: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	21, // 35: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 10: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	20, // 11: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	2,  // 12: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	24, // 13: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	27, // 14: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	30, // 15: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	29, // 16: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	3,  // 17: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	4,  // 18: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	5,  // 19: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	7,  // 20: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	9,  // 21: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	11, // 22: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	12, // 23: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	14, // 24: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	26, // 25: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	16, // 26: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	18, // 27: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	21, // 28: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	23, // 29: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	6,  // 30: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	8,  // 31: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	10, // 32: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	4,  // 33: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	13, // 34: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	15, // 35: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	28, // 36: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	17, // 37: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	19, // 38: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	22, // 39: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	25, // 40: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	30, // [30:41] is the sub-list for method output_type
+	19, // [19:30] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -1875,8 +2161,8 @@ func file_leasehold_v1_leasehold_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   23,
+			NumEnums:      4,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

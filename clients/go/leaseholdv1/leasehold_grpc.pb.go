@@ -484,6 +484,7 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	FencedStore_CheckedWrite_FullMethodName = "/leasehold.v1.FencedStore/CheckedWrite"
+	FencedStore_WriteStream_FullMethodName  = "/leasehold.v1.FencedStore/WriteStream"
 	FencedStore_Read_FullMethodName         = "/leasehold.v1.FencedStore/Read"
 	FencedStore_ListKeys_FullMethodName     = "/leasehold.v1.FencedStore/ListKeys"
 )
@@ -511,6 +512,34 @@ type FencedStoreClient interface {
 	//
 	// An accepted write is on stable storage before the reply.
 	CheckedWrite(ctx context.Context, in *CheckedWriteRequest, opts ...grpc.CallOption) (*CheckedWriteResponse, error)
+	// WriteStream carries many CheckedWrites over one long-lived
+	// bidirectional stream: a leader that writes often sends each write (or
+	// a batch of them) as one WriteStreamRequest and gets back one
+	// WriteStreamResponse with a result per write, in the same order. A
+	// message on an open stream costs far less than a unary call (no new
+	// HTTP/2 stream, no headers), and the writes of one message share one
+	// sync.
+	//
+	// Each write follows exactly the rules of CheckedWrite, and each is
+	// decided on its own, in the order of the message: a fenced or malformed
+	// write does not stop the others, and a later write in the message sees
+	// the earlier ones (two writes to one key give versions n and n+1).
+	// Requests on one stream are answered in the order they were sent, one
+	// response per request; a client may send the next request before the
+	// previous response arrives. **A response is sent only once every write
+	// it reports as WRITTEN is on stable storage.**
+	//
+	// The stream itself ends with a status only for what concerns all of it,
+	// with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+	// "writes") when one message carries more than 1000 writes,
+	// RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+	// with reason STORAGE when a sync failed, UNAVAILABLE with reason
+	// SHUTTING_DOWN when the server stops. When the stream ends with an
+	// error, the writes of the unanswered messages may or may not have been
+	// made: read them back. A message is also bounded by the server's
+	// maximum message size (about 66 KiB by default). Closing the sending
+	// side ends the stream once every response has been sent.
+	WriteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse], error)
 	// Read returns the value under (job, key). Reads are linearizable: a read
 	// reflects every write acknowledged before it began.
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
@@ -535,6 +564,19 @@ func (c *fencedStoreClient) CheckedWrite(ctx context.Context, in *CheckedWriteRe
 	}
 	return out, nil
 }
+
+func (c *fencedStoreClient) WriteStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FencedStore_ServiceDesc.Streams[0], FencedStore_WriteStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteStreamRequest, WriteStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FencedStore_WriteStreamClient = grpc.BidiStreamingClient[WriteStreamRequest, WriteStreamResponse]
 
 func (c *fencedStoreClient) Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -579,6 +621,34 @@ type FencedStoreServer interface {
 	//
 	// An accepted write is on stable storage before the reply.
 	CheckedWrite(context.Context, *CheckedWriteRequest) (*CheckedWriteResponse, error)
+	// WriteStream carries many CheckedWrites over one long-lived
+	// bidirectional stream: a leader that writes often sends each write (or
+	// a batch of them) as one WriteStreamRequest and gets back one
+	// WriteStreamResponse with a result per write, in the same order. A
+	// message on an open stream costs far less than a unary call (no new
+	// HTTP/2 stream, no headers), and the writes of one message share one
+	// sync.
+	//
+	// Each write follows exactly the rules of CheckedWrite, and each is
+	// decided on its own, in the order of the message: a fenced or malformed
+	// write does not stop the others, and a later write in the message sees
+	// the earlier ones (two writes to one key give versions n and n+1).
+	// Requests on one stream are answered in the order they were sent, one
+	// response per request; a client may send the next request before the
+	// previous response arrives. **A response is sent only once every write
+	// it reports as WRITTEN is on stable storage.**
+	//
+	// The stream itself ends with a status only for what concerns all of it,
+	// with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+	// "writes") when one message carries more than 1000 writes,
+	// RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+	// with reason STORAGE when a sync failed, UNAVAILABLE with reason
+	// SHUTTING_DOWN when the server stops. When the stream ends with an
+	// error, the writes of the unanswered messages may or may not have been
+	// made: read them back. A message is also bounded by the server's
+	// maximum message size (about 66 KiB by default). Closing the sending
+	// side ends the stream once every response has been sent.
+	WriteStream(grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]) error
 	// Read returns the value under (job, key). Reads are linearizable: a read
 	// reflects every write acknowledged before it began.
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
@@ -596,6 +666,9 @@ type UnimplementedFencedStoreServer struct{}
 
 func (UnimplementedFencedStoreServer) CheckedWrite(context.Context, *CheckedWriteRequest) (*CheckedWriteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckedWrite not implemented")
+}
+func (UnimplementedFencedStoreServer) WriteStream(grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteStream not implemented")
 }
 func (UnimplementedFencedStoreServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -641,6 +714,13 @@ func _FencedStore_CheckedWrite_Handler(srv interface{}, ctx context.Context, dec
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _FencedStore_WriteStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FencedStoreServer).WriteStream(&grpc.GenericServerStream[WriteStreamRequest, WriteStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FencedStore_WriteStreamServer = grpc.BidiStreamingServer[WriteStreamRequest, WriteStreamResponse]
 
 func _FencedStore_Read_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReadRequest)
@@ -698,6 +778,13 @@ var FencedStore_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FencedStore_ListKeys_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WriteStream",
+			Handler:       _FencedStore_WriteStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "leasehold/v1/leasehold.proto",
 }

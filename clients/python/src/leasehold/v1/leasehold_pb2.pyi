@@ -165,6 +165,48 @@ class CheckedWriteResponse(_message.Message):
     version: int
     def __init__(self, version: _Optional[int] = ...) -> None: ...
 
+class WriteStreamRequest(_message.Message):
+    __slots__ = ("id", "writes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    writes: _containers.RepeatedCompositeFieldContainer[CheckedWriteRequest]
+    def __init__(self, id: _Optional[int] = ..., writes: _Optional[_Iterable[_Union[CheckedWriteRequest, _Mapping]]] = ...) -> None: ...
+
+class WriteStreamResponse(_message.Message):
+    __slots__ = ("id", "results")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    results: _containers.RepeatedCompositeFieldContainer[WriteResult]
+    def __init__(self, id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[WriteResult, _Mapping]]] = ...) -> None: ...
+
+class WriteResult(_message.Message):
+    __slots__ = ("outcome", "version", "current_token", "field", "message")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[WriteResult.Outcome]
+        OUTCOME_WRITTEN: _ClassVar[WriteResult.Outcome]
+        OUTCOME_FENCED: _ClassVar[WriteResult.Outcome]
+        OUTCOME_UNKNOWN_TOKEN: _ClassVar[WriteResult.Outcome]
+        OUTCOME_INVALID_ARGUMENT: _ClassVar[WriteResult.Outcome]
+    OUTCOME_UNSPECIFIED: WriteResult.Outcome
+    OUTCOME_WRITTEN: WriteResult.Outcome
+    OUTCOME_FENCED: WriteResult.Outcome
+    OUTCOME_UNKNOWN_TOKEN: WriteResult.Outcome
+    OUTCOME_INVALID_ARGUMENT: WriteResult.Outcome
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    outcome: WriteResult.Outcome
+    version: int
+    current_token: int
+    field: str
+    message: str
+    def __init__(self, outcome: _Optional[_Union[WriteResult.Outcome, str]] = ..., version: _Optional[int] = ..., current_token: _Optional[int] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ReadRequest(_message.Message):
     __slots__ = ("job", "key")
     JOB_FIELD_NUMBER: _ClassVar[int]

@@ -427,6 +427,11 @@ class FencedStoreStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteResponse.FromString,
                 _registered_method=True)
+        self.WriteStream = channel.stream_stream(
+                '/leasehold.v1.FencedStore/WriteStream',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.WriteStreamRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.WriteStreamResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/leasehold.v1.FencedStore/Read',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReadRequest.SerializeToString,
@@ -465,6 +470,39 @@ class FencedStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteStream(self, request_iterator, context):
+        """WriteStream carries many CheckedWrites over one long-lived
+        bidirectional stream: a leader that writes often sends each write (or
+        a batch of them) as one WriteStreamRequest and gets back one
+        WriteStreamResponse with a result per write, in the same order. A
+        message on an open stream costs far less than a unary call (no new
+        HTTP/2 stream, no headers), and the writes of one message share one
+        sync.
+
+        Each write follows exactly the rules of CheckedWrite, and each is
+        decided on its own, in the order of the message: a fenced or malformed
+        write does not stop the others, and a later write in the message sees
+        the earlier ones (two writes to one key give versions n and n+1).
+        Requests on one stream are answered in the order they were sent, one
+        response per request; a client may send the next request before the
+        previous response arrives. **A response is sent only once every write
+        it reports as WRITTEN is on stable storage.**
+
+        The stream itself ends with a status only for what concerns all of it,
+        with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+        "writes") when one message carries more than 1000 writes,
+        RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+        with reason STORAGE when a sync failed, UNAVAILABLE with reason
+        SHUTTING_DOWN when the server stops. When the stream ends with an
+        error, the writes of the unanswered messages may or may not have been
+        made: read them back. A message is also bounded by the server's
+        maximum message size (about 66 KiB by default). Closing the sending
+        side ends the stream once every response has been sent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Read(self, request, context):
         """Read returns the value under (job, key). Reads are linearizable: a read
         reflects every write acknowledged before it began.
@@ -487,6 +525,11 @@ def add_FencedStoreServicer_to_server(servicer, server):
                     servicer.CheckedWrite,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteResponse.SerializeToString,
+            ),
+            'WriteStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.WriteStream,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.WriteStreamRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.WriteStreamResponse.SerializeToString,
             ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
@@ -528,6 +571,33 @@ class FencedStore:
             '/leasehold.v1.FencedStore/CheckedWrite',
             leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.CheckedWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/leasehold.v1.FencedStore/WriteStream',
+            leasehold_dot_v1_dot_leasehold__pb2.WriteStreamRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.WriteStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

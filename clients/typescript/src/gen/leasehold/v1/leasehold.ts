@@ -332,6 +332,112 @@ export interface CheckedWriteResponse {
   version: bigint;
 }
 
+/** One message on the WriteStream: writes, applied in order. */
+export interface WriteStreamRequest {
+  /**
+   * Optional. Any number the client likes; the response to this request
+   * carries it back (responses also come back in order).
+   */
+  id: bigint;
+  /**
+   * The writes, at most 1000, each with the fields and rules of
+   * CheckedWrite. Empty is allowed and answered with an empty response.
+   */
+  writes: CheckedWriteRequest[];
+}
+
+/** The answer to one WriteStreamRequest. */
+export interface WriteStreamResponse {
+  /** The `id` of the request this answers. */
+  id: bigint;
+  /** One result per write of the request, in the same order. */
+  results: WriteResult[];
+}
+
+/** The outcome of one write on the WriteStream. */
+export interface WriteResult {
+  outcome: WriteResult_Outcome;
+  /** WRITTEN only: the key's new version. */
+  version: bigint;
+  /** FENCED and UNKNOWN_TOKEN: the job's newest token. */
+  currentToken: bigint;
+  /**
+   * INVALID_ARGUMENT only: the field at fault, as named in
+   * CheckedWriteRequest ("job", "token", "key" or "value").
+   */
+  field: string;
+  /**
+   * Not WRITTEN: a human-readable explanation. Branch on `outcome`, not on
+   * this text.
+   */
+  message: string;
+}
+
+export enum WriteResult_Outcome {
+  OUTCOME_UNSPECIFIED = 0,
+  /** OUTCOME_WRITTEN - Stored, durably: `version` is the key's new version. */
+  OUTCOME_WRITTEN = 1,
+  /**
+   * OUTCOME_FENCED - The token is not the job's live token, as for CheckedWrite's reason
+   * FENCED: the writer is not the leader and must stop. Nothing was
+   * written. `current_token` is the job's newest token.
+   */
+  OUTCOME_FENCED = 2,
+  /**
+   * OUTCOME_UNKNOWN_TOKEN - The token was never issued for the job, as for reason UNKNOWN_TOKEN.
+   * Nothing was written. `current_token` is the job's newest token.
+   */
+  OUTCOME_UNKNOWN_TOKEN = 3,
+  /**
+   * OUTCOME_INVALID_ARGUMENT - The write is malformed: `field` names the field at fault and
+   * `message` the limit. Nothing was written.
+   */
+  OUTCOME_INVALID_ARGUMENT = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function writeResult_OutcomeFromJSON(object: any): WriteResult_Outcome {
+  switch (object) {
+    case 0:
+    case "OUTCOME_UNSPECIFIED":
+      return WriteResult_Outcome.OUTCOME_UNSPECIFIED;
+    case 1:
+    case "OUTCOME_WRITTEN":
+      return WriteResult_Outcome.OUTCOME_WRITTEN;
+    case 2:
+    case "OUTCOME_FENCED":
+      return WriteResult_Outcome.OUTCOME_FENCED;
+    case 3:
+    case "OUTCOME_UNKNOWN_TOKEN":
+      return WriteResult_Outcome.OUTCOME_UNKNOWN_TOKEN;
+    case 4:
+    case "OUTCOME_INVALID_ARGUMENT":
+      return WriteResult_Outcome.OUTCOME_INVALID_ARGUMENT;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return WriteResult_Outcome.UNRECOGNIZED;
+  }
+}
+
+export function writeResult_OutcomeToJSON(object: WriteResult_Outcome): string {
+  switch (object) {
+    case WriteResult_Outcome.OUTCOME_UNSPECIFIED:
+      return "OUTCOME_UNSPECIFIED";
+    case WriteResult_Outcome.OUTCOME_WRITTEN:
+      return "OUTCOME_WRITTEN";
+    case WriteResult_Outcome.OUTCOME_FENCED:
+      return "OUTCOME_FENCED";
+    case WriteResult_Outcome.OUTCOME_UNKNOWN_TOKEN:
+      return "OUTCOME_UNKNOWN_TOKEN";
+    case WriteResult_Outcome.OUTCOME_INVALID_ARGUMENT:
+      return "OUTCOME_INVALID_ARGUMENT";
+    case WriteResult_Outcome.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface ReadRequest {
   job: string;
   key: Buffer;
@@ -1660,6 +1766,294 @@ export const CheckedWriteResponse: MessageFns<CheckedWriteResponse> = {
   },
 };
 
+function createBaseWriteStreamRequest(): WriteStreamRequest {
+  return { id: 0n, writes: [] };
+}
+
+export const WriteStreamRequest: MessageFns<WriteStreamRequest> = {
+  encode(message: WriteStreamRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== 0n) {
+      if (BigInt.asUintN(64, message.id) !== message.id) {
+        throw new globalThis.Error("value provided for field message.id of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.id);
+    }
+    for (const v of message.writes) {
+      CheckedWriteRequest.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteStreamRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteStreamRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.id = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.writes.push(CheckedWriteRequest.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WriteStreamRequest {
+    return {
+      id: isSet(object.id) ? BigInt(object.id) : 0n,
+      writes: globalThis.Array.isArray(object?.writes)
+        ? object.writes.map((e: any) => CheckedWriteRequest.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: WriteStreamRequest): unknown {
+    const obj: any = {};
+    if (message.id !== 0n) {
+      obj.id = message.id.toString();
+    }
+    if (message.writes?.length) {
+      obj.writes = message.writes.map((e) => CheckedWriteRequest.toJSON(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseWriteStreamResponse(): WriteStreamResponse {
+  return { id: 0n, results: [] };
+}
+
+export const WriteStreamResponse: MessageFns<WriteStreamResponse> = {
+  encode(message: WriteStreamResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== 0n) {
+      if (BigInt.asUintN(64, message.id) !== message.id) {
+        throw new globalThis.Error("value provided for field message.id of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.id);
+    }
+    for (const v of message.results) {
+      WriteResult.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteStreamResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteStreamResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.id = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.results.push(WriteResult.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WriteStreamResponse {
+    return {
+      id: isSet(object.id) ? BigInt(object.id) : 0n,
+      results: globalThis.Array.isArray(object?.results) ? object.results.map((e: any) => WriteResult.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: WriteStreamResponse): unknown {
+    const obj: any = {};
+    if (message.id !== 0n) {
+      obj.id = message.id.toString();
+    }
+    if (message.results?.length) {
+      obj.results = message.results.map((e) => WriteResult.toJSON(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseWriteResult(): WriteResult {
+  return { outcome: 0, version: 0n, currentToken: 0n, field: "", message: "" };
+}
+
+export const WriteResult: MessageFns<WriteResult> = {
+  encode(message: WriteResult, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.outcome !== 0) {
+      writer.uint32(8).int32(message.outcome);
+    }
+    if (message.version !== 0n) {
+      if (BigInt.asUintN(64, message.version) !== message.version) {
+        throw new globalThis.Error("value provided for field message.version of type uint64 too large");
+      }
+      writer.uint32(16).uint64(message.version);
+    }
+    if (message.currentToken !== 0n) {
+      if (BigInt.asUintN(64, message.currentToken) !== message.currentToken) {
+        throw new globalThis.Error("value provided for field message.currentToken of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.currentToken);
+    }
+    if (message.field !== "") {
+      writer.uint32(34).string(message.field);
+    }
+    if (message.message !== "") {
+      writer.uint32(42).string(message.message);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteResult {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteResult();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.outcome = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.version = reader.uint64() as bigint;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.currentToken = reader.uint64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.field = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WriteResult {
+    return {
+      outcome: isSet(object.outcome) ? writeResult_OutcomeFromJSON(object.outcome) : 0,
+      version: isSet(object.version) ? BigInt(object.version) : 0n,
+      currentToken: isSet(object.currentToken)
+        ? BigInt(object.currentToken)
+        : isSet(object.current_token)
+        ? BigInt(object.current_token)
+        : 0n,
+      field: isSet(object.field) ? globalThis.String(object.field) : "",
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+    };
+  },
+
+  toJSON(message: WriteResult): unknown {
+    const obj: any = {};
+    if (message.outcome !== 0) {
+      obj.outcome = writeResult_OutcomeToJSON(message.outcome);
+    }
+    if (message.version !== 0n) {
+      obj.version = message.version.toString();
+    }
+    if (message.currentToken !== 0n) {
+      obj.currentToken = message.currentToken.toString();
+    }
+    if (message.field !== "") {
+      obj.field = message.field;
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    return obj;
+  },
+};
+
 function createBaseReadRequest(): ReadRequest {
   return { job: "", key: Buffer.alloc(0) };
 }
@@ -2937,6 +3331,44 @@ export const FencedStoreService = {
     responseDeserialize: (value: Buffer): CheckedWriteResponse => CheckedWriteResponse.decode(value),
   },
   /**
+   * WriteStream carries many CheckedWrites over one long-lived
+   * bidirectional stream: a leader that writes often sends each write (or
+   * a batch of them) as one WriteStreamRequest and gets back one
+   * WriteStreamResponse with a result per write, in the same order. A
+   * message on an open stream costs far less than a unary call (no new
+   * HTTP/2 stream, no headers), and the writes of one message share one
+   * sync.
+   *
+   * Each write follows exactly the rules of CheckedWrite, and each is
+   * decided on its own, in the order of the message: a fenced or malformed
+   * write does not stop the others, and a later write in the message sees
+   * the earlier ones (two writes to one key give versions n and n+1).
+   * Requests on one stream are answered in the order they were sent, one
+   * response per request; a client may send the next request before the
+   * previous response arrives. **A response is sent only once every write
+   * it reports as WRITTEN is on stable storage.**
+   *
+   * The stream itself ends with a status only for what concerns all of it,
+   * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+   * "writes") when one message carries more than 1000 writes,
+   * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+   * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+   * SHUTTING_DOWN when the server stops. When the stream ends with an
+   * error, the writes of the unanswered messages may or may not have been
+   * made: read them back. A message is also bounded by the server's
+   * maximum message size (about 66 KiB by default). Closing the sending
+   * side ends the stream once every response has been sent.
+   */
+  writeStream: {
+    path: "/leasehold.v1.FencedStore/WriteStream" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: WriteStreamRequest): Buffer => Buffer.from(WriteStreamRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): WriteStreamRequest => WriteStreamRequest.decode(value),
+    responseSerialize: (value: WriteStreamResponse): Buffer => Buffer.from(WriteStreamResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): WriteStreamResponse => WriteStreamResponse.decode(value),
+  },
+  /**
    * Read returns the value under (job, key). Reads are linearizable: a read
    * reflects every write acknowledged before it began.
    */
@@ -2981,6 +3413,36 @@ export interface FencedStoreServer extends UntypedServiceImplementation {
    */
   checkedWrite: handleUnaryCall<CheckedWriteRequest, CheckedWriteResponse>;
   /**
+   * WriteStream carries many CheckedWrites over one long-lived
+   * bidirectional stream: a leader that writes often sends each write (or
+   * a batch of them) as one WriteStreamRequest and gets back one
+   * WriteStreamResponse with a result per write, in the same order. A
+   * message on an open stream costs far less than a unary call (no new
+   * HTTP/2 stream, no headers), and the writes of one message share one
+   * sync.
+   *
+   * Each write follows exactly the rules of CheckedWrite, and each is
+   * decided on its own, in the order of the message: a fenced or malformed
+   * write does not stop the others, and a later write in the message sees
+   * the earlier ones (two writes to one key give versions n and n+1).
+   * Requests on one stream are answered in the order they were sent, one
+   * response per request; a client may send the next request before the
+   * previous response arrives. **A response is sent only once every write
+   * it reports as WRITTEN is on stable storage.**
+   *
+   * The stream itself ends with a status only for what concerns all of it,
+   * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+   * "writes") when one message carries more than 1000 writes,
+   * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+   * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+   * SHUTTING_DOWN when the server stops. When the stream ends with an
+   * error, the writes of the unanswered messages may or may not have been
+   * made: read them back. A message is also bounded by the server's
+   * maximum message size (about 66 KiB by default). Closing the sending
+   * side ends the stream once every response has been sent.
+   */
+  writeStream: handleBidiStreamingCall<WriteStreamRequest, WriteStreamResponse>;
+  /**
    * Read returns the value under (job, key). Reads are linearizable: a read
    * reflects every write acknowledged before it began.
    */
@@ -3022,6 +3484,41 @@ export interface FencedStoreClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CheckedWriteResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * WriteStream carries many CheckedWrites over one long-lived
+   * bidirectional stream: a leader that writes often sends each write (or
+   * a batch of them) as one WriteStreamRequest and gets back one
+   * WriteStreamResponse with a result per write, in the same order. A
+   * message on an open stream costs far less than a unary call (no new
+   * HTTP/2 stream, no headers), and the writes of one message share one
+   * sync.
+   *
+   * Each write follows exactly the rules of CheckedWrite, and each is
+   * decided on its own, in the order of the message: a fenced or malformed
+   * write does not stop the others, and a later write in the message sees
+   * the earlier ones (two writes to one key give versions n and n+1).
+   * Requests on one stream are answered in the order they were sent, one
+   * response per request; a client may send the next request before the
+   * previous response arrives. **A response is sent only once every write
+   * it reports as WRITTEN is on stable storage.**
+   *
+   * The stream itself ends with a status only for what concerns all of it,
+   * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+   * "writes") when one message carries more than 1000 writes,
+   * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+   * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+   * SHUTTING_DOWN when the server stops. When the stream ends with an
+   * error, the writes of the unanswered messages may or may not have been
+   * made: read them back. A message is also bounded by the server's
+   * maximum message size (about 66 KiB by default). Closing the sending
+   * side ends the stream once every response has been sent.
+   */
+  writeStream(): ClientDuplexStream<WriteStreamRequest, WriteStreamResponse>;
+  writeStream(options: Partial<CallOptions>): ClientDuplexStream<WriteStreamRequest, WriteStreamResponse>;
+  writeStream(
+    metadata: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientDuplexStream<WriteStreamRequest, WriteStreamResponse>;
   /**
    * Read returns the value under (job, key). Reads are linearizable: a read
    * reflects every write acknowledged before it began.

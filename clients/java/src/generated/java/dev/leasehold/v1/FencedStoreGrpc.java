@@ -47,6 +47,37 @@ public final class FencedStoreGrpc {
     return getCheckedWriteMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.WriteStreamRequest,
+      dev.leasehold.v1.WriteStreamResponse> getWriteStreamMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "WriteStream",
+      requestType = dev.leasehold.v1.WriteStreamRequest.class,
+      responseType = dev.leasehold.v1.WriteStreamResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.BIDI_STREAMING)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.WriteStreamRequest,
+      dev.leasehold.v1.WriteStreamResponse> getWriteStreamMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.WriteStreamRequest, dev.leasehold.v1.WriteStreamResponse> getWriteStreamMethod;
+    if ((getWriteStreamMethod = FencedStoreGrpc.getWriteStreamMethod) == null) {
+      synchronized (FencedStoreGrpc.class) {
+        if ((getWriteStreamMethod = FencedStoreGrpc.getWriteStreamMethod) == null) {
+          FencedStoreGrpc.getWriteStreamMethod = getWriteStreamMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.WriteStreamRequest, dev.leasehold.v1.WriteStreamResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.BIDI_STREAMING)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "WriteStream"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.WriteStreamRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.WriteStreamResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new FencedStoreMethodDescriptorSupplier("WriteStream"))
+              .build();
+        }
+      }
+    }
+    return getWriteStreamMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.ReadRequest,
       dev.leasehold.v1.ReadResponse> getReadMethod;
 
@@ -200,6 +231,40 @@ public final class FencedStoreGrpc {
 
     /**
      * <pre>
+     * WriteStream carries many CheckedWrites over one long-lived
+     * bidirectional stream: a leader that writes often sends each write (or
+     * a batch of them) as one WriteStreamRequest and gets back one
+     * WriteStreamResponse with a result per write, in the same order. A
+     * message on an open stream costs far less than a unary call (no new
+     * HTTP/2 stream, no headers), and the writes of one message share one
+     * sync.
+     * Each write follows exactly the rules of CheckedWrite, and each is
+     * decided on its own, in the order of the message: a fenced or malformed
+     * write does not stop the others, and a later write in the message sees
+     * the earlier ones (two writes to one key give versions n and n+1).
+     * Requests on one stream are answered in the order they were sent, one
+     * response per request; a client may send the next request before the
+     * previous response arrives. **A response is sent only once every write
+     * it reports as WRITTEN is on stable storage.**
+     * The stream itself ends with a status only for what concerns all of it,
+     * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+     * "writes") when one message carries more than 1000 writes,
+     * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+     * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+     * SHUTTING_DOWN when the server stops. When the stream ends with an
+     * error, the writes of the unanswered messages may or may not have been
+     * made: read them back. A message is also bounded by the server's
+     * maximum message size (about 66 KiB by default). Closing the sending
+     * side ends the stream once every response has been sent.
+     * </pre>
+     */
+    default io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamRequest> writeStream(
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamResponse> responseObserver) {
+      return io.grpc.stub.ServerCalls.asyncUnimplementedStreamingCall(getWriteStreamMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * Read returns the value under (job, key). Reads are linearizable: a read
      * reflects every write acknowledged before it began.
      * </pre>
@@ -280,6 +345,41 @@ public final class FencedStoreGrpc {
 
     /**
      * <pre>
+     * WriteStream carries many CheckedWrites over one long-lived
+     * bidirectional stream: a leader that writes often sends each write (or
+     * a batch of them) as one WriteStreamRequest and gets back one
+     * WriteStreamResponse with a result per write, in the same order. A
+     * message on an open stream costs far less than a unary call (no new
+     * HTTP/2 stream, no headers), and the writes of one message share one
+     * sync.
+     * Each write follows exactly the rules of CheckedWrite, and each is
+     * decided on its own, in the order of the message: a fenced or malformed
+     * write does not stop the others, and a later write in the message sees
+     * the earlier ones (two writes to one key give versions n and n+1).
+     * Requests on one stream are answered in the order they were sent, one
+     * response per request; a client may send the next request before the
+     * previous response arrives. **A response is sent only once every write
+     * it reports as WRITTEN is on stable storage.**
+     * The stream itself ends with a status only for what concerns all of it,
+     * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+     * "writes") when one message carries more than 1000 writes,
+     * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+     * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+     * SHUTTING_DOWN when the server stops. When the stream ends with an
+     * error, the writes of the unanswered messages may or may not have been
+     * made: read them back. A message is also bounded by the server's
+     * maximum message size (about 66 KiB by default). Closing the sending
+     * side ends the stream once every response has been sent.
+     * </pre>
+     */
+    public io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamRequest> writeStream(
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamResponse> responseObserver) {
+      return io.grpc.stub.ClientCalls.asyncBidiStreamingCall(
+          getChannel().newCall(getWriteStreamMethod(), getCallOptions()), responseObserver);
+    }
+
+    /**
+     * <pre>
      * Read returns the value under (job, key). Reads are linearizable: a read
      * reflects every write acknowledged before it began.
      * </pre>
@@ -342,6 +442,42 @@ public final class FencedStoreGrpc {
     public dev.leasehold.v1.CheckedWriteResponse checkedWrite(dev.leasehold.v1.CheckedWriteRequest request) throws io.grpc.StatusException {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getCheckedWriteMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * WriteStream carries many CheckedWrites over one long-lived
+     * bidirectional stream: a leader that writes often sends each write (or
+     * a batch of them) as one WriteStreamRequest and gets back one
+     * WriteStreamResponse with a result per write, in the same order. A
+     * message on an open stream costs far less than a unary call (no new
+     * HTTP/2 stream, no headers), and the writes of one message share one
+     * sync.
+     * Each write follows exactly the rules of CheckedWrite, and each is
+     * decided on its own, in the order of the message: a fenced or malformed
+     * write does not stop the others, and a later write in the message sees
+     * the earlier ones (two writes to one key give versions n and n+1).
+     * Requests on one stream are answered in the order they were sent, one
+     * response per request; a client may send the next request before the
+     * previous response arrives. **A response is sent only once every write
+     * it reports as WRITTEN is on stable storage.**
+     * The stream itself ends with a status only for what concerns all of it,
+     * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
+     * "writes") when one message carries more than 1000 writes,
+     * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
+     * with reason STORAGE when a sync failed, UNAVAILABLE with reason
+     * SHUTTING_DOWN when the server stops. When the stream ends with an
+     * error, the writes of the unanswered messages may or may not have been
+     * made: read them back. A message is also bounded by the server's
+     * maximum message size (about 66 KiB by default). Closing the sending
+     * side ends the stream once every response has been sent.
+     * </pre>
+     */
+    @io.grpc.ExperimentalApi("https://github.com/grpc/grpc-java/issues/10918")
+    public io.grpc.stub.BlockingClientCall<dev.leasehold.v1.WriteStreamRequest, dev.leasehold.v1.WriteStreamResponse>
+        writeStream() {
+      return io.grpc.stub.ClientCalls.blockingBidiStreamingCall(
+          getChannel(), getWriteStreamMethod(), getCallOptions());
     }
 
     /**
@@ -500,6 +636,7 @@ public final class FencedStoreGrpc {
   private static final int METHODID_CHECKED_WRITE = 0;
   private static final int METHODID_READ = 1;
   private static final int METHODID_LIST_KEYS = 2;
+  private static final int METHODID_WRITE_STREAM = 3;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -540,6 +677,9 @@ public final class FencedStoreGrpc {
     public io.grpc.stub.StreamObserver<Req> invoke(
         io.grpc.stub.StreamObserver<Resp> responseObserver) {
       switch (methodId) {
+        case METHODID_WRITE_STREAM:
+          return (io.grpc.stub.StreamObserver<Req>) serviceImpl.writeStream(
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamResponse>) responseObserver);
         default:
           throw new AssertionError();
       }
@@ -555,6 +695,13 @@ public final class FencedStoreGrpc {
               dev.leasehold.v1.CheckedWriteRequest,
               dev.leasehold.v1.CheckedWriteResponse>(
                 service, METHODID_CHECKED_WRITE)))
+        .addMethod(
+          getWriteStreamMethod(),
+          io.grpc.stub.ServerCalls.asyncBidiStreamingCall(
+            new MethodHandlers<
+              dev.leasehold.v1.WriteStreamRequest,
+              dev.leasehold.v1.WriteStreamResponse>(
+                service, METHODID_WRITE_STREAM)))
         .addMethod(
           getReadMethod(),
           io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -618,6 +765,7 @@ public final class FencedStoreGrpc {
           serviceDescriptor = result = io.grpc.ServiceDescriptor.newBuilder(SERVICE_NAME)
               .setSchemaDescriptor(new FencedStoreFileDescriptorSupplier())
               .addMethod(getCheckedWriteMethod())
+              .addMethod(getWriteStreamMethod())
               .addMethod(getReadMethod())
               .addMethod(getListKeysMethod())
               .build();

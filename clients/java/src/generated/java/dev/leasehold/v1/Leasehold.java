@@ -97,6 +97,21 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_WriteStreamRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_WriteStreamResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_WriteResult_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_WriteResult_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_ReadRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -180,58 +195,71 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "\023CheckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005tok" +
       "en\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006" +
       "delete\030\005 \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007" +
-      "version\030\001 \001(\004\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(" +
-      "\t\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030" +
-      "\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007v" +
-      "ersion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001" +
-      " \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022" +
-      "\022\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 " +
-      "\001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004s" +
-      "ize\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 " +
-      "\003(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_" +
-      "token\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 " +
-      "\001(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.Kee" +
-      "pAliveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job" +
-      "\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n" +
-      "\003ttl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n" +
-      "\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007result" +
-      "s\030\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245" +
-      "\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outco" +
-      "me\030\002 \001(\0162%.leasehold.v1.KeepAliveResult." +
-      "Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Le" +
-      "ase\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007" +
-      "Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTC" +
-      "OME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n" +
-      "\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVA" +
-      "LID_ARGUMENT\020\004*\372\001\n\013ErrorReason\022\034\n\030ERROR_" +
-      "REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEA" +
-      "SE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ER" +
-      "ROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_R" +
-      "EASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_ST" +
-      "ORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022" +
-      "\032\n\026ERROR_REASON_DISK_FULL\020\0072\210\004\n\006Leases\022F" +
-      "\n\007Acquire\022\034.leasehold.v1.AcquireRequest\032" +
-      "\035.leasehold.v1.AcquireResponse\022@\n\005Renew\022" +
-      "\032.leasehold.v1.RenewRequest\032\033.leasehold." +
-      "v1.RenewResponse\022F\n\007Release\022\034.leasehold." +
-      "v1.ReleaseRequest\032\035.leasehold.v1.Release" +
-      "Response\022>\n\010GetLease\022\035.leasehold.v1.GetL" +
-      "easeRequest\032\023.leasehold.v1.Lease\022O\n\nList" +
-      "Leases\022\037.leasehold.v1.ListLeasesRequest\032" +
-      " .leasehold.v1.ListLeasesResponse\022I\n\nWat" +
-      "chLease\022\037.leasehold.v1.WatchLeaseRequest" +
-      "\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAliv" +
-      "e\022\036.leasehold.v1.KeepAliveRequest\032\037.leas" +
-      "ehold.v1.KeepAliveResponse(\0010\0012\356\001\n\013Fence" +
-      "dStore\022U\n\014CheckedWrite\022!.leasehold.v1.Ch" +
-      "eckedWriteRequest\032\".leasehold.v1.Checked" +
-      "WriteResponse\022=\n\004Read\022\031.leasehold.v1.Rea" +
-      "dRequest\032\032.leasehold.v1.ReadResponse\022I\n\010" +
-      "ListKeys\022\035.leasehold.v1.ListKeysRequest\032" +
-      "\036.leasehold.v1.ListKeysResponseBW\n\020dev.l" +
-      "easehold.v1P\001ZAgithub.com/leasehold/leas" +
-      "ehold/clients/go/leaseholdv1;leaseholdv1" +
-      "b\006proto3"
+      "version\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002i" +
+      "d\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.C" +
+      "heckedWriteRequest\"M\n\023WriteStreamRespons" +
+      "e\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leaseho" +
+      "ld.v1.WriteResult\"\220\002\n\013WriteResult\0222\n\007out" +
+      "come\030\001 \001(\0162!.leasehold.v1.WriteResult.Ou" +
+      "tcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030" +
+      "\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\204\001" +
+      "\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OU" +
+      "TCOME_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025O" +
+      "UTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALI" +
+      "D_ARGUMENT\020\004\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t" +
+      "\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001" +
+      " \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007ve" +
+      "rsion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 " +
+      "\001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022" +
+      "\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001" +
+      "(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004si" +
+      "ze\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003" +
+      "(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_t" +
+      "oken\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 \001" +
+      "(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.Keep" +
+      "AliveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job\030" +
+      "\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003" +
+      "ttl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n\021" +
+      "KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007results" +
+      "\030\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245\002" +
+      "\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcom" +
+      "e\030\002 \001(\0162%.leasehold.v1.KeepAliveResult.O" +
+      "utcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Lea" +
+      "se\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007O" +
+      "utcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCO" +
+      "ME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025" +
+      "OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVAL" +
+      "ID_ARGUMENT\020\004*\372\001\n\013ErrorReason\022\034\n\030ERROR_R" +
+      "EASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEAS" +
+      "E_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERR" +
+      "OR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_RE" +
+      "ASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STO" +
+      "RAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032" +
+      "\n\026ERROR_REASON_DISK_FULL\020\0072\210\004\n\006Leases\022F\n" +
+      "\007Acquire\022\034.leasehold.v1.AcquireRequest\032\035" +
+      ".leasehold.v1.AcquireResponse\022@\n\005Renew\022\032" +
+      ".leasehold.v1.RenewRequest\032\033.leasehold.v" +
+      "1.RenewResponse\022F\n\007Release\022\034.leasehold.v" +
+      "1.ReleaseRequest\032\035.leasehold.v1.ReleaseR" +
+      "esponse\022>\n\010GetLease\022\035.leasehold.v1.GetLe" +
+      "aseRequest\032\023.leasehold.v1.Lease\022O\n\nListL" +
+      "eases\022\037.leasehold.v1.ListLeasesRequest\032 " +
+      ".leasehold.v1.ListLeasesResponse\022I\n\nWatc" +
+      "hLease\022\037.leasehold.v1.WatchLeaseRequest\032" +
+      "\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAlive" +
+      "\022\036.leasehold.v1.KeepAliveRequest\032\037.lease" +
+      "hold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fenced" +
+      "Store\022U\n\014CheckedWrite\022!.leasehold.v1.Che" +
+      "ckedWriteRequest\032\".leasehold.v1.CheckedW" +
+      "riteResponse\022V\n\013WriteStream\022 .leasehold." +
+      "v1.WriteStreamRequest\032!.leasehold.v1.Wri" +
+      "teStreamResponse(\0010\001\022=\n\004Read\022\031.leasehold" +
+      ".v1.ReadRequest\032\032.leasehold.v1.ReadRespo" +
+      "nse\022I\n\010ListKeys\022\035.leasehold.v1.ListKeysR" +
+      "equest\032\036.leasehold.v1.ListKeysResponseBW" +
+      "\n\020dev.leasehold.v1P\001ZAgithub.com/leaseho" +
+      "ld/leasehold/clients/go/leaseholdv1;leas" +
+      "eholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -322,56 +350,74 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
-    internal_static_leasehold_v1_ReadRequest_descriptor =
+    internal_static_leasehold_v1_WriteStreamRequest_descriptor =
       getDescriptor().getMessageType(14);
+    internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_WriteStreamRequest_descriptor,
+        new java.lang.String[] { "Id", "Writes", });
+    internal_static_leasehold_v1_WriteStreamResponse_descriptor =
+      getDescriptor().getMessageType(15);
+    internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_WriteStreamResponse_descriptor,
+        new java.lang.String[] { "Id", "Results", });
+    internal_static_leasehold_v1_WriteResult_descriptor =
+      getDescriptor().getMessageType(16);
+    internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_WriteResult_descriptor,
+        new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
+    internal_static_leasehold_v1_ReadRequest_descriptor =
+      getDescriptor().getMessageType(17);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(18);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(19);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
         new java.lang.String[] { "Id", "Renewals", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,
