@@ -66,7 +66,11 @@ enum Command {
     /// Runs every workload and writes the report and the chart.
     Run(RunArgs),
     /// Serves the echo service on 127.0.0.1 (started by `run` itself).
-    EchoServe,
+    EchoServe {
+        /// The file `EchoSync` writes and fdatasyncs (created, preallocated).
+        #[arg(long)]
+        sync_file: std::path::PathBuf,
+    },
     /// Loads one running leasehold server with one workload, for profiling
     /// (`perf record -p PID` or `valgrind --tool=callgrind` on the server).
     Load(LoadArgs),
@@ -77,7 +81,7 @@ struct LoadArgs {
     /// The server, e.g. http://127.0.0.1:50051.
     #[arg(long)]
     leasehold: String,
-    /// renew, write, read, churn or stream.
+    /// renew, write, write-stream, read, churn or stream.
     #[arg(long, default_value = "renew")]
     work: String,
     #[arg(long, default_value_t = 16)]
@@ -135,13 +139,16 @@ fn main() -> Res<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::EchoServe => rt.block_on(echo_serve()),
+        Command::EchoServe { sync_file } => rt.block_on(echo_serve(sync_file)),
         Command::Run(a) => rt.block_on(run_all(a)),
         Command::Load(a) => rt.block_on(load(a)),
     }
 }
 
-struct EchoService;
+struct EchoService {
+    /// The file of `EchoSync`, and the next offset in its cycle.
+    sync: std::sync::Mutex<(std::fs::File, u64)>,
+}
 
 #[tonic::async_trait]
 impl echo::echo_server::Echo for EchoService {
@@ -151,11 +158,33 @@ impl echo::echo_server::Echo for EchoService {
     ) -> Result<tonic::Response<echo::EchoMessage>, tonic::Status> {
         Ok(tonic::Response::new(req.into_inner()))
     }
+
+    /// The echo after one pwrite and one fdatasync of the payload, on the
+    /// handler's own thread: the least a durable unary call can cost.
+    async fn echo_sync(
+        &self,
+        req: tonic::Request<echo::EchoMessage>,
+    ) -> Result<tonic::Response<echo::EchoMessage>, tonic::Status> {
+        use std::os::unix::fs::FileExt;
+        let m = req.into_inner();
+        {
+            let mut g = self.sync.lock().expect("sync file lock");
+            let (f, off) = &mut *g;
+            if *off + m.payload.len() as u64 > sys::FLOOR_FILE_BYTES {
+                *off = 0;
+            }
+            f.write_all_at(&m.payload, *off)
+                .and_then(|()| f.sync_data())
+                .map_err(|e| tonic::Status::internal(e.to_string()))?;
+            *off += m.payload.len() as u64;
+        }
+        Ok(tonic::Response::new(m))
+    }
 }
 
 /// The echo server: the same tonic, the same TCP_NODELAY as leasehold, no
 /// work. Prints "echo listening on ADDR" and serves until stdin closes.
-async fn echo_serve() -> Res<()> {
+async fn echo_serve(sync_file: std::path::PathBuf) -> Res<()> {
     use std::io::Write;
     use tokio_stream::StreamExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -168,7 +197,9 @@ async fn echo_serve() -> Res<()> {
         s
     });
     tonic::transport::Server::builder()
-        .add_service(echo::echo_server::EchoServer::new(EchoService))
+        .add_service(echo::echo_server::EchoServer::new(EchoService {
+            sync: std::sync::Mutex::new((sys::preallocated(&sync_file)?, 0)),
+        }))
         .serve_with_incoming(incoming)
         .await?;
     Ok(())
@@ -181,6 +212,7 @@ async fn load(a: LoadArgs) -> Res<()> {
         "read" => Work::Read,
         "churn" => Work::Churn,
         "stream" => Work::Stream,
+        "write-stream" => Work::WriteStream,
         w => return Err(format!("unknown workload {w}").into()),
     };
     let addrs = Addrs {
@@ -245,7 +277,7 @@ async fn run_all(a: RunArgs) -> Res<()> {
     let lh_data = a.work_dir.join("leasehold-data");
     let _ = std::fs::remove_dir_all(&lh_data);
     let server = proc::Server::leasehold(&a.leasehold_bin, &lh_data)?;
-    let echo = proc::Server::echo()?;
+    let echo = proc::Server::echo(&lh_data.join("floor-echo-sync"))?;
     let addrs = Addrs {
         leasehold: server.addr.clone(),
         postgres: a.postgres.clone(),
@@ -292,7 +324,11 @@ async fn run_all(a: RunArgs) -> Res<()> {
     let mut groups: Vec<report::Group> = Vec::new();
     let specs: Vec<(&str, Vec<(Sys, Work)>)> = vec![
         ("Renew", peers(Work::Renew)),
-        ("Fenced write", peers(Work::Write)),
+        ("Fenced write", {
+            let mut v = peers(Work::Write);
+            v.insert(1, (Sys::Leasehold, Work::WriteStream));
+            v
+        }),
         ("Streamed renew", stream_systems),
         (
             "leasehold Read and Acquire+Release",
@@ -305,6 +341,7 @@ async fn run_all(a: RunArgs) -> Res<()> {
             if *name == "Fenced write" && clients == 1 {
                 systems.push((Sys::Echo, Work::Echo));
                 systems.push((Sys::Disk, Work::Fsync));
+                systems.push((Sys::Echo, Work::EchoSync));
             }
             let probe = run::fsync_probe(&lh_data);
             eprintln!(

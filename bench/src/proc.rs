@@ -37,9 +37,9 @@ impl Server {
     }
 
     /// Starts this bench binary as an echo server.
-    pub fn echo() -> Res<Server> {
+    pub fn echo(sync_file: &std::path::Path) -> Res<Server> {
         let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("echo-serve");
+        cmd.arg("echo-serve").arg("--sync-file").arg(sync_file);
         Server::spawn(cmd, 3)
     }
 

@@ -57,6 +57,10 @@ fn what(sys: Sys, work: Work) -> String {
         }
         (Sys::RedisAof | Sys::Redis, Work::Renew) => format!("{s}, Lua renew"),
         (Sys::RedisAof | Sys::Redis, Work::Write) => format!("{s}, Lua compare-and-set"),
+        (Sys::Leasehold, Work::WriteStream) => "leasehold WriteStream, 1 write per message".into(),
+        (Sys::Echo, Work::EchoSync) => {
+            "floor: tonic echo + pwrite + fdatasync in the handler".into()
+        }
         (Sys::Echo, _) => "floor: tonic echo round trip".into(),
         (Sys::Disk, _) => "floor: one fdatasync".into(),
         _ => format!("{s} {work:?}"),
@@ -109,6 +113,11 @@ impl Report {
         let e = self.find(g, 1, Sys::Echo, Work::Echo)?.median.p50;
         let d = self.find(g, 1, Sys::Disk, Work::Fsync)?.median.p50;
         Some((w, e, d, w / (e + d)))
+    }
+
+    /// The p50 of `work` at one client in the fenced-write group.
+    fn p50_1(&self, sys: Sys, work: Work) -> Option<f64> {
+        Some(self.find("Fenced write", 1, sys, work)?.median.p50)
     }
 
     pub fn markdown(&self) -> String {
@@ -221,6 +230,19 @@ impl Report {
                 &|v| v >= 1.2,
                 "{}x",
             );
+            goal(
+                format!(
+                    "(also) durable fenced writes on a WriteStream, 1 per message, vs PostgreSQL at {c} clients"
+                ),
+                self.ratio(
+                    "Fenced write",
+                    c,
+                    (Sys::Leasehold, Work::WriteStream),
+                    (Sys::Postgres, Work::Write),
+                ),
+                &|v| v >= 1.2,
+                "{}x",
+            );
         }
         goal(
             "Streamed renew ≥ 1x Redis AOF always (Lua renew per call) at 64 clients, leases/s"
@@ -242,6 +264,23 @@ impl Report {
             floor.map(|f| f.3),
             &|v| v <= 1.3,
             "{}x the floor",
+        );
+        let combined = self.p50_1(Sys::Echo, Work::EchoSync);
+        goal(
+            "(also) single-client CheckedWrite p50 vs the measured durable echo (pwrite + fdatasync in the handler)".into(),
+            self.p50_1(Sys::Leasehold, Work::Write)
+                .zip(combined)
+                .map(|(w, c)| w / c),
+            &|v| v <= 1.3,
+            "{}x",
+        );
+        goal(
+            "(also) single-client WriteStream write p50 vs the same durable echo".into(),
+            self.p50_1(Sys::Leasehold, Work::WriteStream)
+                .zip(combined)
+                .map(|(w, c)| w / c),
+            &|v| v <= 1.3,
+            "{}x",
         );
         let m = &self.million;
         let gib = (1u64 << 30) as f64;

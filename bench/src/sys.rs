@@ -48,8 +48,14 @@ pub enum Work {
     /// Renew [`BATCH`] random leases per round trip over a stream (or a
     /// pipeline, for the peers).
     Stream,
+    /// A fenced write of a random job's key over a `WriteStream`, one
+    /// write per message (leasehold only).
+    WriteStream,
     /// A unary gRPC echo of a CheckedWrite-sized message (the floor).
     Echo,
+    /// The same echo, whose handler does one pwrite and one fdatasync of
+    /// the message before replying (the floor of a durable call).
+    EchoSync,
     /// fdatasync of a CheckedWrite-sized write to a file (the floor).
     Fsync,
 }
@@ -309,6 +315,7 @@ pub enum Conn {
         leases: LeasesClient<Channel>,
         store: FencedStoreClient<Channel>,
         ka: Option<KaStream<lh::KeepAliveRequest, lh::KeepAliveResponse>>,
+        ws: Option<KaStream<lh::WriteStreamRequest, lh::WriteStreamResponse>>,
         holder: String,
         value: Vec<u8>,
     },
@@ -393,10 +400,19 @@ impl Conn {
                 } else {
                     None
                 };
+                let mut store = FencedStoreClient::new(ch);
+                let ws = if work == Work::WriteStream {
+                    let (tx, rx) = mpsc::channel(4);
+                    let resp = store.write_stream(ReceiverStream::new(rx)).await?;
+                    Some((tx, resp.into_inner()))
+                } else {
+                    None
+                };
                 Conn::Leasehold {
                     leases,
-                    store: FencedStoreClient::new(ch),
+                    store,
                     ka,
+                    ws,
                     holder: format!("churn-{i}@bench"),
                     value: value(),
                 }
@@ -489,6 +505,31 @@ impl Conn {
                     })
                     .await?;
                 Ok(1)
+            }
+            (
+                Conn::Leasehold {
+                    ws: Some((tx, rx)),
+                    value,
+                    ..
+                },
+                Work::WriteStream,
+            ) => {
+                tx.send(lh::WriteStreamRequest {
+                    id: 0,
+                    writes: vec![lh::CheckedWriteRequest {
+                        job: job(j),
+                        token: s.lh_tokens[j],
+                        key: b"k".to_vec(),
+                        value: value.clone(),
+                        delete: false,
+                    }],
+                })
+                .await?;
+                let r = rx.message().await?.ok_or("write stream ended")?;
+                match r.results.first().map(|r| r.outcome()) {
+                    Some(lh::write_result::Outcome::Written) => Ok(1),
+                    other => Err(format!("write stream: {other:?}").into()),
+                }
             }
             (Conn::Leasehold { store, .. }, Work::Read) => {
                 store
@@ -712,6 +753,13 @@ impl Conn {
                     return Err("redis pipelined renew refused".into());
                 }
                 Ok(BATCH as u64)
+            }
+            (Conn::Echo { c, payload }, Work::EchoSync) => {
+                c.echo_sync(crate::echo::EchoMessage {
+                    payload: payload.clone(),
+                })
+                .await?;
+                Ok(1)
             }
             (Conn::Echo { c, payload }, _) => {
                 c.echo(crate::echo::EchoMessage {
