@@ -310,6 +310,8 @@ pub async fn setup(a: &Addrs) -> Res<Setup> {
 type KaStream<Req, Resp> = (mpsc::Sender<Req>, tonic::Streaming<Resp>);
 
 /// One client's connection to one system.
+// One per client, made once: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Conn {
     Leasehold {
         leases: LeasesClient<Channel>,
