@@ -136,11 +136,12 @@ impl Backend {
         }
     }
 
-    /// See [`Node::checked_write_many`]. On etcd, the writes are made one
-    /// after the other, each its own transaction.
-    pub async fn checked_write_many(&self, batch: Vec<Write>) -> Result<Vec<Result<u64>>> {
+    /// See [`Node::stage_writes`]. On etcd, the writes are made one after
+    /// the other, each its own transaction, and are durable when this
+    /// returns (the sequence number is 0).
+    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<(Vec<Result<u64>>, u64)> {
         match self {
-            Backend::Local(n) => n.checked_write_many(batch).await,
+            Backend::Local(n) => n.stage_writes(batch),
             Backend::Etcd(n) => {
                 let mut out = Vec::with_capacity(batch.len());
                 for w in batch {
@@ -152,8 +153,16 @@ impl Backend {
                         },
                     );
                 }
-                Ok(out)
+                Ok((out, 0))
             }
+        }
+    }
+
+    /// See [`Node::durable`].
+    pub async fn durable(&self, seq: u64) -> Result<()> {
+        match self {
+            Backend::Local(n) => n.durable(seq).await,
+            Backend::Etcd(_) => Ok(()),
         }
     }
 

@@ -122,19 +122,24 @@ async fn a_message_over_the_limit_ends_the_stream_and_changes_nothing() {
         value: b"v".to_vec(),
         delete: false,
     };
-    // Pipelined: two requests in flight, answered in order with their ids.
-    for id in [5, 6] {
+    // Pipelined: requests sent back to back are decided in the order sent
+    // (versions of one key go up by one) and answered in that order.
+    for id in 1..=30u64 {
         tx.send(proto::WriteStreamRequest {
             id,
-            writes: vec![w(id as usize)],
+            writes: vec![w(5), w(id as usize + 100)],
         })
         .await
         .unwrap();
     }
-    for id in [5, 6] {
+    for id in 1..=30u64 {
         let r = resp.message().await.unwrap().unwrap();
         assert_eq!(r.id, id);
-        assert_eq!(r.results[0].version, 1);
+        assert_eq!(
+            r.results[0].version, id,
+            "k5 written once per message, in order"
+        );
+        assert_eq!(r.results[1].version, 1);
     }
     tx.send(proto::WriteStreamRequest {
         id: 7,
@@ -154,7 +159,7 @@ async fn a_message_over_the_limit_ends_the_stream_and_changes_nothing() {
         !c.read("j", b"k0").await.unwrap().found,
         "nothing of the refused message was written"
     );
-    assert!(c.read("j", b"k5").await.unwrap().found);
+    assert_eq!(c.read("j", b"k5").await.unwrap().version, 30);
 }
 
 /// Every write the stream acknowledged is there after the server process is

@@ -465,12 +465,12 @@ impl Node {
         value: Option<Vec<u8>>,
     ) -> Result<u64> {
         self.check_open()?;
-        let (version, seq) = {
+        let (outcome, seq) = {
             let mut st = self.lock();
-            self.write_one(&mut st, job, token, key, value)??
+            self.write_one(&mut st, job, token, key, value)?
         };
         self.inner.commit.wait(seq).await?;
-        Ok(version)
+        outcome
     }
 
     /// Many writes in one decision: the state lock is taken once, the
@@ -481,31 +481,43 @@ impl Node {
     /// `UnknownToken`). Fails as a whole when the node is closing or the
     /// store refuses or fails; writes before that one may have been made.
     pub async fn checked_write_many(&self, batch: Vec<Write>) -> Result<Vec<Result<u64>>> {
+        let (out, seq) = self.stage_writes(batch)?;
+        self.durable(seq).await?;
+        Ok(out)
+    }
+
+    /// The first half of [`Node::checked_write_many`]: decides and stages
+    /// the writes, without waiting. Returns the outcomes, which must not be
+    /// shown before [`Node::durable`] of the returned sequence number.
+    /// Streams use it to decide their messages in order while earlier ones
+    /// wait for their sync.
+    pub fn stage_writes(&self, batch: Vec<Write>) -> Result<(Vec<Result<u64>>, u64)> {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
         let mut last = 0;
-        {
-            let mut st = self.lock();
-            for w in batch {
-                out.push(
-                    self.write_one(&mut st, &w.job, w.token, &w.key, w.value)?
-                        .map(|(version, seq)| {
-                            last = seq;
-                            version
-                        }),
-                );
-            }
+        let mut st = self.lock();
+        for w in batch {
+            let (outcome, seq) = self.write_one(&mut st, &w.job, w.token, &w.key, w.value)?;
+            last = last.max(seq);
+            out.push(outcome);
         }
-        if last > 0 {
-            self.inner.commit.wait(last).await?;
+        Ok((out, last))
+    }
+
+    /// Waits until every change up to sequence number `seq` is durable
+    /// (at once for 0).
+    pub async fn durable(&self, seq: u64) -> Result<()> {
+        if seq == 0 {
+            return Ok(());
         }
-        Ok(out)
+        self.inner.commit.wait(seq).await
     }
 
     /// One write, under the state lock: the fence, then the store. The
     /// outer error is the store's (the whole call fails), the inner one
-    /// the fence's (this write is refused). Returns the new version and
-    /// the sequence number to wait for.
+    /// the fence's (this write is refused). Returns the new version or the
+    /// refusal, and the sequence number to wait for before showing it: a
+    /// refusal names the job's current token, which must be durable too.
     fn write_one(
         &self,
         st: &mut State,
@@ -513,13 +525,13 @@ impl Node {
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
-    ) -> Result<Result<(u64, u64)>> {
+    ) -> Result<(Result<u64>, u64)> {
         let existing = self.inner.store.get_value(job, key)?;
         if let Err(e) =
             st.table
                 .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
         {
-            return Ok(Err(e));
+            return Ok((Err(e), st.table.stamp(job)));
         }
         let version = existing.map_or(0, |r| r.version) + 1;
         let rec = ValueRecord {
@@ -533,7 +545,7 @@ impl Node {
             }
             return Err(e);
         }
-        Ok(Ok((version, self.inner.commit.stage())))
+        Ok((Ok(version), self.inner.commit.stage()))
     }
 
     /// The record under (job, key), once everything staged before the read

@@ -15,6 +15,9 @@ use crate::server::convert;
 
 /// The most writes one `WriteStreamRequest` may carry.
 pub const MAX_STREAM_WRITES: usize = 1000;
+/// The most messages of one stream decided but not yet answered; the
+/// stream reads no further until the oldest is answered.
+const MAX_PIPELINED: usize = 64;
 
 type WriteResults = Pin<Box<dyn Stream<Item = Result<proto::WriteStreamResponse, Status>> + Send>>;
 
@@ -55,27 +58,51 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let node = self.node.clone();
         let limits = self.limits.clone();
         let (tx, rx) = mpsc::channel(16);
-        // One task per stream answers its requests in order; each request
-        // takes the node's lock once for all its writes.
+        // Pipelined: the reader decides each message as it arrives, in
+        // order, taking the node's lock once for all its writes; the
+        // replier waits for each message's sync, in the same order, and
+        // answers. So a client that sends messages back to back gets them
+        // into shared syncs, and every reply still waits for its writes.
+        let (staged_tx, mut staged_rx) =
+            mpsc::channel::<Result<(proto::WriteStreamResponse, u64)>>(MAX_PIPELINED);
+        let reader_node = node.clone();
         tokio::spawn(async move {
+            let node = reader_node;
             loop {
                 let msg = tokio::select! {
                     m = inbound.message() => m,
+                    _ = staged_tx.closed() => return,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side, or the stream broke:
+                    // answer what was decided, then end.
+                    Ok(None) | Err(_) => return,
+                };
+                let staged = stage_batch(&node, &limits, msg).await;
+                let end = staged.is_err();
+                if staged_tx.send(staged).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            loop {
+                let staged = tokio::select! {
+                    s = staged_rx.recv() => s,
                     _ = node.closing() => {
                         let _ = tx.send(Err(Status::from(Error::ShuttingDown))).await;
                         return;
                     }
                     _ = tx.closed() => return,
                 };
-                let msg = match msg {
-                    Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke: no
-                    // one is left to answer.
-                    Ok(None) | Err(_) => return,
+                let reply = match staged {
+                    None => return,
+                    Some(Ok((resp, seq))) => node.durable(seq).await.map(|()| resp),
+                    Some(Err(e)) => Err(e),
                 };
-                let reply = write_batch(&node, &limits, msg).await.map_err(Status::from);
                 let end = reply.is_err();
-                if tx.send(reply).await.is_err() || end {
+                if tx.send(reply.map_err(Status::from)).await.is_err() || end {
                     return;
                 }
             }
@@ -130,14 +157,15 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
     }
 }
 
-/// Answers one `WriteStreamRequest`: validates each write on its own, makes
+/// Decides one `WriteStreamRequest`: validates each write on its own, makes
 /// the valid ones in one node decision, and puts the results back in the
-/// request's order.
-async fn write_batch(
+/// request's order. Returns the answer and the sequence number it must
+/// wait for before it is sent.
+async fn stage_batch(
     node: &Backend,
     l: &Limits,
     req: proto::WriteStreamRequest,
-) -> Result<proto::WriteStreamResponse> {
+) -> Result<(proto::WriteStreamResponse, u64)> {
     use proto::write_result::Outcome;
     if req.writes.len() > MAX_STREAM_WRITES {
         return Err(Error::invalid(
@@ -171,7 +199,7 @@ async fn write_batch(
             }),
         }
     }
-    let outcomes = node.checked_write_many(batch).await?;
+    let (outcomes, seq) = node.stage_writes(batch).await?;
     for (slot, outcome) in slots.into_iter().zip(outcomes) {
         let res = &mut results[slot];
         match outcome {
@@ -192,8 +220,11 @@ async fn write_batch(
             }
         }
     }
-    Ok(proto::WriteStreamResponse {
-        id: req.id,
-        results,
-    })
+    Ok((
+        proto::WriteStreamResponse {
+            id: req.id,
+            results,
+        },
+        seq,
+    ))
 }
