@@ -242,10 +242,12 @@ public final class FencedStoreGrpc {
      * decided on its own, in the order of the message: a fenced or malformed
      * write does not stop the others, and a later write in the message sees
      * the earlier ones (two writes to one key give versions n and n+1).
-     * Requests on one stream are answered in the order they were sent, one
-     * response per request; a client may send the next request before the
-     * previous response arrives. **A response is sent only once every write
-     * it reports as WRITTEN is on stable storage.**
+     * Requests on one stream are decided and answered in the order they were
+     * sent, one response per request; a client may send the next request
+     * before the previous response arrives (up to 64 are decided ahead), and
+     * requests sent back to back share syncs. **A response is sent only once
+     * every write it reports as WRITTEN, and every token it names, is on
+     * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
      * "writes") when one message carries more than 1000 writes,
@@ -356,10 +358,12 @@ public final class FencedStoreGrpc {
      * decided on its own, in the order of the message: a fenced or malformed
      * write does not stop the others, and a later write in the message sees
      * the earlier ones (two writes to one key give versions n and n+1).
-     * Requests on one stream are answered in the order they were sent, one
-     * response per request; a client may send the next request before the
-     * previous response arrives. **A response is sent only once every write
-     * it reports as WRITTEN is on stable storage.**
+     * Requests on one stream are decided and answered in the order they were
+     * sent, one response per request; a client may send the next request
+     * before the previous response arrives (up to 64 are decided ahead), and
+     * requests sent back to back share syncs. **A response is sent only once
+     * every write it reports as WRITTEN, and every token it names, is on
+     * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
      * "writes") when one message carries more than 1000 writes,
@@ -457,10 +461,12 @@ public final class FencedStoreGrpc {
      * decided on its own, in the order of the message: a fenced or malformed
      * write does not stop the others, and a later write in the message sees
      * the earlier ones (two writes to one key give versions n and n+1).
-     * Requests on one stream are answered in the order they were sent, one
-     * response per request; a client may send the next request before the
-     * previous response arrives. **A response is sent only once every write
-     * it reports as WRITTEN is on stable storage.**
+     * Requests on one stream are decided and answered in the order they were
+     * sent, one response per request; a client may send the next request
+     * before the previous response arrives (up to 64 are decided ahead), and
+     * requests sent back to back share syncs. **A response is sent only once
+     * every write it reports as WRITTEN, and every token it names, is on
+     * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
      * "writes") when one message carries more than 1000 writes,
