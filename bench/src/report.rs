@@ -265,6 +265,14 @@ impl Report {
             &|v| v <= 1.3,
             "{}x the floor",
         );
+        goal(
+            "(also) single-client WriteStream write p50 ≤ 1.3x the same floor".into(),
+            self.p50_1(Sys::Leasehold, Work::WriteStream)
+                .zip(floor)
+                .map(|(w, f)| w / (f.1 + f.2)),
+            &|v| v <= 1.3,
+            "{}x the floor",
+        );
         let combined = self.p50_1(Sys::Echo, Work::EchoSync);
         goal(
             "(also) single-client CheckedWrite p50 vs the measured durable echo (pwrite + fdatasync in the handler)".into(),

@@ -22,7 +22,6 @@
 
 use std::time::Duration;
 
-use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -30,14 +29,8 @@ use crate::proto;
 use crate::proto::keep_alive_result::Outcome;
 use crate::server::convert::to_proto_duration;
 
+use super::pipe::{Batch, Pipe};
 use super::{Client, ClientError, Lease};
-
-/// The most renewals the client puts in one message (the server takes up
-/// to 1000).
-const MAX_PER_MESSAGE: usize = 1000;
-/// The most encoded bytes the client puts in one message: well under the
-/// server's default limit of about 66 KiB.
-const MAX_MESSAGE_BYTES: usize = 48 * 1024;
 
 /// One lease to renew on a [`KeepAlive`] stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,9 +114,27 @@ impl RenewOutcome {
 /// One open `KeepAlive` stream. Calls to [`KeepAlive::renew`] are answered
 /// in order over the same stream; open one per task that renews.
 pub struct KeepAlive {
-    tx: mpsc::Sender<proto::KeepAliveRequest>,
-    rx: tonic::Streaming<proto::KeepAliveResponse>,
-    next_id: u64,
+    pipe: Pipe<proto::KeepAliveRequest, proto::KeepAliveResponse>,
+}
+
+impl Batch for proto::KeepAliveRequest {
+    type Entry = proto::KeepAliveRenewal;
+    fn new(id: u64, renewals: Vec<Self::Entry>) -> Self {
+        proto::KeepAliveRequest { id, renewals }
+    }
+    fn into_parts(self) -> (u64, Vec<Self::Entry>) {
+        (self.id, self.renewals)
+    }
+}
+
+impl Batch for proto::KeepAliveResponse {
+    type Entry = proto::KeepAliveResult;
+    fn new(id: u64, results: Vec<Self::Entry>) -> Self {
+        proto::KeepAliveResponse { id, results }
+    }
+    fn into_parts(self) -> (u64, Vec<Self::Entry>) {
+        (self.id, self.results)
+    }
 }
 
 impl Client {
@@ -137,9 +148,7 @@ impl Client {
             .await?
             .into_inner();
         Ok(KeepAlive {
-            tx,
-            rx: responses,
-            next_id: 0,
+            pipe: Pipe::new(tx, responses, "keep-alive"),
         })
     }
 }
@@ -153,63 +162,19 @@ impl KeepAlive {
         &mut self,
         batch: &[KeepAliveRenewal],
     ) -> Result<Vec<RenewOutcome>, ClientError> {
-        let mut sent = Vec::new();
-        for chunk in split(batch.iter().map(KeepAliveRenewal::to_proto).collect()) {
-            self.next_id += 1;
-            sent.push((self.next_id, chunk.len()));
-            let req = proto::KeepAliveRequest {
-                id: self.next_id,
-                renewals: chunk,
-            };
-            self.tx
-                .send(req)
-                .await
-                .map_err(|_| ClientError::Unavailable("keep-alive stream closed".into()))?;
-        }
-        let mut out = Vec::with_capacity(batch.len());
-        for (id, n) in sent {
-            let resp = self
-                .rx
-                .message()
-                .await?
-                .ok_or_else(|| ClientError::Unavailable("keep-alive stream ended".into()))?;
-            if resp.id != id || resp.results.len() != n {
-                return Err(ClientError::Other(tonic::Status::internal(format!(
-                    "keep-alive response {} with {} results does not answer request {id} with {n}",
-                    resp.id,
-                    resp.results.len()
-                ))));
-            }
-            for r in resp.results {
-                out.push(RenewOutcome::from_proto(r)?);
-            }
-        }
-        Ok(out)
+        let results = self
+            .pipe
+            .exchange(batch.iter().map(KeepAliveRenewal::to_proto).collect())
+            .await?;
+        results.into_iter().map(RenewOutcome::from_proto).collect()
     }
-}
-
-/// Splits renewals into messages of at most [`MAX_PER_MESSAGE`] entries and
-/// about [`MAX_MESSAGE_BYTES`] bytes. An empty batch is one empty message.
-fn split(all: Vec<proto::KeepAliveRenewal>) -> Vec<Vec<proto::KeepAliveRenewal>> {
-    let mut out = vec![Vec::new()];
-    let mut bytes = 0;
-    for r in all {
-        // The entry, its tag and its length prefix.
-        let len = r.encoded_len() + 4;
-        let cur = out.last_mut().expect("one message at least");
-        if !cur.is_empty() && (cur.len() == MAX_PER_MESSAGE || bytes + len > MAX_MESSAGE_BYTES) {
-            out.push(Vec::new());
-            bytes = 0;
-        }
-        bytes += len;
-        out.last_mut().expect("one message at least").push(r);
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::pipe::{split, MAX_MESSAGE_BYTES};
     use super::*;
+    use prost::Message;
 
     #[test]
     fn split_respects_count_and_size() {
@@ -219,7 +184,7 @@ mod tests {
             token: 1,
             ttl: Some(to_proto_duration(Duration::from_secs(1))),
         };
-        assert_eq!(split(vec![]).len(), 1);
+        assert_eq!(split(Vec::<proto::KeepAliveRenewal>::new()).len(), 1);
         let small = split((0..2500).map(|_| r(5)).collect());
         assert_eq!(
             small.iter().map(Vec::len).collect::<Vec<_>>(),

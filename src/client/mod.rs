@@ -17,6 +17,7 @@
 mod elector;
 mod elector_set;
 mod keepalive;
+mod pipe;
 mod writestream;
 
 use std::fmt;

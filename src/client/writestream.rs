@@ -20,20 +20,13 @@
 //! # Ok(()) }
 //! ```
 
-use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
+use super::pipe::{Batch, Pipe};
 use super::{Client, ClientError};
 use crate::proto;
 use crate::proto::write_result::Outcome;
-
-/// The most writes the client puts in one message (the server takes up to
-/// 1000).
-const MAX_PER_MESSAGE: usize = 1000;
-/// The most encoded bytes the client puts in one message, unless a single
-/// write is larger: well under the server's default limit of about 66 KiB.
-const MAX_MESSAGE_BYTES: usize = 48 * 1024;
 
 /// One write on a [`WriteStream`]: the fields of `CheckedWrite`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,9 +141,27 @@ impl WriteOutcome {
 /// One open `WriteStream`. Calls to [`WriteStream::write`] are answered in
 /// order over the same stream; open one per task that writes.
 pub struct WriteStream {
-    tx: mpsc::Sender<proto::WriteStreamRequest>,
-    rx: tonic::Streaming<proto::WriteStreamResponse>,
-    next_id: u64,
+    pipe: Pipe<proto::WriteStreamRequest, proto::WriteStreamResponse>,
+}
+
+impl Batch for proto::WriteStreamRequest {
+    type Entry = proto::CheckedWriteRequest;
+    fn new(id: u64, writes: Vec<Self::Entry>) -> Self {
+        proto::WriteStreamRequest { id, writes }
+    }
+    fn into_parts(self) -> (u64, Vec<Self::Entry>) {
+        (self.id, self.writes)
+    }
+}
+
+impl Batch for proto::WriteStreamResponse {
+    type Entry = proto::WriteResult;
+    fn new(id: u64, results: Vec<Self::Entry>) -> Self {
+        proto::WriteStreamResponse { id, results }
+    }
+    fn into_parts(self) -> (u64, Vec<Self::Entry>) {
+        (self.id, self.results)
+    }
 }
 
 impl Client {
@@ -164,9 +175,7 @@ impl Client {
             .await?
             .into_inner();
         Ok(WriteStream {
-            tx,
-            rx: responses,
-            next_id: 0,
+            pipe: Pipe::new(tx, responses, "write"),
         })
     }
 }
@@ -179,69 +188,23 @@ impl WriteStream {
     /// did not answer may or may not have been made: open a new stream and
     /// read them back.
     pub async fn write(&mut self, batch: &[StreamWrite]) -> Result<Vec<WriteOutcome>, ClientError> {
-        let mut sent = Vec::new();
-        for chunk in split(batch.iter().map(StreamWrite::to_proto).collect()) {
-            self.next_id += 1;
-            sent.push((self.next_id, chunk.len()));
-            let req = proto::WriteStreamRequest {
-                id: self.next_id,
-                writes: chunk,
-            };
-            self.tx
-                .send(req)
-                .await
-                .map_err(|_| ClientError::Unavailable("write stream closed".into()))?;
-        }
-        let mut out = Vec::with_capacity(batch.len());
-        for (id, n) in sent {
-            let resp = self
-                .rx
-                .message()
-                .await?
-                .ok_or_else(|| ClientError::Unavailable("write stream ended".into()))?;
-            if resp.id != id || resp.results.len() != n {
-                return Err(ClientError::Other(tonic::Status::internal(format!(
-                    "write stream response {} with {} results does not answer request {id} with {n}",
-                    resp.id,
-                    resp.results.len()
-                ))));
-            }
-            for r in resp.results {
-                out.push(WriteOutcome::from_proto(r)?);
-            }
-        }
-        Ok(out)
+        let results = self
+            .pipe
+            .exchange(batch.iter().map(StreamWrite::to_proto).collect())
+            .await?;
+        results.into_iter().map(WriteOutcome::from_proto).collect()
     }
-}
-
-/// Splits writes into messages of at most [`MAX_PER_MESSAGE`] entries and
-/// about [`MAX_MESSAGE_BYTES`] bytes (a larger write goes alone). An empty
-/// batch is one empty message.
-fn split(all: Vec<proto::CheckedWriteRequest>) -> Vec<Vec<proto::CheckedWriteRequest>> {
-    let mut out = vec![Vec::new()];
-    let mut bytes = 0;
-    for w in all {
-        // The entry, its tag and its length prefix.
-        let len = w.encoded_len() + 4;
-        let cur = out.last_mut().expect("one message at least");
-        if !cur.is_empty() && (cur.len() == MAX_PER_MESSAGE || bytes + len > MAX_MESSAGE_BYTES) {
-            out.push(Vec::new());
-            bytes = 0;
-        }
-        bytes += len;
-        out.last_mut().expect("one message at least").push(w);
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::pipe::split;
     use super::*;
 
     #[test]
     fn split_respects_count_and_size() {
         let w = |n: usize| StreamWrite::put("j", 1, b"k", vec![0; n]).to_proto();
-        assert_eq!(split(vec![]).len(), 1);
+        assert_eq!(split(Vec::<proto::CheckedWriteRequest>::new()).len(), 1);
         let small = split((0..2500).map(|_| w(1)).collect());
         assert_eq!(
             small.iter().map(Vec::len).collect::<Vec<_>>(),
