@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError};
+use leasehold::client::{Client, ClientError, StreamWrite, WriteOutcome};
 
 mod common;
 
@@ -288,6 +288,42 @@ fn outcome_of(e: &ClientError) -> Outcome {
     }
 }
 
+/// One write over a fresh `WriteStream`, its outcome as a unary
+/// `CheckedWrite` would give it.
+async fn stream_write(
+    c: &Client,
+    job: &str,
+    token: u64,
+    key: &[u8],
+    value: Vec<u8>,
+) -> Result<u64, ClientError> {
+    let mut ws = c.write_stream().await?;
+    let out = ws
+        .write(&[StreamWrite::put(job, token, key, value)])
+        .await?;
+    match out.into_iter().next() {
+        Some(WriteOutcome::Written { version }) => Ok(version),
+        Some(WriteOutcome::Fenced {
+            current_token,
+            message,
+        }) => Err(ClientError::Fenced {
+            message,
+            current_token: Some(current_token),
+        }),
+        Some(WriteOutcome::UnknownToken { message, .. }) => Err(ClientError::InvalidArgument {
+            field: Some("token".into()),
+            message,
+        }),
+        Some(WriteOutcome::InvalidArgument { field, message }) => {
+            Err(ClientError::InvalidArgument {
+                field: Some(field),
+                message,
+            })
+        }
+        None => Err(ClientError::Unavailable("no result".into())),
+    }
+}
+
 // ---- A worker process ----
 
 /// `addrs`: the servers to use, moving to the next one after an operation
@@ -433,9 +469,14 @@ fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                     op.key = key.clone();
                     op.value = format!("w{id}.{seed:x}.{n}");
                     op.invoke = mono_ns();
-                    let r = c
-                        .checked_write(&wj, wt, key.as_bytes(), op.value.clone().into_bytes())
-                        .await;
+                    let value = op.value.clone().into_bytes();
+                    // Half the writes go over a WriteStream, opened for the
+                    // write: the same rules, checked by the same checker.
+                    let r = if rng.below(2) == 0 {
+                        c.checked_write(&wj, wt, key.as_bytes(), value).await
+                    } else {
+                        stream_write(c, &wj, wt, key.as_bytes(), value).await
+                    };
                     op.complete = mono_ns();
                     match r {
                         Ok(v) => op.version = v,
