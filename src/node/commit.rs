@@ -60,6 +60,9 @@ struct Requests {
     /// The highest sequence number somebody waits for.
     wanted: u64,
     stop: bool,
+    /// The flusher waits on the condvar: only then does a new request
+    /// need a (system call) wake-up.
+    sleeping: bool,
 }
 
 struct Shared {
@@ -127,8 +130,12 @@ impl GroupCommit {
                 if r.stop {
                     return Err(Error::ShuttingDown);
                 }
-                r.wanted = r.wanted.max(seq);
-                self.shared.wake.notify_one();
+                if seq > r.wanted {
+                    r.wanted = seq;
+                    if r.sleeping {
+                        self.shared.wake.notify_one();
+                    }
+                }
                 asked = true;
             }
             if rx.changed().await.is_err() {
@@ -183,7 +190,9 @@ fn flusher(shared: &Shared, store: &dyn Store, on_failure: &Trigger) {
         let stop = {
             let mut r = shared.requests.lock().expect("requests lock");
             while r.wanted <= done && !r.stop {
+                r.sleeping = true;
                 r = shared.wake.wait(r).expect("requests lock");
+                r.sleeping = false;
             }
             r.stop && r.wanted <= done
         };
