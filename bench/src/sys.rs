@@ -350,6 +350,17 @@ pub enum Conn {
     },
 }
 
+/// The write workload's fenced write of job `j`'s key on leasehold.
+fn lh_write(j: usize, s: &Setup, value: &[u8]) -> lh::CheckedWriteRequest {
+    lh::CheckedWriteRequest {
+        job: job(j),
+        token: s.lh_tokens[j],
+        key: b"k".to_vec(),
+        value: value.to_vec(),
+        delete: false,
+    }
+}
+
 /// The region the floor's writes cycle through.
 pub const FLOOR_FILE_BYTES: u64 = 1 << 20;
 
@@ -497,15 +508,7 @@ impl Conn {
                 Ok(1)
             }
             (Conn::Leasehold { store, value, .. }, Work::Write) => {
-                store
-                    .checked_write(lh::CheckedWriteRequest {
-                        job: job(j),
-                        token: s.lh_tokens[j],
-                        key: b"k".to_vec(),
-                        value: value.clone(),
-                        delete: false,
-                    })
-                    .await?;
+                store.checked_write(lh_write(j, s, value)).await?;
                 Ok(1)
             }
             (
@@ -518,13 +521,7 @@ impl Conn {
             ) => {
                 tx.send(lh::WriteStreamRequest {
                     id: 0,
-                    writes: vec![lh::CheckedWriteRequest {
-                        job: job(j),
-                        token: s.lh_tokens[j],
-                        key: b"k".to_vec(),
-                        value: value.clone(),
-                        delete: false,
-                    }],
+                    writes: vec![lh_write(j, s, value)],
                 })
                 .await?;
                 let r = rx.message().await?.ok_or("write stream ended")?;
