@@ -105,7 +105,8 @@ struct Open {
     db: sled::Db,
     leases: sled::Tree,
     values: sled::Tree,
-    /// The log file, opened a second time for `fdatasync`.
+    /// sled's own log file, opened a second time for the `fdatasync` of a
+    /// checkpoint.
     log: File,
     blobs: PathBuf,
     wal: Mutex<Wal>,
