@@ -81,7 +81,7 @@ pub struct Renewal {
     pub ttl: Duration,
 }
 
-/// One write in a [`Node::checked_write_many`] batch: the arguments of
+/// One write in a [`Node::stage_writes`] batch: the arguments of
 /// [`Node::checked_write`].
 #[derive(Debug, Clone)]
 pub struct Write {
@@ -473,24 +473,15 @@ impl Node {
         outcome
     }
 
-    /// Many writes in one decision: the state lock is taken once, the
+    /// Many writes in one decision: the state lock is taken once, and the
     /// writes are made in order with the rules of [`Node::checked_write`],
-    /// each on its own (a fenced one does not stop the others), and the
-    /// reply waits for one durability point that covers all of them.
-    /// Returns each write's new version or why it was refused (`Fenced`,
-    /// `UnknownToken`). Fails as a whole when the node is closing or the
+    /// each on its own (a fenced one does not stop the others). Returns
+    /// each write's new version or why it was refused (`Fenced`,
+    /// `UnknownToken`), and the sequence number to pass to
+    /// [`Node::durable`] before any of it is shown. Not waiting here lets a
+    /// stream decide its next message, in order, while earlier ones wait
+    /// for their sync. Fails as a whole when the node is closing or the
     /// store refuses or fails; writes before that one may have been made.
-    pub async fn checked_write_many(&self, batch: Vec<Write>) -> Result<Vec<Result<u64>>> {
-        let (out, seq) = self.stage_writes(batch)?;
-        self.durable(seq).await?;
-        Ok(out)
-    }
-
-    /// The first half of [`Node::checked_write_many`]: decides and stages
-    /// the writes, without waiting. Returns the outcomes, which must not be
-    /// shown before [`Node::durable`] of the returned sequence number.
-    /// Streams use it to decide their messages in order while earlier ones
-    /// wait for their sync.
     pub fn stage_writes(&self, batch: Vec<Write>) -> Result<(Vec<Result<u64>>, u64)> {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
