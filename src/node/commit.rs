@@ -126,15 +126,19 @@ impl GroupCommit {
                 return r;
             }
             if !asked {
-                let mut r = self.shared.requests.lock().expect("requests lock");
-                if r.stop {
-                    return Err(Error::ShuttingDown);
-                }
-                if seq > r.wanted {
-                    r.wanted = seq;
-                    if r.sleeping {
-                        self.shared.wake.notify_one();
+                let wake = {
+                    let mut r = self.shared.requests.lock().expect("requests lock");
+                    if r.stop {
+                        return Err(Error::ShuttingDown);
                     }
+                    let later = seq > r.wanted;
+                    r.wanted = r.wanted.max(seq);
+                    later && r.sleeping
+                };
+                // After the unlock, so that the flusher does not wake up
+                // only to wait for the lock; it rechecks `wanted` under it.
+                if wake {
+                    self.shared.wake.notify_one();
                 }
                 asked = true;
             }

@@ -12,14 +12,15 @@
 //! 2. [`Store::sync`] (the flusher thread, once per group commit) writes
 //!    every pending record to the [`wal`](super::wal) with one `pwrite` and
 //!    one `fdatasync`. That is the durability point.
-//! 3. [`Store::settle`] (the same thread, after the waiters were released)
-//!    applies the records to sled's trees in memory and drops them from the
-//!    overlay.
-//! 4. A checkpoint, when the log is half full, at a clean shutdown and at
-//!    every start-up, flushes sled (its `flush` and an `fdatasync` of its
-//!    log: sled 0.34's flush ends in `sync_file_range`, which reaches
-//!    neither the file's metadata nor the drive's cache, sled issue #1452)
-//!    and then empties the log.
+//!    The logged records wait in memory, the newest per key: a key written
+//!    a thousand times between checkpoints costs sled one insert.
+//! 3. A checkpoint, when the log is half full (checked by
+//!    [`Store::settle`], on the same thread, after the waiters were
+//!    released), at a clean shutdown and at every start-up, applies the
+//!    logged records to sled's trees, drops them from the overlay, flushes
+//!    sled (its `flush` and an `fdatasync` of its log: sled 0.34's flush
+//!    ends in `sync_file_range`, which reaches neither the file's metadata
+//!    nor the drive's cache, sled issue #1452) and then empties the log.
 //!
 //! **sled never holds a record that the log has not made durable**: records
 //! reach sled only after their `fdatasync`. Whatever sled writes on its own
@@ -62,6 +63,12 @@ const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
 /// up front keeps the store, and reads, working on a full disk.
 const RESERVE: u64 = 2 * SEGMENT_SIZE as u64;
 
+/// Free space above which a `statvfs` result is reused for up to
+/// [`SPACE_FRESH`]: filling that much within that time would take a writer
+/// of several GB/s. Nearer to full, every put asks the file system again.
+const SPACE_TRUSTED: u64 = 256 * 1024 * 1024;
+const SPACE_FRESH: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The embedded store.
 pub struct SledStore {
     dir: PathBuf,
@@ -75,9 +82,11 @@ pub struct SledStore {
     syncs: AtomicU64,
     /// Puts not yet in the log, and the values not yet in sled.
     pending: Mutex<Pending>,
+    /// The last `statvfs` of the data dir: when, and the free bytes.
+    space: Mutex<Option<(std::time::Instant, u64)>>,
 }
 
-/// One put on its way: logged by `sync`, applied to sled by `settle`.
+/// One put on its way: logged by `sync`, applied to sled by a checkpoint.
 struct Put {
     seq: u64,
     record: Record,
@@ -110,8 +119,31 @@ struct Open {
     log: File,
     blobs: PathBuf,
     wal: Mutex<Wal>,
-    /// Logged puts that `settle` has not applied to sled yet.
-    unapplied: Mutex<Vec<Put>>,
+    /// Logged puts that no checkpoint has applied to sled yet.
+    logged: Mutex<Logged>,
+}
+
+/// The logged puts not in sled yet: the newest per key, so that a key
+/// written many times between checkpoints is applied once.
+#[derive(Default)]
+struct Logged {
+    leases: BTreeMap<Vec<u8>, Vec<u8>>,
+    values: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The sequence number of the last put logged.
+    upto: u64,
+}
+
+impl Logged {
+    fn add(&mut self, puts: Vec<Put>) {
+        for p in puts {
+            self.upto = self.upto.max(p.seq);
+            let map = match p.record.kind {
+                Kind::Lease => &mut self.leases,
+                Kind::Value => &mut self.values,
+            };
+            map.insert(p.record.key, p.record.value);
+        }
+    }
 }
 
 impl SledStore {
@@ -128,6 +160,7 @@ impl SledStore {
             failed: Mutex::new(None),
             syncs: AtomicU64::new(0),
             pending: Mutex::new(Pending::default()),
+            space: Mutex::new(None),
         })
     }
 
@@ -184,7 +217,7 @@ impl SledStore {
     /// Refuses a put of about `bytes` when the data dir's file system is
     /// too full for it, before sled sees it.
     fn ensure_space(&self, bytes: usize) -> Result<()> {
-        let free = free_bytes(&self.dir).map_err(|e| {
+        let free = self.free().map_err(|e| {
             Error::storage(format!("cannot stat data dir {}: {e}", self.dir.display()))
         })?;
         let needed = RESERVE + bytes as u64;
@@ -192,6 +225,28 @@ impl SledStore {
             return Err(Error::NoSpace { free, needed });
         }
         Ok(())
+    }
+
+    /// Applies the logged puts to sled, forgets them in the overlay, and
+    /// checkpoints.
+    fn checkpoint_open(&self, o: &Open, wal: &mut Wal) -> Result<()> {
+        let upto = o.apply_logged(&mut o.logged.lock().expect("logged lock"))?;
+        self.pending().trim(upto);
+        o.checkpoint(wal)
+    }
+
+    /// The free bytes of the data dir's file system: asked anew unless the
+    /// last answer is recent and far from full (see [`SPACE_TRUSTED`]).
+    fn free(&self) -> std::io::Result<u64> {
+        let mut last = self.space.lock().expect("space lock");
+        if let Some((at, free)) = *last {
+            if free > SPACE_TRUSTED && at.elapsed() < SPACE_FRESH {
+                return Ok(free);
+            }
+        }
+        let free = free_bytes(&self.dir)?;
+        *last = Some((std::time::Instant::now(), free));
+        Ok(free)
     }
 
     fn failure(&self, default: &str) -> String {
@@ -242,6 +297,18 @@ impl Open {
                 .map_err(Error::storage)?;
         }
         Ok(())
+    }
+
+    /// Applies the logged puts to sled's trees, in key order, leaving
+    /// `logged` empty. Returns the sequence number they reach.
+    fn apply_logged(&self, logged: &mut Logged) -> Result<u64> {
+        let l = std::mem::take(logged);
+        for (tree, map) in [(&self.leases, l.leases), (&self.values, l.values)] {
+            for (k, v) in map {
+                tree.insert(k, v).map_err(Error::storage)?;
+            }
+        }
+        Ok(l.upto)
     }
 
     /// Makes everything applied to sled durable in sled, then empties the
@@ -335,7 +402,7 @@ impl Open {
             log,
             blobs: dir.join("blobs"),
             wal: Mutex::new(wal),
-            unapplied: Mutex::new(Vec::new()),
+            logged: Mutex::new(Logged::default()),
         };
         Ok((open, records))
     }
@@ -361,6 +428,12 @@ impl Open {
 impl Store for SledStore {
     fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
         self.with(|o| {
+            // Logged lease records first go where the scan below sees them.
+            let mut logged = o.logged.lock().expect("logged lock");
+            for (k, v) in std::mem::take(&mut logged.leases) {
+                o.leases.insert(k, v).map_err(Error::storage)?;
+            }
+            drop(logged);
             o.leases
                 .iter()
                 .map(|kv| {
@@ -479,16 +552,15 @@ impl Store for SledStore {
             let logged = wal
                 .append(puts.iter().map(|p| &p.record))
                 .map_err(|e| Error::storage(format!("{}: {e}", wal.path().display())))?;
+            let mut done = o.logged.lock().expect("logged lock");
             if logged {
-                o.unapplied.lock().expect("unapplied lock").extend(puts);
+                done.add(puts);
                 return Ok(());
             }
             // Too big for the room left in the log: straight into sled,
             // after what is logged, and checkpoint.
-            let mut unapplied = o.unapplied.lock().expect("unapplied lock");
-            o.apply(&unapplied)?;
+            o.apply_logged(&mut done)?;
             o.apply(&puts)?;
-            unapplied.clear();
             o.checkpoint(&mut wal)?;
             let last = puts.last().map_or(0, |p| p.seq);
             self.pending().trim(last);
@@ -500,27 +572,20 @@ impl Store for SledStore {
 
     fn settle(&self) -> Result<()> {
         self.write(|o| {
-            let puts = std::mem::take(&mut *o.unapplied.lock().expect("unapplied lock"));
-            let Some(last) = puts.last().map(|p| p.seq) else {
-                return Ok(());
-            };
-            o.apply(&puts)?;
-            self.pending().trim(last);
             let mut wal = o.wal.lock().expect("wal lock");
             if wal.used() * 2 > wal.capacity() {
-                o.checkpoint(&mut wal)?;
+                self.checkpoint_open(o, &mut wal)?;
             }
             Ok(())
         })
     }
 
     fn checkpoint(&self) -> Result<()> {
-        self.settle()?;
-        self.write(|o| o.checkpoint(&mut o.wal.lock().expect("wal lock")))
+        self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))
     }
 
     fn nearly_full(&self) -> bool {
-        free_bytes(&self.dir).map_or(true, |free| free < 2 * RESERVE)
+        self.free().map_or(true, |free| free < 2 * RESERVE)
     }
 
     fn reopen(&self) -> Result<()> {
@@ -603,7 +668,7 @@ mod tests {
         s.put_value(&other, b"k0", &val(1, 1, Some("other")))
             .unwrap();
         s.sync().unwrap();
-        s.settle().unwrap();
+        s.checkpoint().unwrap();
         s.put_value(&job, b"k2", &val(1, 1, Some("logged")))
             .unwrap();
         s.put_value(&job, b"k3", &val(1, 2, Some("logged")))
@@ -625,11 +690,66 @@ mod tests {
         );
         s.sync().unwrap();
         s.settle().unwrap();
+        assert!(
+            !s.pending().overlay.is_empty(),
+            "logged puts wait for a checkpoint"
+        );
+        s.checkpoint().unwrap();
         assert!(s.pending().overlay.is_empty(), "everything is in sled");
         assert_eq!(
             keys(&s, &job, None, 100),
             ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
         );
+    }
+
+    /// Between checkpoints, a key written many times waits in memory as its
+    /// newest put only; the checkpoint gives sled that one, and a logged
+    /// lease is seen by `leases` before any checkpoint.
+    #[test]
+    fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        for v in 1..=50u64 {
+            s.put_value(&job, b"k", &val(1, v, Some(&format!("v{v}"))))
+                .unwrap();
+            s.sync().unwrap();
+            s.settle().unwrap();
+        }
+        let in_sled = |s: &SledStore| {
+            s.with(|o| Ok(o.values.get(value_key(&job, b"k")).unwrap()))
+                .unwrap()
+                .map(|v| decode_value(&v).unwrap().version)
+        };
+        assert_eq!(in_sled(&s), None, "nothing applied before a checkpoint");
+        assert_eq!(
+            s.with(|o| Ok(o.logged.lock().unwrap().values.len()))
+                .unwrap(),
+            1,
+            "fifty logged puts of one key wait as one"
+        );
+        let lease = LeaseRecord {
+            holder: Some(l.holder("w").unwrap()),
+            token: Token(3),
+            ttl: std::time::Duration::from_secs(9),
+        };
+        s.put_lease(&job, &lease).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+        s.put_value(&job, b"k", &val(1, 51, Some("pending")))
+            .unwrap();
+        s.checkpoint().unwrap();
+        assert_eq!(
+            in_sled(&s),
+            Some(50),
+            "the newest logged put, not the pending one"
+        );
+        assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 51);
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        assert_eq!(in_sled(&s), Some(51));
+        assert!(s.pending().overlay.is_empty());
     }
 
     /// A reopen keeps exactly what was synced: logged puts come back from
