@@ -71,6 +71,11 @@ pub trait Store: Send + Sync + 'static {
     fn settle(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether [`Store::settle`] has work to do after the syncs so far: a
+    /// sync run away from the flusher asks, and hands the work over.
+    fn settle_due(&self) -> bool {
+        false
+    }
     /// Moves everything durable to where a restart reads it fastest; for a
     /// clean shutdown, after the last [`Store::sync`].
     fn checkpoint(&self) -> Result<()> {

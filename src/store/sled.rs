@@ -238,14 +238,15 @@ impl SledStore {
     /// The free bytes of the data dir's file system: asked anew unless the
     /// last answer is recent and far from full (see [`SPACE_TRUSTED`]).
     fn free(&self) -> std::io::Result<u64> {
+        let now = crate::clock::now();
         let mut last = self.space.lock().expect("space lock");
         if let Some((at, free)) = *last {
-            if free > SPACE_TRUSTED && at.elapsed() < SPACE_FRESH {
+            if free > SPACE_TRUSTED && now.saturating_duration_since(at) < SPACE_FRESH {
                 return Ok(free);
             }
         }
         let free = free_bytes(&self.dir)?;
-        *last = Some((std::time::Instant::now(), free));
+        *last = Some((now, free));
         Ok(free)
     }
 
@@ -578,6 +579,14 @@ impl Store for SledStore {
             }
             Ok(())
         })
+    }
+
+    fn settle_due(&self) -> bool {
+        self.with(|o| {
+            let wal = o.wal.lock().expect("wal lock");
+            Ok(wal.used() * 2 > wal.capacity())
+        })
+        .unwrap_or(false)
     }
 
     fn checkpoint(&self) -> Result<()> {
