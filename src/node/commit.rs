@@ -157,7 +157,7 @@ impl GroupCommit {
     /// which saves the two thread hand-offs of the flusher's round trip
     /// (about 40 µs of a 200 µs write): when it is the newest change, no
     /// sync runs, nobody else waits, the last sync covered at most one
-    /// change and took at most [`LEAD_MAX_SYNC`], and the runtime has
+    /// change and took at most 0.5 ms (`LEAD_MAX_SYNC`), and the runtime has
     /// another worker. Anything busier goes to the flusher, which batches.
     pub async fn wait(&self, seq: u64) -> Result<()> {
         if self.shared.ack_early.load(Ordering::Relaxed) {
