@@ -86,6 +86,9 @@ struct Requests {
     syncing: bool,
     /// A waiter's sync left the store work for [`Store::settle`].
     settle: bool,
+    /// The flusher runs [`Store::settle`], which may checkpoint and hold
+    /// the log for a while: no waiter leads a sync meanwhile.
+    settling: bool,
     stop: bool,
     /// The flusher waits on the condvar: only then does a new request
     /// need a (system call) wake-up.
@@ -156,9 +159,10 @@ impl GroupCommit {
     /// A lone change is synced right here, on the caller's runtime worker,
     /// which saves the two thread hand-offs of the flusher's round trip
     /// (about 40 µs of a 200 µs write): when it is the newest change, no
-    /// sync runs, nobody else waits, the last sync covered at most one
-    /// change and took at most 0.5 ms (`LEAD_MAX_SYNC`), and the runtime has
-    /// another worker. Anything busier goes to the flusher, which batches.
+    /// sync or checkpoint runs, nobody else waits, the last sync covered at
+    /// most one change and took at most 0.5 ms (`LEAD_MAX_SYNC`), and the
+    /// runtime has another worker. Anything busier goes to the flusher,
+    /// which batches.
     pub async fn wait(&self, seq: u64) -> Result<()> {
         if self.shared.ack_early.load(Ordering::Relaxed) {
             return Ok(());
@@ -176,6 +180,7 @@ impl GroupCommit {
                         return Err(Error::ShuttingDown);
                     }
                     let lone = !r.syncing
+                        && !r.settling
                         && r.last_batch <= 1
                         && r.last_took <= LEAD_MAX_SYNC
                         && r.wanted <= r.synced
@@ -330,7 +335,12 @@ fn flusher(shared: &Shared, on_failure: &Trigger) {
                 on_failure.fire();
                 continue;
             }
-            Next::Sync | Next::Settle => store.settle(),
+            Next::Sync | Next::Settle => {
+                shared.requests.lock().expect("requests lock").settling = true;
+                let settled = store.settle();
+                shared.requests.lock().expect("requests lock").settling = false;
+                settled
+            }
         };
         if let Err(e) = settled {
             // What was acknowledged is durable; the store needs a reopen
