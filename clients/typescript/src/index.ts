@@ -1,6 +1,7 @@
 /**
  * leasehold for TypeScript / Node.js: a promise-based `Client`, the
- * `Elector` (an EventEmitter), and typed errors, on @grpc/grpc-js with
+ * `Elector` (an EventEmitter), the `WriteStream` for many fenced writes
+ * over one stream, and typed errors, on @grpc/grpc-js with
  * types generated from proto/leasehold/v1/leasehold.proto by ts-proto.
  *
  * ```ts
@@ -8,6 +9,9 @@
  * const elector = new Elector(client, "bridge_health", "bridge", 10_000).start();
  * const token = await elector.elected();
  * await client.checkedWrite("bridge_health", token!, "status", "ok");
+ * const stream = client.writeStream(); // many writes, cheaply
+ * await stream.write([{ job: "bridge_health", token: token!, key: "seen", value: "1" }]);
+ * await stream.close();
  * await elector.resign();
  * ```
  */
@@ -30,6 +34,15 @@ export {
   Unavailable,
   UnknownToken,
 } from "./errors";
+export { WriteStream } from "./writestream";
+export type {
+  FencedWrite,
+  InvalidWrite,
+  StreamWrite,
+  UnknownTokenWrite,
+  WriteOutcome,
+  Written,
+} from "./writestream";
 export { EventKind, processHolder } from "./types";
 export type { Acquired, Bytes, KeyInfo, Lease, LeaseEvent, Value } from "./types";
 /** The generated messages and grpc-js service clients. */
