@@ -59,6 +59,7 @@ public final class Client implements AutoCloseable {
   private final LeasesGrpc.LeasesBlockingStub leases;
   private final LeasesGrpc.LeasesFutureStub leasesFuture;
   private final FencedStoreGrpc.FencedStoreBlockingStub store;
+  private final FencedStoreGrpc.FencedStoreStub storeAsync;
   private final Duration timeout;
 
   private Client(Channel channel, ManagedChannel owned, Duration timeout) {
@@ -66,6 +67,7 @@ public final class Client implements AutoCloseable {
     this.leases = LeasesGrpc.newBlockingStub(channel);
     this.leasesFuture = LeasesGrpc.newFutureStub(channel);
     this.store = FencedStoreGrpc.newBlockingStub(channel);
+    this.storeAsync = FencedStoreGrpc.newStub(channel);
     this.timeout = timeout;
   }
 
@@ -233,6 +235,18 @@ public final class Client implements AutoCloseable {
 
   private long write(CheckedWriteRequest req) {
     return call(store, timeout, s -> s.checkedWrite(req)).getVersion();
+  }
+
+  /**
+   * Opens a {@link WriteStream}: fenced writes, many per message, over one
+   * long-lived stream; far cheaper than {@link #checkedWrite} per write. Does
+   * not wait for the server: a server that cannot be reached shows as an
+   * {@link UnavailableException} from the first {@link WriteStream#write}.
+   * The stream has no deadline; each {@code write} and the {@code close} wait
+   * up to this client's timeout. Close it when done.
+   */
+  public WriteStream writeStream() {
+    return new WriteStream(storeAsync, timeout);
   }
 
   /** Reads (job, key); linearizable. */
