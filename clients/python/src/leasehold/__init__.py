@@ -13,12 +13,16 @@ fenced by the tokens, over gRPC.
         except leasehold.Fenced:
             pass  # not the leader any more: stop
 
+``client.write_stream()`` opens a :class:`WriteStream` for many fenced
+writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
+
 ``leasehold.aio`` has the asyncio variants (``AsyncClient``,
-``AsyncElector``); ``leasehold.v1`` the generated protobuf and gRPC modules.
+``AsyncWriteStream``, ``AsyncElector``); ``leasehold.v1`` the generated
+protobuf and gRPC modules.
 """
 
-from .aio import AsyncClient, AsyncElector
-from .client import DEFAULT_TARGET, Client, Watch
+from .aio import AsyncClient, AsyncElector, AsyncWriteStream
+from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
 from .errors import (
     DOMAIN,
@@ -32,7 +36,18 @@ from .errors import (
     Unavailable,
     UnknownToken,
 )
-from .types import Acquired, EventKind, KeyInfo, Lease, LeaseEvent, Value, process_holder
+from .types import (
+    Acquired,
+    EventKind,
+    KeyInfo,
+    Lease,
+    LeaseEvent,
+    StreamWrite,
+    Value,
+    WriteOutcome,
+    WriteOutcomeKind,
+    process_holder,
+)
 
 __version__ = "0.1.0"
 
@@ -40,6 +55,7 @@ __all__ = [
     "Acquired",
     "AsyncClient",
     "AsyncElector",
+    "AsyncWriteStream",
     "Client",
     "DEFAULT_TARGET",
     "DOMAIN",
@@ -55,9 +71,13 @@ __all__ = [
     "LeaseholdError",
     "ShuttingDown",
     "StorageError",
+    "StreamWrite",
     "Unavailable",
     "UnknownToken",
     "Value",
     "Watch",
+    "WriteOutcome",
+    "WriteOutcomeKind",
+    "WriteStream",
     "process_holder",
 ]

@@ -1,4 +1,5 @@
-"""asyncio variants: :class:`AsyncClient` and :class:`AsyncElector`.
+"""asyncio variants: :class:`AsyncClient` (and its
+:class:`AsyncWriteStream`) and :class:`AsyncElector`.
 
 They behave exactly as :class:`~leasehold.Client` and
 :class:`~leasehold.Elector`, on ``grpc.aio`` and one asyncio task::
@@ -15,7 +16,9 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import AsyncIterator, Awaitable, Callable, List, Optional, Union
+import weakref
+from collections import deque
+from typing import AsyncIterator, Awaitable, Callable, Deque, Iterable, List, Optional, Tuple, Union
 
 import grpc
 import grpc.aio
@@ -30,7 +33,11 @@ from .client import (
     normalize_target,
     release_request,
     renew_request,
+    split_writes,
+    stream_closed_error,
+    stream_timeout_error,
     value_from_pb,
+    write_outcomes,
     write_request,
 )
 from .elector import campaign_timing
@@ -40,7 +47,9 @@ from .types import (
     KeyInfo,
     Lease,
     LeaseEvent,
+    StreamWrite,
     Value,
+    WriteOutcome,
     as_bytes,
     event_from_pb,
     lease_from_pb,
@@ -52,6 +61,220 @@ from .v1 import leasehold_pb2_grpc as pb_grpc
 log = logging.getLogger("leasehold.elector")
 
 AsyncTokenCallback = Callable[[int], Union[None, Awaitable[None]]]
+
+
+def _retrieve(fut: "asyncio.Future[List[WriteOutcome]]") -> None:
+    # An answer nobody awaits any more (its writer was cancelled) is not an
+    # "exception was never retrieved".
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _AsyncStreamState:
+    """What an :class:`AsyncWriteStream` shares with its reader task. It
+    holds no reference to the AsyncWriteStream, so an abandoned stream is
+    collected and its finalizer cancels the call."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall, loop: asyncio.AbstractEventLoop) -> None:
+        self.call = call
+        self.loop = loop
+        self.send_lock = asyncio.Lock()
+        self.pending: Deque[Tuple[int, int, "asyncio.Future[List[WriteOutcome]]"]] = deque()
+        self.next_id = 0
+        self.closing = False
+        self.error: Optional[errors.LeaseholdError] = None
+
+    def fail(self, err: errors.LeaseholdError, *also: "asyncio.Future[List[WriteOutcome]]") -> None:
+        """Breaks the stream with ``err`` (unless already broken): every
+        pending write, those in ``also`` and every later one raise it.
+        Cancels the call."""
+        if self.error is None:
+            self.error = err
+        failed = list(also) + [f for _, _, f in self.pending]
+        self.pending.clear()
+        for f in failed:
+            if not f.done():
+                f.set_exception(self.error)
+        self.call.cancel()
+
+    async def read(self) -> None:
+        """The reader task: answers the pending writes in order, until the
+        stream ends."""
+        try:
+            while True:
+                resp = await self.call.read()
+                if resp is grpc.aio.EOF:
+                    break
+                if self.error is not None:
+                    return
+                if not self.pending:
+                    self.fail(
+                        errors.LeaseholdError(
+                            f"write response {resp.id} answers no request", code=grpc.StatusCode.INTERNAL
+                        )
+                    )
+                    return
+                request_id, count, fut = self.pending.popleft()
+                try:
+                    outcomes = write_outcomes(request_id, count, resp)
+                except errors.LeaseholdError as e:
+                    self.fail(e, fut)
+                    return
+                if not fut.done():
+                    fut.set_result(outcomes)
+            # Ended with OK: after close(), once every write was answered.
+            self.fail(stream_closed_error("write stream closed" if self.closing else "write stream ended"))
+        except grpc.aio.AioRpcError as e:
+            self.fail(errors.from_rpc_error(e))
+        except asyncio.CancelledError:
+            # The call was cancelled (by fail(), the channel's close, or the
+            # loop shutting down): end quietly.
+            self.fail(stream_closed_error("write stream cancelled"))
+        except BaseException as e:  # never leave writers waiting
+            self.fail(errors.LeaseholdError(f"write stream reader failed: {e!r}"))
+            raise
+
+    def abandon(self) -> None:
+        self.fail(stream_closed_error("write stream abandoned"))
+
+
+def _abandon(state: _AsyncStreamState) -> None:
+    """The finalizer of an AsyncWriteStream collected without close()."""
+    if state.call.done():
+        return
+    try:
+        state.loop.call_soon_threadsafe(state.abandon)
+    except RuntimeError:  # the loop is closed: so is the call
+        pass
+
+
+class AsyncWriteStream:
+    """The asyncio :class:`~leasehold.WriteStream`, from
+    :meth:`AsyncClient.write_stream`: fenced writes over one long-lived gRPC
+    stream. Tasks of one event loop may share it: each :meth:`write` sends
+    its messages back to back, and one reader task matches the answers to
+    the writes in order. The stream opens on first use; use it as an async
+    context manager, or call :meth:`close`::
+
+        async with client.write_stream() as stream:
+            out = await stream.write([StreamWrite.put("reconcile", token, b"cursor", b"42")])
+
+    **A raised error breaks the stream**: the write that raised it, every
+    other unanswered one and every later one raise the same error. The
+    writes the stream did not answer may or may not have been made: open a
+    new stream and read them back.
+    """
+
+    def __init__(self, store: pb_grpc.FencedStoreStub, timeout: float) -> None:
+        self._store = store
+        self._timeout = timeout
+        self._state: Optional[_AsyncStreamState] = None
+        self._reader: Optional["asyncio.Task[None]"] = None
+        self._closed = False
+        self._finalizer: Optional[weakref.finalize] = None
+
+    def _start(self) -> _AsyncStreamState:
+        if self._state is None:
+            call = self._store.WriteStream()
+            st = _AsyncStreamState(call, asyncio.get_running_loop())
+            self._reader = st.loop.create_task(st.read(), name="leasehold-write-stream")
+            self._finalizer = weakref.finalize(self, _abandon, st)
+            self._state = st
+        return self._state
+
+    async def write(self, writes: Iterable[StreamWrite], *, timeout: Optional[float] = None) -> List[WriteOutcome]:
+        """Makes every write, in order; returns one
+        :class:`~leasehold.WriteOutcome` per write, in the same order, once
+        the written ones are durable. A fenced, unknown-token or malformed
+        write is an outcome, not an error, and does not stop the others.
+
+        Large batches are split into messages of at most 1000 writes and
+        about 48 KiB (a larger write goes alone), sent back to back
+        (pipelined).
+
+        Raises the typed error the stream ended with (``ShuttingDown``,
+        ``StorageError``, ``DiskFull``, ``Unavailable``, ``InvalidArgument``
+        with field ``"writes"``...), or ``Unavailable`` with code
+        DEADLINE_EXCEEDED when the answers take longer than ``timeout``
+        seconds (default: the client's timeout). Either breaks the stream,
+        and the unanswered writes may or may not have been made: read them
+        back. Cancelling a write while it is being sent breaks the stream
+        too."""
+        messages = split_writes([w.to_pb() for w in writes])
+        if self._closed:
+            raise stream_closed_error()
+        st = self._start()
+        t = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        sent: List["asyncio.Future[List[WriteOutcome]]"] = []
+        async with st.send_lock:
+            for m in messages:
+                if st.error is not None:
+                    raise st.error
+                if st.closing:
+                    raise stream_closed_error()
+                st.next_id += 1
+                fut: "asyncio.Future[List[WriteOutcome]]" = st.loop.create_future()
+                fut.add_done_callback(_retrieve)
+                st.pending.append((st.next_id, len(m), fut))
+                sent.append(fut)
+                try:
+                    await st.call.write(pb.WriteStreamRequest(id=st.next_id, writes=m))
+                except grpc.aio.AioRpcError as e:
+                    st.fail(errors.from_rpc_error(e))
+                    raise st.error from None  # type: ignore[misc]
+                except asyncio.InvalidStateError:  # the call has ended
+                    st.fail(stream_closed_error("write stream ended"))
+                    raise st.error from None  # type: ignore[misc]
+                except asyncio.CancelledError:
+                    if st.error is not None and st.call.cancelled():
+                        raise st.error from None
+                    # Our task was cancelled mid-send: whether the message
+                    # went out is unknown, so the answers can no longer be
+                    # matched.
+                    st.fail(stream_closed_error("write stream: a write was cancelled while being sent"))
+                    raise
+        done, _ = await asyncio.wait(sent, timeout=max(deadline - time.monotonic(), 0))
+        if len(done) < len(sent):
+            st.fail(stream_timeout_error(t))
+        out: List[WriteOutcome] = []
+        for fut in sent:
+            out.extend(fut.result())
+        return out
+
+    async def close(self, timeout: Optional[float] = None) -> None:
+        """Half-closes the sending side and waits (up to ``timeout``
+        seconds, default the client's timeout) for the server to answer
+        every write sent and end the stream; past that, cancels it. Writes
+        still waiting in other tasks get their answers. Later writes raise
+        ``Unavailable``. Does not raise (but for cancellation)."""
+        self._closed = True
+        st = self._state
+        if st is None or self._reader is None:
+            return
+        async with st.send_lock:
+            if not st.closing:
+                st.closing = True
+                if st.error is None:
+                    try:
+                        await st.call.done_writing()
+                    except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                        pass
+                    except asyncio.CancelledError:
+                        if not st.call.cancelled():
+                            raise
+        done, _ = await asyncio.wait({self._reader}, timeout=self._timeout if timeout is None else timeout)
+        if not done:
+            st.fail(stream_closed_error("write stream did not end in time after close"))
+            await asyncio.wait({self._reader})
+        if self._finalizer is not None:
+            self._finalizer.detach()
+
+    async def __aenter__(self) -> "AsyncWriteStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class AsyncClient:
@@ -139,6 +362,14 @@ class AsyncClient:
     async def delete(self, job: str, token: int, key: Bytes, *, timeout: Optional[float] = None) -> int:
         r = await self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True), timeout)
         return r.version
+
+    def write_stream(self) -> AsyncWriteStream:
+        """An :class:`AsyncWriteStream`: fenced writes, one or many per
+        message, over one long-lived stream, opened on its first use (from
+        this client's event loop). ``async with client.write_stream() as
+        stream:``, or ``await stream.close()``; errors surface on its first
+        write."""
+        return AsyncWriteStream(self._store, self._timeout)
 
     async def read(self, job: str, key: Bytes, *, timeout: Optional[float] = None) -> Value:
         return value_from_pb(await self._call(self._store.Read, pb.ReadRequest(job=job, key=as_bytes(key)), timeout))

@@ -7,7 +7,12 @@ is encoded as UTF-8). Every method raises a typed
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from typing import Deque, Iterable, Iterator, List, Optional, Sequence
 
 import grpc
 
@@ -18,10 +23,13 @@ from .types import (
     KeyInfo,
     Lease,
     LeaseEvent,
+    StreamWrite,
     Value,
+    WriteOutcome,
     as_bytes,
     event_from_pb,
     lease_from_pb,
+    outcome_from_pb,
     to_duration,
 )
 from .v1 import leasehold_pb2 as pb
@@ -32,6 +40,13 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 #: How long a call may take, on top of any time it asks the server to wait.
 DEFAULT_TIMEOUT = 10.0
 _PAGE_SIZE = 1000
+#: The most writes the clients put in one WriteStream message (the server
+#: takes up to 1000).
+MAX_WRITES_PER_MESSAGE = 1000
+#: The most encoded bytes the clients put in one WriteStream message, unless
+#: a single write is larger: well under the server's default limit of about
+#: 66 KiB.
+MAX_MESSAGE_BYTES = 48 * 1024
 
 
 def normalize_target(target: str) -> str:
@@ -61,6 +76,57 @@ def release_request(job: str, holder: str, token: int) -> pb.ReleaseRequest:
 def write_request(job: str, token: int, key: Bytes, value: Bytes, delete: bool) -> pb.CheckedWriteRequest:
     return pb.CheckedWriteRequest(
         job=job, token=token, key=as_bytes(key), value=as_bytes(value), delete=delete
+    )
+
+
+def split_writes(writes: Sequence[pb.CheckedWriteRequest]) -> List[List[pb.CheckedWriteRequest]]:
+    """Splits writes into messages of at most :data:`MAX_WRITES_PER_MESSAGE`
+    writes and about :data:`MAX_MESSAGE_BYTES` encoded bytes (a larger write
+    goes alone), in order. An empty batch is one empty message."""
+    out: List[List[pb.CheckedWriteRequest]] = [[]]
+    size = 0
+    for w in writes:
+        # The write, its tag and its length prefix.
+        n = w.ByteSize() + 4
+        cur = out[-1]
+        if cur and (len(cur) == MAX_WRITES_PER_MESSAGE or size + n > MAX_MESSAGE_BYTES):
+            out.append([])
+            size = 0
+        size += n
+        out[-1].append(w)
+    return out
+
+
+def write_outcomes(request_id: int, count: int, resp: pb.WriteStreamResponse) -> List[WriteOutcome]:
+    """The outcomes in ``resp``, checked to answer the request ``request_id``
+    of ``count`` writes. Raises :class:`~leasehold.LeaseholdError` (code
+    INTERNAL) when it does not, or when a result has no outcome."""
+    if resp.id != request_id or len(resp.results) != count:
+        raise errors.LeaseholdError(
+            f"write response {resp.id} with {len(resp.results)} results does not answer "
+            f"request {request_id} with {count}",
+            code=grpc.StatusCode.INTERNAL,
+        )
+    out: List[WriteOutcome] = []
+    for r in resp.results:
+        o = outcome_from_pb(r)
+        if o is None:
+            raise errors.LeaseholdError(
+                f"write result has no outcome (outcome {r.outcome})", code=grpc.StatusCode.INTERNAL
+            )
+        out.append(o)
+    return out
+
+
+def stream_closed_error(what: str = "write stream closed") -> errors.Unavailable:
+    """The error for a write on a stream that was closed or ended."""
+    return errors.Unavailable(what, code=grpc.StatusCode.CANCELLED)
+
+
+def stream_timeout_error(timeout: float) -> errors.Unavailable:
+    """The error that breaks a stream whose answers took too long."""
+    return errors.Unavailable(
+        f"write stream: no answer within {timeout:g}s", code=grpc.StatusCode.DEADLINE_EXCEEDED
     )
 
 
@@ -98,6 +164,204 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         self.cancel()
+
+
+_END = object()
+
+
+class _Pending:
+    """One sent WriteStream message, waiting for its answer."""
+
+    __slots__ = ("id", "count", "done", "outcomes", "error")
+
+    def __init__(self, request_id: int, count: int) -> None:
+        self.id = request_id
+        self.count = count
+        self.done = threading.Event()
+        self.outcomes: List[WriteOutcome] = []
+        self.error: Optional[errors.LeaseholdError] = None
+
+
+class _StreamState:
+    """What a :class:`WriteStream` shares with its reader thread. It holds
+    no reference to the WriteStream, so an abandoned stream is collected and
+    its finalizer ends the call and the threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: "queue.SimpleQueue[object]" = queue.SimpleQueue()
+        self.pending: Deque[_Pending] = deque()
+        self.next_id = 0
+        self.closing = False
+        self.error: Optional[errors.LeaseholdError] = None
+        self.call: Optional[grpc.Call] = None
+
+    def request_iterator(self) -> Iterator[pb.WriteStreamRequest]:
+        """The requests, for gRPC's sending thread: ends (half-closing the
+        stream) at ``_END``."""
+        while True:
+            r = self.requests.get()
+            if r is _END:
+                return
+            yield r  # type: ignore[misc]
+
+    def fail(self, err: errors.LeaseholdError, *also: _Pending) -> None:
+        """Breaks the stream with ``err`` (unless already broken): every
+        pending write, those in ``also`` and every later one raise it. Ends
+        the sending side and cancels the call."""
+        with self.lock:
+            if self.error is None:
+                self.error = err
+            err = self.error
+            failed = list(also) + list(self.pending)
+            self.pending.clear()
+            self.requests.put(_END)
+        for p in failed:
+            if not p.done.is_set():
+                p.error = err
+                p.done.set()
+        if self.call is not None:
+            self.call.cancel()
+
+    def read(self, call: Iterator[pb.WriteStreamResponse]) -> None:
+        """The reader thread: answers the pending writes in order, until the
+        stream ends."""
+        try:
+            for resp in call:
+                with self.lock:
+                    if self.error is not None:
+                        return
+                    p = self.pending.popleft() if self.pending else None
+                if p is None:
+                    self.fail(
+                        errors.LeaseholdError(
+                            f"write response {resp.id} answers no request", code=grpc.StatusCode.INTERNAL
+                        )
+                    )
+                    return
+                try:
+                    p.outcomes = write_outcomes(p.id, p.count, resp)
+                except errors.LeaseholdError as e:
+                    self.fail(e, p)
+                    return
+                p.done.set()
+            # Ended with OK: after close(), once every write was answered.
+            self.fail(stream_closed_error("write stream closed" if self.closing else "write stream ended"))
+        except grpc.RpcError as e:
+            self.fail(errors.from_rpc_error(e))
+        except BaseException as e:  # never leave writers waiting
+            self.fail(errors.LeaseholdError(f"write stream reader failed: {e!r}"))
+            raise
+
+
+def _abandon(state: _StreamState) -> None:
+    """The finalizer of a WriteStream collected without close()."""
+    state.fail(stream_closed_error("write stream abandoned"))
+
+
+class WriteStream:
+    """One open ``WriteStream``: fenced writes over one long-lived gRPC
+    stream, from :meth:`Client.write_stream`. A message on an open stream
+    costs far less than a unary ``checked_write``, and the writes of one
+    message share one sync on the server.
+
+    Safe to share between threads: each :meth:`write` sends its messages
+    back to back under a lock, and the answers are matched to the writes in
+    order by one reader thread. Use it as a context manager, or call
+    :meth:`close`::
+
+        with client.write_stream() as stream:
+            out = stream.write([
+                leasehold.StreamWrite.put("reconcile", token, b"cursor", b"42"),
+                leasehold.StreamWrite.delete("reconcile", token, b"pending"),
+            ])
+            if any(o.kind is leasehold.WriteOutcomeKind.FENCED for o in out):
+                ...  # not the leader any more: stop
+
+    **A raised error breaks the stream**: the write that raised it, every
+    other unanswered one and every later one raise the same error. The
+    writes the stream did not answer may or may not have been made: open a
+    new stream and read them back.
+    """
+
+    def __init__(self, store: pb_grpc.FencedStoreStub, timeout: float) -> None:
+        self._timeout = timeout
+        self._state = _StreamState()
+        call = store.WriteStream(self._state.request_iterator())
+        self._state.call = call
+        self._reader = threading.Thread(
+            target=self._state.read, args=(call,), name="leasehold-write-stream", daemon=True
+        )
+        self._reader.start()
+        self._finalizer = weakref.finalize(self, _abandon, self._state)
+
+    def write(self, writes: Iterable[StreamWrite], *, timeout: Optional[float] = None) -> List[WriteOutcome]:
+        """Makes every write, in order; returns one
+        :class:`~leasehold.WriteOutcome` per write, in the same order, once
+        the written ones are durable. A fenced, unknown-token or malformed
+        write is an outcome, not an error, and does not stop the others; a
+        later write sees the earlier ones (two writes to one key give
+        versions n and n+1).
+
+        Large batches are split into messages of at most 1000 writes and
+        about 48 KiB (a larger write goes alone), sent back to back
+        (pipelined).
+
+        Raises the typed error the stream ended with (``ShuttingDown``,
+        ``StorageError``, ``DiskFull``, ``Unavailable``, ``InvalidArgument``
+        with field ``"writes"``...), or ``Unavailable`` with code
+        DEADLINE_EXCEEDED when the answers take longer than ``timeout``
+        seconds (default: the client's timeout). Either breaks the stream,
+        and the unanswered writes may or may not have been made: read them
+        back."""
+        messages = split_writes([w.to_pb() for w in writes])
+        st = self._state
+        sent: List[_Pending] = []
+        with st.lock:
+            if st.error is not None:
+                raise st.error
+            if st.closing:
+                raise stream_closed_error()
+            for m in messages:
+                st.next_id += 1
+                p = _Pending(st.next_id, len(m))
+                st.pending.append(p)
+                st.requests.put(pb.WriteStreamRequest(id=p.id, writes=m))
+                sent.append(p)
+        t = self._timeout if timeout is None else timeout
+        deadline = time.monotonic() + t
+        out: List[WriteOutcome] = []
+        for p in sent:
+            if not p.done.wait(max(deadline - time.monotonic(), 0)):
+                st.fail(stream_timeout_error(t))
+                p.done.wait()  # set by now: failed, or being answered
+            if p.error is not None:
+                raise p.error
+            out.extend(p.outcomes)
+        return out
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Half-closes the sending side and waits (up to ``timeout``
+        seconds, default the client's timeout) for the server to answer
+        every write sent and end the stream; past that, cancels it. Writes
+        still waiting in other threads get their answers. Later writes
+        raise ``Unavailable``. Does not raise."""
+        st = self._state
+        with st.lock:
+            if not st.closing:
+                st.closing = True
+                st.requests.put(_END)
+        self._reader.join(self._timeout if timeout is None else timeout)
+        if self._reader.is_alive():
+            st.fail(stream_closed_error("write stream did not end in time after close"))
+            self._reader.join()
+        self._finalizer.detach()
+
+    def __enter__(self) -> "WriteStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Client:
@@ -209,6 +473,12 @@ class Client:
     def delete(self, job: str, token: int, key: Bytes, *, timeout: Optional[float] = None) -> int:
         """Deletes (job, key), fenced by ``token``; returns the new version."""
         return self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True), timeout).version
+
+    def write_stream(self) -> WriteStream:
+        """Opens a :class:`WriteStream`: fenced writes, one or many per
+        message, over one long-lived stream. Close it (or use it as a
+        context manager); errors surface on its first write."""
+        return WriteStream(self._store, self._timeout)
 
     def read(self, job: str, key: Bytes, *, timeout: Optional[float] = None) -> Value:
         """Reads (job, key); linearizable."""

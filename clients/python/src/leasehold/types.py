@@ -101,6 +101,107 @@ class LeaseEvent:
     lease: Lease
 
 
+@dataclass(frozen=True)
+class StreamWrite:
+    """One write on a :class:`~leasehold.WriteStream`: the fields of
+    ``CheckedWrite``. Build it with :meth:`put` or :meth:`delete` (a ``str``
+    key or value is encoded as UTF-8)."""
+
+    #: The job whose token fences the key.
+    job: str
+    #: The writer's token, from its grant.
+    token: int
+    #: The key: 1 byte to 1 KiB by default.
+    key: bytes
+    #: The value (up to 64 KiB by default), or ``None`` to delete the key.
+    value: Optional[bytes]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", as_bytes(self.key))
+        if self.value is not None:
+            object.__setattr__(self, "value", as_bytes(self.value))
+
+    @classmethod
+    def put(cls, job: str, token: int, key: Bytes, value: Bytes) -> "StreamWrite":
+        """Stores ``value`` under (``job``, ``key``) with ``token``."""
+        return cls(job=job, token=token, key=as_bytes(key), value=as_bytes(value))
+
+    @classmethod
+    def delete(cls, job: str, token: int, key: Bytes) -> "StreamWrite":
+        """Deletes (``job``, ``key``) with ``token``."""
+        return cls(job=job, token=token, key=as_bytes(key), value=None)
+
+    def to_pb(self) -> pb.CheckedWriteRequest:
+        """The ``CheckedWriteRequest`` this write is sent as."""
+        return pb.CheckedWriteRequest(
+            job=self.job,
+            token=self.token,
+            key=self.key,
+            value=self.value if self.value is not None else b"",
+            delete=self.value is None,
+        )
+
+
+class WriteOutcomeKind(enum.Enum):
+    """What became of one write on a write stream."""
+
+    #: Stored durably; ``version`` is the key's new version.
+    WRITTEN = pb.WriteResult.OUTCOME_WRITTEN
+    #: The token is not the job's live token: the writer is not the leader
+    #: and must stop. Nothing was written.
+    FENCED = pb.WriteResult.OUTCOME_FENCED
+    #: The token was never issued for the job. Nothing was written.
+    UNKNOWN_TOKEN = pb.WriteResult.OUTCOME_UNKNOWN_TOKEN
+    #: The write was malformed; ``field`` names the field. Nothing was written.
+    INVALID_ARGUMENT = pb.WriteResult.OUTCOME_INVALID_ARGUMENT
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """The outcome of one write on a write stream: branch on ``kind``
+    (or :attr:`written`), never on ``message``.
+
+    ============================  ==========================================
+    ``kind``                      set fields
+    ============================  ==========================================
+    ``WRITTEN``                   ``version``
+    ``FENCED``                    ``current_token``, ``message``
+    ``UNKNOWN_TOKEN``             ``current_token``, ``message``
+    ``INVALID_ARGUMENT``          ``field``, ``message``
+    ============================  ==========================================
+    """
+
+    kind: WriteOutcomeKind
+    #: WRITTEN: the key's new version (1 for its first write); else ``None``.
+    version: Optional[int] = None
+    #: FENCED and UNKNOWN_TOKEN: the job's newest token; else ``None``.
+    current_token: Optional[int] = None
+    #: INVALID_ARGUMENT: the field at fault (``"job"``, ``"token"``,
+    #: ``"key"`` or ``"value"``); else ``None``.
+    field: Optional[str] = None
+    #: Not WRITTEN: why, in words (names the limit or the current token).
+    message: str = ""
+
+    @property
+    def written(self) -> bool:
+        """Whether the write was made (and is durable)."""
+        return self.kind is WriteOutcomeKind.WRITTEN
+
+
+def outcome_from_pb(r: pb.WriteResult) -> Optional[WriteOutcome]:
+    """The outcome a ``WriteResult`` reports; ``None`` when it has none
+    (``OUTCOME_UNSPECIFIED``, or one this client does not know)."""
+    if r.outcome == pb.WriteResult.OUTCOME_WRITTEN:
+        return WriteOutcome(WriteOutcomeKind.WRITTEN, version=r.version)
+    if r.outcome == pb.WriteResult.OUTCOME_FENCED:
+        return WriteOutcome(WriteOutcomeKind.FENCED, current_token=r.current_token, message=r.message)
+    if r.outcome == pb.WriteResult.OUTCOME_UNKNOWN_TOKEN:
+        return WriteOutcome(WriteOutcomeKind.UNKNOWN_TOKEN, current_token=r.current_token, message=r.message)
+    if r.outcome == pb.WriteResult.OUTCOME_INVALID_ARGUMENT:
+        return WriteOutcome(WriteOutcomeKind.INVALID_ARGUMENT, field=r.field, message=r.message)
+    return None
+
+
 def to_duration(seconds: float) -> duration_pb2.Duration:
     if seconds < 0:
         seconds = 0.0
