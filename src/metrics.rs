@@ -3,7 +3,8 @@
 //! Per job: whether a leader is present, its token, and how long the job has
 //! been without a leader. Counters for grants, takeovers, expiries,
 //! releases, renew losses and fenced writes (split-brain attempts show up
-//! here), and a latency histogram per RPC. Hand-rolled: the format is a few
+//! here), a latency histogram per RPC, and group commit's syncs (how many,
+//! how many changes each, how long). Hand-rolled: the format is a few
 //! lines of text, and a metrics crate would pull more into the build than
 //! this file holds.
 
@@ -23,6 +24,7 @@ use tokio::net::TcpListener;
 
 use crate::backend::Backend;
 use crate::lease::Leadership;
+use crate::node::commit::{SyncStats, SYNC_BUCKETS};
 
 /// The RPC methods with their own histogram; anything else is `other`.
 const METHODS: &[&str] = &[
@@ -213,6 +215,9 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
         let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");
         let _ = writeln!(o, "leasehold_{name}_total {v}");
     }
+    if let Some(sync) = &snap.sync {
+        sync_md(o, sync);
+    }
     let _ = writeln!(
         o,
         "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease."
@@ -269,6 +274,43 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
         }
     }
     out
+}
+
+/// Group commit: how often the server waits for the disk, for how many
+/// changes at a time, and how long each wait takes.
+fn sync_md(o: &mut String, s: &SyncStats) {
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_store_syncs_total Durability barriers run (one log write and one fdatasync each), failed ones included."
+    );
+    let _ = writeln!(o, "# TYPE leasehold_store_syncs_total counter");
+    let _ = writeln!(o, "leasehold_store_syncs_total {}", s.syncs);
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_store_synced_changes_total Changes made durable by those syncs; per sync, the mean group-commit batch."
+    );
+    let _ = writeln!(o, "# TYPE leasehold_store_synced_changes_total counter");
+    let _ = writeln!(o, "leasehold_store_synced_changes_total {}", s.changes);
+    let _ = writeln!(
+        o,
+        "# HELP leasehold_store_sync_duration_seconds Time of one sync: the log write and the fdatasync."
+    );
+    let _ = writeln!(o, "# TYPE leasehold_store_sync_duration_seconds histogram");
+    let mut cum = 0;
+    for (b, n) in SYNC_BUCKETS.iter().zip(&s.buckets) {
+        cum += n;
+        let _ = writeln!(
+            o,
+            "leasehold_store_sync_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
+        );
+    }
+    let _ = writeln!(
+        o,
+        "leasehold_store_sync_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+        s.syncs
+    );
+    let _ = writeln!(o, "leasehold_store_sync_duration_seconds_sum {}", s.seconds);
+    let _ = writeln!(o, "leasehold_store_sync_duration_seconds_count {}", s.syncs);
 }
 
 /// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.

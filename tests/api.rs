@@ -700,6 +700,83 @@ async fn metrics_show_leadership_per_job() {
     assert!(m.contains("leasehold_grants_total 2"), "{m}");
 }
 
+/// One sample of a metric without labels, from the rendered text.
+fn metric(m: &str, name: &str) -> f64 {
+    let line = m
+        .lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in\n{m}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Group commit shows on /metrics: one sync per write when writes come one
+/// at a time, fewer syncs than writes when they come at once, none for a
+/// fenced write or a read, and a duration histogram that counts every sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_group_commit_syncs_and_batches() {
+    let s = TestServer::start().await;
+    if common::etcd_mode() {
+        // etcd syncs its own log: the frontend has no group commit.
+        let m = leasehold::metrics::render(&s.node, &Default::default());
+        assert!(!m.contains("leasehold_store_syncs_total"), "{m}");
+        return;
+    }
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    let render = || leasehold::metrics::render(&s.node, &Default::default());
+    let counts = |m: &str| {
+        (
+            metric(m, "leasehold_store_syncs_total"),
+            metric(m, "leasehold_store_synced_changes_total"),
+        )
+    };
+    let (syncs0, changes0) = counts(&render());
+    for i in 0..5u8 {
+        c.checked_write("j", 1, b"k", vec![i]).await.unwrap();
+    }
+    let (syncs1, changes1) = counts(&render());
+    assert_eq!((syncs1 - syncs0, changes1 - changes0), (5.0, 5.0));
+
+    // Refused and read-only calls change nothing, so they sync nothing.
+    assert!(c.checked_write("j", 7, b"k", vec![0]).await.is_err());
+    c.read("j", b"k").await.unwrap();
+    c.renew("j", "a", 1, TTL).await.unwrap();
+    assert_eq!(counts(&render()), (syncs1, changes1));
+
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.checked_write("j", 1, format!("k{i}").as_bytes(), vec![1])
+                .await
+                .unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let m = render();
+    let (syncs2, changes2) = counts(&m);
+    assert_eq!(changes2 - changes1, 32.0);
+    assert!(
+        (1.0..=32.0).contains(&(syncs2 - syncs1)),
+        "{} syncs for 32 writes",
+        syncs2 - syncs1
+    );
+    assert_eq!(
+        metric(&m, "leasehold_store_sync_duration_seconds_count"),
+        syncs2
+    );
+    assert!(metric(&m, "leasehold_store_sync_duration_seconds_sum") > 0.0);
+    let buckets: Vec<f64> = m
+        .lines()
+        .filter(|l| l.starts_with("leasehold_store_sync_duration_seconds_bucket"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&syncs2));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_goes_away_leaves_the_queue() {
     let s = TestServer::start().await;

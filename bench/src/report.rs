@@ -198,7 +198,13 @@ impl Report {
             let (v, m) = match value {
                 Some(v) if v.is_finite() => (
                     fmt.replace("{}", &format!("{v:.2}")),
-                    if ok(v) { "yes" } else { "**no**" },
+                    if text.starts_with("(context)") {
+                        "-"
+                    } else if ok(v) {
+                        "yes"
+                    } else {
+                        "**no**"
+                    },
                 ),
                 _ => ("not measured".into(), "-"),
             };
@@ -228,6 +234,25 @@ impl Report {
                 format!("Durable CheckedWrite ≥ 1.2x PostgreSQL at {c} clients"),
                 self.ratio("Fenced write", c, lw, (Sys::Postgres, Work::Write)),
                 &|v| v >= 1.2,
+                "{}x",
+            );
+            goal(
+                format!(
+                    "(context) the unary ceiling: a tonic echo doing no work vs PostgreSQL at {c} clients"
+                ),
+                self.ratio(
+                    "Fenced write",
+                    c,
+                    (Sys::Echo, Work::Echo),
+                    (Sys::Postgres, Work::Write),
+                ),
+                &|v| v >= 1.2,
+                "{}x",
+            );
+            goal(
+                format!("(context) unary CheckedWrite vs that echo at {c} clients"),
+                self.ratio("Fenced write", c, lw, (Sys::Echo, Work::Echo)),
+                &|v| v >= 1.0,
                 "{}x",
             );
             goal(

@@ -1216,6 +1216,8 @@ impl EtcdNode {
             waiters: self.inner.waiters.load(Ordering::Acquire),
             store_failures: c.failures.load(Ordering::Relaxed),
             store_recoveries: 0,
+            // etcd syncs its own log; its metrics tell how.
+            sync: None,
         }
     }
 

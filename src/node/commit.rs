@@ -62,6 +62,56 @@ impl Flushed {
     }
 }
 
+/// Upper bounds, in seconds, of the sync-duration histogram's buckets.
+pub const SYNC_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// What group commit has done since start: for `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SyncStats {
+    /// Syncs run (each one log write and one `fdatasync`), failed ones
+    /// included.
+    pub syncs: u64,
+    /// Changes made durable by them: `changes / syncs` is the mean batch.
+    pub changes: u64,
+    /// Syncs per duration bucket (not cumulative), by [`SYNC_BUCKETS`];
+    /// slower ones are counted only in `syncs`.
+    pub buckets: [u64; SYNC_BUCKETS.len()],
+    /// The time all syncs took together.
+    pub seconds: f64,
+}
+
+#[derive(Default)]
+struct SyncCounters {
+    syncs: AtomicU64,
+    changes: AtomicU64,
+    buckets: [AtomicU64; SYNC_BUCKETS.len()],
+    nanos: AtomicU64,
+}
+
+impl SyncCounters {
+    fn record(&self, took: Duration, changes: u64) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.changes.fetch_add(changes, Ordering::Relaxed);
+        let secs = took.as_secs_f64();
+        if let Some(b) = SYNC_BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[b].fetch_add(1, Ordering::Relaxed);
+        }
+        self.nanos
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> SyncStats {
+        SyncStats {
+            syncs: self.syncs.load(Ordering::Relaxed),
+            changes: self.changes.load(Ordering::Relaxed),
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            seconds: self.nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
 /// A waiter leads its own sync only while syncs take no longer than this:
 /// it blocks its runtime worker for that long.
 const LEAD_MAX_SYNC: Duration = Duration::from_micros(500);
@@ -102,6 +152,7 @@ struct Shared {
     staged: AtomicU64,
     /// Syncs that a waiter ran itself.
     led: AtomicU64,
+    counters: SyncCounters,
     requests: Mutex<Requests>,
     wake: Condvar,
     flushed: watch::Sender<Flushed>,
@@ -123,6 +174,7 @@ impl GroupCommit {
             ack_early: std::sync::atomic::AtomicBool::new(false),
             staged: AtomicU64::new(0),
             led: AtomicU64::new(0),
+            counters: SyncCounters::default(),
             requests: Mutex::new(Requests::default()),
             wake: Condvar::new(),
             flushed: watch::Sender::new(Flushed::default()),
@@ -213,6 +265,11 @@ impl GroupCommit {
         }
     }
 
+    /// Syncs run so far, their batches and durations.
+    pub fn sync_stats(&self) -> SyncStats {
+        self.shared.counters.snapshot()
+    }
+
     /// How many syncs a lone waiter ran itself, not the flusher.
     pub fn led_syncs(&self) -> u64 {
         self.shared.led.load(Ordering::Relaxed)
@@ -281,6 +338,9 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     let wake = {
         let mut r = shared.requests.lock().expect("requests lock");
         r.last_batch = target.saturating_sub(r.synced);
+        shared
+            .counters
+            .record(took, if failed { 0 } else { r.last_batch });
         r.last_took = took;
         r.synced = r.synced.max(target);
         r.syncing = false;

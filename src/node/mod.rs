@@ -65,6 +65,8 @@ pub struct Snapshot {
     pub store_failures: u64,
     /// Times the store was reopened after a failure.
     pub store_recoveries: u64,
+    /// Group commit's syncs, on a backend that runs them (not etcd).
+    pub sync: Option<commit::SyncStats>,
 }
 
 /// One renewal in a [`Node::renew_many`] batch: the arguments of
@@ -685,6 +687,7 @@ impl Node {
             waiters: st.wakers.len(),
             store_failures: st.store_failures,
             store_recoveries: st.store_recoveries,
+            sync: Some(self.inner.commit.sync_stats()),
         }
     }
 
