@@ -81,7 +81,8 @@ struct LoadArgs {
     /// The server, e.g. http://127.0.0.1:50051.
     #[arg(long)]
     leasehold: String,
-    /// renew, write, write-stream, read, churn or stream.
+    /// renew, write, write-stream, read, churn or stream; or echo and
+    /// echo-sync, with --leasehold naming a `leasehold-bench echo-serve`.
     #[arg(long, default_value = "renew")]
     work: String,
     #[arg(long, default_value_t = 16)]
@@ -213,21 +214,29 @@ async fn load(a: LoadArgs) -> Res<()> {
         "churn" => Work::Churn,
         "stream" => Work::Stream,
         "write-stream" => Work::WriteStream,
+        "echo" => Work::Echo,
+        "echo-sync" => Work::EchoSync,
         w => return Err(format!("unknown workload {w}").into()),
     };
+    // The echo workloads load a `leasehold-bench echo-serve` at that URL.
+    let echo = matches!(work, Work::Echo | Work::EchoSync);
     let addrs = Addrs {
+        echo: if echo { a.leasehold.clone() } else { String::new() },
         leasehold: a.leasehold,
         postgres: None,
         etcd: None,
         redis_aof: None,
         redis: None,
-        echo: String::new(),
         fsync_file: PathBuf::new(),
         etcd_first_lease: None,
     };
-    let setup = Arc::new(sys::setup(&addrs).await?);
+    let setup = Arc::new(if echo {
+        sys::Setup::default()
+    } else {
+        sys::setup(&addrs).await?
+    });
     let s = run::cell(
-        Sys::Leasehold,
+        if echo { Sys::Echo } else { Sys::Leasehold },
         work,
         a.clients,
         Duration::from_secs_f64(a.secs),
