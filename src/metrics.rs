@@ -216,7 +216,7 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
         let _ = writeln!(o, "leasehold_{name}_total {v}");
     }
     if let Some(sync) = &snap.sync {
-        sync_md(o, sync);
+        render_sync(o, sync);
     }
     let _ = writeln!(
         o,
@@ -232,27 +232,15 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     let _ = writeln!(o, "# TYPE leasehold_rpc_duration_seconds histogram");
     for (path, m) in METHODS.iter().zip(&rpc.methods) {
         let method = label(path.rsplit('/').next().unwrap_or(path));
-        let mut cum = 0;
-        for (b, n) in BUCKETS.iter().zip(&m.buckets) {
-            cum += n.load(Ordering::Relaxed);
-            let _ = writeln!(
-                o,
-                "leasehold_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"{b}\"}} {cum}"
-            );
-        }
-        let count = m.count.load(Ordering::Relaxed);
-        let _ = writeln!(
+        histogram(
             o,
-            "leasehold_rpc_duration_seconds_bucket{{method=\"{method}\",le=\"+Inf\"}} {count}"
-        );
-        let sum = m.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(
-            o,
-            "leasehold_rpc_duration_seconds_sum{{method=\"{method}\"}} {sum}"
-        );
-        let _ = writeln!(
-            o,
-            "leasehold_rpc_duration_seconds_count{{method=\"{method}\"}} {count}"
+            "leasehold_rpc_duration_seconds",
+            &format!("method=\"{method}\","),
+            BUCKETS
+                .iter()
+                .zip(m.buckets.iter().map(|n| n.load(Ordering::Relaxed))),
+            m.count.load(Ordering::Relaxed),
+            m.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
         );
     }
     let _ = writeln!(
@@ -278,7 +266,7 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
 
 /// Group commit: how often the server waits for the disk, for how many
 /// changes at a time, and how long each wait takes.
-fn sync_md(o: &mut String, s: &SyncStats) {
+fn render_sync(o: &mut String, s: &SyncStats) {
     let _ = writeln!(
         o,
         "# HELP leasehold_store_syncs_total Durability barriers run (one log write and one fdatasync each), failed ones included."
@@ -296,21 +284,40 @@ fn sync_md(o: &mut String, s: &SyncStats) {
         "# HELP leasehold_store_sync_duration_seconds Time of one sync: the log write and the fdatasync."
     );
     let _ = writeln!(o, "# TYPE leasehold_store_sync_duration_seconds histogram");
-    let mut cum = 0;
-    for (b, n) in SYNC_BUCKETS.iter().zip(&s.buckets) {
-        cum += n;
-        let _ = writeln!(
-            o,
-            "leasehold_store_sync_duration_seconds_bucket{{le=\"{b}\"}} {cum}"
-        );
-    }
-    let _ = writeln!(
+    histogram(
         o,
-        "leasehold_store_sync_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-        s.syncs
+        "leasehold_store_sync_duration_seconds",
+        "",
+        SYNC_BUCKETS.iter().zip(s.buckets.iter().copied()),
+        s.syncs,
+        s.seconds,
     );
-    let _ = writeln!(o, "leasehold_store_sync_duration_seconds_sum {}", s.seconds);
-    let _ = writeln!(o, "leasehold_store_sync_duration_seconds_count {}", s.syncs);
+}
+
+/// One histogram's samples: `buckets` are (upper bound, count in that
+/// bucket alone), rendered cumulative; `labels` is empty or ends in a comma.
+fn histogram<'a>(
+    o: &mut String,
+    name: &str,
+    labels: &str,
+    buckets: impl Iterator<Item = (&'a f64, u64)>,
+    count: u64,
+    sum: f64,
+) {
+    let mut cum = 0;
+    for (b, n) in buckets {
+        cum += n;
+        let _ = writeln!(o, "{name}_bucket{{{labels}le=\"{b}\"}} {cum}");
+    }
+    let _ = writeln!(o, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
+    let labels = labels.trim_end_matches(',');
+    if labels.is_empty() {
+        let _ = writeln!(o, "{name}_sum {sum}");
+        let _ = writeln!(o, "{name}_count {count}");
+    } else {
+        let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+    }
 }
 
 /// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.
