@@ -221,7 +221,11 @@ async fn load(a: LoadArgs) -> Res<()> {
     // The echo workloads load a `leasehold-bench echo-serve` at that URL.
     let echo = matches!(work, Work::Echo | Work::EchoSync);
     let addrs = Addrs {
-        echo: if echo { a.leasehold.clone() } else { String::new() },
+        echo: if echo {
+            a.leasehold.clone()
+        } else {
+            String::new()
+        },
         leasehold: a.leasehold,
         postgres: None,
         etcd: None,
