@@ -177,7 +177,7 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     }
 
     let s = &snap.stats;
-    for (name, help, v) in [
+    let mut counters = vec![
         ("grants", "Grants that issued a new token.", s.grants),
         (
             "takeovers",
@@ -210,7 +210,22 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
             "Times the store was reopened from stable storage after a failure.",
             snap.store_recoveries,
         ),
-    ] {
+    ];
+    if let Some(sync) = &snap.sync {
+        counters.extend([
+            (
+                "store_syncs",
+                "Durability barriers run (one log write and one fdatasync each), failed ones included.",
+                sync.syncs,
+            ),
+            (
+                "store_synced_changes",
+                "Changes made durable by those syncs; per sync, the mean group-commit batch.",
+                sync.changes,
+            ),
+        ]);
+    }
+    for (name, help, v) in counters {
         let _ = writeln!(o, "# HELP leasehold_{name}_total {help}");
         let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");
         let _ = writeln!(o, "leasehold_{name}_total {v}");
@@ -264,21 +279,8 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     out
 }
 
-/// Group commit: how often the server waits for the disk, for how many
-/// changes at a time, and how long each wait takes.
+/// How long group commit's syncs take (the counters are with the others).
 fn render_sync(o: &mut String, s: &SyncStats) {
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_store_syncs_total Durability barriers run (one log write and one fdatasync each), failed ones included."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_store_syncs_total counter");
-    let _ = writeln!(o, "leasehold_store_syncs_total {}", s.syncs);
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_store_synced_changes_total Changes made durable by those syncs; per sync, the mean group-commit batch."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_store_synced_changes_total counter");
-    let _ = writeln!(o, "leasehold_store_synced_changes_total {}", s.changes);
     let _ = writeln!(
         o,
         "# HELP leasehold_store_sync_duration_seconds Time of one sync: the log write and the fdatasync."
