@@ -2,7 +2,7 @@
 # leasehold side by side with what users would pick instead, on this
 # machine, in one run:
 #
-#   bench/compare.sh            full run (about 20 minutes)
+#   bench/compare.sh            full run (about 15 minutes)
 #   bench/compare.sh --quick    about 2 minutes
 #   bench/compare.sh --update   full run, then writes the results and the
 #                               chart into BENCHMARKS.md and bench/chart.png

@@ -93,7 +93,7 @@ struct LoadArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// About two minutes instead of about twenty: shorter cells, a smaller
+    /// About two minutes instead of about fifteen: shorter cells, a smaller
     /// fleet, 100,000 instead of 1,000,000 leases.
     #[arg(long)]
     quick: bool,
