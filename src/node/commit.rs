@@ -5,8 +5,10 @@
 //! order is store order. The caller then awaits [`GroupCommit::wait`]. One
 //! flusher thread runs [`Store::sync`] for everything staged so far and
 //! publishes the highest sequence number it covered; every waiter at or
-//! below it is released by that one sync. Under load the batches grow by
-//! themselves: while one sync runs, the next batch gathers.
+//! below it is released by that one sync, and only those are woken: a
+//! waiter whose change is still pending sleeps through the publication.
+//! Under load the batches grow by themselves: while one sync runs, the
+//! next batch gathers.
 //!
 //! The flusher is a plain thread, not a tokio task, because `sync` blocks
 //! for as long as the disk takes; it must not hold a runtime worker. The
@@ -17,12 +19,13 @@
 //! so the log takes batches in sequence order and a published sequence
 //! number never overtakes an unsynced change.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::node::recovery::Trigger;
@@ -41,6 +44,80 @@ struct Flushed {
     /// failed and was reopened, with why: they will never be durable,
     /// whatever later syncs cover.
     lost: Vec<(u64, u64, String)>,
+}
+
+/// What syncs have decided, and who waits for a decision.
+#[derive(Default)]
+struct Published {
+    flushed: Flushed,
+    /// Waiters whose change is undecided: `(seq, id, waker)`. A waiter is
+    /// woken only when its own change is decided, not at every sync.
+    waiters: Vec<(u64, u64, Waker)>,
+    next_id: u64,
+}
+
+impl Published {
+    /// Takes out the wakers of every waiter whose change is now decided.
+    fn decided(&mut self) -> Vec<Waker> {
+        let mut woken = Vec::new();
+        let mut i = 0;
+        while i < self.waiters.len() {
+            if self.flushed.outcome(self.waiters[i].0).is_some() {
+                woken.push(self.waiters.swap_remove(i).2);
+            } else {
+                i += 1;
+            }
+        }
+        woken
+    }
+}
+
+/// Resolves when the change with sequence number `seq` is decided: durable,
+/// failed or lost.
+struct Decided<'a> {
+    shared: &'a Shared,
+    seq: u64,
+    /// This waiter's id in [`Published::waiters`], once registered.
+    id: Option<u64>,
+}
+
+impl Future for Decided<'_> {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let seq = self.seq;
+        let mut p = self.shared.published.lock().expect("published lock");
+        if let Some(r) = p.flushed.outcome(seq) {
+            // The publisher took the entry out when it decided `seq`.
+            drop(p);
+            self.id = None;
+            return Poll::Ready(r);
+        }
+        match self.id {
+            Some(id) => {
+                if let Some(e) = p.waiters.iter_mut().find(|e| e.1 == id) {
+                    e.2.clone_from(cx.waker());
+                }
+            }
+            None => {
+                let id = p.next_id;
+                p.next_id += 1;
+                p.waiters.push((seq, id, cx.waker().clone()));
+                drop(p);
+                self.id = Some(id);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Decided<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            let mut p = self.shared.published.lock().expect("published lock");
+            p.waiters.retain(|e| e.1 != id);
+        }
+    }
 }
 
 impl Flushed {
@@ -140,8 +217,8 @@ struct Requests {
     /// the log for a while: no waiter leads a sync meanwhile.
     settling: bool,
     stop: bool,
-    /// The flusher waits on the condvar: only then does a new request
-    /// need a (system call) wake-up.
+    /// The flusher waits on the condvar and nobody has woken it yet:
+    /// only then does a new request need a (system call) wake-up.
     sleeping: bool,
 }
 
@@ -155,7 +232,26 @@ struct Shared {
     counters: SyncCounters,
     requests: Mutex<Requests>,
     wake: Condvar,
-    flushed: watch::Sender<Flushed>,
+    published: Mutex<Published>,
+}
+
+impl Shared {
+    /// Changes what syncs have decided, and wakes the waiters it decides.
+    fn publish(&self, change: impl FnOnce(&mut Flushed)) {
+        let woken = {
+            let mut p = self.published.lock().expect("published lock");
+            change(&mut p.flushed);
+            p.decided()
+        };
+        for w in woken {
+            w.wake();
+        }
+    }
+
+    fn outcome(&self, seq: u64) -> Option<Result<()>> {
+        let p = self.published.lock().expect("published lock");
+        p.flushed.outcome(seq)
+    }
 }
 
 /// The group committer; see the module docs.
@@ -177,7 +273,7 @@ impl GroupCommit {
             counters: SyncCounters::default(),
             requests: Mutex::new(Requests::default()),
             wake: Condvar::new(),
-            flushed: watch::Sender::new(Flushed::default()),
+            published: Mutex::new(Published::default()),
         });
         let s = shared.clone();
         let flusher = std::thread::Builder::new()
@@ -219,48 +315,53 @@ impl GroupCommit {
         if self.shared.ack_early.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let mut rx = self.shared.flushed.subscribe();
-        let mut asked = false;
         loop {
-            if let Some(r) = rx.borrow_and_update().outcome(seq) {
+            if let Some(r) = self.shared.outcome(seq) {
                 return r;
             }
-            if !asked {
-                let (lead, wake) = {
-                    let mut r = self.shared.requests.lock().expect("requests lock");
-                    if r.stop {
-                        return Err(Error::ShuttingDown);
-                    }
-                    let lone = !r.syncing
-                        && !r.settling
-                        && r.last_batch <= 1
-                        && r.last_took <= LEAD_MAX_SYNC
-                        && r.wanted <= r.synced
-                        && seq == self.shared.staged.load(Ordering::Acquire)
-                        && other_workers();
-                    if lone {
-                        r.syncing = true;
-                    }
-                    let later = seq > r.wanted;
-                    r.wanted = r.wanted.max(seq);
-                    (lone, !lone && later && r.sleeping)
-                };
-                // After the unlock, so that the flusher does not wake up
-                // only to wait for the lock; it rechecks `wanted` under it.
+            let (lead, wake) = {
+                let mut r = self.shared.requests.lock().expect("requests lock");
+                if r.stop {
+                    return Err(Error::ShuttingDown);
+                }
+                let lone = !r.syncing
+                    && !r.settling
+                    && r.last_batch <= 1
+                    && r.last_took <= LEAD_MAX_SYNC
+                    && r.wanted <= r.synced
+                    && seq == self.shared.staged.load(Ordering::Acquire)
+                    && other_workers();
+                if lone {
+                    r.syncing = true;
+                }
+                let later = seq > r.wanted;
+                r.wanted = r.wanted.max(seq);
+                // One wake-up per sleep: whoever wakes the flusher clears
+                // `sleeping`, so the writes that follow before it runs do
+                // not make a system call each.
+                let wake = !lone && later && r.sleeping;
                 if wake {
-                    self.shared.wake.notify_one();
+                    r.sleeping = false;
                 }
-                if lead {
-                    self.shared.led.fetch_add(1, Ordering::Relaxed);
-                    if sync_once(&self.shared, false) {
-                        self.on_failure.fire();
-                    }
-                    continue;
-                }
-                asked = true;
+                (lone, wake)
+            };
+            // After the unlock, so that the flusher does not wake up only
+            // to wait for the lock; it rechecks `wanted` under it.
+            if wake {
+                self.shared.wake.notify_one();
             }
-            if rx.changed().await.is_err() {
-                return Err(Error::ShuttingDown);
+            if !lead {
+                // Woken once, by the sync that decides `seq`.
+                return Decided {
+                    shared: &self.shared,
+                    seq,
+                    id: None,
+                }
+                .await;
+            }
+            self.shared.led.fetch_add(1, Ordering::Relaxed);
+            if sync_once(&self.shared, false) {
+                self.on_failure.fire();
             }
         }
     }
@@ -287,7 +388,7 @@ impl GroupCommit {
     /// under the same lock as `stage`, so nothing is staged meanwhile.
     pub fn lose_pending(&self, why: &str) {
         let staged = self.staged();
-        self.shared.flushed.send_modify(|f| {
+        self.shared.publish(|f| {
             let after = f.lost.last().map_or(f.durable, |l| l.1.max(f.durable));
             if staged > after {
                 f.lost.push((after, staged, why.to_owned()));
@@ -326,7 +427,7 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     let result = shared.store.sync();
     let took = crate::clock::now().saturating_duration_since(started);
     let failed = result.is_err();
-    shared.flushed.send_modify(|f| match result {
+    shared.publish(|f| match result {
         Ok(()) => f.durable = f.durable.max(target),
         Err(e) => {
             tracing::error!(error = %e, "sync failed; changes up to #{target} are not acknowledged");
@@ -345,7 +446,11 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
         r.synced = r.synced.max(target);
         r.syncing = false;
         r.settle |= settle;
-        r.sleeping && (r.wanted > r.synced || r.stop || r.settle)
+        let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.settle);
+        if wake {
+            r.sleeping = false;
+        }
+        wake
     };
     if wake {
         shared.wake.notify_one();
@@ -437,6 +542,76 @@ mod tests {
             .map(|r| r.version)
     }
 
+    /// Counts its wake-ups.
+    struct Counter(AtomicU64);
+
+    impl std::task::Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A waiter is woken once, by the publication that decides its own
+    /// change, not by those that decide earlier ones; a dropped waiter
+    /// leaves nothing behind.
+    #[test]
+    fn waiters_wake_only_when_their_change_is_decided() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let commit = GroupCommit::start(store, Arc::new(Trigger::default()));
+        let shared = &commit.shared;
+        let counters: Vec<_> = (0..3)
+            .map(|_| Arc::new(Counter(AtomicU64::new(0))))
+            .collect();
+        let mut waits: Vec<_> = [10, 20, 30]
+            .into_iter()
+            .map(|seq| {
+                Box::pin(Decided {
+                    shared,
+                    seq,
+                    id: None,
+                })
+            })
+            .collect();
+        let poll = |w: &mut Pin<Box<Decided<'_>>>, c: &Arc<Counter>| {
+            let waker = Waker::from(c.clone());
+            w.as_mut().poll(&mut Context::from_waker(&waker))
+        };
+        for (w, c) in waits.iter_mut().zip(&counters) {
+            assert!(poll(w, c).is_pending());
+        }
+        let woken = |counters: &[Arc<Counter>]| -> Vec<u64> {
+            counters
+                .iter()
+                .map(|c| c.0.load(Ordering::Relaxed))
+                .collect()
+        };
+        shared.publish(|f| f.durable = 15);
+        assert_eq!(woken(&counters), [1, 0, 0]);
+        assert!(matches!(
+            poll(&mut waits[0], &counters[0]),
+            Poll::Ready(Ok(()))
+        ));
+        shared.publish(|f| f.durable = 19);
+        assert_eq!(woken(&counters), [1, 0, 0], "nothing decided, nobody woken");
+        // A failed sync decides its changes too: with an error.
+        shared.publish(|f| {
+            f.failed_upto = 25;
+            f.error = Some("disk gone".into());
+        });
+        assert_eq!(woken(&counters), [1, 1, 0]);
+        assert!(matches!(
+            poll(&mut waits[1], &counters[1]),
+            Poll::Ready(Err(Error::Storage(m))) if m == "disk gone"
+        ));
+        // The last waiter gives up: its entry goes with it.
+        assert_eq!(shared.published.lock().unwrap().waiters.len(), 1);
+        waits.truncate(2);
+        assert!(shared.published.lock().unwrap().waiters.is_empty());
+        shared.publish(|f| f.durable = 30);
+        assert_eq!(woken(&counters), [1, 1, 0]);
+    }
+
     /// A lone write on an idle store syncs on its own worker; one on a
     /// runtime with a single worker never blocks it, and goes to the
     /// flusher. Both are durable when the wait returns.
@@ -492,7 +667,7 @@ mod tests {
                         };
                         commit.wait(seq).await.unwrap();
                         assert!(
-                            commit.shared.flushed.borrow().durable >= seq,
+                            commit.shared.published.lock().unwrap().flushed.durable >= seq,
                             "acknowledged before durable"
                         );
                     }
