@@ -34,7 +34,9 @@ const METHODS: &[&str] = &[
     "/leasehold.v1.Leases/GetLease",
     "/leasehold.v1.Leases/ListLeases",
     "/leasehold.v1.Leases/WatchLease",
+    "/leasehold.v1.Leases/KeepAlive",
     "/leasehold.v1.FencedStore/CheckedWrite",
+    "/leasehold.v1.FencedStore/WriteStream",
     "/leasehold.v1.FencedStore/Read",
     "/leasehold.v1.FencedStore/ListKeys",
     "other",
@@ -191,9 +193,19 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
         ),
         ("releases", "Voluntary releases.", s.releases),
         (
+            "renewals",
+            "Renewals that extended a lease: Renew calls and KeepAlive stream entries.",
+            s.renewals,
+        ),
+        (
             "renew_losses",
             "Renewals refused with LEASE_LOST.",
             s.renew_losses,
+        ),
+        (
+            "writes",
+            "Fenced-store writes and deletes that passed the fence: CheckedWrite calls and WriteStream entries.",
+            s.writes,
         ),
         (
             "fenced_writes",

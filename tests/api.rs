@@ -777,6 +777,76 @@ async fn metrics_show_group_commit_syncs_and_batches() {
     assert_eq!(buckets.last(), Some(&syncs2));
 }
 
+/// Renewals and writes count alike whether they come as unary calls or as
+/// entries on a stream; refused ones count only as losses and fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_renewals_and_writes_on_calls_and_streams() {
+    use leasehold::client::{KeepAliveRenewal, RenewOutcome, StreamWrite, WriteOutcome};
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for job in ["m1", "m2", "m3"] {
+        assert!(c.acquire(job, "a", TTL, NOW).await.unwrap().acquired);
+    }
+    let render = || leasehold::metrics::render(&s.node, &Default::default());
+    let counts = |m: &str| {
+        [
+            "leasehold_renewals_total",
+            "leasehold_renew_losses_total",
+            "leasehold_writes_total",
+            "leasehold_fenced_writes_total",
+        ]
+        .map(|name| metric(m, name))
+    };
+    assert_eq!(counts(&render()), [0.0; 4]);
+
+    c.renew("m1", "a", 1, TTL).await.unwrap();
+    assert!(c.renew("m1", "b", 1, TTL).await.is_err());
+    let mut ka = c.keep_alive().await.unwrap();
+    let out = ka
+        .renew(&[
+            KeepAliveRenewal::new("m1", "a", 1, TTL),
+            KeepAliveRenewal::new("m2", "a", 1, TTL),
+            KeepAliveRenewal::new("m3", "b", 1, TTL),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        out.as_slice(),
+        [
+            RenewOutcome::Renewed(_),
+            RenewOutcome::Renewed(_),
+            RenewOutcome::LeaseLost(_)
+        ]
+    ));
+    assert_eq!(counts(&render()), [3.0, 2.0, 0.0, 0.0]);
+
+    c.checked_write("m1", 1, b"k", b"v".to_vec()).await.unwrap();
+    c.delete("m1", 1, b"k").await.unwrap();
+    c.release("m3", "a", 1).await.unwrap();
+    assert!(matches!(
+        c.checked_write("m3", 1, b"k", b"v".to_vec()).await,
+        Err(ClientError::Fenced { .. })
+    ));
+    let mut ws = c.write_stream().await.unwrap();
+    let out = ws
+        .write(&[
+            StreamWrite::put("m1", 1, b"k", b"w".to_vec()),
+            StreamWrite::put("m2", 1, b"k", b"w".to_vec()),
+            StreamWrite::put("m3", 1, b"k", b"w".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        out.as_slice(),
+        [
+            WriteOutcome::Written { .. },
+            WriteOutcome::Written { .. },
+            WriteOutcome::Fenced { .. }
+        ]
+    ));
+    assert_eq!(counts(&render()), [3.0, 2.0, 4.0, 2.0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_goes_away_leaves_the_queue() {
     let s = TestServer::start().await;

@@ -107,7 +107,38 @@ async fn admin_port_serves_metrics_and_health() {
     )
     .await
     .unwrap();
+    // The streams have their own RPC lines, and what flows on them counts.
+    let mut ka = c.keep_alive().await.unwrap();
+    ka.renew(&[leasehold::client::KeepAliveRenewal::new(
+        "bridge_health",
+        "a",
+        1,
+        Duration::from_secs(60),
+    )])
+    .await
+    .unwrap();
+    let mut ws = c.write_stream().await.unwrap();
+    ws.write(&[leasehold::client::StreamWrite::put(
+        "bridge_health",
+        1,
+        b"k",
+        b"v".to_vec(),
+    )])
+    .await
+    .unwrap();
     let m = admin_get(server.admin, "/metrics").await;
+    for line in [
+        "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"} 1",
+        "leasehold_rpc_duration_seconds_count{method=\"WriteStream\"} 1",
+        "leasehold_renewals_total 1",
+        "leasehold_writes_total 1",
+    ] {
+        assert!(m.contains(line), "no {line} in\n{m}");
+    }
+    assert!(
+        m.contains("leasehold_rpc_duration_seconds_count{method=\"other\"} 0"),
+        "{m}"
+    );
     assert!(
         m.contains("leasehold_job_leader{job=\"bridge_health\"} 1"),
         "{m}"

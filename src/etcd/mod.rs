@@ -135,7 +135,9 @@ const MAX_TRIES: usize = 64;
 
 #[derive(Default)]
 struct Counters {
+    renewals: AtomicU64,
     renew_losses: AtomicU64,
+    writes: AtomicU64,
     fenced_writes: AtomicU64,
     failures: AtomicU64,
 }
@@ -779,6 +781,7 @@ impl EtcdNode {
             match &st.holder {
                 Some(h) if h.rec.holder == holder.as_str() && h.rec.token == token => {
                     if let Some(view) = self.extend(job, h, ttl).await? {
+                        self.inner.counters.renewals.fetch_add(1, Ordering::Relaxed);
                         return Ok(Ok(view));
                     }
                 }
@@ -1055,6 +1058,7 @@ impl EtcdNode {
                 })
                 .await;
             if self.failed(r)?.succeeded {
+                self.inner.counters.writes.fetch_add(1, Ordering::Relaxed);
                 return Ok(version);
             }
         }
@@ -1208,7 +1212,9 @@ impl EtcdNode {
     pub fn snapshot(&self) -> Snapshot {
         let (jobs, mut stats) = self.inner.mirror.snapshot();
         let c = &self.inner.counters;
+        stats.renewals = c.renewals.load(Ordering::Relaxed);
         stats.renew_losses = c.renew_losses.load(Ordering::Relaxed);
+        stats.writes = c.writes.load(Ordering::Relaxed);
         stats.fenced_writes = c.fenced_writes.load(Ordering::Relaxed);
         Snapshot {
             stats,

@@ -133,8 +133,13 @@ pub struct Stats {
     pub expiries: u64,
     /// Voluntary releases.
     pub releases: u64,
+    /// Renewals that extended a lease (unary or on a stream).
+    pub renewals: u64,
     /// Renewals refused with LEASE_LOST.
     pub renew_losses: u64,
+    /// Fenced-store writes (and deletes) that passed the fence, unary or
+    /// on a stream.
+    pub writes: u64,
     /// `CheckedWrite`s refused with FENCED.
     pub fenced_writes: u64,
 }
@@ -464,6 +469,7 @@ impl LeaseTable {
                     job.token = job.token.next();
                     fx.persist = Some(job.record());
                 }
+                stats.renewals += 1;
                 Ok((job.view(name, now), fx))
             }
             h => {
@@ -550,6 +556,7 @@ impl LeaseTable {
             });
         }
         if faults.skip_fence {
+            stats.writes += 1;
             return Ok(());
         }
         let live = self.jobs.get(name).is_some_and(|j| j.holding.is_some());
@@ -563,7 +570,10 @@ impl LeaseTable {
             None
         };
         match cause {
-            None => Ok(()),
+            None => {
+                stats.writes += 1;
+                Ok(())
+            }
             Some(cause) => {
                 stats.fenced_writes += 1;
                 Err(Error::Fenced {
