@@ -16,3 +16,11 @@ pub fn now() -> Instant {
 pub fn tokio_now() -> tokio::time::Instant {
     tokio::time::Instant::now()
 }
+
+/// Milliseconds since the Unix epoch on the wall clock: for people only
+/// (when a checkpoint or a backup was made). No rule reads it.
+pub fn wall_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

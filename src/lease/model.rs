@@ -240,7 +240,11 @@ pub fn check(ops: &[Op]) -> Result<(), String> {
             Op::Restart => {
                 // Only what was persisted survives; held leases are live for
                 // their stored TTL from start-up; tokens go on.
-                table = LeaseTable::restore(stored.iter().map(|(j, r)| (name(*j), r.clone())), now);
+                table = LeaseTable::restore(
+                    stored.iter().map(|(j, r)| (name(*j), r.clone())),
+                    Token::NONE,
+                    now,
+                );
                 for (j, m) in model.iter_mut() {
                     let Some(r) = stored.get(j) else {
                         ensure!(

@@ -171,9 +171,10 @@ struct Job {
 }
 
 impl Job {
-    fn new(now: Instant) -> Job {
+    /// A job never seen before: its first grant gets `floor` + 1.
+    fn new(now: Instant, floor: Token) -> Job {
         Job {
-            token: Token::NONE,
+            token: floor,
             holding: None,
             last_holder: None,
             stored_ttl: Duration::ZERO,
@@ -275,6 +276,8 @@ pub struct LeaseTable {
     next_waiter: u64,
     stats: Stats,
     faults: Faults,
+    /// Every grant's token is above this (see [`LeaseTable::restore`]).
+    floor: Token,
 }
 
 /// Rules broken on purpose, to show that the torture checker catches real
@@ -301,17 +304,28 @@ impl LeaseTable {
     /// **Every lease that was held is live again for its full TTL, counted
     /// from `now`**: the server cannot know how long it was down, so it
     /// extends and never shortens. Its holder can renew it with its token.
+    ///
+    /// **Every grant from now on gets a token above `floor`**, on every
+    /// job, jobs never seen before included: a store recovered or restored
+    /// from a backup raises it above every token that may have been issued
+    /// before (see `store::sled`). A record below the floor predates it:
+    /// its lease, if any, is not live again.
     pub fn restore(
         records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
+        floor: Token,
         now: Instant,
     ) -> Self {
-        let mut table = LeaseTable::new();
+        let mut table = LeaseTable {
+            floor,
+            ..LeaseTable::default()
+        };
         for (name, rec) in records {
-            let mut job = Job::new(now);
-            job.token = rec.token;
+            let mut job = Job::new(now, floor);
+            let below = rec.token < floor;
+            job.token = rec.token.max(floor);
             job.stored_ttl = rec.ttl;
             job.last_holder = rec.holder.clone();
-            job.holding = rec.holder.map(|holder| Holding {
+            job.holding = rec.holder.filter(|_| !below).map(|holder| Holding {
                 holder,
                 ttl: rec.ttl,
                 deadline: now + rec.ttl,
@@ -338,9 +352,12 @@ impl LeaseTable {
     pub fn reload(
         &mut self,
         records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
+        floor: Token,
         now: Instant,
     ) {
-        self.jobs = LeaseTable::restore(records, now).jobs;
+        let t = LeaseTable::restore(records, floor, now);
+        self.jobs = t.jobs;
+        self.floor = t.floor;
     }
 
     /// Saves one job's state, to undo a decision whose change could not be
@@ -379,10 +396,11 @@ impl LeaseTable {
     ) -> (Acquire, Effects) {
         let stats = &mut self.stats;
         let faults = self.faults;
+        let floor = self.floor;
         let job = self
             .jobs
             .entry(name.clone())
-            .or_insert_with(|| Job::new(now));
+            .or_insert_with(|| Job::new(now, floor));
         job.settle(now, stats, faults);
         let mut fx = Effects::default();
 
@@ -631,9 +649,10 @@ impl LeaseTable {
     ) -> WaiterId {
         self.next_waiter += 1;
         let id = WaiterId(self.next_waiter);
+        let floor = self.floor;
         self.jobs
             .entry(name.clone())
-            .or_insert_with(|| Job::new(now))
+            .or_insert_with(|| Job::new(now, floor))
             .waiters
             .push_back(Waiter {
                 id,

@@ -152,7 +152,8 @@ impl Inner {
             .lose_pending("the store failed and was reopened from stable storage");
         self.store.reopen()?;
         let records = self.store.leases()?;
-        st.table.reload(records, clock::now());
+        st.table
+            .reload(records, self.store.token_floor(), clock::now());
         st.generation += 1;
         st.store_recoveries += 1;
         for n in st.wakers.values() {
@@ -196,7 +197,7 @@ impl Node {
     /// full TTL from now.
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
         let records = store.leases()?;
-        let table = LeaseTable::restore(records, clock::now());
+        let table = LeaseTable::restore(records, store.token_floor(), clock::now());
         let trigger = Arc::new(Trigger::default());
         let commit = GroupCommit::start(store.clone(), trigger.clone());
         let inner = Arc::new(Inner {

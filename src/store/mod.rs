@@ -28,6 +28,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseRecord, Token};
 
+pub mod manifest;
 pub mod sled;
 pub mod wal;
 
@@ -48,6 +49,12 @@ pub struct ValueRecord {
 pub trait Store: Send + Sync + 'static {
     /// Every stored lease record, for start-up.
     fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>>;
+    /// Every job's next grant gets a token above this, jobs never seen
+    /// before included: raised when a data dir is recovered or restored,
+    /// so that no token issued before can be issued again.
+    fn token_floor(&self) -> Token {
+        Token::NONE
+    }
     /// Stores a job's lease record (buffered until [`Store::sync`]).
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()>;
     /// The record under (job, key), if any (tombstones included).

@@ -38,8 +38,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::error::{Error, Result};
-use crate::lease::{JobName, LeaseRecord};
-use crate::store::wal::{Kind, Record, Wal};
+use crate::lease::{JobName, LeaseRecord, Token};
+use crate::store::manifest::{self, record_hash, Checkpoint};
+use crate::store::wal::{self, Kind, Record, Wal};
 use crate::store::{
     decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord,
 };
@@ -111,6 +112,7 @@ impl Pending {
 }
 
 struct Open {
+    dir: PathBuf,
     db: sled::Db,
     leases: sled::Tree,
     values: sled::Tree,
@@ -121,6 +123,8 @@ struct Open {
     wal: Mutex<Wal>,
     /// Logged puts that no checkpoint has applied to sled yet.
     logged: Mutex<Logged>,
+    /// What the last checkpoint made durable (sled's record of it).
+    ckpt: Mutex<Checkpoint>,
 }
 
 /// The logged puts not in sled yet: the newest per key, so that a key
@@ -143,6 +147,16 @@ impl Logged {
             };
             map.insert(p.record.key, p.record.value);
         }
+    }
+
+    /// Adds records replayed from the log, in order.
+    fn add_records(&mut self, records: Vec<Record>) {
+        self.add(
+            records
+                .into_iter()
+                .map(|record| Put { seq: 0, record })
+                .collect(),
+        );
     }
 }
 
@@ -230,9 +244,9 @@ impl SledStore {
     /// Applies the logged puts to sled, forgets them in the overlay, and
     /// checkpoints.
     fn checkpoint_open(&self, o: &Open, wal: &mut Wal) -> Result<()> {
-        let upto = o.apply_logged(&mut o.logged.lock().expect("logged lock"))?;
+        let upto = o.checkpoint(wal)?;
         self.pending().trim(upto);
-        o.checkpoint(wal)
+        Ok(())
     }
 
     /// The free bytes of the data dir's file system: asked anew unless the
@@ -260,152 +274,442 @@ impl SledStore {
 }
 
 /// A file beside sled's own, written once the store holds leasehold's
-/// marker record. If it exists, the store must contain that record: sled
-/// opens a store whose files are corrupt as an *empty* store, and starting
-/// empty would reset every token.
+/// marker record; data dirs made before the manifest existed are
+/// recognised by it.
 const MARKER_FILE: &str = "leasehold.store";
 /// The marker record, in sled's default tree.
 const MARKER_KEY: &[u8] = b"leasehold/format";
 const MARKER_VALUE: &[u8] = b"1";
+/// The checkpoint record, in sled's default tree, written in the same
+/// transaction as each checkpoint's data.
+const CHECKPOINT_KEY: &[u8] = b"leasehold/checkpoint";
+/// Trees, as numbered in record digests.
+const TREE_LEASES: u8 = 1;
+const TREE_VALUES: u8 = 2;
+
+/// One thing wrong with a data dir: the file, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file or files, relative to the data dir.
+    pub file: String,
+    /// What is wrong with it.
+    pub what: String,
+}
+
+impl Problem {
+    fn new(file: &str, what: impl Into<String>) -> Problem {
+        Problem {
+            file: file.to_owned(),
+            what: what.into(),
+        }
+    }
+}
+
+/// What reading a whole data dir found (see [`inspect`]).
+#[derive(Debug, Default)]
+pub struct Inspection {
+    /// The manifest, if it checks out.
+    pub manifest: Option<Checkpoint>,
+    /// sled's checkpoint record, if there is one.
+    pub sled: Option<Checkpoint>,
+    /// What sled holds, counted and hashed record by record.
+    pub found: Checkpoint,
+    /// The log's generation, if it could be read.
+    pub wal_generation: Option<u64>,
+    /// Records in the log that a start would replay.
+    pub wal_records: usize,
+    /// Bytes of a torn last batch in the log (an unacknowledged write cut
+    /// by a crash).
+    pub wal_torn: u64,
+    /// The highest token any record holds (sled and log together).
+    pub max_token: u64,
+    /// Every problem found; empty for a healthy data dir.
+    pub problems: Vec<Problem>,
+    /// A data dir of the format before the manifest: upgraded at start.
+    pub legacy: bool,
+    /// A data dir with nothing in it yet.
+    pub fresh: bool,
+}
+
+/// The advice every refusal ends with.
+pub fn damage_advice(dir: &Path) -> String {
+    format!(
+        "Nothing in the data dir was changed. `leasehold check --data-dir {d}` reports \
+         everything it finds. To go on: restore a backup (`leasehold restore --data-dir {d} \
+         FILE`), or keep what is readable with `leasehold recover --data-dir {d}`; both raise the \
+         token floor so that no token is ever issued twice",
+        d = dir.display()
+    )
+}
 
 impl Open {
-    /// Opens the store in `dir`, refusing one that lost its data, and
-    /// replays the write-ahead log into it.
+    /// Opens the store in `dir`: checks everything (see [`inspect`]),
+    /// refusing a damaged data dir, then replays the log and checkpoints
+    /// (a new generation).
     fn checked(dir: &Path) -> Result<Open> {
-        let (open, records) = Open::sled_checked(dir)?;
+        let (open, records, ins) = Open::inspected(dir)?;
+        if !ins.problems.is_empty() {
+            let list: String = ins
+                .problems
+                .iter()
+                .map(|p| format!("\n  - {}/{}: {}", dir.display(), p.file, p.what))
+                .collect();
+            return Err(Error::storage(format!(
+                "data dir {} is damaged; refusing to start, because a damaged store could issue \
+                 a token again or lose acknowledged writes:{list}\n{}",
+                dir.display(),
+                damage_advice(dir)
+            )));
+        }
+        let open = open.expect("a healthy inspection opens the store");
         let replayed = records.len();
-        let puts: Vec<Put> = records
-            .into_iter()
-            .map(|record| Put { seq: 0, record })
-            .collect();
-        open.apply(&puts)?;
-        // Make the replayed records sled's, and start a new generation.
+        open.logged
+            .lock()
+            .expect("logged lock")
+            .add_records(records);
         open.checkpoint(&mut open.wal.lock().expect("wal lock"))?;
         if replayed > 0 {
             tracing::info!(records = replayed, "replayed the write-ahead log");
         }
+        if ins.legacy {
+            tracing::info!(dir = %dir.display(), "data dir upgraded: it now has a manifest");
+        }
+        if let Some(r) = &open.ckpt.lock().expect("checkpoint lock").recovered {
+            tracing::warn!(dir = %dir.display(), "this data dir was {r}");
+        }
         Ok(open)
     }
 
-    /// Applies logged puts to sled's trees, in order.
-    fn apply(&self, puts: &[Put]) -> Result<()> {
-        for p in puts {
-            let tree = match p.record.kind {
-                Kind::Lease => &self.leases,
-                Kind::Value => &self.values,
-            };
-            tree.insert(p.record.key.as_slice(), p.record.value.as_slice())
-                .map_err(Error::storage)?;
-        }
-        Ok(())
-    }
-
-    /// Applies the logged puts to sled's trees, in key order, leaving
-    /// `logged` empty. Returns the sequence number they reach.
-    fn apply_logged(&self, logged: &mut Logged) -> Result<u64> {
-        let l = std::mem::take(logged);
-        for (tree, map) in [(&self.leases, l.leases), (&self.values, l.values)] {
-            for (k, v) in map {
-                tree.insert(k, v).map_err(Error::storage)?;
-            }
-        }
-        Ok(l.upto)
-    }
-
-    /// Makes everything applied to sled durable in sled, then empties the
-    /// log. sled first: until it is durable, the log is the only copy.
-    fn checkpoint(&self, wal: &mut Wal) -> Result<()> {
-        self.db.flush().map_err(Error::storage)?;
-        self.log.sync_data().map_err(Error::storage)?;
-        self.sync_blobs().map_err(Error::storage)?;
-        wal.reset()
-            .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))
-    }
-
-    /// Opens sled in `dir`, refusing a store that lost its data, and
-    /// reads the log without applying it.
-    fn sled_checked(dir: &Path) -> Result<(Open, Vec<Record>)> {
-        let marker = dir.join(MARKER_FILE);
-        let had_marker = marker.exists();
-        let had_log = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
-        let (open, records) = Open::new(dir)?;
-        let has_record = open
-            .db
-            .get(MARKER_KEY)
-            .map_err(Error::storage)?
-            .is_some_and(|v| v.as_ref() == MARKER_VALUE);
-        if has_record {
-            if !had_marker {
-                write_marker(dir)?;
-            }
-            return Ok((open, records));
-        }
-        if had_marker || had_log {
-            return Err(Error::storage(format!(
-                "data dir {} holds no leasehold data although it should ({}): its files are \
-                 corrupt or are not a leasehold store. Refusing to start, because an empty store \
-                 would issue tokens again. Restore the directory from a backup, or point \
-                 --data-dir at an empty directory to start afresh on purpose",
-                dir.display(),
-                if had_marker {
-                    format!("{MARKER_FILE} exists")
-                } else {
-                    "a sled log exists".to_owned()
-                }
-            )));
-        }
-        // A new store: the record, durably, then the file.
-        open.db
-            .insert(MARKER_KEY, MARKER_VALUE)
-            .map_err(Error::storage)?;
-        open.db.flush().map_err(Error::storage)?;
-        open.log.sync_data().map_err(Error::storage)?;
-        write_marker(dir)?;
-        Ok((open, records))
-    }
-
-    fn new(dir: &Path) -> Result<(Open, Vec<Record>)> {
+    /// Reads and checks everything in `dir`. Returns the open store and the
+    /// records to replay when the data dir is healthy (or new: then it is
+    /// created); the problems otherwise. Writes nothing of leasehold's into
+    /// a data dir that has problems.
+    fn inspected(dir: &Path) -> Result<(Option<Open>, Vec<Record>, Inspection)> {
+        let mut ins = Inspection::default();
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
-        let db = sled::Config::new()
-            .path(dir)
-            .segment_size(SEGMENT_SIZE)
-            // Every change is flushed by `sync`, in group commits; a
-            // background flusher would only add I/O.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
-                    Error::storage(format!(
-                        "data dir {} is in use by another leasehold process ({io})",
-                        dir.display()
-                    ))
+        let manifest = match manifest::read(dir) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(Error::storage(format!(
+                    "cannot read {}: {e}",
+                    dir.join(manifest::FILE).display()
+                )))
+            }
+        };
+        let had_marker = dir.join(MARKER_FILE).exists();
+        let wal_path = dir.join(WAL_FILE);
+        let had_wal = wal_path.exists();
+        match &manifest {
+            manifest::Found::Ok(c) => ins.manifest = Some(c.clone()),
+            manifest::Found::Damaged(why) => {
+                ins.problems.push(Problem::new(manifest::FILE, why.clone()))
+            }
+            manifest::Found::Missing => {}
+        }
+        // The log, before sled is opened.
+        let guess = ins.manifest.as_ref().map_or([0; 16], |m| m.store_id);
+        let mut wal = None;
+        let mut records = Vec::new();
+        let mut wal_v1 = false;
+        if had_wal {
+            match Wal::open(&wal_path, guess) {
+                Ok((w, replay)) => {
+                    ins.wal_generation = Some(replay.generation);
+                    ins.wal_records = replay.records.len();
+                    ins.wal_torn = replay.torn;
+                    wal_v1 = replay.store_id.is_none();
+                    if let (Some(id), Some(m)) = (replay.store_id, &ins.manifest) {
+                        if id != m.store_id {
+                            ins.problems.push(Problem::new(
+                                WAL_FILE,
+                                "its header names another data dir than the manifest: a log \
+                                 copied from elsewhere",
+                            ));
+                        }
+                    }
+                    records = replay.records;
+                    wal = Some(w);
                 }
-                e => Error::storage(format!("cannot open data dir {}: {e}", dir.display())),
-            })?;
-        let leases = db.open_tree("leases").map_err(Error::storage)?;
-        let values = db.open_tree("values").map_err(Error::storage)?;
-        let log = File::open(dir.join("db"))
-            .map_err(|e| Error::storage(format!("cannot open {}/db: {e}", dir.display())))?;
-        // Make the files' directory entries durable too.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
-        let path = dir.join(WAL_FILE);
-        let size = free_bytes(dir).map_or(WAL_SIZE, |free| (free / 8).clamp(WAL_MIN, WAL_SIZE));
-        let (wal, records) = Wal::open(&path, size & !4095)
-            .map_err(|e| Error::storage(format!("cannot open {}: {e}", path.display())))?;
+                Err(wal::OpenError::Damaged(why)) => ins.problems.push(Problem::new(WAL_FILE, why)),
+                Err(wal::OpenError::Io(e)) => {
+                    return Err(Error::storage(format!(
+                        "cannot read {}: {e}",
+                        wal_path.display()
+                    )))
+                }
+            }
+        }
+        for r in &records {
+            if r.kind == Kind::Lease {
+                if let Ok(l) = decode_lease(&r.value) {
+                    ins.max_token = ins.max_token.max(l.token.0);
+                }
+            }
+        }
+        // sled, and everything in it.
+        let had_db = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
+        let (db, leases, values, log) = open_sled(dir)?;
+        let marker = db.get(MARKER_KEY).map_err(Error::storage)?;
+        let has_marker_record = marker.as_deref() == Some(MARKER_VALUE);
+        if let Some(v) = db.get(CHECKPOINT_KEY).map_err(Error::storage)? {
+            match Checkpoint::decode(&v) {
+                Some(c) => ins.sled = Some(c),
+                None => ins.problems.push(Problem::new(
+                    "db",
+                    "sled's checkpoint record does not decode",
+                )),
+            }
+        }
+        let mut found = Checkpoint::default();
+        for (tree, t) in [(TREE_LEASES, &leases), (TREE_VALUES, &values)] {
+            for kv in t.iter() {
+                let (k, v) = match kv {
+                    Ok(kv) => kv,
+                    Err(e) => {
+                        ins.problems.push(Problem::new(
+                            "db",
+                            format!("sled cannot read every record: {e}"),
+                        ));
+                        break;
+                    }
+                };
+                found.digest = found.digest.wrapping_add(record_hash(tree, &k, &v));
+                if tree == TREE_LEASES {
+                    found.leases += 1;
+                    match decode_lease(&v) {
+                        Ok(l) => found.max_token = found.max_token.max(l.token.0),
+                        Err(e) => ins.problems.push(Problem::new("db", e.to_string())),
+                    }
+                } else {
+                    found.values += 1;
+                    if let Err(e) = decode_value(&v) {
+                        ins.problems.push(Problem::new("db", e.to_string()));
+                    }
+                }
+            }
+        }
+        ins.max_token = ins.max_token.max(found.max_token);
+        ins.found = found.clone();
+        let empty = found.leases == 0 && found.values == 0 && records.is_empty();
+        // Which kind of data dir is this?
+        match (&manifest, &ins.sled) {
+            (manifest::Found::Missing, None) => {
+                if empty && !had_marker && !has_marker_record {
+                    ins.fresh = true;
+                } else if (had_marker || had_db) && has_marker_record && (wal_v1 || !had_wal) {
+                    ins.legacy = true;
+                } else if had_marker || had_db || had_wal {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        "sled holds no leasehold data although the data dir has been used: its \
+                         files are lost, corrupt, or not a leasehold store",
+                    ));
+                }
+            }
+            (manifest::Found::Missing, Some(s)) => {
+                if empty && s.floor == 0 && s.max_token == 0 {
+                    // A first start that stopped before its manifest was
+                    // written: nothing to lose.
+                    ins.fresh = true;
+                } else {
+                    ins.problems.push(Problem::new(
+                        manifest::FILE,
+                        "missing, although sled holds a checkpoint: deleted or lost",
+                    ));
+                }
+            }
+            (manifest::Found::Ok(_), None) => ins.problems.push(Problem::new(
+                "db",
+                "sled holds no checkpoint record although the manifest names one: sled's files \
+                 are lost, replaced, or corrupt",
+            )),
+            (manifest::Found::Damaged(_), _) | (manifest::Found::Ok(_), Some(_)) => {}
+        }
+        if let Some(s) = &ins.sled {
+            if (s.leases, s.values, s.digest) != (found.leases, found.values, found.digest) {
+                ins.problems.push(Problem::new(
+                    "db",
+                    format!(
+                        "sled holds {} lease and {} value records (digest {:016x}), but its \
+                         checkpoint record says {} and {} (digest {:016x}): records were lost or \
+                         changed (a damaged page or blob)",
+                        found.leases, found.values, found.digest, s.leases, s.values, s.digest
+                    ),
+                ));
+            }
+            ins.max_token = ins.max_token.max(s.max_token);
+            if let Some(m) = &ins.manifest {
+                ins.max_token = ins.max_token.max(m.max_token);
+                if m.store_id != s.store_id {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        "sled's checkpoint record names another data dir than the manifest",
+                    ));
+                } else if s.generation < m.generation {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        format!(
+                            "sled holds checkpoint {} but the manifest names {}: sled's files \
+                             are from an older state",
+                            s.generation, m.generation
+                        ),
+                    ));
+                } else if s.generation > m.generation + 1 {
+                    ins.problems.push(Problem::new(
+                        manifest::FILE,
+                        format!(
+                            "it names checkpoint {} but sled holds {}: an older copy",
+                            m.generation, s.generation
+                        ),
+                    ));
+                }
+            }
+            match (&wal, ins.wal_generation) {
+                (None, _) if had_wal => {}
+                (None, _) => ins.problems.push(Problem::new(
+                    WAL_FILE,
+                    "missing: the write-ahead log holds the latest acknowledged changes",
+                )),
+                (Some(_), Some(w)) if w == s.generation => {}
+                (Some(_), Some(w))
+                    if w + 1 == s.generation
+                        && ins.manifest.as_ref().is_some_and(|m| m.generation == w) =>
+                {
+                    // A crash after sled's part of a checkpoint, before the
+                    // log's reset: its records are in sled already.
+                    records.clear();
+                }
+                (Some(_), Some(w)) => ins.problems.push(Problem::new(
+                    WAL_FILE,
+                    format!(
+                        "it is of generation {w} but sled holds checkpoint {}: a log from another \
+                         state",
+                        s.generation
+                    ),
+                )),
+                (Some(_), None) => {}
+            }
+        }
+        if !ins.problems.is_empty() {
+            return Ok((None, records, ins));
+        }
+        let mut base = match (ins.sled.clone(), ins.fresh || ins.legacy) {
+            (Some(s), false) => s,
+            (s, _) => Checkpoint {
+                store_id: *uuid::Uuid::new_v4().as_bytes(),
+                generation: s.as_ref().map_or(0, |s| s.generation),
+                leases: found.leases,
+                values: found.values,
+                digest: found.digest,
+                max_token: ins.max_token,
+                ..Checkpoint::default()
+            },
+        };
+        base.max_token = base.max_token.max(ins.max_token);
+        if ins.fresh || ins.legacy {
+            db.insert(MARKER_KEY, MARKER_VALUE)
+                .map_err(Error::storage)?;
+        }
+        let wal = match wal {
+            Some(mut w) if !ins.fresh => {
+                if wal_v1 {
+                    w.set_store_id(base.store_id);
+                }
+                w
+            }
+            _ => {
+                if had_wal {
+                    std::fs::remove_file(&wal_path).map_err(|e| {
+                        Error::storage(format!("cannot remove {}: {e}", wal_path.display()))
+                    })?;
+                }
+                let size =
+                    free_bytes(dir).map_or(WAL_SIZE, |free| (free / 8).clamp(WAL_MIN, WAL_SIZE));
+                Wal::create(&wal_path, size & !4095, base.store_id, base.generation).map_err(
+                    |e| Error::storage(format!("cannot create {}: {e}", wal_path.display())),
+                )?
+            }
+        };
+        if ins.fresh {
+            records.clear();
+        }
         let open = Open {
             db,
             leases,
             values,
             log,
+            dir: dir.to_owned(),
             blobs: dir.join("blobs"),
             wal: Mutex::new(wal),
             logged: Mutex::new(Logged::default()),
+            ckpt: Mutex::new(base),
         };
-        Ok((open, records))
+        if (ins.fresh || ins.legacy) && !had_marker {
+            // The marker file last: a data dir with it has been started.
+            open.checkpoint(&mut open.wal.lock().expect("wal lock"))?;
+            write_marker(dir)?;
+        }
+        Ok((Some(open), records, ins))
+    }
+
+    /// Applies the logged puts to sled in one transaction with the new
+    /// checkpoint record, makes sled durable, starts the log's next
+    /// generation, and writes the manifest, leaving `logged` empty. Returns
+    /// the sequence number the applied puts reach.
+    ///
+    /// The order is what start-up relies on: sled (data and record
+    /// together, atomically) first, because until it is durable the log is
+    /// the only copy; then the log's reset; then the manifest. A crash
+    /// between two steps leaves sled one generation ahead, which
+    /// [`Open::inspected`] accepts.
+    fn checkpoint(&self, wal: &mut Wal) -> Result<u64> {
+        use sled::Transactional as _;
+        let l = std::mem::take(&mut *self.logged.lock().expect("logged lock"));
+        let base = self.ckpt.lock().expect("checkpoint lock").clone();
+        let meta: &sled::Tree = &self.db;
+        let next = (&self.leases, &self.values, meta)
+            .transaction(|(lt, vt, mt)| {
+                let mut c = base.clone();
+                c.generation += 1;
+                c.unix_ms = crate::clock::wall_unix_ms();
+                for (tree, t, map) in [(TREE_LEASES, lt, &l.leases), (TREE_VALUES, vt, &l.values)] {
+                    for (k, v) in map {
+                        match t.insert(k.as_slice(), v.as_slice())? {
+                            Some(old) => {
+                                c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old))
+                            }
+                            None if tree == TREE_LEASES => c.leases += 1,
+                            None => c.values += 1,
+                        }
+                        c.digest = c.digest.wrapping_add(record_hash(tree, k, v));
+                        if tree == TREE_LEASES {
+                            if let Ok(r) = decode_lease(v) {
+                                c.max_token = c.max_token.max(r.token.0);
+                            }
+                        }
+                    }
+                }
+                mt.insert(CHECKPOINT_KEY, c.encode())?;
+                Ok(c)
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| {
+                Error::storage(format!("checkpoint into sled: {e:?}"))
+            })?;
+        self.db.flush().map_err(Error::storage)?;
+        self.log.sync_data().map_err(Error::storage)?;
+        self.sync_blobs().map_err(Error::storage)?;
+        wal.reset(next.generation)
+            .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))?;
+        manifest::write(&self.dir, &next).map_err(|e| {
+            Error::storage(format!(
+                "cannot write {}: {e}",
+                self.dir.join(manifest::FILE).display()
+            ))
+        })?;
+        *self.ckpt.lock().expect("checkpoint lock") = next;
+        Ok(l.upto)
     }
 
     fn sync_blobs(&self) -> std::io::Result<()> {
@@ -416,7 +720,13 @@ impl Open {
         };
         let mut any = false;
         for entry in entries {
-            File::open(entry?.path())?.sync_data()?;
+            // sled removes a blob once no page points to it, at any time:
+            // one gone between the listing and the open needs no sync.
+            match File::open(entry?.path()) {
+                Ok(f) => f.sync_data()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
             any = true;
         }
         if any {
@@ -426,25 +736,72 @@ impl Open {
     }
 }
 
+/// Opens sled in `dir`, with leasehold's settings.
+fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree, File)> {
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(SEGMENT_SIZE)
+        // Every change is flushed by a checkpoint; a background flusher
+        // would only add I/O.
+        .flush_every_ms(None)
+        .open()
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                Error::storage(format!(
+                    "data dir {} is in use by another leasehold process ({io})",
+                    dir.display()
+                ))
+            }
+            e => Error::storage(format!("cannot open data dir {}: {e}", dir.display())),
+        })?;
+    let leases = db.open_tree("leases").map_err(Error::storage)?;
+    let values = db.open_tree("values").map_err(Error::storage)?;
+    let log = File::open(dir.join("db"))
+        .map_err(|e| Error::storage(format!("cannot open {}/db: {e}", dir.display())))?;
+    // Make the files' directory entries durable too.
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
+    Ok((db, leases, values, log))
+}
+
+/// Reads and checks every file of the data dir at `dir`, as a start would,
+/// and reports what it found. The caller must make sure no server uses
+/// `dir`; `leasehold check` runs it on a copy, so that sled's own recovery
+/// cannot change the original.
+pub fn inspect(dir: &Path) -> Result<Inspection> {
+    let (_, _, ins) = Open::inspected(dir)?;
+    Ok(ins)
+}
+
 impl Store for SledStore {
     fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
+        let decode = |k: &[u8], v: &[u8]| {
+            let name = String::from_utf8(k.to_vec())
+                .map_err(|_| Error::storage("corrupt job name in store"))?;
+            Ok((JobName::from_trusted(name), decode_lease(v)?))
+        };
         self.with(|o| {
-            // Logged lease records first go where the scan below sees them.
-            let mut logged = o.logged.lock().expect("logged lock");
-            for (k, v) in std::mem::take(&mut logged.leases) {
-                o.leases.insert(k, v).map_err(Error::storage)?;
+            // Logged lease records are newer than sled's; sled is written
+            // only by checkpoints.
+            let logged = o.logged.lock().expect("logged lock").leases.clone();
+            let mut out = Vec::new();
+            for kv in o.leases.iter() {
+                let (k, v) = kv.map_err(Error::storage)?;
+                if !logged.contains_key(k.as_ref()) {
+                    out.push(decode(&k, &v)?);
+                }
             }
-            drop(logged);
-            o.leases
-                .iter()
-                .map(|kv| {
-                    let (k, v) = kv.map_err(Error::storage)?;
-                    let name = String::from_utf8(k.to_vec())
-                        .map_err(|_| Error::storage("corrupt job name in store"))?;
-                    Ok((JobName::from_trusted(name), decode_lease(&v)?))
-                })
-                .collect()
+            for (k, v) in &logged {
+                out.push(decode(k, v)?);
+            }
+            Ok(out)
         })
+    }
+
+    fn token_floor(&self) -> Token {
+        self.with(|o| Ok(Token(o.ckpt.lock().expect("checkpoint lock").floor)))
+            .unwrap_or(Token::NONE)
     }
 
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
@@ -554,18 +911,14 @@ impl Store for SledStore {
                 .append(puts.iter().map(|p| &p.record))
                 .map_err(|e| Error::storage(format!("{}: {e}", wal.path().display())))?;
             let mut done = o.logged.lock().expect("logged lock");
+            done.add(puts);
+            drop(done);
             if logged {
-                done.add(puts);
                 return Ok(());
             }
             // Too big for the room left in the log: straight into sled,
-            // after what is logged, and checkpoint.
-            o.apply_logged(&mut done)?;
-            o.apply(&puts)?;
-            o.checkpoint(&mut wal)?;
-            let last = puts.last().map_or(0, |p| p.seq);
-            self.pending().trim(last);
-            Ok(())
+            // after what is logged, in one checkpoint.
+            self.checkpoint_open(o, &mut wal)
         })?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
         Ok(())

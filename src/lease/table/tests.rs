@@ -321,7 +321,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
             },
         ),
     ];
-    let mut t = LeaseTable::restore(recs, t0);
+    let mut t = LeaseTable::restore(recs, Token::NONE, t0);
     let (a, _) = t.acquire(&job("held"), &who("b"), TTL, t0 + TTL - ms(1), None);
     assert_eq!(
         granted(&a),
@@ -333,6 +333,39 @@ fn restore_extends_from_startup_and_continues_tokens() {
         .unwrap();
     let (a, _) = t.acquire(&job("free"), &who("b"), TTL, t0, None);
     assert_eq!(granted(&a), Some(Token(4)));
+}
+
+/// After a recovery or a restore, every grant is above the floor: on jobs
+/// the store remembers, on jobs it lost, and a lease held below the floor
+/// is not live again (its holder's token predates the floor).
+#[test]
+fn every_grant_is_above_the_floor() {
+    let t0 = Instant::now();
+    let floor = Token(1 << 32);
+    let recs = vec![(
+        job("kept"),
+        LeaseRecord {
+            holder: Some(who("a")),
+            token: Token(7),
+            ttl: TTL,
+        },
+    )];
+    let mut t = LeaseTable::restore(recs, floor, t0);
+    assert!(t.renew(&job("kept"), &who("a"), Token(7), TTL, t0).is_err());
+    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
+    let (a, _) = t.acquire(&job("lost"), &who("b"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
+    let id = t.enqueue(&job("queued"), &who("c"), TTL, t0);
+    let (a, _) = t.acquire(&job("queued"), &who("c"), TTL, t0, Some(id));
+    assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
+    t.reload(Vec::new(), Token(1 << 40), t0);
+    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
+    assert_eq!(
+        granted(&a),
+        Some(Token((1 << 40) + 1)),
+        "a reload keeps the new floor"
+    );
 }
 
 #[test]
