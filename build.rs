@@ -1,5 +1,5 @@
 //! Generates the gRPC code and the file descriptor set (served by reflection)
-//! from `proto/leasehold/v1/leasehold.proto`.
+//! from `proto/leasehold/v1/leasehold.proto` and `admin.proto`.
 //!
 //! protoc comes from the `protoc-bin-vendored` crate, so a fresh machine
 //! needs no system package to build the server.
@@ -7,8 +7,13 @@
 use std::{env, path::PathBuf};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/leasehold/v1/leasehold.proto";
-    println!("cargo:rerun-if-changed={proto}");
+    let protos = [
+        "proto/leasehold/v1/leasehold.proto",
+        "proto/leasehold/v1/admin.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
     if env::var_os("PROTOC").is_none() {
         // SAFETY: build scripts are single-threaded; nothing reads the
         // environment concurrently.
@@ -17,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
         .file_descriptor_set_path(out.join("leasehold_descriptor.bin"))
-        .compile_protos(&[proto], &["proto"])?;
+        .compile_protos(&protos, &["proto"])?;
     // The part of etcd's v3 API the etcd backend speaks (src/etcd/): a
     // client only, and no descriptor set (reflection serves leasehold's
     // own API alone).

@@ -222,6 +222,11 @@ impl Node {
         Ok(Node { inner })
     }
 
+    /// The store, for a backup.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.inner.store.clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while deciding would leave the table half-changed; the
         // server must not go on from that.

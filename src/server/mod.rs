@@ -8,6 +8,7 @@
 //! are plain extra services, so grpcurl and load balancers work out of the
 //! box.
 
+pub mod admin;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
@@ -118,6 +119,8 @@ pub async fn run(
     )
     .max_decoding_message_size(max);
 
+    let admin = proto::admin_server::AdminServer::new(admin::AdminService::new(node.clone()));
+
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let closing_node = node.clone();
     let signal = async move {
@@ -148,6 +151,7 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(leases)
         .add_service(fenced)
+        .add_service(admin)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(serve);
     let drain_timeout = config.drain_timeout;

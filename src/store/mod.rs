@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseRecord, Token};
 
 pub mod manifest;
+pub mod repair;
 pub mod sled;
 pub mod wal;
 
@@ -93,6 +94,15 @@ pub trait Store: Send + Sync + 'static {
     /// decision whose change cannot be stored.
     fn nearly_full(&self) -> bool {
         false
+    }
+    /// Writes a consistent snapshot of everything durable to `out`, in the
+    /// backup format of [`repair`]. Changes go on meanwhile; they are not in
+    /// the snapshot.
+    fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        let _ = out;
+        Err(Error::storage(
+            "this store cannot be backed up by leasehold",
+        ))
     }
     /// After a failure: discards whatever is not on stable storage and opens
     /// the store again from what is. Once a put or sync has failed, every

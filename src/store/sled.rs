@@ -125,6 +125,10 @@ struct Open {
     logged: Mutex<Logged>,
     /// What the last checkpoint made durable (sled's record of it).
     ckpt: Mutex<Checkpoint>,
+    /// Held for writing by a checkpoint, for reading by a backup: sled
+    /// changes only at checkpoints, so a backup that holds it reads one
+    /// checkpoint's state.
+    gate: RwLock<()>,
 }
 
 /// The logged puts not in sled yet: the newest per key, so that a key
@@ -176,6 +180,28 @@ impl SledStore {
             pending: Mutex::new(Pending::default()),
             space: Mutex::new(None),
         })
+    }
+
+    /// Raises the token floor to at least `floor` and records how the data
+    /// dir was recovered; durable at the next checkpoint.
+    pub fn set_floor(&self, floor: u64, note: &str) -> Result<()> {
+        self.with(|o| {
+            let mut c = o.ckpt.lock().expect("checkpoint lock");
+            c.floor = c.floor.max(floor);
+            c.max_token = c.max_token.max(c.floor);
+            c.recovered = Some(note.to_owned());
+            Ok(())
+        })
+    }
+
+    /// Stages a record as the log stores it (for restoring a backup).
+    pub fn put_raw(&self, kind: Kind, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+        self.stage(kind, key, value)
+    }
+
+    /// What the last checkpoint made durable.
+    pub fn last_checkpoint(&self) -> Result<Checkpoint> {
+        self.with(|o| Ok(o.ckpt.lock().expect("checkpoint lock").clone()))
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -645,6 +671,7 @@ impl Open {
             wal: Mutex::new(wal),
             logged: Mutex::new(Logged::default()),
             ckpt: Mutex::new(base),
+            gate: RwLock::new(()),
         };
         if (ins.fresh || ins.legacy) && !had_marker {
             // The marker file last: a data dir with it has been started.
@@ -666,6 +693,7 @@ impl Open {
     /// [`Open::inspected`] accepts.
     fn checkpoint(&self, wal: &mut Wal) -> Result<u64> {
         use sled::Transactional as _;
+        let _gate = self.gate.write().expect("gate lock");
         let l = std::mem::take(&mut *self.logged.lock().expect("logged lock"));
         let base = self.ckpt.lock().expect("checkpoint lock").clone();
         let meta: &sled::Tree = &self.db;
@@ -737,7 +765,7 @@ impl Open {
 }
 
 /// Opens sled in `dir`, with leasehold's settings.
-fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree, File)> {
+pub(crate) fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree, File)> {
     let db = sled::Config::new()
         .path(dir)
         .segment_size(SEGMENT_SIZE)
@@ -927,7 +955,10 @@ impl Store for SledStore {
     fn settle(&self) -> Result<()> {
         self.write(|o| {
             let mut wal = o.wal.lock().expect("wal lock");
-            if wal.used() * 2 > wal.capacity() {
+            // Not while a backup reads sled: the log still has room, and
+            // the flusher must not wait for a backup.
+            let backup_running = o.gate.try_write().is_err();
+            if wal.used() * 2 > wal.capacity() && !backup_running {
                 self.checkpoint_open(o, &mut wal)?;
             }
             Ok(())
@@ -948,6 +979,27 @@ impl Store for SledStore {
 
     fn nearly_full(&self) -> bool {
         self.free().map_or(true, |free| free < 2 * RESERVE)
+    }
+
+    fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))?;
+        self.with(|o| {
+            let _gate = o.gate.read().expect("gate lock");
+            let c = o.ckpt.lock().expect("checkpoint lock").clone();
+            let records = [(Kind::Lease, &o.leases), (Kind::Value, &o.values)]
+                .into_iter()
+                .flat_map(|(kind, t)| {
+                    t.iter().map(move |kv| {
+                        let (k, v) = kv.map_err(Error::storage)?;
+                        Ok(Record {
+                            kind,
+                            key: k.to_vec(),
+                            value: v.to_vec(),
+                        })
+                    })
+                });
+            crate::store::repair::write_backup(&c, records, out)
+        })
     }
 
     fn reopen(&self) -> Result<()> {

@@ -454,6 +454,36 @@ fn read(bytes: &[u8]) -> Result<Read, OpenError> {
     })
 }
 
+/// Reads what can be read of the log at `path`, damaged or not: the
+/// records of the valid batches before any damage, the generation if the
+/// header is readable, and what is wrong, if anything.
+#[allow(clippy::type_complexity)]
+pub fn salvage(path: &Path) -> io::Result<(Vec<Record>, Option<u64>, Option<String>)> {
+    let bytes = std::fs::read(path)?;
+    match read(&bytes) {
+        Ok(r) => Ok((r.records, Some(r.generation), None)),
+        Err(OpenError::Io(e)) => Err(e),
+        Err(OpenError::Damaged(why)) => {
+            let h = bytes.get(..HEADER_LEN);
+            let generation = h
+                .filter(|h| {
+                    &h[..8] == MAGIC
+                        && crc(&h[..HEADER_LEN - 4]).to_le_bytes() == h[HEADER_LEN - 4..]
+                })
+                .map(|h| u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")));
+            let mut records = Vec::new();
+            if let Some(g) = generation {
+                let mut at = HEADER as usize;
+                while let Batch::Valid(next, mut recs) = batch_at(&bytes, at, g) {
+                    records.append(&mut recs);
+                    at = next;
+                }
+            }
+            Ok((records, generation, Some(why)))
+        }
+    }
+}
+
 enum Batch {
     /// A valid batch: where the next one starts, and its records.
     Valid(usize, Vec<Record>),
