@@ -245,6 +245,27 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     if let Some(sync) = &snap.sync {
         render_sync(o, sync);
     }
+    if let Some((floor, recovered)) = &snap.integrity {
+        let _ = writeln!(
+            o,
+            "# HELP leasehold_store_token_floor Every grant's token is above this; raised by `leasehold recover` and `leasehold restore`."
+        );
+        let _ = writeln!(o, "# TYPE leasehold_store_token_floor gauge");
+        let _ = writeln!(o, "leasehold_store_token_floor {floor}");
+        let _ = writeln!(
+            o,
+            "# HELP leasehold_store_recovered 1 when the data dir was recovered (damaged, what was readable kept) or restored from a backup; what was lost is in the WARN line at start-up and in `leasehold check`."
+        );
+        let _ = writeln!(o, "# TYPE leasehold_store_recovered gauge");
+        for how in ["recovered", "restored"] {
+            let v = recovered.as_ref().is_some_and(|r| r.starts_with(how));
+            let _ = writeln!(
+                o,
+                "leasehold_store_recovered{{how=\"{how}\"}} {}",
+                u8::from(v)
+            );
+        }
+    }
     let _ = writeln!(
         o,
         "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease."

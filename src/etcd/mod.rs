@@ -1224,6 +1224,7 @@ impl EtcdNode {
             store_recoveries: 0,
             // etcd syncs its own log; its metrics tell how.
             sync: None,
+            integrity: None,
         }
     }
 

@@ -67,6 +67,9 @@ pub struct Snapshot {
     pub store_recoveries: u64,
     /// Group commit's syncs, on a backend that runs them (not etcd).
     pub sync: Option<commit::SyncStats>,
+    /// The embedded store's token floor, and how its data dir was last
+    /// recovered or restored, if it was (not etcd).
+    pub integrity: Option<(u64, Option<String>)>,
 }
 
 /// One renewal in a [`Node::renew_many`] batch: the arguments of
@@ -694,6 +697,10 @@ impl Node {
             store_failures: st.store_failures,
             store_recoveries: st.store_recoveries,
             sync: Some(self.inner.commit.sync_stats()),
+            integrity: Some((
+                self.inner.store.token_floor().0,
+                self.inner.store.recovered(),
+            )),
         }
     }
 

@@ -56,6 +56,11 @@ pub trait Store: Send + Sync + 'static {
     fn token_floor(&self) -> Token {
         Token::NONE
     }
+    /// How the data dir was last recovered or restored, if it was: what was
+    /// kept, what was lost, the floor.
+    fn recovered(&self) -> Option<String> {
+        None
+    }
     /// Stores a job's lease record (buffered until [`Store::sync`]).
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()>;
     /// The record under (job, key), if any (tombstones included).

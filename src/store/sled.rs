@@ -373,7 +373,7 @@ impl Open {
     /// refusing a damaged data dir, then replays the log and checkpoints
     /// (a new generation).
     fn checked(dir: &Path) -> Result<Open> {
-        let (open, records, ins) = Open::inspected(dir)?;
+        let (open, records, ins) = Open::inspected(dir, false)?;
         if !ins.problems.is_empty() {
             let list: String = ins
                 .problems
@@ -409,8 +409,10 @@ impl Open {
     /// Reads and checks everything in `dir`. Returns the open store and the
     /// records to replay when the data dir is healthy (or new: then it is
     /// created); the problems otherwise. Writes nothing of leasehold's into
-    /// a data dir that has problems.
-    fn inspected(dir: &Path) -> Result<(Option<Open>, Vec<Record>, Inspection)> {
+    /// a data dir that has problems. Unless `thorough`, it stops at the
+    /// first file with a problem, before opening sled (whose own recovery
+    /// may rewrite its snapshot file).
+    fn inspected(dir: &Path, thorough: bool) -> Result<(Option<Open>, Vec<Record>, Inspection)> {
         let mut ins = Inspection::default();
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
@@ -473,6 +475,21 @@ impl Open {
                     ins.max_token = ins.max_token.max(l.token.0);
                 }
             }
+        }
+        // sled makes a missing file anew, empty: in a data dir that has
+        // been used, that is damage, to be named before sled opens.
+        if !matches!(manifest, manifest::Found::Missing) {
+            for f in ["db", "conf"] {
+                if !dir.join(f).exists() {
+                    ins.problems.push(Problem::new(
+                        f,
+                        "missing: one of sled's files, which hold the checkpointed state",
+                    ));
+                }
+            }
+        }
+        if !thorough && !ins.problems.is_empty() {
+            return Ok((None, records, ins));
         }
         // sled, and everything in it.
         let had_db = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
@@ -780,7 +797,12 @@ pub(crate) fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree,
                     dir.display()
                 ))
             }
-            e => Error::storage(format!("cannot open data dir {}: {e}", dir.display())),
+            e => Error::storage(format!(
+                "cannot open data dir {}: sled cannot read its files (db, conf, snap.*, blobs/): \
+                 {e}\n{}",
+                dir.display(),
+                damage_advice(dir)
+            )),
         })?;
     let leases = db.open_tree("leases").map_err(Error::storage)?;
     let values = db.open_tree("values").map_err(Error::storage)?;
@@ -798,7 +820,7 @@ pub(crate) fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree,
 /// `dir`; `leasehold check` runs it on a copy, so that sled's own recovery
 /// cannot change the original.
 pub fn inspect(dir: &Path) -> Result<Inspection> {
-    let (_, _, ins) = Open::inspected(dir)?;
+    let (_, _, ins) = Open::inspected(dir, true)?;
     Ok(ins)
 }
 
@@ -825,6 +847,11 @@ impl Store for SledStore {
             }
             Ok(out)
         })
+    }
+
+    fn recovered(&self) -> Option<String> {
+        self.with(|o| Ok(o.ckpt.lock().expect("checkpoint lock").recovered.clone()))
+            .unwrap_or(None)
     }
 
     fn token_floor(&self) -> Token {
