@@ -392,7 +392,7 @@ async fn a_deleted_log_is_refused_and_recover_keeps_tokens_going_up() {
     );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("not provable"), "{said}");
-    let s = try_start(&dir).ok().expect("starts after recover");
+    let s = try_start(&dir).expect("starts after recover");
     let c = Client::connect(&s.url()).await.unwrap();
     let a = c
         .acquire("payroll", "x", Duration::from_secs(5), Duration::ZERO)
@@ -495,7 +495,7 @@ async fn backup_then_restore_never_issues_a_token_again() {
         );
         let said = String::from_utf8_lossy(&out.stdout);
         assert_eq!(said.contains("(proven"), proven, "{said}");
-        let s = try_start(&target).ok().expect("starts after restore");
+        let s = try_start(&target).expect("starts after restore");
         let c = Client::connect(&s.url()).await.unwrap();
         // What the backup held is back; what came after is not.
         for ((job, key), v) in &backed_up.values {
