@@ -527,3 +527,41 @@ async fn backup_then_restore_never_issues_a_token_again() {
         assert!(ok && report.contains("restored"), "{report}");
     }
 }
+
+/// A data dir written before the manifest existed (a first-format log, left
+/// by a SIGKILL) starts, replays its log, and gets a manifest; nothing is
+/// lost, and tokens go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_from_before_the_manifest_is_upgraded() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("d");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/data-dir-v1"),
+        &dir,
+    );
+    std::fs::remove_file(dir.join("README.md")).unwrap();
+    assert!(check(&dir).0, "{}", check(&dir).1);
+    let s = try_start(&dir).expect("an old data dir starts");
+    let c = Client::connect(&s.url()).await.unwrap();
+    let v = c.read("job1", b"k").await.unwrap();
+    assert_eq!(
+        (v.found, v.value.as_slice(), v.token),
+        (true, &b"v4"[..], 4)
+    );
+    let l = c.get_lease("job1").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("h4"), 4),
+        "the held lease is live again"
+    );
+    c.release("job1", "h4", 4).await.unwrap();
+    let a = c
+        .acquire("job1", "h5", Duration::from_secs(5), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(a.lease.token, 5);
+    stop(s, Stop::Clean);
+    assert!(dir.join("leasehold.manifest").exists());
+    let (ok, report) = check(&dir);
+    assert!(ok, "{report}");
+}

@@ -207,7 +207,7 @@ async fn a_store_that_lost_its_data_stops_start_up() {
             "{damage}: started on a damaged store: {err}"
         );
         assert!(
-            err.contains("corrupt") && err.contains("Refusing to start"),
+            err.contains("/db:") && err.contains("refusing to start"),
             "{damage}: {err}"
         );
     }

@@ -10,7 +10,7 @@
 //!    in-memory overlay that gets read before sled, so the put is visible
 //!    at once.
 //! 2. [`Store::sync`] (the flusher thread, once per group commit) writes
-//!    every pending record to the [`wal`](super::wal) with one `pwrite` and
+//!    every pending record to the [`wal`] with one `pwrite` and
 //!    one `fdatasync`. That is the durability point.
 //!    The logged records wait in memory, the newest per key: a key written
 //!    a thousand times between checkpoints costs sled one insert.
@@ -21,6 +21,20 @@
 //!    sled (its `flush` and an `fdatasync` of its log: sled 0.34's flush
 //!    ends in `sync_file_range`, which reaches neither the file's metadata
 //!    nor the drive's cache, sled issue #1452) and then empties the log.
+//!
+//!    The records go to sled in one transaction with sled's *checkpoint
+//!    record* (generation, record counts, digest, highest token, floor),
+//!    and after the log's reset the same figures go to the manifest
+//!    ([`manifest`]).
+//!
+//! # Start-up
+//!
+//! The store (through [`inspect`], the same code) reads everything before the server listens: the
+//! manifest, the log (whose header names the data dir and generation),
+//! and every record in sled, counted and hashed against sled's checkpoint
+//! record. Any disagreement is damage, and the store refuses to open,
+//! naming each file: a damaged store could issue a token again. A data
+//! dir made before the manifest existed is upgraded at its first start.
 //!
 //! **sled never holds a record that the log has not made durable**: records
 //! reach sled only after their `fdatasync`. Whatever sled writes on its own
@@ -360,7 +374,7 @@ pub struct Inspection {
 /// The advice every refusal ends with.
 pub fn damage_advice(dir: &Path) -> String {
     format!(
-        "Nothing in the data dir was changed. `leasehold check --data-dir {d}` reports \
+        "leasehold wrote nothing to the data dir. `leasehold check --data-dir {d}` reports \
          everything it finds. To go on: restore a backup (`leasehold restore --data-dir {d} \
          FILE`), or keep what is readable with `leasehold recover --data-dir {d}`; both raise the \
          token floor so that no token is ever issued twice",
