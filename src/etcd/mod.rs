@@ -91,7 +91,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::error::{Error, FenceCause, Result};
+use crate::error::{Error, Result};
+use crate::lease::rules::{self, classify};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
 use crate::node::{EventKind, RenewOutcome, Renewal, Snapshot};
 use crate::store::ValueRecord;
@@ -247,20 +248,12 @@ fn held(rec: &HolderRec, remaining: Duration) -> LeaseState {
 }
 
 fn lost(job: &JobName, st: &JobState, token: Token) -> Error {
-    let current = st.token();
-    if token > current {
-        Error::UnknownToken {
-            job: job.to_string(),
-            token: token.0,
-            current,
-        }
-    } else {
-        Error::LeaseLost {
-            job: job.to_string(),
-            current_holder: st.holder.as_ref().map(|h| h.rec.holder.clone()),
-            current,
-        }
-    }
+    rules::unknown_or_lost(
+        job,
+        st.holder.as_ref().map(|h| h.rec.holder.clone()),
+        st.token(),
+        token,
+    )
 }
 
 fn contention(what: &str) -> Error {
@@ -878,11 +871,13 @@ impl EtcdNode {
                     }
                 }
                 // Released or expired already, by this holder and token.
-                None if st.token() == token
-                    && st
-                        .token
-                        .as_ref()
-                        .is_some_and(|t| t.holder == holder.as_str()) =>
+                None if rules::released_already(
+                    false,
+                    st.token(),
+                    st.token.as_ref().map(|t| t.holder.as_str()),
+                    holder,
+                    token,
+                ) =>
                 {
                     return Ok(())
                 }
@@ -1003,34 +998,21 @@ impl EtcdNode {
                 Some(kv) => Some((decode_value(&kv.value)?, kv.mod_revision)),
                 None => None,
             };
-            let current = st.token();
-            if token > current {
-                return Err(Error::UnknownToken {
-                    job: job.to_string(),
-                    token: token.0,
-                    current,
-                });
-            }
-            let cause = if token < current {
-                Some(FenceCause::Superseded)
-            } else if st.holder.as_ref().is_none_or(|h| h.rec.token != token) {
-                Some(FenceCause::NotLive)
-            } else if existing.as_ref().is_some_and(|(r, _)| r.token > token) {
-                Some(FenceCause::KeyNewer)
-            } else {
-                None
-            };
-            if let Some(cause) = cause {
-                self.inner
-                    .counters
-                    .fenced_writes
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(Error::Fenced {
-                    job: job.to_string(),
-                    token,
-                    current,
-                    cause,
-                });
+            let verdict = rules::fence(
+                job,
+                token,
+                st.token(),
+                st.holder.as_ref().map(|h| h.rec.token),
+                existing.as_ref().map(|(r, _)| r.token),
+            );
+            if let Err(e) = verdict {
+                if matches!(e, Error::Fenced { .. }) {
+                    self.inner
+                        .counters
+                        .fenced_writes
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(e);
             }
             let h = st.holder.as_ref().expect("checked live");
             let hk = k.holder(job.as_str());
@@ -1253,17 +1235,4 @@ impl EtcdNode {
 /// Resolves once `closing` turns true (or its sender is gone).
 async fn closed(closing: &mut watch::Receiver<bool>) {
     let _ = closing.wait_for(|c| *c).await;
-}
-
-/// What kind of event, if any, leads from `last` to `now` for a watcher
-/// (the same rule as the single node's).
-fn classify(last: &LeaseView, now: &LeaseView) -> Option<EventKind> {
-    let same = last.token == now.token && last.holder() == now.holder();
-    match &now.state {
-        LeaseState::Held { .. } if !same => Some(EventKind::Acquired),
-        LeaseState::Held { .. } => None,
-        LeaseState::Free(_) if same => None,
-        LeaseState::Free(Vacancy::Expired) => Some(EventKind::Expired),
-        LeaseState::Free(_) => Some(EventKind::Released),
-    }
 }

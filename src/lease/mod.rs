@@ -48,6 +48,7 @@
 
 #[cfg(any(test, feature = "model"))]
 pub mod model;
+pub mod rules;
 mod table;
 mod types;
 

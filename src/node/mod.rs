@@ -31,26 +31,15 @@ use tokio::time::sleep_until;
 
 use crate::clock;
 use crate::error::{Error, Result};
+use crate::lease::rules::classify;
 use crate::lease::{
-    Acquire, Effects, HolderId, JobName, Leadership, LeaseState, LeaseTable, LeaseView, Stats,
-    Token, Vacancy, WaiterId,
+    Acquire, Effects, HolderId, JobName, Leadership, LeaseTable, LeaseView, Stats, Token, WaiterId,
 };
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
 use recovery::Trigger;
 
-/// What happened to a watched lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    /// The state when the watch began.
-    Current,
-    /// A grant to a new holder, or a new token.
-    Acquired,
-    /// The holder released it.
-    Released,
-    /// It ran out.
-    Expired,
-}
+pub use crate::lease::rules::EventKind;
 
 /// A point-in-time copy of the node's counters and per-job leadership.
 #[derive(Debug, Clone)]
@@ -733,17 +722,5 @@ impl Drop for Queued<'_> {
         st.wakers.remove(&self.id);
         let fx = st.table.dequeue(self.job, self.id);
         st.wake(&fx.wake);
-    }
-}
-
-/// What kind of event, if any, leads from `last` to `now` for a watcher.
-fn classify(last: &LeaseView, now: &LeaseView) -> Option<EventKind> {
-    let same = last.token == now.token && last.holder() == now.holder();
-    match &now.state {
-        LeaseState::Held { .. } if !same => Some(EventKind::Acquired),
-        LeaseState::Held { .. } => None,
-        LeaseState::Free(_) if same => None,
-        LeaseState::Free(Vacancy::Expired) => Some(EventKind::Expired),
-        LeaseState::Free(_) => Some(EventKind::Released),
     }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::error::FenceCause;
 use crate::lease::model::{self, Op};
 use crate::lease::Limits;
 
