@@ -1,6 +1,7 @@
 //! Storage faults and bad environments, with the real server process:
-//! a full disk, the sync system call that acknowledgement waits for, and a
-//! wall clock that jumps.
+//! a full disk, the sync system call that acknowledgement waits for, a
+//! sync that fails (the store fails, and is reopened), and a wall clock
+//! that jumps.
 //!
 //! These tests need root (to mount a small tmpfs, and to ptrace) plus the
 //! `strace` and `faketime` tools; `scripts/test` installs the tools, and CI
@@ -10,6 +11,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ServerProcess;
@@ -159,6 +162,180 @@ async fn a_full_disk_refuses_writes_keeps_serving_reads_and_recovers() {
         m.contains("leasehold_store_failures_total 0"),
         "the store itself never failed: {m}"
     );
+}
+
+/// Every fdatasync fails (strace injects EIO) for a while: the write whose
+/// sync failed gets UNAVAILABLE, the store fails, and health says so
+/// (NOT_SERVING, `/healthz` 503 with the reason) for as long as the reopen
+/// fails too. Once syncs work again the store is reopened, health comes
+/// back, and reads work at once, with no write needed first. The failure
+/// is counted once, the recovery once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_is_unhealthy_until_reopened_and_reads_work_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert!(
+        c.acquire("j", "a", HOUR, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    let mut durable = (
+        b"v0".to_vec(),
+        c.checked_write("j", 1, b"k", b"v0".to_vec()).await.unwrap(),
+    );
+    assert_eq!(grpc_health(&server, "").await, SERVING);
+
+    // strace reports each call it fails on its standard error.
+    let mut strace = Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=fdatasync",
+            "-e",
+            "inject=fdatasync:error=EIO",
+        ])
+        .arg("-p")
+        .arg(server.pid().to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed (scripts/test installs it)");
+    let injected = Arc::new(AtomicUsize::new(0));
+    let (attached_tx, attached) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+        let injected = injected.clone();
+        move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = attached_tx.send(());
+                }
+                if line.contains("(INJECTED)") {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    attached.recv().expect("strace attaches");
+    // Write until a sync fails (strace attaches thread by thread). The
+    // failed write's outcome is unknown: its record may have reached the
+    // log before the fdatasync failed.
+    let started = Instant::now();
+    let failed = loop {
+        assert!(
+            started.elapsed() < WAIT,
+            "no write failed while every fdatasync did"
+        );
+        let value = format!("v{}", durable.1).into_bytes();
+        match c.checked_write("j", 1, b"k", value.clone()).await {
+            Ok(version) => durable = (value, version),
+            Err(ClientError::Unavailable(_)) => break value,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    // The sync failed, and then a reopen did: the store stays failed.
+    wait_for("a reopen that fails too", || async {
+        injected.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    wait_for(
+        "gRPC health NOT_SERVING while the store is failed",
+        || async { grpc_health(&server, "").await == NOT_SERVING },
+    )
+    .await;
+    assert_eq!(
+        grpc_health(&server, "leasehold.v1.Leases").await,
+        NOT_SERVING
+    );
+    let (code, body) = common::admin_request(server.admin, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("refuses changes") && body.contains("Input/output error"),
+        "{body}"
+    );
+    match c.checked_write("j", 1, b"other", b"x".to_vec()).await {
+        Err(ClientError::Unavailable(_)) => {}
+        other => panic!("a change while the store is failed: {other:?}"),
+    }
+
+    // Syncs work again: the next reopen succeeds.
+    common::signal(strace.id(), libc::SIGINT);
+    strace.wait().unwrap();
+    wait_for("gRPC health SERVING once the store is reopened", || async {
+        grpc_health(&server, "").await == SERVING
+    })
+    .await;
+    assert_eq!(
+        common::admin_request(server.admin, "/healthz").await,
+        (200, "ok\n".to_owned())
+    );
+    // Reads work at once, with no write in between: of a key, of a job
+    // never seen, of the leases.
+    let v = c.read("j", b"k").await.unwrap();
+    assert!(
+        (v.value.clone(), v.version) == durable
+            || (v.value.clone(), v.version) == (failed, durable.1 + 1),
+        "{:?} is neither the last acknowledged write nor the failed one",
+        (String::from_utf8_lossy(&v.value), v.version)
+    );
+    assert!(!c.read("j", b"other").await.unwrap().found);
+    assert!(!c.read("never-seen", b"k").await.unwrap().found);
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1);
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+    let m = admin_metrics(&server).await;
+    assert_eq!(
+        (
+            common::metric(&m, "leasehold_store_failures_total"),
+            common::metric(&m, "leasehold_store_recoveries_total")
+        ),
+        (Some(1.0), Some(1.0)),
+        "{m}"
+    );
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"after".to_vec())
+            .await
+            .unwrap(),
+        v.version + 1
+    );
+}
+
+/// How long a test waits for a condition before it fails.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `cond` until it holds, failing the test after [`WAIT`].
+async fn wait_for<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !cond().await {
+        assert!(started.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+/// The gRPC health (`grpc.health.v1`) of `service` ("" for the server).
+async fn grpc_health(server: &ServerProcess, service: &str) -> i32 {
+    let channel = tonic::transport::Channel::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: service.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
 }
 
 /// strace shows the reply to a `CheckedWrite` leaves the server only after

@@ -37,7 +37,8 @@ use crate::lease::{
 };
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
-use recovery::Trigger;
+pub use recovery::StoreHealth;
+use recovery::{Next, Recovery};
 
 /// What happened to a watched lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,8 @@ pub struct Snapshot {
     pub jobs: Vec<(JobName, Leadership)>,
     /// Acquires waiting right now.
     pub waiters: usize,
-    /// Times the store failed (disk full, I/O error).
+    /// Store failures: each put, sync, settle or checkpoint whose error put
+    /// the store out of service (see [`recovery`]).
     pub store_failures: u64,
     /// Times the store was reopened after a failure.
     pub store_recoveries: u64,
@@ -107,8 +109,6 @@ struct State {
     /// Goes up each time the table is reloaded after a store failure;
     /// waiters queued before that must ask again.
     generation: u64,
-    store_failures: u64,
-    store_recoveries: u64,
 }
 
 impl State {
@@ -127,7 +127,7 @@ struct Inner {
     commit: GroupCommit,
     watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
     closing: watch::Sender<bool>,
-    recovery: Arc<Trigger>,
+    recovery: Arc<Recovery>,
 }
 
 impl Inner {
@@ -141,20 +141,23 @@ impl Inner {
             st.table.set_stamp(job, seq);
         }
         self.commit.lose_pending(&e.to_string());
-        st.store_failures += 1;
-        self.recovery.fire();
+        self.recovery.failed("put", e);
     }
 
     /// Reopens the store and reloads the lease table from it.
     fn recover(&self) -> Result<()> {
+        // No sync or settle runs from here on: none can report a failure
+        // of the store that this reopen replaces.
+        let _held = self.commit.hold_syncs();
         let mut st = self.state.lock().expect("lease state lock poisoned");
         self.commit
             .lose_pending("the store failed and was reopened from stable storage");
         self.store.reopen()?;
         let records = self.store.leases()?;
         st.table.reload(records, clock::now());
+        self.commit.reopened();
         st.generation += 1;
-        st.store_recoveries += 1;
+        self.recovery.recovered();
         for n in st.wakers.values() {
             n.notify_one();
         }
@@ -167,19 +170,23 @@ impl Inner {
     }
 }
 
-/// Runs recoveries when fired, retrying each until it succeeds.
-fn recovery_thread(inner: Weak<Inner>, trigger: Arc<Trigger>) {
-    while trigger.wait() {
-        loop {
-            let Some(inner) = inner.upgrade() else { return };
-            match inner.recover() {
-                Ok(()) => break,
-                Err(e) => tracing::error!(error = %e, "store recovery failed; retrying"),
-            }
-            drop(inner);
-            if !trigger.pause(recovery::RETRY) {
-                return;
-            }
+/// Runs recoveries when a failure fires one, retrying each until it
+/// succeeds.
+fn recovery_thread(inner: Weak<Inner>, recovery: Arc<Recovery>) {
+    loop {
+        match recovery.wait() {
+            Next::Stop => return,
+            Next::Recover => loop {
+                let Some(inner) = inner.upgrade() else { return };
+                match inner.recover() {
+                    Ok(()) => break,
+                    Err(e) => tracing::error!(error = %e, "store recovery failed; retrying"),
+                }
+                drop(inner);
+                if !recovery.pause(recovery::RETRY) {
+                    return;
+                }
+            },
         }
     }
 }
@@ -197,26 +204,24 @@ impl Node {
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
         let records = store.leases()?;
         let table = LeaseTable::restore(records, clock::now());
-        let trigger = Arc::new(Trigger::default());
-        let commit = GroupCommit::start(store.clone(), trigger.clone());
+        let recovery = Arc::new(Recovery::default());
+        let commit = GroupCommit::start(store.clone(), recovery.clone());
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 table,
                 wakers: HashMap::new(),
                 generation: 0,
-                store_failures: 0,
-                store_recoveries: 0,
             }),
             store,
             commit,
             watchers: Mutex::new(HashMap::new()),
             closing: watch::Sender::new(false),
-            recovery: trigger.clone(),
+            recovery: recovery.clone(),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("leasehold-recovery".into())
-            .spawn(move || recovery_thread(weak, trigger))
+            .spawn(move || recovery_thread(weak, recovery))
             .map_err(Error::storage)?;
         Ok(Node { inner })
     }
@@ -674,6 +679,7 @@ impl Node {
 
     /// Counters and per-job leadership, for metrics.
     pub fn snapshot(&self) -> Snapshot {
+        let (store_failures, store_recoveries) = self.inner.recovery.counts();
         let mut st = self.lock();
         let now = clock::now();
         st.table.settle_all(now);
@@ -685,10 +691,16 @@ impl Node {
                 .map(|(j, l)| (j.clone(), l))
                 .collect(),
             waiters: st.wakers.len(),
-            store_failures: st.store_failures,
-            store_recoveries: st.store_recoveries,
+            store_failures,
+            store_recoveries,
             sync: Some(self.inner.commit.sync_stats()),
         }
+    }
+
+    /// Whether the store takes changes, as it changes: for gRPC health and
+    /// `/healthz`.
+    pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
+        self.inner.recovery.subscribe()
     }
 
     /// Stops taking changes: waiting `Acquire`s and watchers end with
