@@ -9,8 +9,8 @@
 //! this file holds.
 //!
 //! `/healthz` answers 200 `ok` while the store takes changes, and 503 with
-//! the reason while it cannot (failed and not reopened yet): the same
-//! condition as gRPC health's NOT_SERVING.
+//! the reason while it cannot (failed and not reopened yet, or a disk too
+//! full for any change): the same condition as gRPC health's NOT_SERVING.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;

@@ -144,6 +144,31 @@ impl Inner {
         self.recovery.failed("put", e);
     }
 
+    /// Asks the store whether the disk is too full for any change, for the
+    /// health: after a change was refused for lack of space, and every
+    /// [`recovery::RETRY`] while it is full.
+    fn check_space(&self) {
+        match self.store.check_space() {
+            Ok(()) => {
+                if self.recovery.set_full(None) {
+                    tracing::info!("disk space is back: changes are accepted again");
+                }
+            }
+            Err(Error::NoSpace { free, needed }) => {
+                if self.recovery.set_full(Some((free, needed))) {
+                    tracing::warn!(
+                        free,
+                        needed,
+                        "disk full: {free} bytes are free, and a change needs at least {needed} \
+                         beyond its own size. No change can be made until space is freed; \
+                         reads and renewals go on"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot tell the free space of the data dir"),
+        }
+    }
+
     /// Reopens the store and reloads the lease table from it.
     fn recover(&self) -> Result<()> {
         // No sync or settle runs from here on: none can report a failure
@@ -171,11 +196,15 @@ impl Inner {
 }
 
 /// Runs recoveries when a failure fires one, retrying each until it
-/// succeeds.
+/// succeeds, and looks at the free space while the disk is full.
 fn recovery_thread(inner: Weak<Inner>, recovery: Arc<Recovery>) {
     loop {
         match recovery.wait() {
             Next::Stop => return,
+            Next::CheckSpace => match inner.upgrade() {
+                Some(inner) => inner.check_space(),
+                None => return,
+            },
             Next::Recover => loop {
                 let Some(inner) = inner.upgrade() else { return };
                 match inner.recover() {
@@ -201,6 +230,11 @@ impl Node {
     /// Loads every lease record from `store` and starts serving from it.
     /// Leases held when the store was last written are live again for their
     /// full TTL from now.
+    ///
+    /// A disk too full for any change does not stop it: it says so (a
+    /// warning naming the free and the needed bytes), refuses changes with
+    /// [`Error::NoSpace`] and reports an unhealthy store until space
+    /// returns, while reads and renewals go on.
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
         let records = store.leases()?;
         let table = LeaseTable::restore(records, clock::now());
@@ -218,6 +252,17 @@ impl Node {
             closing: watch::Sender::new(false),
             recovery: recovery.clone(),
         });
+        if let Err(Error::NoSpace { free, needed }) = inner.store.check_space() {
+            inner.recovery.set_full(Some((free, needed)));
+            tracing::warn!(
+                free,
+                needed,
+                "starting on a full disk: {free} bytes are free, and a change needs at least \
+                 {needed} beyond its own size. No change can be made (each is refused with \
+                 DISK_FULL) and health is NOT_SERVING until space is freed; reads and renewals \
+                 work"
+            );
+        }
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("leasehold-recovery".into())
@@ -254,7 +299,10 @@ impl Node {
                 if let Err(e) = self.inner.store.put_lease(job, rec) {
                     match (undo, &e) {
                         // Refused before anything was written: undo.
-                        (Some(c), Error::NoSpace { .. }) => st.table.rollback(c),
+                        (Some(c), Error::NoSpace { .. }) => {
+                            st.table.rollback(c);
+                            self.inner.check_space();
+                        }
                         // The table has already changed in memory; the
                         // reload after the reopen puts it back to what is
                         // durable.
@@ -538,8 +586,9 @@ impl Node {
             value,
         };
         if let Err(e) = self.inner.store.put_value(job, key, &rec) {
-            if !matches!(e, Error::NoSpace { .. }) {
-                self.inner.fail(st, None, &e);
+            match e {
+                Error::NoSpace { .. } => self.inner.check_space(),
+                _ => self.inner.fail(st, None, &e),
             }
             return Err(e);
         }

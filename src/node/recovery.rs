@@ -31,8 +31,11 @@
 //! # Health
 //!
 //! [`StoreHealth`] says whether the store takes changes: not while it is
-//! out of service. Reads and renewals that change nothing are served
-//! either way. gRPC health and `/healthz` report it.
+//! out of service, and not while the disk is too full for even the
+//! smallest change (then the recovery thread asks the file system again
+//! every half second, and the health comes back by itself when space
+//! does). Reads and renewals that change nothing are served either way.
+//! gRPC health and `/healthz` report it.
 
 use std::fmt;
 use std::sync::{Condvar, Mutex};
@@ -42,7 +45,8 @@ use tokio::sync::watch;
 
 use crate::error::Error;
 
-/// How long to wait between attempts to reopen a failed store.
+/// How long to wait between attempts to reopen a failed store, and between
+/// looks at the free space while the disk is full.
 pub const RETRY: Duration = Duration::from_millis(500);
 
 /// Whether the store takes changes.
@@ -54,6 +58,13 @@ pub enum StoreHealth {
     Failed {
         /// The failure that put it out of service.
         error: String,
+    },
+    /// The disk is too full for even the smallest change.
+    Full {
+        /// Bytes free for the server in the data dir's file system.
+        free: u64,
+        /// Bytes a change needs free, beyond its own size.
+        needed: u64,
     },
 }
 
@@ -73,6 +84,11 @@ impl fmt::Display for StoreHealth {
                 "the store failed and refuses changes until it is reopened \
                  (retried every {RETRY:?}): {error}"
             ),
+            StoreHealth::Full { free, needed } => write!(
+                f,
+                "disk full: no change can be made; {free} bytes are free and a change needs \
+                 at least {needed} beyond its own size; reads and renewals go on"
+            ),
         }
     }
 }
@@ -82,6 +98,8 @@ impl fmt::Display for StoreHealth {
 pub enum Next {
     /// Reopen the store.
     Recover,
+    /// Ask the file system for the free space again.
+    CheckSpace,
     /// End.
     Stop,
 }
@@ -93,17 +111,20 @@ struct Flags {
     /// Set by the failure that put the store out of service; cleared by a
     /// successful reopen.
     failed: Option<String>,
+    /// `(free, needed)` while not even the smallest change fits.
+    full: Option<(u64, u64)>,
     failures: u64,
     recoveries: u64,
 }
 
 impl Flags {
     fn health(&self) -> StoreHealth {
-        match &self.failed {
-            Some(error) => StoreHealth::Failed {
+        match (&self.failed, self.full) {
+            (Some(error), _) => StoreHealth::Failed {
                 error: error.clone(),
             },
-            None => StoreHealth::Ok,
+            (None, Some((free, needed))) => StoreHealth::Full { free, needed },
+            (None, None) => StoreHealth::Ok,
         }
     }
 }
@@ -172,6 +193,22 @@ impl Recovery {
         self.show(&f);
     }
 
+    /// Records whether even the smallest change is refused for lack of
+    /// space: `Some((free, needed))`, or `None` once it fits again. Returns
+    /// whether that changed (from fitting to full or back).
+    pub fn set_full(&self, full: Option<(u64, u64)>) -> bool {
+        let mut f = self.lock();
+        let changed = f.full.is_some() != full.is_some();
+        f.full = full;
+        self.show(&f);
+        drop(f);
+        if changed {
+            // The recovery thread starts, or stops, looking at the space.
+            self.cv.notify_all();
+        }
+        changed
+    }
+
     /// The store's health now.
     pub fn health(&self) -> StoreHealth {
         self.lock().health()
@@ -195,9 +232,11 @@ impl Recovery {
     }
 
     /// Waits for what the recovery thread must do next: a reopen once a
-    /// failure fired, or the end.
+    /// failure fired, a look at the free space every [`RETRY`] while the
+    /// disk is full, or the end.
     pub fn wait(&self) -> Next {
         let mut f = self.lock();
+        let mut timer = None;
         loop {
             if f.stop {
                 return Next::Stop;
@@ -206,7 +245,17 @@ impl Recovery {
                 f.fired = false;
                 return Next::Recover;
             }
-            f = self.cv.wait(f).expect("recovery lock");
+            if f.full.is_none() {
+                timer = None;
+                f = self.cv.wait(f).expect("recovery lock");
+                continue;
+            }
+            let deadline = *timer.get_or_insert_with(|| crate::clock::now() + RETRY);
+            let left = deadline.saturating_duration_since(crate::clock::now());
+            if left.is_zero() {
+                return Next::CheckSpace;
+            }
+            f = self.cv.wait_timeout(f, left).expect("recovery lock").0;
         }
     }
 
@@ -246,6 +295,28 @@ mod tests {
         assert!(health.borrow().is_ok());
         assert!(r.failed("checkpoint", &Error::storage("EIO")));
         assert_eq!(r.counts(), (2, 1));
+    }
+
+    /// A full disk shows in the health, under a failure's; the recovery
+    /// thread is asked to look at the space until it returns.
+    #[test]
+    fn a_full_disk_is_checked_until_space_returns() {
+        let r = Recovery::default();
+        r.set_full(Some((2 << 20, 4 << 20)));
+        assert_eq!(
+            r.health(),
+            StoreHealth::Full {
+                free: 2 << 20,
+                needed: 4 << 20
+            }
+        );
+        assert_eq!(r.wait(), Next::CheckSpace);
+        r.failed("put", &Error::storage("EIO"));
+        assert!(matches!(r.health(), StoreHealth::Failed { .. }));
+        assert_eq!(r.wait(), Next::Recover);
+        r.recovered();
+        r.set_full(None);
+        assert!(r.health().is_ok());
         r.stop();
         assert_eq!(r.wait(), Next::Stop);
     }

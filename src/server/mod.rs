@@ -9,8 +9,9 @@
 //! box.
 //!
 //! Health says whether the server takes changes: SERVING, or NOT_SERVING
-//! while the store cannot take any (it failed and is not reopened yet) and
-//! from the moment a shutdown begins. It is set for the whole server (`""`) and for each
+//! while the store cannot take any (it failed and is not reopened yet, or
+//! the disk is too full for even the smallest change) and from the moment
+//! a shutdown begins. It is set for the whole server (`""`) and for each
 //! service alike, and comes back by itself with the store. Reads and
 //! renewals are served either way.
 

@@ -604,6 +604,10 @@ impl Store for SledStore {
         self.free().map_or(true, |free| free < 2 * RESERVE)
     }
 
+    fn check_space(&self) -> Result<()> {
+        self.ensure_space(0)
+    }
+
     fn reopen(&self) -> Result<()> {
         let mut guard = self.open.write().expect("store lock");
         // Close first: the data dir's lock must be free to open it again,

@@ -218,11 +218,17 @@ impl ServerProcess {
 
     /// Starts `cmd` (a `leasehold serve` command) and waits for the line it
     /// prints once both listeners are bound.
-    pub fn spawn(mut cmd: Command, data_dir: &Path) -> ServerProcess {
+    pub fn spawn(cmd: Command, data_dir: &Path) -> ServerProcess {
+        Self::spawn_with_stderr(cmd, data_dir, Stdio::inherit())
+    }
+
+    /// [`ServerProcess::spawn`], with the server's log (warnings and
+    /// errors) going to `stderr`.
+    pub fn spawn_with_stderr(mut cmd: Command, data_dir: &Path, stderr: Stdio) -> ServerProcess {
         let mut child = cmd
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start leasehold serve");
         let mut line = String::new();
