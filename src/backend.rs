@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::error::{Error, Result};
 use crate::etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
-use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, Write};
+use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write};
 use crate::store::ValueRecord;
 
 /// Where decisions are made: one process on sled, or etcd.
@@ -195,6 +195,16 @@ impl Backend {
         match self {
             Backend::Local(n) => n.snapshot(),
             Backend::Etcd(n) => n.snapshot(),
+        }
+    }
+
+    /// Whether the store takes changes, as it changes: the single node's
+    /// store (see [`crate::node::recovery`]); `None` on etcd, whose
+    /// availability each call reports for itself.
+    pub fn store_health(&self) -> Option<watch::Receiver<StoreHealth>> {
+        match self {
+            Backend::Local(n) => Some(n.store_health()),
+            Backend::Etcd(_) => None,
         }
     }
 

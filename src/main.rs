@@ -391,6 +391,8 @@ fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or a collector gets text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

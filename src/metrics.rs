@@ -7,6 +7,10 @@
 //! how many changes each, how long). Hand-rolled: the format is a few
 //! lines of text, and a metrics crate would pull more into the build than
 //! this file holds.
+//!
+//! `/healthz` answers 200 `ok` while the store takes changes, and 503 with
+//! the reason while it cannot (failed and not reopened yet, or a disk too
+//! full for any change): the same condition as gRPC health's NOT_SERVING.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -214,7 +218,7 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
         ),
         (
             "store_failures",
-            "Times the store failed to write or sync (disk full, I/O error).",
+            "Store failures. Single node: each put, sync, settle or checkpoint whose error put the store out of service until it was reopened (the errors that follow from one are not counted again). etcd: calls to etcd that failed.",
             snap.store_failures,
         ),
         (
@@ -355,6 +359,18 @@ fn histogram<'a>(
     }
 }
 
+/// The answer to `GET /healthz`: 200 `ok` while the store takes changes,
+/// 503 with the reason while it cannot.
+fn healthz(node: &Backend) -> (StatusCode, String) {
+    match node.store_health() {
+        Some(h) if !h.borrow().is_ok() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", *h.borrow()),
+        ),
+        _ => (StatusCode::OK, "ok\n".to_owned()),
+    }
+}
+
 /// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.
 pub async fn serve_admin(
     listener: TcpListener,
@@ -379,12 +395,13 @@ pub async fn serve_admin(
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let body = match (req.method(), req.uri().path()) {
-                    (&Method::GET, "/metrics") => Ok(render(&node, &rpc)),
-                    (&Method::GET, "/healthz") => Ok("ok\n".to_owned()),
+                    (&Method::GET, "/metrics") => Ok((StatusCode::OK, render(&node, &rpc))),
+                    (&Method::GET, "/healthz") => Ok(healthz(&node)),
                     _ => Err(()),
                 };
                 let resp = match body {
-                    Ok(b) => Response::builder()
+                    Ok((status, b)) => Response::builder()
+                        .status(status)
                         .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
                         .body(Full::new(Bytes::from(b))),
                     Err(()) => Response::builder()

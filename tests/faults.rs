@@ -1,6 +1,7 @@
 //! Storage faults and bad environments, with the real server process:
-//! a full disk, the sync system call that acknowledgement waits for, and a
-//! wall clock that jumps.
+//! a full disk (while serving, and at start-up), the sync system call that
+//! acknowledgement waits for, a sync that fails (the store fails, and is
+//! reopened), and a wall clock that jumps.
 //!
 //! These tests need root (to mount a small tmpfs, and to ptrace) plus the
 //! `strace` and `faketime` tools; `scripts/test` installs the tools, and CI
@@ -10,6 +11,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ServerProcess;
@@ -44,13 +47,29 @@ impl SmallDisk {
 
     /// Fills the disk with a file until the file system refuses more.
     fn fill(&self) -> PathBuf {
+        self.fill_leaving(0)
+    }
+
+    /// Fills the disk with a file until no more than `left` bytes are free.
+    fn fill_leaving(&self, left: u64) -> PathBuf {
         use std::io::Write;
         let p = self.path().join("filler");
         let mut f = std::fs::File::create(&p).unwrap();
         let chunk = vec![0u8; 64 * 1024];
-        while f.write_all(&chunk).is_ok() {}
+        while self.free() > left && f.write_all(&chunk).is_ok() {}
         let _ = f.sync_all();
         p
+    }
+
+    /// Bytes free on the disk.
+    fn free(&self) -> u64 {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.path().as_os_str().as_bytes()).unwrap();
+        // SAFETY: statvfs is plain old data; all-zero is a valid value.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid NUL-terminated path and a writable statvfs.
+        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+        st.f_bavail as u64 * st.f_frsize as u64
     }
 }
 
@@ -159,6 +178,288 @@ async fn a_full_disk_refuses_writes_keeps_serving_reads_and_recovers() {
         m.contains("leasehold_store_failures_total 0"),
         "the store itself never failed: {m}"
     );
+}
+
+/// A data dir on a disk with about 1 MiB free: the server starts, says at once
+/// that no change can be made (a warning naming the free and the needed
+/// bytes), reports NOT_SERVING on gRPC health and 503 on `/healthz`, serves
+/// reads and renewals, and refuses changes with DISK_FULL. Once space is
+/// freed, health comes back and changes are made, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starting_on_a_full_disk_is_unhealthy_until_space_returns() {
+    let disk = SmallDisk::mount(16);
+    let data = disk.path().join("data");
+    let mut server = ServerProcess::start(&data, &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert!(
+        c.acquire("j", "a", HOUR, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    c.checked_write("j", 1, b"k", b"before".to_vec())
+        .await
+        .unwrap();
+    server.signal(libc::SIGTERM);
+    assert!(server.child.wait().unwrap().success());
+    drop(server);
+
+    // 3 MiB free: sled's open takes a 2 MiB segment of it, and a change
+    // needs 4 MiB free beyond its own size.
+    let filler = disk.fill_leaving(3 << 20);
+    let logs = tempfile::tempdir().unwrap();
+    let log = logs.path().join("stderr");
+    let server = std::panic::catch_unwind(|| {
+        ServerProcess::spawn_with_stderr(
+            common::serve_command(&data),
+            &data,
+            std::fs::File::create(&log).unwrap().into(),
+        )
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "the server did not start on a full disk:\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        )
+    });
+    // Said at start-up, before the server listens.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warning = text
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("full disk"))
+        .unwrap_or_else(|| panic!("no warning of the full disk at start-up in:\n{text}"));
+    let field = |name: &str| -> u64 {
+        let at = warning
+            .find(&format!("{name}="))
+            .unwrap_or_else(|| panic!("{warning}"))
+            + name.len()
+            + 1;
+        let digits: String = warning[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap_or_else(|_| panic!("{warning}"))
+    };
+    let (free, needed) = (field("free"), field("needed"));
+    assert!(free < needed && free <= 3 << 20, "{warning}");
+
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert_eq!(grpc_health(&server, "").await, NOT_SERVING);
+    assert_eq!(
+        grpc_health(&server, "leasehold.v1.FencedStore").await,
+        NOT_SERVING
+    );
+    let (code, body) = common::admin_request(server.admin, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("disk full") && body.contains("bytes are free"),
+        "{body}"
+    );
+
+    // Reads and renewals work; changes are refused, clearly.
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"before"[..], 1));
+    c.renew("j", "a", 1, HOUR).await.unwrap();
+    match c.checked_write("j", 1, b"k", b"during".to_vec()).await {
+        Err(ClientError::Unavailable(m)) => assert!(m.contains("disk full"), "{m}"),
+        other => panic!("a change on a full disk: {other:?}"),
+    }
+
+    // Space returns: health comes back, and changes are made.
+    std::fs::remove_file(filler).unwrap();
+    wait_for("gRPC health SERVING once space returns", || async {
+        grpc_health(&server, "").await == SERVING
+    })
+    .await;
+    assert_eq!(
+        common::admin_request(server.admin, "/healthz").await,
+        (200, "ok\n".to_owned())
+    );
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"after".to_vec())
+            .await
+            .unwrap(),
+        2
+    );
+    let m = admin_metrics(&server).await;
+    assert!(
+        m.contains("leasehold_store_failures_total 0"),
+        "a full disk is not a store failure: {m}"
+    );
+}
+
+/// Every fdatasync fails (strace injects EIO) for a while: the write whose
+/// sync failed gets UNAVAILABLE, the store fails, and health says so
+/// (NOT_SERVING, `/healthz` 503 with the reason) for as long as the reopen
+/// fails too. Once syncs work again the store is reopened, health comes
+/// back, and reads work at once, with no write needed first. The failure
+/// is counted once, the recovery once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_is_unhealthy_until_reopened_and_reads_work_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert!(
+        c.acquire("j", "a", HOUR, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    let mut durable = (
+        b"v0".to_vec(),
+        c.checked_write("j", 1, b"k", b"v0".to_vec()).await.unwrap(),
+    );
+    assert_eq!(grpc_health(&server, "").await, SERVING);
+
+    // strace reports each call it fails on its standard error.
+    let mut strace = Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=fdatasync",
+            "-e",
+            "inject=fdatasync:error=EIO",
+        ])
+        .arg("-p")
+        .arg(server.pid().to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed (scripts/test installs it)");
+    let injected = Arc::new(AtomicUsize::new(0));
+    let (attached_tx, attached) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+        let injected = injected.clone();
+        move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = attached_tx.send(());
+                }
+                if line.contains("(INJECTED)") {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    attached.recv().expect("strace attaches");
+    // Write until a sync fails (strace attaches thread by thread). The
+    // failed write's outcome is unknown: its record may have reached the
+    // log before the fdatasync failed.
+    let started = Instant::now();
+    let failed = loop {
+        assert!(
+            started.elapsed() < WAIT,
+            "no write failed while every fdatasync did"
+        );
+        let value = format!("v{}", durable.1).into_bytes();
+        match c.checked_write("j", 1, b"k", value.clone()).await {
+            Ok(version) => durable = (value, version),
+            Err(ClientError::Unavailable(_)) => break value,
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    // The sync failed, and then a reopen did: the store stays failed.
+    wait_for("a reopen that fails too", || async {
+        injected.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    wait_for(
+        "gRPC health NOT_SERVING while the store is failed",
+        || async { grpc_health(&server, "").await == NOT_SERVING },
+    )
+    .await;
+    assert_eq!(
+        grpc_health(&server, "leasehold.v1.Leases").await,
+        NOT_SERVING
+    );
+    let (code, body) = common::admin_request(server.admin, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("refuses changes") && body.contains("Input/output error"),
+        "{body}"
+    );
+    match c.checked_write("j", 1, b"other", b"x".to_vec()).await {
+        Err(ClientError::Unavailable(_)) => {}
+        other => panic!("a change while the store is failed: {other:?}"),
+    }
+
+    // Syncs work again: the next reopen succeeds.
+    common::signal(strace.id(), libc::SIGINT);
+    strace.wait().unwrap();
+    wait_for("gRPC health SERVING once the store is reopened", || async {
+        grpc_health(&server, "").await == SERVING
+    })
+    .await;
+    assert_eq!(
+        common::admin_request(server.admin, "/healthz").await,
+        (200, "ok\n".to_owned())
+    );
+    // Reads work at once, with no write in between: of a key, of a job
+    // never seen, of the leases.
+    let v = c.read("j", b"k").await.unwrap();
+    assert!(
+        (v.value.clone(), v.version) == durable
+            || (v.value.clone(), v.version) == (failed, durable.1 + 1),
+        "{:?} is neither the last acknowledged write nor the failed one",
+        (String::from_utf8_lossy(&v.value), v.version)
+    );
+    assert!(!c.read("j", b"other").await.unwrap().found);
+    assert!(!c.read("never-seen", b"k").await.unwrap().found);
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1);
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+    let m = admin_metrics(&server).await;
+    assert_eq!(
+        (
+            common::metric(&m, "leasehold_store_failures_total"),
+            common::metric(&m, "leasehold_store_recoveries_total")
+        ),
+        (Some(1.0), Some(1.0)),
+        "{m}"
+    );
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"after".to_vec())
+            .await
+            .unwrap(),
+        v.version + 1
+    );
+}
+
+/// How long a test waits for a condition before it fails.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Polls `cond` until it holds, failing the test after [`WAIT`].
+async fn wait_for<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !cond().await {
+        assert!(started.elapsed() < WAIT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+const NOT_SERVING: i32 = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+
+/// The gRPC health (`grpc.health.v1`) of `service` ("" for the server).
+async fn grpc_health(server: &ServerProcess, service: &str) -> i32 {
+    let channel = tonic::transport::Channel::from_shared(server.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+    h.check(tonic_health::pb::HealthCheckRequest {
+        service: service.to_owned(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
 }
 
 /// strace shows the reply to a `CheckedWrite` leaves the server only after

@@ -18,6 +18,12 @@
 //! the flusher and back. **At most one sync runs at a time** (`syncing`),
 //! so the log takes batches in sequence order and a published sequence
 //! number never overtakes an unsynced change.
+//!
+//! A failed sync or settle is reported to [`Recovery`] before the sync or
+//! settle counts as finished, and a reopen of the store holds syncs and
+//! settles off ([`GroupCommit::hold_syncs`]) once the running one has
+//! finished. So no failure report ever crosses a reopen: the reopened store
+//! is never taken for failed because of an error of the one before.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,7 +34,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::node::recovery::Trigger;
+use crate::node::recovery::Recovery;
 use crate::store::Store;
 
 #[derive(Debug, Clone, Default)]
@@ -216,6 +222,10 @@ struct Requests {
     /// The flusher runs [`Store::settle`], which may checkpoint and hold
     /// the log for a while: no waiter leads a sync meanwhile.
     settling: bool,
+    /// A reopen of the store holds off every new sync and settle.
+    held: bool,
+    /// ...and waits, on `idle`, for the one running to finish.
+    holder_waits: bool,
     stop: bool,
     /// The flusher waits on the condvar and nobody has woken it yet:
     /// only then does a new request need a (system call) wake-up.
@@ -224,6 +234,8 @@ struct Requests {
 
 struct Shared {
     store: Arc<dyn Store>,
+    /// Told of every failed sync and settle.
+    on_failure: Arc<Recovery>,
     /// The broken rule "ack-before-sync": replies do not wait for the sync.
     ack_early: std::sync::atomic::AtomicBool,
     staged: AtomicU64,
@@ -232,6 +244,8 @@ struct Shared {
     counters: SyncCounters,
     requests: Mutex<Requests>,
     wake: Condvar,
+    /// Wakes a reopen waiting for the running sync or settle to finish.
+    idle: Condvar,
     published: Mutex<Published>,
 }
 
@@ -252,40 +266,69 @@ impl Shared {
         let p = self.published.lock().expect("published lock");
         p.flushed.outcome(seq)
     }
+
+    /// Under the requests lock, when a sync or settle has just finished:
+    /// wakes a reopen that waits for it.
+    fn finished(&self, r: &mut Requests) {
+        if r.holder_waits && !r.syncing && !r.settling {
+            r.holder_waits = false;
+            self.idle.notify_all();
+        }
+    }
 }
 
 /// The group committer; see the module docs.
 pub struct GroupCommit {
     shared: Arc<Shared>,
-    on_failure: Arc<Trigger>,
     flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Syncs and settles held off, for a reopen of the store; see
+/// [`GroupCommit::hold_syncs`].
+pub struct SyncsHeld<'a> {
+    shared: &'a Shared,
+}
+
+impl Drop for SyncsHeld<'_> {
+    fn drop(&mut self) {
+        let wake = {
+            let mut r = self.shared.requests.lock().expect("requests lock");
+            r.held = false;
+            let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.settle);
+            if wake {
+                r.sleeping = false;
+            }
+            wake
+        };
+        if wake {
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
 impl GroupCommit {
-    /// Starts the flusher thread for `store`. A failed sync fires
-    /// `on_failure`.
-    pub fn start(store: Arc<dyn Store>, on_failure: Arc<Trigger>) -> GroupCommit {
+    /// Starts the flusher thread for `store`. Failed syncs and settles are
+    /// reported to `on_failure`.
+    pub fn start(store: Arc<dyn Store>, on_failure: Arc<Recovery>) -> GroupCommit {
         let shared = Arc::new(Shared {
             store,
+            on_failure,
             ack_early: std::sync::atomic::AtomicBool::new(false),
             staged: AtomicU64::new(0),
             led: AtomicU64::new(0),
             counters: SyncCounters::default(),
             requests: Mutex::new(Requests::default()),
             wake: Condvar::new(),
+            idle: Condvar::new(),
             published: Mutex::new(Published::default()),
         });
         let s = shared.clone();
         let flusher = std::thread::Builder::new()
             .name("leasehold-flusher".into())
-            .spawn({
-                let on_failure = on_failure.clone();
-                move || flusher(&s, &on_failure)
-            })
+            .spawn(move || flusher(&s))
             .expect("spawn the flusher thread");
         GroupCommit {
             shared,
-            on_failure,
             flusher: Mutex::new(Some(flusher)),
         }
     }
@@ -326,6 +369,7 @@ impl GroupCommit {
                 }
                 let lone = !r.syncing
                     && !r.settling
+                    && !r.held
                     && r.last_batch <= 1
                     && r.last_took <= LEAD_MAX_SYNC
                     && r.wanted <= r.synced
@@ -360,9 +404,7 @@ impl GroupCommit {
                 .await;
             }
             self.shared.led.fetch_add(1, Ordering::Relaxed);
-            if sync_once(&self.shared, false) {
-                self.on_failure.fire();
-            }
+            sync_once(&self.shared, false);
         }
     }
 
@@ -396,6 +438,37 @@ impl GroupCommit {
         });
     }
 
+    /// Holds off every sync and settle, once the one running (if any) has
+    /// finished, until the guard is dropped: for a reopen of the store, so
+    /// that a failure a sync reports is always about the store it ran on.
+    /// One holder at a time (the recovery thread). Take it before the
+    /// node's state lock: a sync never waits for that lock.
+    pub fn hold_syncs(&self) -> SyncsHeld<'_> {
+        let mut r = self.shared.requests.lock().expect("requests lock");
+        r.held = true;
+        while r.syncing || r.settling {
+            r.holder_waits = true;
+            r = self.shared.idle.wait(r).expect("requests lock");
+        }
+        SyncsHeld {
+            shared: &self.shared,
+        }
+    }
+
+    /// After the store was reopened: every change staged so far is durable
+    /// or was declared lost ([`GroupCommit::lose_pending`]), and the store
+    /// holds nothing unsynced. Takes a sequence number for the reopen
+    /// itself and publishes it durable, so that a read, which waits for the
+    /// newest number staged, never waits for a lost change: it reads the
+    /// reopened store, which holds none. Call it under the same lock as
+    /// `stage`, with syncs held off.
+    pub fn reopened(&self) {
+        let seq = self.stage();
+        self.shared.publish(|f| f.durable = f.durable.max(seq));
+        let mut r = self.shared.requests.lock().expect("requests lock");
+        r.synced = r.synced.max(seq);
+    }
+
     /// Syncs what is staged, stops the flusher and waits for it.
     pub fn stop(&self) {
         {
@@ -417,8 +490,9 @@ impl Drop for GroupCommit {
 }
 
 /// Runs one sync of everything staged so far and publishes it. The
-/// caller set `syncing`; this clears it, and wakes the flusher if there is
-/// work for it. Returns whether the sync failed.
+/// caller set `syncing`; this reports a failure, clears `syncing`, and
+/// wakes the flusher if there is work for it. Returns whether the sync
+/// failed.
 fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     // Everything staged so far was written to the store before its number
     // was taken, so this one sync covers all of it.
@@ -427,6 +501,10 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     let result = shared.store.sync();
     let took = crate::clock::now().saturating_duration_since(started);
     let failed = result.is_err();
+    if let Err(e) = &result {
+        // Before `syncing` is cleared: no reopen runs in between.
+        shared.on_failure.failed("sync", e);
+    }
     shared.publish(|f| match result {
         Ok(()) => f.durable = f.durable.max(target),
         Err(e) => {
@@ -446,6 +524,7 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
         r.synced = r.synced.max(target);
         r.syncing = false;
         r.settle |= settle;
+        shared.finished(&mut r);
         let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.settle);
         if wake {
             r.sleeping = false;
@@ -458,7 +537,7 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     failed
 }
 
-fn flusher(shared: &Shared, on_failure: &Trigger) {
+fn flusher(shared: &Shared) {
     enum Next {
         Sync,
         Settle,
@@ -469,8 +548,9 @@ fn flusher(shared: &Shared, on_failure: &Trigger) {
         let next = {
             let mut r = shared.requests.lock().expect("requests lock");
             loop {
-                // A waiter's own sync runs: it wakes the flusher when done.
-                if !r.syncing {
+                // A waiter's own sync runs, or a reopen holds syncs off:
+                // either wakes the flusher when done.
+                if !r.syncing && !r.held {
                     if r.wanted > r.synced {
                         r.syncing = true;
                         break Next::Sync;
@@ -488,30 +568,37 @@ fn flusher(shared: &Shared, on_failure: &Trigger) {
                 r.sleeping = false;
             }
         };
-        let settled = match next {
+        match next {
             Next::Stop => {
                 // A clean shutdown: leave nothing for the next start to replay.
                 if let Err(e) = store.checkpoint() {
+                    shared.on_failure.failed("checkpoint", &e);
                     tracing::warn!(error = %e, "checkpoint at shutdown failed; the next start replays the log");
                 }
                 return;
             }
-            Next::Sync if sync_once(shared, true) => {
-                on_failure.fire();
-                continue;
-            }
+            Next::Sync if sync_once(shared, true) => continue,
             Next::Sync | Next::Settle => {
-                shared.requests.lock().expect("requests lock").settling = true;
+                {
+                    let mut r = shared.requests.lock().expect("requests lock");
+                    if r.held {
+                        // A reopen began since the sync: settle after it.
+                        r.settle = true;
+                        continue;
+                    }
+                    r.settling = true;
+                }
                 let settled = store.settle();
-                shared.requests.lock().expect("requests lock").settling = false;
-                settled
+                if let Err(e) = &settled {
+                    // What was acknowledged is durable; the store needs a
+                    // reopen (which replays its log) before it takes more
+                    // changes. Reported before `settling` is cleared.
+                    shared.on_failure.failed("settle", e);
+                }
+                let mut r = shared.requests.lock().expect("requests lock");
+                r.settling = false;
+                shared.finished(&mut r);
             }
-        };
-        if let Err(e) = settled {
-            // What was acknowledged is durable; the store needs a reopen
-            // (which replays its log) before it takes more changes.
-            tracing::error!(error = %e, "store failed after a sync");
-            on_failure.fire();
         }
     }
 }
@@ -558,7 +645,7 @@ mod tests {
     fn waiters_wake_only_when_their_change_is_decided() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(SledStore::open(dir.path()).unwrap());
-        let commit = GroupCommit::start(store, Arc::new(Trigger::default()));
+        let commit = GroupCommit::start(store, Arc::new(Recovery::default()));
         let shared = &commit.shared;
         let counters: Vec<_> = (0..3)
             .map(|_| Arc::new(Counter(AtomicU64::new(0))))
@@ -620,7 +707,7 @@ mod tests {
         for (workers, led) in [(2, true), (1, false)] {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(SledStore::open(dir.path()).unwrap());
-            let commit = GroupCommit::start(store.clone(), Arc::new(Trigger::default()));
+            let commit = GroupCommit::start(store.clone(), Arc::new(Recovery::default()));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(workers)
                 .build()
@@ -645,7 +732,7 @@ mod tests {
         let store = Arc::new(SledStore::open(dir.path()).unwrap());
         let commit = Arc::new(GroupCommit::start(
             store.clone(),
-            Arc::new(Trigger::default()),
+            Arc::new(Recovery::default()),
         ));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

@@ -37,7 +37,8 @@ use crate::lease::{
 };
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
-use recovery::Trigger;
+pub use recovery::StoreHealth;
+use recovery::{Next, Recovery};
 
 pub use crate::lease::rules::EventKind;
 
@@ -50,7 +51,8 @@ pub struct Snapshot {
     pub jobs: Vec<(JobName, Leadership)>,
     /// Acquires waiting right now.
     pub waiters: usize,
-    /// Times the store failed (disk full, I/O error).
+    /// Store failures: each put, sync, settle or checkpoint whose error put
+    /// the store out of service (see [`recovery`]).
     pub store_failures: u64,
     /// Times the store was reopened after a failure.
     pub store_recoveries: u64,
@@ -99,8 +101,6 @@ struct State {
     /// Goes up each time the table is reloaded after a store failure;
     /// waiters queued before that must ask again.
     generation: u64,
-    store_failures: u64,
-    store_recoveries: u64,
 }
 
 impl State {
@@ -119,7 +119,7 @@ struct Inner {
     commit: GroupCommit,
     watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
     closing: watch::Sender<bool>,
-    recovery: Arc<Trigger>,
+    recovery: Arc<Recovery>,
 }
 
 impl Inner {
@@ -133,12 +133,39 @@ impl Inner {
             st.table.set_stamp(job, seq);
         }
         self.commit.lose_pending(&e.to_string());
-        st.store_failures += 1;
-        self.recovery.fire();
+        self.recovery.failed("put", e);
+    }
+
+    /// Asks the store whether the disk is too full for any change, for the
+    /// health: after a change was refused for lack of space, and every
+    /// [`recovery::RETRY`] while it is full.
+    fn check_space(&self) {
+        match self.store.check_space() {
+            Ok(()) => {
+                if self.recovery.set_full(None) {
+                    tracing::info!("disk space is back: changes are accepted again");
+                }
+            }
+            Err(Error::NoSpace { free, needed }) => {
+                if self.recovery.set_full(Some((free, needed))) {
+                    tracing::warn!(
+                        free,
+                        needed,
+                        "disk full: {free} bytes are free, and a change needs at least {needed} \
+                         beyond its own size. No change can be made until space is freed; \
+                         reads and renewals go on"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot tell the free space of the data dir"),
+        }
     }
 
     /// Reopens the store and reloads the lease table from it.
     fn recover(&self) -> Result<()> {
+        // No sync or settle runs from here on: none can report a failure
+        // of the store that this reopen replaces.
+        let _held = self.commit.hold_syncs();
         let mut st = self.state.lock().expect("lease state lock poisoned");
         self.commit
             .lose_pending("the store failed and was reopened from stable storage");
@@ -146,8 +173,9 @@ impl Inner {
         let records = self.store.leases()?;
         st.table
             .reload(records, self.store.token_floor(), clock::now());
+        self.commit.reopened();
         st.generation += 1;
-        st.store_recoveries += 1;
+        self.recovery.recovered();
         for n in st.wakers.values() {
             n.notify_one();
         }
@@ -160,19 +188,27 @@ impl Inner {
     }
 }
 
-/// Runs recoveries when fired, retrying each until it succeeds.
-fn recovery_thread(inner: Weak<Inner>, trigger: Arc<Trigger>) {
-    while trigger.wait() {
-        loop {
-            let Some(inner) = inner.upgrade() else { return };
-            match inner.recover() {
-                Ok(()) => break,
-                Err(e) => tracing::error!(error = %e, "store recovery failed; retrying"),
-            }
-            drop(inner);
-            if !trigger.pause(recovery::RETRY) {
-                return;
-            }
+/// Runs recoveries when a failure fires one, retrying each until it
+/// succeeds, and looks at the free space while the disk is full.
+fn recovery_thread(inner: Weak<Inner>, recovery: Arc<Recovery>) {
+    loop {
+        match recovery.wait() {
+            Next::Stop => return,
+            Next::CheckSpace => match inner.upgrade() {
+                Some(inner) => inner.check_space(),
+                None => return,
+            },
+            Next::Recover => loop {
+                let Some(inner) = inner.upgrade() else { return };
+                match inner.recover() {
+                    Ok(()) => break,
+                    Err(e) => tracing::error!(error = %e, "store recovery failed; retrying"),
+                }
+                drop(inner);
+                if !recovery.pause(recovery::RETRY) {
+                    return;
+                }
+            },
         }
     }
 }
@@ -187,29 +223,43 @@ impl Node {
     /// Loads every lease record from `store` and starts serving from it.
     /// Leases held when the store was last written are live again for their
     /// full TTL from now.
+    ///
+    /// A disk too full for any change does not stop it: it says so (a
+    /// warning naming the free and the needed bytes), refuses changes with
+    /// [`Error::NoSpace`] and reports an unhealthy store until space
+    /// returns, while reads and renewals go on.
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
         let records = store.leases()?;
         let table = LeaseTable::restore(records, store.token_floor(), clock::now());
-        let trigger = Arc::new(Trigger::default());
-        let commit = GroupCommit::start(store.clone(), trigger.clone());
+        let recovery = Arc::new(Recovery::default());
+        let commit = GroupCommit::start(store.clone(), recovery.clone());
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 table,
                 wakers: HashMap::new(),
                 generation: 0,
-                store_failures: 0,
-                store_recoveries: 0,
             }),
             store,
             commit,
             watchers: Mutex::new(HashMap::new()),
             closing: watch::Sender::new(false),
-            recovery: trigger.clone(),
+            recovery: recovery.clone(),
         });
+        if let Err(Error::NoSpace { free, needed }) = inner.store.check_space() {
+            inner.recovery.set_full(Some((free, needed)));
+            tracing::warn!(
+                free,
+                needed,
+                "starting on a full disk: {free} bytes are free, and a change needs at least \
+                 {needed} beyond its own size. No change can be made (each is refused with \
+                 DISK_FULL) and health is NOT_SERVING until space is freed; reads and renewals \
+                 work"
+            );
+        }
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("leasehold-recovery".into())
-            .spawn(move || recovery_thread(weak, trigger))
+            .spawn(move || recovery_thread(weak, recovery))
             .map_err(Error::storage)?;
         Ok(Node { inner })
     }
@@ -247,7 +297,10 @@ impl Node {
                 if let Err(e) = self.inner.store.put_lease(job, rec) {
                     match (undo, &e) {
                         // Refused before anything was written: undo.
-                        (Some(c), Error::NoSpace { .. }) => st.table.rollback(c),
+                        (Some(c), Error::NoSpace { .. }) => {
+                            st.table.rollback(c);
+                            self.inner.check_space();
+                        }
                         // The table has already changed in memory; the
                         // reload after the reopen puts it back to what is
                         // durable.
@@ -531,8 +584,9 @@ impl Node {
             value,
         };
         if let Err(e) = self.inner.store.put_value(job, key, &rec) {
-            if !matches!(e, Error::NoSpace { .. }) {
-                self.inner.fail(st, None, &e);
+            match e {
+                Error::NoSpace { .. } => self.inner.check_space(),
+                _ => self.inner.fail(st, None, &e),
             }
             return Err(e);
         }
@@ -672,6 +726,7 @@ impl Node {
 
     /// Counters and per-job leadership, for metrics.
     pub fn snapshot(&self) -> Snapshot {
+        let (store_failures, store_recoveries) = self.inner.recovery.counts();
         let mut st = self.lock();
         let now = clock::now();
         st.table.settle_all(now);
@@ -683,14 +738,20 @@ impl Node {
                 .map(|(j, l)| (j.clone(), l))
                 .collect(),
             waiters: st.wakers.len(),
-            store_failures: st.store_failures,
-            store_recoveries: st.store_recoveries,
+            store_failures,
+            store_recoveries,
             sync: Some(self.inner.commit.sync_stats()),
             integrity: Some((
                 self.inner.store.token_floor().0,
                 self.inner.store.recovered(),
             )),
         }
+    }
+
+    /// Whether the store takes changes, as it changes: for gRPC health and
+    /// `/healthz`.
+    pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
+        self.inner.recovery.subscribe()
     }
 
     /// Stops taking changes: waiting `Acquire`s and watchers end with

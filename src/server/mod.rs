@@ -7,6 +7,13 @@
 //! ([`layers`]). Health (`grpc.health.v1`) and reflection (v1 and v1alpha)
 //! are plain extra services, so grpcurl and load balancers work out of the
 //! box.
+//!
+//! Health says whether the server takes changes: SERVING, or NOT_SERVING
+//! while the store cannot take any (it failed and is not reopened yet, or
+//! the disk is too full for even the smallest change) and from the moment
+//! a shutdown begins. It is set for the whole server (`""`) and for each
+//! service alike, and comes back by itself with the store. Reads and
+//! renewals are served either way.
 
 pub mod admin;
 pub mod conn;
@@ -21,13 +28,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tonic::transport::Server;
+use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
+use crate::node::StoreHealth;
 use crate::proto;
 
 /// How the server serves.
@@ -90,12 +100,11 @@ pub async fn run(
 ) -> Result<()> {
     let node: Backend = node.into();
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<proto::leases_server::LeasesServer<leases::LeasesService>>()
-        .await;
-    reporter
-        .set_serving::<proto::fenced_store_server::FencedStoreServer<fenced::FencedStoreService>>()
-        .await;
+    let store_health = node.store_health();
+    let serving = store_health.as_ref().is_none_or(|h| h.borrow().is_ok());
+    show_health(&reporter, serving).await;
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let health_task = tokio::spawn(report_health(reporter, store_health, closing_rx));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -126,15 +135,9 @@ pub async fn run(
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: draining in-flight calls");
-        reporter
-            .set_service_status("", ServingStatus::NotServing)
-            .await;
-        reporter
-            .set_not_serving::<proto::leases_server::LeasesServer<leases::LeasesService>>()
-            .await;
-        reporter
-            .set_not_serving::<proto::fenced_store_server::FencedStoreServer<fenced::FencedStoreService>>()
-            .await;
+        // NOT_SERVING is shown before the drain begins.
+        let _ = closing_tx.send(true);
+        let _ = health_task.await;
         closing_node.start_closing();
         let _ = signalled_tx.send(());
     };
@@ -168,4 +171,57 @@ pub async fn run(
     node.close().await;
     tracing::info!("closed; bye");
     Ok(())
+}
+
+/// Shows `serving` for the whole server and for each service.
+async fn show_health(reporter: &HealthReporter, serving: bool) {
+    let status = if serving {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    reporter.set_service_status("", status).await;
+    reporter
+        .set_service_status(
+            <proto::leases_server::LeasesServer<leases::LeasesService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    reporter
+        .set_service_status(
+            <proto::fenced_store_server::FencedStoreServer<fenced::FencedStoreService> as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+}
+
+/// Keeps gRPC health in step with the store's health until a shutdown
+/// begins (`closing`), then shows NOT_SERVING for good and returns.
+async fn report_health(
+    reporter: HealthReporter,
+    mut store: Option<watch::Receiver<StoreHealth>>,
+    mut closing: watch::Receiver<bool>,
+) {
+    loop {
+        let shutting_down = *closing.borrow_and_update();
+        let store_ok = store.as_mut().is_none_or(|h| h.borrow_and_update().is_ok());
+        show_health(&reporter, store_ok && !shutting_down).await;
+        if shutting_down {
+            return;
+        }
+        tokio::select! {
+            r = closing.changed() => if r.is_err() {
+                // The server ended without a shutdown signal.
+                return;
+            },
+            r = async {
+                match store.as_mut() {
+                    Some(h) => h.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => if r.is_err() {
+                store = None;
+            },
+        }
+    }
 }

@@ -18,6 +18,8 @@
 //!   put before it survived.
 //! - **After a failed put or sync, every put and sync fails until
 //!   [`Store::reopen`] succeeds**, and a reopen keeps only what was durable.
+//!   A put refused up front for lack of space ([`Error::NoSpace`]) is not
+//!   a failure: it changes nothing, and the store goes on.
 //!
 //! [`sled::SledStore`] is the embedded default. A replicated engine (etcd)
 //! needs more than this trait, because there the decisions themselves must
@@ -108,6 +110,12 @@ pub trait Store: Send + Sync + 'static {
         Err(Error::storage(
             "this store cannot be backed up by leasehold",
         ))
+    }
+    /// Fails with [`Error::NoSpace`] when the disk is too full for any
+    /// change at all: even the smallest put would be refused. The server's
+    /// health reports it, and asks again until space returns.
+    fn check_space(&self) -> Result<()> {
+        Ok(())
     }
     /// After a failure: discards whatever is not on stable storage and opens
     /// the store again from what is. Once a put or sync has failed, every

@@ -779,8 +779,9 @@ impl Open {
         };
         let mut any = false;
         for entry in entries {
-            // sled removes a blob once no page points to it, at any time:
-            // one gone between the listing and the open needs no sync.
+            // sled deletes a blob file once no page refers to it, from its
+            // own threads and at any time: one gone since the listing holds
+            // nothing that needs syncing.
             match File::open(entry?.path()) {
                 Ok(f) => f.sync_data()?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -1043,6 +1044,10 @@ impl Store for SledStore {
         })
     }
 
+    fn check_space(&self) -> Result<()> {
+        self.ensure_space(0)
+    }
+
     fn reopen(&self) -> Result<()> {
         let mut guard = self.open.write().expect("store lock");
         // Close first: the data dir's lock must be free to open it again,
@@ -1050,6 +1055,11 @@ impl Store for SledStore {
         drop(guard.take());
         // Puts that were not logged are lost; the log has the rest.
         *self.pending() = Pending::default();
+        // sled's own threads may still be finishing the closed instance's
+        // work (a log write, a file truncation), and hold its lock on the
+        // data dir until they are done: wait for them, or the open below
+        // takes our own past for another process.
+        wait_until_unlocked(&self.dir.join("db"), UNLOCK_WAIT)?;
         *guard = Some(Open::checked(&self.dir)?);
         *self.failed.lock().expect("failed lock") = None;
         tracing::info!(dir = %self.dir.display(), "store reopened");
@@ -1069,6 +1079,44 @@ fn free_bytes(dir: &Path) -> std::io::Result<u64> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// How long a reopen waits for the instance it closed to let go of the
+/// data dir's lock.
+const UNLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits until nobody holds sled's lock on `db` (an exclusive `flock`), up
+/// to `limit`. Fails only when the file cannot be opened or locked for
+/// another reason; when the lock is still held at the limit, returns and
+/// lets sled's open say so.
+fn wait_until_unlocked(db: &Path, limit: std::time::Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = match File::open(db) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::storage(format!("cannot open {}: {e}", db.display()))),
+    };
+    let started = crate::clock::now();
+    loop {
+        // SAFETY: flock on a descriptor that `f` keeps open.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // Closing `f` below releases it for sled.
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(Error::storage(format!("cannot lock {}: {e}", db.display())));
+        }
+        let waited = crate::clock::now().saturating_duration_since(started);
+        if waited >= limit {
+            tracing::warn!(?waited, path = %db.display(), "the data dir is still locked");
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let waited = crate::clock::now().saturating_duration_since(started);
+    tracing::debug!(?waited, "the closed store let go of the data dir");
+    Ok(())
 }
 
 /// Writes the marker file durably (file, then directory entry).

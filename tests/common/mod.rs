@@ -218,11 +218,17 @@ impl ServerProcess {
 
     /// Starts `cmd` (a `leasehold serve` command) and waits for the line it
     /// prints once both listeners are bound.
-    pub fn spawn(mut cmd: Command, data_dir: &Path) -> ServerProcess {
+    pub fn spawn(cmd: Command, data_dir: &Path) -> ServerProcess {
+        Self::spawn_with_stderr(cmd, data_dir, Stdio::inherit())
+    }
+
+    /// [`ServerProcess::spawn`], with the server's log (warnings and
+    /// errors) going to `stderr`.
+    pub fn spawn_with_stderr(mut cmd: Command, data_dir: &Path, stderr: Stdio) -> ServerProcess {
         let mut child = cmd
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start leasehold serve");
         let mut line = String::new();
@@ -276,4 +282,29 @@ pub fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.
     let r = unsafe { libc::kill(pid as i32, sig) };
     assert_eq!(r, 0, "kill({pid}, {sig})");
+}
+
+/// A plain HTTP/1.0 GET on the admin port, so the tests need no HTTP
+/// client crate: the status code and the body.
+pub async fn admin_request(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (code, body.to_owned())
+}
+
+/// The value of an unlabelled metric in a `/metrics` text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
