@@ -277,6 +277,15 @@ async fn requests_are_answered_in_order_and_an_oversized_message_ends_the_stream
     let d = st.get_error_details();
     assert_eq!(d.error_info().unwrap().metadata["field"], "renewals");
     assert!(st.message().contains("1000"), "{}", st.message());
+    // The stream counts with the status it ended with, not the OK of its
+    // opening.
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"}"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,6 +301,8 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
     .await
     .unwrap();
     assert_eq!(rx.message().await.unwrap().unwrap().results.len(), 1);
+    let rpc = s.rpc.clone();
+    let node = s.node.clone();
     let stopping = tokio::spawn(s.stop());
     let st = rx.message().await.unwrap_err();
     assert_eq!(st.code(), Code::Unavailable);
@@ -299,6 +310,9 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
         st.get_error_details().error_info().unwrap().reason,
         "SHUTTING_DOWN"
     );
+    let m = leasehold::metrics::render(&node, &rpc);
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"UNAVAILABLE\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
     // The open stream does not hold up the drain.
     // (TestServer's drain timeout is 2 s.)
     tokio::time::timeout(Duration::from_millis(1500), stopping)

@@ -160,6 +160,15 @@ async fn a_message_over_the_limit_ends_the_stream_and_changes_nothing() {
         "nothing of the refused message was written"
     );
     assert_eq!(c.read("j", b"k5").await.unwrap().version, 30);
+    // The stream counts with the status it ended with, not the OK of its
+    // opening.
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"WriteStream\",code=\"OK\"}"),
+        "{m}"
+    );
 }
 
 /// Every write the stream acknowledged is there after the server process is

@@ -94,6 +94,8 @@ pub fn expiry_slack() -> Duration {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub node: Backend,
+    /// The RPC counters the server records, as `/metrics` renders them.
+    pub rpc: Arc<RpcMetrics>,
     pub dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
@@ -137,22 +139,19 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let n = node.clone();
+        let rpc = Arc::new(RpcMetrics::default());
+        let r = rpc.clone();
         let done = tokio::spawn(async move {
-            server::run(
-                listener,
-                n,
-                config,
-                Arc::new(RpcMetrics::default()),
-                async {
-                    let _ = rx.await;
-                },
-            )
+            server::run(listener, n, config, r, async {
+                let _ = rx.await;
+            })
             .await
             .unwrap();
         });
         TestServer {
             addr,
             node,
+            rpc,
             dir,
             stop: Some(tx),
             done: Some(done),
@@ -165,6 +164,11 @@ impl TestServer {
 
     pub async fn client(&self) -> Client {
         Client::connect(&self.url()).await.unwrap()
+    }
+
+    /// What `GET /metrics` on the admin port would answer.
+    pub fn metrics(&self) -> String {
+        leasehold::metrics::render(&self.node, &self.rpc)
     }
 
     /// Shuts down gracefully and hands back the data dir.
