@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::proto;
-use crate::server::convert;
+use crate::server::{convert, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.
 pub const MAX_STREAM_WRITES: usize = 1000;
@@ -64,7 +64,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         // answers. So a client that sends messages back to back gets them
         // into shared syncs, and every reply still waits for its writes.
         let (staged_tx, mut staged_rx) =
-            mpsc::channel::<Result<(proto::WriteStreamResponse, u64)>>(MAX_PIPELINED);
+            mpsc::channel::<Result<(proto::WriteStreamResponse, u64), Status>>(MAX_PIPELINED);
         let reader_node = node.clone();
         tokio::spawn(async move {
             let node = reader_node;
@@ -75,11 +75,18 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 };
                 let msg = match msg {
                     Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke:
-                    // answer what was decided, then end.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side: answer what was
+                    // decided, then end.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): answer what was decided, then end
+                    // with why, and read nothing more.
+                    Err(status) => {
+                        let _ = staged_tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
                 };
-                let staged = stage_batch(&node, &limits, msg).await;
+                let staged = stage_batch(&node, &limits, msg).await.map_err(Status::from);
                 let end = staged.is_err();
                 if staged_tx.send(staged).await.is_err() || end {
                     return;
@@ -98,11 +105,13 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 };
                 let reply = match staged {
                     None => return,
-                    Some(Ok((resp, seq))) => node.durable(seq).await.map(|()| resp),
-                    Some(Err(e)) => Err(e),
+                    Some(Ok((resp, seq))) => {
+                        node.durable(seq).await.map(|()| resp).map_err(Status::from)
+                    }
+                    Some(Err(status)) => Err(status),
                 };
                 let end = reply.is_err();
-                if tx.send(reply.map_err(Status::from)).await.is_err() || end {
+                if tx.send(reply).await.is_err() || end {
                     return;
                 }
             }
@@ -191,7 +200,7 @@ async fn stage_batch(
             Err(e) => results.push(proto::WriteResult {
                 outcome: Outcome::InvalidArgument as i32,
                 field: match &e {
-                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    Error::InvalidArgument { field, .. } => field.to_string(),
                     _ => String::new(),
                 },
                 message: e.to_string(),

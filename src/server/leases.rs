@@ -13,6 +13,7 @@ use crate::lease::Limits;
 use crate::node::Renewal;
 use crate::proto;
 use crate::server::convert::{self, duration, lease};
+use crate::server::wire;
 
 /// Serves `leasehold.v1.Leases`.
 pub struct LeasesService {
@@ -138,9 +139,15 @@ impl proto::leases_server::Leases for LeasesService {
                 };
                 let msg = match msg {
                     Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke: no
-                    // one is left to answer.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): every message before it is answered;
+                    // end with why, and read nothing more.
+                    Err(status) => {
+                        let _ = tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
                 };
                 let reply = keep_alive_batch(&node, &limits, msg)
                     .await
@@ -198,7 +205,7 @@ async fn keep_alive_batch(
             }
             Err(e) => {
                 let field = match &e {
-                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    Error::InvalidArgument { field, .. } => field.to_string(),
                     _ => String::new(),
                 };
                 results.push(proto::KeepAliveResult {

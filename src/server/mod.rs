@@ -4,9 +4,11 @@
 //! ([`convert`], [`crate::lease::Limits`]), call the [`Backend`] (the single node or etcd), encode the
 //! answer. Errors cross into gRPC through one table ([`status`]).
 //! Cross-cutting concerns are tower layers in front of every handler
-//! ([`layers`]). Health (`grpc.health.v1`) and reflection (v1 and v1alpha)
-//! are plain extra services, so grpcurl and load balancers work out of the
-//! box.
+//! ([`layers`]), and the bytes of a request before they are a message (too
+//! many of them, or ones that do not decode) are refused in one place,
+//! [`wire`], in the same terms as any other bad input. Health
+//! (`grpc.health.v1`) and reflection (v1 and v1alpha) are plain extra
+//! services, so grpcurl and load balancers work out of the box.
 
 pub mod conn;
 pub mod convert;
@@ -14,6 +16,7 @@ pub mod fenced;
 pub mod layers;
 pub mod leases;
 pub mod status;
+pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -64,8 +67,10 @@ impl Default for Config {
 
 impl Config {
     /// The largest request message the server decodes: the largest value
-    /// and key plus room for the other fields. Larger messages are refused
-    /// by the decoder, before anything is allocated for them.
+    /// and key plus room for the other fields, a little above the largest
+    /// valid `CheckedWrite`. A larger message is refused as it arrives
+    /// ([`wire`]): at most this many of its bytes are read, to name the
+    /// field at fault, and none of it is decoded.
     pub fn max_message_bytes(&self) -> usize {
         self.limits.max_value_bytes
             + self.limits.max_key_bytes
@@ -108,6 +113,10 @@ pub async fn run(
         .map_err(Error::serve)?;
 
     let max = config.max_message_bytes();
+    let wire = wire::WireLayer::new(
+        wire::Schema::new(proto::FILE_DESCRIPTOR_SET, &config.limits)?,
+        max,
+    );
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
@@ -143,6 +152,7 @@ pub async fn run(
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics))
         .layer(layers::InflightLimitLayer::new(config.max_in_flight))
+        .layer(wire)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
