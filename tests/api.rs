@@ -250,7 +250,17 @@ async fn list_leases_pages_in_job_order() {
         .unwrap()
         .into_inner();
     assert_eq!(p.leases.len(), 100);
-    assert_eq!(p.next_page_token, "fleet/099");
+    assert_eq!(p.leases[99].job, "fleet/099");
+    let p = raw
+        .list_leases(proto::ListLeasesRequest {
+            prefix: "fleet/".into(),
+            page_size: 100,
+            page_token: p.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.leases[0].job, "fleet/100", "the next page resumes after");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -833,6 +843,152 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
     let v = c.read("j", b"k").await.unwrap();
     assert_eq!((v.value.as_slice(), v.version), (&b"v"[..], 1));
     assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job created");
+}
+
+/// Page tokens page through a listing exactly, on both lists. A page token
+/// this server did not issue for the listing (garbled, truncated, forged,
+/// from the other list, or from another job or prefix) is refused with
+/// INVALID_ARGUMENT naming `page_token`, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_tokens_the_server_did_not_issue_are_refused() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for i in 0..5 {
+        c.acquire(&format!("p/{i}"), "h", TTL, NOW).await.unwrap();
+        c.checked_write("p/0", 1, format!("k/{i}").as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    c.acquire("q", "h", TTL, NOW).await.unwrap();
+    c.checked_write("p/1", 1, b"k/0", vec![1]).await.unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let list_leases = |prefix: &str, page_token: String| proto::ListLeasesRequest {
+        prefix: prefix.into(),
+        page_size: 2,
+        page_token,
+    };
+    let list_keys = |job: &str, prefix: &[u8], page_token: Vec<u8>| proto::ListKeysRequest {
+        job: job.into(),
+        prefix: prefix.to_vec(),
+        page_size: 2,
+        page_token,
+    };
+
+    // Pages of two, token to token.
+    let (mut jobs, mut lease_tokens, mut token) = (Vec::new(), Vec::new(), String::new());
+    loop {
+        let r = leases
+            .list_leases(list_leases("p/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        jobs.extend(r.leases.into_iter().map(|l| l.job));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        lease_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    assert_eq!(jobs, ["p/0", "p/1", "p/2", "p/3", "p/4"]);
+    assert_eq!(lease_tokens.len(), 2);
+    let (mut keys, mut key_tokens, mut token) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let r = store
+            .list_keys(list_keys("p/0", b"k/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        keys.extend(r.keys.into_iter().map(|k| k.key));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        key_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    let want: Vec<Vec<u8>> = (0..5).map(|i| format!("k/{i}").into_bytes()).collect();
+    assert_eq!(keys, want);
+    assert_eq!(key_tokens.len(), 2);
+
+    // One character changed, anywhere, is caught.
+    let flip = |t: &[u8], at: usize| {
+        let mut t = t.to_vec();
+        t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+        t
+    };
+    let lease_token = lease_tokens[0].clone();
+    let key_token = key_tokens[0].clone();
+    let mut bad_lease_tokens = vec![
+        "garbage".to_owned(),
+        "p/1".to_owned(), // a job name, as earlier versions issued
+        lease_token[..lease_token.len() - 1].to_owned(),
+        format!("{lease_token}A"),
+        String::from_utf8(key_token.clone()).unwrap(), // ListKeys'
+    ];
+    for at in 0..lease_token.len() {
+        bad_lease_tokens.push(String::from_utf8(flip(lease_token.as_bytes(), at)).unwrap());
+    }
+    for t in bad_lease_tokens {
+        let st = leases
+            .list_leases(list_leases("p/", t.clone()))
+            .await
+            .expect_err(&t);
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Bound to the listing it came from: another prefix refuses it.
+    let st = leases
+        .list_leases(list_leases("p", lease_token.clone()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "page_token", &[]);
+
+    let mut bad_key_tokens = vec![
+        b"garbage".to_vec(),
+        b"k/1".to_vec(), // a key, as earlier versions issued
+        vec![0xFF; 40],
+        key_token[..key_token.len() - 1].to_vec(),
+        lease_token.clone().into_bytes(), // ListLeases'
+    ];
+    for at in 0..key_token.len() {
+        bad_key_tokens.push(flip(&key_token, at));
+    }
+    for t in bad_key_tokens {
+        let st = store
+            .list_keys(list_keys("p/0", b"k/", t.clone()))
+            .await
+            .expect_err(&format!("{t:?}"));
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Another job, or another prefix, refuses it.
+    for (job, prefix) in [("p/1", &b"k/"[..]), ("p/0", b"k"), ("p/0", b"")] {
+        let st = store
+            .list_keys(list_keys(job, prefix, key_token.clone()))
+            .await
+            .unwrap_err();
+        assert_invalid(&st, "page_token", &[]);
+    }
+
+    // Nothing changed, and the tokens issued still resume where they did.
+    let r = leases
+        .list_leases(list_leases("p/", lease_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let jobs: Vec<_> = r.leases.iter().map(|l| l.job.as_str()).collect();
+    assert_eq!(jobs, ["p/2", "p/3"]);
+    let r = store
+        .list_keys(list_keys("p/0", b"k/", key_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<_> = r.keys.iter().map(|k| k.key.as_slice()).collect();
+    assert_eq!(keys, [&b"k/2"[..], b"k/3"]);
+    assert_eq!(c.list_leases("").await.unwrap().len(), 6);
+    assert_eq!(c.list_keys("p/0", b"").await.unwrap().len(), 5);
 }
 
 /// A stream counts in the RPC metrics with the status it ended with, once

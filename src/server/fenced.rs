@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::proto;
-use crate::server::{convert, wire};
+use crate::server::{convert, page, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.
 pub const MAX_STREAM_WRITES: usize = 1000;
@@ -145,10 +145,13 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let job = l.job(&r.job)?;
         l.key_prefix(&r.prefix)?;
         let limit = l.page_size(r.page_size)?;
-        let after = (!r.page_token.is_empty()).then_some(r.page_token.as_slice());
-        let list = self.node.keys(&job, &r.prefix, after, limit).await?;
+        let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token)?;
+        let list = self
+            .node
+            .keys(&job, &r.prefix, after.as_deref(), limit)
+            .await?;
         let next_page_token = match list.last() {
-            Some((k, _)) if list.len() == limit => k.clone(),
+            Some((k, _)) if list.len() == limit => page::keys_token(job.as_str(), &r.prefix, k),
             _ => Vec::new(),
         };
         Ok(Response::new(proto::ListKeysResponse {

@@ -13,7 +13,7 @@ use crate::lease::Limits;
 use crate::node::Renewal;
 use crate::proto;
 use crate::server::convert::{self, duration, lease};
-use crate::server::wire;
+use crate::server::{page, wire};
 
 /// Serves `leasehold.v1.Leases`.
 pub struct LeasesService {
@@ -86,10 +86,10 @@ impl proto::leases_server::Leases for LeasesService {
         let r = req.into_inner();
         self.limits.job_prefix(&r.prefix)?;
         let limit = self.limits.page_size(r.page_size)?;
-        let after = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
-        let views = self.node.leases(&r.prefix, after, limit).await?;
+        let after = page::leases_after(&r.prefix, &r.page_token)?;
+        let views = self.node.leases(&r.prefix, after.as_deref(), limit).await?;
         let next_page_token = match views.last() {
-            Some(v) if views.len() == limit => v.job.to_string(),
+            Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
             _ => String::new(),
         };
         Ok(Response::new(proto::ListLeasesResponse {

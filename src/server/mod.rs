@@ -15,6 +15,7 @@ pub mod convert;
 pub mod fenced;
 pub mod layers;
 pub mod leases;
+pub mod page;
 pub mod status;
 pub mod wire;
 
