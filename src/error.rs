@@ -5,6 +5,7 @@
 //! [`crate::server::status`]; the client decodes it back in
 //! [`crate::client::ClientError`].
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::lease::Token;
@@ -30,8 +31,11 @@ pub enum Error {
     /// A request field is empty, too large, or out of range. Nothing was
     /// changed. Retrying the same request cannot help.
     InvalidArgument {
-        /// The request field, as named in the proto (`job`, `ttl`, ...).
-        field: &'static str,
+        /// The request field, as named in the proto (`job`, `ttl`, ...); a
+        /// field of a nested message is named by its path from the
+        /// request (`writes.job`). Empty when the fault is the message as
+        /// a whole (bytes that are not a protobuf message at all).
+        field: Cow<'static, str>,
         /// What is wrong, naming the limit.
         message: String,
     },
@@ -91,9 +95,9 @@ pub enum Error {
 
 impl Error {
     /// An [`Error::InvalidArgument`] for `field`.
-    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn invalid(field: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
         Error::InvalidArgument {
-            field,
+            field: field.into(),
             message: message.into(),
         }
     }
@@ -125,6 +129,9 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Error::InvalidArgument { field, message } if field.is_empty() => {
+                write!(f, "invalid request: {message}")
+            }
             Error::InvalidArgument { field, message } => write!(f, "invalid {field}: {message}"),
             Error::UnknownToken {
                 job,

@@ -105,15 +105,26 @@ impl Default for RpcMetrics {
     }
 }
 
+/// The method a call counts under in [`RpcMetrics`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcMethod(usize);
+
 impl RpcMetrics {
-    /// Records one call of `path` that took `elapsed` and ended with gRPC
-    /// status `code`.
-    pub fn record(&self, path: &str, elapsed: Duration, code: usize) {
-        let i = METHODS
-            .iter()
-            .position(|m| *m == path)
-            .unwrap_or(METHODS.len() - 1);
-        let m = &self.methods[i];
+    /// The method a call of `path` (`/leasehold.v1.Leases/Acquire`)
+    /// counts under: its own, or `other`.
+    pub fn method(path: &str) -> RpcMethod {
+        RpcMethod(
+            METHODS
+                .iter()
+                .position(|m| *m == path)
+                .unwrap_or(METHODS.len() - 1),
+        )
+    }
+
+    /// Records that a call of `method` was answered (its response began)
+    /// `elapsed` after it arrived: the latency histogram.
+    pub fn answered(&self, method: RpcMethod, elapsed: Duration) {
+        let m = &self.methods[method.0];
         let secs = elapsed.as_secs_f64();
         if let Some(b) = BUCKETS.iter().position(|b| secs <= *b) {
             m.buckets[b].fetch_add(1, Ordering::Relaxed);
@@ -121,7 +132,12 @@ impl RpcMetrics {
         m.count.fetch_add(1, Ordering::Relaxed);
         m.sum_nanos
             .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
-        m.codes[code.min(CODES - 1)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that a call of `method` ended with gRPC status `code`: for a
+    /// stream, when it ends, with the status it ended with.
+    pub fn ended(&self, method: RpcMethod, code: usize) {
+        self.methods[method.0].codes[code.min(CODES - 1)].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -297,7 +313,7 @@ pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
     }
     let _ = writeln!(
         o,
-        "# HELP leasehold_rpc_responses_total RPC responses by gRPC status code."
+        "# HELP leasehold_rpc_responses_total RPCs ended, by gRPC status code (a stream when it ends)."
     );
     let _ = writeln!(o, "# TYPE leasehold_rpc_responses_total counter");
     for (path, m) in METHODS.iter().zip(&rpc.methods) {

@@ -250,7 +250,17 @@ async fn list_leases_pages_in_job_order() {
         .unwrap()
         .into_inner();
     assert_eq!(p.leases.len(), 100);
-    assert_eq!(p.next_page_token, "fleet/099");
+    assert_eq!(p.leases[99].job, "fleet/099");
+    let p = raw
+        .list_leases(proto::ListLeasesRequest {
+            prefix: "fleet/".into(),
+            page_size: 100,
+            page_token: p.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.leases[0].job, "fleet/100", "the next page resumes after");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -584,7 +594,8 @@ async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() 
         }
         other => panic!("{other:?}"),
     }
-    // Far beyond the message limit: the decoder refuses it.
+    // Far beyond the message limit: refused before the message is read,
+    // with the same answer, naming the configured limit.
     let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
         .await
         .unwrap();
@@ -598,8 +609,519 @@ async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() 
         })
         .await
         .unwrap_err();
-    assert_eq!(st.code(), Code::OutOfRange, "{st:?}");
+    assert_invalid(&st, "value", &["1048576 bytes", "the limit is 16 bytes"]);
     assert!(!c.read("j", b"k").await.unwrap().found);
+}
+
+/// Asserts that `st` is INVALID_ARGUMENT with reason INVALID_ARGUMENT,
+/// naming `field` in its ErrorInfo and BadRequest, and that its message
+/// says each of `words`.
+fn assert_invalid(st: &tonic::Status, field: &str, words: &[&str]) {
+    assert_eq!(st.code(), Code::InvalidArgument, "{field}: {st:?}");
+    let d = st.get_error_details();
+    let info = d
+        .error_info()
+        .unwrap_or_else(|| panic!("{field}: no ErrorInfo in {st:?}"));
+    assert_eq!(info.reason, "INVALID_ARGUMENT", "{st:?}");
+    assert_eq!(info.domain, "leasehold", "{st:?}");
+    assert_eq!(
+        info.metadata.get("field").map(String::as_str),
+        Some(field),
+        "{st:?}"
+    );
+    assert_eq!(d.bad_request().unwrap().field_violations[0].field, field);
+    for w in words {
+        assert!(st.message().contains(w), "{w:?} in {:?}", st.message());
+    }
+}
+
+/// A field far over its limit gets the answer a field just over it gets,
+/// INVALID_ARGUMENT naming the field and its limit, although the message
+/// is larger than the server decodes: 70 KB, 1 MB and 20 MB values alike.
+/// Nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let write = |key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: "j".into(),
+        token: 1,
+        key,
+        value,
+        delete: false,
+    };
+    for size in [65_537, 70_000, 1 << 20, 20 << 20] {
+        let st = store
+            .checked_write(write(b"k".to_vec(), vec![7; size]))
+            .await
+            .unwrap_err();
+        let is = format!("is {size} bytes");
+        assert_invalid(&st, "value", &[&is, "the limit is 65536 bytes"]);
+    }
+    // The other fields with a limit, far over it.
+    let st = store
+        .checked_write(write(vec![b'k'; 100_000], b"v".to_vec()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "key", &["is 100000 bytes", "the limit is 1024 bytes"]);
+    let acquire = |job: String, holder: String| proto::AcquireRequest {
+        job,
+        holder,
+        ttl: Some(prost_types::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        wait: None,
+    };
+    let st = leases
+        .acquire(acquire("x".repeat(100_000), "b".into()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "job", &["is 100000 bytes", "the limit is 256 bytes"]);
+    let st = leases
+        .acquire(acquire("j2".into(), "h".repeat(1 << 20)))
+        .await
+        .unwrap_err();
+    assert_invalid(
+        &st,
+        "holder",
+        &["is 1048576 bytes", "the limit is 256 bytes"],
+    );
+
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"v"[..], 1));
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job created");
+    assert_eq!(c.list_keys("j", b"").await.unwrap().len(), 1, "no key");
+}
+
+/// A string field that is not UTF-8 does not decode. Every string field of
+/// the unary requests gets INVALID_ARGUMENT naming it, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
+    use common::raw;
+    use prost::Message;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    // Overwritten with bytes that are never UTF-8 before sending.
+    const BAD: &str = "~BAD~";
+    let ttl = Some(prost_types::Duration {
+        seconds: 30,
+        nanos: 0,
+    });
+    let acquire = |job: &str, holder: &str| proto::AcquireRequest {
+        job: job.into(),
+        holder: holder.into(),
+        ttl,
+        wait: None,
+    };
+    let renew = |job: &str, holder: &str| proto::RenewRequest {
+        job: job.into(),
+        holder: holder.into(),
+        token: 1,
+        ttl,
+    };
+    let release = |job: &str, holder: &str| proto::ReleaseRequest {
+        job: job.into(),
+        holder: holder.into(),
+        token: 1,
+    };
+    let cases: Vec<(&'static str, &str, Vec<u8>)> = vec![
+        (
+            "/leasehold.v1.Leases/Acquire",
+            "job",
+            acquire(BAD, "b").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Acquire",
+            "holder",
+            acquire("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Renew",
+            "job",
+            renew(BAD, "a").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Renew",
+            "holder",
+            renew("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Release",
+            "job",
+            release(BAD, "a").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Release",
+            "holder",
+            release("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/GetLease",
+            "job",
+            proto::GetLeaseRequest { job: BAD.into() }.encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/WatchLease",
+            "job",
+            proto::WatchLeaseRequest { job: BAD.into() }.encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/ListLeases",
+            "prefix",
+            proto::ListLeasesRequest {
+                prefix: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/ListLeases",
+            "page_token",
+            proto::ListLeasesRequest {
+                page_token: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/CheckedWrite",
+            "job",
+            proto::CheckedWriteRequest {
+                job: BAD.into(),
+                token: 1,
+                key: b"k".to_vec(),
+                value: b"x".to_vec(),
+                delete: false,
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/Read",
+            "job",
+            proto::ReadRequest {
+                job: BAD.into(),
+                key: b"k".to_vec(),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/ListKeys",
+            "job",
+            proto::ListKeysRequest {
+                job: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+    ];
+    for (path, field, msg) in cases {
+        let st = raw::unary(&s.url(), path, raw::not_utf8(msg, BAD))
+            .await
+            .unwrap_err();
+        assert_invalid(&st, field, &[field, "UTF-8"]);
+    }
+
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("a"), 1),
+        "not released"
+    );
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"v"[..], 1));
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job created");
+}
+
+/// Page tokens page through a listing exactly, on both lists. A page token
+/// this server did not issue for the listing (garbled, truncated, forged,
+/// from the other list, or from another job or prefix) is refused with
+/// INVALID_ARGUMENT naming `page_token`, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_tokens_the_server_did_not_issue_are_refused() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for i in 0..5 {
+        c.acquire(&format!("p/{i}"), "h", TTL, NOW).await.unwrap();
+        c.checked_write("p/0", 1, format!("k/{i}").as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    c.acquire("q", "h", TTL, NOW).await.unwrap();
+    c.checked_write("p/1", 1, b"k/0", vec![1]).await.unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let list_leases = |prefix: &str, page_token: String| proto::ListLeasesRequest {
+        prefix: prefix.into(),
+        page_size: 2,
+        page_token,
+    };
+    let list_keys = |job: &str, prefix: &[u8], page_token: Vec<u8>| proto::ListKeysRequest {
+        job: job.into(),
+        prefix: prefix.to_vec(),
+        page_size: 2,
+        page_token,
+    };
+
+    // Pages of two, token to token.
+    let (mut jobs, mut lease_tokens, mut token) = (Vec::new(), Vec::new(), String::new());
+    loop {
+        let r = leases
+            .list_leases(list_leases("p/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        jobs.extend(r.leases.into_iter().map(|l| l.job));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        lease_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    assert_eq!(jobs, ["p/0", "p/1", "p/2", "p/3", "p/4"]);
+    assert_eq!(lease_tokens.len(), 2);
+    let (mut keys, mut key_tokens, mut token) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let r = store
+            .list_keys(list_keys("p/0", b"k/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        keys.extend(r.keys.into_iter().map(|k| k.key));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        key_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    let want: Vec<Vec<u8>> = (0..5).map(|i| format!("k/{i}").into_bytes()).collect();
+    assert_eq!(keys, want);
+    assert_eq!(key_tokens.len(), 2);
+
+    // One character changed, anywhere, is caught.
+    let flip = |t: &[u8], at: usize| {
+        let mut t = t.to_vec();
+        t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+        t
+    };
+    let lease_token = lease_tokens[0].clone();
+    let key_token = key_tokens[0].clone();
+    let mut bad_lease_tokens = vec![
+        "garbage".to_owned(),
+        "p/1".to_owned(), // a job name, as earlier versions issued
+        lease_token[..lease_token.len() - 1].to_owned(),
+        format!("{lease_token}A"),
+        String::from_utf8(key_token.clone()).unwrap(), // ListKeys'
+    ];
+    for at in 0..lease_token.len() {
+        bad_lease_tokens.push(String::from_utf8(flip(lease_token.as_bytes(), at)).unwrap());
+    }
+    for t in bad_lease_tokens {
+        let st = leases
+            .list_leases(list_leases("p/", t.clone()))
+            .await
+            .expect_err(&t);
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Bound to the listing it came from: another prefix refuses it.
+    let st = leases
+        .list_leases(list_leases("p", lease_token.clone()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "page_token", &[]);
+
+    let mut bad_key_tokens = vec![
+        b"garbage".to_vec(),
+        b"k/1".to_vec(), // a key, as earlier versions issued
+        vec![0xFF; 40],
+        key_token[..key_token.len() - 1].to_vec(),
+        lease_token.clone().into_bytes(), // ListLeases'
+    ];
+    for at in 0..key_token.len() {
+        bad_key_tokens.push(flip(&key_token, at));
+    }
+    for t in bad_key_tokens {
+        let st = store
+            .list_keys(list_keys("p/0", b"k/", t.clone()))
+            .await
+            .expect_err(&format!("{t:?}"));
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Another job, or another prefix, refuses it.
+    for (job, prefix) in [("p/1", &b"k/"[..]), ("p/0", b"k"), ("p/0", b"")] {
+        let st = store
+            .list_keys(list_keys(job, prefix, key_token.clone()))
+            .await
+            .unwrap_err();
+        assert_invalid(&st, "page_token", &[]);
+    }
+
+    // Nothing changed, and the tokens issued still resume where they did.
+    let r = leases
+        .list_leases(list_leases("p/", lease_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let jobs: Vec<_> = r.leases.iter().map(|l| l.job.as_str()).collect();
+    assert_eq!(jobs, ["p/2", "p/3"]);
+    let r = store
+        .list_keys(list_keys("p/0", b"k/", key_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<_> = r.keys.iter().map(|k| k.key.as_slice()).collect();
+    assert_eq!(keys, [&b"k/2"[..], b"k/3"]);
+    assert_eq!(c.list_leases("").await.unwrap().len(), 6);
+    assert_eq!(c.list_keys("p/0", b"").await.unwrap().len(), 5);
+}
+
+/// A stream counts in the RPC metrics with the status it ended with, once
+/// it ends: a WriteStream refused for a message too large and a KeepAlive
+/// refused for a message that does not decode count INVALID_ARGUMENT,
+/// after the answers to the messages before; a stream closed by its
+/// client counts OK. Nothing after the refused message was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
+    use common::raw;
+    use prost::Message;
+    use tokio_stream::wrappers::ReceiverStream;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    let limit = leasehold::server::Config::default()
+        .max_message_bytes()
+        .to_string();
+
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let write = |key: &str, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: "j".into(),
+        token: 1,
+        key: key.into(),
+        value,
+        delete: false,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut resp = store
+        .write_stream(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    for (id, writes) in [
+        (1, vec![write("before", b"1".to_vec())]),
+        (
+            2,
+            (0..20)
+                .map(|i| write(&format!("big{i}"), vec![0; 60_000]))
+                .collect(),
+        ),
+        (3, vec![write("after", b"3".to_vec())]),
+    ] {
+        tx.send(proto::WriteStreamRequest { id, writes })
+            .await
+            .unwrap();
+    }
+    let r = resp.message().await.unwrap().expect("the answer to id 1");
+    assert_eq!((r.id, r.results[0].version), (1, 1));
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "writes", &["writes", &limit]);
+    assert!(resp.message().await.unwrap().is_none());
+
+    let ttl = |secs| {
+        Some(prost_types::Duration {
+            seconds: secs,
+            nanos: 0,
+        })
+    };
+    let renewal = |holder: &str, secs| proto::KeepAliveRequest {
+        id: secs as u64,
+        renewals: vec![proto::KeepAliveRenewal {
+            job: "j".into(),
+            holder: holder.into(),
+            token: 1,
+            ttl: ttl(secs),
+        }],
+    };
+    let msgs = vec![
+        renewal("a", 20).encode_to_vec(),
+        raw::not_utf8(renewal("~BAD~", 30).encode_to_vec(), "~BAD~"),
+        renewal("a", 40).encode_to_vec(),
+    ];
+    let mut resp = raw::stream(
+        &s.url(),
+        "/leasehold.v1.Leases/KeepAlive",
+        tokio_stream::iter(msgs),
+    )
+    .await
+    .unwrap();
+    let r = proto::KeepAliveResponse::decode(resp.message().await.unwrap().unwrap().as_slice())
+        .unwrap();
+    assert_eq!(r.id, 20);
+    assert_eq!(
+        r.results[0].outcome(),
+        proto::keep_alive_result::Outcome::Renewed
+    );
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "renewals.holder", &["UTF-8"]);
+
+    // A stream its client closes ends OK.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut resp = store
+        .write_stream(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(proto::WriteStreamRequest {
+        id: 1,
+        writes: vec![write("closed", b"1".to_vec())],
+    })
+    .await
+    .unwrap();
+    drop(tx);
+    assert_eq!(resp.message().await.unwrap().unwrap().id, 1);
+    assert!(resp.message().await.unwrap().is_none());
+
+    let m = s.metrics();
+    for line in [
+        "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1",
+        "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"OK\"} 1",
+        "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1",
+    ] {
+        assert!(m.contains(line), "no {line} in\n{m}");
+    }
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"}"),
+        "{m}"
+    );
+
+    // The messages before the refused one were made, nothing after it.
+    let keys: Vec<_> = c
+        .list_keys("j", b"")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| String::from_utf8(k.key).unwrap())
+        .collect();
+    assert_eq!(keys, ["before", "closed"]);
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(l.ttl, Some(Duration::from_secs(20)), "renewed once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

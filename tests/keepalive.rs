@@ -277,6 +277,134 @@ async fn requests_are_answered_in_order_and_an_oversized_message_ends_the_stream
     let d = st.get_error_details();
     assert_eq!(d.error_info().unwrap().metadata["field"], "renewals");
     assert!(st.message().contains("1000"), "{}", st.message());
+    // The stream counts with the status it ended with, not the OK of its
+    // opening.
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"}"),
+        "{m}"
+    );
+}
+
+/// Asserts that `st` is INVALID_ARGUMENT with reason INVALID_ARGUMENT,
+/// naming `field`, and that its message says each of `words`.
+fn assert_invalid(st: &tonic::Status, field: &str, words: &[&str]) {
+    assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
+    let info = st.get_error_details().error_info().cloned().unwrap();
+    assert_eq!(info.reason, "INVALID_ARGUMENT", "{st:?}");
+    assert_eq!(
+        info.metadata.get("field").map(String::as_str),
+        Some(field),
+        "{st:?}"
+    );
+    for w in words {
+        assert!(st.message().contains(w), "{w:?} in {:?}", st.message());
+    }
+}
+
+/// A message larger than the server decodes (300 renewals with long names)
+/// ends the stream with INVALID_ARGUMENT naming `renewals` and the limit,
+/// once the messages sent before it are answered; they were made, and
+/// nothing from that message on. The RPC metrics count the stream with
+/// that code, not as OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_too_large_ends_the_stream_after_the_answers_before_it() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let t = acquire_many(&c, "big", "me@1", 1).await[0];
+    let (tx, mut rx) = raw_stream(&s).await;
+    let secs = Duration::from_secs;
+    for id in [1, 2] {
+        tx.send(proto::KeepAliveRequest {
+            id,
+            renewals: vec![raw_renewal("big0", "me@1", t, Some(secs(10 * id)))],
+        })
+        .await
+        .unwrap();
+    }
+    let long = "h".repeat(250);
+    tx.send(proto::KeepAliveRequest {
+        id: 3,
+        renewals: (0..300)
+            .map(|_| raw_renewal("big0", &long, t, Some(secs(30))))
+            .collect(),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::KeepAliveRequest {
+        id: 4,
+        renewals: vec![raw_renewal("big0", "me@1", t, Some(secs(40)))],
+    })
+    .await
+    .unwrap();
+    for id in [1, 2] {
+        let r = rx.message().await.unwrap().expect("an answer");
+        assert_eq!(r.id, id);
+        assert_eq!(r.results[0].outcome(), Outcome::Renewed);
+    }
+    let st = rx.message().await.unwrap_err();
+    let limit = leasehold::server::Config::default().max_message_bytes();
+    assert_invalid(&st, "renewals", &[&format!("the limit is {limit} bytes")]);
+    assert!(rx.message().await.unwrap().is_none(), "the stream ended");
+
+    let l = c.get_lease("big0").await.unwrap();
+    assert_eq!(l.ttl, Some(secs(20)), "renewed by 1 and 2, not by 4");
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"}"),
+        "{m}"
+    );
+}
+
+/// A message that does not decode (a renewal's job is not UTF-8) ends the
+/// stream with INVALID_ARGUMENT naming the field, after the answer to the
+/// message before it; nothing from that message on is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_does_not_decode_ends_the_stream_naming_the_field() {
+    use common::raw;
+    use prost::Message;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let t = acquire_many(&c, "utf", "me@1", 1).await[0];
+    let secs = Duration::from_secs;
+    let msg = |id, renewals| proto::KeepAliveRequest { id, renewals }.encode_to_vec();
+    let msgs = vec![
+        msg(1, vec![raw_renewal("utf0", "me@1", t, Some(secs(20)))]),
+        raw::not_utf8(
+            msg(
+                2,
+                vec![
+                    raw_renewal("utf0", "me@1", t, Some(secs(30))),
+                    raw_renewal("~BAD~", "me@1", t, Some(secs(30))),
+                ],
+            ),
+            "~BAD~",
+        ),
+        msg(3, vec![raw_renewal("utf0", "me@1", t, Some(secs(40)))]),
+    ];
+    let mut resp = raw::stream(
+        &s.url(),
+        "/leasehold.v1.Leases/KeepAlive",
+        tokio_stream::iter(msgs),
+    )
+    .await
+    .unwrap();
+    let r = proto::KeepAliveResponse::decode(resp.message().await.unwrap().unwrap().as_slice())
+        .unwrap();
+    assert_eq!((r.id, r.results[0].outcome()), (1, Outcome::Renewed));
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "renewals.job", &["UTF-8"]);
+    assert!(resp.message().await.unwrap().is_none(), "the stream ended");
+
+    let l = c.get_lease("utf0").await.unwrap();
+    assert_eq!(l.ttl, Some(secs(20)), "renewed by 1 alone");
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,6 +420,8 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
     .await
     .unwrap();
     assert_eq!(rx.message().await.unwrap().unwrap().results.len(), 1);
+    let rpc = s.rpc.clone();
+    let node = s.node.clone();
     let stopping = tokio::spawn(s.stop());
     let st = rx.message().await.unwrap_err();
     assert_eq!(st.code(), Code::Unavailable);
@@ -299,6 +429,9 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
         st.get_error_details().error_info().unwrap().reason,
         "SHUTTING_DOWN"
     );
+    let m = leasehold::metrics::render(&node, &rpc);
+    let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"UNAVAILABLE\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
     // The open stream does not hold up the drain.
     // (TestServer's drain timeout is 2 s.)
     tokio::time::timeout(Duration::from_millis(1500), stopping)

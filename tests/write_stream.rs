@@ -160,6 +160,165 @@ async fn a_message_over_the_limit_ends_the_stream_and_changes_nothing() {
         "nothing of the refused message was written"
     );
     assert_eq!(c.read("j", b"k5").await.unwrap().version, 30);
+    // The stream counts with the status it ended with, not the OK of its
+    // opening.
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"WriteStream\",code=\"OK\"}"),
+        "{m}"
+    );
+}
+
+/// Asserts that `st` is INVALID_ARGUMENT with reason INVALID_ARGUMENT,
+/// naming `field`, and that its message says each of `words`.
+fn assert_invalid(st: &tonic::Status, field: &str, words: &[&str]) {
+    assert_eq!(st.code(), Code::InvalidArgument, "{st:?}");
+    let info = st.get_error_details().error_info().cloned().unwrap();
+    assert_eq!(info.reason, "INVALID_ARGUMENT", "{st:?}");
+    assert_eq!(
+        info.metadata.get("field").map(String::as_str),
+        Some(field),
+        "{st:?}"
+    );
+    for w in words {
+        assert!(st.message().contains(w), "{w:?} in {:?}", st.message());
+    }
+}
+
+fn put(t: u64, key: &str, value: Vec<u8>) -> proto::CheckedWriteRequest {
+    proto::CheckedWriteRequest {
+        job: "j".into(),
+        token: t,
+        key: key.into(),
+        value,
+        delete: false,
+    }
+}
+
+/// The keys of job "j", as strings.
+async fn keys(c: &Client) -> Vec<String> {
+    c.list_keys("j", b"")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| String::from_utf8(k.key).unwrap())
+        .collect()
+}
+
+/// A message larger than the server decodes (20 writes of 60,000 bytes)
+/// ends the stream with INVALID_ARGUMENT naming `writes` and the limit,
+/// once the messages sent before it are answered; they were made, and
+/// nothing from that message on. The RPC metrics count the stream with
+/// that code, not as OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_too_large_ends_the_stream_after_the_answers_before_it() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let t = c
+        .acquire("j", "a@1", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(8);
+    let mut resp = raw
+        .write_stream(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    // Pipelined: all sent before any answer is read.
+    for id in 1..=3u64 {
+        tx.send(proto::WriteStreamRequest {
+            id,
+            writes: vec![put(t, &format!("ok{id}"), b"v".to_vec())],
+        })
+        .await
+        .unwrap();
+    }
+    tx.send(proto::WriteStreamRequest {
+        id: 4,
+        writes: (0..20)
+            .map(|i| put(t, &format!("big{i}"), vec![0; 60_000]))
+            .collect(),
+    })
+    .await
+    .unwrap();
+    tx.send(proto::WriteStreamRequest {
+        id: 5,
+        writes: vec![put(t, "after", b"v".to_vec())],
+    })
+    .await
+    .unwrap();
+    for id in 1..=3u64 {
+        let r = resp.message().await.unwrap().expect("an answer");
+        assert_eq!(r.id, id);
+        assert_eq!(
+            r.results[0].outcome(),
+            proto::write_result::Outcome::Written
+        );
+    }
+    let st = resp.message().await.unwrap_err();
+    let limit = leasehold::server::Config::default().max_message_bytes();
+    assert_invalid(&st, "writes", &[&format!("the limit is {limit} bytes")]);
+    assert!(resp.message().await.unwrap().is_none(), "the stream ended");
+
+    assert_eq!(keys(&c).await, ["ok1", "ok2", "ok3"]);
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"WriteStream\",code=\"OK\"}"),
+        "{m}"
+    );
+}
+
+/// A message that does not decode (a write's job is not UTF-8) ends the
+/// stream with INVALID_ARGUMENT naming the field, after the answer to the
+/// message before it; nothing from that message on is made. The RPC
+/// metrics count the stream with that code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_does_not_decode_ends_the_stream_naming_the_field() {
+    use common::raw;
+    use prost::Message;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let t = c
+        .acquire("j", "a@1", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    let msg = |id, writes| proto::WriteStreamRequest { id, writes }.encode_to_vec();
+    let mut bad = put(t, "bad", b"v".to_vec());
+    bad.job = "~BAD~".into();
+    let msgs = vec![
+        msg(1, vec![put(t, "ok", b"v".to_vec())]),
+        raw::not_utf8(msg(2, vec![put(t, "fine", b"v".to_vec()), bad]), "~BAD~"),
+        msg(3, vec![put(t, "after", b"v".to_vec())]),
+    ];
+    let mut resp = raw::stream(
+        &s.url(),
+        "/leasehold.v1.FencedStore/WriteStream",
+        tokio_stream::iter(msgs),
+    )
+    .await
+    .unwrap();
+    let r = proto::WriteStreamResponse::decode(resp.message().await.unwrap().unwrap().as_slice())
+        .unwrap();
+    assert_eq!((r.id, r.results[0].version), (1, 1));
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "writes.job", &["UTF-8"]);
+    assert!(resp.message().await.unwrap().is_none(), "the stream ended");
+
+    assert_eq!(keys(&c).await, ["ok"], "nothing of message 2 or 3");
+    let m = s.metrics();
+    let line = "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1";
+    assert!(m.contains(line), "no {line} in\n{m}");
 }
 
 /// Every write the stream acknowledged is there after the server process is

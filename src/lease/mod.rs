@@ -56,4 +56,4 @@ pub use table::{
     Acquire, Checkpoint, Effects, Faults, Leadership, LeaseRecord, LeaseState, LeaseTable,
     LeaseView, Stats, Vacancy, WaiterId,
 };
-pub use types::{HolderId, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+pub use types::{too_long, HolderId, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};

@@ -4,6 +4,7 @@
 //! types by [`Limits`], which is the only place that decides what input is
 //! acceptable. A value of one of these types is valid by construction.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -107,6 +108,13 @@ impl Default for Limits {
     }
 }
 
+/// The error for a field of `len` bytes over its limit of `limit` bytes:
+/// one wording wherever a size is refused, whether the field was decoded
+/// or only its length was read (a message too large to decode).
+pub fn too_long(field: impl Into<Cow<'static, str>>, len: usize, limit: usize) -> Error {
+    Error::invalid(field, format!("is {len} bytes, the limit is {limit} bytes"))
+}
+
 /// The largest page a list call returns.
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size of a list call that names none.
@@ -158,14 +166,7 @@ impl Limits {
             return Err(Error::invalid(field, "must not be empty"));
         }
         if s.len() > self.max_name_bytes {
-            return Err(Error::invalid(
-                field,
-                format!(
-                    "is {} bytes, the limit is {} bytes",
-                    s.len(),
-                    self.max_name_bytes
-                ),
-            ));
+            return Err(too_long(field, s.len(), self.max_name_bytes));
         }
         if let Some(c) = s.chars().find(|c| c.is_control()) {
             return Err(Error::invalid(
@@ -230,14 +231,7 @@ impl Limits {
 
     fn key_len<'a>(&self, field: &'static str, key: &'a [u8]) -> Result<&'a [u8]> {
         if key.len() > self.max_key_bytes {
-            return Err(Error::invalid(
-                field,
-                format!(
-                    "is {} bytes, the limit is {} bytes",
-                    key.len(),
-                    self.max_key_bytes
-                ),
-            ));
+            return Err(too_long(field, key.len(), self.max_key_bytes));
         }
         Ok(key)
     }
@@ -245,14 +239,7 @@ impl Limits {
     /// Validates a value's size.
     pub fn value<'a>(&self, value: &'a [u8]) -> Result<&'a [u8]> {
         if value.len() > self.max_value_bytes {
-            return Err(Error::invalid(
-                "value",
-                format!(
-                    "is {} bytes, the limit is {} bytes",
-                    value.len(),
-                    self.max_value_bytes
-                ),
-            ));
+            return Err(too_long("value", value.len(), self.max_value_bytes));
         }
         Ok(value)
     }
@@ -272,14 +259,7 @@ impl Limits {
     /// Validates a job-name prefix for listing (may be empty).
     pub fn job_prefix(&self, prefix: &str) -> Result<()> {
         if prefix.len() > self.max_name_bytes {
-            return Err(Error::invalid(
-                "prefix",
-                format!(
-                    "is {} bytes, the limit is {} bytes",
-                    prefix.len(),
-                    self.max_name_bytes
-                ),
-            ));
+            return Err(too_long("prefix", prefix.len(), self.max_name_bytes));
         }
         Ok(())
     }

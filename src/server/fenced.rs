@@ -11,7 +11,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::proto;
-use crate::server::convert;
+use crate::server::{convert, page, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.
 pub const MAX_STREAM_WRITES: usize = 1000;
@@ -64,7 +64,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         // answers. So a client that sends messages back to back gets them
         // into shared syncs, and every reply still waits for its writes.
         let (staged_tx, mut staged_rx) =
-            mpsc::channel::<Result<(proto::WriteStreamResponse, u64)>>(MAX_PIPELINED);
+            mpsc::channel::<Result<(proto::WriteStreamResponse, u64), Status>>(MAX_PIPELINED);
         let reader_node = node.clone();
         tokio::spawn(async move {
             let node = reader_node;
@@ -75,11 +75,18 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 };
                 let msg = match msg {
                     Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke:
-                    // answer what was decided, then end.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side: answer what was
+                    // decided, then end.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): answer what was decided, then end
+                    // with why, and read nothing more.
+                    Err(status) => {
+                        let _ = staged_tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
                 };
-                let staged = stage_batch(&node, &limits, msg).await;
+                let staged = stage_batch(&node, &limits, msg).await.map_err(Status::from);
                 let end = staged.is_err();
                 if staged_tx.send(staged).await.is_err() || end {
                     return;
@@ -98,11 +105,13 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 };
                 let reply = match staged {
                     None => return,
-                    Some(Ok((resp, seq))) => node.durable(seq).await.map(|()| resp),
-                    Some(Err(e)) => Err(e),
+                    Some(Ok((resp, seq))) => {
+                        node.durable(seq).await.map(|()| resp).map_err(Status::from)
+                    }
+                    Some(Err(status)) => Err(status),
                 };
                 let end = reply.is_err();
-                if tx.send(reply.map_err(Status::from)).await.is_err() || end {
+                if tx.send(reply).await.is_err() || end {
                     return;
                 }
             }
@@ -136,10 +145,13 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let job = l.job(&r.job)?;
         l.key_prefix(&r.prefix)?;
         let limit = l.page_size(r.page_size)?;
-        let after = (!r.page_token.is_empty()).then_some(r.page_token.as_slice());
-        let list = self.node.keys(&job, &r.prefix, after, limit).await?;
+        let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token)?;
+        let list = self
+            .node
+            .keys(&job, &r.prefix, after.as_deref(), limit)
+            .await?;
         let next_page_token = match list.last() {
-            Some((k, _)) if list.len() == limit => k.clone(),
+            Some((k, _)) if list.len() == limit => page::keys_token(job.as_str(), &r.prefix, k),
             _ => Vec::new(),
         };
         Ok(Response::new(proto::ListKeysResponse {
@@ -191,7 +203,7 @@ async fn stage_batch(
             Err(e) => results.push(proto::WriteResult {
                 outcome: Outcome::InvalidArgument as i32,
                 field: match &e {
-                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    Error::InvalidArgument { field, .. } => field.to_string(),
                     _ => String::new(),
                 },
                 message: e.to_string(),

@@ -10,12 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
+use tonic::body::Body;
 use tonic::codegen::http;
 use tower::{Layer, Service};
 
-use crate::metrics::RpcMetrics;
+use crate::metrics::{RpcMethod, RpcMetrics};
 
-/// Records each call's latency and status code in [`RpcMetrics`].
+/// Records each call's latency (until its response begins) and the status
+/// code it ends with in [`RpcMetrics`].
 #[derive(Clone)]
 pub struct RpcMetricsLayer {
     metrics: Arc<RpcMetrics>,
@@ -51,8 +54,10 @@ where
     S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
+    R: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    R::Error: Into<tonic::codegen::StdError>,
 {
-    type Response = S::Response;
+    type Response = http::Response<Body>;
     type Error = S::Error;
     type Future =
         Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -64,24 +69,105 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let mut inner = take_ready(&mut self.inner);
         let metrics = self.metrics.clone();
-        let path = req.uri().path().to_owned();
+        let method = RpcMetrics::method(req.uri().path());
         Box::pin(async move {
             let start = crate::clock::now();
             let res = inner.call(req).await;
-            let code = match &res {
-                // A status in the headers is a trailers-only error reply;
-                // otherwise the call has succeeded so far.
-                Ok(r) => r
-                    .headers()
-                    .get("grpc-status")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0),
-                Err(_) => 2,
+            metrics.answered(method, start.elapsed());
+            let resp = match res {
+                Ok(resp) => resp,
+                Err(e) => {
+                    metrics.ended(method, UNKNOWN);
+                    return Err(e);
+                }
             };
-            metrics.record(&path, start.elapsed(), code);
-            res
+            let (parts, body) = resp.into_parts();
+            let body = match grpc_status(&parts.headers) {
+                // A trailers-only reply: the call ended with its headers.
+                Some(code) => {
+                    metrics.ended(method, code);
+                    Body::new(body)
+                }
+                // The call goes on (a stream may for hours) and ends with
+                // the status in its trailers.
+                None => Body::new(Ending {
+                    body,
+                    end: Some((metrics, method)),
+                }),
+            };
+            Ok(http::Response::from_parts(parts, body))
         })
+    }
+}
+
+/// gRPC's UNKNOWN: a call that ended without a status.
+const UNKNOWN: usize = 2;
+/// gRPC's CANCELLED: a call whose client went away before its end.
+const CANCELLED: usize = 1;
+
+/// The gRPC status code in `headers` (or trailers), if there is one.
+fn grpc_status(headers: &http::HeaderMap) -> Option<usize> {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// A response body that records the status its call ends with: the code
+/// in its trailers, or CANCELLED when it is dropped before them (the
+/// client reset the stream or went away). So a stream that ends with an
+/// error counts with that error, not as the OK its headers implied.
+struct Ending<B> {
+    body: B,
+    end: Option<(Arc<RpcMetrics>, RpcMethod)>,
+}
+
+impl<B> Ending<B> {
+    fn ended(&mut self, code: usize) {
+        if let Some((metrics, method)) = self.end.take() {
+            metrics.ended(method, code);
+        }
+    }
+}
+
+impl<B> http_body::Body for Ending<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let frame = match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(frame) => frame,
+        };
+        match &frame {
+            Some(Ok(f)) => {
+                if let Some(trailers) = f.trailers_ref() {
+                    self.ended(grpc_status(trailers).unwrap_or(UNKNOWN));
+                }
+            }
+            Some(Err(_)) | None => self.ended(UNKNOWN),
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl<B> Drop for Ending<B> {
+    fn drop(&mut self) {
+        self.ended(CANCELLED);
     }
 }
 

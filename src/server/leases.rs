@@ -13,6 +13,7 @@ use crate::lease::Limits;
 use crate::node::Renewal;
 use crate::proto;
 use crate::server::convert::{self, duration, lease};
+use crate::server::{page, wire};
 
 /// Serves `leasehold.v1.Leases`.
 pub struct LeasesService {
@@ -85,10 +86,10 @@ impl proto::leases_server::Leases for LeasesService {
         let r = req.into_inner();
         self.limits.job_prefix(&r.prefix)?;
         let limit = self.limits.page_size(r.page_size)?;
-        let after = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
-        let views = self.node.leases(&r.prefix, after, limit).await?;
+        let after = page::leases_after(&r.prefix, &r.page_token)?;
+        let views = self.node.leases(&r.prefix, after.as_deref(), limit).await?;
         let next_page_token = match views.last() {
-            Some(v) if views.len() == limit => v.job.to_string(),
+            Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
             _ => String::new(),
         };
         Ok(Response::new(proto::ListLeasesResponse {
@@ -138,9 +139,15 @@ impl proto::leases_server::Leases for LeasesService {
                 };
                 let msg = match msg {
                     Ok(Some(m)) => m,
-                    // The client closed its side, or the stream broke: no
-                    // one is left to answer.
-                    Ok(None) | Err(_) => return,
+                    // The client closed its side.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): every message before it is answered;
+                    // end with why, and read nothing more.
+                    Err(status) => {
+                        let _ = tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
                 };
                 let reply = keep_alive_batch(&node, &limits, msg)
                     .await
@@ -198,7 +205,7 @@ async fn keep_alive_batch(
             }
             Err(e) => {
                 let field = match &e {
-                    Error::InvalidArgument { field, .. } => (*field).to_owned(),
+                    Error::InvalidArgument { field, .. } => field.to_string(),
                     _ => String::new(),
                 };
                 results.push(proto::KeepAliveResult {

@@ -4,9 +4,11 @@
 //! ([`convert`], [`crate::lease::Limits`]), call the [`Backend`] (the single node or etcd), encode the
 //! answer. Errors cross into gRPC through one table ([`status`]).
 //! Cross-cutting concerns are tower layers in front of every handler
-//! ([`layers`]). Health (`grpc.health.v1`) and reflection (v1 and v1alpha)
-//! are plain extra services, so grpcurl and load balancers work out of the
-//! box.
+//! ([`layers`]), and the bytes of a request before they are a message (too
+//! many of them, or ones that do not decode) are refused in one place,
+//! [`wire`], in the same terms as any other bad input. Health
+//! (`grpc.health.v1`) and reflection (v1 and v1alpha) are plain extra
+//! services, so grpcurl and load balancers work out of the box.
 //!
 //! Health says whether the server takes changes: SERVING, or NOT_SERVING
 //! while the store cannot take any (it failed and is not reopened yet, or
@@ -21,7 +23,9 @@ pub mod convert;
 pub mod fenced;
 pub mod layers;
 pub mod leases;
+pub mod page;
 pub mod status;
+pub mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -75,8 +79,10 @@ impl Default for Config {
 
 impl Config {
     /// The largest request message the server decodes: the largest value
-    /// and key plus room for the other fields. Larger messages are refused
-    /// by the decoder, before anything is allocated for them.
+    /// and key plus room for the other fields, a little above the largest
+    /// valid `CheckedWrite`. A larger message is refused as it arrives
+    /// ([`wire`]): at most this many of its bytes are read, to name the
+    /// field at fault, and none of it is decoded.
     pub fn max_message_bytes(&self) -> usize {
         self.limits.max_value_bytes
             + self.limits.max_key_bytes
@@ -118,6 +124,10 @@ pub async fn run(
         .map_err(Error::serve)?;
 
     let max = config.max_message_bytes();
+    let wire = wire::WireLayer::new(
+        wire::Schema::new(proto::FILE_DESCRIPTOR_SET, &config.limits)?,
+        max,
+    );
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
@@ -128,7 +138,9 @@ pub async fn run(
     )
     .max_decoding_message_size(max);
 
-    let admin = proto::admin_server::AdminServer::new(admin::AdminService::new(node.clone()));
+    // Its one request is empty.
+    let admin = proto::admin_server::AdminServer::new(admin::AdminService::new(node.clone()))
+        .max_decoding_message_size(1024);
 
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let closing_node = node.clone();
@@ -149,6 +161,7 @@ pub async fn run(
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics))
         .layer(layers::InflightLimitLayer::new(config.max_in_flight))
+        .layer(wire)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -3,7 +3,9 @@
 //! Every status carries a `google.rpc.ErrorInfo` with domain `leasehold`
 //! and the error's reason, so that clients in any language branch on the
 //! reason, never on the message. Bad input also carries a
-//! `google.rpc.BadRequest` naming the field.
+//! `google.rpc.BadRequest` naming the field, unless the fault is the
+//! message as a whole (bytes that are not a protobuf message): then
+//! neither names a field.
 
 use std::collections::HashMap;
 
@@ -30,7 +32,9 @@ pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
     let code = match e {
         Error::InvalidArgument { field, .. } => {
-            meta.insert("field".to_owned(), (*field).to_owned());
+            if !field.is_empty() {
+                meta.insert("field".to_owned(), field.to_string());
+            }
             Code::InvalidArgument
         }
         Error::UnknownToken { current, .. } => {
@@ -61,7 +65,9 @@ pub fn to_status(e: &Error) -> Status {
     };
     let mut details = ErrorDetails::with_error_info(e.reason(), DOMAIN, meta);
     if let Error::InvalidArgument { field, message } = e {
-        details.add_bad_request_violation(*field, message.clone());
+        if !field.is_empty() {
+            details.add_bad_request_violation(field.as_ref(), message.clone());
+        }
     }
     Status::with_error_details(code, e.to_string(), details)
 }
@@ -101,5 +107,17 @@ mod tests {
         let d = s.get_error_details();
         assert_eq!(d.error_info().unwrap().metadata["field"], "ttl");
         assert_eq!(d.bad_request().unwrap().field_violations[0].field, "ttl");
+    }
+
+    #[test]
+    fn invalid_argument_of_the_whole_message_names_no_field() {
+        let s = to_status(&Error::invalid("", "not a message"));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "invalid request: not a message");
+        let d = s.get_error_details();
+        let info = d.error_info().unwrap();
+        assert_eq!(info.reason, "INVALID_ARGUMENT");
+        assert!(!info.metadata.contains_key("field"));
+        assert!(d.bad_request().is_none());
     }
 }

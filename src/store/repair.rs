@@ -385,7 +385,7 @@ pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
 fn choose_floor(highest: u64, proven: bool, asked: Option<u64>) -> Result<u64> {
     match asked {
         Some(f) if f < highest => Err(Error::InvalidArgument {
-            field: "floor",
+            field: "floor".into(),
             message: format!(
                 "--floor {f} is below the highest token found ({highest}): tokens would repeat"
             ),

@@ -94,6 +94,8 @@ pub fn expiry_slack() -> Duration {
 pub struct TestServer {
     pub addr: SocketAddr,
     pub node: Backend,
+    /// The RPC counters the server records, as `/metrics` renders them.
+    pub rpc: Arc<RpcMetrics>,
     pub dir: tempfile::TempDir,
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
@@ -137,22 +139,19 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let n = node.clone();
+        let rpc = Arc::new(RpcMetrics::default());
+        let r = rpc.clone();
         let done = tokio::spawn(async move {
-            server::run(
-                listener,
-                n,
-                config,
-                Arc::new(RpcMetrics::default()),
-                async {
-                    let _ = rx.await;
-                },
-            )
+            server::run(listener, n, config, r, async {
+                let _ = rx.await;
+            })
             .await
             .unwrap();
         });
         TestServer {
             addr,
             node,
+            rpc,
             dir,
             stop: Some(tx),
             done: Some(done),
@@ -165,6 +164,11 @@ impl TestServer {
 
     pub async fn client(&self) -> Client {
         Client::connect(&self.url()).await.unwrap()
+    }
+
+    /// What `GET /metrics` on the admin port would answer.
+    pub fn metrics(&self) -> String {
+        leasehold::metrics::render(&self.node, &self.rpc)
     }
 
     /// Shuts down gracefully and hands back the data dir.
@@ -307,4 +311,107 @@ pub async fn admin_request(addr: SocketAddr, path: &str) -> (u16, String) {
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// gRPC with messages as raw bytes, over the real transport: for what the
+/// typed client cannot send (invalid UTF-8 in a string field, hand-patched
+/// messages).
+pub mod raw {
+    use bytes::{Buf, BufMut};
+    use tokio_stream::Stream;
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+    use tonic::codegen::http::uri::PathAndQuery;
+    use tonic::transport::{Channel, Endpoint};
+    use tonic::{Request, Status, Streaming};
+
+    /// Encodes and decodes messages as the bytes they are.
+    #[derive(Debug, Default, Clone, Copy)]
+    pub struct BytesCodec;
+
+    impl Codec for BytesCodec {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = BytesCodec;
+        type Decoder = BytesCodec;
+        fn encoder(&mut self) -> Self::Encoder {
+            BytesCodec
+        }
+        fn decoder(&mut self) -> Self::Decoder {
+            BytesCodec
+        }
+    }
+
+    impl Encoder for BytesCodec {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn encode(&mut self, item: Vec<u8>, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+            buf.put_slice(&item);
+            Ok(())
+        }
+    }
+
+    impl Decoder for BytesCodec {
+        type Item = Vec<u8>;
+        type Error = Status;
+        fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
+            let mut v = vec![0; buf.remaining()];
+            buf.copy_to_slice(&mut v);
+            Ok(Some(v))
+        }
+    }
+
+    async fn grpc(url: &str) -> tonic::client::Grpc<Channel> {
+        let channel = Endpoint::from_shared(url.to_owned())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut g = tonic::client::Grpc::new(channel);
+        g.ready().await.unwrap();
+        g
+    }
+
+    /// A unary call of `path` (`/leasehold.v1.Leases/Acquire`) with `msg`
+    /// as the request message's bytes.
+    pub async fn unary(url: &str, path: &'static str, msg: Vec<u8>) -> Result<Vec<u8>, Status> {
+        grpc(url)
+            .await
+            .unary(
+                Request::new(msg),
+                PathAndQuery::from_static(path),
+                BytesCodec,
+            )
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// A bidirectional stream of `path`, sending what `msgs` yields.
+    pub async fn stream(
+        url: &str,
+        path: &'static str,
+        msgs: impl Stream<Item = Vec<u8>> + Send + 'static,
+    ) -> Result<Streaming<Vec<u8>>, Status> {
+        grpc(url)
+            .await
+            .streaming(
+                Request::new(msgs),
+                PathAndQuery::from_static(path),
+                BytesCodec,
+            )
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// `msg` with the one occurrence of `marker` overwritten by 0xFF bytes,
+    /// which are never valid UTF-8: the lengths stay right, so the message
+    /// is well-formed protobuf with a string that is not UTF-8.
+    pub fn not_utf8(mut msg: Vec<u8>, marker: &str) -> Vec<u8> {
+        let m = marker.as_bytes();
+        let at: Vec<usize> = (0..=msg.len().saturating_sub(m.len()))
+            .filter(|&i| &msg[i..i + m.len()] == m)
+            .collect();
+        assert_eq!(at.len(), 1, "{marker:?} occurs once in the message");
+        msg[at[0]..at[0] + m.len()].fill(0xFF);
+        msg
+    }
 }

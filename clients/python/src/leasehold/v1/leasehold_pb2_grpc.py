@@ -160,12 +160,15 @@ class LeasesServicer:
 
         The stream itself ends with a status only for what concerns all of it:
         INVALID_ARGUMENT (field "renewals") when one message carries more than
-        1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-        stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-        message is also bounded by the server's maximum message size (about
-        66 KiB by default, several hundred renewals with typical names): split
-        larger batches across messages. Closing the sending side ends the
-        stream once every response has been sent.
+        1000 renewals or is larger than the server's maximum message size
+        (about 66 KiB by default, several hundred renewals with typical names:
+        split larger batches across messages), INVALID_ARGUMENT naming the
+        field when a message does not decode (e.g. "renewals.holder" is not
+        UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+        UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+        message is refused, every message sent before it is answered first,
+        and nothing in it or after it is done. Closing the sending side ends
+        the stream, with OK, once every response has been sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -492,14 +495,20 @@ class FencedStoreServicer:
 
         The stream itself ends with a status only for what concerns all of it,
         with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-        "writes") when one message carries more than 1000 writes,
+        "writes") when one message carries more than 1000 writes or is larger
+        than the server's maximum message size (about 66 KiB by default: split
+        larger batches across messages; a write's field over its own limit is
+        named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+        when a message does not decode (e.g. "writes.job" is not UTF-8),
         RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
         with reason STORAGE when a sync failed, UNAVAILABLE with reason
-        SHUTTING_DOWN when the server stops. When the stream ends with an
-        error, the writes of the unanswered messages may or may not have been
-        made: read them back. A message is also bounded by the server's
-        maximum message size (about 66 KiB by default). Closing the sending
-        side ends the stream once every response has been sent.
+        SHUTTING_DOWN when the server stops. A message refused with
+        INVALID_ARGUMENT changes nothing: every message sent before it is
+        answered first, and nothing in it or after it is written. When the
+        stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+        unanswered messages may or may not have been made: read them back.
+        Closing the sending side ends the stream, with OK, once every response
+        has been sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -54,6 +54,17 @@ export const protobufFileName = "leasehold/v1/leasehold.proto";
  * "leasehold" and a reason from ErrorReason below (its name without the
  * ERROR_REASON_ prefix, e.g. "LEASE_LOST"). Bad input also carries a
  * google.rpc.BadRequest naming the field.
+ *
+ * A request message larger than the server's maximum message size (about
+ * 66 KiB by default: the largest value and key plus room for the other
+ * fields) fails with INVALID_ARGUMENT, reason INVALID_ARGUMENT, naming the
+ * field over its own limit (field "value": "is 20971520 bytes, the limit
+ * is 65536 bytes") or else the field that carries the message past the
+ * size limit ("writes", "renewals"), and the limit; the server never reads
+ * such a message whole. A message that does not decode, such as a string
+ * field that is not valid UTF-8, fails the same way, naming the field by
+ * its path from the request ("job", "writes.job", "renewals.holder");
+ * bytes that are not a protobuf message at all name no field.
  */
 
 /**
@@ -231,15 +242,30 @@ export interface GetLeaseRequest {
 export interface ListLeasesRequest {
   /** Only jobs whose name starts with `prefix`. Empty lists all. */
   prefix: string;
-  /** At most this many leases; 0 means the default of 100. At most 1000. */
+  /**
+   * At most this many leases; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
+   */
   pageSize: number;
-  /** The `next_page_token` of the previous page, or empty for the first. */
+  /**
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `prefix` as the request that got it. A token the server
+   * did not issue for this listing (garbled, truncated, made up, or got
+   * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
+   */
   pageToken: string;
 }
 
 export interface ListLeasesResponse {
   leases: Lease[];
-  /** Pass as `page_token` to get the next page; empty on the last page. */
+  /**
+   * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque: URL-safe base64 without padding of a version byte (1), the
+   * last job of this page, and a CRC-32 that covers the version, the job
+   * and the listing (the list and its prefix), so the server can tell a
+   * token it issued. It is checked, not signed or secret, and stays valid
+   * across restarts and across frontends of one etcd cluster.
+   */
   nextPageToken: string;
 }
 
@@ -457,9 +483,18 @@ export interface ListKeysRequest {
   job: string;
   /** Only keys that start with `prefix`. */
   prefix: Buffer;
-  /** At most this many keys; 0 means the default of 100. At most 1000. */
+  /**
+   * At most this many keys; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
+   */
   pageSize: number;
-  /** The `next_page_token` of the previous page, or empty for the first. */
+  /**
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `job` and `prefix` as the request that got it. A token
+   * the server did not issue for this listing (garbled, truncated, made
+   * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+   * naming "page_token".
+   */
   pageToken: Buffer;
 }
 
@@ -474,6 +509,12 @@ export interface KeyInfo {
 export interface ListKeysResponse {
   /** Live keys only: deleted keys are not listed. */
   keys: KeyInfo[];
+  /**
+   * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+   * bytes), with the last key of this page, its check covering the job
+   * and the prefix too.
+   */
   nextPageToken: Buffer;
 }
 
@@ -3046,12 +3087,15 @@ export const LeasesService = {
    *
    * The stream itself ends with a status only for what concerns all of it:
    * INVALID_ARGUMENT (field "renewals") when one message carries more than
-   * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-   * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-   * message is also bounded by the server's maximum message size (about
-   * 66 KiB by default, several hundred renewals with typical names): split
-   * larger batches across messages. Closing the sending side ends the
-   * stream once every response has been sent.
+   * 1000 renewals or is larger than the server's maximum message size
+   * (about 66 KiB by default, several hundred renewals with typical names:
+   * split larger batches across messages), INVALID_ARGUMENT naming the
+   * field when a message does not decode (e.g. "renewals.holder" is not
+   * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+   * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+   * message is refused, every message sent before it is answered first,
+   * and nothing in it or after it is done. Closing the sending side ends
+   * the stream, with OK, once every response has been sent.
    */
   keepAlive: {
     path: "/leasehold.v1.Leases/KeepAlive" as const,
@@ -3129,12 +3173,15 @@ export interface LeasesServer extends UntypedServiceImplementation {
    *
    * The stream itself ends with a status only for what concerns all of it:
    * INVALID_ARGUMENT (field "renewals") when one message carries more than
-   * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-   * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-   * message is also bounded by the server's maximum message size (about
-   * 66 KiB by default, several hundred renewals with typical names): split
-   * larger batches across messages. Closing the sending side ends the
-   * stream once every response has been sent.
+   * 1000 renewals or is larger than the server's maximum message size
+   * (about 66 KiB by default, several hundred renewals with typical names:
+   * split larger batches across messages), INVALID_ARGUMENT naming the
+   * field when a message does not decode (e.g. "renewals.holder" is not
+   * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+   * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+   * message is refused, every message sent before it is answered first,
+   * and nothing in it or after it is done. Closing the sending side ends
+   * the stream, with OK, once every response has been sent.
    */
   keepAlive: handleBidiStreamingCall<KeepAliveRequest, KeepAliveResponse>;
 }
@@ -3276,12 +3323,15 @@ export interface LeasesClient extends Client {
    *
    * The stream itself ends with a status only for what concerns all of it:
    * INVALID_ARGUMENT (field "renewals") when one message carries more than
-   * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-   * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-   * message is also bounded by the server's maximum message size (about
-   * 66 KiB by default, several hundred renewals with typical names): split
-   * larger batches across messages. Closing the sending side ends the
-   * stream once every response has been sent.
+   * 1000 renewals or is larger than the server's maximum message size
+   * (about 66 KiB by default, several hundred renewals with typical names:
+   * split larger batches across messages), INVALID_ARGUMENT naming the
+   * field when a message does not decode (e.g. "renewals.holder" is not
+   * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+   * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+   * message is refused, every message sent before it is answered first,
+   * and nothing in it or after it is done. Closing the sending side ends
+   * the stream, with OK, once every response has been sent.
    */
   keepAlive(): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
   keepAlive(options: Partial<CallOptions>): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
@@ -3352,14 +3402,20 @@ export const FencedStoreService = {
    *
    * The stream itself ends with a status only for what concerns all of it,
    * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-   * "writes") when one message carries more than 1000 writes,
+   * "writes") when one message carries more than 1000 writes or is larger
+   * than the server's maximum message size (about 66 KiB by default: split
+   * larger batches across messages; a write's field over its own limit is
+   * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+   * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. When the stream ends with an
-   * error, the writes of the unanswered messages may or may not have been
-   * made: read them back. A message is also bounded by the server's
-   * maximum message size (about 66 KiB by default). Closing the sending
-   * side ends the stream once every response has been sent.
+   * SHUTTING_DOWN when the server stops. A message refused with
+   * INVALID_ARGUMENT changes nothing: every message sent before it is
+   * answered first, and nothing in it or after it is written. When the
+   * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+   * unanswered messages may or may not have been made: read them back.
+   * Closing the sending side ends the stream, with OK, once every response
+   * has been sent.
    */
   writeStream: {
     path: "/leasehold.v1.FencedStore/WriteStream" as const,
@@ -3436,14 +3492,20 @@ export interface FencedStoreServer extends UntypedServiceImplementation {
    *
    * The stream itself ends with a status only for what concerns all of it,
    * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-   * "writes") when one message carries more than 1000 writes,
+   * "writes") when one message carries more than 1000 writes or is larger
+   * than the server's maximum message size (about 66 KiB by default: split
+   * larger batches across messages; a write's field over its own limit is
+   * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+   * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. When the stream ends with an
-   * error, the writes of the unanswered messages may or may not have been
-   * made: read them back. A message is also bounded by the server's
-   * maximum message size (about 66 KiB by default). Closing the sending
-   * side ends the stream once every response has been sent.
+   * SHUTTING_DOWN when the server stops. A message refused with
+   * INVALID_ARGUMENT changes nothing: every message sent before it is
+   * answered first, and nothing in it or after it is written. When the
+   * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+   * unanswered messages may or may not have been made: read them back.
+   * Closing the sending side ends the stream, with OK, once every response
+   * has been sent.
    */
   writeStream: handleBidiStreamingCall<WriteStreamRequest, WriteStreamResponse>;
   /**
@@ -3510,14 +3572,20 @@ export interface FencedStoreClient extends Client {
    *
    * The stream itself ends with a status only for what concerns all of it,
    * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-   * "writes") when one message carries more than 1000 writes,
+   * "writes") when one message carries more than 1000 writes or is larger
+   * than the server's maximum message size (about 66 KiB by default: split
+   * larger batches across messages; a write's field over its own limit is
+   * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+   * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. When the stream ends with an
-   * error, the writes of the unanswered messages may or may not have been
-   * made: read them back. A message is also bounded by the server's
-   * maximum message size (about 66 KiB by default). Closing the sending
-   * side ends the stream once every response has been sent.
+   * SHUTTING_DOWN when the server stops. A message refused with
+   * INVALID_ARGUMENT changes nothing: every message sent before it is
+   * answered first, and nothing in it or after it is written. When the
+   * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+   * unanswered messages may or may not have been made: read them back.
+   * Closing the sending side ends the stream, with OK, once every response
+   * has been sent.
    */
   writeStream(): ClientDuplexStream<WriteStreamRequest, WriteStreamResponse>;
   writeStream(options: Partial<CallOptions>): ClientDuplexStream<WriteStreamRequest, WriteStreamResponse>;

@@ -250,14 +250,20 @@ public final class FencedStoreGrpc {
      * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-     * "writes") when one message carries more than 1000 writes,
+     * "writes") when one message carries more than 1000 writes or is larger
+     * than the server's maximum message size (about 66 KiB by default: split
+     * larger batches across messages; a write's field over its own limit is
+     * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+     * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. When the stream ends with an
-     * error, the writes of the unanswered messages may or may not have been
-     * made: read them back. A message is also bounded by the server's
-     * maximum message size (about 66 KiB by default). Closing the sending
-     * side ends the stream once every response has been sent.
+     * SHUTTING_DOWN when the server stops. A message refused with
+     * INVALID_ARGUMENT changes nothing: every message sent before it is
+     * answered first, and nothing in it or after it is written. When the
+     * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+     * unanswered messages may or may not have been made: read them back.
+     * Closing the sending side ends the stream, with OK, once every response
+     * has been sent.
      * </pre>
      */
     default io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamRequest> writeStream(
@@ -366,14 +372,20 @@ public final class FencedStoreGrpc {
      * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-     * "writes") when one message carries more than 1000 writes,
+     * "writes") when one message carries more than 1000 writes or is larger
+     * than the server's maximum message size (about 66 KiB by default: split
+     * larger batches across messages; a write's field over its own limit is
+     * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+     * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. When the stream ends with an
-     * error, the writes of the unanswered messages may or may not have been
-     * made: read them back. A message is also bounded by the server's
-     * maximum message size (about 66 KiB by default). Closing the sending
-     * side ends the stream once every response has been sent.
+     * SHUTTING_DOWN when the server stops. A message refused with
+     * INVALID_ARGUMENT changes nothing: every message sent before it is
+     * answered first, and nothing in it or after it is written. When the
+     * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+     * unanswered messages may or may not have been made: read them back.
+     * Closing the sending side ends the stream, with OK, once every response
+     * has been sent.
      * </pre>
      */
     public io.grpc.stub.StreamObserver<dev.leasehold.v1.WriteStreamRequest> writeStream(
@@ -469,14 +481,20 @@ public final class FencedStoreGrpc {
      * stable storage.**
      * The stream itself ends with a status only for what concerns all of it,
      * with the codes and reasons of CheckedWrite: INVALID_ARGUMENT (field
-     * "writes") when one message carries more than 1000 writes,
+     * "writes") when one message carries more than 1000 writes or is larger
+     * than the server's maximum message size (about 66 KiB by default: split
+     * larger batches across messages; a write's field over its own limit is
+     * named instead, e.g. "writes.value"), INVALID_ARGUMENT naming the field
+     * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. When the stream ends with an
-     * error, the writes of the unanswered messages may or may not have been
-     * made: read them back. A message is also bounded by the server's
-     * maximum message size (about 66 KiB by default). Closing the sending
-     * side ends the stream once every response has been sent.
+     * SHUTTING_DOWN when the server stops. A message refused with
+     * INVALID_ARGUMENT changes nothing: every message sent before it is
+     * answered first, and nothing in it or after it is written. When the
+     * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
+     * unanswered messages may or may not have been made: read them back.
+     * Closing the sending side ends the stream, with OK, once every response
+     * has been sent.
      * </pre>
      */
     @io.grpc.ExperimentalApi("https://github.com/grpc/grpc-java/issues/10918")

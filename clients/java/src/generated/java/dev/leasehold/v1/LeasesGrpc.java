@@ -397,12 +397,15 @@ public final class LeasesGrpc {
      * needs a sync when it raises the TTL above the stored one).
      * The stream itself ends with a status only for what concerns all of it:
      * INVALID_ARGUMENT (field "renewals") when one message carries more than
-     * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-     * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-     * message is also bounded by the server's maximum message size (about
-     * 66 KiB by default, several hundred renewals with typical names): split
-     * larger batches across messages. Closing the sending side ends the
-     * stream once every response has been sent.
+     * 1000 renewals or is larger than the server's maximum message size
+     * (about 66 KiB by default, several hundred renewals with typical names:
+     * split larger batches across messages), INVALID_ARGUMENT naming the
+     * field when a message does not decode (e.g. "renewals.holder" is not
+     * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+     * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+     * message is refused, every message sent before it is answered first,
+     * and nothing in it or after it is done. Closing the sending side ends
+     * the stream, with OK, once every response has been sent.
      * </pre>
      */
     default io.grpc.stub.StreamObserver<dev.leasehold.v1.KeepAliveRequest> keepAlive(
@@ -549,12 +552,15 @@ public final class LeasesGrpc {
      * needs a sync when it raises the TTL above the stored one).
      * The stream itself ends with a status only for what concerns all of it:
      * INVALID_ARGUMENT (field "renewals") when one message carries more than
-     * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-     * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-     * message is also bounded by the server's maximum message size (about
-     * 66 KiB by default, several hundred renewals with typical names): split
-     * larger batches across messages. Closing the sending side ends the
-     * stream once every response has been sent.
+     * 1000 renewals or is larger than the server's maximum message size
+     * (about 66 KiB by default, several hundred renewals with typical names:
+     * split larger batches across messages), INVALID_ARGUMENT naming the
+     * field when a message does not decode (e.g. "renewals.holder" is not
+     * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+     * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+     * message is refused, every message sent before it is answered first,
+     * and nothing in it or after it is done. Closing the sending side ends
+     * the stream, with OK, once every response has been sent.
      * </pre>
      */
     public io.grpc.stub.StreamObserver<dev.leasehold.v1.KeepAliveRequest> keepAlive(
@@ -684,12 +690,15 @@ public final class LeasesGrpc {
      * needs a sync when it raises the TTL above the stored one).
      * The stream itself ends with a status only for what concerns all of it:
      * INVALID_ARGUMENT (field "renewals") when one message carries more than
-     * 1000 renewals, UNAVAILABLE with reason SHUTTING_DOWN when the server
-     * stops, UNAVAILABLE with reason STORAGE when a needed sync failed. A
-     * message is also bounded by the server's maximum message size (about
-     * 66 KiB by default, several hundred renewals with typical names): split
-     * larger batches across messages. Closing the sending side ends the
-     * stream once every response has been sent.
+     * 1000 renewals or is larger than the server's maximum message size
+     * (about 66 KiB by default, several hundred renewals with typical names:
+     * split larger batches across messages), INVALID_ARGUMENT naming the
+     * field when a message does not decode (e.g. "renewals.holder" is not
+     * UTF-8), UNAVAILABLE with reason SHUTTING_DOWN when the server stops,
+     * UNAVAILABLE with reason STORAGE when a needed sync failed. When a
+     * message is refused, every message sent before it is answered first,
+     * and nothing in it or after it is done. Closing the sending side ends
+     * the stream, with OK, once every response has been sent.
      * </pre>
      */
     @io.grpc.ExperimentalApi("https://github.com/grpc/grpc-java/issues/10918")

@@ -110,6 +110,7 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * At most this many keys; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
    * </pre>
    *
    * <code>uint32 page_size = 3;</code>
@@ -124,7 +125,11 @@ private static final long serialVersionUID = 0L;
   private com.google.protobuf.ByteString pageToken_ = com.google.protobuf.ByteString.EMPTY;
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `job` and `prefix` as the request that got it. A token
+   * the server did not issue for this listing (garbled, truncated, made
+   * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+   * naming "page_token".
    * </pre>
    *
    * <code>bytes page_token = 4;</code>
@@ -622,6 +627,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many keys; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 3;</code>
@@ -634,6 +640,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many keys; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 3;</code>
@@ -650,6 +657,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many keys; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 3;</code>
@@ -665,7 +673,11 @@ private static final long serialVersionUID = 0L;
     private com.google.protobuf.ByteString pageToken_ = com.google.protobuf.ByteString.EMPTY;
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `job` and `prefix` as the request that got it. A token
+     * the server did not issue for this listing (garbled, truncated, made
+     * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+     * naming "page_token".
      * </pre>
      *
      * <code>bytes page_token = 4;</code>
@@ -677,7 +689,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `job` and `prefix` as the request that got it. A token
+     * the server did not issue for this listing (garbled, truncated, made
+     * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+     * naming "page_token".
      * </pre>
      *
      * <code>bytes page_token = 4;</code>
@@ -693,7 +709,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `job` and `prefix` as the request that got it. A token
+     * the server did not issue for this listing (garbled, truncated, made
+     * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+     * naming "page_token".
      * </pre>
      *
      * <code>bytes page_token = 4;</code>

@@ -35,6 +35,7 @@ public interface ListKeysRequestOrBuilder extends
   /**
    * <pre>
    * At most this many keys; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
    * </pre>
    *
    * <code>uint32 page_size = 3;</code>
@@ -44,7 +45,11 @@ public interface ListKeysRequestOrBuilder extends
 
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `job` and `prefix` as the request that got it. A token
+   * the server did not issue for this listing (garbled, truncated, made
+   * up, or got with another job or prefix) fails with INVALID_ARGUMENT
+   * naming "page_token".
    * </pre>
    *
    * <code>bytes page_token = 4;</code>

@@ -114,6 +114,13 @@ private static final long serialVersionUID = 0L;
   public static final int NEXT_PAGE_TOKEN_FIELD_NUMBER = 2;
   private com.google.protobuf.ByteString nextPageToken_ = com.google.protobuf.ByteString.EMPTY;
   /**
+   * <pre>
+   * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+   * bytes), with the last key of this page, its check covering the job
+   * and the prefix too.
+   * </pre>
+   *
    * <code>bytes next_page_token = 2;</code>
    * @return The nextPageToken.
    */
@@ -810,6 +817,13 @@ private static final long serialVersionUID = 0L;
 
     private com.google.protobuf.ByteString nextPageToken_ = com.google.protobuf.ByteString.EMPTY;
     /**
+     * <pre>
+     * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+     * bytes), with the last key of this page, its check covering the job
+     * and the prefix too.
+     * </pre>
+     *
      * <code>bytes next_page_token = 2;</code>
      * @return The nextPageToken.
      */
@@ -818,6 +832,13 @@ private static final long serialVersionUID = 0L;
       return nextPageToken_;
     }
     /**
+     * <pre>
+     * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+     * bytes), with the last key of this page, its check covering the job
+     * and the prefix too.
+     * </pre>
+     *
      * <code>bytes next_page_token = 2;</code>
      * @param value The nextPageToken to set.
      * @return This builder for chaining.
@@ -830,6 +851,13 @@ private static final long serialVersionUID = 0L;
       return this;
     }
     /**
+     * <pre>
+     * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+     * bytes), with the last key of this page, its check covering the job
+     * and the prefix too.
+     * </pre>
+     *
      * <code>bytes next_page_token = 2;</code>
      * @return This builder for chaining.
      */

@@ -55,6 +55,13 @@ public interface ListKeysResponseOrBuilder extends
       int index);
 
   /**
+   * <pre>
+   * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque, in the form of ListLeasesResponse.next_page_token (as ASCII
+   * bytes), with the last key of this page, its check covering the job
+   * and the prefix too.
+   * </pre>
+   *
    * <code>bytes next_page_token = 2;</code>
    * @return The nextPageToken.
    */

@@ -102,6 +102,7 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * At most this many leases; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
    * </pre>
    *
    * <code>uint32 page_size = 2;</code>
@@ -117,7 +118,10 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object pageToken_ = "";
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `prefix` as the request that got it. A token the server
+   * did not issue for this listing (garbled, truncated, made up, or got
+   * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -138,7 +142,10 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `prefix` as the request that got it. A token the server
+   * did not issue for this listing (garbled, truncated, made up, or got
+   * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -600,6 +607,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many leases; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 2;</code>
@@ -612,6 +620,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many leases; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 2;</code>
@@ -628,6 +637,7 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * At most this many leases; 0 means the default of 100. At most 1000.
+     * It may change from page to page.
      * </pre>
      *
      * <code>uint32 page_size = 2;</code>
@@ -643,7 +653,10 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object pageToken_ = "";
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `prefix` as the request that got it. A token the server
+     * did not issue for this listing (garbled, truncated, made up, or got
+     * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -663,7 +676,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `prefix` as the request that got it. A token the server
+     * did not issue for this listing (garbled, truncated, made up, or got
+     * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -684,7 +700,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `prefix` as the request that got it. A token the server
+     * did not issue for this listing (garbled, truncated, made up, or got
+     * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -701,7 +720,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `prefix` as the request that got it. A token the server
+     * did not issue for this listing (garbled, truncated, made up, or got
+     * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
      * </pre>
      *
      * <code>string page_token = 3;</code>
@@ -715,7 +737,10 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * The `next_page_token` of the previous page, or empty for the first.
+     * The `next_page_token` of the previous page, or empty for the first,
+     * with the same `prefix` as the request that got it. A token the server
+     * did not issue for this listing (garbled, truncated, made up, or got
+     * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
      * </pre>
      *
      * <code>string page_token = 3;</code>

@@ -33,6 +33,7 @@ public interface ListLeasesRequestOrBuilder extends
   /**
    * <pre>
    * At most this many leases; 0 means the default of 100. At most 1000.
+   * It may change from page to page.
    * </pre>
    *
    * <code>uint32 page_size = 2;</code>
@@ -42,7 +43,10 @@ public interface ListLeasesRequestOrBuilder extends
 
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `prefix` as the request that got it. A token the server
+   * did not issue for this listing (garbled, truncated, made up, or got
+   * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
    * </pre>
    *
    * <code>string page_token = 3;</code>
@@ -51,7 +55,10 @@ public interface ListLeasesRequestOrBuilder extends
   java.lang.String getPageToken();
   /**
    * <pre>
-   * The `next_page_token` of the previous page, or empty for the first.
+   * The `next_page_token` of the previous page, or empty for the first,
+   * with the same `prefix` as the request that got it. A token the server
+   * did not issue for this listing (garbled, truncated, made up, or got
+   * with another prefix) fails with INVALID_ARGUMENT naming "page_token".
    * </pre>
    *
    * <code>string page_token = 3;</code>

@@ -97,6 +97,11 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque: URL-safe base64 without padding of a version byte (1), the
+   * last job of this page, and a CRC-32 that covers the version, the job
+   * and the listing (the list and its prefix), so the server can tell a
+   * token it issued. It is checked, not signed or secret, and stays valid
+   * across restarts and across frontends of one etcd cluster.
    * </pre>
    *
    * <code>string next_page_token = 2;</code>
@@ -118,6 +123,11 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque: URL-safe base64 without padding of a version byte (1), the
+   * last job of this page, and a CRC-32 that covers the version, the job
+   * and the listing (the list and its prefix), so the server can tell a
+   * token it issued. It is checked, not signed or secret, and stays valid
+   * across restarts and across frontends of one etcd cluster.
    * </pre>
    *
    * <code>string next_page_token = 2;</code>
@@ -757,6 +767,11 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque: URL-safe base64 without padding of a version byte (1), the
+     * last job of this page, and a CRC-32 that covers the version, the job
+     * and the listing (the list and its prefix), so the server can tell a
+     * token it issued. It is checked, not signed or secret, and stays valid
+     * across restarts and across frontends of one etcd cluster.
      * </pre>
      *
      * <code>string next_page_token = 2;</code>
@@ -777,6 +792,11 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque: URL-safe base64 without padding of a version byte (1), the
+     * last job of this page, and a CRC-32 that covers the version, the job
+     * and the listing (the list and its prefix), so the server can tell a
+     * token it issued. It is checked, not signed or secret, and stays valid
+     * across restarts and across frontends of one etcd cluster.
      * </pre>
      *
      * <code>string next_page_token = 2;</code>
@@ -798,6 +818,11 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque: URL-safe base64 without padding of a version byte (1), the
+     * last job of this page, and a CRC-32 that covers the version, the job
+     * and the listing (the list and its prefix), so the server can tell a
+     * token it issued. It is checked, not signed or secret, and stays valid
+     * across restarts and across frontends of one etcd cluster.
      * </pre>
      *
      * <code>string next_page_token = 2;</code>
@@ -815,6 +840,11 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque: URL-safe base64 without padding of a version byte (1), the
+     * last job of this page, and a CRC-32 that covers the version, the job
+     * and the listing (the list and its prefix), so the server can tell a
+     * token it issued. It is checked, not signed or secret, and stays valid
+     * across restarts and across frontends of one etcd cluster.
      * </pre>
      *
      * <code>string next_page_token = 2;</code>
@@ -829,6 +859,11 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Pass as `page_token` to get the next page; empty on the last page.
+     * Opaque: URL-safe base64 without padding of a version byte (1), the
+     * last job of this page, and a CRC-32 that covers the version, the job
+     * and the listing (the list and its prefix), so the server can tell a
+     * token it issued. It is checked, not signed or secret, and stays valid
+     * across restarts and across frontends of one etcd cluster.
      * </pre>
      *
      * <code>string next_page_token = 2;</code>

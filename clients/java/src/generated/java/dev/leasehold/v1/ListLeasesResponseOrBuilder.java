@@ -37,6 +37,11 @@ public interface ListLeasesResponseOrBuilder extends
   /**
    * <pre>
    * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque: URL-safe base64 without padding of a version byte (1), the
+   * last job of this page, and a CRC-32 that covers the version, the job
+   * and the listing (the list and its prefix), so the server can tell a
+   * token it issued. It is checked, not signed or secret, and stays valid
+   * across restarts and across frontends of one etcd cluster.
    * </pre>
    *
    * <code>string next_page_token = 2;</code>
@@ -46,6 +51,11 @@ public interface ListLeasesResponseOrBuilder extends
   /**
    * <pre>
    * Pass as `page_token` to get the next page; empty on the last page.
+   * Opaque: URL-safe base64 without padding of a version byte (1), the
+   * last job of this page, and a CRC-32 that covers the version, the job
+   * and the listing (the list and its prefix), so the server can tell a
+   * token it issued. It is checked, not signed or secret, and stays valid
+   * across restarts and across frontends of one etcd cluster.
    * </pre>
    *
    * <code>string next_page_token = 2;</code>
