@@ -756,9 +756,11 @@ impl Open {
             .map_err(|e: sled::transaction::TransactionError<()>| {
                 Error::storage(format!("checkpoint into sled: {e:?}"))
             })?;
+        // sled's flush writes its log and any blob files; the blobs are
+        // made durable before the log that points to them.
         self.db.flush().map_err(Error::storage)?;
-        self.log.sync_data().map_err(Error::storage)?;
         self.sync_blobs().map_err(Error::storage)?;
+        self.log.sync_data().map_err(Error::storage)?;
         wal.reset(next.generation)
             .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))?;
         manifest::write(&self.dir, &next).map_err(|e| {
