@@ -3,7 +3,9 @@
 #   docker run -p 50051:50051 -p 9464:9464 -v leasehold-data:/data leasehold
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
+COPY Cargo.toml Cargo.lock ./
+COPY crates crates
+COPY bench bench
 COPY proto proto
 COPY src src
 COPY examples examples

@@ -1,49 +1,28 @@
 //! leasehold: per-job leader election with fencing tokens, and a small
 //! key-value store fenced by them, over gRPC.
 //!
-//! # Code map
+//! This crate gathers the workspace's crates under one name:
 //!
-//! - [`lease`]: the rules, pure. Leases, tokens, waiters, the fence. Takes
-//!   `now` as an argument; no I/O, no async.
-//! - [`store`]: durable storage behind a narrow trait; [`store::sled`] is the
-//!   only module that names sled.
-//! - [`node`]: the single-node coordinator. Owns the lease table behind one
-//!   lock, stages changes in the store, group-commits them, and serves
-//!   waiters and watchers.
-//! - [`etcd`]: the scale-out backend: stateless frontends whose decisions
-//!   are etcd transactions; the only module that speaks to etcd.
-//! - [`backend`]: the seam the handlers call: the single node or etcd.
-//! - [`server`]: gRPC (tonic). Decode and validate, call the node, encode.
-//!   One error table, tower layers in front of every handler.
-//! - [`client`]: a typed client and the [`client::Elector`].
-//! - [`metrics`]: the Prometheus endpoint on the admin port.
-//! - [`clock`]: the only place that reads a clock.
-//! - [`error`]: the one error type.
+//! - [`client`] (`leasehold-client`): a typed client and the
+//!   [`client::Elector`]. It depends on the contract alone; with
+//!   `default-features = false` this crate is the client and nothing else.
+//! - [`proto`] (`leasehold-proto`): the generated contract.
+//! - [`lease`], [`error`], [`clock`] (`leasehold-core`): the pure rules and
+//!   the one error type.
+//! - with the `server` feature (the default): [`store`]
+//!   (`leasehold-store`), and [`node`], [`etcd`], [`backend`], [`server`],
+//!   [`metrics`] (`leasehold-server`), and the `leasehold` binary.
 //!
 //! ARCHITECTURE.md walks through a request and lists the invariants.
 
-#![warn(missing_docs)]
+pub use leasehold_client as client;
+pub use leasehold_core::{clock, error, lease};
+pub use leasehold_proto as proto;
 
-pub mod backend;
-pub mod client;
-pub mod clock;
-pub mod error;
-pub mod etcd;
-pub mod lease;
-pub mod metrics;
-pub mod node;
-pub mod server;
-pub mod store;
-
-/// Code generated from `proto/leasehold/v1/leasehold.proto`.
-#[allow(missing_docs, clippy::all)]
-pub mod proto {
-    tonic::include_proto!("leasehold.v1");
-
-    /// The encoded file descriptor set, served by reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("leasehold_descriptor");
-}
+#[cfg(feature = "server")]
+pub use leasehold_server::{backend, etcd, metrics, node, server};
+#[cfg(feature = "server")]
+pub use leasehold_store as store;
 
 pub use error::{Error, Result};
 

@@ -1,0 +1,347 @@
+//! The ElectorSet: one process campaigning for several jobs, renewing every
+//! lease it holds together over one `KeepAlive` stream.
+//!
+//! Each job gets its own campaign (a waiting `Acquire`, so a release hands
+//! over at once), exactly like [`super::Elector`]. Once held, a lease joins
+//! the set's one renewer, which every `ttl / 3` sends a single message
+//! carrying a renewal for every held lease and reads a result per lease:
+//! a worker leading a hundred jobs sends one message per period instead of a
+//! hundred calls.
+//!
+//! The step-down rule is the Elector's: a lease is given up no later than
+//! the instant its last successful grant or renewal was *sent*, plus the
+//! TTL, whether or not the server can be reached to say so. A `LEASE_LOST`
+//! result steps down that job alone, and its campaign starts again.
+//!
+//! ```no_run
+//! # async fn demo(client: leasehold_client::Client) {
+//! use std::time::Duration;
+//! use leasehold_client::ElectorSet;
+//!
+//! let mut set = ElectorSet::start(client, "sync-worker", Duration::from_secs(10));
+//! let mut roles: Vec<_> = ["sync_eu", "sync_us", "sync_ap"]
+//!     .iter()
+//!     .map(|job| set.campaign(job))
+//!     .collect();
+//! // ... lead the jobs whose role is Leader, carrying each job's token ...
+//! set.resign().await; // releases every lease held
+//! # }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, sleep_until, timeout_at, Instant};
+
+use crate::clock::tokio_now;
+
+use super::keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
+use super::{process_holder, Client, Role};
+
+/// Campaigns for several jobs and renews the leases it holds over one
+/// stream; see the module docs.
+pub struct ElectorSet {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    roles: HashMap<String, watch::Receiver<Role>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+struct Shared {
+    client: Client,
+    holder: String,
+    ttl: Duration,
+    held: Mutex<HashMap<String, Held>>,
+}
+
+struct Held {
+    token: u64,
+    /// Our conservative deadline: when the last successful grant or renewal
+    /// was sent, plus the TTL.
+    deadline: Instant,
+    role: watch::Sender<Role>,
+    /// Tells the job's campaign that the lease is gone.
+    lost: Arc<Notify>,
+}
+
+impl Shared {
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
+        self.held.lock().expect("elector set lock")
+    }
+
+    /// Steps down from `job` if we still hold it with `token`.
+    fn step_down(&self, job: &str, token: u64, why: &str) {
+        let mut held = self.held();
+        if held.get(job).is_some_and(|h| h.token == token) {
+            let h = held.remove(job).expect("present");
+            tracing::warn!(job, token, why, "stepped down");
+            h.role.send_replace(Role::Follower);
+            h.lost.notify_one();
+        }
+    }
+}
+
+impl ElectorSet {
+    /// A set that campaigns as `name@<process uuid>`, with `ttl` for every
+    /// lease. Add jobs with [`ElectorSet::campaign`].
+    pub fn start(client: Client, name: &str, ttl: Duration) -> ElectorSet {
+        let shared = Arc::new(Shared {
+            client,
+            holder: process_holder(name),
+            ttl,
+            held: Mutex::new(HashMap::new()),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let renewer = tokio::spawn(renew_loop(shared.clone(), stop_rx));
+        ElectorSet {
+            shared,
+            stop,
+            roles: HashMap::new(),
+            tasks: vec![renewer],
+        }
+    }
+
+    /// Our holder identity: `name@uuid`.
+    pub fn holder(&self) -> &str {
+        &self.shared.holder
+    }
+
+    /// Starts campaigning for `job` (once; asking again returns the same
+    /// role). Returns a receiver that sees every change of its role.
+    pub fn campaign(&mut self, job: &str) -> watch::Receiver<Role> {
+        if let Some(r) = self.roles.get(job) {
+            return r.clone();
+        }
+        let (tx, rx) = watch::channel(Role::Follower);
+        self.roles.insert(job.to_owned(), rx.clone());
+        let task = tokio::spawn(campaign(
+            self.shared.clone(),
+            job.to_owned(),
+            tx,
+            self.stop.subscribe(),
+        ));
+        self.tasks.push(task);
+        rx
+    }
+
+    /// The role for `job` right now (Follower for a job never campaigned for).
+    pub fn role(&self, job: &str) -> Role {
+        self.roles.get(job).map_or(Role::Follower, |r| *r.borrow())
+    }
+
+    /// Every job we lead right now, with its token, ordered by job.
+    pub fn leading(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = self
+            .shared
+            .held()
+            .iter()
+            .map(|(j, h)| (j.clone(), h.token))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Stops every campaign and the renewer, releases every lease held, and
+    /// waits for that. Each release is bounded by its lease's deadline (past
+    /// it the lease runs out on its own).
+    pub async fn resign(mut self) {
+        self.stop.send_replace(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let held: Vec<(String, Held)> = self.shared.held().drain().collect();
+        let releases = held.into_iter().map(|(job, h)| {
+            h.role.send_replace(Role::Follower);
+            let client = self.shared.client.clone();
+            let holder = self.shared.holder.clone();
+            async move {
+                let until = h.deadline.max(tokio_now() + Duration::from_millis(200));
+                match timeout_at(until, client.release(&job, &holder, h.token)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(job, error = %e, "release on resign failed"),
+                    Err(_) => tracing::warn!(job, "release on resign timed out"),
+                }
+            }
+        });
+        let handles: Vec<_> = releases.map(tokio::spawn).collect();
+        for h in handles {
+            let _ = h.await;
+        }
+    }
+}
+
+impl Drop for ElectorSet {
+    fn drop(&mut self) {
+        // Without `resign`, stop renewing; the leases run out on their own.
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Campaigns for one job until stopped: acquire (waiting), hand the lease
+/// to the renewer, wait until it is lost, start again.
+async fn campaign(
+    shared: Arc<Shared>,
+    job: String,
+    role: watch::Sender<Role>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ttl = shared.ttl;
+    let backoff = (ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let campaign_wait = (ttl * 3).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    let lost = Arc::new(Notify::new());
+    loop {
+        let sent = tokio_now();
+        let acquired = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = timeout_at(
+                sent + campaign_wait + ttl,
+                shared.client.acquire(&job, &shared.holder, ttl, campaign_wait),
+            ) => r,
+        };
+        match acquired {
+            Ok(Ok(a)) if a.acquired => {
+                let token = a.lease.token;
+                let Some(anchor) = anchor(&shared, &job, token, sent).await else {
+                    continue;
+                };
+                if anchor + ttl <= tokio_now() {
+                    continue;
+                }
+                shared.held().insert(
+                    job.clone(),
+                    Held {
+                        token,
+                        deadline: anchor + ttl,
+                        role: role.clone(),
+                        lost: lost.clone(),
+                    },
+                );
+                role.send_replace(Role::Leader { token });
+                tracing::info!(job, token, "elected");
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = lost.notified() => {}
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(job, error = %e, "campaign: acquire failed");
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    _ = sleep(backoff) => {}
+                }
+            }
+            Err(_) => tracing::warn!(job, "campaign: acquire timed out"),
+        }
+    }
+}
+
+/// The instant a fresh grant's TTL may be counted from (see the Elector):
+/// when the Acquire was sent if it came back quickly, else when a
+/// confirming renewal was sent. `None` when it cannot be confirmed.
+async fn anchor(shared: &Shared, job: &str, token: u64, sent: Instant) -> Option<Instant> {
+    let ttl = shared.ttl;
+    if tokio_now() < sent + ttl / 10 {
+        return Some(sent);
+    }
+    let sent = tokio_now();
+    match timeout_at(
+        sent + ttl / 2,
+        shared.client.renew(job, &shared.holder, token, ttl),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Some(sent),
+        _ => None,
+    }
+}
+
+/// Renews every held lease every `ttl / 3` in one message, and steps down
+/// from any lease whose deadline passes or whose renewal is refused.
+async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let ttl = shared.ttl;
+    let every = ttl / 3;
+    let retry = (ttl / 10).max(Duration::from_millis(10));
+    let mut stream: Option<KeepAlive> = None;
+    let mut next = tokio_now() + every;
+    loop {
+        let earliest = shared.held().values().map(|h| h.deadline).min();
+        let wake = earliest.map_or(next, |d| d.min(next));
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = sleep_until(wake) => {}
+        }
+        // Our own deadlines first: no server answer can extend them.
+        let now = tokio_now();
+        let expired: Vec<(String, u64)> = shared
+            .held()
+            .iter()
+            .filter(|(_, h)| h.deadline <= now)
+            .map(|(j, h)| (j.clone(), h.token))
+            .collect();
+        for (job, token) in expired {
+            shared.step_down(&job, token, "deadline passed without a renewal");
+        }
+        if now < next {
+            continue;
+        }
+        let batch: Vec<KeepAliveRenewal> = shared
+            .held()
+            .iter()
+            .map(|(j, h)| KeepAliveRenewal::new(j, &shared.holder, h.token, ttl))
+            .collect();
+        if batch.is_empty() {
+            next = now + every;
+            continue;
+        }
+        let Some(earliest) = shared.held().values().map(|h| h.deadline).min() else {
+            continue;
+        };
+        let sent = tokio_now();
+        let result = timeout_at(earliest.max(sent + retry), async {
+            if stream.is_none() {
+                stream = Some(shared.client.keep_alive().await?);
+            }
+            stream.as_mut().expect("opened").renew(&batch).await
+        });
+        let result = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = result => r,
+        };
+        match result {
+            Ok(Ok(outcomes)) => {
+                for (r, outcome) in batch.iter().zip(outcomes) {
+                    match outcome {
+                        RenewOutcome::Renewed(_) => {
+                            if let Some(h) = shared.held().get_mut(&r.job) {
+                                if h.token == r.token {
+                                    h.deadline = sent + ttl;
+                                }
+                            }
+                        }
+                        other => {
+                            tracing::warn!(job = %r.job, token = r.token, outcome = ?other, "lease lost");
+                            shared.step_down(&r.job, r.token, "renewal refused");
+                        }
+                    }
+                }
+                next = sent + every;
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "keep-alive failed; retrying");
+                stream = None;
+                next = tokio_now() + retry;
+            }
+            Err(_) => {
+                tracing::warn!("keep-alive timed out; retrying");
+                stream = None;
+                next = tokio_now() + retry;
+            }
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! A typed client for leasehold, and the [`Elector`].
+//!
+//! It depends on the contract (`leasehold-proto`) alone: no server, no
+//! store, no etcd. A test keeps it so (`scripts/crate-graph`).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold_client::ClientError> {
+//! use std::time::Duration;
+//! use leasehold_client::{Client, Elector};
+//!
+//! let client = Client::connect("http://127.0.0.1:50051").await?;
+//! let mut elector = Elector::start(client.clone(), "bridge_health", "bridge", Duration::from_secs(10));
+//! let token = elector.elected().await;
+//! // Lead: carry the token into every write, so a stale leader is fenced.
+//! client.checked_write("bridge_health", token, b"status", b"ok".to_vec()).await?;
+//! elector.resign().await;
+//! # Ok(()) }
+//! ```
+
+mod elector;
+mod elector_set;
+
+/// The only place the client reads a clock: tokio's (monotonic) clock,
+/// which its timers use.
+mod clock {
+    /// Now, on tokio's clock.
+    pub fn tokio_now() -> tokio::time::Instant {
+        tokio::time::Instant::now()
+    }
+}
+mod keepalive;
+mod pipe;
+mod writestream;
+
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+use tonic_types::StatusExt;
+
+use leasehold_proto as proto;
+use leasehold_proto::admin_client::AdminClient;
+use leasehold_proto::fenced_store_client::FencedStoreClient;
+use leasehold_proto::leases_client::LeasesClient;
+use leasehold_proto::to_proto_duration;
+
+pub use elector::{Elector, Role};
+pub use elector_set::ElectorSet;
+pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
+pub use proto::lease_event::Kind as EventKind;
+pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
+
+/// A holder identity for this process: `name@uuid`, with one UUID made the
+/// first time it is asked for and kept for the life of the process. A
+/// restarted process is therefore a new holder, never mistaken for the old.
+pub fn process_holder(name: &str) -> String {
+    static ID: OnceLock<uuid::Uuid> = OnceLock::new();
+    format!("{name}@{}", ID.get_or_init(uuid::Uuid::new_v4))
+}
+
+/// An error from the server, decoded from its status and `ErrorInfo`
+/// reason.
+#[derive(Debug, Clone)]
+pub enum ClientError {
+    /// The lease is no longer ours (reason LEASE_LOST). Stop leading.
+    LeaseLost {
+        /// The server's message.
+        message: String,
+        /// The job's newest token, if the server said.
+        current_token: Option<u64>,
+    },
+    /// The write was fenced (reason FENCED): we are not the live leader.
+    Fenced {
+        /// The server's message, naming the current token.
+        message: String,
+        /// The job's newest token, if the server said.
+        current_token: Option<u64>,
+    },
+    /// Bad input (INVALID_ARGUMENT). Retrying the same call cannot help.
+    InvalidArgument {
+        /// The request field at fault, if the server named one.
+        field: Option<String>,
+        /// The server's message, naming the field and the limit.
+        message: String,
+    },
+    /// The server could not be reached or could not answer (UNAVAILABLE,
+    /// DEADLINE_EXCEEDED, a transport failure). The outcome of a change is
+    /// unknown; retrying can help.
+    Unavailable(String),
+    /// Any other status.
+    Other(Status),
+}
+
+impl ClientError {
+    /// Whether retrying the same call later can help.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ClientError::Unavailable(_))
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::LeaseLost { message, .. } => write!(f, "{message} (LEASE_LOST)"),
+            ClientError::Fenced { message, .. } => write!(f, "{message} (FENCED)"),
+            ClientError::InvalidArgument { message, .. } => {
+                write!(f, "{message} (INVALID_ARGUMENT)")
+            }
+            ClientError::Unavailable(m) => write!(f, "unavailable: {m}"),
+            ClientError::Other(s) => write!(f, "{}: {}", s.code(), s.message()),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+impl From<Status> for ClientError {
+    fn from(s: Status) -> Self {
+        let info = s.get_error_details().error_info().cloned();
+        let reason = info.as_ref().map(|i| i.reason.as_str()).unwrap_or("");
+        let meta = |k: &str| info.as_ref().and_then(|i| i.metadata.get(k).cloned());
+        let current_token = meta("current_token").and_then(|t| t.parse().ok());
+        let message = s.message().to_owned();
+        match (s.code(), reason) {
+            (_, "LEASE_LOST") => ClientError::LeaseLost {
+                message,
+                current_token,
+            },
+            (_, "FENCED") => ClientError::Fenced {
+                message,
+                current_token,
+            },
+            (_, "DISK_FULL" | "STORAGE" | "SHUTTING_DOWN") => ClientError::Unavailable(message),
+            (Code::InvalidArgument, _) => ClientError::InvalidArgument {
+                field: meta("field"),
+                message,
+            },
+            (Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown, _) => {
+                ClientError::Unavailable(if message.is_empty() {
+                    s.code().to_string()
+                } else {
+                    message
+                })
+            }
+            _ => ClientError::Other(s),
+        }
+    }
+}
+
+impl From<tonic::transport::Error> for ClientError {
+    fn from(e: tonic::transport::Error) -> Self {
+        ClientError::Unavailable(e.to_string())
+    }
+}
+
+/// A job's lease, as the server reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The job.
+    pub job: String,
+    /// The live holder, if any.
+    pub holder: Option<String>,
+    /// The newest token; 0 if never granted.
+    pub token: u64,
+    /// The TTL of the live grant.
+    pub ttl: Option<Duration>,
+    /// Time left when the server answered.
+    pub remaining: Option<Duration>,
+}
+
+impl From<proto::Lease> for Lease {
+    fn from(l: proto::Lease) -> Self {
+        let d = |d: Option<prost_types::Duration>| {
+            d.map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+        };
+        Lease {
+            job: l.job,
+            holder: (!l.holder.is_empty()).then_some(l.holder),
+            token: l.token,
+            ttl: d(l.ttl),
+            remaining: d(l.remaining),
+        }
+    }
+}
+
+/// The answer to [`Client::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acquired {
+    /// Whether we hold the lease now.
+    pub acquired: bool,
+    /// Our lease when acquired, else the current holder's.
+    pub lease: Lease,
+}
+
+/// A stored value, as [`Client::read`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Value {
+    /// False when never written or deleted.
+    pub found: bool,
+    /// The value.
+    pub value: Vec<u8>,
+    /// The token of the write that stored it.
+    pub token: u64,
+    /// The key's version.
+    pub version: u64,
+}
+
+/// A typed client. Cheap to clone: clones share one HTTP/2 connection.
+#[derive(Clone)]
+pub struct Client {
+    leases: LeasesClient<Channel>,
+    store: FencedStoreClient<Channel>,
+    admin: AdminClient<Channel>,
+}
+
+impl Client {
+    /// Connects to `addr`, such as `http://127.0.0.1:50051` (the scheme may
+    /// be left out).
+    pub async fn connect(addr: &str) -> Result<Client, ClientError> {
+        let addr = if addr.contains("://") {
+            addr.to_owned()
+        } else {
+            format!("http://{addr}")
+        };
+        let channel = Endpoint::from_shared(addr)
+            .map_err(|e| ClientError::InvalidArgument {
+                field: Some("server".into()),
+                message: format!("bad server address: {e}"),
+            })?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        Ok(Client::from_channel(channel))
+    }
+
+    /// A client over an existing channel.
+    pub fn from_channel(channel: Channel) -> Client {
+        Client {
+            leases: LeasesClient::new(channel.clone()),
+            store: FencedStoreClient::new(channel.clone()),
+            admin: AdminClient::new(channel),
+        }
+    }
+
+    /// Streams a backup of the server's durable state into `out` (see the
+    /// `Admin.Backup` RPC); returns the bytes written. An error mid-way
+    /// leaves `out` incomplete: `leasehold restore` refuses such a file.
+    pub async fn backup_to(
+        &self,
+        out: &mut (impl tokio::io::AsyncWrite + Unpin),
+    ) -> Result<u64, ClientError> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut stream = self
+            .admin
+            .clone()
+            .backup(proto::BackupRequest {})
+            .await?
+            .into_inner();
+        let mut n = 0;
+        while let Some(chunk) = stream.message().await? {
+            out.write_all(&chunk.data).await.map_err(|e| {
+                ClientError::Other(Status::internal(format!("writing the backup: {e}")))
+            })?;
+            n += chunk.data.len() as u64;
+        }
+        Ok(n)
+    }
+
+    /// Asks for the lease on `job`; waits up to `wait` for it to free up.
+    pub async fn acquire(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Acquired, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .acquire(proto::AcquireRequest {
+                job: job.into(),
+                holder: holder.into(),
+                ttl: Some(to_proto_duration(ttl)),
+                wait: Some(to_proto_duration(wait)),
+            })
+            .await?
+            .into_inner();
+        Ok(Acquired {
+            acquired: r.acquired,
+            lease: r.lease.unwrap_or_default().into(),
+        })
+    }
+
+    /// Renews our live lease.
+    pub async fn renew(
+        &self,
+        job: &str,
+        holder: &str,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<Lease, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .renew(proto::RenewRequest {
+                job: job.into(),
+                holder: holder.into(),
+                token,
+                ttl: Some(to_proto_duration(ttl)),
+            })
+            .await?
+            .into_inner();
+        Ok(r.lease.unwrap_or_default().into())
+    }
+
+    /// Releases our lease.
+    pub async fn release(&self, job: &str, holder: &str, token: u64) -> Result<(), ClientError> {
+        self.leases
+            .clone()
+            .release(proto::ReleaseRequest {
+                job: job.into(),
+                holder: holder.into(),
+                token,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The lease of `job`.
+    pub async fn get_lease(&self, job: &str) -> Result<Lease, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .get_lease(proto::GetLeaseRequest { job: job.into() })
+            .await?;
+        Ok(r.into_inner().into())
+    }
+
+    /// Every lease whose job starts with `prefix`, all pages.
+    pub async fn list_leases(&self, prefix: &str) -> Result<Vec<Lease>, ClientError> {
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let r = self
+                .leases
+                .clone()
+                .list_leases(proto::ListLeasesRequest {
+                    prefix: prefix.into(),
+                    page_size: 1000,
+                    page_token,
+                })
+                .await?
+                .into_inner();
+            out.extend(r.leases.into_iter().map(Lease::from));
+            if r.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            page_token = r.next_page_token;
+        }
+    }
+
+    /// Watches `job`: the current lease, then every change of holder or
+    /// token.
+    pub async fn watch(
+        &self,
+        job: &str,
+    ) -> Result<tonic::Streaming<proto::LeaseEvent>, ClientError> {
+        Ok(self
+            .leases
+            .clone()
+            .watch_lease(proto::WatchLeaseRequest { job: job.into() })
+            .await?
+            .into_inner())
+    }
+
+    /// Writes `value` under (job, key), fenced by `token`. Returns the new
+    /// version.
+    pub async fn checked_write(
+        &self,
+        job: &str,
+        token: u64,
+        key: &[u8],
+        value: Vec<u8>,
+    ) -> Result<u64, ClientError> {
+        self.write(job, token, key, value, false).await
+    }
+
+    /// Deletes (job, key), fenced by `token`. Returns the new version.
+    pub async fn delete(&self, job: &str, token: u64, key: &[u8]) -> Result<u64, ClientError> {
+        self.write(job, token, key, Vec::new(), true).await
+    }
+
+    async fn write(
+        &self,
+        job: &str,
+        token: u64,
+        key: &[u8],
+        value: Vec<u8>,
+        delete: bool,
+    ) -> Result<u64, ClientError> {
+        let r = self
+            .store
+            .clone()
+            .checked_write(proto::CheckedWriteRequest {
+                job: job.into(),
+                token,
+                key: key.to_vec(),
+                value,
+                delete,
+            })
+            .await?;
+        Ok(r.into_inner().version)
+    }
+
+    /// Reads (job, key).
+    pub async fn read(&self, job: &str, key: &[u8]) -> Result<Value, ClientError> {
+        let r = self
+            .store
+            .clone()
+            .read(proto::ReadRequest {
+                job: job.into(),
+                key: key.to_vec(),
+            })
+            .await?
+            .into_inner();
+        Ok(Value {
+            found: r.found,
+            value: r.value,
+            token: r.token,
+            version: r.version,
+        })
+    }
+
+    /// Every live key of `job` starting with `prefix`, all pages.
+    pub async fn list_keys(
+        &self,
+        job: &str,
+        prefix: &[u8],
+    ) -> Result<Vec<proto::KeyInfo>, ClientError> {
+        let mut out = Vec::new();
+        let mut page_token = Vec::new();
+        loop {
+            let r = self
+                .store
+                .clone()
+                .list_keys(proto::ListKeysRequest {
+                    job: job.into(),
+                    prefix: prefix.to_vec(),
+                    page_size: 1000,
+                    page_token,
+                })
+                .await?
+                .into_inner();
+            out.extend(r.keys);
+            if r.next_page_token.is_empty() {
+                return Ok(out);
+            }
+            page_token = r.next_page_token;
+        }
+    }
+}

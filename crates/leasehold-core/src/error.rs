@@ -1,0 +1,191 @@
+//! The one error type of the library.
+//!
+//! Every variant says whether retrying can help. The mapping to gRPC status
+//! codes and `google.rpc.ErrorInfo` reasons lives in one table,
+//! `leasehold_server::server::status`; the client decodes it back in
+//! `leasehold_client::ClientError`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use crate::lease::Token;
+
+/// A `Result` with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a `CheckedWrite` was fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceCause {
+    /// The job has been granted again since this token: a newer leader exists.
+    Superseded,
+    /// The token is still the job's newest, but its lease expired or was
+    /// released: nobody leads right now.
+    NotLive,
+    /// The key was already written with a higher token.
+    KeyNewer,
+}
+
+/// Everything that can go wrong in leasehold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A request field is empty, too large, or out of range. Nothing was
+    /// changed. Retrying the same request cannot help.
+    InvalidArgument {
+        /// The request field, as named in the proto (`job`, `ttl`, ...); a
+        /// field of a nested message is named by its path from the
+        /// request (`writes.job`). Empty when the fault is the message as
+        /// a whole (bytes that are not a protobuf message at all).
+        field: Cow<'static, str>,
+        /// What is wrong, naming the limit.
+        message: String,
+    },
+    /// A token the server never issued for the job: zero, or above the job's
+    /// newest token. Nothing was changed. Retrying cannot help.
+    UnknownToken {
+        /// The job.
+        job: String,
+        /// The token in the request.
+        token: u64,
+        /// The job's newest token.
+        current: Token,
+    },
+    /// `Renew` or `Release` by a holder that no longer holds the lease with
+    /// that token. Nothing was changed. Retrying cannot help: the caller has
+    /// lost leadership and must stop its work.
+    LeaseLost {
+        /// The job.
+        job: String,
+        /// The holder now, if any.
+        current_holder: Option<String>,
+        /// The job's newest token.
+        current: Token,
+    },
+    /// A `CheckedWrite` with a token that is not the job's live token.
+    /// Nothing was written. Retrying cannot help: the writer is not the
+    /// leader.
+    Fenced {
+        /// The job.
+        job: String,
+        /// The writer's token.
+        token: Token,
+        /// The job's newest token.
+        current: Token,
+        /// Why.
+        cause: FenceCause,
+    },
+    /// The store failed to read or to make a change durable (I/O error, disk
+    /// full). The outcome of a failed change is unknown until it is read
+    /// back. Retrying later can help.
+    Storage(String),
+    /// The data dir's disk is (nearly) full, so the change was refused
+    /// before anything was written. Reads go on. Retrying after space is
+    /// freed can help.
+    NoSpace {
+        /// Bytes free for the server in the data dir's file system.
+        free: u64,
+        /// Bytes a write needs free: its own size plus the store's reserve.
+        needed: u64,
+    },
+    /// The server is shutting down. Retrying against a server that is up
+    /// can help.
+    ShuttingDown,
+    /// The server's listener or transport failed. Restarting can help.
+    Serve(String),
+}
+
+impl Error {
+    /// An [`Error::InvalidArgument`] for `field`.
+    pub fn invalid(field: impl Into<Cow<'static, str>>, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An [`Error::Storage`] from any displayable cause.
+    pub fn storage(cause: impl fmt::Display) -> Self {
+        Error::Storage(cause.to_string())
+    }
+
+    /// An [`Error::Serve`] from any displayable cause.
+    pub fn serve(cause: impl fmt::Display) -> Self {
+        Error::Serve(cause.to_string())
+    }
+
+    /// The machine-readable reason, as sent in `google.rpc.ErrorInfo`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            Error::UnknownToken { .. } => "UNKNOWN_TOKEN",
+            Error::LeaseLost { .. } => "LEASE_LOST",
+            Error::Fenced { .. } => "FENCED",
+            Error::Storage(_) => "STORAGE",
+            Error::NoSpace { .. } => "DISK_FULL",
+            Error::ShuttingDown | Error::Serve(_) => "SHUTTING_DOWN",
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidArgument { field, message } if field.is_empty() => {
+                write!(f, "invalid request: {message}")
+            }
+            Error::InvalidArgument { field, message } => write!(f, "invalid {field}: {message}"),
+            Error::UnknownToken {
+                job,
+                token,
+                current,
+            } => write!(
+                f,
+                "token {token} was never issued for job {job:?} (its newest token is {current})"
+            ),
+            Error::LeaseLost {
+                job,
+                current_holder,
+                current,
+            } => match current_holder {
+                Some(h) => write!(
+                    f,
+                    "lease on job {job:?} lost: it is held by {h:?} with token {current}"
+                ),
+                None => write!(
+                    f,
+                    "lease on job {job:?} lost: it is free (expired or released), last token {current}"
+                ),
+            },
+            Error::Fenced {
+                job,
+                token,
+                current,
+                cause,
+            } => match cause {
+                FenceCause::Superseded => write!(
+                    f,
+                    "write fenced: token {token} is stale, job {job:?} is at token {current}"
+                ),
+                FenceCause::NotLive => write!(
+                    f,
+                    "write fenced: the lease of token {token} on job {job:?} is no longer live \
+                     (expired or released); current token {current}"
+                ),
+                FenceCause::KeyNewer => write!(
+                    f,
+                    "write fenced: the key was written with a token above {token}; \
+                     job {job:?} is at token {current}"
+                ),
+            },
+            Error::Storage(cause) => write!(f, "storage failure: {cause}"),
+            Error::NoSpace { free, needed } => write!(
+                f,
+                "disk full: {free} bytes free in the data dir, a write needs at least {needed}; \
+                 nothing was changed"
+            ),
+            Error::ShuttingDown => f.write_str("the server is shutting down"),
+            Error::Serve(cause) => write!(f, "server failure: {cause}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

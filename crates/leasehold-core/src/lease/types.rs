@@ -1,0 +1,319 @@
+//! Domain newtypes and the input limits that validate them.
+//!
+//! Proto types stop at the server boundary: requests are turned into these
+//! types by [`Limits`], which is the only place that decides what input is
+//! acceptable. A value of one of these types is valid by construction.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// A fencing token: the epoch of a grant. Zero means "never granted".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Token(pub u64);
+
+impl Token {
+    /// The token of a job that was never granted.
+    pub const NONE: Token = Token(0);
+
+    /// The token that follows this one.
+    ///
+    /// Saturates at `u64::MAX`, which no job reaches at a million grants a
+    /// second in half a million years.
+    pub fn next(self) -> Token {
+        Token(self.0.saturating_add(1))
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A validated job name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobName(String);
+
+/// A validated holder identity: a name plus a per-process UUID.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HolderId(String);
+
+macro_rules! name_type {
+    ($t:ident) => {
+        impl $t {
+            /// The name as a string.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// Wraps a name read back from a store, which was validated
+            /// before it was written. Never for input: that goes through
+            /// [`Limits`].
+            pub fn from_trusted(s: String) -> Self {
+                $t(s)
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $t {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $t {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+name_type!(JobName);
+name_type!(HolderId);
+
+/// The limits on every request field. Configurable at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// The shortest TTL a lease may have.
+    pub min_ttl: Duration,
+    /// The longest TTL a lease may have.
+    pub max_ttl: Duration,
+    /// The longest an `Acquire` may wait.
+    pub max_wait: Duration,
+    /// The longest job or holder name, in bytes.
+    pub max_name_bytes: usize,
+    /// The longest key, in bytes.
+    pub max_key_bytes: usize,
+    /// The largest value, in bytes.
+    pub max_value_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            min_ttl: Duration::from_millis(100),
+            max_ttl: Duration::from_secs(3600),
+            max_wait: Duration::from_secs(3600),
+            max_name_bytes: 256,
+            max_key_bytes: 1024,
+            max_value_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// The error for a field of `len` bytes over its limit of `limit` bytes:
+/// one wording wherever a size is refused, whether the field was decoded
+/// or only its length was read (a message too large to decode).
+pub fn too_long(field: impl Into<Cow<'static, str>>, len: usize, limit: usize) -> Error {
+    Error::invalid(field, format!("is {len} bytes, the limit is {limit} bytes"))
+}
+
+/// The largest page a list call returns.
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// The page size of a list call that names none.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+
+impl Limits {
+    /// Checks that the limits make sense together.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_ttl.is_zero() {
+            return Err(Error::invalid("min_ttl", "must be above zero"));
+        }
+        if self.max_ttl < self.min_ttl {
+            return Err(Error::invalid(
+                "max_ttl",
+                format!("{:?} is below min_ttl {:?}", self.max_ttl, self.min_ttl),
+            ));
+        }
+        for (field, v) in [
+            ("max_name_bytes", self.max_name_bytes),
+            ("max_key_bytes", self.max_key_bytes),
+            ("max_value_bytes", self.max_value_bytes),
+        ] {
+            if v == 0 {
+                return Err(Error::invalid(field, "must be above zero"));
+            }
+        }
+        if self.max_name_bytes > u16::MAX as usize {
+            return Err(Error::invalid(
+                "max_name_bytes",
+                format!("must be at most {}", u16::MAX),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates a job name: 1 to `max_name_bytes` bytes, no control
+    /// characters.
+    pub fn job(&self, s: &str) -> Result<JobName> {
+        self.name("job", s).map(JobName)
+    }
+
+    /// Validates a holder identity, with the same rules as a job name.
+    pub fn holder(&self, s: &str) -> Result<HolderId> {
+        self.name("holder", s).map(HolderId)
+    }
+
+    fn name(&self, field: &'static str, s: &str) -> Result<String> {
+        if s.is_empty() {
+            return Err(Error::invalid(field, "must not be empty"));
+        }
+        if s.len() > self.max_name_bytes {
+            return Err(too_long(field, s.len(), self.max_name_bytes));
+        }
+        if let Some(c) = s.chars().find(|c| c.is_control()) {
+            return Err(Error::invalid(
+                field,
+                format!("must not contain control characters (found {c:?})"),
+            ));
+        }
+        Ok(s.to_owned())
+    }
+
+    /// Validates a TTL: within `min_ttl..=max_ttl`. `None` means the field
+    /// was not set.
+    pub fn ttl(&self, ttl: Option<Duration>) -> Result<Duration> {
+        let ttl = ttl.ok_or_else(|| Error::invalid("ttl", "is required"))?;
+        if ttl < self.min_ttl || ttl > self.max_ttl {
+            return Err(Error::invalid(
+                "ttl",
+                format!(
+                    "{:?} is outside the allowed range {:?} to {:?}",
+                    ttl, self.min_ttl, self.max_ttl
+                ),
+            ));
+        }
+        Ok(ttl)
+    }
+
+    /// Validates how long an `Acquire` may wait: unset means zero.
+    pub fn wait(&self, wait: Option<Duration>) -> Result<Duration> {
+        let wait = wait.unwrap_or_default();
+        if wait > self.max_wait {
+            return Err(Error::invalid(
+                "wait",
+                format!("{:?} is above the limit of {:?}", wait, self.max_wait),
+            ));
+        }
+        Ok(wait)
+    }
+
+    /// Validates a token in a request: zero is never issued.
+    pub fn token(&self, token: u64) -> Result<Token> {
+        if token == 0 {
+            return Err(Error::invalid(
+                "token",
+                "must not be 0: tokens start at 1 (use the token from your grant)",
+            ));
+        }
+        Ok(Token(token))
+    }
+
+    /// Validates a key: 1 to `max_key_bytes` bytes.
+    pub fn key<'a>(&self, key: &'a [u8]) -> Result<&'a [u8]> {
+        if key.is_empty() {
+            return Err(Error::invalid("key", "must not be empty"));
+        }
+        self.key_len("key", key)
+    }
+
+    /// Validates a key prefix (may be empty).
+    pub fn key_prefix<'a>(&self, prefix: &'a [u8]) -> Result<&'a [u8]> {
+        self.key_len("prefix", prefix)
+    }
+
+    fn key_len<'a>(&self, field: &'static str, key: &'a [u8]) -> Result<&'a [u8]> {
+        if key.len() > self.max_key_bytes {
+            return Err(too_long(field, key.len(), self.max_key_bytes));
+        }
+        Ok(key)
+    }
+
+    /// Validates a value's size.
+    pub fn value<'a>(&self, value: &'a [u8]) -> Result<&'a [u8]> {
+        if value.len() > self.max_value_bytes {
+            return Err(too_long("value", value.len(), self.max_value_bytes));
+        }
+        Ok(value)
+    }
+
+    /// Validates a page size: 0 means the default.
+    pub fn page_size(&self, n: u32) -> Result<usize> {
+        match n {
+            0 => Ok(DEFAULT_PAGE_SIZE as usize),
+            n if n > MAX_PAGE_SIZE => Err(Error::invalid(
+                "page_size",
+                format!("{n} is above the limit of {MAX_PAGE_SIZE}"),
+            )),
+            n => Ok(n as usize),
+        }
+    }
+
+    /// Validates a job-name prefix for listing (may be empty).
+    pub fn job_prefix(&self, prefix: &str) -> Result<()> {
+        if prefix.len() > self.max_name_bytes {
+            return Err(too_long("prefix", prefix.len(), self.max_name_bytes));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_and_errors_name_field_and_limit() {
+        let l = Limits::default();
+        assert!(l.job("bridge_health").is_ok());
+        let e = l.job("").unwrap_err();
+        assert_eq!(e, Error::invalid("job", "must not be empty"));
+        let e = l.holder(&"x".repeat(257)).unwrap_err();
+        assert!(e.to_string().contains("holder"), "{e}");
+        assert!(e.to_string().contains("256"), "{e}");
+        assert!(l.job("a\nb").is_err());
+        assert_eq!(l.job(&"x".repeat(256)).unwrap().as_str().len(), 256);
+    }
+
+    #[test]
+    fn ttl_range_is_inclusive() {
+        let l = Limits::default();
+        assert!(l.ttl(Some(Duration::from_millis(100))).is_ok());
+        assert!(l.ttl(Some(Duration::from_secs(3600))).is_ok());
+        let e = l.ttl(Some(Duration::from_millis(99))).unwrap_err();
+        assert!(e.to_string().contains("100ms"), "{e}");
+        assert!(l.ttl(Some(Duration::from_secs(3601))).is_err());
+        assert!(l.ttl(None).is_err());
+    }
+
+    #[test]
+    fn keys_values_tokens_pages() {
+        let l = Limits::default();
+        assert!(l.key(b"").is_err());
+        assert!(l.key(&[0u8; 1024]).is_ok());
+        assert!(l.key(&[0u8; 1025]).is_err());
+        assert!(l.value(&[0u8; 65536]).is_ok());
+        let e = l.value(&[0u8; 65537]).unwrap_err();
+        assert!(e.to_string().contains("65536"), "{e}");
+        assert!(l.token(0).is_err());
+        assert_eq!(l.token(7).unwrap(), Token(7));
+        assert_eq!(l.page_size(0).unwrap(), 100);
+        assert!(l.page_size(1001).is_err());
+    }
+
+    #[test]
+    fn limits_must_be_coherent() {
+        let mut l = Limits::default();
+        assert!(l.validate().is_ok());
+        l.max_ttl = Duration::from_millis(10);
+        assert!(l.validate().is_err());
+    }
+}

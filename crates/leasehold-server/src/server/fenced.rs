@@ -1,0 +1,243 @@
+//! The `FencedStore` service: decode, call the node, encode.
+
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::lease::Limits;
+use crate::proto;
+use crate::server::status::status;
+use crate::server::{convert, page, wire};
+
+/// The most writes one `WriteStreamRequest` may carry.
+pub const MAX_STREAM_WRITES: usize = 1000;
+/// The most messages of one stream decided but not yet answered; the
+/// stream reads no further until the oldest is answered.
+const MAX_PIPELINED: usize = 64;
+
+type WriteResults = Pin<Box<dyn Stream<Item = Result<proto::WriteStreamResponse, Status>> + Send>>;
+
+/// Serves `leasehold.v1.FencedStore`.
+pub struct FencedStoreService {
+    node: Backend,
+    limits: Limits,
+}
+
+impl FencedStoreService {
+    /// A service over `node`, checking requests against `limits`.
+    pub fn new(node: Backend, limits: Limits) -> Self {
+        FencedStoreService { node, limits }
+    }
+}
+
+#[tonic::async_trait]
+impl proto::fenced_store_server::FencedStore for FencedStoreService {
+    async fn checked_write(
+        &self,
+        req: Request<proto::CheckedWriteRequest>,
+    ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
+        let w = convert::write_args(&self.limits, req.into_inner()).map_err(status)?;
+        let version = self
+            .node
+            .checked_write(&w.job, w.token, &w.key, w.value)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::CheckedWriteResponse { version }))
+    }
+
+    type WriteStreamStream = WriteResults;
+
+    async fn write_stream(
+        &self,
+        req: Request<Streaming<proto::WriteStreamRequest>>,
+    ) -> Result<Response<Self::WriteStreamStream>, Status> {
+        let mut inbound = req.into_inner();
+        let node = self.node.clone();
+        let limits = self.limits.clone();
+        let (tx, rx) = mpsc::channel(16);
+        // Pipelined: the reader decides each message as it arrives, in
+        // order, taking the node's lock once for all its writes; the
+        // replier waits for each message's sync, in the same order, and
+        // answers. So a client that sends messages back to back gets them
+        // into shared syncs, and every reply still waits for its writes.
+        let (staged_tx, mut staged_rx) =
+            mpsc::channel::<Result<(proto::WriteStreamResponse, u64), Status>>(MAX_PIPELINED);
+        let reader_node = node.clone();
+        tokio::spawn(async move {
+            let node = reader_node;
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = staged_tx.closed() => return,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side: answer what was
+                    // decided, then end.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): answer what was decided, then end
+                    // with why, and read nothing more.
+                    Err(status) => {
+                        let _ = staged_tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
+                };
+                let staged = stage_batch(&node, &limits, msg).await.map_err(status);
+                let end = staged.is_err();
+                if staged_tx.send(staged).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            loop {
+                let staged = tokio::select! {
+                    s = staged_rx.recv() => s,
+                    _ = node.closing() => {
+                        let _ = tx.send(Err(status(Error::ShuttingDown))).await;
+                        return;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let reply = match staged {
+                    None => return,
+                    Some(Ok((resp, seq))) => node.durable(seq).await.map(|()| resp).map_err(status),
+                    Some(Err(status)) => Err(status),
+                };
+                let end = reply.is_err();
+                if tx.send(reply).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn read(
+        &self,
+        req: Request<proto::ReadRequest>,
+    ) -> Result<Response<proto::ReadResponse>, Status> {
+        let (job, key) = convert::read_args(&self.limits, req.into_inner()).map_err(status)?;
+        let rec = self.node.read(&job, &key).await.map_err(status)?;
+        Ok(Response::new(match rec {
+            Some(rec) => proto::ReadResponse {
+                found: rec.value.is_some(),
+                value: rec.value.unwrap_or_default(),
+                token: rec.token.0,
+                version: rec.version,
+            },
+            None => proto::ReadResponse::default(),
+        }))
+    }
+
+    async fn list_keys(
+        &self,
+        req: Request<proto::ListKeysRequest>,
+    ) -> Result<Response<proto::ListKeysResponse>, Status> {
+        let r = req.into_inner();
+        let l = &self.limits;
+        let job = l.job(&r.job).map_err(status)?;
+        l.key_prefix(&r.prefix).map_err(status)?;
+        let limit = l.page_size(r.page_size).map_err(status)?;
+        let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token).map_err(status)?;
+        let list = self
+            .node
+            .keys(&job, &r.prefix, after.as_deref(), limit)
+            .await
+            .map_err(status)?;
+        let next_page_token = match list.last() {
+            Some((k, _)) if list.len() == limit => page::keys_token(job.as_str(), &r.prefix, k),
+            _ => Vec::new(),
+        };
+        Ok(Response::new(proto::ListKeysResponse {
+            keys: list
+                .into_iter()
+                .map(|(key, rec)| proto::KeyInfo {
+                    key,
+                    token: rec.token.0,
+                    version: rec.version,
+                    size: rec.value.map_or(0, |v| v.len() as u32),
+                })
+                .collect(),
+            next_page_token,
+        }))
+    }
+}
+
+/// Decides one `WriteStreamRequest`: validates each write on its own, makes
+/// the valid ones in one node decision, and puts the results back in the
+/// request's order. Returns the answer and the sequence number it must
+/// wait for before it is sent.
+async fn stage_batch(
+    node: &Backend,
+    l: &Limits,
+    req: proto::WriteStreamRequest,
+) -> Result<(proto::WriteStreamResponse, u64)> {
+    use proto::write_result::Outcome;
+    if req.writes.len() > MAX_STREAM_WRITES {
+        return Err(Error::invalid(
+            "writes",
+            format!(
+                "{} writes in one message, the limit is {MAX_STREAM_WRITES}: \
+                 split them across messages",
+                req.writes.len()
+            ),
+        ));
+    }
+    let mut results = Vec::with_capacity(req.writes.len());
+    let mut batch = Vec::with_capacity(req.writes.len());
+    // For each valid write, its index in `results`.
+    let mut slots = Vec::with_capacity(req.writes.len());
+    for w in req.writes {
+        match convert::write_args(l, w) {
+            Ok(args) => {
+                slots.push(results.len());
+                batch.push(args);
+                results.push(proto::WriteResult::default());
+            }
+            Err(e) => results.push(proto::WriteResult {
+                outcome: Outcome::InvalidArgument as i32,
+                field: match &e {
+                    Error::InvalidArgument { field, .. } => field.to_string(),
+                    _ => String::new(),
+                },
+                message: e.to_string(),
+                ..Default::default()
+            }),
+        }
+    }
+    let (outcomes, seq) = node.stage_writes(batch).await?;
+    for (slot, outcome) in slots.into_iter().zip(outcomes) {
+        let res = &mut results[slot];
+        match outcome {
+            Ok(version) => {
+                res.outcome = Outcome::Written as i32;
+                res.version = version;
+            }
+            Err(e) => {
+                let (outcome, current) = match &e {
+                    Error::Fenced { current, .. } => (Outcome::Fenced, current.0),
+                    Error::UnknownToken { current, .. } => (Outcome::UnknownToken, current.0),
+                    // The node refuses a write on its own only for these.
+                    _ => return Err(e),
+                };
+                res.outcome = outcome as i32;
+                res.current_token = current;
+                res.message = e.to_string();
+            }
+        }
+    }
+    Ok((
+        proto::WriteStreamResponse {
+            id: req.id,
+            results,
+        },
+        seq,
+    ))
+}

@@ -1,0 +1,260 @@
+//! The `Leases` service: decode, call the node, encode.
+
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::lease::Limits;
+use crate::node::Renewal;
+use crate::proto;
+use crate::server::convert::{self, duration, lease};
+use crate::server::status::status;
+use crate::server::{page, wire};
+
+/// Serves `leasehold.v1.Leases`.
+pub struct LeasesService {
+    node: Backend,
+    limits: Limits,
+}
+
+impl LeasesService {
+    /// A service over `node`, checking requests against `limits`.
+    pub fn new(node: Backend, limits: Limits) -> Self {
+        LeasesService { node, limits }
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<proto::LeaseEvent, Status>> + Send>>;
+type RenewalStream = Pin<Box<dyn Stream<Item = Result<proto::KeepAliveResponse, Status>> + Send>>;
+
+/// The most renewals one `KeepAliveRequest` may carry.
+pub const MAX_KEEP_ALIVE_RENEWALS: usize = 1000;
+
+#[tonic::async_trait]
+impl proto::leases_server::Leases for LeasesService {
+    async fn acquire(
+        &self,
+        req: Request<proto::AcquireRequest>,
+    ) -> Result<Response<proto::AcquireResponse>, Status> {
+        let (job, holder, ttl, wait) =
+            convert::acquire_args(&self.limits, req.get_ref()).map_err(status)?;
+        let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        let (acquired, view) = self
+            .node
+            .acquire(&job, &holder, ttl, wait)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::AcquireResponse {
+            acquired,
+            lease: Some(lease(&view)),
+        }))
+    }
+
+    async fn renew(
+        &self,
+        req: Request<proto::RenewRequest>,
+    ) -> Result<Response<proto::RenewResponse>, Status> {
+        let (job, holder, token, ttl) =
+            convert::renew_args(&self.limits, req.get_ref()).map_err(status)?;
+        let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        let view = self
+            .node
+            .renew(&job, &holder, token, ttl)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::RenewResponse {
+            lease: Some(lease(&view)),
+        }))
+    }
+
+    async fn release(
+        &self,
+        req: Request<proto::ReleaseRequest>,
+    ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        let (job, holder, token) =
+            convert::release_args(&self.limits, req.get_ref()).map_err(status)?;
+        self.node
+            .release(&job, &holder, token)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::ReleaseResponse {}))
+    }
+
+    async fn get_lease(
+        &self,
+        req: Request<proto::GetLeaseRequest>,
+    ) -> Result<Response<proto::Lease>, Status> {
+        let job = self.limits.job(&req.get_ref().job).map_err(status)?;
+        let view = self.node.lease(&job).await.map_err(status)?;
+        Ok(Response::new(lease(&view)))
+    }
+
+    async fn list_leases(
+        &self,
+        req: Request<proto::ListLeasesRequest>,
+    ) -> Result<Response<proto::ListLeasesResponse>, Status> {
+        let r = req.into_inner();
+        self.limits.job_prefix(&r.prefix).map_err(status)?;
+        let limit = self.limits.page_size(r.page_size).map_err(status)?;
+        let after = page::leases_after(&r.prefix, &r.page_token).map_err(status)?;
+        let views = self
+            .node
+            .leases(&r.prefix, after.as_deref(), limit)
+            .await
+            .map_err(status)?;
+        let next_page_token = match views.last() {
+            Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
+            _ => String::new(),
+        };
+        Ok(Response::new(proto::ListLeasesResponse {
+            leases: views.iter().map(lease).collect(),
+            next_page_token,
+        }))
+    }
+
+    type WatchLeaseStream = EventStream;
+
+    async fn watch_lease(
+        &self,
+        req: Request<proto::WatchLeaseRequest>,
+    ) -> Result<Response<Self::WatchLeaseStream>, Status> {
+        let job = self.limits.job(&req.get_ref().job).map_err(status)?;
+        let events = ReceiverStream::new(self.node.watch(job)).map(|r| {
+            r.map(|(kind, view)| proto::LeaseEvent {
+                lease: Some(lease(&view)),
+                kind: convert::event_kind(kind) as i32,
+            })
+            .map_err(status)
+        });
+        Ok(Response::new(Box::pin(events)))
+    }
+
+    type KeepAliveStream = RenewalStream;
+
+    async fn keep_alive(
+        &self,
+        req: Request<Streaming<proto::KeepAliveRequest>>,
+    ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let mut inbound = req.into_inner();
+        let node = self.node.clone();
+        let limits = self.limits.clone();
+        let (tx, rx) = mpsc::channel(16);
+        // One task per stream answers its requests in order; each request
+        // takes the node's lock once for all its renewals.
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = node.closing() => {
+                        let _ = tx.send(Err(status(Error::ShuttingDown))).await;
+                        return;
+                    }
+                    _ = tx.closed() => return,
+                };
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    // The client closed its side.
+                    Ok(None) => return,
+                    // A message too large or that does not decode (or a
+                    // broken stream): every message before it is answered;
+                    // end with why, and read nothing more.
+                    Err(status) => {
+                        let _ = tx.send(Err(wire::request_error(status))).await;
+                        return;
+                    }
+                };
+                let reply = keep_alive_batch(&node, &limits, msg).await.map_err(status);
+                let end = reply.is_err();
+                if tx.send(reply).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Answers one `KeepAliveRequest`: validates each entry on its own, renews
+/// the valid ones in one node decision, and puts the results back in the
+/// request's order.
+async fn keep_alive_batch(
+    node: &Backend,
+    l: &Limits,
+    req: proto::KeepAliveRequest,
+) -> Result<proto::KeepAliveResponse> {
+    use proto::keep_alive_result::Outcome;
+    if req.renewals.len() > MAX_KEEP_ALIVE_RENEWALS {
+        return Err(Error::invalid(
+            "renewals",
+            format!(
+                "{} renewals in one message, the limit is {MAX_KEEP_ALIVE_RENEWALS}: \
+                 split them across messages",
+                req.renewals.len()
+            ),
+        ));
+    }
+    let mut results = Vec::with_capacity(req.renewals.len());
+    let mut batch = Vec::with_capacity(req.renewals.len());
+    // For each valid entry, its index in `results`.
+    let mut slots = Vec::with_capacity(req.renewals.len());
+    for r in req.renewals {
+        let parsed = (|| {
+            Ok::<_, Error>(Renewal {
+                job: l.job(&r.job)?,
+                holder: l.holder(&r.holder)?,
+                token: l.token(r.token)?,
+                ttl: node.check_ttl(l.ttl(duration("ttl", r.ttl)?)?)?,
+            })
+        })();
+        match parsed {
+            Ok(renewal) => {
+                slots.push(results.len());
+                batch.push(renewal);
+                results.push(proto::KeepAliveResult {
+                    job: r.job,
+                    ..Default::default()
+                });
+            }
+            Err(e) => {
+                let field = match &e {
+                    Error::InvalidArgument { field, .. } => field.to_string(),
+                    _ => String::new(),
+                };
+                results.push(proto::KeepAliveResult {
+                    job: r.job,
+                    outcome: Outcome::InvalidArgument as i32,
+                    lease: None,
+                    field,
+                    message: e.to_string(),
+                });
+            }
+        }
+    }
+    let outcomes = node.renew_many(&batch).await?;
+    for (slot, outcome) in slots.into_iter().zip(outcomes) {
+        let res = &mut results[slot];
+        match outcome {
+            Ok(view) => {
+                res.outcome = Outcome::Renewed as i32;
+                res.lease = Some(lease(&view));
+            }
+            Err((e, view)) => {
+                res.outcome = match e {
+                    Error::UnknownToken { .. } => Outcome::UnknownToken,
+                    _ => Outcome::LeaseLost,
+                } as i32;
+                res.lease = Some(lease(&view));
+                res.message = e.to_string();
+            }
+        }
+    }
+    Ok(proto::KeepAliveResponse {
+        id: req.id,
+        results,
+    })
+}

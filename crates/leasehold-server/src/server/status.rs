@@ -1,0 +1,124 @@
+//! The one table from [`Error`] to gRPC status.
+//!
+//! Every status carries a `google.rpc.ErrorInfo` with domain `leasehold`
+//! and the error's reason, so that clients in any language branch on the
+//! reason, never on the message. Bad input also carries a
+//! `google.rpc.BadRequest` naming the field, unless the fault is the
+//! message as a whole (bytes that are not a protobuf message): then
+//! neither names a field.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::Error;
+
+/// The `ErrorInfo` domain of every leasehold error.
+pub const DOMAIN: &str = "leasehold";
+
+/// Maps a domain error to its gRPC status. The mapping:
+///
+/// | error | code | reason |
+/// |---|---|---|
+/// | `InvalidArgument` | INVALID_ARGUMENT | INVALID_ARGUMENT |
+/// | `UnknownToken` | INVALID_ARGUMENT | UNKNOWN_TOKEN |
+/// | `LeaseLost` | FAILED_PRECONDITION | LEASE_LOST |
+/// | `Fenced` | FAILED_PRECONDITION | FENCED |
+/// | `Storage` | UNAVAILABLE | STORAGE |
+/// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
+/// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
+pub fn to_status(e: &Error) -> Status {
+    let mut meta = HashMap::new();
+    let code = match e {
+        Error::InvalidArgument { field, .. } => {
+            if !field.is_empty() {
+                meta.insert("field".to_owned(), field.to_string());
+            }
+            Code::InvalidArgument
+        }
+        Error::UnknownToken { current, .. } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            Code::InvalidArgument
+        }
+        Error::LeaseLost {
+            current_holder,
+            current,
+            ..
+        } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            if let Some(h) = current_holder {
+                meta.insert("current_holder".to_owned(), h.clone());
+            }
+            Code::FailedPrecondition
+        }
+        Error::Fenced { current, .. } => {
+            meta.insert("current_token".to_owned(), current.to_string());
+            Code::FailedPrecondition
+        }
+        Error::NoSpace { free, needed } => {
+            meta.insert("free_bytes".to_owned(), free.to_string());
+            meta.insert("needed_bytes".to_owned(), needed.to_string());
+            Code::ResourceExhausted
+        }
+        Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
+    };
+    let mut details = ErrorDetails::with_error_info(e.reason(), DOMAIN, meta);
+    if let Error::InvalidArgument { field, message } = e {
+        if !field.is_empty() {
+            details.add_bad_request_violation(field.as_ref(), message.clone());
+        }
+    }
+    Status::with_error_details(code, e.to_string(), details)
+}
+
+/// `?` from a domain error to a gRPC status in the handlers:
+/// `result.map_err(status)?`. (The error type lives in the pure core,
+/// which knows nothing of tonic, so this cannot be a `From`.)
+pub fn status(e: Error) -> Status {
+    to_status(&e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FenceCause;
+    use crate::lease::Token;
+
+    #[test]
+    fn fenced_names_current_token_in_message_and_metadata() {
+        let s = to_status(&Error::Fenced {
+            job: "j".into(),
+            token: Token(1),
+            current: Token(2),
+            cause: FenceCause::Superseded,
+        });
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert!(s.message().contains('2'), "{}", s.message());
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "FENCED");
+        assert_eq!(info.domain, DOMAIN);
+        assert_eq!(info.metadata["current_token"], "2");
+    }
+
+    #[test]
+    fn invalid_argument_names_field() {
+        let s = to_status(&Error::invalid("ttl", "too long"));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        let d = s.get_error_details();
+        assert_eq!(d.error_info().unwrap().metadata["field"], "ttl");
+        assert_eq!(d.bad_request().unwrap().field_violations[0].field, "ttl");
+    }
+
+    #[test]
+    fn invalid_argument_of_the_whole_message_names_no_field() {
+        let s = to_status(&Error::invalid("", "not a message"));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(s.message(), "invalid request: not a message");
+        let d = s.get_error_details();
+        let info = d.error_info().unwrap();
+        assert_eq!(info.reason, "INVALID_ARGUMENT");
+        assert!(!info.metadata.contains_key("field"));
+        assert!(d.bad_request().is_none());
+    }
+}

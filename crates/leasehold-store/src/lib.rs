@@ -1,0 +1,259 @@
+//! Durable storage behind a narrow trait.
+//!
+//! The server keeps every rule in memory (`leasehold_core::lease`) and uses the
+//! store only to remember what must survive a crash: each job's lease record
+//! (its newest token above all) and the fenced values. The trait is small on
+//! purpose: a put that is buffered, and one barrier, [`Store::sync`], that
+//! makes every earlier put durable. That shape lets the caller share one
+//! barrier between many concurrent requests (group commit).
+//!
+//! # Durability contract
+//!
+//! - **When `sync` returns `Ok`, every put that returned before `sync` was
+//!   called is on stable storage**, and survives a process crash and a power
+//!   loss.
+//! - Puts become visible to gets at once, durable or not. The caller must not
+//!   acknowledge anything it read before a `sync` that covers it.
+//! - Recovery yields a prefix of the puts, in order: if a put survived, every
+//!   put before it survived.
+//! - **After a failed put or sync, every put and sync fails until
+//!   [`Store::reopen`] succeeds**, and a reopen keeps only what was durable.
+//!   A put refused up front for lack of space ([`Error::NoSpace`]) is not
+//!   a failure: it changes nothing, and the store goes on.
+//!
+//! [`sled::SledStore`] is the embedded default. A replicated engine (etcd)
+//! needs more than this trait, because there the decisions themselves must
+//! happen inside the engine's transactions; see ARCHITECTURE.md.
+
+use std::time::Duration;
+
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{HolderId, JobName, LeaseRecord, Token};
+
+pub mod manifest;
+pub mod repair;
+pub mod sled;
+pub mod wal;
+
+/// What is stored under (job, key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueRecord {
+    /// The token of the write that stored it. The key's highest token: it
+    /// only goes up.
+    pub token: Token,
+    /// 1 for the first write, then one more per accepted write or delete.
+    pub version: u64,
+    /// The value, or `None` when deleted (a tombstone keeps token and
+    /// version, so a stale writer cannot bring a deleted key back).
+    pub value: Option<Vec<u8>>,
+}
+
+/// Durable storage for lease records and fenced values.
+pub trait Store: Send + Sync + 'static {
+    /// Every stored lease record, for start-up.
+    fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>>;
+    /// Every job's next grant gets a token above this, jobs never seen
+    /// before included: raised when a data dir is recovered or restored,
+    /// so that no token issued before can be issued again.
+    fn token_floor(&self) -> Token {
+        Token::NONE
+    }
+    /// How the data dir was last recovered or restored, if it was: what was
+    /// kept, what was lost, the floor.
+    fn recovered(&self) -> Option<String> {
+        None
+    }
+    /// Stores a job's lease record (buffered until [`Store::sync`]).
+    fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()>;
+    /// The record under (job, key), if any (tombstones included).
+    fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>>;
+    /// Stores a value record (buffered until [`Store::sync`]).
+    fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()>;
+    /// Up to `limit` live (not deleted) records of `job` whose key starts
+    /// with `prefix`, after key `after`, in key order.
+    fn list_values(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>>;
+    /// The durability barrier; see the module docs.
+    fn sync(&self) -> Result<()>;
+    /// Background work after a [`Store::sync`] whose waiters were released:
+    /// the group committer calls it right after publishing. It must not
+    /// change what is durable, only where it is kept.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether [`Store::settle`] has work to do after the syncs so far: a
+    /// sync run away from the flusher asks, and hands the work over.
+    fn settle_due(&self) -> bool {
+        false
+    }
+    /// Moves everything durable to where a restart reads it fastest; for a
+    /// clean shutdown, after the last [`Store::sync`].
+    fn checkpoint(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the disk is nearly full, so that a put may soon be refused
+    /// with [`Error::NoSpace`]. Callers use it to prepare to undo a
+    /// decision whose change cannot be stored.
+    fn nearly_full(&self) -> bool {
+        false
+    }
+    /// Writes a consistent snapshot of everything durable to `out`, in the
+    /// backup format of [`repair`]. Changes go on meanwhile; they are not in
+    /// the snapshot.
+    fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        let _ = out;
+        Err(Error::storage(
+            "this store cannot be backed up by leasehold",
+        ))
+    }
+    /// Fails with [`Error::NoSpace`] when the disk is too full for any
+    /// change at all: even the smallest put would be refused. The server's
+    /// health reports it, and asks again until space returns.
+    fn check_space(&self) -> Result<()> {
+        Ok(())
+    }
+    /// After a failure: discards whatever is not on stable storage and opens
+    /// the store again from what is. Once a put or sync has failed, every
+    /// later put and sync fails until this succeeds, so nothing written
+    /// after a failure can be mistaken for durable.
+    fn reopen(&self) -> Result<()>;
+}
+
+// ---- Record encoding, shared by stores that keep bytes ----
+//
+// Fixed little-endian layouts with a leading format byte, so that a future
+// layout can be told apart from this one.
+
+const LEASE_V1: u8 = 1;
+const VALUE_V1: u8 = 1;
+
+/// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`.
+pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
+    let holder = r.holder.as_ref().map_or("", |h| h.as_str());
+    let mut b = Vec::with_capacity(18 + holder.len());
+    b.push(LEASE_V1);
+    b.extend_from_slice(&r.token.0.to_le_bytes());
+    b.extend_from_slice(&(r.ttl.as_millis() as u64).to_le_bytes());
+    b.push(r.holder.is_some() as u8);
+    b.extend_from_slice(holder.as_bytes());
+    b
+}
+
+/// Decodes what [`encode_lease`] wrote.
+pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
+    let bad = || Error::storage(format!("corrupt lease record ({} bytes)", b.len()));
+    if b.len() < 18 || b[0] != LEASE_V1 {
+        return Err(bad());
+    }
+    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
+    let ttl = Duration::from_millis(u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?));
+    let holder = match b[17] {
+        0 => None,
+        1 => {
+            let s = std::str::from_utf8(&b[18..]).map_err(|_| bad())?;
+            Some(HolderId::from_trusted(s.to_owned()))
+        }
+        _ => return Err(bad()),
+    };
+    Ok(LeaseRecord { holder, token, ttl })
+}
+
+/// Encodes a value record: `[1, token u64, version u64, present u8, value...]`.
+pub fn encode_value(r: &ValueRecord) -> Vec<u8> {
+    let v = r.value.as_deref().unwrap_or_default();
+    let mut b = Vec::with_capacity(18 + v.len());
+    b.push(VALUE_V1);
+    b.extend_from_slice(&r.token.0.to_le_bytes());
+    b.extend_from_slice(&r.version.to_le_bytes());
+    b.push(r.value.is_some() as u8);
+    b.extend_from_slice(v);
+    b
+}
+
+/// Decodes what [`encode_value`] wrote.
+pub fn decode_value(b: &[u8]) -> Result<ValueRecord> {
+    let bad = || Error::storage(format!("corrupt value record ({} bytes)", b.len()));
+    if b.len() < 18 || b[0] != VALUE_V1 {
+        return Err(bad());
+    }
+    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
+    let version = u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?);
+    let value = match b[17] {
+        0 => None,
+        1 => Some(b[18..].to_vec()),
+        _ => return Err(bad()),
+    };
+    Ok(ValueRecord {
+        token,
+        version,
+        value,
+    })
+}
+
+/// The store key of (job, key): the job's length (u16, big-endian), the job,
+/// then the key. Length-prefixing keeps one job's keys contiguous and apart
+/// from any other job's, whatever bytes the names hold, so a prefix scan
+/// never leaks into another job.
+pub fn value_key(job: &JobName, key: &[u8]) -> Vec<u8> {
+    let j = job.as_str().as_bytes();
+    let mut b = Vec::with_capacity(2 + j.len() + key.len());
+    b.extend_from_slice(&(j.len() as u16).to_be_bytes());
+    b.extend_from_slice(j);
+    b.extend_from_slice(key);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_core::lease::Limits;
+
+    #[test]
+    fn records_round_trip() {
+        let l = Limits::default();
+        for r in [
+            LeaseRecord {
+                holder: Some(l.holder("w@1").unwrap()),
+                token: Token(u64::MAX),
+                ttl: Duration::from_millis(1500),
+            },
+            LeaseRecord {
+                holder: None,
+                token: Token(3),
+                ttl: Duration::ZERO,
+            },
+        ] {
+            assert_eq!(decode_lease(&encode_lease(&r)).unwrap(), r);
+        }
+        for r in [
+            ValueRecord {
+                token: Token(2),
+                version: 9,
+                value: Some(b"ok".to_vec()),
+            },
+            ValueRecord {
+                token: Token(2),
+                version: 10,
+                value: None,
+            },
+        ] {
+            assert_eq!(decode_value(&encode_value(&r)).unwrap(), r);
+        }
+        assert!(decode_lease(b"\x02garbage-garbage-garbage").is_err());
+        assert!(decode_value(b"").is_err());
+    }
+
+    #[test]
+    fn value_keys_of_different_jobs_never_share_a_prefix() {
+        let l = Limits::default();
+        let a = value_key(&l.job("a").unwrap(), b"bc");
+        let ab = value_key(&l.job("ab").unwrap(), b"c");
+        assert!(!a.starts_with(&value_key(&l.job("ab").unwrap(), b"")));
+        assert!(!ab.starts_with(&value_key(&l.job("a").unwrap(), b"")));
+    }
+}

@@ -1,0 +1,694 @@
+//! The operator's tools for a data dir: check it, back it up, restore a
+//! backup, recover what a damaged one still holds.
+//!
+//! # The token floor
+//!
+//! leasehold's first promise is that a token is never issued twice. When
+//! state is lost (a damaged data dir, or an old backup put back), the
+//! records that knew the newest tokens may be gone. So every way back
+//! raises the store's *token floor*: from then on every job's next grant
+//! gets a token above it, jobs the store no longer remembers included.
+//! The floor is chosen as:
+//!
+//! - **the highest token ever issued on the data dir, when that is
+//!   proven**: the manifest holds the highest token of its checkpoint, and
+//!   every grant since is in the write-ahead log, so when both are intact
+//!   (and the log is the manifest's generation), their maximum is exact;
+//! - otherwise **the highest token seen anywhere, plus 2^32**
+//!   ([`MARGIN`]): no real history issues four billion grants on one job
+//!   between a backup and its restore, or after the last checkpoint a
+//!   damaged manifest knew of;
+//! - or what the operator says (`--floor N`), when they know better; never
+//!   below the highest token seen.
+//!
+//! This is the rule "raise the epoch first" applied to recovery: the
+//! floor is durable (in sled's checkpoint record and the manifest) before
+//! the server serves anything.
+//!
+//! # Backups
+//!
+//! A backup is taken through a running server ([`write_backup`], over the
+//! `Admin.Backup` RPC): a checkpoint first, so that sled holds everything
+//! durable, then sled's records, read while no other checkpoint can change
+//! them. The file is self-checking: a header (the data dir's identity, the
+//! highest token then, the floor then, the time), the records, and a
+//! trailer with their count, digest and a CRC of the whole file.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::manifest::{self, hex, record_hash, Checkpoint};
+use crate::sled::{inspect, Inspection, SledStore};
+use crate::wal::{self, Kind, Record, StoreId};
+use crate::{decode_lease, encode_lease, Store};
+use leasehold_core::error::{Error, Result};
+
+/// How far above the highest token seen the floor jumps when the true
+/// highest cannot be proven.
+pub const MARGIN: u64 = 1 << 32;
+
+const BACKUP_MAGIC: &[u8; 8] = b"LHBACKUP";
+const BACKUP_VERSION: u8 = 1;
+const TRAILER: u8 = 0xff;
+
+/// A data dir's report, for `leasehold check`.
+pub struct Report {
+    /// What was found.
+    pub inspection: Inspection,
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = &self.inspection;
+        if i.fresh {
+            writeln!(f, "an empty data dir: no leasehold store in it yet")?;
+        }
+        let c = i.manifest.as_ref().or(i.sled.as_ref());
+        if let Some(c) = c {
+            writeln!(f, "store id          {}", hex(&c.store_id))?;
+            writeln!(
+                f,
+                "checkpoint        {} (at {} ms since the Unix epoch)",
+                c.generation, c.unix_ms
+            )?;
+            writeln!(f, "token floor       {}", c.floor)?;
+            if let Some(r) = &c.recovered {
+                writeln!(f, "history           {r}")?;
+            }
+        }
+        if i.legacy {
+            writeln!(
+                f,
+                "format            before the manifest (upgraded at the next start)"
+            )?;
+        }
+        writeln!(f, "jobs              {}", i.found.leases)?;
+        writeln!(
+            f,
+            "keys              {} (deleted ones included)",
+            i.found.values
+        )?;
+        writeln!(f, "highest token     {}", i.max_token)?;
+        match i.wal_generation {
+            Some(g) => writeln!(
+                f,
+                "write-ahead log   generation {g}, {} records to replay{}",
+                i.wal_records,
+                if i.wal_torn > 0 {
+                    format!(
+                        ", a torn last batch of {} bytes (never acknowledged)",
+                        i.wal_torn
+                    )
+                } else {
+                    String::new()
+                }
+            )?,
+            None => writeln!(f, "write-ahead log   unreadable or missing")?,
+        }
+        if i.problems.is_empty() {
+            writeln!(f, "healthy")
+        } else {
+            writeln!(f, "{} problem(s):", i.problems.len())?;
+            for p in &i.problems {
+                writeln!(f, "  - {}: {}", p.file, p.what)?;
+            }
+            write!(f, "{}", recovery_advice())
+        }
+    }
+}
+
+fn recovery_advice() -> &'static str {
+    "To go on: restore a backup (`leasehold restore`), or keep what is readable with \
+     `leasehold recover`; both raise the token floor so that no token is issued twice.\n"
+}
+
+/// Checks the data dir at `dir` without changing it: everything is read
+/// from a copy (sled's own recovery may write to the files it opens).
+pub fn check(dir: &Path) -> Result<Report> {
+    if !dir.is_dir() {
+        return Err(Error::storage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let scratch = Scratch::new()?;
+    copy_dir(dir, &scratch.0)
+        .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
+    let inspection = inspect(&scratch.0)?;
+    Ok(Report { inspection })
+}
+
+/// What a way back did, for its caller to print.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Jobs and value records in the new store.
+    pub jobs: usize,
+    /// Value records in the new store.
+    pub values: usize,
+    /// The highest token seen anywhere.
+    pub highest: u64,
+    /// The new floor: every next grant is above it.
+    pub floor: u64,
+    /// Whether the highest token was proven (else the floor has the margin).
+    pub proven: bool,
+    /// Where the old files went, if there were any.
+    pub kept: Option<PathBuf>,
+    /// What could not be read or was lost, one line each.
+    pub lost: Vec<String>,
+}
+
+/// What could be read of a data dir, damaged or not.
+struct Salvage {
+    leases: BTreeMap<Vec<u8>, Vec<u8>>,
+    values: BTreeMap<Vec<u8>, Vec<u8>>,
+    highest: u64,
+    proven: bool,
+    lost: Vec<String>,
+    any: bool,
+}
+
+/// Reads whatever `dir` still holds (from a copy, so that sled's own
+/// recovery cannot change it): sled's records, then the log's valid
+/// records over them, and the highest token anything names.
+fn salvage(dir: &Path) -> Result<Salvage> {
+    let scratch = Scratch::new()?;
+    copy_dir(dir, &scratch.0)
+        .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
+    salvage_in(&scratch.0)
+}
+
+fn salvage_in(dir: &Path) -> Result<Salvage> {
+    let mut s = Salvage {
+        leases: BTreeMap::new(),
+        values: BTreeMap::new(),
+        highest: 0,
+        proven: false,
+        lost: Vec::new(),
+        any: false,
+    };
+    let manifest = match manifest::read(dir).map_err(Error::storage)? {
+        manifest::Found::Ok(c) => Some(c),
+        manifest::Found::Damaged(why) => {
+            s.lost.push(format!("{}: {why}", manifest::FILE));
+            s.any = true;
+            None
+        }
+        manifest::Found::Missing => None,
+    };
+    if let Some(m) = &manifest {
+        s.highest = s.highest.max(m.max_token).max(m.floor);
+        s.any = true;
+    }
+    let wal_path = dir.join("wal");
+    let mut wal_ok = None;
+    if wal_path.exists() {
+        s.any = true;
+        let (records, generation, problem) = wal::salvage(&wal_path).map_err(Error::storage)?;
+        if let Some(p) = problem {
+            s.lost.push(format!(
+                "wal: {p}; kept the {} records before the damage",
+                records.len()
+            ));
+        } else {
+            wal_ok = generation;
+        }
+        for r in records {
+            if r.kind == Kind::Lease {
+                if let Ok(l) = decode_lease(&r.value) {
+                    s.highest = s.highest.max(l.token.0);
+                }
+            }
+            match r.kind {
+                Kind::Lease => s.wal_leases(r),
+                Kind::Value => {
+                    s.values.insert(r.key, r.value);
+                }
+            }
+        }
+    }
+    let has_sled = dir.join("db").exists() || dir.join("conf").exists();
+    if has_sled {
+        s.any = true;
+        match crate::sled::open_sled(dir) {
+            Ok((db, ..)) => {
+                if let Some(c) = db
+                    .get(b"leasehold/checkpoint")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| Checkpoint::decode(&v))
+                {
+                    s.highest = s.highest.max(c.max_token).max(c.floor);
+                }
+                for (name, map) in [("leases", 0), ("values", 1)] {
+                    let tree = match db.open_tree(name) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            s.lost.push(format!("sled tree {name}: {e}"));
+                            continue;
+                        }
+                    };
+                    for kv in tree.iter() {
+                        match kv {
+                            Ok((k, v)) => {
+                                let m = if map == 0 {
+                                    &mut s.leases
+                                } else {
+                                    &mut s.values
+                                };
+                                // The log's records are newer.
+                                m.entry(k.to_vec()).or_insert_with(|| v.to_vec());
+                            }
+                            Err(e) => {
+                                s.lost
+                                    .push(format!("sled tree {name}: a record is unreadable: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => s.lost.push(format!("sled: cannot open: {e}")),
+        }
+    }
+    s.leases.retain(|k, v| match decode_lease(v) {
+        Ok(l) => {
+            s.highest = s.highest.max(l.token.0);
+            true
+        }
+        Err(_) => {
+            s.lost.push(format!(
+                "the lease record of job {:?} does not decode",
+                String::from_utf8_lossy(k)
+            ));
+            false
+        }
+    });
+    s.values.retain(|_, v| crate::decode_value(v).is_ok());
+    // Exact only when the manifest knew every token up to its checkpoint and
+    // the log holds every grant since.
+    s.proven = matches!((&manifest, wal_ok), (Some(m), Some(g)) if m.generation == g);
+    Ok(s)
+}
+
+impl Salvage {
+    fn wal_leases(&mut self, r: Record) {
+        self.leases.insert(r.key, r.value);
+    }
+}
+
+/// Keeps what a damaged data dir still holds: moves every file into a
+/// `damaged-<time>` folder inside it, and writes a new store there with
+/// what was readable, every lease released, and the token floor raised.
+pub fn recover(dir: &Path, floor: Option<u64>) -> Result<Outcome> {
+    let s = salvage(dir)?;
+    if !s.any {
+        return Err(Error::storage(format!(
+            "{} holds no leasehold data: nothing to recover",
+            dir.display()
+        )));
+    }
+    let floor = choose_floor(s.highest, s.proven, floor)?;
+    let note = format!(
+        "recovered at {} ms since the Unix epoch: {} job(s) and {} value record(s) kept, every \
+         lease released, tokens continue above {floor}{}",
+        leasehold_core::clock::wall_unix_ms(),
+        s.leases.len(),
+        s.values.len(),
+        if s.lost.is_empty() {
+            String::new()
+        } else {
+            format!("; lost or unreadable: {}", s.lost.join("; "))
+        }
+    );
+    let (kept, jobs, values) = replace_store(dir, "damaged", &s.leases, &s.values, floor, &note)?;
+    Ok(Outcome {
+        jobs,
+        values,
+        highest: s.highest,
+        floor,
+        proven: s.proven,
+        kept,
+        lost: s.lost,
+    })
+}
+
+/// Puts the backup at `file` in place of the data dir at `dir`. The old
+/// files, if any, move to a `replaced-<time>` folder inside it; their
+/// highest token counts for the floor.
+pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
+    let backup = read_backup(file)?;
+    let existing = if dir.exists() {
+        Some(salvage(dir)?)
+    } else {
+        None
+    };
+    let (highest, proven, lost) = match &existing {
+        Some(s) if s.any => (s.highest.max(backup.max_token), s.proven, s.lost.clone()),
+        // Nothing to prove the history with: the backup's data dir may
+        // have gone on issuing tokens after the backup.
+        _ => (backup.max_token, false, Vec::new()),
+    };
+    let floor = choose_floor(highest, proven, floor)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::storage(format!("cannot create {}: {e}", dir.display())))?;
+    let mut leases = BTreeMap::new();
+    let mut values = BTreeMap::new();
+    for r in backup.records {
+        match r.kind {
+            Kind::Lease => leases.insert(r.key, r.value),
+            Kind::Value => values.insert(r.key, r.value),
+        };
+    }
+    let note = format!(
+        "restored at {} ms since the Unix epoch from a backup taken at {} ms (store {}, highest \
+         token then {}): changes after the backup are lost, every lease released, tokens continue \
+         above {floor}",
+        leasehold_core::clock::wall_unix_ms(),
+        backup.unix_ms,
+        hex(&backup.store_id),
+        backup.max_token,
+    );
+    let (kept, jobs, values) = replace_store(dir, "replaced", &leases, &values, floor, &note)?;
+    Ok(Outcome {
+        jobs,
+        values,
+        highest,
+        floor,
+        proven,
+        kept,
+        lost,
+    })
+}
+
+fn choose_floor(highest: u64, proven: bool, asked: Option<u64>) -> Result<u64> {
+    match asked {
+        Some(f) if f < highest => Err(Error::InvalidArgument {
+            field: "floor".into(),
+            message: format!(
+                "--floor {f} is below the highest token found ({highest}): tokens would repeat"
+            ),
+        }),
+        Some(f) => Ok(f),
+        None if proven => Ok(highest),
+        None => highest.checked_add(MARGIN).ok_or_else(|| {
+            Error::storage(format!(
+                "the highest token found ({highest}) leaves no room for a margin; give --floor"
+            ))
+        }),
+    }
+}
+
+/// Moves every entry of `dir` (but earlier set-aside folders) into a new
+/// folder `<prefix>-<ms>` inside it. `None` when there was nothing.
+fn set_aside(dir: &Path, prefix: &str) -> Result<Option<PathBuf>> {
+    let io = |e: io::Error| Error::storage(format!("cannot set {} aside: {e}", dir.display()));
+    let entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(io)?
+        .into_iter()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            !n.starts_with("damaged-") && !n.starts_with("replaced-") && !n.starts_with(".new-")
+        })
+        .collect();
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    let to = dir.join(format!(
+        "{prefix}-{}",
+        leasehold_core::clock::wall_unix_ms()
+    ));
+    std::fs::create_dir(&to).map_err(io)?;
+    for e in entries {
+        std::fs::rename(e.path(), to.join(e.file_name())).map_err(io)?;
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    Ok(Some(to))
+}
+
+/// Replaces the store in `dir` with a new one: every lease released, the
+/// floor and the note in its checkpoint. The new store is written whole in
+/// a folder inside `dir` first; then the old files are set aside (into
+/// `<aside>-<time>`) and the new ones moved in, the manifest last, so an
+/// interrupted run leaves a data dir that refuses to start rather than a
+/// mix. Returns where the old files went, and the jobs and values written.
+fn replace_store(
+    dir: &Path,
+    aside: &str,
+    leases: &BTreeMap<Vec<u8>, Vec<u8>>,
+    values: &BTreeMap<Vec<u8>, Vec<u8>>,
+    floor: u64,
+    note: &str,
+) -> Result<(Option<PathBuf>, usize, usize)> {
+    let io = |e: io::Error| {
+        Error::storage(format!(
+            "cannot replace the store in {}: {e}",
+            dir.display()
+        ))
+    };
+    let new = dir.join(format!(".new-{}", leasehold_core::clock::wall_unix_ms()));
+    let (jobs, vals) = write_store(&new, leases, values, floor, note)?;
+    let kept = set_aside(dir, aside)?;
+    let mut entries: Vec<_> = std::fs::read_dir(&new)
+        .map_err(io)?
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(io)?;
+    entries.sort_by_key(|e| e.file_name() == manifest::FILE);
+    for e in entries {
+        std::fs::rename(e.path(), dir.join(e.file_name())).map_err(io)?;
+    }
+    std::fs::remove_dir(&new).map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    Ok((kept, jobs, vals))
+}
+
+/// Writes a new store in the empty `dir`: every lease released, the floor
+/// and the note in its checkpoint. Returns the jobs and values written.
+fn write_store(
+    dir: &Path,
+    leases: &BTreeMap<Vec<u8>, Vec<u8>>,
+    values: &BTreeMap<Vec<u8>, Vec<u8>>,
+    floor: u64,
+    note: &str,
+) -> Result<(usize, usize)> {
+    let store = SledStore::open(dir)?;
+    store.set_floor(floor, note)?;
+    store.checkpoint()?;
+    let mut n = 0;
+    for (k, v) in leases {
+        let mut l = decode_lease(v)?;
+        l.holder = None;
+        store.put_raw(Kind::Lease, k.clone(), encode_lease(&l))?;
+        n += 1;
+        if n % 10_000 == 0 {
+            store.sync()?;
+            store.checkpoint()?;
+        }
+    }
+    for (k, v) in values {
+        store.put_raw(Kind::Value, k.clone(), v.clone())?;
+        n += 1;
+        if n % 10_000 == 0 {
+            store.sync()?;
+            store.checkpoint()?;
+        }
+    }
+    store.sync()?;
+    store.checkpoint()?;
+    Ok((leases.len(), values.len()))
+}
+
+/// A backup, read and verified.
+pub struct Backup {
+    /// The data dir it was taken of.
+    pub store_id: StoreId,
+    /// The highest token issued on it when the backup was taken.
+    pub max_token: u64,
+    /// Its floor then.
+    pub floor: u64,
+    /// When, in ms since the Unix epoch.
+    pub unix_ms: u64,
+    /// Every record.
+    pub records: Vec<Record>,
+}
+
+/// Writes a backup of `records` (with the checkpoint `c` they belong to)
+/// to `out`, in the self-checking format [`read_backup`] reads.
+pub fn write_backup(
+    c: &Checkpoint,
+    records: impl Iterator<Item = Result<Record>>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut w = Summed::new(out);
+    let io = |e: io::Error| Error::storage(format!("backup: {e}"));
+    let mut head = BACKUP_MAGIC.to_vec();
+    head.push(BACKUP_VERSION);
+    head.extend_from_slice(&c.store_id);
+    for n in [c.max_token, c.floor, leasehold_core::clock::wall_unix_ms()] {
+        head.extend_from_slice(&n.to_le_bytes());
+    }
+    w.write_all(&head).map_err(io)?;
+    let (mut count, mut digest) = (0u64, 0u64);
+    for r in records {
+        let r = r?;
+        let tree = r.kind as u8;
+        digest = digest.wrapping_add(record_hash(tree, &r.key, &r.value));
+        count += 1;
+        let mut b = Vec::with_capacity(9 + r.key.len() + r.value.len());
+        b.push(tree);
+        b.extend_from_slice(&(r.key.len() as u32).to_le_bytes());
+        b.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
+        b.extend_from_slice(&r.key);
+        b.extend_from_slice(&r.value);
+        w.write_all(&b).map_err(io)?;
+    }
+    let mut t = vec![TRAILER];
+    t.extend_from_slice(&count.to_le_bytes());
+    t.extend_from_slice(&digest.to_le_bytes());
+    w.write_all(&t).map_err(io)?;
+    let sum = w.sum.clone().finalize();
+    w.inner.write_all(&sum.to_le_bytes()).map_err(io)?;
+    Ok(())
+}
+
+/// Reads and verifies a backup file: a truncated, damaged or foreign file
+/// is refused, naming what is wrong.
+pub fn read_backup(file: &Path) -> Result<Backup> {
+    let bad = |why: &str| Error::storage(format!("backup {}: {why}", file.display()));
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| Error::storage(format!("cannot read backup {}: {e}", file.display())))?;
+    let head = 8 + 1 + 16 + 24;
+    if bytes.len() < head + 17 + 4 || &bytes[..8] != BACKUP_MAGIC {
+        return Err(bad("not a leasehold backup, or truncated"));
+    }
+    if bytes[8] != BACKUP_VERSION {
+        return Err(bad(&format!("format version {} is not known", bytes[8])));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 4);
+    if crc32fast::hash(body).to_le_bytes() != sum {
+        return Err(bad("fails its checksum: truncated or damaged"));
+    }
+    let n = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+    let mut b = Backup {
+        store_id: body[9..25].try_into().expect("16 bytes"),
+        max_token: n(25),
+        floor: n(33),
+        unix_ms: n(41),
+        records: Vec::new(),
+    };
+    let mut at = head;
+    let (mut count, mut digest) = (0u64, 0u64);
+    loop {
+        let kind = *body
+            .get(at)
+            .ok_or_else(|| bad("ends without its trailer"))?;
+        if kind == TRAILER {
+            if body.len() != at + 17 || (n(at + 1), n(at + 9)) != (count, digest) {
+                return Err(bad("its trailer does not match its records"));
+            }
+            return Ok(b);
+        }
+        let kind = match kind {
+            1 => Kind::Lease,
+            2 => Kind::Value,
+            _ => return Err(bad("a record of unknown kind")),
+        };
+        let len = |a: usize| {
+            body.get(a..a + 4)
+                .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")) as usize)
+        };
+        let (k, v) = (len(at + 1), len(at + 5));
+        let (Some(k), Some(v)) = (k, v) else {
+            return Err(bad("a record is cut short"));
+        };
+        let start = at + 9;
+        let (Some(key), Some(value)) = (
+            body.get(start..start + k),
+            body.get(start + k..start + k + v),
+        ) else {
+            return Err(bad("a record is cut short"));
+        };
+        digest = digest.wrapping_add(record_hash(kind as u8, key, value));
+        count += 1;
+        b.records.push(Record {
+            kind,
+            key: key.to_vec(),
+            value: value.to_vec(),
+        });
+        at = start + k + v;
+    }
+}
+
+/// A writer that keeps a CRC of what went through it.
+struct Summed<'a, W: Write + ?Sized> {
+    inner: &'a mut W,
+    sum: crc32fast::Hasher,
+}
+
+impl<'a, W: Write + ?Sized> Summed<'a, W> {
+    fn new(inner: &'a mut W) -> Self {
+        Summed {
+            inner,
+            sum: crc32fast::Hasher::new(),
+        }
+    }
+}
+
+impl<W: Write + ?Sized> Write for Summed<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sum.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A temporary folder, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Scratch> {
+        let p = std::env::temp_dir().join(format!(
+            "leasehold-check-{}-{}",
+            std::process::id(),
+            leasehold_core::clock::wall_unix_ms()
+        ));
+        std::fs::create_dir_all(&p)
+            .map_err(|e| Error::storage(format!("cannot create {}: {e}", p.display())))?;
+        Ok(Scratch(p))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = to.join(e.file_name());
+        if e.file_type()?.is_dir() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("damaged-") || n.starts_with("replaced-") {
+                continue;
+            }
+            std::fs::create_dir_all(&t)?;
+            copy_dir(&e.path(), &t)?;
+        } else {
+            std::fs::copy(e.path(), &t)?;
+        }
+    }
+    Ok(())
+}

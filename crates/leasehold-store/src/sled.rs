@@ -1,0 +1,1327 @@
+//! The embedded store: leasehold's write-ahead log in front of sled. The
+//! only module that names sled.
+//!
+//! Two sled trees: `leases` (job -> lease record) and `values` ((job, key)
+//! -> value record).
+//!
+//! # The path of a put
+//!
+//! 1. `put_*` appends the record to a pending list and, for values, to an
+//!    in-memory overlay that gets read before sled, so the put is visible
+//!    at once.
+//! 2. [`Store::sync`] (the flusher thread, once per group commit) writes
+//!    every pending record to the [`wal`] with one `pwrite` and
+//!    one `fdatasync`. That is the durability point.
+//!    The logged records wait in memory, the newest per key: a key written
+//!    a thousand times between checkpoints costs sled one insert.
+//! 3. A checkpoint, when the log is half full (checked by
+//!    [`Store::settle`], on the same thread, after the waiters were
+//!    released), at a clean shutdown and at every start-up, applies the
+//!    logged records to sled's trees, drops them from the overlay, flushes
+//!    sled (its `flush` and an `fdatasync` of its log: sled 0.34's flush
+//!    ends in `sync_file_range`, which reaches neither the file's metadata
+//!    nor the drive's cache, sled issue #1452) and then empties the log.
+//!
+//!    The records go to sled in one transaction with sled's *checkpoint
+//!    record* (generation, record counts, digest, highest token, floor),
+//!    and after the log's reset the same figures go to the manifest
+//!    ([`manifest`]).
+//!
+//! # Start-up
+//!
+//! The store (through [`inspect`], the same code) reads everything before the server listens: the
+//! manifest, the log (whose header names the data dir and generation),
+//! and every record in sled, counted and hashed against sled's checkpoint
+//! record. Any disagreement is damage, and the store refuses to open,
+//! naming each file: a damaged store could issue a token again. A data
+//! dir made before the manifest existed is upgraded at its first start.
+//!
+//! **sled never holds a record that the log has not made durable**: records
+//! reach sled only after their `fdatasync`. Whatever sled writes on its own
+//! is therefore a prefix of the durable records, and replaying the log over
+//! it at start-up yields exactly the durable state, never a mix.
+//!
+//! Pages too large for sled's log go to files under `blobs/`, which sled
+//! never syncs; the segment size below keeps default-sized values out of
+//! blobs, and a checkpoint fsyncs any blob files that exist anyway.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+use crate::manifest::{self, record_hash, Checkpoint};
+use crate::wal::{self, Kind, Record, Wal};
+use crate::{
+    decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord,
+};
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{JobName, LeaseRecord, Token};
+
+/// The write-ahead log's file in the data dir.
+const WAL_FILE: &str = "wal";
+/// The write-ahead log's size when it is created: a checkpoint runs when it
+/// is half full. Smaller on a small file system (an eighth of the free
+/// space), so that the log never takes the room that sled needs.
+const WAL_SIZE: u64 = 8 * 1024 * 1024;
+const WAL_MIN: u64 = 64 * 1024;
+
+/// sled's segment size. A page larger than a quarter of it goes to a blob
+/// file, so 2 MiB keeps pages up to 512 KiB in the log. It is stored in the
+/// data dir and must not change between runs.
+const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
+
+/// The free space a put needs beyond its own size. sled may start a new
+/// segment at any write, and a write that fails inside sled stops the whole
+/// store until it is reopened (which itself needs space); refusing the put
+/// up front keeps the store, and reads, working on a full disk.
+const RESERVE: u64 = 2 * SEGMENT_SIZE as u64;
+
+/// Free space above which a `statvfs` result is reused for up to
+/// [`SPACE_FRESH`]: filling that much within that time would take a writer
+/// of several GB/s. Nearer to full, every put asks the file system again.
+const SPACE_TRUSTED: u64 = 256 * 1024 * 1024;
+const SPACE_FRESH: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The embedded store.
+pub struct SledStore {
+    dir: PathBuf,
+    /// `None` while a reopen after a failure has not succeeded yet.
+    open: RwLock<Option<Open>>,
+    /// The first failure since the store was (re)opened. Once set, every
+    /// put and sync fails until [`Store::reopen`]: sled itself stops
+    /// writing after an I/O error, and a later flush that returned `Ok`
+    /// would not mean that the earlier puts reached the disk.
+    failed: Mutex<Option<String>>,
+    syncs: AtomicU64,
+    /// Puts not yet in the log, and the values not yet in sled.
+    pending: Mutex<Pending>,
+    /// The last `statvfs` of the data dir: when, and the free bytes.
+    space: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// One put on its way: logged by `sync`, applied to sled by a checkpoint.
+struct Put {
+    seq: u64,
+    record: Record,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Puts since the last `sync`, in order.
+    puts: Vec<Put>,
+    /// The newest put of every value key that is not in sled yet (logged or
+    /// not), read before sled.
+    overlay: BTreeMap<Vec<u8>, (u64, Vec<u8>)>,
+    next_seq: u64,
+}
+
+impl Pending {
+    /// Forgets overlay entries that sled now holds: those of puts up to
+    /// `seq` that no later put replaced.
+    fn trim(&mut self, seq: u64) {
+        self.overlay.retain(|_, (s, _)| *s > seq);
+    }
+}
+
+struct Open {
+    dir: PathBuf,
+    db: sled::Db,
+    leases: sled::Tree,
+    values: sled::Tree,
+    /// sled's own log file, opened a second time for the `fdatasync` of a
+    /// checkpoint.
+    log: File,
+    blobs: PathBuf,
+    wal: Mutex<Wal>,
+    /// Logged puts that no checkpoint has applied to sled yet.
+    logged: Mutex<Logged>,
+    /// What the last checkpoint made durable (sled's record of it).
+    ckpt: Mutex<Checkpoint>,
+    /// Held for writing by a checkpoint, for reading by a backup: sled
+    /// changes only at checkpoints, so a backup that holds it reads one
+    /// checkpoint's state.
+    gate: RwLock<()>,
+}
+
+/// The logged puts not in sled yet: the newest per key, so that a key
+/// written many times between checkpoints is applied once.
+#[derive(Default)]
+struct Logged {
+    leases: BTreeMap<Vec<u8>, Vec<u8>>,
+    values: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// The sequence number of the last put logged.
+    upto: u64,
+}
+
+impl Logged {
+    fn add(&mut self, puts: Vec<Put>) {
+        for p in puts {
+            self.upto = self.upto.max(p.seq);
+            let map = match p.record.kind {
+                Kind::Lease => &mut self.leases,
+                Kind::Value => &mut self.values,
+            };
+            map.insert(p.record.key, p.record.value);
+        }
+    }
+
+    /// Adds records replayed from the log, in order.
+    fn add_records(&mut self, records: Vec<Record>) {
+        self.add(
+            records
+                .into_iter()
+                .map(|record| Put { seq: 0, record })
+                .collect(),
+        );
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `dir`.
+    ///
+    /// Fails, rather than starting empty, when the directory cannot be
+    /// created or read, or is in use by another process: an empty store
+    /// would reset every token.
+    pub fn open(dir: &Path) -> Result<SledStore> {
+        let open = Open::checked(dir)?;
+        Ok(SledStore {
+            dir: dir.to_owned(),
+            open: RwLock::new(Some(open)),
+            failed: Mutex::new(None),
+            syncs: AtomicU64::new(0),
+            pending: Mutex::new(Pending::default()),
+            space: Mutex::new(None),
+        })
+    }
+
+    /// Raises the token floor to at least `floor` and records how the data
+    /// dir was recovered; durable at the next checkpoint.
+    pub fn set_floor(&self, floor: u64, note: &str) -> Result<()> {
+        self.with(|o| {
+            let mut c = o.ckpt.lock().expect("checkpoint lock");
+            c.floor = c.floor.max(floor);
+            c.max_token = c.max_token.max(c.floor);
+            c.recovered = Some(note.to_owned());
+            Ok(())
+        })
+    }
+
+    /// Stages a record as the log stores it (for restoring a backup).
+    pub fn put_raw(&self, kind: Kind, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+        self.stage(kind, key, value)
+    }
+
+    /// What the last checkpoint made durable.
+    pub fn last_checkpoint(&self) -> Result<Checkpoint> {
+        self.with(|o| Ok(o.ckpt.lock().expect("checkpoint lock").clone()))
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().expect("pending lock")
+    }
+
+    /// Queues a put for the next `sync`.
+    fn stage(&self, kind: Kind, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
+        self.write(|_| {
+            let mut p = self.pending();
+            p.next_seq += 1;
+            let seq = p.next_seq;
+            if kind == Kind::Value {
+                p.overlay.insert(key.clone(), (seq, value.clone()));
+            }
+            p.puts.push(Put {
+                seq,
+                record: Record { kind, key, value },
+            });
+            Ok(())
+        })
+    }
+
+    /// How many durability barriers ran, for tests and metrics.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
+        let guard = self.open.read().expect("store lock");
+        let open = guard
+            .as_ref()
+            .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
+        f(open)
+    }
+
+    /// Runs a write, failing fast once the store has failed, and marking it
+    /// failed on error.
+    fn write<T>(&self, f: impl FnOnce(&Open) -> Result<T>) -> Result<T> {
+        if let Some(e) = self.failed.lock().expect("failed lock").as_ref() {
+            return Err(Error::storage(format!("{e} (the store is being reopened)")));
+        }
+        let r = self.with(f);
+        if let Err(e) = &r {
+            self.failed
+                .lock()
+                .expect("failed lock")
+                .get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    /// Refuses a put of about `bytes` when the data dir's file system is
+    /// too full for it, before sled sees it.
+    fn ensure_space(&self, bytes: usize) -> Result<()> {
+        let free = self.free().map_err(|e| {
+            Error::storage(format!("cannot stat data dir {}: {e}", self.dir.display()))
+        })?;
+        let needed = RESERVE + bytes as u64;
+        if free < needed {
+            return Err(Error::NoSpace { free, needed });
+        }
+        Ok(())
+    }
+
+    /// Applies the logged puts to sled, forgets them in the overlay, and
+    /// checkpoints.
+    fn checkpoint_open(&self, o: &Open, wal: &mut Wal) -> Result<()> {
+        let upto = o.checkpoint(wal)?;
+        self.pending().trim(upto);
+        Ok(())
+    }
+
+    /// The free bytes of the data dir's file system: asked anew unless the
+    /// last answer is recent and far from full (see [`SPACE_TRUSTED`]).
+    fn free(&self) -> std::io::Result<u64> {
+        let now = leasehold_core::clock::now();
+        let mut last = self.space.lock().expect("space lock");
+        if let Some((at, free)) = *last {
+            if free > SPACE_TRUSTED && now.saturating_duration_since(at) < SPACE_FRESH {
+                return Ok(free);
+            }
+        }
+        let free = free_bytes(&self.dir)?;
+        *last = Some((now, free));
+        Ok(free)
+    }
+
+    fn failure(&self, default: &str) -> String {
+        self.failed
+            .lock()
+            .expect("failed lock")
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    }
+}
+
+/// A file beside sled's own, written once the store holds leasehold's
+/// marker record; data dirs made before the manifest existed are
+/// recognised by it.
+const MARKER_FILE: &str = "leasehold.store";
+/// The marker record, in sled's default tree.
+const MARKER_KEY: &[u8] = b"leasehold/format";
+const MARKER_VALUE: &[u8] = b"1";
+/// The checkpoint record, in sled's default tree, written in the same
+/// transaction as each checkpoint's data.
+const CHECKPOINT_KEY: &[u8] = b"leasehold/checkpoint";
+/// Trees, as numbered in record digests.
+const TREE_LEASES: u8 = 1;
+const TREE_VALUES: u8 = 2;
+
+/// One thing wrong with a data dir: the file, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file or files, relative to the data dir.
+    pub file: String,
+    /// What is wrong with it.
+    pub what: String,
+}
+
+impl Problem {
+    fn new(file: &str, what: impl Into<String>) -> Problem {
+        Problem {
+            file: file.to_owned(),
+            what: what.into(),
+        }
+    }
+}
+
+/// What reading a whole data dir found (see [`inspect`]).
+#[derive(Debug, Default)]
+pub struct Inspection {
+    /// The manifest, if it checks out.
+    pub manifest: Option<Checkpoint>,
+    /// sled's checkpoint record, if there is one.
+    pub sled: Option<Checkpoint>,
+    /// What sled holds, counted and hashed record by record.
+    pub found: Checkpoint,
+    /// The log's generation, if it could be read.
+    pub wal_generation: Option<u64>,
+    /// Records in the log that a start would replay.
+    pub wal_records: usize,
+    /// Bytes of a torn last batch in the log (an unacknowledged write cut
+    /// by a crash).
+    pub wal_torn: u64,
+    /// The highest token any record holds (sled and log together).
+    pub max_token: u64,
+    /// Every problem found; empty for a healthy data dir.
+    pub problems: Vec<Problem>,
+    /// A data dir of the format before the manifest: upgraded at start.
+    pub legacy: bool,
+    /// A data dir with nothing in it yet.
+    pub fresh: bool,
+}
+
+/// The advice every refusal ends with.
+pub fn damage_advice(dir: &Path) -> String {
+    format!(
+        "leasehold wrote nothing to the data dir. `leasehold check --data-dir {d}` reports \
+         everything it finds. To go on: restore a backup (`leasehold restore --data-dir {d} \
+         FILE`), or keep what is readable with `leasehold recover --data-dir {d}`; both raise the \
+         token floor so that no token is ever issued twice",
+        d = dir.display()
+    )
+}
+
+impl Open {
+    /// Opens the store in `dir`: checks everything (see [`inspect`]),
+    /// refusing a damaged data dir, then replays the log and checkpoints
+    /// (a new generation).
+    fn checked(dir: &Path) -> Result<Open> {
+        let (open, records, ins) = Open::inspected(dir, false)?;
+        if !ins.problems.is_empty() {
+            let list: String = ins
+                .problems
+                .iter()
+                .map(|p| format!("\n  - {}/{}: {}", dir.display(), p.file, p.what))
+                .collect();
+            return Err(Error::storage(format!(
+                "data dir {} is damaged; refusing to start, because a damaged store could issue \
+                 a token again or lose acknowledged writes:{list}\n{}",
+                dir.display(),
+                damage_advice(dir)
+            )));
+        }
+        let open = open.expect("a healthy inspection opens the store");
+        let replayed = records.len();
+        open.logged
+            .lock()
+            .expect("logged lock")
+            .add_records(records);
+        open.checkpoint(&mut open.wal.lock().expect("wal lock"))?;
+        if replayed > 0 {
+            tracing::info!(records = replayed, "replayed the write-ahead log");
+        }
+        if ins.legacy {
+            tracing::info!(dir = %dir.display(), "data dir upgraded: it now has a manifest");
+        }
+        if let Some(r) = &open.ckpt.lock().expect("checkpoint lock").recovered {
+            tracing::warn!(dir = %dir.display(), "this data dir was {r}");
+        }
+        Ok(open)
+    }
+
+    /// Reads and checks everything in `dir`. Returns the open store and the
+    /// records to replay when the data dir is healthy (or new: then it is
+    /// created); the problems otherwise. Writes nothing of leasehold's into
+    /// a data dir that has problems. Unless `thorough`, it stops at the
+    /// first file with a problem, before opening sled (whose own recovery
+    /// may rewrite its snapshot file).
+    fn inspected(dir: &Path, thorough: bool) -> Result<(Option<Open>, Vec<Record>, Inspection)> {
+        let mut ins = Inspection::default();
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
+        })?;
+        let manifest = match manifest::read(dir) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(Error::storage(format!(
+                    "cannot read {}: {e}",
+                    dir.join(manifest::FILE).display()
+                )))
+            }
+        };
+        let had_marker = dir.join(MARKER_FILE).exists();
+        let wal_path = dir.join(WAL_FILE);
+        let had_wal = wal_path.exists();
+        match &manifest {
+            manifest::Found::Ok(c) => ins.manifest = Some(c.clone()),
+            manifest::Found::Damaged(why) => {
+                ins.problems.push(Problem::new(manifest::FILE, why.clone()))
+            }
+            manifest::Found::Missing => {}
+        }
+        // The log, before sled is opened.
+        let guess = ins.manifest.as_ref().map_or([0; 16], |m| m.store_id);
+        let mut wal = None;
+        let mut records = Vec::new();
+        let mut wal_v1 = false;
+        if had_wal {
+            match Wal::open(&wal_path, guess) {
+                Ok((w, replay)) => {
+                    ins.wal_generation = Some(replay.generation);
+                    ins.wal_records = replay.records.len();
+                    ins.wal_torn = replay.torn;
+                    wal_v1 = replay.store_id.is_none();
+                    if let (Some(id), Some(m)) = (replay.store_id, &ins.manifest) {
+                        if id != m.store_id {
+                            ins.problems.push(Problem::new(
+                                WAL_FILE,
+                                "its header names another data dir than the manifest: a log \
+                                 copied from elsewhere",
+                            ));
+                        }
+                    }
+                    records = replay.records;
+                    wal = Some(w);
+                }
+                Err(wal::OpenError::Damaged(why)) => ins.problems.push(Problem::new(WAL_FILE, why)),
+                Err(wal::OpenError::Io(e)) => {
+                    return Err(Error::storage(format!(
+                        "cannot read {}: {e}",
+                        wal_path.display()
+                    )))
+                }
+            }
+        }
+        for r in &records {
+            if r.kind == Kind::Lease {
+                if let Ok(l) = decode_lease(&r.value) {
+                    ins.max_token = ins.max_token.max(l.token.0);
+                }
+            }
+        }
+        // sled makes a missing file anew, empty: in a data dir that has
+        // been used, that is damage, to be named before sled opens.
+        if !matches!(manifest, manifest::Found::Missing) {
+            for f in ["db", "conf"] {
+                if !dir.join(f).exists() {
+                    ins.problems.push(Problem::new(
+                        f,
+                        "missing: one of sled's files, which hold the checkpointed state",
+                    ));
+                }
+            }
+        }
+        if !thorough && !ins.problems.is_empty() {
+            return Ok((None, records, ins));
+        }
+        // sled, and everything in it.
+        let had_db = std::fs::metadata(dir.join("db")).is_ok_and(|m| m.len() > 0);
+        let (db, leases, values, log) = open_sled(dir)?;
+        let marker = db.get(MARKER_KEY).map_err(Error::storage)?;
+        let has_marker_record = marker.as_deref() == Some(MARKER_VALUE);
+        if let Some(v) = db.get(CHECKPOINT_KEY).map_err(Error::storage)? {
+            match Checkpoint::decode(&v) {
+                Some(c) => ins.sled = Some(c),
+                None => ins.problems.push(Problem::new(
+                    "db",
+                    "sled's checkpoint record does not decode",
+                )),
+            }
+        }
+        let mut found = Checkpoint::default();
+        for (tree, t) in [(TREE_LEASES, &leases), (TREE_VALUES, &values)] {
+            for kv in t.iter() {
+                let (k, v) = match kv {
+                    Ok(kv) => kv,
+                    Err(e) => {
+                        ins.problems.push(Problem::new(
+                            "db",
+                            format!("sled cannot read every record: {e}"),
+                        ));
+                        break;
+                    }
+                };
+                found.digest = found.digest.wrapping_add(record_hash(tree, &k, &v));
+                if tree == TREE_LEASES {
+                    found.leases += 1;
+                    match decode_lease(&v) {
+                        Ok(l) => found.max_token = found.max_token.max(l.token.0),
+                        Err(e) => ins.problems.push(Problem::new("db", e.to_string())),
+                    }
+                } else {
+                    found.values += 1;
+                    if let Err(e) = decode_value(&v) {
+                        ins.problems.push(Problem::new("db", e.to_string()));
+                    }
+                }
+            }
+        }
+        ins.max_token = ins.max_token.max(found.max_token);
+        ins.found = found.clone();
+        let empty = found.leases == 0 && found.values == 0 && records.is_empty();
+        // Which kind of data dir is this?
+        match (&manifest, &ins.sled) {
+            (manifest::Found::Missing, None) => {
+                if empty && !had_marker && !has_marker_record {
+                    ins.fresh = true;
+                } else if (had_marker || had_db) && has_marker_record && (wal_v1 || !had_wal) {
+                    ins.legacy = true;
+                } else if had_marker || had_db || had_wal {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        "sled holds no leasehold data although the data dir has been used: its \
+                         files are lost, corrupt, or not a leasehold store",
+                    ));
+                }
+            }
+            (manifest::Found::Missing, Some(s)) => {
+                if empty && s.floor == 0 && s.max_token == 0 {
+                    // A first start that stopped before its manifest was
+                    // written: nothing to lose.
+                    ins.fresh = true;
+                } else {
+                    ins.problems.push(Problem::new(
+                        manifest::FILE,
+                        "missing, although sled holds a checkpoint: deleted or lost",
+                    ));
+                }
+            }
+            (manifest::Found::Ok(_), None) => ins.problems.push(Problem::new(
+                "db",
+                "sled holds no checkpoint record although the manifest names one: sled's files \
+                 are lost, replaced, or corrupt",
+            )),
+            (manifest::Found::Damaged(_), _) | (manifest::Found::Ok(_), Some(_)) => {}
+        }
+        if let Some(s) = &ins.sled {
+            if (s.leases, s.values, s.digest) != (found.leases, found.values, found.digest) {
+                ins.problems.push(Problem::new(
+                    "db",
+                    format!(
+                        "sled holds {} lease and {} value records (digest {:016x}), but its \
+                         checkpoint record says {} and {} (digest {:016x}): records were lost or \
+                         changed (a damaged page or blob)",
+                        found.leases, found.values, found.digest, s.leases, s.values, s.digest
+                    ),
+                ));
+            }
+            ins.max_token = ins.max_token.max(s.max_token);
+            if let Some(m) = &ins.manifest {
+                ins.max_token = ins.max_token.max(m.max_token);
+                if m.store_id != s.store_id {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        "sled's checkpoint record names another data dir than the manifest",
+                    ));
+                } else if s.generation < m.generation {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        format!(
+                            "sled holds checkpoint {} but the manifest names {}: sled's files \
+                             are from an older state",
+                            s.generation, m.generation
+                        ),
+                    ));
+                } else if s.generation > m.generation + 1 {
+                    ins.problems.push(Problem::new(
+                        manifest::FILE,
+                        format!(
+                            "it names checkpoint {} but sled holds {}: an older copy",
+                            m.generation, s.generation
+                        ),
+                    ));
+                }
+            }
+            match (&wal, ins.wal_generation) {
+                (None, _) if had_wal => {}
+                (None, _) => ins.problems.push(Problem::new(
+                    WAL_FILE,
+                    "missing: the write-ahead log holds the latest acknowledged changes",
+                )),
+                (Some(_), Some(w)) if w == s.generation => {}
+                (Some(_), Some(w))
+                    if w + 1 == s.generation
+                        && ins.manifest.as_ref().is_some_and(|m| m.generation == w) =>
+                {
+                    // A crash after sled's part of a checkpoint, before the
+                    // log's reset: its records are in sled already.
+                    records.clear();
+                }
+                (Some(_), Some(w)) => ins.problems.push(Problem::new(
+                    WAL_FILE,
+                    format!(
+                        "it is of generation {w} but sled holds checkpoint {}: a log from another \
+                         state",
+                        s.generation
+                    ),
+                )),
+                (Some(_), None) => {}
+            }
+        }
+        if !ins.problems.is_empty() {
+            return Ok((None, records, ins));
+        }
+        let mut base = match (ins.sled.clone(), ins.fresh || ins.legacy) {
+            (Some(s), false) => s,
+            (s, _) => Checkpoint {
+                store_id: *uuid::Uuid::new_v4().as_bytes(),
+                generation: s.as_ref().map_or(0, |s| s.generation),
+                leases: found.leases,
+                values: found.values,
+                digest: found.digest,
+                max_token: ins.max_token,
+                ..Checkpoint::default()
+            },
+        };
+        base.max_token = base.max_token.max(ins.max_token);
+        if ins.fresh || ins.legacy {
+            db.insert(MARKER_KEY, MARKER_VALUE)
+                .map_err(Error::storage)?;
+        }
+        let wal = match wal {
+            Some(mut w) if !ins.fresh => {
+                if wal_v1 {
+                    w.set_store_id(base.store_id);
+                }
+                w
+            }
+            _ => {
+                if had_wal {
+                    std::fs::remove_file(&wal_path).map_err(|e| {
+                        Error::storage(format!("cannot remove {}: {e}", wal_path.display()))
+                    })?;
+                }
+                let size =
+                    free_bytes(dir).map_or(WAL_SIZE, |free| (free / 8).clamp(WAL_MIN, WAL_SIZE));
+                Wal::create(&wal_path, size & !4095, base.store_id, base.generation).map_err(
+                    |e| Error::storage(format!("cannot create {}: {e}", wal_path.display())),
+                )?
+            }
+        };
+        if ins.fresh {
+            records.clear();
+        }
+        let open = Open {
+            db,
+            leases,
+            values,
+            log,
+            dir: dir.to_owned(),
+            blobs: dir.join("blobs"),
+            wal: Mutex::new(wal),
+            logged: Mutex::new(Logged::default()),
+            ckpt: Mutex::new(base),
+            gate: RwLock::new(()),
+        };
+        if (ins.fresh || ins.legacy) && !had_marker {
+            // The marker file last: a data dir with it has been started.
+            open.checkpoint(&mut open.wal.lock().expect("wal lock"))?;
+            write_marker(dir)?;
+        }
+        Ok((Some(open), records, ins))
+    }
+
+    /// Applies the logged puts to sled in one transaction with the new
+    /// checkpoint record, makes sled durable, starts the log's next
+    /// generation, and writes the manifest, leaving `logged` empty. Returns
+    /// the sequence number the applied puts reach.
+    ///
+    /// The order is what start-up relies on: sled (data and record
+    /// together, atomically) first, because until it is durable the log is
+    /// the only copy; then the log's reset; then the manifest. A crash
+    /// between two steps leaves sled one generation ahead, which
+    /// [`Open::inspected`] accepts.
+    fn checkpoint(&self, wal: &mut Wal) -> Result<u64> {
+        use sled::Transactional as _;
+        let _gate = self.gate.write().expect("gate lock");
+        let l = std::mem::take(&mut *self.logged.lock().expect("logged lock"));
+        let base = self.ckpt.lock().expect("checkpoint lock").clone();
+        let meta: &sled::Tree = &self.db;
+        let next = (&self.leases, &self.values, meta)
+            .transaction(|(lt, vt, mt)| {
+                let mut c = base.clone();
+                c.generation += 1;
+                c.unix_ms = leasehold_core::clock::wall_unix_ms();
+                for (tree, t, map) in [(TREE_LEASES, lt, &l.leases), (TREE_VALUES, vt, &l.values)] {
+                    for (k, v) in map {
+                        match t.insert(k.as_slice(), v.as_slice())? {
+                            Some(old) => {
+                                c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old))
+                            }
+                            None if tree == TREE_LEASES => c.leases += 1,
+                            None => c.values += 1,
+                        }
+                        c.digest = c.digest.wrapping_add(record_hash(tree, k, v));
+                        if tree == TREE_LEASES {
+                            if let Ok(r) = decode_lease(v) {
+                                c.max_token = c.max_token.max(r.token.0);
+                            }
+                        }
+                    }
+                }
+                mt.insert(CHECKPOINT_KEY, c.encode())?;
+                Ok(c)
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| {
+                Error::storage(format!("checkpoint into sled: {e:?}"))
+            })?;
+        // sled's flush writes its log and any blob files; the blobs are
+        // made durable before the log that points to them.
+        self.db.flush().map_err(Error::storage)?;
+        self.sync_blobs().map_err(Error::storage)?;
+        self.log.sync_data().map_err(Error::storage)?;
+        wal.reset(next.generation)
+            .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))?;
+        manifest::write(&self.dir, &next).map_err(|e| {
+            Error::storage(format!(
+                "cannot write {}: {e}",
+                self.dir.join(manifest::FILE).display()
+            ))
+        })?;
+        *self.ckpt.lock().expect("checkpoint lock") = next;
+        Ok(l.upto)
+    }
+
+    fn sync_blobs(&self) -> std::io::Result<()> {
+        let entries = match std::fs::read_dir(&self.blobs) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut any = false;
+        for entry in entries {
+            // sled deletes a blob file once no page refers to it, from its
+            // own threads and at any time: one gone since the listing holds
+            // nothing that needs syncing.
+            match File::open(entry?.path()) {
+                Ok(f) => f.sync_data()?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+            any = true;
+        }
+        if any {
+            File::open(&self.blobs)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens sled in `dir`, with leasehold's settings.
+pub(crate) fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree, File)> {
+    let db = sled::Config::new()
+        .path(dir)
+        .segment_size(SEGMENT_SIZE)
+        // Every change is flushed by a checkpoint; a background flusher
+        // would only add I/O.
+        .flush_every_ms(None)
+        .open()
+        .map_err(|e| match e {
+            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                Error::storage(format!(
+                    "data dir {} is in use by another leasehold process ({io})",
+                    dir.display()
+                ))
+            }
+            e => Error::storage(format!(
+                "cannot open data dir {}: sled cannot read its files (db, conf, snap.*, blobs/): \
+                 {e}\n{}",
+                dir.display(),
+                damage_advice(dir)
+            )),
+        })?;
+    let leases = db.open_tree("leases").map_err(Error::storage)?;
+    let values = db.open_tree("values").map_err(Error::storage)?;
+    let log = File::open(dir.join("db"))
+        .map_err(|e| Error::storage(format!("cannot open {}/db: {e}", dir.display())))?;
+    // Make the files' directory entries durable too.
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::storage(format!("cannot sync data dir {}: {e}", dir.display())))?;
+    Ok((db, leases, values, log))
+}
+
+/// Reads and checks every file of the data dir at `dir`, as a start would,
+/// and reports what it found. The caller must make sure no server uses
+/// `dir`; `leasehold check` runs it on a copy, so that sled's own recovery
+/// cannot change the original.
+pub fn inspect(dir: &Path) -> Result<Inspection> {
+    let (_, _, ins) = Open::inspected(dir, true)?;
+    Ok(ins)
+}
+
+impl Store for SledStore {
+    fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
+        let decode = |k: &[u8], v: &[u8]| {
+            let name = String::from_utf8(k.to_vec())
+                .map_err(|_| Error::storage("corrupt job name in store"))?;
+            Ok((JobName::from_trusted(name), decode_lease(v)?))
+        };
+        self.with(|o| {
+            // Logged lease records are newer than sled's; sled is written
+            // only by checkpoints.
+            let logged = o.logged.lock().expect("logged lock").leases.clone();
+            let mut out = Vec::new();
+            for kv in o.leases.iter() {
+                let (k, v) = kv.map_err(Error::storage)?;
+                if !logged.contains_key(k.as_ref()) {
+                    out.push(decode(&k, &v)?);
+                }
+            }
+            for (k, v) in &logged {
+                out.push(decode(k, v)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn recovered(&self) -> Option<String> {
+        self.with(|o| Ok(o.ckpt.lock().expect("checkpoint lock").recovered.clone()))
+            .unwrap_or(None)
+    }
+
+    fn token_floor(&self) -> Token {
+        self.with(|o| Ok(Token(o.ckpt.lock().expect("checkpoint lock").floor)))
+            .unwrap_or(Token::NONE)
+    }
+
+    fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
+        self.ensure_space(job.as_str().len() + 64)?;
+        self.stage(
+            Kind::Lease,
+            job.as_str().as_bytes().to_vec(),
+            encode_lease(record),
+        )
+    }
+
+    fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        let k = value_key(job, key);
+        if let Some((_, v)) = self.pending().overlay.get(&k) {
+            return decode_value(v).map(Some);
+        }
+        // Not in the overlay: sled has it, because puts leave the overlay
+        // only after they were applied to sled.
+        self.with(|o| match o.values.get(&k).map_err(Error::storage)? {
+            Some(v) => decode_value(&v).map(Some),
+            None => Ok(None),
+        })
+    }
+
+    fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()> {
+        let size = job.as_str().len() + key.len() + record.value.as_ref().map_or(0, Vec::len);
+        self.ensure_space(size + 64)?;
+        self.stage(Kind::Value, value_key(job, key), encode_value(record))
+    }
+
+    fn list_values(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        use std::ops::Bound;
+        let base = value_key(job, b"").len();
+        let scan_prefix = value_key(job, prefix);
+        let start = match after.map(|a| value_key(job, a)) {
+            Some(a) if a >= scan_prefix => Bound::Excluded(a),
+            _ => Bound::Included(scan_prefix.clone()),
+        };
+        // The overlay first, then sled: an entry that leaves the overlay in
+        // between was applied to sled before it left.
+        let overlay: Vec<(Vec<u8>, Vec<u8>)> = self
+            .pending()
+            .overlay
+            .range((start.clone(), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&scan_prefix))
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect();
+        let mut overlay = overlay.into_iter().peekable();
+        let guard = self.open.read().expect("store lock");
+        let o = guard
+            .as_ref()
+            .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
+        let mut sled = o
+            .values
+            .range((start, Bound::Unbounded))
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v)).map_err(Error::storage))
+            .take_while(|kv| {
+                kv.as_ref()
+                    .map_or(true, |(k, _)| k.starts_with(&scan_prefix))
+            })
+            .peekable();
+        let mut out = Vec::new();
+        while out.len() < limit {
+            // Merge the two key-ordered runs; the overlay wins a tie.
+            let from_sled = match (overlay.peek(), sled.peek()) {
+                (None, None) => break,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((ko, _)), Some(Ok((ks, _)))) => ks < ko,
+                (_, Some(Err(_))) => true,
+            };
+            let (k, v) = if from_sled {
+                let (k, v) = sled.next().expect("peeked")?;
+                (k, v.to_vec())
+            } else {
+                let (k, v) = overlay.next().expect("peeked");
+                if sled
+                    .peek()
+                    .is_some_and(|kv| kv.as_ref().is_ok_and(|(ks, _)| *ks == k))
+                {
+                    sled.next();
+                }
+                (k, v)
+            };
+            let rec = decode_value(&v)?;
+            if rec.value.is_some() {
+                out.push((k[base..].to_vec(), rec));
+            }
+        }
+        Ok(out)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.write(|o| {
+            let puts = std::mem::take(&mut self.pending().puts);
+            if puts.is_empty() {
+                return Ok(());
+            }
+            let mut wal = o.wal.lock().expect("wal lock");
+            let logged = wal
+                .append(puts.iter().map(|p| &p.record))
+                .map_err(|e| Error::storage(format!("{}: {e}", wal.path().display())))?;
+            let mut done = o.logged.lock().expect("logged lock");
+            done.add(puts);
+            drop(done);
+            if logged {
+                return Ok(());
+            }
+            // Too big for the room left in the log: straight into sled,
+            // after what is logged, in one checkpoint.
+            self.checkpoint_open(o, &mut wal)
+        })?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn settle(&self) -> Result<()> {
+        self.write(|o| {
+            let mut wal = o.wal.lock().expect("wal lock");
+            // Not while a backup reads sled: the log still has room, and
+            // the flusher must not wait for a backup.
+            let backup_running = o.gate.try_write().is_err();
+            if wal.used() * 2 > wal.capacity() && !backup_running {
+                self.checkpoint_open(o, &mut wal)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn settle_due(&self) -> bool {
+        self.with(|o| {
+            let wal = o.wal.lock().expect("wal lock");
+            Ok(wal.used() * 2 > wal.capacity())
+        })
+        .unwrap_or(false)
+    }
+
+    fn checkpoint(&self) -> Result<()> {
+        self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))
+    }
+
+    fn nearly_full(&self) -> bool {
+        self.free().map_or(true, |free| free < 2 * RESERVE)
+    }
+
+    fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))?;
+        self.with(|o| {
+            let _gate = o.gate.read().expect("gate lock");
+            let c = o.ckpt.lock().expect("checkpoint lock").clone();
+            let records = [(Kind::Lease, &o.leases), (Kind::Value, &o.values)]
+                .into_iter()
+                .flat_map(|(kind, t)| {
+                    t.iter().map(move |kv| {
+                        let (k, v) = kv.map_err(Error::storage)?;
+                        Ok(Record {
+                            kind,
+                            key: k.to_vec(),
+                            value: v.to_vec(),
+                        })
+                    })
+                });
+            crate::repair::write_backup(&c, records, out)
+        })
+    }
+
+    fn check_space(&self) -> Result<()> {
+        self.ensure_space(0)
+    }
+
+    fn reopen(&self) -> Result<()> {
+        let mut guard = self.open.write().expect("store lock");
+        // Close first: the data dir's lock must be free to open it again,
+        // and whatever sled still holds in memory must go.
+        drop(guard.take());
+        // Puts that were not logged are lost; the log has the rest.
+        *self.pending() = Pending::default();
+        // sled's own threads may still be finishing the closed instance's
+        // work (a log write, a file truncation), and hold its lock on the
+        // data dir until they are done: wait for them, or the open below
+        // takes our own past for another process.
+        wait_until_unlocked(&self.dir.join("db"), UNLOCK_WAIT)?;
+        *guard = Some(Open::checked(&self.dir)?);
+        *self.failed.lock().expect("failed lock") = None;
+        tracing::info!(dir = %self.dir.display(), "store reopened");
+        Ok(())
+    }
+}
+
+/// Bytes available to this process in the file system holding `dir`.
+fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid NUL-terminated string and `st` a valid,
+    // writable statvfs for the call's duration.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// How long a reopen waits for the instance it closed to let go of the
+/// data dir's lock.
+const UNLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits until nobody holds sled's lock on `db` (an exclusive `flock`), up
+/// to `limit`. Fails only when the file cannot be opened or locked for
+/// another reason; when the lock is still held at the limit, returns and
+/// lets sled's open say so.
+fn wait_until_unlocked(db: &Path, limit: std::time::Duration) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = match File::open(db) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::storage(format!("cannot open {}: {e}", db.display()))),
+    };
+    let started = leasehold_core::clock::now();
+    loop {
+        // SAFETY: flock on a descriptor that `f` keeps open.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // Closing `f` below releases it for sled.
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(Error::storage(format!("cannot lock {}: {e}", db.display())));
+        }
+        let waited = leasehold_core::clock::now().saturating_duration_since(started);
+        if waited >= limit {
+            tracing::warn!(?waited, path = %db.display(), "the data dir is still locked");
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let waited = leasehold_core::clock::now().saturating_duration_since(started);
+    tracing::debug!(?waited, "the closed store let go of the data dir");
+    Ok(())
+}
+
+/// Writes the marker file durably (file, then directory entry).
+fn write_marker(dir: &Path) -> Result<()> {
+    let p = dir.join(MARKER_FILE);
+    let f = File::create(&p)
+        .map_err(|e| Error::storage(format!("cannot write {}: {e}", p.display())))?;
+    f.sync_all()
+        .and_then(|()| File::open(dir)?.sync_all())
+        .map_err(|e| Error::storage(format!("cannot sync {}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_core::lease::{Limits, Token};
+
+    fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
+        ValueRecord {
+            token: Token(token),
+            version,
+            value: v.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    fn keys(s: &SledStore, job: &JobName, after: Option<&[u8]>, limit: usize) -> Vec<String> {
+        s.list_values(job, b"k", after, limit)
+            .unwrap()
+            .into_iter()
+            .map(|(k, r)| {
+                format!(
+                    "{}={}",
+                    String::from_utf8(k).unwrap(),
+                    String::from_utf8(r.value.unwrap()).unwrap()
+                )
+            })
+            .collect()
+    }
+
+    /// Values live in three places on their way (pending, logged but not in
+    /// sled, in sled); gets and lists see the newest, in key order.
+    #[test]
+    fn reads_see_every_put_wherever_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let job = Limits::default().job("j").unwrap();
+        let other = Limits::default().job("j2").unwrap();
+        for k in ["k1", "k3", "k5"] {
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some("sled")))
+                .unwrap();
+        }
+        s.put_value(&other, b"k0", &val(1, 1, Some("other")))
+            .unwrap();
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        s.put_value(&job, b"k2", &val(1, 1, Some("logged")))
+            .unwrap();
+        s.put_value(&job, b"k3", &val(1, 2, Some("logged")))
+            .unwrap();
+        s.sync().unwrap();
+        s.put_value(&job, b"k4", &val(1, 1, Some("pending")))
+            .unwrap();
+        s.put_value(&job, b"k5", &val(1, 2, None)).unwrap();
+        assert_eq!(
+            keys(&s, &job, None, 100),
+            ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+        );
+        assert_eq!(keys(&s, &job, Some(b"k2"), 2), ["k3=logged", "k4=pending"]);
+        assert_eq!(s.get_value(&job, b"k5").unwrap(), Some(val(1, 2, None)));
+        assert_eq!(
+            s.get_value(&job, b"k3").unwrap().unwrap().version,
+            2,
+            "the logged put, not sled's"
+        );
+        s.sync().unwrap();
+        s.settle().unwrap();
+        assert!(
+            !s.pending().overlay.is_empty(),
+            "logged puts wait for a checkpoint"
+        );
+        s.checkpoint().unwrap();
+        assert!(s.pending().overlay.is_empty(), "everything is in sled");
+        assert_eq!(
+            keys(&s, &job, None, 100),
+            ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+        );
+    }
+
+    /// Between checkpoints, a key written many times waits in memory as its
+    /// newest put only; the checkpoint gives sled that one, and a logged
+    /// lease is seen by `leases` before any checkpoint.
+    #[test]
+    fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        for v in 1..=50u64 {
+            s.put_value(&job, b"k", &val(1, v, Some(&format!("v{v}"))))
+                .unwrap();
+            s.sync().unwrap();
+            s.settle().unwrap();
+        }
+        let in_sled = |s: &SledStore| {
+            s.with(|o| Ok(o.values.get(value_key(&job, b"k")).unwrap()))
+                .unwrap()
+                .map(|v| decode_value(&v).unwrap().version)
+        };
+        assert_eq!(in_sled(&s), None, "nothing applied before a checkpoint");
+        assert_eq!(
+            s.with(|o| Ok(o.logged.lock().unwrap().values.len()))
+                .unwrap(),
+            1,
+            "fifty logged puts of one key wait as one"
+        );
+        let lease = LeaseRecord {
+            holder: Some(l.holder("w").unwrap()),
+            token: Token(3),
+            ttl: std::time::Duration::from_secs(9),
+        };
+        s.put_lease(&job, &lease).unwrap();
+        s.sync().unwrap();
+        assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+        s.put_value(&job, b"k", &val(1, 51, Some("pending")))
+            .unwrap();
+        s.checkpoint().unwrap();
+        assert_eq!(
+            in_sled(&s),
+            Some(50),
+            "the newest logged put, not the pending one"
+        );
+        assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 51);
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        assert_eq!(in_sled(&s), Some(51));
+        assert!(s.pending().overlay.is_empty());
+    }
+
+    /// A reopen keeps exactly what was synced: logged puts come back from
+    /// the log, unsynced ones are gone.
+    #[test]
+    fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        let lease = LeaseRecord {
+            holder: Some(l.holder("w").unwrap()),
+            token: Token(7),
+            ttl: std::time::Duration::from_secs(9),
+        };
+        s.put_lease(&job, &lease).unwrap();
+        s.put_value(&job, b"k1", &val(7, 1, Some("synced")))
+            .unwrap();
+        s.sync().unwrap(); // logged; never applied to sled before the reopen
+        s.put_value(&job, b"k2", &val(7, 1, Some("lost"))).unwrap();
+        s.reopen().unwrap();
+        assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+        assert_eq!(
+            s.get_value(&job, b"k1").unwrap(),
+            Some(val(7, 1, Some("synced")))
+        );
+        assert_eq!(s.get_value(&job, b"k2").unwrap(), None);
+        drop(s);
+        // And again from a fresh process's point of view.
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(keys(&s, &job, None, 10), ["k1=synced"]);
+    }
+
+    /// A batch that does not fit in the log goes straight into sled, and a
+    /// log that passes half full is checkpointed: nothing is lost either way.
+    #[test]
+    fn a_full_log_checkpoints_into_sled() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let job = Limits::default().job("j").unwrap();
+        let cap = s.with(|o| Ok(o.wal.lock().unwrap().capacity())).unwrap();
+        let big = "x".repeat(60 * 1024);
+        let mut n = 0u64;
+        while n * 60 * 1024 < cap * 3 {
+            n += 1;
+            let k = format!("k{n:04}");
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+            if n % 5 == 0 {
+                s.sync().unwrap();
+                s.settle().unwrap();
+            }
+        }
+        // Many at once: more than the whole log holds.
+        for i in 0..(cap / (60 * 1024) + 2) {
+            let k = format!("m{i:04}");
+            s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+        }
+        s.sync().unwrap();
+        let used = s.with(|o| Ok(o.wal.lock().unwrap().used())).unwrap();
+        assert!(used * 2 <= cap, "the log was checkpointed: {used} of {cap}");
+        drop(s);
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(
+            s.list_values(&job, b"", None, 10_000).unwrap().len() as u64,
+            n + cap / (60 * 1024) + 2
+        );
+    }
+}

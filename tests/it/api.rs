@@ -1,0 +1,1404 @@
+//! The gRPC API against the real server on 127.0.0.1, one behaviour per
+//! test: races, hand-over, waiting, watching, the fenced store, bad input,
+//! health, reflection and metrics.
+//!
+//! Runs against either backend: `LEASEHOLD_TEST_BACKEND=etcd` runs every
+//! test on an etcd frontend (see `common`), with short TTLs rounded up to
+//! etcd's whole seconds by `common::ttl`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use leasehold::client::{ClientError, EventKind};
+use leasehold::lease::Limits;
+use leasehold::proto;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const TTL: Duration = Duration::from_secs(30);
+const NOW: Duration = Duration::ZERO;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_holders_race_exactly_one_wins_and_the_other_sees_it() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("w{i}@race");
+            (
+                holder.clone(),
+                c.acquire("race", &holder, TTL, NOW).await.unwrap(),
+            )
+        }));
+    }
+    let mut winners = Vec::new();
+    let mut seen = Vec::new();
+    for t in tasks {
+        let (holder, a) = t.await.unwrap();
+        if a.acquired {
+            assert_eq!(a.lease.holder.as_deref(), Some(holder.as_str()));
+            winners.push(holder);
+        } else {
+            seen.push(a.lease);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one holder wins: {winners:?}");
+    assert_eq!(seen.len(), 7);
+    for l in seen {
+        assert_eq!(
+            l.holder.as_deref(),
+            Some(winners[0].as_str()),
+            "losers see the holder"
+        );
+        assert_eq!(l.token, 1, "and its token");
+        assert!(l.remaining.unwrap() <= TTL);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_hands_over_to_a_waiting_acquire_at_once() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let a = c.acquire("handover", "a@1", TTL, NOW).await.unwrap();
+    assert!(a.acquired);
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move {
+        let r = c2
+            .acquire("handover", "b@1", TTL, Duration::from_secs(20))
+            .await
+            .unwrap();
+        (r, Instant::now())
+    });
+    // Let the waiter queue up: it shows in the metrics gauge.
+    let queued = Instant::now();
+    while s.node.snapshot().waiters == 0 {
+        assert!(
+            queued.elapsed() < Duration::from_secs(5),
+            "waiter never queued"
+        );
+        tokio::task::yield_now().await;
+    }
+    let released = Instant::now();
+    c.release("handover", "a@1", 1).await.unwrap();
+    let (r, granted) = waiter.await.unwrap();
+    let handover = granted - released;
+    println!("handover time from Release call to the waiter's grant: {handover:?} (ttl {TTL:?})");
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2);
+    assert_eq!(r.lease.holder.as_deref(), Some("b@1"));
+    // Far below any TTL expiry (30 s) or poll interval could explain.
+    assert!(
+        handover < Duration::from_secs(2),
+        "handover took {handover:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_first_come_first_served() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    assert!(c.acquire("fifo", "h0", TTL, NOW).await.unwrap().acquired);
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        let c2 = c.clone();
+        let holder = format!("h{i}");
+        waiters.push(tokio::spawn(async move {
+            c2.acquire("fifo", &holder, TTL, Duration::from_secs(20))
+                .await
+                .unwrap()
+        }));
+        // Queue them in a known order.
+        let t = Instant::now();
+        while s.node.snapshot().waiters < i {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            tokio::task::yield_now().await;
+        }
+    }
+    // A newcomer that does not wait cannot jump the queue, even once the
+    // lease is free.
+    c.release("fifo", "h0", 1).await.unwrap();
+    let mut token = 1;
+    for (i, w) in waiters.into_iter().enumerate() {
+        let r = w.await.unwrap();
+        token += 1;
+        assert!(r.acquired);
+        assert_eq!(
+            r.lease.holder.as_deref(),
+            Some(format!("h{}", i + 1).as_str())
+        );
+        assert_eq!(r.lease.token, token);
+        let jump = c.acquire("fifo", "jumper", TTL, NOW).await.unwrap();
+        assert!(!jump.acquired);
+        c.release("fifo", &format!("h{}", i + 1), token)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_granted_when_the_lease_expires() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_millis(300));
+    let t0 = Instant::now();
+    assert!(c.acquire("exp", "a", ttl, NOW).await.unwrap().acquired);
+    let r = c
+        .acquire("exp", "b", ttl, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = t0.elapsed();
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2, "granted again after expiry: token + 1");
+    assert!(waited >= ttl, "no takeover before the TTL: {waited:?}");
+    // A waiter that gives up gets the current lease.
+    let r = c
+        .acquire("exp", "c", TTL, Duration::from_millis(150))
+        .await
+        .unwrap();
+    assert!(!r.acquired);
+    assert_eq!(r.lease.holder.as_deref(), Some("b"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_millis(200));
+    let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert_eq!(a.lease.token, 1);
+    let l = c.renew("renew", "a", 1, ttl).await.unwrap();
+    assert_eq!(l.token, 1);
+    let again = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert!(again.acquired);
+    assert_eq!(
+        again.lease.token, 1,
+        "re-acquire by the live holder keeps the token"
+    );
+    match c.renew("renew", "b", 1, ttl).await {
+        Err(ClientError::LeaseLost { current_token, .. }) => assert_eq!(current_token, Some(1)),
+        other => panic!("renew by another holder: {other:?}"),
+    }
+    // Let it expire, then renewing is LEASE_LOST.
+    let mut events = c.watch("renew").await.unwrap();
+    let first = events.message().await.unwrap().unwrap();
+    assert_eq!(first.kind, EventKind::Current as i32);
+    let ev = tokio::time::timeout(
+        Duration::from_secs(5) + common::expiry_slack(),
+        events.message(),
+    )
+    .await
+    .expect("an expiry event")
+    .unwrap()
+    .unwrap();
+    assert_eq!(ev.kind, EventKind::Expired as i32);
+    match c.renew("renew", "a", 1, ttl).await {
+        Err(ClientError::LeaseLost { .. }) => {}
+        other => panic!("renew after expiry: {other:?}"),
+    }
+    let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    assert_eq!(a.lease.token, 2, "granted again after expiry: new token");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_sends_current_then_each_change() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let mut w = c.watch("w").await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Current as i32);
+    assert_eq!(ev.lease.unwrap().token, 0);
+    c.acquire("w", "a", TTL, NOW).await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Acquired as i32);
+    let l = ev.lease.unwrap();
+    assert_eq!((l.holder.as_str(), l.token), ("a", 1));
+    c.renew("w", "a", 1, TTL).await.unwrap(); // no event
+    c.release("w", "a", 1).await.unwrap();
+    let ev = w.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Released as i32, "renewals send nothing");
+    let l = ev.lease.unwrap();
+    assert_eq!((l.holder.as_str(), l.token), ("", 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_leases_pages_in_job_order() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for i in 0..250 {
+        c.acquire(&format!("fleet/{i:03}"), "h", TTL, NOW)
+            .await
+            .unwrap();
+    }
+    c.acquire("other", "h", TTL, NOW).await.unwrap();
+    let all = c.list_leases("fleet/").await.unwrap();
+    assert_eq!(all.len(), 250);
+    assert!(all.windows(2).all(|w| w[0].job < w[1].job));
+    let mut raw = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let p = raw
+        .list_leases(proto::ListLeasesRequest {
+            prefix: "fleet/".into(),
+            page_size: 100,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.leases.len(), 100);
+    assert_eq!(p.leases[99].job, "fleet/099");
+    let p = raw
+        .list_leases(proto::ListLeasesRequest {
+            prefix: "fleet/".into(),
+            page_size: 100,
+            page_token: p.next_page_token,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(p.leases[0].job, "fleet/100", "the next page resumes after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_store_accepts_only_the_live_token() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_millis(300));
+    c.acquire("f", "a", ttl, NOW).await.unwrap();
+    assert_eq!(
+        c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        c.checked_write("f", 1, b"k", b"v2".to_vec()).await.unwrap(),
+        2
+    );
+    // a's lease expires; b takes over but has written nothing yet.
+    let b = c
+        .acquire(
+            "f",
+            "b",
+            ttl,
+            Duration::from_secs(5) + common::expiry_slack(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.lease.token, 2);
+    match c.checked_write("f", 1, b"k", b"stale".to_vec()).await {
+        Err(ClientError::Fenced {
+            message,
+            current_token,
+        }) => {
+            assert_eq!(current_token, Some(2));
+            assert!(
+                message.contains("token 2") || message.contains("at token 2"),
+                "{message}"
+            );
+        }
+        other => panic!("stale write: {other:?}"),
+    }
+    let v = c.read("f", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.token, v.version), (&b"v2"[..], 1, 2));
+    // A token never issued is bad input, not a fence.
+    match c.checked_write("f", 3, b"k", b"x".to_vec()).await {
+        Err(ClientError::InvalidArgument { .. }) => {}
+        other => panic!("unissued token: {other:?}"),
+    }
+    // The new leader writes, deletes, and the key stays fenced.
+    assert_eq!(
+        c.checked_write("f", 2, b"k", b"v3".to_vec()).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        c.checked_write("f", 2, b"k2", b"x".to_vec()).await.unwrap(),
+        1
+    );
+    assert_eq!(c.delete("f", 2, b"k").await.unwrap(), 4);
+    let v = c.read("f", b"k").await.unwrap();
+    assert!(!v.found);
+    assert_eq!((v.token, v.version), (2, 4));
+    let keys = c.list_keys("f", b"").await.unwrap();
+    assert_eq!(
+        keys.iter().map(|k| k.key.as_slice()).collect::<Vec<_>>(),
+        [&b"k2"[..]]
+    );
+    // After b releases, even b's token is fenced: nobody leads.
+    c.release("f", "b", 2).await.unwrap();
+    assert!(matches!(
+        c.checked_write("f", 2, b"k2", b"y".to_vec()).await,
+        Err(ClientError::Fenced { .. })
+    ));
+    let m = leasehold::metrics::render(&s.node, &Default::default());
+    assert!(m.contains("leasehold_fenced_writes_total 2"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_keys_pages_and_stays_within_the_job() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("a", "h", TTL, NOW).await.unwrap();
+    c.acquire("ab", "h", TTL, NOW).await.unwrap();
+    for i in 0..150 {
+        c.checked_write("a", 1, format!("cfg/{i:03}").as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    c.checked_write("a", 1, b"other", vec![]).await.unwrap();
+    c.checked_write("ab", 1, b"cfg/x", vec![]).await.unwrap();
+    let keys = c.list_keys("a", b"cfg/").await.unwrap();
+    assert_eq!(keys.len(), 150);
+    assert_eq!(keys[0].key, b"cfg/000");
+    assert_eq!(c.list_keys("a", b"").await.unwrap().len(), 151);
+    assert_eq!(c.list_keys("ab", b"").await.unwrap().len(), 1);
+}
+
+/// Every bad input gets INVALID_ARGUMENT naming the field and the limit,
+/// and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_names_field_and_limit_and_changes_nothing() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    let before = (
+        c.get_lease("j").await.unwrap(),
+        c.read("j", b"k").await.unwrap(),
+    );
+
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let d = |ms: u64| {
+        Some(prost_types::Duration {
+            seconds: (ms / 1000) as i64,
+            nanos: ((ms % 1000) * 1_000_000) as i32,
+        })
+    };
+    let long = "x".repeat(257);
+    // A TTL the backend accepts, and the shortest it names in errors.
+    let ok = common::ttl(Duration::from_secs(1)).as_millis() as u64;
+    let min_ttl = format!("{:?}", common::min_ttl());
+    let acq = |job: &str, holder: &str, ttl, wait| proto::AcquireRequest {
+        job: job.into(),
+        holder: holder.into(),
+        ttl,
+        wait,
+    };
+    let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: job.into(),
+        token,
+        key,
+        value,
+        delete: false,
+    };
+
+    let cases: Vec<(&str, &str, tonic::Status)> = vec![
+        (
+            "job",
+            "empty",
+            leases.acquire(acq("", "b", d(ok), None)).await.unwrap_err(),
+        ),
+        (
+            "job",
+            "256",
+            leases
+                .acquire(acq(&long, "b", d(ok), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "holder",
+            "empty",
+            leases.acquire(acq("j", "", d(ok), None)).await.unwrap_err(),
+        ),
+        (
+            "holder",
+            "256",
+            leases
+                .acquire(acq("j", &long, d(ok), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            min_ttl.as_str(),
+            leases
+                .acquire(acq("j", "b", d(99), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            "3600s",
+            leases
+                .acquire(acq("j", "b", d(3_600_001), None))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "ttl",
+            "required",
+            leases.acquire(acq("j", "b", None, None)).await.unwrap_err(),
+        ),
+        (
+            "wait",
+            "3600s",
+            leases
+                .acquire(acq("j", "b", d(ok), d(3_600_001)))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "wait",
+            "non-negative",
+            leases
+                .acquire(acq(
+                    "j",
+                    "b",
+                    d(ok),
+                    Some(prost_types::Duration {
+                        seconds: -1,
+                        nanos: 0,
+                    }),
+                ))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            leases
+                .renew(proto::RenewRequest {
+                    job: "j".into(),
+                    holder: "a".into(),
+                    token: 0,
+                    ttl: d(ok),
+                })
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            leases
+                .release(proto::ReleaseRequest {
+                    job: "j".into(),
+                    holder: "a".into(),
+                    token: 0,
+                })
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "key",
+            "empty",
+            store
+                .checked_write(write("j", 1, vec![], b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "key",
+            "1024",
+            store
+                .checked_write(write("j", 1, vec![b'k'; 1025], b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "value",
+            "65536",
+            store
+                .checked_write(write("j", 1, b"k".to_vec(), vec![0; 65537]))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "token",
+            "must not be 0",
+            store
+                .checked_write(write("j", 0, b"k".to_vec(), b"v".to_vec()))
+                .await
+                .unwrap_err(),
+        ),
+        (
+            "page_size",
+            "1000",
+            leases
+                .list_leases(proto::ListLeasesRequest {
+                    prefix: String::new(),
+                    page_size: 1001,
+                    page_token: String::new(),
+                })
+                .await
+                .unwrap_err(),
+        ),
+    ];
+    for (field, limit, status) in cases {
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().contains(field) && status.message().contains(limit),
+            "message names {field:?} and {limit:?}: {:?}",
+            status.message()
+        );
+        let info = status.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "INVALID_ARGUMENT");
+        assert_eq!(info.metadata["field"], field);
+    }
+
+    // A token never issued: INVALID_ARGUMENT with its own reason.
+    let st = store
+        .checked_write(write("j", 9, b"k".to_vec(), b"v".to_vec()))
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::InvalidArgument);
+    assert_eq!(
+        st.get_error_details().error_info().unwrap().reason,
+        "UNKNOWN_TOKEN"
+    );
+
+    let after = (
+        c.get_lease("j").await.unwrap(),
+        c.read("j", b"k").await.unwrap(),
+    );
+    assert_eq!(before.0.holder, after.0.holder);
+    assert_eq!(before.0.token, after.0.token);
+    assert_eq!(before.1, after.1, "the value is untouched");
+    assert_eq!(
+        c.list_leases("").await.unwrap().len(),
+        1,
+        "no job was created"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() {
+    let limits = Limits {
+        max_value_bytes: 16,
+        ..Limits::default()
+    };
+    let s = TestServer::with_limits(limits).await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    match c.checked_write("j", 1, b"k", vec![0; 17]).await {
+        Err(ClientError::InvalidArgument { field, message }) => {
+            assert_eq!(field.as_deref(), Some("value"));
+            assert!(message.contains("16"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Far beyond the message limit: refused before the message is read,
+    // with the same answer, naming the configured limit.
+    let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let st = raw
+        .checked_write(proto::CheckedWriteRequest {
+            job: "j".into(),
+            token: 1,
+            key: b"k".to_vec(),
+            value: vec![0; 1 << 20],
+            delete: false,
+        })
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "value", &["1048576 bytes", "the limit is 16 bytes"]);
+    assert!(!c.read("j", b"k").await.unwrap().found);
+}
+
+/// Asserts that `st` is INVALID_ARGUMENT with reason INVALID_ARGUMENT,
+/// naming `field` in its ErrorInfo and BadRequest, and that its message
+/// says each of `words`.
+fn assert_invalid(st: &tonic::Status, field: &str, words: &[&str]) {
+    assert_eq!(st.code(), Code::InvalidArgument, "{field}: {st:?}");
+    let d = st.get_error_details();
+    let info = d
+        .error_info()
+        .unwrap_or_else(|| panic!("{field}: no ErrorInfo in {st:?}"));
+    assert_eq!(info.reason, "INVALID_ARGUMENT", "{st:?}");
+    assert_eq!(info.domain, "leasehold", "{st:?}");
+    assert_eq!(
+        info.metadata.get("field").map(String::as_str),
+        Some(field),
+        "{st:?}"
+    );
+    assert_eq!(d.bad_request().unwrap().field_violations[0].field, field);
+    for w in words {
+        assert!(st.message().contains(w), "{w:?} in {:?}", st.message());
+    }
+}
+
+/// A field far over its limit gets the answer a field just over it gets,
+/// INVALID_ARGUMENT naming the field and its limit, although the message
+/// is larger than the server decodes: 70 KB, 1 MB and 20 MB values alike.
+/// Nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let write = |key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: "j".into(),
+        token: 1,
+        key,
+        value,
+        delete: false,
+    };
+    for size in [65_537, 70_000, 1 << 20, 20 << 20] {
+        let st = store
+            .checked_write(write(b"k".to_vec(), vec![7; size]))
+            .await
+            .unwrap_err();
+        let is = format!("is {size} bytes");
+        assert_invalid(&st, "value", &[&is, "the limit is 65536 bytes"]);
+    }
+    // The other fields with a limit, far over it.
+    let st = store
+        .checked_write(write(vec![b'k'; 100_000], b"v".to_vec()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "key", &["is 100000 bytes", "the limit is 1024 bytes"]);
+    let acquire = |job: String, holder: String| proto::AcquireRequest {
+        job,
+        holder,
+        ttl: Some(prost_types::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        wait: None,
+    };
+    let st = leases
+        .acquire(acquire("x".repeat(100_000), "b".into()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "job", &["is 100000 bytes", "the limit is 256 bytes"]);
+    let st = leases
+        .acquire(acquire("j2".into(), "h".repeat(1 << 20)))
+        .await
+        .unwrap_err();
+    assert_invalid(
+        &st,
+        "holder",
+        &["is 1048576 bytes", "the limit is 256 bytes"],
+    );
+
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"v"[..], 1));
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job created");
+    assert_eq!(c.list_keys("j", b"").await.unwrap().len(), 1, "no key");
+}
+
+/// A string field that is not UTF-8 does not decode. Every string field of
+/// the unary requests gets INVALID_ARGUMENT naming it, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
+    use common::raw;
+    use prost::Message;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    // Overwritten with bytes that are never UTF-8 before sending.
+    const BAD: &str = "~BAD~";
+    let ttl = Some(prost_types::Duration {
+        seconds: 30,
+        nanos: 0,
+    });
+    let acquire = |job: &str, holder: &str| proto::AcquireRequest {
+        job: job.into(),
+        holder: holder.into(),
+        ttl,
+        wait: None,
+    };
+    let renew = |job: &str, holder: &str| proto::RenewRequest {
+        job: job.into(),
+        holder: holder.into(),
+        token: 1,
+        ttl,
+    };
+    let release = |job: &str, holder: &str| proto::ReleaseRequest {
+        job: job.into(),
+        holder: holder.into(),
+        token: 1,
+    };
+    let cases: Vec<(&'static str, &str, Vec<u8>)> = vec![
+        (
+            "/leasehold.v1.Leases/Acquire",
+            "job",
+            acquire(BAD, "b").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Acquire",
+            "holder",
+            acquire("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Renew",
+            "job",
+            renew(BAD, "a").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Renew",
+            "holder",
+            renew("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Release",
+            "job",
+            release(BAD, "a").encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/Release",
+            "holder",
+            release("j", BAD).encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/GetLease",
+            "job",
+            proto::GetLeaseRequest { job: BAD.into() }.encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/WatchLease",
+            "job",
+            proto::WatchLeaseRequest { job: BAD.into() }.encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/ListLeases",
+            "prefix",
+            proto::ListLeasesRequest {
+                prefix: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.Leases/ListLeases",
+            "page_token",
+            proto::ListLeasesRequest {
+                page_token: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/CheckedWrite",
+            "job",
+            proto::CheckedWriteRequest {
+                job: BAD.into(),
+                token: 1,
+                key: b"k".to_vec(),
+                value: b"x".to_vec(),
+                delete: false,
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/Read",
+            "job",
+            proto::ReadRequest {
+                job: BAD.into(),
+                key: b"k".to_vec(),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "/leasehold.v1.FencedStore/ListKeys",
+            "job",
+            proto::ListKeysRequest {
+                job: BAD.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+    ];
+    for (path, field, msg) in cases {
+        let st = raw::unary(&s.url(), path, raw::not_utf8(msg, BAD))
+            .await
+            .unwrap_err();
+        assert_invalid(&st, field, &[field, "UTF-8"]);
+    }
+
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("a"), 1),
+        "not released"
+    );
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.version), (&b"v"[..], 1));
+    assert_eq!(c.list_leases("").await.unwrap().len(), 1, "no job created");
+}
+
+/// Page tokens page through a listing exactly, on both lists. A page token
+/// this server did not issue for the listing (garbled, truncated, forged,
+/// from the other list, or from another job or prefix) is refused with
+/// INVALID_ARGUMENT naming `page_token`, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_tokens_the_server_did_not_issue_are_refused() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for i in 0..5 {
+        c.acquire(&format!("p/{i}"), "h", TTL, NOW).await.unwrap();
+        c.checked_write("p/0", 1, format!("k/{i}").as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    c.acquire("q", "h", TTL, NOW).await.unwrap();
+    c.checked_write("p/1", 1, b"k/0", vec![1]).await.unwrap();
+    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
+        .await
+        .unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let list_leases = |prefix: &str, page_token: String| proto::ListLeasesRequest {
+        prefix: prefix.into(),
+        page_size: 2,
+        page_token,
+    };
+    let list_keys = |job: &str, prefix: &[u8], page_token: Vec<u8>| proto::ListKeysRequest {
+        job: job.into(),
+        prefix: prefix.to_vec(),
+        page_size: 2,
+        page_token,
+    };
+
+    // Pages of two, token to token.
+    let (mut jobs, mut lease_tokens, mut token) = (Vec::new(), Vec::new(), String::new());
+    loop {
+        let r = leases
+            .list_leases(list_leases("p/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        jobs.extend(r.leases.into_iter().map(|l| l.job));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        lease_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    assert_eq!(jobs, ["p/0", "p/1", "p/2", "p/3", "p/4"]);
+    assert_eq!(lease_tokens.len(), 2);
+    let (mut keys, mut key_tokens, mut token) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let r = store
+            .list_keys(list_keys("p/0", b"k/", token))
+            .await
+            .unwrap()
+            .into_inner();
+        keys.extend(r.keys.into_iter().map(|k| k.key));
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        key_tokens.push(r.next_page_token.clone());
+        token = r.next_page_token;
+    }
+    let want: Vec<Vec<u8>> = (0..5).map(|i| format!("k/{i}").into_bytes()).collect();
+    assert_eq!(keys, want);
+    assert_eq!(key_tokens.len(), 2);
+
+    // One character changed, anywhere, is caught.
+    let flip = |t: &[u8], at: usize| {
+        let mut t = t.to_vec();
+        t[at] = if t[at] == b'A' { b'B' } else { b'A' };
+        t
+    };
+    let lease_token = lease_tokens[0].clone();
+    let key_token = key_tokens[0].clone();
+    let mut bad_lease_tokens = vec![
+        "garbage".to_owned(),
+        "p/1".to_owned(), // a job name, as earlier versions issued
+        lease_token[..lease_token.len() - 1].to_owned(),
+        format!("{lease_token}A"),
+        String::from_utf8(key_token.clone()).unwrap(), // ListKeys'
+    ];
+    for at in 0..lease_token.len() {
+        bad_lease_tokens.push(String::from_utf8(flip(lease_token.as_bytes(), at)).unwrap());
+    }
+    for t in bad_lease_tokens {
+        let st = leases
+            .list_leases(list_leases("p/", t.clone()))
+            .await
+            .expect_err(&t);
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Bound to the listing it came from: another prefix refuses it.
+    let st = leases
+        .list_leases(list_leases("p", lease_token.clone()))
+        .await
+        .unwrap_err();
+    assert_invalid(&st, "page_token", &[]);
+
+    let mut bad_key_tokens = vec![
+        b"garbage".to_vec(),
+        b"k/1".to_vec(), // a key, as earlier versions issued
+        vec![0xFF; 40],
+        key_token[..key_token.len() - 1].to_vec(),
+        lease_token.clone().into_bytes(), // ListLeases'
+    ];
+    for at in 0..key_token.len() {
+        bad_key_tokens.push(flip(&key_token, at));
+    }
+    for t in bad_key_tokens {
+        let st = store
+            .list_keys(list_keys("p/0", b"k/", t.clone()))
+            .await
+            .expect_err(&format!("{t:?}"));
+        assert_invalid(&st, "page_token", &["page_token"]);
+    }
+    // Another job, or another prefix, refuses it.
+    for (job, prefix) in [("p/1", &b"k/"[..]), ("p/0", b"k"), ("p/0", b"")] {
+        let st = store
+            .list_keys(list_keys(job, prefix, key_token.clone()))
+            .await
+            .unwrap_err();
+        assert_invalid(&st, "page_token", &[]);
+    }
+
+    // Nothing changed, and the tokens issued still resume where they did.
+    let r = leases
+        .list_leases(list_leases("p/", lease_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let jobs: Vec<_> = r.leases.iter().map(|l| l.job.as_str()).collect();
+    assert_eq!(jobs, ["p/2", "p/3"]);
+    let r = store
+        .list_keys(list_keys("p/0", b"k/", key_token))
+        .await
+        .unwrap()
+        .into_inner();
+    let keys: Vec<_> = r.keys.iter().map(|k| k.key.as_slice()).collect();
+    assert_eq!(keys, [&b"k/2"[..], b"k/3"]);
+    assert_eq!(c.list_leases("").await.unwrap().len(), 6);
+    assert_eq!(c.list_keys("p/0", b"").await.unwrap().len(), 5);
+}
+
+/// A stream counts in the RPC metrics with the status it ended with, once
+/// it ends: a WriteStream refused for a message too large and a KeepAlive
+/// refused for a message that does not decode count INVALID_ARGUMENT,
+/// after the answers to the messages before; a stream closed by its
+/// client counts OK. Nothing after the refused message was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
+    use common::raw;
+    use prost::Message;
+    use tokio_stream::wrappers::ReceiverStream;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    let limit = leasehold::server::Config::default()
+        .max_message_bytes()
+        .to_string();
+
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
+        .await
+        .unwrap();
+    let write = |key: &str, value: Vec<u8>| proto::CheckedWriteRequest {
+        job: "j".into(),
+        token: 1,
+        key: key.into(),
+        value,
+        delete: false,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut resp = store
+        .write_stream(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    for (id, writes) in [
+        (1, vec![write("before", b"1".to_vec())]),
+        (
+            2,
+            (0..20)
+                .map(|i| write(&format!("big{i}"), vec![0; 60_000]))
+                .collect(),
+        ),
+        (3, vec![write("after", b"3".to_vec())]),
+    ] {
+        tx.send(proto::WriteStreamRequest { id, writes })
+            .await
+            .unwrap();
+    }
+    let r = resp.message().await.unwrap().expect("the answer to id 1");
+    assert_eq!((r.id, r.results[0].version), (1, 1));
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "writes", &["writes", &limit]);
+    assert!(resp.message().await.unwrap().is_none());
+
+    let ttl = |secs| {
+        Some(prost_types::Duration {
+            seconds: secs,
+            nanos: 0,
+        })
+    };
+    let renewal = |holder: &str, secs| proto::KeepAliveRequest {
+        id: secs as u64,
+        renewals: vec![proto::KeepAliveRenewal {
+            job: "j".into(),
+            holder: holder.into(),
+            token: 1,
+            ttl: ttl(secs),
+        }],
+    };
+    let msgs = vec![
+        renewal("a", 20).encode_to_vec(),
+        raw::not_utf8(renewal("~BAD~", 30).encode_to_vec(), "~BAD~"),
+        renewal("a", 40).encode_to_vec(),
+    ];
+    let mut resp = raw::stream(
+        &s.url(),
+        "/leasehold.v1.Leases/KeepAlive",
+        tokio_stream::iter(msgs),
+    )
+    .await
+    .unwrap();
+    let r = proto::KeepAliveResponse::decode(resp.message().await.unwrap().unwrap().as_slice())
+        .unwrap();
+    assert_eq!(r.id, 20);
+    assert_eq!(
+        r.results[0].outcome(),
+        proto::keep_alive_result::Outcome::Renewed
+    );
+    let st = resp.message().await.unwrap_err();
+    assert_invalid(&st, "renewals.holder", &["UTF-8"]);
+
+    // A stream its client closes ends OK.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut resp = store
+        .write_stream(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    tx.send(proto::WriteStreamRequest {
+        id: 1,
+        writes: vec![write("closed", b"1".to_vec())],
+    })
+    .await
+    .unwrap();
+    drop(tx);
+    assert_eq!(resp.message().await.unwrap().unwrap().id, 1);
+    assert!(resp.message().await.unwrap().is_none());
+
+    let m = s.metrics();
+    for line in [
+        "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"INVALID_ARGUMENT\"} 1",
+        "leasehold_rpc_responses_total{method=\"WriteStream\",code=\"OK\"} 1",
+        "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"INVALID_ARGUMENT\"} 1",
+    ] {
+        assert!(m.contains(line), "no {line} in\n{m}");
+    }
+    assert!(
+        !m.contains("leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"OK\"}"),
+        "{m}"
+    );
+
+    // The messages before the refused one were made, nothing after it.
+    let keys: Vec<_> = c
+        .list_keys("j", b"")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| String::from_utf8(k.key).unwrap())
+        .collect();
+    assert_eq!(keys, ["before", "closed"]);
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(l.ttl, Some(Duration::from_secs(20)), "renewed once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer() {
+    let s = TestServer::start().await;
+    let channel = tonic::transport::Endpoint::from_shared(s.url())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for service in ["", "leasehold.v1.Leases", "leasehold.v1.FencedStore"] {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            r.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+        );
+    }
+
+    use tonic_reflection::pb::v1::{
+        server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        ServerReflectionRequest,
+    };
+    let mut refl = ServerReflectionClient::new(channel.clone());
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut resp = refl
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = resp.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+        panic!("unexpected reflection reply {msg:?}");
+    };
+    let names: Vec<_> = list.service.iter().map(|s| s.name.as_str()).collect();
+    for want in [
+        "leasehold.v1.Leases",
+        "leasehold.v1.FencedStore",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+
+    use tonic_reflection::pb::v1alpha::{
+        server_reflection_client::ServerReflectionClient as AlphaClient,
+        server_reflection_request::MessageRequest as AlphaRequest,
+        ServerReflectionRequest as AlphaReq,
+    };
+    let mut alpha = AlphaClient::new(channel);
+    let mut resp = alpha
+        .server_reflection_info(tokio_stream::iter(vec![AlphaReq {
+            host: String::new(),
+            message_request: Some(AlphaRequest::FileContainingSymbol(
+                "leasehold.v1.Leases".into(),
+            )),
+        }]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resp
+        .message()
+        .await
+        .unwrap()
+        .unwrap()
+        .message_response
+        .is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_leadership_per_job() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_millis(200));
+    c.acquire("led", "a", TTL, NOW).await.unwrap();
+    c.acquire("vacant", "a", ttl, NOW).await.unwrap();
+    tokio::time::sleep(ttl + common::expiry_slack() + Duration::from_millis(300)).await;
+    let m = leasehold::metrics::render(&s.node, &Default::default());
+    assert!(m.contains("leasehold_job_leader{job=\"led\"} 1"), "{m}");
+    assert!(m.contains("leasehold_job_leader{job=\"vacant\"} 0"), "{m}");
+    assert!(m.contains("leasehold_job_token{job=\"vacant\"} 1"), "{m}");
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("leasehold_job_leaderless_seconds{job=\"vacant\"}"))
+        .unwrap();
+    let secs: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(secs >= 0.3, "{line}");
+    assert!(m.contains("leasehold_expiries_total 1"), "{m}");
+    assert!(m.contains("leasehold_grants_total 2"), "{m}");
+}
+
+/// One sample of a metric without labels, from the rendered text.
+fn metric(m: &str, name: &str) -> f64 {
+    let line = m
+        .lines()
+        .find(|l| l.split(' ').next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in\n{m}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Group commit shows on /metrics: one sync per write when writes come one
+/// at a time, fewer syncs than writes when they come at once, none for a
+/// fenced write or a read, and a duration histogram that counts every sync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_group_commit_syncs_and_batches() {
+    let s = TestServer::start().await;
+    if common::etcd_mode() {
+        // etcd syncs its own log: the frontend has no group commit.
+        let m = leasehold::metrics::render(&s.node, &Default::default());
+        assert!(!m.contains("leasehold_store_syncs_total"), "{m}");
+        return;
+    }
+    let c = s.client().await;
+    c.acquire("j", "a", TTL, NOW).await.unwrap();
+    let render = || leasehold::metrics::render(&s.node, &Default::default());
+    let counts = |m: &str| {
+        (
+            metric(m, "leasehold_store_syncs_total"),
+            metric(m, "leasehold_store_synced_changes_total"),
+        )
+    };
+    let (syncs0, changes0) = counts(&render());
+    for i in 0..5u8 {
+        c.checked_write("j", 1, b"k", vec![i]).await.unwrap();
+    }
+    let (syncs1, changes1) = counts(&render());
+    assert_eq!((syncs1 - syncs0, changes1 - changes0), (5.0, 5.0));
+
+    // Refused and read-only calls change nothing, so they sync nothing.
+    assert!(c.checked_write("j", 7, b"k", vec![0]).await.is_err());
+    c.read("j", b"k").await.unwrap();
+    c.renew("j", "a", 1, TTL).await.unwrap();
+    assert_eq!(counts(&render()), (syncs1, changes1));
+
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.checked_write("j", 1, format!("k{i}").as_bytes(), vec![1])
+                .await
+                .unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let m = render();
+    let (syncs2, changes2) = counts(&m);
+    assert_eq!(changes2 - changes1, 32.0);
+    assert!(
+        (1.0..=32.0).contains(&(syncs2 - syncs1)),
+        "{} syncs for 32 writes",
+        syncs2 - syncs1
+    );
+    assert_eq!(
+        metric(&m, "leasehold_store_sync_duration_seconds_count"),
+        syncs2
+    );
+    assert!(metric(&m, "leasehold_store_sync_duration_seconds_sum") > 0.0);
+    let buckets: Vec<f64> = m
+        .lines()
+        .filter(|l| l.starts_with("leasehold_store_sync_duration_seconds_bucket"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&syncs2));
+}
+
+/// Renewals and writes count alike whether they come as unary calls or as
+/// entries on a stream; refused ones count only as losses and fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_renewals_and_writes_on_calls_and_streams() {
+    use leasehold::client::{KeepAliveRenewal, RenewOutcome, StreamWrite, WriteOutcome};
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    for job in ["m1", "m2", "m3"] {
+        assert!(c.acquire(job, "a", TTL, NOW).await.unwrap().acquired);
+    }
+    let render = || leasehold::metrics::render(&s.node, &Default::default());
+    let counts = |m: &str| {
+        [
+            "leasehold_renewals_total",
+            "leasehold_renew_losses_total",
+            "leasehold_writes_total",
+            "leasehold_fenced_writes_total",
+        ]
+        .map(|name| metric(m, name))
+    };
+    assert_eq!(counts(&render()), [0.0; 4]);
+
+    c.renew("m1", "a", 1, TTL).await.unwrap();
+    assert!(c.renew("m1", "b", 1, TTL).await.is_err());
+    let mut ka = c.keep_alive().await.unwrap();
+    let out = ka
+        .renew(&[
+            KeepAliveRenewal::new("m1", "a", 1, TTL),
+            KeepAliveRenewal::new("m2", "a", 1, TTL),
+            KeepAliveRenewal::new("m3", "b", 1, TTL),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        out.as_slice(),
+        [
+            RenewOutcome::Renewed(_),
+            RenewOutcome::Renewed(_),
+            RenewOutcome::LeaseLost(_)
+        ]
+    ));
+    assert_eq!(counts(&render()), [3.0, 2.0, 0.0, 0.0]);
+
+    c.checked_write("m1", 1, b"k", b"v".to_vec()).await.unwrap();
+    c.delete("m1", 1, b"k").await.unwrap();
+    c.release("m3", "a", 1).await.unwrap();
+    assert!(matches!(
+        c.checked_write("m3", 1, b"k", b"v".to_vec()).await,
+        Err(ClientError::Fenced { .. })
+    ));
+    let mut ws = c.write_stream().await.unwrap();
+    let out = ws
+        .write(&[
+            StreamWrite::put("m1", 1, b"k", b"w".to_vec()),
+            StreamWrite::put("m2", 1, b"k", b"w".to_vec()),
+            StreamWrite::put("m3", 1, b"k", b"w".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(
+        out.as_slice(),
+        [
+            WriteOutcome::Written { .. },
+            WriteOutcome::Written { .. },
+            WriteOutcome::Fenced { .. }
+        ]
+    ));
+    assert_eq!(counts(&render()), [3.0, 2.0, 4.0, 2.0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_goes_away_leaves_the_queue() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    assert!(c.acquire("gone", "a", TTL, NOW).await.unwrap().acquired);
+    let c2 = c.clone();
+    let waiter = tokio::spawn(async move {
+        c2.acquire("gone", "ghost", TTL, Duration::from_secs(60))
+            .await
+    });
+    let t = Instant::now();
+    while s.node.snapshot().waiters == 0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "waiter never queued");
+        tokio::task::yield_now().await;
+    }
+    // The client gives up: the call is cancelled on the wire.
+    waiter.abort();
+    let t = Instant::now();
+    while s.node.snapshot().waiters != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "a cancelled waiter stayed queued"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // So a release is not handed to the ghost, and a newcomer gets it.
+    c.release("gone", "a", 1).await.unwrap();
+    let l = c.get_lease("gone").await.unwrap();
+    assert_eq!(l.holder, None);
+    let r = c.acquire("gone", "b", TTL, NOW).await.unwrap();
+    assert!(r.acquired);
+    assert_eq!(r.lease.token, 2);
+}

@@ -1,0 +1,654 @@
+//! The etcd backend with real processes: a 3-member etcd cluster on
+//! 127.0.0.1 and several `leasehold serve --store etcd` frontends.
+//!
+//! - one truth across frontends: a client that switches frontends between
+//!   operations keeps every guarantee (tokens, fencing, FIFO waiters,
+//!   watches, expiry on etcd's clock, TTL granularity);
+//! - a frontend SIGKILLed mid-load: clients go on through another, no
+//!   token repeats, nothing acknowledged is lost;
+//! - the etcd leader SIGKILLed mid-load: a stall of a few seconds, then on,
+//!   nothing acknowledged lost, no token issued twice;
+//! - a majority SIGSTOPped: every operation fails with UNAVAILABLE, never
+//!   a wrong answer, and all is as it was once the members resume.
+//!
+//! The `api` tests also run against this backend (LEASEHOLD_TEST_BACKEND
+//! =etcd): this file covers what only several processes can show.
+
+use crate::common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::etcd::{fresh_prefix, frontend, EtcdCluster, MIN_TTL};
+use common::ServerProcess;
+use leasehold::client::{Client, ClientError, EventKind};
+use leasehold::proto;
+use tonic::transport::Endpoint;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const LONG: Duration = Duration::from_secs(30);
+const NOW: Duration = Duration::ZERO;
+
+fn client_of(url: &str, timeout: Duration) -> Client {
+    let ch = Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(timeout)
+        .connect_lazy();
+    Client::from_channel(ch)
+}
+
+/// The frontend's `leasehold_waiting_acquires` gauge.
+async fn waiting(f: &ServerProcess) -> u64 {
+    let body = http_get(f.admin, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix("leasehold_waiting_acquires "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the waiting gauge")
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+async fn wait_until_waiting(f: &ServerProcess, n: u64) {
+    let t = Instant::now();
+    while waiting(f).await < n {
+        assert!(t.elapsed() < Duration::from_secs(10), "waiter never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontends_share_one_truth_and_a_client_may_switch_between_them() {
+    let cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let fs: Vec<ServerProcess> = (0..3)
+        .map(|_| frontend(&cluster.endpoints_arg(), &prefix, &[]))
+        .collect();
+    let c: Vec<Client> = fs.iter().map(|f| client_of(&f.url(), LONG)).collect();
+
+    // A grant through one frontend is what every other one sees.
+    let a = c[0].acquire("j", "a", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    assert_eq!(a.lease.token, 1);
+    let l = c[1].get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+    let busy = c[2].acquire("j", "x", LONG, NOW).await.unwrap();
+    assert!(!busy.acquired);
+    assert_eq!(busy.lease.holder.as_deref(), Some("a"));
+    assert!(busy.lease.remaining.unwrap() <= LONG);
+
+    // Writes, renewals and reads through different frontends.
+    let mut events = c[1].watch("j").await.unwrap();
+    let ev = events.message().await.unwrap().unwrap();
+    assert_eq!(ev.kind, EventKind::Current as i32);
+    assert_eq!(
+        c[2].checked_write("j", 1, b"k", b"v1".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(c[0].renew("j", "a", 1, LONG).await.unwrap().token, 1);
+    let v = c[1].read("j", b"k").await.unwrap();
+    assert_eq!((v.value.as_slice(), v.token, v.version), (&b"v1"[..], 1, 1));
+
+    // Waiters on two frontends are served in the order they queued.
+    let (c1, c2) = (c[1].clone(), c[2].clone());
+    let b = tokio::spawn(async move { c1.acquire("j", "b", LONG, Duration::from_secs(20)).await });
+    wait_until_waiting(&fs[1], 1).await;
+    let cc = tokio::spawn(async move { c2.acquire("j", "c", LONG, Duration::from_secs(20)).await });
+    wait_until_waiting(&fs[2], 1).await;
+    // A newcomer that does not wait cannot jump the line.
+    assert!(!c[0].acquire("j", "d", LONG, NOW).await.unwrap().acquired);
+
+    let released = Instant::now();
+    c[0].release("j", "a", 1).await.unwrap();
+    let got = b.await.unwrap().unwrap();
+    let handover = released.elapsed();
+    assert!(got.acquired);
+    assert_eq!(
+        (got.lease.holder.as_deref(), got.lease.token),
+        (Some("b"), 2)
+    );
+    println!("etcd: hand-over from a Release on one frontend to a waiter on another: {handover:?}");
+    assert!(
+        handover < Duration::from_secs(2),
+        "a watch, not a TTL: {handover:?}"
+    );
+
+    // The watcher on yet another frontend saw the release and the grant
+    // (folded into one event if it read late).
+    let mut kinds = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), events.message())
+            .await
+            .expect("a watch event")
+            .unwrap()
+            .unwrap();
+        kinds.push(ev.kind);
+        let l = ev.lease.unwrap();
+        if l.token == 2 && l.holder == "b" {
+            assert_eq!(ev.kind, EventKind::Acquired as i32);
+            break;
+        }
+    }
+
+    // The old leader's write is fenced on every frontend, before b writes.
+    for ci in &c {
+        match ci.checked_write("j", 1, b"k", b"stale".to_vec()).await {
+            Err(ClientError::Fenced { current_token, .. }) => assert_eq!(current_token, Some(2)),
+            other => panic!("stale write: {other:?}"),
+        }
+    }
+    assert_eq!(
+        c[0].checked_write("j", 2, b"k", b"v2".to_vec())
+            .await
+            .unwrap(),
+        2
+    );
+
+    // b hands over to c, who queued second.
+    c[2].release("j", "b", 2).await.unwrap();
+    let got = cc.await.unwrap().unwrap();
+    assert_eq!(
+        (got.lease.holder.as_deref(), got.lease.token),
+        (Some("c"), 3)
+    );
+    assert_eq!(waiting(&fs[1]).await + waiting(&fs[2]).await, 0);
+
+    // c stops renewing: etcd's lease runs out (never early), and the token
+    // counter stays.
+    c[1].renew("j", "c", 3, MIN_TTL).await.unwrap();
+    let renewed = Instant::now();
+    let next = c[0]
+        .acquire("j", "e", LONG, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let took = renewed.elapsed();
+    assert!(next.acquired);
+    assert_eq!(next.lease.token, 4);
+    assert!(
+        took >= MIN_TTL,
+        "taken over {took:?} after a {MIN_TTL:?} renewal"
+    );
+    println!("etcd: takeover {took:?} after a {MIN_TTL:?} renewal (etcd's expiry)");
+    assert!(matches!(
+        c[2].renew("j", "c", 3, MIN_TTL).await,
+        Err(ClientError::LeaseLost {
+            current_token: Some(4),
+            ..
+        })
+    ));
+    assert_eq!(c[2].read("j", b"k").await.unwrap().version, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
+    let cluster = EtcdCluster::start(1);
+    let f = frontend(&cluster.endpoints_arg(), &fresh_prefix(), &[]);
+    let mut raw = proto::leases_client::LeasesClient::connect(f.url())
+        .await
+        .unwrap();
+    let ms = |ms: u64| prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    };
+    for bad in [1500, 2500, 1000, 100] {
+        let st = raw
+            .acquire(proto::AcquireRequest {
+                job: "j".into(),
+                holder: "a".into(),
+                ttl: Some(ms(bad)),
+                wait: None,
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(st.code(), Code::InvalidArgument, "{bad} ms: {st:?}");
+        let info = st.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.metadata["field"], "ttl");
+        assert!(
+            st.message().contains("2s"),
+            "names the limit: {}",
+            st.message()
+        );
+    }
+    let ok = raw
+        .acquire(proto::AcquireRequest {
+            job: "j".into(),
+            holder: "a".into(),
+            ttl: Some(ms(3000)),
+            wait: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok.acquired);
+    let st = raw
+        .renew(proto::RenewRequest {
+            job: "j".into(),
+            holder: "a".into(),
+            token: 1,
+            ttl: Some(ms(2500)),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::InvalidArgument);
+    // A renewal with another whole-second TTL moves the lease to it.
+    let l = client_of(&f.url(), LONG)
+        .renew("j", "a", 1, Duration::from_secs(7))
+        .await
+        .unwrap();
+    assert_eq!((l.token, l.ttl), (1, Some(Duration::from_secs(7))));
+    let l = client_of(&f.url(), LONG).get_lease("j").await.unwrap();
+    assert!(l.remaining.unwrap() >= Duration::from_secs(5), "{l:?}");
+    // Starting with a TTL limit etcd cannot keep is refused.
+    let out = std::process::Command::new(common::bin())
+        .args(["serve", "--store", "etcd", "--listen", "127.0.0.1:0"])
+        .args(["--admin-listen", "127.0.0.1:0", "--min-ttl", "500ms"])
+        .args(["--etcd-endpoints", &cluster.endpoints_arg()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--min-ttl") && err.contains("2s"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_streams_renew_each_lease_on_its_own() {
+    use leasehold::client::{KeepAliveRenewal, RenewOutcome};
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let f0 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
+    let f1 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
+    let (c0, c1) = (client_of(&f0.url(), LONG), client_of(&f1.url(), LONG));
+    let ttl = Duration::from_secs(3);
+    for j in ["k0", "k1"] {
+        assert!(c0.acquire(j, "me", ttl, NOW).await.unwrap().acquired);
+    }
+    assert!(
+        c0.acquire("theirs", "other", LONG, NOW)
+            .await
+            .unwrap()
+            .acquired
+    );
+    // Renewed over a stream to the other frontend, entry by entry.
+    let batch = [
+        KeepAliveRenewal::new("k0", "me", 1, ttl),
+        KeepAliveRenewal::new("theirs", "me", 1, ttl),
+        KeepAliveRenewal::new("k1", "me", 1, Duration::from_millis(4500)),
+        KeepAliveRenewal::new("k1", "me", 7, ttl),
+        KeepAliveRenewal::new("k1", "me", 1, Duration::from_secs(6)),
+    ];
+    let mut ka = c1.keep_alive().await.unwrap();
+    let out = ka.renew(&batch).await.unwrap();
+    assert_eq!(out.len(), 5);
+    assert!(matches!(&out[0], RenewOutcome::Renewed(l) if l.token == 1 && l.ttl == Some(ttl)));
+    assert!(
+        matches!(&out[1], RenewOutcome::LeaseLost(l) if l.holder.as_deref() == Some("other")),
+        "{:?}",
+        out[1]
+    );
+    assert!(
+        matches!(&out[2], RenewOutcome::InvalidArgument { field, message } if field == "ttl" && message.contains("2s")),
+        "{:?}",
+        out[2]
+    );
+    assert!(
+        matches!(&out[3], RenewOutcome::UnknownToken(l) if l.token == 1),
+        "{:?}",
+        out[3]
+    );
+    assert!(matches!(&out[4], RenewOutcome::Renewed(l) if l.ttl == Some(Duration::from_secs(6))));
+    // Kept alive past their first TTL by the stream alone.
+    let t = Instant::now();
+    while t.elapsed() < ttl + Duration::from_secs(1) {
+        let out = ka.renew(&batch[..1]).await.unwrap();
+        assert!(out[0].is_renewed(), "{out:?}");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let l = c0.get_lease("k0").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("me"), 1));
+}
+
+// ---- Load with faults ----
+
+/// What the clients saw: grants and acknowledged writes, and when each
+/// operation succeeded.
+#[derive(Default)]
+struct Seen {
+    grants: Vec<(String, u64, String)>,
+    writes: Vec<(String, String, u64, String)>,
+    ok_at: Vec<Instant>,
+    unavailable: u64,
+}
+
+/// Workers that acquire (some waiting), write, renew and release a few
+/// jobs through the frontends, moving to the next frontend whenever one
+/// does not answer.
+fn start_load(
+    urls: Vec<String>,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+) -> (Arc<Mutex<Seen>>, Vec<tokio::task::JoinHandle<()>>) {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let clients: Vec<Client> = urls
+            .iter()
+            .map(|u| client_of(u, Duration::from_secs(8)))
+            .collect();
+        let (seen, stop) = (seen.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut at = w % clients.len();
+            let mut n = 0u64;
+            let ttl = Duration::from_secs(3);
+            let ok = |seen: &Mutex<Seen>| seen.lock().unwrap().ok_at.push(Instant::now());
+            let fail = |seen: &Mutex<Seen>, e: &ClientError, at: &mut usize| {
+                if e.is_retryable() {
+                    seen.lock().unwrap().unavailable += 1;
+                    *at = (*at + 1) % clients.len();
+                }
+            };
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let job = format!("job{}", n % 3);
+                let holder = format!("w{w}.{n}");
+                let wait = if n % 2 == 0 {
+                    Duration::from_millis(800)
+                } else {
+                    NOW
+                };
+                let a = match clients[at].acquire(&job, &holder, ttl, wait).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        fail(&seen, &e, &mut at);
+                        continue;
+                    }
+                };
+                ok(&seen);
+                if !a.acquired {
+                    continue;
+                }
+                let token = a.lease.token;
+                seen.lock()
+                    .unwrap()
+                    .grants
+                    .push((job.clone(), token, holder.clone()));
+                for i in 0..3 {
+                    let key = format!("k{}", (n + i) % 2);
+                    let value = format!("{holder}.{i}");
+                    // Through whichever frontend answers.
+                    match clients[at]
+                        .checked_write(&job, token, key.as_bytes(), value.clone().into_bytes())
+                        .await
+                    {
+                        Ok(version) => {
+                            ok(&seen);
+                            seen.lock()
+                                .unwrap()
+                                .writes
+                                .push((job.clone(), key, version, value));
+                        }
+                        Err(e) => fail(&seen, &e, &mut at),
+                    }
+                }
+                match clients[at].renew(&job, &holder, token, ttl).await {
+                    Ok(l) => {
+                        ok(&seen);
+                        assert_eq!(l.token, token, "a renewal keeps the token");
+                    }
+                    Err(e) => fail(&seen, &e, &mut at),
+                }
+                match clients[at].release(&job, &holder, token).await {
+                    Ok(()) => ok(&seen),
+                    Err(e) => fail(&seen, &e, &mut at),
+                }
+            }
+        }));
+    }
+    (seen, tasks)
+}
+
+/// No token granted twice; every acknowledged write still readable (at
+/// its version or a later one); no version acknowledged for two writes.
+async fn check(seen: &Seen, reader: &Client) {
+    let mut holders: HashMap<(&str, u64), HashSet<&str>> = HashMap::new();
+    for (job, token, holder) in &seen.grants {
+        holders.entry((job, *token)).or_default().insert(holder);
+    }
+    for ((job, token), hs) in &holders {
+        assert_eq!(hs.len(), 1, "token {token} of {job} granted to {hs:?}");
+    }
+    let mut versions: HashMap<(&str, &str, u64), &str> = HashMap::new();
+    let mut newest: HashMap<(&str, &str), u64> = HashMap::new();
+    for (job, key, version, value) in &seen.writes {
+        if let Some(other) = versions.insert((job, key, *version), value) {
+            panic!("{job}/{key} version {version} acknowledged for {other} and {value}");
+        }
+        let n = newest.entry((job, key)).or_default();
+        *n = (*n).max(*version);
+    }
+    for ((job, key), version) in &newest {
+        let v = reader.read(job, key.as_bytes()).await.unwrap();
+        assert!(
+            v.version >= *version,
+            "{job}/{key}: version {version} was acknowledged, the store has {}",
+            v.version
+        );
+        if v.version == *version {
+            assert_eq!(versions[&(*job, *key, *version)].as_bytes(), v.value);
+        }
+    }
+}
+
+/// The longest time between two successful operations in `[from, to]`.
+fn longest_gap(ok_at: &[Instant], from: Instant, to: Instant) -> Duration {
+    let mut at: Vec<Instant> = ok_at
+        .iter()
+        .copied()
+        .filter(|t| *t >= from && *t <= to)
+        .collect();
+    at.sort();
+    at.insert(0, from);
+    at.push(to);
+    at.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_killed_mid_load_loses_nothing_and_repeats_no_token() {
+    let cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let mut fs: Vec<Option<ServerProcess>> = (0..3)
+        .map(|_| Some(frontend(&cluster.endpoints_arg(), &prefix, &[])))
+        .collect();
+    let urls: Vec<String> = fs.iter().map(|f| f.as_ref().unwrap().url()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, tasks) = start_load(urls.clone(), 6, stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = seen.lock().unwrap().grants.len();
+    fs[0].take().unwrap().kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("workers finish")
+            .unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let after = seen.grants.len() - before;
+    let gap = longest_gap(&seen.ok_at, killed, Instant::now());
+    println!(
+        "etcd: frontend killed: {} grants ({before} before the kill, {after} after), {} writes, \
+         {} unavailable, longest gap after the kill {gap:?}",
+        seen.grants.len(),
+        seen.writes.len(),
+        seen.unavailable
+    );
+    assert!(before > 0 && after > 0, "load went on through the others");
+    assert!(gap < Duration::from_secs(5), "{gap:?}");
+    check(&seen, &client_of(&urls[1], LONG)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_leader_killed_mid_load_stalls_briefly_and_loses_nothing() {
+    let mut cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let fs: Vec<ServerProcess> = (0..2)
+        .map(|_| frontend(&cluster.endpoints_arg(), &prefix, &[]))
+        .collect();
+    let urls: Vec<String> = fs.iter().map(|f| f.url()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, tasks) = start_load(urls.clone(), 6, stop.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = cluster.leader().expect("a leader");
+    let before = seen.lock().unwrap().grants.len();
+    cluster.kill(leader);
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("workers finish")
+            .unwrap();
+    }
+    let new_leader = cluster.leader();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let gap = longest_gap(&seen.ok_at, killed, Instant::now());
+    println!(
+        "etcd: leader m{leader} killed (new leader {new_leader:?}): stall {gap:?}; {} grants \
+         ({before} before), {} writes, {} unavailable",
+        seen.grants.len(),
+        seen.writes.len(),
+        seen.unavailable
+    );
+    assert!(new_leader.is_some_and(|l| l != leader));
+    assert!(seen.grants.len() > before, "load went on");
+    assert!(gap < Duration::from_secs(5), "stalled {gap:?}");
+    check(&seen, &client_of(&urls[0], LONG)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
+    let mut cluster = EtcdCluster::start(3);
+    let f = frontend(
+        &cluster.endpoints_arg(),
+        &fresh_prefix(),
+        &["--etcd-timeout", "2s"],
+    );
+    let c = client_of(&f.url(), LONG);
+    assert!(c.acquire("j", "a", LONG, NOW).await.unwrap().acquired);
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap(),
+        1
+    );
+
+    // Keep the leader, stop the other two: the leader alone cannot commit
+    // nor confirm its reads.
+    let leader = cluster.leader().unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for i in &others {
+        cluster.pause(*i);
+    }
+    let t = Instant::now();
+    let mut leases = proto::leases_client::LeasesClient::connect(f.url())
+        .await
+        .unwrap();
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(f.url())
+        .await
+        .unwrap();
+    let d = |s: i64| {
+        Some(prost_types::Duration {
+            seconds: s,
+            nanos: 0,
+        })
+    };
+    let (mut l2, mut l3, mut l4, mut s2) = (
+        leases.clone(),
+        leases.clone(),
+        leases.clone(),
+        store.clone(),
+    );
+    let (acq, renew, get, rel, write, read) = tokio::join!(
+        leases.acquire(proto::AcquireRequest {
+            job: "other".into(),
+            holder: "b".into(),
+            ttl: d(30),
+            wait: None,
+        }),
+        l2.renew(proto::RenewRequest {
+            job: "j".into(),
+            holder: "a".into(),
+            token: 1,
+            ttl: d(30),
+        }),
+        l3.get_lease(proto::GetLeaseRequest { job: "j".into() }),
+        l4.release(proto::ReleaseRequest {
+            job: "j".into(),
+            holder: "a".into(),
+            token: 1,
+        }),
+        store.checked_write(proto::CheckedWriteRequest {
+            job: "j".into(),
+            token: 1,
+            key: b"k".to_vec(),
+            value: b"lost?".to_vec(),
+            delete: false,
+        }),
+        s2.read(proto::ReadRequest {
+            job: "j".into(),
+            key: b"k".to_vec(),
+        }),
+    );
+    let took = t.elapsed();
+    let codes = [
+        ("Acquire", acq.map(|_| ()).err()),
+        ("Renew", renew.map(|_| ()).err()),
+        ("GetLease", get.map(|_| ()).err()),
+        ("Release", rel.map(|_| ()).err()),
+        ("CheckedWrite", write.map(|_| ()).err()),
+        ("Read", read.map(|_| ()).err()),
+    ];
+    for (what, st) in &codes {
+        let st = st
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what} answered without a majority"));
+        assert_eq!(st.code(), Code::Unavailable, "{what}: {st:?}");
+    }
+    println!("etcd: majority stopped: every call UNAVAILABLE within {took:?}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+
+    for i in &others {
+        cluster.resume(*i);
+    }
+    cluster.wait_ready(Duration::from_secs(30));
+    // The outcome of a change that failed is unknown, so read it back: the
+    // lease is a's with token 1 or released, and nothing else.
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(l.token, 1, "{l:?}");
+    assert!(matches!(l.holder.as_deref(), Some("a") | None), "{l:?}");
+    let v = c.read("j", b"k").await.unwrap();
+    assert!(
+        (v.version, v.value.as_slice()) == (1, &b"v"[..])
+            || (v.version, v.value.as_slice()) == (2, &b"lost?"[..]),
+        "{v:?}"
+    );
+    let other = c.get_lease("other").await.unwrap();
+    assert!(other.token <= 1, "{other:?}");
+    // And it serves again.
+    let b = c.acquire("again", "b", LONG, NOW).await.unwrap();
+    assert!(b.acquired);
+}

@@ -1,0 +1,23 @@
+//! The integration tests, one binary (one link per build): the real server
+//! over real gRPC on 127.0.0.1, in process or as a child process, with real
+//! signals where the behaviour depends on them. `tests/torture.rs` is the
+//! one apart (its own harness).
+//!
+//! Run one group with a filter: `cargo test --test it -- integrity::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod api;
+mod bridge_health;
+mod crash;
+mod elector;
+mod etcd;
+mod faults;
+mod integrity;
+mod keepalive;
+mod large_values;
+mod lifecycle;
+mod overload;
+mod run_singleton;
+mod write_stream;

@@ -1,0 +1,334 @@
+//! `leasehold run JOB -- CMD`, the singleton runner, through real processes:
+//! the server and the runner are child processes, CMD is a shell.
+//!
+//! - When the runner can no longer renew (here: the server is frozen with
+//!   SIGSTOP), it must kill CMD no later than one TTL after its last
+//!   successful renewal, without hearing from the server, and exit 75.
+//! - CMD's exit status becomes the runner's, and the lease is released.
+//! - CMD does not start until the runner holds the lease, and then runs with
+//!   the new token in `LEASEHOLD_TOKEN`.
+//!
+//! Every wait is bounded, so a failure cannot hang CI.
+
+use crate::common;
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold::client::{process_holder, Client};
+
+/// Generous bound for anything that should take well under a second.
+const STEP: Duration = Duration::from_secs(10);
+
+/// A `leasehold run` process; on drop, it and the command's process group
+/// are killed, so a failing test leaves nothing behind.
+struct Runner {
+    child: Child,
+    /// The command's pid, which is also its process group.
+    cmd_pid: Option<i32>,
+}
+
+impl Runner {
+    fn start(url: &str, ttl: &str, job: &str, script: &str) -> Runner {
+        Self::start_with_stderr(url, ttl, job, script, Stdio::inherit())
+    }
+
+    fn start_with_stderr(url: &str, ttl: &str, job: &str, script: &str, stderr: Stdio) -> Runner {
+        let child = Command::new(common::bin())
+            .args(["run", "--server", url, "--ttl", ttl, "--name", "r", job])
+            .args(["--", "sh", "-c", script])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(stderr)
+            .spawn()
+            .expect("start leasehold run");
+        Runner {
+            child,
+            cmd_pid: None,
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leasehold run did not exit within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.cmd_pid {
+            // SAFETY: kill(2) has no memory-safety preconditions.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The trimmed contents of `path`, once it exists and is not empty.
+fn read_trimmed(path: &Path) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// Whether `pid` is gone: no such process, or a zombie not yet reaped.
+fn is_dead(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // /proc/PID/stat is "pid (comm) STATE ..."; comm may hold spaces.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_kills_child_within_one_ttl_of_losing_the_lease() {
+    const TTL: Duration = Duration::from_secs(2);
+    const SLACK: Duration = Duration::from_millis(1500);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (pidfile, tokfile) = (dir.path().join("pid"), dir.path().join("token"));
+    let server = common::ServerProcess::start(&data, &[]);
+    let script = format!(
+        "echo $$ > '{}'; echo $LEASEHOLD_TOKEN > '{}'; exec sleep 600",
+        pidfile.display(),
+        tokfile.display()
+    );
+    let mut runner = Runner::start(&server.url(), "2s", "jobR", &script);
+
+    // The command is running as leader with token 1.
+    let deadline = Instant::now() + STEP;
+    let pid = loop {
+        if let (Some(pid), Some(tok)) = (read_trimmed(&pidfile), read_trimmed(&tokfile)) {
+            assert_eq!(tok, "1", "LEASEHOLD_TOKEN of the first grant");
+            break pid.parse::<i32>().unwrap();
+        }
+        assert!(
+            runner.running(),
+            "leasehold run exited before starting the command"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the command did not start within {STEP:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    runner.cmd_pid = Some(pid);
+    assert!(!is_dead(pid), "the command should be running");
+
+    // Freeze the server: from now on no renewal can succeed, and the runner
+    // hears nothing. It must act on its own clock.
+    server.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    let deadline = stopped + STEP;
+    while !is_dead(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the command was still alive {STEP:?} after the server stopped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = stopped.elapsed();
+    println!("command killed {took:?} after SIGSTOP of the server (ttl {TTL:?})");
+    assert!(
+        took <= TTL + SLACK,
+        "the command outlived the lease: killed {took:?} after the server froze; ttl {TTL:?}, slack {SLACK:?}"
+    );
+    // The runner exits 75 on its own, without hearing from the server.
+    let status = runner.wait_exit(STEP);
+    assert_eq!(
+        status.code(),
+        Some(75),
+        "leasehold run exits 75 when it loses the lease: {status}"
+    );
+
+    // Thawed, the server lets the lease run out: the runner, which stepped
+    // down early by its own conservative clock, neither renews nor comes
+    // back, and no one else is granted the job. (The server may still see
+    // the lease live for a moment: it counts the TTL from when it received
+    // the last renewal, and may yet handle one sent before it froze.)
+    server.signal(libc::SIGCONT);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let deadline = Instant::now() + TTL + STEP;
+    loop {
+        let lease = client.get_lease("jobR").await.unwrap();
+        assert_eq!(lease.token, 1, "never granted again: {lease:?}");
+        if lease.holder.is_none() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lease never expired: {lease:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_passes_exit_code_and_releases() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(dir.path(), &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut runner = Runner::start(&server.url(), "2s", "jobX", "exit 7");
+    let status = runner.wait_exit(STEP);
+    assert_eq!(status.code(), Some(7), "the command's exit code: {status}");
+    let lease = client.get_lease("jobX").await.unwrap();
+    assert_eq!(lease.holder, None, "released on exit: {lease:?}");
+    assert_eq!(lease.token, 1, "granted once: {lease:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_waits_for_leadership() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tokfile = dir.path().join("token");
+    let server = common::ServerProcess::start(&data, &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+
+    // Someone else leads jobY.
+    let me = process_holder("test");
+    let held = client
+        .acquire("jobY", &me, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(held.acquired);
+    assert_eq!(held.lease.token, 1);
+
+    let script = format!("echo $LEASEHOLD_TOKEN > '{}'", tokfile.display());
+    let mut runner = Runner::start(&server.url(), "2s", "jobY", &script);
+    // While we hold the lease, the command must not start. (Absence cannot
+    // be waited for; half a second is ample for the runner to connect and
+    // start it if it were going to.)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !tokfile.exists(),
+        "the command ran while another holder led"
+    );
+    assert!(
+        runner.running(),
+        "leasehold run should be waiting for the lease"
+    );
+
+    // Hand over: the runner is granted token 2 and runs the command.
+    client.release("jobY", &me, 1).await.unwrap();
+    let status = runner.wait_exit(STEP);
+    assert!(status.success(), "leasehold run: {status}");
+    assert_eq!(
+        read_trimmed(&tokfile).as_deref(),
+        Some("2"),
+        "LEASEHOLD_TOKEN after handover"
+    );
+    let lease = client.get_lease("jobY").await.unwrap();
+    assert_eq!(
+        (lease.holder, lease.token),
+        (None, 2),
+        "released after the command"
+    );
+}
+
+/// Regression test for a bug in the Elector (`src/client/elector.rs`,
+/// `Campaign::run`): it counts its conservative deadline from when the
+/// *waiting* Acquire was sent, not from the grant, so a runner that waited
+/// longer than its TTL for the lease steps down at once after being
+/// elected; `leasehold run` then kills the command it just started and
+/// exits 75, although the server granted it a full TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_a_lease_it_waited_longer_than_its_ttl_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (tokfile, errfile) = (dir.path().join("token"), dir.path().join("stderr"));
+    let server = common::ServerProcess::start(&data, &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let me = process_holder("test");
+    let held = client
+        .acquire("jobW", &me, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(held.acquired);
+
+    // A 1 s runner campaigns (with Acquire wait = 3 s) while we hold the
+    // lease for 1.5 s: longer than its TTL.
+    let script = format!("echo $LEASEHOLD_TOKEN > '{}'; sleep 2", tokfile.display());
+    let stderr = std::fs::File::create(&errfile).unwrap();
+    let mut runner = Runner::start_with_stderr(&server.url(), "1s", "jobW", &script, stderr.into());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        runner.running() && !tokfile.exists(),
+        "the runner must still be waiting"
+    );
+    client.release("jobW", &me, 1).await.unwrap();
+
+    // It leads with token 2, renewing, for the whole command (2 s > TTL).
+    let status = runner.wait_exit(STEP);
+    let log = std::fs::read_to_string(&errfile).unwrap();
+    assert!(status.success(), "leasehold run: {status}; stderr:\n{log}");
+    assert_eq!(read_trimmed(&tokfile).as_deref(), Some("2"));
+    assert!(
+        !log.contains("stepped down") && !log.contains("lost"),
+        "the elector stepped down from a lease it had just been granted; stderr:\n{log}"
+    );
+}
+
+/// Regression test for a bug in the Elector (`src/client/elector.rs`,
+/// `Campaign::resign`): `resign` awaits the Release with no timeout, so when
+/// the server cannot answer, `leasehold run` does not exit after SIGTERM: it
+/// stops the command, then hangs until the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exits_on_sigterm_when_the_server_cannot_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let pidfile = dir.path().join("pid");
+    let server = common::ServerProcess::start(&data, &[]);
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut runner = Runner::start(&server.url(), "1s", "jobT", &script);
+    let deadline = Instant::now() + STEP;
+    let pid = loop {
+        if let Some(pid) = read_trimmed(&pidfile) {
+            break pid.parse::<i32>().unwrap();
+        }
+        assert!(
+            runner.running(),
+            "leasehold run exited before starting the command"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the command did not start within {STEP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    runner.cmd_pid = Some(pid);
+
+    server.signal(libc::SIGSTOP);
+    common::signal(runner.child.id(), libc::SIGTERM);
+    // Stopping the command takes at most the kill grace (ttl / 3), and a
+    // Release is pointless once the TTL has passed: allow TTL + slack.
+    let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runner.wait_exit(Duration::from_millis(2500))
+    }));
+    server.signal(libc::SIGCONT);
+    let status = status.unwrap_or_else(|_| panic!("leasehold run hung after SIGTERM"));
+    assert_eq!(status.code(), Some(143), "{status}");
+    assert!(is_dead(pid), "the command outlived the runner");
+}
