@@ -319,39 +319,11 @@ struct ServeArgs {
     keepalive: Duration,
 }
 
-/// Parses `1500ms`, `10s`, `2m`, `1h`, or a combination like `1m30s`.
+/// Parses `1500ms`, `10s`, `2m`, `1h`, or a combination like `1m30s`
+/// (humantime's syntax), naming the input and the form expected.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = s.trim();
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{s:?}: expected a number, like 500ms, 10s, 2m or 1h"
-            ));
-        }
-        let n: u64 = rest[..digits].parse().map_err(|e| format!("{s:?}: {e}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
-            "" if n == 0 => Duration::ZERO,
-            u => return Err(format!("{s:?}: unknown unit {u:?}; use ms, s, m or h")),
-        };
-        total += unit;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?}: {e}; expected a duration like 500ms, 10s, 2m, 1h or 1m30s"))
 }
 
 fn print_outcome(what: &str, o: &repair::Outcome) {
@@ -850,8 +822,14 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("10").is_err());
-        assert!(parse_duration("5d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("5x")
+            .unwrap_err()
+            .contains("unknown time unit"));
         assert!(parse_duration("").is_err());
+        // No silent wrap-around on a huge number.
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("5124095576030432h").is_err());
     }
 }

@@ -119,20 +119,29 @@ impl std::error::Error for ClientError {}
 impl From<Status> for ClientError {
     fn from(s: Status) -> Self {
         let info = s.get_error_details().error_info().cloned();
-        let reason = info.as_ref().map(|i| i.reason.as_str()).unwrap_or("");
+        let reason = info
+            .as_ref()
+            .and_then(|i| proto::ErrorReason::from_reason(&i.reason));
         let meta = |k: &str| info.as_ref().and_then(|i| i.metadata.get(k).cloned());
         let current_token = meta("current_token").and_then(|t| t.parse().ok());
         let message = s.message().to_owned();
         match (s.code(), reason) {
-            (_, "LEASE_LOST") => ClientError::LeaseLost {
+            (_, Some(proto::ErrorReason::LeaseLost)) => ClientError::LeaseLost {
                 message,
                 current_token,
             },
-            (_, "FENCED") => ClientError::Fenced {
+            (_, Some(proto::ErrorReason::Fenced)) => ClientError::Fenced {
                 message,
                 current_token,
             },
-            (_, "DISK_FULL" | "STORAGE" | "SHUTTING_DOWN") => ClientError::Unavailable(message),
+            (
+                _,
+                Some(
+                    proto::ErrorReason::DiskFull
+                    | proto::ErrorReason::Storage
+                    | proto::ErrorReason::ShuttingDown,
+                ),
+            ) => ClientError::Unavailable(message),
             (Code::InvalidArgument, _) => ClientError::InvalidArgument {
                 field: meta("field"),
                 message,

@@ -111,19 +111,6 @@ impl Error {
     pub fn serve(cause: impl fmt::Display) -> Self {
         Error::Serve(cause.to_string())
     }
-
-    /// The machine-readable reason, as sent in `google.rpc.ErrorInfo`.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::InvalidArgument { .. } => "INVALID_ARGUMENT",
-            Error::UnknownToken { .. } => "UNKNOWN_TOKEN",
-            Error::LeaseLost { .. } => "LEASE_LOST",
-            Error::Fenced { .. } => "FENCED",
-            Error::Storage(_) => "STORAGE",
-            Error::NoSpace { .. } => "DISK_FULL",
-            Error::ShuttingDown | Error::Serve(_) => "SHUTTING_DOWN",
-        }
-    }
 }
 
 impl fmt::Display for Error {

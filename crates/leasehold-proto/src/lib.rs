@@ -35,3 +35,18 @@ impl ErrorReason {
         ErrorReason::from_str_name(&format!("ERROR_REASON_{reason}"))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorReason;
+
+    #[test]
+    fn every_reason_round_trips_without_its_prefix() {
+        for r in (1..).map_while(|n| ErrorReason::try_from(n).ok()) {
+            assert!(!r.reason().starts_with("ERROR_REASON_"));
+            assert_eq!(ErrorReason::from_reason(r.reason()), Some(r));
+        }
+        assert_eq!(ErrorReason::Fenced.reason(), "FENCED");
+        assert_eq!(ErrorReason::from_reason("NOT_A_REASON"), None);
+    }
+}

@@ -13,6 +13,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::error::Error;
+use crate::proto::ErrorReason;
 
 /// The `ErrorInfo` domain of every leasehold error.
 pub const DOMAIN: &str = "leasehold";
@@ -63,13 +64,27 @@ pub fn to_status(e: &Error) -> Status {
         }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };
-    let mut details = ErrorDetails::with_error_info(e.reason(), DOMAIN, meta);
+    let mut details = ErrorDetails::with_error_info(reason(e).reason(), DOMAIN, meta);
     if let Error::InvalidArgument { field, message } = e {
         if !field.is_empty() {
             details.add_bad_request_violation(field.as_ref(), message.clone());
         }
     }
     Status::with_error_details(code, e.to_string(), details)
+}
+
+/// The machine-readable reason of `e`, from the contract's `ErrorReason`
+/// (sent in `google.rpc.ErrorInfo` as its name without the prefix).
+pub fn reason(e: &Error) -> ErrorReason {
+    match e {
+        Error::InvalidArgument { .. } => ErrorReason::InvalidArgument,
+        Error::UnknownToken { .. } => ErrorReason::UnknownToken,
+        Error::LeaseLost { .. } => ErrorReason::LeaseLost,
+        Error::Fenced { .. } => ErrorReason::Fenced,
+        Error::Storage(_) => ErrorReason::Storage,
+        Error::NoSpace { .. } => ErrorReason::DiskFull,
+        Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
+    }
 }
 
 /// `?` from a domain error to a gRPC status in the handlers:
