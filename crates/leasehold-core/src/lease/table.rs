@@ -191,7 +191,7 @@ impl Job {
         if let Some(h) = &self.holding {
             // The broken rule "early-expiry" lets a lease run out at half
             // its TTL, to show that the torture checker notices.
-            let early = faults.early_expiry && h.deadline - h.ttl / 2 <= now;
+            let early = faults.early_expiry() && h.deadline - h.ttl / 2 <= now;
             if h.deadline <= now || early {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
@@ -291,6 +291,21 @@ pub struct Faults {
     pub early_expiry: bool,
     /// Give a renewal a new token.
     pub renew_bumps_token: bool,
+}
+
+/// The rules ask through these, which are constant `false` unless the crate
+/// is built with the `fault-injection` feature: in a production build the
+/// compiler removes every broken-rule branch.
+impl Faults {
+    fn skip_fence(&self) -> bool {
+        cfg!(feature = "fault-injection") && self.skip_fence
+    }
+    fn early_expiry(&self) -> bool {
+        cfg!(feature = "fault-injection") && self.early_expiry
+    }
+    fn renew_bumps_token(&self) -> bool {
+        cfg!(feature = "fault-injection") && self.renew_bumps_token
+    }
 }
 
 impl LeaseTable {
@@ -483,7 +498,7 @@ impl LeaseTable {
                     job.stored_ttl = ttl;
                     fx.persist = Some(job.record());
                 }
-                if faults.renew_bumps_token {
+                if faults.renew_bumps_token() {
                     job.token = job.token.next();
                     fx.persist = Some(job.record());
                 }
@@ -588,7 +603,7 @@ impl LeaseTable {
             .and_then(|j| j.holding.as_ref().map(|_| j.token));
         let r = match rules::fence(name, token, current, live, key_token) {
             // The broken rule "no-fence" accepts any token that was issued.
-            Err(Error::Fenced { .. }) if faults.skip_fence => Ok(()),
+            Err(Error::Fenced { .. }) if faults.skip_fence() => Ok(()),
             r => r,
         };
         match &r {

@@ -25,6 +25,7 @@
 //! finished. So no failure report ever crosses a reopen: the reopened store
 //! is never taken for failed because of an error of the one before.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,22 +57,26 @@ struct Flushed {
 #[derive(Default)]
 struct Published {
     flushed: Flushed,
-    /// Waiters whose change is undecided: `(seq, id, waker)`. A waiter is
-    /// woken only when its own change is decided, not at every sync.
-    waiters: Vec<(u64, u64, Waker)>,
+    /// Waiters whose change is undecided, by `(seq, id)`: in sequence
+    /// order, so a publication takes out exactly the decided ones with one
+    /// `split_off`. A waiter is woken only when its own change is decided,
+    /// not at every sync.
+    waiters: BTreeMap<(u64, u64), Waker>,
     next_id: u64,
 }
 
 impl Published {
     /// Takes out the wakers of every waiter whose change is now decided.
     fn decided(&mut self) -> Vec<Waker> {
-        let mut woken = Vec::new();
-        let mut i = 0;
-        while i < self.waiters.len() {
-            if self.flushed.outcome(self.waiters[i].0).is_some() {
-                woken.push(self.waiters.swap_remove(i).2);
+        let bound = self.flushed.decided_upto();
+        let undecided = self.waiters.split_off(&(bound.saturating_add(1), 0));
+        let candidates = std::mem::replace(&mut self.waiters, undecided);
+        let mut woken = Vec::with_capacity(candidates.len());
+        for ((seq, id), w) in candidates {
+            if self.flushed.outcome(seq).is_some() {
+                woken.push(w);
             } else {
-                i += 1;
+                self.waiters.insert((seq, id), w);
             }
         }
         woken
@@ -101,14 +106,14 @@ impl Future for Decided<'_> {
         }
         match self.id {
             Some(id) => {
-                if let Some(e) = p.waiters.iter_mut().find(|e| e.1 == id) {
-                    e.2.clone_from(cx.waker());
+                if let Some(w) = p.waiters.get_mut(&(seq, id)) {
+                    w.clone_from(cx.waker());
                 }
             }
             None => {
                 let id = p.next_id;
                 p.next_id += 1;
-                p.waiters.push((seq, id, cx.waker().clone()));
+                p.waiters.insert((seq, id), cx.waker().clone());
                 drop(p);
                 self.id = Some(id);
             }
@@ -121,12 +126,21 @@ impl Drop for Decided<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.id {
             let mut p = self.shared.published.lock().expect("published lock");
-            p.waiters.retain(|e| e.1 != id);
+            p.waiters.remove(&(self.seq, id));
         }
     }
 }
 
 impl Flushed {
+    /// Every change up to this one is decided (durable, failed or lost);
+    /// some later ones may be too.
+    fn decided_upto(&self) -> u64 {
+        self.lost
+            .iter()
+            .map(|(_, b, _)| *b)
+            .fold(self.durable.max(self.failed_upto), u64::max)
+    }
+
     fn outcome(&self, seq: u64) -> Option<Result<()>> {
         if let Some((_, _, why)) = self.lost.iter().find(|(a, b, _)| *a < seq && seq <= *b) {
             return Some(Err(Error::Storage(format!(
