@@ -20,7 +20,7 @@ pub use leasehold_core::{clock, error, lease};
 pub use leasehold_proto as proto;
 
 #[cfg(feature = "server")]
-pub use leasehold_server::{backend, etcd, metrics, node, server};
+pub use leasehold_server::{admin, backend, etcd, metrics, node, server};
 #[cfg(feature = "server")]
 pub use leasehold_store as store;
 

@@ -12,11 +12,12 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 
+use leasehold::admin::serve_admin;
 use leasehold::backend::Backend;
 use leasehold::client::{process_holder, Client, ClientError, Elector, EventKind, Lease};
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
-use leasehold::metrics::{serve_admin, RpcMetrics};
+use leasehold::metrics::RpcMetrics;
 use leasehold::node::Node;
 use leasehold::server;
 use leasehold::store::repair;

@@ -8,7 +8,8 @@
 //! - [`backend`]: the seam the handlers call: the single node or etcd.
 //! - [`server`]: gRPC (tonic). Decode and validate, call the node, encode.
 //!   One error table, tower layers in front of every handler.
-//! - [`metrics`]: the Prometheus endpoint and health on the admin port.
+//! - [`metrics`]: the Prometheus text; [`admin`]: the admin port (axum),
+//!   with `/metrics` and `/healthz`.
 //!
 //! The rules come from `leasehold-core`, durability from
 //! `leasehold-store`, the contract from `leasehold-proto`; they are
@@ -16,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod backend;
 pub mod etcd;
 pub mod metrics;

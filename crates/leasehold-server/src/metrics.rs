@@ -12,19 +12,9 @@
 //! the reason while it cannot (failed and not reopened yet, or a disk too
 //! full for any change): the same condition as gRPC health's NOT_SERVING.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
-
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 
 use crate::backend::Backend;
 use crate::lease::Leadership;
@@ -372,63 +362,5 @@ fn histogram<'a>(
     } else {
         let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
         let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
-    }
-}
-
-/// The answer to `GET /healthz`: 200 `ok` while the store takes changes,
-/// 503 with the reason while it cannot.
-fn healthz(node: &Backend) -> (StatusCode, String) {
-    match node.store_health() {
-        Some(h) if !h.borrow().is_ok() => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", *h.borrow()),
-        ),
-        _ => (StatusCode::OK, "ok\n".to_owned()),
-    }
-}
-
-/// Serves `GET /metrics` and `GET /healthz` on `listener` until `shutdown`.
-pub async fn serve_admin(
-    listener: TcpListener,
-    node: Backend,
-    rpc: Arc<RpcMetrics>,
-    shutdown: impl Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            _ = &mut shutdown => return,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    continue;
-                }
-            },
-        };
-        let node = node.clone();
-        let rpc = rpc.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let body = match (req.method(), req.uri().path()) {
-                    (&Method::GET, "/metrics") => Ok((StatusCode::OK, render(&node, &rpc))),
-                    (&Method::GET, "/healthz") => Ok(healthz(&node)),
-                    _ => Err(()),
-                };
-                let resp = match body {
-                    Ok((status, b)) => Response::builder()
-                        .status(status)
-                        .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
-                        .body(Full::new(Bytes::from(b))),
-                    Err(()) => Response::builder()
-                        .status(StatusCode::NOT_FOUND)
-                        .body(Full::new(Bytes::from_static(b"try /metrics or /healthz\n"))),
-                };
-                async move { Ok::<_, Infallible>(resp.expect("static response parts")) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        });
     }
 }
