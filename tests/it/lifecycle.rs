@@ -218,3 +218,25 @@ async fn a_store_that_lost_its_data_stops_start_up() {
         );
     }
 }
+
+/// A flag that is refused stops start-up before anything is opened or
+/// bound: "listening" is printed only once every flag was accepted, and the
+/// data dir is left untouched.
+#[test]
+fn a_bad_flag_stops_start_up_before_listening() {
+    for (flag, value) in [
+        ("--max-in-flight", "0"),
+        ("--max-connections", "0"),
+        ("--max-streams-per-connection", "0"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let out = serve_command(&data).args([flag, value]).output().unwrap();
+        assert!(!out.status.success(), "{flag} {value} was accepted");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!stdout.contains("listening"), "{flag}: {stdout}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(!data.exists(), "{flag}: the data dir was created");
+    }
+}

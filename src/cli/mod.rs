@@ -1,0 +1,38 @@
+//! The `leasehold` command's parts: `serve`, the client subcommands,
+//! `run`, and the data dir's tools.
+
+use std::time::Duration;
+
+pub mod client;
+pub mod data;
+pub mod run;
+pub mod serve;
+
+/// Parses `1500ms`, `10s`, `2m`, `1h`, or a combination like `1m30s`
+/// (humantime's syntax), naming the input and the form expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?}: {e}; expected a duration like 500ms, 10s, 2m, 1h or 1m30s"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("5x")
+            .unwrap_err()
+            .contains("unknown time unit"));
+        assert!(parse_duration("").is_err());
+        // No silent wrap-around on a huge number.
+        assert!(parse_duration("99999999999999999999h").is_err());
+        assert!(parse_duration("5124095576030432h").is_err());
+    }
+}

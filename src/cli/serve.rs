@@ -1,0 +1,225 @@
+//! `leasehold serve`: flags, the backend, both listeners, and a graceful
+//! shutdown on SIGINT or SIGTERM.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use tokio::net::TcpListener;
+
+use leasehold::admin::serve_admin;
+use leasehold::backend::Backend;
+use leasehold::etcd::{self, EtcdNode};
+use leasehold::lease::Limits;
+use leasehold::metrics::RpcMetrics;
+use leasehold::node::Node;
+use leasehold::server;
+use leasehold::store::sled::SledStore;
+
+use crate::cli::parse_duration;
+
+/// Where the server keeps leases and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    /// The embedded store (sled) in --data-dir: one server.
+    Sled,
+    /// An etcd cluster (--etcd-endpoints): any number of stateless
+    /// frontends.
+    Etcd,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Where leases and values live.
+    #[arg(long, env = "LEASEHOLD_STORE", value_enum, default_value = "sled")]
+    store: StoreKind,
+    /// With --store etcd: the etcd members' client URLs, comma-separated.
+    #[arg(
+        long,
+        env = "LEASEHOLD_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd_endpoints: Vec<String>,
+    /// With --store etcd: every key leasehold writes starts with this.
+    /// Frontends that share a prefix serve the same jobs.
+    #[arg(long, env = "LEASEHOLD_ETCD_PREFIX", default_value = "leasehold/")]
+    etcd_prefix: String,
+    /// With --store etcd: how long an operation waits for etcd before it
+    /// fails with UNAVAILABLE.
+    #[arg(long, env = "LEASEHOLD_ETCD_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    etcd_timeout: Duration,
+    /// With --store etcd: TTL of this frontend's session lease, which its
+    /// waiting Acquires' places in line are bound to (how long a dead
+    /// frontend's waiters hold up the line). Whole seconds.
+    #[arg(long, env = "LEASEHOLD_ETCD_SESSION_TTL", value_parser = parse_duration, default_value = "5s")]
+    etcd_session_ttl: Duration,
+    /// Address for the gRPC API.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
+    listen: SocketAddr,
+    /// Address for /metrics and /healthz.
+    #[arg(long, env = "LEASEHOLD_ADMIN_LISTEN", default_value = "127.0.0.1:9464")]
+    admin_listen: SocketAddr,
+    /// Where the embedded store keeps its files (--store sled).
+    #[arg(long, env = "LEASEHOLD_DATA_DIR", default_value = "./leasehold-data")]
+    data_dir: PathBuf,
+    /// Shortest lease TTL accepted; default 100ms on sled, etcd's minimum
+    /// lease TTL (2s by default) on etcd.
+    #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration)]
+    min_ttl: Option<Duration>,
+    /// Longest lease TTL accepted.
+    #[arg(long, env = "LEASEHOLD_MAX_TTL", value_parser = parse_duration, default_value = "1h")]
+    max_ttl: Duration,
+    /// Longest an Acquire may wait.
+    #[arg(long, env = "LEASEHOLD_MAX_WAIT", value_parser = parse_duration, default_value = "1h")]
+    max_wait: Duration,
+    /// Longest job or holder name, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_NAME_BYTES", default_value_t = 256)]
+    max_name_bytes: usize,
+    /// Longest key, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_KEY_BYTES", default_value_t = 1024)]
+    max_key_bytes: usize,
+    /// Largest value, in bytes.
+    #[arg(long, env = "LEASEHOLD_MAX_VALUE_BYTES", default_value_t = 65536)]
+    max_value_bytes: usize,
+    /// How long in-flight calls may take to finish on shutdown.
+    #[arg(long, env = "LEASEHOLD_DRAIN_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    drain_timeout: Duration,
+    /// Connections open at once; more are closed on accept.
+    #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 4096)]
+    max_connections: usize,
+    /// Calls in flight at once (waiting Acquires included); more are
+    /// answered RESOURCE_EXHAUSTED.
+    #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 10_000)]
+    max_in_flight: usize,
+    /// HTTP/2 streams open at once on one connection (watches included).
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_STREAMS_PER_CONNECTION",
+        default_value_t = 1024
+    )]
+    max_streams_per_connection: u32,
+    /// Ping idle connections this often; drop peers that do not answer.
+    #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
+    keepalive: Duration,
+}
+
+pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let mut limits = Limits {
+        min_ttl: a.min_ttl.unwrap_or(Duration::from_millis(100)),
+        max_ttl: a.max_ttl,
+        max_wait: a.max_wait,
+        max_name_bytes: a.max_name_bytes,
+        max_key_bytes: a.max_key_bytes,
+        max_value_bytes: a.max_value_bytes,
+    };
+    limits.validate().context("bad limits")?;
+    // Every flag is checked before anything is opened or bound: a start
+    // that prints "listening" has accepted all of them.
+    for (flag, v) in [
+        ("--max-connections", a.max_connections),
+        ("--max-in-flight", a.max_in_flight),
+        (
+            "--max-streams-per-connection",
+            a.max_streams_per_connection as usize,
+        ),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be at least 1");
+        }
+    }
+    let (node, place): (Backend, String) = match a.store {
+        StoreKind::Sled => {
+            let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
+            let node = Node::open(Arc::new(store)).context("cannot load the store")?;
+            #[cfg(feature = "fault-injection")]
+            if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
+                node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
+            }
+            (node.into(), format!("data_dir={}", a.data_dir.display()))
+        }
+        StoreKind::Etcd => {
+            let config = etcd::Config {
+                endpoints: a.etcd_endpoints.clone(),
+                prefix: a.etcd_prefix.clone(),
+                timeout: a.etcd_timeout,
+                session_ttl: a.etcd_session_ttl,
+            };
+            let node = EtcdNode::open(config)
+                .await
+                .with_context(|| format!("cannot reach etcd at {}", a.etcd_endpoints.join(",")))?;
+            // The bounds obey the backend's own TTL rule (whole seconds, at
+            // least etcd's minimum lease TTL): the same check as each call's.
+            let min = node.min_ttl();
+            limits.min_ttl = a.min_ttl.unwrap_or(min);
+            for (flag, v) in [("--min-ttl", limits.min_ttl), ("--max-ttl", limits.max_ttl)] {
+                node.check_ttl(v)
+                    .map_err(|e| anyhow::anyhow!("{flag} {v:?}: {e}"))?;
+            }
+            limits.validate().context("bad limits")?;
+            (
+                node.into(),
+                format!(
+                    "etcd={} prefix={:?} min_ttl={min:?}",
+                    a.etcd_endpoints.join(","),
+                    a.etcd_prefix
+                ),
+            )
+        }
+    };
+    // Bind both listeners before serving, so that "listening" means it.
+    let listener = TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", a.listen))?;
+    let admin = TcpListener::bind(a.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (admin)", a.admin_listen))?;
+    let addr = listener.local_addr()?;
+    let admin_addr = admin.local_addr()?;
+    let rpc = Arc::new(RpcMetrics::default());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let admin_task = tokio::spawn(serve_admin(admin, node.clone(), rpc.clone(), {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }));
+    tracing::info!(%addr, %admin_addr, store = %place, "serving");
+    // Handlers first: "listening" promises a graceful shutdown on SIGTERM.
+    let shutdown = shutdown_signal()?;
+    println!("leasehold listening on {addr} admin {admin_addr}");
+    std::io::stdout().flush()?;
+    let config = server::Config {
+        limits,
+        drain_timeout: a.drain_timeout,
+        max_connections: a.max_connections,
+        max_in_flight: a.max_in_flight,
+        max_streams_per_connection: a.max_streams_per_connection,
+        keepalive: a.keepalive,
+    };
+    server::run(listener, node, config, rpc, shutdown).await?;
+    let _ = stop_tx.send(true);
+    let _ = admin_task.await;
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM (containers send SIGTERM).
+///
+/// The handlers are installed here, when called, not when the future is
+/// first polled: a signal that arrives right after start-up must drain and
+/// sync like any other, not kill the process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("install the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install the SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+    })
+}
