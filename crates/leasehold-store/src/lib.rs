@@ -67,6 +67,25 @@ pub trait Store: Send + Sync + 'static {
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()>;
     /// The record under (job, key), if any (tombstones included).
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>>;
+    /// A number to take before a [`Store::get_value`] made without the
+    /// caller's lock, for [`Store::recheck_value`].
+    fn read_epoch(&self) -> u64 {
+        0
+    }
+    /// Under the caller's lock, after `get_value(job, key)` was called
+    /// without it (with `epoch` from [`Store::read_epoch`] taken before):
+    /// `None` when that read is still the key's record, else the record
+    /// now. Lets the caller do a slow read outside its lock and only a
+    /// memory look-up inside it. The default reads again.
+    fn recheck_value(
+        &self,
+        job: &JobName,
+        key: &[u8],
+        epoch: u64,
+    ) -> Result<Option<Option<ValueRecord>>> {
+        let _ = epoch;
+        self.get_value(job, key).map(Some)
+    }
     /// Stores a value record (buffered until [`Store::sync`]).
     fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()>;
     /// Up to `limit` live (not deleted) records of `job` whose key starts

@@ -95,6 +95,9 @@ pub struct SledStore {
     /// would not mean that the earlier puts reached the disk.
     failed: Mutex<Option<String>>,
     syncs: AtomicU64,
+    /// Goes up before records move from the overlay to sled (a checkpoint)
+    /// and at a reopen: see [`Store::recheck_value`].
+    read_epoch: AtomicU64,
     /// Puts not yet in the log, and the values not yet in sled.
     pending: Mutex<Pending>,
     /// The last `statvfs` of the data dir: when, and the free bytes.
@@ -191,6 +194,7 @@ impl SledStore {
             open: RwLock::new(Some(open)),
             failed: Mutex::new(None),
             syncs: AtomicU64::new(0),
+            read_epoch: AtomicU64::new(0),
             pending: Mutex::new(Pending::default()),
             space: Mutex::new(None),
         })
@@ -284,6 +288,9 @@ impl SledStore {
     /// Applies the logged puts to sled, forgets them in the overlay, and
     /// checkpoints.
     fn checkpoint_open(&self, o: &Open, wal: &mut Wal) -> Result<()> {
+        // Before sled changes: a read from sled that a caller made before
+        // this point must be made again (see `recheck_value`).
+        self.read_epoch.fetch_add(1, Ordering::AcqRel);
         let upto = o.checkpoint(wal)?;
         self.pending().trim(upto);
         Ok(())
@@ -1050,7 +1057,30 @@ impl Store for SledStore {
         self.ensure_space(0)
     }
 
+    fn read_epoch(&self) -> u64 {
+        self.read_epoch.load(Ordering::Acquire)
+    }
+
+    fn recheck_value(
+        &self,
+        job: &JobName,
+        key: &[u8],
+        epoch: u64,
+    ) -> Result<Option<Option<ValueRecord>>> {
+        if let Some((_, v)) = self.pending().overlay.get(&value_key(job, key)) {
+            return decode_value(v).map(|r| Some(Some(r)));
+        }
+        // Not in the overlay now, so not at the first read either (entries
+        // leave it only at a checkpoint or a reopen, which move the epoch):
+        // that read came from sled, and sled has not changed since.
+        if self.read_epoch.load(Ordering::Acquire) == epoch {
+            return Ok(None);
+        }
+        self.get_value(job, key).map(Some)
+    }
+
     fn reopen(&self) -> Result<()> {
+        self.read_epoch.fetch_add(1, Ordering::AcqRel);
         let mut guard = self.open.write().expect("store lock");
         // Close first: the data dir's lock must be free to open it again,
         // and whatever sled still holds in memory must go.
@@ -1064,6 +1094,8 @@ impl Store for SledStore {
         wait_until_unlocked(&self.dir.join("db"), UNLOCK_WAIT)?;
         *guard = Some(Open::checked(&self.dir)?);
         *self.failed.lock().expect("failed lock") = None;
+        // Reads made during the reopen may have seen the discarded overlay.
+        self.read_epoch.fetch_add(1, Ordering::AcqRel);
         tracing::info!(dir = %self.dir.display(), "store reopened");
         Ok(())
     }
@@ -1255,6 +1287,43 @@ mod tests {
         s.checkpoint().unwrap();
         assert_eq!(in_sled(&s), Some(51));
         assert!(s.pending().overlay.is_empty());
+    }
+
+    /// A read made without the caller's lock is confirmed from memory, or
+    /// made again when a checkpoint or a reopen may have changed where the
+    /// record lives.
+    #[test]
+    fn a_read_ahead_is_confirmed_or_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SledStore::open(dir.path()).unwrap();
+        let job = Limits::default().job("j").unwrap();
+        s.put_value(&job, b"k", &val(1, 1, Some("one"))).unwrap();
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        // Read from sled, nothing since: still good.
+        let e = s.read_epoch();
+        assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 1);
+        assert_eq!(s.recheck_value(&job, b"k", e).unwrap(), None);
+        // A put since: the overlay's record.
+        s.put_value(&job, b"k", &val(1, 2, Some("two"))).unwrap();
+        assert_eq!(
+            s.recheck_value(&job, b"k", e).unwrap(),
+            Some(Some(val(1, 2, Some("two"))))
+        );
+        // A checkpoint moved it to sled and out of the overlay: read again.
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        assert_eq!(
+            s.recheck_value(&job, b"k", e).unwrap(),
+            Some(Some(val(1, 2, Some("two"))))
+        );
+        // A reopen, likewise.
+        let e = s.read_epoch();
+        s.reopen().unwrap();
+        assert_eq!(
+            s.recheck_value(&job, b"k", e).unwrap(),
+            Some(Some(val(1, 2, Some("two"))))
+        );
     }
 
     /// A reopen keeps exactly what was synced: logged puts come back from

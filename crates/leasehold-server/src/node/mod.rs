@@ -518,9 +518,10 @@ impl Node {
         value: Option<Vec<u8>>,
     ) -> Result<u64> {
         self.check_open()?;
+        let pre = self.read_ahead(job, key)?;
         let (outcome, seq) = {
             let mut st = self.lock();
-            self.write_one(&mut st, job, token, key, value)?
+            self.write_one(&mut st, job, token, key, value, pre)?
         };
         self.inner.commit.wait(seq).await?;
         outcome
@@ -539,9 +540,13 @@ impl Node {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
         let mut last = 0;
+        let pre = batch
+            .iter()
+            .map(|w| self.read_ahead(&w.job, &w.key))
+            .collect::<Result<Vec<_>>>()?;
         let mut st = self.lock();
-        for w in batch {
-            let (outcome, seq) = self.write_one(&mut st, &w.job, w.token, &w.key, w.value)?;
+        for (w, pre) in batch.into_iter().zip(pre) {
+            let (outcome, seq) = self.write_one(&mut st, &w.job, w.token, &w.key, w.value, pre)?;
             last = last.max(seq);
             out.push(outcome);
         }
@@ -562,6 +567,11 @@ impl Node {
     /// the fence's (this write is refused). Returns the new version or the
     /// refusal, and the sequence number to wait for before showing it: a
     /// refusal names the job's current token, which must be durable too.
+    ///
+    /// `pre` is the key's record read before the lock was taken
+    /// ([`Node::read_ahead`]): a read from disk never stalls the decisions
+    /// of every other call; under the lock the store only confirms it from
+    /// memory, or reads again if a checkpoint moved records meanwhile.
     fn write_one(
         &self,
         st: &mut State,
@@ -569,8 +579,12 @@ impl Node {
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
+        pre: ReadAhead,
     ) -> Result<(Result<u64>, u64)> {
-        let existing = self.inner.store.get_value(job, key)?;
+        let existing = match self.inner.store.recheck_value(job, key, pre.epoch)? {
+            None => pre.record,
+            Some(now) => now,
+        };
         if let Err(e) =
             st.table
                 .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
@@ -593,15 +607,28 @@ impl Node {
         Ok((Ok(version), self.inner.commit.stage()))
     }
 
+    /// Reads the key's record without the state lock, for
+    /// [`Node::write_one`] to confirm under it.
+    fn read_ahead(&self, job: &JobName, key: &[u8]) -> Result<ReadAhead> {
+        let epoch = self.inner.store.read_epoch();
+        let record = self.inner.store.get_value(job, key)?;
+        Ok(ReadAhead { epoch, record })
+    }
+
     /// The record under (job, key), once everything staged before the read
     /// is durable: reads are linearizable.
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        // The disk read happens outside the lock; under it, only a memory
+        // look-up and the sequence number to wait for (a put is staged and
+        // numbered under the lock, so the two agree).
+        let pre = self.read_ahead(job, key)?;
         let (rec, seq) = {
             let _st = self.lock();
-            (
-                self.inner.store.get_value(job, key)?,
-                self.inner.commit.staged(),
-            )
+            let rec = match self.inner.store.recheck_value(job, key, pre.epoch)? {
+                None => pre.record,
+                Some(now) => now,
+            };
+            (rec, self.inner.commit.staged())
         };
         self.inner.commit.wait(seq).await?;
         Ok(rec)
@@ -767,6 +794,13 @@ impl Node {
     pub fn start_closing(&self) {
         self.inner.closing.send_replace(true);
     }
+}
+
+/// A key's record read before the state lock was taken, with the store's
+/// read epoch from before the read.
+struct ReadAhead {
+    epoch: u64,
+    record: Option<ValueRecord>,
 }
 
 /// Takes a waiting `Acquire` out of line however it ends: granted, timed
