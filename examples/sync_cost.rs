@@ -39,7 +39,7 @@ fn main() {
         store.sync().unwrap();
         s.push(t.elapsed());
         // What the flusher does after releasing the waiters: not timed.
-        store.settle().unwrap();
+        store.checkpoint_if_due().unwrap();
         raw.write_all_at(&[i as u8; 64], i * 64).unwrap();
         let t = Instant::now();
         raw.sync_data().unwrap();

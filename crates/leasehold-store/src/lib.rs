@@ -102,12 +102,12 @@ pub trait Store: Send + Sync + 'static {
     /// Background work after a [`Store::sync`] whose waiters were released:
     /// the group committer calls it right after publishing. It must not
     /// change what is durable, only where it is kept.
-    fn settle(&self) -> Result<()> {
+    fn checkpoint_if_due(&self) -> Result<()> {
         Ok(())
     }
-    /// Whether [`Store::settle`] has work to do after the syncs so far: a
+    /// Whether [`Store::checkpoint_if_due`] has work to do after the syncs so far: a
     /// sync run away from the flusher asks, and hands the work over.
-    fn settle_due(&self) -> bool {
+    fn checkpoint_due(&self) -> bool {
         false
     }
     /// Moves everything durable to where a restart reads it fastest; for a

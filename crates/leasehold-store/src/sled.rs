@@ -15,7 +15,7 @@
 //!    The logged records wait in memory, the newest per key: a key written
 //!    a thousand times between checkpoints costs sled one insert.
 //! 3. A checkpoint, when the log is half full (checked by
-//!    [`Store::settle`], on the same thread, after the waiters were
+//!    [`Store::checkpoint_if_due`], on the same thread, after the waiters were
 //!    released), at a clean shutdown and at every start-up, applies the
 //!    logged records to sled's trees, drops them from the overlay, flushes
 //!    sled (its `flush` and an `fdatasync` of its log: sled 0.34's flush
@@ -1003,7 +1003,7 @@ impl Store for SledStore {
         Ok(())
     }
 
-    fn settle(&self) -> Result<()> {
+    fn checkpoint_if_due(&self) -> Result<()> {
         self.write(|o| {
             let mut wal = o.wal.lock().expect("wal lock");
             // Not while a backup reads sled: the log still has room, and
@@ -1016,7 +1016,7 @@ impl Store for SledStore {
         })
     }
 
-    fn settle_due(&self) -> bool {
+    fn checkpoint_due(&self) -> bool {
         self.with(|o| {
             let wal = o.wal.lock().expect("wal lock");
             Ok(wal.used() * 2 > wal.capacity())
@@ -1226,7 +1226,7 @@ mod tests {
             "the logged put, not sled's"
         );
         s.sync().unwrap();
-        s.settle().unwrap();
+        s.checkpoint_if_due().unwrap();
         assert!(
             !s.pending().overlay.is_empty(),
             "logged puts wait for a checkpoint"
@@ -1252,7 +1252,7 @@ mod tests {
             s.put_value(&job, b"k", &val(1, v, Some(&format!("v{v}"))))
                 .unwrap();
             s.sync().unwrap();
-            s.settle().unwrap();
+            s.checkpoint_if_due().unwrap();
         }
         let in_sled = |s: &SledStore| {
             s.with(|o| Ok(o.values.get(value_key(&job, b"k")).unwrap()))
@@ -1374,7 +1374,7 @@ mod tests {
                 .unwrap();
             if n % 5 == 0 {
                 s.sync().unwrap();
-                s.settle().unwrap();
+                s.checkpoint_if_due().unwrap();
             }
         }
         // Many at once: more than the whole log holds.

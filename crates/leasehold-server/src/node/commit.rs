@@ -19,9 +19,9 @@
 //! so the log takes batches in sequence order and a published sequence
 //! number never overtakes an unsynced change.
 //!
-//! A failed sync or settle is reported to [`Recovery`] before the sync or
-//! settle counts as finished, and a reopen of the store holds syncs and
-//! settles off ([`GroupCommit::hold_syncs`]) once the running one has
+//! A failed sync or checkpoint is reported to [`Recovery`] before the sync or
+//! checkpoint counts as finished, and a reopen of the store holds syncs and
+//! checkpoints off ([`GroupCommit::hold_syncs`]) once the running one has
 //! finished. So no failure report ever crosses a reopen: the reopened store
 //! is never taken for failed because of an error of the one before.
 
@@ -231,12 +231,12 @@ struct Requests {
     /// A sync runs (on the flusher, or led by a waiter): at most one at a
     /// time, so that the log takes batches in sequence order.
     syncing: bool,
-    /// A waiter's sync left the store work for [`Store::settle`].
-    settle: bool,
-    /// The flusher runs [`Store::settle`], which may checkpoint and hold
+    /// A waiter's sync left a checkpoint due: [`Store::checkpoint_if_due`].
+    checkpoint: bool,
+    /// The flusher runs [`Store::checkpoint_if_due`], which may checkpoint and hold
     /// the log for a while: no waiter leads a sync meanwhile.
     settling: bool,
-    /// A reopen of the store holds off every new sync and settle.
+    /// A reopen of the store holds off every new sync and checkpoint.
     held: bool,
     /// ...and waits, on `idle`, for the one running to finish.
     holder_waits: bool,
@@ -248,7 +248,7 @@ struct Requests {
 
 struct Shared {
     store: Arc<dyn Store>,
-    /// Told of every failed sync and settle.
+    /// Told of every failed sync and checkpoint.
     on_failure: Arc<Recovery>,
     /// The broken rule "ack-before-sync": replies do not wait for the sync.
     ack_early: std::sync::atomic::AtomicBool,
@@ -258,7 +258,7 @@ struct Shared {
     counters: SyncCounters,
     requests: Mutex<Requests>,
     wake: Condvar,
-    /// Wakes a reopen waiting for the running sync or settle to finish.
+    /// Wakes a reopen waiting for the running sync or checkpoint to finish.
     idle: Condvar,
     published: Mutex<Published>,
 }
@@ -281,7 +281,7 @@ impl Shared {
         p.flushed.outcome(seq)
     }
 
-    /// Under the requests lock, when a sync or settle has just finished:
+    /// Under the requests lock, when a sync or checkpoint has just finished:
     /// wakes a reopen that waits for it.
     fn finished(&self, r: &mut Requests) {
         if r.holder_waits && !r.syncing && !r.settling {
@@ -297,7 +297,7 @@ pub struct GroupCommit {
     flusher: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// Syncs and settles held off, for a reopen of the store; see
+/// Syncs and checkpoints held off, for a reopen of the store; see
 /// [`GroupCommit::hold_syncs`].
 pub struct SyncsHeld<'a> {
     shared: &'a Shared,
@@ -308,7 +308,7 @@ impl Drop for SyncsHeld<'_> {
         let wake = {
             let mut r = self.shared.requests.lock().expect("requests lock");
             r.held = false;
-            let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.settle);
+            let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.checkpoint);
             if wake {
                 r.sleeping = false;
             }
@@ -321,7 +321,7 @@ impl Drop for SyncsHeld<'_> {
 }
 
 impl GroupCommit {
-    /// Starts the flusher thread for `store`. Failed syncs and settles are
+    /// Starts the flusher thread for `store`. Failed syncs and checkpoints are
     /// reported to `on_failure`.
     pub fn start(store: Arc<dyn Store>, on_failure: Arc<Recovery>) -> GroupCommit {
         let shared = Arc::new(Shared {
@@ -452,7 +452,7 @@ impl GroupCommit {
         });
     }
 
-    /// Holds off every sync and settle, once the one running (if any) has
+    /// Holds off every sync and checkpoint, once the one running (if any) has
     /// finished, until the guard is dropped: for a reopen of the store, so
     /// that a failure a sync reports is always about the store it ran on.
     /// One holder at a time (the recovery thread). Take it before the
@@ -527,7 +527,7 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
             f.error = Some(e.to_string());
         }
     });
-    let settle = !on_flusher && !failed && shared.store.settle_due();
+    let checkpoint = !on_flusher && !failed && shared.store.checkpoint_due();
     let wake = {
         let mut r = shared.requests.lock().expect("requests lock");
         r.last_batch = target.saturating_sub(r.synced);
@@ -537,9 +537,9 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
         r.last_took = took;
         r.synced = r.synced.max(target);
         r.syncing = false;
-        r.settle |= settle;
+        r.checkpoint |= checkpoint;
         shared.finished(&mut r);
-        let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.settle);
+        let wake = r.sleeping && (r.wanted > r.synced || r.stop || r.checkpoint);
         if wake {
             r.sleeping = false;
         }
@@ -569,8 +569,8 @@ fn flusher(shared: &Shared) {
                         r.syncing = true;
                         break Next::Sync;
                     }
-                    if r.settle {
-                        r.settle = false;
+                    if r.checkpoint {
+                        r.checkpoint = false;
                         break Next::Settle;
                     }
                     if r.stop {
@@ -596,18 +596,18 @@ fn flusher(shared: &Shared) {
                 {
                     let mut r = shared.requests.lock().expect("requests lock");
                     if r.held {
-                        // A reopen began since the sync: settle after it.
-                        r.settle = true;
+                        // A reopen began since the sync: checkpoint after it.
+                        r.checkpoint = true;
                         continue;
                     }
                     r.settling = true;
                 }
-                let settled = store.settle();
-                if let Err(e) = &settled {
+                let checkpointed = store.checkpoint_if_due();
+                if let Err(e) = &checkpointed {
                     // What was acknowledged is durable; the store needs a
                     // reopen (which replays its log) before it takes more
                     // changes. Reported before `settling` is cleared.
-                    shared.on_failure.failed("settle", e);
+                    shared.on_failure.failed("checkpoint", e);
                 }
                 let mut r = shared.requests.lock().expect("requests lock");
                 r.settling = false;

@@ -51,7 +51,7 @@ pub struct Snapshot {
     pub jobs: Vec<(JobName, Leadership)>,
     /// Acquires waiting right now.
     pub waiters: usize,
-    /// Store failures: each put, sync, settle or checkpoint whose error put
+    /// Store failures: each put, sync or checkpoint whose error put
     /// the store out of service (see [`recovery`]).
     pub store_failures: u64,
     /// Times the store was reopened after a failure.
@@ -163,7 +163,7 @@ impl Inner {
 
     /// Reopens the store and reloads the lease table from it.
     fn recover(&self) -> Result<()> {
-        // No sync or settle runs from here on: none can report a failure
+        // No sync or checkpoint runs from here on: none can report a failure
         // of the store that this reopen replaces.
         let _held = self.commit.hold_syncs();
         let mut st = self.state.lock().expect("lease state lock poisoned");
@@ -318,7 +318,7 @@ impl Node {
         Ok((r, seq, fx.changed))
     }
 
-    async fn settle(&self, job: &JobName, seq: u64, changed: bool) -> Result<()> {
+    async fn publish_when_durable(&self, job: &JobName, seq: u64, changed: bool) -> Result<()> {
         self.inner.commit.wait(seq).await?;
         if changed {
             self.publish(job);
@@ -348,7 +348,7 @@ impl Node {
             self.decide(job, |t, now| t.acquire(job, holder, ttl, now, None))?;
         let busy = match res {
             Acquire::Granted(view) => {
-                self.settle(job, seq, changed).await?;
+                self.publish_when_durable(job, seq, changed).await?;
                 return Ok((true, view));
             }
             Acquire::Busy { view, .. } => view,
@@ -383,7 +383,7 @@ impl Node {
                 self.decide(job, |t, now| t.acquire(job, holder, ttl, now, Some(id)))?;
             match res {
                 Acquire::Granted(view) => {
-                    self.settle(job, seq, changed).await?;
+                    self.publish_when_durable(job, seq, changed).await?;
                     return Ok((true, view));
                 }
                 Acquire::Busy {
@@ -479,7 +479,7 @@ impl Node {
                 Err(e) => (Err(e), Effects::default()),
             })?;
         r?;
-        self.settle(job, seq, changed).await
+        self.publish_when_durable(job, seq, changed).await
     }
 
     /// The lease of `job`, once the change it shows is durable.

@@ -2,7 +2,7 @@
 //!
 //! # What a store failure is
 //!
-//! **A store failure is a put, a sync, a settle (which may checkpoint) or a
+//! **A store failure is a put, a sync, or a
 //! checkpoint whose error puts the store out of service**: from then on the
 //! store refuses every change until it is reopened (see the durability
 //! contract in [`crate::store`]). Each one is counted once, by the first
@@ -17,7 +17,7 @@
 //!
 //! # Recovery
 //!
-//! A failure wakes the recovery thread. It waits for the sync or settle
+//! A failure wakes the recovery thread. It waits for the sync or checkpoint
 //! under way to finish and holds off new ones, declares every change that
 //! was not durable lost (their callers get UNAVAILABLE, reason STORAGE),
 //! reopens the store from what is on stable storage, and reloads the lease
@@ -131,7 +131,7 @@ impl Flags {
 
 /// The store's health and failure counts, and the recovery thread's
 /// wake-ups. Shared by the node (failed puts, reopens) and group commit
-/// (failed syncs and settles).
+/// (failed syncs and checkpoints).
 pub struct Recovery {
     flags: Mutex<Flags>,
     cv: Condvar,
@@ -166,7 +166,7 @@ impl Recovery {
         });
     }
 
-    /// A store operation (`what`: put, sync, settle, checkpoint) failed.
+    /// A store operation (`what`: put, sync, checkpoint) failed.
     /// The first failure since the store was (re)opened puts it out of
     /// service: it is counted and wakes the recovery thread. Later ones are
     /// its consequences, and are not. Returns whether this one counted.
@@ -282,7 +282,7 @@ mod tests {
         let health = r.subscribe();
         assert!(r.failed("sync", &Error::storage("EIO")));
         assert!(!r.failed("put", &Error::storage("being reopened")));
-        assert!(!r.failed("settle", &Error::storage("being reopened")));
+        assert!(!r.failed("checkpoint", &Error::storage("being reopened")));
         assert_eq!(r.counts(), (1, 0));
         assert!(
             matches!(&*health.borrow(), StoreHealth::Failed { error } if error == "sync failed: storage failure: EIO"),
