@@ -4,14 +4,44 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "github.com/leasehold/leasehold/clients/go/leaseholdv1"
 )
 
 // Domain is the google.rpc.ErrorInfo domain of every leasehold error.
 const Domain = "leasehold"
+
+// The reason in an ErrorInfo is the name of a value of the contract's
+// ErrorReason enum without this prefix ("FENCED" for ERROR_REASON_FENCED).
+// FromError maps it to the generated enum value and branches on that, so
+// every reason comes from the proto.
+const reasonPrefix = "ERROR_REASON_"
+
+// reasonOf is the generated ErrorReason for a reason as sent in ErrorInfo,
+// or ERROR_REASON_UNSPECIFIED when there is none or it is not one this
+// client's proto knows.
+func reasonOf(reason string) pb.ErrorReason {
+	if v, ok := pb.ErrorReason_value[reasonPrefix+reason]; ok {
+		return pb.ErrorReason(v)
+	}
+	return pb.ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+// reasonString is the reason as sent in ErrorInfo for a generated
+// ErrorReason: its name without the prefix.
+func reasonString(r pb.ErrorReason) string {
+	return strings.TrimPrefix(r.String(), reasonPrefix)
+}
+
+// tagged is an error message with its reason appended: "msg (FENCED)".
+func tagged(msg string, r pb.ErrorReason) string {
+	return msg + " (" + reasonString(r) + ")"
+}
 
 // Sentinels for errors.Is. Every error a Client method returns for a
 // failed call matches one of them (or is a plain gRPC status error for
@@ -45,7 +75,9 @@ type LeaseLostError struct {
 	status        *status.Status
 }
 
-func (e *LeaseLostError) Error() string              { return e.Message + " (LEASE_LOST)" }
+func (e *LeaseLostError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_LEASE_LOST)
+}
 func (e *LeaseLostError) Is(target error) bool       { return target == ErrLeaseLost }
 func (e *LeaseLostError) GRPCStatus() *status.Status { return e.status }
 
@@ -58,7 +90,7 @@ type FencedError struct {
 	status       *status.Status
 }
 
-func (e *FencedError) Error() string              { return e.Message + " (FENCED)" }
+func (e *FencedError) Error() string              { return tagged(e.Message, pb.ErrorReason_ERROR_REASON_FENCED) }
 func (e *FencedError) Is(target error) bool       { return target == ErrFenced }
 func (e *FencedError) GRPCStatus() *status.Status { return e.status }
 
@@ -70,7 +102,9 @@ type InvalidArgumentError struct {
 	status *status.Status
 }
 
-func (e *InvalidArgumentError) Error() string              { return e.Message + " (INVALID_ARGUMENT)" }
+func (e *InvalidArgumentError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
+}
 func (e *InvalidArgumentError) Is(target error) bool       { return target == ErrInvalidArgument }
 func (e *InvalidArgumentError) GRPCStatus() *status.Status { return e.status }
 
@@ -83,7 +117,9 @@ type UnknownTokenError struct {
 	status       *status.Status
 }
 
-func (e *UnknownTokenError) Error() string { return e.Message + " (UNKNOWN_TOKEN)" }
+func (e *UnknownTokenError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_UNKNOWN_TOKEN)
+}
 func (e *UnknownTokenError) Is(target error) bool {
 	return target == ErrUnknownToken || target == ErrInvalidArgument
 }
@@ -91,15 +127,17 @@ func (e *UnknownTokenError) GRPCStatus() *status.Status { return e.status }
 
 // UnavailableError: the server could not be reached or could not answer
 // (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
-// refused for a reason retrying later can fix: Reason "STORAGE" (the
-// store could not make the change durable), "SHUTTING_DOWN", or
-// "DISK_FULL" (code RESOURCE_EXHAUSTED: the server's disk is nearly full,
-// the change was refused before anything was written; reads go on). The
-// outcome of a change is unknown unless the reason says otherwise.
+// refused for a reason retrying later can fix: Reason STORAGE (the store
+// could not make the change durable), SHUTTING_DOWN, or DISK_FULL (code
+// RESOURCE_EXHAUSTED: the server's disk is nearly full, the change was
+// refused before anything was written; reads go on). The outcome of a
+// change is unknown unless the reason says otherwise.
 type UnavailableError struct {
 	Message string
 	Code    codes.Code
-	// Reason is "STORAGE", "SHUTTING_DOWN", "DISK_FULL" or "".
+	// Reason is the ErrorInfo reason as sent (the ErrorReason value's name
+	// without its ERROR_REASON_ prefix: STORAGE, SHUTTING_DOWN, DISK_FULL),
+	// or "".
 	Reason string
 	// FreeBytes and NeededBytes: for DISK_FULL, what the server reported.
 	FreeBytes, NeededBytes uint64
@@ -117,11 +155,11 @@ func (e *UnavailableError) Is(target error) bool {
 	case ErrUnavailable:
 		return true
 	case ErrStorage:
-		return e.Reason == "STORAGE"
+		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_STORAGE
 	case ErrShuttingDown:
-		return e.Reason == "SHUTTING_DOWN"
+		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_SHUTTING_DOWN
 	case ErrDiskFull:
-		return e.Reason == "DISK_FULL"
+		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_DISK_FULL
 	}
 	return false
 }
@@ -163,18 +201,18 @@ func FromError(err error) error {
 	if msg == "" {
 		msg = s.Code().String()
 	}
-	switch reason {
-	case "LEASE_LOST":
+	switch reasonOf(reason) {
+	case pb.ErrorReason_ERROR_REASON_LEASE_LOST:
 		return &LeaseLostError{Message: msg, CurrentToken: token(), CurrentHolder: meta["current_holder"], status: s}
-	case "FENCED":
+	case pb.ErrorReason_ERROR_REASON_FENCED:
 		return &FencedError{Message: msg, CurrentToken: token(), status: s}
-	case "UNKNOWN_TOKEN":
+	case pb.ErrorReason_ERROR_REASON_UNKNOWN_TOKEN:
 		return &UnknownTokenError{Message: msg, CurrentToken: token(), status: s}
-	case "INVALID_ARGUMENT":
+	case pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT:
 		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
-	case "STORAGE", "SHUTTING_DOWN":
+	case pb.ErrorReason_ERROR_REASON_STORAGE, pb.ErrorReason_ERROR_REASON_SHUTTING_DOWN:
 		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason, status: s}
-	case "DISK_FULL":
+	case pb.ErrorReason_ERROR_REASON_DISK_FULL:
 		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason,
 			FreeBytes: num("free_bytes"), NeededBytes: num("needed_bytes"), status: s}
 	}

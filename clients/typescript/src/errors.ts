@@ -1,7 +1,10 @@
 /**
  * Typed errors, decoded from the `google.rpc.ErrorInfo` reason (domain
- * "leasehold") in a failed call's status details. Branch on the class,
- * never on the message:
+ * "leasehold") in a failed call's status details. The reason is the name of
+ * a value of the contract's `ErrorReason` enum without its `ERROR_REASON_`
+ * prefix; `reasonEnum` maps it to the generated enum value and the decoding
+ * branches on that value, so every reason comes from the proto. Branch on
+ * the class, never on the message:
  *
  * ```ts
  * try {
@@ -25,11 +28,28 @@
 import { Metadata, status as Code, type ServiceError } from "@grpc/grpc-js";
 import { ErrorInfo } from "./gen/google/rpc/error_details";
 import { Status } from "./gen/google/rpc/status";
+import { ErrorReason, errorReasonFromJSON, errorReasonToJSON } from "./gen/leasehold/v1/leasehold";
 
 /** The ErrorInfo domain of every leasehold error. */
 export const DOMAIN = "leasehold";
 const DETAILS_KEY = "grpc-status-details-bin";
 const ERROR_INFO_TYPE = "google.rpc.ErrorInfo";
+const REASON_PREFIX = "ERROR_REASON_";
+
+/**
+ * The generated `ErrorReason` for a reason as sent in ErrorInfo ("FENCED"
+ * gives `ERROR_REASON_FENCED`), or `ErrorReason.UNRECOGNIZED` when there is
+ * no reason or it is not one this client's proto knows.
+ */
+export function reasonEnum(reason: string | undefined): ErrorReason {
+  return reason ? errorReasonFromJSON(REASON_PREFIX + reason) : ErrorReason.UNRECOGNIZED;
+}
+
+/** The reason as sent in ErrorInfo for a generated `ErrorReason`: its name without the prefix. */
+export function reasonString(reason: ErrorReason): string {
+  const name = errorReasonToJSON(reason);
+  return name.startsWith(REASON_PREFIX) ? name.slice(REASON_PREFIX.length) : name;
+}
 
 /** Any error from leasehold. */
 export class LeaseholdError extends Error {
@@ -127,15 +147,15 @@ type ErrorClass = new (
   metadata: Record<string, string>,
 ) => LeaseholdError;
 
-const BY_REASON: Record<string, ErrorClass> = {
-  LEASE_LOST: LeaseLost,
-  FENCED: Fenced,
-  UNKNOWN_TOKEN: UnknownToken,
-  INVALID_ARGUMENT: InvalidArgument,
-  STORAGE: StorageError,
-  SHUTTING_DOWN: ShuttingDown,
-  DISK_FULL: DiskFull,
-};
+const BY_REASON = new Map<ErrorReason, ErrorClass>([
+  [ErrorReason.ERROR_REASON_LEASE_LOST, LeaseLost],
+  [ErrorReason.ERROR_REASON_FENCED, Fenced],
+  [ErrorReason.ERROR_REASON_UNKNOWN_TOKEN, UnknownToken],
+  [ErrorReason.ERROR_REASON_INVALID_ARGUMENT, InvalidArgument],
+  [ErrorReason.ERROR_REASON_STORAGE, StorageError],
+  [ErrorReason.ERROR_REASON_SHUTTING_DOWN, ShuttingDown],
+  [ErrorReason.ERROR_REASON_DISK_FULL, DiskFull],
+]);
 
 const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);
 
@@ -162,7 +182,7 @@ export function errorInfo(metadata: Metadata | undefined): ErrorInfo | undefined
 export function fromStatus(code: Code, message: string, metadata?: Metadata): LeaseholdError {
   const info = errorInfo(metadata);
   const reason = info?.reason;
-  let cls: ErrorClass | undefined = reason !== undefined ? BY_REASON[reason] : undefined;
+  let cls: ErrorClass | undefined = BY_REASON.get(reasonEnum(reason));
   if (!cls) {
     if (code === Code.INVALID_ARGUMENT) cls = InvalidArgument;
     else if (UNAVAILABLE_CODES.has(code)) cls = Unavailable;

@@ -14,7 +14,7 @@
  * ```
  */
 import { type ClientDuplexStream, status as Code, type ServiceError } from "@grpc/grpc-js";
-import { fromServiceError, fromStatus, InvalidArgument, type LeaseholdError } from "./errors";
+import { fromServiceError, fromStatus, InvalidArgument, type LeaseholdError, reasonString } from "./errors";
 import * as pb from "./gen/leasehold/v1/leasehold";
 import { asBytes, type Bytes } from "./types";
 
@@ -94,9 +94,12 @@ export type WriteOutcome = Written | FencedWrite | UnknownTokenWrite | InvalidWr
 /** The message for one write; throws InvalidArgument for a token that is no uint64. */
 function toPb(w: StreamWrite): pb.CheckedWriteRequest {
   if (typeof w.token !== "bigint" || w.token < 0n || w.token > MAX_UINT64) {
-    throw new InvalidArgument(`token must be a uint64 bigint, got ${String(w.token)}`, Code.INVALID_ARGUMENT, "INVALID_ARGUMENT", {
-      field: "token",
-    });
+    throw new InvalidArgument(
+      `token must be a uint64 bigint, got ${String(w.token)}`,
+      Code.INVALID_ARGUMENT,
+      reasonString(pb.ErrorReason.ERROR_REASON_INVALID_ARGUMENT),
+      { field: "token" },
+    );
   }
   const del = w.delete === true || w.value === undefined;
   return {

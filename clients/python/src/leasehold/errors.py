@@ -1,9 +1,11 @@
 """Typed errors, decoded from the ``google.rpc.ErrorInfo`` reason.
 
 Every leasehold error status carries an ``ErrorInfo`` with domain
-``"leasehold"`` and a reason (``LEASE_LOST``, ``FENCED``,
-``INVALID_ARGUMENT``, ``UNKNOWN_TOKEN``, ``STORAGE``, ``SHUTTING_DOWN``,
-``DISK_FULL``).
+``"leasehold"`` and a reason: the name of a value of the contract's
+``ErrorReason`` enum without its ``ERROR_REASON_`` prefix (``LEASE_LOST``,
+``FENCED``, ...). :func:`reason_enum` maps the string to the generated enum
+value, and the decoding branches on that value, so every reason comes from
+the proto.
 :func:`from_rpc_error` turns a ``grpc.RpcError`` (sync or asyncio) into the
 matching exception below, so that callers branch on the type, never on the
 message::
@@ -33,8 +35,30 @@ from typing import Iterable, Mapping, Optional, Tuple
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from .v1 import leasehold_pb2 as pb
+
 DOMAIN = "leasehold"
 _DETAILS_KEY = "grpc-status-details-bin"
+_REASON_PREFIX = "ERROR_REASON_"
+
+
+def reason_enum(reason: Optional[str]) -> Optional[pb.ErrorReason]:
+    """The generated ``ErrorReason`` value for a reason as sent in
+    ``ErrorInfo`` (``"FENCED"`` gives ``ERROR_REASON_FENCED``), or ``None``
+    when there is no reason or it is not one this client's proto knows."""
+    if not reason:
+        return None
+    try:
+        return pb.ErrorReason.Value(_REASON_PREFIX + reason)
+    except ValueError:
+        return None
+
+
+def reason_string(value: pb.ErrorReason) -> str:
+    """The reason as sent in ``ErrorInfo`` for a generated ``ErrorReason``
+    value: its name without the ``ERROR_REASON_`` prefix."""
+    name = pb.ErrorReason.Name(value)
+    return name[len(_REASON_PREFIX):] if name.startswith(_REASON_PREFIX) else name
 
 
 class LeaseholdError(Exception):
@@ -149,13 +173,13 @@ class DiskFull(Unavailable):
 
 
 _BY_REASON = {
-    "LEASE_LOST": LeaseLost,
-    "FENCED": Fenced,
-    "UNKNOWN_TOKEN": UnknownToken,
-    "INVALID_ARGUMENT": InvalidArgument,
-    "STORAGE": StorageError,
-    "SHUTTING_DOWN": ShuttingDown,
-    "DISK_FULL": DiskFull,
+    pb.ERROR_REASON_LEASE_LOST: LeaseLost,
+    pb.ERROR_REASON_FENCED: Fenced,
+    pb.ERROR_REASON_UNKNOWN_TOKEN: UnknownToken,
+    pb.ERROR_REASON_INVALID_ARGUMENT: InvalidArgument,
+    pb.ERROR_REASON_STORAGE: StorageError,
+    pb.ERROR_REASON_SHUTTING_DOWN: ShuttingDown,
+    pb.ERROR_REASON_DISK_FULL: DiskFull,
 }
 
 _UNAVAILABLE_CODES = {
@@ -193,7 +217,8 @@ def from_status(
     reason = info.reason if info is not None else None
     metadata = dict(info.metadata) if info is not None else {}
     message = message or (code.name if code else "error")
-    cls = _BY_REASON.get(reason or "")
+    known = reason_enum(reason)
+    cls = _BY_REASON.get(known) if known is not None else None
     if cls is None:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             cls = InvalidArgument

@@ -1,22 +1,51 @@
 package dev.leasehold.client;
 
 import com.google.protobuf.Any;
+import com.google.protobuf.Descriptors.EnumValueDescriptor;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.ErrorInfo;
+import dev.leasehold.v1.ErrorReason;
 import io.grpc.Status;
 import io.grpc.protobuf.StatusProto;
 import java.util.Map;
 import java.util.Set;
 
-/** Decodes failed calls into typed {@link LeaseholdException}s. */
+/**
+ * Decodes failed calls into typed {@link LeaseholdException}s. The ErrorInfo
+ * reason is the name of a value of the contract's {@link ErrorReason} enum
+ * without its {@code ERROR_REASON_} prefix ({@code "FENCED"} for
+ * {@code ERROR_REASON_FENCED}); it is mapped to the generated enum value and
+ * the decoding branches on that, so every reason comes from the proto.
+ */
 public final class Errors {
   /** The ErrorInfo domain of every leasehold error. */
   public static final String DOMAIN = "leasehold";
+
+  private static final String REASON_PREFIX = "ERROR_REASON_";
 
   private static final Set<Status.Code> UNAVAILABLE = Set.of(
       Status.Code.UNAVAILABLE, Status.Code.DEADLINE_EXCEEDED, Status.Code.CANCELLED, Status.Code.UNKNOWN);
 
   private Errors() {}
+
+  /**
+   * The generated {@link ErrorReason} for a reason as sent in ErrorInfo, or
+   * {@link ErrorReason#UNRECOGNIZED} when there is none or it is not one this
+   * client's proto knows.
+   */
+  static ErrorReason reasonOf(String reason) {
+    if (reason == null || reason.isEmpty()) {
+      return ErrorReason.UNRECOGNIZED;
+    }
+    EnumValueDescriptor value = ErrorReason.getDescriptor().findValueByName(REASON_PREFIX + reason);
+    return value == null ? ErrorReason.UNRECOGNIZED : ErrorReason.valueOf(value);
+  }
+
+  /** The reason as sent in ErrorInfo for a generated {@link ErrorReason}: its name without the prefix. */
+  static String reasonString(ErrorReason reason) {
+    String name = reason.name();
+    return name.startsWith(REASON_PREFIX) ? name.substring(REASON_PREFIX.length()) : name;
+  }
 
   /** The leasehold ErrorInfo of a failed call, or null. */
   public static ErrorInfo errorInfo(Throwable t) {
@@ -50,25 +79,23 @@ public final class Errors {
     Map<String, String> meta = info == null ? Map.of() : info.getMetadataMap();
     String message = status.getDescription() != null ? status.getDescription() : status.getCode().name();
     Status.Code code = status.getCode();
-    if (reason != null) {
-      switch (reason) {
-        case "LEASE_LOST":
-          return new LeaseLostException(message, code, reason, meta, t);
-        case "FENCED":
-          return new FencedException(message, code, reason, meta, t);
-        case "UNKNOWN_TOKEN":
-          return new UnknownTokenException(message, code, reason, meta, t);
-        case "INVALID_ARGUMENT":
-          return new InvalidArgumentException(message, code, reason, meta, t);
-        case "STORAGE":
-          return new StorageException(message, code, reason, meta, t);
-        case "SHUTTING_DOWN":
-          return new ShuttingDownException(message, code, reason, meta, t);
-        case "DISK_FULL":
-          return new DiskFullException(message, code, reason, meta, t);
-        default:
-          break;
-      }
+    switch (reasonOf(reason)) {
+      case ERROR_REASON_LEASE_LOST:
+        return new LeaseLostException(message, code, reason, meta, t);
+      case ERROR_REASON_FENCED:
+        return new FencedException(message, code, reason, meta, t);
+      case ERROR_REASON_UNKNOWN_TOKEN:
+        return new UnknownTokenException(message, code, reason, meta, t);
+      case ERROR_REASON_INVALID_ARGUMENT:
+        return new InvalidArgumentException(message, code, reason, meta, t);
+      case ERROR_REASON_STORAGE:
+        return new StorageException(message, code, reason, meta, t);
+      case ERROR_REASON_SHUTTING_DOWN:
+        return new ShuttingDownException(message, code, reason, meta, t);
+      case ERROR_REASON_DISK_FULL:
+        return new DiskFullException(message, code, reason, meta, t);
+      default:
+        break;
     }
     if (code == Status.Code.INVALID_ARGUMENT) {
       return new InvalidArgumentException(message, code, reason, meta, t);
