@@ -1,6 +1,6 @@
-//! The admin port: an axum router with `GET /metrics` (Prometheus text)
-//! and `GET /healthz`. Plain HTTP/1.1, on its own listener, so that a
-//! scrape never competes with the gRPC port's limits.
+//! The admin port: an axum router with `GET /metrics` (Prometheus text,
+//! see [`crate::metrics`]) and `GET /healthz`. Plain HTTP/1.1, on its own
+//! listener, so that a scrape never competes with the gRPC port's limits.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,13 +12,16 @@ use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 
+use prometheus_client::registry::Registry;
+
 use crate::backend::Backend;
-use crate::metrics::{render, RpcMetrics};
+use crate::metrics::{self, RpcMetrics};
 
 #[derive(Clone)]
 struct Admin {
     node: Backend,
-    rpc: Arc<RpcMetrics>,
+    /// Every metric, made once; encoded at each scrape.
+    registry: Arc<Registry>,
 }
 
 /// The admin pages, as a router (for tests, or to nest elsewhere).
@@ -27,7 +30,10 @@ pub fn router(node: Backend, rpc: Arc<RpcMetrics>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics or /healthz\n") })
-        .with_state(Admin { node, rpc })
+        .with_state(Admin {
+            registry: Arc::new(metrics::registry(node.clone(), rpc)),
+            node,
+        })
 }
 
 /// Serves the admin pages on `listener` until `shutdown`.
@@ -46,13 +52,17 @@ pub async fn serve_admin(
 }
 
 async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        render(&a.node, &a.rpc),
-    )
+    match metrics::encode(&a.registry) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "could not encode the metrics");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "could not encode the metrics\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 /// 200 `ok` while the store can take changes; 503 with the reason while it

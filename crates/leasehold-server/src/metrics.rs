@@ -1,27 +1,50 @@
-//! Leadership as a metric: the Prometheus text exposition on the admin port.
+//! Leadership as a metric: `/metrics` on the admin port, through
+//! prometheus-client, in the Prometheus text format (version 0.0.4).
 //!
 //! Per job: whether a leader is present, its token, and how long the job has
 //! been without a leader. Counters for grants, takeovers, expiries,
 //! releases, renew losses and fenced writes (split-brain attempts show up
 //! here), a latency histogram per RPC, and group commit's syncs (how many,
-//! how many changes each, how long). Hand-rolled: the format is a few
-//! lines of text, and a metrics crate would pull more into the build than
-//! this file holds.
+//! how many changes each, how long).
 //!
-//! `/healthz` answers 200 `ok` while the store takes changes, and 503 with
-//! the reason while it cannot (failed and not reopened yet, or a disk too
-//! full for any change): the same condition as gRPC health's NOT_SERVING.
+//! Where each comes from:
+//! - [`RpcMetrics`], fed by the server's tower layer on every call: the
+//!   per-RPC latency histograms and response counters. Every method's
+//!   series exist from the start and a call reaches its own by index, so
+//!   it costs a few relaxed atomic adds: no lock, no allocation, no map.
+//! - [`Backend::snapshot`], taken at scrape time by a [`Collector`]:
+//!   per-job leadership, the lease rules' counters, the store's failures,
+//!   recoveries and integrity, waiting acquires, and group commit's
+//!   counters. All of it is state the node keeps anyway: a renewal updates
+//!   no metric of its own.
+//! - group commit's sync-duration histogram, a prometheus-client
+//!   `Histogram` that the running sync feeds once per sync (see
+//!   `node::commit`), reached through the snapshot.
+//!
+//! [`registry`] puts them together; [`encode`] renders a registry.
 
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, DescriptorEncoder, EncodeGaugeValue, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
 use crate::backend::Backend;
-use crate::lease::Leadership;
-use crate::node::commit::{SyncStats, SYNC_BUCKETS};
+use crate::lease::{JobName, Leadership};
+
+/// The `Content-Type` of what [`encode`] writes.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// The RPC methods with their own histogram; anything else is `other`.
-const METHODS: &[&str] = &[
+const METHODS: [&str; 12] = [
     "/leasehold.v1.Leases/Acquire",
     "/leasehold.v1.Leases/Renew",
     "/leasehold.v1.Leases/Release",
@@ -64,33 +87,69 @@ const CODE_NAMES: [&str; 17] = [
 ];
 const CODES: usize = CODE_NAMES.len();
 
-struct MethodStats {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
+/// A latency histogram over [`BUCKETS`] kept in atomics alone, so that an
+/// observation takes no lock (prometheus-client's `Histogram` takes a
+/// mutex on each); prometheus-client encodes it.
+#[derive(Debug, Default)]
+struct Latency {
+    /// Observations per bucket, not cumulative; the last one is `+Inf`'s
+    /// own (slower than every bound).
+    buckets: [AtomicU64; BUCKETS.len() + 1],
     sum_nanos: AtomicU64,
-    codes: [AtomicU64; CODES],
 }
 
-impl MethodStats {
-    fn new() -> MethodStats {
-        MethodStats {
-            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            count: AtomicU64::new(0),
-            sum_nanos: AtomicU64::new(0),
-            codes: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
+impl Latency {
+    fn observe(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        let b = BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[b].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
 }
 
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        // The count is the buckets' total, so that it always equals the
+        // `+Inf` bucket even while calls are being recorded.
+        let buckets: [(f64, u64); BUCKETS.len() + 1] = std::array::from_fn(|i| {
+            let bound = BUCKETS.get(i).copied().unwrap_or(f64::INFINITY);
+            (bound, self.buckets[i].load(Ordering::Relaxed))
+        });
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// One method's series.
+#[derive(Debug, Default)]
+struct MethodStats {
+    latency: Latency,
+    /// Calls ended, by status code.
+    codes: [Counter; CODES],
+}
+
 /// Per-RPC latency and status counts, recorded by the server's tower layer.
+///
+/// Every method's series are made here, once; a call finds its own by the
+/// index in its [`RpcMethod`].
+#[derive(Debug)]
 pub struct RpcMetrics {
-    methods: Vec<MethodStats>,
+    methods: [MethodStats; METHODS.len()],
 }
 
 impl Default for RpcMetrics {
     fn default() -> Self {
         RpcMetrics {
-            methods: METHODS.iter().map(|_| MethodStats::new()).collect(),
+            methods: std::array::from_fn(|_| MethodStats::default()),
         }
     }
 }
@@ -114,253 +173,408 @@ impl RpcMetrics {
     /// Records that a call of `method` was answered (its response began)
     /// `elapsed` after it arrived: the latency histogram.
     pub fn answered(&self, method: RpcMethod, elapsed: Duration) {
-        let m = &self.methods[method.0];
-        let secs = elapsed.as_secs_f64();
-        if let Some(b) = BUCKETS.iter().position(|b| secs <= *b) {
-            m.buckets[b].fetch_add(1, Ordering::Relaxed);
-        }
-        m.count.fetch_add(1, Ordering::Relaxed);
-        m.sum_nanos
-            .fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
+        self.methods[method.0].latency.observe(elapsed);
     }
 
     /// Records that a call of `method` ended with gRPC status `code`: for a
     /// stream, when it ends, with the status it ended with.
     pub fn ended(&self, method: RpcMethod, code: usize) {
-        self.methods[method.0].codes[code.min(CODES - 1)].fetch_add(1, Ordering::Relaxed);
+        self.methods[method.0].codes[code.min(CODES - 1)].inc();
+    }
+
+    /// Each method's label value (`Acquire`, ..., `other`) and series.
+    fn each(&self) -> impl Iterator<Item = (&'static str, &MethodStats)> {
+        METHODS
+            .iter()
+            .map(|path| path.rsplit('/').next().unwrap_or(path))
+            .zip(&self.methods)
     }
 }
 
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
+/// `leasehold_rpc_duration_seconds{method}`: every method, calls or not.
+#[derive(Debug)]
+struct RpcLatency(Arc<RpcMetrics>);
 
-/// Renders every metric in the Prometheus text format.
-pub fn render(node: &Backend, rpc: &RpcMetrics) -> String {
-    let snap = node.snapshot();
-    let mut out = String::with_capacity(256 + snap.jobs.len() * 160);
-    let o = &mut out;
-
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_job_leader 1 if the job has a live leader, else 0."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_job_leader gauge");
-    for (job, l) in &snap.jobs {
-        let led = matches!(l, Leadership::Led { .. }) as u8;
-        let _ = writeln!(
-            o,
-            "leasehold_job_leader{{job=\"{}\"}} {led}",
-            label(job.as_str())
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_job_token The job's newest fencing token."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_job_token gauge");
-    for (job, l) in &snap.jobs {
-        let t = match l {
-            Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
-        };
-        let _ = writeln!(
-            o,
-            "leasehold_job_token{{job=\"{}\"}} {t}",
-            label(job.as_str())
-        );
-    }
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_job_leaderless_seconds How long the job has been without a leader; 0 while led."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_job_leaderless_seconds gauge");
-    for (job, l) in &snap.jobs {
-        let s = match l {
-            Leadership::Led { .. } => 0.0,
-            Leadership::Vacant { for_, .. } => for_.as_secs_f64(),
-        };
-        let _ = writeln!(
-            o,
-            "leasehold_job_leaderless_seconds{{job=\"{}\"}} {s:.3}",
-            label(job.as_str())
-        );
-    }
-
-    let s = &snap.stats;
-    let mut counters = vec![
-        ("grants", "Grants that issued a new token.", s.grants),
-        (
-            "takeovers",
-            "Grants to a holder other than the previous one.",
-            s.takeovers,
-        ),
-        (
-            "expiries",
-            "Leases that ran out without renewal or release.",
-            s.expiries,
-        ),
-        ("releases", "Voluntary releases.", s.releases),
-        (
-            "renewals",
-            "Renewals that extended a lease: Renew calls and KeepAlive stream entries.",
-            s.renewals,
-        ),
-        (
-            "renew_losses",
-            "Renewals refused with LEASE_LOST.",
-            s.renew_losses,
-        ),
-        (
-            "writes",
-            "Fenced-store writes and deletes that passed the fence: CheckedWrite calls and WriteStream entries.",
-            s.writes,
-        ),
-        (
-            "fenced_writes",
-            "CheckedWrites refused with FENCED: writes by a stale leader.",
-            s.fenced_writes,
-        ),
-        (
-            "store_failures",
-            "Store failures. Single node: each put, sync, settle or checkpoint whose error put the store out of service until it was reopened (the errors that follow from one are not counted again). etcd: calls to etcd that failed.",
-            snap.store_failures,
-        ),
-        (
-            "store_recoveries",
-            "Times the store was reopened from stable storage after a failure.",
-            snap.store_recoveries,
-        ),
-    ];
-    if let Some(sync) = &snap.sync {
-        counters.extend([
-            (
-                "store_syncs",
-                "Durability barriers run (one log write and one fdatasync each), failed ones included.",
-                sync.syncs,
-            ),
-            (
-                "store_synced_changes",
-                "Changes made durable by those syncs; per sync, the mean group-commit batch.",
-                sync.changes,
-            ),
-        ]);
-    }
-    for (name, help, v) in counters {
-        let _ = writeln!(o, "# HELP leasehold_{name}_total {help}");
-        let _ = writeln!(o, "# TYPE leasehold_{name}_total counter");
-        let _ = writeln!(o, "leasehold_{name}_total {v}");
-    }
-    if let Some(sync) = &snap.sync {
-        render_sync(o, sync);
-    }
-    if let Some((floor, recovered)) = &snap.integrity {
-        let _ = writeln!(
-            o,
-            "# HELP leasehold_store_token_floor Every grant's token is above this; raised by `leasehold recover` and `leasehold restore`."
-        );
-        let _ = writeln!(o, "# TYPE leasehold_store_token_floor gauge");
-        let _ = writeln!(o, "leasehold_store_token_floor {floor}");
-        let _ = writeln!(
-            o,
-            "# HELP leasehold_store_recovered 1 when the data dir was recovered (damaged, what was readable kept) or restored from a backup; what was lost is in the WARN line at start-up and in `leasehold check`."
-        );
-        let _ = writeln!(o, "# TYPE leasehold_store_recovered gauge");
-        for how in ["recovered", "restored"] {
-            let v = recovered.as_ref().is_some_and(|r| r.starts_with(how));
-            let _ = writeln!(
-                o,
-                "leasehold_store_recovered{{how=\"{how}\"}} {}",
-                u8::from(v)
-            );
+impl EncodeMetric for RpcLatency {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (method, m) in self.0.each() {
+            m.latency
+                .encode(encoder.encode_family(&[("method", method)])?)?;
         }
+        Ok(())
     }
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_waiting_acquires Acquire calls waiting for a lease."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_waiting_acquires gauge");
-    let _ = writeln!(o, "leasehold_waiting_acquires {}", snap.waiters);
 
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_rpc_duration_seconds RPC latency, to the response headers."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_rpc_duration_seconds histogram");
-    for (path, m) in METHODS.iter().zip(&rpc.methods) {
-        let method = label(path.rsplit('/').next().unwrap_or(path));
-        histogram(
-            o,
-            "leasehold_rpc_duration_seconds",
-            &format!("method=\"{method}\","),
-            BUCKETS
-                .iter()
-                .zip(m.buckets.iter().map(|n| n.load(Ordering::Relaxed))),
-            m.count.load(Ordering::Relaxed),
-            m.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-        );
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_rpc_responses_total RPCs ended, by gRPC status code (a stream when it ends)."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_rpc_responses_total counter");
-    for (path, m) in METHODS.iter().zip(&rpc.methods) {
-        let method = label(path.rsplit('/').next().unwrap_or(path));
-        for (code, n) in m.codes.iter().enumerate() {
-            let n = n.load(Ordering::Relaxed);
-            if n > 0 {
-                let _ = writeln!(
-                    o,
-                    "leasehold_rpc_responses_total{{method=\"{method}\",code=\"{}\"}} {n}",
-                    CODE_NAMES[code]
-                );
+}
+
+/// `leasehold_rpc_responses_total{method,code}`: the codes that occurred.
+#[derive(Debug)]
+struct RpcResponses(Arc<RpcMetrics>);
+
+impl EncodeMetric for RpcResponses {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (method, m) in self.0.each() {
+            for (code, n) in CODE_NAMES.iter().zip(&m.codes) {
+                if n.get() > 0 {
+                    n.encode(encoder.encode_family(&[("method", method), ("code", code)])?)?;
+                }
             }
         }
+        Ok(())
     }
-    out
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
 }
 
-/// How long group commit's syncs take (the counters are with the others).
-fn render_sync(o: &mut String, s: &SyncStats) {
-    let _ = writeln!(
-        o,
-        "# HELP leasehold_store_sync_duration_seconds Time of one sync: the log write and the fdatasync."
-    );
-    let _ = writeln!(o, "# TYPE leasehold_store_sync_duration_seconds histogram");
-    histogram(
-        o,
-        "leasehold_store_sync_duration_seconds",
-        "",
-        SYNC_BUCKETS.iter().zip(s.buckets.iter().copied()),
-        s.syncs,
-        s.seconds,
-    );
+/// Everything read from [`Backend::snapshot`], taken once per scrape.
+struct SnapshotCollector(Backend);
+
+impl fmt::Debug for SnapshotCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SnapshotCollector")
+    }
 }
 
-/// One histogram's samples: `buckets` are (upper bound, count in that
-/// bucket alone), rendered cumulative; `labels` is empty or ends in a comma.
-fn histogram<'a>(
-    o: &mut String,
+/// A counter's descriptor and its one sample. `name` without `_total`:
+/// the encoder appends it.
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
+    ConstCounter::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+/// A gauge's descriptor and its one sample.
+fn gauge(
+    e: &mut DescriptorEncoder,
     name: &str,
-    labels: &str,
-    buckets: impl Iterator<Item = (&'a f64, u64)>,
-    count: u64,
-    sum: f64,
-) {
-    let mut cum = 0;
-    for (b, n) in buckets {
-        cum += n;
-        let _ = writeln!(o, "{name}_bucket{{{labels}le=\"{b}\"}} {cum}");
+    help: &str,
+    v: impl EncodeGaugeValue,
+) -> fmt::Result {
+    ConstGauge::new(v).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A gauge with a `job` label: one sample per job, `v` of its leadership.
+fn job_gauge<V: EncodeGaugeValue>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    jobs: &[(JobName, Leadership)],
+    v: impl Fn(&Leadership) -> V,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (job, l) in jobs {
+        ConstGauge::new(v(l)).encode(m.encode_family(&[("job", job.as_str())])?)?;
     }
-    let _ = writeln!(o, "{name}_bucket{{{labels}le=\"+Inf\"}} {count}");
-    let labels = labels.trim_end_matches(',');
-    if labels.is_empty() {
-        let _ = writeln!(o, "{name}_sum {sum}");
-        let _ = writeln!(o, "{name}_count {count}");
-    } else {
-        let _ = writeln!(o, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(o, "{name}_count{{{labels}}} {count}");
+    Ok(())
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let snap = self.0.snapshot();
+        let e = &mut e;
+        job_gauge(
+            e,
+            "leasehold_job_leader",
+            "1 if the job has a live leader, else 0.",
+            &snap.jobs,
+            |l| u32::from(matches!(l, Leadership::Led { .. })),
+        )?;
+        job_gauge(
+            e,
+            "leasehold_job_token",
+            "The job's newest fencing token.",
+            &snap.jobs,
+            |l| match l {
+                Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
+            },
+        )?;
+        job_gauge(
+            e,
+            "leasehold_job_leaderless_seconds",
+            "How long the job has been without a leader; 0 while led.",
+            &snap.jobs,
+            |l| match l {
+                Leadership::Led { .. } => 0.0,
+                Leadership::Vacant { for_, .. } => for_.as_secs_f64(),
+            },
+        )?;
+
+        let s = &snap.stats;
+        for (name, help, v) in [
+            ("leasehold_grants", "Grants that issued a new token.", s.grants),
+            (
+                "leasehold_takeovers",
+                "Grants to a holder other than the previous one.",
+                s.takeovers,
+            ),
+            (
+                "leasehold_expiries",
+                "Leases that ran out without renewal or release.",
+                s.expiries,
+            ),
+            ("leasehold_releases", "Voluntary releases.", s.releases),
+            (
+                "leasehold_renewals",
+                "Renewals that extended a lease: Renew calls and KeepAlive stream entries.",
+                s.renewals,
+            ),
+            (
+                "leasehold_renew_losses",
+                "Renewals refused with LEASE_LOST.",
+                s.renew_losses,
+            ),
+            (
+                "leasehold_writes",
+                "Fenced-store writes and deletes that passed the fence: CheckedWrite calls and WriteStream entries.",
+                s.writes,
+            ),
+            (
+                "leasehold_fenced_writes",
+                "CheckedWrites refused with FENCED: writes by a stale leader.",
+                s.fenced_writes,
+            ),
+            (
+                "leasehold_store_failures",
+                "Store failures. Single node: each put, sync or checkpoint whose error put the store out of service until it was reopened (the errors that follow from one are not counted again). etcd: calls to etcd that failed.",
+                snap.store_failures,
+            ),
+            (
+                "leasehold_store_recoveries",
+                "Times the store was reopened from stable storage after a failure.",
+                snap.store_recoveries,
+            ),
+        ] {
+            counter(e, name, help, v)?;
+        }
+
+        if let Some(sync) = &snap.sync {
+            counter(
+                e,
+                "leasehold_store_syncs",
+                "Durability barriers run (one log write and one fdatasync each), failed ones included.",
+                sync.syncs,
+            )?;
+            counter(
+                e,
+                "leasehold_store_synced_changes",
+                "Changes made durable by those syncs; per sync, the mean group-commit batch.",
+                sync.changes,
+            )?;
+            sync.duration.encode(e.encode_descriptor(
+                "leasehold_store_sync_duration_seconds",
+                "Time of one sync: the log write and the fdatasync.",
+                None,
+                MetricType::Histogram,
+            )?)?;
+        }
+
+        if let Some((floor, recovered)) = &snap.integrity {
+            gauge(
+                e,
+                "leasehold_store_token_floor",
+                "Every grant's token is above this; raised by `leasehold recover` and `leasehold restore`.",
+                *floor,
+            )?;
+            let mut m = e.encode_descriptor(
+                "leasehold_store_recovered",
+                "1 when the data dir was recovered (damaged, what was readable kept) or restored from a backup; what was lost is in the WARN line at start-up and in `leasehold check`.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for how in ["recovered", "restored"] {
+                let v = recovered.as_ref().is_some_and(|r| r.starts_with(how));
+                ConstGauge::new(u32::from(v)).encode(m.encode_family(&[("how", how)])?)?;
+            }
+        }
+
+        gauge(
+            e,
+            "leasehold_waiting_acquires",
+            "Acquire calls waiting for a lease.",
+            snap.waiters,
+        )
+    }
+}
+
+/// Every metric of the server: `rpc`'s, and those of `node`'s snapshot,
+/// taken at each scrape. Build it once and [`encode`] it per scrape.
+pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
+    let mut r = Registry::default();
+    // `register` appends the full stop to these help texts.
+    r.register(
+        "leasehold_rpc_duration_seconds",
+        "RPC latency, to the response headers",
+        RpcLatency(rpc.clone()),
+    );
+    r.register(
+        "leasehold_rpc_responses",
+        "RPCs ended, by gRPC status code (a stream when it ends)",
+        RpcResponses(rpc),
+    );
+    r.register_collector(Box::new(SnapshotCollector(node)));
+    r
+}
+
+/// `registry`'s metrics in the Prometheus text format ([`CONTENT_TYPE`]).
+pub fn encode(registry: &Registry) -> Result<String, fmt::Error> {
+    let mut out = String::with_capacity(16 * 1024);
+    prometheus_text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// Renders every metric in the Prometheus text format: what `/metrics`
+/// answers.
+pub fn render(node: &Backend, rpc: &Arc<RpcMetrics>) -> String {
+    encode(&registry(node.clone(), rpc.clone()))
+        .expect("writing to a String fails only if a metric refuses its encoder; none does")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::lease::{Limits, Token};
+    use crate::node::Node;
+    use crate::store::sled::SledStore;
+
+    /// Every family `/metrics` shows for the single node: its name, type
+    /// and label names (in order; `le` of histogram buckets aside).
+    /// Dashboards and alerts name these: a change here is a breaking one.
+    const FAMILIES: &[(&str, &str, &[&str])] = &[
+        ("leasehold_job_leader", "gauge", &["job"]),
+        ("leasehold_job_token", "gauge", &["job"]),
+        ("leasehold_job_leaderless_seconds", "gauge", &["job"]),
+        ("leasehold_grants_total", "counter", &[]),
+        ("leasehold_takeovers_total", "counter", &[]),
+        ("leasehold_expiries_total", "counter", &[]),
+        ("leasehold_releases_total", "counter", &[]),
+        ("leasehold_renewals_total", "counter", &[]),
+        ("leasehold_renew_losses_total", "counter", &[]),
+        ("leasehold_writes_total", "counter", &[]),
+        ("leasehold_fenced_writes_total", "counter", &[]),
+        ("leasehold_store_failures_total", "counter", &[]),
+        ("leasehold_store_recoveries_total", "counter", &[]),
+        ("leasehold_store_syncs_total", "counter", &[]),
+        ("leasehold_store_synced_changes_total", "counter", &[]),
+        ("leasehold_store_sync_duration_seconds", "histogram", &[]),
+        ("leasehold_store_token_floor", "gauge", &[]),
+        ("leasehold_store_recovered", "gauge", &["how"]),
+        ("leasehold_waiting_acquires", "gauge", &[]),
+        ("leasehold_rpc_duration_seconds", "histogram", &["method"]),
+        (
+            "leasehold_rpc_responses_total",
+            "counter",
+            &["method", "code"],
+        ),
+    ];
+
+    /// A sample line's name and label names, in order.
+    fn parse_sample(line: &str) -> (&str, Vec<String>) {
+        let (series, value) = line.rsplit_once(' ').expect("a sample has a value");
+        value
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        let Some((name, mut rest)) = series.split_once('{') else {
+            return (series, Vec::new());
+        };
+        let mut labels = Vec::new();
+        while let Some((key, after)) = rest.split_once("=\"") {
+            labels.push(key.trim_start_matches(',').to_owned());
+            // The value runs to the first quote not escaped.
+            let mut escaped = false;
+            let end = after
+                .char_indices()
+                .find(|&(_, c)| {
+                    let quote = c == '"' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    quote
+                })
+                .map(|(i, _)| i)
+                .unwrap_or_else(|| panic!("unterminated label value in {line:?}"));
+            rest = &after[end + 1..];
+        }
+        assert_eq!(rest, "}", "{line:?}");
+        (name, labels)
+    }
+
+    /// Renders a snapshot of a node that has led a job, written, and
+    /// answered a call, and checks the families, their types and their
+    /// label names against [`FAMILIES`]: a renamed metric or label fails
+    /// here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn metric_families_and_labels_are_the_documented_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = Node::open(Arc::new(SledStore::open(dir.path()).unwrap())).unwrap();
+        let limits = Limits::default();
+        let job = limits.job("j\"ob\\").unwrap();
+        let holder = limits.holder("h").unwrap();
+        let ttl = Duration::from_secs(10);
+        let (got, _) = node
+            .acquire(&job, &holder, ttl, Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(got);
+        node.checked_write(&job, Token(1), b"k", Some(b"v".to_vec()))
+            .await
+            .unwrap();
+        let rpc = Arc::new(RpcMetrics::default());
+        let acquire = RpcMetrics::method("/leasehold.v1.Leases/Acquire");
+        rpc.answered(acquire, Duration::from_micros(300));
+        rpc.ended(acquire, 0);
+
+        let text = render(&node.into(), &rpc);
+        // name -> (type, HELP seen, label-name lists of its samples)
+        let mut got: BTreeMap<&str, (&str, bool, Vec<Vec<String>>)> = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(help) = line.strip_prefix("# HELP ") {
+                let (name, _) = help.split_once(' ').unwrap();
+                got.entry(name).or_insert(("?", false, Vec::new())).1 = true;
+            } else if let Some(t) = line.strip_prefix("# TYPE ") {
+                let (name, ty) = t.split_once(' ').unwrap();
+                got.entry(name).or_insert(("?", false, Vec::new())).0 = ty;
+            } else {
+                let (sample, mut labels) = parse_sample(line);
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .filter_map(|s| sample.strip_suffix(s))
+                    .find(|f| got.get(f).is_some_and(|(ty, ..)| *ty == "histogram"))
+                    .unwrap_or(sample);
+                if sample.ends_with("_bucket") && family != sample {
+                    assert_eq!(labels.pop().as_deref(), Some("le"), "{line}");
+                }
+                got.get_mut(family)
+                    .unwrap_or_else(|| panic!("{line:?} has no # TYPE before it"))
+                    .2
+                    .push(labels);
+            }
+        }
+
+        let want: Vec<&str> = FAMILIES.iter().map(|f| f.0).collect();
+        let missing: Vec<&str> = want
+            .iter()
+            .filter(|n| !got.contains_key(*n))
+            .copied()
+            .collect();
+        let unexpected: Vec<&str> = got.keys().filter(|n| !want.contains(n)).copied().collect();
+        assert!(
+            missing.is_empty() && unexpected.is_empty(),
+            "the metric families changed: missing {missing:?}, unexpected {unexpected:?}"
+        );
+        for (name, ty, labels) in FAMILIES {
+            let (got_ty, help, samples) = &got[name];
+            assert_eq!(got_ty, ty, "{name}'s type");
+            assert!(help, "{name} has no # HELP");
+            assert!(!samples.is_empty(), "{name} has no sample in\n{text}");
+            for l in samples {
+                assert_eq!(l, labels, "{name}'s label names");
+            }
+        }
+        assert!(
+            text.contains("leasehold_job_leader{job=\"j\\\"ob\\\\\"} 1"),
+            "job names are escaped: {text}"
+        );
     }
 }

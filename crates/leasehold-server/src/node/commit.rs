@@ -34,6 +34,8 @@ use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
+
 use crate::error::{Error, Result};
 use crate::node::recovery::Recovery;
 use crate::store::Store;
@@ -160,51 +162,53 @@ impl Flushed {
 }
 
 /// Upper bounds, in seconds, of the sync-duration histogram's buckets.
-pub const SYNC_BUCKETS: [f64; 12] = [
+const SYNC_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
 /// What group commit has done since start: for `/metrics`.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct SyncStats {
     /// Syncs run (each one log write and one `fdatasync`), failed ones
     /// included.
     pub syncs: u64,
     /// Changes made durable by them: `changes / syncs` is the mean batch.
     pub changes: u64,
-    /// Syncs per duration bucket (not cumulative), by [`SYNC_BUCKETS`];
-    /// slower ones are counted only in `syncs`.
-    pub buckets: [u64; SYNC_BUCKETS.len()],
-    /// The time all syncs took together.
-    pub seconds: f64,
+    /// How long each sync took. A handle on the live histogram (clones
+    /// share it), read when it is encoded, not a copy.
+    pub duration: Histogram,
 }
 
-#[derive(Default)]
 struct SyncCounters {
     syncs: AtomicU64,
     changes: AtomicU64,
-    buckets: [AtomicU64; SYNC_BUCKETS.len()],
-    nanos: AtomicU64,
+    duration: Histogram,
+}
+
+impl Default for SyncCounters {
+    fn default() -> Self {
+        SyncCounters {
+            syncs: AtomicU64::new(0),
+            changes: AtomicU64::new(0),
+            duration: Histogram::new(SYNC_BUCKETS),
+        }
+    }
 }
 
 impl SyncCounters {
+    /// Called once per sync, by the one sync running: the histogram's
+    /// lock is taken by nobody else but a scrape.
     fn record(&self, took: Duration, changes: u64) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         self.changes.fetch_add(changes, Ordering::Relaxed);
-        let secs = took.as_secs_f64();
-        if let Some(b) = SYNC_BUCKETS.iter().position(|b| secs <= *b) {
-            self.buckets[b].fetch_add(1, Ordering::Relaxed);
-        }
-        self.nanos
-            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.duration.observe(took.as_secs_f64());
     }
 
     fn snapshot(&self) -> SyncStats {
         SyncStats {
             syncs: self.syncs.load(Ordering::Relaxed),
             changes: self.changes.load(Ordering::Relaxed),
-            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
-            seconds: self.nanos.load(Ordering::Relaxed) as f64 / 1e9,
+            duration: self.duration.clone(),
         }
     }
 }
@@ -422,7 +426,7 @@ impl GroupCommit {
         }
     }
 
-    /// Syncs run so far, their batches and durations.
+    /// Syncs run so far, their batches, and their durations' histogram.
     pub fn sync_stats(&self) -> SyncStats {
         self.shared.counters.snapshot()
     }
