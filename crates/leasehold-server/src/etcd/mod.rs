@@ -100,7 +100,8 @@
 //! - `watch`: `WatchLease`: watch tasks, and which etcd events a watcher is
 //!   told of.
 //! - `mirror`: per-job leadership for metrics, from one etcd watch.
-//! - [`client`]: the small etcd client.
+//! - [`client`]: the small etcd client, with one keep-alive stream shared by
+//!   every lease.
 //! - this file: [`EtcdNode`], the API the handlers call: each method reads,
 //!   asks `decide`, commits with `txn`, and counts.
 
@@ -428,7 +429,7 @@ impl EtcdNode {
     /// the current raft term: the term of a linearizable read made after
     /// it, which also checks that the holder key is still this holding
     /// (see [`decide::keep_alive_proof`]). An answer from an older term
-    /// is asked again.
+    /// is asked again, on a new keep-alive stream.
     async fn keep_alive(&self, job: &JobName, h: &Holding) -> Result<bool> {
         let hk = self.inner.keys.holder(job.as_str());
         for _ in 0..3 {
@@ -451,6 +452,7 @@ impl EtcdNode {
                         current,
                         "keep-alive answered in an older raft term; again"
                     );
+                    self.inner.etcd.reopen_keep_alives();
                 }
             }
         }
