@@ -9,7 +9,8 @@
 //! - the etcd leader SIGKILLed mid-load: a stall of a few seconds, then on,
 //!   nothing acknowledged lost, no token issued twice;
 //! - a majority SIGSTOPped: every operation fails with UNAVAILABLE, never
-//!   a wrong answer, and all is as it was once the members resume.
+//!   a wrong answer, and all is as it was once the members resume;
+//! - one etcd client: every lease keep-alive over one shared stream.
 //!
 //! The `api` tests also run against this backend (LEASEHOLD_TEST_BACKEND
 //! =etcd): this file covers what only several processes can show.
@@ -319,6 +320,51 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
     }
     let l = c0.get_lease("k0").await.unwrap();
     assert_eq!((l.holder.as_deref(), l.token), (Some("me"), 1));
+}
+
+/// One etcd client sends every lease keep-alive over one `LeaseKeepAlive`
+/// stream: concurrent keep-alives of several leases are each answered for
+/// their own lease (each lease has its own TTL, and each answer carries
+/// it), a lease that is gone answers as gone, and one stream served all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_keep_alive_stream_serves_every_lease_of_a_client() {
+    use leasehold::etcd::client::Etcd;
+    let cluster = EtcdCluster::start(1);
+    let etcd = Etcd::connect(&cluster.endpoints(), Duration::from_secs(5)).unwrap();
+    let mut leases = Vec::new();
+    for ttl in 10..14 {
+        leases.push((etcd.grant(ttl).await.unwrap().0, ttl));
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        for &(id, ttl) in &leases {
+            let etcd = etcd.clone();
+            set.spawn(async move { (id, ttl, etcd.keep_alive(id).await) });
+        }
+    }
+    let mut answered = 0;
+    while let Some(done) = set.join_next().await {
+        let (id, ttl, got) = done.unwrap();
+        let (left, term) = got.unwrap().expect("a live lease");
+        assert_eq!(left, ttl, "lease {id} answered with its own TTL");
+        assert!(term > 0);
+        answered += 1;
+    }
+    assert_eq!(answered, 40);
+    assert_eq!(etcd.keep_alive_streams(), 1);
+
+    // A revoked lease answers as gone, on the same stream; the others
+    // live on.
+    etcd.revoke(leases[0].0).await.unwrap();
+    assert_eq!(etcd.keep_alive(leases[0].0).await.unwrap(), None);
+    assert_eq!(
+        etcd.keep_alive(leases[1].0)
+            .await
+            .unwrap()
+            .map(|(ttl, _)| ttl),
+        Some(11)
+    );
+    assert_eq!(etcd.keep_alive_streams(), 1);
 }
 
 // ---- Load with faults ----

@@ -7,7 +7,29 @@
 //! idempotent calls are retried on another attempt until the deadline;
 //! calls that change something are made once, and a failure is reported
 //! as [`Error::Storage`] (UNAVAILABLE): its outcome is unknown, as for any
-//! lost reply.
+//! lost reply. Every lease keep-alive of the client goes over one shared
+//! `LeaseKeepAlive` stream (see [`keep_alive`]).
+//!
+//! # Why not the `etcd-client` crate
+//!
+//! The README promises that a fresh machine builds the server with nothing
+//! but a Rust toolchain: leasehold compiles its own protos, and etcd's
+//! part in `etcd.proto`, with the `protoc` that `protoc-bin-vendored`
+//! ships (see `build.rs`).
+//! `etcd-client` (0.21.1, the newest when checked) cannot keep that
+//! promise. Its build script compiles etcd's protos on every build with
+//! `tonic-prost-build`, whose `prost-build` (0.14) runs the `protoc` named
+//! by the `PROTOC` environment variable, else `protoc` on the `PATH`, and
+//! bundles none. None of its features (the TLS choices, `build-server`,
+//! `pub-response-field`, `raw-channel`) vendors `protoc` or skips that
+//! step, and the `PROTOC` our own build script sets reaches no other
+//! crate's build script. Checked by building it (`cargo check` of a crate
+//! depending on `etcd-client = "0.21"`, default features) on a machine
+//! without `protoc`: its build script panics with "Failed to compile proto
+//! files: ... Could not find `protoc`". It would also bring the whole etcd
+//! API (auth, election, lock, cluster) where the backend makes a dozen
+//! calls. So the client is this file, over the part of etcd's API in
+//! `etcd.proto`.
 
 use std::time::Duration;
 
@@ -18,6 +40,10 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::error::{Error, Result};
+
+pub mod keep_alive;
+
+use keep_alive::KeepAlives;
 
 /// Code generated from `src/etcd/etcd.proto`: etcd's own names.
 #[allow(missing_docs, clippy::all)]
@@ -37,10 +63,19 @@ use pb::watch_client::WatchClient;
 pub struct Etcd {
     channel: Channel,
     timeout: Duration,
+    keep_alives: KeepAlives,
 }
 
 /// How long one attempt of a call may take before another is tried.
 const ATTEMPT: Duration = Duration::from_secs(2);
+
+/// How long the shared keep-alive stream may leave keep-alives unanswered
+/// before it is taken for stalled and replaced. etcd answers a keep-alive
+/// from memory (a follower forwards it to the leader), in milliseconds on
+/// a healthy cluster; every lease of the frontend waits while its stream
+/// stalls, so this is shorter than [`ATTEMPT`]: the callers' retry goes to
+/// a new stream within their first attempt.
+const KEEP_ALIVE_STALL: Duration = Duration::from_secs(1);
 
 fn storage(what: &str, s: &Status) -> Error {
     Error::Storage(format!("etcd {what}: {} ({:?})", s.message(), s.code()))
@@ -64,7 +99,8 @@ fn retryable(s: &Status) -> bool {
 impl Etcd {
     /// A client of the cluster at `endpoints` (`http://host:port`). Every
     /// call gives up after `timeout`. Connects lazily: a cluster that is
-    /// down shows in the first call.
+    /// down shows in the first call. Call within a tokio runtime (it starts
+    /// the task that owns the keep-alive stream).
     pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
         if endpoints.is_empty() {
             return Err(Error::Storage("no etcd endpoints given".into()));
@@ -80,8 +116,10 @@ impl Etcd {
                 .keep_alive_while_idle(true);
             list.push(ep);
         }
+        let channel = Channel::balance_list(list.into_iter());
         Ok(Etcd {
-            channel: Channel::balance_list(list.into_iter()),
+            keep_alives: KeepAlives::spawn(channel.clone(), KEEP_ALIVE_STALL),
+            channel,
             timeout,
         })
     }
@@ -251,25 +289,30 @@ impl Etcd {
     /// Renews an etcd lease once; the TTL it now has and the raft term of
     /// the member that answered, or `None` when the lease is gone (expired
     /// or revoked: etcd never renews an expired lease, it waits for its
-    /// revocation and says not found).
+    /// revocation and says not found). Sent on the client's one
+    /// keep-alive stream.
     pub async fn keep_alive(&self, id: i64) -> Result<Option<(i64, u64)>> {
         self.retry("lease keep-alive", || {
-            let mut l = self.lease();
+            let ka = self.keep_alives.clone();
             async move {
-                let mut replies = l
-                    .lease_keep_alive(tokio_stream::once(pb::LeaseKeepAliveRequest { id }))
-                    .await?
-                    .into_inner();
-                match replies.message().await? {
-                    Some(r) if r.ttl > 0 => Ok(Some((r.ttl, r.header.map_or(0, |h| h.raft_term)))),
-                    Some(_) => Ok(None),
-                    None => Err(Status::unavailable(
-                        "keep-alive stream ended without a reply",
-                    )),
-                }
+                let r = ka.keep_alive(id).await?;
+                Ok((r.ttl > 0).then(|| (r.ttl, r.header.map_or(0, |h| h.raft_term))))
             }
         })
         .await
+    }
+
+    /// Sends later keep-alives on a new stream (which the balancer may
+    /// open to another member): for an answer from a member behind the
+    /// current raft term.
+    pub fn reopen_keep_alives(&self) {
+        self.keep_alives.reopen();
+    }
+
+    /// How many keep-alive streams this client has opened: one, unless a
+    /// stream broke, stalled or was reopened.
+    pub fn keep_alive_streams(&self) -> u64 {
+        self.keep_alives.opened()
     }
 
     /// The seconds an etcd lease has left (etcd rounds down), or `None`

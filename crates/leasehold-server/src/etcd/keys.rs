@@ -15,11 +15,22 @@
 //! and no other job's name can start with `{job}\0`. Job keys sort by job
 //! name (UTF-8 byte order is character order), so listing jobs is one
 //! range read.
+//!
+//! # Reading a job back
+//!
+//! A job's two keys are read back in one place: [`Keys::record`] turns one
+//! key-value of the job range (from a range read or a watch event) into a
+//! typed [`Record`], and [`JobState::apply`] folds records into a
+//! [`JobState`]. [`Keys::job`] (one job's range) and [`Keys::jobs`] (a
+//! listing) are both that fold. A record that does not decode is a
+//! [`BadRecord`] naming its job, so that a caller reading many jobs can
+//! tell which one is damaged, and skip it or report it.
 
 use std::time::Duration;
 
+use super::client::pb;
 use crate::error::{Error, Result};
-use crate::lease::Token;
+use crate::lease::{Token, Vacancy};
 use crate::store::ValueRecord;
 
 /// The key layout under one prefix.
@@ -88,17 +99,106 @@ impl Keys {
         self.jobs_range("", None)
     }
 
-    /// Splits a job key into (job, kind byte `h` or `t`).
-    pub fn parse_job_key<'a>(&self, key: &'a [u8]) -> Option<(&'a str, u8)> {
+    /// Splits a job key into its job and which of the job's keys it is;
+    /// `None` for any other key.
+    pub fn parse_job_key<'a>(&self, key: &'a [u8]) -> Option<(&'a str, JobKey)> {
         let rest = key
             .strip_prefix(self.prefix.as_slice())?
             .strip_prefix(b"j/")?;
         let nul = rest.iter().position(|b| *b == 0)?;
         let job = std::str::from_utf8(&rest[..nul]).ok()?;
         match &rest[nul + 1..] {
-            [kind] => Some((job, *kind)),
+            b"h" => Some((job, JobKey::Holder)),
+            b"t" => Some((job, JobKey::Token)),
             _ => None,
         }
+    }
+
+    /// What one key-value of a job range says about its job: `None` for
+    /// a key that is not a job's holder or token key (or the deletion of a
+    /// token key, which never happens), else the job and the record,
+    /// decoded. `deleted` is whether `kv` comes from a watch's delete
+    /// event.
+    pub fn record<'a>(
+        &self,
+        kv: &'a pb::KeyValue,
+        deleted: bool,
+    ) -> Option<(&'a str, std::result::Result<Record, BadRecord>)> {
+        let (job, kind) = self.parse_job_key(&kv.key)?;
+        let bad = |what| BadRecord {
+            job: job.to_owned(),
+            what,
+            value: kv.value.clone(),
+        };
+        let record = match (kind, deleted) {
+            (JobKey::Holder, true) => Ok(Record::HolderGone),
+            (JobKey::Token, true) => return None,
+            (JobKey::Holder, false) => HolderRec::decode(&kv.value)
+                .map(|rec| {
+                    Record::Holder(Holding {
+                        rec,
+                        raw: kv.value.clone(),
+                        lease: kv.lease,
+                    })
+                })
+                .map_err(|_| bad("holder record")),
+            (JobKey::Token, false) => TokenRec::decode(&kv.value)
+                .map(|rec| Record::Token {
+                    rec,
+                    mod_revision: kv.mod_revision,
+                })
+                .map_err(|_| bad("token record")),
+        };
+        Some((job, record))
+    }
+
+    /// What one watch event on job keys says, as [`Keys::record`].
+    pub fn event<'a>(
+        &self,
+        ev: &'a pb::Event,
+    ) -> Option<(&'a str, std::result::Result<Record, BadRecord>)> {
+        let deleted = ev.r#type == pb::event::EventType::Delete as i32;
+        self.record(ev.kv.as_ref()?, deleted)
+    }
+
+    /// One job's state from the key-values of its range (see
+    /// [`Keys::job_range`]). Keys of other jobs are not expected there, and
+    /// are skipped.
+    pub fn job(&self, job: &str, kvs: &[pb::KeyValue]) -> std::result::Result<JobState, BadRecord> {
+        let mut st = JobState::default();
+        for kv in kvs {
+            match self.record(kv, false) {
+                Some((name, r)) if name == job => st.apply(r?),
+                _ => {}
+            }
+        }
+        Ok(st)
+    }
+
+    /// Every job in the key-values of a listing (a range of job keys, in
+    /// key order), in order, each with its state or the record that did
+    /// not decode. One damaged job does not hide the others.
+    pub fn jobs(
+        &self,
+        kvs: &[pb::KeyValue],
+    ) -> Vec<(String, std::result::Result<JobState, BadRecord>)> {
+        let mut out: Vec<(String, std::result::Result<JobState, BadRecord>)> = Vec::new();
+        for kv in kvs {
+            let Some((name, r)) = self.record(kv, false) else {
+                continue;
+            };
+            if out.last().is_none_or(|(j, _)| j != name) {
+                out.push((name.to_owned(), Ok(JobState::default())));
+            }
+            let st = &mut out.last_mut().expect("pushed").1;
+            match (st.as_mut(), r) {
+                (Ok(st), Ok(r)) => st.apply(r),
+                // The first damaged record of a job is the one reported.
+                (Ok(_), Err(bad)) => *st = Err(bad),
+                (Err(_), _) => {}
+            }
+        }
+        out
     }
 
     /// The key of a fenced value.
@@ -232,6 +332,126 @@ impl TokenRec {
     }
 }
 
+/// Which of a job's keys a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKey {
+    /// `j/{job}\0h`, the holder key.
+    Holder,
+    /// `j/{job}\0t`, the token counter.
+    Token,
+}
+
+/// The live grant as read from the holder key: the record, the exact bytes
+/// (which transactions compare) and the etcd lease it is bound to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// The decoded holder record.
+    pub rec: HolderRec,
+    /// The holder key's value, exactly as stored.
+    pub raw: Vec<u8>,
+    /// The etcd lease the holder key is bound to: this grant's own.
+    pub lease: i64,
+}
+
+impl Holding {
+    /// Whether `kv` (the holder key, as read again) is still exactly this
+    /// holding: same bytes, same etcd lease.
+    pub fn is_stored_as(&self, kv: &pb::KeyValue) -> bool {
+        kv.lease == self.lease && kv.value == self.raw
+    }
+}
+
+/// What one key-value of a job range says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// The token counter, and the revision it was last put at (the grant
+    /// transaction compares it).
+    Token {
+        /// The decoded token record.
+        rec: TokenRec,
+        /// The token key's mod revision.
+        mod_revision: i64,
+    },
+    /// The holder key: a live grant.
+    Holder(Holding),
+    /// The holder key was deleted (a watch event): released or expired.
+    HolderGone,
+}
+
+/// A job's holder and token keys, decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobState {
+    /// The token record; `None` for a job never granted.
+    pub token: Option<TokenRec>,
+    /// The token key's mod revision; 0 when it does not exist.
+    pub token_mod: i64,
+    /// The live grant, if any.
+    pub holder: Option<Holding>,
+}
+
+impl JobState {
+    /// Folds one record into the state.
+    pub fn apply(&mut self, r: Record) {
+        match r {
+            Record::Token { rec, mod_revision } => {
+                self.token = Some(rec);
+                self.token_mod = mod_revision;
+            }
+            Record::Holder(h) => self.holder = Some(h),
+            Record::HolderGone => self.holder = None,
+        }
+    }
+
+    /// The job's newest token; [`Token::NONE`] if never granted.
+    pub fn token(&self) -> Token {
+        self.token.as_ref().map_or(Token::NONE, |t| t.token)
+    }
+
+    /// The holder of the newest token, released or not.
+    pub fn last_holder(&self) -> Option<&str> {
+        self.token.as_ref().map(|t| t.holder.as_str())
+    }
+
+    /// Why nobody holds the lease, if nobody does.
+    pub fn vacancy(&self) -> Vacancy {
+        match &self.token {
+            None => Vacancy::Never,
+            Some(t) if t.released => Vacancy::Released,
+            Some(_) => Vacancy::Expired,
+        }
+    }
+}
+
+/// A job record in etcd that leasehold cannot decode. It names the job, so
+/// that a reader of many jobs can skip that one and report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRecord {
+    /// The job whose record it is.
+    pub job: String,
+    /// Which record: "holder record" or "token record".
+    pub what: &'static str,
+    /// The bytes that did not decode.
+    pub value: Vec<u8>,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "etcd holds a {} of job {:?} that leasehold cannot read: {:?}",
+            self.what,
+            self.job,
+            String::from_utf8_lossy(&self.value)
+        )
+    }
+}
+
+impl From<BadRecord> for Error {
+    fn from(b: BadRecord) -> Error {
+        Error::storage(b)
+    }
+}
+
 /// A fenced value: 8 bytes of token (big-endian, first, so that etcd can
 /// compare the stored token byte-wise: see [`token_below`]), 8 bytes of
 /// version, one byte 1 for a value or 0 for a tombstone, then the value.
@@ -292,7 +512,14 @@ mod tests {
         for other in [k.holder("a/b"), k.token("ab"), k.holder("a b")] {
             assert!(!(s <= other && other < e), "{other:?}");
         }
-        assert_eq!(k.parse_job_key(&k.token("x y")), Some(("x y", b't')));
+        assert_eq!(
+            k.parse_job_key(&k.token("x y")),
+            Some(("x y", JobKey::Token))
+        );
+        assert_eq!(k.parse_job_key(&k.holder("x")), Some(("x", JobKey::Holder)));
+        assert_eq!(k.parse_job_key(b"lh/j/x\0q"), None);
+        assert_eq!(k.parse_job_key(b"lh/j/x\0hh"), None);
+        assert_eq!(k.parse_job_key(b"other/j/x\0h"), None);
         assert_eq!(k.parse_job_key(b"lh/v/x\0k"), None);
     }
 
@@ -367,5 +594,170 @@ mod tests {
         assert!(enc(5) < limit && enc(4) < limit && enc(0) < limit);
         assert!(enc(6) >= limit && enc(256) >= limit);
         assert!(enc(u64::MAX) < token_below(Token(u64::MAX)));
+    }
+
+    fn kv(key: Vec<u8>, value: &[u8], lease: i64, mod_revision: i64) -> pb::KeyValue {
+        pb::KeyValue {
+            key,
+            value: value.to_vec(),
+            lease,
+            mod_revision,
+            ..Default::default()
+        }
+    }
+
+    fn holder_rec(token: u64, holder: &str) -> HolderRec {
+        HolderRec {
+            token: Token(token),
+            ttl: Duration::from_secs(5),
+            holder: holder.into(),
+        }
+    }
+
+    fn token_rec(token: u64, released: bool, holder: &str) -> TokenRec {
+        TokenRec {
+            token: Token(token),
+            released,
+            holder: holder.into(),
+        }
+    }
+
+    /// The job's range as etcd returns it: holder key first, then token.
+    fn job_kvs(
+        k: &Keys,
+        job: &str,
+        holder: Option<&HolderRec>,
+        token: &TokenRec,
+    ) -> Vec<pb::KeyValue> {
+        let mut kvs = Vec::new();
+        if let Some(h) = holder {
+            kvs.push(kv(k.holder(job), &h.encode(), 77, 12));
+        }
+        kvs.push(kv(k.token(job), &token.encode(), 0, 11));
+        kvs
+    }
+
+    #[test]
+    fn a_jobs_range_reads_as_its_holder_and_token() {
+        let k = Keys::new("lh/");
+        let h = holder_rec(3, "w@1");
+        let t = token_rec(3, false, "w@1");
+        let st = k.job("a", &job_kvs(&k, "a", Some(&h), &t)).unwrap();
+        assert_eq!(st.token, Some(t.clone()));
+        assert_eq!(st.token_mod, 11);
+        assert_eq!(st.token(), Token(3));
+        assert_eq!(st.last_holder(), Some("w@1"));
+        let held = st.holder.as_ref().unwrap();
+        assert_eq!(
+            (&held.rec, held.raw.as_slice(), held.lease),
+            (&h, &h.encode()[..], 77)
+        );
+        assert!(held.is_stored_as(&kv(k.holder("a"), &h.encode(), 77, 13)));
+        assert!(!held.is_stored_as(&kv(k.holder("a"), &h.encode(), 78, 13)));
+        assert!(!held.is_stored_as(&kv(k.holder("a"), &holder_rec(4, "w@1").encode(), 77, 13)));
+
+        let empty = k.job("a", &[]).unwrap();
+        assert_eq!(empty, JobState::default());
+        assert_eq!(
+            (empty.token(), empty.vacancy()),
+            (Token::NONE, Vacancy::Never)
+        );
+        let free = k
+            .job("a", &job_kvs(&k, "a", None, &token_rec(3, true, "w@1")))
+            .unwrap();
+        assert_eq!(
+            (free.holder.is_none(), free.vacancy()),
+            (true, Vacancy::Released)
+        );
+        let free = k.job("a", &job_kvs(&k, "a", None, &t)).unwrap();
+        assert_eq!(free.vacancy(), Vacancy::Expired);
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_names_its_job() {
+        let k = Keys::new("lh/");
+        let mut kvs = job_kvs(&k, "a b", None, &token_rec(3, false, "w"));
+        kvs[0].value = b"3 x w".to_vec();
+        let bad = k.job("a b", &kvs).unwrap_err();
+        assert_eq!((bad.job.as_str(), bad.what), ("a b", "token record"));
+        let msg = Error::from(bad).to_string();
+        assert!(
+            msg.contains("token record of job \"a b\"") && msg.contains("3 x w"),
+            "{msg}"
+        );
+
+        let kvs = vec![kv(k.holder("a"), b"not a holder", 5, 2)];
+        let bad = k.job("a", &kvs).unwrap_err();
+        assert_eq!(bad.what, "holder record");
+    }
+
+    #[test]
+    fn one_damaged_job_in_a_listing_leaves_the_others_readable() {
+        let k = Keys::new("lh/");
+        let mut kvs = job_kvs(
+            &k,
+            "a",
+            Some(&holder_rec(1, "x")),
+            &token_rec(1, false, "x"),
+        );
+        let mut b = job_kvs(
+            &k,
+            "b",
+            Some(&holder_rec(2, "y")),
+            &token_rec(2, false, "y"),
+        );
+        b[0].value = b"garbage".to_vec();
+        kvs.extend(b);
+        kvs.extend(job_kvs(&k, "c", None, &token_rec(9, true, "z")));
+        // A key that is no job key (another space under the prefix) is
+        // not a job.
+        kvs.push(kv(b"lh/j/c\0zz".to_vec(), b"?", 0, 1));
+        let jobs = k.jobs(&kvs);
+        let names: Vec<&str> = jobs.iter().map(|(j, _)| j.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(jobs[0].1.as_ref().unwrap().token(), Token(1));
+        let bad = jobs[1].1.as_ref().unwrap_err();
+        assert_eq!((bad.job.as_str(), bad.what), ("b", "holder record"));
+        let c = jobs[2].1.as_ref().unwrap();
+        assert_eq!((c.token(), c.vacancy()), (Token(9), Vacancy::Released));
+        assert!(k.jobs(&[]).is_empty());
+    }
+
+    #[test]
+    fn watch_events_fold_into_the_same_state() {
+        let k = Keys::new("lh/");
+        let ev = |key: Vec<u8>, value: &[u8], delete: bool| pb::Event {
+            r#type: if delete {
+                pb::event::EventType::Delete as i32
+            } else {
+                pb::event::EventType::Put as i32
+            },
+            kv: Some(kv(key, value, 9, 20)),
+            prev_kv: None,
+        };
+        let mut st = JobState::default();
+        let h = holder_rec(1, "x");
+        for e in [
+            ev(k.token("a"), &token_rec(1, false, "x").encode(), false),
+            ev(k.holder("a"), &h.encode(), false),
+        ] {
+            let (job, r) = k.event(&e).unwrap();
+            assert_eq!(job, "a");
+            st.apply(r.unwrap());
+        }
+        assert_eq!((st.token(), st.token_mod), (Token(1), 20));
+        assert_eq!(st.holder.as_ref().map(|h| h.lease), Some(9));
+        let (_, gone) = k.event(&ev(k.holder("a"), b"", true)).unwrap();
+        assert_eq!(gone, Ok(Record::HolderGone));
+        st.apply(gone.unwrap());
+        assert_eq!(
+            (st.holder.is_none(), st.vacancy()),
+            (true, Vacancy::Expired)
+        );
+        // The token key is never deleted; a deletion says nothing.
+        assert!(k.event(&ev(k.token("a"), b"", true)).is_none());
+        assert!(k.event(&ev(k.value("a", b"k"), b"v", false)).is_none());
+        let (_, bad) = k.event(&ev(k.token("a"), b"1 g", false)).unwrap();
+        assert_eq!(bad.unwrap_err().what, "token record");
     }
 }

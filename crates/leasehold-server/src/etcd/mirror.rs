@@ -5,6 +5,10 @@
 //! as they happen anywhere in the cluster. No decision reads it: every
 //! decision reads etcd. After a broken watch it reloads from a fresh read
 //! and watches again (events it missed in between are not counted).
+//!
+//! Records are read with the same parse as every decision ([`Keys::record`]);
+//! one that does not decode is skipped with a warning, and the job's other
+//! record still counts.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::client::{pb, range_req, Etcd};
-use super::keys::{HolderRec, Keys, TokenRec};
+use super::keys::{Keys, Record};
 use crate::error::Result;
 use crate::lease::{JobName, Leadership, Stats, Token};
 
@@ -24,6 +28,18 @@ struct Job {
     last_holder: String,
     held: bool,
     vacant_since: Instant,
+}
+
+impl Job {
+    fn new() -> Job {
+        Job {
+            token: Token::NONE,
+            released: false,
+            last_holder: String::new(),
+            held: false,
+            vacant_since: Instant::now(),
+        }
+    }
 }
 
 /// The copy, shared with the task that keeps it.
@@ -127,49 +143,31 @@ impl Mirror {
     }
 
     fn load(&self, keys: &Keys, kv: &pb::KeyValue, jobs: &mut BTreeMap<String, Job>) {
-        let Some((name, kind)) = keys.parse_job_key(&kv.key) else {
+        let Some((name, r)) = keys.record(kv, false) else {
             return;
         };
-        let j = jobs.entry(name.to_owned()).or_insert_with(|| Job {
-            token: Token::NONE,
-            released: false,
-            last_holder: String::new(),
-            held: false,
-            vacant_since: Instant::now(),
-        });
-        match kind {
-            b't' => {
-                if let Ok(t) = TokenRec::decode(&kv.value) {
-                    j.token = t.token;
-                    j.released = t.released;
-                    j.last_holder = t.holder;
-                }
+        let j = jobs.entry(name.to_owned()).or_insert_with(Job::new);
+        match r {
+            Ok(Record::Token { rec, .. }) => {
+                j.token = rec.token;
+                j.released = rec.released;
+                j.last_holder = rec.holder;
             }
-            b'h' => j.held = HolderRec::decode(&kv.value).is_ok(),
-            _ => {}
+            Ok(Record::Holder(_)) => j.held = true,
+            Ok(Record::HolderGone) => {}
+            Err(bad) => tracing::warn!(%bad, "metrics mirror: skipping a record"),
         }
     }
 }
 
 fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
-    let Some(kv) = &ev.kv else { return };
-    let Some((name, kind)) = keys.parse_job_key(&kv.key) else {
+    let Some((name, r)) = keys.event(ev) else {
         return;
     };
-    let deleted = ev.r#type == pb::event::EventType::Delete as i32;
     let State { jobs, stats } = st;
-    let j = jobs.entry(name.to_owned()).or_insert_with(|| Job {
-        token: Token::NONE,
-        released: false,
-        last_holder: String::new(),
-        held: false,
-        vacant_since: Instant::now(),
-    });
-    match (kind, deleted) {
-        (b't', false) => {
-            let Ok(t) = TokenRec::decode(&kv.value) else {
-                return;
-            };
+    let j = jobs.entry(name.to_owned()).or_insert_with(Job::new);
+    match r {
+        Ok(Record::Token { rec: t, .. }) => {
             if t.token > j.token {
                 stats.grants += 1;
                 if !j.last_holder.is_empty() && j.last_holder != t.holder {
@@ -183,8 +181,8 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
             j.released = t.released;
             j.last_holder = t.holder;
         }
-        (b'h', false) => j.held = true,
-        (b'h', true) if j.held => {
+        Ok(Record::Holder(_)) => j.held = true,
+        Ok(Record::HolderGone) if j.held => {
             // A release puts the token record (released) before it deletes
             // the holder key, in one transaction: a delete without it is
             // the etcd lease running out.
@@ -194,6 +192,134 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
             j.held = false;
             j.vacant_since = Instant::now();
         }
-        _ => {}
+        Ok(Record::HolderGone) => {}
+        Err(bad) => tracing::warn!(%bad, "metrics mirror: skipping an event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd::keys::{HolderRec, TokenRec};
+
+    fn put(key: Vec<u8>, value: Vec<u8>) -> pb::Event {
+        pb::Event {
+            r#type: pb::event::EventType::Put as i32,
+            kv: Some(pb::KeyValue {
+                key,
+                value,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn grant(k: &Keys, job: &str, token: u64, holder: &str) -> [pb::Event; 2] {
+        let t = TokenRec {
+            token: Token(token),
+            released: false,
+            holder: holder.into(),
+        };
+        let h = HolderRec {
+            token: Token(token),
+            ttl: Duration::from_secs(5),
+            holder: holder.into(),
+        };
+        [
+            put(k.token(job), t.encode()),
+            put(k.holder(job), h.encode()),
+        ]
+    }
+
+    fn release(k: &Keys, job: &str, token: u64, holder: &str) -> [pb::Event; 2] {
+        let t = TokenRec {
+            token: Token(token),
+            released: true,
+            holder: holder.into(),
+        };
+        [put(k.token(job), t.encode()), gone(k, job)]
+    }
+
+    fn gone(k: &Keys, job: &str) -> pb::Event {
+        pb::Event {
+            r#type: pb::event::EventType::Delete as i32,
+            ..put(k.holder(job), Vec::new())
+        }
+    }
+
+    fn counts(s: &Stats) -> [u64; 4] {
+        [s.grants, s.takeovers, s.releases, s.expiries]
+    }
+
+    #[test]
+    fn grants_takeovers_releases_and_expiries_are_counted_once() {
+        let k = Keys::new("lh/");
+        let mirror = Mirror::default();
+        let feed = |evs: &[pb::Event]| {
+            let mut st = mirror.state.lock().unwrap();
+            for ev in evs {
+                apply(&mut st, &k, ev);
+            }
+        };
+        feed(&grant(&k, "j", 1, "a"));
+        feed(&release(&k, "j", 1, "a"));
+        // The same release seen again (a re-put) is not a second one.
+        feed(&release(&k, "j", 1, "a"));
+        feed(&grant(&k, "j", 2, "a"));
+        feed(&[gone(&k, "j")]);
+        feed(&grant(&k, "j", 3, "b"));
+        // A renewal that moves the holder key is no grant.
+        feed(&grant(&k, "j", 3, "b")[1..]);
+        feed(&grant(&k, "other", 1, "c"));
+        let (jobs, stats) = mirror.snapshot();
+        assert_eq!(counts(&stats), [4, 1, 1, 1]);
+        let names: Vec<&str> = jobs.iter().map(|(j, _)| j.as_str()).collect();
+        assert_eq!(names, ["j", "other"]);
+        assert_eq!(jobs[0].1, Leadership::Led { token: Token(3) });
+
+        feed(&release(&k, "j", 3, "b"));
+        let (jobs, stats) = mirror.snapshot();
+        assert_eq!(counts(&stats), [4, 1, 2, 1]);
+        assert!(matches!(
+            jobs[0].1,
+            Leadership::Vacant {
+                token: Token(3),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_record_that_does_not_decode_is_skipped() {
+        let k = Keys::new("lh/");
+        let mut st = State::default();
+        apply(&mut st, &k, &put(k.token("j"), b"garbage".to_vec()));
+        for ev in grant(&k, "j", 1, "a") {
+            apply(&mut st, &k, &ev);
+        }
+        assert_eq!(counts(&st.stats), [1, 0, 0, 0]);
+        let mirror = Mirror::default();
+        let mut jobs = BTreeMap::new();
+        let kv = |key, value: &[u8]| pb::KeyValue {
+            key,
+            value: value.to_vec(),
+            ..Default::default()
+        };
+        mirror.load(&k, &kv(k.holder("j"), b"garbage"), &mut jobs);
+        mirror.load(
+            &k,
+            &kv(
+                k.token("j"),
+                &TokenRec {
+                    token: Token(7),
+                    released: true,
+                    holder: "a".into(),
+                }
+                .encode(),
+            ),
+            &mut jobs,
+        );
+        let j = &jobs["j"];
+        assert_eq!((j.token, j.released, j.held), (Token(7), true, false));
     }
 }

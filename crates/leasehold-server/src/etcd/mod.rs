@@ -78,30 +78,61 @@
 //! `remaining` comes from etcd's lease time-to-live (whole seconds, rounded
 //! down) for `GetLease`, `ListLeases` and a busy `Acquire`; it is the full
 //! TTL right after a grant or renewal, and in watch events.
+//!
+//! # Where each part lives
+//!
+//! Every operation reads, decides, and makes its decision with one
+//! transaction, reading and deciding again when a comparison failed. The
+//! reading, deciding and committing are apart:
+//!
+//! - [`keys`]: the key layout, the record encodings, and the one parse of
+//!   a job's records into a [`keys::JobState`], for reads and watch events
+//!   alike; a record that does not decode is an error naming its job.
+//! - `decide`: what to do, from a `JobState` (and the line of waiters):
+//!   grant, extend, renew, release, the fence. Pure, and the rules both
+//!   backends share come from `leasehold_core::lease::rules`.
+//! - `txn`: the transaction that makes each decision, its comparisons
+//!   re-checking what the decision relied on. Pure.
+//! - `queue`: waiters: their keys, their place in line, the grant's range
+//!   comparison.
+//! - `session`: the frontend's session lease, which waiters are bound to,
+//!   and its keep-alive.
+//! - `watch`: `WatchLease`: watch tasks, and which etcd events a watcher is
+//!   told of.
+//! - `mirror`: per-job leadership for metrics, from one etcd watch.
+//! - [`client`]: the small etcd client, with one keep-alive stream shared by
+//!   every lease.
+//! - this file: [`EtcdNode`], the API the handlers call: each method reads,
+//!   asks `decide`, commits with `txn`, and counts.
 
 pub mod client;
+mod decide;
 pub mod keys;
 mod mirror;
+mod queue;
+mod session;
+mod txn;
+mod watch;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
+use crate::clock;
 use crate::error::{Error, Result};
-use crate::lease::rules::{self, classify};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
-use crate::node::{EventKind, RenewOutcome, Renewal, Snapshot};
+use crate::node::{RenewOutcome, Renewal, Snapshot};
 use crate::store::ValueRecord;
-use client::{
-    create_is, delete_op, lease_is, mod_is, pb, put_op, range_created_since, range_empty,
-    range_req, ranges, value_below, value_is, Etcd, Watch,
-};
-use keys::{decode_value, encode_value, token_below, HolderRec, Keys, TokenRec};
+use client::{range_req, ranges, Etcd, Watch};
+use decide::{Acquire, Extend, Proof, Release};
+use keys::{decode_value, Holding, JobState, Keys};
 use mirror::Mirror;
+use queue::{Line, Place, Waiting};
+use session::Session;
 
 /// How a frontend reaches etcd.
 #[derive(Debug, Clone)]
@@ -148,10 +179,9 @@ struct Inner {
     keys: Keys,
     /// etcd's minimum lease TTL, learned at start-up.
     min_ttl: Duration,
-    session_ttl: Duration,
     /// The session lease the waiters' keys are bound to.
-    session: watch::Sender<i64>,
-    closing: watch::Sender<bool>,
+    session: Session,
+    closing: signal::Sender<bool>,
     counters: Counters,
     /// Waiter keys this frontend has in etcd.
     waiters: AtomicUsize,
@@ -165,95 +195,13 @@ pub struct EtcdNode {
     inner: Arc<Inner>,
 }
 
-/// One job as read from etcd, at one revision.
-#[derive(Debug, Clone, Default)]
-struct JobState {
+/// One job as read from etcd at one revision: its records and its line of
+/// waiters.
+#[derive(Debug)]
+struct Read {
     revision: i64,
-    token: Option<TokenRec>,
-    token_mod: i64,
-    holder: Option<Holding>,
-    /// The create revision of the first waiter in line.
-    first_waiter: Option<i64>,
-    /// The create revision of our own waiter key, when asked.
-    mine: Option<i64>,
-}
-
-#[derive(Debug, Clone)]
-struct Holding {
-    rec: HolderRec,
-    raw: Vec<u8>,
-    lease: i64,
-}
-
-impl JobState {
-    fn token(&self) -> Token {
-        self.token.as_ref().map_or(Token::NONE, |t| t.token)
-    }
-
-    fn vacancy(&self) -> Vacancy {
-        match &self.token {
-            None => Vacancy::Never,
-            Some(t) if t.released => Vacancy::Released,
-            Some(_) => Vacancy::Expired,
-        }
-    }
-
-    /// The lease as a view; `remaining` as given for a held lease.
-    fn view(&self, job: &JobName, remaining: Duration) -> LeaseView {
-        let state = match &self.holder {
-            Some(h) => held(&h.rec, remaining),
-            None => LeaseState::Free(self.vacancy()),
-        };
-        LeaseView {
-            job: job.clone(),
-            token: self.token(),
-            state,
-        }
-    }
-
-    /// Applies one watch event on the job's keys.
-    fn apply(&mut self, keys: &Keys, ev: &pb::Event) {
-        let Some(kv) = &ev.kv else { return };
-        let Some((_, kind)) = keys.parse_job_key(&kv.key) else {
-            return;
-        };
-        let deleted = ev.r#type == pb::event::EventType::Delete as i32;
-        match (kind, deleted) {
-            (b't', false) => {
-                self.token = TokenRec::decode(&kv.value).ok();
-                self.token_mod = kv.mod_revision;
-            }
-            (b'h', false) => {
-                self.holder = HolderRec::decode(&kv.value).ok().map(|rec| Holding {
-                    rec,
-                    raw: kv.value.clone(),
-                    lease: kv.lease,
-                })
-            }
-            (b'h', true) => self.holder = None,
-            _ => {}
-        }
-        self.revision = self.revision.max(kv.mod_revision);
-    }
-}
-
-fn held(rec: &HolderRec, remaining: Duration) -> LeaseState {
-    let remaining = remaining.min(rec.ttl);
-    LeaseState::Held {
-        holder: HolderId::from_trusted(rec.holder.clone()),
-        ttl: rec.ttl,
-        deadline: crate::clock::now() + remaining,
-        remaining,
-    }
-}
-
-fn lost(job: &JobName, st: &JobState, token: Token) -> Error {
-    rules::unknown_or_lost(
-        job,
-        st.holder.as_ref().map(|h| h.rec.holder.clone()),
-        st.token(),
-        token,
-    )
+    job: JobState,
+    line: Line,
 }
 
 fn contention(what: &str) -> Error {
@@ -262,74 +210,21 @@ fn contention(what: &str) -> Error {
     ))
 }
 
-/// A waiting `Acquire`'s key in etcd. Dropping it takes the waiter out of
-/// line (unless its grant already did).
-struct Waiting {
-    node: EtcdNode,
-    key: Vec<u8>,
-    rev: i64,
-    granted: bool,
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        let inner = self.node.inner.clone();
-        if self.granted {
-            inner.waiters.fetch_sub(1, Ordering::AcqRel);
-            return;
-        }
-        let key = std::mem::take(&mut self.key);
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    if let Err(e) = inner.etcd.delete(key).await {
-                        tracing::warn!(error = %e, "could not delete a waiter's key; it goes with the session lease");
-                    }
-                    inner.waiters.fetch_sub(1, Ordering::AcqRel);
-                });
-            }
-            Err(_) => {
-                inner.waiters.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
-}
-
 impl EtcdNode {
     /// Connects to etcd, learns its minimum lease TTL, opens the session
     /// lease and starts the metrics mirror. Fails when etcd does not
     /// answer within `config.timeout`.
     pub async fn open(config: Config) -> Result<EtcdNode> {
-        if config.session_ttl.subsec_nanos() != 0 || config.session_ttl.is_zero() {
-            return Err(Error::invalid(
-                "etcd_session_ttl",
-                format!("{:?} is not a whole number of seconds", config.session_ttl),
-            ));
-        }
+        session::check_ttl(config.session_ttl, None)?;
         let etcd = Etcd::connect(&config.endpoints, config.timeout)?;
-        // etcd raises a TTL below its minimum to the minimum and says so in
-        // its answer: ask for 1 s to learn it.
-        let (probe, min) = etcd.grant(1).await?;
-        etcd.revoke(probe).await?;
-        let min_ttl = Duration::from_secs(min.max(1) as u64);
-        if config.session_ttl < min_ttl {
-            return Err(Error::invalid(
-                "etcd_session_ttl",
-                format!(
-                    "{:?} is below etcd's minimum lease TTL of {min_ttl:?}",
-                    config.session_ttl
-                ),
-            ));
-        }
-        let (session, _) = etcd.grant(config.session_ttl.as_secs() as i64).await?;
+        let (session, min_ttl) = Session::open(&etcd, config.session_ttl).await?;
         let node = EtcdNode {
             inner: Arc::new(Inner {
                 etcd,
                 keys: Keys::new(&config.prefix),
                 min_ttl,
-                session_ttl: config.session_ttl,
-                session: watch::Sender::new(session),
-                closing: watch::Sender::new(false),
+                session,
+                closing: signal::Sender::new(false),
                 counters: Counters::default(),
                 waiters: AtomicUsize::new(0),
                 mirror: Arc::new(Mirror::default()),
@@ -358,51 +253,7 @@ impl EtcdNode {
     /// Refuses a TTL etcd cannot keep exactly: not whole seconds, or below
     /// etcd's minimum lease TTL.
     pub fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
-        if ttl.subsec_nanos() != 0 || ttl < self.inner.min_ttl {
-            return Err(Error::invalid(
-                "ttl",
-                format!(
-                    "{ttl:?} is not allowed: with the etcd store, TTLs are whole seconds \
-                     and at least {:?} (etcd's minimum lease TTL)",
-                    self.inner.min_ttl
-                ),
-            ));
-        }
-        Ok(ttl)
-    }
-
-    /// Keeps the session lease alive at a third of its TTL; opens a new one
-    /// if it was lost (its waiters then ask again).
-    async fn keep_session(self) {
-        let mut closing = self.inner.closing.subscribe();
-        let every = self.inner.session_ttl / 3;
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = closed(&mut closing) => return,
-            }
-            let id = *self.inner.session.borrow();
-            match self.inner.etcd.keep_alive(id).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    tracing::warn!("the etcd session lease expired; waiters of this frontend lost their places in line");
-                    match self
-                        .inner
-                        .etcd
-                        .grant(self.inner.session_ttl.as_secs() as i64)
-                        .await
-                    {
-                        Ok((id, _)) => {
-                            self.inner.session.send_replace(id);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot open a new etcd session lease")
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot renew the etcd session lease"),
-            }
-        }
+        decide::check_ttl(ttl, self.inner.min_ttl)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -421,50 +272,20 @@ impl EtcdNode {
 
     /// Reads the job's keys, its first waiter and (when given) our own
     /// waiter key, at one revision.
-    async fn read_job(&self, job: &JobName, mine: Option<&[u8]>) -> Result<JobState> {
+    async fn read_job(&self, job: &JobName, mine: Option<&[u8]>) -> Result<Read> {
         let k = &self.inner.keys;
         let (js, je) = k.job_range(job.as_str());
-        let (ws, we) = k.waiters_range(job.as_str());
-        let mut first = range_req(ws, we, 1);
-        first.sort_order = pb::range_request::SortOrder::Ascend as i32;
-        first.sort_target = pb::range_request::SortTarget::Create as i32;
-        first.keys_only = true;
-        let mut reads = vec![range_req(js, je, 0), first];
-        if let Some(m) = mine {
-            let mut r = range_req(m.to_vec(), Vec::new(), 0);
-            r.keys_only = true;
-            reads.push(r);
-        }
+        let mut reads = vec![range_req(js, je, 0)];
+        reads.extend(queue::line_reads(k, job.as_str(), mine));
         let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
         let revision = r.header.as_ref().map_or(0, |h| h.revision);
         let mut rs = ranges(r).into_iter();
-        let mut st = JobState {
+        let kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
+        Ok(Read {
             revision,
-            ..JobState::default()
-        };
-        for kv in rs.next().map(|r| r.kvs).unwrap_or_default() {
-            match k.parse_job_key(&kv.key) {
-                Some((_, b't')) => {
-                    st.token = Some(TokenRec::decode(&kv.value)?);
-                    st.token_mod = kv.mod_revision;
-                }
-                Some((_, b'h')) => {
-                    st.holder = Some(Holding {
-                        rec: HolderRec::decode(&kv.value)?,
-                        raw: kv.value,
-                        lease: kv.lease,
-                    })
-                }
-                _ => {}
-            }
-        }
-        st.first_waiter = rs
-            .next()
-            .and_then(|r| r.kvs.first().map(|kv| kv.create_revision));
-        st.mine = rs
-            .next()
-            .and_then(|r| r.kvs.first().map(|kv| kv.create_revision));
-        Ok(st)
+            job: k.job(job.as_str(), &kvs)?,
+            line: Line::from_ranges(rs),
+        })
     }
 
     /// How long the holding has left, from etcd (whole seconds).
@@ -479,7 +300,7 @@ impl EtcdNode {
             Some(h) => self.remaining(h).await?,
             None => Duration::ZERO,
         };
-        Ok(st.view(job, remaining))
+        Ok(decide::view(job, st, remaining, clock::now()))
     }
 
     /// Asks for the lease; waits up to `wait` for it to free up, first come
@@ -500,56 +321,41 @@ impl EtcdNode {
         let mut closing = self.inner.closing.subscribe();
         let mut tries = 0;
         loop {
-            let st = self
-                .read_job(job, waiting.as_ref().map(|w| w.key.as_slice()))
+            let read = self
+                .read_job(job, waiting.as_ref().map(|w| w.place.key.as_slice()))
                 .await?;
-            if let Some(w) = &waiting {
-                if st.mine != Some(w.rev) {
-                    return Err(Error::Storage(
-                        "this waiting Acquire lost its place in line (its frontend's etcd \
-                         session lease ran out); ask again"
-                            .into(),
-                    ));
-                }
-            }
-            let mine = match &st.holder {
-                Some(h) => h.rec.holder == holder.as_str(),
-                None => match &waiting {
-                    None => st.first_waiter.is_none(),
-                    Some(w) => st.first_waiter == Some(w.rev),
-                },
-            };
-            if mine {
+            let place = waiting.as_ref().map(|w| &w.place);
+            let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))?;
+            if step != Acquire::Busy {
                 tries += 1;
                 if tries > MAX_TRIES {
                     return Err(contention("Acquire"));
                 }
-                let done = match &st.holder {
-                    Some(h) => self.extend(job, h, ttl).await?,
-                    None => self.grant(job, holder, ttl, &st, waiting.as_ref()).await?,
+                let done = match step {
+                    Acquire::Extend(h) => self.extend(job, h, ttl).await?,
+                    _ => self.grant(job, holder, ttl, &read.job, place).await?,
                 };
                 if let Some(view) = done {
                     if let Some(mut w) = waiting.take() {
                         // A grant deleted our key in its transaction; an
                         // extension leaves it to the drop.
-                        w.granted = st.holder.is_none();
+                        w.granted = step == Acquire::Grant;
                     }
                     return Ok((true, view));
                 }
-                continue;
+                continue; // the job changed since the read: read again
             }
             // Busy.
             if Instant::now() >= give_up {
-                return Ok((false, self.view(job, &st).await?));
+                return Ok((false, self.view(job, &read.job).await?));
             }
             if waiting.is_none() {
                 waiting = Some(self.enqueue(job, holder).await?);
                 continue; // read again: the job may have changed meanwhile
             }
             if watch.is_none() {
-                let k = &self.inner.keys;
-                let ranges = [k.job_range(job.as_str()), k.waiters_range(job.as_str())];
-                watch = Some(self.failed(self.inner.etcd.watch(&ranges, st.revision + 1).await)?);
+                let ranges = queue::wake_ranges(&self.inner.keys, job.as_str());
+                watch = Some(self.failed(self.inner.etcd.watch(&ranges, read.revision + 1).await)?);
             }
             let w = watch.as_mut().expect("watch open");
             tokio::select! {
@@ -563,34 +369,6 @@ impl EtcdNode {
         }
     }
 
-    /// Puts our waiter key, last in line.
-    async fn enqueue(&self, job: &JobName, holder: &HolderId) -> Result<Waiting> {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let key = self.inner.keys.waiter(job.as_str(), &id);
-        let session = *self.inner.session.borrow();
-        let r = self
-            .inner
-            .etcd
-            .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)
-            .await;
-        let r = match self.failed(r) {
-            Ok(r) => r,
-            Err(e) => {
-                // The put may have happened: take it out of line again.
-                let etcd = self.inner.etcd.clone();
-                tokio::spawn(async move { etcd.delete(key).await });
-                return Err(e);
-            }
-        };
-        self.inner.waiters.fetch_add(1, Ordering::AcqRel);
-        Ok(Waiting {
-            node: self.clone(),
-            key,
-            rev: r.header.map_or(0, |h| h.revision),
-            granted: false,
-        })
-    }
-
     /// Grants the free lease to `holder` with the next token, in one
     /// transaction; `None` when the job changed since `st` was read.
     async fn grant(
@@ -599,114 +377,59 @@ impl EtcdNode {
         holder: &HolderId,
         ttl: Duration,
         st: &JobState,
-        waiting: Option<&Waiting>,
+        place: Option<&Place>,
     ) -> Result<Option<LeaseView>> {
-        let k = &self.inner.keys;
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
-        let token = st.token().next();
-        let (hk, tk) = (k.holder(job.as_str()), k.token(job.as_str()));
-        let (ws, we) = k.waiters_range(job.as_str());
-        let mut compare = vec![create_is(hk.clone(), 0), mod_is(tk.clone(), st.token_mod)];
-        match waiting {
-            None => compare.push(range_empty(ws, we)),
-            Some(w) => {
-                compare.push(create_is(w.key.clone(), w.rev));
-                compare.push(range_created_since(ws, we, w.rev));
-            }
-        }
-        let rec = HolderRec {
-            token,
-            ttl,
-            holder: holder.to_string(),
-        };
-        let mut success = vec![
-            put_op(
-                tk,
-                TokenRec {
-                    token,
-                    released: false,
-                    holder: holder.to_string(),
-                }
-                .encode(),
-                0,
-            ),
-            put_op(hk, rec.encode(), lease),
-        ];
-        if let Some(w) = waiting {
-            success.push(delete_op(w.key.clone()));
-        }
-        let r = self.inner.etcd.txn(pb::TxnRequest {
-            compare,
-            success,
-            failure: Vec::new(),
-        });
+        let (holder_rec, token_rec) = decide::grant(st, holder, ttl);
+        let req = txn::grant(
+            &self.inner.keys,
+            job.as_str(),
+            st,
+            place,
+            &holder_rec,
+            &token_rec,
+            lease,
+        );
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
         // asking again.
-        if !self.failed(r.await)?.succeeded {
+        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
             self.revoke_later(lease);
             return Ok(None);
         }
-        Ok(Some(LeaseView {
-            job: job.clone(),
-            token,
-            state: held(&rec, ttl),
-        }))
+        Ok(Some(decide::granted(job, &holder_rec, clock::now())))
     }
 
     /// Extends our live holding for `ttl` from now: an etcd keep-alive, or
     /// a move to a new etcd lease when the TTL changes. `None` when the
     /// holding is gone (read again).
     async fn extend(&self, job: &JobName, h: &Holding, ttl: Duration) -> Result<Option<LeaseView>> {
-        let view = |rec: &HolderRec| LeaseView {
-            job: job.clone(),
-            token: rec.token,
-            state: held(rec, ttl),
+        let rec = match decide::extend(h, ttl) {
+            Extend::KeepAlive => {
+                let live = self.keep_alive(job, h).await?;
+                return Ok(live.then(|| decide::granted(job, &h.rec, clock::now())));
+            }
+            Extend::Move(rec) => rec,
         };
-        if h.rec.ttl == ttl {
-            return self
-                .keep_alive(job, h)
-                .await
-                .map(|ok| ok.then(|| view(&h.rec)));
-        }
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
-        let hk = self.inner.keys.holder(job.as_str());
-        let rec = HolderRec {
-            ttl,
-            ..h.rec.clone()
-        };
-        let r = self
-            .inner
-            .etcd
-            .txn(pb::TxnRequest {
-                compare: vec![
-                    value_is(hk.clone(), h.raw.clone()),
-                    lease_is(hk.clone(), h.lease),
-                ],
-                success: vec![put_op(hk, rec.encode(), lease)],
-                failure: Vec::new(),
-            })
-            .await;
-        if !self.failed(r)?.succeeded {
+        let req = txn::move_holding(&self.inner.keys, job.as_str(), h, &rec, lease);
+        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
             self.revoke_later(lease);
             return Ok(None);
         }
         self.revoke_later(h.lease);
-        Ok(Some(view(&rec)))
+        Ok(Some(decide::granted(job, &rec, clock::now())))
     }
 
     /// Keeps the holding's etcd lease alive, and confirms it: `false` when
     /// the holding is gone.
     ///
-    /// etcd's lessor renews in memory on the member that thinks it leads.
-    /// etcd 3.4 before 3.4.25 lets a deposed leader that has not yet heard
-    /// of the new term (paused, partitioned) renew, while the real leader
-    /// may let the same lease run out. So the keep-alive counts only if the
-    /// member that answered was in the current raft term: the term of a
-    /// linearizable read made after it (every leader of a later term
-    /// restarts every lease's full TTL when it takes over, so a renewal
-    /// in the current term is never undone). The read also checks that the
-    /// holder key is still this holding.
+    /// etcd's lessor renews in memory on the member that thinks it leads,
+    /// so the keep-alive counts only if the member that answered was in
+    /// the current raft term: the term of a linearizable read made after
+    /// it, which also checks that the holder key is still this holding
+    /// (see [`decide::keep_alive_proof`]). An answer from an older term
+    /// is asked again, on a new keep-alive stream.
     async fn keep_alive(&self, job: &JobName, h: &Holding) -> Result<bool> {
         let hk = self.inner.keys.holder(job.as_str());
         for _ in 0..3 {
@@ -720,18 +443,18 @@ impl EtcdNode {
                     .await,
             )?;
             let current = r.header.as_ref().map_or(0, |h| h.raft_term);
-            match r.kvs.first() {
-                Some(kv) if kv.lease == h.lease && kv.value == h.raw => {}
-                _ => return Ok(false),
+            match decide::keep_alive_proof(h, r.kvs.first(), term, current) {
+                Proof::Live => return Ok(true),
+                Proof::Gone => return Ok(false),
+                Proof::StaleTerm => {
+                    tracing::debug!(
+                        term,
+                        current,
+                        "keep-alive answered in an older raft term; again"
+                    );
+                    self.inner.etcd.reopen_keep_alives();
+                }
             }
-            if term >= current {
-                return Ok(true);
-            }
-            tracing::debug!(
-                term,
-                current,
-                "keep-alive answered in an older raft term; again"
-            );
         }
         Err(Error::Storage(
             "etcd keep-alive kept being answered by a member in an older raft term".into(),
@@ -769,22 +492,20 @@ impl EtcdNode {
         token: Token,
         ttl: Duration,
     ) -> Result<RenewOutcome> {
+        let c = &self.inner.counters;
         for _ in 0..MAX_TRIES {
-            let st = self.read_job(job, None).await?;
-            match &st.holder {
-                Some(h) if h.rec.holder == holder.as_str() && h.rec.token == token => {
+            let read = self.read_job(job, None).await?;
+            match decide::renew(job, &read.job, holder, token) {
+                Ok(h) => {
                     if let Some(view) = self.extend(job, h, ttl).await? {
-                        self.inner.counters.renewals.fetch_add(1, Ordering::Relaxed);
+                        c.renewals.fetch_add(1, Ordering::Relaxed);
                         return Ok(Ok(view));
                     }
                 }
-                _ => {
-                    self.inner
-                        .counters
-                        .renew_losses
-                        .fetch_add(1, Ordering::Relaxed);
-                    let view = self.view(job, &st).await?;
-                    return Ok(Err((lost(job, &st, token), view)));
+                Err(lost) => {
+                    c.renew_losses.fetch_add(1, Ordering::Relaxed);
+                    let view = self.view(job, &read.job).await?;
+                    return Ok(Err((lost, view)));
                 }
             }
         }
@@ -834,54 +555,17 @@ impl EtcdNode {
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
         self.check_open()?;
         for _ in 0..MAX_TRIES {
-            let st = self.read_job(job, None).await?;
-            match &st.holder {
-                Some(h) if h.rec.holder == holder.as_str() && h.rec.token == token => {
-                    let k = &self.inner.keys;
-                    let (hk, tk) = (k.holder(job.as_str()), k.token(job.as_str()));
-                    let r = self
-                        .inner
-                        .etcd
-                        .txn(pb::TxnRequest {
-                            compare: vec![
-                                value_is(hk.clone(), h.raw.clone()),
-                                lease_is(hk.clone(), h.lease),
-                            ],
-                            success: vec![
-                                put_op(
-                                    tk,
-                                    TokenRec {
-                                        token,
-                                        released: true,
-                                        holder: holder.to_string(),
-                                    }
-                                    .encode(),
-                                    0,
-                                ),
-                                delete_op(hk),
-                            ],
-                            failure: Vec::new(),
-                        })
-                        .await;
-                    if self.failed(r)?.succeeded {
-                        if let Err(e) = self.inner.etcd.revoke(h.lease).await {
-                            tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
-                        }
-                        return Ok(());
-                    }
+            let read = self.read_job(job, None).await?;
+            let h = match decide::release(job, &read.job, holder, token)? {
+                Release::Done => return Ok(()),
+                Release::Delete(h) => h,
+            };
+            let req = txn::release(&self.inner.keys, job.as_str(), h, holder, token);
+            if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+                if let Err(e) = self.inner.etcd.revoke(h.lease).await {
+                    tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
                 }
-                // Released or expired already, by this holder and token.
-                None if rules::released_already(
-                    false,
-                    st.token(),
-                    st.token.as_ref().map(|t| t.holder.as_str()),
-                    holder,
-                    token,
-                ) =>
-                {
-                    return Ok(())
-                }
-                _ => return Err(lost(job, &st, token)),
+                return Ok(());
             }
         }
         Err(contention("Release"))
@@ -889,12 +573,15 @@ impl EtcdNode {
 
     /// The lease of `job`.
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
-        let st = self.read_job(job, None).await?;
-        self.view(job, &st).await
+        let read = self.read_job(job, None).await?;
+        self.view(job, &read.job).await
     }
 
     /// Up to `limit` leases of jobs starting with `prefix`, after `after`,
     /// in job order, read at one revision.
+    ///
+    /// A job whose record does not decode fails the whole listing, with an
+    /// error naming that job.
     pub async fn leases(
         &self,
         prefix: &str,
@@ -912,25 +599,8 @@ impl EtcdNode {
                 .await,
         )?;
         let mut jobs: Vec<(JobName, JobState)> = Vec::new();
-        for kv in r.kvs {
-            let Some((name, kind)) = k.parse_job_key(&kv.key) else {
-                continue;
-            };
-            if jobs.last().is_none_or(|(j, _)| j.as_str() != name) {
-                jobs.push((JobName::from_trusted(name.to_owned()), JobState::default()));
-            }
-            let st = &mut jobs.last_mut().expect("pushed").1;
-            match kind {
-                b't' => st.token = Some(TokenRec::decode(&kv.value)?),
-                b'h' => {
-                    st.holder = Some(Holding {
-                        rec: HolderRec::decode(&kv.value)?,
-                        raw: kv.value,
-                        lease: kv.lease,
-                    })
-                }
-                _ => {}
-            }
+        for (name, st) in k.jobs(&r.kvs) {
+            jobs.push((JobName::from_trusted(name), st?));
         }
         // A job cut off by the limit (its holder key in, its token key
         // out) is on the next page.
@@ -949,10 +619,11 @@ impl EtcdNode {
             let (i, left) = done.map_err(|e| Error::Storage(format!("lookup task failed: {e}")))?;
             remaining[i] = Duration::from_secs(self.failed(left)?.unwrap_or(0).max(0) as u64);
         }
+        let now = clock::now();
         Ok(jobs
             .iter()
             .zip(remaining)
-            .map(|((job, st), left)| st.view(job, left))
+            .map(|((job, st), left)| decide::view(job, st, left, now))
             .collect())
     }
 
@@ -980,68 +651,34 @@ impl EtcdNode {
                     .await,
             )?;
             let mut rs = ranges(r).into_iter();
-            let mut st = JobState::default();
-            for kv in rs.next().map(|r| r.kvs).unwrap_or_default() {
-                match k.parse_job_key(&kv.key) {
-                    Some((_, b't')) => st.token = Some(TokenRec::decode(&kv.value)?),
-                    Some((_, b'h')) => {
-                        st.holder = Some(Holding {
-                            rec: HolderRec::decode(&kv.value)?,
-                            raw: kv.value,
-                            lease: kv.lease,
-                        })
-                    }
-                    _ => {}
-                }
-            }
+            let st = k.job(job.as_str(), &rs.next().map(|r| r.kvs).unwrap_or_default())?;
             let existing = match rs.next().and_then(|r| r.kvs.into_iter().next()) {
                 Some(kv) => Some((decode_value(&kv.value)?, kv.mod_revision)),
                 None => None,
             };
-            let verdict = rules::fence(
-                job,
-                token,
-                st.token(),
-                st.holder.as_ref().map(|h| h.rec.token),
-                existing.as_ref().map(|(r, _)| r.token),
-            );
-            if let Err(e) = verdict {
-                if matches!(e, Error::Fenced { .. }) {
-                    self.inner
-                        .counters
-                        .fenced_writes
-                        .fetch_add(1, Ordering::Relaxed);
+            let key_token = existing.as_ref().map(|(r, _)| r.token);
+            let h = match decide::write(job, &st, token, key_token) {
+                Ok(h) => h,
+                Err(e) => {
+                    if matches!(e, Error::Fenced { .. }) {
+                        self.inner
+                            .counters
+                            .fenced_writes
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-            let h = st.holder.as_ref().expect("checked live");
-            let hk = k.holder(job.as_str());
-            let version = existing.as_ref().map_or(0, |(r, _)| r.version) + 1;
-            let mut compare = vec![value_is(hk, h.raw.clone())];
-            match &existing {
-                Some((_, rev)) => {
-                    compare.push(value_below(vk.clone(), token_below(token)));
-                    compare.push(mod_is(vk.clone(), *rev));
-                }
-                None => compare.push(create_is(vk.clone(), 0)),
-            }
+            };
             let rec = ValueRecord {
                 token,
-                version,
+                version: existing.as_ref().map_or(0, |(r, _)| r.version) + 1,
                 value: value.clone(),
             };
-            let r = self
-                .inner
-                .etcd
-                .txn(pb::TxnRequest {
-                    compare,
-                    success: vec![put_op(vk.clone(), encode_value(&rec), 0)],
-                    failure: Vec::new(),
-                })
-                .await;
-            if self.failed(r)?.succeeded {
+            let stored_at = existing.as_ref().map(|(_, rev)| *rev);
+            let req = txn::write(k, job.as_str(), h, &vk, stored_at, &rec);
+            if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 self.inner.counters.writes.fetch_add(1, Ordering::Relaxed);
-                return Ok(version);
+                return Ok(rec.version);
             }
         }
         Err(contention("CheckedWrite"))
@@ -1094,99 +731,6 @@ impl EtcdNode {
         }
     }
 
-    /// Watches `job`: the current lease first, then every change of holder
-    /// or token, from an etcd watch. A consumer that falls behind gets the
-    /// latest state, with what it missed folded into it.
-    pub fn watch(&self, job: JobName) -> mpsc::Receiver<Result<(EventKind, LeaseView)>> {
-        let (tx, rx) = mpsc::channel(4);
-        let node = self.clone();
-        tokio::spawn(async move { node.watch_task(job, tx).await });
-        rx
-    }
-
-    async fn watch_task(self, job: JobName, tx: mpsc::Sender<Result<(EventKind, LeaseView)>>) {
-        let mut closing = self.inner.closing.subscribe();
-        let first = async {
-            let st = self.read_job(&job, None).await?;
-            let view = self.view(&job, &st).await?;
-            Ok::<_, Error>((st, view))
-        };
-        let (mut st, mut sent) = match first.await {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
-        };
-        if tx
-            .send(Ok((EventKind::Current, sent.clone())))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let range = self.inner.keys.job_range(job.as_str());
-        let mut watch: Option<Watch> = None;
-        let mut pending: Option<LeaseView> = None;
-        loop {
-            if watch.is_none() {
-                match self.failed(
-                    self.inner
-                        .etcd
-                        .watch(std::slice::from_ref(&range), st.revision + 1)
-                        .await,
-                ) {
-                    Ok(w) => watch = Some(w),
-                    Err(e) => {
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                }
-            }
-            let w = watch.as_mut().expect("watch open");
-            tokio::select! {
-                _ = tx.closed() => return,
-                _ = closed(&mut closing) => {
-                    let _ = tx.try_send(Err(Error::ShuttingDown));
-                    return;
-                }
-                permit = tx.reserve(), if pending.is_some() => {
-                    let Ok(permit) = permit else { return };
-                    let view = pending.take().expect("pending");
-                    if let Some(kind) = classify(&sent, &view) {
-                        permit.send(Ok((kind, view.clone())));
-                        sent = view;
-                    }
-                }
-                r = w.next() => match r {
-                    Ok(resp) => {
-                        for ev in &resp.events {
-                            st.apply(&self.inner.keys, ev);
-                        }
-                        let ttl = st.holder.as_ref().map_or(Duration::ZERO, |h| h.rec.ttl);
-                        pending = Some(st.view(&job, ttl));
-                    }
-                    Err(_) => {
-                        // Read afresh and watch again from there; what was
-                        // missed is folded into the next event.
-                        watch = None;
-                        match self.read_job(&job, None).await {
-                            Ok(fresh) => {
-                                let ttl = fresh.holder.as_ref().map_or(Duration::ZERO, |h| h.rec.ttl);
-                                pending = Some(fresh.view(&job, ttl));
-                                st = fresh;
-                            }
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
     /// Per-job leadership from the mirror of etcd, the cluster-wide counts
     /// of grants, takeovers, expiries and releases it saw, and this
     /// frontend's own renew losses, fenced writes, waiters and etcd
@@ -1222,10 +766,7 @@ impl EtcdNode {
     /// acknowledged change is already in etcd.
     pub async fn close(&self) {
         self.start_closing();
-        let session = *self.inner.session.borrow();
-        if let Err(e) = self.inner.etcd.revoke(session).await {
-            tracing::warn!(error = %e, "could not revoke the etcd session lease; it runs out on its own");
-        }
+        self.inner.session.revoke(&self.inner.etcd).await;
         for t in self.inner.tasks.lock().expect("tasks lock").drain(..) {
             t.abort();
         }
@@ -1233,6 +774,6 @@ impl EtcdNode {
 }
 
 /// Resolves once `closing` turns true (or its sender is gone).
-async fn closed(closing: &mut watch::Receiver<bool>) {
+async fn closed(closing: &mut signal::Receiver<bool>) {
     let _ = closing.wait_for(|c| *c).await;
 }

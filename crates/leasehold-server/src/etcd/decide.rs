@@ -1,0 +1,560 @@
+//! What the etcd backend decides from what it read: pure functions of a
+//! [`JobState`] (and, for `Acquire`, the job's [`Line`] of waiters).
+//!
+//! No I/O and no clock here (`now` is a parameter). Each decision is made
+//! on a read that may be stale by the time it acts, so none of them is
+//! final: the transaction built from it (see [`super::txn`]) re-checks in
+//! etcd everything the decision relied on, and a failed comparison sends
+//! the caller back to read and decide again. The rules the single node
+//! shares (the fence, unknown or lost, a repeated release) come from
+//! [`crate::lease::rules`], so the two backends cannot drift apart.
+
+use std::time::{Duration, Instant};
+
+use super::keys::{HolderRec, Holding, JobState, TokenRec};
+use super::queue::Line;
+use crate::error::{Error, Result};
+use crate::lease::rules;
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token};
+
+/// What an `Acquire` does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire<'a> {
+    /// The caller holds the lease already: extend this holding.
+    Extend(&'a Holding),
+    /// The lease is free and it is the caller's turn: grant it.
+    Grant,
+    /// Somebody else holds it, or waiters are ahead of the caller.
+    Busy,
+}
+
+/// An `Acquire` by `holder`; `waiting` is the create revision of its
+/// waiter key when it has queued.
+///
+/// The holder of the live grant extends it (even from the line). A free
+/// lease goes to the caller only if nobody is ahead: an `Acquire` that has
+/// not queued only when nobody waits, a queued one only when it is first.
+/// A queued `Acquire` whose key is gone lost its place (its frontend's
+/// session lease ran out): an error, since its turn may have passed.
+pub fn acquire<'a>(
+    st: &'a JobState,
+    line: &Line,
+    holder: &HolderId,
+    waiting: Option<i64>,
+) -> Result<Acquire<'a>> {
+    if let Some(rev) = waiting {
+        if line.mine != Some(rev) {
+            return Err(Error::Storage(
+                "this waiting Acquire lost its place in line (its frontend's etcd \
+                 session lease ran out); ask again"
+                    .into(),
+            ));
+        }
+    }
+    Ok(match &st.holder {
+        Some(h) if h.rec.holder == holder.as_str() => Acquire::Extend(h),
+        Some(_) => Acquire::Busy,
+        None if line.first == waiting => Acquire::Grant,
+        None => Acquire::Busy,
+    })
+}
+
+/// The records a grant to `holder` puts: the holder key's, and the token
+/// counter's with the next token.
+///
+/// The token saturates at `u64::MAX` (see [`Token::next`]).
+pub fn grant(st: &JobState, holder: &HolderId, ttl: Duration) -> (HolderRec, TokenRec) {
+    let token = st.token().next();
+    (
+        HolderRec {
+            token,
+            ttl,
+            holder: holder.to_string(),
+        },
+        TokenRec {
+            token,
+            released: false,
+            holder: holder.to_string(),
+        },
+    )
+}
+
+/// How a live holding is extended for `ttl` from now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extend {
+    /// The same TTL: keep its etcd lease alive.
+    KeepAlive,
+    /// A new TTL: move the holder key, with this record, to a new etcd
+    /// lease of that TTL (an etcd lease's TTL cannot be changed).
+    Move(HolderRec),
+}
+
+/// See [`Extend`].
+pub fn extend(h: &Holding, ttl: Duration) -> Extend {
+    if h.rec.ttl == ttl {
+        Extend::KeepAlive
+    } else {
+        Extend::Move(HolderRec {
+            ttl,
+            ..h.rec.clone()
+        })
+    }
+}
+
+/// What an etcd keep-alive of a holding proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The grant was live and is renewed.
+    Live,
+    /// The grant is gone (expired, released or replaced).
+    Gone,
+    /// The member that answered was behind the current raft term: it may
+    /// be a deposed leader renewing in memory a lease the real leader is
+    /// letting run out. Ask again.
+    StaleTerm,
+}
+
+/// Whether a keep-alive answered in raft term `answered` renewed `h`,
+/// given the holder key as a linearizable read made after it found it
+/// (`reread`, `None` when absent) in term `current`.
+///
+/// etcd 3.4 before 3.4.25 lets a deposed leader that has not heard of the
+/// new term renew in memory. Every leader of a later term restarts each
+/// lease's full TTL when it takes over, so a renewal answered in the
+/// current term is never undone.
+pub fn keep_alive_proof(
+    h: &Holding,
+    reread: Option<&super::client::pb::KeyValue>,
+    answered: u64,
+    current: u64,
+) -> Proof {
+    match reread {
+        Some(kv) if h.is_stored_as(kv) => {}
+        _ => return Proof::Gone,
+    }
+    if answered >= current {
+        Proof::Live
+    } else {
+        Proof::StaleTerm
+    }
+}
+
+/// A `Renew` of (`holder`, `token`): the holding to extend, or why not.
+pub fn renew<'a>(
+    job: &JobName,
+    st: &'a JobState,
+    holder: &HolderId,
+    token: Token,
+) -> Result<&'a Holding> {
+    match &st.holder {
+        Some(h) if holds(h, holder, token) => Ok(h),
+        _ => Err(lost(job, st, token)),
+    }
+}
+
+/// What a `Release` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release<'a> {
+    /// Delete this holding (and mark the token released).
+    Delete(&'a Holding),
+    /// It took effect already (a repeated release, or the lease ran out
+    /// since): answered kindly, nothing changes.
+    Done,
+}
+
+/// A `Release` of (`holder`, `token`).
+pub fn release<'a>(
+    job: &JobName,
+    st: &'a JobState,
+    holder: &HolderId,
+    token: Token,
+) -> Result<Release<'a>> {
+    match &st.holder {
+        Some(h) if holds(h, holder, token) => Ok(Release::Delete(h)),
+        None if rules::released_already(false, st.token(), st.last_holder(), holder, token) => {
+            Ok(Release::Done)
+        }
+        _ => Err(lost(job, st, token)),
+    }
+}
+
+/// A `CheckedWrite` with `token` on a key whose stored token is
+/// `key_token`: the fence, and the live holding the write's transaction
+/// compares.
+pub fn write<'a>(
+    job: &JobName,
+    st: &'a JobState,
+    token: Token,
+    key_token: Option<Token>,
+) -> Result<&'a Holding> {
+    let live = st.holder.as_ref().map(|h| h.rec.token);
+    rules::fence(job, token, st.token(), live, key_token)?;
+    // The fence passes only a token that is the live holding's.
+    Ok(st
+        .holder
+        .as_ref()
+        .expect("the fence passed: the lease is live"))
+}
+
+/// Refuses a TTL etcd cannot keep exactly: not whole seconds, or below
+/// etcd's minimum lease TTL.
+pub fn check_ttl(ttl: Duration, min_ttl: Duration) -> Result<Duration> {
+    if ttl.subsec_nanos() != 0 || ttl < min_ttl {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{ttl:?} is not allowed: with the etcd store, TTLs are whole seconds \
+                 and at least {min_ttl:?} (etcd's minimum lease TTL)"
+            ),
+        ));
+    }
+    Ok(ttl)
+}
+
+/// The job's lease as read; `remaining` (capped at the grant's TTL) for a
+/// held lease, its deadline counted from `now`.
+pub fn view(job: &JobName, st: &JobState, remaining: Duration, now: Instant) -> LeaseView {
+    let state = match &st.holder {
+        Some(h) => held(&h.rec, remaining, now),
+        None => LeaseState::Free(st.vacancy()),
+    };
+    LeaseView {
+        job: job.clone(),
+        token: st.token(),
+        state,
+    }
+}
+
+/// A held lease with `remaining` left (capped at its TTL), from `now`.
+pub fn held(rec: &HolderRec, remaining: Duration, now: Instant) -> LeaseState {
+    let remaining = remaining.min(rec.ttl);
+    LeaseState::Held {
+        holder: HolderId::from_trusted(rec.holder.clone()),
+        ttl: rec.ttl,
+        deadline: now + remaining,
+        remaining,
+    }
+}
+
+/// The view right after a grant or an extension: held for the full TTL.
+pub fn granted(job: &JobName, rec: &HolderRec, now: Instant) -> LeaseView {
+    LeaseView {
+        job: job.clone(),
+        token: rec.token,
+        state: held(rec, rec.ttl, now),
+    }
+}
+
+fn holds(h: &Holding, holder: &HolderId, token: Token) -> bool {
+    h.rec.holder == holder.as_str() && h.rec.token == token
+}
+
+/// Why (`token`) does not hold the lease: unknown or lost.
+fn lost(job: &JobName, st: &JobState, token: Token) -> Error {
+    rules::unknown_or_lost(
+        job,
+        st.holder.as_ref().map(|h| h.rec.holder.clone()),
+        st.token(),
+        token,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::FenceCause;
+    use crate::etcd::client::pb;
+    use crate::lease::{Limits, Vacancy};
+
+    const TTL: Duration = Duration::from_secs(5);
+
+    fn job() -> JobName {
+        Limits::default().job("j").unwrap()
+    }
+
+    fn who(name: &str) -> HolderId {
+        Limits::default().holder(name).unwrap()
+    }
+
+    /// A job whose newest token is `token` (last held by `last`), held by
+    /// `holder` when given.
+    fn state(token: u64, last: &str, released: bool, holder: Option<&str>) -> JobState {
+        let holder = holder.map(|h| {
+            let rec = HolderRec {
+                token: Token(token),
+                ttl: TTL,
+                holder: h.into(),
+            };
+            Holding {
+                raw: rec.encode(),
+                rec,
+                lease: 100 + token as i64,
+            }
+        });
+        JobState {
+            token: (token > 0).then(|| TokenRec {
+                token: Token(token),
+                released,
+                holder: last.into(),
+            }),
+            token_mod: 7,
+            holder,
+        }
+    }
+
+    fn line(first: Option<i64>, mine: Option<i64>) -> Line {
+        Line { first, mine }
+    }
+
+    #[test]
+    fn acquire_grants_a_free_lease_only_to_the_first_in_line() {
+        let a = who("a");
+        let never = JobState::default();
+        // Nobody waits: an Acquire that did not queue gets it.
+        assert_eq!(
+            acquire(&never, &line(None, None), &a, None).unwrap(),
+            Acquire::Grant
+        );
+        // Somebody waits: a newcomer cannot jump the line.
+        assert_eq!(
+            acquire(&never, &line(Some(5), None), &a, None).unwrap(),
+            Acquire::Busy
+        );
+        // Queued: granted only when first.
+        assert_eq!(
+            acquire(&never, &line(Some(5), Some(5)), &a, Some(5)).unwrap(),
+            Acquire::Grant
+        );
+        assert_eq!(
+            acquire(&never, &line(Some(4), Some(5)), &a, Some(5)).unwrap(),
+            Acquire::Busy
+        );
+        let released = state(3, "b", true, None);
+        assert_eq!(
+            acquire(&released, &line(None, None), &a, None).unwrap(),
+            Acquire::Grant
+        );
+    }
+
+    #[test]
+    fn acquire_by_the_holder_extends_and_by_others_is_busy() {
+        let st = state(3, "a", false, Some("a"));
+        let h = st.holder.as_ref().unwrap();
+        assert_eq!(
+            acquire(&st, &line(None, None), &who("a"), None).unwrap(),
+            Acquire::Extend(h)
+        );
+        // Even from the line, the holder extends.
+        assert_eq!(
+            acquire(&st, &line(Some(2), Some(9)), &who("a"), Some(9)).unwrap(),
+            Acquire::Extend(h)
+        );
+        assert_eq!(
+            acquire(&st, &line(None, None), &who("b"), None).unwrap(),
+            Acquire::Busy
+        );
+    }
+
+    #[test]
+    fn a_waiter_whose_key_is_gone_lost_its_place() {
+        let st = JobState::default();
+        for mine in [None, Some(6)] {
+            let e = acquire(&st, &line(Some(5), mine), &who("a"), Some(5)).unwrap_err();
+            assert!(
+                matches!(e, Error::Storage(ref m) if m.contains("lost its place")),
+                "{e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_grant_takes_the_next_token() {
+        let (h, t) = grant(&state(3, "b", true, None), &who("a"), TTL);
+        assert_eq!((h.token, h.ttl, h.holder.as_str()), (Token(4), TTL, "a"));
+        assert_eq!(
+            t,
+            TokenRec {
+                token: Token(4),
+                released: false,
+                holder: "a".into()
+            }
+        );
+        assert_eq!(
+            grant(&JobState::default(), &who("a"), TTL).0.token,
+            Token(1)
+        );
+    }
+
+    #[test]
+    fn an_extension_keeps_alive_or_moves_for_a_new_ttl() {
+        let st = state(3, "a", false, Some("a"));
+        let h = st.holder.as_ref().unwrap();
+        assert_eq!(extend(h, TTL), Extend::KeepAlive);
+        let longer = Duration::from_secs(9);
+        assert_eq!(
+            extend(h, longer),
+            Extend::Move(HolderRec {
+                ttl: longer,
+                ..h.rec.clone()
+            })
+        );
+    }
+
+    #[test]
+    fn a_keep_alive_counts_only_in_the_current_term_on_the_same_holding() {
+        let st = state(3, "a", false, Some("a"));
+        let h = st.holder.as_ref().unwrap();
+        let same = pb::KeyValue {
+            value: h.raw.clone(),
+            lease: h.lease,
+            ..Default::default()
+        };
+        assert_eq!(keep_alive_proof(h, Some(&same), 4, 4), Proof::Live);
+        assert_eq!(keep_alive_proof(h, Some(&same), 5, 4), Proof::Live);
+        assert_eq!(keep_alive_proof(h, Some(&same), 3, 4), Proof::StaleTerm);
+        assert_eq!(keep_alive_proof(h, None, 4, 4), Proof::Gone);
+        let moved = pb::KeyValue {
+            lease: h.lease + 1,
+            ..same.clone()
+        };
+        assert_eq!(keep_alive_proof(h, Some(&moved), 4, 4), Proof::Gone);
+    }
+
+    #[test]
+    fn renew_needs_the_exact_holding_else_unknown_or_lost() {
+        let st = state(3, "a", false, Some("a"));
+        assert_eq!(renew(&job(), &st, &who("a"), Token(3)).unwrap().lease, 103);
+        match renew(&job(), &st, &who("b"), Token(3)) {
+            Err(Error::LeaseLost {
+                current_holder,
+                current,
+                ..
+            }) => assert_eq!((current_holder.as_deref(), current), (Some("a"), Token(3))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            renew(&job(), &st, &who("a"), Token(2)),
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            renew(&job(), &st, &who("a"), Token(4)),
+            Err(Error::UnknownToken { .. })
+        ));
+        let expired = state(3, "a", false, None);
+        assert!(matches!(
+            renew(&job(), &expired, &who("a"), Token(3)),
+            Err(Error::LeaseLost {
+                current_holder: None,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn release_deletes_the_holding_and_a_repeat_is_kind() {
+        let a = who("a");
+        let st = state(3, "a", false, Some("a"));
+        assert_eq!(
+            release(&job(), &st, &a, Token(3)).unwrap(),
+            Release::Delete(st.holder.as_ref().unwrap())
+        );
+        // Released already, or ran out, by this holder and token.
+        for released in [true, false] {
+            let st = state(3, "a", released, None);
+            assert_eq!(release(&job(), &st, &a, Token(3)).unwrap(), Release::Done);
+        }
+        // Not for somebody else, an older token, or a token never issued.
+        let free = state(3, "a", true, None);
+        assert!(matches!(
+            release(&job(), &free, &who("b"), Token(3)),
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            release(&job(), &free, &a, Token(2)),
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            release(&job(), &free, &a, Token(4)),
+            Err(Error::UnknownToken { .. })
+        ));
+        assert!(matches!(
+            release(&job(), &st, &who("b"), Token(3)),
+            Err(Error::LeaseLost { .. })
+        ));
+    }
+
+    #[test]
+    fn write_is_the_fence_and_returns_the_holding_to_compare() {
+        let st = state(3, "a", false, Some("a"));
+        assert_eq!(write(&job(), &st, Token(3), None).unwrap().lease, 103);
+        assert!(write(&job(), &st, Token(3), Some(Token(3))).is_ok());
+        let cause = |r: Result<&Holding>| match r {
+            Err(Error::Fenced { cause, .. }) => Some(cause),
+            _ => None,
+        };
+        assert_eq!(
+            cause(write(&job(), &st, Token(3), Some(Token(4)))),
+            Some(FenceCause::KeyNewer)
+        );
+        assert_eq!(
+            cause(write(&job(), &st, Token(2), None)),
+            Some(FenceCause::Superseded)
+        );
+        let expired = state(3, "a", false, None);
+        assert_eq!(
+            cause(write(&job(), &expired, Token(3), None)),
+            Some(FenceCause::NotLive)
+        );
+        assert!(matches!(
+            write(&job(), &st, Token(4), None),
+            Err(Error::UnknownToken { .. })
+        ));
+    }
+
+    #[test]
+    fn ttls_are_whole_seconds_at_least_the_minimum() {
+        let min = Duration::from_secs(2);
+        assert!(check_ttl(Duration::from_secs(2), min).is_ok());
+        assert!(check_ttl(Duration::from_secs(30), min).is_ok());
+        for bad in [
+            Duration::from_secs(1),
+            Duration::from_millis(2500),
+            Duration::ZERO,
+        ] {
+            assert!(
+                matches!(check_ttl(bad, min), Err(Error::InvalidArgument { ref field, .. }) if field == "ttl"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn views_show_the_holding_or_why_the_lease_is_free() {
+        let now = Instant::now();
+        let st = state(3, "a", false, Some("a"));
+        let v = view(&job(), &st, Duration::from_secs(60), now);
+        assert_eq!(v.token, Token(3));
+        match v.state {
+            LeaseState::Held {
+                holder,
+                ttl,
+                remaining,
+                deadline,
+            } => {
+                assert_eq!((holder.as_str(), ttl, remaining), ("a", TTL, TTL));
+                assert_eq!(deadline, now + TTL);
+            }
+            other => panic!("{other:?}"),
+        }
+        let free = |released| view(&job(), &state(3, "a", released, None), TTL, now).state;
+        assert_eq!(free(true), LeaseState::Free(Vacancy::Released));
+        assert_eq!(free(false), LeaseState::Free(Vacancy::Expired));
+        let never = view(&job(), &JobState::default(), TTL, now);
+        assert_eq!(
+            (never.token, never.state),
+            (Token::NONE, LeaseState::Free(Vacancy::Never))
+        );
+        let g = granted(&job(), &st.holder.as_ref().unwrap().rec, now);
+        assert_eq!(g.deadline(), Some(now + TTL));
+    }
+}

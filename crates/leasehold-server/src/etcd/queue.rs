@@ -1,0 +1,300 @@
+//! Waiters: first come, first served across every frontend.
+//!
+//! A waiting `Acquire` puts a key of its own, `w/{job}\0{uuid}`, bound to
+//! its frontend's session lease (see [`super::session`]): a frontend that
+//! dies leaves no waiter behind for longer than the session TTL. The key's
+//! create revision is its place in line; etcd orders revisions across the
+//! whole cluster, so the line is one line whatever frontend each waiter
+//! came through (etcd's election recipe does the same).
+//!
+//! The grant re-checks the line inside its transaction with one range
+//! comparison ([`grant_compares`]): an `Acquire` that did not queue needs
+//! the waiters' range empty; a queued one needs its own key unchanged and
+//! every key in the range created at its revision or later. So a grant
+//! decided on a stale read of the line cannot pass anybody who queued
+//! before it. The grant deletes the waiter's key in the same transaction;
+//! a waiter that gives up deletes its key when its [`Waiting`] is dropped.
+
+use std::sync::atomic::Ordering;
+
+use super::client::{create_is, pb, range_created_since, range_empty, range_req};
+use super::keys::Keys;
+use super::EtcdNode;
+use crate::error::Result;
+use crate::lease::{HolderId, JobName};
+
+/// The job's line as read with its keys, at the same revision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Line {
+    /// The create revision of the first waiter in line.
+    pub first: Option<i64>,
+    /// The create revision of our own waiter key, when we asked for it
+    /// (`None`: not asked, or gone).
+    pub mine: Option<i64>,
+}
+
+impl Line {
+    /// The line from the answers to [`line_reads`], in order.
+    pub fn from_ranges(mut answers: impl Iterator<Item = pb::RangeResponse>) -> Line {
+        let first_of = |r: Option<pb::RangeResponse>| {
+            r.and_then(|r| r.kvs.first().map(|kv| kv.create_revision))
+        };
+        let first = first_of(answers.next());
+        let mine = first_of(answers.next());
+        Line { first, mine }
+    }
+}
+
+/// The reads that find the job's line: its first waiter (the smallest
+/// create revision, keys only) and, when given, our own waiter key.
+pub fn line_reads(keys: &Keys, job: &str, mine: Option<&[u8]>) -> Vec<pb::RangeRequest> {
+    let (ws, we) = keys.waiters_range(job);
+    let mut first = range_req(ws, we, 1);
+    first.sort_order = pb::range_request::SortOrder::Ascend as i32;
+    first.sort_target = pb::range_request::SortTarget::Create as i32;
+    first.keys_only = true;
+    let mut reads = vec![first];
+    if let Some(m) = mine {
+        let mut r = range_req(m.to_vec(), Vec::new(), 0);
+        r.keys_only = true;
+        reads.push(r);
+    }
+    reads
+}
+
+/// Where a queued `Acquire` stands: its key and the key's create revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// The waiter key.
+    pub key: Vec<u8>,
+    /// Its create revision: the place in line.
+    pub rev: i64,
+}
+
+/// The grant transaction's comparisons of the line. Without a place:
+/// nobody waits. With one: our key is still ours, and every waiter's key
+/// was created at our revision or later (so nobody is ahead).
+pub fn grant_compares(keys: &Keys, job: &str, place: Option<&Place>) -> Vec<pb::Compare> {
+    let (ws, we) = keys.waiters_range(job);
+    match place {
+        None => vec![range_empty(ws, we)],
+        Some(p) => vec![
+            create_is(p.key.clone(), p.rev),
+            range_created_since(ws, we, p.rev),
+        ],
+    }
+}
+
+/// The ranges whose changes can make it a waiter's turn: the job's keys (a
+/// release, an expiry) and its waiters (somebody ahead leaving).
+pub fn wake_ranges(keys: &Keys, job: &str) -> [(Vec<u8>, Vec<u8>); 2] {
+    [keys.job_range(job), keys.waiters_range(job)]
+}
+
+/// A queued `Acquire`'s key in etcd. Dropping it takes the waiter out of
+/// line (unless its grant already did).
+pub struct Waiting {
+    node: EtcdNode,
+    /// Where it stands.
+    pub place: Place,
+    /// Whether a grant deleted the key in its transaction.
+    pub granted: bool,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let inner = self.node.inner.clone();
+        if self.granted {
+            inner.waiters.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let key = std::mem::take(&mut self.place.key);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = inner.etcd.delete(key).await {
+                        tracing::warn!(error = %e, "could not delete a waiter's key; it goes with the session lease");
+                    }
+                    inner.waiters.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+            Err(_) => {
+                inner.waiters.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+impl EtcdNode {
+    /// Puts our waiter key, last in line, bound to the session lease.
+    pub(super) async fn enqueue(&self, job: &JobName, holder: &HolderId) -> Result<Waiting> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let key = self.inner.keys.waiter(job.as_str(), &id);
+        let session = self.inner.session.id();
+        let r = self
+            .inner
+            .etcd
+            .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)
+            .await;
+        let r = match self.failed(r) {
+            Ok(r) => r,
+            Err(e) => {
+                // The put may have happened: take it out of line again.
+                let etcd = self.inner.etcd.clone();
+                tokio::spawn(async move { etcd.delete(key).await });
+                return Err(e);
+            }
+        };
+        self.inner.waiters.fetch_add(1, Ordering::AcqRel);
+        Ok(Waiting {
+            node: self.clone(),
+            place: Place {
+                key,
+                rev: r.header.map_or(0, |h| h.revision),
+            },
+            granted: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+
+    /// etcd's meaning of a create-revision comparison over `[key,
+    /// range_end)` (one key when `range_end` is empty), on `waiters` (key,
+    /// create revision): every key in the range must satisfy it; an empty
+    /// range compares as one absent key (create revision 0).
+    fn holds(c: &pb::Compare, waiters: &[(Vec<u8>, i64)]) -> bool {
+        assert_eq!(c.target, CompareTarget::Create as i32);
+        let Some(TargetUnion::CreateRevision(want)) = c.target_union else {
+            panic!("a create-revision comparison");
+        };
+        let in_range = |k: &Vec<u8>| {
+            if c.range_end.is_empty() {
+                *k == c.key
+            } else {
+                c.key <= *k && *k < c.range_end
+            }
+        };
+        let mut revs: Vec<i64> = waiters
+            .iter()
+            .filter(|(k, _)| in_range(k))
+            .map(|(_, r)| *r)
+            .collect();
+        if revs.is_empty() {
+            revs.push(0);
+        }
+        revs.iter().all(|&r| match c.result {
+            x if x == CompareResult::Equal as i32 => r == want,
+            x if x == CompareResult::Greater as i32 => r > want,
+            x if x == CompareResult::Less as i32 => r < want,
+            _ => r != want,
+        })
+    }
+
+    fn all_hold(cs: &[pb::Compare], waiters: &[(Vec<u8>, i64)]) -> bool {
+        cs.iter().all(|c| holds(c, waiters))
+    }
+
+    #[test]
+    fn the_grant_passes_nobody_who_queued_before() {
+        let k = Keys::new("lh/");
+        let w = |id: &str, rev: i64| (k.waiter("j", id), rev);
+        let (a, b, c) = (w("a", 10), w("b", 12), w("c", 15));
+        let place = |(key, rev): &(Vec<u8>, i64)| Place {
+            key: key.clone(),
+            rev: *rev,
+        };
+        // Only the first in line may be granted.
+        let line = [a.clone(), b.clone(), c.clone()];
+        assert!(all_hold(&grant_compares(&k, "j", Some(&place(&a))), &line));
+        assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
+        assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&c))), &line));
+        // Once the first leaves, the second is first.
+        let line = [b.clone(), c.clone()];
+        assert!(all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
+        // A place whose key is gone (session lease ran out) is no place.
+        assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&a))), &line));
+        // Without a place: only when nobody waits, on this job.
+        assert!(!all_hold(&grant_compares(&k, "j", None), &line));
+        let elsewhere = [(k.waiter("j2", "x"), 3), (k.waiter("i", "y"), 4)];
+        assert!(all_hold(&grant_compares(&k, "j", None), &elsewhere));
+        assert!(all_hold(&grant_compares(&k, "j", None), &[]));
+        // Other jobs' waiters are not in our line.
+        let mixed = [(k.waiter("j2", "x"), 3), b.clone()];
+        assert!(all_hold(&grant_compares(&k, "j", Some(&place(&b))), &mixed));
+    }
+
+    #[test]
+    fn the_line_is_read_by_create_revision_keys_only() {
+        let k = Keys::new("lh/");
+        let (ws, we) = k.waiters_range("j");
+        let reads = line_reads(&k, "j", None);
+        assert_eq!(reads.len(), 1);
+        let first = &reads[0];
+        assert_eq!((&first.key, &first.range_end, first.limit), (&ws, &we, 1));
+        assert_eq!(
+            first.sort_target,
+            pb::range_request::SortTarget::Create as i32
+        );
+        assert_eq!(
+            first.sort_order,
+            pb::range_request::SortOrder::Ascend as i32
+        );
+        assert!(first.keys_only);
+        let mine = k.waiter("j", "me");
+        let reads = line_reads(&k, "j", Some(&mine));
+        assert_eq!(reads.len(), 2);
+        assert_eq!(
+            (&reads[1].key, reads[1].range_end.is_empty()),
+            (&mine, true)
+        );
+        assert!(reads[1].keys_only);
+    }
+
+    #[test]
+    fn the_line_is_parsed_from_the_answers_in_order() {
+        let answer = |rev: Option<i64>| pb::RangeResponse {
+            kvs: rev
+                .map(|r| pb::KeyValue {
+                    create_revision: r,
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(
+            Line::from_ranges([answer(Some(4)), answer(Some(9))].into_iter()),
+            Line {
+                first: Some(4),
+                mine: Some(9)
+            }
+        );
+        assert_eq!(
+            Line::from_ranges([answer(None)].into_iter()),
+            Line::default()
+        );
+        assert_eq!(
+            Line::from_ranges([answer(Some(4)), answer(None)].into_iter()),
+            Line {
+                first: Some(4),
+                mine: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_waiter_is_woken_by_its_job_and_its_line_only() {
+        let k = Keys::new("lh/");
+        let [(js, je), (ws, we)] = wake_ranges(&k, "j");
+        let inside = |key: &Vec<u8>, s: &Vec<u8>, e: &Vec<u8>| s <= key && key < e;
+        assert!(inside(&k.holder("j"), &js, &je) && inside(&k.token("j"), &js, &je));
+        assert!(inside(&k.waiter("j", "x"), &ws, &we));
+        for other in [k.holder("j2"), k.waiter("j2", "x"), k.value("j", b"k")] {
+            assert!(!inside(&other, &js, &je) && !inside(&other, &ws, &we));
+        }
+    }
+}

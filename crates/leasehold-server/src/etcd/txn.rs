@@ -1,0 +1,311 @@
+//! The etcd transactions that make each decision, built from what it was
+//! decided on. Pure: the comparisons re-check, inside etcd, everything the
+//! decision in [`super::decide`] relied on, and the operations are the
+//! change. A transaction whose comparisons fail changes nothing; the
+//! caller reads again and decides again.
+
+use super::client::{create_is, delete_op, lease_is, mod_is, pb, put_op, value_below, value_is};
+use super::keys::{encode_value, token_below, HolderRec, Holding, JobState, Keys, TokenRec};
+use super::queue::{grant_compares, Place};
+use crate::lease::{HolderId, Token};
+use crate::store::ValueRecord;
+
+/// A grant of the free lease with `holder_rec` and `token_rec` (see
+/// [`super::decide::grant`]), its holder key bound to the new etcd lease
+/// `lease`: the holder key is still absent, the token counter unchanged
+/// since `st` was read, and nobody is ahead in line. Takes the waiter's key
+/// out of line when it queued.
+pub fn grant(
+    keys: &Keys,
+    job: &str,
+    st: &JobState,
+    place: Option<&Place>,
+    holder_rec: &HolderRec,
+    token_rec: &TokenRec,
+    lease: i64,
+) -> pb::TxnRequest {
+    let (hk, tk) = (keys.holder(job), keys.token(job));
+    let mut compare = vec![create_is(hk.clone(), 0), mod_is(tk.clone(), st.token_mod)];
+    compare.extend(grant_compares(keys, job, place));
+    let mut success = vec![
+        put_op(tk, token_rec.encode(), 0),
+        put_op(hk, holder_rec.encode(), lease),
+    ];
+    if let Some(p) = place {
+        success.push(delete_op(p.key.clone()));
+    }
+    pb::TxnRequest {
+        compare,
+        success,
+        failure: Vec::new(),
+    }
+}
+
+/// Moves the holding `h` to the new etcd lease `lease` with record `rec`
+/// (a new TTL), if the holder key is still exactly `h`.
+pub fn move_holding(
+    keys: &Keys,
+    job: &str,
+    h: &Holding,
+    rec: &HolderRec,
+    lease: i64,
+) -> pb::TxnRequest {
+    let hk = keys.holder(job);
+    pb::TxnRequest {
+        compare: still(hk.clone(), h),
+        success: vec![put_op(hk, rec.encode(), lease)],
+        failure: Vec::new(),
+    }
+}
+
+/// Releases the holding `h` of (`holder`, `token`): marks the token record
+/// released and deletes the holder key, if it is still exactly `h`.
+pub fn release(
+    keys: &Keys,
+    job: &str,
+    h: &Holding,
+    holder: &HolderId,
+    token: Token,
+) -> pb::TxnRequest {
+    let (hk, tk) = (keys.holder(job), keys.token(job));
+    let rec = TokenRec {
+        token,
+        released: true,
+        holder: holder.to_string(),
+    };
+    pb::TxnRequest {
+        compare: still(hk.clone(), h),
+        success: vec![put_op(tk, rec.encode(), 0), delete_op(hk)],
+        failure: Vec::new(),
+    }
+}
+
+/// Puts `rec` under the value key `vk`: the holder key is still exactly
+/// `h` (so the lease is live and `rec.token` is the job's newest), and the
+/// key either still does not exist, or still holds a token `<=` ours and is
+/// unchanged since it was read at mod revision `existing` (so the version
+/// is right).
+pub fn write(
+    keys: &Keys,
+    job: &str,
+    h: &Holding,
+    vk: &[u8],
+    existing: Option<i64>,
+    rec: &ValueRecord,
+) -> pb::TxnRequest {
+    let mut compare = vec![value_is(keys.holder(job), h.raw.clone())];
+    match existing {
+        Some(rev) => {
+            compare.push(value_below(vk.to_vec(), token_below(rec.token)));
+            compare.push(mod_is(vk.to_vec(), rev));
+        }
+        None => compare.push(create_is(vk.to_vec(), 0)),
+    }
+    pb::TxnRequest {
+        compare,
+        success: vec![put_op(vk.to_vec(), encode_value(rec), 0)],
+        failure: Vec::new(),
+    }
+}
+
+/// The holder key is still exactly the holding: same bytes, same lease.
+fn still(hk: Vec<u8>, h: &Holding) -> Vec<pb::Compare> {
+    vec![value_is(hk.clone(), h.raw.clone()), lease_is(hk, h.lease)]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::lease::Limits;
+    use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+    use pb::request_op::Request;
+
+    fn holding(token: u64, holder: &str) -> Holding {
+        let rec = HolderRec {
+            token: Token(token),
+            ttl: Duration::from_secs(5),
+            holder: holder.into(),
+        };
+        Holding {
+            raw: rec.encode(),
+            rec,
+            lease: 42,
+        }
+    }
+
+    /// A comparison as (key, target, result, operand) for assertions.
+    fn cmp(c: &pb::Compare) -> (Vec<u8>, i32, i32, String) {
+        let operand = match &c.target_union {
+            Some(TargetUnion::CreateRevision(r)) => format!("create {r}"),
+            Some(TargetUnion::ModRevision(r)) => format!("mod {r}"),
+            Some(TargetUnion::Lease(l)) => format!("lease {l}"),
+            Some(TargetUnion::Value(v)) => format!("value {v:?}"),
+            other => format!("{other:?}"),
+        };
+        (c.key.clone(), c.target, c.result, operand)
+    }
+
+    /// An operation as (put or delete, key, value, lease).
+    fn op(o: &pb::RequestOp) -> (&'static str, Vec<u8>, Vec<u8>, i64) {
+        match o.request.as_ref().unwrap() {
+            Request::RequestPut(p) => ("put", p.key.clone(), p.value.clone(), p.lease),
+            Request::RequestDeleteRange(d) => {
+                assert!(d.range_end.is_empty(), "one key");
+                ("delete", d.key.clone(), Vec::new(), 0)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const EQ: i32 = CompareResult::Equal as i32;
+
+    #[test]
+    fn a_grant_checks_the_holder_absent_the_counter_unchanged_and_the_line() {
+        let k = Keys::new("lh/");
+        let st = JobState {
+            token_mod: 17,
+            ..JobState::default()
+        };
+        let h = holding(4, "a");
+        let t = TokenRec {
+            token: Token(4),
+            released: false,
+            holder: "a".into(),
+        };
+        let t0 = grant(&k, "j", &st, None, &h.rec, &t, 99);
+        let c: Vec<_> = t0.compare.iter().map(cmp).collect();
+        assert_eq!(
+            c[0],
+            (
+                k.holder("j"),
+                CompareTarget::Create as i32,
+                EQ,
+                "create 0".into()
+            )
+        );
+        assert_eq!(
+            c[1],
+            (k.token("j"), CompareTarget::Mod as i32, EQ, "mod 17".into())
+        );
+        assert_eq!(t0.compare[2..], grant_compares(&k, "j", None)[..]);
+        let ops: Vec<_> = t0.success.iter().map(op).collect();
+        assert_eq!(
+            ops,
+            [
+                ("put", k.token("j"), t.encode(), 0),
+                ("put", k.holder("j"), h.rec.encode(), 99),
+            ]
+        );
+        assert!(t0.failure.is_empty());
+
+        let place = Place {
+            key: k.waiter("j", "me"),
+            rev: 30,
+        };
+        let t1 = grant(&k, "j", &st, Some(&place), &h.rec, &t, 99);
+        assert_eq!(t1.compare[2..], grant_compares(&k, "j", Some(&place))[..]);
+        assert_eq!(
+            op(&t1.success[2]),
+            ("delete", place.key.clone(), Vec::new(), 0)
+        );
+    }
+
+    #[test]
+    fn a_release_and_a_move_compare_the_exact_holding() {
+        let k = Keys::new("lh/");
+        let h = holding(4, "a");
+        let still = [
+            (
+                k.holder("j"),
+                CompareTarget::Value as i32,
+                EQ,
+                format!("value {:?}", h.raw),
+            ),
+            (
+                k.holder("j"),
+                CompareTarget::Lease as i32,
+                EQ,
+                "lease 42".into(),
+            ),
+        ];
+        let a = Limits::default().holder("a").unwrap();
+        let r = release(&k, "j", &h, &a, Token(4));
+        assert_eq!(r.compare.iter().map(cmp).collect::<Vec<_>>(), still);
+        let released = TokenRec {
+            token: Token(4),
+            released: true,
+            holder: "a".into(),
+        };
+        assert_eq!(
+            r.success.iter().map(op).collect::<Vec<_>>(),
+            [
+                ("put", k.token("j"), released.encode(), 0),
+                ("delete", k.holder("j"), Vec::new(), 0),
+            ]
+        );
+
+        let longer = HolderRec {
+            ttl: Duration::from_secs(9),
+            ..h.rec.clone()
+        };
+        let m = move_holding(&k, "j", &h, &longer, 77);
+        assert_eq!(m.compare.iter().map(cmp).collect::<Vec<_>>(), still);
+        assert_eq!(
+            m.success.iter().map(op).collect::<Vec<_>>(),
+            [("put", k.holder("j"), longer.encode(), 77)]
+        );
+    }
+
+    #[test]
+    fn a_write_compares_the_holding_the_stored_token_and_the_revision() {
+        let k = Keys::new("lh/");
+        let h = holding(4, "a");
+        let vk = k.value("j", b"key");
+        let rec = ValueRecord {
+            token: Token(4),
+            version: 3,
+            value: Some(b"v".to_vec()),
+        };
+        let live = (
+            k.holder("j"),
+            CompareTarget::Value as i32,
+            EQ,
+            format!("value {:?}", h.raw),
+        );
+
+        let over = write(&k, "j", &h, &vk, Some(55), &rec);
+        assert_eq!(
+            over.compare.iter().map(cmp).collect::<Vec<_>>(),
+            [
+                live.clone(),
+                (
+                    vk.clone(),
+                    CompareTarget::Value as i32,
+                    CompareResult::Less as i32,
+                    format!("value {:?}", token_below(Token(4)))
+                ),
+                (vk.clone(), CompareTarget::Mod as i32, EQ, "mod 55".into()),
+            ]
+        );
+        assert_eq!(
+            over.success.iter().map(op).collect::<Vec<_>>(),
+            [("put", vk.clone(), encode_value(&rec), 0)]
+        );
+
+        let new = write(&k, "j", &h, &vk, None, &rec);
+        assert_eq!(
+            new.compare.iter().map(cmp).collect::<Vec<_>>(),
+            [
+                live,
+                (
+                    vk.clone(),
+                    CompareTarget::Create as i32,
+                    EQ,
+                    "create 0".into()
+                )
+            ]
+        );
+    }
+}
