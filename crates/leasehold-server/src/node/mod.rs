@@ -607,6 +607,16 @@ impl Node {
         Ok((Ok(version), self.inner.commit.stage()))
     }
 
+    /// The sequence number a read made just before must wait for. Reads
+    /// run without the state lock (a read from disk must not stall every
+    /// decision); a put is staged and numbered under the lock, so taking
+    /// it after the read means every put the read may have seen is
+    /// numbered by now, at or below what this returns.
+    fn staged_after_read(&self) -> u64 {
+        let _st = self.lock();
+        self.inner.commit.staged()
+    }
+
     /// Reads the key's record without the state lock, for
     /// [`Node::write_one`] to confirm under it.
     fn read_ahead(&self, job: &JobName, key: &[u8]) -> Result<ReadAhead> {
@@ -618,18 +628,8 @@ impl Node {
     /// The record under (job, key), once everything staged before the read
     /// is durable: reads are linearizable.
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
-        // The disk read happens outside the lock; under it, only a memory
-        // look-up and the sequence number to wait for (a put is staged and
-        // numbered under the lock, so the two agree).
-        let pre = self.read_ahead(job, key)?;
-        let (rec, seq) = {
-            let _st = self.lock();
-            let rec = match self.inner.store.recheck_value(job, key, pre.epoch)? {
-                None => pre.record,
-                Some(now) => now,
-            };
-            (rec, self.inner.commit.staged())
-        };
+        let rec = self.inner.store.get_value(job, key)?;
+        let seq = self.staged_after_read();
         self.inner.commit.wait(seq).await?;
         Ok(rec)
     }
@@ -642,11 +642,8 @@ impl Node {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
-        let (list, seq) = {
-            let _st = self.lock();
-            let list = self.inner.store.list_values(job, prefix, after, limit)?;
-            (list, self.inner.commit.staged())
-        };
+        let list = self.inner.store.list_values(job, prefix, after, limit)?;
+        let seq = self.staged_after_read();
         self.inner.commit.wait(seq).await?;
         Ok(list)
     }
