@@ -134,6 +134,15 @@ impl TestServer {
             let store = SledStore::open(dir.path()).unwrap();
             Node::open(Arc::new(store)).unwrap().into()
         };
+        Self::serve(node, dir, config).await
+    }
+
+    /// Serves `node` (made by the caller), with `dir` as its data dir.
+    pub async fn serve(
+        node: Backend,
+        dir: tempfile::TempDir,
+        config: server::Config,
+    ) -> TestServer {
         // Bind first, then serve: no sleep to wait for start-up.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

@@ -1402,3 +1402,81 @@ async fn a_waiter_that_goes_away_leaves_the_queue() {
     assert!(r.acquired);
     assert_eq!(r.lease.token, 2);
 }
+
+/// A job at its last token: the grant of that token is made once, and the
+/// next is refused with TOKENS_EXHAUSTED, never issued twice; nothing
+/// changes. On both backends (the record is put where each keeps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_token_is_issued_once_then_grants_are_refused() {
+    use leasehold::backend::Backend;
+    use leasehold::lease::{LeaseRecord, Token};
+    use leasehold::node::Node;
+    use leasehold::server;
+    use leasehold::store::sled::SledStore;
+    use leasehold::store::Store as _;
+    use std::sync::Arc;
+    let job = "nearly-spent";
+    let dir = tempfile::tempdir().unwrap();
+    let config = server::Config::default();
+    let node: Backend = if common::etcd_mode() {
+        use leasehold::etcd::client::{put_op, Etcd};
+        use leasehold::etcd::keys::{Keys, TokenRec};
+        let prefix = common::etcd::fresh_prefix();
+        let endpoints = common::etcd::shared_endpoints();
+        let etcd = Etcd::connect(&endpoints, Duration::from_secs(5)).unwrap();
+        let rec = TokenRec {
+            token: Token(u64::MAX - 1),
+            released: true,
+            holder: "old@1".into(),
+        };
+        let req = leasehold::etcd::client::pb::TxnRequest {
+            compare: vec![],
+            success: vec![put_op(Keys::new(&prefix).token(job), rec.encode(), 0)],
+            failure: vec![],
+        };
+        assert!(etcd.txn(req).await.unwrap().succeeded);
+        leasehold::etcd::EtcdNode::open(common::etcd::frontend_config(endpoints, &prefix))
+            .await
+            .unwrap()
+            .into()
+    } else {
+        let store = SledStore::open(dir.path()).unwrap();
+        let l = Limits::default();
+        store
+            .put_lease(
+                &l.job(job).unwrap(),
+                &LeaseRecord {
+                    holder: None,
+                    token: Token(u64::MAX - 1),
+                    ttl: Duration::from_secs(5),
+                },
+            )
+            .unwrap();
+        store.sync().unwrap();
+        store.checkpoint().unwrap();
+        Node::open(Arc::new(store)).unwrap().into()
+    };
+    let mut config = config;
+    config.limits.min_ttl = common::min_ttl();
+    let s = TestServer::serve(node, dir, config).await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_secs(2));
+    let a = c.acquire(job, "a", ttl, Duration::ZERO).await.unwrap();
+    assert!(a.acquired);
+    assert_eq!(a.lease.token, u64::MAX, "the last token, once");
+    c.release(job, "a", u64::MAX).await.unwrap();
+    for (holder, wait) in [("b", Duration::ZERO), ("c", Duration::from_millis(300))] {
+        let e = c.acquire(job, holder, ttl, wait).await.unwrap_err();
+        let ClientError::Other(st) = &e else {
+            panic!("{holder}: {e:?}")
+        };
+        assert_eq!(st.code(), tonic::Code::FailedPrecondition, "{st:?}");
+        assert_eq!(
+            st.get_error_details().error_info().unwrap().reason,
+            "TOKENS_EXHAUSTED"
+        );
+        assert!(st.message().contains("last token"), "{}", st.message());
+    }
+    let l = c.get_lease(job).await.unwrap();
+    assert_eq!((l.holder, l.token), (None, u64::MAX), "nothing changed");
+}

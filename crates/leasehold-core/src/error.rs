@@ -49,6 +49,12 @@ pub enum Error {
         /// The job's newest token.
         current: Token,
     },
+    /// The job has issued its last token: a grant would repeat one, so none
+    /// is made. Nothing was changed. Retrying cannot help.
+    TokensExhausted {
+        /// The job.
+        job: String,
+    },
     /// `Renew` or `Release` by a holder that no longer holds the lease with
     /// that token. Nothing was changed. Retrying cannot help: the caller has
     /// lost leadership and must stop its work.
@@ -127,6 +133,12 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "token {token} was never issued for job {job:?} (its newest token is {current})"
+            ),
+            Error::TokensExhausted { job } => write!(
+                f,
+                "job {job:?} has issued its last token ({}): a grant would repeat one, so none \
+                 is made; use another job name",
+                u64::MAX
             ),
             Error::LeaseLost {
                 job,

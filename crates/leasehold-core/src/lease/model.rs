@@ -133,7 +133,7 @@ fn holder(h: u8) -> HolderId {
 fn granted(a: &Acquire) -> Option<u64> {
     match a {
         Acquire::Granted(v) => Some(v.token.0),
-        Acquire::Busy { .. } => None,
+        Acquire::Busy { .. } | Acquire::Exhausted(_) => None,
     }
 }
 

@@ -50,6 +50,15 @@ pub fn fence(
     })
 }
 
+/// The token of the next grant on a job whose newest token is `current`,
+/// or [`Error::TokensExhausted`] after the last one: a grant is refused
+/// rather than repeat a token.
+pub fn next_token(job: &JobName, current: Token) -> Result<Token> {
+    current.next().ok_or_else(|| Error::TokensExhausted {
+        job: job.to_string(),
+    })
+}
+
 /// Why a `Renew` or `Release` with `token` is refused when the caller does
 /// not hold the live lease: a token never issued is
 /// [`Error::UnknownToken`], any other is [`Error::LeaseLost`] (naming the
@@ -167,6 +176,17 @@ mod tests {
             let e = unknown_or_lost(&job, None, Token(current), Token(token));
             prop_assert_eq!(matches!(e, Error::UnknownToken { .. }), token > current);
         }
+    }
+
+    #[test]
+    fn the_last_token_is_issued_once() {
+        let job = Limits::default().job("j").unwrap();
+        assert_eq!(next_token(&job, Token(7)).unwrap(), Token(8));
+        assert_eq!(next_token(&job, Token(u64::MAX - 1)).unwrap(), Token::LAST);
+        assert!(matches!(
+            next_token(&job, Token::LAST),
+            Err(Error::TokensExhausted { .. })
+        ));
     }
 
     #[test]

@@ -111,6 +111,9 @@ pub struct Effects {
 pub enum Acquire {
     /// The caller holds the lease.
     Granted(LeaseView),
+    /// Not granted, and never will be: the job has issued its last token
+    /// ([`Error::TokensExhausted`]).
+    Exhausted(LeaseView),
     /// Not granted.
     Busy {
         /// The lease as it is.
@@ -227,6 +230,12 @@ impl Job {
         }
     }
 
+    /// Whether the job has issued its last token, so it can never be
+    /// granted again.
+    fn exhausted(&self) -> bool {
+        self.token == Token::LAST
+    }
+
     fn first_in_line(&self) -> Option<WaiterId> {
         self.waiters.front().map(|w| w.id)
     }
@@ -243,10 +252,11 @@ impl Job {
         }
     }
 
-    /// Grants the free lease to `holder` with the next token.
+    /// Grants the free lease to `holder` with the next token. The caller
+    /// checked that there is one ([`Job::exhausted`]).
     fn grant(&mut self, holder: &HolderId, ttl: Duration, now: Instant, stats: &mut Stats) {
         debug_assert!(self.holding.is_none());
-        self.token = self.token.next();
+        self.token = self.token.next().expect("checked: a next token exists");
         stats.grants += 1;
         if self.last_holder.as_ref().is_some_and(|h| h != holder) {
             stats.takeovers += 1;
@@ -443,6 +453,10 @@ impl LeaseTable {
             return (Acquire::Granted(job.view(name, now)), fx);
         }
 
+        // Free, but no token left: refused, whoever is in line.
+        if job.exhausted() {
+            return (Acquire::Exhausted(job.view(name, now)), fx);
+        }
         // Free. First come, first served: nobody queued ahead of us.
         let first = job.first_in_line();
         let may = match waiter {
@@ -499,7 +513,7 @@ impl LeaseTable {
                     fx.persist = Some(job.record());
                 }
                 if faults.renew_bumps_token() {
-                    job.token = job.token.next();
+                    job.token = job.token.next().unwrap_or(Token::LAST);
                     fx.persist = Some(job.record());
                 }
                 stats.renewals += 1;
@@ -545,7 +559,10 @@ impl LeaseTable {
                 // Hand over at once: the first waiter is granted in this
                 // same decision, so one durable write covers both the
                 // release and the grant, and the waiter only has to wake.
-                if let Some(w) = job.waiters.pop_front() {
+                if job.exhausted() {
+                    // Nobody can be granted: wake the line to be told so.
+                    fx.wake.extend(job.waiters.iter().map(|w| w.id));
+                } else if let Some(w) = job.waiters.pop_front() {
                     job.grant(&w.holder, w.ttl, now, stats);
                     fx.wake.push(w.id);
                     fx.wake.extend(job.first_in_line());

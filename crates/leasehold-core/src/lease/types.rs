@@ -19,12 +19,17 @@ impl Token {
     pub const NONE: Token = Token(0);
 
     /// The token that follows this one.
-    ///
-    /// Saturates at `u64::MAX`, which no job reaches at a million grants a
-    /// second in half a million years.
-    pub fn next(self) -> Token {
-        Token(self.0.saturating_add(1))
+    /// `None` after `u64::MAX`, the last token: no job reaches it at a
+    /// million grants a second in half a million years, but a token floor
+    /// (a restore with `--floor`) or a damaged etcd record can put a job
+    /// there, and a grant must then be refused, never repeat a token
+    /// ([`crate::lease::rules::next_token`]).
+    pub fn next(self) -> Option<Token> {
+        self.0.checked_add(1).map(Token)
     }
+
+    /// The last token a job can be granted.
+    pub const LAST: Token = Token(u64::MAX);
 }
 
 impl fmt::Display for Token {

@@ -62,10 +62,16 @@ pub fn acquire<'a>(
 /// The records a grant to `holder` puts: the holder key's, and the token
 /// counter's with the next token.
 ///
-/// The token saturates at `u64::MAX` (see [`Token::next`]).
-pub fn grant(st: &JobState, holder: &HolderId, ttl: Duration) -> (HolderRec, TokenRec) {
-    let token = st.token().next();
-    (
+/// After the last token, [`Error::TokensExhausted`]: the grant is refused,
+/// never made with a token issued before ([`rules::next_token`]).
+pub fn grant(
+    job: &JobName,
+    st: &JobState,
+    holder: &HolderId,
+    ttl: Duration,
+) -> Result<(HolderRec, TokenRec)> {
+    let token = rules::next_token(job, st.token())?;
+    Ok((
         HolderRec {
             token,
             ttl,
@@ -76,7 +82,7 @@ pub fn grant(st: &JobState, holder: &HolderId, ttl: Duration) -> (HolderRec, Tok
             released: false,
             holder: holder.to_string(),
         },
-    )
+    ))
 }
 
 /// How a live holding is extended for `ttl` from now.
@@ -369,7 +375,7 @@ mod tests {
 
     #[test]
     fn a_grant_takes_the_next_token() {
-        let (h, t) = grant(&state(3, "b", true, None), &who("a"), TTL);
+        let (h, t) = grant(&job(), &state(3, "b", true, None), &who("a"), TTL).unwrap();
         assert_eq!((h.token, h.ttl, h.holder.as_str()), (Token(4), TTL, "a"));
         assert_eq!(
             t,
@@ -380,9 +386,23 @@ mod tests {
             }
         );
         assert_eq!(
-            grant(&JobState::default(), &who("a"), TTL).0.token,
+            grant(&job(), &JobState::default(), &who("a"), TTL)
+                .unwrap()
+                .0
+                .token,
             Token(1)
         );
+        // The last token is issued once; then a grant is refused.
+        let last = state(u64::MAX - 1, "b", true, None);
+        assert_eq!(
+            grant(&job(), &last, &who("a"), TTL).unwrap().0.token,
+            Token::LAST
+        );
+        let spent = state(u64::MAX, "b", true, None);
+        assert!(matches!(
+            grant(&job(), &spent, &who("a"), TTL),
+            Err(Error::TokensExhausted { .. })
+        ));
     }
 
     #[test]

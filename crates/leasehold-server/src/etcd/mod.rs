@@ -379,8 +379,9 @@ impl EtcdNode {
         st: &JobState,
         place: Option<&Place>,
     ) -> Result<Option<LeaseView>> {
+        // Refused before anything is created in etcd.
+        let (holder_rec, token_rec) = decide::grant(job, st, holder, ttl)?;
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
-        let (holder_rec, token_rec) = decide::grant(st, holder, ttl);
         let req = txn::grant(
             &self.inner.keys,
             job.as_str(),

@@ -352,6 +352,12 @@ impl Node {
                 return Ok((true, view));
             }
             Acquire::Busy { view, .. } => view,
+            Acquire::Exhausted(_) => {
+                self.inner.commit.wait(seq).await?;
+                return Err(Error::TokensExhausted {
+                    job: job.to_string(),
+                });
+            }
         };
         if wait.is_zero() {
             self.inner.commit.wait(seq).await?;
@@ -385,6 +391,12 @@ impl Node {
                 Acquire::Granted(view) => {
                     self.publish_when_durable(job, seq, changed).await?;
                     return Ok((true, view));
+                }
+                Acquire::Exhausted(_) => {
+                    self.inner.commit.wait(seq).await?;
+                    return Err(Error::TokensExhausted {
+                        job: job.to_string(),
+                    });
                 }
                 Acquire::Busy {
                     view,

@@ -27,6 +27,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `LeaseLost` | FAILED_PRECONDITION | LEASE_LOST |
 /// | `Fenced` | FAILED_PRECONDITION | FENCED |
 /// | `Storage` | UNAVAILABLE | STORAGE |
+/// | `TokensExhausted` | FAILED_PRECONDITION | TOKENS_EXHAUSTED |
 /// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 pub fn to_status(e: &Error) -> Status {
@@ -57,6 +58,7 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("current_token".to_owned(), current.to_string());
             Code::FailedPrecondition
         }
+        Error::TokensExhausted { .. } => Code::FailedPrecondition,
         Error::NoSpace { free, needed } => {
             meta.insert("free_bytes".to_owned(), free.to_string());
             meta.insert("needed_bytes".to_owned(), needed.to_string());
@@ -80,6 +82,7 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::InvalidArgument { .. } => ErrorReason::InvalidArgument,
         Error::UnknownToken { .. } => ErrorReason::UnknownToken,
         Error::LeaseLost { .. } => ErrorReason::LeaseLost,
+        Error::TokensExhausted { .. } => ErrorReason::TokensExhausted,
         Error::Fenced { .. } => ErrorReason::Fenced,
         Error::Storage(_) => ErrorReason::Storage,
         Error::NoSpace { .. } => ErrorReason::DiskFull,

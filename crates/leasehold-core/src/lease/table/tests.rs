@@ -25,7 +25,7 @@ fn ms(n: u64) -> Duration {
 fn granted(a: &Acquire) -> Option<Token> {
     match a {
         Acquire::Granted(v) => Some(v.token),
-        Acquire::Busy { .. } => None,
+        Acquire::Busy { .. } | Acquire::Exhausted(_) => None,
     }
 }
 
@@ -367,6 +367,33 @@ fn every_grant_is_above_the_floor() {
         Some(Token((1 << 40) + 1)),
         "a reload keeps the new floor"
     );
+}
+
+/// The last token is issued once; then no grant is made, by an Acquire or
+/// by a release handing over to a waiter, and nothing changes.
+#[test]
+fn the_last_token_is_issued_once_then_grants_are_refused() {
+    let t0 = Instant::now();
+    let recs = vec![(
+        job("old"),
+        LeaseRecord {
+            holder: None,
+            token: Token(u64::MAX - 1),
+            ttl: TTL,
+        },
+    )];
+    let mut t = LeaseTable::restore(recs, Token::NONE, t0);
+    let (a, _) = t.acquire(&job("old"), &who("a"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token::LAST));
+    let id = t.enqueue(&job("old"), &who("b"), TTL, t0);
+    let fx = t.release(&job("old"), &who("a"), Token::LAST, t0).unwrap();
+    assert!(fx.wake.contains(&id), "the line is told");
+    let (a, fx) = t.acquire(&job("old"), &who("b"), TTL, t0, Some(id));
+    assert!(matches!(a, Acquire::Exhausted(_)), "{a:?}");
+    assert_eq!(fx.persist, None, "nothing changed");
+    let (a, _) = t.acquire(&job("old"), &who("c"), TTL, t0, None);
+    assert!(matches!(a, Acquire::Exhausted(_)), "{a:?}");
+    assert_eq!(t.view(&job("old"), t0).token, Token::LAST);
 }
 
 #[test]
