@@ -85,6 +85,10 @@ const (
 	// anything was written (status RESOURCE_EXHAUSTED, metadata "free_bytes"
 	// and "needed_bytes"). Reads go on. Retry once space is freed.
 	ErrorReason_ERROR_REASON_DISK_FULL ErrorReason = 7
+	// The job has issued its last token (2^64 - 1): a grant would have to
+	// repeat one, so none is made (status FAILED_PRECONDITION). Nothing was
+	// changed. Retrying cannot help: use another job name.
+	ErrorReason_ERROR_REASON_TOKENS_EXHAUSTED ErrorReason = 8
 )
 
 // Enum value maps for ErrorReason.
@@ -98,6 +102,7 @@ var (
 		5: "ERROR_REASON_STORAGE",
 		6: "ERROR_REASON_SHUTTING_DOWN",
 		7: "ERROR_REASON_DISK_FULL",
+		8: "ERROR_REASON_TOKENS_EXHAUSTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":      0,
@@ -108,6 +113,7 @@ var (
 		"ERROR_REASON_STORAGE":          5,
 		"ERROR_REASON_SHUTTING_DOWN":    6,
 		"ERROR_REASON_DISK_FULL":        7,
+		"ERROR_REASON_TOKENS_EXHAUSTED": 8,
 	}
 )
 
@@ -2057,7 +2063,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xfa\x01\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\x9d\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -2066,7 +2072,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x1aERROR_REASON_UNKNOWN_TOKEN\x10\x04\x12\x18\n" +
 	"\x14ERROR_REASON_STORAGE\x10\x05\x12\x1e\n" +
 	"\x1aERROR_REASON_SHUTTING_DOWN\x10\x06\x12\x1a\n" +
-	"\x16ERROR_REASON_DISK_FULL\x10\a2\x88\x04\n" +
+	"\x16ERROR_REASON_DISK_FULL\x10\a\x12!\n" +
+	"\x1dERROR_REASON_TOKENS_EXHAUSTED\x10\b2\x88\x04\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +

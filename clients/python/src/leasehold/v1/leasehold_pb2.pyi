@@ -20,6 +20,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_STORAGE: _ClassVar[ErrorReason]
     ERROR_REASON_SHUTTING_DOWN: _ClassVar[ErrorReason]
     ERROR_REASON_DISK_FULL: _ClassVar[ErrorReason]
+    ERROR_REASON_TOKENS_EXHAUSTED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_LEASE_LOST: ErrorReason
 ERROR_REASON_FENCED: ErrorReason
@@ -28,6 +29,7 @@ ERROR_REASON_UNKNOWN_TOKEN: ErrorReason
 ERROR_REASON_STORAGE: ErrorReason
 ERROR_REASON_SHUTTING_DOWN: ErrorReason
 ERROR_REASON_DISK_FULL: ErrorReason
+ERROR_REASON_TOKENS_EXHAUSTED: ErrorReason
 
 class Lease(_message.Message):
     __slots__ = ("job", "holder", "token", "ttl", "remaining")

@@ -103,6 +103,12 @@ export enum ErrorReason {
    * and "needed_bytes"). Reads go on. Retry once space is freed.
    */
   ERROR_REASON_DISK_FULL = 7,
+  /**
+   * ERROR_REASON_TOKENS_EXHAUSTED - The job has issued its last token (2^64 - 1): a grant would have to
+   * repeat one, so none is made (status FAILED_PRECONDITION). Nothing was
+   * changed. Retrying cannot help: use another job name.
+   */
+  ERROR_REASON_TOKENS_EXHAUSTED = 8,
   UNRECOGNIZED = -1,
 }
 
@@ -132,6 +138,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 7:
     case "ERROR_REASON_DISK_FULL":
       return ErrorReason.ERROR_REASON_DISK_FULL;
+    case 8:
+    case "ERROR_REASON_TOKENS_EXHAUSTED":
+      return ErrorReason.ERROR_REASON_TOKENS_EXHAUSTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -157,6 +166,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_SHUTTING_DOWN";
     case ErrorReason.ERROR_REASON_DISK_FULL:
       return "ERROR_REASON_DISK_FULL";
+    case ErrorReason.ERROR_REASON_TOKENS_EXHAUSTED:
+      return "ERROR_REASON_TOKENS_EXHAUSTED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

@@ -82,6 +82,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_DISK_FULL = 7;</code>
    */
   ERROR_REASON_DISK_FULL(7),
+  /**
+   * <pre>
+   * The job has issued its last token (2^64 - 1): a grant would have to
+   * repeat one, so none is made (status FAILED_PRECONDITION). Nothing was
+   * changed. Retrying cannot help: use another job name.
+   * </pre>
+   *
+   * <code>ERROR_REASON_TOKENS_EXHAUSTED = 8;</code>
+   */
+  ERROR_REASON_TOKENS_EXHAUSTED(8),
   UNRECOGNIZED(-1),
   ;
 
@@ -160,6 +170,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_DISK_FULL = 7;</code>
    */
   public static final int ERROR_REASON_DISK_FULL_VALUE = 7;
+  /**
+   * <pre>
+   * The job has issued its last token (2^64 - 1): a grant would have to
+   * repeat one, so none is made (status FAILED_PRECONDITION). Nothing was
+   * changed. Retrying cannot help: use another job name.
+   * </pre>
+   *
+   * <code>ERROR_REASON_TOKENS_EXHAUSTED = 8;</code>
+   */
+  public static final int ERROR_REASON_TOKENS_EXHAUSTED_VALUE = 8;
 
 
   public final int getNumber() {
@@ -194,6 +214,7 @@ public enum ErrorReason
       case 5: return ERROR_REASON_STORAGE;
       case 6: return ERROR_REASON_SHUTTING_DOWN;
       case 7: return ERROR_REASON_DISK_FULL;
+      case 8: return ERROR_REASON_TOKENS_EXHAUSTED;
       default: return null;
     }
   }

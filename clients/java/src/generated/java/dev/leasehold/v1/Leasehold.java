@@ -229,37 +229,38 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "utcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCO" +
       "ME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025" +
       "OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVAL" +
-      "ID_ARGUMENT\020\004*\372\001\n\013ErrorReason\022\034\n\030ERROR_R" +
+      "ID_ARGUMENT\020\004*\235\002\n\013ErrorReason\022\034\n\030ERROR_R" +
       "EASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEAS" +
       "E_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERR" +
       "OR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_RE" +
       "ASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STO" +
       "RAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032" +
-      "\n\026ERROR_REASON_DISK_FULL\020\0072\210\004\n\006Leases\022F\n" +
-      "\007Acquire\022\034.leasehold.v1.AcquireRequest\032\035" +
-      ".leasehold.v1.AcquireResponse\022@\n\005Renew\022\032" +
-      ".leasehold.v1.RenewRequest\032\033.leasehold.v" +
-      "1.RenewResponse\022F\n\007Release\022\034.leasehold.v" +
-      "1.ReleaseRequest\032\035.leasehold.v1.ReleaseR" +
-      "esponse\022>\n\010GetLease\022\035.leasehold.v1.GetLe" +
-      "aseRequest\032\023.leasehold.v1.Lease\022O\n\nListL" +
-      "eases\022\037.leasehold.v1.ListLeasesRequest\032 " +
-      ".leasehold.v1.ListLeasesResponse\022I\n\nWatc" +
-      "hLease\022\037.leasehold.v1.WatchLeaseRequest\032" +
-      "\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAlive" +
-      "\022\036.leasehold.v1.KeepAliveRequest\032\037.lease" +
-      "hold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fenced" +
-      "Store\022U\n\014CheckedWrite\022!.leasehold.v1.Che" +
-      "ckedWriteRequest\032\".leasehold.v1.CheckedW" +
-      "riteResponse\022V\n\013WriteStream\022 .leasehold." +
-      "v1.WriteStreamRequest\032!.leasehold.v1.Wri" +
-      "teStreamResponse(\0010\001\022=\n\004Read\022\031.leasehold" +
-      ".v1.ReadRequest\032\032.leasehold.v1.ReadRespo" +
-      "nse\022I\n\010ListKeys\022\035.leasehold.v1.ListKeysR" +
-      "equest\032\036.leasehold.v1.ListKeysResponseBW" +
-      "\n\020dev.leasehold.v1P\001ZAgithub.com/leaseho" +
-      "ld/leasehold/clients/go/leaseholdv1;leas" +
-      "eholdv1b\006proto3"
+      "\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REAS" +
+      "ON_TOKENS_EXHAUSTED\020\0102\210\004\n\006Leases\022F\n\007Acqu" +
+      "ire\022\034.leasehold.v1.AcquireRequest\032\035.leas" +
+      "ehold.v1.AcquireResponse\022@\n\005Renew\022\032.leas" +
+      "ehold.v1.RenewRequest\032\033.leasehold.v1.Ren" +
+      "ewResponse\022F\n\007Release\022\034.leasehold.v1.Rel" +
+      "easeRequest\032\035.leasehold.v1.ReleaseRespon" +
+      "se\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseRe" +
+      "quest\032\023.leasehold.v1.Lease\022O\n\nListLeases" +
+      "\022\037.leasehold.v1.ListLeasesRequest\032 .leas" +
+      "ehold.v1.ListLeasesResponse\022I\n\nWatchLeas" +
+      "e\022\037.leasehold.v1.WatchLeaseRequest\032\030.lea" +
+      "sehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.le" +
+      "asehold.v1.KeepAliveRequest\032\037.leasehold." +
+      "v1.KeepAliveResponse(\0010\0012\306\002\n\013FencedStore" +
+      "\022U\n\014CheckedWrite\022!.leasehold.v1.CheckedW" +
+      "riteRequest\032\".leasehold.v1.CheckedWriteR" +
+      "esponse\022V\n\013WriteStream\022 .leasehold.v1.Wr" +
+      "iteStreamRequest\032!.leasehold.v1.WriteStr" +
+      "eamResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.R" +
+      "eadRequest\032\032.leasehold.v1.ReadResponse\022I" +
+      "\n\010ListKeys\022\035.leasehold.v1.ListKeysReques" +
+      "t\032\036.leasehold.v1.ListKeysResponseBW\n\020dev" +
+      ".leasehold.v1P\001ZAgithub.com/leasehold/le" +
+      "asehold/clients/go/leaseholdv1;leasehold" +
+      "v1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
