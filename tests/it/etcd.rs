@@ -675,12 +675,52 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
         assert_eq!(st.code(), Code::Unavailable, "{what}: {st:?}");
     }
     println!("etcd: majority stopped: every call UNAVAILABLE within {took:?}");
-    assert!(took < Duration::from_secs(15), "{took:?}");
+    // Each call's whole time in the frontend, retries and re-reads
+    // included, stays within --etcd-timeout (2 s); the slack is the
+    // network and the scheduler, not another attempt.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // Health says so: NOT_SERVING while no majority answers.
+    let health = |want: i32| {
+        let url = f.url();
+        async move {
+            let channel = tonic::transport::Endpoint::from_shared(url)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut h = tonic_health::pb::health_client::HealthClient::new(channel);
+            for _ in 0..200 {
+                let r = h
+                    .check(tonic_health::pb::HealthCheckRequest {
+                        service: String::new(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                if r.status == want {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("health never became {want}");
+        }
+    };
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    health(not_serving).await;
+    let page = http_get(f.admin, "/healthz").await;
+    assert!(
+        page.contains(" 503 ") && page.contains("majority"),
+        "{page}"
+    );
 
     for i in &others {
         cluster.resume(*i);
     }
     cluster.wait_ready(Duration::from_secs(30));
+    health(serving).await;
+    let page = http_get(f.admin, "/healthz").await;
+    assert!(page.contains(" 200 "), "{page}");
     // The outcome of a change that failed is unknown, so read it back: the
     // lease is a's with token 1 or released, and nothing else.
     let l = c.get_lease("j").await.unwrap();

@@ -59,7 +59,10 @@ impl Backend {
     ) -> Result<(bool, LeaseView)> {
         match self {
             Backend::Local(n) => n.acquire(job, holder, ttl, wait).await,
-            Backend::Etcd(n) => n.acquire(job, holder, ttl, wait).await,
+            Backend::Etcd(n) => {
+                n.bounded("Acquire", wait, n.acquire(job, holder, ttl, wait))
+                    .await
+            }
         }
     }
 
@@ -73,7 +76,10 @@ impl Backend {
     ) -> Result<LeaseView> {
         match self {
             Backend::Local(n) => n.renew(job, holder, token, ttl).await,
-            Backend::Etcd(n) => n.renew(job, holder, token, ttl).await,
+            Backend::Etcd(n) => {
+                n.bounded("Renew", Duration::ZERO, n.renew(job, holder, token, ttl))
+                    .await
+            }
         }
     }
 
@@ -81,7 +87,10 @@ impl Backend {
     pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
         match self {
             Backend::Local(n) => n.renew_many(batch).await,
-            Backend::Etcd(n) => n.renew_many(batch).await,
+            Backend::Etcd(n) => {
+                n.bounded("KeepAlive", Duration::ZERO, n.renew_many(batch))
+                    .await
+            }
         }
     }
 
@@ -89,7 +98,10 @@ impl Backend {
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
         match self {
             Backend::Local(n) => n.release(job, holder, token).await,
-            Backend::Etcd(n) => n.release(job, holder, token).await,
+            Backend::Etcd(n) => {
+                n.bounded("Release", Duration::ZERO, n.release(job, holder, token))
+                    .await
+            }
         }
     }
 
@@ -97,7 +109,7 @@ impl Backend {
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         match self {
             Backend::Local(n) => n.lease(job).await,
-            Backend::Etcd(n) => n.lease(job).await,
+            Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
         }
     }
 
@@ -110,7 +122,10 @@ impl Backend {
     ) -> Result<Vec<LeaseView>> {
         match self {
             Backend::Local(n) => n.leases(prefix, after, limit).await,
-            Backend::Etcd(n) => n.leases(prefix, after, limit).await,
+            Backend::Etcd(n) => {
+                n.bounded("ListLeases", Duration::ZERO, n.leases(prefix, after, limit))
+                    .await
+            }
         }
     }
 
@@ -132,7 +147,14 @@ impl Backend {
     ) -> Result<u64> {
         match self {
             Backend::Local(n) => n.checked_write(job, token, key, value).await,
-            Backend::Etcd(n) => n.checked_write(job, token, key, value).await,
+            Backend::Etcd(n) => {
+                n.bounded(
+                    "CheckedWrite",
+                    Duration::ZERO,
+                    n.checked_write(job, token, key, value),
+                )
+                .await
+            }
         }
     }
 
@@ -146,7 +168,14 @@ impl Backend {
                 let mut out = Vec::with_capacity(batch.len());
                 for w in batch {
                     out.push(
-                        match n.checked_write(&w.job, w.token, &w.key, w.value).await {
+                        match n
+                            .bounded(
+                                "WriteStream",
+                                Duration::ZERO,
+                                n.checked_write(&w.job, w.token, &w.key, w.value),
+                            )
+                            .await
+                        {
                             Ok(v) => Ok(v),
                             Err(e @ (Error::Fenced { .. } | Error::UnknownToken { .. })) => Err(e),
                             Err(e) => return Err(e),
@@ -170,7 +199,7 @@ impl Backend {
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
         match self {
             Backend::Local(n) => n.read(job, key).await,
-            Backend::Etcd(n) => n.read(job, key).await,
+            Backend::Etcd(n) => n.bounded("Read", Duration::ZERO, n.read(job, key)).await,
         }
     }
 
@@ -184,7 +213,14 @@ impl Backend {
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
         match self {
             Backend::Local(n) => n.keys(job, prefix, after, limit).await,
-            Backend::Etcd(n) => n.keys(job, prefix, after, limit).await,
+            Backend::Etcd(n) => {
+                n.bounded(
+                    "ListKeys",
+                    Duration::ZERO,
+                    n.keys(job, prefix, after, limit),
+                )
+                .await
+            }
         }
     }
 
@@ -204,7 +240,7 @@ impl Backend {
     pub fn store_health(&self) -> Option<watch::Receiver<StoreHealth>> {
         match self {
             Backend::Local(n) => Some(n.store_health()),
-            Backend::Etcd(_) => None,
+            Backend::Etcd(n) => Some(n.store_health()),
         }
     }
 

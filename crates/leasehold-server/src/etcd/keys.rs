@@ -62,6 +62,13 @@ impl Keys {
         self.key(b"j/", job, b"h")
     }
 
+    /// A key nothing writes, under the prefix: health probes read it.
+    pub fn health_probe(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"health");
+        k
+    }
+
     /// The job's token key.
     pub fn token(&self, job: &str) -> Vec<u8> {
         self.key(b"j/", job, b"t")

@@ -125,7 +125,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
-use crate::node::{RenewOutcome, Renewal, Snapshot};
+use crate::node::{RenewOutcome, Renewal, Snapshot, StoreHealth};
 use crate::store::ValueRecord;
 use client::{range_req, ranges, Etcd, Watch};
 use decide::{Acquire, Extend, Proof, Release};
@@ -165,6 +165,9 @@ impl Default for Config {
 /// failed because another frontend changed the job in between.
 const MAX_TRIES: usize = 64;
 
+/// How often a frontend asks etcd whether a majority answers (health).
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
 #[derive(Default)]
 struct Counters {
     renewals: AtomicU64,
@@ -187,6 +190,8 @@ struct Inner {
     waiters: AtomicUsize,
     mirror: Arc<Mirror>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Whether a majority of etcd answers: what health reports.
+    health: tokio::sync::watch::Sender<StoreHealth>,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -229,8 +234,10 @@ impl EtcdNode {
                 waiters: AtomicUsize::new(0),
                 mirror: Arc::new(Mirror::default()),
                 tasks: Mutex::new(Vec::new()),
+                health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
             }),
         };
+        let prober = tokio::spawn(node.clone().probe_health());
         let keeper = tokio::spawn(node.clone().keep_session());
         let mirror = tokio::spawn(node.inner.mirror.clone().run(
             node.inner.etcd.clone(),
@@ -241,8 +248,73 @@ impl EtcdNode {
             .tasks
             .lock()
             .expect("tasks lock")
-            .extend([keeper, mirror]);
+            .extend([keeper, mirror, prober]);
         Ok(node)
+    }
+
+    /// Whether a majority of etcd answered the last probe, for gRPC health
+    /// and `/healthz`.
+    pub fn store_health(&self) -> tokio::sync::watch::Receiver<StoreHealth> {
+        self.inner.health.subscribe()
+    }
+
+    /// Asks etcd for a linearizable read (which needs a majority to
+    /// confirm its leader) every [`PROBE_EVERY`], bounded by the timeout,
+    /// and reports the answer as the backend's health: NOT_SERVING while no
+    /// majority answers within `--etcd-timeout`, SERVING again as soon as
+    /// one does.
+    async fn probe_health(self) {
+        let mut closing = self.inner.closing.subscribe();
+        let probe = self.inner.keys.health_probe();
+        loop {
+            let r = self
+                .inner
+                .etcd
+                .read_txn(vec![range_req(probe.clone(), Vec::new(), 1)])
+                .await;
+            let now = match r {
+                Ok(_) => StoreHealth::Ok,
+                Err(e) => StoreHealth::Failed {
+                    error: format!("no majority of etcd answered: {e}"),
+                },
+            };
+            self.inner.health.send_if_modified(|h| {
+                let changed = *h != now;
+                if changed {
+                    match &now {
+                        StoreHealth::Ok => tracing::info!("etcd answers again: serving"),
+                        other => {
+                            tracing::warn!(health = %other, "etcd does not answer: not serving")
+                        }
+                    }
+                    *h = now;
+                }
+                changed
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(PROBE_EVERY) => {}
+                _ = closed(&mut closing) => return,
+            }
+        }
+    }
+
+    /// Runs one operation within `--etcd-timeout` plus `extra` (an
+    /// `Acquire`'s wait), retries and re-reads included: a call never
+    /// overruns the time the operator set. On expiry the outcome of a
+    /// change is unknown, as for any lost reply.
+    pub async fn bounded<T>(
+        &self,
+        what: &str,
+        extra: Duration,
+        f: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let limit = self.inner.etcd.timeout() + extra;
+        match tokio::time::timeout(limit, f).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Storage(format!(
+                "etcd {what}: no answer within {limit:?} (--etcd-timeout); its outcome is unknown"
+            ))),
+        }
     }
 
     /// etcd's minimum lease TTL, as etcd reported it at start-up.
