@@ -738,3 +738,91 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
     let b = c.acquire("again", "b", LONG, NOW).await.unwrap();
     assert!(b.acquired);
 }
+
+/// Records leasehold cannot use, put in etcd by hand: a token record that
+/// does not decode, and a holder key bound to no etcd lease (it would
+/// never expire). Each is named in the error of a call on its job, at once
+/// (not after the job "kept changing" for 64 tries), and `ListLeases`
+/// skips the damaged job, counts it, and lists the others in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_leasehold_cannot_use_are_named_and_skipped() {
+    use leasehold::etcd::client::{pb, put_op, Etcd};
+    use leasehold::etcd::keys::{HolderRec, Keys};
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::{Limits, Token};
+
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let endpoints = cluster.endpoints();
+    let node = EtcdNode::open(common::etcd::frontend_config(endpoints.clone(), &prefix))
+        .await
+        .unwrap();
+    let l = Limits::default();
+    let ttl = Duration::from_secs(5);
+    for j in ["a", "b", "d", "e"] {
+        let (ok, _) = node
+            .acquire(&l.job(j).unwrap(), &l.holder("w").unwrap(), ttl, NOW)
+            .await
+            .unwrap();
+        assert!(ok);
+    }
+    let keys = Keys::new(&prefix);
+    let etcd = Etcd::connect(&endpoints, Duration::from_secs(5)).unwrap();
+    let put = |k: Vec<u8>, v: Vec<u8>| pb::TxnRequest {
+        compare: vec![],
+        success: vec![put_op(k, v, 0)],
+        failure: vec![],
+    };
+    // "b": a token record that does not decode.
+    assert!(
+        etcd.txn(put(keys.token("b"), b"garbage".to_vec()))
+            .await
+            .unwrap()
+            .succeeded
+    );
+    // "c": a holder key with no etcd lease.
+    let rec = HolderRec {
+        token: Token(1),
+        ttl,
+        holder: "forever".into(),
+    };
+    assert!(
+        etcd.txn(put(keys.holder("c"), rec.encode()))
+            .await
+            .unwrap()
+            .succeeded
+    );
+
+    let job = |j: &str| l.job(j).unwrap();
+    let t = Instant::now();
+    let e = node
+        .renew(&job("c"), &l.holder("forever").unwrap(), Token(1), ttl)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("without an etcd lease"), "{e}");
+    let e = node
+        .acquire(&job("c"), &l.holder("x").unwrap(), ttl, NOW)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("would never expire"), "{e}");
+    let e = node.lease(&job("b")).await.unwrap_err();
+    assert!(e.to_string().contains("token record of job \"b\""), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "named at once, not retried"
+    );
+
+    // Pages of two: "b" and "c" are skipped, "a", "d", "e" all listed.
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = node.leases("", after.as_deref(), 2).await.unwrap();
+        seen.extend(page.iter().map(|v| v.job.to_string()));
+        if page.len() < 2 {
+            break;
+        }
+        after = page.last().map(|v| v.job.to_string());
+    }
+    assert_eq!(seen, ["a", "d", "e"]);
+    assert!(node.snapshot().unreadable_jobs >= 2, "counted");
+}

@@ -345,6 +345,11 @@ impl Collector for SnapshotCollector {
                 "Times the store was reopened from stable storage after a failure.",
                 snap.store_recoveries,
             ),
+            (
+                "leasehold_unreadable_jobs",
+                "Jobs a listing skipped because a record of theirs does not decode (etcd mode; each named in a WARN line).",
+                snap.unreadable_jobs,
+            ),
         ] {
             counter(e, name, help, v)?;
         }
@@ -457,6 +462,7 @@ mod tests {
         ("leasehold_fenced_writes_total", "counter", &[]),
         ("leasehold_store_failures_total", "counter", &[]),
         ("leasehold_store_recoveries_total", "counter", &[]),
+        ("leasehold_unreadable_jobs_total", "counter", &[]),
         ("leasehold_store_syncs_total", "counter", &[]),
         ("leasehold_store_synced_changes_total", "counter", &[]),
         ("leasehold_store_sync_duration_seconds", "histogram", &[]),

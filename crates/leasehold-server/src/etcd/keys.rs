@@ -140,6 +140,12 @@ impl Keys {
         let record = match (kind, deleted) {
             (JobKey::Holder, true) => Ok(Record::HolderGone),
             (JobKey::Token, true) => return None,
+            // leasehold binds every holder key to its grant's etcd lease;
+            // one without a lease would never expire, and no renewal of it
+            // could ever succeed.
+            (JobKey::Holder, false) if kv.lease == 0 => Err(bad(
+                "holder record without an etcd lease (it would never expire; not written by leasehold: delete the key)",
+            )),
             (JobKey::Holder, false) => HolderRec::decode(&kv.value)
                 .map(|rec| {
                     Record::Holder(Holding {
@@ -678,6 +684,26 @@ mod tests {
         );
         let free = k.job("a", &job_kvs(&k, "a", None, &t)).unwrap();
         assert_eq!(free.vacancy(), Vacancy::Expired);
+    }
+
+    /// A holder key without an etcd lease would never expire, and no
+    /// renewal of it could succeed: it is a record leasehold cannot use,
+    /// named, not a lease held forever.
+    #[test]
+    fn a_holder_key_without_an_etcd_lease_is_named() {
+        let k = Keys::new("lh/");
+        let h = holder_rec(3, "w@1");
+        let mut kvs = job_kvs(&k, "a", Some(&h), &token_rec(3, false, "w@1"));
+        for kv in kvs.iter_mut().filter(|kv| kv.key == k.holder("a")) {
+            kv.lease = 0;
+        }
+        let bad = k.job("a", &kvs).unwrap_err();
+        assert!(bad.what.contains("without an etcd lease"), "{}", bad.what);
+        let msg = Error::from(bad).to_string();
+        assert!(
+            msg.contains("would never expire") && msg.contains("\"a\""),
+            "{msg}"
+        );
     }
 
     #[test]

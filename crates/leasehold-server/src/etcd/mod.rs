@@ -175,6 +175,7 @@ struct Counters {
     writes: AtomicU64,
     fenced_writes: AtomicU64,
     failures: AtomicU64,
+    unreadable_jobs: AtomicU64,
 }
 
 struct Inner {
@@ -662,23 +663,49 @@ impl EtcdNode {
         limit: usize,
     ) -> Result<Vec<LeaseView>> {
         let k = &self.inner.keys;
-        let (start, end) = k.jobs_range(prefix, after);
-        // Each job has at most two keys: twice the limit holds at least
-        // `limit` whole jobs.
-        let r = self.failed(
-            self.inner
-                .etcd
-                .range(range_req(start, end, 2 * limit as i64))
-                .await,
-        )?;
         let mut jobs: Vec<(JobName, JobState)> = Vec::new();
-        for (name, st) in k.jobs(&r.kvs) {
-            jobs.push((JobName::from_trusted(name), st?));
+        let mut from = after.map(str::to_owned);
+        // A job with a record that does not decode is skipped, named in a
+        // WARN line and counted, so one damaged job does not hide the
+        // others; the scan goes on until `limit` readable jobs are found,
+        // so a full page still means there may be more.
+        loop {
+            let (start, end) = k.jobs_range(prefix, from.as_deref());
+            // Each job has at most two keys: twice what is still wanted
+            // holds that many whole jobs.
+            let want = 2 * (limit - jobs.len()).max(1) as i64;
+            let r = self.failed(self.inner.etcd.range(range_req(start, end, want)).await)?;
+            let parsed = k.jobs(&r.kvs);
+            let n = parsed.len();
+            let mut last = None;
+            for (i, (name, st)) in parsed.into_iter().enumerate() {
+                // The last job of a range that went on may be cut off (its
+                // holder key in, its token key out): the next round reads
+                // it whole.
+                if r.more && i + 1 == n && n > 1 {
+                    break;
+                }
+                last = Some(name.clone());
+                match st {
+                    Ok(st) if st.token.is_some() => jobs.push((JobName::from_trusted(name), st)),
+                    Ok(_) => {}
+                    Err(bad) => {
+                        self.inner
+                            .counters
+                            .unreadable_jobs
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(job = %bad.job, "ListLeases skipped a job: {bad}");
+                    }
+                }
+                if jobs.len() == limit {
+                    break;
+                }
+            }
+            if jobs.len() >= limit || !r.more || last.is_none() {
+                break;
+            }
+            from = last;
         }
-        // A job cut off by the limit (its holder key in, its token key
-        // out) is on the next page.
-        jobs.retain(|(_, st)| st.token.is_some());
-        jobs.truncate(limit);
         let mut set = tokio::task::JoinSet::new();
         for (i, (_, st)) in jobs.iter().enumerate() {
             if let Some(h) = &st.holder {
@@ -821,6 +848,7 @@ impl EtcdNode {
             waiters: self.inner.waiters.load(Ordering::Acquire),
             store_failures: c.failures.load(Ordering::Relaxed),
             store_recoveries: 0,
+            unreadable_jobs: c.unreadable_jobs.load(Ordering::Relaxed),
             // etcd syncs its own log; its metrics tell how.
             sync: None,
             integrity: None,

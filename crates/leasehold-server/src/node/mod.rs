@@ -56,6 +56,9 @@ pub struct Snapshot {
     pub store_failures: u64,
     /// Times the store was reopened after a failure.
     pub store_recoveries: u64,
+    /// Jobs a listing skipped because a record of theirs does not decode
+    /// (etcd mode; each is named in a WARN line).
+    pub unreadable_jobs: u64,
     /// Group commit's syncs, on a backend that runs them (not etcd).
     pub sync: Option<commit::SyncStats>,
     /// The embedded store's token floor, and how its data dir was last
@@ -776,6 +779,7 @@ impl Node {
             waiters: st.wakers.len(),
             store_failures,
             store_recoveries,
+            unreadable_jobs: 0,
             sync: Some(self.inner.commit.sync_stats()),
             integrity: Some((
                 self.inner.store.token_floor().0,
