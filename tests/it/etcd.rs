@@ -826,3 +826,80 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
     assert_eq!(seen, ["a", "d", "e"]);
     assert!(node.snapshot().unreadable_jobs >= 2, "counted");
 }
+
+/// A waiter whose call is gone while etcd cannot be reached: its key's
+/// delete fails (etcd may yet apply it, or not: its outcome is unknown).
+/// A key left behind would stay first in line for as long as its frontend
+/// lives, so the job could never change hands. The frontend deletes it
+/// again until etcd confirms it is gone (the count of such keys drops to
+/// zero), well within the session TTL, and the next Acquire is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back() {
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::{Limits, Token};
+
+    let mut cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let config = leasehold::etcd::Config {
+        endpoints: cluster.endpoints(),
+        prefix: prefix.clone(),
+        // A delete gives up after a second; the session lease lives ten.
+        timeout: Duration::from_secs(1),
+        session_ttl: Duration::from_secs(10),
+    };
+    let a = EtcdNode::open(config.clone()).await.unwrap();
+    let b = EtcdNode::open(config).await.unwrap();
+    let l = Limits::default();
+    let job = l.job("j").unwrap();
+    let ttl = Duration::from_secs(5);
+    let (ok, _) = a
+        .acquire(&job, &l.holder("h").unwrap(), ttl, NOW)
+        .await
+        .unwrap();
+    assert!(ok);
+    let waiter = {
+        let (b, job, w) = (b.clone(), job.clone(), l.holder("w").unwrap());
+        tokio::spawn(async move { b.acquire(&job, &w, ttl, LONG).await })
+    };
+    let t = Instant::now();
+    while b.snapshot().waiters == 0 {
+        assert!(t.elapsed() < LONG, "the waiter never got in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // No majority: the waiter goes, and its key's delete fails.
+    let leader = cluster.leader().unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for i in &others {
+        cluster.pause(*i);
+    }
+    waiter.abort();
+    let t = Instant::now();
+    while b.orphaned_waiter_keys() == 0 {
+        assert!(t.elapsed() < LONG, "the delete never failed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in &others {
+        cluster.resume(*i);
+    }
+    cluster.wait_ready(LONG);
+    a.release(&job, &l.holder("h").unwrap(), Token(1))
+        .await
+        .unwrap();
+    // Within the session TTL (10 s), though the frontend lives on.
+    let t = Instant::now();
+    loop {
+        let (ok, _) = a
+            .acquire(&job, &l.holder("x").unwrap(), ttl, NOW)
+            .await
+            .unwrap();
+        if ok {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(8),
+            "the line is still blocked by the departed waiter"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(b.orphaned_waiter_keys(), 0);
+}

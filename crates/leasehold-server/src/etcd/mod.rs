@@ -193,6 +193,8 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Whether a majority of etcd answers: what health reports.
     health: tokio::sync::watch::Sender<StoreHealth>,
+    /// Departed waiters' keys still to delete.
+    orphans: queue::Orphans,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -236,8 +238,10 @@ impl EtcdNode {
                 mirror: Arc::new(Mirror::default()),
                 tasks: Mutex::new(Vec::new()),
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
+                orphans: queue::Orphans::default(),
             }),
         };
+        let sweeper = tokio::spawn(queue::Orphans::sweep(node.clone()));
         let prober = tokio::spawn(node.clone().probe_health());
         let keeper = tokio::spawn(node.clone().keep_session());
         let mirror = tokio::spawn(node.inner.mirror.clone().run(
@@ -249,8 +253,14 @@ impl EtcdNode {
             .tasks
             .lock()
             .expect("tasks lock")
-            .extend([keeper, mirror, prober]);
+            .extend([keeper, mirror, prober, sweeper]);
         Ok(node)
+    }
+
+    /// Keys of departed waiters that this frontend still has to delete
+    /// (their delete failed; the sweep tries again).
+    pub fn orphaned_waiter_keys(&self) -> usize {
+        self.inner.orphans.len()
     }
 
     /// Whether a majority of etcd answered the last probe, for gRPC health

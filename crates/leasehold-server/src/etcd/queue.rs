@@ -112,14 +112,79 @@ impl Drop for Waiting {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
-                    if let Err(e) = inner.etcd.delete(key).await {
-                        tracing::warn!(error = %e, "could not delete a waiter's key; it goes with the session lease");
+                    match inner.etcd.delete(key.clone()).await {
+                        Ok(()) => {
+                            inner.waiters.fetch_sub(1, Ordering::AcqRel);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not delete a departed waiter's key; trying again until it is gone");
+                            inner.orphans.add(key);
+                        }
                     }
-                    inner.waiters.fetch_sub(1, Ordering::AcqRel);
                 });
             }
-            Err(_) => {
-                inner.waiters.fetch_sub(1, Ordering::AcqRel);
+            Err(_) => inner.orphans.add(key),
+        }
+    }
+}
+
+/// Waiter keys whose caller has gone but whose delete failed (etcd did not
+/// answer, or the outcome of the put that made them is unknown). Left
+/// alone, such a key would stay first in line for as long as this
+/// frontend's session lease lives, and no later waiter could ever be
+/// granted. [`Orphans::sweep`] deletes them, again and again, until etcd
+/// says they are gone; if the frontend itself dies, its session lease takes
+/// them within `--etcd-session-ttl`.
+#[derive(Default)]
+pub(super) struct Orphans {
+    keys: std::sync::Mutex<std::collections::BTreeSet<Vec<u8>>>,
+    added: tokio::sync::Notify,
+}
+
+/// How often the sweep tries the orphans' deletes again.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Orphans {
+    /// Hands a key to the sweep.
+    pub(super) fn add(&self, key: Vec<u8>) {
+        self.keys.lock().expect("orphans lock").insert(key);
+        self.added.notify_one();
+    }
+
+    /// How many keys wait for their delete.
+    pub fn len(&self) -> usize {
+        self.keys.lock().expect("orphans lock").len()
+    }
+
+    /// Deletes orphaned waiter keys until the node closes.
+    pub(super) async fn sweep(node: EtcdNode) {
+        let inner = &node.inner;
+        let mut closing = inner.closing.subscribe();
+        loop {
+            tokio::select! {
+                _ = inner.orphans.added.notified() => {}
+                _ = tokio::time::sleep(SWEEP_EVERY) => {}
+                _ = closing.wait_for(|c| *c) => return,
+            }
+            let keys: Vec<Vec<u8>> = inner
+                .orphans
+                .keys
+                .lock()
+                .expect("orphans lock")
+                .iter()
+                .cloned()
+                .collect();
+            for key in keys {
+                if inner.etcd.delete(key.clone()).await.is_ok() {
+                    inner
+                        .orphans
+                        .keys
+                        .lock()
+                        .expect("orphans lock")
+                        .remove(&key);
+                    inner.waiters.fetch_sub(1, Ordering::AcqRel);
+                    tracing::info!("a departed waiter's key is gone at last");
+                }
             }
         }
     }
@@ -139,9 +204,10 @@ impl EtcdNode {
         let r = match self.failed(r) {
             Ok(r) => r,
             Err(e) => {
-                // The put may have happened: take it out of line again.
-                let etcd = self.inner.etcd.clone();
-                tokio::spawn(async move { etcd.delete(key).await });
+                // The put may have happened: take it out of line again,
+                // however long that takes.
+                self.inner.waiters.fetch_add(1, Ordering::AcqRel);
+                self.inner.orphans.add(key);
                 return Err(e);
             }
         };
