@@ -377,6 +377,9 @@ struct Seen {
     writes: Vec<(String, String, u64, String)>,
     ok_at: Vec<Instant>,
     unavailable: u64,
+    /// Errors that are neither UNAVAILABLE nor the protocol's own answers
+    /// to a lease that ran out (LEASE_LOST, FENCED): none may occur.
+    other: Vec<String>,
 }
 
 /// Workers that acquire (some waiting), write, renew and release a few
@@ -404,6 +407,11 @@ fn start_load(
                 if e.is_retryable() {
                     seen.lock().unwrap().unavailable += 1;
                     *at = (*at + 1) % clients.len();
+                } else if !matches!(
+                    e,
+                    ClientError::LeaseLost { .. } | ClientError::Fenced { .. }
+                ) {
+                    seen.lock().unwrap().other.push(e.to_string());
                 }
             };
             while !stop.load(Ordering::SeqCst) {
@@ -902,4 +910,86 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(b.orphaned_waiter_keys(), 0);
+}
+
+/// Successful calls in each second of `[from, to)`.
+fn per_second(ok_at: &[Instant], from: Instant, to: Instant) -> Vec<usize> {
+    let secs = (to - from).as_secs() as usize;
+    let mut out = vec![0; secs];
+    for t in ok_at {
+        if *t >= from && *t < to {
+            let i = (*t - from).as_secs() as usize;
+            if i < secs {
+                out[i] += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The member the frontends call first (the first endpoint) is paused,
+/// then killed and restarted, under a steady load through two frontends:
+/// the frontends move on to another member after one attempt, so the load
+/// goes on (the calls of that attempt fail with UNAVAILABLE, never with a
+/// wrong answer), and nothing acknowledged is lost. The per-second rates
+/// are printed next to the rate before the fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_paused_or_killed_costs_one_attempt_not_the_whole_fault() {
+    let mut cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let fs: Vec<ServerProcess> = (0..2)
+        .map(|_| frontend(&cluster.endpoints_arg(), &prefix, &["--etcd-timeout", "5s"]))
+        .collect();
+    let urls: Vec<String> = fs.iter().map(|f| f.url()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (seen, tasks) = start_load(urls.clone(), 6, stop.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calm = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let role = |c: &EtcdCluster| {
+        if c.leader() == Some(0) {
+            "the leader"
+        } else {
+            "a follower"
+        }
+    };
+    let paused_role = role(&cluster);
+    cluster.pause(0);
+    let paused = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    cluster.resume(0);
+    let resumed = Instant::now();
+    cluster.wait_ready(LONG);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_role = role(&cluster);
+    cluster.kill(0);
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.restart(0);
+    let restarted = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(30), t)
+            .await
+            .expect("workers finish")
+            .unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let base = per_second(&seen.ok_at, calm, paused);
+    let during_pause = per_second(&seen.ok_at, paused, resumed);
+    let during_kill = per_second(&seen.ok_at, killed, restarted);
+    let pause_gap = longest_gap(&seen.ok_at, paused, resumed);
+    let kill_gap = longest_gap(&seen.ok_at, killed, restarted);
+    println!(
+        "etcd: successful calls per second: before {base:?}; member 0 ({paused_role}) paused \
+         {during_pause:?} (longest gap {pause_gap:?}); member 0 ({killed_role}) killed \
+         {during_kill:?} (longest gap {kill_gap:?}); {} unavailable",
+        seen.unavailable
+    );
+    assert!(seen.other.is_empty(), "errors: {:?}", seen.other);
+    // One attempt (2 s), and an election if the member led: never the
+    // whole fault (8 s paused, 6 s killed).
+    assert!(pause_gap < Duration::from_secs(5), "{pause_gap:?}");
+    assert!(kill_gap < Duration::from_secs(5), "{kill_gap:?}");
+    check(&seen, &client_of(&urls[0], LONG)).await;
 }

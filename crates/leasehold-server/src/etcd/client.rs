@@ -31,6 +31,8 @@
 //! calls. So the client is this file, over the part of etcd's API in
 //! `etcd.proto`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -61,9 +63,46 @@ use pb::watch_client::WatchClient;
 /// The etcd cluster, through every endpoint.
 #[derive(Clone)]
 pub struct Etcd {
-    channel: Channel,
+    members: Arc<Members>,
     timeout: Duration,
     keep_alives: KeepAlives,
+}
+
+/// One channel per member, and which one calls go to now. A call goes to
+/// the current member while it answers; one that fails a call or gives no
+/// answer within an attempt ([`ATTEMPT`]) is left for the next, so a
+/// killed or paused member costs one attempt, not every call for as long
+/// as it is down. (A balancing channel over all members kept sending to a
+/// paused one until its connection was dropped, and to a killed one at
+/// every reconnect.)
+pub(crate) struct Members {
+    channels: Vec<Channel>,
+    current: AtomicUsize,
+}
+
+impl Members {
+    /// The member to call now, and its channel.
+    pub(crate) fn pick(&self) -> (usize, Channel) {
+        let i = self.current.load(Ordering::Acquire) % self.channels.len();
+        (i, self.channels[i].clone())
+    }
+
+    /// Moves on from `member`, unless another call did already.
+    pub(crate) fn failed(&self, member: usize) {
+        let next = (member + 1) % self.channels.len();
+        if self
+            .current
+            .compare_exchange(member, next, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            && self.channels.len() > 1
+        {
+            tracing::debug!(
+                from = member,
+                to = next,
+                "etcd: moving on to another member"
+            );
+        }
+    }
 }
 
 /// How long one attempt of a call may take before another is tried.
@@ -105,7 +144,7 @@ impl Etcd {
         if endpoints.is_empty() {
             return Err(Error::Storage("no etcd endpoints given".into()));
         }
-        let mut list = Vec::with_capacity(endpoints.len());
+        let mut channels = Vec::with_capacity(endpoints.len());
         for e in endpoints {
             let ep = Endpoint::from_shared(e.clone())
                 .map_err(|err| Error::Storage(format!("bad etcd endpoint {e:?}: {err}")))?
@@ -114,12 +153,15 @@ impl Etcd {
                 .http2_keep_alive_interval(Duration::from_secs(1))
                 .keep_alive_timeout(Duration::from_secs(2))
                 .keep_alive_while_idle(true);
-            list.push(ep);
+            channels.push(ep.connect_lazy());
         }
-        let channel = Channel::balance_list(list.into_iter());
+        let members = Arc::new(Members {
+            channels,
+            current: AtomicUsize::new(0),
+        });
         Ok(Etcd {
-            keep_alives: KeepAlives::spawn(channel.clone(), KEEP_ALIVE_STALL),
-            channel,
+            keep_alives: KeepAlives::spawn(members.clone(), KEEP_ALIVE_STALL),
+            members,
             timeout,
         })
     }
@@ -131,20 +173,29 @@ impl Etcd {
 
     /// Runs `f` until it succeeds, fails for good, or the deadline passes.
     /// Only for calls that may safely run more than once.
+    /// Each attempt goes to the current member; an attempt that fails or
+    /// gets no answer moves the client on to the next member.
     async fn retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Channel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let deadline = Instant::now() + self.timeout;
         let mut backoff = Duration::from_millis(20);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let err = match tokio::time::timeout(left.min(ATTEMPT), f()).await {
+            let (member, ch) = self.members.pick();
+            let err = match tokio::time::timeout(left.min(ATTEMPT), f(ch)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(s)) if !retryable(&s) => return Err(storage(what, &s)),
-                Ok(Err(s)) => storage(what, &s),
-                Err(_) => Error::Storage(format!("etcd {what}: no answer within {ATTEMPT:?}")),
+                Ok(Err(s)) => {
+                    self.members.failed(member);
+                    storage(what, &s)
+                }
+                Err(_) => {
+                    self.members.failed(member);
+                    Error::Storage(format!("etcd {what}: no answer within {ATTEMPT:?}"))
+                }
             };
             if Instant::now() + backoff >= deadline {
                 return Err(match err {
@@ -160,33 +211,44 @@ impl Etcd {
         }
     }
 
-    /// Runs `f` once, within the deadline.
-    async fn once<T, Fut>(&self, what: &str, f: Fut) -> Result<T>
+    /// Runs `f` once, on the current member, within one attempt's time:
+    /// a change is not retried (its outcome would be unknown), but a member
+    /// that failed it or did not answer is left for the next call.
+    async fn once<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Status>>,
+    {
+        let (member, ch) = self.members.pick();
+        self.bounded_once(what, member, f(ch)).await
+    }
+
+    async fn bounded_once<T, Fut>(&self, what: &str, member: usize, f: Fut) -> Result<T>
     where
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
-        match tokio::time::timeout(self.timeout, f).await {
+        let limit = self.timeout.min(ATTEMPT);
+        match tokio::time::timeout(limit, f).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(s)) => Err(storage(what, &s)),
-            Err(_) => Err(Error::Storage(format!(
-                "etcd {what}: no answer within {:?}; the change may or may not have happened",
-                self.timeout
-            ))),
+            Ok(Err(s)) => {
+                if retryable(&s) {
+                    self.members.failed(member);
+                }
+                Err(storage(what, &s))
+            }
+            Err(_) => {
+                self.members.failed(member);
+                Err(Error::Storage(format!(
+                    "etcd {what}: no answer within {limit:?}; the change may or may not have happened"
+                )))
+            }
         }
-    }
-
-    fn kv(&self) -> KvClient<Channel> {
-        KvClient::new(self.channel.clone())
-    }
-
-    fn lease(&self) -> LeaseClient<Channel> {
-        LeaseClient::new(self.channel.clone())
     }
 
     /// A linearizable range read, retried until the deadline.
     pub async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
-        self.retry("range", || {
-            let mut kv = self.kv();
+        self.retry("range", |ch| {
+            let mut kv = KvClient::new(ch);
             let req = req.clone();
             async move { kv.range(req).await.map(|r| r.into_inner()) }
         })
@@ -206,8 +268,8 @@ impl Etcd {
                 .collect(),
             failure: Vec::new(),
         };
-        self.retry("read", || {
-            let mut kv = self.kv();
+        self.retry("read", |ch| {
+            let mut kv = KvClient::new(ch);
             let req = req.clone();
             async move { kv.txn(req).await.map(|r| r.into_inner()) }
         })
@@ -216,21 +278,22 @@ impl Etcd {
 
     /// A transaction that changes something: made once.
     pub async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
-        let mut kv = self.kv();
-        self.once(
-            "txn",
-            async move { kv.txn(req).await.map(|r| r.into_inner()) },
-        )
+        self.once("txn", |ch| {
+            let mut kv = KvClient::new(ch);
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })
         .await
     }
 
     /// Puts `key` bound to `lease` (0 for none): made once.
     pub async fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<pb::PutResponse> {
-        let mut kv = self.kv();
-        self.once("put", async move {
-            kv.put(pb::PutRequest { key, value, lease })
-                .await
-                .map(|r| r.into_inner())
+        self.once("put", |ch| {
+            let mut kv = KvClient::new(ch);
+            async move {
+                kv.put(pb::PutRequest { key, value, lease })
+                    .await
+                    .map(|r| r.into_inner())
+            }
         })
         .await
     }
@@ -238,8 +301,8 @@ impl Etcd {
     /// Deletes one key, retried until the deadline (deleting twice is
     /// deleting once).
     pub async fn delete(&self, key: Vec<u8>) -> Result<()> {
-        self.retry("delete", || {
-            let mut kv = self.kv();
+        self.retry("delete", |ch| {
+            let mut kv = KvClient::new(ch);
             let key = key.clone();
             async move {
                 kv.delete_range(pb::DeleteRangeRequest {
@@ -256,12 +319,14 @@ impl Etcd {
     /// A new etcd lease of `ttl` seconds: its id and the TTL etcd granted
     /// (etcd raises a TTL below its minimum to the minimum).
     pub async fn grant(&self, ttl: i64) -> Result<(i64, i64)> {
-        let mut l = self.lease();
         let r = self
-            .once("lease grant", async move {
-                l.lease_grant(pb::LeaseGrantRequest { ttl, id: 0 })
-                    .await
-                    .map(|r| r.into_inner())
+            .once("lease grant", |ch| {
+                let mut l = LeaseClient::new(ch);
+                async move {
+                    l.lease_grant(pb::LeaseGrantRequest { ttl, id: 0 })
+                        .await
+                        .map(|r| r.into_inner())
+                }
             })
             .await?;
         if !r.error.is_empty() {
@@ -273,8 +338,8 @@ impl Etcd {
     /// Revokes an etcd lease, deleting every key bound to it. A lease that
     /// is already gone is not an error.
     pub async fn revoke(&self, id: i64) -> Result<()> {
-        self.retry("lease revoke", || {
-            let mut l = self.lease();
+        self.retry("lease revoke", |ch| {
+            let mut l = LeaseClient::new(ch);
             async move {
                 match l.lease_revoke(pb::LeaseRevokeRequest { id }).await {
                     Ok(_) => Ok(()),
@@ -292,7 +357,7 @@ impl Etcd {
     /// revocation and says not found). Sent on the client's one
     /// keep-alive stream.
     pub async fn keep_alive(&self, id: i64) -> Result<Option<(i64, u64)>> {
-        self.retry("lease keep-alive", || {
+        self.retry("lease keep-alive", |_member| {
             let ka = self.keep_alives.clone();
             async move {
                 let r = ka.keep_alive(id).await?;
@@ -319,8 +384,8 @@ impl Etcd {
     /// when it is gone.
     pub async fn time_to_live(&self, id: i64) -> Result<Option<i64>> {
         let r = self
-            .retry("lease time-to-live", || {
-                let mut l = self.lease();
+            .retry("lease time-to-live", |ch| {
+                let mut l = LeaseClient::new(ch);
                 async move {
                     l.lease_time_to_live(pb::LeaseTimeToLiveRequest { id, keys: false })
                         .await
@@ -349,15 +414,21 @@ impl Etcd {
             };
             tx.try_send(req).expect("room for every create request");
         }
-        let mut w = WatchClient::new(self.channel.clone());
+        let (member, ch) = self.members.pick();
+        let mut w = WatchClient::new(ch);
         let stream = self
-            .once("watch", async move {
+            .bounded_once("watch", member, async move {
                 w.watch(ReceiverStream::new(rx))
                     .await
                     .map(|r| r.into_inner())
             })
             .await?;
-        Ok(Watch { _tx: tx, stream })
+        Ok(Watch {
+            _tx: tx,
+            stream,
+            members: self.members.clone(),
+            member,
+        })
     }
 
     /// The member status of one endpoint: (its member id, the leader it
@@ -395,6 +466,9 @@ pub struct Watch {
     /// Keeps the request side open: the watch lives as long as this.
     _tx: mpsc::Sender<pb::WatchRequest>,
     stream: tonic::Streaming<pb::WatchResponse>,
+    /// The member it was opened on: left for the next if the watch breaks.
+    members: Arc<Members>,
+    member: usize,
 }
 
 impl Watch {
@@ -404,8 +478,14 @@ impl Watch {
         loop {
             let r = match self.stream.message().await {
                 Ok(Some(r)) => r,
-                Ok(None) => return Err(Error::Storage("etcd watch ended".into())),
-                Err(s) => return Err(storage("watch", &s)),
+                Ok(None) => {
+                    self.members.failed(self.member);
+                    return Err(Error::Storage("etcd watch ended".into()));
+                }
+                Err(s) => {
+                    self.members.failed(self.member);
+                    return Err(storage("watch", &s));
+                }
             };
             if r.canceled {
                 return Err(Error::Storage(format!(

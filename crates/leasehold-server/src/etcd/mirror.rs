@@ -208,6 +208,8 @@ mod tests {
             kv: Some(pb::KeyValue {
                 key,
                 value,
+                // Every holder key leasehold puts is bound to an etcd lease.
+                lease: 7,
                 ..Default::default()
             }),
             prev_kv: None,

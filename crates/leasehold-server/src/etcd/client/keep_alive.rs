@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Members;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::sleep_until;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
 use super::pb;
@@ -58,11 +58,18 @@ pub struct KeepAlives {
 }
 
 impl KeepAlives {
-    /// Keep-alives over `channel`, one stream at a time, each stalled
-    /// stream given up after `stall`. Spawns the task: call within a
-    /// tokio runtime.
-    pub fn spawn(channel: Channel, stall: Duration) -> KeepAlives {
-        Self::spawn_with(Grpc { channel }, stall)
+    /// Keep-alives to the current one of `members`, one stream at a time,
+    /// each stalled stream given up after `stall`; a stream opened again
+    /// (it broke, stalled, or was reopened) goes to the next member. Spawns
+    /// the task: call within a tokio runtime.
+    pub(crate) fn spawn(members: Arc<Members>, stall: Duration) -> KeepAlives {
+        Self::spawn_with(
+            Grpc {
+                members,
+                last: None,
+            },
+            stall,
+        )
     }
 
     fn spawn_with<O: Open>(open: O, stall: Duration) -> KeepAlives {
@@ -120,7 +127,9 @@ trait Answers: Send + 'static {
 }
 
 struct Grpc {
-    channel: Channel,
+    members: Arc<Members>,
+    /// The member of the stream opened last.
+    last: Option<usize>,
 }
 
 type Opening =
@@ -138,7 +147,12 @@ impl Open for Grpc {
     type Answers = GrpcAnswers;
 
     fn open(&mut self, requests: mpsc::Receiver<pb::LeaseKeepAliveRequest>) -> GrpcAnswers {
-        let mut client = LeaseClient::new(self.channel.clone());
+        if let Some(m) = self.last {
+            self.members.failed(m);
+        }
+        let (member, channel) = self.members.pick();
+        self.last = Some(member);
+        let mut client = LeaseClient::new(channel);
         GrpcAnswers::Opening(Box::pin(async move {
             client
                 .lease_keep_alive(ReceiverStream::new(requests))
