@@ -406,7 +406,7 @@ async fn a_deleted_log_is_refused_and_recover_keeps_tokens_going_up() {
         .await
         .unwrap();
     assert!(a.lease.token > 5, "a job the store lost: {}", a.lease.token);
-    let metrics = admin_get(&s, "/metrics").await;
+    let (_, metrics) = common::admin_request(s.admin, "/metrics").await;
     assert!(
         metrics.contains("leasehold_store_recovered{how=\"recovered\"} 1"),
         "{metrics}"
@@ -417,17 +417,6 @@ async fn a_deleted_log_is_refused_and_recover_keeps_tokens_going_up() {
     );
     let log = std::fs::read_to_string(dir.with_extension("stderr")).unwrap();
     assert!(log.contains("WARN") && log.contains("recovered"), "{log}");
-}
-
-async fn admin_get(s: &ServerProcess, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut c = tokio::net::TcpStream::connect(s.admin).await.unwrap();
-    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    c.read_to_string(&mut out).await.unwrap();
-    out
 }
 
 /// Backup through a running server, then restore it: into the same data dir
@@ -517,7 +506,7 @@ async fn backup_then_restore_never_issues_a_token_again() {
             assert!(a.lease.token > floor, "{job}: token {}", a.lease.token);
             assert!(a.lease.token > 7, "{job}: token {} repeats", a.lease.token);
         }
-        let metrics = admin_get(&s, "/metrics").await;
+        let (_, metrics) = common::admin_request(s.admin, "/metrics").await;
         assert!(
             metrics.contains("leasehold_store_recovered{how=\"restored\"} 1"),
             "{metrics}"
