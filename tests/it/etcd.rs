@@ -993,3 +993,91 @@ async fn one_member_paused_or_killed_costs_one_attempt_not_the_whole_fault() {
     assert!(kill_gap < Duration::from_secs(5), "{kill_gap:?}");
     check(&seen, &client_of(&urls[0], LONG)).await;
 }
+
+/// Ten thousand waiting Acquires on one frontend share one etcd watch (one
+/// stream, not one each: a few thousand used to exhaust the connection's
+/// streams), all get in line (the frontend keeps its calls to etcd within
+/// what etcd accepts, and a waiter joining wakes no one), and once they are
+/// all cancelled the job is granted through another frontend at once, and
+/// no waiter key is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::{Limits, Token};
+
+    const WAITERS: u64 = 10_000;
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let mut config = common::etcd::frontend_config(cluster.endpoints(), &prefix);
+    // Ten thousand joins are thirty thousand calls to one etcd member,
+    // while other tests run: what is tested is the line, not latency.
+    config.timeout = Duration::from_secs(30);
+    config.session_ttl = Duration::from_secs(10);
+    let a = EtcdNode::open(config.clone()).await.unwrap();
+    let b = EtcdNode::open(config).await.unwrap();
+    let l = Limits::default();
+    let job = l.job("popular").unwrap();
+    let ttl = Duration::from_secs(30);
+    let (ok, _) = a
+        .acquire(&job, &l.holder("h").unwrap(), ttl, NOW)
+        .await
+        .unwrap();
+    assert!(ok);
+    let tasks: Vec<_> = (0..WAITERS)
+        .map(|i| {
+            let (b, job, w) = (b.clone(), job.clone(), l.holder(&format!("w{i}")).unwrap());
+            tokio::spawn(async move { b.acquire(&job, &w, ttl, LONG).await })
+        })
+        .collect();
+    let t = Instant::now();
+    while b.snapshot().waiters < WAITERS as usize {
+        if let Some(i) = tasks.iter().position(|t| t.is_finished()) {
+            let mut tasks = tasks;
+            let r = tasks.remove(i).await.unwrap().map(|_| ());
+            panic!("a waiter ended while in line: {r:?}");
+        }
+        assert!(
+            t.elapsed() < LONG,
+            "{} of {WAITERS} in line",
+            b.snapshot().waiters
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "etcd: {WAITERS} waiters in line in {:?}, {} shared watch",
+        t.elapsed(),
+        b.shared_waiter_watches()
+    );
+    assert_eq!(b.shared_waiter_watches(), 1);
+    for t in &tasks {
+        t.abort();
+    }
+    a.release(&job, &l.holder("h").unwrap(), Token(1))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let (ok, _) = a
+            .acquire(&job, &l.holder("next").unwrap(), ttl, NOW)
+            .await
+            .unwrap();
+        if ok {
+            break;
+        }
+        assert!(
+            t.elapsed() < LONG,
+            "the cancelled waiters still block the line"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("etcd: granted {:?} after the cancel", t.elapsed());
+    let t = Instant::now();
+    while b.snapshot().waiters > 0 || b.shared_waiter_watches() > 0 {
+        assert!(
+            t.elapsed() < LONG,
+            "waiters left behind: {}",
+            b.snapshot().waiters
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

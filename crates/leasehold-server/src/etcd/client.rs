@@ -66,7 +66,16 @@ pub struct Etcd {
     members: Arc<Members>,
     timeout: Duration,
     keep_alives: KeepAlives,
+    /// Calls in flight to etcd at most ([`IN_FLIGHT`]); more wait here,
+    /// within their deadline.
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Unary calls a frontend has in flight to etcd at most. etcd refuses
+/// proposals past a few thousand pending ("too many requests"); ten
+/// thousand waiting `Acquire`s joining the line at once wait their turn in
+/// the frontend instead.
+const IN_FLIGHT: usize = 512;
 
 /// One channel per member, and which one calls go to now. A call goes to
 /// the current member while it answers; one that fails a call or gives no
@@ -163,6 +172,7 @@ impl Etcd {
             keep_alives: KeepAlives::spawn(members.clone(), KEEP_ALIVE_STALL),
             members,
             timeout,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT)),
         })
     }
 
@@ -175,7 +185,18 @@ impl Etcd {
     /// Only for calls that may safely run more than once.
     /// Each attempt goes to the current member; an attempt that fails or
     /// gets no answer moves the client on to the next member.
-    async fn retry<T, F, Fut>(&self, what: &str, mut f: F) -> Result<T>
+    async fn retry<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, Status>>,
+    {
+        self.retry_with(what, true, f).await
+    }
+
+    /// [`Etcd::retry`], waiting for a place among the calls in flight when
+    /// `limited`: lease keep-alives never wait behind other calls (a lease
+    /// that is not renewed in time runs out).
+    async fn retry_with<T, F, Fut>(&self, what: &str, limited: bool, mut f: F) -> Result<T>
     where
         F: FnMut(Channel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
@@ -185,7 +206,15 @@ impl Etcd {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let (member, ch) = self.members.pick();
-            let err = match tokio::time::timeout(left.min(ATTEMPT), f(ch)).await {
+            let attempt = async {
+                let _permit = if limited {
+                    Some(self.in_flight.acquire().await)
+                } else {
+                    None
+                };
+                f(ch).await
+            };
+            let err = match tokio::time::timeout(left.min(ATTEMPT), attempt).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(s)) if !retryable(&s) => return Err(storage(what, &s)),
                 Ok(Err(s)) => {
@@ -211,9 +240,12 @@ impl Etcd {
         }
     }
 
-    /// Runs `f` once, on the current member, within one attempt's time:
-    /// a change is not retried (its outcome would be unknown), but a member
-    /// that failed it or did not answer is left for the next call.
+    /// Runs `f` once, on the current member, within the deadline: a change
+    /// is not retried (its outcome would be unknown), but a member that
+    /// failed it or did not answer is left for the next call. (Not within
+    /// one attempt: a busy cluster may take longer than that to commit, and
+    /// the reads that come first in every operation already move on from a
+    /// member that does not answer.)
     async fn once<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
         F: FnOnce(Channel) -> Fut,
@@ -227,8 +259,12 @@ impl Etcd {
     where
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
-        let limit = self.timeout.min(ATTEMPT);
-        match tokio::time::timeout(limit, f).await {
+        let limit = self.timeout;
+        let call = async {
+            let _permit = self.in_flight.acquire().await;
+            f.await
+        };
+        match tokio::time::timeout(limit, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(s)) => {
                 if retryable(&s) {
@@ -357,7 +393,7 @@ impl Etcd {
     /// revocation and says not found). Sent on the client's one
     /// keep-alive stream.
     pub async fn keep_alive(&self, id: i64) -> Result<Option<(i64, u64)>> {
-        self.retry("lease keep-alive", |_member| {
+        self.retry_with("lease keep-alive", false, |_member| {
             let ka = self.keep_alives.clone();
             async move {
                 let r = ka.keep_alive(id).await?;

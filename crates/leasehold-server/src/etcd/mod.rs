@@ -127,7 +127,7 @@ use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
 use crate::node::{RenewOutcome, Renewal, Snapshot, StoreHealth};
 use crate::store::ValueRecord;
-use client::{range_req, ranges, Etcd, Watch};
+use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
 use keys::{decode_value, Holding, JobState, Keys};
 use mirror::Mirror;
@@ -195,6 +195,8 @@ struct Inner {
     health: tokio::sync::watch::Sender<StoreHealth>,
     /// Departed waiters' keys still to delete.
     orphans: queue::Orphans,
+    /// One etcd watch per job with waiters on this frontend.
+    job_watches: queue::JobWatches,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -239,6 +241,7 @@ impl EtcdNode {
                 tasks: Mutex::new(Vec::new()),
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
                 orphans: queue::Orphans::default(),
+                job_watches: queue::JobWatches::default(),
             }),
         };
         let sweeper = tokio::spawn(queue::Orphans::sweep(node.clone()));
@@ -255,6 +258,11 @@ impl EtcdNode {
             .expect("tasks lock")
             .extend([keeper, mirror, prober, sweeper]);
         Ok(node)
+    }
+
+    /// Jobs whose waiters on this frontend share an etcd watch now.
+    pub fn shared_waiter_watches(&self) -> usize {
+        self.inner.job_watches.len()
     }
 
     /// Keys of departed waiters that this frontend still has to delete
@@ -400,7 +408,7 @@ impl EtcdNode {
         self.check_ttl(ttl)?;
         let give_up = Instant::now() + wait;
         let mut waiting: Option<Waiting> = None;
-        let mut watch: Option<Watch> = None;
+        let mut watch: Option<Arc<queue::JobWatch>> = None;
         let mut closing = self.inner.closing.subscribe();
         let mut tries = 0;
         loop {
@@ -436,14 +444,22 @@ impl EtcdNode {
                 waiting = Some(self.enqueue(job, holder).await?);
                 continue; // read again: the job may have changed meanwhile
             }
-            if watch.is_none() {
-                let ranges = queue::wake_ranges(&self.inner.keys, job.as_str());
-                watch = Some(self.failed(self.inner.etcd.watch(&ranges, read.revision + 1).await)?);
+            // The job's shared watch; a new one when the one running started
+            // after our read (read again first).
+            let fits = watch.as_ref().is_some_and(|w| w.starts_by(read.revision));
+            if !fits {
+                watch = self
+                    .inner
+                    .job_watches
+                    .watch(self, job.as_str(), read.revision);
+                if watch.is_none() {
+                    continue;
+                }
             }
-            let w = watch.as_mut().expect("watch open");
+            let w = watch.clone().expect("watch open");
             tokio::select! {
-                r = w.next() => if r.is_err() {
-                    // Read afresh and watch again from there.
+                changed = w.changed_after(read.revision) => if !changed {
+                    // It broke: read afresh and share a new one.
                     watch = None;
                 },
                 _ = sleep_until(give_up) => {}

@@ -91,6 +91,122 @@ pub fn wake_ranges(keys: &Keys, job: &str) -> [(Vec<u8>, Vec<u8>); 2] {
     [keys.job_range(job), keys.waiters_range(job)]
 }
 
+/// One etcd watch per job, shared by every waiting `Acquire` of that job
+/// on this frontend. A waiter used to open a watch stream of its own, and a
+/// few thousand waiters ran into the connection's stream limit; now ten
+/// thousand waiters on one job cost one stream. The watch publishes the
+/// revision of the newest change it saw; a waiter reads again whenever it
+/// passes the revision of its own last read.
+#[derive(Default)]
+pub(super) struct JobWatches {
+    jobs: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<JobWatch>>>,
+}
+
+/// A job's shared watch: alive while a waiter holds it.
+pub(super) struct JobWatch {
+    /// The revision the watch started from: it sees every change after it.
+    start: i64,
+    /// The newest revision a change was seen at; `-1` once the watch broke
+    /// (its waiters read again and share a new one).
+    seen: tokio::sync::watch::Sender<i64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for JobWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl JobWatch {
+    /// Waits until a change after `revision` was seen (`true`), or the
+    /// watch broke (`false`).
+    pub(super) async fn changed_after(&self, revision: i64) -> bool {
+        let mut rx = self.seen.subscribe();
+        let r = rx.wait_for(|s| *s < 0 || *s > revision).await;
+        r.is_ok_and(|s| *s > revision)
+    }
+
+    /// Whether it sees every change after `revision` (and still runs).
+    pub(super) fn starts_by(&self, revision: i64) -> bool {
+        self.live() && self.start <= revision + 1
+    }
+
+    /// Whether it still runs.
+    fn live(&self) -> bool {
+        *self.seen.borrow() >= 0
+    }
+}
+
+impl JobWatches {
+    /// The shared watch of `job` that sees every change after `revision`
+    /// (the waiter's last read); `None` when the running one started after
+    /// that revision (read again first: something may have changed in
+    /// between).
+    pub(super) fn watch(
+        &self,
+        node: &EtcdNode,
+        job: &str,
+        revision: i64,
+    ) -> Option<std::sync::Arc<JobWatch>> {
+        let mut jobs = self.jobs.lock().expect("job watches lock");
+        jobs.retain(|_, w| w.strong_count() > 0);
+        if let Some(w) = jobs.get(job).and_then(std::sync::Weak::upgrade) {
+            if w.live() {
+                return (w.start <= revision + 1).then_some(w);
+            }
+        }
+        let start = revision + 1;
+        let (seen, _) = tokio::sync::watch::channel(start - 1);
+        let tx = seen.clone();
+        let (etcd, ranges) = (node.inner.etcd.clone(), wake_ranges(&node.inner.keys, job));
+        let waiters = node.inner.keys.waiters_range(job);
+        let task = tokio::spawn(async move {
+            let mut w = match etcd.watch(&ranges, start).await {
+                Ok(w) => w,
+                Err(_) => {
+                    tx.send_replace(-1);
+                    return;
+                }
+            };
+            loop {
+                match w.next().await {
+                    Ok(r) => {
+                        // A waiter joining the line joins behind everyone
+                        // waiting: it changes nothing for them. Waking every
+                        // waiter at every join cost each of n joins n reads.
+                        let joins_only = r.events.iter().all(|e| {
+                            e.r#type == pb::event::EventType::Put as i32
+                                && e.kv.as_ref().is_some_and(|kv| {
+                                    kv.create_revision == kv.mod_revision
+                                        && kv.key >= waiters.0
+                                        && kv.key < waiters.1
+                                })
+                        });
+                        if !joins_only {
+                            let rev = r.header.map_or(0, |h| h.revision);
+                            tx.send_modify(|s| *s = (*s).max(rev));
+                        }
+                    }
+                    Err(_) => {
+                        tx.send_replace(-1);
+                        return;
+                    }
+                }
+            }
+        });
+        let w = std::sync::Arc::new(JobWatch { start, seen, task });
+        jobs.insert(job.to_owned(), std::sync::Arc::downgrade(&w));
+        Some(w)
+    }
+
+    /// Jobs with a shared watch now, for tests.
+    pub(super) fn len(&self) -> usize {
+        let jobs = self.jobs.lock().expect("job watches lock");
+        jobs.values().filter(|w| w.strong_count() > 0).count()
+    }
+}
+
 /// A queued `Acquire`'s key in etcd. Dropping it takes the waiter out of
 /// line (unless its grant already did).
 pub struct Waiting {
