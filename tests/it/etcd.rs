@@ -912,6 +912,11 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
     assert_eq!(b.orphaned_waiter_keys(), 0);
 }
 
+/// Held by the tests that load the machine hardest (ten thousand waiters)
+/// or measure under load (a member's fault): on two cores, one of them
+/// running beside the other would measure the other's load.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Successful calls in each second of `[from, to)`.
 fn per_second(ok_at: &[Instant], from: Instant, to: Instant) -> Vec<usize> {
     let secs = (to - from).as_secs() as usize;
@@ -935,6 +940,7 @@ fn per_second(ok_at: &[Instant], from: Instant, to: Instant) -> Vec<usize> {
 /// are printed next to the rate before the fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_member_paused_or_killed_costs_one_attempt_not_the_whole_fault() {
+    let _heavy = HEAVY.lock().await;
     let mut cluster = EtcdCluster::start(3);
     let prefix = fresh_prefix();
     let fs: Vec<ServerProcess> = (0..2)
@@ -1002,6 +1008,7 @@ async fn one_member_paused_or_killed_costs_one_attempt_not_the_whole_fault() {
 /// no waiter key is left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
+    let _heavy = HEAVY.lock().await;
     use leasehold::etcd::EtcdNode;
     use leasehold::lease::{Limits, Token};
 

@@ -205,16 +205,25 @@ impl Etcd {
         let mut backoff = Duration::from_millis(20);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let (member, ch) = self.members.pick();
-            let attempt = async {
-                let _permit = if limited {
-                    Some(self.in_flight.acquire().await)
-                } else {
-                    None
-                };
-                f(ch).await
+            // A place among the calls in flight, within the deadline but
+            // not counted against the attempt: a call that waited its turn
+            // must not lose it to an attempt's timeout and queue again.
+            let _permit = if limited {
+                match tokio::time::timeout(left, self.in_flight.acquire()).await {
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        return Err(Error::Storage(format!(
+                            "etcd {what}: too many calls in flight to etcd for {:?}; not sent",
+                            self.timeout
+                        )))
+                    }
+                }
+            } else {
+                None
             };
-            let err = match tokio::time::timeout(left.min(ATTEMPT), attempt).await {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (member, ch) = self.members.pick();
+            let err = match tokio::time::timeout(left.min(ATTEMPT), f(ch)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(s)) if !retryable(&s) => return Err(storage(what, &s)),
                 Ok(Err(s)) => {
@@ -259,12 +268,18 @@ impl Etcd {
     where
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
-        let limit = self.timeout;
-        let call = async {
-            let _permit = self.in_flight.acquire().await;
-            f.await
+        let deadline = Instant::now() + self.timeout;
+        let _permit = match tokio::time::timeout(self.timeout, self.in_flight.acquire()).await {
+            Ok(p) => p,
+            Err(_) => {
+                return Err(Error::Storage(format!(
+                    "etcd {what}: too many calls in flight to etcd for {:?}; not sent",
+                    self.timeout
+                )))
+            }
         };
-        match tokio::time::timeout(limit, call).await {
+        let limit = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(limit, f).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(s)) => {
                 if retryable(&s) {
