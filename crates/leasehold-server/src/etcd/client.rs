@@ -209,15 +209,7 @@ impl Etcd {
             // not counted against the attempt: a call that waited its turn
             // must not lose it to an attempt's timeout and queue again.
             let _permit = if limited {
-                match tokio::time::timeout(left, self.in_flight.acquire()).await {
-                    Ok(p) => Some(p),
-                    Err(_) => {
-                        return Err(Error::Storage(format!(
-                            "etcd {what}: too many calls in flight to etcd for {:?}; not sent",
-                            self.timeout
-                        )))
-                    }
-                }
+                Some(self.place(what, left).await?)
             } else {
                 None
             };
@@ -249,6 +241,21 @@ impl Etcd {
         }
     }
 
+    /// A place among the calls in flight ([`IN_FLIGHT`]), waited for up to
+    /// `within`; the call is not sent without one.
+    async fn place(
+        &self,
+        what: &str,
+        within: Duration,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>> {
+        match tokio::time::timeout(within, self.in_flight.acquire()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) | Err(_) => Err(Error::Storage(format!(
+                "etcd {what}: too many calls in flight to etcd for {within:?}; not sent"
+            ))),
+        }
+    }
+
     /// Runs `f` once, on the current member, within the deadline: a change
     /// is not retried (its outcome would be unknown), but a member that
     /// failed it or did not answer is left for the next call. (Not within
@@ -269,15 +276,7 @@ impl Etcd {
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let deadline = Instant::now() + self.timeout;
-        let _permit = match tokio::time::timeout(self.timeout, self.in_flight.acquire()).await {
-            Ok(p) => p,
-            Err(_) => {
-                return Err(Error::Storage(format!(
-                    "etcd {what}: too many calls in flight to etcd for {:?}; not sent",
-                    self.timeout
-                )))
-            }
-        };
+        let _permit = self.place(what, self.timeout).await?;
         let limit = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(limit, f).await {
             Ok(Ok(v)) => Ok(v),
