@@ -894,22 +894,38 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
         .await
         .unwrap();
     // Within the session TTL (10 s), though the frontend lives on.
+    granted_within(
+        &a,
+        &job,
+        &l.holder("x").unwrap(),
+        Duration::from_secs(8),
+        "the line is still blocked by the departed waiter",
+    )
+    .await;
+    assert_eq!(b.orphaned_waiter_keys(), 0);
+}
+
+/// Asks for `job` without waiting until it is granted to `holder`, failing
+/// with `why` after `limit`; returns how long it took.
+async fn granted_within(
+    node: &leasehold::etcd::EtcdNode,
+    job: &leasehold::lease::JobName,
+    holder: &leasehold::lease::HolderId,
+    limit: Duration,
+    why: &str,
+) -> Duration {
     let t = Instant::now();
     loop {
-        let (ok, _) = a
-            .acquire(&job, &l.holder("x").unwrap(), ttl, NOW)
+        let (ok, _) = node
+            .acquire(job, holder, Duration::from_secs(5), NOW)
             .await
             .unwrap();
         if ok {
-            break;
+            return t.elapsed();
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(8),
-            "the line is still blocked by the departed waiter"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(t.elapsed() < limit, "{why}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(b.orphaned_waiter_keys(), 0);
 }
 
 /// Held by the tests that load the machine hardest (ten thousand waiters)
@@ -1062,22 +1078,15 @@ async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
     a.release(&job, &l.holder("h").unwrap(), Token(1))
         .await
         .unwrap();
-    let t = Instant::now();
-    loop {
-        let (ok, _) = a
-            .acquire(&job, &l.holder("next").unwrap(), ttl, NOW)
-            .await
-            .unwrap();
-        if ok {
-            break;
-        }
-        assert!(
-            t.elapsed() < LONG,
-            "the cancelled waiters still block the line"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    println!("etcd: granted {:?} after the cancel", t.elapsed());
+    let took = granted_within(
+        &a,
+        &job,
+        &l.holder("next").unwrap(),
+        LONG,
+        "the cancelled waiters still block the line",
+    )
+    .await;
+    println!("etcd: granted {took:?} after the cancel");
     let t = Instant::now();
     while b.snapshot().waiters > 0 || b.shared_waiter_watches() > 0 {
         assert!(
