@@ -9,6 +9,7 @@
 //! Every figure is reported with a ratio against a baseline measured in the
 //! same run, seconds apart: these machines are shared and noisy.
 
+mod faults;
 mod fleet;
 mod proc;
 mod report;
@@ -74,6 +75,9 @@ enum Command {
     /// Loads one running leasehold server with one workload, for profiling
     /// (`perf record -p PID` or `valgrind --tool=callgrind` on the server).
     Load(LoadArgs),
+    /// etcd mode while one etcd member is paused or killed: successful
+    /// calls per second next to the same load without a fault.
+    EtcdFaults(faults::FaultArgs),
 }
 
 #[derive(clap::Args)]
@@ -143,6 +147,7 @@ fn main() -> Res<()> {
         Command::EchoServe { sync_file } => rt.block_on(echo_serve(sync_file)),
         Command::Run(a) => rt.block_on(run_all(a)),
         Command::Load(a) => rt.block_on(load(a)),
+        Command::EtcdFaults(a) => rt.block_on(faults::run(a)),
     }
 }
 

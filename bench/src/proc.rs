@@ -45,7 +45,7 @@ impl Server {
 
     /// Spawns `cmd` and reads its first line; word `addr_word` is the
     /// address ("leasehold listening on ADDR admin ADDR").
-    fn spawn(mut cmd: Command, addr_word: usize) -> Res<Server> {
+    pub fn spawn(mut cmd: Command, addr_word: usize) -> Res<Server> {
         // The child goes when the bench goes, however it goes.
         // SAFETY: prctl is async-signal-safe; nothing else runs between
         // fork and exec here.

@@ -1,14 +1,14 @@
 //! A small etcd v3 client over tonic: exactly the calls the backend makes,
 //! each bounded by a deadline.
 //!
-//! One channel balances over every endpoint; HTTP/2 keepalive pings drop a
-//! connection to a member that stopped answering (SIGSTOP, partition)
-//! within a few seconds, so later calls go to the others. Reads and other
-//! idempotent calls are retried on another attempt until the deadline;
-//! calls that change something are made once, and a failure is reported
-//! as [`Error::Storage`] (UNAVAILABLE): its outcome is unknown, as for any
-//! lost reply. Every lease keep-alive of the client goes over one shared
-//! `LeaseKeepAlive` stream (see [`keep_alive`]).
+//! Calls go to one member at a time, the next one once it fails a call, gives
+//! no answer within an attempt, or is found stalled by the prober (see
+//! [`members`]: a paused member is left within about half a second). Reads
+//! and other idempotent calls are retried on another member until the
+//! deadline; calls that change something are made once, and a failure is
+//! reported as [`Error::Storage`] (UNAVAILABLE): its outcome is unknown, as
+//! for any lost reply. Every lease keep-alive of the client goes over one
+//! shared `LeaseKeepAlive` stream (see [`keep_alive`]).
 //!
 //! # Why not the `etcd-client` crate
 //!
@@ -31,7 +31,6 @@
 //! calls. So the client is this file, over the part of etcd's API in
 //! `etcd.proto`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,8 +43,10 @@ use tonic::{Code, Status};
 use crate::error::{Error, Result};
 
 pub mod keep_alive;
+mod members;
 
 use keep_alive::KeepAlives;
+pub(crate) use members::Members;
 
 /// Code generated from `src/etcd/etcd.proto`: etcd's own names.
 #[allow(missing_docs, clippy::all)]
@@ -76,43 +77,6 @@ pub struct Etcd {
 /// thousand waiting `Acquire`s joining the line at once wait their turn in
 /// the frontend instead.
 const IN_FLIGHT: usize = 512;
-
-/// One channel per member, and which one calls go to now. A call goes to
-/// the current member while it answers; one that fails a call or gives no
-/// answer within an attempt ([`ATTEMPT`]) is left for the next, so a
-/// killed or paused member costs one attempt, not every call for as long
-/// as it is down. (A balancing channel over all members kept sending to a
-/// paused one until its connection was dropped, and to a killed one at
-/// every reconnect.)
-pub(crate) struct Members {
-    channels: Vec<Channel>,
-    current: AtomicUsize,
-}
-
-impl Members {
-    /// The member to call now, and its channel.
-    pub(crate) fn pick(&self) -> (usize, Channel) {
-        let i = self.current.load(Ordering::Acquire) % self.channels.len();
-        (i, self.channels[i].clone())
-    }
-
-    /// Moves on from `member`, unless another call did already.
-    pub(crate) fn failed(&self, member: usize) {
-        let next = (member + 1) % self.channels.len();
-        if self
-            .current
-            .compare_exchange(member, next, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-            && self.channels.len() > 1
-        {
-            tracing::debug!(
-                from = member,
-                to = next,
-                "etcd: moving on to another member"
-            );
-        }
-    }
-}
 
 /// How long one attempt of a call may take before another is tried.
 const ATTEMPT: Duration = Duration::from_secs(2);
@@ -164,10 +128,7 @@ impl Etcd {
                 .keep_alive_while_idle(true);
             channels.push(ep.connect_lazy());
         }
-        let members = Arc::new(Members {
-            channels,
-            current: AtomicUsize::new(0),
-        });
+        let members = Members::new(channels);
         Ok(Etcd {
             keep_alives: KeepAlives::spawn(members.clone(), KEEP_ALIVE_STALL),
             members,
@@ -215,17 +176,24 @@ impl Etcd {
             };
             let left = deadline.saturating_duration_since(Instant::now());
             let (member, ch) = self.members.pick();
-            let err = match tokio::time::timeout(left.min(ATTEMPT), f(ch)).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(s)) if !retryable(&s) => return Err(storage(what, &s)),
-                Ok(Err(s)) => {
+            let stalled = self.members.stalled(member);
+            let attempt = tokio::time::timeout(left.min(ATTEMPT), f(ch));
+            let err = match tokio::select! {
+                r = attempt => Some(r),
+                () = stalled => None,
+            } {
+                Some(Ok(Ok(v))) => return Ok(v),
+                Some(Ok(Err(s))) if !retryable(&s) => return Err(storage(what, &s)),
+                Some(Ok(Err(s))) => {
                     self.members.failed(member);
                     storage(what, &s)
                 }
-                Err(_) => {
+                Some(Err(_)) => {
                     self.members.failed(member);
                     Error::Storage(format!("etcd {what}: no answer within {ATTEMPT:?}"))
                 }
+                // Sent again at once, to the member that answered.
+                None => continue,
             };
             if Instant::now() + backoff >= deadline {
                 return Err(match err {
@@ -278,7 +246,17 @@ impl Etcd {
         let deadline = Instant::now() + self.timeout;
         let _permit = self.place(what, self.timeout).await?;
         let limit = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(limit, f).await {
+        let stalled = self.members.stalled(member);
+        let r = tokio::select! {
+            r = tokio::time::timeout(limit, f) => r,
+            () = stalled => {
+                return Err(Error::Storage(format!(
+                    "etcd {what}: the member it was sent to stopped answering; the change may \
+                     or may not have happened"
+                )));
+            }
+        };
+        match r {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(s)) => {
                 if retryable(&s) {
@@ -476,6 +454,7 @@ impl Etcd {
         Ok(Watch {
             _tx: tx,
             stream,
+            stalled: Box::pin(self.members.stalled(member)),
             members: self.members.clone(),
             member,
         })
@@ -519,6 +498,9 @@ pub struct Watch {
     /// The member it was opened on: left for the next if the watch breaks.
     members: Arc<Members>,
     member: usize,
+    /// Completes when that member is found stalled: its watch would wait
+    /// for events that never come.
+    stalled: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
 impl Watch {
@@ -526,7 +508,13 @@ impl Watch {
     /// was cancelled (the caller reads afresh and watches again).
     pub async fn next(&mut self) -> Result<pb::WatchResponse> {
         loop {
-            let r = match self.stream.message().await {
+            let message = tokio::select! {
+                m = self.stream.message() => m,
+                () = &mut self.stalled => {
+                    return Err(Error::Storage("etcd watch: its member stopped answering".into()));
+                }
+            };
+            let r = match message {
                 Ok(Some(r)) => r,
                 Ok(None) => {
                     self.members.failed(self.member);

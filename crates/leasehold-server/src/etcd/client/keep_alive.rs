@@ -137,7 +137,13 @@ type Opening =
 
 /// A gRPC stream: being opened (etcd sends its response headers with its
 /// first answer), then open, then done.
-enum GrpcAnswers {
+struct GrpcAnswers {
+    state: GrpcState,
+    /// Completes when the stream's member is found stalled.
+    stalled: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+enum GrpcState {
     Opening(Opening),
     Open(Box<Streaming<pb::LeaseKeepAliveResponse>>),
     Done,
@@ -153,28 +159,46 @@ impl Open for Grpc {
         let (member, channel) = self.members.pick();
         self.last = Some(member);
         let mut client = LeaseClient::new(channel);
-        GrpcAnswers::Opening(Box::pin(async move {
-            client
-                .lease_keep_alive(ReceiverStream::new(requests))
-                .await
-                .map(|r| r.into_inner())
-        }))
+        GrpcAnswers {
+            state: GrpcState::Opening(Box::pin(async move {
+                client
+                    .lease_keep_alive(ReceiverStream::new(requests))
+                    .await
+                    .map(|r| r.into_inner())
+            })),
+            stalled: Box::pin(self.members.stalled(member)),
+        }
     }
 }
 
 impl Answers for GrpcAnswers {
     async fn next(&mut self) -> Option<Answer> {
+        if matches!(self.state, GrpcState::Done) {
+            return None;
+        }
+        tokio::select! {
+            a = self.state.next() => a,
+            () = &mut self.stalled => {
+                self.state = GrpcState::Done;
+                Some(Err(Status::unavailable("the keep-alive stream's etcd member stopped answering")))
+            }
+        }
+    }
+}
+
+impl GrpcState {
+    async fn next(&mut self) -> Option<Answer> {
         loop {
             match self {
-                GrpcAnswers::Opening(f) => match f.as_mut().await {
-                    Ok(s) => *self = GrpcAnswers::Open(Box::new(s)),
+                GrpcState::Opening(f) => match f.as_mut().await {
+                    Ok(s) => *self = GrpcState::Open(Box::new(s)),
                     Err(e) => {
-                        *self = GrpcAnswers::Done;
+                        *self = GrpcState::Done;
                         return Some(Err(e));
                     }
                 },
-                GrpcAnswers::Open(s) => return s.message().await.transpose(),
-                GrpcAnswers::Done => return None,
+                GrpcState::Open(s) => return s.message().await.transpose(),
+                GrpcState::Done => return None,
             }
         }
     }

@@ -1,0 +1,149 @@
+//! Which etcd member a frontend calls, and how it leaves one that stalls.
+//!
+//! A frontend keeps one channel per member and sends every call to the
+//! current member. It moves on to the next when a call to it fails or gets
+//! no answer within an attempt, so a killed member costs the calls in
+//! flight to it and nothing after.
+//!
+//! A paused member (SIGSTOP, a long GC pause, a partition that drops
+//! packets) fails nothing: its connection stays open and calls to it just
+//! wait. Waiting for an attempt to run out (seconds) would stop the
+//! frontend for that long, and a shorter attempt would fail slow calls of a
+//! busy, healthy cluster. So a prober tells the two apart. Every
+//! [`PROBE_EVERY`] it asks the current member and the next one for their
+//! status, which a member answers from memory, without raft. The current
+//! member is taken for stalled when it leaves its probe unanswered for
+//! [`STALL`] while the other answers the same probe in under [`QUICK`]: a
+//! busy cluster is slow everywhere, a paused member is silent while its
+//! peers are quick. The frontend then moves to the member that answered,
+//! and every call in flight to the stalled one gives up at once
+//! ([`Members::stalled`]): reads and other idempotent calls are sent again
+//! to the new member, a change is reported UNAVAILABLE (its outcome
+//! unknown, as for any lost reply), and the keep-alive stream reopens.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::pb;
+use super::pb::maintenance_client::MaintenanceClient;
+
+/// How often the current member is probed.
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
+
+/// How long the current member may leave a probe unanswered, while another
+/// answers quickly, before it is taken for stalled.
+pub(crate) const STALL: Duration = Duration::from_millis(300);
+
+/// How quickly the other member must answer for the silence of the current
+/// one to count.
+pub(crate) const QUICK: Duration = Duration::from_millis(100);
+
+/// One channel per member, and which one calls go to now.
+pub(crate) struct Members {
+    channels: Vec<Channel>,
+    current: AtomicUsize,
+    /// Per member, bumped each time it is found stalled.
+    stalls: Vec<watch::Sender<u64>>,
+}
+
+impl Members {
+    /// The members behind `channels`, calling the first one first, with a
+    /// prober when there is more than one (it stops with the last
+    /// reference to them).
+    pub(crate) fn new(channels: Vec<Channel>) -> Arc<Members> {
+        let stalls = channels.iter().map(|_| watch::Sender::new(0)).collect();
+        let members = Arc::new(Members {
+            channels,
+            current: AtomicUsize::new(0),
+            stalls,
+        });
+        if members.channels.len() > 1 {
+            tokio::spawn(probe(Arc::downgrade(&members)));
+        }
+        members
+    }
+
+    /// The member to call now, and its channel.
+    pub(crate) fn pick(&self) -> (usize, Channel) {
+        let i = self.current.load(Ordering::Acquire) % self.channels.len();
+        (i, self.channels[i].clone())
+    }
+
+    /// Moves on from `member`, unless another call did already.
+    pub(crate) fn failed(&self, member: usize) {
+        self.move_on(member, (member + 1) % self.channels.len());
+    }
+
+    fn move_on(&self, from: usize, to: usize) -> bool {
+        let moved = self
+            .current
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            && self.channels.len() > 1;
+        if moved {
+            tracing::debug!(from, to, "etcd: moving on to another member");
+        }
+        moved
+    }
+
+    /// Completes when `member` is found stalled after this call: whoever
+    /// waits on it for an answer should stop waiting.
+    pub(crate) fn stalled(&self, member: usize) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.stalls[member].subscribe();
+        async move {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// `member` left a probe unanswered while `other` answered: calls go to
+    /// `other` from now on, and those in flight to `member` give up.
+    fn found_stalled(&self, member: usize, other: usize) {
+        if self.move_on(member, other) {
+            tracing::warn!(
+                member,
+                to = other,
+                "etcd: a member left a status probe unanswered for {STALL:?} while another \
+                 answered at once; calls in flight to it are given up and go to the other"
+            );
+        }
+        self.stalls[member].send_modify(|n| *n += 1);
+    }
+}
+
+/// The prober (see the module's documentation). Ends once the members
+/// are dropped.
+async fn probe(members: Weak<Members>) {
+    let mut tick = tokio::time::interval(PROBE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(m) = members.upgrade() else { return };
+        let (current, ch) = m.pick();
+        let other = (current + 1) % m.channels.len();
+        let (a, b) = tokio::join!(status(ch, STALL), status(m.channels[other].clone(), STALL));
+        match (a, b) {
+            (Some(_), _) | (None, None) => {}
+            (None, Some(took)) if took < QUICK => m.found_stalled(current, other),
+            (None, Some(_)) => {}
+        }
+    }
+}
+
+/// How long the member behind `ch` took to answer a status request, or
+/// `None` when it failed or did not answer within `within`.
+async fn status(ch: Channel, within: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut c = MaintenanceClient::new(ch);
+    match tokio::time::timeout(within, c.status(pb::StatusRequest {})).await {
+        Ok(Ok(_)) => Some(start.elapsed()),
+        _ => None,
+    }
+}
