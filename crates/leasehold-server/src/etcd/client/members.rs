@@ -10,19 +10,30 @@
 //! wait. Waiting for an attempt to run out (seconds) would stop the
 //! frontend for that long, and a shorter attempt would fail slow calls of a
 //! busy, healthy cluster. So a prober tells the two apart. Every
-//! [`PROBE_EVERY`] it asks the current member and the next one for their
-//! status, which a member answers from memory, without raft. The current
-//! member is taken for stalled when it leaves its probe unanswered for
-//! [`STALL`] while the other answers the same probe in under [`QUICK`]: a
-//! busy cluster is slow everywhere, a paused member is silent while its
-//! peers are quick. The frontend then moves to the member that answered,
+//! [`PROBE_EVERY`] it asks every member for its status, which a member
+//! answers from memory, without raft. The current member is taken for
+//! stalled when it leaves its probe unanswered for [`STALL`] while another
+//! answers the same probe in under [`QUICK`]: a busy cluster is slow
+//! everywhere, a paused member is silent while its peers are quick. The
+//! frontend then moves to the member that answered first,
 //! and every call in flight to the stalled one gives up at once
 //! ([`Members::stalled`]): reads and other idempotent calls are sent again
 //! to the new member, a change is reported UNAVAILABLE (its outcome
 //! unknown, as for any lost reply), and the keep-alive stream reopens.
+//!
+//! A call in flight when etcd's leader is lost gets no answer at all: the
+//! members drop the proposals and reads that waited for the old leader,
+//! and the caller would wait out its attempt. So the prober also follows
+//! the raft term the members report: once it grows (a new leader was
+//! elected), every call in flight gives up in the same way and is sent
+//! again, to a cluster that has a leader.
+//!
+//! Moving on from a member that failed a call skips the members that left
+//! their last probe unanswered, so a frontend does not come back to a
+//! paused or dead member while another answers.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -50,6 +61,10 @@ pub(crate) struct Members {
     current: AtomicUsize,
     /// Per member, bumped each time it is found stalled.
     stalls: Vec<watch::Sender<u64>>,
+    /// Per member, whether it left its last probe unanswered.
+    silent: Vec<AtomicBool>,
+    /// The highest raft term a probe saw.
+    term: watch::Sender<u64>,
 }
 
 impl Members {
@@ -58,10 +73,13 @@ impl Members {
     /// reference to them).
     pub(crate) fn new(channels: Vec<Channel>) -> Arc<Members> {
         let stalls = channels.iter().map(|_| watch::Sender::new(0)).collect();
+        let silent = channels.iter().map(|_| AtomicBool::new(false)).collect();
         let members = Arc::new(Members {
             channels,
             current: AtomicUsize::new(0),
             stalls,
+            silent,
+            term: watch::Sender::new(0),
         });
         if members.channels.len() > 1 {
             tokio::spawn(probe(Arc::downgrade(&members)));
@@ -75,9 +93,15 @@ impl Members {
         (i, self.channels[i].clone())
     }
 
-    /// Moves on from `member`, unless another call did already.
+    /// Moves on from `member`, unless another call did already: to the
+    /// next member that answered its last probe, else simply the next.
     pub(crate) fn failed(&self, member: usize) {
-        self.move_on(member, (member + 1) % self.channels.len());
+        let n = self.channels.len();
+        let next = (1..n)
+            .map(|k| (member + k) % n)
+            .find(|&i| !self.silent[i].load(Ordering::Relaxed))
+            .unwrap_or((member + 1) % n);
+        self.move_on(member, next);
     }
 
     fn move_on(&self, from: usize, to: usize) -> bool {
@@ -92,13 +116,17 @@ impl Members {
         moved
     }
 
-    /// Completes when `member` is found stalled after this call: whoever
-    /// waits on it for an answer should stop waiting.
+    /// Completes when `member` is found stalled, or etcd elects a new
+    /// leader, after this call: whoever waits on it for an answer should
+    /// stop waiting.
     pub(crate) fn stalled(&self, member: usize) -> impl Future<Output = ()> + Send + 'static {
-        let mut rx = self.stalls[member].subscribe();
+        let mut stall = self.stalls[member].subscribe();
+        let mut term = self.term.subscribe();
         async move {
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
+            tokio::select! {
+                Ok(()) = stall.changed() => {}
+                Ok(()) = term.changed() => {}
+                else => std::future::pending::<()>().await,
             }
         }
     }
@@ -126,24 +154,62 @@ async fn probe(members: Weak<Members>) {
     loop {
         tick.tick().await;
         let Some(m) = members.upgrade() else { return };
-        let (current, ch) = m.pick();
-        let other = (current + 1) % m.channels.len();
-        let (a, b) = tokio::join!(status(ch, STALL), status(m.channels[other].clone(), STALL));
-        match (a, b) {
-            (Some(_), _) | (None, None) => {}
-            (None, Some(took)) if took < QUICK => m.found_stalled(current, other),
-            (None, Some(_)) => {}
+        let (current, _) = m.pick();
+        let mut probes = tokio::task::JoinSet::new();
+        for (i, ch) in m.channels.iter().enumerate() {
+            let ch = ch.clone();
+            probes.spawn(async move { (i, status(ch, STALL).await) });
+        }
+        let mut answers = vec![None; m.channels.len()];
+        while let Some(r) = probes.join_next().await {
+            if let Ok((i, a)) = r {
+                answers[i] = a;
+            }
+        }
+        for (i, a) in answers.iter().enumerate() {
+            m.silent[i].store(a.is_none(), Ordering::Relaxed);
+        }
+        let term = answers.iter().flatten().map(|(_, t)| *t).max().unwrap_or(0);
+        let was = *m.term.borrow();
+        if term > was {
+            // The first term seen is no news: kept without waking anyone.
+            if was == 0 {
+                m.term.send_if_modified(|t| {
+                    *t = term;
+                    false
+                });
+            } else {
+                tracing::info!(
+                    term,
+                    "etcd: a new leader; calls in flight are sent again"
+                );
+                m.term.send_replace(term);
+            }
+        }
+        let answers: Vec<Option<Duration>> = answers.iter().map(|a| a.map(|(took, _)| took)).collect();
+        if answers[current].is_none() {
+            let quickest = answers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| a.map(|took| (took, i)))
+                .min();
+            if let Some((took, other)) = quickest {
+                if took < QUICK {
+                    m.found_stalled(current, other);
+                }
+            }
         }
     }
 }
 
-/// How long the member behind `ch` took to answer a status request, or
-/// `None` when it failed or did not answer within `within`.
-async fn status(ch: Channel, within: Duration) -> Option<Duration> {
+/// How long the member behind `ch` took to answer a status request, and
+/// the raft term it is in; `None` when it failed or did not answer within
+/// `within`.
+async fn status(ch: Channel, within: Duration) -> Option<(Duration, u64)> {
     let start = Instant::now();
     let mut c = MaintenanceClient::new(ch);
     match tokio::time::timeout(within, c.status(pb::StatusRequest {})).await {
-        Ok(Ok(_)) => Some(start.elapsed()),
+        Ok(Ok(r)) => Some((start.elapsed(), r.into_inner().raft_term)),
         _ => None,
     }
 }
