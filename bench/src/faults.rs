@@ -64,7 +64,7 @@ struct Member {
     child: Option<Child>,
 }
 
-struct Cluster {
+pub struct Cluster {
     dir: PathBuf,
     bin: PathBuf,
     members: Vec<Member>,
@@ -78,7 +78,7 @@ fn free_port() -> Res<u16> {
 }
 
 impl Cluster {
-    fn start(bin: &Path, dir: &Path) -> Res<Cluster> {
+    pub fn start(bin: &Path, dir: &Path) -> Res<Cluster> {
         std::fs::create_dir_all(dir)?;
         let mut members = Vec::new();
         for i in 0..3 {
@@ -146,7 +146,7 @@ impl Cluster {
     }
 
     /// The endpoints, `first` first.
-    fn endpoints_from(&self, first: usize) -> String {
+    pub fn endpoints_from(&self, first: usize) -> String {
         (0..3)
             .map(|k| self.endpoint((first + k) % 3))
             .collect::<Vec<_>>()
@@ -171,7 +171,7 @@ impl Cluster {
 
     /// Waits until every member answers and they agree on a leader; its
     /// index.
-    async fn leader(&self, within: Duration) -> Res<usize> {
+    pub async fn leader(&self, within: Duration) -> Res<usize> {
         let until = Instant::now() + within;
         loop {
             let mut ids = Vec::new();

@@ -15,6 +15,7 @@ mod proc;
 mod report;
 mod run;
 mod sys;
+mod waiters;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,6 +79,9 @@ enum Command {
     /// etcd mode while one etcd member is paused or killed: successful
     /// calls per second next to the same load without a fault.
     EtcdFaults(faults::FaultArgs),
+    /// What ten thousand waiting Acquires cost a server: the single node
+    /// against an etcd frontend.
+    Waiters(waiters::WaiterArgs),
 }
 
 #[derive(clap::Args)]
@@ -148,6 +152,7 @@ fn main() -> Res<()> {
         Command::Run(a) => rt.block_on(run_all(a)),
         Command::Load(a) => rt.block_on(load(a)),
         Command::EtcdFaults(a) => rt.block_on(faults::run(a)),
+        Command::Waiters(a) => rt.block_on(waiters::run(a)),
     }
 }
 

@@ -13,6 +13,8 @@ use crate::sys::Res;
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// The admin address (`host:port`), when the line names one.
+    pub admin: Option<String>,
     /// From spawn to the "listening" line.
     pub startup: Duration,
 }
@@ -67,8 +69,13 @@ impl Server {
             .split_whitespace()
             .nth(addr_word)
             .ok_or_else(|| format!("unexpected start-up line {line:?}"))?;
+        let admin = line
+            .split_whitespace()
+            .nth(addr_word + 2)
+            .map(str::to_owned);
         Ok(Server {
             addr: format!("http://{addr}"),
+            admin,
             child,
             startup,
         })

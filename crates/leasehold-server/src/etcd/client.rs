@@ -236,15 +236,27 @@ impl Etcd {
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let (member, ch) = self.members.pick();
-        self.bounded_once(what, member, f(ch)).await
+        self.bounded_once(what, member, true, f(ch)).await
     }
 
-    async fn bounded_once<T, Fut>(&self, what: &str, member: usize, f: Fut) -> Result<T>
+    /// Runs `f` once within the deadline; with a place among the calls in
+    /// flight when `limited`.
+    async fn bounded_once<T, Fut>(
+        &self,
+        what: &str,
+        member: usize,
+        limited: bool,
+        f: Fut,
+    ) -> Result<T>
     where
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let deadline = Instant::now() + self.timeout;
-        let _permit = self.place(what, self.timeout).await?;
+        let _permit = if limited {
+            Some(self.place(what, self.timeout).await?)
+        } else {
+            None
+        };
         let limit = deadline.saturating_duration_since(Instant::now());
         let stalled = self.members.stalled(member);
         let r = tokio::select! {
@@ -286,6 +298,18 @@ impl Etcd {
     /// A transaction that only reads (its ranges see one revision),
     /// retried until the deadline.
     pub async fn read_txn(&self, reads: Vec<pb::RangeRequest>) -> Result<pb::TxnResponse> {
+        self.read_txn_noting(reads, &std::sync::atomic::AtomicBool::new(false))
+            .await
+    }
+
+    /// [`Etcd::read_txn`], setting `sent` as its first attempt is sent (after
+    /// any wait for a place among the calls in flight): an answer to it
+    /// reflects everything that happened before that moment.
+    pub async fn read_txn_noting(
+        &self,
+        reads: Vec<pb::RangeRequest>,
+        sent: &std::sync::atomic::AtomicBool,
+    ) -> Result<pb::TxnResponse> {
         let req = pb::TxnRequest {
             compare: Vec::new(),
             success: reads
@@ -297,6 +321,7 @@ impl Etcd {
             failure: Vec::new(),
         };
         self.retry("read", |ch| {
+            sent.store(true, std::sync::atomic::Ordering::Release);
             let mut kv = KvClient::new(ch);
             let req = req.clone();
             async move { kv.txn(req).await.map(|r| r.into_inner()) }
@@ -309,6 +334,20 @@ impl Etcd {
         self.once("txn", |ch| {
             let mut kv = KvClient::new(ch);
             async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
+    /// A transaction that puts waiter keys, made once without waiting for
+    /// a place among the calls in flight: each carries many waiters' keys,
+    /// and its caller keeps a few in flight at most (see
+    /// `etcd::queue::Joins`), so it never waits behind the reads of the
+    /// very waiters it is joining.
+    pub async fn join_txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        let (member, ch) = self.members.pick();
+        let mut kv = KvClient::new(ch);
+        self.bounded_once("join", member, false, async move {
+            kv.txn(req).await.map(|r| r.into_inner())
         })
         .await
     }
@@ -445,7 +484,7 @@ impl Etcd {
         let (member, ch) = self.members.pick();
         let mut w = WatchClient::new(ch);
         let stream = self
-            .bounded_once("watch", member, async move {
+            .bounded_once("watch", member, true, async move {
                 w.watch(ReceiverStream::new(rx))
                     .await
                     .map(|r| r.into_inner())

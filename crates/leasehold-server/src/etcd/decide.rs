@@ -309,7 +309,11 @@ mod tests {
     }
 
     fn line(first: Option<i64>, mine: Option<i64>) -> Line {
-        Line { first, mine }
+        Line {
+            waiting: i64::from(first.is_some()),
+            first,
+            mine,
+        }
     }
 
     #[test]

@@ -110,11 +110,12 @@ mod decide;
 pub mod keys;
 mod mirror;
 mod queue;
+mod reads;
 mod session;
 mod txn;
 mod watch;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -197,6 +198,10 @@ struct Inner {
     orphans: queue::Orphans,
     /// One etcd watch per job with waiters on this frontend.
     job_watches: queue::JobWatches,
+    /// Puts waiter keys, several to a transaction.
+    joins: queue::Joins,
+    /// Reads of a job shared by the calls that ask at once.
+    reads: reads::SharedReads,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -207,7 +212,7 @@ pub struct EtcdNode {
 
 /// One job as read from etcd at one revision: its records and its line of
 /// waiters.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Read {
     revision: i64,
     job: JobState,
@@ -230,6 +235,7 @@ impl EtcdNode {
         let (session, min_ttl) = Session::open(&etcd, config.session_ttl).await?;
         let node = EtcdNode {
             inner: Arc::new(Inner {
+                joins: queue::Joins::spawn(etcd.clone()),
                 etcd,
                 keys: Keys::new(&config.prefix),
                 min_ttl,
@@ -242,6 +248,7 @@ impl EtcdNode {
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
                 orphans: queue::Orphans::default(),
                 job_watches: queue::JobWatches::default(),
+                reads: reads::SharedReads::default(),
             }),
         };
         let sweeper = tokio::spawn(queue::Orphans::sweep(node.clone()));
@@ -361,14 +368,32 @@ impl EtcdNode {
         r
     }
 
-    /// Reads the job's keys, its first waiter and (when given) our own
-    /// waiter key, at one revision.
+    /// Reads the job's keys, how many wait in its line and (when given) our
+    /// own waiter key, at one revision.
+    /// Calls that need no waiter key of their own share one read
+    /// ([`reads`]).
     async fn read_job(&self, job: &JobName, mine: Option<&[u8]>) -> Result<Read> {
+        match mine {
+            None => self.read_job_shared(job).await,
+            Some(_) => {
+                self.read_job_noting(job, mine, &AtomicBool::new(false))
+                    .await
+            }
+        }
+    }
+
+    /// [`EtcdNode::read_job`], on its own, setting `sent` when it is sent.
+    async fn read_job_noting(
+        &self,
+        job: &JobName,
+        mine: Option<&[u8]>,
+        sent: &AtomicBool,
+    ) -> Result<Read> {
         let k = &self.inner.keys;
         let (js, je) = k.job_range(job.as_str());
         let mut reads = vec![range_req(js, je, 0)];
         reads.extend(queue::line_reads(k, job.as_str(), mine));
-        let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
+        let r = self.failed(self.inner.etcd.read_txn_noting(reads, sent).await)?;
         let revision = r.header.as_ref().map_or(0, |h| h.revision);
         let mut rs = ranges(r).into_iter();
         let kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
@@ -377,6 +402,14 @@ impl EtcdNode {
             job: k.job(job.as_str(), &kvs)?,
             line: Line::from_ranges(rs),
         })
+    }
+
+    /// `read`'s line with its first waiter, read at `read`'s revision (see
+    /// [`queue::first_read`]).
+    async fn first_in_line(&self, job: &JobName, read: &Read) -> Result<Line> {
+        let req = queue::first_read(&self.inner.keys, job.as_str(), read.revision);
+        let r = self.failed(self.inner.etcd.range(req).await)?;
+        Ok(read.line.with_first(r))
     }
 
     /// How long the holding has left, from etcd (whole seconds).
@@ -412,9 +445,12 @@ impl EtcdNode {
         let mut closing = self.inner.closing.subscribe();
         let mut tries = 0;
         loop {
-            let read = self
+            let mut read = self
                 .read_job(job, waiting.as_ref().map(|w| w.place.key.as_slice()))
                 .await?;
+            if read.job.holder.is_none() && read.line.waiting > 0 {
+                read.line = self.first_in_line(job, &read).await?;
+            }
             let place = waiting.as_ref().map(|w| &w.place);
             let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))?;
             if step != Acquire::Busy {
@@ -441,8 +477,13 @@ impl EtcdNode {
                 return Ok((false, self.view(job, &read.job).await?));
             }
             if waiting.is_none() {
+                // In line now. Not read again: the watch below starts
+                // from this read's revision, so whatever changed since (a
+                // release, an expiry, a waiter ahead leaving) wakes us at
+                // once, and a join changes nothing for anyone. (Reading
+                // again here cost ten thousand waiters joining at once ten
+                // thousand more reads.)
                 waiting = Some(self.enqueue(job, holder).await?);
-                continue; // read again: the job may have changed meanwhile
             }
             // The job's shared watch; a new one when the one running started
             // after our read (read again first).

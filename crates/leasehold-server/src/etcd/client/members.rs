@@ -179,14 +179,12 @@ async fn probe(members: Weak<Members>) {
                     false
                 });
             } else {
-                tracing::info!(
-                    term,
-                    "etcd: a new leader; calls in flight are sent again"
-                );
+                tracing::info!(term, "etcd: a new leader; calls in flight are sent again");
                 m.term.send_replace(term);
             }
         }
-        let answers: Vec<Option<Duration>> = answers.iter().map(|a| a.map(|(took, _)| took)).collect();
+        let answers: Vec<Option<Duration>> =
+            answers.iter().map(|a| a.map(|(took, _)| took)).collect();
         if answers[current].is_none() {
             let quickest = answers
                 .iter()

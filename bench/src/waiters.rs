@@ -1,0 +1,221 @@
+//! `leasehold-bench waiters`: what ten thousand waiting `Acquire`s cost a
+//! server, the single node against an etcd frontend, in one run.
+//!
+//! For each server: one holder takes a job, then `--waiters` clients ask
+//! for it with a long wait, over one HTTP/2 connection per 500 of them.
+//! The program waits until the server's `leasehold_waiting_acquires` gauge
+//! counts them all, and reports the server's RSS growth and CPU time from
+//! the first call until then (the frontend's alone in etcd mode: etcd's
+//! own cost is etcd's), and the time they took. Then every waiter is
+//! cancelled; once the server counts none, the holder releases, and the
+//! next `Acquire{wait: 0}`, through another connection, must be granted.
+//! The time from the cancel to that grant is reported too.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use leasehold::client::Client;
+
+use crate::faults::Cluster;
+use crate::proc::{cpu_seconds, rss_bytes, Server};
+use crate::sys::Res;
+
+#[derive(clap::Args)]
+pub struct WaiterArgs {
+    /// The `leasehold` binary.
+    #[arg(long)]
+    leasehold_bin: PathBuf,
+    /// The `etcd` binary (Debian's etcd-server).
+    #[arg(long, default_value = "etcd")]
+    etcd_bin: PathBuf,
+    /// A scratch directory.
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// Waiting Acquires.
+    #[arg(long, default_value_t = 10_000)]
+    waiters: usize,
+}
+
+struct Cost {
+    name: &'static str,
+    in_line: Duration,
+    rss_growth: u64,
+    cpu: f64,
+    granted_after_cancel: Duration,
+}
+
+pub async fn run(a: WaiterArgs) -> Res<()> {
+    let dir = a.work_dir.join(format!("waiters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut costs = Vec::new();
+    {
+        let mut cmd = Command::new(&a.leasehold_bin);
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("single"))
+        .env("RUST_LOG", "error");
+        let s = Server::spawn(cmd, 3)?;
+        costs.push(measure("single node", &s, a.waiters, Duration::from_millis(500)).await?);
+        s.stop();
+    }
+    {
+        let cluster = Cluster::start(&a.etcd_bin, &dir.join("etcd"))?;
+        cluster.leader(Duration::from_secs(30)).await?;
+        let mut cmd = Command::new(&a.leasehold_bin);
+        cmd.args([
+            "serve",
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            &cluster.endpoints_from(0),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "error");
+        let s = Server::spawn(cmd, 3)?;
+        costs.push(measure("etcd frontend", &s, a.waiters, Duration::from_secs(2)).await?);
+        s.stop();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "{} waiting Acquires on one server (RSS growth and CPU: the leasehold process's)",
+        a.waiters
+    );
+    println!();
+    println!("| server | all in line after | RSS growth | per waiter | CPU s | CPU vs single node | RSS vs single node | granted after the cancel |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let base = (costs[0].cpu, costs[0].rss_growth.max(1));
+    for c in &costs {
+        println!(
+            "| {} | {:.2} s | {:.1} MiB | {:.1} KiB | {:.2} | {:.2}x | {:.2}x | {:.0} ms |",
+            c.name,
+            c.in_line.as_secs_f64(),
+            c.rss_growth as f64 / (1 << 20) as f64,
+            c.rss_growth as f64 / 1024.0 / a.waiters as f64,
+            c.cpu,
+            c.cpu / base.0.max(1e-9),
+            c.rss_growth as f64 / base.1 as f64,
+            c.granted_after_cancel.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}
+
+fn channel(url: &str) -> Res<tonic::transport::Channel> {
+    Ok(tonic::transport::Endpoint::from_shared(url.to_owned())?
+        .timeout(Duration::from_secs(120))
+        .connect_lazy())
+}
+
+/// The `leasehold_waiting_acquires` gauge.
+async fn waiting(admin: &str) -> Res<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    out.lines()
+        .find_map(|l| l.strip_prefix("leasehold_waiting_acquires "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "no leasehold_waiting_acquires gauge".into())
+}
+
+async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res<Cost> {
+    let admin = s.admin.clone().ok_or("no admin address")?;
+    let holder = Client::from_channel(channel(&s.addr)?);
+    let job = "waiters";
+    let held = holder
+        .acquire(
+            job,
+            "holder",
+            Duration::from_secs(60).max(ttl),
+            Duration::ZERO,
+        )
+        .await?;
+    if !held.acquired {
+        return Err("the holder did not get the job".into());
+    }
+    let clients: Vec<Client> = (0..n.div_ceil(500))
+        .map(|_| channel(&s.addr).map(Client::from_channel))
+        .collect::<Res<_>>()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss0 = rss_bytes(s.pid())?;
+    let cpu0 = cpu_seconds(s.pid())?;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(n);
+    for i in 0..n {
+        let c = clients[i % clients.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            c.acquire(
+                "waiters",
+                &format!("w{i}"),
+                Duration::from_secs(60),
+                Duration::from_secs(100),
+            )
+            .await
+        }));
+    }
+    let until = Instant::now() + Duration::from_secs(120);
+    loop {
+        let w = waiting(&admin).await?;
+        if w >= n as u64 {
+            break;
+        }
+        if let Some(t) = tasks.iter_mut().find(|t| t.is_finished()) {
+            let r = t.await?;
+            return Err(
+                format!("{name}: a waiter ended before the others got in line: {r:?}").into(),
+            );
+        }
+        if Instant::now() > until {
+            return Err(format!("{name}: {w} of {n} waiters in line after 120 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let in_line = start.elapsed();
+    let cpu = cpu_seconds(s.pid())? - cpu0;
+    let rss_growth = rss_bytes(s.pid())?.saturating_sub(rss0);
+    for t in &tasks {
+        t.abort();
+    }
+    drop(clients);
+    // Cancelled: the server has seen every waiter go.
+    let cancelled = Instant::now();
+    while waiting(&admin).await? > 0 {
+        if cancelled.elapsed() > Duration::from_secs(60) {
+            return Err(format!("{name}: waiters still in line 60 s after the cancel").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    holder.release(job, "holder", held.lease.token).await?;
+    let other = Client::from_channel(channel(&s.addr)?);
+    loop {
+        let a = other
+            .acquire(job, "next", Duration::from_secs(10), Duration::ZERO)
+            .await?;
+        if a.acquired {
+            break;
+        }
+        if cancelled.elapsed() > Duration::from_secs(60) {
+            return Err(format!("{name}: the job was not granted after the cancel").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(Cost {
+        name,
+        in_line,
+        rss_growth,
+        cpu,
+        granted_after_cancel: cancelled.elapsed(),
+    })
+}
