@@ -237,9 +237,7 @@ async fn list_leases_pages_in_job_order() {
     let all = c.list_leases("fleet/").await.unwrap();
     assert_eq!(all.len(), 250);
     assert!(all.windows(2).all(|w| w[0].job < w[1].job));
-    let mut raw = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut raw = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
     let p = raw
         .list_leases(proto::ListLeasesRequest {
             prefix: "fleet/".into(),
@@ -369,12 +367,9 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         c.read("j", b"k").await.unwrap(),
     );
 
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let d = |ms: u64| {
         Some(prost_types::Duration {
             seconds: (ms / 1000) as i64,
@@ -596,9 +591,8 @@ async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() 
     }
     // Far beyond the message limit: refused before the message is read,
     // with the same answer, naming the configured limit.
-    let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut raw =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let st = raw
         .checked_write(proto::CheckedWriteRequest {
             job: "j".into(),
@@ -645,12 +639,9 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
     let c = s.client().await;
     c.acquire("j", "a", TTL, NOW).await.unwrap();
     c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
     let write = |key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         job: "j".into(),
         token: 1,
@@ -861,12 +852,9 @@ async fn page_tokens_the_server_did_not_issue_are_refused() {
     }
     c.acquire("q", "h", TTL, NOW).await.unwrap();
     c.checked_write("p/1", 1, b"k/0", vec![1]).await.unwrap();
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let list_leases = |prefix: &str, page_token: String| proto::ListLeasesRequest {
         prefix: prefix.into(),
         page_size: 2,
@@ -1008,9 +996,8 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
         .max_message_bytes()
         .to_string();
 
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let write = |key: &str, value: Vec<u8>| proto::CheckedWriteRequest {
         job: "j".into(),
         token: 1,
@@ -1127,11 +1114,8 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_answer() {
     let s = TestServer::start().await;
-    let channel = tonic::transport::Endpoint::from_shared(s.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    // Health and reflection are open to anyone: no credentials.
+    let channel = common::plain_channel(&s.url()).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     for service in ["", "leasehold.v1.Leases", "leasehold.v1.FencedStore"] {
         let r = health
