@@ -1114,6 +1114,8 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_answer() {
     let s = TestServer::start().await;
+    // LEASEHOLD_TEST_SECURE=1 serves TLS (and a policy).
+    assert_eq!(s.url().starts_with("https://"), common::secure_mode());
     // Health and reflection are open to anyone: no credentials.
     let channel = common::plain_channel(&s.url()).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
