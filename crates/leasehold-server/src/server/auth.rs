@@ -678,3 +678,67 @@ pub fn admin_check(
 pub fn describe(e: &Error) -> Cow<'static, str> {
     Cow::Owned(format!("{e}\n"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = r#"
+[[principal]]
+name = "billing"
+cert_names = ["billing.workers.internal"]
+token_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+
+[[grant]]
+principal = "billing"
+jobs = ["billing/"]
+actions = ["lease", "read"]
+"#;
+
+    #[test]
+    fn tokens_and_grants() {
+        let p = Policy::parse(POLICY).unwrap();
+        // sha256("test")
+        assert_eq!(&*p.by_token(b"test").unwrap().name, "billing");
+        assert!(p.by_token(b"tess").is_none());
+        assert!(p.allows("billing", Action::Lease, "billing/x"));
+        assert!(p.allows("billing", Action::Read, "billing/"));
+        assert!(!p.allows("billing", Action::Write, "billing/x"));
+        assert!(!p.allows("billing", Action::Lease, "ops/x"));
+        assert!(!p.allows("nobody", Action::Read, "billing/x"));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            (
+                POLICY.replace("\"read\"]", "\"fly\"]"),
+                10,
+                "unknown action",
+            ),
+            (
+                POLICY.replace("principal = \"billing\"", "principal = \"b\""),
+                8,
+                "no [[principal]]",
+            ),
+            (POLICY.replace("9f86", "zz86"), 5, "64 hex digits"),
+            (POLICY.replace("jobs = [", "jobz = ["), 9, "unknown field"),
+            (POLICY.replace("\"lease\",", "\"admin\","), 10, "every job"),
+            ("[[principal]\nname = 1".to_owned(), 1, ""),
+        ];
+        for (text, line, words) in cases {
+            let e = Policy::parse(&text).unwrap_err();
+            assert!(e.starts_with(&format!("line {line}:")), "{e}");
+            assert!(e.contains(words), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_bound_holder_splits_back() {
+        assert_eq!(unbind("p\u{1f}h@1"), (Some("p"), "h@1"));
+        assert_eq!(unbind("h@1"), (None, "h@1"));
+        assert!(constant_time_eq(b"ab", b"ab"));
+        assert!(!constant_time_eq(b"ab", b"ac"));
+        assert!(!constant_time_eq(b"ab", b"abc"));
+    }
+}
