@@ -1,8 +1,9 @@
 //! Who may do what: principals, their credentials, and their grants.
 //!
 //! A policy (`serve --policy FILE`, TOML) names **principals**, each known
-//! by client-certificate names (a DNS subject alternative name of a
-//! certificate that `--tls-client-ca` verified) and/or bearer tokens (kept
+//! by client-certificate names (a DNS subject alternative name, or the
+//! subject's common name, of a certificate that `--tls-client-ca`
+//! verified) and/or bearer tokens (kept
 //! as the SHA-256 of the secret), and **grants**: a principal may do a set
 //! of actions on the jobs whose names start with a prefix.
 //!
@@ -115,7 +116,8 @@ pub struct Policy {
 #[derive(Debug)]
 struct Principal {
     name: Arc<str>,
-    cert_names: Vec<ServerName<'static>>,
+    /// Each `cert_names` entry, and its form as a DNS name if it is one.
+    cert_names: Vec<(String, Option<ServerName<'static>>)>,
     tokens: Vec<[u8; 32]>,
     /// (job prefix, actions as bits).
     grants: Vec<(String, u8)>,
@@ -189,13 +191,20 @@ impl Policy {
             }
             let mut cert_names = Vec::new();
             for c in &p.cert_names {
-                let n = ServerName::try_from(c.get_ref().as_str()).map_err(|_| {
-                    at(
+                let n = c.get_ref();
+                if n.is_empty() || n.chars().any(|c| c.is_control()) {
+                    return Err(at(
                         c,
-                        format!("cert_names: {:?} is not a DNS name", c.get_ref()),
-                    )
-                })?;
-                cert_names.push(n.to_owned());
+                        format!(
+                            "cert_names: {n:?} must be a non-empty name without control characters"
+                        ),
+                    ));
+                }
+                let dns = ServerName::try_from(n.as_str())
+                    .ok()
+                    .filter(|s| matches!(s, ServerName::DnsName(_)))
+                    .map(|s| s.to_owned());
+                cert_names.push((n.clone(), dns));
             }
             let mut tokens = Vec::new();
             for t in &p.token_sha256 {
@@ -276,13 +285,19 @@ impl Policy {
     }
 
     /// The principal a (verified) client certificate names: the first
-    /// whose `cert_names` has a name the certificate is valid for.
+    /// whose `cert_names` has a DNS name the certificate is valid for (its
+    /// subject alternative names, wildcards as TLS reads them), or its
+    /// subject's common name (compared ignoring ASCII case).
     fn by_cert(&self, cert: &CertificateDer<'_>) -> Option<&Principal> {
-        let ee = webpki::EndEntityCert::try_from(cert).ok()?;
+        let ee = webpki::EndEntityCert::try_from(cert).ok();
+        let cns = common_names(cert.as_ref());
         self.principals.iter().find(|p| {
-            p.cert_names
-                .iter()
-                .any(|n| ee.verify_is_valid_for_subject_name(n).is_ok())
+            p.cert_names.iter().any(|(name, dns)| {
+                dns.as_ref()
+                    .zip(ee.as_ref())
+                    .is_some_and(|(d, ee)| ee.verify_is_valid_for_subject_name(d).is_ok())
+                    || cns.iter().any(|cn| cn.eq_ignore_ascii_case(name))
+            })
         })
     }
 
@@ -295,6 +310,60 @@ impl Policy {
                 .iter()
                 .any(|(prefix, bits)| bits & action.bit() != 0 && job.starts_with(prefix.as_str()))
     }
+}
+
+/// The common names (OID 2.5.4.3) in a DER certificate's subject; empty
+/// when it has none or does not parse. A certificate reaches here only
+/// after the handshake verified it.
+fn common_names(der: &[u8]) -> Vec<String> {
+    /// One DER element: (tag, contents, the rest after it).
+    fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, b) = b.split_first()?;
+        let (&first, b) = b.split_first()?;
+        let (len, b) = if first < 0x80 {
+            (first as usize, b)
+        } else {
+            let n = (first & 0x7f) as usize;
+            if n == 0 || n > 4 || b.len() < n {
+                return None;
+            }
+            let len = b[..n].iter().fold(0usize, |l, x| (l << 8) | *x as usize);
+            (len, &b[n..])
+        };
+        (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+    }
+    let subject = (|| {
+        let (_, cert, _) = tlv(der)?;
+        let (_, mut tbs, _) = tlv(cert)?;
+        // [0] version, if present; then serial, signature, issuer,
+        // validity, subject.
+        if tbs.first() == Some(&0xa0) {
+            tbs = tlv(tbs)?.2;
+        }
+        for _ in 0..4 {
+            tbs = tlv(tbs)?.2;
+        }
+        Some(tlv(tbs)?.1)
+    })();
+    let mut out = Vec::new();
+    let mut rdns = subject.unwrap_or_default();
+    while let Some((_, set, rest)) = tlv(rdns) {
+        rdns = rest;
+        let mut atvs = set;
+        while let Some((_, atv, rest)) = tlv(atvs) {
+            atvs = rest;
+            let Some((0x06, oid, value)) = tlv(atv) else {
+                continue;
+            };
+            // UTF8String, PrintableString, IA5String.
+            if let (&[0x55, 0x04, 0x03], Some((0x0c | 0x13 | 0x16, v, _))) = (oid, tlv(value)) {
+                if let Ok(s) = std::str::from_utf8(v) {
+                    out.push(s.to_owned());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Whether `a` and `b` are equal, in a time that depends on their length
@@ -682,6 +751,7 @@ pub fn describe(e: &Error) -> Cow<'static, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 
     const POLICY: &str = r#"
 [[principal]]
@@ -731,6 +801,20 @@ actions = ["lease", "read"]
             assert!(e.starts_with(&format!("line {line}:")), "{e}");
             assert!(e.contains(words), "{e}");
         }
+    }
+
+    #[test]
+    fn common_names_are_read_from_the_subject() {
+        // A certificate with subject CN=billing worker, O=x (made by
+        // openssl; the signature does not matter here).
+        let pem = include_str!("testdata/cn_only.pem");
+        let der = tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap();
+        assert_eq!(common_names(der.as_ref()), ["billing worker"]);
+        assert!(common_names(b"\x30\x03\x02\x01").is_empty());
+        let p = Policy::parse("[[principal]]\nname = \"b\"\ncert_names = [\"Billing Worker\"]\n")
+            .unwrap();
+        assert_eq!(&*p.by_cert(&der).unwrap().name, "b");
     }
 
     #[test]
