@@ -9,6 +9,7 @@
 //! Every figure is reported with a ratio against a baseline measured in the
 //! same run, seconds apart: these machines are shared and noisy.
 
+mod auth;
 mod fleet;
 mod proc;
 mod report;
@@ -74,6 +75,9 @@ enum Command {
     /// Loads one running leasehold server with one workload, for profiling
     /// (`perf record -p PID` or `valgrind --tool=callgrind` on the server).
     Load(LoadArgs),
+    /// What authentication costs: Renew and CheckedWrite, plain against
+    /// TLS + bearer token + policy (bench/src/auth.rs).
+    Auth(auth::AuthArgs),
 }
 
 #[derive(clap::Args)]
@@ -143,6 +147,7 @@ fn main() -> Res<()> {
         Command::EchoServe { sync_file } => rt.block_on(echo_serve(sync_file)),
         Command::Run(a) => rt.block_on(run_all(a)),
         Command::Load(a) => rt.block_on(load(a)),
+        Command::Auth(a) => rt.block_on(auth::run(a)),
     }
 }
 
