@@ -1466,3 +1466,88 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
     let l = c.get_lease(job).await.unwrap();
     assert_eq!((l.holder, l.token), (None, u64::MAX), "nothing changed");
 }
+
+/// With a policy, a lease is bound to the principal that acquired it, on
+/// either backend (the binding is stored as part of the holder): another
+/// principal with the same grants, the holder string and the token can
+/// neither renew, release, re-acquire nor write with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_bound_to_the_principal_that_acquired_it() {
+    use leasehold::client::Security;
+    use leasehold::server;
+    use std::sync::Arc;
+    let pki = common::pki::secured();
+    let policy = format!(
+        "[[principal]]\nname = \"a\"\ntoken_sha256 = [\"{}\"]\n\
+         [[principal]]\nname = \"b\"\ntoken_sha256 = [\"{}\"]\n\
+         [[grant]]\nprincipal = \"a\"\njobs = [\"bound/\"]\nactions = [\"lease\", \"write\", \"read\"]\n\
+         [[grant]]\nprincipal = \"b\"\njobs = [\"bound/\"]\nactions = [\"lease\", \"write\", \"read\"]\n",
+        common::pki::sha256_hex("secret-a"),
+        common::pki::sha256_hex("secret-b"),
+    );
+    let policy = common::pki::write(pki.dir.path(), "two.toml", &policy);
+    let config = server::Config {
+        drain_timeout: Duration::from_secs(2),
+        tls: Some(
+            server::tls::Tls::load(server::tls::TlsFiles {
+                cert: pki.cert_file.clone(),
+                key: pki.key_file.clone(),
+                client_ca: None,
+                client_cert_required: false,
+            })
+            .unwrap(),
+        ),
+        auth: Some(
+            server::auth::Auth::load(policy, Arc::new(leasehold::metrics::RpcMetrics::default()))
+                .unwrap(),
+        ),
+        ..server::Config::default()
+    };
+    let s = TestServer::with_config(tempfile::tempdir().unwrap(), config).await;
+    let url = s.url();
+    let connect = |secret: &str| {
+        leasehold::client::Client::connect_with(
+            &url,
+            Security {
+                ca_pem: Some(pki.ca_pem.clone().into_bytes()),
+                token: Some(secret.to_owned()),
+                ..Security::default()
+            },
+        )
+    };
+    let a = connect("secret-a").await.unwrap();
+    let b = connect("secret-b").await.unwrap();
+    let ttl = common::ttl(Duration::from_secs(30));
+    let got = a.acquire("bound/x", "h", ttl, NOW).await.unwrap();
+    assert!(got.acquired);
+    assert_eq!(got.lease.holder.as_deref(), Some("h"));
+    assert_eq!(got.lease.principal.as_deref(), Some("a"));
+    let token = got.lease.token;
+    let denied =
+        |e: ClientError| assert!(matches!(e, ClientError::PermissionDenied { .. }), "{e:?}");
+    denied(b.renew("bound/x", "h", token, ttl).await.unwrap_err());
+    denied(b.release("bound/x", "h", token).await.unwrap_err());
+    denied(b.acquire("bound/x", "h", ttl, NOW).await.unwrap_err());
+    denied(
+        b.checked_write("bound/x", token, b"k", b"v".to_vec())
+            .await
+            .unwrap_err(),
+    );
+    // Nothing changed; the lease is still a's, and a uses it.
+    let l = b.get_lease("bound/x").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.principal.as_deref(), l.token),
+        (Some("h"), Some("a"), token)
+    );
+    assert!(!a.read("bound/x", b"k").await.unwrap().found);
+    a.renew("bound/x", "h", token, ttl).await.unwrap();
+    a.checked_write("bound/x", token, b"k", b"v".to_vec())
+        .await
+        .unwrap();
+    a.release("bound/x", "h", token).await.unwrap();
+    // Free again: b may take it, with the next token.
+    let got = b.acquire("bound/x", "h", ttl, NOW).await.unwrap();
+    assert!(got.acquired);
+    assert_eq!(got.lease.principal.as_deref(), Some("b"));
+    assert_eq!(got.lease.token, token + 1);
+}
