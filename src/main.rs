@@ -128,3 +128,15 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand's flags and arguments are well formed (unique
+    /// ids, valid `requires`): clap checks this only when a subcommand is
+    /// parsed, so a clash would otherwise show only when it is run.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory as _;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -27,10 +27,16 @@ pub struct Conn {
     #[arg(long, env = "LEASEHOLD_CA")]
     pub ca: Option<PathBuf>,
     /// Client certificate (PEM) for mutual TLS; needs --key.
-    #[arg(long, env = "LEASEHOLD_CERT", requires = "key")]
+    #[arg(long, env = "LEASEHOLD_CERT", requires = "client_key")]
     pub cert: Option<PathBuf>,
-    /// The private key of --cert (PEM).
-    #[arg(long, env = "LEASEHOLD_KEY", requires = "cert")]
+    /// The private key of --cert (PEM). (Its id is not `key`, which the
+    /// subcommands' KEY argument has.)
+    #[arg(
+        id = "client_key",
+        long = "key",
+        env = "LEASEHOLD_KEY",
+        requires = "cert"
+    )]
     pub key: Option<PathBuf>,
     /// A file holding the bearer secret of a principal (sent as
     /// `authorization: Bearer SECRET`). The secret may come from the
