@@ -439,7 +439,7 @@ impl Auth {
             .clone();
         let principal = match headers.get(http::header::AUTHORIZATION) {
             Some(v) => {
-                let secret = v.as_bytes().strip_prefix(b"Bearer ").ok_or_else(|| {
+                let secret = bearer(v.as_bytes()).ok_or_else(|| {
                     self.unauthenticated("the authorization header is not `Bearer SECRET`")
                 })?;
                 policy
@@ -657,6 +657,16 @@ pub fn unbind(stored: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// The secret of an `authorization` header's value `Bearer SECRET` (the
+/// scheme's name in any case, as HTTP allows).
+fn bearer(v: &[u8]) -> Option<&[u8]> {
+    let (scheme, secret) = v.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then_some(secret)
+        .filter(|s| !s.is_empty())
+}
+
 /// Paths open to anyone: health and reflection.
 fn is_open(path: &str) -> bool {
     path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
@@ -815,6 +825,15 @@ actions = ["lease", "read"]
         let p = Policy::parse("[[principal]]\nname = \"b\"\ncert_names = [\"Billing Worker\"]\n")
             .unwrap();
         assert_eq!(&*p.by_cert(&der).unwrap().name, "b");
+    }
+
+    #[test]
+    fn bearer_secrets() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bear"), None);
     }
 
     #[test]
