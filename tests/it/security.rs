@@ -680,3 +680,60 @@ fn without_a_policy_a_remote_address_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let token_file = pki::write(s.dir.path(), "token", &format!("{BILLING}\n"));
+    let cli = |args: &[&str]| {
+        // The subcommand, then the connection's flags, then the rest.
+        let mut c = Command::new(common::bin());
+        c.arg(args[0])
+            .arg("--server")
+            .arg(url(&p))
+            .arg("--ca")
+            .arg(&s.ca_file)
+            .args(&args[1..])
+            .env_remove("LEASEHOLD_AUTH_TOKEN");
+        c
+    };
+    // The secret from a file.
+    let out = cli(&["acquire", "billing/cli", "--holder", "h"])
+        .arg("--auth-token-file")
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .starts_with("acquired job=billing/cli holder=h token=1"));
+    // None at all: refused, naming why.
+    let out = cli(&["status"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UNAUTHENTICATED"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `run` with the secret in its environment: the command gets its
+    // fencing token, and none of the credentials.
+    let out = cli(&["run", "--ttl", "10s", "billing/run", "--", "env"])
+        .env("LEASEHOLD_AUTH_TOKEN", BILLING)
+        .env("LEASEHOLD_CA", &s.ca_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.lines().any(|l| l == "LEASEHOLD_TOKEN=1"), "{env}");
+    assert!(!env.contains(BILLING), "{env}");
+    assert!(!env.contains("LEASEHOLD_AUTH_TOKEN"), "{env}");
+    assert!(!env.contains("LEASEHOLD_CA"), "{env}");
+}
