@@ -253,6 +253,17 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         policy = ?a.policy,
         "serving"
     );
+    if auth.is_some()
+        && tls.is_none()
+        && !(addr.ip().is_loopback() && admin_addr.ip().is_loopback())
+    {
+        tracing::warn!(
+            %addr,
+            %admin_addr,
+            "--policy without --tls-cert on a non-loopback address: bearer tokens cross the \
+             network in clear text, and anyone on the path can replay them"
+        );
+    }
     if auth.is_none() && a.insecure_allow_remote {
         tokio::spawn(warn_open(addr, admin_addr));
     }

@@ -737,3 +737,35 @@ async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on(
     assert!(!env.contains("LEASEHOLD_AUTH_TOKEN"), "{env}");
     assert!(!env.contains("LEASEHOLD_CA"), "{env}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_changed_on_disk_are_used_without_a_signal() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let old = s.client(&p, Some(BILLING)).await;
+    let a = old.acquire("billing/d", "h", TTL, NOW).await.unwrap();
+    let ca2 = Ca::new("the next CA");
+    let (cert, key) = ca2.issue(&["127.0.0.1"], false);
+    std::fs::write(&s.key, key).unwrap();
+    std::fs::write(&s.cert, cert).unwrap();
+    // The server looks every 5 s.
+    eventually(
+        || async {
+            Client::connect_with(
+                &url(&p),
+                Security {
+                    ca_pem: Some(ca2.pem().into_bytes()),
+                    token: Some(BILLING.into()),
+                    ..Security::default()
+                },
+            )
+            .await
+            .is_ok()
+        },
+        "a handshake with the certificate changed on disk",
+    )
+    .await;
+    old.renew("billing/d", "h", a.lease.token, TTL)
+        .await
+        .unwrap();
+}
