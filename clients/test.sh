@@ -25,7 +25,7 @@ part() { printf '\n--> clients: %s (%ss)\n' "$*" "$(($(date +%s) - started))"; }
 
 part "server binary"
 cargo build --quiet --bin leasehold
-export LEASEHOLD_BIN="$root_dir/target/debug/leasehold"
+export LEASEHOLD_BIN="${CARGO_TARGET_DIR:-$root_dir/target}/debug/leasehold"
 
 part "tools"
 ensure_venv

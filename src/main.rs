@@ -50,7 +50,9 @@ enum Command {
     /// ttl/3, and kills CMD (its whole process group: SIGTERM, then SIGKILL
     /// after --kill-grace) as soon as the lease is lost. Releases the lease
     /// when CMD exits, and exits with CMD's status; with 75 if the lease was
-    /// lost. SIGINT and SIGTERM are passed on to CMD.
+    /// lost. SIGINT and SIGTERM are passed on to CMD. CMD never sees this
+    /// command's credentials (LEASEHOLD_AUTH_TOKEN and the TLS files'
+    /// variables are removed from its environment).
     Run {
         #[command(flatten)]
         conn: Conn,
@@ -121,15 +123,20 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             kill_grace,
             cmd,
         } => {
-            cli::run::run_singleton(
-                &conn.server,
-                &job,
-                &name,
-                ttl,
-                kill_grace.unwrap_or(ttl / 3),
-                &cmd,
-            )
-            .await
+            cli::run::run_singleton(&conn, &job, &name, ttl, kill_grace.unwrap_or(ttl / 3), &cmd)
+                .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand's flags and arguments are well formed (unique
+    /// ids, valid `requires`): clap checks this only when a subcommand is
+    /// parsed, so a clash would otherwise show only when it is run.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory as _;
+        super::Cli::command().debug_assert();
     }
 }

@@ -9,6 +9,7 @@
 //! Every figure is reported with a ratio against a baseline measured in the
 //! same run, seconds apart: these machines are shared and noisy.
 
+mod auth;
 mod faults;
 mod fleet;
 mod proc;
@@ -82,6 +83,9 @@ enum Command {
     /// What ten thousand waiting Acquires cost a server: the single node
     /// against an etcd frontend.
     Waiters(waiters::WaiterArgs),
+    /// What authentication costs: Renew and CheckedWrite, plain against
+    /// TLS + bearer token + policy (bench/src/auth.rs).
+    Auth(auth::AuthArgs),
 }
 
 #[derive(clap::Args)]
@@ -153,6 +157,7 @@ fn main() -> Res<()> {
         Command::Load(a) => rt.block_on(load(a)),
         Command::EtcdFaults(a) => rt.block_on(faults::run(a)),
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
+        Command::Auth(a) => rt.block_on(auth::run(a)),
     }
 }
 

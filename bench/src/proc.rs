@@ -45,6 +45,12 @@ impl Server {
         Server::spawn(cmd, 3)
     }
 
+    /// Spawns `cmd`, a `leasehold serve` command line, and waits until it
+    /// listens.
+    pub fn spawn_command(cmd: Command) -> Res<Server> {
+        Server::spawn(cmd, 3)
+    }
+
     /// Spawns `cmd` and reads its first line; word `addr_word` is the
     /// address ("leasehold listening on ADDR admin ADDR").
     pub fn spawn(mut cmd: Command, addr_word: usize) -> Res<Server> {

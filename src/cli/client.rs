@@ -1,13 +1,14 @@
 //! The client subcommands: one call each, printed for people and scripts.
 
 use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 
-use leasehold::client::{process_holder, Client, ClientError, EventKind, Lease};
+use leasehold::client::{process_holder, Client, ClientError, EventKind, Lease, Security};
 
 use crate::cli::parse_duration;
 use crate::EXIT_NOT_GRANTED;
@@ -21,6 +22,63 @@ pub struct Conn {
         default_value = "http://127.0.0.1:50051"
     )]
     pub server: String,
+    /// Connect with TLS, trusting this CA certificate (PEM) for the
+    /// server's certificate.
+    #[arg(long, env = "LEASEHOLD_CA")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS; needs --key.
+    #[arg(long, env = "LEASEHOLD_CERT", requires = "client_key")]
+    pub cert: Option<PathBuf>,
+    /// The private key of --cert (PEM). (Its id is not `key`, which the
+    /// subcommands' KEY argument has.)
+    #[arg(
+        id = "client_key",
+        long = "key",
+        env = "LEASEHOLD_KEY",
+        requires = "cert"
+    )]
+    pub key: Option<PathBuf>,
+    /// A file holding the bearer secret of a principal (sent as
+    /// `authorization: Bearer SECRET`). The secret may come from the
+    /// LEASEHOLD_AUTH_TOKEN environment variable instead; it is never
+    /// taken as a flag's value, which other users could read from the
+    /// process list.
+    #[arg(long, env = "LEASEHOLD_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+}
+
+/// The environment variable that may hold the bearer secret.
+pub const AUTH_TOKEN_ENV: &str = "LEASEHOLD_AUTH_TOKEN";
+
+impl Conn {
+    /// The TLS files and the bearer secret, read.
+    pub fn security(&self) -> anyhow::Result<Security> {
+        let read = |flag: &str, p: &Option<PathBuf>| -> anyhow::Result<Option<Vec<u8>>> {
+            p.as_ref()
+                .map(|p| std::fs::read(p).with_context(|| format!("{flag} {}", p.display())))
+                .transpose()
+        };
+        let token = match (&self.auth_token_file, std::env::var(AUTH_TOKEN_ENV)) {
+            (Some(p), _) => {
+                let t = std::fs::read_to_string(p)
+                    .with_context(|| format!("--auth-token-file {}", p.display()))?;
+                let t = t.trim().to_owned();
+                if t.is_empty() {
+                    bail!("--auth-token-file {}: the file is empty", p.display());
+                }
+                Some(t)
+            }
+            (None, Ok(t)) if !t.trim().is_empty() => Some(t.trim().to_owned()),
+            _ => None,
+        };
+        Ok(Security {
+            ca_pem: read("--ca", &self.ca)?,
+            cert_pem: read("--cert", &self.cert)?,
+            key_pem: read("--key", &self.key)?,
+            token,
+            server_name: None,
+        })
+    }
 }
 
 /// Calls on a running server.
@@ -260,7 +318,7 @@ impl ClientCommand {
 }
 
 pub async fn connect(conn: &Conn) -> anyhow::Result<Client> {
-    Client::connect(&conn.server)
+    Client::connect_with(&conn.server, conn.security()?)
         .await
         .with_context(|| format!("cannot connect to {}", conn.server))
 }
@@ -268,10 +326,13 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Client> {
 fn describe(l: &Lease) -> String {
     match &l.holder {
         Some(h) => format!(
-            "job={} holder={h} token={} remaining={}",
+            "job={} holder={h} token={} remaining={}{}",
             l.job,
             l.token,
-            l.remaining.map_or("-".into(), |d| format!("{d:.3?}"))
+            l.remaining.map_or("-".into(), |d| format!("{d:.3?}")),
+            l.principal
+                .as_ref()
+                .map_or(String::new(), |p| format!(" principal={p}"))
         ),
         None => format!("job={} holder=- token={}", l.job, l.token),
     }

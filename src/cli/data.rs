@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Subcommand;
 
-use leasehold::client::Client;
 use leasehold::store::repair;
 
 use crate::cli::client::Conn;
@@ -75,7 +74,7 @@ impl DataCommand {
                 })
             }
             DataCommand::Backup { conn, out } => {
-                let client = Client::connect(&conn.server).await?;
+                let client = crate::cli::client::connect(&conn).await?;
                 let tmp = out.with_extension("partial");
                 let mut f = tokio::fs::File::create(&tmp)
                     .await

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use leasehold::client::{Client, Elector};
+use leasehold::client::Elector;
+
+use crate::cli::client::{connect, Conn, AUTH_TOKEN_ENV};
 
 use crate::EXIT_LEASE_LOST;
 
 pub async fn run_singleton(
-    server: &str,
+    conn: &Conn,
     job: &str,
     name: &str,
     ttl: Duration,
@@ -19,9 +21,8 @@ pub async fn run_singleton(
     cmd: &[String],
 ) -> anyhow::Result<ExitCode> {
     use tokio::signal::unix::{signal, SignalKind};
-    let client = Client::connect(server)
-        .await
-        .with_context(|| format!("cannot connect to {server}"))?;
+    let server = conn.server.as_str();
+    let client = connect(conn).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut elector = Elector::start(client, job, name, ttl);
@@ -40,6 +41,12 @@ pub async fn run_singleton(
         .env("LEASEHOLD_JOB", job)
         .env("LEASEHOLD_HOLDER", elector.holder())
         .env("LEASEHOLD_SERVER", server)
+        // The command gets its fencing token, never our credentials.
+        .env_remove(AUTH_TOKEN_ENV)
+        .env_remove("LEASEHOLD_AUTH_TOKEN_FILE")
+        .env_remove("LEASEHOLD_CA")
+        .env_remove("LEASEHOLD_CERT")
+        .env_remove("LEASEHOLD_KEY")
         // Its own process group, so that stopping it stops everything it
         // started.
         .process_group(0)

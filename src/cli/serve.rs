@@ -1,5 +1,6 @@
-//! `leasehold serve`: flags, the backend, both listeners, and a graceful
-//! shutdown on SIGINT or SIGTERM.
+//! `leasehold serve`: flags, the backend, both listeners, TLS and the
+//! policy (reloaded on SIGHUP), and a graceful shutdown on SIGINT or
+//! SIGTERM.
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -11,13 +12,15 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use tokio::net::TcpListener;
 
-use leasehold::admin::serve_admin;
+use leasehold::admin::{serve_admin, AdminSecurity};
 use leasehold::backend::Backend;
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
 use leasehold::node::Node;
 use leasehold::server;
+use leasehold::server::auth::Auth;
+use leasehold::server::tls::{Tls, TlsFiles};
 use leasehold::store::sled::SledStore;
 
 use crate::cli::parse_duration;
@@ -106,6 +109,27 @@ pub struct ServeArgs {
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
+    /// TLS on both ports: the server's certificate chain (PEM). Needs
+    /// --tls-key. Read again on SIGHUP, and when the file changes.
+    #[arg(long, env = "LEASEHOLD_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "LEASEHOLD_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients' certificates must be signed by this CA (PEM).
+    /// Without --policy every client must present one; with it, a client
+    /// may present a bearer token instead.
+    #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Who may do what (TOML: [[principal]] and [[grant]]; see README).
+    /// Every lease is then bound to the principal that acquired it. Read
+    /// again on SIGHUP.
+    #[arg(long, env = "LEASEHOLD_POLICY")]
+    policy: Option<PathBuf>,
+    /// Without --policy, serve on an address other than loopback anyway:
+    /// anyone who reaches the port may take or release any lease.
+    #[arg(long, env = "LEASEHOLD_INSECURE_ALLOW_REMOTE")]
+    insecure_allow_remote: bool,
 }
 
 pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
@@ -132,6 +156,35 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             bail!("{flag} must be at least 1");
         }
     }
+    if a.policy.is_none() && !a.insecure_allow_remote {
+        for (flag, addr) in [("--listen", a.listen), ("--admin-listen", a.admin_listen)] {
+            if !addr.ip().is_loopback() {
+                bail!(
+                    "{flag} {addr} is not a loopback address, and there is no --policy: anyone \
+                     who reaches it could take, release or write any job. Give a --policy \
+                     (with --tls-cert/--tls-key), or --insecure-allow-remote to serve it \
+                     open anyway"
+                );
+            }
+        }
+    }
+    let rpc = Arc::new(RpcMetrics::default());
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            Tls::load(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: a.tls_client_ca.clone(),
+                client_cert_required: a.policy.is_none(),
+            })
+            .context("cannot load TLS")?,
+        ),
+        _ => None,
+    };
+    let auth = match &a.policy {
+        Some(p) => Some(Auth::load(p.clone(), rpc.clone()).context("cannot load the policy")?),
+        None => None,
+    };
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
             let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
@@ -180,15 +233,44 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (admin)", a.admin_listen))?;
     let addr = listener.local_addr()?;
     let admin_addr = admin.local_addr()?;
-    let rpc = Arc::new(RpcMetrics::default());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let admin_task = tokio::spawn(serve_admin(admin, node.clone(), rpc.clone(), {
+    let security = AdminSecurity {
+        tls: tls.clone(),
+        auth: auth.clone(),
+    };
+    let admin_task = tokio::spawn(serve_admin(admin, node.clone(), rpc.clone(), security, {
         let mut rx = stop_rx.clone();
         async move {
             let _ = rx.wait_for(|s| *s).await;
         }
     }));
-    tracing::info!(%addr, %admin_addr, store = %place, "serving");
+    tracing::info!(
+        %addr,
+        %admin_addr,
+        store = %place,
+        tls = tls.is_some(),
+        mtls = a.tls_client_ca.is_some(),
+        policy = ?a.policy,
+        "serving"
+    );
+    if auth.is_some()
+        && tls.is_none()
+        && !(addr.ip().is_loopback() && admin_addr.ip().is_loopback())
+    {
+        tracing::warn!(
+            %addr,
+            %admin_addr,
+            "--policy without --tls-cert on a non-loopback address: bearer tokens cross the \
+             network in clear text, and anyone on the path can replay them"
+        );
+    }
+    if auth.is_none() && a.insecure_allow_remote {
+        tokio::spawn(warn_open(addr, admin_addr));
+    }
+    reload_on_sighup(tls.clone(), auth.clone())?;
+    if let Some(tls) = &tls {
+        tokio::spawn(reload_changed_certs(tls.clone()));
+    }
     // Handlers first: "listening" promises a graceful shutdown on SIGTERM.
     let shutdown = shutdown_signal()?;
     println!("leasehold listening on {addr} admin {admin_addr}");
@@ -200,11 +282,73 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: a.max_in_flight,
         max_streams_per_connection: a.max_streams_per_connection,
         keepalive: a.keepalive,
+        tls,
+        auth,
     };
     server::run(listener, node, config, rpc, shutdown).await?;
     let _ = stop_tx.send(true);
     let _ = admin_task.await;
     Ok(())
+}
+
+/// Logs at start-up and every hour that the server runs open on a
+/// non-loopback address (`--insecure-allow-remote` without `--policy`).
+async fn warn_open(addr: SocketAddr, admin: SocketAddr) {
+    loop {
+        tracing::warn!(
+            %addr,
+            %admin,
+            "--insecure-allow-remote without --policy: anyone who reaches these ports may take, \
+             release or write any job"
+        );
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+}
+
+/// On SIGHUP, reads the TLS files and the policy again. What fails to load
+/// is logged and the one in use is kept.
+fn reload_on_sighup(tls: Option<Arc<Tls>>, auth: Option<Arc<Auth>>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).context("install the SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            if let Some(tls) = &tls {
+                match tls.reload() {
+                    Ok(()) => tracing::info!("SIGHUP: TLS certificates reloaded"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: TLS not reloaded; the old certificates stay")
+                    }
+                }
+            }
+            if let Some(auth) = &auth {
+                match auth.reload() {
+                    Ok(()) => {
+                        tracing::info!(policy = %auth.path().display(), "SIGHUP: policy reloaded")
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "SIGHUP: policy not reloaded; the old one stays")
+                    }
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Reloads the TLS files when one changes on disk (checked every 5 s), as a
+/// SIGHUP would: a certificate renewed by a tool that sends no signal.
+async fn reload_changed_certs(tls: Arc<Tls>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if tls.changed_on_disk() {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificates changed on disk: reloaded"),
+                Err(e) => {
+                    tracing::error!(error = %e, "TLS files changed on disk but do not load; the old certificates stay")
+                }
+            }
+        }
+    }
 }
 
 /// Completes on SIGINT or SIGTERM (containers send SIGTERM).

@@ -8,9 +8,15 @@
 //! (and kills when it exits), each server under a key prefix of its own.
 //! Tests that depend on short TTLs take them from [`ttl`], which rounds up
 //! to the backend's granularity.
+//!
+//! `LEASEHOLD_TEST_SECURE=1` starts every [`TestServer`] with TLS (a CA and
+//! a server certificate the tests make, [`pki`]) and a policy that grants
+//! one principal everything; the tests' clients ([`TestServer::client`],
+//! [`channel`]) connect with that CA and the principal's bearer token.
 #![allow(dead_code)] // each test binary uses part of this module
 
 pub mod etcd;
+pub mod pki;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -20,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::backend::Backend;
-use leasehold::client::Client;
+use leasehold::client::{Client, Security};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
 use leasehold::node::Node;
@@ -54,6 +60,78 @@ pub fn etcd_mode() -> bool {
         Ok("sled") | Ok("") | Err(_) => false,
         Ok(other) => panic!("LEASEHOLD_TEST_BACKEND={other:?}: use sled or etcd"),
     }
+}
+
+/// Whether test servers run with TLS and a policy
+/// (`LEASEHOLD_TEST_SECURE=1`).
+pub fn secure_mode() -> bool {
+    match std::env::var("LEASEHOLD_TEST_SECURE").as_deref() {
+        Ok("1") => true,
+        Ok("0") | Ok("") | Err(_) => false,
+        Ok(other) => panic!("LEASEHOLD_TEST_SECURE={other:?}: use 1 or 0"),
+    }
+}
+
+/// The certificates and policy of secure mode, made once per test process.
+pub fn secured() -> &'static pki::Secured {
+    static S: std::sync::OnceLock<pki::Secured> = std::sync::OnceLock::new();
+    S.get_or_init(pki::secured)
+}
+
+/// How the tests' clients reach a server at `url`: with the CA and the
+/// bearer token of secure mode when the url is `https://`.
+pub fn security(url: &str) -> Security {
+    if !url.starts_with("https://") {
+        return Security::default();
+    }
+    Security {
+        ca_pem: Some(secured().ca_pem.clone().into_bytes()),
+        token: Some(pki::TEST_SECRET.to_owned()),
+        ..Security::default()
+    }
+}
+
+/// A channel with every call carrying secure mode's bearer token.
+pub type Transport = tonic::service::interceptor::InterceptedService<
+    tonic::transport::Channel,
+    fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>,
+>;
+
+fn with_test_token(mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    let v = format!("Bearer {}", pki::TEST_SECRET).parse().unwrap();
+    r.metadata_mut().insert("authorization", v);
+    Ok(r)
+}
+
+fn no_token(r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    Ok(r)
+}
+
+/// A connection to `url` without credentials: TLS with secure mode's CA
+/// for an `https://` url.
+pub async fn plain_channel(url: &str) -> tonic::transport::Channel {
+    let mut e = tonic::transport::Endpoint::from_shared(url.to_owned()).unwrap();
+    if url.starts_with("https://") {
+        e = e
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(&secured().ca_pem)),
+            )
+            .unwrap();
+    }
+    e.connect().await.unwrap()
+}
+
+/// A connection to `url` for the generated clients: with secure mode's CA
+/// and bearer token for an `https://` url.
+pub async fn channel(url: &str) -> Transport {
+    let f: fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> =
+        if url.starts_with("https://") {
+            with_test_token
+        } else {
+            no_token
+        };
+    tonic::service::interceptor::InterceptedService::new(plain_channel(url).await, f)
 }
 
 /// The shortest TTL the backend accepts: the server's default 100 ms on
@@ -93,6 +171,8 @@ pub fn expiry_slack() -> Duration {
 /// shared with the test.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// Whether it serves TLS (its url is then `https://`).
+    pub tls: bool,
     pub node: Backend,
     /// The RPC counters the server records, as `/metrics` renders them.
     pub rpc: Arc<RpcMetrics>,
@@ -143,12 +223,28 @@ impl TestServer {
         dir: tempfile::TempDir,
         config: server::Config,
     ) -> TestServer {
+        let mut config = config;
+        let rpc = Arc::new(RpcMetrics::default());
+        if secure_mode() && config.tls.is_none() {
+            let s = secured();
+            config.tls = Some(
+                server::tls::Tls::load(server::tls::TlsFiles {
+                    cert: s.cert_file.clone(),
+                    key: s.key_file.clone(),
+                    client_ca: None,
+                    client_cert_required: false,
+                })
+                .unwrap(),
+            );
+            config.auth =
+                Some(server::auth::Auth::load(s.policy_file.clone(), rpc.clone()).unwrap());
+        }
+        let tls = config.tls.is_some();
         // Bind first, then serve: no sleep to wait for start-up.
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let n = node.clone();
-        let rpc = Arc::new(RpcMetrics::default());
         let r = rpc.clone();
         let done = tokio::spawn(async move {
             server::run(listener, n, config, r, async {
@@ -159,6 +255,7 @@ impl TestServer {
         });
         TestServer {
             addr,
+            tls,
             node,
             rpc,
             dir,
@@ -168,11 +265,17 @@ impl TestServer {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        if self.tls {
+            format!("https://{}", self.addr)
+        } else {
+            format!("http://{}", self.addr)
+        }
     }
 
     pub async fn client(&self) -> Client {
-        Client::connect(&self.url()).await.unwrap()
+        Client::connect_with(&self.url(), security(&self.url()))
+            .await
+            .unwrap()
     }
 
     /// What `GET /metrics` on the admin port would answer.
@@ -330,7 +433,6 @@ pub mod raw {
     use tokio_stream::Stream;
     use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
     use tonic::codegen::http::uri::PathAndQuery;
-    use tonic::transport::{Channel, Endpoint};
     use tonic::{Request, Status, Streaming};
 
     /// Encodes and decodes messages as the bytes they are.
@@ -369,13 +471,8 @@ pub mod raw {
         }
     }
 
-    async fn grpc(url: &str) -> tonic::client::Grpc<Channel> {
-        let channel = Endpoint::from_shared(url.to_owned())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut g = tonic::client::Grpc::new(channel);
+    async fn grpc(url: &str) -> tonic::client::Grpc<super::Transport> {
+        let mut g = tonic::client::Grpc::new(super::channel(url).await);
         g.ready().await.unwrap();
         g
     }

@@ -237,9 +237,7 @@ async fn list_leases_pages_in_job_order() {
     let all = c.list_leases("fleet/").await.unwrap();
     assert_eq!(all.len(), 250);
     assert!(all.windows(2).all(|w| w[0].job < w[1].job));
-    let mut raw = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut raw = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
     let p = raw
         .list_leases(proto::ListLeasesRequest {
             prefix: "fleet/".into(),
@@ -369,12 +367,9 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         c.read("j", b"k").await.unwrap(),
     );
 
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let d = |ms: u64| {
         Some(prost_types::Duration {
             seconds: (ms / 1000) as i64,
@@ -596,9 +591,8 @@ async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() 
     }
     // Far beyond the message limit: refused before the message is read,
     // with the same answer, naming the configured limit.
-    let mut raw = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut raw =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let st = raw
         .checked_write(proto::CheckedWriteRequest {
             job: "j".into(),
@@ -645,12 +639,9 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
     let c = s.client().await;
     c.acquire("j", "a", TTL, NOW).await.unwrap();
     c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
     let write = |key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         job: "j".into(),
         token: 1,
@@ -861,12 +852,9 @@ async fn page_tokens_the_server_did_not_issue_are_refused() {
     }
     c.acquire("q", "h", TTL, NOW).await.unwrap();
     c.checked_write("p/1", 1, b"k/0", vec![1]).await.unwrap();
-    let mut leases = proto::leases_client::LeasesClient::connect(s.url())
-        .await
-        .unwrap();
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let list_leases = |prefix: &str, page_token: String| proto::ListLeasesRequest {
         prefix: prefix.into(),
         page_size: 2,
@@ -1008,9 +996,8 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
         .max_message_bytes()
         .to_string();
 
-    let mut store = proto::fenced_store_client::FencedStoreClient::connect(s.url())
-        .await
-        .unwrap();
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let write = |key: &str, value: Vec<u8>| proto::CheckedWriteRequest {
         job: "j".into(),
         token: 1,
@@ -1127,11 +1114,10 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_answer() {
     let s = TestServer::start().await;
-    let channel = tonic::transport::Endpoint::from_shared(s.url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    // LEASEHOLD_TEST_SECURE=1 serves TLS (and a policy).
+    assert_eq!(s.url().starts_with("https://"), common::secure_mode());
+    // Health and reflection are open to anyone: no credentials.
+    let channel = common::plain_channel(&s.url()).await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     for service in ["", "leasehold.v1.Leases", "leasehold.v1.FencedStore"] {
         let r = health
@@ -1479,4 +1465,89 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
     }
     let l = c.get_lease(job).await.unwrap();
     assert_eq!((l.holder, l.token), (None, u64::MAX), "nothing changed");
+}
+
+/// With a policy, a lease is bound to the principal that acquired it, on
+/// either backend (the binding is stored as part of the holder): another
+/// principal with the same grants, the holder string and the token can
+/// neither renew, release, re-acquire nor write with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_is_bound_to_the_principal_that_acquired_it() {
+    use leasehold::client::Security;
+    use leasehold::server;
+    use std::sync::Arc;
+    let pki = common::pki::secured();
+    let policy = format!(
+        "[[principal]]\nname = \"a\"\ntoken_sha256 = [\"{}\"]\n\
+         [[principal]]\nname = \"b\"\ntoken_sha256 = [\"{}\"]\n\
+         [[grant]]\nprincipal = \"a\"\njobs = [\"bound/\"]\nactions = [\"lease\", \"write\", \"read\"]\n\
+         [[grant]]\nprincipal = \"b\"\njobs = [\"bound/\"]\nactions = [\"lease\", \"write\", \"read\"]\n",
+        common::pki::sha256_hex("secret-a"),
+        common::pki::sha256_hex("secret-b"),
+    );
+    let policy = common::pki::write(pki.dir.path(), "two.toml", &policy);
+    let config = server::Config {
+        drain_timeout: Duration::from_secs(2),
+        tls: Some(
+            server::tls::Tls::load(server::tls::TlsFiles {
+                cert: pki.cert_file.clone(),
+                key: pki.key_file.clone(),
+                client_ca: None,
+                client_cert_required: false,
+            })
+            .unwrap(),
+        ),
+        auth: Some(
+            server::auth::Auth::load(policy, Arc::new(leasehold::metrics::RpcMetrics::default()))
+                .unwrap(),
+        ),
+        ..server::Config::default()
+    };
+    let s = TestServer::with_config(tempfile::tempdir().unwrap(), config).await;
+    let url = s.url();
+    let connect = |secret: &str| {
+        leasehold::client::Client::connect_with(
+            &url,
+            Security {
+                ca_pem: Some(pki.ca_pem.clone().into_bytes()),
+                token: Some(secret.to_owned()),
+                ..Security::default()
+            },
+        )
+    };
+    let a = connect("secret-a").await.unwrap();
+    let b = connect("secret-b").await.unwrap();
+    let ttl = common::ttl(Duration::from_secs(30));
+    let got = a.acquire("bound/x", "h", ttl, NOW).await.unwrap();
+    assert!(got.acquired);
+    assert_eq!(got.lease.holder.as_deref(), Some("h"));
+    assert_eq!(got.lease.principal.as_deref(), Some("a"));
+    let token = got.lease.token;
+    let denied =
+        |e: ClientError| assert!(matches!(e, ClientError::PermissionDenied { .. }), "{e:?}");
+    denied(b.renew("bound/x", "h", token, ttl).await.unwrap_err());
+    denied(b.release("bound/x", "h", token).await.unwrap_err());
+    denied(b.acquire("bound/x", "h", ttl, NOW).await.unwrap_err());
+    denied(
+        b.checked_write("bound/x", token, b"k", b"v".to_vec())
+            .await
+            .unwrap_err(),
+    );
+    // Nothing changed; the lease is still a's, and a uses it.
+    let l = b.get_lease("bound/x").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.principal.as_deref(), l.token),
+        (Some("h"), Some("a"), token)
+    );
+    assert!(!a.read("bound/x", b"k").await.unwrap().found);
+    a.renew("bound/x", "h", token, ttl).await.unwrap();
+    a.checked_write("bound/x", token, b"k", b"v".to_vec())
+        .await
+        .unwrap();
+    a.release("bound/x", "h", token).await.unwrap();
+    // Free again: b may take it, with the next token.
+    let got = b.acquire("bound/x", "h", ttl, NOW).await.unwrap();
+    assert!(got.acquired);
+    assert_eq!(got.lease.principal.as_deref(), Some("b"));
+    assert_eq!(got.lease.token, token + 1);
 }

@@ -20,4 +20,5 @@ mod large_values;
 mod lifecycle;
 mod overload;
 mod run_singleton;
+mod security;
 mod write_stream;

@@ -89,31 +89,45 @@ const (
 	// repeat one, so none is made (status FAILED_PRECONDITION). Nothing was
 	// changed. Retrying cannot help: use another job name.
 	ErrorReason_ERROR_REASON_TOKENS_EXHAUSTED ErrorReason = 8
+	// The server has a policy and the call carried no credentials it knows:
+	// no client certificate or bearer token ("authorization: Bearer SECRET")
+	// of a principal, or a token that matches none (status UNAUTHENTICATED).
+	// Nothing was changed. Retrying with the same credentials is useless.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 9
+	// The caller's principal has no grant for the action on the job, or the
+	// job's lease is held by another principal (status PERMISSION_DENIED,
+	// metadata "action" and "job"). Nothing was changed and nothing of the
+	// job is told. Retrying is useless until the policy or the holder changes.
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 10
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "ERROR_REASON_LEASE_LOST",
-		2: "ERROR_REASON_FENCED",
-		3: "ERROR_REASON_INVALID_ARGUMENT",
-		4: "ERROR_REASON_UNKNOWN_TOKEN",
-		5: "ERROR_REASON_STORAGE",
-		6: "ERROR_REASON_SHUTTING_DOWN",
-		7: "ERROR_REASON_DISK_FULL",
-		8: "ERROR_REASON_TOKENS_EXHAUSTED",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_LEASE_LOST",
+		2:  "ERROR_REASON_FENCED",
+		3:  "ERROR_REASON_INVALID_ARGUMENT",
+		4:  "ERROR_REASON_UNKNOWN_TOKEN",
+		5:  "ERROR_REASON_STORAGE",
+		6:  "ERROR_REASON_SHUTTING_DOWN",
+		7:  "ERROR_REASON_DISK_FULL",
+		8:  "ERROR_REASON_TOKENS_EXHAUSTED",
+		9:  "ERROR_REASON_UNAUTHENTICATED",
+		10: "ERROR_REASON_PERMISSION_DENIED",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":      0,
-		"ERROR_REASON_LEASE_LOST":       1,
-		"ERROR_REASON_FENCED":           2,
-		"ERROR_REASON_INVALID_ARGUMENT": 3,
-		"ERROR_REASON_UNKNOWN_TOKEN":    4,
-		"ERROR_REASON_STORAGE":          5,
-		"ERROR_REASON_SHUTTING_DOWN":    6,
-		"ERROR_REASON_DISK_FULL":        7,
-		"ERROR_REASON_TOKENS_EXHAUSTED": 8,
+		"ERROR_REASON_UNSPECIFIED":       0,
+		"ERROR_REASON_LEASE_LOST":        1,
+		"ERROR_REASON_FENCED":            2,
+		"ERROR_REASON_INVALID_ARGUMENT":  3,
+		"ERROR_REASON_UNKNOWN_TOKEN":     4,
+		"ERROR_REASON_STORAGE":           5,
+		"ERROR_REASON_SHUTTING_DOWN":     6,
+		"ERROR_REASON_DISK_FULL":         7,
+		"ERROR_REASON_TOKENS_EXHAUSTED":  8,
+		"ERROR_REASON_UNAUTHENTICATED":   9,
+		"ERROR_REASON_PERMISSION_DENIED": 10,
 	}
 )
 
@@ -345,7 +359,11 @@ type Lease struct {
 	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// How long the lease has left, measured by the server when it answered.
 	// Unset when free. Subtract your own round-trip time before relying on it.
-	Remaining     *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	Remaining *durationpb.Duration `protobuf:"bytes,5,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// The principal (of the server's policy) that acquired the current grant:
+	// only that principal may renew, release or re-acquire it, or write with
+	// its token. Empty when the job is free, or the server has no policy.
+	Principal     string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +431,13 @@ func (x *Lease) GetRemaining() *durationpb.Duration {
 		return x.Remaining
 	}
 	return nil
+}
+
+func (x *Lease) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type AcquireRequest struct {
@@ -1944,13 +1969,14 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\"\xad\x01\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
-	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\x96\x01\n" +
+	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\x96\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -2063,7 +2089,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\x9d\x02\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xe3\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -2073,7 +2099,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x14ERROR_REASON_STORAGE\x10\x05\x12\x1e\n" +
 	"\x1aERROR_REASON_SHUTTING_DOWN\x10\x06\x12\x1a\n" +
 	"\x16ERROR_REASON_DISK_FULL\x10\a\x12!\n" +
-	"\x1dERROR_REASON_TOKENS_EXHAUSTED\x10\b2\x88\x04\n" +
+	"\x1dERROR_REASON_TOKENS_EXHAUSTED\x10\b\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\t\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\n" +
+	"2\x88\x04\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +

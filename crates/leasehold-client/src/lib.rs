@@ -16,6 +16,25 @@
 //! elector.resign().await;
 //! # Ok(()) }
 //! ```
+//!
+//! A server with TLS and a policy (`serve --tls-cert ... --policy ...`):
+//! connect with its CA, and a bearer token or a client certificate (see
+//! [`Security`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold_client::ClientError> {
+//! use leasehold_client::{Client, Security};
+//!
+//! let security = Security {
+//!     ca_pem: Some(std::fs::read("ca.pem").expect("the CA")),
+//!     token: std::env::var("LEASEHOLD_AUTH_TOKEN").ok(),
+//!     ..Security::default()
+//! };
+//! let client = Client::connect_with("https://leasehold.internal:50051", security).await?;
+//! let lease = client.get_lease("billing/nightly").await?;
+//! println!("held by {:?} (principal {:?})", lease.holder, lease.principal);
+//! # Ok(()) }
+//! ```
 
 mod elector;
 mod elector_set;
@@ -36,7 +55,10 @@ use std::fmt;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -85,6 +107,22 @@ pub enum ClientError {
         /// The server's message, naming the field and the limit.
         message: String,
     },
+    /// The server's policy does not know the caller (reason
+    /// UNAUTHENTICATED): no credentials, or a token or certificate of no
+    /// principal. Retrying with the same credentials cannot help.
+    Unauthenticated(String),
+    /// The caller's principal may not do this (reason PERMISSION_DENIED):
+    /// no grant for the action on the job, or the job's lease is another
+    /// principal's. Retrying cannot help until the policy or the holder
+    /// changes.
+    PermissionDenied {
+        /// The server's message.
+        message: String,
+        /// The action refused (`lease`, `write`, `read`, `admin`).
+        action: Option<String>,
+        /// The job.
+        job: Option<String>,
+    },
     /// The server could not be reached or could not answer (UNAVAILABLE,
     /// DEADLINE_EXCEEDED, a transport failure). The outcome of a change is
     /// unknown; retrying can help.
@@ -107,6 +145,10 @@ impl fmt::Display for ClientError {
             ClientError::Fenced { message, .. } => write!(f, "{message} (FENCED)"),
             ClientError::InvalidArgument { message, .. } => {
                 write!(f, "{message} (INVALID_ARGUMENT)")
+            }
+            ClientError::Unauthenticated(m) => write!(f, "{m} (UNAUTHENTICATED)"),
+            ClientError::PermissionDenied { message, .. } => {
+                write!(f, "{message} (PERMISSION_DENIED)")
             }
             ClientError::Unavailable(m) => write!(f, "unavailable: {m}"),
             ClientError::Other(s) => write!(f, "{}: {}", s.code(), s.message()),
@@ -134,6 +176,16 @@ impl From<Status> for ClientError {
                 message,
                 current_token,
             },
+            (_, Some(proto::ErrorReason::Unauthenticated)) | (Code::Unauthenticated, None) => {
+                ClientError::Unauthenticated(message)
+            }
+            (_, Some(proto::ErrorReason::PermissionDenied)) | (Code::PermissionDenied, None) => {
+                ClientError::PermissionDenied {
+                    message,
+                    action: meta("action"),
+                    job: meta("job"),
+                }
+            }
             (
                 _,
                 Some(
@@ -177,6 +229,8 @@ pub struct Lease {
     pub ttl: Option<Duration>,
     /// Time left when the server answered.
     pub remaining: Option<Duration>,
+    /// The principal the live grant is bound to (servers with a policy).
+    pub principal: Option<String>,
 }
 
 impl From<proto::Lease> for Lease {
@@ -190,6 +244,7 @@ impl From<proto::Lease> for Lease {
             token: l.token,
             ttl: d(l.ttl),
             remaining: d(l.remaining),
+            principal: (!l.principal.is_empty()).then_some(l.principal),
         }
     }
 }
@@ -216,41 +271,131 @@ pub struct Value {
     pub version: u64,
 }
 
+/// How to reach a server with TLS and a policy. Every field is optional:
+/// the default is plain HTTP/2 without credentials.
+#[derive(Clone, Default)]
+pub struct Security {
+    /// The CA certificate(s) that signed the server's certificate (PEM).
+    /// With it (or a client certificate) the connection is TLS.
+    pub ca_pem: Option<Vec<u8>>,
+    /// This client's certificate (PEM), for mutual TLS; needs `key_pem`.
+    pub cert_pem: Option<Vec<u8>>,
+    /// The private key of `cert_pem` (PEM).
+    pub key_pem: Option<Vec<u8>>,
+    /// A bearer secret of a principal in the server's policy, sent as
+    /// `authorization: Bearer SECRET` on every call.
+    pub token: Option<String>,
+    /// The name the server's certificate must carry; default: the host of
+    /// the address.
+    pub server_name: Option<String>,
+}
+
+impl fmt::Debug for Security {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Security")
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("cert_pem", &self.cert_pem.is_some())
+            .field("key_pem", &self.key_pem.is_some())
+            .field("token", &self.token.as_ref().map(|_| "<secret>"))
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+/// Adds the bearer token, if any, to every call.
+#[derive(Clone, Default)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// The channel every call goes through: the connection plus the token.
+type Transport = InterceptedService<Channel, BearerToken>;
+
 /// A typed client. Cheap to clone: clones share one HTTP/2 connection.
 #[derive(Clone)]
 pub struct Client {
-    leases: LeasesClient<Channel>,
-    store: FencedStoreClient<Channel>,
-    admin: AdminClient<Channel>,
+    leases: LeasesClient<Transport>,
+    store: FencedStoreClient<Transport>,
+    admin: AdminClient<Transport>,
 }
 
 impl Client {
     /// Connects to `addr`, such as `http://127.0.0.1:50051` (the scheme may
     /// be left out).
     pub async fn connect(addr: &str) -> Result<Client, ClientError> {
-        let addr = if addr.contains("://") {
-            addr.to_owned()
-        } else {
-            format!("http://{addr}")
+        Client::connect_with(addr, Security::default()).await
+    }
+
+    /// Connects to `addr` with TLS and credentials (see [`Security`]).
+    /// With a CA or a client certificate the connection is TLS, and an
+    /// address without a scheme or with `http://` is taken as `https://`.
+    pub async fn connect_with(addr: &str, security: Security) -> Result<Client, ClientError> {
+        let bad = |field: &str, message: String| ClientError::InvalidArgument {
+            field: Some(field.into()),
+            message,
         };
-        let channel = Endpoint::from_shared(addr)
-            .map_err(|e| ClientError::InvalidArgument {
-                field: Some("server".into()),
-                message: format!("bad server address: {e}"),
-            })?
+        let tls = security.ca_pem.is_some() || security.cert_pem.is_some();
+        let rest = addr.split_once("://").map_or(addr, |(_, r)| r);
+        let addr = match (tls, addr.contains("://")) {
+            (true, _) => format!("https://{rest}"),
+            (false, true) => addr.to_owned(),
+            (false, false) => format!("http://{addr}"),
+        };
+        let mut endpoint = Endpoint::from_shared(addr)
+            .map_err(|e| bad("server", format!("bad server address: {e}")))?
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .connect()
-            .await?;
-        Ok(Client::from_channel(channel))
+            .tcp_nodelay(true);
+        if tls {
+            let mut config = ClientTlsConfig::new();
+            if let Some(ca) = &security.ca_pem {
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            match (&security.cert_pem, &security.key_pem) {
+                (Some(cert), Some(key)) => config = config.identity(Identity::from_pem(cert, key)),
+                (None, None) => {}
+                _ => {
+                    return Err(bad(
+                        "cert",
+                        "a client certificate needs its key, and a key its certificate".into(),
+                    ))
+                }
+            }
+            if let Some(name) = &security.server_name {
+                config = config.domain_name(name.clone());
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| bad("ca", format!("bad TLS settings: {e}")))?;
+        }
+        let token = match &security.token {
+            None => None,
+            Some(t) => Some(
+                format!("Bearer {}", t.trim())
+                    .parse::<MetadataValue<Ascii>>()
+                    .map_err(|_| bad("token", "the bearer token must be printable ASCII".into()))?,
+            ),
+        };
+        let channel = endpoint.connect().await?;
+        Ok(Client::with_token(channel, BearerToken(token)))
     }
 
     /// A client over an existing channel.
     pub fn from_channel(channel: Channel) -> Client {
+        Client::with_token(channel, BearerToken::default())
+    }
+
+    fn with_token(channel: Channel, token: BearerToken) -> Client {
         Client {
-            leases: LeasesClient::new(channel.clone()),
-            store: FencedStoreClient::new(channel.clone()),
-            admin: AdminClient::new(channel),
+            leases: LeasesClient::with_interceptor(channel.clone(), token.clone()),
+            store: FencedStoreClient::with_interceptor(channel.clone(), token.clone()),
+            admin: AdminClient::with_interceptor(channel, token),
         }
     }
 

@@ -92,6 +92,23 @@ pub enum Error {
         /// Bytes a write needs free: its own size plus the store's reserve.
         needed: u64,
     },
+    /// The call carried no credentials the server's policy knows: no
+    /// client certificate or bearer token of a principal, or a token that
+    /// matches none. Nothing was changed. Retrying with the same
+    /// credentials cannot help.
+    Unauthenticated(String),
+    /// The caller is known, but its policy grants it no `action` on `job`,
+    /// or the job's lease is bound to another principal. Nothing was
+    /// changed, and nothing of the job is told. Retrying cannot help until
+    /// the policy or the holder changes.
+    PermissionDenied {
+        /// The action refused: `lease`, `write`, `read` or `admin`.
+        action: &'static str,
+        /// The job (empty for an action on no job, such as a backup).
+        job: String,
+        /// Why, without anything of the job's state.
+        why: &'static str,
+    },
     /// The server is shutting down. Retrying against a server that is up
     /// can help.
     ShuttingDown,
@@ -181,6 +198,13 @@ impl fmt::Display for Error {
                 "disk full: {free} bytes free in the data dir, a write needs at least {needed}; \
                  nothing was changed"
             ),
+            Error::Unauthenticated(why) => write!(f, "unauthenticated: {why}"),
+            Error::PermissionDenied { action, job, why } if job.is_empty() => {
+                write!(f, "permission denied: {action}: {why}")
+            }
+            Error::PermissionDenied { action, job, why } => {
+                write!(f, "permission denied: {action} on job {job:?}: {why}")
+            }
             Error::ShuttingDown => f.write_str("the server is shutting down"),
             Error::Serve(cause) => write!(f, "server failure: {cause}"),
         }

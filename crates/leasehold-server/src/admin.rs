@@ -1,31 +1,47 @@
 //! The admin port: an axum router with `GET /metrics` (Prometheus text,
-//! see [`crate::metrics`]) and `GET /healthz`. Plain HTTP/1.1, on its own
-//! listener, so that a scrape never competes with the gRPC port's limits.
+//! see [`crate::metrics`]) and `GET /healthz`. HTTP/1.1, on its own
+//! listener, so that a scrape never competes with the gRPC port's limits;
+//! over TLS with the gRPC port's certificates when it has them.
+//!
+//! With a policy, `/metrics` answers only a caller with the `admin`
+//! action (a bearer token or a client certificate, as on the gRPC port):
+//! it names every job. `/healthz` stays open, like gRPC health.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::serve::IncomingStream;
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio_stream::{Stream, StreamExt as _};
 
 use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
 use crate::metrics::{self, RpcMetrics};
+use crate::server::auth::{self, Auth};
+use crate::server::conn::{self, Conn, Peer};
+use crate::server::tls::{Port, Tls};
+
+/// Connections open at once on the admin port.
+const MAX_ADMIN_CONNECTIONS: usize = 256;
 
 #[derive(Clone)]
 struct Admin {
     node: Backend,
     /// Every metric, made once; encoded at each scrape.
     registry: Arc<Registry>,
+    /// The policy, if any: `/metrics` needs `admin`.
+    auth: Option<Arc<Auth>>,
 }
 
 /// The admin pages, as a router (for tests, or to nest elsewhere).
-pub fn router(node: Backend, rpc: Arc<RpcMetrics>) -> Router {
+pub fn router(node: Backend, rpc: Arc<RpcMetrics>, auth: Option<Arc<Auth>>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
@@ -33,7 +49,18 @@ pub fn router(node: Backend, rpc: Arc<RpcMetrics>) -> Router {
         .with_state(Admin {
             registry: Arc::new(metrics::registry(node.clone(), rpc)),
             node,
+            auth,
         })
+}
+
+/// How the admin port is secured: TLS with the gRPC port's certificates,
+/// and the policy.
+#[derive(Clone, Default)]
+pub struct AdminSecurity {
+    /// TLS, if the server has it.
+    pub tls: Option<Arc<Tls>>,
+    /// The policy, if the server has one.
+    pub auth: Option<Arc<Auth>>,
 }
 
 /// Serves the admin pages on `listener` until `shutdown`.
@@ -41,9 +68,18 @@ pub async fn serve_admin(
     listener: TcpListener,
     node: Backend,
     rpc: Arc<RpcMetrics>,
+    security: AdminSecurity,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    if let Err(e) = axum::serve(listener, router(node, rpc))
+    let addr = listener.local_addr().ok();
+    let incoming = conn::incoming(
+        listener,
+        MAX_ADMIN_CONNECTIONS,
+        security.tls.map(|t| (t, Port::Admin)),
+    );
+    let listener = AdminListener { incoming, addr };
+    let app = router(node, rpc, security.auth).into_make_service_with_connect_info::<Peer>();
+    if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
     {
@@ -51,7 +87,58 @@ pub async fn serve_admin(
     }
 }
 
-async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
+/// The admin port's connections, plain or TLS, from [`conn::incoming`].
+struct AdminListener {
+    incoming: std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>>,
+    addr: Option<std::net::SocketAddr>,
+}
+
+impl axum::serve::Listener for AdminListener {
+    type Io = Conn;
+    type Addr = Peer;
+
+    async fn accept(&mut self) -> (Conn, Peer) {
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(c)) => {
+                    let peer = c.peer().clone();
+                    return (c, peer);
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "admin port: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Peer> {
+        Ok(Peer {
+            remote: self.addr,
+            certs: None,
+        })
+    }
+}
+
+impl Connected<IncomingStream<'_, AdminListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, AdminListener>) -> Peer {
+        stream.remote_addr().clone()
+    }
+}
+
+async fn metrics(
+    State(a): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    if let Err(e) = auth::admin_check(a.auth.as_ref(), &headers, Some(&peer)) {
+        let code = match e {
+            crate::error::Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+            _ => StatusCode::FORBIDDEN,
+        };
+        return (code, auth::describe(&e)).into_response();
+    }
     match metrics::encode(&a.registry) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => {

@@ -144,12 +144,22 @@ struct MethodStats {
 #[derive(Debug)]
 pub struct RpcMetrics {
     methods: [MethodStats; METHODS.len()],
+    /// Calls refused by the policy, by reason and action
+    /// (`leasehold_auth_denied_total`).
+    denied: [[Counter; DENIED_ACTIONS.len()]; DENIED_REASONS.len()],
 }
+
+/// The `reason` label values of `leasehold_auth_denied_total`.
+pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];
+/// The `action` label values of `leasehold_auth_denied_total`: the
+/// policy's actions, and `none` for a call refused before it named one.
+pub const DENIED_ACTIONS: [&str; 5] = ["lease", "write", "read", "admin", "none"];
 
 impl Default for RpcMetrics {
     fn default() -> Self {
         RpcMetrics {
             methods: std::array::from_fn(|_| MethodStats::default()),
+            denied: Default::default(),
         }
     }
 }
@@ -180,6 +190,21 @@ impl RpcMetrics {
     /// stream, when it ends, with the status it ended with.
     pub fn ended(&self, method: RpcMethod, code: usize) {
         self.methods[method.0].codes[code.min(CODES - 1)].inc();
+    }
+
+    /// Counts a call refused by the policy. `reason` and `action` are
+    /// values of [`DENIED_REASONS`] and [`DENIED_ACTIONS`] (another counts
+    /// as the last of each).
+    pub fn denied(&self, reason: &str, action: &str) {
+        let r = DENIED_REASONS
+            .iter()
+            .position(|x| *x == reason)
+            .unwrap_or(DENIED_REASONS.len() - 1);
+        let a = DENIED_ACTIONS
+            .iter()
+            .position(|x| *x == action)
+            .unwrap_or(DENIED_ACTIONS.len() - 1);
+        self.denied[r][a].inc();
     }
 
     /// Each method's label value (`Acquire`, ..., `other`) and series.
@@ -219,6 +244,27 @@ impl EncodeMetric for RpcResponses {
             for (code, n) in CODE_NAMES.iter().zip(&m.codes) {
                 if n.get() > 0 {
                     n.encode(encoder.encode_family(&[("method", method), ("code", code)])?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// `leasehold_auth_denied_total{reason,action}`: the pairs that occurred.
+#[derive(Debug)]
+struct AuthDenied(Arc<RpcMetrics>);
+
+impl EncodeMetric for AuthDenied {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (reason, row) in DENIED_REASONS.iter().zip(&self.0.denied) {
+            for (action, n) in DENIED_ACTIONS.iter().zip(row) {
+                if n.get() > 0 {
+                    n.encode(encoder.encode_family(&[("reason", *reason), ("action", *action)])?)?;
                 }
             }
         }
@@ -416,7 +462,12 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
     r.register(
         "leasehold_rpc_responses",
         "RPCs ended, by gRPC status code (a stream when it ends)",
-        RpcResponses(rpc),
+        RpcResponses(rpc.clone()),
+    );
+    r.register(
+        "leasehold_auth_denied",
+        "Calls refused by the policy (--policy), by reason and action",
+        AuthDenied(rpc),
     );
     r.register_collector(Box::new(SnapshotCollector(node)));
     r
@@ -475,6 +526,11 @@ mod tests {
             "counter",
             &["method", "code"],
         ),
+        (
+            "leasehold_auth_denied_total",
+            "counter",
+            &["reason", "action"],
+        ),
     ];
 
     /// A sample line's name and label names, in order.
@@ -530,6 +586,7 @@ mod tests {
         let acquire = RpcMetrics::method("/leasehold.v1.Leases/Acquire");
         rpc.answered(acquire, Duration::from_micros(300));
         rpc.ended(acquire, 0);
+        rpc.denied("permission_denied", "write");
 
         let text = render(&node.into(), &rpc);
         // name -> (type, HELP seen, label-name lists of its samples)

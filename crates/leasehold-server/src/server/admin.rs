@@ -13,6 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::backend::Backend;
 use crate::proto;
+use crate::server::auth::{Action, Caller};
 use crate::server::status::to_status;
 
 /// The size of a backup chunk.
@@ -36,8 +37,11 @@ impl proto::admin_server::Admin for AdminService {
 
     async fn backup(
         &self,
-        _req: Request<proto::BackupRequest>,
+        req: Request<proto::BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
+        Caller::of(&req)
+            .authorize(Action::Admin, "")
+            .map_err(|e| to_status(&e))?;
         let store =
             match &self.node {
                 Backend::Local(n) => n.store(),

@@ -5,31 +5,79 @@
 //! the connection reset and can try another server or back off), so an
 //! unbounded number of idle or hostile connections cannot exhaust file
 //! descriptors or memory.
+//!
+//! With TLS ([`super::tls`]) each connection's handshake runs in a task of
+//! its own, with a deadline, so a slow or silent client delays nobody; the
+//! connection reaches the server only once its handshake is done, with
+//! its client certificate (if any) in its [`Peer`].
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
-/// A TCP connection that holds one of the server's connection permits.
+use super::tls::{Port, Tls};
+
+/// How long a client has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection (plain TCP, or TLS over it) that holds one of the server's
+/// connection permits.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Io,
+    peer: Peer,
     _permit: OwnedSemaphorePermit,
 }
 
-impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+/// Who is at the other end of a connection: put into every request's
+/// extensions, where the policy ([`super::auth`]) reads the client
+/// certificate.
+#[derive(Clone, Debug, Default)]
+pub struct Peer {
+    /// The client's address.
+    pub remote: Option<SocketAddr>,
+    /// The client's certificate chain (its own first), verified against
+    /// `--tls-client-ca` in the handshake; `None` without one.
+    pub certs: Option<Arc<[CertificateDer<'static>]>>,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = Peer;
+
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
     }
+}
+
+impl Conn {
+    /// The connection's peer.
+    pub fn peer(&self) -> &Peer {
+        &self.peer
+    }
+}
+
+macro_rules! both {
+    ($s:expr, $x:ident => $e:expr) => {
+        match $s {
+            Io::Plain($x) => $e,
+            Io::Tls($x) => $e,
+        }
+    };
 }
 
 impl AsyncRead for Conn {
@@ -38,7 +86,7 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
@@ -48,7 +96,7 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -56,26 +104,103 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        both!(&self.stream, s => s.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_shutdown(cx))
     }
 }
 
 /// Accepts connections from `listener`, at most `max` open at once, with
 /// TCP_NODELAY set (every reply is a small message; Nagle's algorithm would
 /// hold it for up to 40 ms).
-pub fn incoming(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Conn>> {
+///
+/// With `tls`, each connection first completes a TLS handshake with the
+/// certificates loaded when it arrived (a reload never touches
+/// connections already open), in a task of its own; one that fails or
+/// takes longer than 10 s is closed and logged.
+pub fn incoming(
+    listener: TcpListener,
+    max: usize,
+    tls: Option<(Arc<Tls>, Port)>,
+) -> Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>> {
+    match tls {
+        None => Box::pin(plain(listener, max)),
+        Some((tls, port)) => Box::pin(secured(listener, max, tls, port)),
+    }
+}
+
+fn secured(
+    listener: TcpListener,
+    max: usize,
+    tls: Arc<Tls>,
+    port: Port,
+) -> impl Stream<Item = io::Result<Conn>> {
+    let (tx, rx) = mpsc::channel::<io::Result<Conn>>(64);
+    let mut plain = Box::pin(plain(listener, max));
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                c = plain.next() => c,
+                _ = tx.closed() => return,
+            };
+            let (tcp, permit) = match conn {
+                None => return,
+                Some(Err(e)) => {
+                    if tx.send(Err(e)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Some(Ok(Conn {
+                    stream: Io::Plain(tcp),
+                    _permit,
+                    ..
+                })) => (tcp, _permit),
+                Some(Ok(_)) => unreachable!("plain() yields plain connections"),
+            };
+            let acceptor = tls.acceptor(port);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let remote = tcp.peer_addr().ok();
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let certs = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
+                        let _ = tx
+                            .send(Ok(Conn {
+                                stream: Io::Tls(Box::new(stream)),
+                                peer: Peer { remote, certs },
+                                _permit: permit,
+                            }))
+                            .await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!(peer = ?remote, error = %e, ?port, "TLS handshake failed");
+                    }
+                    Err(_) => {
+                        tracing::info!(peer = ?remote, ?port, "TLS handshake timed out after 10s");
+                    }
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+fn plain(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Conn>> + Send {
     let permits = Arc::new(Semaphore::new(max));
     TcpListenerStream::new(listener).filter_map(move |s| {
         let stream = match s {
@@ -85,8 +210,13 @@ pub fn incoming(listener: TcpListener, max: usize) -> impl Stream<Item = io::Res
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let _ = stream.set_nodelay(true);
+                let peer = Peer {
+                    remote: stream.peer_addr().ok(),
+                    certs: None,
+                };
                 Some(Ok(Conn {
-                    stream,
+                    stream: Io::Plain(stream),
+                    peer,
                     _permit: permit,
                 }))
             }

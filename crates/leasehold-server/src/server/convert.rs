@@ -1,5 +1,10 @@
 //! Proto types stop here: explicit conversions from requests to validated
 //! domain values, and from domain values to responses.
+//!
+//! Each request's conversion is also where the policy's per-job rule is
+//! applied ([`Caller::authorize`], with the job just validated) and where
+//! the holder is bound to the caller's principal ([`Caller::bind`]): every
+//! handler goes through here, so none can forget either.
 
 use std::time::Duration;
 
@@ -7,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Token};
 use crate::node::EventKind;
 use crate::proto;
+use crate::server::auth::{self, Action, Caller};
 
 /// A proto duration as a std one; `None` when unset. Negative or malformed
 /// durations are bad input for `field`.
@@ -24,43 +30,62 @@ pub fn duration(field: &'static str, d: Option<prost_types::Duration>) -> Result
     Ok(Some(Duration::new(d.seconds as u64, d.nanos as u32)))
 }
 
-/// A validated `Acquire`: (job, holder, ttl, wait).
+/// A validated job name that `caller` may do `action` on.
+pub fn job_arg(l: &Limits, caller: &Caller, action: Action, job: &str) -> Result<JobName> {
+    let job = l.job(job)?;
+    caller.authorize(action, job.as_str())?;
+    Ok(job)
+}
+
+/// A validated `Acquire`: (job, holder bound to the caller, ttl, wait).
 pub fn acquire_args(
     l: &Limits,
+    caller: &Caller,
     r: &proto::AcquireRequest,
 ) -> Result<(JobName, HolderId, Duration, Duration)> {
     Ok((
-        l.job(&r.job)?,
-        l.holder(&r.holder)?,
+        job_arg(l, caller, Action::Lease, &r.job)?,
+        caller.bind(l.holder(&r.holder)?),
         l.ttl(duration("ttl", r.ttl)?)?,
         l.wait(duration("wait", r.wait)?)?,
     ))
 }
 
-/// A validated `Renew`: (job, holder, token, ttl).
+/// A validated `Renew`: (job, holder bound to the caller, token, ttl).
 pub fn renew_args(
     l: &Limits,
+    caller: &Caller,
     r: &proto::RenewRequest,
 ) -> Result<(JobName, HolderId, Token, Duration)> {
     Ok((
-        l.job(&r.job)?,
-        l.holder(&r.holder)?,
+        job_arg(l, caller, Action::Lease, &r.job)?,
+        caller.bind(l.holder(&r.holder)?),
         l.token(r.token)?,
         l.ttl(duration("ttl", r.ttl)?)?,
     ))
 }
 
-/// A validated `Release`: (job, holder, token).
-pub fn release_args(l: &Limits, r: &proto::ReleaseRequest) -> Result<(JobName, HolderId, Token)> {
-    Ok((l.job(&r.job)?, l.holder(&r.holder)?, l.token(r.token)?))
+/// A validated `Release`: (job, holder bound to the caller, token).
+pub fn release_args(
+    l: &Limits,
+    caller: &Caller,
+    r: &proto::ReleaseRequest,
+) -> Result<(JobName, HolderId, Token)> {
+    Ok((
+        job_arg(l, caller, Action::Lease, &r.job)?,
+        caller.bind(l.holder(&r.holder)?),
+        l.token(r.token)?,
+    ))
 }
 
 /// A validated `CheckedWrite`.
 pub type WriteArgs = crate::node::Write;
 
-/// Validates a `CheckedWrite`.
-pub fn write_args(l: &Limits, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {
-    let job = l.job(&r.job)?;
+/// Validates a `CheckedWrite` that `caller` may make. (Whether the job's
+/// lease is the caller's is checked against the lease:
+/// [`Caller::check_write`].)
+pub fn write_args(l: &Limits, caller: &Caller, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {
+    let job = job_arg(l, caller, Action::Write, &r.job)?;
     let token = l.token(r.token)?;
     l.key(&r.key)?;
     let value = if r.delete {
@@ -78,28 +103,33 @@ pub fn write_args(l: &Limits, r: proto::CheckedWriteRequest) -> Result<WriteArgs
 }
 
 /// A validated `Read`: (job, key).
-pub fn read_args(l: &Limits, r: proto::ReadRequest) -> Result<(JobName, Vec<u8>)> {
-    let job = l.job(&r.job)?;
+pub fn read_args(l: &Limits, caller: &Caller, r: proto::ReadRequest) -> Result<(JobName, Vec<u8>)> {
+    let job = job_arg(l, caller, Action::Read, &r.job)?;
     l.key(&r.key)?;
     Ok((job, r.key))
 }
 
 pub use crate::proto::to_proto_duration;
 
-/// A lease snapshot as the proto `Lease`.
+/// A lease snapshot as the proto `Lease`: the holder as its client sent
+/// it, and the principal it is bound to.
 pub fn lease(v: &LeaseView) -> proto::Lease {
-    let (holder, ttl, remaining) = match &v.state {
+    let (holder, principal, ttl, remaining) = match &v.state {
         LeaseState::Held {
             holder,
             ttl,
             remaining,
             ..
-        } => (
-            holder.to_string(),
-            Some(to_proto_duration(*ttl)),
-            Some(to_proto_duration(*remaining)),
-        ),
-        LeaseState::Free(_) => (String::new(), None, None),
+        } => {
+            let (principal, holder) = auth::unbind(holder.as_str());
+            (
+                holder.to_owned(),
+                principal.unwrap_or_default().to_owned(),
+                Some(to_proto_duration(*ttl)),
+                Some(to_proto_duration(*remaining)),
+            )
+        }
+        LeaseState::Free(_) => (String::new(), String::new(), None, None),
     };
     proto::Lease {
         job: v.job.to_string(),
@@ -107,6 +137,7 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
         token: v.token.0,
         ttl,
         remaining,
+        principal,
     }
 }
 

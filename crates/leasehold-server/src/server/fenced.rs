@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::proto;
+use crate::server::auth::{Action, Caller};
 use crate::server::status::status;
 use crate::server::{convert, page, wire};
 
@@ -41,7 +42,11 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::CheckedWriteRequest>,
     ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
-        let w = convert::write_args(&self.limits, req.into_inner()).map_err(status)?;
+        let caller = Caller::of(&req);
+        let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
+        check_bound(&self.node, &caller, std::slice::from_ref(&w))
+            .await
+            .map_err(status)?;
         let version = self
             .node
             .checked_write(&w.job, w.token, &w.key, w.value)
@@ -56,6 +61,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<Streaming<proto::WriteStreamRequest>>,
     ) -> Result<Response<Self::WriteStreamStream>, Status> {
+        let caller = Caller::of(&req);
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -88,7 +94,9 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                         return;
                     }
                 };
-                let staged = stage_batch(&node, &limits, msg).await.map_err(status);
+                let staged = stage_batch(&node, &limits, &caller, msg)
+                    .await
+                    .map_err(status);
                 let end = staged.is_err();
                 if staged_tx.send(staged).await.is_err() || end {
                     return;
@@ -123,7 +131,9 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::ReadRequest>,
     ) -> Result<Response<proto::ReadResponse>, Status> {
-        let (job, key) = convert::read_args(&self.limits, req.into_inner()).map_err(status)?;
+        let caller = Caller::of(&req);
+        let (job, key) =
+            convert::read_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
         let rec = self.node.read(&job, &key).await.map_err(status)?;
         Ok(Response::new(match rec {
             Some(rec) => proto::ReadResponse {
@@ -140,9 +150,10 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::ListKeysRequest>,
     ) -> Result<Response<proto::ListKeysResponse>, Status> {
+        let caller = Caller::of(&req);
         let r = req.into_inner();
         let l = &self.limits;
-        let job = l.job(&r.job).map_err(status)?;
+        let job = convert::job_arg(l, &caller, Action::Read, &r.job).map_err(status)?;
         l.key_prefix(&r.prefix).map_err(status)?;
         let limit = l.page_size(r.page_size).map_err(status)?;
         let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token).map_err(status)?;
@@ -170,13 +181,37 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
     }
 }
 
+/// With a policy: refuses the writes if any carries the token of a live
+/// grant held by another principal (see `Caller::check_write`). One read
+/// of the lease per job.
+async fn check_bound(node: &Backend, caller: &Caller, writes: &[convert::WriteArgs]) -> Result<()> {
+    if !caller.is_policed() {
+        return Ok(());
+    }
+    let mut seen: Vec<(&str, u64)> = Vec::new();
+    for w in writes {
+        if seen.contains(&(w.job.as_str(), w.token.0)) {
+            continue;
+        }
+        seen.push((w.job.as_str(), w.token.0));
+        let view = node.lease(&w.job).await?;
+        caller.check_write(w.token.0, &view)?;
+    }
+    Ok(())
+}
+
 /// Decides one `WriteStreamRequest`: validates each write on its own, makes
 /// the valid ones in one node decision, and puts the results back in the
 /// request's order. Returns the answer and the sequence number it must
 /// wait for before it is sent.
+///
+/// With a policy, a message with a write the caller may not make (no
+/// `write` grant on its job, or another principal's lease) is refused as
+/// a whole with PERMISSION_DENIED, before anything of it is written.
 async fn stage_batch(
     node: &Backend,
     l: &Limits,
+    caller: &Caller,
     req: proto::WriteStreamRequest,
 ) -> Result<(proto::WriteStreamResponse, u64)> {
     use proto::write_result::Outcome;
@@ -195,7 +230,8 @@ async fn stage_batch(
     // For each valid write, its index in `results`.
     let mut slots = Vec::with_capacity(req.writes.len());
     for w in req.writes {
-        match convert::write_args(l, w) {
+        match convert::write_args(l, caller, w) {
+            Err(e @ Error::PermissionDenied { .. }) => return Err(e),
             Ok(args) => {
                 slots.push(results.len());
                 batch.push(args);
@@ -212,6 +248,7 @@ async fn stage_batch(
             }),
         }
     }
+    check_bound(node, caller, &batch).await?;
     let (outcomes, seq) = node.stage_writes(batch).await?;
     for (slot, outcome) in slots.into_iter().zip(outcomes) {
         let res = &mut results[slot];

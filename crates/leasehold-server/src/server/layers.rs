@@ -1,9 +1,9 @@
 //! Tower layers in front of every handler.
 //!
 //! Cross-cutting concerns go here, once, instead of into each handler:
-//! today the RPC metrics and the cap on calls in flight; later the caller's identity from its TLS client
-//! certificate, put into the request's extensions for the per-job access
-//! rules to read (see ARCHITECTURE.md, "Where TLS and access rules go").
+//! the RPC metrics and the cap on calls in flight. The caller's identity
+//! is a layer too, with the policy it serves: [`super::auth::AuthLayer`]
+//! (see ARCHITECTURE.md, "TLS and access rules").
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};

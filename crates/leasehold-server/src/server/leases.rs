@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::node::Renewal;
 use crate::proto;
+use crate::server::auth::{Action, Caller};
 use crate::server::convert::{self, duration, lease};
 use crate::server::status::status;
 use crate::server::{page, wire};
@@ -41,13 +42,18 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
+        let caller = Caller::of(&req);
         let (job, holder, ttl, wait) =
-            convert::acquire_args(&self.limits, req.get_ref()).map_err(status)?;
+            convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         let (acquired, view) = self
             .node
             .acquire(&job, &holder, ttl, wait)
             .await
+            .map_err(status)?;
+        let sent = self.limits.holder(&req.get_ref().holder).map_err(status)?;
+        caller
+            .check_acquired(acquired, &sent, &view)
             .map_err(status)?;
         Ok(Response::new(proto::AcquireResponse {
             acquired,
@@ -59,14 +65,15 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
+        let caller = Caller::of(&req);
         let (job, holder, token, ttl) =
-            convert::renew_args(&self.limits, req.get_ref()).map_err(status)?;
+            convert::renew_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         let view = self
             .node
             .renew(&job, &holder, token, ttl)
             .await
-            .map_err(status)?;
+            .map_err(|e| status(caller.refine(Action::Lease, e)))?;
         Ok(Response::new(proto::RenewResponse {
             lease: Some(lease(&view)),
         }))
@@ -76,12 +83,13 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
+        let caller = Caller::of(&req);
         let (job, holder, token) =
-            convert::release_args(&self.limits, req.get_ref()).map_err(status)?;
+            convert::release_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         self.node
             .release(&job, &holder, token)
             .await
-            .map_err(status)?;
+            .map_err(|e| status(caller.refine(Action::Lease, e)))?;
         Ok(Response::new(proto::ReleaseResponse {}))
     }
 
@@ -89,7 +97,9 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::GetLeaseRequest>,
     ) -> Result<Response<proto::Lease>, Status> {
-        let job = self.limits.job(&req.get_ref().job).map_err(status)?;
+        let caller = Caller::of(&req);
+        let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
+            .map_err(status)?;
         let view = self.node.lease(&job).await.map_err(status)?;
         Ok(Response::new(lease(&view)))
     }
@@ -98,6 +108,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::ListLeasesRequest>,
     ) -> Result<Response<proto::ListLeasesResponse>, Status> {
+        let caller = Caller::of(&req);
         let r = req.into_inner();
         self.limits.job_prefix(&r.prefix).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
@@ -111,8 +122,14 @@ impl proto::leases_server::Leases for LeasesService {
             Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
             _ => String::new(),
         };
+        // Only the jobs the caller may read: a page may come out short
+        // (even empty) with a next page still to read.
         Ok(Response::new(proto::ListLeasesResponse {
-            leases: views.iter().map(lease).collect(),
+            leases: views
+                .iter()
+                .filter(|v| caller.may_read(v.job.as_str()))
+                .map(lease)
+                .collect(),
             next_page_token,
         }))
     }
@@ -123,7 +140,9 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::WatchLeaseRequest>,
     ) -> Result<Response<Self::WatchLeaseStream>, Status> {
-        let job = self.limits.job(&req.get_ref().job).map_err(status)?;
+        let caller = Caller::of(&req);
+        let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
+            .map_err(status)?;
         let events = ReceiverStream::new(self.node.watch(job)).map(|r| {
             r.map(|(kind, view)| proto::LeaseEvent {
                 lease: Some(lease(&view)),
@@ -140,6 +159,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let caller = Caller::of(&req);
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -168,7 +188,9 @@ impl proto::leases_server::Leases for LeasesService {
                         return;
                     }
                 };
-                let reply = keep_alive_batch(&node, &limits, msg).await.map_err(status);
+                let reply = keep_alive_batch(&node, &limits, &caller, msg)
+                    .await
+                    .map_err(status);
                 let end = reply.is_err();
                 if tx.send(reply).await.is_err() || end {
                     return;
@@ -182,9 +204,15 @@ impl proto::leases_server::Leases for LeasesService {
 /// Answers one `KeepAliveRequest`: validates each entry on its own, renews
 /// the valid ones in one node decision, and puts the results back in the
 /// request's order.
+///
+/// With a policy, a message with an entry for a job the caller may not
+/// `lease` is refused as a whole (PERMISSION_DENIED, nothing renewed), and
+/// so is one that tried to renew a lease held by another principal (that
+/// lease untouched: the rules refused it, as the holders differ).
 async fn keep_alive_batch(
     node: &Backend,
     l: &Limits,
+    caller: &Caller,
     req: proto::KeepAliveRequest,
 ) -> Result<proto::KeepAliveResponse> {
     use proto::keep_alive_result::Outcome;
@@ -198,6 +226,13 @@ async fn keep_alive_batch(
             ),
         ));
     }
+    if caller.is_policed() {
+        for r in &req.renewals {
+            if let Ok(job) = l.job(&r.job) {
+                caller.authorize(Action::Lease, job.as_str())?;
+            }
+        }
+    }
     let mut results = Vec::with_capacity(req.renewals.len());
     let mut batch = Vec::with_capacity(req.renewals.len());
     // For each valid entry, its index in `results`.
@@ -206,7 +241,7 @@ async fn keep_alive_batch(
         let parsed = (|| {
             Ok::<_, Error>(Renewal {
                 job: l.job(&r.job)?,
-                holder: l.holder(&r.holder)?,
+                holder: caller.bind(l.holder(&r.holder)?),
                 token: l.token(r.token)?,
                 ttl: node.check_ttl(l.ttl(duration("ttl", r.ttl)?)?)?,
             })
@@ -244,6 +279,10 @@ async fn keep_alive_batch(
                 res.lease = Some(lease(&view));
             }
             Err((e, view)) => {
+                let e = match caller.refine(Action::Lease, e) {
+                    e @ Error::PermissionDenied { .. } => return Err(e),
+                    e => e,
+                };
                 res.outcome = match e {
                     Error::UnknownToken { .. } => Outcome::UnknownToken,
                     _ => Outcome::LeaseLost,

@@ -18,6 +18,7 @@
 //! renewals are served either way.
 
 pub mod admin;
+pub mod auth;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
@@ -25,6 +26,7 @@ pub mod layers;
 pub mod leases;
 pub mod page;
 pub mod status;
+pub mod tls;
 pub mod wire;
 
 use std::future::Future;
@@ -62,6 +64,11 @@ pub struct Config {
     /// within the same time is disconnected, which ends its watches and
     /// waits.
     pub keepalive: Duration,
+    /// TLS on the port (`--tls-cert`, `--tls-key`, `--tls-client-ca`).
+    pub tls: Option<Arc<tls::Tls>>,
+    /// The policy (`--policy`): who may do what, and leases bound to their
+    /// principals. Without one, every caller may do everything.
+    pub auth: Option<Arc<auth::Auth>>,
 }
 
 impl Default for Config {
@@ -73,6 +80,8 @@ impl Default for Config {
             max_in_flight: 10_000,
             max_streams_per_connection: 1024,
             keepalive: Duration::from_secs(30),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -154,13 +163,18 @@ pub async fn run(
         let _ = signalled_tx.send(());
     };
 
-    let incoming = conn::incoming(listener, config.max_connections);
+    let incoming = conn::incoming(
+        listener,
+        config.max_connections,
+        config.tls.clone().map(|t| (t, tls::Port::Grpc)),
+    );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics))
         .layer(layers::InflightLimitLayer::new(config.max_in_flight))
+        .layer(auth::AuthLayer::new(config.auth.clone()))
         .layer(wire)
         .add_service(health)
         .add_service(reflection_v1)

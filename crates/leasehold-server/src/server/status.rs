@@ -29,6 +29,8 @@ pub const DOMAIN: &str = "leasehold";
 /// | `Storage` | UNAVAILABLE | STORAGE |
 /// | `TokensExhausted` | FAILED_PRECONDITION | TOKENS_EXHAUSTED |
 /// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
+/// | `Unauthenticated` | UNAUTHENTICATED | UNAUTHENTICATED |
+/// | `PermissionDenied` | PERMISSION_DENIED | PERMISSION_DENIED |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
@@ -64,6 +66,12 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("needed_bytes".to_owned(), needed.to_string());
             Code::ResourceExhausted
         }
+        Error::Unauthenticated(_) => Code::Unauthenticated,
+        Error::PermissionDenied { action, job, .. } => {
+            meta.insert("action".to_owned(), action.to_string());
+            meta.insert("job".to_owned(), job.clone());
+            Code::PermissionDenied
+        }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(reason(e).reason(), DOMAIN, meta);
@@ -86,6 +94,8 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::Fenced { .. } => ErrorReason::Fenced,
         Error::Storage(_) => ErrorReason::Storage,
         Error::NoSpace { .. } => ErrorReason::DiskFull,
+        Error::Unauthenticated(_) => ErrorReason::Unauthenticated,
+        Error::PermissionDenied { .. } => ErrorReason::PermissionDenied,
         Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
     }
 }
@@ -117,6 +127,24 @@ mod tests {
         assert_eq!(info.reason, "FENCED");
         assert_eq!(info.domain, DOMAIN);
         assert_eq!(info.metadata["current_token"], "2");
+    }
+
+    #[test]
+    fn permission_denied_names_action_and_job() {
+        let s = to_status(&Error::PermissionDenied {
+            action: "lease",
+            job: "billing/x".into(),
+            why: "no grant",
+        });
+        assert_eq!(s.code(), Code::PermissionDenied);
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "PERMISSION_DENIED");
+        assert_eq!(info.metadata["action"], "lease");
+        assert_eq!(info.metadata["job"], "billing/x");
+        let s = to_status(&Error::Unauthenticated("no credentials".into()));
+        assert_eq!(s.code(), Code::Unauthenticated);
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "UNAUTHENTICATED");
     }
 
     #[test]

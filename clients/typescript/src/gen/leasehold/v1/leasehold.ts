@@ -109,6 +109,20 @@ export enum ErrorReason {
    * changed. Retrying cannot help: use another job name.
    */
   ERROR_REASON_TOKENS_EXHAUSTED = 8,
+  /**
+   * ERROR_REASON_UNAUTHENTICATED - The server has a policy and the call carried no credentials it knows:
+   * no client certificate or bearer token ("authorization: Bearer SECRET")
+   * of a principal, or a token that matches none (status UNAUTHENTICATED).
+   * Nothing was changed. Retrying with the same credentials is useless.
+   */
+  ERROR_REASON_UNAUTHENTICATED = 9,
+  /**
+   * ERROR_REASON_PERMISSION_DENIED - The caller's principal has no grant for the action on the job, or the
+   * job's lease is held by another principal (status PERMISSION_DENIED,
+   * metadata "action" and "job"). Nothing was changed and nothing of the
+   * job is told. Retrying is useless until the policy or the holder changes.
+   */
+  ERROR_REASON_PERMISSION_DENIED = 10,
   UNRECOGNIZED = -1,
 }
 
@@ -141,6 +155,12 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 8:
     case "ERROR_REASON_TOKENS_EXHAUSTED":
       return ErrorReason.ERROR_REASON_TOKENS_EXHAUSTED;
+    case 9:
+    case "ERROR_REASON_UNAUTHENTICATED":
+      return ErrorReason.ERROR_REASON_UNAUTHENTICATED;
+    case 10:
+    case "ERROR_REASON_PERMISSION_DENIED":
+      return ErrorReason.ERROR_REASON_PERMISSION_DENIED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -168,6 +188,10 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_DISK_FULL";
     case ErrorReason.ERROR_REASON_TOKENS_EXHAUSTED:
       return "ERROR_REASON_TOKENS_EXHAUSTED";
+    case ErrorReason.ERROR_REASON_UNAUTHENTICATED:
+      return "ERROR_REASON_UNAUTHENTICATED";
+    case ErrorReason.ERROR_REASON_PERMISSION_DENIED:
+      return "ERROR_REASON_PERMISSION_DENIED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -195,7 +219,15 @@ export interface Lease {
    * How long the lease has left, measured by the server when it answered.
    * Unset when free. Subtract your own round-trip time before relying on it.
    */
-  remaining: Duration | undefined;
+  remaining:
+    | Duration
+    | undefined;
+  /**
+   * The principal (of the server's policy) that acquired the current grant:
+   * only that principal may renew, release or re-acquire it, or write with
+   * its token. Empty when the job is free, or the server has no policy.
+   */
+  principal: string;
 }
 
 export interface AcquireRequest {
@@ -661,7 +693,7 @@ export function keepAliveResult_OutcomeToJSON(object: KeepAliveResult_Outcome): 
 }
 
 function createBaseLease(): Lease {
-  return { job: "", holder: "", token: 0n, ttl: undefined, remaining: undefined };
+  return { job: "", holder: "", token: 0n, ttl: undefined, remaining: undefined, principal: "" };
 }
 
 export const Lease: MessageFns<Lease> = {
@@ -683,6 +715,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.remaining !== undefined) {
       Duration.encode(message.remaining, writer.uint32(42).fork()).join();
+    }
+    if (message.principal !== "") {
+      writer.uint32(50).string(message.principal);
     }
     return writer;
   },
@@ -740,6 +775,14 @@ export const Lease: MessageFns<Lease> = {
             message.remaining = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.principal = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -759,6 +802,7 @@ export const Lease: MessageFns<Lease> = {
       token: isSet(object.token) ? BigInt(object.token) : 0n,
       ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
       remaining: isSet(object.remaining) ? Duration.fromJSON(object.remaining) : undefined,
+      principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
     };
   },
 
@@ -778,6 +822,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.remaining !== undefined) {
       obj.remaining = Duration.toJSON(message.remaining);
+    }
+    if (message.principal !== "") {
+      obj.principal = message.principal;
     }
     return obj;
   },

@@ -92,6 +92,28 @@ public enum ErrorReason
    * <code>ERROR_REASON_TOKENS_EXHAUSTED = 8;</code>
    */
   ERROR_REASON_TOKENS_EXHAUSTED(8),
+  /**
+   * <pre>
+   * The server has a policy and the call carried no credentials it knows:
+   * no client certificate or bearer token ("authorization: Bearer SECRET")
+   * of a principal, or a token that matches none (status UNAUTHENTICATED).
+   * Nothing was changed. Retrying with the same credentials is useless.
+   * </pre>
+   *
+   * <code>ERROR_REASON_UNAUTHENTICATED = 9;</code>
+   */
+  ERROR_REASON_UNAUTHENTICATED(9),
+  /**
+   * <pre>
+   * The caller's principal has no grant for the action on the job, or the
+   * job's lease is held by another principal (status PERMISSION_DENIED,
+   * metadata "action" and "job"). Nothing was changed and nothing of the
+   * job is told. Retrying is useless until the policy or the holder changes.
+   * </pre>
+   *
+   * <code>ERROR_REASON_PERMISSION_DENIED = 10;</code>
+   */
+  ERROR_REASON_PERMISSION_DENIED(10),
   UNRECOGNIZED(-1),
   ;
 
@@ -180,6 +202,28 @@ public enum ErrorReason
    * <code>ERROR_REASON_TOKENS_EXHAUSTED = 8;</code>
    */
   public static final int ERROR_REASON_TOKENS_EXHAUSTED_VALUE = 8;
+  /**
+   * <pre>
+   * The server has a policy and the call carried no credentials it knows:
+   * no client certificate or bearer token ("authorization: Bearer SECRET")
+   * of a principal, or a token that matches none (status UNAUTHENTICATED).
+   * Nothing was changed. Retrying with the same credentials is useless.
+   * </pre>
+   *
+   * <code>ERROR_REASON_UNAUTHENTICATED = 9;</code>
+   */
+  public static final int ERROR_REASON_UNAUTHENTICATED_VALUE = 9;
+  /**
+   * <pre>
+   * The caller's principal has no grant for the action on the job, or the
+   * job's lease is held by another principal (status PERMISSION_DENIED,
+   * metadata "action" and "job"). Nothing was changed and nothing of the
+   * job is told. Retrying is useless until the policy or the holder changes.
+   * </pre>
+   *
+   * <code>ERROR_REASON_PERMISSION_DENIED = 10;</code>
+   */
+  public static final int ERROR_REASON_PERMISSION_DENIED_VALUE = 10;
 
 
   public final int getNumber() {
@@ -215,6 +259,8 @@ public enum ErrorReason
       case 6: return ERROR_REASON_SHUTTING_DOWN;
       case 7: return ERROR_REASON_DISK_FULL;
       case 8: return ERROR_REASON_TOKENS_EXHAUSTED;
+      case 9: return ERROR_REASON_UNAUTHENTICATED;
+      case 10: return ERROR_REASON_PERMISSION_DENIED;
       default: return null;
     }
   }

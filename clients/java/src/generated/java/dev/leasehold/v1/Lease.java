@@ -30,6 +30,7 @@ private static final long serialVersionUID = 0L;
   private Lease() {
     job_ = "";
     holder_ = "";
+    principal_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -242,6 +243,57 @@ private static final long serialVersionUID = 0L;
     return remaining_ == null ? com.google.protobuf.Duration.getDefaultInstance() : remaining_;
   }
 
+  public static final int PRINCIPAL_FIELD_NUMBER = 6;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object principal_ = "";
+  /**
+   * <pre>
+   * The principal (of the server's policy) that acquired the current grant:
+   * only that principal may renew, release or re-acquire it, or write with
+   * its token. Empty when the job is free, or the server has no policy.
+   * </pre>
+   *
+   * <code>string principal = 6;</code>
+   * @return The principal.
+   */
+  @java.lang.Override
+  public java.lang.String getPrincipal() {
+    java.lang.Object ref = principal_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      principal_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The principal (of the server's policy) that acquired the current grant:
+   * only that principal may renew, release or re-acquire it, or write with
+   * its token. Empty when the job is free, or the server has no policy.
+   * </pre>
+   *
+   * <code>string principal = 6;</code>
+   * @return The bytes for principal.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getPrincipalBytes() {
+    java.lang.Object ref = principal_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      principal_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -271,6 +323,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000002) != 0)) {
       output.writeMessage(5, getRemaining());
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(principal_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 6, principal_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -292,6 +347,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000002) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(5, getRemaining());
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(principal_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(6, principal_);
     }
     return size;
   }
@@ -333,6 +391,8 @@ private static final long serialVersionUID = 0L;
       if (!getRemaining()
           .equals(other.getRemaining())) return false;
     }
+    if (!getPrincipal()
+        .equals(other.getPrincipal())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -359,6 +419,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + REMAINING_FIELD_NUMBER;
       hash = (53 * hash) + getRemaining().hashCode();
     }
+    hash = (37 * hash) + PRINCIPAL_FIELD_NUMBER;
+    hash = (53 * hash) + getPrincipal().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -510,6 +572,7 @@ private static final long serialVersionUID = 0L;
         remainingBuilder_.dispose();
         remainingBuilder_ = null;
       }
+      principal_ = "";
       return this;
     }
 
@@ -565,6 +628,9 @@ private static final long serialVersionUID = 0L;
             : remainingBuilder_.build();
         to_bitField0_ |= 0x00000002;
       }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.principal_ = principal_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -598,6 +664,11 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasRemaining()) {
         mergeRemaining(other.getRemaining());
+      }
+      if (!other.getPrincipal().isEmpty()) {
+        principal_ = other.principal_;
+        bitField0_ |= 0x00000020;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -654,6 +725,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000010;
               break;
             } // case 42
+            case 50: {
+              principal_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 50
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1228,6 +1304,108 @@ private static final long serialVersionUID = 0L;
         remaining_ = null;
       }
       return remainingBuilder_;
+    }
+
+    private java.lang.Object principal_ = "";
+    /**
+     * <pre>
+     * The principal (of the server's policy) that acquired the current grant:
+     * only that principal may renew, release or re-acquire it, or write with
+     * its token. Empty when the job is free, or the server has no policy.
+     * </pre>
+     *
+     * <code>string principal = 6;</code>
+     * @return The principal.
+     */
+    public java.lang.String getPrincipal() {
+      java.lang.Object ref = principal_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        principal_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The principal (of the server's policy) that acquired the current grant:
+     * only that principal may renew, release or re-acquire it, or write with
+     * its token. Empty when the job is free, or the server has no policy.
+     * </pre>
+     *
+     * <code>string principal = 6;</code>
+     * @return The bytes for principal.
+     */
+    public com.google.protobuf.ByteString
+        getPrincipalBytes() {
+      java.lang.Object ref = principal_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        principal_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The principal (of the server's policy) that acquired the current grant:
+     * only that principal may renew, release or re-acquire it, or write with
+     * its token. Empty when the job is free, or the server has no policy.
+     * </pre>
+     *
+     * <code>string principal = 6;</code>
+     * @param value The principal to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPrincipal(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      principal_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The principal (of the server's policy) that acquired the current grant:
+     * only that principal may renew, release or re-acquire it, or write with
+     * its token. Empty when the job is free, or the server has no policy.
+     * </pre>
+     *
+     * <code>string principal = 6;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPrincipal() {
+      principal_ = getDefaultInstance().getPrincipal();
+      bitField0_ = (bitField0_ & ~0x00000020);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The principal (of the server's policy) that acquired the current grant:
+     * only that principal may renew, release or re-acquire it, or write with
+     * its token. Empty when the job is free, or the server has no policy.
+     * </pre>
+     *
+     * <code>string principal = 6;</code>
+     * @param value The bytes for principal to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPrincipalBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      principal_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.Lease)

@@ -119,4 +119,28 @@ public interface LeaseOrBuilder extends
    * <code>.google.protobuf.Duration remaining = 5;</code>
    */
   com.google.protobuf.DurationOrBuilder getRemainingOrBuilder();
+
+  /**
+   * <pre>
+   * The principal (of the server's policy) that acquired the current grant:
+   * only that principal may renew, release or re-acquire it, or write with
+   * its token. Empty when the job is free, or the server has no policy.
+   * </pre>
+   *
+   * <code>string principal = 6;</code>
+   * @return The principal.
+   */
+  java.lang.String getPrincipal();
+  /**
+   * <pre>
+   * The principal (of the server's policy) that acquired the current grant:
+   * only that principal may renew, release or re-acquire it, or write with
+   * its token. Empty when the job is free, or the server has no policy.
+   * </pre>
+   *
+   * <code>string principal = 6;</code>
+   * @return The bytes for principal.
+   */
+  com.google.protobuf.ByteString
+      getPrincipalBytes();
 }

@@ -166,101 +166,103 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
   static {
     java.lang.String[] descriptorData = {
       "\n\034leasehold/v1/leasehold.proto\022\014leasehol" +
-      "d.v1\032\036google/protobuf/duration.proto\"\211\001\n" +
+      "d.v1\032\036google/protobuf/duration.proto\"\234\001\n" +
       "\005Lease\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005t" +
       "oken\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobu" +
       "f.Duration\022,\n\tremaining\030\005 \001(\0132\031.google.p" +
-      "rotobuf.Duration\"~\n\016AcquireRequest\022\013\n\003jo" +
-      "b\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003ttl\030\003 \001(\0132\031.g" +
-      "oogle.protobuf.Duration\022\'\n\004wait\030\004 \001(\0132\031." +
-      "google.protobuf.Duration\"G\n\017AcquireRespo" +
-      "nse\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.l" +
-      "easehold.v1.Lease\"b\n\014RenewRequest\022\013\n\003job" +
-      "\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n" +
-      "\003ttl\030\004 \001(\0132\031.google.protobuf.Duration\"3\n" +
-      "\rRenewResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehol" +
-      "d.v1.Lease\"<\n\016ReleaseRequest\022\013\n\003job\030\001 \001(" +
-      "\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\"\021\n\017Rele" +
-      "aseResponse\"\036\n\017GetLeaseRequest\022\013\n\003job\030\001 " +
-      "\001(\t\"J\n\021ListLeasesRequest\022\016\n\006prefix\030\001 \001(\t" +
-      "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
-      "R\n\022ListLeasesResponse\022#\n\006leases\030\001 \003(\0132\023." +
-      "leasehold.v1.Lease\022\027\n\017next_page_token\030\002 " +
-      "\001(\t\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001" +
-      "\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023.leasehold." +
-      "v1.Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.Le" +
-      "aseEvent.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIE" +
-      "D\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002" +
-      "\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"]\n" +
-      "\023CheckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005tok" +
-      "en\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006" +
-      "delete\030\005 \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007" +
-      "version\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002i" +
-      "d\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.C" +
-      "heckedWriteRequest\"M\n\023WriteStreamRespons" +
-      "e\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leaseho" +
-      "ld.v1.WriteResult\"\220\002\n\013WriteResult\0222\n\007out" +
-      "come\030\001 \001(\0162!.leasehold.v1.WriteResult.Ou" +
-      "tcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030" +
-      "\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\204\001" +
-      "\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OU" +
-      "TCOME_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025O" +
-      "UTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALI" +
-      "D_ARGUMENT\020\004\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t" +
-      "\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001" +
-      " \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007ve" +
-      "rsion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 " +
-      "\001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022" +
-      "\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001" +
-      "(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004si" +
-      "ze\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003" +
-      "(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_t" +
-      "oken\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 \001" +
-      "(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.Keep" +
-      "AliveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job\030" +
-      "\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003" +
-      "ttl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n\021" +
-      "KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007results" +
-      "\030\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245\002" +
-      "\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcom" +
-      "e\030\002 \001(\0162%.leasehold.v1.KeepAliveResult.O" +
-      "utcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Lea" +
-      "se\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007O" +
-      "utcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCO" +
-      "ME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025" +
-      "OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVAL" +
-      "ID_ARGUMENT\020\004*\235\002\n\013ErrorReason\022\034\n\030ERROR_R" +
-      "EASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEAS" +
-      "E_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERR" +
-      "OR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_RE" +
-      "ASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STO" +
-      "RAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032" +
-      "\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REAS" +
-      "ON_TOKENS_EXHAUSTED\020\0102\210\004\n\006Leases\022F\n\007Acqu" +
-      "ire\022\034.leasehold.v1.AcquireRequest\032\035.leas" +
-      "ehold.v1.AcquireResponse\022@\n\005Renew\022\032.leas" +
-      "ehold.v1.RenewRequest\032\033.leasehold.v1.Ren" +
-      "ewResponse\022F\n\007Release\022\034.leasehold.v1.Rel" +
-      "easeRequest\032\035.leasehold.v1.ReleaseRespon" +
-      "se\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseRe" +
-      "quest\032\023.leasehold.v1.Lease\022O\n\nListLeases" +
-      "\022\037.leasehold.v1.ListLeasesRequest\032 .leas" +
-      "ehold.v1.ListLeasesResponse\022I\n\nWatchLeas" +
-      "e\022\037.leasehold.v1.WatchLeaseRequest\032\030.lea" +
-      "sehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.le" +
-      "asehold.v1.KeepAliveRequest\032\037.leasehold." +
-      "v1.KeepAliveResponse(\0010\0012\306\002\n\013FencedStore" +
-      "\022U\n\014CheckedWrite\022!.leasehold.v1.CheckedW" +
-      "riteRequest\032\".leasehold.v1.CheckedWriteR" +
-      "esponse\022V\n\013WriteStream\022 .leasehold.v1.Wr" +
-      "iteStreamRequest\032!.leasehold.v1.WriteStr" +
-      "eamResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.R" +
-      "eadRequest\032\032.leasehold.v1.ReadResponse\022I" +
-      "\n\010ListKeys\022\035.leasehold.v1.ListKeysReques" +
-      "t\032\036.leasehold.v1.ListKeysResponseBW\n\020dev" +
-      ".leasehold.v1P\001ZAgithub.com/leasehold/le" +
-      "asehold/clients/go/leaseholdv1;leasehold" +
-      "v1b\006proto3"
+      "rotobuf.Duration\022\021\n\tprincipal\030\006 \001(\t\"~\n\016A" +
+      "cquireRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001" +
+      "(\t\022&\n\003ttl\030\003 \001(\0132\031.google.protobuf.Durati" +
+      "on\022\'\n\004wait\030\004 \001(\0132\031.google.protobuf.Durat" +
+      "ion\"G\n\017AcquireResponse\022\020\n\010acquired\030\001 \001(\010" +
+      "\022\"\n\005lease\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014" +
+      "RenewRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(" +
+      "\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.p" +
+      "rotobuf.Duration\"3\n\rRenewResponse\022\"\n\005lea" +
+      "se\030\001 \001(\0132\023.leasehold.v1.Lease\"<\n\016Release" +
+      "Request\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005" +
+      "token\030\003 \001(\004\"\021\n\017ReleaseResponse\"\036\n\017GetLea" +
+      "seRequest\022\013\n\003job\030\001 \001(\t\"J\n\021ListLeasesRequ" +
+      "est\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022" +
+      "\n\npage_token\030\003 \001(\t\"R\n\022ListLeasesResponse" +
+      "\022#\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n" +
+      "\017next_page_token\030\002 \001(\t\" \n\021WatchLeaseRequ" +
+      "est\022\013\n\003job\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease" +
+      "\030\001 \001(\0132\023.leasehold.v1.Lease\022+\n\004kind\030\002 \001(" +
+      "\0162\035.leasehold.v1.LeaseEvent.Kind\"f\n\004Kind" +
+      "\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001" +
+      "\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020" +
+      "\n\014KIND_EXPIRED\020\004\"]\n\023CheckedWriteRequest\022" +
+      "\013\n\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014" +
+      "\022\r\n\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024Check" +
+      "edWriteResponse\022\017\n\007version\030\001 \001(\004\"S\n\022Writ" +
+      "eStreamRequest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003" +
+      "(\0132!.leasehold.v1.CheckedWriteRequest\"M\n" +
+      "\023WriteStreamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007resu" +
+      "lts\030\002 \003(\0132\031.leasehold.v1.WriteResult\"\220\002\n" +
+      "\013WriteResult\0222\n\007outcome\030\001 \001(\0162!.leasehol" +
+      "d.v1.WriteResult.Outcome\022\017\n\007version\030\002 \001(" +
+      "\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022" +
+      "\017\n\007message\030\005 \001(\t\"\204\001\n\007Outcome\022\027\n\023OUTCOME_" +
+      "UNSPECIFIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OU" +
+      "TCOME_FENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020" +
+      "\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004\"\'\n\013ReadR" +
+      "equest\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014Read" +
+      "Response\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r" +
+      "\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListKe" +
+      "ysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021" +
+      "\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D\n" +
+      "\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007" +
+      "version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeysR" +
+      "esponse\022#\n\004keys\030\001 \003(\0132\025.leasehold.v1.Key" +
+      "Info\022\027\n\017next_page_token\030\002 \001(\014\"P\n\020KeepAli" +
+      "veRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\0132" +
+      "\036.leasehold.v1.KeepAliveRenewal\"f\n\020KeepA" +
+      "liveRenewal\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t" +
+      "\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.pr" +
+      "otobuf.Duration\"O\n\021KeepAliveResponse\022\n\n\002" +
+      "id\030\001 \001(\004\022.\n\007results\030\002 \003(\0132\035.leasehold.v1" +
+      ".KeepAliveResult\"\245\002\n\017KeepAliveResult\022\013\n\003" +
+      "job\030\001 \001(\t\0226\n\007outcome\030\002 \001(\0162%.leasehold.v" +
+      "1.KeepAliveResult.Outcome\022\"\n\005lease\030\003 \001(\013" +
+      "2\023.leasehold.v1.Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007" +
+      "message\030\005 \001(\t\"\210\001\n\007Outcome\022\027\n\023OUTCOME_UNS" +
+      "PECIFIED\020\000\022\023\n\017OUTCOME_RENEWED\020\001\022\026\n\022OUTCO" +
+      "ME_LEASE_LOST\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN" +
+      "\020\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004*\343\002\n\013Err" +
+      "orReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033" +
+      "\n\027ERROR_REASON_LEASE_LOST\020\001\022\027\n\023ERROR_REA" +
+      "SON_FENCED\020\002\022!\n\035ERROR_REASON_INVALID_ARG" +
+      "UMENT\020\003\022\036\n\032ERROR_REASON_UNKNOWN_TOKEN\020\004\022" +
+      "\030\n\024ERROR_REASON_STORAGE\020\005\022\036\n\032ERROR_REASO" +
+      "N_SHUTTING_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_F" +
+      "ULL\020\007\022!\n\035ERROR_REASON_TOKENS_EXHAUSTED\020\010" +
+      "\022 \n\034ERROR_REASON_UNAUTHENTICATED\020\t\022\"\n\036ER" +
+      "ROR_REASON_PERMISSION_DENIED\020\n2\210\004\n\006Lease" +
+      "s\022F\n\007Acquire\022\034.leasehold.v1.AcquireReque" +
+      "st\032\035.leasehold.v1.AcquireResponse\022@\n\005Ren" +
+      "ew\022\032.leasehold.v1.RenewRequest\032\033.leaseho" +
+      "ld.v1.RenewResponse\022F\n\007Release\022\034.leaseho" +
+      "ld.v1.ReleaseRequest\032\035.leasehold.v1.Rele" +
+      "aseResponse\022>\n\010GetLease\022\035.leasehold.v1.G" +
+      "etLeaseRequest\032\023.leasehold.v1.Lease\022O\n\nL" +
+      "istLeases\022\037.leasehold.v1.ListLeasesReque" +
+      "st\032 .leasehold.v1.ListLeasesResponse\022I\n\n" +
+      "WatchLease\022\037.leasehold.v1.WatchLeaseRequ" +
+      "est\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepA" +
+      "live\022\036.leasehold.v1.KeepAliveRequest\032\037.l" +
+      "easehold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fe" +
+      "ncedStore\022U\n\014CheckedWrite\022!.leasehold.v1" +
+      ".CheckedWriteRequest\032\".leasehold.v1.Chec" +
+      "kedWriteResponse\022V\n\013WriteStream\022 .leaseh" +
+      "old.v1.WriteStreamRequest\032!.leasehold.v1" +
+      ".WriteStreamResponse(\0010\001\022=\n\004Read\022\031.lease" +
+      "hold.v1.ReadRequest\032\032.leasehold.v1.ReadR" +
+      "esponse\022I\n\010ListKeys\022\035.leasehold.v1.ListK" +
+      "eysRequest\032\036.leasehold.v1.ListKeysRespon" +
+      "seBW\n\020dev.leasehold.v1P\001ZAgithub.com/lea" +
+      "sehold/leasehold/clients/go/leaseholdv1;" +
+      "leaseholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -272,7 +274,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_Lease_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Lease_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", });
+        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", });
     internal_static_leasehold_v1_AcquireRequest_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new

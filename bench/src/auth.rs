@@ -1,0 +1,199 @@
+//! What authentication costs: unary Renew and CheckedWrite against a
+//! plain server, and against one with TLS and a policy (every call with a
+//! bearer token, every lease bound to its principal), in the same run, on
+//! the same machine. Reports calls per second, the median latency, and the
+//! server's CPU time per call (user + system, from /proc).
+//!
+//! `leasehold-bench auth --leasehold-bin target/release/leasehold --work-dir /tmp/lh-auth`
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use leasehold::client::{Client, Security};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
+
+use crate::proc::{self, Server};
+use crate::sys::Res;
+
+/// `leasehold-bench auth`'s flags.
+#[derive(clap::Args)]
+pub struct AuthArgs {
+    /// The `leasehold` binary (a release build for meaningful numbers).
+    #[arg(long)]
+    leasehold_bin: PathBuf,
+    /// A scratch directory: certificates, the policy, the data dirs.
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// Seconds per cell.
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+    /// Concurrent clients (one connection each).
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+}
+
+const SECRET: &str = "bench-secret";
+
+struct Files {
+    ca_pem: String,
+    cert: PathBuf,
+    key: PathBuf,
+    policy: PathBuf,
+}
+
+fn files(dir: &Path) -> Res<Files> {
+    std::fs::create_dir_all(dir)?;
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "bench CA");
+    let ca = CertifiedIssuer::self_signed(p, KeyPair::generate()?)?;
+    let mut s = CertificateParams::new(vec!["127.0.0.1".to_owned()])?;
+    s.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate()?;
+    let cert = s.signed_by(&key, &ca)?;
+    let digest = ring::digest::digest(&ring::digest::SHA256, SECRET.as_bytes());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let policy = format!(
+        "[[principal]]\nname = \"bench\"\ntoken_sha256 = [\"{hex}\"]\n\n\
+         [[grant]]\nprincipal = \"bench\"\njobs = [\"\"]\nactions = [\"lease\", \"write\", \"read\"]\n"
+    );
+    let f = Files {
+        ca_pem: ca.pem(),
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+        policy: dir.join("policy.toml"),
+    };
+    std::fs::write(&f.cert, cert.pem())?;
+    std::fs::write(&f.key, key.serialize_pem())?;
+    std::fs::write(&f.policy, policy)?;
+    Ok(f)
+}
+
+fn start(a: &AuthArgs, f: &Files, secure: bool, data: &Path) -> Res<Server> {
+    let mut cmd = Command::new(&a.leasehold_bin);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--max-ttl",
+        "24h",
+    ])
+    .arg("--data-dir")
+    .arg(data)
+    .env("RUST_LOG", "warn");
+    if secure {
+        cmd.arg("--tls-cert")
+            .arg(&f.cert)
+            .arg("--tls-key")
+            .arg(&f.key)
+            .arg("--policy")
+            .arg(&f.policy);
+    }
+    let mut s = Server::spawn_command(cmd)?;
+    if secure {
+        s.addr = s.addr.replacen("http://", "https://", 1);
+    }
+    Ok(s)
+}
+
+/// One cell's result.
+struct Cell {
+    calls: u64,
+    secs: f64,
+    p50: Duration,
+    cpu: f64,
+}
+
+async fn cell(a: &AuthArgs, s: &Server, security: &Security, work: &str) -> Res<Cell> {
+    let mut clients = Vec::new();
+    for i in 0..a.clients {
+        let c = Client::connect_with(&s.addr, security.clone()).await?;
+        let job = format!("auth-bench/{work}/{i}");
+        let got = c
+            .acquire(&job, "bench", Duration::from_secs(3600), Duration::ZERO)
+            .await?;
+        clients.push((c, job, got.lease.token));
+    }
+    let until = Instant::now() + Duration::from_secs_f64(a.secs);
+    let cpu0 = proc::cpu_seconds(s.pid())?;
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (c, job, token) in clients {
+        let work = work.to_owned();
+        tasks.spawn(async move {
+            let mut lat = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < until {
+                let t = Instant::now();
+                if work == "renew" {
+                    c.renew(&job, "bench", token, Duration::from_secs(3600))
+                        .await?;
+                } else {
+                    c.checked_write(&job, token, b"k", n.to_le_bytes().to_vec())
+                        .await?;
+                }
+                lat.push(t.elapsed());
+                n += 1;
+            }
+            Ok::<_, leasehold::client::ClientError>(lat)
+        });
+    }
+    let mut lat = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        lat.extend(r??);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = proc::cpu_seconds(s.pid())? - cpu0;
+    lat.sort();
+    Ok(Cell {
+        calls: lat.len() as u64,
+        secs,
+        p50: lat.get(lat.len() / 2).copied().unwrap_or_default(),
+        cpu,
+    })
+}
+
+/// Runs both servers, both workloads, and prints a Markdown table.
+pub async fn run(a: AuthArgs) -> Res<()> {
+    let f = files(&a.work_dir)?;
+    let secured = Security {
+        ca_pem: Some(f.ca_pem.clone().into_bytes()),
+        token: Some(SECRET.to_owned()),
+        ..Security::default()
+    };
+    println!("| work | server | calls/s | p50 | server CPU per call |\n|---|---|---|---|---|");
+    for (label, secure) in [("plain", false), ("TLS + bearer token + policy", true)] {
+        let data = a
+            .work_dir
+            .join(if secure { "data-secure" } else { "data-plain" });
+        let _ = std::fs::remove_dir_all(&data);
+        let s = start(&a, &f, secure, &data)?;
+        let security = if secure {
+            secured.clone()
+        } else {
+            Security::default()
+        };
+        for work in ["renew", "write"] {
+            let c = cell(&a, &s, &security, work).await?;
+            println!(
+                "| {work} | {label} | {:.0} | {:.0?} | {:.1} µs |",
+                c.calls as f64 / c.secs,
+                c.p50,
+                c.cpu * 1e6 / c.calls.max(1) as f64
+            );
+        }
+        s.stop();
+    }
+    println!(
+        "\n{} clients, one connection each, {:.0} s per cell; the server's CPU is user + system \
+         time from /proc over the cell.",
+        a.clients, a.secs
+    );
+    Ok(())
+}

@@ -1,0 +1,847 @@
+//! Who may do what: principals, their credentials, and their grants.
+//!
+//! A policy (`serve --policy FILE`, TOML) names **principals**, each known
+//! by client-certificate names (a DNS subject alternative name, or the
+//! subject's common name, of a certificate that `--tls-client-ca`
+//! verified) and/or bearer tokens (kept
+//! as the SHA-256 of the secret), and **grants**: a principal may do a set
+//! of actions on the jobs whose names start with a prefix.
+//!
+//! ```toml
+//! [[principal]]
+//! name = "billing"
+//! cert_names = ["billing.workers.internal"]
+//! token_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+//!
+//! [[grant]]
+//! principal = "billing"
+//! jobs = ["billing/"]        # job-name prefixes; "" is every job
+//! actions = ["lease", "write", "read"]
+//! ```
+//!
+//! | action | calls |
+//! |---|---|
+//! | `lease` | Acquire, Renew, Release, KeepAlive |
+//! | `write` | CheckedWrite, WriteStream |
+//! | `read` | GetLease, ListLeases, WatchLease, Read, ListKeys |
+//! | `admin` | all of the above on every job, `Admin.Backup`, the admin port's `/metrics` |
+//!
+//! **Credentials are checked in one place**: [`AuthLayer`], in front of
+//! every handler, finds the caller's principal from its bearer token
+//! (`authorization: Bearer SECRET`) or else its client certificate, and
+//! puts a [`Caller`] into the request's extensions; a call with neither,
+//! or a token no principal has, is refused there with UNAUTHENTICATED.
+//! Health and reflection are open to anyone. The per-job check needs the
+//! job's name from the decoded message, so it is [`Caller::authorize`],
+//! which the request conversions (`server/convert.rs`) call as they
+//! validate each request; no handler looks at credentials.
+//!
+//! **A lease is bound to its principal**: with a policy, the holder the
+//! lease rules see is the principal's name and the client's holder string
+//! together ([`Caller::bind`]). The rules compare holders on every Renew,
+//! Release, Acquire and KeepAlive, so another principal cannot act on the
+//! lease even with the right holder string and token, in the same
+//! decision (no check-then-act window), and the binding is stored with
+//! the lease by both backends as part of its holder. A fenced write names
+//! no holder, so its binding is checked against the job's lease before the
+//! write ([`Caller::check_write`]): refused when the live grant of that
+//! very token belongs to another principal. Since a token is never issued
+//! twice, and the write is still refused unless that token is live when it
+//! is decided, the check cannot be raced.
+//!
+//! The policy is read again on SIGHUP; one that does not load keeps the
+//! one in use. Every refusal counts in `leasehold_auth_denied_total` and is
+//! logged, at most once a second per principal.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tonic::codegen::http;
+use tower::{Layer, Service};
+
+use crate::error::{Error, Result};
+use crate::lease::{HolderId, LeaseState, LeaseView};
+use crate::metrics::RpcMetrics;
+use crate::server::conn::Peer;
+use crate::server::status::to_status;
+
+/// What a grant allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Acquire, Renew, Release, KeepAlive.
+    Lease,
+    /// CheckedWrite, WriteStream.
+    Write,
+    /// GetLease, ListLeases, WatchLease, Read, ListKeys.
+    Read,
+    /// Everything on every job, backups and the admin port.
+    Admin,
+}
+
+impl Action {
+    /// The action's name in the policy file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Lease => "lease",
+            Action::Write => "write",
+            Action::Read => "read",
+            Action::Admin => "admin",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    fn parse(s: &str) -> Option<Action> {
+        [Action::Lease, Action::Write, Action::Read, Action::Admin]
+            .into_iter()
+            .find(|a| a.name() == s)
+    }
+}
+
+/// A loaded policy.
+#[derive(Debug, Default)]
+pub struct Policy {
+    principals: Vec<Principal>,
+}
+
+#[derive(Debug)]
+struct Principal {
+    name: Arc<str>,
+    /// Each `cert_names` entry, and its form as a DNS name if it is one.
+    cert_names: Vec<(String, Option<ServerName<'static>>)>,
+    tokens: Vec<[u8; 32]>,
+    /// (job prefix, actions as bits).
+    grants: Vec<(String, u8)>,
+    admin: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    principal: Vec<PrincipalEntry>,
+    #[serde(default)]
+    grant: Vec<GrantEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrincipalEntry {
+    name: toml::Spanned<String>,
+    #[serde(default)]
+    cert_names: Vec<toml::Spanned<String>>,
+    #[serde(default)]
+    token_sha256: Vec<toml::Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrantEntry {
+    principal: toml::Spanned<String>,
+    jobs: Vec<toml::Spanned<String>>,
+    actions: Vec<toml::Spanned<String>>,
+}
+
+impl Policy {
+    /// Reads and parses the policy file at `path`. An error names the file
+    /// and the line at fault.
+    pub fn load(path: &Path) -> Result<Policy> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid("--policy", format!("{}: {e}", path.display())))?;
+        Policy::parse(&text)
+            .map_err(|e| Error::invalid("--policy", format!("{}: {e}", path.display())))
+    }
+
+    /// Parses a policy. An error names the line at fault.
+    pub fn parse(text: &str) -> std::result::Result<Policy, String> {
+        let line = |span: std::ops::Range<usize>| {
+            1 + text[..span.start.min(text.len())]
+                .bytes()
+                .filter(|b| *b == b'\n')
+                .count()
+        };
+        let at = |s: &toml::Spanned<String>, why: String| format!("line {}: {why}", line(s.span()));
+        let file: PolicyFile = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => format!("line {}: {}", line(span), e.message()),
+            None => e.message().to_owned(),
+        })?;
+        let mut principals: Vec<Principal> = Vec::new();
+        let mut tokens_seen: HashMap<[u8; 32], String> = HashMap::new();
+        for p in file.principal {
+            let name = p.name.get_ref();
+            if name.is_empty() || name.len() > 128 || name.chars().any(|c| c.is_control()) {
+                return Err(at(
+                    &p.name,
+                    format!(
+                        "principal name {name:?} must be 1 to 128 bytes, no control characters"
+                    ),
+                ));
+            }
+            if principals.iter().any(|q| &*q.name == name.as_str()) {
+                return Err(at(&p.name, format!("principal {name:?} is defined twice")));
+            }
+            let mut cert_names = Vec::new();
+            for c in &p.cert_names {
+                let n = c.get_ref();
+                if n.is_empty() || n.chars().any(|c| c.is_control()) {
+                    return Err(at(
+                        c,
+                        format!(
+                            "cert_names: {n:?} must be a non-empty name without control characters"
+                        ),
+                    ));
+                }
+                let dns = ServerName::try_from(n.as_str())
+                    .ok()
+                    .filter(|s| matches!(s, ServerName::DnsName(_)))
+                    .map(|s| s.to_owned());
+                cert_names.push((n.clone(), dns));
+            }
+            let mut tokens = Vec::new();
+            for t in &p.token_sha256 {
+                let h = hex32(t.get_ref()).ok_or_else(|| {
+                    at(
+                        t,
+                        "token_sha256: must be 64 hex digits (the SHA-256 of the secret, e.g. \
+                         `printf %s SECRET | sha256sum`)"
+                            .to_owned(),
+                    )
+                })?;
+                if let Some(other) = tokens_seen.insert(h, name.clone()) {
+                    return Err(at(
+                        t,
+                        format!("token_sha256: the same token is also {other:?}'s"),
+                    ));
+                }
+                tokens.push(h);
+            }
+            principals.push(Principal {
+                name: name.as_str().into(),
+                cert_names,
+                tokens,
+                grants: Vec::new(),
+                admin: false,
+            });
+        }
+        for g in file.grant {
+            let who = g.principal.get_ref();
+            let Some(p) = principals.iter_mut().find(|p| &*p.name == who.as_str()) else {
+                return Err(at(
+                    &g.principal,
+                    format!("grant for principal {who:?}, which no [[principal]] defines"),
+                ));
+            };
+            let mut bits = 0;
+            for a in &g.actions {
+                let action = Action::parse(a.get_ref()).ok_or_else(|| {
+                    at(
+                        a,
+                        format!(
+                            "unknown action {:?}: the actions are lease, write, read, admin",
+                            a.get_ref()
+                        ),
+                    )
+                })?;
+                if action == Action::Admin && g.jobs.iter().any(|j| !j.get_ref().is_empty()) {
+                    return Err(at(
+                        a,
+                        "admin is for every job: its grant's jobs must be [\"\"]".to_owned(),
+                    ));
+                }
+                bits |= action.bit();
+            }
+            if bits & Action::Admin.bit() != 0 {
+                p.admin = true;
+            }
+            for j in g.jobs {
+                p.grants.push((j.into_inner(), bits));
+            }
+        }
+        Ok(Policy { principals })
+    }
+
+    /// The principal a bearer secret belongs to. Every stored hash is
+    /// compared, each in constant time.
+    fn by_token(&self, secret: &[u8]) -> Option<&Principal> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, secret);
+        let mut found = None;
+        for p in &self.principals {
+            for t in &p.tokens {
+                if constant_time_eq(t, digest.as_ref()) {
+                    found = Some(p);
+                }
+            }
+        }
+        found
+    }
+
+    /// The principal a (verified) client certificate names: the first
+    /// whose `cert_names` has a DNS name the certificate is valid for (its
+    /// subject alternative names, wildcards as TLS reads them), or its
+    /// subject's common name (compared ignoring ASCII case).
+    fn by_cert(&self, cert: &CertificateDer<'_>) -> Option<&Principal> {
+        let ee = webpki::EndEntityCert::try_from(cert).ok();
+        let cns = common_names(cert.as_ref());
+        self.principals.iter().find(|p| {
+            p.cert_names.iter().any(|(name, dns)| {
+                dns.as_ref()
+                    .zip(ee.as_ref())
+                    .is_some_and(|(d, ee)| ee.verify_is_valid_for_subject_name(d).is_ok())
+                    || cns.iter().any(|cn| cn.eq_ignore_ascii_case(name))
+            })
+        })
+    }
+
+    fn allows(&self, principal: &str, action: Action, job: &str) -> bool {
+        let Some(p) = self.principals.iter().find(|p| &*p.name == principal) else {
+            return false;
+        };
+        p.admin
+            || p.grants
+                .iter()
+                .any(|(prefix, bits)| bits & action.bit() != 0 && job.starts_with(prefix.as_str()))
+    }
+}
+
+/// The common names (OID 2.5.4.3) in a DER certificate's subject; empty
+/// when it has none or does not parse. A certificate reaches here only
+/// after the handshake verified it.
+fn common_names(der: &[u8]) -> Vec<String> {
+    /// One DER element: (tag, contents, the rest after it).
+    fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, b) = b.split_first()?;
+        let (&first, b) = b.split_first()?;
+        let (len, b) = if first < 0x80 {
+            (first as usize, b)
+        } else {
+            let n = (first & 0x7f) as usize;
+            if n == 0 || n > 4 || b.len() < n {
+                return None;
+            }
+            let len = b[..n].iter().fold(0usize, |l, x| (l << 8) | *x as usize);
+            (len, &b[n..])
+        };
+        (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+    }
+    let subject = (|| {
+        let (_, cert, _) = tlv(der)?;
+        let (_, mut tbs, _) = tlv(cert)?;
+        // [0] version, if present; then serial, signature, issuer,
+        // validity, subject.
+        if tbs.first() == Some(&0xa0) {
+            tbs = tlv(tbs)?.2;
+        }
+        for _ in 0..4 {
+            tbs = tlv(tbs)?.2;
+        }
+        Some(tlv(tbs)?.1)
+    })();
+    let mut out = Vec::new();
+    let mut rdns = subject.unwrap_or_default();
+    while let Some((_, set, rest)) = tlv(rdns) {
+        rdns = rest;
+        let mut atvs = set;
+        while let Some((_, atv, rest)) = tlv(atvs) {
+            atvs = rest;
+            let Some((0x06, oid, value)) = tlv(atv) else {
+                continue;
+            };
+            // UTF8String, PrintableString, IA5String.
+            if let (&[0x55, 0x04, 0x03], Some((0x0c | 0x13 | 0x16, v, _))) = (oid, tlv(value)) {
+                if let Ok(s) = std::str::from_utf8(v) {
+                    out.push(s.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `a` and `b` are equal, in a time that depends on their length
+/// only (every byte is compared; no early exit).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0u8, |d, (x, y)| d | std::hint::black_box(x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+fn hex32(s: &str) -> Option<[u8; 32]> {
+    let s = s.trim();
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The policy in force, and what refusals are counted and logged in.
+#[derive(Debug)]
+pub struct Auth {
+    path: PathBuf,
+    policy: RwLock<Arc<Policy>>,
+    metrics: Arc<RpcMetrics>,
+    /// When each principal's last refusal was logged.
+    logged: Mutex<HashMap<String, Instant>>,
+}
+
+impl Auth {
+    /// Loads the policy at `path`; refusals count in `metrics`.
+    pub fn load(path: PathBuf, metrics: Arc<RpcMetrics>) -> Result<Arc<Auth>> {
+        let policy = Policy::load(&path)?;
+        Ok(Arc::new(Auth {
+            path,
+            policy: RwLock::new(Arc::new(policy)),
+            metrics,
+            logged: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Reads the policy file again; on an error the policy in use stays.
+    pub fn reload(&self) -> Result<()> {
+        let policy = Policy::load(&self.path)?;
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        Ok(())
+    }
+
+    /// The policy file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Finds the caller's principal from the request's `authorization`
+    /// header (a bearer token) or else its client certificate.
+    pub fn authenticate(
+        self: &Arc<Self>,
+        headers: &http::HeaderMap,
+        peer: Option<&Peer>,
+    ) -> Result<Caller> {
+        let policy = self
+            .policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let principal = match headers.get(http::header::AUTHORIZATION) {
+            Some(v) => {
+                let secret = bearer(v.as_bytes()).ok_or_else(|| {
+                    self.unauthenticated("the authorization header is not `Bearer SECRET`")
+                })?;
+                policy
+                    .by_token(secret)
+                    .ok_or_else(|| self.unauthenticated("the bearer token matches no principal"))?
+            }
+            None => {
+                let cert = peer
+                    .and_then(|p| p.certs.as_ref())
+                    .and_then(|c| c.first())
+                    .ok_or_else(|| {
+                        self.unauthenticated(
+                            "no credentials: send a bearer token (authorization: Bearer SECRET) \
+                             or a client certificate",
+                        )
+                    })?;
+                policy.by_cert(cert).ok_or_else(|| {
+                    self.unauthenticated("the client certificate names no principal")
+                })?
+            }
+        };
+        Ok(Caller(Some(Arc::new(Known {
+            principal: principal.name.clone(),
+            policy,
+            auth: self.clone(),
+        }))))
+    }
+
+    fn unauthenticated(&self, why: &'static str) -> Error {
+        self.metrics.denied("unauthenticated", "none");
+        self.log("", why);
+        Error::Unauthenticated(why.to_owned())
+    }
+
+    /// Logs a refusal, at most once a second per principal.
+    fn log(&self, principal: &str, what: &str) {
+        let now = crate::clock::now();
+        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+        if logged.len() > 10_000 {
+            logged.retain(|_, t| now.duration_since(*t) < Duration::from_secs(1));
+        }
+        match logged.get(principal) {
+            Some(t) if now.duration_since(*t) < Duration::from_secs(1) => {}
+            _ => {
+                logged.insert(principal.to_owned(), now);
+                tracing::warn!(principal, "refused: {what}");
+            }
+        }
+    }
+}
+
+/// Who is calling: put into each request's extensions by [`AuthLayer`].
+/// Without a policy, anyone ([`Caller::open`]), and nothing is bound.
+#[derive(Clone, Default)]
+pub struct Caller(Option<Arc<Known>>);
+
+struct Known {
+    principal: Arc<str>,
+    /// The policy as it was when the call arrived.
+    policy: Arc<Policy>,
+    auth: Arc<Auth>,
+}
+
+/// Separates the principal from the client's holder string in a bound
+/// holder. A control character, which no validated holder contains.
+const BIND: char = '\u{1f}';
+
+impl Caller {
+    /// A caller on a server without a policy: allowed everything.
+    pub fn open() -> Caller {
+        Caller(None)
+    }
+
+    /// The caller of `req`: the one [`AuthLayer`] put there, or an open
+    /// caller on a server without a policy (where no layer puts one).
+    pub fn of<T>(req: &tonic::Request<T>) -> Caller {
+        req.extensions()
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The caller's principal, if the server has a policy.
+    pub fn principal(&self) -> Option<&str> {
+        self.0.as_ref().map(|k| &*k.principal)
+    }
+
+    /// Whether the caller may do `action` on `job`. A refusal is counted
+    /// and logged, and says nothing of the job.
+    pub fn authorize(&self, action: Action, job: &str) -> Result<()> {
+        let Some(k) = &self.0 else { return Ok(()) };
+        if k.policy.allows(&k.principal, action, job) {
+            return Ok(());
+        }
+        Err(self.denied(
+            action,
+            job,
+            "the policy grants it no such action on this job",
+        ))
+    }
+
+    /// Whether the caller may read `job` (for filtering listings; not
+    /// counted as a refusal).
+    pub fn may_read(&self, job: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|k| k.policy.allows(&k.principal, Action::Read, job))
+    }
+
+    fn denied(&self, action: Action, job: &str, why: &'static str) -> Error {
+        if let Some(k) = &self.0 {
+            k.auth.metrics.denied("permission_denied", action.name());
+            k.auth.log(
+                &k.principal,
+                &format!("{} on job {job:?}: {why}", action.name()),
+            );
+        }
+        Error::PermissionDenied {
+            action: action.name(),
+            job: job.to_owned(),
+            why,
+        }
+    }
+
+    /// The holder the lease rules see for the client's `holder`: bound to
+    /// the caller's principal when the server has a policy.
+    pub fn bind(&self, holder: HolderId) -> HolderId {
+        match &self.0 {
+            None => holder,
+            Some(k) => HolderId::from_trusted(format!("{}{BIND}{}", k.principal, holder)),
+        }
+    }
+
+    /// Turns a decision's error into what this caller is told: a lease
+    /// lost to another principal is PERMISSION_DENIED (naming neither its
+    /// holder nor its token), and a holder named in an error is shown as
+    /// its client sent it.
+    pub fn refine(&self, action: Action, e: Error) -> Error {
+        match e {
+            Error::LeaseLost {
+                job,
+                current_holder: Some(h),
+                current,
+            } => {
+                let (principal, holder) = unbind(&h);
+                if self.0.is_some() && principal.is_some() && principal != self.principal() {
+                    return self.denied(action, &job, "the lease is held by another principal");
+                }
+                Error::LeaseLost {
+                    job,
+                    current_holder: Some(holder.to_owned()),
+                    current,
+                }
+            }
+            e => e,
+        }
+    }
+
+    /// After an `Acquire` that did not get the lease: refused when the
+    /// lease is held under the very holder string the caller sent, by
+    /// another principal (a hijack attempt, not a competitor).
+    pub fn check_acquired(
+        &self,
+        acquired: bool,
+        holder: &HolderId,
+        view: &LeaseView,
+    ) -> Result<()> {
+        if acquired || self.0.is_none() {
+            return Ok(());
+        }
+        if let LeaseState::Held { holder: h, .. } = &view.state {
+            let (principal, raw) = unbind(h.as_str());
+            if principal.is_some() && principal != self.principal() && raw == holder.as_str() {
+                return Err(self.denied(
+                    Action::Lease,
+                    view.job.as_str(),
+                    "the lease is held by another principal",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a fenced write with `token` on the job of `view` (its lease
+    /// now): refused when the live grant of that token belongs to another
+    /// principal.
+    pub fn check_write(&self, token: u64, view: &LeaseView) -> Result<()> {
+        if self.0.is_none() || view.token.0 != token {
+            return Ok(());
+        }
+        if let LeaseState::Held { holder, .. } = &view.state {
+            let (principal, _) = unbind(holder.as_str());
+            if principal.is_some() && principal != self.principal() {
+                return Err(self.denied(
+                    Action::Write,
+                    view.job.as_str(),
+                    "the job's lease is held by another principal",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the server has a policy.
+    pub fn is_policed(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// A stored holder as (principal, the client's holder string).
+pub fn unbind(stored: &str) -> (Option<&str>, &str) {
+    match stored.split_once(BIND) {
+        Some((p, h)) => (Some(p), h),
+        None => (None, stored),
+    }
+}
+
+/// The secret of an `authorization` header's value `Bearer SECRET` (the
+/// scheme's name in any case, as HTTP allows).
+fn bearer(v: &[u8]) -> Option<&[u8]> {
+    let (scheme, secret) = v.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then_some(secret)
+        .filter(|s| !s.is_empty())
+}
+
+/// Paths open to anyone: health and reflection.
+fn is_open(path: &str) -> bool {
+    path.starts_with("/grpc.health.v1.") || path.starts_with("/grpc.reflection.")
+}
+
+/// Authenticates every call (see the module docs): puts the [`Caller`]
+/// into its extensions, or answers UNAUTHENTICATED.
+/// Without a policy it lets every call through, and the handlers see an
+/// open [`Caller`].
+#[derive(Clone)]
+pub struct AuthLayer {
+    auth: Option<Arc<Auth>>,
+}
+
+impl AuthLayer {
+    /// A layer checking against `auth`'s policy, if there is one.
+    pub fn new(auth: Option<Arc<Auth>>) -> Self {
+        AuthLayer { auth }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            auth: self.auth.clone(),
+        }
+    }
+}
+
+/// The service made by [`AuthLayer`].
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    auth: Option<Arc<Auth>>,
+}
+
+impl<S, B, R> Service<http::Request<B>> for AuthService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    R: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        if let Some(auth) = self.auth.as_ref().filter(|_| !is_open(req.uri().path())) {
+            let peer = req.extensions().get::<Peer>();
+            match auth.authenticate(req.headers(), peer) {
+                Ok(caller) => {
+                    req.extensions_mut().insert(caller);
+                }
+                Err(e) => {
+                    let status = to_status(&e);
+                    return Box::pin(async move { Ok(status.into_http()) });
+                }
+            }
+        }
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(inner.call(req))
+    }
+}
+
+/// For the admin port: whether the request may see `/metrics` (the
+/// `admin` action). `None` without a policy.
+pub fn admin_check(
+    auth: Option<&Arc<Auth>>,
+    headers: &http::HeaderMap,
+    peer: Option<&Peer>,
+) -> Result<()> {
+    let Some(auth) = auth else { return Ok(()) };
+    auth.authenticate(headers, peer)?
+        .authorize(Action::Admin, "")
+}
+
+/// A short description of a denial for the admin port's answer.
+pub fn describe(e: &Error) -> Cow<'static, str> {
+    Cow::Owned(format!("{e}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+
+    const POLICY: &str = r#"
+[[principal]]
+name = "billing"
+cert_names = ["billing.workers.internal"]
+token_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+
+[[grant]]
+principal = "billing"
+jobs = ["billing/"]
+actions = ["lease", "read"]
+"#;
+
+    #[test]
+    fn tokens_and_grants() {
+        let p = Policy::parse(POLICY).unwrap();
+        // sha256("test")
+        assert_eq!(&*p.by_token(b"test").unwrap().name, "billing");
+        assert!(p.by_token(b"tess").is_none());
+        assert!(p.allows("billing", Action::Lease, "billing/x"));
+        assert!(p.allows("billing", Action::Read, "billing/"));
+        assert!(!p.allows("billing", Action::Write, "billing/x"));
+        assert!(!p.allows("billing", Action::Lease, "ops/x"));
+        assert!(!p.allows("nobody", Action::Read, "billing/x"));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            (
+                POLICY.replace("\"read\"]", "\"fly\"]"),
+                10,
+                "unknown action",
+            ),
+            (
+                POLICY.replace("principal = \"billing\"", "principal = \"b\""),
+                8,
+                "no [[principal]]",
+            ),
+            (POLICY.replace("9f86", "zz86"), 5, "64 hex digits"),
+            (POLICY.replace("jobs = [", "jobz = ["), 9, "unknown field"),
+            (POLICY.replace("\"lease\",", "\"admin\","), 10, "every job"),
+            ("[[principal]\nname = 1".to_owned(), 1, ""),
+        ];
+        for (text, line, words) in cases {
+            let e = Policy::parse(&text).unwrap_err();
+            assert!(e.starts_with(&format!("line {line}:")), "{e}");
+            assert!(e.contains(words), "{e}");
+        }
+    }
+
+    #[test]
+    fn common_names_are_read_from_the_subject() {
+        // A certificate with subject CN=billing worker, O=x (made by
+        // openssl; the signature does not matter here).
+        let pem = include_str!("testdata/cn_only.pem");
+        let der = tokio_rustls::rustls::pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap();
+        assert_eq!(common_names(der.as_ref()), ["billing worker"]);
+        assert!(common_names(b"\x30\x03\x02\x01").is_empty());
+        let p = Policy::parse("[[principal]]\nname = \"b\"\ncert_names = [\"Billing Worker\"]\n")
+            .unwrap();
+        assert_eq!(&*p.by_cert(&der).unwrap().name, "b");
+    }
+
+    #[test]
+    fn bearer_secrets() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bear"), None);
+    }
+
+    #[test]
+    fn a_bound_holder_splits_back() {
+        assert_eq!(unbind("p\u{1f}h@1"), (Some("p"), "h@1"));
+        assert_eq!(unbind("h@1"), (None, "h@1"));
+        assert!(constant_time_eq(b"ab", b"ab"));
+        assert!(!constant_time_eq(b"ab", b"ac"));
+        assert!(!constant_time_eq(b"ab", b"abc"));
+    }
+}

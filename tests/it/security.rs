@@ -1,0 +1,771 @@
+//! The attacks a policy and TLS must stop, each against the real server
+//! process over real gRPC, with certificates and policies the test makes
+//! itself (`common::pki`): no credentials, a wrong token, another
+//! principal's job, another principal's lease with its holder string and
+//! token, a write with a token read through GetLease, plaintext against
+//! the TLS port, expired and wrong-CA client certificates, policy and
+//! certificate reloads on SIGHUP, a policy that does not parse. Each gets
+//! its documented status, and the state is checked after: nothing changed.
+
+use crate::common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::pki::{self, Ca};
+use common::ServerProcess;
+use leasehold::client::{Client, ClientError, Lease, Security, StreamWrite};
+use leasehold::proto;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const TTL: Duration = Duration::from_secs(30);
+const NOW: Duration = Duration::ZERO;
+
+const ADMIN: &str = "admin-secret";
+const BILLING: &str = "billing-secret";
+const OPS: &str = "ops-secret";
+
+/// A policy: `admin` may do everything; `billing` and `ops` may lease,
+/// write and read their own prefix and `shared/`; `billing` is also known
+/// by the client certificate name `billing.workers.internal`.
+fn policy() -> String {
+    format!(
+        r#"
+[[principal]]
+name = "admin"
+token_sha256 = ["{}"]
+
+[[principal]]
+name = "billing"
+cert_names = ["billing.workers.internal"]
+token_sha256 = ["{}"]
+
+[[principal]]
+name = "ops"
+token_sha256 = ["{}"]
+
+[[grant]]
+principal = "admin"
+jobs = [""]
+actions = ["admin"]
+
+[[grant]]
+principal = "billing"
+jobs = ["billing/", "shared/"]
+actions = ["lease", "write", "read"]
+
+[[grant]]
+principal = "ops"
+jobs = ["ops/", "shared/"]
+actions = ["lease", "write", "read"]
+"#,
+        pki::sha256_hex(ADMIN),
+        pki::sha256_hex(BILLING),
+        pki::sha256_hex(OPS)
+    )
+}
+
+/// A data dir, a CA, the server's certificate, and a policy file.
+struct Setup {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    ca_file: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    policy: std::path::PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::new("security test CA");
+        let (cert, key) = ca.issue(&["127.0.0.1", "localhost"], false);
+        Setup {
+            ca_file: pki::write(dir.path(), "ca.pem", &ca.pem()),
+            cert: pki::write(dir.path(), "server.pem", &cert),
+            key: pki::write(dir.path(), "server.key", &key),
+            policy: pki::write(dir.path(), "policy.toml", &policy()),
+            ca,
+            dir,
+        }
+    }
+
+    fn data(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn args(&self) -> Vec<String> {
+        let p = |p: &Path| p.display().to_string();
+        vec![
+            "--tls-cert".into(),
+            p(&self.cert),
+            "--tls-key".into(),
+            p(&self.key),
+            "--policy".into(),
+            p(&self.policy),
+        ]
+    }
+
+    fn start(&self, extra: &[&str]) -> ServerProcess {
+        let mut args = self.args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ServerProcess::start(&self.data(), &args)
+    }
+
+    /// Started with the server's log piped, for tests that read it.
+    fn start_logged(&self) -> (ServerProcess, std::process::ChildStderr) {
+        let mut cmd = common::serve_command(&self.data());
+        cmd.args(self.args());
+        let mut p = ServerProcess::spawn_with_stderr(cmd, &self.data(), Stdio::piped());
+        let err = p.child.stderr.take().unwrap();
+        (p, err)
+    }
+
+    async fn client(&self, p: &ServerProcess, token: Option<&str>) -> Client {
+        Client::connect_with(
+            &url(p),
+            Security {
+                ca_pem: Some(self.ca.pem().into_bytes()),
+                token: token.map(str::to_owned),
+                ..Security::default()
+            },
+        )
+        .await
+        .unwrap()
+    }
+}
+
+fn url(p: &ServerProcess) -> String {
+    format!("https://{}", p.addr)
+}
+
+fn assert_denied(e: ClientError, action: &str, job: &str) {
+    match e {
+        ClientError::PermissionDenied {
+            action: a,
+            job: j,
+            message,
+        } => {
+            assert_eq!(a.as_deref(), Some(action), "{message}");
+            assert_eq!(j.as_deref(), Some(job), "{message}");
+        }
+        other => panic!("expected PERMISSION_DENIED for {action} on {job}, got {other:?}"),
+    }
+}
+
+/// A status's ErrorInfo reason.
+fn reason(s: &tonic::Status) -> String {
+    s.get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_credentials_or_a_wrong_token_is_unauthenticated_and_changes_nothing() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    for token in [None, Some("not-a-known-secret")] {
+        let c = s.client(&p, token).await;
+        let e = c.acquire("billing/a", "h", TTL, NOW).await.unwrap_err();
+        assert!(matches!(e, ClientError::Unauthenticated(_)), "{e:?}");
+        let e = c.get_lease("billing/a").await.unwrap_err();
+        assert!(matches!(e, ClientError::Unauthenticated(_)), "{e:?}");
+    }
+    // The status and reason on the wire.
+    let channel = tonic::transport::Endpoint::from_shared(url(&p))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let st = proto::leases_client::LeasesClient::new(channel.clone())
+        .get_lease(proto::GetLeaseRequest {
+            job: "billing/a".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::Unauthenticated);
+    assert_eq!(reason(&st), "UNAUTHENTICATED");
+    // Health stays open to anyone.
+    let h = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(h.into_inner().status, 1);
+    // Nothing changed.
+    let admin = s.client(&p, Some(ADMIN)).await;
+    let l = admin.get_lease("billing/a").await.unwrap();
+    assert_eq!((l.holder, l.token), (None, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_principals_jobs_are_permission_denied_and_hidden() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let b = billing.acquire("billing/a", "b", TTL, NOW).await.unwrap();
+    assert!(b.acquired);
+    assert_eq!(b.lease.principal.as_deref(), Some("billing"));
+    ops.acquire("ops/a", "o", TTL, NOW).await.unwrap();
+
+    assert_denied(
+        ops.acquire("billing/a", "o", TTL, NOW).await.unwrap_err(),
+        "lease",
+        "billing/a",
+    );
+    assert_denied(
+        ops.acquire("billing/new", "o", TTL, NOW).await.unwrap_err(),
+        "lease",
+        "billing/new",
+    );
+    let e = ops.get_lease("billing/a").await.unwrap_err();
+    // A denial tells nothing of the job: no holder, no token.
+    assert!(!e.to_string().contains(&b.lease.token.to_string()) || b.lease.token == 0);
+    assert!(!e.to_string().contains("\"b\""), "{e}");
+    assert_denied(e, "read", "billing/a");
+    assert_denied(
+        ops.checked_write("billing/a", b.lease.token, b"k", b"v".to_vec())
+            .await
+            .unwrap_err(),
+        "write",
+        "billing/a",
+    );
+    assert_denied(
+        ops.read("billing/a", b"k").await.unwrap_err(),
+        "read",
+        "billing/a",
+    );
+    // Listings show only what the caller may read.
+    let seen: Vec<String> = ops
+        .list_leases("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.job)
+        .collect();
+    assert_eq!(seen, ["ops/a"]);
+    // Backups are for `admin`.
+    let mut out = Vec::new();
+    assert_denied(ops.backup_to(&mut out).await.unwrap_err(), "admin", "");
+
+    // Nothing changed: billing's lease as it was, nothing written.
+    let l = billing.get_lease("billing/a").await.unwrap();
+    assert_eq!(l.holder.as_deref(), Some("b"));
+    assert_eq!(l.token, b.lease.token);
+    assert!(!billing.read("billing/a", b"k").await.unwrap().found);
+    assert_eq!(billing.get_lease("billing/new").await.unwrap().token, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_principals_lease_cannot_be_renewed_released_reacquired_or_kept_alive() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let a = billing.acquire("shared/x", "h", TTL, NOW).await.unwrap();
+    assert!(a.acquired);
+    let token = a.lease.token;
+
+    // ops has `lease` on shared/, and the holder string and the token.
+    assert_denied(
+        ops.renew("shared/x", "h", token, TTL).await.unwrap_err(),
+        "lease",
+        "shared/x",
+    );
+    assert_denied(
+        ops.release("shared/x", "h", token).await.unwrap_err(),
+        "lease",
+        "shared/x",
+    );
+    assert_denied(
+        ops.acquire("shared/x", "h", TTL, NOW).await.unwrap_err(),
+        "lease",
+        "shared/x",
+    );
+    // KeepAlive: the stream ends with PERMISSION_DENIED.
+    let channel = tonic::transport::Endpoint::from_shared(url(&p))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = proto::leases_client::LeasesClient::with_interceptor(
+        channel,
+        |mut r: tonic::Request<()>| {
+            r.metadata_mut()
+                .insert("authorization", format!("Bearer {OPS}").parse().unwrap());
+            Ok(r)
+        },
+    );
+    let req = proto::KeepAliveRequest {
+        id: 1,
+        renewals: vec![proto::KeepAliveRenewal {
+            job: "shared/x".into(),
+            holder: "h".into(),
+            token,
+            ttl: Some(leasehold::proto::to_proto_duration(TTL)),
+        }],
+    };
+    let st = match raw.keep_alive(tokio_stream::iter(vec![req])).await {
+        Err(st) => st,
+        Ok(r) => r.into_inner().message().await.unwrap_err(),
+    };
+    assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
+    assert_eq!(reason(&st), "PERMISSION_DENIED");
+
+    // Nothing changed: still billing's, same token; billing renews it.
+    let l = billing.get_lease("shared/x").await.unwrap();
+    assert_eq!(l.holder.as_deref(), Some("h"));
+    assert_eq!(l.principal.as_deref(), Some("billing"));
+    assert_eq!(l.token, token);
+    billing.renew("shared/x", "h", token, TTL).await.unwrap();
+    // A competitor under its own holder string just does not get it.
+    let o = ops.acquire("shared/x", "other", TTL, NOW).await.unwrap();
+    assert!(!o.acquired);
+    assert_eq!(o.lease.token, token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_read_through_get_lease_does_not_let_another_principal_write() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    billing.acquire("shared/w", "h", TTL, NOW).await.unwrap();
+    let seen = ops.get_lease("shared/w").await.unwrap();
+    assert_eq!(seen.principal.as_deref(), Some("billing"));
+    assert_denied(
+        ops.checked_write("shared/w", seen.token, b"k", b"forged".to_vec())
+            .await
+            .unwrap_err(),
+        "write",
+        "shared/w",
+    );
+    let mut ws = ops.write_stream().await.unwrap();
+    let e = ws
+        .write(&[StreamWrite::put(
+            "shared/w",
+            seen.token,
+            b"k",
+            b"forged".to_vec(),
+        )])
+        .await
+        .unwrap_err();
+    assert_denied(e, "write", "shared/w");
+    assert!(!billing.read("shared/w", b"k").await.unwrap().found);
+    // The holder's own write goes through.
+    billing
+        .checked_write("shared/w", seen.token, b"k", b"mine".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(billing.read("shared/w", b"k").await.unwrap().value, b"mine");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plaintext_client_gets_nothing_from_the_tls_port() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let plain = Client::connect(&format!("http://{}", p.addr)).await;
+    if let Ok(c) = plain {
+        // The server answers TLS records, which HTTP/2 cannot read: the
+        // connection fails (UNAVAILABLE, or INTERNAL for the protocol
+        // error), and no call gets through.
+        let e = c.acquire("billing/p", "h", TTL, NOW).await.unwrap_err();
+        match &e {
+            ClientError::Unavailable(_) => {}
+            ClientError::Other(st) => assert_eq!(st.code(), Code::Internal, "{e:?}"),
+            _ => panic!("{e:?}"),
+        }
+    }
+    let admin = s.client(&p, Some(ADMIN)).await;
+    assert_eq!(admin.get_lease("billing/p").await.unwrap().token, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_wrong_ca_client_certificates_are_refused_in_the_handshake() {
+    let s = Setup::new();
+    let p = s.start(&["--tls-client-ca", s.ca_file.to_str().unwrap()]);
+    let connect = |cert: (String, String)| {
+        let ca = s.ca.pem();
+        let url = url(&p);
+        async move {
+            let c = Client::connect_with(
+                &url,
+                Security {
+                    ca_pem: Some(ca.into_bytes()),
+                    cert_pem: Some(cert.0.into_bytes()),
+                    key_pem: Some(cert.1.into_bytes()),
+                    ..Security::default()
+                },
+            )
+            .await?;
+            c.acquire("billing/m", "h", TTL, NOW).await
+        }
+    };
+    // The good certificate names principal billing.
+    let good = connect(s.ca.issue(&["billing.workers.internal"], true))
+        .await
+        .unwrap();
+    assert!(good.acquired);
+    assert_eq!(good.lease.principal.as_deref(), Some("billing"));
+
+    let expired = s.ca.issue_with(&["billing.workers.internal"], true, |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let e = connect(expired).await.unwrap_err();
+    assert!(matches!(e, ClientError::Unavailable(_)), "{e:?}");
+    let other = Ca::new("another CA").issue(&["billing.workers.internal"], true);
+    let e = connect(other).await.unwrap_err();
+    assert!(matches!(e, ClientError::Unavailable(_)), "{e:?}");
+
+    // Nothing changed: the good client's lease as it was.
+    let admin = s.client(&p, Some(ADMIN)).await;
+    let l = admin.get_lease("billing/m").await.unwrap();
+    assert_eq!(l.token, good.lease.token);
+    assert_eq!(l.holder.as_deref(), Some("h"));
+}
+
+/// Polls `f` until it returns true, for at most 10 s (a signal's effect
+/// is not synchronous with its sending).
+async fn eventually<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !f().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 10 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_reload_that_removes_a_grant_refuses_the_next_call() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let ops = s.client(&p, Some(OPS)).await;
+    let a = ops.acquire("shared/r", "h", TTL, NOW).await.unwrap();
+    assert!(a.acquired);
+    // ops loses shared/.
+    let edited = policy().replace(r#"jobs = ["ops/", "shared/"]"#, r#"jobs = ["ops/"]"#);
+    assert_ne!(edited, policy());
+    std::fs::write(&s.policy, edited).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually(
+        || async { ops.get_lease("shared/r").await.is_err() },
+        "the reloaded policy refuses ops on shared/",
+    )
+    .await;
+    assert_denied(
+        ops.renew("shared/r", "h", a.lease.token, TTL)
+            .await
+            .unwrap_err(),
+        "lease",
+        "shared/r",
+    );
+    // ops/ still works; the lease was not touched.
+    ops.acquire("ops/r", "h", TTL, NOW).await.unwrap();
+    let admin = s.client(&p, Some(ADMIN)).await;
+    let l = admin.get_lease("shared/r").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("h"), a.lease.token));
+    assert_eq!(l.principal.as_deref(), Some("ops"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_that_does_not_parse_is_refused_at_start_naming_the_line_and_kept_on_reload() {
+    let s = Setup::new();
+    let bad = policy().replace(r#"actions = ["admin"]"#, r#"actions = ["admin", "fly"]"#);
+    let line = bad
+        .lines()
+        .position(|l| l.contains("fly"))
+        .map(|i| i + 1)
+        .unwrap();
+    std::fs::write(&s.policy, &bad).unwrap();
+    let out = Command::new(common::bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(s.data())
+        .args(s.args())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("line {line}")), "{err}");
+    assert!(err.contains("fly") && err.contains("policy.toml"), "{err}");
+
+    // A good one starts; a bad one on reload is logged and the old kept.
+    std::fs::write(&s.policy, policy()).unwrap();
+    let (p, stderr) = s.start_logged();
+    let billing = s.client(&p, Some(BILLING)).await;
+    billing.acquire("billing/k", "h", TTL, NOW).await.unwrap();
+    std::fs::write(&s.policy, "[[principal]\nname = ").unwrap();
+    p.signal(libc::SIGHUP);
+    let logged = tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("policy not reloaded"))
+    })
+    .await
+    .unwrap()
+    .expect("the failed reload is logged");
+    assert!(logged.contains("line 1"), "{logged}");
+    let l = billing.get_lease("billing/k").await.unwrap();
+    assert_eq!(l.holder.as_deref(), Some("h"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_reload_on_sighup_keeps_leases_and_open_connections() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let old = s.client(&p, Some(BILLING)).await;
+    let a = old.acquire("billing/c", "h", TTL, NOW).await.unwrap();
+    // A new CA and server certificate, in place of the old.
+    let ca2 = Ca::new("the next CA");
+    let (cert, key) = ca2.issue(&["127.0.0.1", "localhost"], false);
+    std::fs::write(&s.key, key).unwrap();
+    std::fs::write(&s.cert, cert).unwrap();
+    p.signal(libc::SIGHUP);
+    let new_client = || async {
+        Client::connect_with(
+            &url(&p),
+            Security {
+                ca_pem: Some(ca2.pem().into_bytes()),
+                token: Some(BILLING.into()),
+                ..Security::default()
+            },
+        )
+        .await
+    };
+    eventually(
+        || async { new_client().await.is_ok() },
+        "a handshake with the new certificate",
+    )
+    .await;
+    // The open connection goes on; the lease is as it was.
+    old.renew("billing/c", "h", a.lease.token, TTL)
+        .await
+        .unwrap();
+    let l = new_client()
+        .await
+        .unwrap()
+        .get_lease("billing/c")
+        .await
+        .unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("h"), a.lease.token));
+    // A new connection trusting only the old CA is refused.
+    assert!(s.client_result(&p).await.is_err());
+}
+
+impl Setup {
+    async fn client_result(&self, p: &ServerProcess) -> Result<Lease, ClientError> {
+        let c = Client::connect_with(
+            &url(p),
+            Security {
+                ca_pem: Some(self.ca.pem().into_bytes()),
+                token: Some(BILLING.into()),
+                ..Security::default()
+            },
+        )
+        .await?;
+        c.get_lease("billing/c").await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_admin_and_count_refusals() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let ops = s.client(&p, Some(OPS)).await;
+    let _ = ops.acquire("billing/z", "h", TTL, NOW).await.unwrap_err();
+    let none = s.client(&p, None).await;
+    let _ = none.get_lease("ops/z").await.unwrap_err();
+
+    let (code, _) = admin_get(&s, &p, None).await;
+    assert_eq!(code, 401);
+    let (code, _) = admin_get(&s, &p, Some(OPS)).await;
+    assert_eq!(code, 403);
+    let (code, body) = admin_get(&s, &p, Some(ADMIN)).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(
+            r#"leasehold_auth_denied_total{reason="permission_denied",action="lease"} 1"#
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"leasehold_auth_denied_total{reason="unauthenticated",action="none"}"#),
+        "{body}"
+    );
+}
+
+/// GET /metrics on the admin port over TLS, with a bearer token.
+async fn admin_get(s: &Setup, p: &ServerProcess, token: Option<&str>) -> (u16, String) {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(s.ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(p.admin).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    tls.write_all(format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{auth}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tls.read_to_end(&mut buf).await;
+    let buf = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, body.to_owned())
+}
+
+#[test]
+fn without_a_policy_a_remote_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::bin())
+        .args([
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--listen 0.0.0.0:0") && err.contains("--insecure-allow-remote"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let token_file = pki::write(s.dir.path(), "token", &format!("{BILLING}\n"));
+    let cli = |args: &[&str]| {
+        // The subcommand, then the connection's flags, then the rest.
+        let mut c = Command::new(common::bin());
+        c.arg(args[0])
+            .arg("--server")
+            .arg(url(&p))
+            .arg("--ca")
+            .arg(&s.ca_file)
+            .args(&args[1..])
+            .env_remove("LEASEHOLD_AUTH_TOKEN");
+        c
+    };
+    // The secret from a file.
+    let out = cli(&["acquire", "billing/cli", "--holder", "h"])
+        .arg("--auth-token-file")
+        .arg(&token_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .starts_with("acquired job=billing/cli holder=h token=1"));
+    // None at all: refused, naming why.
+    let out = cli(&["status"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UNAUTHENTICATED"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `run` with the secret in its environment: the command gets its
+    // fencing token, and none of the credentials.
+    let out = cli(&["run", "--ttl", "10s", "billing/run", "--", "env"])
+        .env("LEASEHOLD_AUTH_TOKEN", BILLING)
+        .env("LEASEHOLD_CA", &s.ca_file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.lines().any(|l| l == "LEASEHOLD_TOKEN=1"), "{env}");
+    assert!(!env.contains(BILLING), "{env}");
+    assert!(!env.contains("LEASEHOLD_AUTH_TOKEN"), "{env}");
+    assert!(!env.contains("LEASEHOLD_CA"), "{env}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_changed_on_disk_are_used_without_a_signal() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let old = s.client(&p, Some(BILLING)).await;
+    let a = old.acquire("billing/d", "h", TTL, NOW).await.unwrap();
+    let ca2 = Ca::new("the next CA");
+    let (cert, key) = ca2.issue(&["127.0.0.1"], false);
+    std::fs::write(&s.key, key).unwrap();
+    std::fs::write(&s.cert, cert).unwrap();
+    // The server looks every 5 s.
+    eventually(
+        || async {
+            Client::connect_with(
+                &url(&p),
+                Security {
+                    ca_pem: Some(ca2.pem().into_bytes()),
+                    token: Some(BILLING.into()),
+                    ..Security::default()
+                },
+            )
+            .await
+            .is_ok()
+        },
+        "a handshake with the certificate changed on disk",
+    )
+    .await;
+    old.renew("billing/d", "h", a.lease.token, TTL)
+        .await
+        .unwrap();
+}
