@@ -31,6 +31,10 @@ pub struct AuthArgs {
     /// Seconds per cell.
     #[arg(long, default_value_t = 5.0)]
     secs: f64,
+    /// Rounds of the three servers, one after the other (the spread
+    /// between rounds is the noise).
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
     /// Concurrent clients (one connection each).
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -73,7 +77,7 @@ fn files(dir: &Path) -> Res<Files> {
     Ok(f)
 }
 
-fn start(a: &AuthArgs, f: &Files, secure: bool, data: &Path) -> Res<Server> {
+fn start(a: &AuthArgs, f: &Files, tls: bool, policy: bool, data: &Path) -> Res<Server> {
     let mut cmd = Command::new(&a.leasehold_bin);
     cmd.args([
         "serve",
@@ -87,16 +91,17 @@ fn start(a: &AuthArgs, f: &Files, secure: bool, data: &Path) -> Res<Server> {
     .arg("--data-dir")
     .arg(data)
     .env("RUST_LOG", "warn");
-    if secure {
+    if tls {
         cmd.arg("--tls-cert")
             .arg(&f.cert)
             .arg("--tls-key")
-            .arg(&f.key)
-            .arg("--policy")
-            .arg(&f.policy);
+            .arg(&f.key);
+    }
+    if policy {
+        cmd.arg("--policy").arg(&f.policy);
     }
     let mut s = Server::spawn_command(cmd)?;
-    if secure {
+    if tls {
         s.addr = s.addr.replacen("http://", "https://", 1);
     }
     Ok(s)
@@ -167,28 +172,44 @@ pub async fn run(a: AuthArgs) -> Res<()> {
         token: Some(SECRET.to_owned()),
         ..Security::default()
     };
-    println!("| work | server | calls/s | p50 | server CPU per call |\n|---|---|---|---|---|");
-    for (label, secure) in [("plain", false), ("TLS + bearer token + policy", true)] {
-        let data = a
-            .work_dir
-            .join(if secure { "data-secure" } else { "data-plain" });
-        let _ = std::fs::remove_dir_all(&data);
-        let s = start(&a, &f, secure, &data)?;
-        let security = if secure {
-            secured.clone()
-        } else {
-            Security::default()
-        };
-        for work in ["renew", "write"] {
-            let c = cell(&a, &s, &security, work).await?;
-            println!(
-                "| {work} | {label} | {:.0} | {:.0?} | {:.1} µs |",
-                c.calls as f64 / c.secs,
-                c.p50,
-                c.cpu * 1e6 / c.calls.max(1) as f64
-            );
+    println!(
+        "| round | work | server | calls/s | p50 | server CPU per call | vs plain |\n|---|---|---|---|---|---|---|"
+    );
+    let modes = [
+        ("plain", false, false),
+        ("TLS", true, false),
+        ("TLS + bearer token + policy", true, true),
+    ];
+    for round in 1..=a.rounds {
+        let mut plain = [0.0f64; 2];
+        for (label, tls, policy) in modes {
+            let data = a.work_dir.join(format!("data-{round}-{tls}-{policy}"));
+            let _ = std::fs::remove_dir_all(&data);
+            let s = start(&a, &f, tls, policy, &data)?;
+            let security = match (tls, policy) {
+                (false, _) => Security::default(),
+                (true, false) => Security {
+                    ca_pem: secured.ca_pem.clone(),
+                    ..Security::default()
+                },
+                (true, true) => secured.clone(),
+            };
+            for (k, work) in ["renew", "write"].into_iter().enumerate() {
+                let c = cell(&a, &s, &security, work).await?;
+                let per = c.cpu * 1e6 / c.calls.max(1) as f64;
+                if !tls {
+                    plain[k] = per;
+                }
+                println!(
+                    "| {round} | {work} | {label} | {:.0} | {:.0?} | {per:.1} µs | {:.2}x |",
+                    c.calls as f64 / c.secs,
+                    c.p50,
+                    per / plain[k].max(1e-9)
+                );
+            }
+            s.stop();
+            let _ = std::fs::remove_dir_all(&data);
         }
-        s.stop();
     }
     println!(
         "\n{} clients, one connection each, {:.0} s per cell; the server's CPU is user + system \
