@@ -61,6 +61,22 @@ pub struct ServeArgs {
     /// frontend's waiters hold up the line). Whole seconds.
     #[arg(long, env = "LEASEHOLD_ETCD_SESSION_TTL", value_parser = parse_duration, default_value = "5s")]
     etcd_session_ttl: Duration,
+    /// With --store etcd: the CA (PEM) that signed the etcd members'
+    /// certificates; the endpoints are then https://.
+    #[arg(long, env = "LEASEHOLD_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+    /// With --store etcd: a client certificate (PEM) for members that ask
+    /// for one (etcd's --client-cert-auth); with --etcd-key.
+    #[arg(long, env = "LEASEHOLD_ETCD_CERT", requires = "etcd_key")]
+    etcd_cert: Option<PathBuf>,
+    /// With --store etcd: the key (PEM) of --etcd-cert.
+    #[arg(long, env = "LEASEHOLD_ETCD_KEY", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+    /// With --store etcd: the etcd user to log in as (etcd's `auth
+    /// enable`); its password comes from the LEASEHOLD_ETCD_PASSWORD
+    /// environment variable, never from a flag.
+    #[arg(long, env = "LEASEHOLD_ETCD_USER")]
+    etcd_user: Option<String>,
     /// Address for the gRPC API.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
@@ -201,6 +217,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 prefix: a.etcd_prefix.clone(),
                 timeout: a.etcd_timeout,
                 session_ttl: a.etcd_session_ttl,
+                security: etcd_security(&a)?,
             };
             let node = EtcdNode::open(config)
                 .await
@@ -365,5 +382,39 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
             _ = int.recv() => {}
             _ = term.recv() => {}
         }
+    })
+}
+
+/// The etcd flags' TLS files and user, read; the password from
+/// LEASEHOLD_ETCD_PASSWORD.
+fn etcd_security(a: &ServeArgs) -> anyhow::Result<etcd::client::Security> {
+    let read = |flag: &str, p: &PathBuf| {
+        std::fs::read(p).with_context(|| format!("{flag} {}: cannot read it", p.display()))
+    };
+    let ca_pem = a
+        .etcd_ca
+        .as_ref()
+        .map(|p| read("--etcd-ca", p))
+        .transpose()?;
+    let identity = match (&a.etcd_cert, &a.etcd_key) {
+        (Some(c), Some(k)) => Some((read("--etcd-cert", c)?, read("--etcd-key", k)?)),
+        _ => None,
+    };
+    let user = match &a.etcd_user {
+        Some(u) => {
+            let password = std::env::var("LEASEHOLD_ETCD_PASSWORD").map_err(|_| {
+                anyhow::anyhow!(
+                    "--etcd-user {u:?}: set its password in the LEASEHOLD_ETCD_PASSWORD \
+                     environment variable (never on the command line, where ps shows it)"
+                )
+            })?;
+            Some((u.clone(), password))
+        }
+        None => None,
+    };
+    Ok(etcd::client::Security {
+        ca_pem,
+        identity,
+        user,
     })
 }

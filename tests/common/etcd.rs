@@ -27,7 +27,7 @@ pub fn etcd_bin() -> PathBuf {
         .unwrap_or_else(|| "etcd".into())
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -326,6 +326,7 @@ pub fn frontend_config(endpoints: Vec<String>, prefix: &str) -> leasehold::etcd:
         prefix: prefix.to_owned(),
         timeout: Duration::from_secs(5),
         session_ttl: MIN_TTL,
+        security: Default::default(),
     }
 }
 

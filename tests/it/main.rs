@@ -13,6 +13,7 @@ mod bridge_health;
 mod crash;
 mod elector;
 mod etcd;
+mod etcd_secure;
 mod faults;
 mod integrity;
 mod keepalive;

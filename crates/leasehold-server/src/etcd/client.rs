@@ -37,16 +37,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 
 use crate::error::{Error, Result};
 
 pub mod keep_alive;
 mod members;
+pub mod secure;
 
 use keep_alive::KeepAlives;
 pub(crate) use members::Members;
+pub use secure::Security;
+use secure::{token_refused, EtcdChannel, Login, Token};
 
 /// Code generated from `src/etcd/etcd.proto`: etcd's own names.
 #[allow(missing_docs, clippy::all)]
@@ -70,6 +73,11 @@ pub struct Etcd {
     /// Calls in flight to etcd at most ([`IN_FLIGHT`]); more wait here,
     /// within their deadline.
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// etcd's token, sent with every call (empty for an etcd without
+    /// authentication).
+    token: Arc<Token>,
+    /// How to get a new token, for an etcd with authentication.
+    login: Option<Arc<Login>>,
 }
 
 /// Unary calls a frontend has in flight to etcd at most. etcd refuses
@@ -114,9 +122,21 @@ impl Etcd {
     /// down shows in the first call. Call within a tokio runtime (it starts
     /// the task that owns the keep-alive stream).
     pub fn connect(endpoints: &[String], timeout: Duration) -> Result<Etcd> {
+        Self::connect_with(endpoints, timeout, &Security::default())
+    }
+
+    /// [`Etcd::connect`] to a secured etcd: TLS when `security` has a CA
+    /// (the endpoints are then `https://`), and etcd's authentication when
+    /// it has a user ([`Etcd::log_in`] before the first call).
+    pub fn connect_with(
+        endpoints: &[String],
+        timeout: Duration,
+        security: &Security,
+    ) -> Result<Etcd> {
         if endpoints.is_empty() {
             return Err(Error::Storage("no etcd endpoints given".into()));
         }
+        let token = Arc::new(Token::default());
         let mut channels = Vec::with_capacity(endpoints.len());
         for e in endpoints {
             let ep = Endpoint::from_shared(e.clone())
@@ -126,7 +146,8 @@ impl Etcd {
                 .http2_keep_alive_interval(Duration::from_secs(1))
                 .keep_alive_timeout(Duration::from_secs(2))
                 .keep_alive_while_idle(true);
-            channels.push(ep.connect_lazy());
+            let ep = security.endpoint(e, ep)?;
+            channels.push(EtcdChannel::new(ep.connect_lazy(), token.clone()));
         }
         let members = Members::new(channels);
         Ok(Etcd {
@@ -134,7 +155,55 @@ impl Etcd {
             members,
             timeout,
             in_flight: Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT)),
+            login: security
+                .user
+                .as_ref()
+                .map(|(u, p)| Arc::new(Login::new(u.clone(), p.clone(), token.clone()))),
+            token,
         })
+    }
+
+    /// Logs in to etcd with the user name and password, when there are
+    /// any; later logins happen by themselves, whenever etcd refuses a
+    /// token.
+    pub async fn log_in(&self) -> Result<()> {
+        if self.login.is_none() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let (member, ch) = self.members.pick();
+            match self.relogin(ch, self.token.generation()).await {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(Error::Storage(m)) if m.contains("(Unavailable)") => {
+                    self.members.failed(member);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Logs in again through `ch`, unless somebody did since generation
+    /// `seen` of the token.
+    async fn relogin(&self, ch: EtcdChannel, seen: u64) -> Result<()> {
+        let Some(login) = &self.login else {
+            return Ok(());
+        };
+        match tokio::time::timeout(ATTEMPT, login.renew(ch, seen)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(s)) => Err(Error::Storage(format!(
+                "etcd login as {:?}: {} ({:?})",
+                login.user,
+                s.message(),
+                s.code()
+            ))),
+            Err(_) => Err(Error::Storage(format!(
+                "etcd login as {:?}: no answer within {ATTEMPT:?}",
+                login.user
+            ))),
+        }
     }
 
     /// The deadline of every call.
@@ -148,7 +217,7 @@ impl Etcd {
     /// gets no answer moves the client on to the next member.
     async fn retry<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(EtcdChannel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         self.retry_with(what, true, f).await
@@ -159,7 +228,7 @@ impl Etcd {
     /// that is not renewed in time runs out).
     async fn retry_with<T, F, Fut>(&self, what: &str, limited: bool, mut f: F) -> Result<T>
     where
-        F: FnMut(Channel) -> Fut,
+        F: FnMut(EtcdChannel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let deadline = Instant::now() + self.timeout;
@@ -176,13 +245,21 @@ impl Etcd {
             };
             let left = deadline.saturating_duration_since(Instant::now());
             let (member, ch) = self.members.pick();
+            let seen = self.token.generation();
             let stalled = self.members.stalled(member);
-            let attempt = tokio::time::timeout(left.min(ATTEMPT), f(ch));
+            let attempt = tokio::time::timeout(left.min(ATTEMPT), f(ch.clone()));
             let err = match tokio::select! {
                 r = attempt => Some(r),
                 () = stalled => None,
             } {
                 Some(Ok(Ok(v))) => return Ok(v),
+                // A token etcd no longer takes: log in, and send it again.
+                Some(Ok(Err(s))) if self.login.is_some() && token_refused(&s) => {
+                    match self.relogin(ch, seen).await {
+                        Ok(()) => continue,
+                        Err(e) => e,
+                    }
+                }
                 Some(Ok(Err(s))) if !retryable(&s) => return Err(storage(what, &s)),
                 Some(Ok(Err(s))) => {
                     self.members.failed(member);
@@ -232,56 +309,68 @@ impl Etcd {
     /// member that does not answer.)
     async fn once<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
-        F: FnOnce(Channel) -> Fut,
+        F: FnMut(EtcdChannel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
-        let (member, ch) = self.members.pick();
-        self.bounded_once(what, member, true, f(ch)).await
+        self.once_with(what, true, f).await.1
     }
 
-    /// Runs `f` once within the deadline; with a place among the calls in
-    /// flight when `limited`.
-    async fn bounded_once<T, Fut>(
-        &self,
-        what: &str,
-        member: usize,
-        limited: bool,
-        f: Fut,
-    ) -> Result<T>
+    /// Runs `f` once within the deadline, with a place among the calls in
+    /// flight when `limited`; also the member it went to. A call refused
+    /// for its token is sent again after a new login (etcd refused it
+    /// before applying anything).
+    async fn once_with<T, F, Fut>(&self, what: &str, limited: bool, mut f: F) -> (usize, Result<T>)
     where
+        F: FnMut(EtcdChannel) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, Status>>,
     {
         let deadline = Instant::now() + self.timeout;
         let _permit = if limited {
-            Some(self.place(what, self.timeout).await?)
+            match self.place(what, self.timeout).await {
+                Ok(p) => Some(p),
+                Err(e) => return (self.members.pick().0, Err(e)),
+            }
         } else {
             None
         };
-        let limit = deadline.saturating_duration_since(Instant::now());
-        let stalled = self.members.stalled(member);
-        let r = tokio::select! {
-            r = tokio::time::timeout(limit, f) => r,
-            () = stalled => {
-                return Err(Error::Storage(format!(
-                    "etcd {what}: the member it was sent to stopped answering; the change may \
-                     or may not have happened"
-                )));
-            }
-        };
-        match r {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(s)) => {
-                if retryable(&s) {
-                    self.members.failed(member);
+        let mut logged_in = false;
+        loop {
+            let (member, ch) = self.members.pick();
+            let seen = self.token.generation();
+            let limit = deadline.saturating_duration_since(Instant::now());
+            let stalled = self.members.stalled(member);
+            let r = tokio::select! {
+                r = tokio::time::timeout(limit, f(ch.clone())) => r,
+                () = stalled => {
+                    return (member, Err(Error::Storage(format!(
+                        "etcd {what}: the member it was sent to stopped answering; the change \
+                         may or may not have happened"
+                    ))));
                 }
-                Err(storage(what, &s))
-            }
-            Err(_) => {
-                self.members.failed(member);
-                Err(Error::Storage(format!(
-                    "etcd {what}: no answer within {limit:?}; the change may or may not have happened"
-                )))
-            }
+            };
+            let r = match r {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(s)) if !logged_in && self.login.is_some() && token_refused(&s) => {
+                    logged_in = true;
+                    match self.relogin(ch, seen).await {
+                        Ok(()) => continue,
+                        Err(e) => Err(e),
+                    }
+                }
+                Ok(Err(s)) => {
+                    if retryable(&s) {
+                        self.members.failed(member);
+                    }
+                    Err(storage(what, &s))
+                }
+                Err(_) => {
+                    self.members.failed(member);
+                    Err(Error::Storage(format!(
+                        "etcd {what}: no answer within {limit:?}; the change may or may not have happened"
+                    )))
+                }
+            };
+            return (member, r);
         }
     }
 
@@ -333,6 +422,7 @@ impl Etcd {
     pub async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
         self.once("txn", |ch| {
             let mut kv = KvClient::new(ch);
+            let req = req.clone();
             async move { kv.txn(req).await.map(|r| r.into_inner()) }
         })
         .await
@@ -344,18 +434,20 @@ impl Etcd {
     /// `etcd::queue::Joins`), so it never waits behind the reads of the
     /// very waiters it is joining.
     pub async fn join_txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
-        let (member, ch) = self.members.pick();
-        let mut kv = KvClient::new(ch);
-        self.bounded_once("join", member, false, async move {
-            kv.txn(req).await.map(|r| r.into_inner())
+        self.once_with("join", false, |ch| {
+            let mut kv = KvClient::new(ch);
+            let req = req.clone();
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
         })
         .await
+        .1
     }
 
     /// Puts `key` bound to `lease` (0 for none): made once.
     pub async fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<pb::PutResponse> {
         self.once("put", |ch| {
             let mut kv = KvClient::new(ch);
+            let (key, value) = (key.clone(), value.clone());
             async move {
                 kv.put(pb::PutRequest { key, value, lease })
                     .await
@@ -467,9 +559,9 @@ impl Etcd {
     /// from `revision` on are never missed, however late the watch is
     /// registered.
     pub async fn watch(&self, ranges: &[(Vec<u8>, Vec<u8>)], revision: i64) -> Result<Watch> {
-        let (tx, rx) = mpsc::channel(ranges.len().max(1));
-        for (key, range_end) in ranges {
-            let req = pb::WatchRequest {
+        let creates: Vec<pb::WatchRequest> = ranges
+            .iter()
+            .map(|(key, range_end)| pb::WatchRequest {
                 request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
                     pb::WatchCreateRequest {
                         key: key.clone(),
@@ -478,18 +570,24 @@ impl Etcd {
                         ..Default::default()
                     },
                 )),
-            };
-            tx.try_send(req).expect("room for every create request");
-        }
-        let (member, ch) = self.members.pick();
-        let mut w = WatchClient::new(ch);
-        let stream = self
-            .bounded_once("watch", member, true, async move {
-                w.watch(ReceiverStream::new(rx))
-                    .await
-                    .map(|r| r.into_inner())
             })
-            .await?;
+            .collect();
+        let (member, r) = self
+            .once_with("watch", true, |ch| {
+                let (tx, rx) = mpsc::channel(creates.len().max(1));
+                for c in &creates {
+                    tx.try_send(c.clone())
+                        .expect("room for every create request");
+                }
+                let mut w = WatchClient::new(ch);
+                async move {
+                    w.watch(ReceiverStream::new(rx))
+                        .await
+                        .map(|r| (tx, r.into_inner()))
+                }
+            })
+            .await;
+        let (tx, stream) = r?;
         Ok(Watch {
             _tx: tx,
             stream,

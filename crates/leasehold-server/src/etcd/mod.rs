@@ -149,6 +149,8 @@ pub struct Config {
     /// in line are bound to: how long a dead frontend's waiters block the
     /// line. Whole seconds.
     pub session_ttl: Duration,
+    /// TLS and authentication for a secured etcd.
+    pub security: client::Security,
 }
 
 impl Default for Config {
@@ -158,6 +160,7 @@ impl Default for Config {
             prefix: "leasehold/".into(),
             timeout: Duration::from_secs(5),
             session_ttl: Duration::from_secs(5),
+            security: client::Security::default(),
         }
     }
 }
@@ -231,7 +234,20 @@ impl EtcdNode {
     /// answer within `config.timeout`.
     pub async fn open(config: Config) -> Result<EtcdNode> {
         session::check_ttl(config.session_ttl, None)?;
-        let etcd = Etcd::connect(&config.endpoints, config.timeout)?;
+        let etcd = Etcd::connect_with(&config.endpoints, config.timeout, &config.security)?;
+        etcd.log_in().await?;
+        // One read under the prefix, so that an etcd that refuses it (no
+        // user given where etcd asks for one, a role without the prefix)
+        // stops the start-up instead of failing every call after it.
+        let keys = Keys::new(&config.prefix);
+        let (start, end) = keys.all_jobs();
+        etcd.range(range_req(start, end, 1)).await.map_err(|e| {
+            Error::Storage(format!(
+                "reading under the prefix {:?}: {e}; with etcd's authentication on, give \
+                 --etcd-user (its role must read and write the prefix)",
+                config.prefix
+            ))
+        })?;
         let (session, min_ttl) = Session::open(&etcd, config.session_ttl).await?;
         let node = EtcdNode {
             inner: Arc::new(Inner {

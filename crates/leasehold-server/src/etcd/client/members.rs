@@ -37,9 +37,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::EtcdChannel;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::pb;
 use super::pb::maintenance_client::MaintenanceClient;
@@ -57,7 +57,7 @@ pub(crate) const QUICK: Duration = Duration::from_millis(100);
 
 /// One channel per member, and which one calls go to now.
 pub(crate) struct Members {
-    channels: Vec<Channel>,
+    channels: Vec<EtcdChannel>,
     current: AtomicUsize,
     /// Per member, bumped each time it is found stalled.
     stalls: Vec<watch::Sender<u64>>,
@@ -71,7 +71,7 @@ impl Members {
     /// The members behind `channels`, calling the first one first, with a
     /// prober when there is more than one (it stops with the last
     /// reference to them).
-    pub(crate) fn new(channels: Vec<Channel>) -> Arc<Members> {
+    pub(crate) fn new(channels: Vec<EtcdChannel>) -> Arc<Members> {
         let stalls = channels.iter().map(|_| watch::Sender::new(0)).collect();
         let silent = channels.iter().map(|_| AtomicBool::new(false)).collect();
         let members = Arc::new(Members {
@@ -88,7 +88,7 @@ impl Members {
     }
 
     /// The member to call now, and its channel.
-    pub(crate) fn pick(&self) -> (usize, Channel) {
+    pub(crate) fn pick(&self) -> (usize, EtcdChannel) {
         let i = self.current.load(Ordering::Acquire) % self.channels.len();
         (i, self.channels[i].clone())
     }
@@ -203,7 +203,7 @@ async fn probe(members: Weak<Members>) {
 /// How long the member behind `ch` took to answer a status request, and
 /// the raft term it is in; `None` when it failed or did not answer within
 /// `within`.
-async fn status(ch: Channel, within: Duration) -> Option<(Duration, u64)> {
+async fn status(ch: EtcdChannel, within: Duration) -> Option<(Duration, u64)> {
     let start = Instant::now();
     let mut c = MaintenanceClient::new(ch);
     match tokio::time::timeout(within, c.status(pb::StatusRequest {})).await {

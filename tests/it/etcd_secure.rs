@@ -1,0 +1,281 @@
+//! The etcd backend against a secured etcd: client TLS with a client
+//! certificate (etcd's `--client-cert-auth`), and etcd's authentication
+//! (`auth enable`, a user whose role may read and write leasehold's prefix
+//! only). A real etcd, set up with the real `etcdctl`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold::client::Client;
+
+use crate::common::etcd::{etcd_bin, free_port};
+use crate::common::pki::{self, Ca};
+use crate::common::{bin, ServerProcess};
+
+const NOW: Duration = Duration::ZERO;
+
+/// One etcd member serving clients over TLS only, with a client
+/// certificate required.
+struct SecureEtcd {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+    /// How it was started, to start it again.
+    cmd: Vec<std::ffi::OsString>,
+}
+
+impl SecureEtcd {
+    /// Kills the member and starts it again on its data: etcd keeps its
+    /// simple tokens in memory, so every token it gave is gone.
+    fn restart(&mut self, f: &Files) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Command::new(etcd_bin())
+            .args(&self.cmd)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        wait_healthy(self, f);
+    }
+}
+
+fn wait_healthy(e: &SecureEtcd, f: &Files) {
+    let t = Instant::now();
+    while !etcdctl(e, f, &["--user", "root:root-secret", "endpoint", "health"])
+        .status
+        .success()
+        && !etcdctl(e, f, &["endpoint", "health"]).status.success()
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "etcd did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+impl Drop for SecureEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Files {
+    ca: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn start(files_dir: &Path) -> (SecureEtcd, Files) {
+    let ca = Ca::new("etcd test CA");
+    let (server_cert, server_key) = ca.issue(&["127.0.0.1", "localhost"], false);
+    let (client_cert, client_key) = ca.issue(&["leasehold-frontend"], true);
+    let files = Files {
+        ca: pki::write(files_dir, "etcd-ca.pem", &ca.pem()),
+        client_cert: pki::write(files_dir, "etcd-client.pem", &client_cert),
+        client_key: pki::write(files_dir, "etcd-client.key", &client_key),
+    };
+    let server_cert = pki::write(files_dir, "etcd-server.pem", &server_cert);
+    let server_key = pki::write(files_dir, "etcd-server.key", &server_key);
+    let dir = tempfile::Builder::new()
+        .prefix("leasehold-etcd-secure-")
+        .tempdir()
+        .unwrap();
+    let (client, peer) = (free_port(), free_port());
+    let url = format!("https://127.0.0.1:{client}");
+    let mut cmd: Vec<std::ffi::OsString> = Vec::new();
+    let mut arg = |a: &dyn AsRef<std::ffi::OsStr>| cmd.push(a.as_ref().to_owned());
+    for a in ["--name", "s0", "--data-dir"] {
+        arg(&a);
+    }
+    arg(&dir.path().join("s0"));
+    for a in [
+        "--listen-client-urls".to_owned(),
+        url.clone(),
+        "--advertise-client-urls".to_owned(),
+        url.clone(),
+        "--listen-peer-urls".to_owned(),
+        format!("http://127.0.0.1:{peer}"),
+        "--initial-advertise-peer-urls".to_owned(),
+        format!("http://127.0.0.1:{peer}"),
+        "--initial-cluster".to_owned(),
+        format!("s0=http://127.0.0.1:{peer}"),
+    ] {
+        arg(&a);
+    }
+    arg(&"--cert-file");
+    arg(&server_cert);
+    arg(&"--key-file");
+    arg(&server_key);
+    arg(&"--trusted-ca-file");
+    arg(&files.ca);
+    for a in [
+        "--client-cert-auth",
+        "--auth-token",
+        "simple",
+        "--logger",
+        "zap",
+        "--log-level",
+        "error",
+    ] {
+        arg(&a);
+    }
+    let child = Command::new(etcd_bin())
+        .args(&cmd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start etcd");
+    let e = SecureEtcd {
+        child,
+        url,
+        _dir: dir,
+        cmd,
+    };
+    wait_healthy(&e, &files);
+    (e, files)
+}
+
+/// Runs `etcdctl` (as root once auth is on) against the member.
+fn etcdctl(e: &SecureEtcd, f: &Files, args: &[&str]) -> std::process::Output {
+    Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={}", e.url))
+        .arg(format!("--cacert={}", f.ca.display()))
+        .arg(format!("--cert={}", f.client_cert.display()))
+        .arg(format!("--key={}", f.client_key.display()))
+        .args(args)
+        .output()
+        .expect("etcdctl (Debian's etcd-client)")
+}
+
+fn etcdctl_ok(e: &SecureEtcd, f: &Files, args: &[&str]) {
+    let o = etcdctl(e, f, args);
+    assert!(
+        o.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// `leasehold serve --store etcd` on the secured member, with `extra`
+/// flags and the password in the environment.
+fn frontend_cmd(e: &SecureEtcd, f: &Files, password: Option<&str>, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        &e.url,
+        "--etcd-prefix",
+        "lh-secure/",
+        "--etcd-session-ttl",
+        "2s",
+        "--etcd-timeout",
+        "5s",
+    ])
+    .arg("--etcd-ca")
+    .arg(&f.ca)
+    .arg("--etcd-cert")
+    .arg(&f.client_cert)
+    .arg("--etcd-key")
+    .arg(&f.client_key)
+    .args(extra);
+    cmd.env_remove("LEASEHOLD_ETCD_PASSWORD");
+    if let Some(p) = password {
+        cmd.env("LEASEHOLD_ETCD_PASSWORD", p);
+    }
+    cmd
+}
+
+/// What a frontend that cannot start says (it exits non-zero).
+fn refused(mut cmd: Command) -> String {
+    let o = cmd.output().unwrap();
+    assert!(!o.status.success(), "the frontend started");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_uses_an_etcd_with_client_tls_and_authentication() {
+    let files_dir = tempfile::tempdir().unwrap();
+    let (mut e, f) = start(files_dir.path());
+    etcdctl_ok(&e, &f, &["user", "add", "root:root-secret"]);
+    etcdctl_ok(&e, &f, &["role", "add", "leasehold"]);
+    etcdctl_ok(
+        &e,
+        &f,
+        &[
+            "role",
+            "grant-permission",
+            "leasehold",
+            "--prefix=true",
+            "readwrite",
+            "lh-secure/",
+        ],
+    );
+    etcdctl_ok(&e, &f, &["user", "add", "lh:lh-secret"]);
+    etcdctl_ok(&e, &f, &["user", "grant-role", "lh", "leasehold"]);
+    etcdctl_ok(&e, &f, &["auth", "enable"]);
+
+    // A wrong password, and none: refused at start-up, saying why.
+    let err = refused(frontend_cmd(&e, &f, Some("wrong"), &["--etcd-user", "lh"]));
+    assert!(err.contains("etcd login as \"lh\""), "{err}");
+    let err = refused(frontend_cmd(&e, &f, None, &["--etcd-user", "lh"]));
+    assert!(err.contains("LEASEHOLD_ETCD_PASSWORD"), "{err}");
+    // No user at all: etcd refuses every call, and the frontend says so.
+    let err = refused(frontend_cmd(&e, &f, None, &[]));
+    assert!(err.contains("cannot reach etcd"), "{err}");
+    // Plain http to a TLS-only member: refused before any call.
+    let mut plain = frontend_cmd(&e, &f, Some("lh-secret"), &["--etcd-user", "lh"]);
+    plain.args(["--etcd-endpoints", &e.url.replacen("https", "http", 1)]);
+    let err = refused(plain);
+    assert!(err.contains("--etcd-endpoints"), "{err}");
+
+    let fe = ServerProcess::spawn(
+        frontend_cmd(&e, &f, Some("lh-secret"), &["--etcd-user", "lh"]),
+        Path::new(""),
+    );
+    let c = Client::connect(&fe.url()).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let a = c.acquire("payroll", "w1", ttl, NOW).await.unwrap();
+    assert!(a.acquired);
+    let v = c
+        .checked_write("payroll", a.lease.token, b"k", b"v1".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(c.read("payroll", b"k").await.unwrap().value, b"v1");
+    // A restarted member has forgotten every token it gave: the frontend
+    // logs in again by itself, and the lease and the value are still
+    // there (an etcd lease outlives a restart shorter than its TTL).
+    e.restart(&f);
+    let r = c.renew("payroll", "w1", a.lease.token, ttl).await.unwrap();
+    assert_eq!(r.token, a.lease.token);
+    let v2 = c
+        .checked_write("payroll", a.lease.token, b"k", b"v2".to_vec())
+        .await
+        .unwrap();
+    assert!(v2 > v);
+    c.release("payroll", "w1", a.lease.token).await.unwrap();
+    // What leasehold wrote is where the role allows, under its prefix.
+    let o = etcdctl(
+        &e,
+        &f,
+        &[
+            "--user",
+            "root:root-secret",
+            "get",
+            "--prefix",
+            "--keys-only",
+            "lh-secure/",
+        ],
+    );
+    assert!(o.status.success());
+    assert!(!o.stdout.is_empty(), "no keys under the prefix");
+    drop(fe);
+    drop(e);
+}
