@@ -51,9 +51,13 @@ type Client struct {
 // the Rust client takes it). Without options the connection is insecure
 // (plaintext); options are passed on to grpc.NewClient after that default,
 // so grpc.WithTransportCredentials overrides it. For TLS, mutual TLS and a
-// bearer token, see DialWith.
+// bearer token, see DialWith; an "https://" target is dialled with TLS
+// (the system's roots), as DialWith does.
 func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
-	for _, scheme := range []string{"http://", "grpc://", "https://"} {
+	if strings.HasPrefix(target, "https://") {
+		return DialWith(target, Security{}, opts...)
+	}
+	for _, scheme := range []string{"http://", "grpc://"} {
 		target = strings.TrimPrefix(target, scheme)
 	}
 	target = strings.TrimSuffix(target, "/")

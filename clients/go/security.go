@@ -180,5 +180,5 @@ func DialWith(target string, sec Security, opts ...grpc.DialOption) (*Client, er
 	if err != nil {
 		return nil, err
 	}
-	return Dial(target, append(own, opts...)...)
+	return Dial(strings.TrimPrefix(target, "https://"), append(own, opts...)...)
 }

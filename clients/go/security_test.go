@@ -214,3 +214,27 @@ func TestAccessErrorsDecode(t *testing.T) {
 		t.Fatalf("without ErrorInfo: %v", err)
 	}
 }
+
+func TestHTTPSTargetIsTLS(t *testing.T) {
+	s, pki := startSecureServer(t)
+	// Without the test CA, the system's roots cannot verify the server:
+	// the connection is TLS (it fails the handshake), never plaintext.
+	c, err := leasehold.Dial("https://" + s.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.GetLease(ctx, "x"); !errors.Is(err, leasehold.ErrUnavailable) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("want a TLS failure, got %v", err)
+	}
+	c3, err := leasehold.DialWith("https://"+s.target, leasehold.Security{CAFile: filepath.Join(pki, "ca.pem"), Token: secret(t, pki, "alice")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, err := c3.GetLease(ctx, "x"); err != nil {
+		t.Fatalf("https:// with the CA: %v", err)
+	}
+}

@@ -53,7 +53,7 @@ export interface CallOptions {
  * `https://` target; and a bearer `token` sent on every call.
  */
 export interface ClientConfig {
-  /** grpc-js channel credentials of your own; default: made from the options below. */
+  /** grpc-js channel credentials of your own (then no ca/cert/key); default: made from the options below. */
   credentials?: ChannelCredentials;
   /** grpc-js channel options. */
   channelOptions?: Partial<ClientOptions>;
@@ -109,6 +109,9 @@ function security(target: string, config: ClientConfig): [ChannelCredentials, Pa
   const key = pem("key", config.key, config.keyFile);
   if ((cert === undefined) !== (key === undefined)) {
     throw new TypeError("a client certificate needs its key, and a key its certificate");
+  }
+  if (config.credentials && (ca !== undefined || cert !== undefined)) {
+    throw new TypeError("give credentials, or ca/cert/key, not both");
   }
   const tls = ca !== undefined || cert !== undefined || target.startsWith("https://");
   let creds =

@@ -131,6 +131,7 @@ describe("security against the real server with TLS and a policy", () => {
 
   test("a certificate needs its key", () => {
     assert.throws(() => new Client("127.0.0.1:1", { ca: "x", cert: "y" }), TypeError);
+    assert.throws(() => new Client("127.0.0.1:1", { token: "two words" }), TypeError);
   });
 
   test("the Elector leads over TLS with a token", async () => {
