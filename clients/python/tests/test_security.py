@@ -87,9 +87,24 @@ def test_mutual_tls_with_a_client_certificate(secure, job):
         assert (e.value.action, e.value.job) == ("write", job)
 
 
-def test_a_certificate_needs_its_key():
+def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         leasehold.Client("127.0.0.1:1", ca=b"x", cert=b"y")
+    with pytest.raises(ValueError):
+        leasehold.Client("127.0.0.1:1", token="two words")
+    with pytest.raises(ValueError):
+        leasehold.Client(channel=object(), token="secret")  # type: ignore[arg-type]
+    assert "secret" not in repr(leasehold.client._BearerToken("secret"))
+
+
+def test_an_https_target_is_tls(secure, job):
+    # Without the test CA the system's roots cannot verify the server: the
+    # channel is TLS (the handshake fails), never plaintext.
+    with leasehold.Client("https://" + secure.target, token=token(secure, "alice"), timeout=5) as c:
+        with pytest.raises(leasehold.Unavailable):
+            c.get_lease(job)
+    with leasehold.Client("https://" + secure.target, ca=secure.pki / "ca.pem", token=token(secure, "alice")) as c:
+        assert c.get_lease(job).holder is None
 
 
 def test_the_elector_leads_over_tls_with_a_token(secure, job):
@@ -135,11 +150,9 @@ def test_the_async_client_and_elector_over_tls(secure, job):
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
-def test_a_token_without_tls_goes_to_a_loopback_server(job):
+def test_a_token_without_tls_goes_to_a_loopback_server(job, tmp_path):
     # A policy without TLS (loopback): the token travels in plaintext.
-    s = harness.ServerProcess(secure=False)
-    s.stop()
-    pki = harness.make_pki(s.data_dir + "-pki")
+    pki = harness.make_pki(str(tmp_path / "pki"))
     s = harness.ServerProcess(extra=["--policy", str(pki / "policy.toml")])
     try:
         with leasehold.Client(s.url, token=(pki / "alice.token").read_text()) as c:

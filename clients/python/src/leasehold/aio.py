@@ -297,6 +297,8 @@ class AsyncClient:
         server_name: Optional[str] = None,
     ) -> None:
         self._own_channel = channel is None
+        if channel is not None and any(v is not None for v in (ca, cert, key, token, server_name)):
+            raise ValueError("give channel=, or ca/cert/key/token/server_name, not both")
         if channel is None:
             target, creds, options = channel_security(
                 target, ca=ca, cert=cert, key=key, token=token, server_name=server_name
