@@ -151,6 +151,19 @@ class SecurityTest {
   }
 
   @Test
+  void anHttpsTargetIsTls() throws Exception {
+    // Without the test CA the system's roots cannot verify the server: the
+    // channel is TLS (the handshake fails), never plaintext.
+    try (Client owner = Client.connect("https://" + server.target)) {
+      Client c = owner.withTimeout(Duration.ofSeconds(5));
+      assertThrows(UnavailableException.class, () -> c.getLease("x"));
+    }
+    try (Client c = Client.connect("https://" + server.target, withCa().token(secret(server.pki, "alice")).build())) {
+      assertFalse(c.getLease("x").isHeld());
+    }
+  }
+
+  @Test
   void theSettingsNeverShowTheToken() {
     Security s = Security.builder().token("very-secret").build();
     assertFalse(s.toString().contains("very-secret"));
