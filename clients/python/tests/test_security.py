@@ -160,5 +160,11 @@ def test_a_token_without_tls_goes_to_a_loopback_server(job, tmp_path):
         with leasehold.Client(s.target) as c:
             with pytest.raises(leasehold.Unauthenticated):
                 c.get_lease(job)
+
+        async def main():
+            async with AsyncClient(s.target, token=(pki / "alice.token").read_text()) as c:
+                assert (await c.get_lease(job)).principal == "alice"
+
+        asyncio.run(asyncio.wait_for(main(), 30))
     finally:
         s.stop()

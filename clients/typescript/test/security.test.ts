@@ -129,6 +129,20 @@ describe("security against the real server with TLS and a policy", () => {
     }
   });
 
+  test("an https:// target is TLS", async () => {
+    // Without the test CA the system's roots cannot verify the server: the
+    // channel is TLS (the handshake fails), never plaintext.
+    const bare = new Client(`https://${server.target}`, { token: secret("alice"), timeoutMs: 5_000 });
+    const good = new Client(`https://${server.target}`, { caFile: file("ca.pem"), token: secret("alice") });
+    try {
+      await assert.rejects(bare.getLease(uniqueJob("https")), (e) => e instanceof LeaseholdError && e.retryable);
+      assert.equal((await good.getLease(uniqueJob("https"))).holder, undefined);
+    } finally {
+      bare.close();
+      good.close();
+    }
+  });
+
   test("a certificate needs its key", () => {
     assert.throws(() => new Client("127.0.0.1:1", { ca: "x", cert: "y" }), TypeError);
     assert.throws(() => new Client("127.0.0.1:1", { token: "two words" }), TypeError);
