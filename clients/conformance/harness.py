@@ -23,6 +23,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
 
+PKI_SCRIPT = ROOT / "clients" / "tools" / "pki.sh"
+
 _LISTENING = re.compile(r"^leasehold listening on (\S+) admin (\S+)$")
 
 
@@ -74,17 +76,42 @@ class Lines:
                 return at, line
 
 
+def make_pki(directory: str) -> Path:
+    """Writes the test CA, certificates, tokens and policy into ``directory``
+    (see clients/tools/pki.sh) and returns it."""
+    subprocess.run(["bash", str(PKI_SCRIPT), directory], check=True)
+    return Path(directory)
+
+
 class ServerProcess:
     """``leasehold serve`` on 127.0.0.1 with ports the OS picks and a
-    temporary data dir (removed on :meth:`stop` unless given)."""
+    temporary data dir (removed on :meth:`stop` unless given).
 
-    def __init__(self, data_dir: Optional[str] = None, extra: Sequence[str] = (), timeout: float = 30.0) -> None:
+    With ``secure=True`` the server uses TLS, mutual TLS and the policy
+    made by clients/tools/pki.sh, whose files are in :attr:`pki`
+    (``ca.pem``, ``alice.pem``, ``alice.token``...)."""
+
+    def __init__(
+        self,
+        data_dir: Optional[str] = None,
+        extra: Sequence[str] = (),
+        timeout: float = 30.0,
+        secure: bool = False,
+    ) -> None:
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="leasehold-test-")
+        self.pki: Optional[Path] = None
+        if secure:
+            self.pki = make_pki(os.path.join(self.data_dir, "pki"))
+            extra = [
+                "--tls-cert", str(self.pki / "server.pem"), "--tls-key", str(self.pki / "server-key.pem"),
+                "--tls-client-ca", str(self.pki / "ca.pem"), "--policy", str(self.pki / "policy.toml"),
+                *extra,
+            ]
         env = dict(os.environ, RUST_LOG=os.environ.get("LEASEHOLD_TEST_LOG", "warn"))
         self.proc = subprocess.Popen(
             [str(server_binary()), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-             "--data-dir", self.data_dir, *extra],
+             "--data-dir", os.path.join(self.data_dir, "data") if secure else self.data_dir, *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None, text=True, env=env,
         )
         self.lines = Lines(self.proc.stdout, "server")

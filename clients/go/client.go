@@ -13,7 +13,7 @@
 //			},
 //		},
 //	})
-//	elector.Run(ctx) // campaigns until ctx is done, then releases
+//	err = elector.Run(ctx) // campaigns until ctx is done, then releases
 //
 // Every method returns typed errors (see FromError): errors.Is(err,
 // ErrFenced), errors.As(err, &fencedErr) for the current token, and so on.
@@ -50,8 +50,13 @@ type Client struct {
 // Dial makes a client for target ("host:port", or "http://host:port" as
 // the Rust client takes it). Without options the connection is insecure
 // (plaintext); options are passed on to grpc.NewClient after that default,
-// so grpc.WithTransportCredentials overrides it.
+// so grpc.WithTransportCredentials overrides it. For TLS, mutual TLS and a
+// bearer token, see DialWith; an "https://" target is dialled with TLS
+// (the system's roots), as DialWith does.
 func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
+	if strings.HasPrefix(target, "https://") {
+		return DialWith(target, Security{}, opts...)
+	}
 	for _, scheme := range []string{"http://", "grpc://"} {
 		target = strings.TrimPrefix(target, scheme)
 	}

@@ -124,10 +124,19 @@ func timingFor(ttl time.Duration) timing {
 	}
 }
 
+// refused reports whether err is a refusal by the server's policy, on
+// which an elector stops campaigning.
+func refused(err error) bool {
+	return errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrPermissionDenied)
+}
+
 // Run campaigns until ctx is done, then releases the lease if held (bounded
-// by our deadline, at least 200 ms) and returns once the callbacks have
+// by our deadline, at least 200 ms) and returns nil once the callbacks have
 // returned. Run it once.
-func (e *Elector) Run(ctx context.Context) {
+//
+// A campaign refused by the server's policy (ErrUnauthenticated,
+// ErrPermissionDenied) is not retried: Run returns that error at once.
+func (e *Elector) Run(ctx context.Context) error {
 	t := timingFor(e.cfg.TTL)
 	defer e.waitCallbacks()
 	for ctx.Err() == nil {
@@ -138,16 +147,20 @@ func (e *Elector) Run(ctx context.Context) {
 		cancel()
 		if ctx.Err() != nil {
 			e.releaseIfGranted()
-			return
+			return nil
 		}
 		if err != nil {
 			if timedOut {
 				e.log.Warn("campaign: acquire timed out")
 				continue
 			}
+			if refused(err) {
+				e.log.Error("campaign refused; not campaigning again", "error", err)
+				return err
+			}
 			e.log.Warn("campaign: acquire failed", "error", err)
 			if !sleepCtx(ctx, t.backoff) {
-				return
+				return nil
 			}
 			continue
 		}
@@ -159,9 +172,10 @@ func (e *Elector) Run(ctx context.Context) {
 			continue
 		}
 		if e.lead(ctx, a.Lease.Token, anchor) {
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // anchor is the instant our lease's TTL may be counted from: at or before
@@ -218,7 +232,7 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 			e.mu.Unlock()
 			continue
 		}
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, ErrLeaseLost) || refused(err) {
 			e.log.Warn("lease lost", "token", token, "error", err)
 			break
 		}

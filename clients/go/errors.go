@@ -52,7 +52,8 @@ func tagged(msg string, r pb.ErrorReason) string {
 // ErrUnknownToken errors also match ErrInvalidArgument; ErrStorage,
 // ErrDiskFull and ErrShuttingDown errors also match ErrUnavailable. Use errors.As with
 // *FencedError, *LeaseLostError, *InvalidArgumentError,
-// *UnknownTokenError or *UnavailableError for the details.
+// *UnknownTokenError, *UnauthenticatedError, *PermissionDeniedError or
+// *UnavailableError for the details.
 var (
 	ErrLeaseLost       = errors.New("leasehold: lease lost")
 	ErrFenced          = errors.New("leasehold: fenced")
@@ -62,6 +63,10 @@ var (
 	ErrStorage         = errors.New("leasehold: storage")
 	ErrShuttingDown    = errors.New("leasehold: shutting down")
 	ErrDiskFull        = errors.New("leasehold: disk full")
+	// ErrUnauthenticated: the server's policy does not know the caller.
+	ErrUnauthenticated = errors.New("leasehold: unauthenticated")
+	// ErrPermissionDenied: the caller's principal may not do this.
+	ErrPermissionDenied = errors.New("leasehold: permission denied")
 )
 
 // LeaseLostError: Renew or Release of a lease this holder no longer has
@@ -124,6 +129,39 @@ func (e *UnknownTokenError) Is(target error) bool {
 	return target == ErrUnknownToken || target == ErrInvalidArgument
 }
 func (e *UnknownTokenError) GRPCStatus() *status.Status { return e.status }
+
+// UnauthenticatedError: the server's policy does not know the caller
+// (reason UNAUTHENTICATED): no credentials, or a token or certificate of
+// no principal. Retrying with the same credentials cannot help.
+type UnauthenticatedError struct {
+	Message string
+	status  *status.Status
+}
+
+func (e *UnauthenticatedError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED)
+}
+func (e *UnauthenticatedError) Is(target error) bool       { return target == ErrUnauthenticated }
+func (e *UnauthenticatedError) GRPCStatus() *status.Status { return e.status }
+
+// PermissionDeniedError: the caller's principal may not do this (reason
+// PERMISSION_DENIED): no grant for the action on the job, or the job's
+// lease is another principal's. Retrying cannot help until the policy or
+// the holder changes; nothing was changed.
+type PermissionDeniedError struct {
+	Message string
+	// Action is the action refused: "lease", "write", "read" or "admin".
+	Action string
+	// Job is the job the call was refused on.
+	Job    string
+	status *status.Status
+}
+
+func (e *PermissionDeniedError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED)
+}
+func (e *PermissionDeniedError) Is(target error) bool       { return target == ErrPermissionDenied }
+func (e *PermissionDeniedError) GRPCStatus() *status.Status { return e.status }
 
 // UnavailableError: the server could not be reached or could not answer
 // (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
@@ -210,6 +248,10 @@ func FromError(err error) error {
 		return &UnknownTokenError{Message: msg, CurrentToken: token(), status: s}
 	case pb.ErrorReason_ERROR_REASON_INVALID_ARGUMENT:
 		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
+	case pb.ErrorReason_ERROR_REASON_UNAUTHENTICATED:
+		return &UnauthenticatedError{Message: msg, status: s}
+	case pb.ErrorReason_ERROR_REASON_PERMISSION_DENIED:
+		return &PermissionDeniedError{Message: msg, Action: meta["action"], Job: meta["job"], status: s}
 	case pb.ErrorReason_ERROR_REASON_STORAGE, pb.ErrorReason_ERROR_REASON_SHUTTING_DOWN:
 		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason, status: s}
 	case pb.ErrorReason_ERROR_REASON_DISK_FULL:
@@ -219,6 +261,10 @@ func FromError(err error) error {
 	switch s.Code() {
 	case codes.InvalidArgument:
 		return &InvalidArgumentError{Message: msg, Field: meta["field"], status: s}
+	case codes.Unauthenticated:
+		return &UnauthenticatedError{Message: msg, status: s}
+	case codes.PermissionDenied:
+		return &PermissionDeniedError{Message: msg, status: s}
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Unknown:
 		return &UnavailableError{Message: msg, Code: s.Code(), status: s}
 	}

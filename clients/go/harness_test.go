@@ -41,10 +41,11 @@ func serverBinary(t *testing.T) string {
 	return p
 }
 
-func startServer(t *testing.T) *server {
+func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
-	cmd := exec.Command(serverBinary(t), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--data-dir", t.TempDir())
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+		"--data-dir", t.TempDir()}, extra...)
+	cmd := exec.Command(serverBinary(t), args...)
 	cmd.Env = append(os.Environ(), "RUST_LOG=warn")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -73,6 +74,32 @@ func startServer(t *testing.T) *server {
 		t.Fatal("server did not print its listening line")
 	}
 	return s
+}
+
+// makePKI writes the test CA, certificates, tokens and policy of
+// clients/tools/pki.sh into a temporary dir and returns it: alice may
+// lease, write and read every job; bob may only read jobs "bob/...".
+func makePKI(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("bash", filepath.Join("..", "tools", "pki.sh"), dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pki.sh: %v", err)
+	}
+	return dir
+}
+
+// startSecureServer starts a server with TLS, mutual TLS and the policy
+// of makePKI; it returns the server and the dir of ca.pem, alice.pem,
+// alice-key.pem, alice.token, bob...
+func startSecureServer(t *testing.T) (*server, string) {
+	t.Helper()
+	pki := makePKI(t)
+	f := func(name string) string { return filepath.Join(pki, name) }
+	s := startServer(t, "--tls-cert", f("server.pem"), "--tls-key", f("server-key.pem"),
+		"--tls-client-ca", f("ca.pem"), "--policy", f("policy.toml"))
+	return s, pki
 }
 
 func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }

@@ -38,6 +38,9 @@ type Lease struct {
 	TTL time.Duration
 	// Remaining is the time left when the server answered; 0 when free.
 	Remaining time.Duration
+	// Principal is the principal of the server's policy that holds the
+	// lease; "" without a policy or when free.
+	Principal string
 }
 
 // Acquired is the answer to Acquire.
@@ -105,6 +108,7 @@ func leaseFromPb(l *pb.Lease) Lease {
 		Token:     l.GetToken(),
 		TTL:       l.GetTtl().AsDuration(),
 		Remaining: l.GetRemaining().AsDuration(),
+		Principal: l.GetPrincipal(),
 	}
 }
 

@@ -226,6 +226,8 @@ def test_decoding_of_every_reason():
         (U.UNAVAILABLE, "STORAGE", leasehold.StorageError),
         (U.UNAVAILABLE, "SHUTTING_DOWN", leasehold.ShuttingDown),
         (U.RESOURCE_EXHAUSTED, "DISK_FULL", leasehold.DiskFull),
+        (U.UNAUTHENTICATED, "UNAUTHENTICATED", leasehold.Unauthenticated),
+        (U.PERMISSION_DENIED, "PERMISSION_DENIED", leasehold.PermissionDenied),
     ]
     for code, reason, cls in cases:
         e = errors.from_status(code, "m", _status_metadata(code, reason, {"current_token": "5", "field": "ttl"}))
@@ -238,4 +240,11 @@ def test_decoding_of_every_reason():
     # Another domain's ErrorInfo is not ours: the code decides.
     e = errors.from_status(U.UNAVAILABLE, "m", _status_metadata(U.UNAVAILABLE, "FENCED", {}, domain="other"))
     assert type(e) is leasehold.Unavailable
-    assert type(errors.from_status(U.PERMISSION_DENIED, "m")) is leasehold.LeaseholdError
+    denied = errors.from_status(
+        U.PERMISSION_DENIED, "m", _status_metadata(U.PERMISSION_DENIED, "PERMISSION_DENIED", {"action": "write", "job": "j"})
+    )
+    assert (denied.action, denied.job, denied.retryable) == ("write", "j", False)
+    # Without an ErrorInfo (a proxy in between), the code decides.
+    assert type(errors.from_status(U.PERMISSION_DENIED, "m")) is leasehold.PermissionDenied
+    assert type(errors.from_status(U.UNAUTHENTICATED, "m")) is leasehold.Unauthenticated
+    assert type(errors.from_status(U.FAILED_PRECONDITION, "m")) is leasehold.LeaseholdError

@@ -4,12 +4,15 @@
  * `Buffer`s (a string is encoded as UTF-8). Every method rejects with a
  * typed `LeaseholdError`.
  */
+import { readFileSync } from "node:fs";
 import {
   credentials as grpcCredentials,
   type ChannelCredentials,
   type ClientOptions,
   type ClientReadableStream,
   type ClientUnaryCall,
+  InterceptingCall,
+  type Interceptor,
   Metadata,
   status as Code,
   type ServiceError,
@@ -44,21 +47,98 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * How to reach the server. Plaintext by default; TLS with `ca`/`caFile`,
+ * a client certificate (`cert` + `key`, or the `*File` forms), or an
+ * `https://` target; and a bearer `token` sent on every call.
+ */
 export interface ClientConfig {
-  /** Default TLS-less; pass credentials for TLS. */
+  /** grpc-js channel credentials of your own (then no ca/cert/key); default: made from the options below. */
   credentials?: ChannelCredentials;
   /** grpc-js channel options. */
   channelOptions?: Partial<ClientOptions>;
   /** The default per-call timeout, ms. */
   timeoutMs?: number;
+  /** The CA certificate(s) that signed the server's certificate, PEM (as node:tls takes them). */
+  ca?: string | Buffer;
+  /** `ca` from a PEM file. */
+  caFile?: string;
+  /** This client's certificate, PEM, for mutual TLS; needs `key`. */
+  cert?: string | Buffer;
+  /** `cert` from a PEM file. */
+  certFile?: string;
+  /** The private key of `cert`, PEM. */
+  key?: string | Buffer;
+  /** `key` from a PEM file. */
+  keyFile?: string;
+  /** A bearer secret of a principal in the server's policy, sent as `authorization: Bearer ...` on every call. */
+  token?: string;
+  /** The name the server's certificate must carry; default: the target's host. */
+  serverName?: string;
 }
 
-/** Accepts `host:port` or `http://host:port` (as the Rust client does). */
+/** Accepts `host:port`, `http://host:port` or `https://host:port` (as the Rust client does). */
 export function normalizeTarget(target: string): string {
-  for (const scheme of ["http://", "grpc://"]) {
+  for (const scheme of ["http://", "grpc://", "https://"]) {
     if (target.startsWith(scheme)) return target.slice(scheme.length).replace(/\/+$/, "");
   }
   return target;
+}
+
+function pem(what: string, value: string | Buffer | undefined, file: string | undefined): Buffer | undefined {
+  if (value !== undefined && file !== undefined) throw new TypeError(`give ${what} or ${what}File, not both`);
+  if (file !== undefined) return readFileSync(file);
+  return value === undefined ? undefined : Buffer.from(value);
+}
+
+/** Adds the bearer token to every call, for a channel without TLS (grpc-js sends call credentials over TLS only). */
+function bearerInterceptor(value: string): Interceptor {
+  return (options, nextCall) =>
+    new InterceptingCall(nextCall(options), {
+      start(metadata, listener, next) {
+        metadata.set("authorization", value);
+        next(metadata, listener);
+      },
+    });
+}
+
+/** The channel credentials and options for `config` (TLS, client certificate, bearer token). */
+function security(target: string, config: ClientConfig): [ChannelCredentials, Partial<ClientOptions>] {
+  const ca = pem("ca", config.ca, config.caFile);
+  const cert = pem("cert", config.cert, config.certFile);
+  const key = pem("key", config.key, config.keyFile);
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new TypeError("a client certificate needs its key, and a key its certificate");
+  }
+  if (config.credentials && (ca !== undefined || cert !== undefined)) {
+    throw new TypeError("give credentials, or ca/cert/key, not both");
+  }
+  const tls = ca !== undefined || cert !== undefined || target.startsWith("https://");
+  let creds =
+    config.credentials ?? (tls ? grpcCredentials.createSsl(ca ?? null, key ?? null, cert ?? null) : grpcCredentials.createInsecure());
+  const options: Partial<ClientOptions> = { ...config.channelOptions };
+  if (config.serverName) {
+    options["grpc.ssl_target_name_override"] = config.serverName;
+    options["grpc.default_authority"] = config.serverName;
+  }
+  if (config.token !== undefined) {
+    const secret = config.token.trim();
+    if (!/^[\x21-\x7e]+$/.test(secret)) {
+      throw new TypeError("the bearer token must be non-empty printable ASCII without spaces");
+    }
+    const value = `Bearer ${secret}`;
+    if (creds._isSecure()) {
+      const bearer = grpcCredentials.createFromMetadataGenerator((_params, callback) => {
+        const md = new Metadata();
+        md.set("authorization", value);
+        callback(null, md);
+      });
+      creds = grpcCredentials.combineChannelCredentials(creds, bearer);
+    } else {
+      options.interceptors = [...(options.interceptors ?? []), bearerInterceptor(value)];
+    }
+  }
+  return [creds, options];
 }
 
 type Callback<Res> = (err: ServiceError | null, res: Res) => void;
@@ -101,12 +181,12 @@ export class Client {
   private readonly timeoutMs: number;
 
   constructor(target: string = DEFAULT_TARGET, config: ClientConfig = {}) {
-    const creds = config.credentials ?? grpcCredentials.createInsecure();
+    const [creds, options] = security(target, config);
     const addr = normalizeTarget(target);
-    this.leases = new pb.LeasesClient(addr, creds, config.channelOptions);
+    this.leases = new pb.LeasesClient(addr, creds, options);
     // Share one channel between both services.
     this.store = new pb.FencedStoreClient(addr, creds, {
-      ...config.channelOptions,
+      ...options,
       channelOverride: this.leases.getChannel(),
     });
     this.timeoutMs = config.timeoutMs ?? DEFAULT_TIMEOUT_MS;

@@ -14,11 +14,15 @@
  * the deadline itself, so it turns undefined on time even if the event
  * loop was held up. What no elector can notice is its own process being
  * paused: carry the token into every write, so a stale leader is fenced.
+ *
+ * A campaign refused by the server's policy (`Unauthenticated` or
+ * `PermissionDenied`) is not retried: the elector stops, `error` holds the
+ * error, and `elected()` rejects with it.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
-import { LeaseholdError, LeaseLost } from "./errors";
+import { LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
 import { processHolder } from "./types";
 
 export interface ElectorOptions {
@@ -34,6 +38,11 @@ export interface ElectorEvents {
 }
 
 const now = () => performance.now();
+
+/** Refusals by the server's policy: an elector stops campaigning on them. */
+function refused(e: unknown): e is Unauthenticated | PermissionDenied {
+  return e instanceof Unauthenticated || e instanceof PermissionDenied;
+}
 
 class Stopped extends Error {}
 class TimedOut extends Error {}
@@ -55,6 +64,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private leading: bigint | undefined;
   private deadline = 0;
   private finished = false;
+  private refusal: LeaseholdError | undefined;
   private resolveFinished: () => void = () => {};
   private readonly finishedPromise = new Promise<void>((resolve) => (this.resolveFinished = resolve));
   private readonly log: { warn(message: string): void };
@@ -81,21 +91,31 @@ export class Elector extends EventEmitter<ElectorEvents> {
     return this.token !== undefined;
   }
 
+  /** The error that stopped the campaign (the server's policy refused it), else undefined. */
+  get error(): LeaseholdError | undefined {
+    return this.refusal;
+  }
+
   /** Starts campaigning (once). */
   start(): this {
     if (!this.loop) this.loop = this.run();
     return this;
   }
 
-  /** Resolves with the token once we lead; undefined once resigned. */
+  /**
+   * Resolves with the token once we lead; undefined once resigned. Rejects
+   * with `error` when the campaign stopped on one.
+   */
   elected(): Promise<bigint | undefined> {
-    if (this.leading !== undefined || this.finished) return Promise.resolve(this.leading);
-    return new Promise((resolve) => {
+    if (this.leading !== undefined) return Promise.resolve(this.leading);
+    if (this.finished) return this.refusal ? Promise.reject(this.refusal) : Promise.resolve(undefined);
+    return new Promise((resolve, reject) => {
       const onElected = (t: bigint) => resolve(t);
       this.once("elected", onElected);
       void this.finishedPromise.then(() => {
         this.off("elected", onElected);
-        resolve(undefined);
+        if (this.refusal) reject(this.refusal);
+        else resolve(undefined);
       });
     });
   }
@@ -202,6 +222,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
             this.log.warn(`campaign for ${this.job}: acquire timed out`);
             continue;
           }
+          if (refused(e)) {
+            this.log.warn(`campaign for ${this.job} refused, not campaigning again: ${e.message}`);
+            this.refusal = e;
+            return;
+          }
           this.log.warn(`campaign for ${this.job}: acquire failed: ${(e as Error).message}`);
           try {
             await this.sleepUntil(now() + backoff);
@@ -270,7 +295,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
           this.log.warn(`${this.job}: renew of token ${token} did not answer before the deadline`);
           break;
         }
-        if (e instanceof LeaseLost) {
+        if (e instanceof LeaseLost || refused(e)) {
           this.log.warn(`${this.job}: lease lost (token ${token}): ${e.message}`);
           break;
         }

@@ -20,6 +20,8 @@
  * ├── Fenced             write with a token that is not the live one
  * ├── InvalidArgument    bad input; .field names it
  * │   └── UnknownToken   a token the server never issued for the job
+ * ├── Unauthenticated    no credentials, or ones the server's policy does not know
+ * ├── PermissionDenied   the principal may not do this; .action and .job
  * └── Unavailable        unreachable or not answering; retryable
  *     ├── StorageError   the store could not make a change durable
  *     ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -115,6 +117,29 @@ export class UnknownToken extends InvalidArgument {
   }
 }
 
+/**
+ * The server's policy does not know the caller (UNAUTHENTICATED): no
+ * credentials, or a token or certificate of no principal. Retrying with the
+ * same credentials cannot help.
+ */
+export class Unauthenticated extends LeaseholdError {}
+
+/**
+ * The caller's principal may not do this (PERMISSION_DENIED): no grant for
+ * the action on the job, or the job's lease is another principal's.
+ * Retrying cannot help until the policy or the holder changes.
+ */
+export class PermissionDenied extends LeaseholdError {
+  /** The action refused: "lease", "write", "read" or "admin". */
+  get action(): string | undefined {
+    return this.metadata["action"] || undefined;
+  }
+  /** The job the call was refused on. */
+  get job(): string | undefined {
+    return this.metadata["job"] || undefined;
+  }
+}
+
 /** The server could not be reached or could not answer; retryable. */
 export class Unavailable extends LeaseholdError {
   override readonly retryable: boolean = true;
@@ -155,6 +180,8 @@ const BY_REASON = new Map<ErrorReason, ErrorClass>([
   [ErrorReason.ERROR_REASON_STORAGE, StorageError],
   [ErrorReason.ERROR_REASON_SHUTTING_DOWN, ShuttingDown],
   [ErrorReason.ERROR_REASON_DISK_FULL, DiskFull],
+  [ErrorReason.ERROR_REASON_UNAUTHENTICATED, Unauthenticated],
+  [ErrorReason.ERROR_REASON_PERMISSION_DENIED, PermissionDenied],
 ]);
 
 const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);
@@ -185,6 +212,8 @@ export function fromStatus(code: Code, message: string, metadata?: Metadata): Le
   let cls: ErrorClass | undefined = BY_REASON.get(reasonEnum(reason));
   if (!cls) {
     if (code === Code.INVALID_ARGUMENT) cls = InvalidArgument;
+    else if (code === Code.UNAUTHENTICATED) cls = Unauthenticated;
+    else if (code === Code.PERMISSION_DENIED) cls = PermissionDenied;
     else if (UNAVAILABLE_CODES.has(code)) cls = Unavailable;
     else cls = LeaseholdError;
   }

@@ -29,8 +29,10 @@ export {
   InvalidArgument,
   LeaseholdError,
   LeaseLost,
+  PermissionDenied,
   ShuttingDown,
   StorageError,
+  Unauthenticated,
   Unavailable,
   UnknownToken,
 } from "./errors";

@@ -24,6 +24,8 @@ export interface Lease {
   ttlMs: number | undefined;
   /** Time left when the server answered, in ms. */
   remainingMs: number | undefined;
+  /** The principal of the server's policy that holds the lease; undefined without a policy or when free. */
+  principal: string | undefined;
 }
 
 /** The answer to `acquire`. */
@@ -86,6 +88,7 @@ export function leaseFromPb(l: pb.Lease | undefined): Lease {
     token: l?.token ?? 0n,
     ttlMs: toMs(l?.ttl),
     remainingMs: toMs(l?.remaining),
+    principal: l?.principal || undefined,
   };
 }
 

@@ -252,5 +252,5 @@ test("decoding of every reason", () => {
   const full = fromStatus(Code.RESOURCE_EXHAUSTED, "m", md(Code.RESOURCE_EXHAUSTED, "DISK_FULL")) as DiskFull;
   assert.deepEqual([full.freeBytes, full.neededBytes, full.retryable], [10n, 4096n, true]);
   assert.equal(fromStatus(Code.UNAVAILABLE, "m", md(Code.UNAVAILABLE, "FENCED", "other")).constructor, Unavailable);
-  assert.equal(fromStatus(Code.PERMISSION_DENIED, "m").constructor, LeaseholdError);
+  assert.equal(fromStatus(Code.FAILED_PRECONDITION, "m").constructor, LeaseholdError);
 });

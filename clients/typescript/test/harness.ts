@@ -3,7 +3,7 @@
  * the OS picks: no sleep waits for start-up, the server prints one line
  * once both listeners are bound.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { get } from "node:http";
 import { tmpdir } from "node:os";
@@ -18,20 +18,45 @@ export function serverBinary(): string {
   return p;
 }
 
+/**
+ * Writes the test CA, certificates, tokens and policy into `dir` with
+ * clients/tools/pki.sh (alice may lease, write and read every job; bob may
+ * read jobs "bob/..." only); returns `dir`.
+ */
+export function makePki(dir: string): string {
+  execFileSync("bash", [join(ROOT, "clients", "tools", "pki.sh"), dir], { stdio: ["ignore", "ignore", "inherit"] });
+  return dir;
+}
+
+export interface ServerOptions {
+  /** TLS, mutual TLS and the policy of clients/tools/pki.sh, whose files are then in `Server.pki`. */
+  secure?: boolean;
+  /** More `leasehold serve` arguments. */
+  extra?: string[];
+}
+
 export class Server {
   private constructor(
     readonly proc: ChildProcess,
     readonly target: string,
     readonly admin: string,
     private readonly dataDir: string,
+    /** With `secure`: the dir of ca.pem, alice.pem, alice-key.pem, alice.token, bob... */
+    readonly pki: string | undefined,
   ) {}
 
-  static start(timeoutMs = 30_000): Promise<Server> {
+  static start(timeoutMs = 30_000, opts: ServerOptions = {}): Promise<Server> {
     const dataDir = mkdtempSync(join(tmpdir(), "leasehold-ts-"));
+    const pki = opts.secure ? makePki(join(dataDir, "pki")) : undefined;
+    const tls = pki
+      ? ["--tls-cert", join(pki, "server.pem"), "--tls-key", join(pki, "server-key.pem"),
+         "--tls-client-ca", join(pki, "ca.pem"), "--policy", join(pki, "policy.toml")]
+      : [];
     const proc = spawn(
       serverBinary(),
-      ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", dataDir],
-      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, RUST_LOG: "warn" } },
+      ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+       "--data-dir", pki ? join(dataDir, "data") : dataDir, ...tls, ...(opts.extra ?? [])],
+      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, RUST_LOG: "warn,rustls=error" } },
     );
     return new Promise((resolvePromise, reject) => {
       const timer = setTimeout(() => {
@@ -43,7 +68,7 @@ export class Server {
         const m = /^leasehold listening on (\S+) admin (\S+)$/.exec(line);
         if (m) {
           clearTimeout(timer);
-          resolvePromise(new Server(proc, m[1], m[2], dataDir));
+          resolvePromise(new Server(proc, m[1], m[2], dataDir, pki));
         }
       });
       proc.on("exit", (code) => {

@@ -25,12 +25,13 @@ import grpc.aio
 
 from . import errors
 from .client import (
+    Pem,
+    channel_security,
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
     _PAGE_SIZE,
     acquire_request,
     key_from_pb,
-    normalize_target,
     release_request,
     renew_request,
     split_writes,
@@ -40,7 +41,7 @@ from .client import (
     write_outcomes,
     write_request,
 )
-from .elector import campaign_timing
+from .elector import ACCESS_ERRORS, campaign_timing
 from .types import (
     Acquired,
     Bytes,
@@ -279,7 +280,9 @@ class AsyncWriteStream:
 
 class AsyncClient:
     """The asyncio client over one ``grpc.aio`` channel. Use it from one
-    event loop."""
+    event loop. ``ca``, ``cert``, ``key``, ``token`` and ``server_name``
+    are as for :class:`~leasehold.Client` (TLS, mutual TLS, a bearer
+    token)."""
 
     def __init__(
         self,
@@ -287,9 +290,24 @@ class AsyncClient:
         *,
         channel: Optional[grpc.aio.Channel] = None,
         timeout: float = DEFAULT_TIMEOUT,
+        ca: Optional[Pem] = None,
+        cert: Optional[Pem] = None,
+        key: Optional[Pem] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
     ) -> None:
         self._own_channel = channel is None
-        self._channel = channel or grpc.aio.insecure_channel(normalize_target(target))
+        if channel is not None and any(v is not None for v in (ca, cert, key, token, server_name)):
+            raise ValueError("give channel=, or ca/cert/key/token/server_name, not both")
+        if channel is None:
+            target, creds, options = channel_security(
+                target, ca=ca, cert=cert, key=key, token=token, server_name=server_name
+            )
+            if creds is None:
+                channel = grpc.aio.insecure_channel(target, options=options)
+            else:
+                channel = grpc.aio.secure_channel(target, creds, options=options)
+        self._channel = channel
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
@@ -401,6 +419,10 @@ class AsyncElector:
     ``on_elected(token)`` / ``on_lost(token)`` may be plain functions or
     coroutine functions; coroutines run as their own tasks, so a slow one
     cannot delay a renewal.
+
+    A campaign refused by the server's policy (:class:`~leasehold.Unauthenticated`
+    or :class:`~leasehold.PermissionDenied`) is not retried: the elector
+    stops, :attr:`error` holds the error and :meth:`wait_elected` raises it.
     """
 
     def __init__(
@@ -429,6 +451,7 @@ class AsyncElector:
         self._task: Optional[asyncio.Task] = None
         self._callback_tasks: "set[asyncio.Task]" = set()
         self._finished = False
+        self._error: Optional[errors.LeaseholdError] = None
 
     @property
     def holder(self) -> str:
@@ -449,6 +472,12 @@ class AsyncElector:
     def is_leader(self) -> bool:
         return self.token is not None
 
+    @property
+    def error(self) -> Optional[errors.LeaseholdError]:
+        """The error that stopped the campaign (the server's policy refused
+        it), else ``None``."""
+        return self._error
+
     def start(self) -> "AsyncElector":
         """Starts campaigning, on the running event loop (once)."""
         if self._task is None:
@@ -459,7 +488,7 @@ class AsyncElector:
 
     async def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
         """Waits until we lead; the token, or ``None`` on timeout or once
-        resigned."""
+        resigned. Raises :attr:`error` if the campaign stopped on one."""
         assert self._changed is not None, "start() first"
         async with self._changed:
             try:
@@ -468,6 +497,8 @@ class AsyncElector:
                 )
             except asyncio.TimeoutError:
                 pass
+            if self._token is None and self._error is not None:
+                raise self._error
             return self._token
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
@@ -553,6 +584,10 @@ class AsyncElector:
                 except asyncio.TimeoutError:
                     log.warning("campaign for %s: acquire timed out", self._job)
                     continue
+                except ACCESS_ERRORS as e:
+                    log.error("campaign for %s refused, not campaigning again: %s", self._job, e)
+                    self._error = e
+                    return
                 except errors.LeaseholdError as e:
                     log.warning("campaign for %s: acquire failed: %s", self._job, e)
                     try:
@@ -610,7 +645,7 @@ class AsyncElector:
             except asyncio.TimeoutError:
                 log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
                 break
-            except errors.LeaseLost as e:
+            except (errors.LeaseLost,) + ACCESS_ERRORS as e:
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             except errors.LeaseholdError as e:

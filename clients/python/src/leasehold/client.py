@@ -7,12 +7,13 @@ is encoded as UTF-8). Every method raises a typed
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 import weakref
 from collections import deque
-from typing import Deque, Iterable, Iterator, List, Optional, Sequence
+from typing import Deque, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -50,14 +51,85 @@ MAX_MESSAGE_BYTES = 48 * 1024
 
 
 def normalize_target(target: str) -> str:
-    """Accepts ``host:port`` or ``http://host:port`` (as the Rust client and
-    CLI do) and returns what gRPC expects."""
-    for scheme in ("http://", "grpc://"):
+    """Accepts ``host:port``, ``http://host:port`` or ``https://host:port``
+    (as the Rust client and CLI do) and returns what gRPC expects."""
+    for scheme in ("http://", "grpc://", "https://"):
         if target.startswith(scheme):
             return target[len(scheme):].rstrip("/")
-    if target.startswith("https://"):
-        raise ValueError("https:// targets need a secure channel: pass channel=")
     return target
+
+
+#: A PEM given as its bytes, or as the path of a file holding it.
+Pem = Union[bytes, str, "os.PathLike[str]"]
+
+
+def _read_pem(what: str, pem: Optional[Pem]) -> Optional[bytes]:
+    if pem is None:
+        return None
+    if isinstance(pem, (bytes, bytearray)):
+        return bytes(pem)
+    try:
+        with open(pem, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"{what}: cannot read {os.fspath(pem)!r}: {e.strerror}") from None
+
+
+class _BearerToken(grpc.AuthMetadataPlugin):
+    """Adds ``authorization: Bearer SECRET`` to every call. Its repr never
+    shows the secret."""
+
+    def __init__(self, token: str) -> None:
+        token = token.strip()
+        if not token or not all(0x20 < ord(c) < 0x7F for c in token):
+            raise ValueError("the bearer token must be non-empty printable ASCII without spaces")
+        self._metadata = (("authorization", "Bearer " + token),)
+
+    def __call__(self, context: grpc.AuthMetadataContext, callback: grpc.AuthMetadataPluginCallback) -> None:
+        callback(self._metadata, None)
+
+    def __repr__(self) -> str:
+        return "<bearer token>"
+
+
+def channel_security(
+    target: str,
+    *,
+    ca: Optional[Pem] = None,
+    cert: Optional[Pem] = None,
+    key: Optional[Pem] = None,
+    token: Optional[str] = None,
+    server_name: Optional[str] = None,
+) -> Tuple[str, Optional[grpc.ChannelCredentials], List[Tuple[str, str]]]:
+    """(target, credentials, options) for a channel to ``target``: TLS when
+    a CA or a client certificate is given or the target is ``https://``
+    (the system's roots when no CA is given), plaintext otherwise
+    (``None`` credentials). A token is sent as ``authorization: Bearer
+    ...`` on every call; without TLS gRPC sends it to loopback addresses
+    only. Shared by :class:`Client` and the asyncio client."""
+    if (cert is None) != (key is None):
+        raise ValueError("a client certificate needs its key, and a key its certificate")
+    tls = ca is not None or cert is not None or target.startswith("https://")
+    target = normalize_target(target)
+    options: List[Tuple[str, str]] = []
+    if server_name:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    if tls:
+        creds: Optional[grpc.ChannelCredentials] = grpc.ssl_channel_credentials(
+            root_certificates=_read_pem("ca", ca),
+            private_key=_read_pem("key", key),
+            certificate_chain=_read_pem("cert", cert),
+        )
+    elif token is not None:
+        # gRPC attaches call credentials only to a secure channel; "local"
+        # credentials are plaintext to a loopback address.
+        creds = grpc.local_channel_credentials(grpc.LocalConnectionType.LOCAL_TCP)
+    else:
+        creds = None
+    if token is not None:
+        assert creds is not None
+        creds = grpc.composite_channel_credentials(creds, grpc.metadata_call_credentials(_BearerToken(token)))
+    return target, creds, options
 
 
 # Request builders, shared with the asyncio client.
@@ -367,8 +439,19 @@ class WriteStream:
 class Client:
     """A blocking client over one gRPC channel. Thread-safe; share one.
 
-    ``Client("127.0.0.1:50051")`` opens an insecure channel; pass
-    ``channel=`` to use your own (TLS, interceptors, options).
+    ``Client("127.0.0.1:50051")`` opens a plaintext channel. For a server
+    with TLS and a policy::
+
+        Client("leasehold.internal:50051", ca="ca.pem",
+               cert="worker.pem", key="worker-key.pem",   # mutual TLS
+               token=os.environ["LEASEHOLD_TOKEN_SECRET"])
+
+    ``ca``, ``cert`` and ``key`` are PEM ``bytes`` or the path of a PEM
+    file; with either of ``ca`` and ``cert`` (or an ``https://`` target) the
+    channel is TLS. ``token`` is a bearer secret, sent as ``authorization:
+    Bearer ...`` on every call, streams included. ``server_name`` is the
+    name the server's certificate must carry, when not the target's host.
+    Or pass ``channel=`` to use your own (interceptors, options).
     """
 
     def __init__(
@@ -377,9 +460,24 @@ class Client:
         *,
         channel: Optional[grpc.Channel] = None,
         timeout: float = DEFAULT_TIMEOUT,
+        ca: Optional[Pem] = None,
+        cert: Optional[Pem] = None,
+        key: Optional[Pem] = None,
+        token: Optional[str] = None,
+        server_name: Optional[str] = None,
     ) -> None:
         self._own_channel = channel is None
-        self._channel = channel or grpc.insecure_channel(normalize_target(target))
+        if channel is not None and any(v is not None for v in (ca, cert, key, token, server_name)):
+            raise ValueError("give channel=, or ca/cert/key/token/server_name, not both")
+        if channel is None:
+            target, creds, options = channel_security(
+                target, ca=ca, cert=cert, key=key, token=token, server_name=server_name
+            )
+            if creds is None:
+                channel = grpc.insecure_channel(target, options=options)
+            else:
+                channel = grpc.secure_channel(target, creds, options=options)
+        self._channel = channel
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)

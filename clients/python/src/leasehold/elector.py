@@ -33,6 +33,9 @@ log = logging.getLogger("leasehold.elector")
 
 TokenCallback = Callable[[int], None]
 
+#: Refusals by the server's policy: an elector stops campaigning on them.
+ACCESS_ERRORS = (errors.Unauthenticated, errors.PermissionDenied)
+
 _STOP = "stop"
 _TIMEOUT = "timeout"
 _DONE = "done"
@@ -88,6 +91,10 @@ class Elector:
     callback thread. :attr:`is_leader`, :attr:`token`, :meth:`wait_elected`
     and :meth:`wait_lost` can be used instead of, or as well as, callbacks.
     After losing, the elector campaigns again until :meth:`resign`.
+
+    A campaign refused by the server's policy (:class:`~leasehold.Unauthenticated`
+    or :class:`~leasehold.PermissionDenied`) is not retried: the elector
+    stops, :attr:`error` holds the error and :meth:`wait_elected` raises it.
     """
 
     def __init__(
@@ -114,6 +121,7 @@ class Elector:
         self._finished = False
         self._token: Optional[int] = None
         self._deadline = 0.0
+        self._error: Optional[errors.LeaseholdError] = None
         self._thread: Optional[threading.Thread] = None
         self._dispatcher = _Dispatcher() if (on_elected or on_lost) else None
 
@@ -141,6 +149,14 @@ class Elector:
     def is_leader(self) -> bool:
         return self.token is not None
 
+    @property
+    def error(self) -> Optional[errors.LeaseholdError]:
+        """The error that stopped the campaign (the server's policy refused
+        it: :class:`~leasehold.Unauthenticated` or
+        :class:`~leasehold.PermissionDenied`), else ``None``."""
+        with self._cond:
+            return self._error
+
     def start(self) -> "Elector":
         """Starts campaigning (once)."""
         with self._cond:
@@ -153,9 +169,11 @@ class Elector:
 
     def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
         """Waits until we lead; returns the token, or ``None`` on timeout or
-        once resigned."""
+        once resigned. Raises :attr:`error` if the campaign stopped on one."""
         with self._cond:
             self._cond.wait_for(lambda: self._token is not None or self._finished, timeout)
+            if self._token is None and self._error is not None:
+                raise self._error
             return self._token
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
@@ -210,6 +228,11 @@ class Elector:
                 err = fut.exception()
                 if err is not None:
                     e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
+                    if isinstance(e, ACCESS_ERRORS):
+                        log.error("campaign for %s refused, not campaigning again: %s", self._job, e)
+                        with self._cond:
+                            self._error = e
+                        return
                     log.warning("campaign for %s: acquire failed: %s", self._job, e)
                     if self._sleep_until(time.monotonic() + backoff):
                         return
@@ -311,7 +334,7 @@ class Elector:
                         self._deadline = deadline
                 continue
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
-            if isinstance(e, errors.LeaseLost):
+            if isinstance(e, (errors.LeaseLost,) + ACCESS_ERRORS):
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)

@@ -22,6 +22,8 @@ Hierarchy::
     ├── Fenced             write with a token that is not the live one
     ├── InvalidArgument    bad input; .field names it
     │   └── UnknownToken   a token the server never issued for the job
+    ├── Unauthenticated    no credentials, or ones the server's policy does not know
+    ├── PermissionDenied   the principal may not do this; .action and .job
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
         ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -142,6 +144,30 @@ class UnknownToken(InvalidArgument):
         return self._token()
 
 
+class Unauthenticated(LeaseholdError):
+    """The server's policy does not know the caller (reason
+    UNAUTHENTICATED): no credentials, or a token or certificate of no
+    principal. Retrying with the same credentials cannot help."""
+
+
+class PermissionDenied(LeaseholdError):
+    """The caller's principal may not do this (reason PERMISSION_DENIED):
+    no grant for the action on the job, or the job's lease is another
+    principal's. Retrying cannot help until the policy or the holder
+    changes. Nothing was changed."""
+
+    @property
+    def action(self) -> Optional[str]:
+        """The action refused: ``"lease"``, ``"write"``, ``"read"`` or
+        ``"admin"``."""
+        return self.metadata.get("action") or None
+
+    @property
+    def job(self) -> Optional[str]:
+        """The job the call was refused on."""
+        return self.metadata.get("job") or None
+
+
 class Unavailable(LeaseholdError):
     """The server could not be reached or could not answer (UNAVAILABLE,
     DEADLINE_EXCEEDED, CANCELLED, a transport failure). The outcome of a
@@ -180,6 +206,8 @@ _BY_REASON = {
     pb.ERROR_REASON_STORAGE: StorageError,
     pb.ERROR_REASON_SHUTTING_DOWN: ShuttingDown,
     pb.ERROR_REASON_DISK_FULL: DiskFull,
+    pb.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
+    pb.ERROR_REASON_PERMISSION_DENIED: PermissionDenied,
 }
 
 _UNAVAILABLE_CODES = {
@@ -222,6 +250,10 @@ def from_status(
     if cls is None:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             cls = InvalidArgument
+        elif code == grpc.StatusCode.UNAUTHENTICATED:
+            cls = Unauthenticated
+        elif code == grpc.StatusCode.PERMISSION_DENIED:
+            cls = PermissionDenied
         elif code in _UNAVAILABLE_CODES:
             cls = Unavailable
         else:

@@ -47,6 +47,9 @@ class Lease:
     ttl: Optional[float]
     #: Seconds left when the server answered.
     remaining: Optional[float]
+    #: The principal of the server's policy that holds the lease, or
+    #: ``None`` (no policy, or the job is free).
+    principal: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,7 @@ def lease_from_pb(msg: pb.Lease) -> Lease:
         token=msg.token,
         ttl=_seconds(msg, "ttl"),
         remaining=_seconds(msg, "remaining"),
+        principal=msg.principal or None,
     )
 
 

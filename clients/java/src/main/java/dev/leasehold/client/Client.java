@@ -20,8 +20,8 @@ import dev.leasehold.v1.RenewResponse;
 import dev.leasehold.v1.WatchLeaseRequest;
 import io.grpc.Channel;
 import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
 import io.grpc.StatusRuntimeException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -76,7 +76,25 @@ public final class Client implements AutoCloseable {
    * as the Rust client takes it.
    */
   public static Client connect(String target) {
-    for (String scheme : new String[] {"http://", "grpc://"}) {
+    return connect(target, Security.builder().build());
+  }
+
+  /**
+   * Connects to {@code target} ("host:port", "http://host:port" or
+   * "https://host:port") with TLS, mutual TLS and a bearer token as
+   * {@code security} says:
+   *
+   * <pre>{@code
+   * Client client = Client.connect("leasehold.internal:50051", Security.builder()
+   *     .caFile(Path.of("/etc/leasehold/ca.pem"))
+   *     .clientCertificate(Path.of("/etc/leasehold/worker.pem"), Path.of("/etc/leasehold/worker-key.pem"))
+   *     .token(System.getenv("LEASEHOLD_SECRET"))
+   *     .build());
+   * }</pre>
+   */
+  public static Client connect(String target, Security security) {
+    boolean https = target.startsWith("https://");
+    for (String scheme : new String[] {"http://", "grpc://", "https://"}) {
       if (target.startsWith(scheme)) {
         target = target.substring(scheme.length());
       }
@@ -84,7 +102,11 @@ public final class Client implements AutoCloseable {
     if (target.endsWith("/")) {
       target = target.substring(0, target.length() - 1);
     }
-    ManagedChannel ch = Grpc.newChannelBuilder(target, InsecureChannelCredentials.create()).build();
+    ManagedChannelBuilder<?> b = Grpc.newChannelBuilder(target, security.channelCredentials(https));
+    if (security.serverName() != null) {
+      b.overrideAuthority(security.serverName());
+    }
+    ManagedChannel ch = b.build();
     return new Client(ch, ch, DEFAULT_TIMEOUT);
   }
 

@@ -43,6 +43,10 @@ import java.util.logging.Logger;
  *
  * <p>Callbacks run in order on one callback thread, so a slow callback
  * cannot delay a renewal.
+ *
+ * <p>A campaign refused by the server's policy ({@link UnauthenticatedException},
+ * {@link PermissionDeniedException}) is not retried: the elector stops,
+ * {@link #error()} holds the exception and {@link #awaitElected} throws it.
  */
 public final class Elector implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(Elector.class.getName());
@@ -58,6 +62,7 @@ public final class Elector implements AutoCloseable {
   private final Condition changed = lock.newCondition();
   private boolean stopped;
   private boolean finished;
+  private LeaseholdException refusal;
   private long token; // 0: not leading
   private long deadline; // System.nanoTime() when leading
   private Thread thread;
@@ -176,7 +181,24 @@ public final class Elector implements AutoCloseable {
     return token().isPresent();
   }
 
-  /** Waits until we lead; the token, or empty on timeout or once closed. */
+  /**
+   * The exception that stopped the campaign (the server's policy refused
+   * it), or empty.
+   */
+  public java.util.Optional<LeaseholdException> error() {
+    lock.lock();
+    try {
+      return java.util.Optional.ofNullable(refusal);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Waits until we lead; the token, or empty on timeout or once closed.
+   *
+   * @throws LeaseholdException {@link #error()}, when the campaign stopped on one
+   */
   public OptionalLong awaitElected(Duration timeout) throws InterruptedException {
     long end = System.nanoTime() + timeout.toNanos();
     lock.lock();
@@ -187,6 +209,9 @@ public final class Elector implements AutoCloseable {
           return OptionalLong.empty();
         }
         changed.awaitNanos(left);
+      }
+      if (token == 0 && refusal != null) {
+        throw refusal;
       }
       return token != 0 ? OptionalLong.of(token) : OptionalLong.empty();
     } finally {
@@ -295,7 +320,18 @@ public final class Elector implements AutoCloseable {
         try {
           r = f.get();
         } catch (ExecutionException e) {
-          LOG.warning(job + ": campaign: acquire failed: " + Errors.from(e.getCause()));
+          LeaseholdException le = Errors.from(e.getCause());
+          if (refused(le)) {
+            LOG.severe(job + ": campaign refused, not campaigning again: " + le);
+            lock.lock();
+            try {
+              refusal = le;
+            } finally {
+              lock.unlock();
+            }
+            return;
+          }
+          LOG.warning(job + ": campaign: acquire failed: " + le);
           if (sleepUntil(System.nanoTime() + backoff)) {
             return;
           }
@@ -336,6 +372,11 @@ public final class Elector implements AutoCloseable {
         lock.unlock();
       }
     }
+  }
+
+  /** A refusal by the server's policy: an elector stops campaigning on it. */
+  private static boolean refused(LeaseholdException e) {
+    return e instanceof UnauthenticatedException || e instanceof PermissionDeniedException;
   }
 
   private boolean isStopped() {
@@ -448,7 +489,7 @@ public final class Elector implements AutoCloseable {
         f.get();
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
-        if (le instanceof LeaseLostException) {
+        if (le instanceof LeaseLostException || refused(le)) {
           LOG.warning(job + ": lease lost (token " + t + "): " + le.getMessage());
           break;
         }

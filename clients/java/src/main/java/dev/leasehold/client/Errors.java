@@ -94,11 +94,21 @@ public final class Errors {
         return new ShuttingDownException(message, code, reason, meta, t);
       case ERROR_REASON_DISK_FULL:
         return new DiskFullException(message, code, reason, meta, t);
+      case ERROR_REASON_UNAUTHENTICATED:
+        return new UnauthenticatedException(message, code, reason, meta, t);
+      case ERROR_REASON_PERMISSION_DENIED:
+        return new PermissionDeniedException(message, code, reason, meta, t);
       default:
         break;
     }
     if (code == Status.Code.INVALID_ARGUMENT) {
       return new InvalidArgumentException(message, code, reason, meta, t);
+    }
+    if (code == Status.Code.UNAUTHENTICATED) {
+      return new UnauthenticatedException(message, code, reason, meta, t);
+    }
+    if (code == Status.Code.PERMISSION_DENIED) {
+      return new PermissionDeniedException(message, code, reason, meta, t);
     }
     if (UNAVAILABLE.contains(code)) {
       return new UnavailableException(message, code, reason, meta, t);

@@ -10,8 +10,14 @@ import java.time.Duration;
  * @param token the newest token (unsigned); 0 if never granted
  * @param ttl the TTL of the live grant, or null when free
  * @param remaining the time left when the server answered, or null when free
+ * @param principal the principal of the server's policy that holds the lease, or null (no policy, or free)
  */
-public record Lease(String job, String holder, long token, Duration ttl, Duration remaining) {
+public record Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal) {
+  /** A lease without a principal. */
+  public Lease(String job, String holder, long token, Duration ttl, Duration remaining) {
+    this(job, holder, token, ttl, remaining, null);
+  }
+
   /** Whether the job has a live holder. */
   public boolean isHeld() {
     return holder != null;
@@ -23,6 +29,7 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
         l.getHolder().isEmpty() ? null : l.getHolder(),
         l.getToken(),
         l.hasTtl() ? Durations.fromProto(l.getTtl()) : null,
-        l.hasRemaining() ? Durations.fromProto(l.getRemaining()) : null);
+        l.hasRemaining() ? Durations.fromProto(l.getRemaining()) : null,
+        l.getPrincipal().isEmpty() ? null : l.getPrincipal());
   }
 }

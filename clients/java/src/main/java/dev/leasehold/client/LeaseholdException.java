@@ -15,6 +15,8 @@ import java.util.OptionalLong;
  * ├── FencedException             write with a token that is not the live one
  * ├── InvalidArgumentException    bad input; field() names it
  * │   └── UnknownTokenException   a token the server never issued for the job
+ * ├── UnauthenticatedException    no credentials, or ones the server's policy does not know
+ * ├── PermissionDeniedException   the principal may not do this; action() and job()
  * └── UnavailableException        unreachable or not answering; retryable
  *     ├── StorageException        the store could not make a change durable
  *     ├── DiskFullException       the server's disk is (nearly) full; reads go on

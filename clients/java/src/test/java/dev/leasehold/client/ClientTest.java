@@ -243,7 +243,9 @@ class ClientTest {
         new Case(Status.Code.INVALID_ARGUMENT, "UNKNOWN_TOKEN", UnknownTokenException.class),
         new Case(Status.Code.UNAVAILABLE, "STORAGE", StorageException.class),
         new Case(Status.Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDownException.class),
-        new Case(Status.Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFullException.class));
+        new Case(Status.Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFullException.class),
+        new Case(Status.Code.UNAUTHENTICATED, "UNAUTHENTICATED", UnauthenticatedException.class),
+        new Case(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", PermissionDeniedException.class));
     Consumer<Case> check = c -> {
       LeaseholdException e = Errors.from(status(c.code, c.reason, "leasehold"));
       assertSame(c.cls, e.getClass(), c.reason);
@@ -255,7 +257,9 @@ class ClientTest {
     assertEquals(4096, full.neededBytes().getAsLong());
     assertTrue(full.isRetryable());
     assertSame(UnavailableException.class, Errors.from(status(Status.Code.UNAVAILABLE, "FENCED", "other")).getClass());
-    assertSame(LeaseholdException.class, Errors.from(Status.PERMISSION_DENIED.asRuntimeException()).getClass());
+    assertSame(PermissionDeniedException.class, Errors.from(Status.PERMISSION_DENIED.asRuntimeException()).getClass());
+    assertSame(UnauthenticatedException.class, Errors.from(Status.UNAUTHENTICATED.asRuntimeException()).getClass());
+    assertSame(LeaseholdException.class, Errors.from(Status.FAILED_PRECONDITION.asRuntimeException()).getClass());
   }
 
   private static Throwable status(Status.Code code, String reason, String domain) {

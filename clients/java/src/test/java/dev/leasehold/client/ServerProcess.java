@@ -45,10 +45,48 @@ final class ServerProcess implements AutoCloseable {
     return path;
   }
 
+  /** With {@link #secure()}: the dir of ca.pem, alice.pem, alice-key.pem, alice.token, bob...; else null. */
+  final Path pki;
+
   ServerProcess() throws Exception {
+    this(false);
+  }
+
+  /**
+   * Writes the test CA, certificates, tokens and policy of
+   * clients/tools/pki.sh into {@code dir}: alice may lease, write and read
+   * every job; bob may only read jobs "bob/...".
+   */
+  static Path makePki(Path dir) throws Exception {
+    Process p = new ProcessBuilder("bash", Paths.get("..", "tools", "pki.sh").toString(), dir.toString())
+        .redirectError(ProcessBuilder.Redirect.INHERIT).start();
+    if (p.waitFor() != 0) {
+      throw new IllegalStateException("pki.sh failed");
+    }
+    return dir;
+  }
+
+  /** A server with TLS, mutual TLS and the policy of {@link #makePki}. */
+  static ServerProcess secure() throws Exception {
+    return new ServerProcess(true, "--tls-cert", "server.pem", "--tls-key", "server-key.pem",
+        "--tls-client-ca", "ca.pem", "--policy", "policy.toml");
+  }
+
+  /** A server with the policy of {@link #makePki} and no TLS. */
+  static ServerProcess withPolicyOnly() throws Exception {
+    return new ServerProcess(true, "--policy", "policy.toml");
+  }
+
+  private ServerProcess(boolean withPki, String... pkiArgs) throws Exception {
     dataDir = Files.createTempDirectory("leasehold-java-");
-    ProcessBuilder pb = new ProcessBuilder(binary().toString(), "serve", "--listen", "127.0.0.1:0",
-        "--admin-listen", "127.0.0.1:0", "--data-dir", dataDir.toString());
+    pki = withPki ? makePki(dataDir.resolve("pki")) : null;
+    java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(binary().toString(), "serve",
+        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+        "--data-dir", withPki ? dataDir.resolve("data").toString() : dataDir.toString()));
+    for (String a : pkiArgs) {
+      args.add(a.startsWith("--") ? a : pki.resolve(a).toString());
+    }
+    ProcessBuilder pb = new ProcessBuilder(args);
     pb.environment().put("RUST_LOG", "warn");
     pb.redirectError(ProcessBuilder.Redirect.INHERIT);
     process = pb.start();
