@@ -40,7 +40,7 @@ struct Cli {
 enum Command {
     /// Run the server: on the embedded store (default), or as one of many
     /// stateless frontends on an etcd cluster (--store etcd).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     #[command(flatten)]
     Client(ClientCommand),
     /// Run CMD as the job's elected singleton.
@@ -112,7 +112,7 @@ fn main() -> ExitCode {
 
 async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Serve(a) => cli::serve::serve(a).await.map(|()| ExitCode::SUCCESS),
+        Command::Serve(a) => cli::serve::serve(*a).await.map(|()| ExitCode::SUCCESS),
         Command::Client(c) => c.run().await,
         Command::Data(d) => d.run().await,
         Command::Run {
