@@ -1,6 +1,10 @@
 # leasehold: multi-stage build, non-root runtime, data on a volume.
+# It serves on 0.0.0.0, so it requires TLS and a policy, mounted read-only
+# at /etc/leasehold (deploy/certs.sh makes the certificates; README,
+# "Container"):
 #   docker build -t leasehold .
-#   docker run -p 50051:50051 -p 9464:9464 -v leasehold-data:/data leasehold
+#   docker run -p 50051:50051 -p 9464:9464 -v leasehold-data:/data \
+#     -v "$PWD/leasehold-etc:/etc/leasehold:ro" leasehold
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
@@ -20,7 +24,11 @@ VOLUME ["/data"]
 EXPOSE 50051 9464
 ENV LEASEHOLD_LISTEN=0.0.0.0:50051 \
     LEASEHOLD_ADMIN_LISTEN=0.0.0.0:9464 \
-    LEASEHOLD_DATA_DIR=/data
+    LEASEHOLD_DATA_DIR=/data \
+    LEASEHOLD_TLS_CERT=/etc/leasehold/server.pem \
+    LEASEHOLD_TLS_KEY=/etc/leasehold/server-key.pem \
+    LEASEHOLD_TLS_CLIENT_CA=/etc/leasehold/ca.pem \
+    LEASEHOLD_POLICY=/etc/leasehold/policy.toml
 # SIGTERM (docker stop) drains in-flight calls and syncs the store.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["leasehold"]

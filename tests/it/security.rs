@@ -769,3 +769,91 @@ async fn certificates_changed_on_disk_are_used_without_a_signal() {
         .await
         .unwrap();
 }
+
+/// `deploy/certs.sh`, the script the README gives for production, makes a
+/// CA, a server certificate and a client certificate that the server and
+/// the client accept as they are: with mutual TLS and a policy that knows
+/// the client by its certificate name, that client takes a lease; a client
+/// without a certificate gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_certificate_script_makes_a_working_mutual_tls_setup() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/certs.sh");
+    let out = Command::new(&script)
+        .arg(&certs)
+        .args(["--server", "localhost,127.0.0.1"])
+        .args(["--client", "billing.workers.internal"])
+        .output()
+        .expect("deploy/certs.sh (needs openssl)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A key is for its owner only.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(certs.join("server-key.pem"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "server-key.pem is readable by others");
+    let policy = pki::write(
+        dir.path(),
+        "policy.toml",
+        "[[principal]]\nname = \"billing\"\ncert_names = [\"billing.workers.internal\"]\n\n\
+         [[grant]]\nprincipal = \"billing\"\njobs = [\"billing/\"]\nactions = [\"lease\", \"read\"]\n",
+    );
+    let f = |n: &str| certs.join(n).display().to_string();
+    let p = ServerProcess::start(
+        &dir.path().join("data"),
+        &[
+            "--tls-cert",
+            &f("server.pem"),
+            "--tls-key",
+            &f("server-key.pem"),
+            "--tls-client-ca",
+            &f("ca.pem"),
+            "--policy",
+            &policy.display().to_string(),
+        ],
+    );
+    let read = |n: &str| std::fs::read(certs.join(n)).unwrap();
+    let billing = Client::connect_with(
+        &url(&p),
+        Security {
+            ca_pem: Some(read("ca.pem")),
+            cert_pem: Some(read("billing.workers.internal.pem")),
+            key_pem: Some(read("billing.workers.internal-key.pem")),
+            ..Security::default()
+        },
+    )
+    .await
+    .unwrap();
+    let a = billing.acquire("billing/p", "h", TTL, NOW).await.unwrap();
+    assert!(a.acquired);
+    assert_eq!(a.lease.principal.as_deref(), Some("billing"));
+    // No client certificate (with a policy, a bearer token may stand in
+    // for one): no credentials at all, UNAUTHENTICATED.
+    let anonymous = Client::connect_with(
+        &url(&p),
+        Security {
+            ca_pem: Some(read("ca.pem")),
+            ..Security::default()
+        },
+    )
+    .await
+    .unwrap();
+    let e = anonymous.get_lease("billing/p").await.unwrap_err();
+    assert!(matches!(e, ClientError::Unauthenticated(_)), "{e:?}");
+    // Running the script again keeps the CA and adds a client.
+    let ca_before = read("ca.pem");
+    let out = Command::new(&script)
+        .arg(&certs)
+        .args(["--client", "ops.workers.internal"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(read("ca.pem"), ca_before);
+    assert!(certs.join("ops.workers.internal.pem").exists());
+}
