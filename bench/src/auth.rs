@@ -35,6 +35,13 @@ pub struct AuthArgs {
     /// between rounds is the noise).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Calls per second in all, spread over the clients (0: as fast as they
+    /// go). A fixed rate gives every server the same load, so that the
+    /// server's CPU per call is compared at the same batching of syncs: a
+    /// client slowed by its own TLS would otherwise hand the server fewer
+    /// writes per sync, each then paying more of it.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
     /// Concurrent clients (one connection each).
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -129,12 +136,22 @@ async fn cell(a: &AuthArgs, s: &Server, security: &Security, work: &str) -> Res<
     let cpu0 = proc::cpu_seconds(s.pid())?;
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let (rate, clients_n) = (a.rate, a.clients);
     for (c, job, token) in clients {
         let work = work.to_owned();
+        let clients = clients_n;
         tasks.spawn(async move {
             let mut lat = Vec::new();
             let mut n = 0u64;
+            let mut pace = (rate > 0.0).then(|| {
+                let mut i = tokio::time::interval(Duration::from_secs_f64(clients as f64 / rate));
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                i
+            });
             while Instant::now() < until {
+                if let Some(p) = pace.as_mut() {
+                    p.tick().await;
+                }
                 let t = Instant::now();
                 if work == "renew" {
                     c.renew(&job, "bench", token, Duration::from_secs(3600))

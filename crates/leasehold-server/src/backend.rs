@@ -113,6 +113,16 @@ impl Backend {
         }
     }
 
+    /// The lease of `job` for a check made before a decision (see
+    /// [`Node::lease_now`]): the single node's as decided now, without
+    /// waiting for it to be durable; etcd's as read.
+    pub async fn lease_for_check(&self, job: &JobName) -> Result<LeaseView> {
+        match self {
+            Backend::Local(n) => Ok(n.lease_now(job)),
+            Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
+        }
+    }
+
     /// See [`Node::leases`].
     pub async fn leases(
         &self,

@@ -497,6 +497,13 @@ impl Node {
         self.publish_when_durable(job, seq, changed).await
     }
 
+    /// The lease of `job` as decided now, durable or not: for checks made
+    /// before a decision that re-checks what matters under the lock (never
+    /// shown to a client).
+    pub fn lease_now(&self, job: &JobName) -> LeaseView {
+        self.lock().table.view(job, clock::now())
+    }
+
     /// The lease of `job`, once the change it shows is durable.
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         let (view, seq) = {

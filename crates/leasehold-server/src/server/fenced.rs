@@ -194,7 +194,7 @@ async fn check_bound(node: &Backend, caller: &Caller, writes: &[convert::WriteAr
             continue;
         }
         seen.push((w.job.as_str(), w.token.0));
-        let view = node.lease(&w.job).await?;
+        let view = node.lease_for_check(&w.job).await?;
         caller.check_write(w.token.0, &view)?;
     }
     Ok(())
