@@ -115,6 +115,22 @@ pub struct ServeArgs {
     /// answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 10_000)]
     max_in_flight: usize,
+    /// Calls open at once on one connection (waiting Acquires, open
+    /// streams), in each budget; more are answered OVERLOADED. Renewals
+    /// (Renew, KeepAlive) have a budget of their own.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_IN_FLIGHT_PER_CONNECTION",
+        default_value_t = 1_000
+    )]
+    max_in_flight_per_connection: usize,
+    /// A connection that has not finished its TLS handshake and sent the
+    /// HTTP/2 preface this long after it was accepted is closed.
+    #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    handshake_timeout: Duration,
+    /// A connection with no call open (no stream) for this long is closed.
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT", value_parser = parse_duration, default_value = "5m")]
+    idle_timeout: Duration,
     /// HTTP/2 streams open at once on one connection (watches included).
     #[arg(
         long,
@@ -164,12 +180,24 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ("--max-connections", a.max_connections),
         ("--max-in-flight", a.max_in_flight),
         (
+            "--max-in-flight-per-connection",
+            a.max_in_flight_per_connection,
+        ),
+        (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
         ),
     ] {
         if v == 0 {
             bail!("{flag} must be at least 1");
+        }
+    }
+    for (flag, v) in [
+        ("--handshake-timeout", a.handshake_timeout),
+        ("--idle-timeout", a.idle_timeout),
+    ] {
+        if v.is_zero() {
+            bail!("{flag} must be above zero");
         }
     }
     if a.policy.is_none() && !a.insecure_allow_remote {
@@ -297,6 +325,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         drain_timeout: a.drain_timeout,
         max_connections: a.max_connections,
         max_in_flight: a.max_in_flight,
+        max_in_flight_per_connection: a.max_in_flight_per_connection,
+        handshake_timeout: a.handshake_timeout,
+        idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,
         keepalive: a.keepalive,
         tls,

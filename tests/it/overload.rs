@@ -210,3 +210,241 @@ async fn a_stalled_watcher_is_folded_not_buffered_and_blocks_nobody() {
         "changes were buffered, not folded: {received}"
     );
 }
+
+/// The reason and the limit a refusal names in its `ErrorInfo`.
+fn refusal(st: &tonic::Status) -> (String, String) {
+    use tonic_types::StatusExt;
+    let info = st
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {st:?}"));
+    let limit = info.metadata.get("limit").cloned().unwrap_or_default();
+    (info.reason, limit)
+}
+
+/// One connection's `Acquire`s of `job` that wait up to a minute, `n` of
+/// them at once: each ends with its result.
+fn flood(
+    channel: &tonic::transport::Channel,
+    job: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>> {
+    (0..n)
+        .map(|i| {
+            let mut raw = proto::leases_client::LeasesClient::new(channel.clone());
+            let req = proto::AcquireRequest {
+                job: job.into(),
+                holder: format!("flood-{i}"),
+                ttl: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                wait: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+            };
+            tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
+        })
+        .collect()
+}
+
+/// The value of the series `series` (name and labels) on `/metrics`.
+async fn scraped(admin: std::net::SocketAddr, series: &str) -> f64 {
+    let (code, text) = common::admin_request(admin, "/metrics").await;
+    assert_eq!(code, 200);
+    common::metric(&text, series).unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// Waits until `n` calls of `calls` have ended, and returns the limit each
+/// refusal named (every one must be OVERLOADED).
+async fn refusals(
+    calls: &mut Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>>,
+    n: usize,
+) -> Vec<String> {
+    let t = Instant::now();
+    let mut limits = Vec::new();
+    while limits.len() < n {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "only {} of {n} calls refused",
+            limits.len()
+        );
+        let mut i = 0;
+        while i < calls.len() {
+            if calls[i].is_finished() {
+                let st = calls.swap_remove(i).await.unwrap().unwrap_err();
+                assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+                let (reason, limit) = refusal(&st);
+                assert_eq!(reason, "OVERLOADED", "{st:?}");
+                assert!(st.message().contains(&limit), "{}", st.message());
+                limits.push(limit);
+            } else {
+                i += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    limits
+}
+
+/// Issue 17, "renewals always get through": while one connection floods
+/// the server with waiting Acquires, and then three together fill the
+/// whole in-flight budget, a leader holding a 2 s lease renews it at ttl/3
+/// (unary Renew for one job, a KeepAlive stream for another) and never
+/// loses either. The flooding connection is refused OVERLOADED naming
+/// --max-in-flight-per-connection, and another connection's GetLease is
+/// served meanwhile; once the global budget is full the refusals name
+/// --max-in-flight, and renewals still get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &[
+            "--max-in-flight",
+            "600",
+            "--max-in-flight-per-connection",
+            "250",
+            "--max-streams-per-connection",
+            "2000",
+        ],
+    );
+    let url = p.url();
+    let ttl = Duration::from_secs(2);
+    let leader = Client::connect(&url).await.unwrap();
+    let unary = leader
+        .acquire("led", "leader", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    let streamed = leader
+        .acquire("led-ka", "leader", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(unary.acquired && streamed.acquired);
+    // The flood waits for a job someone holds.
+    let other = Client::connect(&url).await.unwrap();
+    assert!(
+        other
+            .acquire("busy", "owner", Duration::from_secs(120), Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+
+    // The leader renews both leases every ttl/3 until told to stop, and
+    // counts every renewal that fails.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let renewer = {
+        let (u, s) = (unary.lease.token, streamed.lease.token);
+        tokio::spawn(async move {
+            let mut ka = leader.keep_alive().await.unwrap();
+            let batch = [leasehold::client::KeepAliveRenewal::new(
+                "led-ka", "leader", s, ttl,
+            )];
+            let (mut renewed, mut failed) = (0u32, Vec::new());
+            while !*stop_rx.borrow() {
+                match leader.renew("led", "leader", u, ttl).await {
+                    Ok(l) if l.token == u => renewed += 1,
+                    other => failed.push(format!("Renew: {other:?}")),
+                }
+                match ka.renew(&batch).await {
+                    Ok(out) if matches!(out[0], leasehold::client::RenewOutcome::Renewed(_)) => {
+                        renewed += 1
+                    }
+                    other => failed.push(format!("KeepAlive: {other:?}")),
+                }
+                let _ = tokio::time::timeout(ttl / 3, stop_rx.changed()).await;
+            }
+            (renewed, failed)
+        })
+    };
+
+    // One connection asks for 400 waits: 250 wait, 150 are refused.
+    let flooder = tonic::transport::Endpoint::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut first = flood(&flooder, "busy", 400);
+    let limits = refusals(&mut first, 150).await;
+    assert!(
+        limits.iter().all(|l| l == "--max-in-flight-per-connection"),
+        "{limits:?}"
+    );
+    assert_eq!(
+        scraped(p.admin, "leasehold_waiting_acquires").await,
+        250.0,
+        "the connection's share of the budget waits"
+    );
+    // Another connection is served.
+    let bystander = Client::connect(&url).await.unwrap();
+    assert_eq!(
+        bystander.get_lease("busy").await.unwrap().holder.as_deref(),
+        Some("owner")
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // Two more connections, 250 waits each: 600 fit in the budget, the
+    // last 150 asked for are refused naming the global limit.
+    let mut more = Vec::new();
+    for _ in 0..2 {
+        more.push(
+            tonic::transport::Endpoint::from_shared(url.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    let mut second: Vec<_> = more.iter().flat_map(|c| flood(c, "busy", 250)).collect();
+    let limits = refusals(&mut second, 150).await;
+    assert!(limits.iter().all(|l| l == "--max-in-flight"), "{limits:?}");
+    assert_eq!(scraped(p.admin, "leasehold_waiting_acquires").await, 600.0);
+    // Ordinary calls are now refused on every connection; renewals are not.
+    let st = bystander.get_lease("busy").await.unwrap_err();
+    assert!(st.to_string().contains("--max-in-flight"), "{st}");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let _ = stop_tx.send(true);
+    let (renewed, failed) = renewer.await.unwrap();
+    assert!(failed.is_empty(), "renewals failed: {failed:?}");
+    assert!(renewed >= 20, "only {renewed} renewals in about 12 s");
+    assert_eq!(
+        scraped(
+            p.admin,
+            "leasehold_overloaded_total{limit=\"--max-in-flight-per-connection\"}"
+        )
+        .await,
+        150.0
+    );
+    assert!(
+        scraped(
+            p.admin,
+            "leasehold_overloaded_total{limit=\"--max-in-flight\"}"
+        )
+        .await
+            >= 150.0
+    );
+    // The flood ends; the leader still holds both leases, same tokens.
+    for c in first.iter().chain(&second) {
+        c.abort();
+    }
+    drop((flooder, more));
+    let t = Instant::now();
+    let led = loop {
+        match bystander.get_lease("led").await {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_secs(10), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(led.holder.as_deref(), Some("leader"));
+    assert_eq!(led.token, unary.lease.token);
+    let ka = bystander.get_lease("led-ka").await.unwrap();
+    assert_eq!(ka.holder.as_deref(), Some("leader"));
+    assert_eq!(ka.token, streamed.lease.token);
+}

@@ -30,6 +30,9 @@ use crate::server::tls::{Port, Tls};
 
 /// Connections open at once on the admin port.
 const MAX_ADMIN_CONNECTIONS: usize = 256;
+/// How long an admin connection has for its TLS handshake and the first
+/// byte of its request.
+const ADMIN_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 struct Admin {
@@ -72,11 +75,15 @@ pub async fn serve_admin(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let addr = listener.local_addr().ok();
-    let incoming = conn::incoming(
-        listener,
-        MAX_ADMIN_CONNECTIONS,
-        security.tls.map(|t| (t, Port::Admin)),
-    );
+    let limits = conn::ConnLimits {
+        max: MAX_ADMIN_CONNECTIONS,
+        handshake_timeout: ADMIN_HANDSHAKE_TIMEOUT,
+        // The first byte of a request.
+        preface_bytes: 1,
+        // Scrapers keep their connection between scrapes.
+        idle_timeout: None,
+    };
+    let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let listener = AdminListener { incoming, addr };
     let app = router(node, rpc, security.auth).into_make_service_with_connect_info::<Peer>();
     if let Err(e) = axum::serve(listener, app)
@@ -116,7 +123,7 @@ impl axum::serve::Listener for AdminListener {
     fn local_addr(&self) -> std::io::Result<Peer> {
         Ok(Peer {
             remote: self.addr,
-            certs: None,
+            ..Peer::default()
         })
     }
 }

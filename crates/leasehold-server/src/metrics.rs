@@ -147,7 +147,21 @@ pub struct RpcMetrics {
     /// Calls refused by the policy, by reason and action
     /// (`leasehold_auth_denied_total`).
     denied: [[Counter; DENIED_ACTIONS.len()]; DENIED_REASONS.len()],
+    /// Calls refused at a limit, by the limit's flag
+    /// (`leasehold_overloaded_total`, `leasehold_quota_exceeded_total`).
+    refused: [Counter; REFUSAL_LIMITS.len()],
 }
+
+/// The `limit` label values of `leasehold_overloaded_total` (the first
+/// two) and `leasehold_quota_exceeded_total` (the rest): the flags.
+pub const REFUSAL_LIMITS: [&str; 4] = [
+    "--max-in-flight",
+    "--max-in-flight-per-connection",
+    "--max-watchers",
+    "--max-waiters-per-job",
+];
+/// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
+const OVERLOAD_LIMITS: usize = 2;
 
 /// The `reason` label values of `leasehold_auth_denied_total`.
 pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];
@@ -160,6 +174,7 @@ impl Default for RpcMetrics {
         RpcMetrics {
             methods: std::array::from_fn(|_| MethodStats::default()),
             denied: Default::default(),
+            refused: Default::default(),
         }
     }
 }
@@ -205,6 +220,22 @@ impl RpcMetrics {
             .position(|x| *x == action)
             .unwrap_or(DENIED_ACTIONS.len() - 1);
         self.denied[r][a].inc();
+    }
+
+    /// Counts a call refused at `limit`, one of [`REFUSAL_LIMITS`] (the
+    /// flag named in its OVERLOADED or QUOTA_EXCEEDED status).
+    pub fn refused(&self, limit: &str) {
+        if let Some(i) = REFUSAL_LIMITS.iter().position(|x| *x == limit) {
+            self.refused[i].inc();
+        }
+    }
+
+    /// Calls refused at `limit` so far.
+    pub fn refusals(&self, limit: &str) -> u64 {
+        REFUSAL_LIMITS
+            .iter()
+            .position(|x| *x == limit)
+            .map_or(0, |i| self.refused[i].get())
     }
 
     /// Each method's label value (`Acquire`, ..., `other`) and series.
@@ -267,6 +298,32 @@ impl EncodeMetric for AuthDenied {
                     n.encode(encoder.encode_family(&[("reason", *reason), ("action", *action)])?)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// `leasehold_overloaded_total{limit}` (`quota: false`) or
+/// `leasehold_quota_exceeded_total{limit}`: every limit, refusals or not.
+#[derive(Debug)]
+struct Refusals {
+    rpc: Arc<RpcMetrics>,
+    quota: bool,
+}
+
+impl EncodeMetric for Refusals {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        let range = if self.quota {
+            OVERLOAD_LIMITS..REFUSAL_LIMITS.len()
+        } else {
+            0..OVERLOAD_LIMITS
+        };
+        for i in range {
+            self.rpc.refused[i].encode(encoder.encode_family(&[("limit", REFUSAL_LIMITS[i])])?)?;
         }
         Ok(())
     }
@@ -467,7 +524,20 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
     r.register(
         "leasehold_auth_denied",
         "Calls refused by the policy (--policy), by reason and action",
-        AuthDenied(rpc),
+        AuthDenied(rpc.clone()),
+    );
+    r.register(
+        "leasehold_overloaded",
+        "Calls refused with OVERLOADED, by the limit reached (its flag)",
+        Refusals {
+            rpc: rpc.clone(),
+            quota: false,
+        },
+    );
+    r.register(
+        "leasehold_quota_exceeded",
+        "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag)",
+        Refusals { rpc, quota: true },
     );
     r.register_collector(Box::new(SnapshotCollector(node)));
     r
@@ -531,6 +601,8 @@ mod tests {
             "counter",
             &["reason", "action"],
         ),
+        ("leasehold_overloaded_total", "counter", &["limit"]),
+        ("leasehold_quota_exceeded_total", "counter", &["limit"]),
     ];
 
     /// A sample line's name and label names, in order.

@@ -55,9 +55,18 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Connections open at once; more are closed on accept.
     pub max_connections: usize,
-    /// Calls in flight at once, across connections; more are answered
-    /// RESOURCE_EXHAUSTED.
+    /// Calls in flight at once, across connections, in each budget
+    /// (renewals have their own); more are answered RESOURCE_EXHAUSTED,
+    /// reason OVERLOADED ([`layers::InflightLimitLayer`]).
     pub max_in_flight: usize,
+    /// Calls open at once on one connection, in each budget (streams for
+    /// as long as they are open); more are answered OVERLOADED.
+    pub max_in_flight_per_connection: usize,
+    /// From accept to the TLS handshake done and the HTTP/2 preface read;
+    /// a connection that takes longer is closed.
+    pub handshake_timeout: Duration,
+    /// A connection with no call open for this long is closed.
+    pub idle_timeout: Duration,
     /// HTTP/2 streams open at once on one connection (watches included).
     pub max_streams_per_connection: u32,
     /// How often an idle connection is pinged; a peer that does not answer
@@ -78,6 +87,9 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(10),
             max_connections: 4096,
             max_in_flight: 10_000,
+            max_in_flight_per_connection: 1_000,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
             keepalive: Duration::from_secs(30),
             tls: None,
@@ -163,17 +175,27 @@ pub async fn run(
         let _ = signalled_tx.send(());
     };
 
+    let limits = conn::ConnLimits {
+        max: config.max_connections,
+        handshake_timeout: config.handshake_timeout,
+        preface_bytes: conn::HTTP2_PREFACE_BYTES,
+        idle_timeout: Some(config.idle_timeout),
+    };
     let incoming = conn::incoming(
         listener,
-        config.max_connections,
+        limits,
         config.tls.clone().map(|t| (t, tls::Port::Grpc)),
     );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
-        .layer(layers::RpcMetricsLayer::new(rpc_metrics))
-        .layer(layers::InflightLimitLayer::new(config.max_in_flight))
+        .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
+        .layer(layers::InflightLimitLayer::new(
+            config.max_in_flight,
+            config.max_in_flight_per_connection,
+            rpc_metrics,
+        ))
         .layer(auth::AuthLayer::new(config.auth.clone()))
         .layer(wire)
         .add_service(health)
