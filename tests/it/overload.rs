@@ -448,3 +448,140 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
     assert_eq!(ka.holder.as_deref(), Some("leader"));
     assert_eq!(ka.token, streamed.lease.token);
 }
+
+/// Reads from `s` until the server closes it (end of file or a reset), for
+/// at most `limit`; whether it did.
+async fn closed_by_server(s: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    false
+}
+
+/// Issue 17, "connections that do not speak are closed": connections that
+/// never send a byte, or only part of the HTTP/2 preface, fill
+/// --max-connections, and are closed after --handshake-timeout; a normal
+/// client that keeps trying gets in meanwhile. The refusals at the cap are
+/// logged as one summary line, not one line per connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_speak_are_closed_after_the_handshake_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut cmd = common::serve_command(&dir.path().join("data"));
+    cmd.args(["--max-connections", "20", "--handshake-timeout", "1s"]);
+    let p = common::ServerProcess::spawn_with_stderr(
+        cmd,
+        dir.path(),
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let mut silent = Vec::new();
+    for i in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        if i % 2 == 1 {
+            // Part of the preface, never the rest.
+            s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        }
+        silent.push(s);
+    }
+    // At the cap: 30 more are refused on accept.
+    for _ in 0..30 {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        assert!(closed_by_server(&mut s, Duration::from_secs(10)).await);
+    }
+    // A normal client keeps trying and gets in once the silent ones are
+    // closed.
+    let t = Instant::now();
+    let lease = loop {
+        let r = async { Client::connect(&p.url()).await?.get_lease("j").await }.await;
+        match r {
+            Ok(l) => break l,
+            Err(e) => assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "no room for a client that speaks: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lease.token, 0);
+    for s in &mut silent {
+        assert!(
+            closed_by_server(s, Duration::from_secs(10)).await,
+            "a silent connection stayed open"
+        );
+    }
+    // One summary line for the refusals (the interval is 10 s).
+    let t = Instant::now();
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("--max-connections"))
+            .map(str::to_owned)
+            .collect();
+        if !lines.is_empty() || t.elapsed() > Duration::from_secs(30) {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!lines.is_empty(), "no summary of the refusals in the log");
+    assert!(
+        lines.len() <= 2,
+        "one line per refused connect, not a summary: {lines:?}"
+    );
+    assert!(
+        lines[0].contains("refused")
+            && lines[0].contains("connections over --max-connections (20)"),
+        "{lines:?}"
+    );
+}
+
+/// A connection with no call open for --idle-timeout is closed; one with
+/// an open stream (a watch) is not, however long the stream is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_one_with_an_open_stream_is_not() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &["--handshake-timeout", "1s", "--idle-timeout", "2s"],
+    );
+    // The HTTP/2 preface and an empty SETTINGS frame: a connection that
+    // has spoken, and then opens no stream.
+    let mut idle = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    // A watcher on its own connection.
+    let watcher = Client::connect(&p.url()).await.unwrap();
+    let mut events = watcher.watch("w").await.unwrap();
+    assert_eq!(
+        events.message().await.unwrap().unwrap().kind,
+        proto::lease_event::Kind::Current as i32
+    );
+    assert!(
+        closed_by_server(&mut idle, Duration::from_secs(20)).await,
+        "an idle connection stayed open"
+    );
+    // Past the idle timeout, the quiet watch still hears of a change.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = Client::connect(&p.url()).await.unwrap();
+    assert!(
+        c.acquire("w", "h", TTL, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    let ev = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .expect("the watch is still open")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.lease.unwrap().holder, "h");
+}
