@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use tokio::net::TcpListener;
 
-use leasehold::admin::{serve_admin, AdminSecurity};
+use leasehold::admin::{serve_admin, AdminSecurity, MetricsOptions};
 use leasehold::backend::Backend;
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
@@ -138,6 +138,11 @@ pub struct ServeArgs {
         default_value_t = 1024
     )]
     max_streams_per_connection: u32,
+    /// The most jobs with series of their own on /metrics: those with a
+    /// live leader first, then the most recently changed. The totals cover
+    /// every job; leasehold_metrics_jobs_omitted counts the rest.
+    #[arg(long, env = "LEASEHOLD_METRICS_MAX_JOBS", default_value_t = 1_000)]
+    metrics_max_jobs: usize,
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
@@ -283,12 +288,22 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         tls: tls.clone(),
         auth: auth.clone(),
     };
-    let admin_task = tokio::spawn(serve_admin(admin, node.clone(), rpc.clone(), security, {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    }));
+    let options = MetricsOptions {
+        max_jobs: a.metrics_max_jobs,
+    };
+    let admin_task = tokio::spawn(serve_admin(
+        admin,
+        node.clone(),
+        rpc.clone(),
+        security,
+        options,
+        {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        },
+    ));
     tracing::info!(
         %addr,
         %admin_addr,

@@ -585,3 +585,62 @@ async fn an_idle_connection_is_closed_and_one_with_an_open_stream_is_not() {
         .unwrap();
     assert_eq!(ev.lease.unwrap().holder, "h");
 }
+
+/// Issue 17, "/metrics stays scrapeable": with more jobs than
+/// --metrics-max-jobs, the page has that many jobs' series, those with a
+/// live leader first and then the most recently changed; the totals count
+/// every job, and a gauge counts the jobs left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_job_metrics_are_capped_and_the_totals_count_every_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--metrics-max-jobs", "5"]);
+    let c = Client::connect(&p.url()).await.unwrap();
+    for i in 0..9 {
+        let a = c
+            .acquire(&format!("vacant-{i}"), "h", TTL, Duration::ZERO)
+            .await
+            .unwrap();
+        c.release(&format!("vacant-{i}"), "h", a.lease.token)
+            .await
+            .unwrap();
+        // Each is released at a distinct moment: the last ones are the
+        // most recently changed.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..3 {
+        assert!(
+            c.acquire(&format!("led-{i}"), "h", TTL, Duration::ZERO)
+                .await
+                .unwrap()
+                .acquired
+        );
+    }
+    let (code, text) = common::admin_request(p.admin, "/metrics").await;
+    assert_eq!(code, 200);
+    let mut shown: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("leasehold_job_leader{job=\""))
+        .map(|l| l.split('"').next().unwrap())
+        .collect();
+    shown.sort();
+    assert_eq!(
+        shown,
+        ["led-0", "led-1", "led-2", "vacant-7", "vacant-8"],
+        "{text}"
+    );
+    for family in ["leasehold_job_token{", "leasehold_job_leaderless_seconds{"] {
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with(family)).count(),
+            5,
+            "{family}"
+        );
+    }
+    for (name, want) in [
+        ("leasehold_jobs", 12.0),
+        ("leasehold_jobs_led", 3.0),
+        ("leasehold_jobs_leaderless", 9.0),
+        ("leasehold_metrics_jobs_omitted", 7.0),
+    ] {
+        assert_eq!(common::metric(&text, name), Some(want), "{name}");
+    }
+}

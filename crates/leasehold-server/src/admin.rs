@@ -44,13 +44,19 @@ struct Admin {
 }
 
 /// The admin pages, as a router (for tests, or to nest elsewhere).
-pub fn router(node: Backend, rpc: Arc<RpcMetrics>, auth: Option<Arc<Auth>>) -> Router {
+/// At most `metrics_max_jobs` jobs get series of their own on `/metrics`.
+pub fn router(
+    node: Backend,
+    rpc: Arc<RpcMetrics>,
+    auth: Option<Arc<Auth>>,
+    metrics_max_jobs: usize,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics or /healthz\n") })
         .with_state(Admin {
-            registry: Arc::new(metrics::registry(node.clone(), rpc)),
+            registry: Arc::new(metrics::registry(node.clone(), rpc, metrics_max_jobs)),
             node,
             auth,
         })
@@ -66,12 +72,20 @@ pub struct AdminSecurity {
     pub auth: Option<Arc<Auth>>,
 }
 
+/// What `/metrics` shows.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsOptions {
+    /// The most jobs with series of their own (`--metrics-max-jobs`).
+    pub max_jobs: usize,
+}
+
 /// Serves the admin pages on `listener` until `shutdown`.
 pub async fn serve_admin(
     listener: TcpListener,
     node: Backend,
     rpc: Arc<RpcMetrics>,
     security: AdminSecurity,
+    options: MetricsOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let addr = listener.local_addr().ok();
@@ -85,7 +99,8 @@ pub async fn serve_admin(
     };
     let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let listener = AdminListener { incoming, addr };
-    let app = router(node, rpc, security.auth).into_make_service_with_connect_info::<Peer>();
+    let app = router(node, rpc, security.auth, options.max_jobs)
+        .into_make_service_with_connect_info::<Peer>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -333,8 +333,40 @@ impl EncodeMetric for Refusals {
     }
 }
 
-/// Everything read from [`Backend::snapshot`], taken once per scrape.
-struct SnapshotCollector(Backend);
+/// The most jobs with series of their own on `/metrics`, unless set
+/// (`--metrics-max-jobs`).
+pub const DEFAULT_MAX_JOBS: usize = 1000;
+
+/// Everything read from [`Backend::snapshot`], taken once per scrape, with
+/// at most `max_jobs` jobs' own series.
+struct SnapshotCollector {
+    node: Backend,
+    max_jobs: usize,
+}
+
+/// The jobs whose series are shown when there are more than `max`: those
+/// with a live leader first, then those whose leadership changed most
+/// recently (leaderless for the shortest time); ties by name. In name
+/// order. The rest are counted in `leasehold_metrics_jobs_omitted`, and in
+/// the totals like every job.
+fn shown_jobs(jobs: &[(JobName, Leadership)], max: usize) -> Vec<&(JobName, Leadership)> {
+    let mut shown: Vec<&(JobName, Leadership)> = jobs.iter().collect();
+    if shown.len() > max {
+        let rank = |(job, l): &&(JobName, Leadership)| match l {
+            Leadership::Led { .. } => (0, Duration::ZERO, job.as_str().to_owned()),
+            Leadership::Vacant { for_, .. } => (1, *for_, job.as_str().to_owned()),
+        };
+        if max > 0 {
+            shown.select_nth_unstable_by(max - 1, |a, b| {
+                let (ra, rb) = (rank(a), rank(b));
+                ra.cmp(&rb)
+            });
+        }
+        shown.truncate(max);
+        shown.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    }
+    shown
+}
 
 impl fmt::Debug for SnapshotCollector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -363,7 +395,7 @@ fn job_gauge<V: EncodeGaugeValue>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    jobs: &[(JobName, Leadership)],
+    jobs: &[&(JobName, Leadership)],
     v: impl Fn(&Leadership) -> V,
 ) -> fmt::Result {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -375,20 +407,43 @@ fn job_gauge<V: EncodeGaugeValue>(
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
-        let snap = self.0.snapshot();
+        let snap = self.node.snapshot();
         let e = &mut e;
+        let total = snap.jobs.len();
+        let led = snap
+            .jobs
+            .iter()
+            .filter(|(_, l)| matches!(l, Leadership::Led { .. }))
+            .count();
+        let shown = shown_jobs(&snap.jobs, self.max_jobs);
+        for (name, help, v) in [
+            ("leasehold_jobs", "Jobs the server knows, all of them.", total),
+            ("leasehold_jobs_led", "Jobs with a live leader.", led),
+            (
+                "leasehold_jobs_leaderless",
+                "Jobs without a live leader.",
+                total - led,
+            ),
+            (
+                "leasehold_metrics_jobs_omitted",
+                "Jobs left out of the per-job series (over --metrics-max-jobs): those with a live leader are shown first, then the most recently changed.",
+                total - shown.len(),
+            ),
+        ] {
+            gauge(e, name, help, v as u64)?;
+        }
         job_gauge(
             e,
             "leasehold_job_leader",
             "1 if the job has a live leader, else 0.",
-            &snap.jobs,
+            &shown,
             |l| u32::from(matches!(l, Leadership::Led { .. })),
         )?;
         job_gauge(
             e,
             "leasehold_job_token",
             "The job's newest fencing token.",
-            &snap.jobs,
+            &shown,
             |l| match l {
                 Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
             },
@@ -397,7 +452,7 @@ impl Collector for SnapshotCollector {
             e,
             "leasehold_job_leaderless_seconds",
             "How long the job has been without a leader; 0 while led.",
-            &snap.jobs,
+            &shown,
             |l| match l {
                 Leadership::Led { .. } => 0.0,
                 Leadership::Vacant { for_, .. } => for_.as_secs_f64(),
@@ -508,7 +563,8 @@ impl Collector for SnapshotCollector {
 
 /// Every metric of the server: `rpc`'s, and those of `node`'s snapshot,
 /// taken at each scrape. Build it once and [`encode`] it per scrape.
-pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
+/// At most `max_jobs` jobs have series of their own (see `shown_jobs`).
+pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registry {
     let mut r = Registry::default();
     // `register` appends the full stop to these help texts.
     r.register(
@@ -539,7 +595,7 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
         "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag)",
         Refusals { rpc, quota: true },
     );
-    r.register_collector(Box::new(SnapshotCollector(node)));
+    r.register_collector(Box::new(SnapshotCollector { node, max_jobs }));
     r
 }
 
@@ -551,9 +607,9 @@ pub fn encode(registry: &Registry) -> Result<String, fmt::Error> {
 }
 
 /// Renders every metric in the Prometheus text format: what `/metrics`
-/// answers.
+/// answers with the default [`DEFAULT_MAX_JOBS`].
 pub fn render(node: &Backend, rpc: &Arc<RpcMetrics>) -> String {
-    encode(&registry(node.clone(), rpc.clone()))
+    encode(&registry(node.clone(), rpc.clone(), DEFAULT_MAX_JOBS))
         .expect("writing to a String fails only if a metric refuses its encoder; none does")
 }
 
@@ -573,6 +629,10 @@ mod tests {
         ("leasehold_job_leader", "gauge", &["job"]),
         ("leasehold_job_token", "gauge", &["job"]),
         ("leasehold_job_leaderless_seconds", "gauge", &["job"]),
+        ("leasehold_jobs", "gauge", &[]),
+        ("leasehold_jobs_led", "gauge", &[]),
+        ("leasehold_jobs_leaderless", "gauge", &[]),
+        ("leasehold_metrics_jobs_omitted", "gauge", &[]),
         ("leasehold_grants_total", "counter", &[]),
         ("leasehold_takeovers_total", "counter", &[]),
         ("leasehold_expiries_total", "counter", &[]),
