@@ -143,6 +143,14 @@ pub struct ServeArgs {
     /// every job; leasehold_metrics_jobs_omitted counts the rest.
     #[arg(long, env = "LEASEHOLD_METRICS_MAX_JOBS", default_value_t = 1_000)]
     metrics_max_jobs: usize,
+    /// WatchLease streams open at once; more are refused with
+    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED.
+    #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 100_000)]
+    max_watchers: usize,
+    /// Acquires waiting on one job at once; one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED.
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
+    max_waiters_per_job: usize,
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
@@ -188,6 +196,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             "--max-in-flight-per-connection",
             a.max_in_flight_per_connection,
         ),
+        ("--max-watchers", a.max_watchers),
+        ("--max-waiters-per-job", a.max_waiters_per_job),
         (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
@@ -344,6 +354,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,
+        max_watchers: a.max_watchers,
+        max_waiters_per_job: a.max_waiters_per_job,
         keepalive: a.keepalive,
         tls,
         auth,

@@ -644,3 +644,108 @@ async fn per_job_metrics_are_capped_and_the_totals_count_every_job() {
         assert_eq!(common::metric(&text, name), Some(want), "{name}");
     }
 }
+
+/// Issue 17, the limits on state: a watcher over --max-watchers and a
+/// waiter over --max-waiters-per-job are refused with RESOURCE_EXHAUSTED,
+/// reason QUOTA_EXCEEDED, naming the limit; nothing changes (the line and
+/// the lease are as they were), and room comes back when a place is given
+/// up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &["--max-watchers", "3", "--max-waiters-per-job", "2"],
+    );
+    let c = Client::connect(&p.url()).await.unwrap();
+    let mut raw = proto::leases_client::LeasesClient::connect(p.url())
+        .await
+        .unwrap();
+    let quota = |st: tonic::Status, limit: &str| {
+        assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+        assert_eq!(
+            refusal(&st),
+            ("QUOTA_EXCEEDED".to_owned(), limit.to_owned()),
+            "{st:?}"
+        );
+        assert!(st.message().contains(limit), "{}", st.message());
+    };
+
+    // Watchers.
+    let mut watches = Vec::new();
+    for i in 0..3 {
+        watches.push(c.watch(&format!("w{i}")).await.unwrap());
+    }
+    let st = raw
+        .watch_lease(proto::WatchLeaseRequest { job: "w3".into() })
+        .await
+        .unwrap_err();
+    quota(st, "--max-watchers");
+    drop(watches.pop());
+    let t = Instant::now();
+    while raw
+        .watch_lease(proto::WatchLeaseRequest { job: "w3".into() })
+        .await
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no room after a watch ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Waiters.
+    let held = c.acquire("j", "a", TTL, Duration::ZERO).await.unwrap();
+    assert!(held.acquired);
+    let mut line = Vec::new();
+    for h in ["b", "c"] {
+        let c = c.clone();
+        line.push(tokio::spawn(async move {
+            c.acquire("j", h, TTL, Duration::from_secs(30)).await
+        }));
+        let t = Instant::now();
+        while scraped(p.admin, "leasehold_waiting_acquires").await < line.len() as f64 {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let st = raw
+        .acquire(proto::AcquireRequest {
+            job: "j".into(),
+            holder: "d".into(),
+            ttl: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+            wait: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap_err();
+    quota(st, "--max-waiters-per-job");
+    // Nothing changed: the lease, the token and the line.
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("a"), held.lease.token)
+    );
+    assert_eq!(scraped(p.admin, "leasehold_waiting_acquires").await, 2.0);
+    c.release("j", "a", held.lease.token).await.unwrap();
+    let b = line.remove(0).await.unwrap().unwrap();
+    assert!(b.acquired, "the first in line is served first");
+    assert_eq!(b.lease.holder.as_deref(), Some("b"));
+    for (limit, n) in [("--max-watchers", 1.0), ("--max-waiters-per-job", 1.0)] {
+        assert!(
+            scraped(
+                p.admin,
+                &format!("leasehold_quota_exceeded_total{{limit=\"{limit}\"}}")
+            )
+            .await
+                >= n,
+            "{limit}"
+        );
+    }
+}

@@ -69,6 +69,12 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// HTTP/2 streams open at once on one connection (watches included).
     pub max_streams_per_connection: u32,
+    /// `WatchLease` streams open at once; more are refused with
+    /// QUOTA_EXCEEDED.
+    pub max_watchers: usize,
+    /// Acquires waiting on one job at once; one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED.
+    pub max_waiters_per_job: usize,
     /// How often an idle connection is pinged; a peer that does not answer
     /// within the same time is disconnected, which ends its watches and
     /// waits.
@@ -91,6 +97,8 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
+            max_watchers: 100_000,
+            max_waiters_per_job: 10_000,
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
@@ -149,9 +157,15 @@ pub async fn run(
         wire::Schema::new(proto::FILE_DESCRIPTOR_SET, &config.limits)?,
         max,
     );
+    let quotas = Arc::new(leases::Quotas::new(
+        config.max_watchers,
+        config.max_waiters_per_job,
+        rpc_metrics.clone(),
+    ));
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
+        quotas,
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
