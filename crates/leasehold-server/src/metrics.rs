@@ -352,15 +352,15 @@ struct SnapshotCollector {
 fn shown_jobs(jobs: &[(JobName, Leadership)], max: usize) -> Vec<&(JobName, Leadership)> {
     let mut shown: Vec<&(JobName, Leadership)> = jobs.iter().collect();
     if shown.len() > max {
-        let rank = |(job, l): &&(JobName, Leadership)| match l {
-            Leadership::Led { .. } => (0, Duration::ZERO, job.as_str().to_owned()),
-            Leadership::Vacant { for_, .. } => (1, *for_, job.as_str().to_owned()),
-        };
+        fn rank<'a>((job, l): &&'a (JobName, Leadership)) -> (u8, Duration, &'a str) {
+            match l {
+                Leadership::Led { .. } => (0, Duration::ZERO, job.as_str()),
+                Leadership::Vacant { for_, .. } => (1, *for_, job.as_str()),
+            }
+        }
         if max > 0 {
-            shown.select_nth_unstable_by(max - 1, |a, b| {
-                let (ra, rb) = (rank(a), rank(b));
-                ra.cmp(&rb)
-            });
+            // O(jobs), not a sort of them all.
+            shown.select_nth_unstable_by(max - 1, |a, b| rank(a).cmp(&rank(b)));
         }
         shown.truncate(max);
         shown.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
