@@ -749,3 +749,74 @@ async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes()
         );
     }
 }
+
+/// Open streams count in their connection's share for as long as they are
+/// open: one connection's watches beyond --max-in-flight-per-connection are
+/// refused OVERLOADED, while another connection opens watches, and the
+/// first connection's KeepAlive (a renewal, on its own budget) still
+/// renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_count_in_their_connections_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--max-in-flight-per-connection", "20"]);
+    let c = Client::connect(&p.url()).await.unwrap();
+    let held = c.acquire("led", "me", TTL, Duration::ZERO).await.unwrap();
+    let mut raw = proto::leases_client::LeasesClient::connect(p.url())
+        .await
+        .unwrap();
+    let mut open = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..25 {
+        match raw
+            .watch_lease(proto::WatchLeaseRequest {
+                job: format!("w{i}"),
+            })
+            .await
+        {
+            Ok(s) => open.push(s.into_inner()),
+            Err(st) => refused.push(st),
+        }
+    }
+    assert_eq!(open.len(), 20);
+    assert_eq!(refused.len(), 5);
+    for st in &refused {
+        assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+        assert_eq!(
+            refusal(st),
+            (
+                "OVERLOADED".to_owned(),
+                "--max-in-flight-per-connection".to_owned()
+            )
+        );
+    }
+    // Another connection has a share of its own.
+    let other = Client::connect(&p.url()).await.unwrap();
+    let _watch = other.watch("w0").await.unwrap();
+    // A renewal, over the connection full of watches: its own budget.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::KeepAliveRequest {
+        id: 1,
+        renewals: vec![proto::KeepAliveRenewal {
+            job: "led".into(),
+            holder: "me".into(),
+            token: held.lease.token,
+            ttl: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+        }],
+    })
+    .await
+    .unwrap();
+    let mut answers = raw
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("a KeepAlive is admitted on a connection full of watches")
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(
+        answer.results[0].outcome(),
+        proto::keep_alive_result::Outcome::Renewed,
+        "{answer:?}"
+    );
+}
