@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use tokio::net::TcpListener;
 
-use leasehold::admin::{serve_admin, AdminSecurity, MetricsOptions};
+use leasehold::admin::{serve_admin, AdminOptions, AdminSecurity};
 use leasehold::backend::Backend;
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
@@ -125,7 +125,8 @@ pub struct ServeArgs {
     )]
     max_in_flight_per_connection: usize,
     /// A connection that has not finished its TLS handshake and sent the
-    /// HTTP/2 preface this long after it was accepted is closed.
+    /// HTTP/2 preface (on the admin port: the first byte of a request) this
+    /// long after it was accepted is closed.
     #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
     handshake_timeout: Duration,
     /// A connection with no call open (no stream) for this long is closed.
@@ -298,8 +299,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         tls: tls.clone(),
         auth: auth.clone(),
     };
-    let options = MetricsOptions {
-        max_jobs: a.metrics_max_jobs,
+    let options = AdminOptions {
+        metrics_max_jobs: a.metrics_max_jobs,
+        handshake_timeout: a.handshake_timeout,
     };
     let admin_task = tokio::spawn(serve_admin(
         admin,

@@ -467,7 +467,8 @@ async fn closed_by_server(s: &mut tokio::net::TcpStream, limit: Duration) -> boo
 /// Issue 17, "connections that do not speak are closed": connections that
 /// never send a byte, or only part of the HTTP/2 preface, fill
 /// --max-connections, and are closed after --handshake-timeout; a normal
-/// client that keeps trying gets in meanwhile. The refusals at the cap are
+/// client that keeps trying gets in meanwhile (and a silent connection to
+/// the admin port is closed too). The refusals at the cap are
 /// logged as one summary line, not one line per connect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_that_never_speak_are_closed_after_the_handshake_timeout() {
@@ -482,6 +483,8 @@ async fn connections_that_never_speak_are_closed_after_the_handshake_timeout() {
         std::fs::File::create(&log).unwrap().into(),
     );
     let mut silent = Vec::new();
+    // The admin port has the same deadline.
+    silent.push(tokio::net::TcpStream::connect(p.admin).await.unwrap());
     for i in 0..20 {
         let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
         if i % 2 == 1 {

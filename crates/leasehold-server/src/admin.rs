@@ -30,9 +30,6 @@ use crate::server::tls::{Port, Tls};
 
 /// Connections open at once on the admin port.
 const MAX_ADMIN_CONNECTIONS: usize = 256;
-/// How long an admin connection has for its TLS handshake and the first
-/// byte of its request.
-const ADMIN_HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 struct Admin {
@@ -72,11 +69,15 @@ pub struct AdminSecurity {
     pub auth: Option<Arc<Auth>>,
 }
 
-/// What `/metrics` shows.
+/// The admin port's limits.
 #[derive(Debug, Clone, Copy)]
-pub struct MetricsOptions {
-    /// The most jobs with series of their own (`--metrics-max-jobs`).
-    pub max_jobs: usize,
+pub struct AdminOptions {
+    /// The most jobs with series of their own on `/metrics`
+    /// (`--metrics-max-jobs`).
+    pub metrics_max_jobs: usize,
+    /// From accept to the TLS handshake done and the first byte of a
+    /// request (`--handshake-timeout`, as on the gRPC port).
+    pub handshake_timeout: std::time::Duration,
 }
 
 /// Serves the admin pages on `listener` until `shutdown`.
@@ -85,13 +86,13 @@ pub async fn serve_admin(
     node: Backend,
     rpc: Arc<RpcMetrics>,
     security: AdminSecurity,
-    options: MetricsOptions,
+    options: AdminOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let addr = listener.local_addr().ok();
     let limits = conn::ConnLimits {
         max: MAX_ADMIN_CONNECTIONS,
-        handshake_timeout: ADMIN_HANDSHAKE_TIMEOUT,
+        handshake_timeout: options.handshake_timeout,
         // The first byte of a request.
         preface_bytes: 1,
         // Scrapers keep their connection between scrapes.
@@ -99,7 +100,7 @@ pub async fn serve_admin(
     };
     let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let listener = AdminListener { incoming, addr };
-    let app = router(node, rpc, security.auth, options.max_jobs)
+    let app = router(node, rpc, security.auth, options.metrics_max_jobs)
         .into_make_service_with_connect_info::<Peer>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
