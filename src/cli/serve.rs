@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use tokio::net::TcpListener;
 
-use leasehold::admin::{serve_admin, AdminSecurity};
+use leasehold::admin::{serve_admin, AdminOptions, AdminSecurity};
 use leasehold::backend::Backend;
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
@@ -115,6 +115,23 @@ pub struct ServeArgs {
     /// answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 10_000)]
     max_in_flight: usize,
+    /// Calls open at once on one connection (waiting Acquires, open
+    /// streams), in each budget; more are answered OVERLOADED. Renewals
+    /// (Renew, KeepAlive) have a budget of their own.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_IN_FLIGHT_PER_CONNECTION",
+        default_value_t = 1_000
+    )]
+    max_in_flight_per_connection: usize,
+    /// A connection that has not finished its TLS handshake and sent the
+    /// HTTP/2 preface (on the admin port: the first byte of a request) this
+    /// long after it was accepted is closed.
+    #[arg(long, env = "LEASEHOLD_HANDSHAKE_TIMEOUT", value_parser = parse_duration, default_value = "5s")]
+    handshake_timeout: Duration,
+    /// A connection with no call open (no stream) for this long is closed.
+    #[arg(long, env = "LEASEHOLD_IDLE_TIMEOUT", value_parser = parse_duration, default_value = "5m")]
+    idle_timeout: Duration,
     /// HTTP/2 streams open at once on one connection (watches included).
     #[arg(
         long,
@@ -122,6 +139,19 @@ pub struct ServeArgs {
         default_value_t = 1024
     )]
     max_streams_per_connection: u32,
+    /// The most jobs with series of their own on /metrics: those with a
+    /// live leader first, then the most recently changed. The totals cover
+    /// every job; leasehold_metrics_jobs_omitted counts the rest.
+    #[arg(long, env = "LEASEHOLD_METRICS_MAX_JOBS", default_value_t = 1_000)]
+    metrics_max_jobs: usize,
+    /// WatchLease streams open at once; more are refused with
+    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED.
+    #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 100_000)]
+    max_watchers: usize,
+    /// Acquires waiting on one job at once; one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED.
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
+    max_waiters_per_job: usize,
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
@@ -164,12 +194,26 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ("--max-connections", a.max_connections),
         ("--max-in-flight", a.max_in_flight),
         (
+            "--max-in-flight-per-connection",
+            a.max_in_flight_per_connection,
+        ),
+        ("--max-watchers", a.max_watchers),
+        ("--max-waiters-per-job", a.max_waiters_per_job),
+        (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
         ),
     ] {
         if v == 0 {
             bail!("{flag} must be at least 1");
+        }
+    }
+    for (flag, v) in [
+        ("--handshake-timeout", a.handshake_timeout),
+        ("--idle-timeout", a.idle_timeout),
+    ] {
+        if v.is_zero() {
+            bail!("{flag} must be above zero");
         }
     }
     if a.policy.is_none() && !a.insecure_allow_remote {
@@ -255,12 +299,23 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         tls: tls.clone(),
         auth: auth.clone(),
     };
-    let admin_task = tokio::spawn(serve_admin(admin, node.clone(), rpc.clone(), security, {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    }));
+    let options = AdminOptions {
+        metrics_max_jobs: a.metrics_max_jobs,
+        handshake_timeout: a.handshake_timeout,
+    };
+    let admin_task = tokio::spawn(serve_admin(
+        admin,
+        node.clone(),
+        rpc.clone(),
+        security,
+        options,
+        {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        },
+    ));
     tracing::info!(
         %addr,
         %admin_addr,
@@ -297,7 +352,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         drain_timeout: a.drain_timeout,
         max_connections: a.max_connections,
         max_in_flight: a.max_in_flight,
+        max_in_flight_per_connection: a.max_in_flight_per_connection,
+        handshake_timeout: a.handshake_timeout,
+        idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,
+        max_watchers: a.max_watchers,
+        max_waiters_per_job: a.max_waiters_per_job,
         keepalive: a.keepalive,
         tls,
         auth,

@@ -228,6 +228,13 @@ fn a_bad_flag_stops_start_up_before_listening() {
         ("--max-in-flight", "0"),
         ("--max-connections", "0"),
         ("--max-streams-per-connection", "0"),
+        ("--max-in-flight-per-connection", "0"),
+        ("--max-watchers", "0"),
+        ("--max-waiters-per-job", "0"),
+        ("--handshake-timeout", "0s"),
+        ("--idle-timeout", "0s"),
+        ("--idle-timeout", "soon"),
+        ("--metrics-max-jobs", "many"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");

@@ -210,3 +210,616 @@ async fn a_stalled_watcher_is_folded_not_buffered_and_blocks_nobody() {
         "changes were buffered, not folded: {received}"
     );
 }
+
+/// The reason and the limit a refusal names in its `ErrorInfo`.
+fn refusal(st: &tonic::Status) -> (String, String) {
+    use tonic_types::StatusExt;
+    let info = st
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {st:?}"));
+    let limit = info.metadata.get("limit").cloned().unwrap_or_default();
+    (info.reason, limit)
+}
+
+/// One connection's `Acquire`s of `job` that wait up to a minute, `n` of
+/// them at once: each ends with its result.
+fn flood(
+    channel: &tonic::transport::Channel,
+    job: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>> {
+    (0..n)
+        .map(|i| {
+            let mut raw = proto::leases_client::LeasesClient::new(channel.clone());
+            let req = proto::AcquireRequest {
+                job: job.into(),
+                holder: format!("flood-{i}"),
+                ttl: Some(prost_types::Duration {
+                    seconds: 30,
+                    nanos: 0,
+                }),
+                wait: Some(prost_types::Duration {
+                    seconds: 60,
+                    nanos: 0,
+                }),
+            };
+            tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
+        })
+        .collect()
+}
+
+/// The value of the series `series` (name and labels) on `/metrics`.
+async fn scraped(admin: std::net::SocketAddr, series: &str) -> f64 {
+    let (code, text) = common::admin_request(admin, "/metrics").await;
+    assert_eq!(code, 200);
+    common::metric(&text, series).unwrap_or_else(|| panic!("no {series} in /metrics"))
+}
+
+/// Waits until `n` calls of `calls` have ended, and returns the limit each
+/// refusal named (every one must be OVERLOADED).
+async fn refusals(
+    calls: &mut Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>>,
+    n: usize,
+) -> Vec<String> {
+    let t = Instant::now();
+    let mut limits = Vec::new();
+    while limits.len() < n {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "only {} of {n} calls refused",
+            limits.len()
+        );
+        let mut i = 0;
+        while i < calls.len() {
+            if calls[i].is_finished() {
+                let st = calls.swap_remove(i).await.unwrap().unwrap_err();
+                assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+                let (reason, limit) = refusal(&st);
+                assert_eq!(reason, "OVERLOADED", "{st:?}");
+                assert!(st.message().contains(&limit), "{}", st.message());
+                limits.push(limit);
+            } else {
+                i += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    limits
+}
+
+/// Issue 17, "renewals always get through": while one connection floods
+/// the server with waiting Acquires, and then three together fill the
+/// whole in-flight budget, a leader holding a 2 s lease renews it at ttl/3
+/// (unary Renew for one job, a KeepAlive stream for another) and never
+/// loses either. The flooding connection is refused OVERLOADED naming
+/// --max-in-flight-per-connection, and another connection's GetLease is
+/// served meanwhile; once the global budget is full the refusals name
+/// --max-in-flight, and renewals still get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &[
+            "--max-in-flight",
+            "600",
+            "--max-in-flight-per-connection",
+            "250",
+            "--max-streams-per-connection",
+            "2000",
+        ],
+    );
+    let url = p.url();
+    let ttl = Duration::from_secs(2);
+    let leader = Client::connect(&url).await.unwrap();
+    let unary = leader
+        .acquire("led", "leader", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    let streamed = leader
+        .acquire("led-ka", "leader", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(unary.acquired && streamed.acquired);
+    // The flood waits for a job someone holds.
+    let other = Client::connect(&url).await.unwrap();
+    assert!(
+        other
+            .acquire("busy", "owner", Duration::from_secs(120), Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+
+    // The leader renews both leases every ttl/3 until told to stop, and
+    // counts every renewal that fails.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let renewer = {
+        let (u, s) = (unary.lease.token, streamed.lease.token);
+        tokio::spawn(async move {
+            let mut ka = leader.keep_alive().await.unwrap();
+            let batch = [leasehold::client::KeepAliveRenewal::new(
+                "led-ka", "leader", s, ttl,
+            )];
+            let (mut renewed, mut failed) = (0u32, Vec::new());
+            while !*stop_rx.borrow() {
+                match leader.renew("led", "leader", u, ttl).await {
+                    Ok(l) if l.token == u => renewed += 1,
+                    other => failed.push(format!("Renew: {other:?}")),
+                }
+                match ka.renew(&batch).await {
+                    Ok(out) if matches!(out[0], leasehold::client::RenewOutcome::Renewed(_)) => {
+                        renewed += 1
+                    }
+                    other => failed.push(format!("KeepAlive: {other:?}")),
+                }
+                let _ = tokio::time::timeout(ttl / 3, stop_rx.changed()).await;
+            }
+            (renewed, failed)
+        })
+    };
+
+    // One connection asks for 400 waits: 250 wait, 150 are refused.
+    let flooder = tonic::transport::Endpoint::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut first = flood(&flooder, "busy", 400);
+    let limits = refusals(&mut first, 150).await;
+    assert!(
+        limits.iter().all(|l| l == "--max-in-flight-per-connection"),
+        "{limits:?}"
+    );
+    assert_eq!(
+        scraped(p.admin, "leasehold_waiting_acquires").await,
+        250.0,
+        "the connection's share of the budget waits"
+    );
+    // Another connection is served.
+    let bystander = Client::connect(&url).await.unwrap();
+    assert_eq!(
+        bystander.get_lease("busy").await.unwrap().holder.as_deref(),
+        Some("owner")
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // Two more connections, 250 waits each: 600 fit in the budget, the
+    // last 150 asked for are refused naming the global limit.
+    let mut more = Vec::new();
+    for _ in 0..2 {
+        more.push(
+            tonic::transport::Endpoint::from_shared(url.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    let mut second: Vec<_> = more.iter().flat_map(|c| flood(c, "busy", 250)).collect();
+    let limits = refusals(&mut second, 150).await;
+    assert!(limits.iter().all(|l| l == "--max-in-flight"), "{limits:?}");
+    assert_eq!(scraped(p.admin, "leasehold_waiting_acquires").await, 600.0);
+    // Ordinary calls are now refused on every connection; renewals are not.
+    let st = bystander.get_lease("busy").await.unwrap_err();
+    assert!(st.to_string().contains("--max-in-flight"), "{st}");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let _ = stop_tx.send(true);
+    let (renewed, failed) = renewer.await.unwrap();
+    assert!(failed.is_empty(), "renewals failed: {failed:?}");
+    assert!(renewed >= 20, "only {renewed} renewals in about 12 s");
+    assert_eq!(
+        scraped(
+            p.admin,
+            "leasehold_overloaded_total{limit=\"--max-in-flight-per-connection\"}"
+        )
+        .await,
+        150.0
+    );
+    assert!(
+        scraped(
+            p.admin,
+            "leasehold_overloaded_total{limit=\"--max-in-flight\"}"
+        )
+        .await
+            >= 150.0
+    );
+    // The flood ends; the leader still holds both leases, same tokens.
+    for c in first.iter().chain(&second) {
+        c.abort();
+    }
+    drop((flooder, more));
+    let t = Instant::now();
+    let led = loop {
+        match bystander.get_lease("led").await {
+            Ok(l) => break l,
+            Err(e) => {
+                assert!(t.elapsed() < Duration::from_secs(10), "{e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(led.holder.as_deref(), Some("leader"));
+    assert_eq!(led.token, unary.lease.token);
+    let ka = bystander.get_lease("led-ka").await.unwrap();
+    assert_eq!(ka.holder.as_deref(), Some("leader"));
+    assert_eq!(ka.token, streamed.lease.token);
+}
+
+/// Reads from `s` until the server closes it (end of file or a reset), for
+/// at most `limit`; whether it did.
+async fn closed_by_server(s: &mut tokio::net::TcpStream, limit: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    false
+}
+
+/// Issue 17, "connections that do not speak are closed": connections that
+/// never send a byte, or only part of the HTTP/2 preface, fill
+/// --max-connections, and are closed after --handshake-timeout; a normal
+/// client that keeps trying gets in meanwhile (and a silent connection to
+/// the admin port is closed too). The refusals at the cap are
+/// logged as one summary line, not one line per connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_speak_are_closed_after_the_handshake_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("server.log");
+    let mut cmd = common::serve_command(&dir.path().join("data"));
+    cmd.args(["--max-connections", "20", "--handshake-timeout", "1s"]);
+    let p = common::ServerProcess::spawn_with_stderr(
+        cmd,
+        dir.path(),
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let mut silent = Vec::new();
+    // The admin port has the same deadline.
+    silent.push(tokio::net::TcpStream::connect(p.admin).await.unwrap());
+    for i in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        if i % 2 == 1 {
+            // Part of the preface, never the rest.
+            s.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+        }
+        silent.push(s);
+    }
+    // At the cap: 30 more are refused on accept.
+    for _ in 0..30 {
+        let mut s = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+        assert!(closed_by_server(&mut s, Duration::from_secs(10)).await);
+    }
+    // A normal client keeps trying and gets in once the silent ones are
+    // closed.
+    let t = Instant::now();
+    let lease = loop {
+        let r = async { Client::connect(&p.url()).await?.get_lease("j").await }.await;
+        match r {
+            Ok(l) => break l,
+            Err(e) => assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "no room for a client that speaks: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lease.token, 0);
+    for s in &mut silent {
+        assert!(
+            closed_by_server(s, Duration::from_secs(10)).await,
+            "a silent connection stayed open"
+        );
+    }
+    // One summary line for the refusals (the interval is 10 s).
+    let t = Instant::now();
+    let lines = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("--max-connections"))
+            .map(str::to_owned)
+            .collect();
+        if !lines.is_empty() || t.elapsed() > Duration::from_secs(30) {
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!lines.is_empty(), "no summary of the refusals in the log");
+    assert!(
+        lines.len() <= 2,
+        "one line per refused connect, not a summary: {lines:?}"
+    );
+    assert!(
+        lines[0].contains("refused")
+            && lines[0].contains("connections over --max-connections (20)"),
+        "{lines:?}"
+    );
+}
+
+/// A connection with no call open for --idle-timeout is closed; one with
+/// an open stream (a watch) is not, however long the stream is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_one_with_an_open_stream_is_not() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &["--handshake-timeout", "1s", "--idle-timeout", "2s"],
+    );
+    // The HTTP/2 preface and an empty SETTINGS frame: a connection that
+    // has spoken, and then opens no stream.
+    let mut idle = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    // A watcher on its own connection.
+    let watcher = Client::connect(&p.url()).await.unwrap();
+    let mut events = watcher.watch("w").await.unwrap();
+    assert_eq!(
+        events.message().await.unwrap().unwrap().kind,
+        proto::lease_event::Kind::Current as i32
+    );
+    assert!(
+        closed_by_server(&mut idle, Duration::from_secs(20)).await,
+        "an idle connection stayed open"
+    );
+    // Past the idle timeout, the quiet watch still hears of a change.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let c = Client::connect(&p.url()).await.unwrap();
+    assert!(
+        c.acquire("w", "h", TTL, Duration::ZERO)
+            .await
+            .unwrap()
+            .acquired
+    );
+    let ev = tokio::time::timeout(Duration::from_secs(10), events.message())
+        .await
+        .expect("the watch is still open")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.lease.unwrap().holder, "h");
+}
+
+/// Issue 17, "/metrics stays scrapeable": with more jobs than
+/// --metrics-max-jobs, the page has that many jobs' series, those with a
+/// live leader first and then the most recently changed; the totals count
+/// every job, and a gauge counts the jobs left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_job_metrics_are_capped_and_the_totals_count_every_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--metrics-max-jobs", "5"]);
+    let c = Client::connect(&p.url()).await.unwrap();
+    for i in 0..9 {
+        let a = c
+            .acquire(&format!("vacant-{i}"), "h", TTL, Duration::ZERO)
+            .await
+            .unwrap();
+        c.release(&format!("vacant-{i}"), "h", a.lease.token)
+            .await
+            .unwrap();
+        // Each is released at a distinct moment: the last ones are the
+        // most recently changed.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for i in 0..3 {
+        assert!(
+            c.acquire(&format!("led-{i}"), "h", TTL, Duration::ZERO)
+                .await
+                .unwrap()
+                .acquired
+        );
+    }
+    let (code, text) = common::admin_request(p.admin, "/metrics").await;
+    assert_eq!(code, 200);
+    let mut shown: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("leasehold_job_leader{job=\""))
+        .map(|l| l.split('"').next().unwrap())
+        .collect();
+    shown.sort();
+    assert_eq!(
+        shown,
+        ["led-0", "led-1", "led-2", "vacant-7", "vacant-8"],
+        "{text}"
+    );
+    for family in ["leasehold_job_token{", "leasehold_job_leaderless_seconds{"] {
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with(family)).count(),
+            5,
+            "{family}"
+        );
+    }
+    for (name, want) in [
+        ("leasehold_jobs", 12.0),
+        ("leasehold_jobs_led", 3.0),
+        ("leasehold_jobs_leaderless", 9.0),
+        ("leasehold_metrics_jobs_omitted", 7.0),
+    ] {
+        assert_eq!(common::metric(&text, name), Some(want), "{name}");
+    }
+}
+
+/// Issue 17, the limits on state: a watcher over --max-watchers and a
+/// waiter over --max-waiters-per-job are refused with RESOURCE_EXHAUSTED,
+/// reason QUOTA_EXCEEDED, naming the limit; nothing changes (the line and
+/// the lease are as they were), and room comes back when a place is given
+/// up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &["--max-watchers", "3", "--max-waiters-per-job", "2"],
+    );
+    let c = Client::connect(&p.url()).await.unwrap();
+    let mut raw = proto::leases_client::LeasesClient::connect(p.url())
+        .await
+        .unwrap();
+    let quota = |st: tonic::Status, limit: &str| {
+        assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+        assert_eq!(
+            refusal(&st),
+            ("QUOTA_EXCEEDED".to_owned(), limit.to_owned()),
+            "{st:?}"
+        );
+        assert!(st.message().contains(limit), "{}", st.message());
+    };
+
+    // Watchers.
+    let mut watches = Vec::new();
+    for i in 0..3 {
+        watches.push(c.watch(&format!("w{i}")).await.unwrap());
+    }
+    let st = raw
+        .watch_lease(proto::WatchLeaseRequest { job: "w3".into() })
+        .await
+        .unwrap_err();
+    quota(st, "--max-watchers");
+    drop(watches.pop());
+    let t = Instant::now();
+    while raw
+        .watch_lease(proto::WatchLeaseRequest { job: "w3".into() })
+        .await
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no room after a watch ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Waiters.
+    let held = c.acquire("j", "a", TTL, Duration::ZERO).await.unwrap();
+    assert!(held.acquired);
+    let mut line = Vec::new();
+    for h in ["b", "c"] {
+        let c = c.clone();
+        line.push(tokio::spawn(async move {
+            c.acquire("j", h, TTL, Duration::from_secs(30)).await
+        }));
+        let t = Instant::now();
+        while scraped(p.admin, "leasehold_waiting_acquires").await < line.len() as f64 {
+            assert!(t.elapsed() < Duration::from_secs(10));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let st = raw
+        .acquire(proto::AcquireRequest {
+            job: "j".into(),
+            holder: "d".into(),
+            ttl: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+            wait: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+        })
+        .await
+        .unwrap_err();
+    quota(st, "--max-waiters-per-job");
+    // Nothing changed: the lease, the token and the line.
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("a"), held.lease.token)
+    );
+    assert_eq!(scraped(p.admin, "leasehold_waiting_acquires").await, 2.0);
+    c.release("j", "a", held.lease.token).await.unwrap();
+    let b = line.remove(0).await.unwrap().unwrap();
+    assert!(b.acquired, "the first in line is served first");
+    assert_eq!(b.lease.holder.as_deref(), Some("b"));
+    for (limit, n) in [("--max-watchers", 1.0), ("--max-waiters-per-job", 1.0)] {
+        assert!(
+            scraped(
+                p.admin,
+                &format!("leasehold_quota_exceeded_total{{limit=\"{limit}\"}}")
+            )
+            .await
+                >= n,
+            "{limit}"
+        );
+    }
+}
+
+/// Open streams count in their connection's share for as long as they are
+/// open: one connection's watches beyond --max-in-flight-per-connection are
+/// refused OVERLOADED, while another connection opens watches, and the
+/// first connection's KeepAlive (a renewal, on its own budget) still
+/// renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_count_in_their_connections_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--max-in-flight-per-connection", "20"]);
+    let c = Client::connect(&p.url()).await.unwrap();
+    let held = c.acquire("led", "me", TTL, Duration::ZERO).await.unwrap();
+    let mut raw = proto::leases_client::LeasesClient::connect(p.url())
+        .await
+        .unwrap();
+    let mut open = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..25 {
+        match raw
+            .watch_lease(proto::WatchLeaseRequest {
+                job: format!("w{i}"),
+            })
+            .await
+        {
+            Ok(s) => open.push(s.into_inner()),
+            Err(st) => refused.push(st),
+        }
+    }
+    assert_eq!(open.len(), 20);
+    assert_eq!(refused.len(), 5);
+    for st in &refused {
+        assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+        assert_eq!(
+            refusal(st),
+            (
+                "OVERLOADED".to_owned(),
+                "--max-in-flight-per-connection".to_owned()
+            )
+        );
+    }
+    // Another connection has a share of its own.
+    let other = Client::connect(&p.url()).await.unwrap();
+    let _watch = other.watch("w0").await.unwrap();
+    // A renewal, over the connection full of watches: its own budget.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(proto::KeepAliveRequest {
+        id: 1,
+        renewals: vec![proto::KeepAliveRenewal {
+            job: "led".into(),
+            holder: "me".into(),
+            token: held.lease.token,
+            ttl: Some(prost_types::Duration {
+                seconds: 30,
+                nanos: 0,
+            }),
+        }],
+    })
+    .await
+    .unwrap();
+    let mut answers = raw
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .expect("a KeepAlive is admitted on a connection full of watches")
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    assert_eq!(
+        answer.results[0].outcome(),
+        proto::keep_alive_result::Outcome::Renewed,
+        "{answer:?}"
+    );
+}

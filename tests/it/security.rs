@@ -857,3 +857,64 @@ async fn the_shipped_certificate_script_makes_a_working_mutual_tls_setup() {
     assert_eq!(read("ca.pem"), ca_before);
     assert!(certs.join("ops.workers.internal.pem").exists());
 }
+
+/// With TLS, --handshake-timeout covers the TLS handshake and the HTTP/2
+/// preface after it: a connection that never starts its handshake, and one
+/// that finishes it and then says nothing, are both closed; a client that
+/// speaks is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_connections_that_do_not_speak_are_closed_after_the_handshake_timeout() {
+    use std::sync::Arc;
+    use tokio::io::AsyncReadExt;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+    let s = Setup::new();
+    let p = s.start(&["--handshake-timeout", "1s"]);
+    let mut silent = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(s.ca.pem().as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(p.addr).await.unwrap();
+    let mut quiet = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .expect("the TLS handshake itself succeeds");
+
+    let c = s.client(&p, Some(ADMIN)).await;
+    assert_eq!(c.get_lease("ops/x").await.unwrap().token, 0);
+
+    let mut buf = [0u8; 1024];
+    let t = std::time::Instant::now();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), silent.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            _ => assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "a connection without a handshake stayed open"
+            ),
+        }
+    }
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), quiet.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            _ => assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "a TLS connection without an HTTP/2 preface stayed open"
+            ),
+        }
+    }
+    // The client that speaks is still served.
+    assert_eq!(c.get_lease("ops/x").await.unwrap().token, 0);
+}

@@ -99,6 +99,17 @@ const (
 	// metadata "action" and "job"). Nothing was changed and nothing of the
 	// job is told. Retrying is useless until the policy or the holder changes.
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 10
+	// The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
+	// metadata "limit" names the flag, such as "--max-in-flight" or
+	// "--max-in-flight-per-connection", and "max" its value). The call was not
+	// run; nothing was changed. Retry with backoff. Renewals of a live lease
+	// have a budget of their own and are never refused for other calls' load.
+	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 11
+	// A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
+	// "limit" names the flag, such as "--max-waiters-per-job" or
+	// "--max-watchers", and "max" its value). Nothing was changed. Retrying
+	// helps only once the state shrinks (waiters leave, watchers end).
+	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 12
 )
 
 // Enum value maps for ErrorReason.
@@ -115,6 +126,8 @@ var (
 		8:  "ERROR_REASON_TOKENS_EXHAUSTED",
 		9:  "ERROR_REASON_UNAUTHENTICATED",
 		10: "ERROR_REASON_PERMISSION_DENIED",
+		11: "ERROR_REASON_OVERLOADED",
+		12: "ERROR_REASON_QUOTA_EXCEEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -128,6 +141,8 @@ var (
 		"ERROR_REASON_TOKENS_EXHAUSTED":  8,
 		"ERROR_REASON_UNAUTHENTICATED":   9,
 		"ERROR_REASON_PERMISSION_DENIED": 10,
+		"ERROR_REASON_OVERLOADED":        11,
+		"ERROR_REASON_QUOTA_EXCEEDED":    12,
 	}
 )
 
@@ -2089,7 +2104,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xe3\x02\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xa1\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -2102,7 +2117,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x1dERROR_REASON_TOKENS_EXHAUSTED\x10\b\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\t\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\n" +
-	"2\x88\x04\n" +
+	"\x12\x1b\n" +
+	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f2\x88\x04\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +

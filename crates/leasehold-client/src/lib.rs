@@ -190,6 +190,7 @@ impl From<Status> for ClientError {
                 _,
                 Some(
                     proto::ErrorReason::DiskFull
+                    | proto::ErrorReason::Overloaded
                     | proto::ErrorReason::Storage
                     | proto::ErrorReason::ShuttingDown,
                 ),

@@ -109,6 +109,27 @@ pub enum Error {
         /// Why, without anything of the job's state.
         why: &'static str,
     },
+    /// The server is at a limit on calls in flight: all callers' calls
+    /// together (`--max-in-flight`), or one connection's
+    /// (`--max-in-flight-per-connection`). The call was not run; nothing
+    /// was changed. Retrying with backoff can help. A renewal of a live
+    /// lease is never refused for other calls' load (it has a budget of its
+    /// own).
+    Overloaded {
+        /// The flag that sets the limit reached.
+        limit: &'static str,
+        /// Its value.
+        max: usize,
+    },
+    /// A limit on state was reached (`--max-waiters-per-job`,
+    /// `--max-watchers`). Nothing was changed. Retrying helps only once
+    /// the state shrinks (waiters leave the line, watchers end).
+    QuotaExceeded {
+        /// The flag that sets the limit reached.
+        limit: &'static str,
+        /// Its value.
+        max: usize,
+    },
     /// The server is shutting down. Retrying against a server that is up
     /// can help.
     ShuttingDown,
@@ -205,6 +226,15 @@ impl fmt::Display for Error {
             Error::PermissionDenied { action, job, why } => {
                 write!(f, "permission denied: {action} on job {job:?}: {why}")
             }
+            Error::Overloaded { limit, max } => write!(
+                f,
+                "overloaded: at the limit of {max} calls in flight ({limit}); nothing was \
+                 changed; retry with backoff"
+            ),
+            Error::QuotaExceeded { limit, max } => write!(
+                f,
+                "quota exceeded: at the limit of {max} ({limit}); nothing was changed"
+            ),
             Error::ShuttingDown => f.write_str("the server is shutting down"),
             Error::Serve(cause) => write!(f, "server failure: {cause}"),
         }

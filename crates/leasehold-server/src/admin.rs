@@ -41,13 +41,19 @@ struct Admin {
 }
 
 /// The admin pages, as a router (for tests, or to nest elsewhere).
-pub fn router(node: Backend, rpc: Arc<RpcMetrics>, auth: Option<Arc<Auth>>) -> Router {
+/// At most `metrics_max_jobs` jobs get series of their own on `/metrics`.
+pub fn router(
+    node: Backend,
+    rpc: Arc<RpcMetrics>,
+    auth: Option<Arc<Auth>>,
+    metrics_max_jobs: usize,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics or /healthz\n") })
         .with_state(Admin {
-            registry: Arc::new(metrics::registry(node.clone(), rpc)),
+            registry: Arc::new(metrics::registry(node.clone(), rpc, metrics_max_jobs)),
             node,
             auth,
         })
@@ -63,22 +69,39 @@ pub struct AdminSecurity {
     pub auth: Option<Arc<Auth>>,
 }
 
+/// The admin port's limits.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminOptions {
+    /// The most jobs with series of their own on `/metrics`
+    /// (`--metrics-max-jobs`).
+    pub metrics_max_jobs: usize,
+    /// From accept to the TLS handshake done and the first byte of a
+    /// request (`--handshake-timeout`, as on the gRPC port).
+    pub handshake_timeout: std::time::Duration,
+}
+
 /// Serves the admin pages on `listener` until `shutdown`.
 pub async fn serve_admin(
     listener: TcpListener,
     node: Backend,
     rpc: Arc<RpcMetrics>,
     security: AdminSecurity,
+    options: AdminOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let addr = listener.local_addr().ok();
-    let incoming = conn::incoming(
-        listener,
-        MAX_ADMIN_CONNECTIONS,
-        security.tls.map(|t| (t, Port::Admin)),
-    );
+    let limits = conn::ConnLimits {
+        max: MAX_ADMIN_CONNECTIONS,
+        handshake_timeout: options.handshake_timeout,
+        // The first byte of a request.
+        preface_bytes: 1,
+        // Scrapers keep their connection between scrapes.
+        idle_timeout: None,
+    };
+    let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let listener = AdminListener { incoming, addr };
-    let app = router(node, rpc, security.auth).into_make_service_with_connect_info::<Peer>();
+    let app = router(node, rpc, security.auth, options.metrics_max_jobs)
+        .into_make_service_with_connect_info::<Peer>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -116,7 +139,7 @@ impl axum::serve::Listener for AdminListener {
     fn local_addr(&self) -> std::io::Result<Peer> {
         Ok(Peer {
             remote: self.addr,
-            certs: None,
+            ..Peer::default()
         })
     }
 }

@@ -147,7 +147,21 @@ pub struct RpcMetrics {
     /// Calls refused by the policy, by reason and action
     /// (`leasehold_auth_denied_total`).
     denied: [[Counter; DENIED_ACTIONS.len()]; DENIED_REASONS.len()],
+    /// Calls refused at a limit, by the limit's flag
+    /// (`leasehold_overloaded_total`, `leasehold_quota_exceeded_total`).
+    refused: [Counter; REFUSAL_LIMITS.len()],
 }
+
+/// The `limit` label values of `leasehold_overloaded_total` (the first
+/// two) and `leasehold_quota_exceeded_total` (the rest): the flags.
+pub const REFUSAL_LIMITS: [&str; 4] = [
+    "--max-in-flight",
+    "--max-in-flight-per-connection",
+    "--max-watchers",
+    "--max-waiters-per-job",
+];
+/// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
+const OVERLOAD_LIMITS: usize = 2;
 
 /// The `reason` label values of `leasehold_auth_denied_total`.
 pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];
@@ -160,6 +174,7 @@ impl Default for RpcMetrics {
         RpcMetrics {
             methods: std::array::from_fn(|_| MethodStats::default()),
             denied: Default::default(),
+            refused: Default::default(),
         }
     }
 }
@@ -205,6 +220,22 @@ impl RpcMetrics {
             .position(|x| *x == action)
             .unwrap_or(DENIED_ACTIONS.len() - 1);
         self.denied[r][a].inc();
+    }
+
+    /// Counts a call refused at `limit`, one of [`REFUSAL_LIMITS`] (the
+    /// flag named in its OVERLOADED or QUOTA_EXCEEDED status).
+    pub fn refused(&self, limit: &str) {
+        if let Some(i) = REFUSAL_LIMITS.iter().position(|x| *x == limit) {
+            self.refused[i].inc();
+        }
+    }
+
+    /// Calls refused at `limit` so far.
+    pub fn refusals(&self, limit: &str) -> u64 {
+        REFUSAL_LIMITS
+            .iter()
+            .position(|x| *x == limit)
+            .map_or(0, |i| self.refused[i].get())
     }
 
     /// Each method's label value (`Acquire`, ..., `other`) and series.
@@ -276,8 +307,66 @@ impl EncodeMetric for AuthDenied {
     }
 }
 
-/// Everything read from [`Backend::snapshot`], taken once per scrape.
-struct SnapshotCollector(Backend);
+/// `leasehold_overloaded_total{limit}` (`quota: false`) or
+/// `leasehold_quota_exceeded_total{limit}`: every limit, refusals or not.
+#[derive(Debug)]
+struct Refusals {
+    rpc: Arc<RpcMetrics>,
+    quota: bool,
+}
+
+impl EncodeMetric for Refusals {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        let range = if self.quota {
+            OVERLOAD_LIMITS..REFUSAL_LIMITS.len()
+        } else {
+            0..OVERLOAD_LIMITS
+        };
+        for i in range {
+            self.rpc.refused[i].encode(encoder.encode_family(&[("limit", REFUSAL_LIMITS[i])])?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// The most jobs with series of their own on `/metrics`, unless set
+/// (`--metrics-max-jobs`).
+pub const DEFAULT_MAX_JOBS: usize = 1000;
+
+/// Everything read from [`Backend::snapshot`], taken once per scrape, with
+/// at most `max_jobs` jobs' own series.
+struct SnapshotCollector {
+    node: Backend,
+    max_jobs: usize,
+}
+
+/// The jobs whose series are shown when there are more than `max`: those
+/// with a live leader first, then those whose leadership changed most
+/// recently (leaderless for the shortest time); ties by name. In name
+/// order. The rest are counted in `leasehold_metrics_jobs_omitted`, and in
+/// the totals like every job.
+fn shown_jobs(jobs: &[(JobName, Leadership)], max: usize) -> Vec<&(JobName, Leadership)> {
+    let mut shown: Vec<&(JobName, Leadership)> = jobs.iter().collect();
+    if shown.len() > max {
+        fn rank<'a>((job, l): &&'a (JobName, Leadership)) -> (u8, Duration, &'a str) {
+            match l {
+                Leadership::Led { .. } => (0, Duration::ZERO, job.as_str()),
+                Leadership::Vacant { for_, .. } => (1, *for_, job.as_str()),
+            }
+        }
+        if max > 0 {
+            // O(jobs), not a sort of them all.
+            shown.select_nth_unstable_by(max - 1, |a, b| rank(a).cmp(&rank(b)));
+        }
+        shown.truncate(max);
+        shown.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    }
+    shown
+}
 
 impl fmt::Debug for SnapshotCollector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -306,7 +395,7 @@ fn job_gauge<V: EncodeGaugeValue>(
     e: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    jobs: &[(JobName, Leadership)],
+    jobs: &[&(JobName, Leadership)],
     v: impl Fn(&Leadership) -> V,
 ) -> fmt::Result {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -318,20 +407,43 @@ fn job_gauge<V: EncodeGaugeValue>(
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
-        let snap = self.0.snapshot();
+        let snap = self.node.snapshot();
         let e = &mut e;
+        let total = snap.jobs.len();
+        let led = snap
+            .jobs
+            .iter()
+            .filter(|(_, l)| matches!(l, Leadership::Led { .. }))
+            .count();
+        let shown = shown_jobs(&snap.jobs, self.max_jobs);
+        for (name, help, v) in [
+            ("leasehold_jobs", "Jobs the server knows, all of them.", total),
+            ("leasehold_jobs_led", "Jobs with a live leader.", led),
+            (
+                "leasehold_jobs_leaderless",
+                "Jobs without a live leader.",
+                total - led,
+            ),
+            (
+                "leasehold_metrics_jobs_omitted",
+                "Jobs left out of the per-job series (over --metrics-max-jobs): those with a live leader are shown first, then the most recently changed.",
+                total - shown.len(),
+            ),
+        ] {
+            gauge(e, name, help, v as u64)?;
+        }
         job_gauge(
             e,
             "leasehold_job_leader",
             "1 if the job has a live leader, else 0.",
-            &snap.jobs,
+            &shown,
             |l| u32::from(matches!(l, Leadership::Led { .. })),
         )?;
         job_gauge(
             e,
             "leasehold_job_token",
             "The job's newest fencing token.",
-            &snap.jobs,
+            &shown,
             |l| match l {
                 Leadership::Led { token } | Leadership::Vacant { token, .. } => token.0,
             },
@@ -340,7 +452,7 @@ impl Collector for SnapshotCollector {
             e,
             "leasehold_job_leaderless_seconds",
             "How long the job has been without a leader; 0 while led.",
-            &snap.jobs,
+            &shown,
             |l| match l {
                 Leadership::Led { .. } => 0.0,
                 Leadership::Vacant { for_, .. } => for_.as_secs_f64(),
@@ -451,7 +563,8 @@ impl Collector for SnapshotCollector {
 
 /// Every metric of the server: `rpc`'s, and those of `node`'s snapshot,
 /// taken at each scrape. Build it once and [`encode`] it per scrape.
-pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
+/// At most `max_jobs` jobs have series of their own (see `shown_jobs`).
+pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registry {
     let mut r = Registry::default();
     // `register` appends the full stop to these help texts.
     r.register(
@@ -467,9 +580,22 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>) -> Registry {
     r.register(
         "leasehold_auth_denied",
         "Calls refused by the policy (--policy), by reason and action",
-        AuthDenied(rpc),
+        AuthDenied(rpc.clone()),
     );
-    r.register_collector(Box::new(SnapshotCollector(node)));
+    r.register(
+        "leasehold_overloaded",
+        "Calls refused with OVERLOADED, by the limit reached (its flag)",
+        Refusals {
+            rpc: rpc.clone(),
+            quota: false,
+        },
+    );
+    r.register(
+        "leasehold_quota_exceeded",
+        "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag)",
+        Refusals { rpc, quota: true },
+    );
+    r.register_collector(Box::new(SnapshotCollector { node, max_jobs }));
     r
 }
 
@@ -481,9 +607,9 @@ pub fn encode(registry: &Registry) -> Result<String, fmt::Error> {
 }
 
 /// Renders every metric in the Prometheus text format: what `/metrics`
-/// answers.
+/// answers with the default [`DEFAULT_MAX_JOBS`].
 pub fn render(node: &Backend, rpc: &Arc<RpcMetrics>) -> String {
-    encode(&registry(node.clone(), rpc.clone()))
+    encode(&registry(node.clone(), rpc.clone(), DEFAULT_MAX_JOBS))
         .expect("writing to a String fails only if a metric refuses its encoder; none does")
 }
 
@@ -503,6 +629,10 @@ mod tests {
         ("leasehold_job_leader", "gauge", &["job"]),
         ("leasehold_job_token", "gauge", &["job"]),
         ("leasehold_job_leaderless_seconds", "gauge", &["job"]),
+        ("leasehold_jobs", "gauge", &[]),
+        ("leasehold_jobs_led", "gauge", &[]),
+        ("leasehold_jobs_leaderless", "gauge", &[]),
+        ("leasehold_metrics_jobs_omitted", "gauge", &[]),
         ("leasehold_grants_total", "counter", &[]),
         ("leasehold_takeovers_total", "counter", &[]),
         ("leasehold_expiries_total", "counter", &[]),
@@ -531,6 +661,8 @@ mod tests {
             "counter",
             &["reason", "action"],
         ),
+        ("leasehold_overloaded_total", "counter", &["limit"]),
+        ("leasehold_quota_exceeded_total", "counter", &["limit"]),
     ];
 
     /// A sample line's name and label names, in order.

@@ -3,7 +3,7 @@
 //!
 //! Calls go to one member at a time, the next one once it fails a call, gives
 //! no answer within an attempt, or is found stalled by the prober (see
-//! [`members`]: a paused member is left within about half a second). Reads
+//! `members`: a paused member is left within about half a second). Reads
 //! and other idempotent calls are retried on another member until the
 //! deadline; calls that change something are made once, and a failure is
 //! reported as [`Error::Storage`] (UNAVAILABLE): its outcome is unknown, as

@@ -1,35 +1,133 @@
-//! A cap on open connections.
+//! A cap on open connections, and deadlines for connections that do not
+//! speak.
 //!
 //! Each accepted connection holds a permit for as long as it is open. At
 //! the cap, a new connection is accepted and closed at once (a client sees
 //! the connection reset and can try another server or back off), so an
 //! unbounded number of idle or hostile connections cannot exhaust file
-//! descriptors or memory.
+//! descriptors or memory. Refusals are counted and logged as one line per
+//! 10 s, not one per connect (a flood of connects would flood the log).
+//!
+//! A connection must finish its TLS handshake (with TLS) and send its
+//! first bytes (the 24-byte HTTP/2 client preface on the gRPC port) within
+//! `--handshake-timeout` of its accept, or it is closed: a client that
+//! connects and says nothing holds a permit for seconds, not forever. On
+//! the gRPC port, a connection with no call open (no stream) for
+//! `--idle-timeout` is closed too, as grpc-go's `MaxConnectionIdle` does:
+//! pings do not keep it open, since the server's own keep-alive pings are
+//! answered by every live client. A client reconnects on its next call.
+//! The calls open on a connection are counted in its [`ConnLoad`], which
+//! the admission layer ([`super::layers`]) keeps.
 //!
 //! With TLS ([`super::tls`]) each connection's handshake runs in a task of
-//! its own, with a deadline, so a slow or silent client delays nobody; the
-//! connection reaches the server only once its handshake is done, with
+//! its own, with that deadline, so a slow or silent client delays nobody;
+//! the connection reaches the server only once its handshake is done, with
 //! its client certificate (if any) in its [`Peer`].
 
+use std::future::Future as _;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use super::tls::{Port, Tls};
+use crate::clock;
 
-/// How long a client has to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often refused connections are summed up in the log.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The limits on a port's connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Connections open at once (`--max-connections`); more are closed on
+    /// accept.
+    pub max: usize,
+    /// From accept to the TLS handshake done and the first
+    /// `preface_bytes` read (`--handshake-timeout`).
+    pub handshake_timeout: Duration,
+    /// How many bytes a client must send within `handshake_timeout`: 24 for
+    /// HTTP/2's client preface, 1 for an HTTP/1 request.
+    pub preface_bytes: usize,
+    /// A connection with no call open for this long is closed
+    /// (`--idle-timeout`); `None` keeps idle connections open.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// The length of HTTP/2's client connection preface
+/// (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
+pub const HTTP2_PREFACE_BYTES: usize = 24;
+
+/// The calls open on one connection, by budget, and when one last began or
+/// ended: shared by the connection (its idle deadline) and the admission
+/// layer (its share of the budget).
+#[derive(Debug)]
+pub struct ConnLoad {
+    open: [AtomicUsize; 2],
+    born: Instant,
+    /// Nanoseconds after `born` when a call last began or ended.
+    touched: AtomicU64,
+}
+
+impl Default for ConnLoad {
+    fn default() -> Self {
+        ConnLoad {
+            open: Default::default(),
+            born: clock::now(),
+            touched: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ConnLoad {
+    /// Takes one of `max` places of budget `class` (0 or 1), or says no.
+    pub fn try_open(&self, class: usize, max: usize) -> bool {
+        self.touch();
+        let before = self.open[class].fetch_add(1, Ordering::AcqRel);
+        if before >= max {
+            self.open[class].fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back a place taken by [`ConnLoad::try_open`].
+    pub fn close(&self, class: usize) {
+        self.open[class].fetch_sub(1, Ordering::AcqRel);
+        self.touch();
+    }
+
+    /// Calls open now, both budgets together.
+    pub fn open(&self) -> usize {
+        self.open.iter().map(|n| n.load(Ordering::Acquire)).sum()
+    }
+
+    fn touch(&self) {
+        let nanos = clock::now().saturating_duration_since(self.born).as_nanos();
+        self.touched
+            .fetch_max(nanos.min(u64::MAX as u128) as u64, Ordering::AcqRel);
+    }
+
+    /// How long the connection has had no call open; `None` while one is.
+    fn idle_for(&self) -> Option<Duration> {
+        if self.open() > 0 {
+            return None;
+        }
+        let last = self.born + Duration::from_nanos(self.touched.load(Ordering::Acquire));
+        Some(clock::now().saturating_duration_since(last))
+    }
+}
 
 /// A connection (plain TCP, or TLS over it) that holds one of the server's
 /// connection permits.
@@ -37,6 +135,10 @@ pub struct Conn {
     stream: Io,
     peer: Peer,
     _permit: OwnedSemaphorePermit,
+    /// Until the preface is read: the deadline, and the bytes still to come.
+    preface: Option<(Pin<Box<Sleep>>, usize)>,
+    /// The idle timeout and its timer (re-armed while calls are open).
+    idle: Option<(Duration, Pin<Box<Sleep>>)>,
 }
 
 enum Io {
@@ -54,6 +156,8 @@ pub struct Peer {
     /// The client's certificate chain (its own first), verified against
     /// `--tls-client-ca` in the handshake; `None` without one.
     pub certs: Option<Arc<[CertificateDer<'static>]>>,
+    /// The calls open on the connection.
+    pub load: Arc<ConnLoad>,
 }
 
 impl Connected for Conn {
@@ -68,6 +172,50 @@ impl Conn {
     /// The connection's peer.
     pub fn peer(&self) -> &Peer {
         &self.peer
+    }
+
+    /// Arms the deadlines of `limits`, counted from `deadline` (the
+    /// handshake's, from the accept).
+    fn with_deadlines(mut self, limits: &ConnLimits, deadline: tokio::time::Instant) -> Conn {
+        if limits.preface_bytes > 0 {
+            self.preface = Some((
+                Box::pin(tokio::time::sleep_until(deadline)),
+                limits.preface_bytes,
+            ));
+        }
+        self.idle = limits
+            .idle_timeout
+            .map(|d| (d, Box::pin(tokio::time::sleep(d))));
+        self
+    }
+
+    /// Whether a deadline has passed: an error when the preface did not
+    /// come in time, an end of file when the connection has been idle too
+    /// long (hyper then closes it). Registers the timers' wake-ups.
+    fn deadline(&mut self, cx: &mut Context<'_>) -> Option<io::Result<()>> {
+        if let Some((sleep, _)) = &mut self.preface {
+            if sleep.as_mut().poll(cx).is_ready() {
+                tracing::info!(peer = ?self.peer.remote, "closed: nothing sent within --handshake-timeout");
+                return Some(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no preface within --handshake-timeout",
+                )));
+            }
+        }
+        if let Some((idle, sleep)) = &mut self.idle {
+            while sleep.as_mut().poll(cx).is_ready() {
+                let now = clock::tokio_now();
+                match self.peer.load.idle_for() {
+                    None => sleep.as_mut().reset(now + *idle),
+                    Some(d) if d >= *idle => {
+                        tracing::debug!(peer = ?self.peer.remote, "closed: no call for --idle-timeout");
+                        return Some(Ok(()));
+                    }
+                    Some(d) => sleep.as_mut().reset(now + (*idle - d)),
+                }
+            }
+        }
+        None
     }
 }
 
@@ -86,7 +234,19 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_read(cx, buf))
+        let this = self.get_mut();
+        if let Some(r) = this.deadline(cx) {
+            return Poll::Ready(r);
+        }
+        let before = buf.filled().len();
+        let r = both!(&mut this.stream, s => Pin::new(s).poll_read(cx, buf));
+        if let (Poll::Ready(Ok(())), Some((_, left))) = (&r, &mut this.preface) {
+            *left = left.saturating_sub(buf.filled().len() - before);
+            if *left == 0 {
+                this.preface = None;
+            }
+        }
+        r
     }
 }
 
@@ -120,40 +280,44 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// Accepts connections from `listener`, at most `max` open at once, with
-/// TCP_NODELAY set (every reply is a small message; Nagle's algorithm would
-/// hold it for up to 40 ms).
+/// Accepts connections from `listener`, at most `limits.max` open at
+/// once, with TCP_NODELAY set (every reply is a small message; Nagle's
+/// algorithm would hold it for up to 40 ms), and the deadlines of
+/// `limits`.
 ///
 /// With `tls`, each connection first completes a TLS handshake with the
 /// certificates loaded when it arrived (a reload never touches
 /// connections already open), in a task of its own; one that fails or
-/// takes longer than 10 s is closed and logged.
+/// does not finish within `limits.handshake_timeout` is closed and logged.
 pub fn incoming(
     listener: TcpListener,
-    max: usize,
+    limits: ConnLimits,
     tls: Option<(Arc<Tls>, Port)>,
 ) -> Pin<Box<dyn Stream<Item = io::Result<Conn>> + Send>> {
     match tls {
-        None => Box::pin(plain(listener, max)),
-        Some((tls, port)) => Box::pin(secured(listener, max, tls, port)),
+        None => Box::pin(
+            plain(listener, limits)
+                .map(move |c| c.map(|(c, deadline)| c.with_deadlines(&limits, deadline))),
+        ),
+        Some((tls, port)) => Box::pin(secured(listener, limits, tls, port)),
     }
 }
 
 fn secured(
     listener: TcpListener,
-    max: usize,
+    limits: ConnLimits,
     tls: Arc<Tls>,
     port: Port,
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = mpsc::channel::<io::Result<Conn>>(64);
-    let mut plain = Box::pin(plain(listener, max));
+    let mut plain = Box::pin(plain(listener, limits));
     tokio::spawn(async move {
         loop {
             let conn = tokio::select! {
                 c = plain.next() => c,
                 _ = tx.closed() => return,
             };
-            let (tcp, permit) = match conn {
+            let (tcp, permit, load, deadline) = match conn {
                 None => return,
                 Some(Err(e)) => {
                     if tx.send(Err(e)).await.is_err() {
@@ -161,37 +325,51 @@ fn secured(
                     }
                     continue;
                 }
-                Some(Ok(Conn {
-                    stream: Io::Plain(tcp),
-                    _permit,
-                    ..
-                })) => (tcp, _permit),
+                Some(Ok((
+                    Conn {
+                        stream: Io::Plain(tcp),
+                        _permit,
+                        peer,
+                        ..
+                    },
+                    deadline,
+                ))) => (tcp, _permit, peer.load, deadline),
                 Some(Ok(_)) => unreachable!("plain() yields plain connections"),
             };
             let acceptor = tls.acceptor(port);
             let tx = tx.clone();
             tokio::spawn(async move {
                 let remote = tcp.peer_addr().ok();
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
                         let certs = stream
                             .get_ref()
                             .1
                             .peer_certificates()
                             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
-                        let _ = tx
-                            .send(Ok(Conn {
-                                stream: Io::Tls(Box::new(stream)),
-                                peer: Peer { remote, certs },
-                                _permit: permit,
-                            }))
-                            .await;
+                        let conn = Conn {
+                            stream: Io::Tls(Box::new(stream)),
+                            peer: Peer {
+                                remote,
+                                certs,
+                                load,
+                            },
+                            _permit: permit,
+                            preface: None,
+                            idle: None,
+                        };
+                        let _ = tx.send(Ok(conn.with_deadlines(&limits, deadline))).await;
                     }
                     Ok(Err(e)) => {
                         tracing::info!(peer = ?remote, error = %e, ?port, "TLS handshake failed");
                     }
                     Err(_) => {
-                        tracing::info!(peer = ?remote, ?port, "TLS handshake timed out after 10s");
+                        tracing::info!(
+                            peer = ?remote,
+                            ?port,
+                            timeout = ?limits.handshake_timeout,
+                            "TLS handshake not done within --handshake-timeout: closed"
+                        );
                     }
                 }
             });
@@ -200,8 +378,15 @@ fn secured(
     ReceiverStream::new(rx)
 }
 
-fn plain(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Conn>> + Send {
+/// Accepted connections, each with its handshake deadline.
+fn plain(
+    listener: TcpListener,
+    limits: ConnLimits,
+) -> impl Stream<Item = io::Result<(Conn, tokio::time::Instant)>> + Send {
+    let max = limits.max;
     let permits = Arc::new(Semaphore::new(max));
+    let refused = Arc::new(AtomicU64::new(0));
+    tokio::spawn(log_refusals(Arc::downgrade(&refused), max));
     TcpListenerStream::new(listener).filter_map(move |s| {
         let stream = match s {
             Ok(s) => s,
@@ -209,25 +394,46 @@ fn plain(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Con
         };
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
+                let deadline = clock::tokio_now() + limits.handshake_timeout;
                 let _ = stream.set_nodelay(true);
                 let peer = Peer {
                     remote: stream.peer_addr().ok(),
                     certs: None,
+                    load: Arc::default(),
                 };
-                Some(Ok(Conn {
-                    stream: Io::Plain(stream),
-                    peer,
-                    _permit: permit,
-                }))
+                Some(Ok((
+                    Conn {
+                        stream: Io::Plain(stream),
+                        peer,
+                        _permit: permit,
+                        preface: None,
+                        idle: None,
+                    },
+                    deadline,
+                )))
             }
             Err(_) => {
-                tracing::warn!(
-                    peer = ?stream.peer_addr().ok(),
-                    max,
-                    "connection refused: at --max-connections"
-                );
+                refused.fetch_add(1, Ordering::Relaxed);
                 None // dropped: closed at once
             }
         }
     })
+}
+
+/// Every [`REFUSAL_LOG_INTERVAL`], logs how many connections were refused
+/// at the cap since the last line, if any; ends with the listener.
+async fn log_refusals(refused: std::sync::Weak<AtomicU64>, max: usize) {
+    loop {
+        tokio::time::sleep(REFUSAL_LOG_INTERVAL).await;
+        let Some(refused) = refused.upgrade() else {
+            return;
+        };
+        let n = refused.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            tracing::warn!(
+                "refused {n} connections over --max-connections ({max}) in the last {}s",
+                REFUSAL_LOG_INTERVAL.as_secs()
+            );
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Tower layers in front of every handler.
 //!
 //! Cross-cutting concerns go here, once, instead of into each handler:
-//! the RPC metrics and the cap on calls in flight. The caller's identity
+//! the RPC metrics and admission (the caps on calls in flight, with a
+//! budget of their own for renewals). The caller's identity
 //! is a layer too, with the policy it serves: [`super::auth::AuthLayer`]
 //! (see ARCHITECTURE.md, "TLS and access rules").
 
@@ -15,6 +16,9 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tower::{Layer, Service};
 
+use super::conn::{ConnLoad, Peer};
+use super::status::to_status;
+use crate::error::Error;
 use crate::metrics::{RpcMethod, RpcMetrics};
 
 /// Records each call's latency (until its response begins) and the status
@@ -171,22 +175,63 @@ impl<B> Drop for Ending<B> {
     }
 }
 
-/// Caps the calls in flight across all connections. A call over the cap is
-/// answered at once with RESOURCE_EXHAUSTED, naming the limit, instead of
-/// queueing without bound. A streaming call counts until its response
-/// starts; a waiting `Acquire` counts while it waits.
+/// The two budgets of calls in flight. A renewal of a lease (unary
+/// `Renew`, and a `KeepAlive` stream) draws on a budget of its own, so no
+/// amount of other calls (waiting Acquires, watches, reads) can crowd it
+/// out.
+const CALLS: usize = 0;
+const RENEWALS: usize = 1;
+
+/// The budget a call of `path` draws on.
+fn budget(path: &str) -> usize {
+    match path {
+        "/leasehold.v1.Leases/Renew" | "/leasehold.v1.Leases/KeepAlive" => RENEWALS,
+        _ => CALLS,
+    }
+}
+
+/// Admission: caps the calls in flight, across all connections and per
+/// connection, with renewals on a budget of their own.
+///
+/// - Each budget (renewals; everything else) admits at most `max`
+///   (`--max-in-flight`) calls at once across all connections. A call
+///   counts until its response starts: a waiting `Acquire` while it waits,
+///   a stream only until it is opened.
+/// - One connection may have at most `per_connection`
+///   (`--max-in-flight-per-connection`) calls open in each budget, a
+///   stream for as long as it is open, so that no one connection takes
+///   the whole budget from the others. The connection is the unit of
+///   fairness even with a policy: admission runs before the credentials
+///   are read, so a refused call costs no hashing.
+///
+/// A call over a cap is answered at once with RESOURCE_EXHAUSTED, reason
+/// OVERLOADED, naming the limit's flag (and counted in
+/// `leasehold_overloaded_total{limit}`), instead of queueing without
+/// bound. So a renewal is refused only when its own connection has
+/// `per_connection` renewals open, or renewals alone fill `max`.
 #[derive(Clone)]
 pub struct InflightLimitLayer {
-    inflight: Arc<AtomicUsize>,
+    shared: Arc<Admission>,
+}
+
+struct Admission {
+    inflight: [AtomicUsize; 2],
     max: usize,
+    per_connection: usize,
+    metrics: Arc<RpcMetrics>,
 }
 
 impl InflightLimitLayer {
-    /// A cap of `max` calls in flight.
-    pub fn new(max: usize) -> Self {
+    /// A cap of `max` calls in flight per budget, `per_connection` of them
+    /// on one connection, refusals counted in `metrics`.
+    pub fn new(max: usize, per_connection: usize, metrics: Arc<RpcMetrics>) -> Self {
         InflightLimitLayer {
-            inflight: Arc::new(AtomicUsize::new(0)),
-            max,
+            shared: Arc::new(Admission {
+                inflight: Default::default(),
+                max,
+                per_connection,
+                metrics,
+            }),
         }
     }
 }
@@ -197,8 +242,7 @@ impl<S> Layer<S> for InflightLimitLayer {
     fn layer(&self, inner: S) -> Self::Service {
         InflightLimit {
             inner,
-            inflight: self.inflight.clone(),
-            max: self.max,
+            shared: self.shared.clone(),
         }
     }
 }
@@ -207,16 +251,58 @@ impl<S> Layer<S> for InflightLimitLayer {
 #[derive(Clone)]
 pub struct InflightLimit<S> {
     inner: S,
-    inflight: Arc<AtomicUsize>,
-    max: usize,
+    shared: Arc<Admission>,
 }
 
-/// Gives a slot back when the call ends, however it ends.
-struct Slot(Arc<AtomicUsize>);
+/// Gives a place in the global budget back when the response starts, or
+/// the call ends without one.
+struct Slot(Arc<Admission>, usize);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.inflight[self.1].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Gives a place in the connection's budget back when the call ends: the
+/// response body is done or dropped.
+struct ConnSlot(Arc<ConnLoad>, usize);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.close(self.1);
+    }
+}
+
+impl Admission {
+    /// Admits a call on `budget` from a connection with `load`, or names
+    /// the limit it is over.
+    fn admit(
+        self: &Arc<Self>,
+        budget: usize,
+        load: Option<&Arc<ConnLoad>>,
+    ) -> Result<(Slot, Option<ConnSlot>), Error> {
+        let conn = match load {
+            Some(load) => {
+                if !load.try_open(budget, self.per_connection) {
+                    return Err(Error::Overloaded {
+                        limit: "--max-in-flight-per-connection",
+                        max: self.per_connection,
+                    });
+                }
+                Some(ConnSlot(load.clone(), budget))
+            }
+            None => None,
+        };
+        let before = self.inflight[budget].fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(self.clone(), budget);
+        if before >= self.max {
+            return Err(Error::Overloaded {
+                limit: "--max-in-flight",
+                max: self.max,
+            });
+        }
+        Ok((slot, conn))
     }
 }
 
@@ -225,9 +311,10 @@ where
     S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
-    R: Default,
+    R: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    R::Error: Into<tonic::codegen::StdError>,
 {
-    type Response = S::Response;
+    type Response = http::Response<Body>;
     type Error = S::Error;
     type Future =
         Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
@@ -237,23 +324,63 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let before = self.inflight.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(self.inflight.clone());
-        if before >= self.max {
-            let status = tonic::Status::resource_exhausted(format!(
-                "overloaded: {} calls in flight, the limit (--max-in-flight) is {}; retry with backoff",
-                before, self.max
-            ));
-            return Box::pin(async move {
-                drop(slot);
-                Ok(status.into_http())
-            });
-        }
+        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
+        let (slot, conn) = match self.shared.admit(budget(req.uri().path()), load.as_ref()) {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                if let Error::Overloaded { limit, .. } = &e {
+                    self.shared.metrics.refused(limit);
+                }
+                let status = to_status(&e);
+                return Box::pin(async move { Ok(status.into_http()) });
+            }
+        };
         let mut inner = take_ready(&mut self.inner);
         Box::pin(async move {
-            let _slot = slot;
-            inner.call(req).await
+            let resp = inner.call(req).await;
+            drop(slot);
+            let resp = resp?;
+            let (parts, body) = resp.into_parts();
+            Ok(http::Response::from_parts(
+                parts,
+                Body::new(Held { body, _conn: conn }),
+            ))
         })
+    }
+}
+
+/// A response body that holds its call's place in the connection's budget
+/// until it is done or dropped.
+struct Held<B> {
+    body: B,
+    _conn: Option<ConnSlot>,
+}
+
+impl<B> http_body::Body for Held<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, B::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = &frame {
+            // Done: the place comes back now, not when hyper drops us.
+            self._conn = None;
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

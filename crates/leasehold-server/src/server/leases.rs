@@ -1,6 +1,10 @@
 //! The `Leases` service: decode, call the node, encode.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -9,7 +13,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::lease::Limits;
+use crate::lease::{JobName, Limits};
+use crate::metrics::RpcMetrics;
 use crate::node::Renewal;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
@@ -21,12 +26,97 @@ use crate::server::{page, wire};
 pub struct LeasesService {
     node: Backend,
     limits: Limits,
+    quotas: Arc<Quotas>,
+}
+
+/// Limits on the state calls hold while they are open: watches, and
+/// waiting Acquires per job. Counted here, in front of either backend, so
+/// that a refusal changes nothing. In etcd mode each frontend counts its
+/// own calls.
+pub struct Quotas {
+    /// `WatchLease` streams open at once (`--max-watchers`).
+    pub max_watchers: usize,
+    /// `Acquire`s with a wait in progress on one job
+    /// (`--max-waiters-per-job`).
+    pub max_waiters_per_job: usize,
+    /// Where refusals are counted.
+    pub metrics: Arc<RpcMetrics>,
+    watchers: AtomicUsize,
+    waiting: Mutex<HashMap<JobName, usize>>,
+}
+
+impl Quotas {
+    /// Quotas of `max_watchers` and `max_waiters_per_job`.
+    pub fn new(max_watchers: usize, max_waiters_per_job: usize, metrics: Arc<RpcMetrics>) -> Self {
+        Quotas {
+            max_watchers,
+            max_waiters_per_job,
+            metrics,
+            watchers: AtomicUsize::new(0),
+            waiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn exceeded(&self, limit: &'static str, max: usize) -> Error {
+        self.metrics.refused(limit);
+        Error::QuotaExceeded { limit, max }
+    }
+
+    /// A place for one more watcher, held until the stream ends.
+    fn watcher(self: &Arc<Self>) -> Result<WatcherPlace> {
+        let before = self.watchers.fetch_add(1, Ordering::AcqRel);
+        let place = WatcherPlace(self.clone());
+        if before >= self.max_watchers {
+            return Err(self.exceeded("--max-watchers", self.max_watchers));
+        }
+        Ok(place)
+    }
+
+    /// A place in `job`'s line, held while the Acquire waits; `None` when
+    /// the line is full.
+    fn waiter(self: &Arc<Self>, job: &JobName) -> Option<WaiterPlace> {
+        // A std Mutex: held for one map operation, never across an await.
+        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let n = w.entry(job.clone()).or_insert(0);
+        if *n >= self.max_waiters_per_job {
+            return None;
+        }
+        *n += 1;
+        Some(WaiterPlace(self.clone(), job.clone()))
+    }
+}
+
+struct WatcherPlace(Arc<Quotas>);
+
+impl Drop for WatcherPlace {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+struct WaiterPlace(Arc<Quotas>, JobName);
+
+impl Drop for WaiterPlace {
+    fn drop(&mut self) {
+        let mut w = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = w.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                w.remove(&self.1);
+            }
+        }
+    }
 }
 
 impl LeasesService {
-    /// A service over `node`, checking requests against `limits`.
-    pub fn new(node: Backend, limits: Limits) -> Self {
-        LeasesService { node, limits }
+    /// A service over `node`, checking requests against `limits` and
+    /// `quotas`.
+    pub fn new(node: Backend, limits: Limits, quotas: Arc<Quotas>) -> Self {
+        LeasesService {
+            node,
+            limits,
+            quotas,
+        }
     }
 }
 
@@ -46,11 +136,28 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, ttl, wait) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        // A full line: the Acquire may still be granted at once (nothing
+        // waits ahead of a free lease), but it does not join the line.
+        let place = match wait.is_zero() {
+            true => None,
+            false => Some(self.quotas.waiter(&job)),
+        };
+        let wait = match place {
+            Some(None) => Duration::ZERO,
+            _ => wait,
+        };
         let (acquired, view) = self
             .node
             .acquire(&job, &holder, ttl, wait)
             .await
             .map_err(status)?;
+        if let (Some(None), false) = (&place, acquired) {
+            return Err(status(self.quotas.exceeded(
+                "--max-waiters-per-job",
+                self.quotas.max_waiters_per_job,
+            )));
+        }
+        drop(place);
         let sent = self.limits.holder(&req.get_ref().holder).map_err(status)?;
         caller
             .check_acquired(acquired, &sent, &view)
@@ -143,7 +250,10 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req);
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
-        let events = ReceiverStream::new(self.node.watch(job)).map(|r| {
+        let place = self.quotas.watcher().map_err(status)?;
+        let events = ReceiverStream::new(self.node.watch(job)).map(move |r| {
+            // The place is the stream's for as long as it is open.
+            let _place = &place;
             r.map(|(kind, view)| proto::LeaseEvent {
                 lease: Some(lease(&view)),
                 kind: convert::event_kind(kind) as i32,

@@ -55,11 +55,26 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Connections open at once; more are closed on accept.
     pub max_connections: usize,
-    /// Calls in flight at once, across connections; more are answered
-    /// RESOURCE_EXHAUSTED.
+    /// Calls in flight at once, across connections, in each budget
+    /// (renewals have their own); more are answered RESOURCE_EXHAUSTED,
+    /// reason OVERLOADED ([`layers::InflightLimitLayer`]).
     pub max_in_flight: usize,
+    /// Calls open at once on one connection, in each budget (streams for
+    /// as long as they are open); more are answered OVERLOADED.
+    pub max_in_flight_per_connection: usize,
+    /// From accept to the TLS handshake done and the HTTP/2 preface read;
+    /// a connection that takes longer is closed.
+    pub handshake_timeout: Duration,
+    /// A connection with no call open for this long is closed.
+    pub idle_timeout: Duration,
     /// HTTP/2 streams open at once on one connection (watches included).
     pub max_streams_per_connection: u32,
+    /// `WatchLease` streams open at once; more are refused with
+    /// QUOTA_EXCEEDED.
+    pub max_watchers: usize,
+    /// Acquires waiting on one job at once; one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED.
+    pub max_waiters_per_job: usize,
     /// How often an idle connection is pinged; a peer that does not answer
     /// within the same time is disconnected, which ends its watches and
     /// waits.
@@ -78,7 +93,12 @@ impl Default for Config {
             drain_timeout: Duration::from_secs(10),
             max_connections: 4096,
             max_in_flight: 10_000,
+            max_in_flight_per_connection: 1_000,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
+            max_watchers: 100_000,
+            max_waiters_per_job: 10_000,
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
@@ -137,9 +157,15 @@ pub async fn run(
         wire::Schema::new(proto::FILE_DESCRIPTOR_SET, &config.limits)?,
         max,
     );
+    let quotas = Arc::new(leases::Quotas::new(
+        config.max_watchers,
+        config.max_waiters_per_job,
+        rpc_metrics.clone(),
+    ));
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
+        quotas,
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
@@ -163,17 +189,27 @@ pub async fn run(
         let _ = signalled_tx.send(());
     };
 
+    let limits = conn::ConnLimits {
+        max: config.max_connections,
+        handshake_timeout: config.handshake_timeout,
+        preface_bytes: conn::HTTP2_PREFACE_BYTES,
+        idle_timeout: Some(config.idle_timeout),
+    };
     let incoming = conn::incoming(
         listener,
-        config.max_connections,
+        limits,
         config.tls.clone().map(|t| (t, tls::Port::Grpc)),
     );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
-        .layer(layers::RpcMetricsLayer::new(rpc_metrics))
-        .layer(layers::InflightLimitLayer::new(config.max_in_flight))
+        .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
+        .layer(layers::InflightLimitLayer::new(
+            config.max_in_flight,
+            config.max_in_flight_per_connection,
+            rpc_metrics,
+        ))
         .layer(auth::AuthLayer::new(config.auth.clone()))
         .layer(wire)
         .add_service(health)

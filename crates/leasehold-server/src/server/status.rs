@@ -31,6 +31,8 @@ pub const DOMAIN: &str = "leasehold";
 /// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
 /// | `Unauthenticated` | UNAUTHENTICATED | UNAUTHENTICATED |
 /// | `PermissionDenied` | PERMISSION_DENIED | PERMISSION_DENIED |
+/// | `Overloaded` | RESOURCE_EXHAUSTED | OVERLOADED |
+/// | `QuotaExceeded` | RESOURCE_EXHAUSTED | QUOTA_EXCEEDED |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
@@ -72,6 +74,11 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("job".to_owned(), job.clone());
             Code::PermissionDenied
         }
+        Error::Overloaded { limit, max } | Error::QuotaExceeded { limit, max } => {
+            meta.insert("limit".to_owned(), limit.to_string());
+            meta.insert("max".to_owned(), max.to_string());
+            Code::ResourceExhausted
+        }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(reason(e).reason(), DOMAIN, meta);
@@ -96,6 +103,8 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::NoSpace { .. } => ErrorReason::DiskFull,
         Error::Unauthenticated(_) => ErrorReason::Unauthenticated,
         Error::PermissionDenied { .. } => ErrorReason::PermissionDenied,
+        Error::Overloaded { .. } => ErrorReason::Overloaded,
+        Error::QuotaExceeded { .. } => ErrorReason::QuotaExceeded,
         Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
     }
 }
@@ -145,6 +154,20 @@ mod tests {
         assert_eq!(s.code(), Code::Unauthenticated);
         let info = s.get_error_details().error_info().cloned().unwrap();
         assert_eq!(info.reason, "UNAUTHENTICATED");
+    }
+
+    #[test]
+    fn overloaded_names_the_limit() {
+        let s = to_status(&Error::Overloaded {
+            limit: "--max-in-flight-per-connection",
+            max: 1000,
+        });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.message().contains("--max-in-flight-per-connection"));
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "OVERLOADED");
+        assert_eq!(info.metadata["limit"], "--max-in-flight-per-connection");
+        assert_eq!(info.metadata["max"], "1000");
     }
 
     #[test]

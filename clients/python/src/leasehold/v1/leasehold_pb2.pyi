@@ -23,6 +23,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_TOKENS_EXHAUSTED: _ClassVar[ErrorReason]
     ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
     ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
+    ERROR_REASON_OVERLOADED: _ClassVar[ErrorReason]
+    ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_LEASE_LOST: ErrorReason
 ERROR_REASON_FENCED: ErrorReason
@@ -34,6 +36,8 @@ ERROR_REASON_DISK_FULL: ErrorReason
 ERROR_REASON_TOKENS_EXHAUSTED: ErrorReason
 ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
+ERROR_REASON_OVERLOADED: ErrorReason
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 
 class Lease(_message.Message):
     __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal")

@@ -5,7 +5,7 @@
 //! Every call goes through an [`EtcdChannel`], which adds the current token
 //! to it. etcd's tokens expire (five minutes by default, `--auth-token-ttl`)
 //! and are dropped by a restarted member: a call refused for its token
-//! logs in again ([`Login::renew`]) and is sent again. Only a refusal for
+//! logs in again (`Login::renew`) and is sent again. Only a refusal for
 //! the token itself is retried this way, never a refusal of the user's
 //! permissions; etcd checks the token before it applies anything, so
 //! sending a change again after such a refusal cannot apply it twice.

@@ -123,6 +123,21 @@ export enum ErrorReason {
    * job is told. Retrying is useless until the policy or the holder changes.
    */
   ERROR_REASON_PERMISSION_DENIED = 10,
+  /**
+   * ERROR_REASON_OVERLOADED - The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
+   * metadata "limit" names the flag, such as "--max-in-flight" or
+   * "--max-in-flight-per-connection", and "max" its value). The call was not
+   * run; nothing was changed. Retry with backoff. Renewals of a live lease
+   * have a budget of their own and are never refused for other calls' load.
+   */
+  ERROR_REASON_OVERLOADED = 11,
+  /**
+   * ERROR_REASON_QUOTA_EXCEEDED - A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
+   * "limit" names the flag, such as "--max-waiters-per-job" or
+   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * helps only once the state shrinks (waiters leave, watchers end).
+   */
+  ERROR_REASON_QUOTA_EXCEEDED = 12,
   UNRECOGNIZED = -1,
 }
 
@@ -161,6 +176,12 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 10:
     case "ERROR_REASON_PERMISSION_DENIED":
       return ErrorReason.ERROR_REASON_PERMISSION_DENIED;
+    case 11:
+    case "ERROR_REASON_OVERLOADED":
+      return ErrorReason.ERROR_REASON_OVERLOADED;
+    case 12:
+    case "ERROR_REASON_QUOTA_EXCEEDED":
+      return ErrorReason.ERROR_REASON_QUOTA_EXCEEDED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -192,6 +213,10 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_UNAUTHENTICATED";
     case ErrorReason.ERROR_REASON_PERMISSION_DENIED:
       return "ERROR_REASON_PERMISSION_DENIED";
+    case ErrorReason.ERROR_REASON_OVERLOADED:
+      return "ERROR_REASON_OVERLOADED";
+    case ErrorReason.ERROR_REASON_QUOTA_EXCEEDED:
+      return "ERROR_REASON_QUOTA_EXCEEDED";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

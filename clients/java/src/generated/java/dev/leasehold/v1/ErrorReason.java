@@ -114,6 +114,29 @@ public enum ErrorReason
    * <code>ERROR_REASON_PERMISSION_DENIED = 10;</code>
    */
   ERROR_REASON_PERMISSION_DENIED(10),
+  /**
+   * <pre>
+   * The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
+   * metadata "limit" names the flag, such as "--max-in-flight" or
+   * "--max-in-flight-per-connection", and "max" its value). The call was not
+   * run; nothing was changed. Retry with backoff. Renewals of a live lease
+   * have a budget of their own and are never refused for other calls' load.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OVERLOADED = 11;</code>
+   */
+  ERROR_REASON_OVERLOADED(11),
+  /**
+   * <pre>
+   * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
+   * "limit" names the flag, such as "--max-waiters-per-job" or
+   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * helps only once the state shrinks (waiters leave, watchers end).
+   * </pre>
+   *
+   * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
+   */
+  ERROR_REASON_QUOTA_EXCEEDED(12),
   UNRECOGNIZED(-1),
   ;
 
@@ -224,6 +247,29 @@ public enum ErrorReason
    * <code>ERROR_REASON_PERMISSION_DENIED = 10;</code>
    */
   public static final int ERROR_REASON_PERMISSION_DENIED_VALUE = 10;
+  /**
+   * <pre>
+   * The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
+   * metadata "limit" names the flag, such as "--max-in-flight" or
+   * "--max-in-flight-per-connection", and "max" its value). The call was not
+   * run; nothing was changed. Retry with backoff. Renewals of a live lease
+   * have a budget of their own and are never refused for other calls' load.
+   * </pre>
+   *
+   * <code>ERROR_REASON_OVERLOADED = 11;</code>
+   */
+  public static final int ERROR_REASON_OVERLOADED_VALUE = 11;
+  /**
+   * <pre>
+   * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
+   * "limit" names the flag, such as "--max-waiters-per-job" or
+   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * helps only once the state shrinks (waiters leave, watchers end).
+   * </pre>
+   *
+   * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
+   */
+  public static final int ERROR_REASON_QUOTA_EXCEEDED_VALUE = 12;
 
 
   public final int getNumber() {
@@ -261,6 +307,8 @@ public enum ErrorReason
       case 8: return ERROR_REASON_TOKENS_EXHAUSTED;
       case 9: return ERROR_REASON_UNAUTHENTICATED;
       case 10: return ERROR_REASON_PERMISSION_DENIED;
+      case 11: return ERROR_REASON_OVERLOADED;
+      case 12: return ERROR_REASON_QUOTA_EXCEEDED;
       default: return null;
     }
   }

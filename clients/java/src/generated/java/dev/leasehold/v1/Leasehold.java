@@ -229,7 +229,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "message\030\005 \001(\t\"\210\001\n\007Outcome\022\027\n\023OUTCOME_UNS" +
       "PECIFIED\020\000\022\023\n\017OUTCOME_RENEWED\020\001\022\026\n\022OUTCO" +
       "ME_LEASE_LOST\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN" +
-      "\020\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004*\343\002\n\013Err" +
+      "\020\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004*\241\003\n\013Err" +
       "orReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033" +
       "\n\027ERROR_REASON_LEASE_LOST\020\001\022\027\n\023ERROR_REA" +
       "SON_FENCED\020\002\022!\n\035ERROR_REASON_INVALID_ARG" +
@@ -238,31 +238,33 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "N_SHUTTING_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_F" +
       "ULL\020\007\022!\n\035ERROR_REASON_TOKENS_EXHAUSTED\020\010" +
       "\022 \n\034ERROR_REASON_UNAUTHENTICATED\020\t\022\"\n\036ER" +
-      "ROR_REASON_PERMISSION_DENIED\020\n2\210\004\n\006Lease" +
-      "s\022F\n\007Acquire\022\034.leasehold.v1.AcquireReque" +
-      "st\032\035.leasehold.v1.AcquireResponse\022@\n\005Ren" +
-      "ew\022\032.leasehold.v1.RenewRequest\032\033.leaseho" +
-      "ld.v1.RenewResponse\022F\n\007Release\022\034.leaseho" +
-      "ld.v1.ReleaseRequest\032\035.leasehold.v1.Rele" +
-      "aseResponse\022>\n\010GetLease\022\035.leasehold.v1.G" +
-      "etLeaseRequest\032\023.leasehold.v1.Lease\022O\n\nL" +
-      "istLeases\022\037.leasehold.v1.ListLeasesReque" +
-      "st\032 .leasehold.v1.ListLeasesResponse\022I\n\n" +
-      "WatchLease\022\037.leasehold.v1.WatchLeaseRequ" +
-      "est\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepA" +
-      "live\022\036.leasehold.v1.KeepAliveRequest\032\037.l" +
-      "easehold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fe" +
-      "ncedStore\022U\n\014CheckedWrite\022!.leasehold.v1" +
-      ".CheckedWriteRequest\032\".leasehold.v1.Chec" +
-      "kedWriteResponse\022V\n\013WriteStream\022 .leaseh" +
-      "old.v1.WriteStreamRequest\032!.leasehold.v1" +
-      ".WriteStreamResponse(\0010\001\022=\n\004Read\022\031.lease" +
-      "hold.v1.ReadRequest\032\032.leasehold.v1.ReadR" +
-      "esponse\022I\n\010ListKeys\022\035.leasehold.v1.ListK" +
-      "eysRequest\032\036.leasehold.v1.ListKeysRespon" +
-      "seBW\n\020dev.leasehold.v1P\001ZAgithub.com/lea" +
-      "sehold/leasehold/clients/go/leaseholdv1;" +
-      "leaseholdv1b\006proto3"
+      "ROR_REASON_PERMISSION_DENIED\020\n\022\033\n\027ERROR_" +
+      "REASON_OVERLOADED\020\013\022\037\n\033ERROR_REASON_QUOT" +
+      "A_EXCEEDED\020\0142\210\004\n\006Leases\022F\n\007Acquire\022\034.lea" +
+      "sehold.v1.AcquireRequest\032\035.leasehold.v1." +
+      "AcquireResponse\022@\n\005Renew\022\032.leasehold.v1." +
+      "RenewRequest\032\033.leasehold.v1.RenewRespons" +
+      "e\022F\n\007Release\022\034.leasehold.v1.ReleaseReque" +
+      "st\032\035.leasehold.v1.ReleaseResponse\022>\n\010Get" +
+      "Lease\022\035.leasehold.v1.GetLeaseRequest\032\023.l" +
+      "easehold.v1.Lease\022O\n\nListLeases\022\037.leaseh" +
+      "old.v1.ListLeasesRequest\032 .leasehold.v1." +
+      "ListLeasesResponse\022I\n\nWatchLease\022\037.lease" +
+      "hold.v1.WatchLeaseRequest\032\030.leasehold.v1" +
+      ".LeaseEvent0\001\022P\n\tKeepAlive\022\036.leasehold.v" +
+      "1.KeepAliveRequest\032\037.leasehold.v1.KeepAl" +
+      "iveResponse(\0010\0012\306\002\n\013FencedStore\022U\n\014Check" +
+      "edWrite\022!.leasehold.v1.CheckedWriteReque" +
+      "st\032\".leasehold.v1.CheckedWriteResponse\022V" +
+      "\n\013WriteStream\022 .leasehold.v1.WriteStream" +
+      "Request\032!.leasehold.v1.WriteStreamRespon" +
+      "se(\0010\001\022=\n\004Read\022\031.leasehold.v1.ReadReques" +
+      "t\032\032.leasehold.v1.ReadResponse\022I\n\010ListKey" +
+      "s\022\035.leasehold.v1.ListKeysRequest\032\036.lease" +
+      "hold.v1.ListKeysResponseBW\n\020dev.leasehol" +
+      "d.v1P\001ZAgithub.com/leasehold/leasehold/c" +
+      "lients/go/leaseholdv1;leaseholdv1b\006proto" +
+      "3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
