@@ -35,6 +35,12 @@ pub struct AuthArgs {
     /// between rounds is the noise).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Runs each server under valgrind's callgrind and reports the
+    /// instructions the server executes per call instead of CPU time: a
+    /// count that the machine's other load does not change (user space
+    /// only: the kernel's share of a call is not in it).
+    #[arg(long)]
+    callgrind: bool,
     /// Calls per second in all, spread over the clients (0: as fast as they
     /// go). A fixed rate gives every server the same load, so that the
     /// server's CPU per call is compared at the same batching of syncs: a
@@ -85,7 +91,20 @@ fn files(dir: &Path) -> Res<Files> {
 }
 
 fn start(a: &AuthArgs, f: &Files, tls: bool, policy: bool, data: &Path) -> Res<Server> {
-    let mut cmd = Command::new(&a.leasehold_bin);
+    let mut cmd = if a.callgrind {
+        // Instructions are counted only between `callgrind_control -i on`
+        // and the dump, around each cell.
+        let mut c = Command::new("valgrind");
+        c.args(["--tool=callgrind", "--instr-atstart=no", "--quiet"])
+            .arg(format!(
+                "--callgrind-out-file={}/callgrind.%p",
+                a.work_dir.display()
+            ))
+            .arg(&a.leasehold_bin);
+        c
+    } else {
+        Command::new(&a.leasehold_bin)
+    };
     cmd.args([
         "serve",
         "--listen",
@@ -133,6 +152,10 @@ async fn cell(a: &AuthArgs, s: &Server, security: &Security, work: &str) -> Res<
         clients.push((c, job, got.lease.token));
     }
     let until = Instant::now() + Duration::from_secs_f64(a.secs);
+    if a.callgrind {
+        callgrind(s, &["--zero"])?;
+        callgrind(s, &["--instr=on"])?;
+    }
     let cpu0 = proc::cpu_seconds(s.pid())?;
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -171,7 +194,12 @@ async fn cell(a: &AuthArgs, s: &Server, security: &Security, work: &str) -> Res<
         lat.extend(r??);
     }
     let secs = t0.elapsed().as_secs_f64();
-    let cpu = proc::cpu_seconds(s.pid())? - cpu0;
+    let mut cpu = proc::cpu_seconds(s.pid())? - cpu0;
+    if a.callgrind {
+        // In callgrind mode the figure is instructions, not seconds.
+        cpu = callgrind_instructions(a, s, &format!("{}-{work}", s.pid()))?;
+        callgrind(s, &["--instr=off"])?;
+    }
     lat.sort();
     Ok(Cell {
         calls: lat.len() as u64,
@@ -213,12 +241,17 @@ pub async fn run(a: AuthArgs) -> Res<()> {
             };
             for (k, work) in ["renew", "write"].into_iter().enumerate() {
                 let c = cell(&a, &s, &security, work).await?;
-                let per = c.cpu * 1e6 / c.calls.max(1) as f64;
+                let per = if a.callgrind {
+                    c.cpu / c.calls.max(1) as f64
+                } else {
+                    c.cpu * 1e6 / c.calls.max(1) as f64
+                };
                 if !tls {
                     plain[k] = per;
                 }
+                let unit = if a.callgrind { "instructions" } else { "µs" };
                 println!(
-                    "| {round} | {work} | {label} | {:.0} | {:.0?} | {per:.1} µs | {:.2}x |",
+                    "| {round} | {work} | {label} | {:.0} | {:.0?} | {per:.1} {unit} | {:.2}x |",
                     c.calls as f64 / c.secs,
                     c.p50,
                     per / plain[k].max(1e-9)
@@ -234,4 +267,61 @@ pub async fn run(a: AuthArgs) -> Res<()> {
         a.clients, a.secs
     );
     Ok(())
+}
+
+/// Runs `callgrind_control ARGS PID`.
+fn callgrind(s: &Server, args: &[&str]) -> Res<()> {
+    let st = Command::new("callgrind_control")
+        .args(args)
+        .arg(s.pid().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    if !st.success() {
+        return Err(format!("callgrind_control {args:?} failed").into());
+    }
+    Ok(())
+}
+
+/// Dumps the server's counts since the last zero and returns the total
+/// instructions (the dump's `totals:` line). The dump stays in the work
+/// dir as `callgrind-PID-WORK.out`, for `callgrind_annotate`.
+fn callgrind_instructions(a: &AuthArgs, s: &Server, name: &str) -> Res<f64> {
+    let before: Vec<_> = dumps(a, s)?;
+    callgrind(s, &["--dump"])?;
+    let t = Instant::now();
+    loop {
+        for p in dumps(a, s)? {
+            if before.contains(&p) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p)?;
+            if let Some(v) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("totals: "))
+                .or_else(|| text.lines().find_map(|l| l.strip_prefix("summary: ")))
+            {
+                let ir: f64 = v.split_whitespace().next().unwrap_or("0").parse()?;
+                // Kept for callgrind_annotate, named by its cell.
+                let _ = std::fs::rename(&p, a.work_dir.join(format!("callgrind-{name}.out")));
+                return Ok(ir);
+            }
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            return Err("no callgrind dump appeared".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn dumps(a: &AuthArgs, s: &Server) -> Res<Vec<PathBuf>> {
+    let prefix = format!("callgrind.{}", s.pid());
+    Ok(std::fs::read_dir(&a.work_dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .collect())
 }

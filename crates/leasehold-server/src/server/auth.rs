@@ -111,7 +111,16 @@ impl Action {
 #[derive(Debug, Default)]
 pub struct Policy {
     principals: Vec<Principal>,
+    /// Secrets already proven, and whose they are (an index into
+    /// `principals`): a client sends the same token with every call, and
+    /// its SHA-256 was a third of what a policy adds to a call. Only
+    /// secrets that matched are kept (garbage cannot fill it), at most
+    /// [`PROVEN_MAX`], and a reload starts a new policy with none.
+    proven: std::sync::Mutex<HashMap<Box<[u8]>, usize>>,
 }
+
+/// Proven secrets kept at most; past it the set starts again.
+const PROVEN_MAX: usize = 4096;
 
 #[derive(Debug)]
 struct Principal {
@@ -266,22 +275,36 @@ impl Policy {
                 p.grants.push((j.into_inner(), bits));
             }
         }
-        Ok(Policy { principals })
+        Ok(Policy {
+            principals,
+            proven: Default::default(),
+        })
     }
 
-    /// The principal a bearer secret belongs to. Every stored hash is
-    /// compared, each in constant time.
+    /// The principal a bearer secret belongs to: a secret proven before,
+    /// else the first sight's check, where every stored hash is compared,
+    /// each in constant time.
     fn by_token(&self, secret: &[u8]) -> Option<&Principal> {
+        let proven = || self.proven.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = proven().get(secret) {
+            return Some(&self.principals[i]);
+        }
         let digest = ring::digest::digest(&ring::digest::SHA256, secret);
         let mut found = None;
-        for p in &self.principals {
+        for (i, p) in self.principals.iter().enumerate() {
             for t in &p.tokens {
                 if constant_time_eq(t, digest.as_ref()) {
-                    found = Some(p);
+                    found = Some(i);
                 }
             }
         }
-        found
+        let i = found?;
+        let mut cache = proven();
+        if cache.len() >= PROVEN_MAX {
+            cache.clear();
+        }
+        cache.insert(secret.into(), i);
+        Some(&self.principals[i])
     }
 
     /// The principal a (verified) client certificate names: the first
@@ -774,6 +797,27 @@ principal = "billing"
 jobs = ["billing/"]
 actions = ["lease", "read"]
 "#;
+
+    #[test]
+    fn a_proven_secret_is_kept_and_a_wrong_one_is_not() {
+        let p = Policy::parse(POLICY).unwrap();
+        for _ in 0..3 {
+            assert_eq!(&*p.by_token(b"test").unwrap().name, "billing");
+            assert!(p.by_token(b"tess").is_none());
+        }
+        let proven = p.proven.lock().unwrap();
+        assert_eq!(proven.len(), 1, "only the secret that matched is kept");
+        assert!(proven.contains_key(&b"test"[..]));
+        drop(proven);
+        // A reloaded policy starts with none: a token it no longer has is
+        // refused at once.
+        let reloaded = Policy::parse(&POLICY.replace(
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "0000000000000000000000000000000000000000000000000000000000000000",
+        ))
+        .unwrap();
+        assert!(reloaded.by_token(b"test").is_none());
+    }
 
     #[test]
     fn tokens_and_grants() {
