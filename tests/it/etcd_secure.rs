@@ -255,6 +255,14 @@ async fn a_frontend_uses_an_etcd_with_client_tls_and_authentication() {
     e.restart(&f);
     let r = c.renew("payroll", "w1", a.lease.token, ttl).await.unwrap();
     assert_eq!(r.token, a.lease.token);
+    // Turning etcd's authentication off and on again drops every token it
+    // gave, whatever etcd keeps across a restart: the next call is refused
+    // for its token, and the frontend logs in again (without the old token,
+    // which etcd would refuse even for a login).
+    etcdctl_ok(&e, &f, &["--user", "root:root-secret", "auth", "disable"]);
+    etcdctl_ok(&e, &f, &["auth", "enable"]);
+    let r = c.renew("payroll", "w1", a.lease.token, ttl).await.unwrap();
+    assert_eq!(r.token, a.lease.token);
     let v2 = c
         .checked_write("payroll", a.lease.token, b"k", b"v2".to_vec())
         .await

@@ -164,7 +164,9 @@ impl Login {
         if self.token.generation() != seen {
             return Ok(());
         }
-        let mut c = pb::auth_client::AuthClient::new(ch);
+        // Without the old token: etcd refuses any call that carries one it
+        // no longer knows, a login included.
+        let mut c = pb::auth_client::AuthClient::new(ch.inner);
         let r = c
             .authenticate(pb::AuthenticateRequest {
                 name: self.user.clone(),
@@ -175,7 +177,10 @@ impl Login {
         let v = http::HeaderValue::from_str(&r.token)
             .map_err(|_| Status::internal("etcd sent a token that is not a header value"))?;
         *self.token.value.write().unwrap_or_else(|e| e.into_inner()) = Some(v);
-        self.token.generation.fetch_add(1, Ordering::AcqRel);
+        let n = self.token.generation.fetch_add(1, Ordering::AcqRel);
+        if n > 0 {
+            tracing::info!(user = %self.user, "etcd: logged in again (etcd refused the token)");
+        }
         Ok(())
     }
 }
