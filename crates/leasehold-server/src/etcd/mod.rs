@@ -465,7 +465,16 @@ impl EtcdNode {
                 .read_job(job, waiting.as_ref().map(|w| w.place.key.as_slice()))
                 .await?;
             if read.job.holder.is_none() && read.line.waiting > 0 {
-                read.line = self.first_in_line(job, &read).await?;
+                read.line = match self.first_in_line(job, &read).await {
+                    Ok(line) => line,
+                    // etcd compacted the read's revision in between: read
+                    // the job again.
+                    Err(Error::Storage(m)) if m.contains("compacted") && tries < MAX_TRIES => {
+                        tries += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
             }
             let place = waiting.as_ref().map(|w| &w.place);
             let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))?;
