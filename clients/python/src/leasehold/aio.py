@@ -139,6 +139,28 @@ class _AsyncStreamState:
         self.fail(stream_closed_error("write stream abandoned"))
 
 
+async def _final_error(call, e: "grpc.aio.AioRpcError") -> errors.LeaseholdError:
+    """The error for a write that failed with ``e``. A write that races the
+    server ending the call fails with a bare INTERNAL ("Internal error from
+    Core") before the call's own status has arrived; that status (for
+    example UNAVAILABLE while the server shuts down) says what happened, so
+    it is awaited briefly and used when there is one."""
+    if e.code() == grpc.StatusCode.INTERNAL:
+        try:
+            code = await asyncio.wait_for(call.code(), timeout=1.0)
+            if code is not None and code != grpc.StatusCode.OK:
+                final = grpc.aio.AioRpcError(
+                    code,
+                    await call.initial_metadata(),
+                    await call.trailing_metadata(),
+                    details=await call.details(),
+                )
+                return errors.from_rpc_error(final)
+        except (asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass
+    return errors.from_rpc_error(e)
+
+
 def _abandon(state: _AsyncStreamState) -> None:
     """The finalizer of an AsyncWriteStream collected without close()."""
     if state.call.done():
@@ -222,7 +244,7 @@ class AsyncWriteStream:
                 try:
                     await st.call.write(pb.WriteStreamRequest(id=st.next_id, writes=m))
                 except grpc.aio.AioRpcError as e:
-                    st.fail(errors.from_rpc_error(e))
+                    st.fail(await _final_error(st.call, e))
                     raise st.error from None  # type: ignore[misc]
                 except asyncio.InvalidStateError:  # the call has ended
                     st.fail(stream_closed_error("write stream ended"))
