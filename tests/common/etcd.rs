@@ -333,6 +333,11 @@ pub fn frontend_config(endpoints: Vec<String>, prefix: &str) -> leasehold::etcd:
 /// `leasehold serve --store etcd` on `endpoints` under `prefix`, as a
 /// child process, with ports the OS picks.
 pub fn frontend(endpoints: &str, prefix: &str, extra: &[&str]) -> ServerProcess {
+    ServerProcess::spawn(frontend_command(endpoints, prefix, extra), Path::new(""))
+}
+
+/// The command line of [`frontend`], not started.
+pub fn frontend_command(endpoints: &str, prefix: &str, extra: &[&str]) -> Command {
     let mut cmd = Command::new(bin());
     cmd.args([
         "serve",
@@ -350,5 +355,5 @@ pub fn frontend(endpoints: &str, prefix: &str, extra: &[&str]) -> ServerProcess 
         "2s",
     ])
     .args(extra);
-    ServerProcess::spawn(cmd, Path::new(""))
+    cmd
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
 
-use crate::common::etcd::{etcd_bin, free_port};
+use crate::common::etcd::{etcd_bin, free_port, frontend_command};
 use crate::common::pki::{self, Ca};
-use crate::common::{bin, ServerProcess};
+use crate::common::ServerProcess;
 
 const NOW: Duration = Duration::ZERO;
 
@@ -161,31 +161,14 @@ fn etcdctl_ok(e: &SecureEtcd, f: &Files, args: &[&str]) {
 /// `leasehold serve --store etcd` on the secured member, with `extra`
 /// flags and the password in the environment.
 fn frontend_cmd(e: &SecureEtcd, f: &Files, password: Option<&str>, extra: &[&str]) -> Command {
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--store",
-        "etcd",
-        "--etcd-endpoints",
-        &e.url,
-        "--etcd-prefix",
-        "lh-secure/",
-        "--etcd-session-ttl",
-        "2s",
-        "--etcd-timeout",
-        "5s",
-    ])
-    .arg("--etcd-ca")
-    .arg(&f.ca)
-    .arg("--etcd-cert")
-    .arg(&f.client_cert)
-    .arg("--etcd-key")
-    .arg(&f.client_key)
-    .args(extra);
+    let mut cmd = frontend_command(&e.url, "lh-secure/", &["--etcd-timeout", "5s"]);
+    cmd.arg("--etcd-ca")
+        .arg(&f.ca)
+        .arg("--etcd-cert")
+        .arg(&f.client_cert)
+        .arg("--etcd-key")
+        .arg(&f.client_key)
+        .args(extra);
     cmd.env_remove("LEASEHOLD_ETCD_PASSWORD");
     if let Some(p) = password {
         cmd.env("LEASEHOLD_ETCD_PASSWORD", p);
