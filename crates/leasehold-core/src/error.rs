@@ -130,6 +130,15 @@ pub enum Error {
         /// Its value.
         max: usize,
     },
+    /// `DeleteJob` on a job whose lease is live, or that Acquires are
+    /// waiting for. Nothing was changed. Retrying helps once the lease is
+    /// released or has expired, and nobody waits.
+    JobInUse {
+        /// The job.
+        job: String,
+        /// Why: who holds it, or how many wait.
+        why: String,
+    },
     /// The server is shutting down. Retrying against a server that is up
     /// can help.
     ShuttingDown,
@@ -235,6 +244,9 @@ impl fmt::Display for Error {
                 f,
                 "quota exceeded: at the limit of {max} ({limit}); nothing was changed"
             ),
+            Error::JobInUse { job, why } => {
+                write!(f, "job {job:?} is in use ({why}); nothing was deleted")
+            }
             Error::ShuttingDown => f.write_str("the server is shutting down"),
             Error::Serve(cause) => write!(f, "server failure: {cause}"),
         }

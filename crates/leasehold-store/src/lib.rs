@@ -58,6 +58,32 @@ pub trait Store: Send + Sync + 'static {
     fn token_floor(&self) -> Token {
         Token::NONE
     }
+    /// A job the store does not know gets its first token above this:
+    /// raised by [`Store::delete_job`], so that a job created again never
+    /// repeats a token. Jobs it knows keep their own counter.
+    fn new_job_floor(&self) -> Token {
+        Token::NONE
+    }
+    /// Forgets `job`: its lease record and every value record of it
+    /// (tombstones included), and raises [`Store::new_job_floor`] to at
+    /// least `floor`, in one change that is buffered until [`Store::sync`]
+    /// and **atomic: after a crash, the deletion and the new floor are
+    /// both there, or neither**. Returns how many value records it
+    /// removed.
+    fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize>;
+    /// How many live (not deleted) values `job` holds.
+    fn count_values(&self, job: &JobName) -> Result<usize> {
+        let mut n = 0;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.list_values(job, b"", after.as_deref(), 1024)?;
+            n += page.len();
+            match page.last() {
+                Some((k, _)) if page.len() == 1024 => after = Some(k.clone()),
+                _ => return Ok(n),
+            }
+        }
+    }
     /// How the data dir was last recovered or restored, if it was: what was
     /// kept, what was lost, the floor.
     fn recovered(&self) -> Option<String> {

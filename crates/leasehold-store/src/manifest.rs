@@ -52,6 +52,11 @@ pub struct Checkpoint {
     /// Every job's next grant gets a token above this: set by `recover`
     /// and `restore`, never lowered.
     pub floor: u64,
+    /// A job created from now on (one sled holds no record of) gets its
+    /// first token above this: raised by each deletion of a job to the
+    /// deleted job's newest token, never lowered. `max_token` is at least
+    /// this.
+    pub new_job_floor: u64,
     /// When the checkpoint was made, in milliseconds since the Unix epoch.
     /// For people only: no rule reads it.
     pub unix_ms: u64,
@@ -79,8 +84,8 @@ pub fn record_hash(tree: u8, key: &[u8], value: &[u8]) -> u64 {
 impl Checkpoint {
     /// The binary form kept in sled.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(80);
-        b.push(1);
+        let mut b = Vec::with_capacity(88);
+        b.push(2);
         b.extend_from_slice(&self.store_id);
         for n in [
             self.generation,
@@ -90,6 +95,7 @@ impl Checkpoint {
             self.max_token,
             self.floor,
             self.unix_ms,
+            self.new_job_floor,
         ] {
             b.extend_from_slice(&n.to_le_bytes());
         }
@@ -99,16 +105,22 @@ impl Checkpoint {
         b
     }
 
-    /// Decodes what [`Checkpoint::encode`] wrote.
+    /// Decodes what [`Checkpoint::encode`] wrote, or the first format (1,
+    /// without `new_job_floor`).
     pub fn decode(b: &[u8]) -> Option<Checkpoint> {
-        if b.len() < 17 + 7 * 8 || b[0] != 1 {
+        let fields = match b.first() {
+            Some(1) => 7,
+            Some(2) => 8,
+            _ => return None,
+        };
+        if b.len() < 17 + fields * 8 {
             return None;
         }
         let n = |i: usize| {
             let at = 17 + i * 8;
             u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
         };
-        let rest = &b[17 + 7 * 8..];
+        let rest = &b[17 + fields * 8..];
         Some(Checkpoint {
             store_id: b[1..17].try_into().ok()?,
             generation: n(0),
@@ -118,6 +130,7 @@ impl Checkpoint {
             max_token: n(4),
             floor: n(5),
             unix_ms: n(6),
+            new_job_floor: if fields > 7 { n(7) } else { 0 },
             recovered: if rest.is_empty() {
                 None
             } else {
@@ -140,6 +153,9 @@ impl Checkpoint {
             self.floor,
             self.unix_ms,
         );
+        if self.new_job_floor > 0 {
+            t.push_str(&format!("new_job_floor {}\n", self.new_job_floor));
+        }
         if let Some(r) = &self.recovered {
             t.push_str(&format!("recovered {}\n", r.replace('\n', " ")));
         }
@@ -192,6 +208,7 @@ impl Checkpoint {
                 }
                 "max_token" => c.max_token = num()?,
                 "floor" => c.floor = num()?,
+                "new_job_floor" => c.new_job_floor = num()?,
                 "checkpoint_unix_ms" => c.unix_ms = num()?,
                 "recovered" => c.recovered = Some(v.to_owned()),
                 _ => return Err(format!("line {} names an unknown field `{k}`", i + 2)),
@@ -271,9 +288,16 @@ mod tests {
             max_token: 41,
             floor: 1 << 32,
             unix_ms: 1_764_560_000_000,
+            new_job_floor: 40,
             recovered: Some("restored from backup.lhb".into()),
         };
         assert_eq!(Checkpoint::decode(&c.encode()), Some(c.clone()));
+        // The first binary format, without a new-job floor, still reads.
+        let mut v1 = c.encode();
+        v1[0] = 1;
+        v1.drain(17 + 7 * 8..17 + 8 * 8);
+        let old = Checkpoint::decode(&v1).unwrap();
+        assert_eq!((old.new_job_floor, old.recovered), (0, c.recovered.clone()));
         let t = c.to_text();
         assert_eq!(Checkpoint::from_text(&t).unwrap(), c);
         for i in 0..t.len() {

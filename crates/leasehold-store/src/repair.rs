@@ -224,6 +224,11 @@ fn salvage_in(dir: &Path) -> Result<Salvage> {
                 Kind::Value => {
                     s.values.insert(r.key, r.value);
                 }
+                Kind::Floor => {
+                    if let Ok(b) = <[u8; 8]>::try_from(r.value.as_slice()) {
+                        s.highest = s.highest.max(u64::from_le_bytes(b));
+                    }
+                }
             }
         }
     }
@@ -271,6 +276,10 @@ fn salvage_in(dir: &Path) -> Result<Salvage> {
             Err(e) => s.lost.push(format!("sled: cannot open: {e}")),
         }
     }
+    // An empty record is a deleted job's record: logged removals are newer
+    // than sled's records, and keep them out.
+    s.leases.retain(|_, v| !v.is_empty());
+    s.values.retain(|_, v| !v.is_empty());
     s.leases.retain(|k, v| match decode_lease(v) {
         Ok(l) => {
             s.highest = s.highest.max(l.token.0);
@@ -358,6 +367,7 @@ pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
         match r.kind {
             Kind::Lease => leases.insert(r.key, r.value),
             Kind::Value => values.insert(r.key, r.value),
+            Kind::Floor => None,
         };
     }
     let note = format!(

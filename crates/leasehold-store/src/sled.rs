@@ -156,7 +156,13 @@ struct Logged {
     values: BTreeMap<Vec<u8>, Vec<u8>>,
     /// The sequence number of the last put logged.
     upto: u64,
+    /// The highest new-job floor logged.
+    new_job_floor: u64,
 }
+
+/// An empty record value stands for a removal: a job's deletion removes
+/// its records (no encoded lease or value record is empty).
+const REMOVED: Vec<u8> = Vec::new();
 
 impl Logged {
     fn add(&mut self, puts: Vec<Put>) {
@@ -165,6 +171,10 @@ impl Logged {
             let map = match p.record.kind {
                 Kind::Lease => &mut self.leases,
                 Kind::Value => &mut self.values,
+                Kind::Floor => {
+                    self.new_job_floor = self.new_job_floor.max(decode_floor(&p.record.value));
+                    continue;
+                }
             };
             map.insert(p.record.key, p.record.value);
         }
@@ -491,10 +501,14 @@ impl Open {
             }
         }
         for r in &records {
-            if r.kind == Kind::Lease {
-                if let Ok(l) = decode_lease(&r.value) {
-                    ins.max_token = ins.max_token.max(l.token.0);
+            match r.kind {
+                Kind::Lease => {
+                    if let Ok(l) = decode_lease(&r.value) {
+                        ins.max_token = ins.max_token.max(l.token.0);
+                    }
                 }
+                Kind::Floor => ins.max_token = ins.max_token.max(decode_floor(&r.value)),
+                Kind::Value => {}
             }
         }
         // sled makes a missing file anew, empty: in a data dir that has
@@ -740,8 +754,20 @@ impl Open {
                 let mut c = base.clone();
                 c.generation += 1;
                 c.unix_ms = leasehold_core::clock::wall_unix_ms();
+                c.new_job_floor = c.new_job_floor.max(l.new_job_floor);
+                c.max_token = c.max_token.max(c.new_job_floor);
                 for (tree, t, map) in [(TREE_LEASES, lt, &l.leases), (TREE_VALUES, vt, &l.values)] {
                     for (k, v) in map {
+                        if v.is_empty() {
+                            if let Some(old) = t.remove(k.as_slice())? {
+                                c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old));
+                                match tree {
+                                    TREE_LEASES => c.leases -= 1,
+                                    _ => c.values -= 1,
+                                }
+                            }
+                            continue;
+                        }
                         match t.insert(k.as_slice(), v.as_slice())? {
                             Some(old) => {
                                 c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old))
@@ -866,7 +892,7 @@ impl Store for SledStore {
                     out.push(decode(&k, &v)?);
                 }
             }
-            for (k, v) in &logged {
+            for (k, v) in logged.iter().filter(|(_, v)| !v.is_empty()) {
                 out.push(decode(k, v)?);
             }
             Ok(out)
@@ -883,6 +909,72 @@ impl Store for SledStore {
             .unwrap_or(Token::NONE)
     }
 
+    fn new_job_floor(&self) -> Token {
+        self.with(|o| {
+            let c = o.ckpt.lock().expect("checkpoint lock").new_job_floor;
+            let l = o.logged.lock().expect("logged lock").new_job_floor;
+            Ok(Token(c.max(l)))
+        })
+        .unwrap_or(Token::NONE)
+    }
+
+    fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize> {
+        // Every value key of the job, tombstones included: the overlay's
+        // and sled's.
+        let prefix = value_key(job, b"");
+        let keys: std::collections::BTreeSet<Vec<u8>> = {
+            let mut keys: std::collections::BTreeSet<Vec<u8>> = self
+                .pending()
+                .overlay
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .filter(|(_, (_, v))| !v.is_empty())
+                .map(|(k, _)| k.clone())
+                .collect();
+            self.with(|o| {
+                for k in o.values.scan_prefix(&prefix).keys() {
+                    keys.insert(k.map_err(Error::storage)?.to_vec());
+                }
+                Ok(())
+            })?;
+            keys
+        };
+        self.ensure_space(64 + keys.iter().map(|k| k.len() + 16).sum::<usize>())?;
+        // One staging, under one hold of the pending lock: a sync logs
+        // these puts in one batch, which a crash keeps whole or not at all.
+        self.write(|_| {
+            let mut p = self.pending();
+            let push = |p: &mut Pending, kind: Kind, key: Vec<u8>, value: Vec<u8>| {
+                p.next_seq += 1;
+                let seq = p.next_seq;
+                if kind == Kind::Value {
+                    p.overlay.insert(key.clone(), (seq, value.clone()));
+                }
+                p.puts.push(Put {
+                    seq,
+                    record: Record { kind, key, value },
+                });
+            };
+            let n = keys.len();
+            for k in keys {
+                push(&mut p, Kind::Value, k, REMOVED);
+            }
+            push(
+                &mut p,
+                Kind::Lease,
+                job.as_str().as_bytes().to_vec(),
+                REMOVED,
+            );
+            push(
+                &mut p,
+                Kind::Floor,
+                Vec::new(),
+                floor.0.to_le_bytes().to_vec(),
+            );
+            Ok(n)
+        })
+    }
+
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
         self.ensure_space(job.as_str().len() + 64)?;
         self.stage(
@@ -895,6 +987,9 @@ impl Store for SledStore {
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
         let k = value_key(job, key);
         if let Some((_, v)) = self.pending().overlay.get(&k) {
+            if v.is_empty() {
+                return Ok(None);
+            }
             return decode_value(v).map(Some);
         }
         // Not in the overlay: sled has it, because puts leave the overlay
@@ -971,6 +1066,9 @@ impl Store for SledStore {
                 }
                 (k, v)
             };
+            if v.is_empty() {
+                continue;
+            }
             let rec = decode_value(&v)?;
             if rec.value.is_some() {
                 out.push((k[base..].to_vec(), rec));
@@ -1099,6 +1197,12 @@ impl Store for SledStore {
         tracing::info!(dir = %self.dir.display(), "store reopened");
         Ok(())
     }
+}
+
+/// Reads a [`Kind::Floor`] record's value (0 if it is not 8 bytes: the
+/// log's checksums keep damaged records out).
+fn decode_floor(v: &[u8]) -> u64 {
+    v.try_into().map(u64::from_le_bytes).unwrap_or(0)
 }
 
 /// Bytes available to this process in the file system holding `dir`.
@@ -1287,6 +1391,69 @@ mod tests {
         s.checkpoint().unwrap();
         assert_eq!(in_sled(&s), Some(51));
         assert!(s.pending().overlay.is_empty());
+    }
+
+    /// A deleted job's records are gone at once for reads, after a restart
+    /// that replays the log, and after a checkpoint (whose counts and
+    /// digest a restart checks); the new-job floor survives both; other
+    /// jobs are untouched.
+    #[test]
+    fn a_deleted_job_is_gone_and_its_floor_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Limits::default();
+        let (x, y) = (l.job("x").unwrap(), l.job("y").unwrap());
+        let lease = |t| LeaseRecord {
+            holder: None,
+            token: Token(t),
+            ttl: std::time::Duration::from_secs(9),
+        };
+        {
+            let s = SledStore::open(dir.path()).unwrap();
+            s.put_lease(&x, &lease(7)).unwrap();
+            s.put_lease(&y, &lease(2)).unwrap();
+            for i in 0..5 {
+                s.put_value(&x, format!("k{i}").as_bytes(), &val(7, 1, Some("v")))
+                    .unwrap();
+            }
+            s.put_value(&x, b"gone", &val(7, 2, None)).unwrap();
+            s.put_value(&y, b"k0", &val(2, 1, Some("y"))).unwrap();
+            s.sync().unwrap();
+            s.checkpoint().unwrap();
+            // One more, only in the overlay and the log.
+            s.put_value(&x, b"k9", &val(7, 1, Some("v"))).unwrap();
+            s.sync().unwrap();
+            assert_eq!(
+                s.delete_job(&x, Token(7)).unwrap(),
+                7,
+                "tombstones included"
+            );
+            assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
+            assert_eq!(s.get_value(&x, b"k9").unwrap(), None);
+            assert!(keys(&s, &x, None, 100).is_empty());
+            assert_eq!(s.count_values(&x).unwrap(), 0);
+            assert_eq!(s.count_values(&y).unwrap(), 1);
+            s.sync().unwrap();
+            assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
+            // No checkpoint: the restart replays the log.
+        }
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(s.new_job_floor(), Token(7));
+        assert_eq!(
+            s.token_floor(),
+            Token::NONE,
+            "the every-job floor is not raised"
+        );
+        assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
+        assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
+        assert_eq!(keys(&s, &y, None, 100), vec!["k0=y"]);
+        let c = s.last_checkpoint().unwrap();
+        assert_eq!((c.leases, c.values, c.new_job_floor), (1, 1, 7));
+        assert!(c.max_token >= 7);
+        drop(s);
+        // The checkpointed state passes the start-up checks again.
+        let s = SledStore::open(dir.path()).unwrap();
+        assert_eq!(s.new_job_floor(), Token(7));
+        assert_eq!(s.count_values(&y).unwrap(), 1);
     }
 
     /// A read made without the caller's lock is confirmed from memory, or

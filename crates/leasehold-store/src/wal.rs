@@ -86,6 +86,9 @@ pub enum Kind {
     Lease = 1,
     /// A value record, under its store key.
     Value = 2,
+    /// The new-job floor (a token, u64 little-endian; the key is empty),
+    /// raised by a job's deletion.
+    Floor = 3,
 }
 
 /// One logged put.
@@ -532,6 +535,7 @@ fn parse_records(mut p: &[u8]) -> Option<Vec<Record>> {
         let kind = match head[0] {
             1 => Kind::Lease,
             2 => Kind::Value,
+            3 => Kind::Floor,
             _ => return None,
         };
         let klen = u32::from_le_bytes(head[1..5].try_into().ok()?) as usize;
@@ -610,6 +614,7 @@ fn read_v1(bytes: &[u8]) -> Result<Read, OpenError> {
         let kind = match body[0] {
             1 => Kind::Lease,
             2 => Kind::Value,
+            3 => Kind::Floor,
             _ => break,
         };
         let key_len = u32::from_le_bytes(body[1..5].try_into().expect("4 bytes")) as usize;

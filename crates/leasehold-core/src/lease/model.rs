@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::lease::{Acquire, Effects, HolderId, JobName, LeaseRecord, LeaseTable, Limits, Token};
+use crate::lease::{
+    Acquire, Effects, Floors, HolderId, JobName, LeaseRecord, LeaseTable, Limits, Token,
+};
 
 /// How many jobs and holders the operations range over.
 pub const JOBS: u8 = 3;
@@ -242,7 +244,7 @@ pub fn check(ops: &[Op]) -> Result<(), String> {
                 // their stored TTL from start-up; tokens go on.
                 table = LeaseTable::restore(
                     stored.iter().map(|(j, r)| (name(*j), r.clone())),
-                    Token::NONE,
+                    Floors::default(),
                     now,
                 );
                 for (j, m) in model.iter_mut() {

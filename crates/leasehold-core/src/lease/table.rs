@@ -286,8 +286,34 @@ pub struct LeaseTable {
     next_waiter: u64,
     stats: Stats,
     faults: Faults,
-    /// Every grant's token is above this (see [`LeaseTable::restore`]).
-    floor: Token,
+    /// Every grant's token is above these (see [`Floors`]).
+    floors: Floors,
+}
+
+/// The tokens below which no grant goes, kept by the store.
+///
+/// Two floors, because they apply to different jobs:
+/// - **`every`: every grant on every job is above it.** A data dir that was
+///   recovered or restored from a backup raises it above every token that
+///   may have been issued before (see `store::sled`): records may be
+///   missing, so no job's own token can be trusted.
+/// - **`new_jobs`: the first grant of a job the table does not know is
+///   above it.** `DeleteJob` raises it to the deleted job's newest token,
+///   so a job created again under the same name never repeats a token.
+///   Jobs that exist keep their own counter: a deletion never moves them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Floors {
+    /// Every job's grants are above it.
+    pub every: Token,
+    /// A new job's grants are above it (and above `every`).
+    pub new_jobs: Token,
+}
+
+impl Floors {
+    /// The floor of a job the table does not know yet.
+    fn new_job(self) -> Token {
+        self.every.max(self.new_jobs)
+    }
 }
 
 /// Rules broken on purpose, to show that the torture checker catches real
@@ -330,20 +356,22 @@ impl LeaseTable {
     /// from `now`**: the server cannot know how long it was down, so it
     /// extends and never shortens. Its holder can renew it with its token.
     ///
-    /// **Every grant from now on gets a token above `floor`**, on every
-    /// job, jobs never seen before included: a store recovered or restored
-    /// from a backup raises it above every token that may have been issued
-    /// before (see `store::sled`). A record below the floor predates it:
-    /// its lease, if any, is not live again.
+    /// **Every grant from now on gets a token above `floors.every`**, on
+    /// every job, jobs never seen before included: a store recovered or
+    /// restored from a backup raises it above every token that may have
+    /// been issued before (see `store::sled`). A record below that floor
+    /// predates it: its lease, if any, is not live again. **A job not in
+    /// `records` starts above `floors.new_jobs` too** (see [`Floors`]).
     pub fn restore(
         records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
-        floor: Token,
+        floors: Floors,
         now: Instant,
     ) -> Self {
         let mut table = LeaseTable {
-            floor,
+            floors,
             ..LeaseTable::default()
         };
+        let floor = floors.every;
         for (name, rec) in records {
             let mut job = Job::new(now, floor);
             let below = rec.token < floor;
@@ -377,12 +405,12 @@ impl LeaseTable {
     pub fn reload(
         &mut self,
         records: impl IntoIterator<Item = (JobName, LeaseRecord)>,
-        floor: Token,
+        floors: Floors,
         now: Instant,
     ) {
-        let t = LeaseTable::restore(records, floor, now);
+        let t = LeaseTable::restore(records, floors, now);
         self.jobs = t.jobs;
-        self.floor = t.floor;
+        self.floors = t.floors;
     }
 
     /// Saves one job's state, to undo a decision whose change could not be
@@ -421,7 +449,7 @@ impl LeaseTable {
     ) -> (Acquire, Effects) {
         let stats = &mut self.stats;
         let faults = self.faults;
-        let floor = self.floor;
+        let floor = self.floors.new_job();
         let job = self
             .jobs
             .entry(name.clone())
@@ -676,7 +704,7 @@ impl LeaseTable {
     ) -> WaiterId {
         self.next_waiter += 1;
         let id = WaiterId(self.next_waiter);
-        let floor = self.floor;
+        let floor = self.floors.new_job();
         self.jobs
             .entry(name.clone())
             .or_insert_with(|| Job::new(now, floor))
@@ -742,6 +770,49 @@ impl LeaseTable {
             };
             (name, l)
         })
+    }
+
+    /// Forgets a job that has no live lease and nobody waiting for it, and
+    /// raises the new-job floor to its newest token, so that the job, if
+    /// created again, never repeats a token ([`Floors`]). Returns the
+    /// deleted job's newest token, `None` when the table did not know it
+    /// (nothing to do). The caller must make the new floor durable, in the
+    /// same change as the deletion.
+    pub fn delete(&mut self, name: &JobName, now: Instant) -> Result<Option<Token>> {
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Ok(None);
+        };
+        job.settle(now, &mut self.stats, self.faults);
+        if let Some(h) = &job.holding {
+            return Err(Error::JobInUse {
+                job: name.to_string(),
+                why: format!(
+                    "its lease is held by {:?} with token {}",
+                    h.holder.as_str(),
+                    job.token
+                ),
+            });
+        }
+        if !job.waiters.is_empty() {
+            return Err(Error::JobInUse {
+                job: name.to_string(),
+                why: format!("{} Acquire(s) wait for it", job.waiters.len()),
+            });
+        }
+        let token = job.token;
+        self.jobs.remove(name);
+        self.floors.new_jobs = self.floors.new_jobs.max(token);
+        Ok(Some(token))
+    }
+
+    /// The floors in force ([`Floors`]).
+    pub fn floors(&self) -> Floors {
+        self.floors
+    }
+
+    /// Whether the table knows `name` (it was granted, or is waited for).
+    pub fn contains(&self, name: &JobName) -> bool {
+        self.jobs.contains_key(name)
     }
 
     /// The number of jobs known.

@@ -322,7 +322,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
             },
         ),
     ];
-    let mut t = LeaseTable::restore(recs, Token::NONE, t0);
+    let mut t = LeaseTable::restore(recs, Floors::default(), t0);
     let (a, _) = t.acquire(&job("held"), &who("b"), TTL, t0 + TTL - ms(1), None);
     assert_eq!(
         granted(&a),
@@ -351,7 +351,14 @@ fn every_grant_is_above_the_floor() {
             ttl: TTL,
         },
     )];
-    let mut t = LeaseTable::restore(recs, floor, t0);
+    let mut t = LeaseTable::restore(
+        recs,
+        Floors {
+            every: floor,
+            new_jobs: Token::NONE,
+        },
+        t0,
+    );
     assert!(t.renew(&job("kept"), &who("a"), Token(7), TTL, t0).is_err());
     let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
     assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
@@ -360,13 +367,102 @@ fn every_grant_is_above_the_floor() {
     let id = t.enqueue(&job("queued"), &who("c"), TTL, t0);
     let (a, _) = t.acquire(&job("queued"), &who("c"), TTL, t0, Some(id));
     assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
-    t.reload(Vec::new(), Token(1 << 40), t0);
+    t.reload(
+        Vec::new(),
+        Floors {
+            every: Token(1 << 40),
+            new_jobs: Token::NONE,
+        },
+        t0,
+    );
     let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
     assert_eq!(
         granted(&a),
         Some(Token((1 << 40) + 1)),
         "a reload keeps the new floor"
     );
+}
+
+/// A deleted job is forgotten, and created again above its old tokens;
+/// other jobs keep their own counters; a held or waited-for job is not
+/// deleted, and nothing changes.
+#[test]
+fn a_deleted_job_starts_again_above_its_old_tokens() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    for _ in 0..7 {
+        let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+        let tok = granted(&a).unwrap();
+        let _ = t.release(&job("x"), &who("a"), tok, t0).unwrap();
+    }
+    let (a, _) = t.acquire(&job("other"), &who("a"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token(1)));
+
+    let err = t.delete(&job("other"), t0).unwrap_err();
+    assert!(matches!(err, Error::JobInUse { .. }), "{err:?}");
+    assert!(
+        t.contains(&job("other")),
+        "a refused delete changes nothing"
+    );
+    let (a, _) = t.acquire(&job("x"), &who("b"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token(8)));
+    let id = t.enqueue(&job("x"), &who("c"), TTL, t0);
+    assert!(
+        matches!(
+            t.delete(&job("x"), t0 + TTL * 2),
+            Err(Error::JobInUse { .. })
+        ),
+        "an expired lease with a waiter in line is still in use"
+    );
+    let _ = t.dequeue(&job("x"), id);
+
+    assert_eq!(t.delete(&job("x"), t0 + TTL * 2).unwrap(), Some(Token(8)));
+    assert!(!t.contains(&job("x")));
+    assert_eq!(
+        t.delete(&job("x"), t0).unwrap(),
+        None,
+        "deleting twice is no error"
+    );
+    assert_eq!(t.floors().new_jobs, Token(8));
+    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token(9)), "never a token issued before");
+    let (a, _) = t.acquire(&job("brand-new"), &who("a"), TTL, t0, None);
+    assert_eq!(
+        granted(&a),
+        Some(Token(9)),
+        "a new job starts above the floor too"
+    );
+    let _ = t.release(&job("other"), &who("a"), Token(1), t0).unwrap();
+    let (a, _) = t.acquire(&job("other"), &who("b"), TTL, t0, None);
+    assert_eq!(
+        granted(&a),
+        Some(Token(2)),
+        "a job that exists keeps its counter"
+    );
+
+    // After a restart, the floor comes from the store.
+    let recs = vec![(
+        job("other"),
+        LeaseRecord {
+            holder: Some(who("b")),
+            token: Token(2),
+            ttl: TTL,
+        },
+    )];
+    let mut t = LeaseTable::restore(
+        recs,
+        Floors {
+            every: Token::NONE,
+            new_jobs: Token(8),
+        },
+        t0,
+    );
+    assert!(
+        t.renew(&job("other"), &who("b"), Token(2), TTL, t0).is_ok(),
+        "a live lease below the new-job floor stays live"
+    );
+    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token(9)));
 }
 
 /// The last token is issued once; then no grant is made, by an Acquire or
@@ -382,7 +478,7 @@ fn the_last_token_is_issued_once_then_grants_are_refused() {
             ttl: TTL,
         },
     )];
-    let mut t = LeaseTable::restore(recs, Token::NONE, t0);
+    let mut t = LeaseTable::restore(recs, Floors::default(), t0);
     let (a, _) = t.acquire(&job("old"), &who("a"), TTL, t0, None);
     assert_eq!(granted(&a), Some(Token::LAST));
     let id = t.enqueue(&job("old"), &who("b"), TTL, t0);
