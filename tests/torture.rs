@@ -286,6 +286,9 @@ fn outcome_of(e: &ClientError) -> Outcome {
         // Refused by a policy: nothing changed (the torture servers have none).
         ClientError::Unauthenticated(_) => Outcome::Fail("UNAUTHENTICATED".into()),
         ClientError::PermissionDenied { .. } => Outcome::Fail("PERMISSION_DENIED".into()),
+        // Over a limit on state: nothing changed.
+        ClientError::QuotaExceeded { .. } => Outcome::Fail("QUOTA_EXCEEDED".into()),
+        ClientError::JobInUse(_) => Outcome::Fail("JOB_IN_USE".into()),
         // The change may or may not have happened.
         ClientError::Unavailable(_) | ClientError::Other(_) => Outcome::Unknown,
     }
@@ -323,6 +326,11 @@ async fn stream_write(
                 message,
             })
         }
+        Some(WriteOutcome::QuotaExceeded { message }) => Err(ClientError::QuotaExceeded {
+            message,
+            limit: Some("--max-keys-per-job".into()),
+            max: None,
+        }),
         None => Err(ClientError::Unavailable("no result".into())),
     }
 }

@@ -132,6 +132,15 @@ pub enum ClientCommand {
         #[arg(long)]
         token: u64,
     },
+    /// Delete a job and its keys, when its lease is not live and nobody
+    /// waits for it. A job created again later gets tokens above its old
+    /// ones. With a policy, needs action `admin`.
+    DeleteJob {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+    },
     /// Show a table of jobs: holder, token, time remaining.
     Status {
         #[command(flatten)]
@@ -234,6 +243,14 @@ impl ClientCommand {
             } => {
                 connect(&conn).await?.release(&job, &holder, token).await?;
                 println!("released job={job} token={token}");
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::DeleteJob { conn, job } => {
+                if connect(&conn).await?.delete_job(&job).await? {
+                    println!("deleted job={job}");
+                } else {
+                    println!("no such job: {job}");
+                }
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Status { conn, prefix } => {

@@ -17,7 +17,7 @@ use leasehold::backend::Backend;
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
-use leasehold::node::Node;
+use leasehold::node::{Node, StateLimits};
 use leasehold::server;
 use leasehold::server::auth::Auth;
 use leasehold::server::tls::{Tls, TlsFiles};
@@ -152,6 +152,15 @@ pub struct ServeArgs {
     /// lease is free, else refused with QUOTA_EXCEEDED.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
     max_waiters_per_job: usize,
+    /// Jobs at once; an Acquire that would create one more is refused with
+    /// QUOTA_EXCEEDED. `leasehold delete-job` gives room back.
+    #[arg(long, env = "LEASEHOLD_MAX_JOBS", default_value_t = 1_000_000)]
+    max_jobs: usize,
+    /// Keys of one job's fenced store, deleted keys included (a delete
+    /// keeps a tombstone); a write of one more key is refused with
+    /// QUOTA_EXCEEDED. Deleting the job gives the room back.
+    #[arg(long, env = "LEASEHOLD_MAX_KEYS_PER_JOB", default_value_t = 10_000)]
+    max_keys_per_job: usize,
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
@@ -199,6 +208,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         ("--max-watchers", a.max_watchers),
         ("--max-waiters-per-job", a.max_waiters_per_job),
+        ("--max-jobs", a.max_jobs),
+        ("--max-keys-per-job", a.max_keys_per_job),
         (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
@@ -245,10 +256,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         Some(p) => Some(Auth::load(p.clone(), rpc.clone()).context("cannot load the policy")?),
         None => None,
     };
+    let state_limits = StateLimits {
+        max_jobs: a.max_jobs,
+        max_keys_per_job: a.max_keys_per_job,
+    };
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
             let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
-            let node = Node::open(Arc::new(store)).context("cannot load the store")?;
+            let node =
+                Node::open_with(Arc::new(store), state_limits).context("cannot load the store")?;
             #[cfg(feature = "fault-injection")]
             if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
                 node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
@@ -262,6 +278,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 timeout: a.etcd_timeout,
                 session_ttl: a.etcd_session_ttl,
                 security: etcd_security(&a)?,
+                limits: state_limits,
             };
             let node = EtcdNode::open(config)
                 .await

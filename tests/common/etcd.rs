@@ -327,6 +327,7 @@ pub fn frontend_config(endpoints: Vec<String>, prefix: &str) -> leasehold::etcd:
         timeout: Duration::from_secs(5),
         session_ttl: MIN_TTL,
         security: Default::default(),
+        limits: Default::default(),
     }
 }
 

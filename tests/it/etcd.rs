@@ -855,6 +855,7 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
         timeout: Duration::from_secs(1),
         session_ttl: Duration::from_secs(10),
         security: Default::default(),
+        limits: Default::default(),
     };
     let a = EtcdNode::open(config.clone()).await.unwrap();
     let b = EtcdNode::open(config).await.unwrap();

@@ -11,6 +11,7 @@ mod common;
 mod api;
 mod bridge_health;
 mod crash;
+mod delete_job;
 mod elector;
 mod etcd;
 mod etcd_secure;

@@ -123,6 +123,20 @@ pub enum ClientError {
         /// The job.
         job: Option<String>,
     },
+    /// A limit on state was reached (reason QUOTA_EXCEEDED): too many jobs,
+    /// keys in a job, watchers, or waiters on a job. Nothing was changed;
+    /// retrying helps only once the state shrinks.
+    QuotaExceeded {
+        /// The server's message.
+        message: String,
+        /// The flag that sets the limit (`--max-jobs`, ...), if said.
+        limit: Option<String>,
+        /// Its value, if said.
+        max: Option<u64>,
+    },
+    /// `DeleteJob` on a job whose lease is live or that an Acquire waits for
+    /// (reason JOB_IN_USE). Nothing was deleted.
+    JobInUse(String),
     /// The server could not be reached or could not answer (UNAVAILABLE,
     /// DEADLINE_EXCEEDED, a transport failure). The outcome of a change is
     /// unknown; retrying can help.
@@ -150,6 +164,8 @@ impl fmt::Display for ClientError {
             ClientError::PermissionDenied { message, .. } => {
                 write!(f, "{message} (PERMISSION_DENIED)")
             }
+            ClientError::QuotaExceeded { message, .. } => write!(f, "{message} (QUOTA_EXCEEDED)"),
+            ClientError::JobInUse(m) => write!(f, "{m} (JOB_IN_USE)"),
             ClientError::Unavailable(m) => write!(f, "unavailable: {m}"),
             ClientError::Other(s) => write!(f, "{}: {}", s.code(), s.message()),
         }
@@ -186,6 +202,12 @@ impl From<Status> for ClientError {
                     job: meta("job"),
                 }
             }
+            (_, Some(proto::ErrorReason::QuotaExceeded)) => ClientError::QuotaExceeded {
+                message,
+                limit: meta("limit"),
+                max: meta("max").and_then(|m| m.parse().ok()),
+            },
+            (_, Some(proto::ErrorReason::JobInUse)) => ClientError::JobInUse(message),
             (
                 _,
                 Some(
@@ -492,6 +514,19 @@ impl Client {
             .get_lease(proto::GetLeaseRequest { job: job.into() })
             .await?;
         Ok(r.into_inner().into())
+    }
+
+    /// Deletes a job and its keys, if its lease is not live and nobody
+    /// waits for it ([`ClientError::JobInUse`] otherwise). Returns whether
+    /// there was such a job. A job created again later gets tokens above
+    /// its old ones.
+    pub async fn delete_job(&self, job: &str) -> Result<bool, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .delete_job(proto::DeleteJobRequest { job: job.into() })
+            .await?;
+        Ok(r.into_inner().deleted)
     }
 
     /// Every lease whose job starts with `prefix`, all pages.

@@ -96,6 +96,12 @@ pub enum WriteOutcome {
         /// Why, in words.
         message: String,
     },
+    /// The write would add a key to a job at its limit of keys
+    /// (`--max-keys-per-job`). Nothing was written.
+    QuotaExceeded {
+        /// Why, naming the limit.
+        message: String,
+    },
     /// The write was malformed. Nothing was written.
     InvalidArgument {
         /// The field at fault: `job`, `token`, `key` or `value`.
@@ -125,6 +131,7 @@ impl WriteOutcome {
                 current_token: r.current_token,
                 message: r.message,
             },
+            Outcome::QuotaExceeded => WriteOutcome::QuotaExceeded { message: r.message },
             Outcome::InvalidArgument => WriteOutcome::InvalidArgument {
                 field: r.field,
                 message: r.message,

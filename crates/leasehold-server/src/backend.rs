@@ -113,6 +113,18 @@ impl Backend {
         }
     }
 
+    /// Deletes a job that has no live lease and nobody waiting, with its
+    /// keys; a job created again later gets tokens above its old ones.
+    pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
+        match self {
+            Backend::Local(n) => n.delete_job(job).await,
+            Backend::Etcd(n) => {
+                n.bounded("DeleteJob", Duration::ZERO, n.delete_job(job))
+                    .await
+            }
+        }
+    }
+
     /// The lease of `job` for a check made before a decision (see
     /// [`Node::lease_now`]): the single node's as decided now, without
     /// waiting for it to be durable; etcd's as read.
@@ -187,7 +199,11 @@ impl Backend {
                             .await
                         {
                             Ok(v) => Ok(v),
-                            Err(e @ (Error::Fenced { .. } | Error::UnknownToken { .. })) => Err(e),
+                            Err(
+                                e @ (Error::Fenced { .. }
+                                | Error::UnknownToken { .. }
+                                | Error::QuotaExceeded { .. }),
+                            ) => Err(e),
                             Err(e) => return Err(e),
                         },
                     );

@@ -71,19 +71,8 @@ pub trait Store: Send + Sync + 'static {
     /// both there, or neither**. Returns how many value records it
     /// removed.
     fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize>;
-    /// How many live (not deleted) values `job` holds.
-    fn count_values(&self, job: &JobName) -> Result<usize> {
-        let mut n = 0;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self.list_values(job, b"", after.as_deref(), 1024)?;
-            n += page.len();
-            match page.last() {
-                Some((k, _)) if page.len() == 1024 => after = Some(k.clone()),
-                _ => return Ok(n),
-            }
-        }
-    }
+    /// How many keys `job` holds, deleted ones (tombstones) included.
+    fn count_keys(&self, job: &JobName) -> Result<usize>;
     /// How the data dir was last recovered or restored, if it was: what was
     /// kept, what was lost, the floor.
     fn recovered(&self) -> Option<String> {

@@ -45,7 +45,7 @@
 //! never syncs; the segment size below keeps default-sized values out of
 //! blobs, and a checkpoint fsyncs any blob files that exist anyway.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -251,6 +251,34 @@ impl SledStore {
             });
             Ok(())
         })
+    }
+
+    /// Every value key of `job`, tombstones included: sled's, and the
+    /// overlay's over them (a removal there takes a key out).
+    fn value_keys(&self, job: &JobName) -> Result<BTreeSet<Vec<u8>>> {
+        let prefix = value_key(job, b"");
+        // The overlay after sled: an entry that leaves the overlay in
+        // between was applied to sled before it left, and is seen twice at
+        // worst.
+        let mut keys = BTreeSet::new();
+        self.with(|o| {
+            for k in o.values.scan_prefix(&prefix).keys() {
+                keys.insert(k.map_err(Error::storage)?.to_vec());
+            }
+            Ok(())
+        })?;
+        for (k, (_, v)) in self
+            .pending()
+            .overlay
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+        {
+            match v.is_empty() {
+                true => keys.remove(k),
+                false => keys.insert(k.clone()),
+            };
+        }
+        Ok(keys)
     }
 
     /// How many durability barriers ran, for tests and metrics.
@@ -918,27 +946,12 @@ impl Store for SledStore {
         .unwrap_or(Token::NONE)
     }
 
+    fn count_keys(&self, job: &JobName) -> Result<usize> {
+        Ok(self.value_keys(job)?.len())
+    }
+
     fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize> {
-        // Every value key of the job, tombstones included: the overlay's
-        // and sled's.
-        let prefix = value_key(job, b"");
-        let keys: std::collections::BTreeSet<Vec<u8>> = {
-            let mut keys: std::collections::BTreeSet<Vec<u8>> = self
-                .pending()
-                .overlay
-                .range(prefix.clone()..)
-                .take_while(|(k, _)| k.starts_with(&prefix))
-                .filter(|(_, (_, v))| !v.is_empty())
-                .map(|(k, _)| k.clone())
-                .collect();
-            self.with(|o| {
-                for k in o.values.scan_prefix(&prefix).keys() {
-                    keys.insert(k.map_err(Error::storage)?.to_vec());
-                }
-                Ok(())
-            })?;
-            keys
-        };
+        let keys = self.value_keys(job)?;
         self.ensure_space(64 + keys.iter().map(|k| k.len() + 16).sum::<usize>())?;
         // One staging, under one hold of the pending lock: a sync logs
         // these puts in one batch, which a crash keeps whole or not at all.
@@ -1166,6 +1179,9 @@ impl Store for SledStore {
         epoch: u64,
     ) -> Result<Option<Option<ValueRecord>>> {
         if let Some((_, v)) = self.pending().overlay.get(&value_key(job, key)) {
+            if v.is_empty() {
+                return Ok(Some(None));
+            }
             return decode_value(v).map(|r| Some(Some(r)));
         }
         // Not in the overlay now, so not at the first read either (entries
@@ -1430,8 +1446,8 @@ mod tests {
             assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
             assert_eq!(s.get_value(&x, b"k9").unwrap(), None);
             assert!(keys(&s, &x, None, 100).is_empty());
-            assert_eq!(s.count_values(&x).unwrap(), 0);
-            assert_eq!(s.count_values(&y).unwrap(), 1);
+            assert_eq!(s.count_keys(&x).unwrap(), 0);
+            assert_eq!(s.count_keys(&y).unwrap(), 1);
             s.sync().unwrap();
             assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
             // No checkpoint: the restart replays the log.
@@ -1453,7 +1469,7 @@ mod tests {
         // The checkpointed state passes the start-up checks again.
         let s = SledStore::open(dir.path()).unwrap();
         assert_eq!(s.new_job_floor(), Token(7));
-        assert_eq!(s.count_values(&y).unwrap(), 1);
+        assert_eq!(s.count_keys(&y).unwrap(), 1);
     }
 
     /// A read made without the caller's lock is confirmed from memory, or

@@ -767,6 +767,16 @@ pub fn delete_op(key: Vec<u8>) -> pb::RequestOp {
     }
 }
 
+/// A delete of every key in `[key, end)` in a transaction.
+pub fn delete_range_op(key: Vec<u8>, end: Vec<u8>) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(Op::RequestDeleteRange(pb::DeleteRangeRequest {
+            key,
+            range_end: end,
+        })),
+    }
+}
+
 /// A read of `[key, end)` (one key when `end` is empty), up to `limit`
 /// keys (0: all).
 pub fn range_req(key: Vec<u8>, end: Vec<u8>, limit: i64) -> pb::RangeRequest {

@@ -67,10 +67,11 @@ pub fn acquire<'a>(
 pub fn grant(
     job: &JobName,
     st: &JobState,
+    floor: Token,
     holder: &HolderId,
     ttl: Duration,
 ) -> Result<(HolderRec, TokenRec)> {
-    let token = rules::next_token(job, st.token())?;
+    let token = rules::next_token(job, st.token().max(floor))?;
     Ok((
         HolderRec {
             token,

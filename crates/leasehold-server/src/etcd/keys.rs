@@ -6,9 +6,15 @@
 //! | key | value | etcd lease | deleted |
 //! |---|---|---|---|
 //! | `j/{job}\0h` | the holder record: token, TTL, holder | the grant's own etcd lease | by the lease's expiry, or by `Release`'s transaction |
-//! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | never: the token counter is never deleted or reset |
-//! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | never (a delete writes a tombstone) |
+//! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | by `DeleteJob` only, which raises the new-job floor to its token in the same transaction |
+//! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |
+//!
+//! Store-wide, one key: `meta`, the [`MetaRec`]: the new-job token floor
+//! and the number of jobs. A `DeleteJob` deletes the job's `j/` and `v/`
+//! keys and raises the floor in one transaction; the grant that creates
+//! a job (its token key does not exist) reads the floor, and compares and
+//! puts `meta` in its transaction. Grants on existing jobs never touch it.
 //!
 //! A job name never contains a control character, so `\0` ends it: the
 //! range `[j/{job}\0, j/{job}\x01)` holds exactly the job's own two keys,
@@ -66,6 +72,13 @@ impl Keys {
     pub fn health_probe(&self) -> Vec<u8> {
         let mut k = self.prefix.clone();
         k.extend_from_slice(b"health");
+        k
+    }
+
+    /// The store-wide record: the new-job floor and the job count.
+    pub fn meta(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"meta");
         k
     }
 
@@ -139,7 +152,7 @@ impl Keys {
         };
         let record = match (kind, deleted) {
             (JobKey::Holder, true) => Ok(Record::HolderGone),
-            (JobKey::Token, true) => return None,
+            (JobKey::Token, true) => Ok(Record::TokenGone),
             // leasehold binds every holder key to its grant's etcd lease;
             // one without a lease would never expire, and no renewal of it
             // could ever succeed.
@@ -345,6 +358,42 @@ impl TokenRec {
     }
 }
 
+/// The `meta` key's value: `{new_job_floor} {jobs}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MetaRec {
+    /// A job created from now on gets tokens above this.
+    pub new_job_floor: Token,
+    /// Jobs with a token key.
+    pub jobs: u64,
+}
+
+impl MetaRec {
+    /// `{new_job_floor} {jobs}`.
+    pub fn encode(&self) -> Vec<u8> {
+        format!("{} {}", self.new_job_floor.0, self.jobs).into_bytes()
+    }
+
+    /// The inverse of [`MetaRec::encode`].
+    pub fn decode(b: &[u8]) -> Result<MetaRec> {
+        let s = std::str::from_utf8(b).map_err(|_| corrupt("meta record", b))?;
+        let (f, n) = s.split_once(' ').ok_or_else(|| corrupt("meta record", b))?;
+        Ok(MetaRec {
+            new_job_floor: Token(f.parse().map_err(|_| corrupt("meta record", b))?),
+            jobs: n.parse().map_err(|_| corrupt("meta record", b))?,
+        })
+    }
+}
+
+/// The `meta` key as read: its record and mod revision (0 when absent).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// The record.
+    pub rec: MetaRec,
+    /// The key's mod revision, for the comparison; 0 when it does not
+    /// exist yet.
+    pub mod_revision: i64,
+}
+
 /// Which of a job's keys a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobKey {
@@ -389,6 +438,8 @@ pub enum Record {
     Holder(Holding),
     /// The holder key was deleted (a watch event): released or expired.
     HolderGone,
+    /// The token key was deleted (a watch event): the job was deleted.
+    TokenGone,
 }
 
 /// A job's holder and token keys, decoded.
@@ -412,6 +463,10 @@ impl JobState {
             }
             Record::Holder(h) => self.holder = Some(h),
             Record::HolderGone => self.holder = None,
+            Record::TokenGone => {
+                self.token = None;
+                self.token_mod = 0;
+            }
         }
     }
 

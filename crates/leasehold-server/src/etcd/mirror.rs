@@ -154,7 +154,7 @@ impl Mirror {
                 j.last_holder = rec.holder;
             }
             Ok(Record::Holder(_)) => j.held = true,
-            Ok(Record::HolderGone) => {}
+            Ok(Record::HolderGone | Record::TokenGone) => {}
             Err(bad) => tracing::warn!(%bad, "metrics mirror: skipping a record"),
         }
     }
@@ -165,6 +165,11 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
         return;
     };
     let State { jobs, stats } = st;
+    if let Ok(Record::TokenGone) = r {
+        // The job was deleted.
+        jobs.remove(name);
+        return;
+    }
     let j = jobs.entry(name.to_owned()).or_insert_with(Job::new);
     match r {
         Ok(Record::Token { rec: t, .. }) => {
@@ -192,7 +197,7 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
             j.held = false;
             j.vacant_since = Instant::now();
         }
-        Ok(Record::HolderGone) => {}
+        Ok(Record::HolderGone | Record::TokenGone) => {}
         Err(bad) => tracing::warn!(%bad, "metrics mirror: skipping an event"),
     }
 }

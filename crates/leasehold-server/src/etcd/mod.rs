@@ -126,11 +126,11 @@ use tokio::time::{sleep_until, Instant};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
-use crate::node::{RenewOutcome, Renewal, Snapshot, StoreHealth};
+use crate::node::{RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth};
 use crate::store::ValueRecord;
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
-use keys::{decode_value, Holding, JobState, Keys};
+use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
 use mirror::Mirror;
 use queue::{Line, Place, Waiting};
 use session::Session;
@@ -151,6 +151,8 @@ pub struct Config {
     pub session_ttl: Duration,
     /// TLS and authentication for a secured etcd.
     pub security: client::Security,
+    /// `--max-jobs` and `--max-keys-per-job`.
+    pub limits: StateLimits,
 }
 
 impl Default for Config {
@@ -161,6 +163,7 @@ impl Default for Config {
             timeout: Duration::from_secs(5),
             session_ttl: Duration::from_secs(5),
             security: client::Security::default(),
+            limits: StateLimits::default(),
         }
     }
 }
@@ -205,6 +208,7 @@ struct Inner {
     joins: queue::Joins,
     /// Reads of a job shared by the calls that ask at once.
     reads: reads::SharedReads,
+    limits: StateLimits,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -265,8 +269,10 @@ impl EtcdNode {
                 orphans: queue::Orphans::default(),
                 job_watches: queue::JobWatches::default(),
                 reads: reads::SharedReads::default(),
+                limits: config.limits,
             }),
         };
+        node.init_meta().await?;
         let sweeper = tokio::spawn(queue::Orphans::sweep(node.clone()));
         let prober = tokio::spawn(node.clone().probe_health());
         let keeper = tokio::spawn(node.clone().keep_session());
@@ -281,6 +287,109 @@ impl EtcdNode {
             .expect("tasks lock")
             .extend([keeper, mirror, prober, sweeper]);
         Ok(node)
+    }
+
+    /// Reads the store-wide `meta` record.
+    async fn meta(&self) -> Result<Meta> {
+        let r = self.failed(
+            self.inner
+                .etcd
+                .range(range_req(self.inner.keys.meta(), Vec::new(), 0))
+                .await,
+        )?;
+        match r.kvs.first() {
+            Some(kv) => Ok(Meta {
+                rec: MetaRec::decode(&kv.value)?,
+                mod_revision: kv.mod_revision,
+            }),
+            None => Ok(Meta::default()),
+        }
+    }
+
+    /// Writes the `meta` record if there is none yet (a prefix written by
+    /// an older leasehold, or a new one): the job count, counted once from
+    /// the token keys, and no floor.
+    async fn init_meta(&self) -> Result<()> {
+        if self.meta().await?.mod_revision != 0 {
+            return Ok(());
+        }
+        let k = &self.inner.keys;
+        let (mut start, end) = k.all_jobs();
+        let mut jobs = 0u64;
+        let mut revision = 0;
+        loop {
+            let mut req = range_req(start.clone(), end.clone(), 10_000);
+            req.keys_only = true;
+            req.revision = revision;
+            let r = self.failed(self.inner.etcd.range(req).await)?;
+            revision = r.header.as_ref().map_or(0, |h| h.revision);
+            jobs += r
+                .kvs
+                .iter()
+                .filter(|kv| matches!(k.parse_job_key(&kv.key), Some((_, keys::JobKey::Token))))
+                .count() as u64;
+            match r.kvs.last() {
+                Some(kv) if r.more => {
+                    start = kv.key.clone();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        let rec = MetaRec {
+            new_job_floor: Token::NONE,
+            jobs,
+        };
+        let req = client::pb::TxnRequest {
+            compare: vec![client::create_is(k.meta(), 0)],
+            success: vec![client::put_op(k.meta(), rec.encode(), 0)],
+            failure: Vec::new(),
+        };
+        // Lost to another frontend's: theirs counted the same jobs.
+        self.failed(self.inner.etcd.txn(req).await)?;
+        Ok(())
+    }
+
+    /// Deletes `job` and its keys, if its lease is not live and nobody
+    /// waits for it; returns whether there was such a job. One
+    /// transaction deletes the job's keys and raises the new-job floor to
+    /// the job's newest token, comparing that the holder key is still
+    /// absent and the token key and `meta` unchanged since they were read.
+    pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
+        self.check_open()?;
+        let k = &self.inner.keys;
+        for _ in 0..MAX_TRIES {
+            let read = self.read_job(job, None).await?;
+            let Some(t) = &read.job.token else {
+                return Ok(false);
+            };
+            if let Some(h) = &read.job.holder {
+                return Err(Error::JobInUse {
+                    job: job.to_string(),
+                    why: format!(
+                        "its lease is held by {:?} with token {}",
+                        h.rec.holder, h.rec.token
+                    ),
+                });
+            }
+            if read.line.waiting > 0 {
+                return Err(Error::JobInUse {
+                    job: job.to_string(),
+                    why: format!("{} Acquire(s) wait for it", read.line.waiting),
+                });
+            }
+            let meta = self.meta().await?;
+            let rec = MetaRec {
+                new_job_floor: meta.rec.new_job_floor.max(t.token),
+                jobs: meta.rec.jobs.saturating_sub(1),
+            };
+            let req = txn::delete_job(k, job.as_str(), &read.job, &meta, &rec);
+            if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+                tracing::info!(job = %job, "job deleted");
+                return Ok(true);
+            }
+        }
+        Err(contention("DeleteJob"))
     }
 
     /// Jobs whose waiters on this frontend share an etcd watch now.
@@ -544,10 +653,23 @@ impl EtcdNode {
         st: &JobState,
         place: Option<&Place>,
     ) -> Result<Option<LeaseView>> {
+        // A new job: counted and above the new-job floor, both in `meta`,
+        // which the grant compares and puts.
+        let meta = match st.token {
+            Some(_) => None,
+            None => {
+                let m = self.meta().await?;
+                if m.rec.jobs >= self.inner.limits.max_jobs as u64 {
+                    return Err(self.inner.limits.too_many_jobs());
+                }
+                Some(m)
+            }
+        };
+        let floor = meta.map_or(Token::NONE, |m| m.rec.new_job_floor);
         // Refused before anything is created in etcd.
-        let (holder_rec, token_rec) = decide::grant(job, st, holder, ttl)?;
+        let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl)?;
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
-        let req = txn::grant(
+        let mut req = txn::grant(
             &self.inner.keys,
             job.as_str(),
             st,
@@ -556,6 +678,9 @@ impl EtcdNode {
             &token_rec,
             lease,
         );
+        if let Some(m) = meta {
+            txn::count_new_job(&self.inner.keys, &mut req, &m);
+        }
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
         // asking again.
@@ -867,6 +992,18 @@ impl EtcdNode {
                 value: value.clone(),
             };
             let stored_at = existing.as_ref().map(|(_, rev)| *rev);
+            if stored_at.is_none() {
+                // A new key: counted (tombstones included) before the
+                // write. Parallel writes of new keys can pass the count
+                // together, so a job can go over by as many.
+                let (vs, ve) = k.values_range(job.as_str(), b"", None);
+                let mut req = range_req(vs, ve, 0);
+                req.count_only = true;
+                let n = self.failed(self.inner.etcd.range(req).await)?.count;
+                if n >= self.inner.limits.max_keys_per_job as i64 {
+                    return Err(self.inner.limits.too_many_keys());
+                }
+            }
             let req = txn::write(k, job.as_str(), h, &vk, stored_at, &rec);
             if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 self.inner.counters.writes.fetch_add(1, Ordering::Relaxed);

@@ -4,8 +4,12 @@
 //! change. A transaction whose comparisons fail changes nothing; the
 //! caller reads again and decides again.
 
-use super::client::{create_is, delete_op, lease_is, mod_is, pb, put_op, value_below, value_is};
-use super::keys::{encode_value, token_below, HolderRec, Holding, JobState, Keys, TokenRec};
+use super::client::{
+    create_is, delete_op, delete_range_op, lease_is, mod_is, pb, put_op, value_below, value_is,
+};
+use super::keys::{
+    encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
+};
 use super::queue::{grant_compares, Place};
 use crate::lease::{HolderId, Token};
 use crate::store::ValueRecord;
@@ -37,6 +41,56 @@ pub fn grant(
     pb::TxnRequest {
         compare,
         success,
+        failure: Vec::new(),
+    }
+}
+
+/// Adds to a grant's transaction `req` the creation of its job: `meta`
+/// unchanged since it was read as `m` (so the new-job floor the token was
+/// chosen above, and the count the quota was checked against, hold), and
+/// one more job in it.
+pub fn count_new_job(keys: &Keys, req: &mut pb::TxnRequest, m: &Meta) {
+    let mk = keys.meta();
+    req.compare.push(match m.mod_revision {
+        0 => create_is(mk.clone(), 0),
+        rev => mod_is(mk.clone(), rev),
+    });
+    let rec = MetaRec {
+        jobs: m.rec.jobs + 1,
+        ..m.rec
+    };
+    req.success.push(put_op(mk, rec.encode(), 0));
+}
+
+/// Deletes a job read as `st` (its token key was there, its holder key
+/// absent): its holder and token keys and every value key, and puts
+/// `meta` as `rec` (the floor raised to the job's token, one job less), if
+/// the holder key is still absent, the token key unchanged, and `meta`
+/// unchanged since it was read as `m`.
+pub fn delete_job(
+    keys: &Keys,
+    job: &str,
+    st: &JobState,
+    m: &Meta,
+    rec: &MetaRec,
+) -> pb::TxnRequest {
+    let (hk, tk, mk) = (keys.holder(job), keys.token(job), keys.meta());
+    let (js, je) = keys.job_range(job);
+    let (vs, ve) = keys.values_range(job, b"", None);
+    pb::TxnRequest {
+        compare: vec![
+            create_is(hk, 0),
+            mod_is(tk, st.token_mod),
+            match m.mod_revision {
+                0 => create_is(mk.clone(), 0),
+                rev => mod_is(mk.clone(), rev),
+            },
+        ],
+        success: vec![
+            delete_range_op(js, je),
+            delete_range_op(vs, ve),
+            put_op(mk, rec.encode(), 0),
+        ],
         failure: Vec::new(),
     }
 }

@@ -33,7 +33,8 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::rules::classify;
 use crate::lease::{
-    Acquire, Effects, HolderId, JobName, Leadership, LeaseTable, LeaseView, Stats, Token, WaiterId,
+    Acquire, Effects, Floors, HolderId, JobName, Leadership, LeaseTable, LeaseView, Stats, Token,
+    WaiterId,
 };
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
@@ -98,8 +99,51 @@ pub struct Write {
 /// (`LeaseLost` or `UnknownToken`) with the job's current lease.
 pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
 
+/// Limits on what the node keeps (`--max-jobs`, `--max-keys-per-job`).
+/// Over one, a change that would grow past it is refused with
+/// [`Error::QuotaExceeded`] and nothing changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLimits {
+    /// Jobs known at once; an `Acquire` of a new job is refused at it.
+    pub max_jobs: usize,
+    /// Keys per job, deleted ones included (a delete keeps a tombstone, so
+    /// that versions never go back); a write of a new key is refused at it.
+    /// Deleting the job gives the room back.
+    pub max_keys_per_job: usize,
+}
+
+impl Default for StateLimits {
+    fn default() -> StateLimits {
+        StateLimits {
+            max_jobs: 1_000_000,
+            max_keys_per_job: 10_000,
+        }
+    }
+}
+
+impl StateLimits {
+    /// The refusal of a new job.
+    pub fn too_many_jobs(&self) -> Error {
+        Error::QuotaExceeded {
+            limit: "--max-jobs",
+            max: self.max_jobs,
+        }
+    }
+
+    /// The refusal of a new key.
+    pub fn too_many_keys(&self) -> Error {
+        Error::QuotaExceeded {
+            limit: "--max-keys-per-job",
+            max: self.max_keys_per_job,
+        }
+    }
+}
+
 struct State {
     table: LeaseTable,
+    /// Keys per job (tombstones included), for the jobs that wrote a new key since the
+    /// start: counted from the store the first time, then kept.
+    keys: HashMap<JobName, usize>,
     wakers: HashMap<WaiterId, Arc<Notify>>,
     /// Goes up each time the table is reloaded after a store failure;
     /// waiters queued before that must ask again.
@@ -123,6 +167,15 @@ struct Inner {
     watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
     closing: watch::Sender<bool>,
     recovery: Arc<Recovery>,
+    limits: StateLimits,
+}
+
+/// The floors the store keeps, for the lease table.
+fn floors(store: &dyn Store) -> Floors {
+    Floors {
+        every: store.token_floor(),
+        new_jobs: store.new_job_floor(),
+    }
 }
 
 impl Inner {
@@ -174,8 +227,8 @@ impl Inner {
             .lose_pending("the store failed and was reopened from stable storage");
         self.store.reopen()?;
         let records = self.store.leases()?;
-        st.table
-            .reload(records, self.store.token_floor(), clock::now());
+        st.table.reload(records, floors(&*self.store), clock::now());
+        st.keys.clear();
         self.commit.reopened();
         st.generation += 1;
         self.recovery.recovered();
@@ -232,13 +285,19 @@ impl Node {
     /// [`Error::NoSpace`] and reports an unhealthy store until space
     /// returns, while reads and renewals go on.
     pub fn open(store: Arc<dyn Store>) -> Result<Node> {
+        Node::open_with(store, StateLimits::default())
+    }
+
+    /// [`Node::open`], with limits on the state it keeps.
+    pub fn open_with(store: Arc<dyn Store>, limits: StateLimits) -> Result<Node> {
         let records = store.leases()?;
-        let table = LeaseTable::restore(records, store.token_floor(), clock::now());
+        let table = LeaseTable::restore(records, floors(&*store), clock::now());
         let recovery = Arc::new(Recovery::default());
         let commit = GroupCommit::start(store.clone(), recovery.clone());
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 table,
+                keys: HashMap::new(),
                 wakers: HashMap::new(),
                 generation: 0,
             }),
@@ -247,6 +306,7 @@ impl Node {
             watchers: Mutex::new(HashMap::new()),
             closing: watch::Sender::new(false),
             recovery: recovery.clone(),
+            limits,
         });
         if let Err(Error::NoSpace { free, needed }) = inner.store.check_space() {
             inner.recovery.set_full(Some((free, needed)));
@@ -347,9 +407,15 @@ impl Node {
     ) -> Result<(bool, LeaseView)> {
         self.check_open()?;
         let give_up = clock::now() + wait;
-        let (res, seq, changed) =
-            self.decide(job, |t, now| t.acquire(job, holder, ttl, now, None))?;
-        let busy = match res {
+        let limits = self.inner.limits;
+        let (res, seq, changed) = self.decide(job, |t, now| {
+            if !t.contains(job) && t.len() >= limits.max_jobs {
+                return (Err(limits.too_many_jobs()), Effects::default());
+            }
+            let (a, fx) = t.acquire(job, holder, ttl, now, None);
+            (Ok(a), fx)
+        })?;
+        let busy = match res? {
             Acquire::Granted(view) => {
                 self.publish_when_durable(job, seq, changed).await?;
                 return Ok((true, view));
@@ -497,6 +563,37 @@ impl Node {
         self.publish_when_durable(job, seq, changed).await
     }
 
+    /// Deletes `job` and its keys, if it has no live lease and nobody
+    /// waits for it ([`Error::JobInUse`] otherwise); returns whether there
+    /// was such a job. **A job created again under the name gets tokens
+    /// above every token the deleted one issued**: the deletion and the
+    /// raised new-job floor are one change in the store.
+    pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
+        self.check_open()?;
+        let seq = {
+            let mut st = self.lock();
+            let undo = st.table.checkpoint(job);
+            let Some(token) = st.table.delete(job, clock::now())? else {
+                return Ok(false);
+            };
+            if let Err(e) = self.inner.store.delete_job(job, token) {
+                match &e {
+                    Error::NoSpace { .. } => {
+                        st.table.rollback(undo);
+                        self.inner.check_space();
+                    }
+                    _ => self.inner.fail(&mut st, None, &e),
+                }
+                return Err(e);
+            }
+            st.keys.remove(job);
+            self.inner.commit.stage()
+        };
+        self.inner.commit.wait(seq).await?;
+        tracing::info!(job = %job, "job deleted");
+        Ok(true)
+    }
+
     /// The lease of `job` as decided now, durable or not: for checks made
     /// before a decision that re-checks what matters under the lock (never
     /// shown to a client).
@@ -508,7 +605,13 @@ impl Node {
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         let (view, seq) = {
             let st = self.lock();
-            (st.table.view(job, clock::now()), st.table.stamp(job))
+            // A job the table does not know may have just been deleted:
+            // wait for everything staged, its deletion included.
+            let seq = match st.table.contains(job) {
+                true => st.table.stamp(job),
+                false => self.inner.commit.staged(),
+            };
+            (st.table.view(job, clock::now()), seq)
         };
         self.inner.commit.wait(seq).await?;
         Ok(view)
@@ -613,6 +716,21 @@ impl Node {
         {
             return Ok((Err(e), st.table.stamp(job)));
         }
+        // A new key counts against the job's limit; a deleted key keeps its
+        // tombstone (and its place) until the job is deleted.
+        let keys = match existing {
+            Some(_) => None,
+            None => {
+                let n = match st.keys.get(job) {
+                    Some(n) => *n,
+                    None => self.inner.store.count_keys(job)?,
+                };
+                if n >= self.inner.limits.max_keys_per_job {
+                    return Ok((Err(self.inner.limits.too_many_keys()), st.table.stamp(job)));
+                }
+                Some(n + 1)
+            }
+        };
         let version = existing.map_or(0, |r| r.version) + 1;
         let rec = ValueRecord {
             token,
@@ -625,6 +743,9 @@ impl Node {
                 _ => self.inner.fail(st, None, &e),
             }
             return Err(e);
+        }
+        if let Some(n) = keys {
+            st.keys.insert(job.clone(), n);
         }
         Ok((Ok(version), self.inner.commit.stage()))
     }

@@ -24,7 +24,7 @@
 //! | `lease` | Acquire, Renew, Release, KeepAlive |
 //! | `write` | CheckedWrite, WriteStream |
 //! | `read` | GetLease, ListLeases, WatchLease, Read, ListKeys |
-//! | `admin` | all of the above on every job, `Admin.Backup`, the admin port's `/metrics` |
+//! | `admin` | all of the above on every job, DeleteJob, `Admin.Backup`, the admin port's `/metrics` |
 //!
 //! **Credentials are checked in one place**: [`AuthLayer`], in front of
 //! every handler, finds the caller's principal from its bearer token

@@ -261,6 +261,7 @@ async fn stage_batch(
                 let (outcome, current) = match &e {
                     Error::Fenced { current, .. } => (Outcome::Fenced, current.0),
                     Error::UnknownToken { current, .. } => (Outcome::UnknownToken, current.0),
+                    Error::QuotaExceeded { .. } => (Outcome::QuotaExceeded, 0),
                     // The node refuses a write on its own only for these.
                     _ => return Err(e),
                 };

@@ -57,6 +57,14 @@ impl Quotas {
         }
     }
 
+    /// Counts a quota refusal that the node made (`--max-jobs`).
+    fn counted(&self, e: Error) -> Error {
+        if let Error::QuotaExceeded { limit, .. } = &e {
+            self.metrics.refused(limit);
+        }
+        e
+    }
+
     fn exceeded(&self, limit: &'static str, max: usize) -> Error {
         self.metrics.refused(limit);
         Error::QuotaExceeded { limit, max }
@@ -150,7 +158,7 @@ impl proto::leases_server::Leases for LeasesService {
             .node
             .acquire(&job, &holder, ttl, wait)
             .await
-            .map_err(status)?;
+            .map_err(|e| status(self.quotas.counted(e)))?;
         if let (Some(None), false) = (&place, acquired) {
             return Err(status(self.quotas.exceeded(
                 "--max-waiters-per-job",
@@ -209,6 +217,17 @@ impl proto::leases_server::Leases for LeasesService {
             .map_err(status)?;
         let view = self.node.lease(&job).await.map_err(status)?;
         Ok(Response::new(lease(&view)))
+    }
+
+    async fn delete_job(
+        &self,
+        req: Request<proto::DeleteJobRequest>,
+    ) -> Result<Response<proto::DeleteJobResponse>, Status> {
+        let caller = Caller::of(&req);
+        let job = convert::job_arg(&self.limits, &caller, Action::Admin, &req.get_ref().job)
+            .map_err(status)?;
+        let deleted = self.node.delete_job(&job).await.map_err(status)?;
+        Ok(Response::new(proto::DeleteJobResponse { deleted }))
     }
 
     async fn list_leases(

@@ -33,6 +33,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `PermissionDenied` | PERMISSION_DENIED | PERMISSION_DENIED |
 /// | `Overloaded` | RESOURCE_EXHAUSTED | OVERLOADED |
 /// | `QuotaExceeded` | RESOURCE_EXHAUSTED | QUOTA_EXCEEDED |
+/// | `JobInUse` | FAILED_PRECONDITION | JOB_IN_USE |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
@@ -62,7 +63,7 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("current_token".to_owned(), current.to_string());
             Code::FailedPrecondition
         }
-        Error::TokensExhausted { .. } => Code::FailedPrecondition,
+        Error::TokensExhausted { .. } | Error::JobInUse { .. } => Code::FailedPrecondition,
         Error::NoSpace { free, needed } => {
             meta.insert("free_bytes".to_owned(), free.to_string());
             meta.insert("needed_bytes".to_owned(), needed.to_string());
@@ -105,6 +106,7 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::PermissionDenied { .. } => ErrorReason::PermissionDenied,
         Error::Overloaded { .. } => ErrorReason::Overloaded,
         Error::QuotaExceeded { .. } => ErrorReason::QuotaExceeded,
+        Error::JobInUse { .. } => ErrorReason::JobInUse,
         Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
     }
 }
