@@ -107,9 +107,14 @@ const (
 	ErrorReason_ERROR_REASON_OVERLOADED ErrorReason = 11
 	// A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
 	// "limit" names the flag, such as "--max-waiters-per-job" or
-	// "--max-watchers", and "max" its value). Nothing was changed. Retrying
+	// "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
+	// value). Nothing was changed. Retrying
 	// helps only once the state shrinks (waiters leave, watchers end).
 	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 12
+	// DeleteJob on a job whose lease is live, or that an Acquire waits for
+	// (status FAILED_PRECONDITION). Nothing was deleted. Retry once the lease
+	// is released or has expired and nobody waits.
+	ErrorReason_ERROR_REASON_JOB_IN_USE ErrorReason = 13
 )
 
 // Enum value maps for ErrorReason.
@@ -128,6 +133,7 @@ var (
 		10: "ERROR_REASON_PERMISSION_DENIED",
 		11: "ERROR_REASON_OVERLOADED",
 		12: "ERROR_REASON_QUOTA_EXCEEDED",
+		13: "ERROR_REASON_JOB_IN_USE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -143,6 +149,7 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED": 10,
 		"ERROR_REASON_OVERLOADED":        11,
 		"ERROR_REASON_QUOTA_EXCEEDED":    12,
+		"ERROR_REASON_JOB_IN_USE":        13,
 	}
 )
 
@@ -229,7 +236,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type WriteResult_Outcome int32
@@ -248,6 +255,11 @@ const (
 	// The write is malformed: `field` names the field at fault and
 	// `message` the limit. Nothing was written.
 	WriteResult_OUTCOME_INVALID_ARGUMENT WriteResult_Outcome = 4
+	// The write would add a key to a job at its limit of keys
+	// (`--max-keys-per-job`, named in `message`; deleted keys count, as
+	// their tombstones stay). Nothing was written. DeleteJob gives the room
+	// back.
+	WriteResult_OUTCOME_QUOTA_EXCEEDED WriteResult_Outcome = 5
 )
 
 // Enum value maps for WriteResult_Outcome.
@@ -258,6 +270,7 @@ var (
 		2: "OUTCOME_FENCED",
 		3: "OUTCOME_UNKNOWN_TOKEN",
 		4: "OUTCOME_INVALID_ARGUMENT",
+		5: "OUTCOME_QUOTA_EXCEEDED",
 	}
 	WriteResult_Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED":      0,
@@ -265,6 +278,7 @@ var (
 		"OUTCOME_FENCED":           2,
 		"OUTCOME_UNKNOWN_TOKEN":    3,
 		"OUTCOME_INVALID_ARGUMENT": 4,
+		"OUTCOME_QUOTA_EXCEEDED":   5,
 	}
 )
 
@@ -292,7 +306,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -357,7 +371,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type Lease struct {
@@ -837,6 +851,95 @@ func (x *GetLeaseRequest) GetJob() string {
 	return ""
 }
 
+type DeleteJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobRequest) Reset() {
+	*x = DeleteJobRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobRequest) ProtoMessage() {}
+
+func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
+func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DeleteJobRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type DeleteJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether there was such a job.
+	Deleted       bool `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteJobResponse) Reset() {
+	*x = DeleteJobResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteJobResponse) ProtoMessage() {}
+
+func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
+func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteJobResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 type ListLeasesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only jobs whose name starts with `prefix`. Empty lists all.
@@ -855,7 +958,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +970,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +983,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -920,7 +1023,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1035,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1048,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -971,7 +1074,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1086,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1099,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1017,7 +1120,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1132,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1145,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1078,7 +1181,7 @@ type CheckedWriteRequest struct {
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1193,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1206,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -1152,7 +1255,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1267,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1280,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -1202,7 +1305,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1317,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1330,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -1257,7 +1360,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1372,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1385,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -1319,7 +1422,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1434,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1447,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -1392,7 +1495,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1507,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1520,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -1449,7 +1552,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1564,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1577,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -1525,7 +1628,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1640,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1653,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -1594,7 +1697,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1709,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1722,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -1665,7 +1768,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1780,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1793,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -1724,7 +1827,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1839,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1852,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -1784,7 +1887,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +1899,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +1912,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -1853,7 +1956,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1968,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1981,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -1917,7 +2020,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2032,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2045,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2013,7 +2116,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\"\x11\n" +
 	"\x0fReleaseResponse\"#\n" +
 	"\x0fGetLeaseRequest\x12\x10\n" +
-	"\x03job\x18\x01 \x01(\tR\x03job\"g\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"$\n" +
+	"\x10DeleteJobRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"-\n" +
+	"\x11DeleteJobResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"g\n" +
 	"\x11ListLeasesRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -2047,19 +2154,20 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x06writes\x18\x02 \x03(\v2!.leasehold.v1.CheckedWriteRequestR\x06writes\"Z\n" +
 	"\x13WriteStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
-	"\aresults\x18\x02 \x03(\v2\x19.leasehold.v1.WriteResultR\aresults\"\xc0\x02\n" +
+	"\aresults\x18\x02 \x03(\v2\x19.leasehold.v1.WriteResultR\aresults\"\xdc\x02\n" +
 	"\vWriteResult\x12;\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2!.leasehold.v1.WriteResult.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12#\n" +
 	"\rcurrent_token\x18\x03 \x01(\x04R\fcurrentToken\x12\x14\n" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x84\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\xa0\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOUTCOME_WRITTEN\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FENCED\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04\"1\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04\x12\x1a\n" +
+	"\x16OUTCOME_QUOTA_EXCEEDED\x10\x05\"1\n" +
 	"\vReadRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"j\n" +
@@ -2104,7 +2212,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xa1\x03\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xbe\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -2119,12 +2227,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\n" +
 	"\x12\x1b\n" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
-	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f2\x88\x04\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f\x12\x1b\n" +
+	"\x17ERROR_REASON_JOB_IN_USE\x10\r2\xd6\x04\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12>\n" +
-	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12O\n" +
+	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12L\n" +
+	"\tDeleteJob\x12\x1e.leasehold.v1.DeleteJobRequest\x1a\x1f.leasehold.v1.DeleteJobResponse\x12O\n" +
 	"\n" +
 	"ListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12I\n" +
 	"\n" +
@@ -2150,7 +2260,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),             // 0: leasehold.v1.ErrorReason
 	(LeaseEvent_Kind)(0),         // 1: leasehold.v1.LeaseEvent.Kind
@@ -2164,70 +2274,74 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*ReleaseRequest)(nil),       // 9: leasehold.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),      // 10: leasehold.v1.ReleaseResponse
 	(*GetLeaseRequest)(nil),      // 11: leasehold.v1.GetLeaseRequest
-	(*ListLeasesRequest)(nil),    // 12: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),   // 13: leasehold.v1.ListLeasesResponse
-	(*WatchLeaseRequest)(nil),    // 14: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),           // 15: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),  // 16: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil), // 17: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),   // 18: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),  // 19: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),          // 20: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),          // 21: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),         // 22: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),      // 23: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),              // 24: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),     // 25: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),     // 26: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),     // 27: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),    // 28: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),      // 29: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),  // 30: google.protobuf.Duration
+	(*DeleteJobRequest)(nil),     // 12: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),    // 13: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),    // 14: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),   // 15: leasehold.v1.ListLeasesResponse
+	(*WatchLeaseRequest)(nil),    // 16: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),           // 17: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),  // 18: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil), // 19: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),   // 20: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),  // 21: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),          // 22: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),          // 23: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),         // 24: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),      // 25: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),              // 26: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),     // 27: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),     // 28: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),     // 29: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),    // 30: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),      // 31: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),  // 32: google.protobuf.Duration
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	30, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	30, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	30, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	32, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	32, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	32, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	4,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	30, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
 	4,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
 	4,  // 8: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
 	1,  // 9: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	16, // 10: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	20, // 11: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	18, // 10: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	22, // 11: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
 	2,  // 12: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	24, // 13: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	27, // 14: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	30, // 15: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	29, // 16: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	26, // 13: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	29, // 14: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	32, // 15: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	31, // 16: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
 	3,  // 17: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
 	4,  // 18: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
 	5,  // 19: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
 	7,  // 20: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
 	9,  // 21: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
 	11, // 22: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	12, // 23: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	14, // 24: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	26, // 25: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	16, // 26: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	18, // 27: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	21, // 28: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	23, // 29: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	6,  // 30: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	8,  // 31: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	10, // 32: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	4,  // 33: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	13, // 34: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	15, // 35: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	28, // 36: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	17, // 37: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	19, // 38: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	22, // 39: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	25, // 40: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	30, // [30:41] is the sub-list for method output_type
-	19, // [19:30] is the sub-list for method input_type
+	12, // 23: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	14, // 24: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	16, // 25: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	28, // 26: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	18, // 27: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	20, // 28: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	23, // 29: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	25, // 30: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	6,  // 31: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	8,  // 32: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	10, // 33: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	4,  // 34: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	13, // 35: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	15, // 36: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	17, // 37: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	30, // 38: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	19, // 39: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	21, // 40: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	24, // 41: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	27, // 42: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
 	19, // [19:19] is the sub-list for extension extendee
 	0,  // [0:19] is the sub-list for field type_name
@@ -2244,7 +2358,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

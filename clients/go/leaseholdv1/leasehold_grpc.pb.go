@@ -60,6 +60,7 @@ const (
 	Leases_Renew_FullMethodName      = "/leasehold.v1.Leases/Renew"
 	Leases_Release_FullMethodName    = "/leasehold.v1.Leases/Release"
 	Leases_GetLease_FullMethodName   = "/leasehold.v1.Leases/GetLease"
+	Leases_DeleteJob_FullMethodName  = "/leasehold.v1.Leases/DeleteJob"
 	Leases_ListLeases_FullMethodName = "/leasehold.v1.Leases/ListLeases"
 	Leases_WatchLease_FullMethodName = "/leasehold.v1.Leases/WatchLease"
 	Leases_KeepAlive_FullMethodName  = "/leasehold.v1.Leases/KeepAlive"
@@ -99,6 +100,16 @@ type LeasesClient interface {
 	// GetLease returns the job's lease. A job never granted has token 0; a job
 	// that is free keeps its last token and has an empty holder.
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*Lease, error)
+	// DeleteJob removes a job and every key of its fenced store, to give their
+	// room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+	// job's lease is live or an Acquire waits for it; nothing changes then.
+	// A job that does not exist is not an error (`deleted` is false).
+	//
+	// Tokens never go back: a job created again under the same name gets
+	// tokens above every token the deleted job issued (the server keeps a
+	// store-wide floor, raised by each deletion). Until then GetLease shows the
+	// job as never granted (token 0). With a policy, this is action `admin`.
+	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 	// ListLeases lists every job the server knows, ordered by job name.
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
@@ -184,6 +195,16 @@ func (c *leasesClient) GetLease(ctx context.Context, in *GetLeaseRequest, opts .
 	return out, nil
 }
 
+func (c *leasesClient) DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteJobResponse)
+	err := c.cc.Invoke(ctx, Leases_DeleteJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesClient) ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListLeasesResponse)
@@ -260,6 +281,16 @@ type LeasesServer interface {
 	// GetLease returns the job's lease. A job never granted has token 0; a job
 	// that is free keeps its last token and has an empty holder.
 	GetLease(context.Context, *GetLeaseRequest) (*Lease, error)
+	// DeleteJob removes a job and every key of its fenced store, to give their
+	// room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+	// job's lease is live or an Acquire waits for it; nothing changes then.
+	// A job that does not exist is not an error (`deleted` is false).
+	//
+	// Tokens never go back: a job created again under the same name gets
+	// tokens above every token the deleted job issued (the server keeps a
+	// store-wide floor, raised by each deletion). Until then GetLease shows the
+	// job as never granted (token 0). With a policy, this is action `admin`.
+	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	// ListLeases lists every job the server knows, ordered by job name.
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
@@ -316,6 +347,9 @@ func (UnimplementedLeasesServer) Release(context.Context, *ReleaseRequest) (*Rel
 }
 func (UnimplementedLeasesServer) GetLease(context.Context, *GetLeaseRequest) (*Lease, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLease not implemented")
+}
+func (UnimplementedLeasesServer) DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteJob not implemented")
 }
 func (UnimplementedLeasesServer) ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLeases not implemented")
@@ -419,6 +453,24 @@ func _Leases_GetLease_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Leases_DeleteJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).DeleteJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_DeleteJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).DeleteJob(ctx, req.(*DeleteJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Leases_ListLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListLeasesRequest)
 	if err := dec(in); err != nil {
@@ -477,6 +529,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLease",
 			Handler:    _Leases_GetLease_Handler,
+		},
+		{
+			MethodName: "DeleteJob",
+			Handler:    _Leases_DeleteJob_Handler,
 		},
 		{
 			MethodName: "ListLeases",

@@ -25,6 +25,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_PERMISSION_DENIED: _ClassVar[ErrorReason]
     ERROR_REASON_OVERLOADED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_JOB_IN_USE: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_LEASE_LOST: ErrorReason
 ERROR_REASON_FENCED: ErrorReason
@@ -38,6 +39,7 @@ ERROR_REASON_UNAUTHENTICATED: ErrorReason
 ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_OVERLOADED: ErrorReason
 ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
+ERROR_REASON_JOB_IN_USE: ErrorReason
 
 class Lease(_message.Message):
     __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal")
@@ -112,6 +114,18 @@ class GetLeaseRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: str
     def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class DeleteJobRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class DeleteJobResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class ListLeasesRequest(_message.Message):
     __slots__ = ("prefix", "page_size", "page_token")
@@ -202,11 +216,13 @@ class WriteResult(_message.Message):
         OUTCOME_FENCED: _ClassVar[WriteResult.Outcome]
         OUTCOME_UNKNOWN_TOKEN: _ClassVar[WriteResult.Outcome]
         OUTCOME_INVALID_ARGUMENT: _ClassVar[WriteResult.Outcome]
+        OUTCOME_QUOTA_EXCEEDED: _ClassVar[WriteResult.Outcome]
     OUTCOME_UNSPECIFIED: WriteResult.Outcome
     OUTCOME_WRITTEN: WriteResult.Outcome
     OUTCOME_FENCED: WriteResult.Outcome
     OUTCOME_UNKNOWN_TOKEN: WriteResult.Outcome
     OUTCOME_INVALID_ARGUMENT: WriteResult.Outcome
+    OUTCOME_QUOTA_EXCEEDED: WriteResult.Outcome
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CURRENT_TOKEN_FIELD_NUMBER: _ClassVar[int]

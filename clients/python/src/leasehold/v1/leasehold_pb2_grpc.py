@@ -55,6 +55,11 @@ class LeasesStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetLeaseRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.Lease.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/leasehold.v1.Leases/DeleteJob',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.DeleteJobResponse.FromString,
+                _registered_method=True)
         self.ListLeases = channel.unary_unary(
                 '/leasehold.v1.Leases/ListLeases',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.SerializeToString,
@@ -119,6 +124,21 @@ class LeasesServicer:
     def GetLease(self, request, context):
         """GetLease returns the job's lease. A job never granted has token 0; a job
         that is free keeps its last token and has an empty holder.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """DeleteJob removes a job and every key of its fenced store, to give their
+        room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+        job's lease is live or an Acquire waits for it; nothing changes then.
+        A job that does not exist is not an error (`deleted` is false).
+
+        Tokens never go back: a job created again under the same name gets
+        tokens above every token the deleted job issued (the server keeps a
+        store-wide floor, raised by each deletion). Until then GetLease shows the
+        job as never granted (token 0). With a policy, this is action `admin`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -196,6 +216,11 @@ def add_LeasesServicer_to_server(servicer, server):
                     servicer.GetLease,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetLeaseRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.Lease.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.DeleteJobRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.DeleteJobResponse.SerializeToString,
             ),
             'ListLeases': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLeases,
@@ -322,6 +347,33 @@ class Leases:
             '/leasehold.v1.Leases/GetLease',
             leasehold_dot_v1_dot_leasehold__pb2.GetLeaseRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.Lease.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Leases/DeleteJob',
+            leasehold_dot_v1_dot_leasehold__pb2.DeleteJobRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.DeleteJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,10 +134,17 @@ export enum ErrorReason {
   /**
    * ERROR_REASON_QUOTA_EXCEEDED - A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
    * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
+   * value). Nothing was changed. Retrying
    * helps only once the state shrinks (waiters leave, watchers end).
    */
   ERROR_REASON_QUOTA_EXCEEDED = 12,
+  /**
+   * ERROR_REASON_JOB_IN_USE - DeleteJob on a job whose lease is live, or that an Acquire waits for
+   * (status FAILED_PRECONDITION). Nothing was deleted. Retry once the lease
+   * is released or has expired and nobody waits.
+   */
+  ERROR_REASON_JOB_IN_USE = 13,
   UNRECOGNIZED = -1,
 }
 
@@ -182,6 +189,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 12:
     case "ERROR_REASON_QUOTA_EXCEEDED":
       return ErrorReason.ERROR_REASON_QUOTA_EXCEEDED;
+    case 13:
+    case "ERROR_REASON_JOB_IN_USE":
+      return ErrorReason.ERROR_REASON_JOB_IN_USE;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -217,6 +227,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_OVERLOADED";
     case ErrorReason.ERROR_REASON_QUOTA_EXCEEDED:
       return "ERROR_REASON_QUOTA_EXCEEDED";
+    case ErrorReason.ERROR_REASON_JOB_IN_USE:
+      return "ERROR_REASON_JOB_IN_USE";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -305,6 +317,15 @@ export interface ReleaseResponse {
 
 export interface GetLeaseRequest {
   job: string;
+}
+
+export interface DeleteJobRequest {
+  job: string;
+}
+
+export interface DeleteJobResponse {
+  /** Whether there was such a job. */
+  deleted: boolean;
 }
 
 export interface ListLeasesRequest {
@@ -487,6 +508,13 @@ export enum WriteResult_Outcome {
    * `message` the limit. Nothing was written.
    */
   OUTCOME_INVALID_ARGUMENT = 4,
+  /**
+   * OUTCOME_QUOTA_EXCEEDED - The write would add a key to a job at its limit of keys
+   * (`--max-keys-per-job`, named in `message`; deleted keys count, as
+   * their tombstones stay). Nothing was written. DeleteJob gives the room
+   * back.
+   */
+  OUTCOME_QUOTA_EXCEEDED = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -507,6 +535,9 @@ export function writeResult_OutcomeFromJSON(object: any): WriteResult_Outcome {
     case 4:
     case "OUTCOME_INVALID_ARGUMENT":
       return WriteResult_Outcome.OUTCOME_INVALID_ARGUMENT;
+    case 5:
+    case "OUTCOME_QUOTA_EXCEEDED":
+      return WriteResult_Outcome.OUTCOME_QUOTA_EXCEEDED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -526,6 +557,8 @@ export function writeResult_OutcomeToJSON(object: WriteResult_Outcome): string {
       return "OUTCOME_UNKNOWN_TOKEN";
     case WriteResult_Outcome.OUTCOME_INVALID_ARGUMENT:
       return "OUTCOME_INVALID_ARGUMENT";
+    case WriteResult_Outcome.OUTCOME_QUOTA_EXCEEDED:
+      return "OUTCOME_QUOTA_EXCEEDED";
     case WriteResult_Outcome.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -1391,6 +1424,122 @@ export const GetLeaseRequest: MessageFns<GetLeaseRequest> = {
     const obj: any = {};
     if (message.job !== "") {
       obj.job = message.job;
+    }
+    return obj;
+  },
+};
+
+function createBaseDeleteJobRequest(): DeleteJobRequest {
+  return { job: "" };
+}
+
+export const DeleteJobRequest: MessageFns<DeleteJobRequest> = {
+  encode(message: DeleteJobRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== "") {
+      writer.uint32(10).string(message.job);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteJobRequest {
+    return { job: isSet(object.job) ? globalThis.String(object.job) : "" };
+  },
+
+  toJSON(message: DeleteJobRequest): unknown {
+    const obj: any = {};
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    return obj;
+  },
+};
+
+function createBaseDeleteJobResponse(): DeleteJobResponse {
+  return { deleted: false };
+}
+
+export const DeleteJobResponse: MessageFns<DeleteJobResponse> = {
+  encode(message: DeleteJobResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.deleted !== false) {
+      writer.uint32(8).bool(message.deleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteJobResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteJobResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.deleted = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteJobResponse {
+    return { deleted: isSet(object.deleted) ? globalThis.Boolean(object.deleted) : false };
+  },
+
+  toJSON(message: DeleteJobResponse): unknown {
+    const obj: any = {};
+    if (message.deleted !== false) {
+      obj.deleted = message.deleted;
     }
     return obj;
   },
@@ -3126,6 +3275,26 @@ export const LeasesService = {
     responseSerialize: (value: Lease): Buffer => Buffer.from(Lease.encode(value).finish()),
     responseDeserialize: (value: Buffer): Lease => Lease.decode(value),
   },
+  /**
+   * DeleteJob removes a job and every key of its fenced store, to give their
+   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * job's lease is live or an Acquire waits for it; nothing changes then.
+   * A job that does not exist is not an error (`deleted` is false).
+   *
+   * Tokens never go back: a job created again under the same name gets
+   * tokens above every token the deleted job issued (the server keeps a
+   * store-wide floor, raised by each deletion). Until then GetLease shows the
+   * job as never granted (token 0). With a policy, this is action `admin`.
+   */
+  deleteJob: {
+    path: "/leasehold.v1.Leases/DeleteJob" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteJobRequest): Buffer => Buffer.from(DeleteJobRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteJobRequest => DeleteJobRequest.decode(value),
+    responseSerialize: (value: DeleteJobResponse): Buffer => Buffer.from(DeleteJobResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteJobResponse => DeleteJobResponse.decode(value),
+  },
   /** ListLeases lists every job the server knows, ordered by job name. */
   listLeases: {
     path: "/leasehold.v1.Leases/ListLeases" as const,
@@ -3228,6 +3397,18 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * that is free keeps its last token and has an empty holder.
    */
   getLease: handleUnaryCall<GetLeaseRequest, Lease>;
+  /**
+   * DeleteJob removes a job and every key of its fenced store, to give their
+   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * job's lease is live or an Acquire waits for it; nothing changes then.
+   * A job that does not exist is not an error (`deleted` is false).
+   *
+   * Tokens never go back: a job created again under the same name gets
+   * tokens above every token the deleted job issued (the server keeps a
+   * store-wide floor, raised by each deletion). Until then GetLease shows the
+   * job as never granted (token 0). With a policy, this is action `admin`.
+   */
+  deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
   /** ListLeases lists every job the server knows, ordered by job name. */
   listLeases: handleUnaryCall<ListLeasesRequest, ListLeasesResponse>;
   /**
@@ -3358,6 +3539,32 @@ export interface LeasesClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: Lease) => void,
+  ): ClientUnaryCall;
+  /**
+   * DeleteJob removes a job and every key of its fenced store, to give their
+   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * job's lease is live or an Acquire waits for it; nothing changes then.
+   * A job that does not exist is not an error (`deleted` is false).
+   *
+   * Tokens never go back: a job created again under the same name gets
+   * tokens above every token the deleted job issued (the server keeps a
+   * store-wide floor, raised by each deletion). Until then GetLease shows the
+   * job as never granted (token 0). With a policy, this is action `admin`.
+   */
+  deleteJob(
+    request: DeleteJobRequest,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
+  ): ClientUnaryCall;
+  deleteJob(
+    request: DeleteJobRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
   ): ClientUnaryCall;
   /** ListLeases lists every job the server knows, ordered by job name. */
   listLeases(

@@ -130,13 +130,24 @@ public enum ErrorReason
    * <pre>
    * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
    * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
+   * value). Nothing was changed. Retrying
    * helps only once the state shrinks (waiters leave, watchers end).
    * </pre>
    *
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
    */
   ERROR_REASON_QUOTA_EXCEEDED(12),
+  /**
+   * <pre>
+   * DeleteJob on a job whose lease is live, or that an Acquire waits for
+   * (status FAILED_PRECONDITION). Nothing was deleted. Retry once the lease
+   * is released or has expired and nobody waits.
+   * </pre>
+   *
+   * <code>ERROR_REASON_JOB_IN_USE = 13;</code>
+   */
+  ERROR_REASON_JOB_IN_USE(13),
   UNRECOGNIZED(-1),
   ;
 
@@ -263,13 +274,24 @@ public enum ErrorReason
    * <pre>
    * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
    * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", and "max" its value). Nothing was changed. Retrying
+   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
+   * value). Nothing was changed. Retrying
    * helps only once the state shrinks (waiters leave, watchers end).
    * </pre>
    *
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
    */
   public static final int ERROR_REASON_QUOTA_EXCEEDED_VALUE = 12;
+  /**
+   * <pre>
+   * DeleteJob on a job whose lease is live, or that an Acquire waits for
+   * (status FAILED_PRECONDITION). Nothing was deleted. Retry once the lease
+   * is released or has expired and nobody waits.
+   * </pre>
+   *
+   * <code>ERROR_REASON_JOB_IN_USE = 13;</code>
+   */
+  public static final int ERROR_REASON_JOB_IN_USE_VALUE = 13;
 
 
   public final int getNumber() {
@@ -309,6 +331,7 @@ public enum ErrorReason
       case 10: return ERROR_REASON_PERMISSION_DENIED;
       case 11: return ERROR_REASON_OVERLOADED;
       case 12: return ERROR_REASON_QUOTA_EXCEEDED;
+      case 13: return ERROR_REASON_JOB_IN_USE;
       default: return null;
     }
   }

@@ -139,6 +139,37 @@ public final class LeasesGrpc {
     return getGetLeaseMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.DeleteJobRequest,
+      dev.leasehold.v1.DeleteJobResponse> getDeleteJobMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "DeleteJob",
+      requestType = dev.leasehold.v1.DeleteJobRequest.class,
+      responseType = dev.leasehold.v1.DeleteJobResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.DeleteJobRequest,
+      dev.leasehold.v1.DeleteJobResponse> getDeleteJobMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.DeleteJobRequest, dev.leasehold.v1.DeleteJobResponse> getDeleteJobMethod;
+    if ((getDeleteJobMethod = LeasesGrpc.getDeleteJobMethod) == null) {
+      synchronized (LeasesGrpc.class) {
+        if ((getDeleteJobMethod = LeasesGrpc.getDeleteJobMethod) == null) {
+          LeasesGrpc.getDeleteJobMethod = getDeleteJobMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.DeleteJobRequest, dev.leasehold.v1.DeleteJobResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "DeleteJob"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.DeleteJobRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.DeleteJobResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LeasesMethodDescriptorSupplier("DeleteJob"))
+              .build();
+        }
+      }
+    }
+    return getDeleteJobMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.ListLeasesRequest,
       dev.leasehold.v1.ListLeasesResponse> getListLeasesMethod;
 
@@ -358,6 +389,23 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * DeleteJob removes a job and every key of its fenced store, to give their
+     * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+     * job's lease is live or an Acquire waits for it; nothing changes then.
+     * A job that does not exist is not an error (`deleted` is false).
+     * Tokens never go back: a job created again under the same name gets
+     * tokens above every token the deleted job issued (the server keeps a
+     * store-wide floor, raised by each deletion). Until then GetLease shows the
+     * job as never granted (token 0). With a policy, this is action `admin`.
+     * </pre>
+     */
+    default void deleteJob(dev.leasehold.v1.DeleteJobRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.DeleteJobResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getDeleteJobMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * ListLeases lists every job the server knows, ordered by job name.
      * </pre>
      */
@@ -511,6 +559,24 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * DeleteJob removes a job and every key of its fenced store, to give their
+     * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+     * job's lease is live or an Acquire waits for it; nothing changes then.
+     * A job that does not exist is not an error (`deleted` is false).
+     * Tokens never go back: a job created again under the same name gets
+     * tokens above every token the deleted job issued (the server keeps a
+     * store-wide floor, raised by each deletion). Until then GetLease shows the
+     * job as never granted (token 0). With a policy, this is action `admin`.
+     * </pre>
+     */
+    public void deleteJob(dev.leasehold.v1.DeleteJobRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.DeleteJobResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getDeleteJobMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
      * ListLeases lists every job the server knows, ordered by job name.
      * </pre>
      */
@@ -645,6 +711,23 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.Lease getLease(dev.leasehold.v1.GetLeaseRequest request) throws io.grpc.StatusException {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getGetLeaseMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * DeleteJob removes a job and every key of its fenced store, to give their
+     * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+     * job's lease is live or an Acquire waits for it; nothing changes then.
+     * A job that does not exist is not an error (`deleted` is false).
+     * Tokens never go back: a job created again under the same name gets
+     * tokens above every token the deleted job issued (the server keeps a
+     * store-wide floor, raised by each deletion). Until then GetLease shows the
+     * job as never granted (token 0). With a policy, this is action `admin`.
+     * </pre>
+     */
+    public dev.leasehold.v1.DeleteJobResponse deleteJob(dev.leasehold.v1.DeleteJobRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getDeleteJobMethod(), getCallOptions(), request);
     }
 
     /**
@@ -788,6 +871,23 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * DeleteJob removes a job and every key of its fenced store, to give their
+     * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+     * job's lease is live or an Acquire waits for it; nothing changes then.
+     * A job that does not exist is not an error (`deleted` is false).
+     * Tokens never go back: a job created again under the same name gets
+     * tokens above every token the deleted job issued (the server keeps a
+     * store-wide floor, raised by each deletion). Until then GetLease shows the
+     * job as never granted (token 0). With a policy, this is action `admin`.
+     * </pre>
+     */
+    public dev.leasehold.v1.DeleteJobResponse deleteJob(dev.leasehold.v1.DeleteJobRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getDeleteJobMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
      * ListLeases lists every job the server knows, ordered by job name.
      * </pre>
      */
@@ -895,6 +995,24 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * DeleteJob removes a job and every key of its fenced store, to give their
+     * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+     * job's lease is live or an Acquire waits for it; nothing changes then.
+     * A job that does not exist is not an error (`deleted` is false).
+     * Tokens never go back: a job created again under the same name gets
+     * tokens above every token the deleted job issued (the server keeps a
+     * store-wide floor, raised by each deletion). Until then GetLease shows the
+     * job as never granted (token 0). With a policy, this is action `admin`.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.DeleteJobResponse> deleteJob(
+        dev.leasehold.v1.DeleteJobRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getDeleteJobMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
      * ListLeases lists every job the server knows, ordered by job name.
      * </pre>
      */
@@ -909,9 +1027,10 @@ public final class LeasesGrpc {
   private static final int METHODID_RENEW = 1;
   private static final int METHODID_RELEASE = 2;
   private static final int METHODID_GET_LEASE = 3;
-  private static final int METHODID_LIST_LEASES = 4;
-  private static final int METHODID_WATCH_LEASE = 5;
-  private static final int METHODID_KEEP_ALIVE = 6;
+  private static final int METHODID_DELETE_JOB = 4;
+  private static final int METHODID_LIST_LEASES = 5;
+  private static final int METHODID_WATCH_LEASE = 6;
+  private static final int METHODID_KEEP_ALIVE = 7;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -945,6 +1064,10 @@ public final class LeasesGrpc {
         case METHODID_GET_LEASE:
           serviceImpl.getLease((dev.leasehold.v1.GetLeaseRequest) request,
               (io.grpc.stub.StreamObserver<dev.leasehold.v1.Lease>) responseObserver);
+          break;
+        case METHODID_DELETE_JOB:
+          serviceImpl.deleteJob((dev.leasehold.v1.DeleteJobRequest) request,
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.DeleteJobResponse>) responseObserver);
           break;
         case METHODID_LIST_LEASES:
           serviceImpl.listLeases((dev.leasehold.v1.ListLeasesRequest) request,
@@ -1003,6 +1126,13 @@ public final class LeasesGrpc {
               dev.leasehold.v1.GetLeaseRequest,
               dev.leasehold.v1.Lease>(
                 service, METHODID_GET_LEASE)))
+        .addMethod(
+          getDeleteJobMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.leasehold.v1.DeleteJobRequest,
+              dev.leasehold.v1.DeleteJobResponse>(
+                service, METHODID_DELETE_JOB)))
         .addMethod(
           getListLeasesMethod(),
           io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -1076,6 +1206,7 @@ public final class LeasesGrpc {
               .addMethod(getRenewMethod())
               .addMethod(getReleaseMethod())
               .addMethod(getGetLeaseMethod())
+              .addMethod(getDeleteJobMethod())
               .addMethod(getListLeasesMethod())
               .addMethod(getWatchLeaseMethod())
               .addMethod(getKeepAliveMethod())

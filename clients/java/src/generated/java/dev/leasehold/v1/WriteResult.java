@@ -100,6 +100,17 @@ private static final long serialVersionUID = 0L;
      * <code>OUTCOME_INVALID_ARGUMENT = 4;</code>
      */
     OUTCOME_INVALID_ARGUMENT(4),
+    /**
+     * <pre>
+     * The write would add a key to a job at its limit of keys
+     * (`--max-keys-per-job`, named in `message`; deleted keys count, as
+     * their tombstones stay). Nothing was written. DeleteJob gives the room
+     * back.
+     * </pre>
+     *
+     * <code>OUTCOME_QUOTA_EXCEEDED = 5;</code>
+     */
+    OUTCOME_QUOTA_EXCEEDED(5),
     UNRECOGNIZED(-1),
     ;
 
@@ -152,6 +163,17 @@ private static final long serialVersionUID = 0L;
      * <code>OUTCOME_INVALID_ARGUMENT = 4;</code>
      */
     public static final int OUTCOME_INVALID_ARGUMENT_VALUE = 4;
+    /**
+     * <pre>
+     * The write would add a key to a job at its limit of keys
+     * (`--max-keys-per-job`, named in `message`; deleted keys count, as
+     * their tombstones stay). Nothing was written. DeleteJob gives the room
+     * back.
+     * </pre>
+     *
+     * <code>OUTCOME_QUOTA_EXCEEDED = 5;</code>
+     */
+    public static final int OUTCOME_QUOTA_EXCEEDED_VALUE = 5;
 
 
     public final int getNumber() {
@@ -183,6 +205,7 @@ private static final long serialVersionUID = 0L;
         case 2: return OUTCOME_FENCED;
         case 3: return OUTCOME_UNKNOWN_TOKEN;
         case 4: return OUTCOME_INVALID_ARGUMENT;
+        case 5: return OUTCOME_QUOTA_EXCEEDED;
         default: return null;
       }
     }
