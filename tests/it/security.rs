@@ -256,9 +256,27 @@ async fn another_principals_jobs_are_permission_denied_and_hidden() {
         .map(|l| l.job)
         .collect();
     assert_eq!(seen, ["ops/a"]);
-    // Backups are for `admin`.
+    // Backups and deletions are for `admin`, on one's own jobs too.
     let mut out = Vec::new();
     assert_denied(ops.backup_to(&mut out).await.unwrap_err(), "admin", "");
+    assert_denied(
+        billing.delete_job("billing/a").await.unwrap_err(),
+        "admin",
+        "billing/a",
+    );
+    assert_denied(
+        ops.delete_job("billing/a").await.unwrap_err(),
+        "admin",
+        "billing/a",
+    );
+    let admin = s.client(&p, Some(ADMIN)).await;
+    assert!(
+        matches!(
+            admin.delete_job("billing/a").await,
+            Err(ClientError::JobInUse(_))
+        ),
+        "an admin may delete, but not a job in use"
+    );
 
     // Nothing changed: billing's lease as it was, nothing written.
     let l = billing.get_lease("billing/a").await.unwrap();

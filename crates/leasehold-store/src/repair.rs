@@ -73,6 +73,13 @@ impl std::fmt::Display for Report {
                 c.generation, c.unix_ms
             )?;
             writeln!(f, "token floor       {}", c.floor)?;
+            if c.new_job_floor > 0 {
+                writeln!(
+                    f,
+                    "new-job floor     {} (raised by deleted jobs)",
+                    c.new_job_floor
+                )?;
+            }
             if let Some(r) = &c.recovered {
                 writeln!(f, "history           {r}")?;
             }
