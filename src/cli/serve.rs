@@ -176,9 +176,9 @@ pub struct ServeArgs {
     /// may present a bearer token instead.
     #[arg(long, env = "LEASEHOLD_TLS_CLIENT_CA", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
-    /// Who may do what (TOML: [[principal]] and [[grant]]; see README).
-    /// Every lease is then bound to the principal that acquired it. Read
-    /// again on SIGHUP.
+    /// Who may do what (TOML: [[principal]], its optional
+    /// [principal.limits], and [[grant]]; see README). Every lease is then
+    /// bound to the principal that acquired it. Read again on SIGHUP.
     #[arg(long, env = "LEASEHOLD_POLICY")]
     policy: Option<PathBuf>,
     /// Without --policy, serve on an address other than loopback anyway:

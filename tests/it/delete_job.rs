@@ -289,6 +289,17 @@ async fn limits_on_jobs_and_keys(place: Place) {
     }
     drop(ws);
     assert!(!c.read("a", b"k3").await.unwrap().found);
+    let (code, text) = common::admin_request(p.admin, "/metrics").await;
+    assert_eq!(code, 200);
+    let refused = |limit: &str| {
+        common::metric(
+            &text,
+            &format!("leasehold_quota_exceeded_total{{limit=\"{limit}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no count for {limit} in /metrics"))
+    };
+    assert_eq!(refused("--max-jobs"), 2.0);
+    assert_eq!(refused("--max-keys-per-job"), 3.0);
 
     // A restart counts the same (the single node counts from its store).
     p.kill9();

@@ -4,8 +4,10 @@
 //! principal's job, another principal's lease with its holder string and
 //! token, a write with a token read through GetLease, plaintext against
 //! the TLS port, expired and wrong-CA client certificates, policy and
-//! certificate reloads on SIGHUP, a policy that does not parse. Each gets
-//! its documented status, and the state is checked after: nothing changed.
+//! certificate reloads on SIGHUP, a policy that does not parse, and a
+//! principal's flood against its own limits (`[principal.limits]`). Each
+//! gets its documented status, and the state is checked after: nothing
+//! changed.
 
 use crate::common;
 
@@ -935,4 +937,384 @@ async fn tls_connections_that_do_not_speak_are_closed_after_the_handshake_timeou
     }
     // The client that speaks is still served.
     assert_eq!(c.get_lease("ops/x").await.unwrap().token, 0);
+}
+
+/// The policy of [`policy`] with `limits` as billing's `[principal.limits]`.
+fn limited_policy(limits: &str) -> String {
+    let ops = "\n[[principal]]\nname = \"ops\"";
+    let p = policy();
+    assert!(p.contains(ops));
+    p.replacen(ops, &format!("\n[principal.limits]\n{limits}\n{ops}"), 1)
+}
+
+/// A bearer token on every call of a generated client.
+#[derive(Clone)]
+struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        r.metadata_mut().insert("authorization", self.0.clone());
+        Ok(r)
+    }
+}
+
+type Raw = proto::leases_client::LeasesClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
+>;
+
+/// A generated client on a connection of its own, as the principal of
+/// `secret`: for the statuses as they are on the wire.
+async fn raw(s: &Setup, p: &ServerProcess, secret: &str) -> Raw {
+    let channel = tonic::transport::Endpoint::from_shared(url(p))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
+        )
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let bearer = Bearer(format!("Bearer {secret}").parse().unwrap());
+    proto::leases_client::LeasesClient::with_interceptor(channel, bearer)
+}
+
+fn acquire_req(job: &str, holder: &str, wait_secs: i64) -> proto::AcquireRequest {
+    proto::AcquireRequest {
+        job: job.into(),
+        holder: holder.into(),
+        ttl: Some(prost_types::Duration {
+            seconds: 30,
+            nanos: 0,
+        }),
+        wait: Some(prost_types::Duration {
+            seconds: wait_secs,
+            nanos: 0,
+        }),
+    }
+}
+
+/// Asserts that `st` is the refusal of a principal's own limit: the code,
+/// the reason, and the ErrorInfo and message naming the principal and the
+/// limit.
+fn assert_principal_limit(
+    st: &tonic::Status,
+    reason: &str,
+    principal: &str,
+    limit: &str,
+    max: usize,
+) {
+    assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+    let info = st
+        .get_error_details()
+        .error_info()
+        .cloned()
+        .unwrap_or_else(|| panic!("no ErrorInfo in {st:?}"));
+    assert_eq!(info.reason, reason, "{st:?}");
+    assert_eq!(info.metadata["principal"], principal, "{st:?}");
+    assert_eq!(info.metadata["limit"], limit, "{st:?}");
+    assert_eq!(info.metadata["max"], max.to_string(), "{st:?}");
+    let named = format!("principal {principal:?}: {limit} {max}");
+    assert!(st.message().contains(&named), "{}", st.message());
+}
+
+/// A series' value on /metrics, read with the admin token.
+async fn scraped(s: &Setup, p: &ServerProcess, series: &str) -> f64 {
+    let (code, body) = admin_get(s, p, Some(ADMIN)).await;
+    assert_eq!(code, 200, "{body}");
+    common::metric(&body, series).unwrap_or_else(|| panic!("no {series} in {body}"))
+}
+
+type Calls = Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>>;
+
+/// `n` Acquires of `job` that wait up to a minute, on `client`'s
+/// connection.
+fn waits(client: &Raw, job: &str, from: usize, n: usize) -> Calls {
+    (from..from + n)
+        .map(|i| {
+            let mut c = client.clone();
+            let req = acquire_req(job, &format!("w{i}"), 60);
+            tokio::spawn(async move { c.acquire(req).await.map(|r| r.into_inner()) })
+        })
+        .collect()
+}
+
+/// Waits until `n` of `calls` have ended, and returns their statuses
+/// (each must be a refusal).
+async fn refused(calls: &mut Calls, n: usize) -> Vec<tonic::Status> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} calls refused",
+            out.len()
+        );
+        let mut i = 0;
+        while i < calls.len() {
+            if calls[i].is_finished() {
+                let r = calls.swap_remove(i).await.unwrap();
+                out.push(r.expect_err("a call that waits ended granted"));
+            } else {
+                i += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    out
+}
+
+/// The isolation issue, per-principal in-flight limits: billing, with
+/// `max_in_flight = 5`, asks for 8 waits over two connections: 5 wait and
+/// 3 are refused OVERLOADED naming the principal and the limit, and so is
+/// its next GetLease; meanwhile ops is served, and billing's leader keeps
+/// renewing (unary Renew and a KeepAlive stream: the renewals' budget).
+/// Nothing changed. A reload raising the limit lets billing's calls in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_over_its_in_flight_limit_is_refused_while_others_and_its_renewals_are_served()
+{
+    let s = Setup::new();
+    std::fs::write(&s.policy, limited_policy("max_in_flight = 5")).unwrap();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let ttl = Duration::from_secs(2);
+    let led = billing
+        .acquire("billing/led", "leader", ttl, NOW)
+        .await
+        .unwrap();
+    let busy = billing
+        .acquire("billing/busy", "owner", TTL, NOW)
+        .await
+        .unwrap();
+    assert!(led.acquired && busy.acquired);
+
+    // 8 waits from two connections: the principal's share is across them.
+    let (a, b) = (raw(&s, &p, BILLING).await, raw(&s, &p, BILLING).await);
+    let mut calls = waits(&a, "billing/busy", 0, 4);
+    calls.extend(waits(&b, "billing/busy", 4, 4));
+    for st in refused(&mut calls, 3).await {
+        assert_principal_limit(&st, "OVERLOADED", "billing", "max_in_flight", 5);
+    }
+    assert_eq!(scraped(&s, &p, "leasehold_waiting_acquires").await, 5.0);
+    // Any other call of billing's, on any connection, is refused too.
+    let st = raw(&s, &p, BILLING)
+        .await
+        .get_lease(proto::GetLeaseRequest {
+            job: "billing/busy".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "OVERLOADED", "billing", "max_in_flight", 5);
+
+    // Another principal is served meanwhile, waits included.
+    assert!(ops.acquire("ops/a", "h", TTL, NOW).await.unwrap().acquired);
+    let mut ops_raw = raw(&s, &p, OPS).await;
+    let ops_wait = {
+        let mut c = ops_raw.clone();
+        tokio::spawn(async move { c.acquire(acquire_req("shared/x", "h", 0)).await })
+    };
+    assert!(ops_wait.await.unwrap().unwrap().into_inner().acquired);
+    let got = ops_raw
+        .get_lease(proto::GetLeaseRequest {
+            job: "ops/a".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.holder, "h");
+
+    // billing's leader renews its 2 s lease, unary and streamed, for 4 s.
+    let mut ka = billing.keep_alive().await.unwrap();
+    let batch = [leasehold::client::KeepAliveRenewal::new(
+        "billing/led",
+        "leader",
+        led.lease.token,
+        ttl,
+    )];
+    for _ in 0..6 {
+        let l = billing
+            .renew("billing/led", "leader", led.lease.token, ttl)
+            .await
+            .expect("a renewal is never refused for its principal's other calls");
+        assert_eq!(l.token, led.lease.token);
+        let out = ka.renew(&batch).await.unwrap();
+        assert!(
+            matches!(out[0], leasehold::client::RenewOutcome::Renewed(_)),
+            "{out:?}"
+        );
+        tokio::time::sleep(ttl / 3).await;
+    }
+    assert_eq!(
+        scraped(
+            &s,
+            &p,
+            r#"leasehold_overloaded_total{limit="max_in_flight"}"#
+        )
+        .await,
+        4.0
+    );
+    assert_eq!(
+        scraped(
+            &s,
+            &p,
+            r#"leasehold_overloaded_total{limit="--max-in-flight"}"#
+        )
+        .await,
+        0.0
+    );
+    // Nothing changed: the lease and the line.
+    let l = admin_read(&s, &p, "billing/busy").await;
+    assert_eq!((l.holder.as_str(), l.token), ("owner", busy.lease.token));
+    assert_eq!(scraped(&s, &p, "leasehold_waiting_acquires").await, 5.0);
+
+    // A reload raising the limit lets new calls in.
+    std::fs::write(&s.policy, limited_policy("max_in_flight = 20")).unwrap();
+    p.signal(libc::SIGHUP);
+    eventually(
+        || async { billing.get_lease("billing/busy").await.is_ok() },
+        "billing's calls are let in after the reload",
+    )
+    .await;
+    let more = waits(&a, "billing/busy", 8, 10);
+    let t = std::time::Instant::now();
+    while scraped(&s, &p, "leasehold_waiting_acquires").await < 15.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the waits under the new limit did not all join the line"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(more.iter().all(|c| !c.is_finished()));
+    for c in calls.iter().chain(&more) {
+        c.abort();
+    }
+}
+
+/// A job's lease as admin reads it (on a connection of its own; admin has
+/// no limits of its own here).
+async fn admin_read(s: &Setup, p: &ServerProcess, job: &str) -> proto::Lease {
+    raw(s, p, ADMIN)
+        .await
+        .get_lease(proto::GetLeaseRequest { job: job.into() })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// The isolation issue, per-principal quotas: billing, with
+/// `max_watchers = 2` and `max_waiters_per_job = 1`, is refused its third
+/// watch and its second waiter on one job with QUOTA_EXCEEDED naming the
+/// principal and the limit, while ops opens watches and joins the same
+/// line; billing may still wait on another job. Nothing changed, and a
+/// reload raising the limit lets billing's second waiter in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_over_its_watcher_and_waiter_limits_is_refused_while_others_are_served() {
+    let s = Setup::new();
+    let limits = "max_watchers = 2\nmax_waiters_per_job = 1";
+    std::fs::write(&s.policy, limited_policy(limits)).unwrap();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let mut b = raw(&s, &p, BILLING).await;
+
+    // Watchers.
+    let w1 = billing.watch("billing/w1").await.unwrap();
+    let w2 = b
+        .watch_lease(proto::WatchLeaseRequest {
+            job: "billing/w2".into(),
+        })
+        .await
+        .unwrap();
+    let st = b
+        .watch_lease(proto::WatchLeaseRequest {
+            job: "billing/w3".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_watchers", 2);
+    let mut ops_watches = Vec::new();
+    for i in 0..3 {
+        ops_watches.push(ops.watch(&format!("ops/w{i}")).await.unwrap());
+    }
+    drop((w1, w2));
+
+    // Waiters.
+    let held = billing
+        .acquire("shared/j", "owner", TTL, NOW)
+        .await
+        .unwrap();
+    assert!(held.acquired);
+    let mut line = waits(&b, "shared/j", 0, 1);
+    let mut o = raw(&s, &p, OPS).await;
+    line.push({
+        let mut o = o.clone();
+        tokio::spawn(async move {
+            o.acquire(acquire_req("shared/j", "ops-waiter", 60))
+                .await
+                .map(|r| r.into_inner())
+        })
+    });
+    let t = std::time::Instant::now();
+    while scraped(&s, &p, "leasehold_waiting_acquires").await < 2.0 {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let st = b
+        .acquire(acquire_req("shared/j", "second", 60))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_waiters_per_job", 1);
+    // Per job: billing may wait on another.
+    let held_other = o.acquire(acquire_req("shared/k", "h", 0)).await.unwrap();
+    assert!(held_other.into_inner().acquired);
+    line.extend(waits(&b, "shared/k", 10, 1));
+    let t = std::time::Instant::now();
+    while scraped(&s, &p, "leasehold_waiting_acquires").await < 3.0 {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing changed: the lease, its token and the line.
+    let l = admin_read(&s, &p, "shared/j").await;
+    assert_eq!((l.holder.as_str(), l.token), ("owner", held.lease.token));
+    assert_eq!(scraped(&s, &p, "leasehold_waiting_acquires").await, 3.0);
+    for limit in ["max_watchers", "max_waiters_per_job"] {
+        let series = format!("leasehold_quota_exceeded_total{{limit=\"{limit}\"}}");
+        assert_eq!(scraped(&s, &p, &series).await, 1.0, "{series}");
+    }
+
+    // A reload raising the limit lets billing's second waiter in.
+    std::fs::write(
+        &s.policy,
+        limited_policy("max_watchers = 2\nmax_waiters_per_job = 2"),
+    )
+    .unwrap();
+    p.signal(libc::SIGHUP);
+    let t = std::time::Instant::now();
+    loop {
+        let mut second = waits(&b, "shared/j", 20, 1);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if !second[0].is_finished() {
+            line.append(&mut second);
+            break;
+        }
+        let st = second.pop().unwrap().await.unwrap().unwrap_err();
+        assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_waiters_per_job", 1);
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the reloaded limit did not let the second waiter in"
+        );
+    }
+    assert_eq!(scraped(&s, &p, "leasehold_waiting_acquires").await, 4.0);
+    // The line is served in order: billing's first waiter, then ops's.
+    billing
+        .release("shared/j", "owner", held.lease.token)
+        .await
+        .unwrap();
+    let first = line.remove(0).await.unwrap().unwrap();
+    assert!(first.acquired);
+    assert_eq!(first.lease.unwrap().holder, "w0");
+    for c in &line {
+        c.abort();
+    }
 }

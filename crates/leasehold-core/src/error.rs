@@ -110,25 +110,33 @@ pub enum Error {
         why: &'static str,
     },
     /// The server is at a limit on calls in flight: all callers' calls
-    /// together (`--max-in-flight`), or one connection's
-    /// (`--max-in-flight-per-connection`). The call was not run; nothing
-    /// was changed. Retrying with backoff can help. A renewal of a live
-    /// lease is never refused for other calls' load (it has a budget of its
+    /// together (`--max-in-flight`), one connection's
+    /// (`--max-in-flight-per-connection`), or one principal's (its
+    /// policy's `max_in_flight`). The call was not run; nothing was
+    /// changed. Retrying with backoff can help. A renewal of a live lease
+    /// is never refused for other calls' load (it has a budget of its
     /// own).
     Overloaded {
-        /// The flag that sets the limit reached.
+        /// The limit reached: the flag that sets it, or the policy's field
+        /// when `principal` is set.
         limit: &'static str,
         /// Its value.
         max: usize,
+        /// The principal whose own limit it is; `None` for the server's.
+        principal: Option<String>,
     },
     /// A limit on state was reached (`--max-waiters-per-job`,
-    /// `--max-watchers`). Nothing was changed. Retrying helps only once
-    /// the state shrinks (waiters leave the line, watchers end).
+    /// `--max-watchers`, or a principal's `max_waiters_per_job`,
+    /// `max_watchers`). Nothing was changed. Retrying helps only once the
+    /// state shrinks (waiters leave the line, watchers end).
     QuotaExceeded {
-        /// The flag that sets the limit reached.
+        /// The limit reached: the flag that sets it, or the policy's field
+        /// when `principal` is set.
         limit: &'static str,
         /// Its value.
         max: usize,
+        /// The principal whose own limit it is; `None` for the server's.
+        principal: Option<String>,
     },
     /// `DeleteJob` on a job whose lease is live, or that Acquires are
     /// waiting for. Nothing was changed. Retrying helps once the lease is
@@ -235,14 +243,24 @@ impl fmt::Display for Error {
             Error::PermissionDenied { action, job, why } => {
                 write!(f, "permission denied: {action} on job {job:?}: {why}")
             }
-            Error::Overloaded { limit, max } => write!(
+            Error::Overloaded {
+                limit,
+                max,
+                principal,
+            } => write!(
                 f,
-                "overloaded: at the limit of {max} calls in flight ({limit}); nothing was \
-                 changed; retry with backoff"
+                "overloaded: at the limit of {max} calls in flight ({}); nothing was \
+                 changed; retry with backoff",
+                Limit(limit, *max, principal)
             ),
-            Error::QuotaExceeded { limit, max } => write!(
+            Error::QuotaExceeded {
+                limit,
+                max,
+                principal,
+            } => write!(
                 f,
-                "quota exceeded: at the limit of {max} ({limit}); nothing was changed"
+                "quota exceeded: at the limit of {max} ({}); nothing was changed",
+                Limit(limit, *max, principal)
             ),
             Error::JobInUse { job, why } => {
                 write!(f, "job {job:?} is in use ({why}); nothing was deleted")
@@ -254,3 +272,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// A limit as an error message names it: the server's flag, or
+/// `principal "billing": max_in_flight 50`.
+struct Limit<'a>(&'a str, usize, &'a Option<String>);
+
+impl fmt::Display for Limit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.2 {
+            None => f.write_str(self.0),
+            Some(p) => write!(f, "principal {p:?}: {} {}", self.0, self.1),
+        }
+    }
+}

@@ -153,15 +153,22 @@ pub struct RpcMetrics {
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
-/// two) and `leasehold_quota_exceeded_total` (the rest): the flags.
-pub const REFUSAL_LIMITS: [&str; 4] = [
+/// three) and `leasehold_quota_exceeded_total` (the rest): the flags, and
+/// the policy's fields for the limits a principal has of its own
+/// (`[principal.limits]`), all principals together.
+pub const REFUSAL_LIMITS: [&str; 9] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
+    "max_in_flight",
     "--max-watchers",
     "--max-waiters-per-job",
+    "max_watchers",
+    "max_waiters_per_job",
+    "--max-jobs",
+    "--max-keys-per-job",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
-const OVERLOAD_LIMITS: usize = 2;
+const OVERLOAD_LIMITS: usize = 3;
 
 /// The `reason` label values of `leasehold_auth_denied_total`.
 pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];
@@ -584,7 +591,7 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
     );
     r.register(
         "leasehold_overloaded",
-        "Calls refused with OVERLOADED, by the limit reached (its flag)",
+        "Calls refused with OVERLOADED, by the limit reached (its flag, or a principal's field)",
         Refusals {
             rpc: rpc.clone(),
             quota: false,
@@ -592,7 +599,7 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
     );
     r.register(
         "leasehold_quota_exceeded",
-        "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag)",
+        "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag, or a principal's field)",
         Refusals { rpc, quota: true },
     );
     r.register_collector(Box::new(SnapshotCollector { node, max_jobs }));

@@ -127,6 +127,7 @@ impl StateLimits {
         Error::QuotaExceeded {
             limit: "--max-jobs",
             max: self.max_jobs,
+            principal: None,
         }
     }
 
@@ -135,6 +136,7 @@ impl StateLimits {
         Error::QuotaExceeded {
             limit: "--max-keys-per-job",
             max: self.max_keys_per_job,
+            principal: None,
         }
     }
 }

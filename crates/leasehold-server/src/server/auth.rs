@@ -13,6 +13,11 @@
 //! cert_names = ["billing.workers.internal"]
 //! token_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
 //!
+//! [principal.limits]         # optional: this principal's own limits
+//! max_in_flight = 50         # its calls in flight, all its connections together
+//! max_watchers = 100         # its open WatchLease streams
+//! max_waiters_per_job = 10   # its Acquires waiting on one job
+//!
 //! [[grant]]
 //! principal = "billing"
 //! jobs = ["billing/"]        # job-name prefixes; "" is every job
@@ -49,14 +54,36 @@
 //! twice, and the write is still refused unless that token is live when it
 //! is decided, the check cannot be raced.
 //!
+//! **A principal's limits** (`[principal.limits]`, or inline as
+//! `limits = { max_in_flight = 50 }`) hold it to a share of the server:
+//! each field left out is the server's flag of the same name
+//! (`--max-in-flight`, `--max-watchers`, `--max-waiters-per-job`), and a
+//! value must be 1 to [`MAX_PRINCIPAL_LIMIT`]. `max_in_flight` counts as
+//! `--max-in-flight` does, across all the principal's connections, with
+//! renewals (Renew, KeepAlive) on a budget of their own, so a principal
+//! at its limit still renews its leases. Admission checks it
+//! (`server/layers.rs`), and the quotas the other two
+//! (`server/leases.rs`), in both cases before the server's own limit, so
+//! that a call refused for its principal takes nothing from the others.
+//! Over one: RESOURCE_EXHAUSTED, reason OVERLOADED (`max_in_flight`) or
+//! QUOTA_EXCEEDED, the message naming the principal and the limit
+//! (`principal "billing": max_in_flight 50`), `limit`, `max` and
+//! `principal` in the ErrorInfo; counted in `leasehold_overloaded_total`
+//! or `leasehold_quota_exceeded_total` with the field as its `limit`, and
+//! logged at most once a second per principal. What a principal has open
+//! is counted under its name ([`PrincipalLoad`]) across reloads.
+//!
 //! The policy is read again on SIGHUP; one that does not load keeps the
-//! one in use. Every refusal counts in `leasehold_auth_denied_total` and is
-//! logged, at most once a second per principal.
+//! one in use. A call is held to the grants and limits of the policy in
+//! force when it arrived. Every refusal counts in
+//! `leasehold_auth_denied_total` and is logged, at most once a second per
+//! principal.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -67,7 +94,7 @@ use tonic::codegen::http;
 use tower::{Layer, Service};
 
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, LeaseState, LeaseView};
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView};
 use crate::metrics::RpcMetrics;
 use crate::server::conn::Peer;
 use crate::server::status::to_status;
@@ -131,7 +158,42 @@ struct Principal {
     /// (job prefix, actions as bits).
     grants: Vec<(String, u8)>,
     admin: bool,
+    limits: PrincipalLimits,
+    /// What it has open; the same counters across reloads ([`Auth`]).
+    load: Arc<PrincipalLoad>,
 }
+
+/// A principal's own limits, from its `[principal.limits]`: each `None`
+/// (left out) is the server's flag of the same name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrincipalLimits {
+    /// Its calls in flight at once across all its connections, in each
+    /// budget, counted as `--max-in-flight` counts them
+    /// ([`super::layers`]).
+    pub max_in_flight: Option<usize>,
+    /// Its `WatchLease` streams open at once (`--max-watchers`).
+    pub max_watchers: Option<usize>,
+    /// Its Acquires waiting on one job at once (`--max-waiters-per-job`).
+    pub max_waiters_per_job: Option<usize>,
+}
+
+/// What one principal has open on this server, counted against its
+/// [`PrincipalLimits`]: by admission ([`super::layers`]) and by the quotas
+/// ([`super::leases::Quotas`]). Kept by the principal's name across
+/// reloads, so that a reload's new limits apply to what is already open.
+#[derive(Debug, Default)]
+pub struct PrincipalLoad {
+    /// Calls in flight, by budget (the index of `layers::budget`).
+    pub in_flight: [AtomicUsize; 2],
+    /// Open `WatchLease` streams.
+    pub watchers: AtomicUsize,
+    /// Acquires waiting, by job.
+    pub waiting: Mutex<HashMap<JobName, usize>>,
+}
+
+/// The largest value a principal's limit may have: far beyond what one
+/// server can hold open, so a larger one is a typo.
+pub const MAX_PRINCIPAL_LIMIT: i64 = 10_000_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,6 +212,16 @@ struct PrincipalEntry {
     cert_names: Vec<toml::Spanned<String>>,
     #[serde(default)]
     token_sha256: Vec<toml::Spanned<String>>,
+    #[serde(default)]
+    limits: LimitsEntry,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LimitsEntry {
+    max_in_flight: Option<toml::Spanned<i64>>,
+    max_watchers: Option<toml::Spanned<i64>>,
+    max_waiters_per_job: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -233,12 +305,36 @@ impl Policy {
                 }
                 tokens.push(h);
             }
+            let limit = |field: &str, flag: &str, v: &Option<toml::Spanned<i64>>| {
+                let Some(v) = v else { return Ok(None) };
+                let n = *v.get_ref();
+                if !(1..=MAX_PRINCIPAL_LIMIT).contains(&n) {
+                    return Err(format!(
+                        "line {}: principal {name:?}: limits.{field} = {n}: must be 1 to \
+                         {MAX_PRINCIPAL_LIMIT} (leave it out for the server's {flag})",
+                        line(v.span())
+                    ));
+                }
+                Ok(Some(n as usize))
+            };
+            let l = &p.limits;
+            let limits = PrincipalLimits {
+                max_in_flight: limit("max_in_flight", "--max-in-flight", &l.max_in_flight)?,
+                max_watchers: limit("max_watchers", "--max-watchers", &l.max_watchers)?,
+                max_waiters_per_job: limit(
+                    "max_waiters_per_job",
+                    "--max-waiters-per-job",
+                    &l.max_waiters_per_job,
+                )?,
+            };
             principals.push(Principal {
                 name: name.as_str().into(),
                 cert_names,
                 tokens,
                 grants: Vec::new(),
                 admin: false,
+                limits,
+                load: Arc::default(),
             });
         }
         for g in file.grant {
@@ -422,25 +518,47 @@ pub struct Auth {
     metrics: Arc<RpcMetrics>,
     /// When each principal's last refusal was logged.
     logged: Mutex<HashMap<String, Instant>>,
+    /// Each principal's [`PrincipalLoad`], by name, for as long as a
+    /// policy or a call uses it: a reloaded policy's principal counts on
+    /// where the one of the same name counted.
+    loads: Mutex<HashMap<Arc<str>, Arc<PrincipalLoad>>>,
 }
 
 impl Auth {
     /// Loads the policy at `path`; refusals count in `metrics`.
     pub fn load(path: PathBuf, metrics: Arc<RpcMetrics>) -> Result<Arc<Auth>> {
-        let policy = Policy::load(&path)?;
-        Ok(Arc::new(Auth {
+        let mut policy = Policy::load(&path)?;
+        let auth = Auth {
             path,
-            policy: RwLock::new(Arc::new(policy)),
+            policy: RwLock::new(Arc::default()),
             metrics,
             logged: Mutex::new(HashMap::new()),
-        }))
+            loads: Mutex::new(HashMap::new()),
+        };
+        auth.adopt(&mut policy);
+        *auth.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        Ok(Arc::new(auth))
     }
 
     /// Reads the policy file again; on an error the policy in use stays.
+    /// Calls in progress keep the policy they began with; new calls are
+    /// held to the new one's grants and limits.
     pub fn reload(&self) -> Result<()> {
-        let policy = Policy::load(&self.path)?;
+        let mut policy = Policy::load(&self.path)?;
+        self.adopt(&mut policy);
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
         Ok(())
+    }
+
+    /// Gives each principal of `policy` the counters its name had (a
+    /// principal new to the server starts from zero), and forgets the
+    /// counters nothing uses any more.
+    fn adopt(&self, policy: &mut Policy) {
+        let mut loads = self.loads.lock().unwrap_or_else(|e| e.into_inner());
+        loads.retain(|_, load| Arc::strong_count(load) > 1);
+        for p in &mut policy.principals {
+            p.load = loads.entry(p.name.clone()).or_default().clone();
+        }
     }
 
     /// The policy file.
@@ -486,6 +604,8 @@ impl Auth {
         };
         Ok(Caller(Some(Arc::new(Known {
             principal: principal.name.clone(),
+            limits: principal.limits,
+            load: principal.load.clone(),
             policy,
             auth: self.clone(),
         }))))
@@ -521,6 +641,10 @@ pub struct Caller(Option<Arc<Known>>);
 
 struct Known {
     principal: Arc<str>,
+    /// The principal's limits in the policy as it was when the call
+    /// arrived, and what it has open now.
+    limits: PrincipalLimits,
+    load: Arc<PrincipalLoad>,
     /// The policy as it was when the call arrived.
     policy: Arc<Policy>,
     auth: Arc<Auth>,
@@ -669,6 +793,37 @@ impl Caller {
     /// Whether the server has a policy.
     pub fn is_policed(&self) -> bool {
         self.0.is_some()
+    }
+
+    /// The caller's principal's own limits (from the policy as it was when
+    /// the call arrived) and what the principal has open now; `None`
+    /// without a policy.
+    pub fn share(&self) -> Option<(&PrincipalLimits, &Arc<PrincipalLoad>)> {
+        self.0.as_ref().map(|k| (&k.limits, &k.load))
+    }
+
+    /// The refusal of a call at its principal's own `limit` (the policy's
+    /// field) of `max`: QUOTA_EXCEEDED when `quota`, else OVERLOADED.
+    /// Logged at most once a second per principal; counting it in the
+    /// metrics is the refuser's.
+    pub fn over_limit(&self, limit: &'static str, max: usize, quota: bool) -> Error {
+        let principal = self.principal().map(str::to_owned);
+        if let Some(k) = &self.0 {
+            k.auth
+                .log(&k.principal, &format!("at its limit: {limit} {max}"));
+        }
+        match quota {
+            true => Error::QuotaExceeded {
+                limit,
+                max,
+                principal,
+            },
+            false => Error::Overloaded {
+                limit,
+                max,
+                principal,
+            },
+        }
     }
 }
 
@@ -855,6 +1010,141 @@ actions = ["lease", "read"]
             assert!(e.starts_with(&format!("line {line}:")), "{e}");
             assert!(e.contains(words), "{e}");
         }
+    }
+
+    const LIMITED: &str = r#"
+[[principal]]
+name = "billing"
+token_sha256 = ["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+
+[principal.limits]
+max_in_flight = 50
+max_waiters_per_job = 3
+
+[[principal]]
+name = "ops"
+limits = { max_watchers = 7 }
+"#;
+
+    fn limits_of(p: &Policy, name: &str) -> PrincipalLimits {
+        p.principals
+            .iter()
+            .find(|q| &*q.name == name)
+            .unwrap()
+            .limits
+    }
+
+    #[test]
+    fn a_principals_limits_are_its_own_and_default_to_the_servers() {
+        let p = Policy::parse(LIMITED).unwrap();
+        assert_eq!(
+            limits_of(&p, "billing"),
+            PrincipalLimits {
+                max_in_flight: Some(50),
+                max_watchers: None,
+                max_waiters_per_job: Some(3),
+            }
+        );
+        assert_eq!(
+            limits_of(&p, "ops"),
+            PrincipalLimits {
+                max_watchers: Some(7),
+                ..PrincipalLimits::default()
+            }
+        );
+        let p = Policy::parse(POLICY).unwrap();
+        assert_eq!(limits_of(&p, "billing"), PrincipalLimits::default());
+    }
+
+    #[test]
+    fn a_bad_limit_is_refused_naming_the_line_and_the_field() {
+        let cases = [
+            (
+                "max_in_flight = 50",
+                "max_in_flight = 0",
+                7,
+                "limits.max_in_flight = 0: must be 1 to",
+            ),
+            (
+                "max_in_flight = 50",
+                "max_in_flight = -5",
+                7,
+                "limits.max_in_flight = -5",
+            ),
+            (
+                "max_waiters_per_job = 3",
+                "max_waiters_per_job = 99999999999",
+                8,
+                "limits.max_waiters_per_job = 99999999999: must be 1 to 10000000",
+            ),
+            (
+                "max_watchers = 7",
+                "max_watchers = 0",
+                12,
+                "principal \"ops\": limits.max_watchers",
+            ),
+            (
+                "max_in_flight = 50",
+                "max_in_flight = \"50\"",
+                7,
+                "invalid type",
+            ),
+            (
+                "max_in_flight = 50",
+                "max_in_fligth = 50",
+                7,
+                "unknown field `max_in_fligth`",
+            ),
+        ];
+        for (from, to, line, words) in cases {
+            let text = LIMITED.replace(from, to);
+            assert_ne!(text, LIMITED);
+            let e = Policy::parse(&text).unwrap_err();
+            assert!(e.starts_with(&format!("line {line}:")), "{e}");
+            assert!(e.contains(words), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_reload_keeps_each_principals_counters_by_name() {
+        let auth = Auth {
+            path: PathBuf::new(),
+            policy: RwLock::default(),
+            metrics: Arc::default(),
+            logged: Mutex::default(),
+            loads: Mutex::default(),
+        };
+        let mut first = Policy::parse(LIMITED).unwrap();
+        auth.adopt(&mut first);
+        let load = first.principals[0].load.clone();
+        load.watchers
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let mut second =
+            Policy::parse(&LIMITED.replace("max_in_flight = 50", "max_in_flight = 60")).unwrap();
+        auth.adopt(&mut second);
+        assert!(Arc::ptr_eq(&second.principals[0].load, &load));
+        assert_eq!(limits_of(&second, "billing").max_in_flight, Some(60));
+        // Renamed: counted afresh; the old name's counters go once
+        // nothing uses them.
+        drop((first, load));
+        let mut third =
+            Policy::parse(&LIMITED.replace("name = \"billing\"", "name = \"b2\"")).unwrap();
+        auth.adopt(&mut third);
+        assert!(!Arc::ptr_eq(
+            &third.principals[0].load,
+            &second.principals[0].load
+        ));
+        drop(second);
+        auth.adopt(&mut Policy::parse(LIMITED).unwrap());
+        let loads = auth.loads.lock().unwrap();
+        assert!(loads.contains_key("b2") && loads.contains_key("billing"));
+        assert_eq!(
+            loads["billing"]
+                .watchers
+                .load(std::sync::atomic::Ordering::Acquire),
+            0,
+            "billing, forgotten in between, starts again from zero"
+        );
     }
 
     #[test]

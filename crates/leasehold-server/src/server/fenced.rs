@@ -1,6 +1,7 @@
 //! The `FencedStore` service: decode, call the node, encode.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -10,6 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::Limits;
+use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
 use crate::server::status::status;
@@ -27,13 +29,27 @@ type WriteResults = Pin<Box<dyn Stream<Item = Result<proto::WriteStreamResponse,
 pub struct FencedStoreService {
     node: Backend,
     limits: Limits,
+    metrics: Arc<RpcMetrics>,
 }
 
 impl FencedStoreService {
-    /// A service over `node`, checking requests against `limits`.
-    pub fn new(node: Backend, limits: Limits) -> Self {
-        FencedStoreService { node, limits }
+    /// A service over `node`, checking requests against `limits`,
+    /// counting refusals over `--max-keys-per-job` in `metrics`.
+    pub fn new(node: Backend, limits: Limits, metrics: Arc<RpcMetrics>) -> Self {
+        FencedStoreService {
+            node,
+            limits,
+            metrics,
+        }
     }
+}
+
+/// Counts `e` in `metrics` when it is a refusal at a limit.
+fn counted(metrics: &RpcMetrics, e: Error) -> Error {
+    if let Error::QuotaExceeded { limit, .. } = &e {
+        metrics.refused(limit);
+    }
+    e
 }
 
 #[tonic::async_trait]
@@ -51,7 +67,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             .node
             .checked_write(&w.job, w.token, &w.key, w.value)
             .await
-            .map_err(status)?;
+            .map_err(|e| status(counted(&self.metrics, e)))?;
         Ok(Response::new(proto::CheckedWriteResponse { version }))
     }
 
@@ -65,6 +81,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
+        let metrics = self.metrics.clone();
         let (tx, rx) = mpsc::channel(16);
         // Pipelined: the reader decides each message as it arrives, in
         // order, taking the node's lock once for all its writes; the
@@ -94,7 +111,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                         return;
                     }
                 };
-                let staged = stage_batch(&node, &limits, &caller, msg)
+                let staged = stage_batch(&node, &limits, &metrics, &caller, msg)
                     .await
                     .map_err(status);
                 let end = staged.is_err();
@@ -211,6 +228,7 @@ async fn check_bound(node: &Backend, caller: &Caller, writes: &[convert::WriteAr
 async fn stage_batch(
     node: &Backend,
     l: &Limits,
+    metrics: &RpcMetrics,
     caller: &Caller,
     req: proto::WriteStreamRequest,
 ) -> Result<(proto::WriteStreamResponse, u64)> {
@@ -261,7 +279,10 @@ async fn stage_batch(
                 let (outcome, current) = match &e {
                     Error::Fenced { current, .. } => (Outcome::Fenced, current.0),
                     Error::UnknownToken { current, .. } => (Outcome::UnknownToken, current.0),
-                    Error::QuotaExceeded { .. } => (Outcome::QuotaExceeded, 0),
+                    Error::QuotaExceeded { limit, .. } => {
+                        metrics.refused(limit);
+                        (Outcome::QuotaExceeded, 0)
+                    }
                     // The node refuses a write on its own only for these.
                     _ => return Err(e),
                 };

@@ -1,10 +1,12 @@
 //! Tower layers in front of every handler.
 //!
 //! Cross-cutting concerns go here, once, instead of into each handler:
-//! the RPC metrics and admission (the caps on calls in flight, with a
-//! budget of their own for renewals). The caller's identity
-//! is a layer too, with the policy it serves: [`super::auth::AuthLayer`]
-//! (see ARCHITECTURE.md, "TLS and access rules").
+//! the RPC metrics and admission (the caps on calls in flight per
+//! connection, per principal and in all, with budgets of their own for
+//! renewals: [`Admission`]). The caller's identity is a layer too, with
+//! the policy it serves: [`super::auth::AuthLayer`], between admission's
+//! two layers (see ARCHITECTURE.md, "Admission" and "TLS and access
+//! rules").
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,6 +18,7 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tower::{Layer, Service};
 
+use super::auth::{Caller, PrincipalLoad};
 use super::conn::{ConnLoad, Peer};
 use super::status::to_status;
 use crate::error::Error;
@@ -179,54 +182,62 @@ impl<B> Drop for Ending<B> {
 /// `Renew`, and a `KeepAlive` stream) draws on a budget of its own, so no
 /// amount of other calls (waiting Acquires, watches, reads) can crowd it
 /// out.
-const CALLS: usize = 0;
-const RENEWALS: usize = 1;
+pub const CALLS: usize = 0;
+/// The renewals' budget (see [`CALLS`]).
+pub const RENEWALS: usize = 1;
 
 /// The budget a call of `path` draws on.
-fn budget(path: &str) -> usize {
+pub fn budget(path: &str) -> usize {
     match path {
         "/leasehold.v1.Leases/Renew" | "/leasehold.v1.Leases/KeepAlive" => RENEWALS,
         _ => CALLS,
     }
 }
 
-/// Admission: caps the calls in flight, across all connections and per
-/// connection, with renewals on a budget of their own.
+/// Admission: caps the calls in flight, per connection, per principal and
+/// across all calls, with renewals on budgets of their own. Two layers,
+/// on either side of [`super::auth::AuthLayer`]:
 ///
-/// - Each budget (renewals; everything else) admits at most `max`
-///   (`--max-in-flight`) calls at once across all connections. A call
-///   counts until its response starts: a waiting `Acquire` while it waits,
-///   a stream only until it is opened.
-/// - One connection may have at most `per_connection`
+/// - [`Admission::connections`], before the credentials are read: one
+///   connection may have at most `per_connection`
 ///   (`--max-in-flight-per-connection`) calls open in each budget, a
 ///   stream for as long as it is open, so that no one connection takes
-///   the whole budget from the others. The connection is the unit of
-///   fairness even with a policy: admission runs before the credentials
-///   are read, so a refused call costs no hashing.
+///   the whole budget from the others; a refused call costs no hashing.
+/// - [`Admission::budgets`], once the caller is known: with a policy, a
+///   principal may have at most its `max_in_flight` (its
+///   `[principal.limits]`, else `max`) calls in flight in each budget
+///   across all its connections; then each budget (renewals; everything
+///   else) admits at most `max` (`--max-in-flight`) calls at once
+///   altogether. Both count a call until its response starts: a waiting
+///   `Acquire` while it waits, a stream only until it is opened. The
+///   principal's share is checked first, so that a call refused there
+///   never holds a place in the server's budget: a principal's flood
+///   costs the others nothing beyond its own `max_in_flight`.
 ///
 /// A call over a cap is answered at once with RESOURCE_EXHAUSTED, reason
-/// OVERLOADED, naming the limit's flag (and counted in
-/// `leasehold_overloaded_total{limit}`), instead of queueing without
-/// bound. So a renewal is refused only when its own connection has
-/// `per_connection` renewals open, or renewals alone fill `max`.
+/// OVERLOADED, naming the limit (the flag, or the principal and its
+/// field) and counted in `leasehold_overloaded_total{limit}`, instead of
+/// queueing without bound. So a renewal is refused only when its own
+/// connection has `per_connection` renewals open, its own principal has
+/// its `max_in_flight` renewals in flight, or renewals alone fill `max`.
 #[derive(Clone)]
-pub struct InflightLimitLayer {
-    shared: Arc<Admission>,
+pub struct Admission {
+    shared: Arc<Budgets>,
 }
 
-struct Admission {
+struct Budgets {
     inflight: [AtomicUsize; 2],
     max: usize,
     per_connection: usize,
     metrics: Arc<RpcMetrics>,
 }
 
-impl InflightLimitLayer {
-    /// A cap of `max` calls in flight per budget, `per_connection` of them
+impl Admission {
+    /// Caps of `max` calls in flight per budget, `per_connection` of them
     /// on one connection, refusals counted in `metrics`.
     pub fn new(max: usize, per_connection: usize, metrics: Arc<RpcMetrics>) -> Self {
-        InflightLimitLayer {
-            shared: Arc::new(Admission {
+        Admission {
+            shared: Arc::new(Budgets {
                 inflight: Default::default(),
                 max,
                 per_connection,
@@ -234,33 +245,98 @@ impl InflightLimitLayer {
             }),
         }
     }
+
+    /// The layer of each connection's share: in front of the credentials.
+    pub fn connections(&self) -> ConnShareLayer {
+        ConnShareLayer {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The layer of each principal's share and the server's budgets:
+    /// behind the credentials, which it reads from the request's
+    /// [`Caller`].
+    pub fn budgets(&self) -> BudgetLayer {
+        BudgetLayer {
+            shared: self.shared.clone(),
+        }
+    }
 }
 
-impl<S> Layer<S> for InflightLimitLayer {
-    type Service = InflightLimit<S>;
+/// Takes one of `max` places counted by `n`, or says no (and takes none).
+pub fn try_take(n: &AtomicUsize, max: usize) -> bool {
+    let before = n.fetch_add(1, Ordering::AcqRel);
+    if before >= max {
+        n.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
+/// The layer made by [`Admission::connections`].
+#[derive(Clone)]
+pub struct ConnShareLayer {
+    shared: Arc<Budgets>,
+}
+
+impl<S> Layer<S> for ConnShareLayer {
+    type Service = ConnShare<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        InflightLimit {
+        ConnShare {
             inner,
             shared: self.shared.clone(),
         }
     }
 }
 
-/// The service made by [`InflightLimitLayer`].
+/// The service made by [`ConnShareLayer`].
 #[derive(Clone)]
-pub struct InflightLimit<S> {
+pub struct ConnShare<S> {
     inner: S,
-    shared: Arc<Admission>,
+    shared: Arc<Budgets>,
 }
 
-/// Gives a place in the global budget back when the response starts, or
-/// the call ends without one.
-struct Slot(Arc<Admission>, usize);
+/// The layer made by [`Admission::budgets`].
+#[derive(Clone)]
+pub struct BudgetLayer {
+    shared: Arc<Budgets>,
+}
+
+impl<S> Layer<S> for BudgetLayer {
+    type Service = Budget<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Budget {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service made by [`BudgetLayer`].
+#[derive(Clone)]
+pub struct Budget<S> {
+    inner: S,
+    shared: Arc<Budgets>,
+}
+
+/// Gives a place in the server's budget back when the response starts,
+/// or the call ends without one.
+struct Slot(Arc<Budgets>, usize);
 
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.inflight[self.1].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Gives a place in the principal's budget back, as [`Slot`] does.
+struct PrincipalSlot(Arc<PrincipalLoad>, usize);
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        self.0.in_flight[self.1].fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -274,39 +350,45 @@ impl Drop for ConnSlot {
     }
 }
 
-impl Admission {
-    /// Admits a call on `budget` from a connection with `load`, or names
-    /// the limit it is over.
+impl Budgets {
+    /// Admits a call on `budget` from `caller`'s principal (if the server
+    /// has a policy) and into the server's budget, or names the limit it
+    /// is over.
     fn admit(
         self: &Arc<Self>,
         budget: usize,
-        load: Option<&Arc<ConnLoad>>,
-    ) -> Result<(Slot, Option<ConnSlot>), Error> {
-        let conn = match load {
-            Some(load) => {
-                if !load.try_open(budget, self.per_connection) {
-                    return Err(Error::Overloaded {
-                        limit: "--max-in-flight-per-connection",
-                        max: self.per_connection,
-                    });
-                }
-                Some(ConnSlot(load.clone(), budget))
+        caller: Option<&Caller>,
+    ) -> Result<(Option<PrincipalSlot>, Slot), Error> {
+        let mut mine = None;
+        if let Some((caller, (limits, load))) = caller.and_then(|c| Some((c, c.share()?))) {
+            let max = limits.max_in_flight.unwrap_or(self.max);
+            if !try_take(&load.in_flight[budget], max) {
+                return Err(caller.over_limit("max_in_flight", max, false));
             }
-            None => None,
-        };
+            mine = Some(PrincipalSlot(load.clone(), budget));
+        }
         let before = self.inflight[budget].fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.clone(), budget);
         if before >= self.max {
             return Err(Error::Overloaded {
                 limit: "--max-in-flight",
                 max: self.max,
+                principal: None,
             });
         }
-        Ok((slot, conn))
+        Ok((mine, slot))
+    }
+
+    /// Counts a refusal, and the status that answers it.
+    fn refuse(&self, e: Error) -> tonic::Status {
+        if let Error::Overloaded { limit, .. } = &e {
+            self.metrics.refused(limit);
+        }
+        to_status(&e)
     }
 }
 
-impl<S, B, R> Service<http::Request<B>> for InflightLimit<S>
+impl<S, B, R> Service<http::Request<B>> for ConnShare<S>
 where
     S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -324,27 +406,65 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
-        let (slot, conn) = match self.shared.admit(budget(req.uri().path()), load.as_ref()) {
-            Ok(admitted) => admitted,
-            Err(e) => {
-                if let Error::Overloaded { limit, .. } = &e {
-                    self.shared.metrics.refused(limit);
+        let budget = budget(req.uri().path());
+        let conn = match req.extensions().get::<Peer>() {
+            Some(peer) => {
+                if !peer.load.try_open(budget, self.shared.per_connection) {
+                    let refused = self.shared.refuse(Error::Overloaded {
+                        limit: "--max-in-flight-per-connection",
+                        max: self.shared.per_connection,
+                        principal: None,
+                    });
+                    return Box::pin(async move { Ok(refused.into_http()) });
                 }
-                let status = to_status(&e);
-                return Box::pin(async move { Ok(status.into_http()) });
+                Some(ConnSlot(peer.load.clone(), budget))
             }
+            None => None,
         };
         let mut inner = take_ready(&mut self.inner);
         Box::pin(async move {
-            let resp = inner.call(req).await;
-            drop(slot);
-            let resp = resp?;
+            let resp = inner.call(req).await?;
             let (parts, body) = resp.into_parts();
             Ok(http::Response::from_parts(
                 parts,
                 Body::new(Held { body, _conn: conn }),
             ))
+        })
+    }
+}
+
+impl<S, B, R> Service<http::Request<B>> for Budget<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    R: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let admitted = self
+            .shared
+            .admit(budget(req.uri().path()), req.extensions().get::<Caller>());
+        let slots = match admitted {
+            Ok(slots) => slots,
+            Err(e) => {
+                let refused = self.shared.refuse(e);
+                return Box::pin(async move { Ok(refused.into_http()) });
+            }
+        };
+        let mut inner = take_ready(&mut self.inner);
+        Box::pin(async move {
+            let resp = inner.call(req).await;
+            drop(slots);
+            resp
         })
     }
 }

@@ -17,8 +17,9 @@ use crate::lease::{JobName, Limits};
 use crate::metrics::RpcMetrics;
 use crate::node::Renewal;
 use crate::proto;
-use crate::server::auth::{Action, Caller};
+use crate::server::auth::{Action, Caller, PrincipalLoad};
 use crate::server::convert::{self, duration, lease};
+use crate::server::layers::try_take;
 use crate::server::status::status;
 use crate::server::{page, wire};
 
@@ -33,6 +34,11 @@ pub struct LeasesService {
 /// waiting Acquires per job. Counted here, in front of either backend, so
 /// that a refusal changes nothing. In etcd mode each frontend counts its
 /// own calls.
+///
+/// With a policy, each principal is held to its own limits as well (its
+/// `[principal.limits]`, else the server's), counted in its
+/// [`PrincipalLoad`] and checked first: a watch or a wait refused for its
+/// principal takes no place from the other principals.
 pub struct Quotas {
     /// `WatchLease` streams open at once (`--max-watchers`).
     pub max_watchers: usize,
@@ -57,61 +63,115 @@ impl Quotas {
         }
     }
 
-    /// Counts a quota refusal that the node made (`--max-jobs`).
-    fn counted(&self, e: Error) -> Error {
+    /// Counts `e`, a QUOTA_EXCEEDED, and returns it.
+    fn exceeded(&self, e: Error) -> Error {
         if let Error::QuotaExceeded { limit, .. } = &e {
             self.metrics.refused(limit);
         }
         e
     }
 
-    fn exceeded(&self, limit: &'static str, max: usize) -> Error {
-        self.metrics.refused(limit);
-        Error::QuotaExceeded { limit, max }
-    }
-
-    /// A place for one more watcher, held until the stream ends.
-    fn watcher(self: &Arc<Self>) -> Result<WatcherPlace> {
-        let before = self.watchers.fetch_add(1, Ordering::AcqRel);
-        let place = WatcherPlace(self.clone());
-        if before >= self.max_watchers {
-            return Err(self.exceeded("--max-watchers", self.max_watchers));
+    /// A place for one more watcher of `caller`, held until the stream
+    /// ends.
+    fn watcher(self: &Arc<Self>, caller: &Caller) -> Result<WatcherPlace> {
+        let mut mine = None;
+        if let Some((limits, load)) = caller.share() {
+            let max = limits.max_watchers.unwrap_or(self.max_watchers);
+            if !try_take(&load.watchers, max) {
+                return Err(self.exceeded(caller.over_limit("max_watchers", max, true)));
+            }
+            mine = Some(load.clone());
         }
+        let mut place = WatcherPlace(None, mine);
+        if !try_take(&self.watchers, self.max_watchers) {
+            return Err(self.exceeded(Error::QuotaExceeded {
+                limit: "--max-watchers",
+                max: self.max_watchers,
+                principal: None,
+            }));
+        }
+        place.0 = Some(self.clone());
         Ok(place)
     }
 
-    /// A place in `job`'s line, held while the Acquire waits; `None` when
-    /// the line is full.
-    fn waiter(self: &Arc<Self>, job: &JobName) -> Option<WaiterPlace> {
-        // A std Mutex: held for one map operation, never across an await.
-        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let n = w.entry(job.clone()).or_insert(0);
-        if *n >= self.max_waiters_per_job {
-            return None;
+    /// A place in `job`'s line for `caller`, held while the Acquire waits;
+    /// else the refusal to give if the Acquire is not granted at once (the
+    /// line is full, or the caller's principal has its own limit's worth
+    /// of waiters in it).
+    fn waiter(self: &Arc<Self>, job: &JobName, caller: &Caller) -> Result<WaiterPlace, Error> {
+        let mut mine = None;
+        if let Some((limits, load)) = caller.share() {
+            let max = limits
+                .max_waiters_per_job
+                .unwrap_or(self.max_waiters_per_job);
+            if !join(&load.waiting, job, max) {
+                return Err(caller.over_limit("max_waiters_per_job", max, true));
+            }
+            mine = Some(load.clone());
         }
-        *n += 1;
-        Some(WaiterPlace(self.clone(), job.clone()))
+        let mut place = WaiterPlace(job.clone(), None, mine);
+        if !join(&self.waiting, job, self.max_waiters_per_job) {
+            return Err(Error::QuotaExceeded {
+                limit: "--max-waiters-per-job",
+                max: self.max_waiters_per_job,
+                principal: None,
+            });
+        }
+        place.1 = Some(self.clone());
+        Ok(place)
     }
 }
 
-struct WatcherPlace(Arc<Quotas>);
+/// Takes a place in `job`'s line of at most `max`, or says no.
+fn join(lines: &Mutex<HashMap<JobName, usize>>, job: &JobName, max: usize) -> bool {
+    // A std Mutex: held for one map operation, never across an await.
+    let mut w = lines.lock().unwrap_or_else(|e| e.into_inner());
+    let n = w.entry(job.clone()).or_insert(0);
+    if *n >= max {
+        if *n == 0 {
+            w.remove(job);
+        }
+        return false;
+    }
+    *n += 1;
+    true
+}
+
+/// Gives back a place taken by [`join`].
+fn leave(lines: &Mutex<HashMap<JobName, usize>>, job: &JobName) {
+    let mut w = lines.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = w.get_mut(job) {
+        *n -= 1;
+        if *n == 0 {
+            w.remove(job);
+        }
+    }
+}
+
+/// A watcher's places: in the server's count and its principal's.
+struct WatcherPlace(Option<Arc<Quotas>>, Option<Arc<PrincipalLoad>>);
 
 impl Drop for WatcherPlace {
     fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::AcqRel);
+        if let Some(q) = &self.0 {
+            q.watchers.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Some(load) = &self.1 {
+            load.watchers.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
-struct WaiterPlace(Arc<Quotas>, JobName);
+/// A waiter's places in `job`'s line: the server's and its principal's.
+struct WaiterPlace(JobName, Option<Arc<Quotas>>, Option<Arc<PrincipalLoad>>);
 
 impl Drop for WaiterPlace {
     fn drop(&mut self) {
-        let mut w = self.0.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = w.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                w.remove(&self.1);
-            }
+        if let Some(q) = &self.1 {
+            leave(&q.waiting, &self.0);
+        }
+        if let Some(load) = &self.2 {
+            leave(&load.waiting, &self.0);
         }
     }
 }
@@ -144,28 +204,25 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, ttl, wait) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
-        // A full line: the Acquire may still be granted at once (nothing
-        // waits ahead of a free lease), but it does not join the line.
+        // A full line (or the caller's principal's full share of it): the
+        // Acquire may still be granted at once (nothing waits ahead of a
+        // free lease), but it does not join the line.
         let place = match wait.is_zero() {
             true => None,
-            false => Some(self.quotas.waiter(&job)),
+            false => Some(self.quotas.waiter(&job, &caller)),
         };
         let wait = match place {
-            Some(None) => Duration::ZERO,
+            Some(Err(_)) => Duration::ZERO,
             _ => wait,
         };
         let (acquired, view) = self
             .node
             .acquire(&job, &holder, ttl, wait)
             .await
-            .map_err(|e| status(self.quotas.counted(e)))?;
-        if let (Some(None), false) = (&place, acquired) {
-            return Err(status(self.quotas.exceeded(
-                "--max-waiters-per-job",
-                self.quotas.max_waiters_per_job,
-            )));
+            .map_err(|e| status(self.quotas.exceeded(e)))?;
+        if let (Some(Err(e)), false) = (place, acquired) {
+            return Err(status(self.quotas.exceeded(e)));
         }
-        drop(place);
         let sent = self.limits.holder(&req.get_ref().holder).map_err(status)?;
         caller
             .check_acquired(acquired, &sent, &view)
@@ -269,7 +326,7 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req);
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
-        let place = self.quotas.watcher().map_err(status)?;
+        let place = self.quotas.watcher(&caller).map_err(status)?;
         let events = ReceiverStream::new(self.node.watch(job)).map(move |r| {
             // The place is the stream's for as long as it is open.
             let _place = &place;

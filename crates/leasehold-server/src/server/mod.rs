@@ -57,7 +57,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Calls in flight at once, across connections, in each budget
     /// (renewals have their own); more are answered RESOURCE_EXHAUSTED,
-    /// reason OVERLOADED ([`layers::InflightLimitLayer`]).
+    /// reason OVERLOADED ([`layers::Admission`]). Also each principal's,
+    /// unless its policy sets its own `max_in_flight`.
     pub max_in_flight: usize,
     /// Calls open at once on one connection, in each budget (streams for
     /// as long as they are open); more are answered OVERLOADED.
@@ -70,10 +71,12 @@ pub struct Config {
     /// HTTP/2 streams open at once on one connection (watches included).
     pub max_streams_per_connection: u32,
     /// `WatchLease` streams open at once; more are refused with
-    /// QUOTA_EXCEEDED.
+    /// QUOTA_EXCEEDED. Also each principal's, unless its policy sets its
+    /// own `max_watchers`.
     pub max_watchers: usize,
     /// Acquires waiting on one job at once; one more is granted if the
-    /// lease is free, else refused with QUOTA_EXCEEDED.
+    /// lease is free, else refused with QUOTA_EXCEEDED. Also each
+    /// principal's, unless its policy sets its own `max_waiters_per_job`.
     pub max_waiters_per_job: usize,
     /// How often an idle connection is pinged; a peer that does not answer
     /// within the same time is disconnected, which ends its watches and
@@ -169,7 +172,7 @@ pub async fn run(
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
-        fenced::FencedStoreService::new(node.clone(), config.limits.clone()),
+        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone()),
     )
     .max_decoding_message_size(max);
 
@@ -200,17 +203,21 @@ pub async fn run(
         limits,
         config.tls.clone().map(|t| (t, tls::Port::Grpc)),
     );
+    // A connection's share is taken before the credentials are read; a
+    // principal's share and the server's budget once the caller is known.
+    let admission = layers::Admission::new(
+        config.max_in_flight,
+        config.max_in_flight_per_connection,
+        rpc_metrics.clone(),
+    );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
-        .layer(layers::InflightLimitLayer::new(
-            config.max_in_flight,
-            config.max_in_flight_per_connection,
-            rpc_metrics,
-        ))
+        .layer(admission.connections())
         .layer(auth::AuthLayer::new(config.auth.clone()))
+        .layer(admission.budgets())
         .layer(wire)
         .add_service(health)
         .add_service(reflection_v1)

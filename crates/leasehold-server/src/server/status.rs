@@ -35,6 +35,10 @@ pub const DOMAIN: &str = "leasehold";
 /// | `QuotaExceeded` | RESOURCE_EXHAUSTED | QUOTA_EXCEEDED |
 /// | `JobInUse` | FAILED_PRECONDITION | JOB_IN_USE |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
+///
+/// A limit's refusal has `limit` and `max` in its `ErrorInfo`, and
+/// `principal` when the limit is a principal's own (the policy's
+/// `[principal.limits]`).
 pub fn to_status(e: &Error) -> Status {
     let mut meta = HashMap::new();
     let code = match e {
@@ -75,9 +79,21 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("job".to_owned(), job.clone());
             Code::PermissionDenied
         }
-        Error::Overloaded { limit, max } | Error::QuotaExceeded { limit, max } => {
+        Error::Overloaded {
+            limit,
+            max,
+            principal,
+        }
+        | Error::QuotaExceeded {
+            limit,
+            max,
+            principal,
+        } => {
             meta.insert("limit".to_owned(), limit.to_string());
             meta.insert("max".to_owned(), max.to_string());
+            if let Some(p) = principal {
+                meta.insert("principal".to_owned(), p.clone());
+            }
             Code::ResourceExhausted
         }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
@@ -163,6 +179,7 @@ mod tests {
         let s = to_status(&Error::Overloaded {
             limit: "--max-in-flight-per-connection",
             max: 1000,
+            principal: None,
         });
         assert_eq!(s.code(), Code::ResourceExhausted);
         assert!(s.message().contains("--max-in-flight-per-connection"));
@@ -170,6 +187,28 @@ mod tests {
         assert_eq!(info.reason, "OVERLOADED");
         assert_eq!(info.metadata["limit"], "--max-in-flight-per-connection");
         assert_eq!(info.metadata["max"], "1000");
+        assert!(!info.metadata.contains_key("principal"));
+    }
+
+    #[test]
+    fn a_principals_limit_names_the_principal() {
+        let s = to_status(&Error::QuotaExceeded {
+            limit: "max_watchers",
+            max: 3,
+            principal: Some("billing".into()),
+        });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(
+            s.message()
+                .contains(r#"principal "billing": max_watchers 3"#),
+            "{}",
+            s.message()
+        );
+        let info = s.get_error_details().error_info().cloned().unwrap();
+        assert_eq!(info.reason, "QUOTA_EXCEEDED");
+        assert_eq!(info.metadata["limit"], "max_watchers");
+        assert_eq!(info.metadata["max"], "3");
+        assert_eq!(info.metadata["principal"], "billing");
     }
 
     #[test]
