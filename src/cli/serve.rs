@@ -152,6 +152,11 @@ pub struct ServeArgs {
     /// lease is free, else refused with QUOTA_EXCEEDED.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
     max_waiters_per_job: usize,
+    /// A watch whose client has left an event unread this long is closed
+    /// with RESOURCE_EXHAUSTED, reason OVERLOADED (the server never buffers
+    /// for it: the changes it missed are folded into the newest state).
+    #[arg(long, env = "LEASEHOLD_WATCH_STALL_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    watch_stall_timeout: Duration,
     /// Jobs at once; an Acquire that would create one more is refused with
     /// QUOTA_EXCEEDED. `leasehold delete-job` gives room back.
     #[arg(long, env = "LEASEHOLD_MAX_JOBS", default_value_t = 1_000_000)]
@@ -222,6 +227,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     for (flag, v) in [
         ("--handshake-timeout", a.handshake_timeout),
         ("--idle-timeout", a.idle_timeout),
+        ("--watch-stall-timeout", a.watch_stall_timeout),
     ] {
         if v.is_zero() {
             bail!("{flag} must be above zero");
@@ -375,6 +381,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_streams_per_connection: a.max_streams_per_connection,
         max_watchers: a.max_watchers,
         max_waiters_per_job: a.max_waiters_per_job,
+        watch_stall_timeout: a.watch_stall_timeout,
         keepalive: a.keepalive,
         tls,
         auth,

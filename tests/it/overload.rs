@@ -211,6 +211,83 @@ async fn a_stalled_watcher_is_folded_not_buffered_and_blocks_nobody() {
     );
 }
 
+/// Issue 17, a watcher that cannot keep up: one that reads nothing while
+/// changes go on is closed after `--watch-stall-timeout`, its place under
+/// `--max-watchers` given back at once, and told why (RESOURCE_EXHAUSTED,
+/// reason OVERLOADED, naming the limit) when it reads again; counted on
+/// /metrics. A watch with nothing to tell is never closed for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_reads_nothing_is_closed_with_a_status_and_its_place_given_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &["--watch-stall-timeout", "1s", "--max-watchers", "1"],
+    );
+    let c = Client::connect(&p.url()).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(p.url())
+        .unwrap()
+        .initial_stream_window_size(Some(1024))
+        .initial_connection_window_size(Some(1024))
+        .connect()
+        .await
+        .unwrap();
+    let stalled = Client::from_channel(channel);
+    let mut events = stalled.watch("hot").await.unwrap();
+    assert!(
+        events.message().await.unwrap().is_some(),
+        "the current lease"
+    );
+
+    // Changes for 3 s while the watcher reads nothing.
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        let a = c.acquire("hot", "h", TTL, Duration::ZERO).await.unwrap();
+        c.release("hot", "h", a.lease.token).await.unwrap();
+    }
+    // Its place is free already, while it still has not read.
+    let mut idle = tokio::time::timeout(Duration::from_secs(5), c.watch("quiet"))
+        .await
+        .expect("a watch opens")
+        .expect("room under --max-watchers 1: the stalled watch was closed");
+    assert!(idle.message().await.unwrap().is_some());
+
+    // It reads now: what was buffered for it, then why it was closed.
+    let st = loop {
+        match tokio::time::timeout(Duration::from_secs(5), events.message())
+            .await
+            .expect("the stalled watcher hears the end")
+        {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("ended without a status"),
+            Err(st) => break st,
+        }
+    };
+    assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+    assert_eq!(
+        refusal(&st),
+        ("OVERLOADED".to_owned(), "--watch-stall-timeout".to_owned())
+    );
+    assert!(st.message().contains("read no event"), "{}", st.message());
+    assert_eq!(
+        scraped(
+            p.admin,
+            "leasehold_overloaded_total{limit=\"--watch-stall-timeout\"}"
+        )
+        .await,
+        1.0
+    );
+
+    // A watch with nothing to tell stays open past the timeout.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let a = c.acquire("quiet", "q", TTL, Duration::ZERO).await.unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), idle.message())
+        .await
+        .expect("the idle watch is told")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.lease.unwrap().token, a.lease.token);
+}
+
 /// The reason and the limit a refusal names in its `ErrorInfo`.
 fn refusal(st: &tonic::Status) -> (String, String) {
     use tonic_types::StatusExt;

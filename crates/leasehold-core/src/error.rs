@@ -138,6 +138,14 @@ pub enum Error {
         /// The principal whose own limit it is; `None` for the server's.
         principal: Option<String>,
     },
+    /// A `WatchLease` stream whose client read none of the events waiting
+    /// for it for `after` (`--watch-stall-timeout`): the server closed it
+    /// rather than hold more for it. Nothing else changed. Opening the
+    /// watch again helps, with a client that reads.
+    SlowWatcher {
+        /// How long events waited unread.
+        after: std::time::Duration,
+    },
     /// `DeleteJob` on a job whose lease is live, or that Acquires are
     /// waiting for. Nothing was changed. Retrying helps once the lease is
     /// released or has expired, and nobody waits.
@@ -261,6 +269,10 @@ impl fmt::Display for Error {
                 f,
                 "quota exceeded: at the limit of {max} ({}); nothing was changed",
                 Limit(limit, *max, principal)
+            ),
+            Error::SlowWatcher { after } => write!(
+                f,
+                "watch closed: the client read no event for {after:?} while changes waited                  (--watch-stall-timeout); open it again and read as events arrive"
             ),
             Error::JobInUse { job, why } => {
                 write!(f, "job {job:?} is in use ({why}); nothing was deleted")

@@ -153,13 +153,14 @@ pub struct RpcMetrics {
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
-/// three) and `leasehold_quota_exceeded_total` (the rest): the flags, and
+/// four) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 9] = [
+pub const REFUSAL_LIMITS: [&str; 10] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
+    "--watch-stall-timeout",
     "--max-watchers",
     "--max-waiters-per-job",
     "max_watchers",
@@ -168,7 +169,7 @@ pub const REFUSAL_LIMITS: [&str; 9] = [
     "--max-keys-per-job",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
-const OVERLOAD_LIMITS: usize = 3;
+const OVERLOAD_LIMITS: usize = 4;
 
 /// The `reason` label values of `leasehold_auth_denied_total`.
 pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::{Stream, StreamExt};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::backend::Backend;
@@ -45,6 +45,9 @@ pub struct Quotas {
     /// `Acquire`s with a wait in progress on one job
     /// (`--max-waiters-per-job`).
     pub max_waiters_per_job: usize,
+    /// How long a watcher may leave events unread before it is closed
+    /// (`--watch-stall-timeout`).
+    pub watch_stall_timeout: Duration,
     /// Where refusals are counted.
     pub metrics: Arc<RpcMetrics>,
     watchers: AtomicUsize,
@@ -57,6 +60,7 @@ impl Quotas {
         Quotas {
             max_watchers,
             max_waiters_per_job,
+            watch_stall_timeout: DEFAULT_WATCH_STALL_TIMEOUT,
             metrics,
             watchers: AtomicUsize::new(0),
             waiting: Mutex::new(HashMap::new()),
@@ -189,6 +193,55 @@ impl LeasesService {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::LeaseEvent, Status>> + Send>>;
+
+/// The default `--watch-stall-timeout`.
+pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Hands a watch's events to its response stream, and closes a watch whose
+/// client leaves them unread.
+///
+/// The backend folds the changes a slow watcher missed into the newest
+/// state, so nothing piles up on the server for it. But a client that
+/// reads nothing at all would still hold its watch, its task and its
+/// place under `--max-watchers` for ever: when an event has waited
+/// `stall` for room in the stream, the watch is closed. Its task and its
+/// place are given up at once; the client is told why (RESOURCE_EXHAUSTED,
+/// reason OVERLOADED, `limit` `--watch-stall-timeout`) as soon as it reads
+/// the event still buffered for it, and is counted.
+///
+/// The channel holds two: one event, and always room for the status.
+fn relay(
+    mut events: mpsc::Receiver<Result<(crate::node::EventKind, crate::lease::LeaseView)>>,
+    place: WatcherPlace,
+    stall: Duration,
+    metrics: Arc<RpcMetrics>,
+) -> mpsc::Receiver<Result<proto::LeaseEvent, Status>> {
+    let (tx, rx) = mpsc::channel(2);
+    tokio::spawn(async move {
+        // The place is the watch's for as long as this runs.
+        let _place = place;
+        while let Some(ev) = events.recv().await {
+            let ev = ev
+                .map(|(kind, view)| proto::LeaseEvent {
+                    lease: Some(lease(&view)),
+                    kind: convert::event_kind(kind) as i32,
+                })
+                .map_err(status);
+            match tokio::time::timeout(stall, tx.reserve_many(2)).await {
+                Ok(Ok(mut room)) => room.next().expect("two permits").send(ev),
+                // The client went away.
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    metrics.refused("--watch-stall-timeout");
+                    tracing::debug!(?stall, "closed a watch whose client read nothing");
+                    let _ = tx.try_send(Err(status(Error::SlowWatcher { after: stall })));
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
 type RenewalStream = Pin<Box<dyn Stream<Item = Result<proto::KeepAliveResponse, Status>> + Send>>;
 
 /// The most renewals one `KeepAliveRequest` may carry.
@@ -327,16 +380,12 @@ impl proto::leases_server::Leases for LeasesService {
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
         let place = self.quotas.watcher(&caller).map_err(status)?;
-        let events = ReceiverStream::new(self.node.watch(job)).map(move |r| {
-            // The place is the stream's for as long as it is open.
-            let _place = &place;
-            r.map(|(kind, view)| proto::LeaseEvent {
-                lease: Some(lease(&view)),
-                kind: convert::event_kind(kind) as i32,
-            })
-            .map_err(status)
-        });
-        Ok(Response::new(Box::pin(events)))
+        let events = self.node.watch(job);
+        let stall = self.quotas.watch_stall_timeout;
+        let metrics = self.quotas.metrics.clone();
+        Ok(Response::new(Box::pin(ReceiverStream::new(relay(
+            events, place, stall, metrics,
+        )))))
     }
 
     type KeepAliveStream = RenewalStream;

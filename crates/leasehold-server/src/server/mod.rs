@@ -78,6 +78,9 @@ pub struct Config {
     /// lease is free, else refused with QUOTA_EXCEEDED. Also each
     /// principal's, unless its policy sets its own `max_waiters_per_job`.
     pub max_waiters_per_job: usize,
+    /// A watch whose client leaves an event unread this long is closed
+    /// with RESOURCE_EXHAUSTED, reason OVERLOADED.
+    pub watch_stall_timeout: Duration,
     /// How often an idle connection is pinged; a peer that does not answer
     /// within the same time is disconnected, which ends its watches and
     /// waits.
@@ -102,6 +105,7 @@ impl Default for Config {
             max_streams_per_connection: 1024,
             max_watchers: 100_000,
             max_waiters_per_job: 10_000,
+            watch_stall_timeout: leases::DEFAULT_WATCH_STALL_TIMEOUT,
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
@@ -160,11 +164,13 @@ pub async fn run(
         wire::Schema::new(proto::FILE_DESCRIPTOR_SET, &config.limits)?,
         max,
     );
-    let quotas = Arc::new(leases::Quotas::new(
+    let mut quotas = leases::Quotas::new(
         config.max_watchers,
         config.max_waiters_per_job,
         rpc_metrics.clone(),
-    ));
+    );
+    quotas.watch_stall_timeout = config.watch_stall_timeout;
+    let quotas = Arc::new(quotas);
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),

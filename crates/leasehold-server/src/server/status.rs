@@ -34,6 +34,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `Overloaded` | RESOURCE_EXHAUSTED | OVERLOADED |
 /// | `QuotaExceeded` | RESOURCE_EXHAUSTED | QUOTA_EXCEEDED |
 /// | `JobInUse` | FAILED_PRECONDITION | JOB_IN_USE |
+/// | `SlowWatcher` | RESOURCE_EXHAUSTED | OVERLOADED |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 ///
 /// A limit's refusal has `limit` and `max` in its `ErrorInfo`, and
@@ -96,6 +97,11 @@ pub fn to_status(e: &Error) -> Status {
             }
             Code::ResourceExhausted
         }
+        Error::SlowWatcher { after } => {
+            meta.insert("limit".to_owned(), "--watch-stall-timeout".to_owned());
+            meta.insert("max".to_owned(), format!("{after:?}"));
+            Code::ResourceExhausted
+        }
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(reason(e).reason(), DOMAIN, meta);
@@ -123,6 +129,7 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::Overloaded { .. } => ErrorReason::Overloaded,
         Error::QuotaExceeded { .. } => ErrorReason::QuotaExceeded,
         Error::JobInUse { .. } => ErrorReason::JobInUse,
+        Error::SlowWatcher { .. } => ErrorReason::Overloaded,
         Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
     }
 }
