@@ -220,7 +220,15 @@ fn relay(
     tokio::spawn(async move {
         // The place is the watch's for as long as this runs.
         let _place = place;
-        while let Some(ev) = events.recv().await {
+        loop {
+            let ev = tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(ev) => ev,
+                    None => return,
+                },
+                // The client went away (the response stream was dropped).
+                _ = tx.closed() => return,
+            };
             let ev = ev
                 .map(|(kind, view)| proto::LeaseEvent {
                     lease: Some(lease(&view)),
