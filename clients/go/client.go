@@ -119,6 +119,18 @@ func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
 	return leaseFromPb(r), nil
 }
 
+// DeleteJob deletes job and every key of its fenced store, if its lease is
+// not live and no Acquire waits for it (a *JobInUseError, ErrJobInUse,
+// otherwise). It reports whether there was such a job. A job created again
+// later gets tokens above its old ones.
+func (c *Client) DeleteJob(ctx context.Context, job string) (bool, error) {
+	r, err := c.leases.DeleteJob(ctx, &pb.DeleteJobRequest{Job: job})
+	if err != nil {
+		return false, FromError(err)
+	}
+	return r.GetDeleted(), nil
+}
+
 // ListLeases returns every lease whose job starts with prefix, all pages.
 func (c *Client) ListLeases(ctx context.Context, prefix string) ([]Lease, error) {
 	var out []Lease

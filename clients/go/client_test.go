@@ -262,7 +262,8 @@ func TestDecodingOfEveryReason(t *testing.T) {
 	mk := func(code codes.Code, reason, domain string) error {
 		s, err := status.New(code, "m").WithDetails(&errdetails.ErrorInfo{
 			Reason: reason, Domain: domain,
-			Metadata: map[string]string{"current_token": "5", "field": "ttl", "free_bytes": "10", "needed_bytes": "4096"},
+			Metadata: map[string]string{"current_token": "5", "field": "ttl", "free_bytes": "10", "needed_bytes": "4096",
+				"limit": "--max-watchers", "max": "7"},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -281,9 +282,13 @@ func TestDecodingOfEveryReason(t *testing.T) {
 		{codes.Unavailable, "STORAGE", leasehold.ErrStorage},
 		{codes.Unavailable, "SHUTTING_DOWN", leasehold.ErrShuttingDown},
 		{codes.ResourceExhausted, "DISK_FULL", leasehold.ErrDiskFull},
+		{codes.ResourceExhausted, "OVERLOADED", leasehold.ErrOverloaded},
+		{codes.ResourceExhausted, "QUOTA_EXCEEDED", leasehold.ErrQuotaExceeded},
+		{codes.FailedPrecondition, "JOB_IN_USE", leasehold.ErrJobInUse},
 	}
 	all := []error{leasehold.ErrLeaseLost, leasehold.ErrFenced, leasehold.ErrInvalidArgument, leasehold.ErrUnknownToken,
-		leasehold.ErrStorage, leasehold.ErrShuttingDown, leasehold.ErrDiskFull}
+		leasehold.ErrStorage, leasehold.ErrShuttingDown, leasehold.ErrDiskFull, leasehold.ErrOverloaded,
+		leasehold.ErrQuotaExceeded, leasehold.ErrJobInUse}
 	for _, tc := range cases {
 		err := leasehold.FromError(mk(tc.code, tc.reason, "leasehold"))
 		for _, s := range all {
@@ -300,6 +305,16 @@ func TestDecodingOfEveryReason(t *testing.T) {
 	if err := leasehold.FromError(mk(codes.ResourceExhausted, "DISK_FULL", "leasehold")); !errors.As(err, &full) ||
 		full.FreeBytes != 10 || full.NeededBytes != 4096 || !leasehold.Retryable(err) {
 		t.Errorf("disk full: %#v", err)
+	}
+	var quota *leasehold.QuotaExceededError
+	if err := leasehold.FromError(mk(codes.ResourceExhausted, "QUOTA_EXCEEDED", "leasehold")); !errors.As(err, &quota) ||
+		quota.Limit != "--max-watchers" || quota.Max != 7 || leasehold.Retryable(err) {
+		t.Errorf("quota exceeded: %#v", err)
+	}
+	var busy *leasehold.UnavailableError
+	if err := leasehold.FromError(mk(codes.ResourceExhausted, "OVERLOADED", "leasehold")); !errors.As(err, &busy) ||
+		busy.Limit != "--max-watchers" || busy.Max != 7 || !leasehold.Retryable(err) {
+		t.Errorf("overloaded: %#v", err)
 	}
 	if err := leasehold.FromError(mk(codes.Unavailable, "FENCED", "other")); errors.Is(err, leasehold.ErrFenced) || !errors.Is(err, leasehold.ErrUnavailable) {
 		t.Errorf("another domain: %#v", err)

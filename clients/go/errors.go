@@ -50,9 +50,10 @@ func tagged(msg string, r pb.ErrorReason) string {
 //	errors.Is(err, leasehold.ErrFenced)
 //
 // ErrUnknownToken errors also match ErrInvalidArgument; ErrStorage,
-// ErrDiskFull and ErrShuttingDown errors also match ErrUnavailable. Use errors.As with
-// *FencedError, *LeaseLostError, *InvalidArgumentError,
-// *UnknownTokenError, *UnauthenticatedError, *PermissionDeniedError or
+// ErrDiskFull, ErrOverloaded and ErrShuttingDown errors also match
+// ErrUnavailable. Use errors.As with *FencedError, *LeaseLostError,
+// *InvalidArgumentError, *UnknownTokenError, *UnauthenticatedError,
+// *PermissionDeniedError, *QuotaExceededError, *JobInUseError or
 // *UnavailableError for the details.
 var (
 	ErrLeaseLost       = errors.New("leasehold: lease lost")
@@ -63,6 +64,15 @@ var (
 	ErrStorage         = errors.New("leasehold: storage")
 	ErrShuttingDown    = errors.New("leasehold: shutting down")
 	ErrDiskFull        = errors.New("leasehold: disk full")
+	// ErrOverloaded: too many calls in flight (reason OVERLOADED); an
+	// *UnavailableError with Limit and Max. Retry with backoff.
+	ErrOverloaded = errors.New("leasehold: overloaded")
+	// ErrQuotaExceeded: a limit on state was reached (reason
+	// QUOTA_EXCEEDED); a *QuotaExceededError.
+	ErrQuotaExceeded = errors.New("leasehold: quota exceeded")
+	// ErrJobInUse: DeleteJob of a job whose lease is live or that an
+	// Acquire waits for (reason JOB_IN_USE); a *JobInUseError.
+	ErrJobInUse = errors.New("leasehold: job in use")
 	// ErrUnauthenticated: the server's policy does not know the caller.
 	ErrUnauthenticated = errors.New("leasehold: unauthenticated")
 	// ErrPermissionDenied: the caller's principal may not do this.
@@ -163,23 +173,65 @@ func (e *PermissionDeniedError) Error() string {
 func (e *PermissionDeniedError) Is(target error) bool       { return target == ErrPermissionDenied }
 func (e *PermissionDeniedError) GRPCStatus() *status.Status { return e.status }
 
+// QuotaExceededError: a limit on state was reached (reason QUOTA_EXCEEDED,
+// code RESOURCE_EXHAUSTED): too many jobs (--max-jobs), keys in a job
+// (--max-keys-per-job), watchers (--max-watchers) or waiters on a job
+// (--max-waiters-per-job). Nothing was changed; retrying helps only once
+// the state shrinks (DeleteJob gives jobs and keys back, watchers and
+// waiters leave), so it is not Retryable.
+type QuotaExceededError struct {
+	Message string
+	// Limit is the flag that sets the limit, such as "--max-jobs".
+	Limit string
+	// Max is the limit's value.
+	Max    uint64
+	status *status.Status
+}
+
+func (e *QuotaExceededError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED)
+}
+func (e *QuotaExceededError) Is(target error) bool       { return target == ErrQuotaExceeded }
+func (e *QuotaExceededError) GRPCStatus() *status.Status { return e.status }
+
+// JobInUseError: DeleteJob of a job whose lease is live, or that an
+// Acquire waits for (reason JOB_IN_USE, code FAILED_PRECONDITION). Nothing
+// was deleted; retry once the lease is released or has expired and nobody
+// waits.
+type JobInUseError struct {
+	Message string
+	status  *status.Status
+}
+
+func (e *JobInUseError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_JOB_IN_USE)
+}
+func (e *JobInUseError) Is(target error) bool       { return target == ErrJobInUse }
+func (e *JobInUseError) GRPCStatus() *status.Status { return e.status }
+
 // UnavailableError: the server could not be reached or could not answer
 // (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
 // refused for a reason retrying later can fix: Reason STORAGE (the store
-// could not make the change durable), SHUTTING_DOWN, or DISK_FULL (code
+// could not make the change durable), SHUTTING_DOWN, DISK_FULL (code
 // RESOURCE_EXHAUSTED: the server's disk is nearly full, the change was
-// refused before anything was written; reads go on). The outcome of a
-// change is unknown unless the reason says otherwise.
+// refused before anything was written; reads go on), or OVERLOADED (code
+// RESOURCE_EXHAUSTED: too many calls in flight, the call was not run;
+// retry with backoff). The outcome of a change is unknown unless the
+// reason says otherwise.
 type UnavailableError struct {
 	Message string
 	Code    codes.Code
 	// Reason is the ErrorInfo reason as sent (the ErrorReason value's name
-	// without its ERROR_REASON_ prefix: STORAGE, SHUTTING_DOWN, DISK_FULL),
-	// or "".
+	// without its ERROR_REASON_ prefix: STORAGE, SHUTTING_DOWN, DISK_FULL,
+	// OVERLOADED), or "".
 	Reason string
 	// FreeBytes and NeededBytes: for DISK_FULL, what the server reported.
 	FreeBytes, NeededBytes uint64
-	status                 *status.Status
+	// Limit and Max: for OVERLOADED, the flag of the limit reached (such
+	// as "--max-in-flight-per-connection") and its value.
+	Limit  string
+	Max    uint64
+	status *status.Status
 }
 
 func (e *UnavailableError) Error() string {
@@ -198,6 +250,8 @@ func (e *UnavailableError) Is(target error) bool {
 		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_SHUTTING_DOWN
 	case ErrDiskFull:
 		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_DISK_FULL
+	case ErrOverloaded:
+		return reasonOf(e.Reason) == pb.ErrorReason_ERROR_REASON_OVERLOADED
 	}
 	return false
 }
@@ -257,6 +311,13 @@ func FromError(err error) error {
 	case pb.ErrorReason_ERROR_REASON_DISK_FULL:
 		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason,
 			FreeBytes: num("free_bytes"), NeededBytes: num("needed_bytes"), status: s}
+	case pb.ErrorReason_ERROR_REASON_OVERLOADED:
+		return &UnavailableError{Message: msg, Code: s.Code(), Reason: reason,
+			Limit: meta["limit"], Max: num("max"), status: s}
+	case pb.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED:
+		return &QuotaExceededError{Message: msg, Limit: meta["limit"], Max: num("max"), status: s}
+	case pb.ErrorReason_ERROR_REASON_JOB_IN_USE:
+		return &JobInUseError{Message: msg, status: s}
 	}
 	switch s.Code() {
 	case codes.InvalidArgument:

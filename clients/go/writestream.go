@@ -76,6 +76,10 @@ const (
 	// OutcomeInvalidArgument: the write is malformed. Nothing was written;
 	// Field names the field at fault and Message the limit.
 	OutcomeInvalidArgument
+	// OutcomeQuotaExceeded: the write would add a key to a job at its
+	// limit of keys (--max-keys-per-job, named in Message), as for
+	// ErrQuotaExceeded. Nothing was written.
+	OutcomeQuotaExceeded
 )
 
 func (k OutcomeKind) String() string {
@@ -88,6 +92,8 @@ func (k OutcomeKind) String() string {
 		return "UNKNOWN_TOKEN"
 	case OutcomeInvalidArgument:
 		return "INVALID_ARGUMENT"
+	case OutcomeQuotaExceeded:
+		return "QUOTA_EXCEEDED"
 	}
 	return "UNSPECIFIED"
 }
@@ -113,8 +119,9 @@ func (o WriteOutcome) Written() bool { return o.Kind == OutcomeWritten }
 
 // Err returns nil for a write that was made, else the typed error
 // CheckedWrite returns in the same case: a *FencedError (ErrFenced), an
-// *UnknownTokenError (ErrUnknownToken) or an *InvalidArgumentError
-// (ErrInvalidArgument).
+// *UnknownTokenError (ErrUnknownToken), an *InvalidArgumentError
+// (ErrInvalidArgument) or a *QuotaExceededError (ErrQuotaExceeded; the
+// outcome carries no Limit and Max: its Message names the limit).
 func (o WriteOutcome) Err() error {
 	switch o.Kind {
 	case OutcomeWritten:
@@ -128,6 +135,9 @@ func (o WriteOutcome) Err() error {
 	case OutcomeInvalidArgument:
 		return &InvalidArgumentError{Message: o.Message, Field: o.Field,
 			status: status.New(codes.InvalidArgument, o.Message)}
+	case OutcomeQuotaExceeded:
+		return &QuotaExceededError{Message: o.Message,
+			status: status.New(codes.ResourceExhausted, o.Message)}
 	}
 	return status.Error(codes.Internal, "write outcome has no kind")
 }
@@ -142,6 +152,8 @@ func outcomeFromPb(r *pb.WriteResult) (WriteOutcome, error) {
 		return WriteOutcome{Kind: OutcomeUnknownToken, CurrentToken: r.GetCurrentToken(), Message: r.GetMessage()}, nil
 	case pb.WriteResult_OUTCOME_INVALID_ARGUMENT:
 		return WriteOutcome{Kind: OutcomeInvalidArgument, Field: r.GetField(), Message: r.GetMessage()}, nil
+	case pb.WriteResult_OUTCOME_QUOTA_EXCEEDED:
+		return WriteOutcome{Kind: OutcomeQuotaExceeded, Message: r.GetMessage()}, nil
 	}
 	return WriteOutcome{}, status.Errorf(codes.Internal, "write result has no outcome (%v)", r.GetOutcome())
 }

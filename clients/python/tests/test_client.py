@@ -228,6 +228,9 @@ def test_decoding_of_every_reason():
         (U.RESOURCE_EXHAUSTED, "DISK_FULL", leasehold.DiskFull),
         (U.UNAUTHENTICATED, "UNAUTHENTICATED", leasehold.Unauthenticated),
         (U.PERMISSION_DENIED, "PERMISSION_DENIED", leasehold.PermissionDenied),
+        (U.RESOURCE_EXHAUSTED, "OVERLOADED", leasehold.Overloaded),
+        (U.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", leasehold.QuotaExceeded),
+        (U.FAILED_PRECONDITION, "JOB_IN_USE", leasehold.JobInUse),
     ]
     for code, reason, cls in cases:
         e = errors.from_status(code, "m", _status_metadata(code, reason, {"current_token": "5", "field": "ttl"}))
@@ -237,6 +240,12 @@ def test_decoding_of_every_reason():
         U.RESOURCE_EXHAUSTED, "m", _status_metadata(U.RESOURCE_EXHAUSTED, "DISK_FULL", {"free_bytes": "10", "needed_bytes": "4096"})
     )
     assert (full.free_bytes, full.needed_bytes, full.retryable) == (10, 4096, True)
+    limits = {"limit": "--max-watchers", "max": "7"}
+    quota = errors.from_status(U.RESOURCE_EXHAUSTED, "m", _status_metadata(U.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", limits))
+    assert (quota.limit, quota.max, quota.retryable) == ("--max-watchers", 7, False)
+    busy = errors.from_status(U.RESOURCE_EXHAUSTED, "m", _status_metadata(U.RESOURCE_EXHAUSTED, "OVERLOADED", limits))
+    assert (busy.limit, busy.max, busy.retryable) == ("--max-watchers", 7, True)
+    assert isinstance(busy, leasehold.Unavailable)
     # Another domain's ErrorInfo is not ours: the code decides.
     e = errors.from_status(U.UNAVAILABLE, "m", _status_metadata(U.UNAVAILABLE, "FENCED", {}, domain="other"))
     assert type(e) is leasehold.Unavailable

@@ -2,12 +2,10 @@
 
 Every scenario runs twice through the ``api`` fixture: on the blocking
 :class:`~leasehold.Client`, and on the :class:`~leasehold.aio.AsyncClient`
-driven on an event loop of its own thread (see ``_OnLoop``).
+driven on an event loop of its own thread (see ``connect`` in conftest.py).
 """
 
-import asyncio
 import gc
-import inspect
 import signal
 import sys
 import threading
@@ -18,89 +16,11 @@ import pytest
 
 import leasehold
 from leasehold import client as client_mod
-from leasehold.aio import AsyncClient, AsyncWriteStream
 from leasehold.v1 import leasehold_pb2 as pb
 
 put = leasehold.StreamWrite.put
 delete = leasehold.StreamWrite.delete
 K = leasehold.WriteOutcomeKind
-
-
-class _OnLoop:
-    """Calls an asyncio object's methods on ``loop`` (in another thread)
-    and waits for them, so that one scenario drives both clients. Several
-    threads calling at once make several tasks on the loop."""
-
-    def __init__(self, obj, loop):
-        self._obj = obj
-        self._loop = loop
-
-    def __getattr__(self, name):
-        attr = getattr(self._obj, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args, **kwargs):
-            async def run():
-                r = attr(*args, **kwargs)
-                return await r if inspect.isawaitable(r) else r
-
-            r = asyncio.run_coroutine_threadsafe(run(), self._loop).result(60)
-            return _OnLoop(r, self._loop) if isinstance(r, AsyncWriteStream) else r
-
-        return call
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-@pytest.fixture(params=["sync", "async"])
-def connect(request):
-    """``connect(target)``: a client with the blocking Client's methods."""
-    if request.param == "sync":
-        opened = []
-
-        def connect(target):
-            c = leasehold.Client(target)
-            opened.append(c)
-            return c
-
-        yield connect
-        for c in opened:
-            c.close()
-        return
-
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="test-loop", daemon=True)
-    thread.start()
-    opened_async = []
-
-    def on_loop(coro):
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(30)
-
-    def connect_async(target):
-        async def make():
-            return AsyncClient(target)
-
-        c = on_loop(make())
-        opened_async.append(c)
-        return _OnLoop(c, loop)
-
-    yield connect_async
-
-    async def shutdown():
-        for c in opened_async:
-            await c.close()
-        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        await asyncio.wait_for(asyncio.gather(*others, return_exceptions=True), 10) if others else None
-
-    on_loop(shutdown())
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
 
 
 @pytest.fixture()

@@ -265,6 +265,22 @@ export class Client {
     return leaseFromPb(r);
   }
 
+  /**
+   * Deletes `job` and every key of its fenced store, if its lease is not
+   * live and no Acquire waits for it (`JobInUse` otherwise). Resolves to
+   * whether there was such a job. A job created again later gets tokens
+   * above its old ones.
+   */
+  async deleteJob(job: string, opts?: CallOptions): Promise<boolean> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.deleteJob as UnaryMethod<pb.DeleteJobRequest, pb.DeleteJobResponse>,
+      { job },
+      opts,
+    );
+    return r.deleted;
+  }
+
   /** Every lease whose job starts with `prefix`, all pages. */
   async listLeases(prefix = "", opts?: CallOptions): Promise<Lease[]> {
     const out: Lease[] = [];

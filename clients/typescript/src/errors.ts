@@ -22,9 +22,12 @@
  * │   └── UnknownToken   a token the server never issued for the job
  * ├── Unauthenticated    no credentials, or ones the server's policy does not know
  * ├── PermissionDenied   the principal may not do this; .action and .job
+ * ├── QuotaExceeded      a limit on state (jobs, keys, watchers, waiters); .limit and .max
+ * ├── JobInUse           deleteJob of a job whose lease is live or awaited
  * └── Unavailable        unreachable or not answering; retryable
  *     ├── StorageError   the store could not make a change durable
  *     ├── DiskFull       the server's disk is (nearly) full; reads go on
+ *     ├── Overloaded     too many calls in flight; .limit and .max; back off
  *     └── ShuttingDown   the server is stopping
  */
 import { Metadata, status as Code, type ServiceError } from "@grpc/grpc-js";
@@ -75,6 +78,11 @@ export class LeaseholdError extends Error {
     const raw = this.metadata[key];
     if (raw === undefined || !/^\d+$/.test(raw)) return undefined;
     return BigInt(raw);
+  }
+  protected numberFromMetadata(key: string): number | undefined {
+    const raw = this.metadata[key];
+    if (raw === undefined || !/^\d+$/.test(raw)) return undefined;
+    return Number(raw);
   }
 }
 
@@ -140,6 +148,31 @@ export class PermissionDenied extends LeaseholdError {
   }
 }
 
+/**
+ * A limit on state was reached (QUOTA_EXCEEDED, RESOURCE_EXHAUSTED): too
+ * many jobs (`--max-jobs`), keys in a job (`--max-keys-per-job`), watchers
+ * (`--max-watchers`) or waiters on a job (`--max-waiters-per-job`).
+ * Nothing was changed; retrying helps only once the state shrinks
+ * (`deleteJob` gives jobs and keys back, watchers and waiters leave).
+ */
+export class QuotaExceeded extends LeaseholdError {
+  /** The flag that sets the limit, such as "--max-jobs". */
+  get limit(): string | undefined {
+    return this.metadata["limit"] || undefined;
+  }
+  /** The limit's value. */
+  get max(): number | undefined {
+    return this.numberFromMetadata("max");
+  }
+}
+
+/**
+ * `deleteJob` of a job whose lease is live, or that an Acquire waits for
+ * (JOB_IN_USE, FAILED_PRECONDITION). Nothing was deleted; retry once the
+ * lease is released or has expired and nobody waits.
+ */
+export class JobInUse extends LeaseholdError {}
+
 /** The server could not be reached or could not answer; retryable. */
 export class Unavailable extends LeaseholdError {
   override readonly retryable: boolean = true;
@@ -165,6 +198,22 @@ export class DiskFull extends Unavailable {
   }
 }
 
+/**
+ * Too many calls in flight (OVERLOADED, RESOURCE_EXHAUSTED): the server
+ * refused the call before running it, over `--max-in-flight` or
+ * `--max-in-flight-per-connection`. Nothing was changed; retry with backoff.
+ */
+export class Overloaded extends Unavailable {
+  /** The flag that sets the limit, such as "--max-in-flight-per-connection". */
+  get limit(): string | undefined {
+    return this.metadata["limit"] || undefined;
+  }
+  /** The limit's value. */
+  get max(): number | undefined {
+    return this.numberFromMetadata("max");
+  }
+}
+
 type ErrorClass = new (
   message: string,
   code: Code,
@@ -182,6 +231,9 @@ const BY_REASON = new Map<ErrorReason, ErrorClass>([
   [ErrorReason.ERROR_REASON_DISK_FULL, DiskFull],
   [ErrorReason.ERROR_REASON_UNAUTHENTICATED, Unauthenticated],
   [ErrorReason.ERROR_REASON_PERMISSION_DENIED, PermissionDenied],
+  [ErrorReason.ERROR_REASON_OVERLOADED, Overloaded],
+  [ErrorReason.ERROR_REASON_QUOTA_EXCEEDED, QuotaExceeded],
+  [ErrorReason.ERROR_REASON_JOB_IN_USE, JobInUse],
 ]);
 
 const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);

@@ -78,6 +78,17 @@ export interface UnknownTokenWrite {
   message: string;
 }
 
+/**
+ * The write would add a key to a job at its limit of keys
+ * (QUOTA_EXCEEDED, `--max-keys-per-job`). Nothing was written.
+ */
+export interface QuotaExceededWrite {
+  /** The discriminant. */
+  kind: "quotaExceeded";
+  /** Why, naming the limit; branch on `kind`, not on this. */
+  message: string;
+}
+
 /** The write was malformed (INVALID_ARGUMENT). Nothing was written. */
 export interface InvalidWrite {
   /** The discriminant. */
@@ -89,7 +100,7 @@ export interface InvalidWrite {
 }
 
 /** The outcome of one write on a `WriteStream`; branch on `kind`. */
-export type WriteOutcome = Written | FencedWrite | UnknownTokenWrite | InvalidWrite;
+export type WriteOutcome = Written | FencedWrite | UnknownTokenWrite | QuotaExceededWrite | InvalidWrite;
 
 /** The message for one write; throws InvalidArgument for a token that is no uint64. */
 function toPb(w: StreamWrite): pb.CheckedWriteRequest {
@@ -180,6 +191,8 @@ function outcomeFromPb(r: pb.WriteResult): WriteOutcome | undefined {
       return { kind: "fenced", currentToken: r.currentToken, message: r.message };
     case pb.WriteResult_Outcome.OUTCOME_UNKNOWN_TOKEN:
       return { kind: "unknownToken", currentToken: r.currentToken, message: r.message };
+    case pb.WriteResult_Outcome.OUTCOME_QUOTA_EXCEEDED:
+      return { kind: "quotaExceeded", message: r.message };
     case pb.WriteResult_Outcome.OUTCOME_INVALID_ARGUMENT:
       return { kind: "invalidArgument", field: r.field, message: r.message };
     default:

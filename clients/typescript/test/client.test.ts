@@ -9,9 +9,12 @@ import {
   Fenced,
   fromStatus,
   InvalidArgument,
+  JobInUse,
   LeaseholdError,
   LeaseLost,
+  Overloaded,
   processHolder,
+  QuotaExceeded,
   ShuttingDown,
   StorageError,
   Unavailable,
@@ -224,7 +227,7 @@ test("decoding of every reason", () => {
     const info = ErrorInfo.encode({
       reason,
       domain,
-      metadata: { current_token: "5", field: "ttl", free_bytes: "10", needed_bytes: "4096" },
+      metadata: { current_token: "5", field: "ttl", free_bytes: "10", needed_bytes: "4096", limit: "--max-watchers", max: "7" },
     }).finish();
     const st = Status.encode({
       code,
@@ -243,6 +246,9 @@ test("decoding of every reason", () => {
     [Code.UNAVAILABLE, "STORAGE", StorageError],
     [Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDown],
     [Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFull],
+    [Code.RESOURCE_EXHAUSTED, "OVERLOADED", Overloaded],
+    [Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", QuotaExceeded],
+    [Code.FAILED_PRECONDITION, "JOB_IN_USE", JobInUse],
   ] as const;
   for (const [code, reason, cls] of cases) {
     const e = fromStatus(code, "m", md(code, reason));
@@ -251,6 +257,10 @@ test("decoding of every reason", () => {
   }
   const full = fromStatus(Code.RESOURCE_EXHAUSTED, "m", md(Code.RESOURCE_EXHAUSTED, "DISK_FULL")) as DiskFull;
   assert.deepEqual([full.freeBytes, full.neededBytes, full.retryable], [10n, 4096n, true]);
+  const quota = fromStatus(Code.RESOURCE_EXHAUSTED, "m", md(Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED")) as QuotaExceeded;
+  assert.deepEqual([quota.limit, quota.max, quota.retryable], ["--max-watchers", 7, false]);
+  const busy = fromStatus(Code.RESOURCE_EXHAUSTED, "m", md(Code.RESOURCE_EXHAUSTED, "OVERLOADED")) as Overloaded;
+  assert.deepEqual([busy.limit, busy.max, busy.retryable, busy instanceof Unavailable], ["--max-watchers", 7, true, true]);
   assert.equal(fromStatus(Code.UNAVAILABLE, "m", md(Code.UNAVAILABLE, "FENCED", "other")).constructor, Unavailable);
   assert.equal(fromStatus(Code.FAILED_PRECONDITION, "m").constructor, LeaseholdError);
 });

@@ -367,6 +367,12 @@ class AsyncClient:
     async def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         return lease_from_pb(await self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
 
+    async def delete_job(self, job: str, *, timeout: Optional[float] = None) -> bool:
+        """Deletes ``job`` and its keys, if its lease is not live and nobody
+        waits for it (:class:`~leasehold.JobInUse` otherwise); whether there
+        was such a job."""
+        return (await self._call(self._leases.DeleteJob, pb.DeleteJobRequest(job=job), timeout)).deleted
+
     async def list_leases(self, prefix: str = "", *, timeout: Optional[float] = None) -> List[Lease]:
         out: List[Lease] = []
         page = ""

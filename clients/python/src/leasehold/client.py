@@ -538,6 +538,13 @@ class Client:
         """The lease of ``job`` (token 0 and no holder if never granted)."""
         return lease_from_pb(self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
 
+    def delete_job(self, job: str, *, timeout: Optional[float] = None) -> bool:
+        """Deletes ``job`` and every key of its fenced store, if its lease is
+        not live and no Acquire waits for it (:class:`~leasehold.JobInUse`
+        otherwise). Returns whether there was such a job. A job created
+        again later gets tokens above its old ones."""
+        return self._call(self._leases.DeleteJob, pb.DeleteJobRequest(job=job), timeout).deleted
+
     def list_leases(self, prefix: str = "", *, timeout: Optional[float] = None) -> List[Lease]:
         """Every lease whose job starts with ``prefix``, all pages."""
         out: List[Lease] = []

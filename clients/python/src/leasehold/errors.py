@@ -24,9 +24,12 @@ Hierarchy::
     │   └── UnknownToken   a token the server never issued for the job
     ├── Unauthenticated    no credentials, or ones the server's policy does not know
     ├── PermissionDenied   the principal may not do this; .action and .job
+    ├── QuotaExceeded      a limit on state (jobs, keys, watchers, waiters); .limit and .max
+    ├── JobInUse           delete_job of a job whose lease is live or awaited
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
         ├── DiskFull       the server's disk is (nearly) full; reads go on
+        ├── Overloaded     too many calls in flight; .limit and .max; back off
         └── ShuttingDown   the server is stopping
 """
 
@@ -168,6 +171,32 @@ class PermissionDenied(LeaseholdError):
         return self.metadata.get("job") or None
 
 
+class QuotaExceeded(LeaseholdError):
+    """A limit on state was reached (reason QUOTA_EXCEEDED, status
+    RESOURCE_EXHAUSTED): too many jobs (``--max-jobs``), keys in a job
+    (``--max-keys-per-job``), watchers (``--max-watchers``) or waiters on
+    a job (``--max-waiters-per-job``). Nothing was changed; retrying helps
+    only once the state shrinks (``delete_job`` gives jobs and keys back,
+    watchers and waiters leave)."""
+
+    @property
+    def limit(self) -> Optional[str]:
+        """The flag that sets the limit, such as ``"--max-jobs"``."""
+        return self.metadata.get("limit") or None
+
+    @property
+    def max(self) -> Optional[int]:
+        """The limit's value."""
+        return self._token("max")
+
+
+class JobInUse(LeaseholdError):
+    """``delete_job`` of a job whose lease is live, or that an Acquire waits
+    for (reason JOB_IN_USE, status FAILED_PRECONDITION). Nothing was
+    deleted; retry once the lease is released or has expired and nobody
+    waits."""
+
+
 class Unavailable(LeaseholdError):
     """The server could not be reached or could not answer (UNAVAILABLE,
     DEADLINE_EXCEEDED, CANCELLED, a transport failure). The outcome of a
@@ -198,6 +227,24 @@ class DiskFull(Unavailable):
         return self._token("needed_bytes")
 
 
+class Overloaded(Unavailable):
+    """Too many calls in flight (reason OVERLOADED, status
+    RESOURCE_EXHAUSTED): the server refused the call before running it,
+    over ``--max-in-flight`` or ``--max-in-flight-per-connection``. Nothing
+    was changed; retry with backoff."""
+
+    @property
+    def limit(self) -> Optional[str]:
+        """The flag that sets the limit, such as
+        ``"--max-in-flight-per-connection"``."""
+        return self.metadata.get("limit") or None
+
+    @property
+    def max(self) -> Optional[int]:
+        """The limit's value."""
+        return self._token("max")
+
+
 _BY_REASON = {
     pb.ERROR_REASON_LEASE_LOST: LeaseLost,
     pb.ERROR_REASON_FENCED: Fenced,
@@ -208,6 +255,9 @@ _BY_REASON = {
     pb.ERROR_REASON_DISK_FULL: DiskFull,
     pb.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
     pb.ERROR_REASON_PERMISSION_DENIED: PermissionDenied,
+    pb.ERROR_REASON_OVERLOADED: Overloaded,
+    pb.ERROR_REASON_QUOTA_EXCEEDED: QuotaExceeded,
+    pb.ERROR_REASON_JOB_IN_USE: JobInUse,
 }
 
 _UNAVAILABLE_CODES = {

@@ -155,6 +155,9 @@ class WriteOutcomeKind(enum.Enum):
     FENCED = pb.WriteResult.OUTCOME_FENCED
     #: The token was never issued for the job. Nothing was written.
     UNKNOWN_TOKEN = pb.WriteResult.OUTCOME_UNKNOWN_TOKEN
+    #: The write would add a key to a job at its limit of keys
+    #: (``--max-keys-per-job``, named in ``message``). Nothing was written.
+    QUOTA_EXCEEDED = pb.WriteResult.OUTCOME_QUOTA_EXCEEDED
     #: The write was malformed; ``field`` names the field. Nothing was written.
     INVALID_ARGUMENT = pb.WriteResult.OUTCOME_INVALID_ARGUMENT
 
@@ -170,6 +173,7 @@ class WriteOutcome:
     ``WRITTEN``                   ``version``
     ``FENCED``                    ``current_token``, ``message``
     ``UNKNOWN_TOKEN``             ``current_token``, ``message``
+    ``QUOTA_EXCEEDED``            ``message``
     ``INVALID_ARGUMENT``          ``field``, ``message``
     ============================  ==========================================
     """
@@ -200,6 +204,8 @@ def outcome_from_pb(r: pb.WriteResult) -> Optional[WriteOutcome]:
         return WriteOutcome(WriteOutcomeKind.FENCED, current_token=r.current_token, message=r.message)
     if r.outcome == pb.WriteResult.OUTCOME_UNKNOWN_TOKEN:
         return WriteOutcome(WriteOutcomeKind.UNKNOWN_TOKEN, current_token=r.current_token, message=r.message)
+    if r.outcome == pb.WriteResult.OUTCOME_QUOTA_EXCEEDED:
+        return WriteOutcome(WriteOutcomeKind.QUOTA_EXCEEDED, message=r.message)
     if r.outcome == pb.WriteResult.OUTCOME_INVALID_ARGUMENT:
         return WriteOutcome(WriteOutcomeKind.INVALID_ARGUMENT, field=r.field, message=r.message)
     return None

@@ -5,6 +5,7 @@ import com.google.protobuf.ByteString;
 import dev.leasehold.v1.AcquireRequest;
 import dev.leasehold.v1.AcquireResponse;
 import dev.leasehold.v1.CheckedWriteRequest;
+import dev.leasehold.v1.DeleteJobRequest;
 import dev.leasehold.v1.FencedStoreGrpc;
 import dev.leasehold.v1.GetLeaseRequest;
 import dev.leasehold.v1.LeasesGrpc;
@@ -209,6 +210,16 @@ public final class Client implements AutoCloseable {
 
   Lease getLease(String job, Duration timeout) {
     return Lease.fromProto(call(leases, timeout, s -> s.getLease(GetLeaseRequest.newBuilder().setJob(job).build())));
+  }
+
+  /**
+   * Deletes {@code job} and every key of its fenced store, if its lease is not
+   * live and no Acquire waits for it ({@link JobInUseException} otherwise).
+   * Returns whether there was such a job. A job created again later gets
+   * tokens above its old ones.
+   */
+  public boolean deleteJob(String job) {
+    return call(leases, timeout, s -> s.deleteJob(DeleteJobRequest.newBuilder().setJob(job).build())).getDeleted();
   }
 
   /** Every lease whose job starts with {@code prefix}, all pages. */

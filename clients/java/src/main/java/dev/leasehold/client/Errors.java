@@ -98,6 +98,12 @@ public final class Errors {
         return new UnauthenticatedException(message, code, reason, meta, t);
       case ERROR_REASON_PERMISSION_DENIED:
         return new PermissionDeniedException(message, code, reason, meta, t);
+      case ERROR_REASON_OVERLOADED:
+        return new OverloadedException(message, code, reason, meta, t);
+      case ERROR_REASON_QUOTA_EXCEEDED:
+        return new QuotaExceededException(message, code, reason, meta, t);
+      case ERROR_REASON_JOB_IN_USE:
+        return new JobInUseException(message, code, reason, meta, t);
       default:
         break;
     }

@@ -17,9 +17,12 @@ import java.util.OptionalLong;
  * │   └── UnknownTokenException   a token the server never issued for the job
  * ├── UnauthenticatedException    no credentials, or ones the server's policy does not know
  * ├── PermissionDeniedException   the principal may not do this; action() and job()
+ * ├── QuotaExceededException      a limit on state (jobs, keys, watchers, waiters); limit() and max()
+ * ├── JobInUseException           deleteJob of a job whose lease is live or awaited
  * └── UnavailableException        unreachable or not answering; retryable
  *     ├── StorageException        the store could not make a change durable
  *     ├── DiskFullException       the server's disk is (nearly) full; reads go on
+ *     ├── OverloadedException     too many calls in flight; limit() and max(); back off
  *     └── ShuttingDownException   the server is stopping
  * </pre>
  */

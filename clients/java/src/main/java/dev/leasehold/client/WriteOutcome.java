@@ -11,6 +11,7 @@ import java.util.Map;
  * switch (outcome.kind()) {
  *   case WRITTEN -> log("version " + outcome.version());
  *   case FENCED -> stopLeading(outcome.currentToken());
+ *   case QUOTA_EXCEEDED -> deleteOldKeysOrJobs(outcome.message());
  *   case UNKNOWN_TOKEN, INVALID_ARGUMENT -> throw new IllegalStateException(outcome.message());
  * }
  * }</pre>
@@ -40,6 +41,12 @@ public record WriteOutcome(Kind kind, long version, long currentToken, String fi
      * Nothing was written; {@link #currentToken()} is the job's newest token.
      */
     UNKNOWN_TOKEN,
+    /**
+     * The write would add a key to a job at its limit of keys
+     * ({@code --max-keys-per-job}, named in {@link #message()}). Nothing was
+     * written.
+     */
+    QUOTA_EXCEEDED,
     /** The write was malformed. Nothing was written; {@link #field()} names the field at fault. */
     INVALID_ARGUMENT
   }
@@ -57,6 +64,11 @@ public record WriteOutcome(Kind kind, long version, long currentToken, String fi
   /** A write with a token never issued; the job's newest is {@code currentToken}. */
   public static WriteOutcome unknownToken(long currentToken, String message) {
     return new WriteOutcome(Kind.UNKNOWN_TOKEN, 0, currentToken, null, message);
+  }
+
+  /** A write of a new key refused by the job's limit of keys. */
+  public static WriteOutcome quotaExceeded(String message) {
+    return new WriteOutcome(Kind.QUOTA_EXCEEDED, 0, 0, null, message);
   }
 
   /** A malformed write, {@code field} at fault. */
@@ -78,6 +90,8 @@ public record WriteOutcome(Kind kind, long version, long currentToken, String fi
         return fenced(r.getCurrentToken(), r.getMessage());
       case OUTCOME_UNKNOWN_TOKEN:
         return unknownToken(r.getCurrentToken(), r.getMessage());
+      case OUTCOME_QUOTA_EXCEEDED:
+        return quotaExceeded(r.getMessage());
       case OUTCOME_INVALID_ARGUMENT:
         return invalidArgument(r.getField(), r.getMessage());
       default:

@@ -245,7 +245,10 @@ class ClientTest {
         new Case(Status.Code.UNAVAILABLE, "SHUTTING_DOWN", ShuttingDownException.class),
         new Case(Status.Code.RESOURCE_EXHAUSTED, "DISK_FULL", DiskFullException.class),
         new Case(Status.Code.UNAUTHENTICATED, "UNAUTHENTICATED", UnauthenticatedException.class),
-        new Case(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", PermissionDeniedException.class));
+        new Case(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", PermissionDeniedException.class),
+        new Case(Status.Code.RESOURCE_EXHAUSTED, "OVERLOADED", OverloadedException.class),
+        new Case(Status.Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", QuotaExceededException.class),
+        new Case(Status.Code.FAILED_PRECONDITION, "JOB_IN_USE", JobInUseException.class));
     Consumer<Case> check = c -> {
       LeaseholdException e = Errors.from(status(c.code, c.reason, "leasehold"));
       assertSame(c.cls, e.getClass(), c.reason);
@@ -256,6 +259,14 @@ class ClientTest {
     assertEquals(10, full.freeBytes().getAsLong());
     assertEquals(4096, full.neededBytes().getAsLong());
     assertTrue(full.isRetryable());
+    QuotaExceededException quota = (QuotaExceededException) Errors.from(status(Status.Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", "leasehold"));
+    assertEquals("--max-watchers", quota.limit());
+    assertEquals(7, quota.max().getAsLong());
+    assertFalse(quota.isRetryable());
+    OverloadedException busy = (OverloadedException) Errors.from(status(Status.Code.RESOURCE_EXHAUSTED, "OVERLOADED", "leasehold"));
+    assertEquals("--max-watchers", busy.limit());
+    assertEquals(7, busy.max().getAsLong());
+    assertTrue(busy.isRetryable());
     assertSame(UnavailableException.class, Errors.from(status(Status.Code.UNAVAILABLE, "FENCED", "other")).getClass());
     assertSame(PermissionDeniedException.class, Errors.from(Status.PERMISSION_DENIED.asRuntimeException()).getClass());
     assertSame(UnauthenticatedException.class, Errors.from(Status.UNAUTHENTICATED.asRuntimeException()).getClass());
@@ -265,7 +276,8 @@ class ClientTest {
   private static Throwable status(Status.Code code, String reason, String domain) {
     ErrorInfo info = ErrorInfo.newBuilder().setReason(reason).setDomain(domain)
         .putMetadata("current_token", "5").putMetadata("field", "ttl")
-        .putMetadata("free_bytes", "10").putMetadata("needed_bytes", "4096").build();
+        .putMetadata("free_bytes", "10").putMetadata("needed_bytes", "4096")
+        .putMetadata("limit", "--max-watchers").putMetadata("max", "7").build();
     return StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
         .setCode(code.value()).setMessage("m").addDetails(Any.pack(info)).build());
   }

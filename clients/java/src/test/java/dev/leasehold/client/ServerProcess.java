@@ -77,14 +77,23 @@ final class ServerProcess implements AutoCloseable {
     return new ServerProcess(true, "--policy", "policy.toml");
   }
 
-  private ServerProcess(boolean withPki, String... pkiArgs) throws Exception {
+  /** A server with more {@code leasehold serve} arguments ({@code "--max-jobs", "1"}...). */
+  static ServerProcess withArgs(String... extra) throws Exception {
+    return new ServerProcess(false, extra);
+  }
+
+  /**
+   * {@code extra} go to {@code leasehold serve}; with {@code withPki}, those
+   * that are not flags name files of the PKI dir.
+   */
+  private ServerProcess(boolean withPki, String... extra) throws Exception {
     dataDir = Files.createTempDirectory("leasehold-java-");
     pki = withPki ? makePki(dataDir.resolve("pki")) : null;
     java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(binary().toString(), "serve",
         "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
         "--data-dir", withPki ? dataDir.resolve("data").toString() : dataDir.toString()));
-    for (String a : pkiArgs) {
-      args.add(a.startsWith("--") ? a : pki.resolve(a).toString());
+    for (String a : extra) {
+      args.add(pki == null || a.startsWith("--") ? a : pki.resolve(a).toString());
     }
     ProcessBuilder pb = new ProcessBuilder(args);
     pb.environment().put("RUST_LOG", "warn");
