@@ -126,17 +126,22 @@ export enum ErrorReason {
   /**
    * ERROR_REASON_OVERLOADED - The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
    * metadata "limit" names the flag, such as "--max-in-flight" or
-   * "--max-in-flight-per-connection", and "max" its value). The call was not
-   * run; nothing was changed. Retry with backoff. Renewals of a live lease
-   * have a budget of their own and are never refused for other calls' load.
+   * "--max-in-flight-per-connection", and "max" its value; when the limit is
+   * a principal's own, "limit" is the policy's field, "max_in_flight", and
+   * "principal" names it). The call was not run; nothing was changed. Retry
+   * with backoff. Renewals of a live lease have a budget of their own and
+   * are never refused for other calls' load. Also ends a WatchLease stream
+   * whose client left an event unread for "--watch-stall-timeout": open the
+   * watch again.
    */
   ERROR_REASON_OVERLOADED = 11,
   /**
    * ERROR_REASON_QUOTA_EXCEEDED - A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
-   * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
-   * value). Nothing was changed. Retrying
-   * helps only once the state shrinks (waiters leave, watchers end).
+   * "limit" names the flag, such as "--max-waiters-per-job",
+   * "--max-watchers", "--max-jobs" or "--max-keys-per-job", and "max" its
+   * value; for a principal's own limit, the policy's field and "principal").
+   * Nothing was changed. Retrying helps only once the state shrinks (waiters
+   * leave, watchers end, DeleteJob gives jobs and keys back).
    */
   ERROR_REASON_QUOTA_EXCEEDED = 12,
   /**

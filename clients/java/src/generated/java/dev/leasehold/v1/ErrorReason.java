@@ -118,9 +118,13 @@ public enum ErrorReason
    * <pre>
    * The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
    * metadata "limit" names the flag, such as "--max-in-flight" or
-   * "--max-in-flight-per-connection", and "max" its value). The call was not
-   * run; nothing was changed. Retry with backoff. Renewals of a live lease
-   * have a budget of their own and are never refused for other calls' load.
+   * "--max-in-flight-per-connection", and "max" its value; when the limit is
+   * a principal's own, "limit" is the policy's field, "max_in_flight", and
+   * "principal" names it). The call was not run; nothing was changed. Retry
+   * with backoff. Renewals of a live lease have a budget of their own and
+   * are never refused for other calls' load. Also ends a WatchLease stream
+   * whose client left an event unread for "--watch-stall-timeout": open the
+   * watch again.
    * </pre>
    *
    * <code>ERROR_REASON_OVERLOADED = 11;</code>
@@ -129,10 +133,11 @@ public enum ErrorReason
   /**
    * <pre>
    * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
-   * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
-   * value). Nothing was changed. Retrying
-   * helps only once the state shrinks (waiters leave, watchers end).
+   * "limit" names the flag, such as "--max-waiters-per-job",
+   * "--max-watchers", "--max-jobs" or "--max-keys-per-job", and "max" its
+   * value; for a principal's own limit, the policy's field and "principal").
+   * Nothing was changed. Retrying helps only once the state shrinks (waiters
+   * leave, watchers end, DeleteJob gives jobs and keys back).
    * </pre>
    *
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
@@ -262,9 +267,13 @@ public enum ErrorReason
    * <pre>
    * The server is at a limit on calls in flight (status RESOURCE_EXHAUSTED,
    * metadata "limit" names the flag, such as "--max-in-flight" or
-   * "--max-in-flight-per-connection", and "max" its value). The call was not
-   * run; nothing was changed. Retry with backoff. Renewals of a live lease
-   * have a budget of their own and are never refused for other calls' load.
+   * "--max-in-flight-per-connection", and "max" its value; when the limit is
+   * a principal's own, "limit" is the policy's field, "max_in_flight", and
+   * "principal" names it). The call was not run; nothing was changed. Retry
+   * with backoff. Renewals of a live lease have a budget of their own and
+   * are never refused for other calls' load. Also ends a WatchLease stream
+   * whose client left an event unread for "--watch-stall-timeout": open the
+   * watch again.
    * </pre>
    *
    * <code>ERROR_REASON_OVERLOADED = 11;</code>
@@ -273,10 +282,11 @@ public enum ErrorReason
   /**
    * <pre>
    * A limit on state was reached (status RESOURCE_EXHAUSTED, metadata
-   * "limit" names the flag, such as "--max-waiters-per-job" or
-   * "--max-watchers", "--max-jobs", "--max-keys-per-job", and "max" its
-   * value). Nothing was changed. Retrying
-   * helps only once the state shrinks (waiters leave, watchers end).
+   * "limit" names the flag, such as "--max-waiters-per-job",
+   * "--max-watchers", "--max-jobs" or "--max-keys-per-job", and "max" its
+   * value; for a principal's own limit, the policy's field and "principal").
+   * Nothing was changed. Retrying helps only once the state shrinks (waiters
+   * leave, watchers end, DeleteJob gives jobs and keys back).
    * </pre>
    *
    * <code>ERROR_REASON_QUOTA_EXCEEDED = 12;</code>
