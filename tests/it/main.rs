@@ -9,6 +9,7 @@
 mod common;
 
 mod api;
+mod attacks;
 mod bridge_health;
 mod crash;
 mod delete_job;
