@@ -25,7 +25,6 @@ const LEADING: Duration = Duration::from_secs(20);
 struct Led {
     renewed: u32,
     failed: Vec<String>,
-    token: u64,
 }
 
 /// A leader on its own connection: acquires `led` for 2 s, then renews it
@@ -48,7 +47,6 @@ where
     let mut led = Led {
         renewed: 0,
         failed: Vec::new(),
-        token,
     };
     while t.elapsed() < LEADING {
         tokio::time::sleep(LEASE / 3).await;
