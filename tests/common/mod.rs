@@ -342,7 +342,10 @@ impl ServerProcess {
     /// errors) going to `stderr`.
     pub fn spawn_with_stderr(mut cmd: Command, data_dir: &Path, stderr: Stdio) -> ServerProcess {
         let mut child = cmd
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("LEASEHOLD_TEST_SERVER_LOG").unwrap_or("warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
@@ -519,5 +522,33 @@ pub mod raw {
         assert_eq!(at.len(), 1, "{marker:?} occurs once in the message");
         msg[at[0]..at[0] + m.len()].fill(0xFF);
         msg
+    }
+}
+
+/// Where a test's servers keep their state: a data dir, or a prefix on the
+/// shared etcd cluster.
+pub enum Place {
+    Local(tempfile::TempDir),
+    Etcd { endpoints: String, prefix: String },
+}
+
+impl Place {
+    pub fn local() -> Place {
+        Place::Local(tempfile::tempdir().unwrap())
+    }
+
+    pub fn etcd() -> Place {
+        Place::Etcd {
+            endpoints: etcd::shared_endpoints().join(","),
+            prefix: etcd::fresh_prefix(),
+        }
+    }
+
+    /// A server (or frontend) on this place, with `extra` flags.
+    pub fn start(&self, extra: &[&str]) -> ServerProcess {
+        match self {
+            Place::Local(dir) => ServerProcess::start(dir.path(), extra),
+            Place::Etcd { endpoints, prefix } => etcd::frontend(endpoints, prefix, extra),
+        }
     }
 }

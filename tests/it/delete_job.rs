@@ -7,41 +7,12 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::etcd as etcd_common;
-use common::ServerProcess;
+use common::{Place, ServerProcess};
 use leasehold::client::{Client, ClientError, StreamWrite, WriteOutcome};
 use leasehold::proto;
 use tonic::Code;
 
 const TTL: Duration = Duration::from_secs(30);
-
-/// Where a test's servers keep their state: a data dir, or a prefix on the
-/// shared etcd cluster.
-enum Place {
-    Local(tempfile::TempDir),
-    Etcd { endpoints: String, prefix: String },
-}
-
-impl Place {
-    fn local() -> Place {
-        Place::Local(tempfile::tempdir().unwrap())
-    }
-
-    fn etcd() -> Place {
-        Place::Etcd {
-            endpoints: etcd_common::shared_endpoints().join(","),
-            prefix: etcd_common::fresh_prefix(),
-        }
-    }
-
-    /// A server (or frontend) on this place, with `extra` flags.
-    fn start(&self, extra: &[&str]) -> ServerProcess {
-        match self {
-            Place::Local(dir) => ServerProcess::start(dir.path(), extra),
-            Place::Etcd { endpoints, prefix } => etcd_common::frontend(endpoints, prefix, extra),
-        }
-    }
-}
 
 async fn client(p: &ServerProcess) -> Client {
     Client::connect(&p.url()).await.unwrap()

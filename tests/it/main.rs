@@ -11,6 +11,7 @@ mod common;
 mod api;
 mod attacks;
 mod bridge_health;
+mod cancel;
 mod crash;
 mod delete_job;
 mod elector;

@@ -239,6 +239,50 @@ impl From<tonic::transport::Error> for ClientError {
     }
 }
 
+/// Dropped armed, a cancelled waiting Acquire's clean-up: releases the
+/// lease if it turns out to be the holder's (see [`Client::acquire`]).
+struct GiveBackIfCancelled {
+    leases: Option<LeasesClient<Transport>>,
+    job: String,
+    holder: String,
+}
+
+impl Drop for GiveBackIfCancelled {
+    fn drop(&mut self) {
+        let Some(mut leases) = self.leases.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (job, holder) = (
+            std::mem::take(&mut self.job),
+            std::mem::take(&mut self.holder),
+        );
+        rt.spawn(async move {
+            // Give the server time to decide: a grant made as the call was
+            // cancelled is made durable before it is sent.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let Ok(l) = leases
+                .get_lease(proto::GetLeaseRequest { job: job.clone() })
+                .await
+            else {
+                return;
+            };
+            let l = l.into_inner();
+            if l.holder == holder {
+                let _ = leases
+                    .release(proto::ReleaseRequest {
+                        job,
+                        holder,
+                        token: l.token,
+                    })
+                    .await;
+            }
+        });
+    }
+}
+
 /// A job's lease, as the server reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -447,6 +491,14 @@ impl Client {
     }
 
     /// Asks for the lease on `job`; waits up to `wait` for it to free up.
+    ///
+    /// **A waiting Acquire that is cancelled (its future dropped) gives
+    /// back a grant it may have been given meanwhile**, so that the job is
+    /// not held for a whole TTL by a holder that never learned its token:
+    /// the server releases a grant whose reply it could not deliver, and
+    /// this client, for a reply that was on its way as the call was
+    /// cancelled, asks whether the lease is now `holder`'s and releases it.
+    /// (Holders are unique per elector, so that is never someone else's.)
     pub async fn acquire(
         &self,
         job: &str,
@@ -454,6 +506,11 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired, ClientError> {
+        let mut cleanup = GiveBackIfCancelled {
+            leases: (!wait.is_zero()).then(|| self.leases.clone()),
+            job: job.to_owned(),
+            holder: holder.to_owned(),
+        };
         let r = self
             .leases
             .clone()
@@ -463,8 +520,9 @@ impl Client {
                 ttl: Some(to_proto_duration(ttl)),
                 wait: Some(to_proto_duration(wait)),
             })
-            .await?
-            .into_inner();
+            .await;
+        cleanup.leases = None;
+        let r = r?.into_inner();
         Ok(Acquired {
             acquired: r.acquired,
             lease: r.lease.unwrap_or_default().into(),

@@ -66,6 +66,33 @@ impl Backend {
         }
     }
 
+    /// [`Backend::acquire`], saying too whether the grant is a new one
+    /// (see [`Node::acquire_fresh`]).
+    pub async fn acquire_fresh(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(bool, bool, LeaseView)> {
+        match self {
+            Backend::Local(n) => n.acquire_fresh(job, holder, ttl, wait).await,
+            Backend::Etcd(n) => {
+                n.bounded("Acquire", wait, n.acquire_fresh(job, holder, ttl, wait))
+                    .await
+            }
+        }
+    }
+
+    /// Releases a grant whose holder never learned of it; see
+    /// [`Node::release_undelivered`].
+    pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
+        match self {
+            Backend::Local(n) => n.release_undelivered(job, holder, token).await,
+            Backend::Etcd(n) => n.release_undelivered(job, holder, token).await,
+        }
+    }
+
     /// See [`Node::renew`].
     pub async fn renew(
         &self,

@@ -562,6 +562,21 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
     ) -> Result<(bool, LeaseView)> {
+        let (acquired, _, view) = self.acquire_fresh(job, holder, ttl, wait).await?;
+        Ok((acquired, view))
+    }
+
+    /// [`EtcdNode::acquire`], saying too whether the grant is a new one
+    /// rather than the live holder's extension. A grant whose call is
+    /// dropped while its transaction is in flight is released (if it was
+    /// made), so that the next in line gets it.
+    pub async fn acquire_fresh(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(bool, bool, LeaseView)> {
         self.check_open()?;
         self.check_ttl(ttl)?;
         let give_up = Instant::now() + wait;
@@ -602,13 +617,13 @@ impl EtcdNode {
                         // extension leaves it to the drop.
                         w.granted = step == Acquire::Grant;
                     }
-                    return Ok((true, view));
+                    return Ok((true, step == Acquire::Grant, view));
                 }
                 continue; // the job changed since the read: read again
             }
             // Busy.
             if Instant::now() >= give_up {
-                return Ok((false, self.view(job, &read.job).await?));
+                return Ok((false, false, self.view(job, &read.job).await?));
             }
             if waiting.is_none() {
                 // In line now. Not read again: the watch below starts
@@ -683,8 +698,20 @@ impl EtcdNode {
         }
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
-        // asking again.
-        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+        // asking again. But a call dropped meanwhile (its client went away)
+        // never will: then the grant, if it was made, is released.
+        let undo = {
+            let (node, job, holder) = (self.clone(), job.clone(), holder.clone());
+            let token = holder_rec.token;
+            crate::node::ReleaseIfDropped::new(Box::new(move || {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
+                }
+            }))
+        };
+        let done = self.failed(self.inner.etcd.txn(req).await);
+        undo.disarm();
+        if !done?.succeeded {
             self.revoke_later(lease);
             return Ok(None);
         }
@@ -759,6 +786,25 @@ impl EtcdNode {
                 tracing::debug!(error = %e, lease, "revoke failed; the etcd lease runs out on its own");
             }
         });
+    }
+
+    /// Releases a grant whose holder never learned of it (its call was
+    /// cancelled, or its reply could not be delivered). A no-op when the
+    /// lease is no longer that grant.
+    pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
+        let r = self
+            .bounded("Release", Duration::ZERO, self.release(job, holder, token))
+            .await;
+        match r {
+            Ok(()) => tracing::info!(
+                job = %job,
+                token = token.0,
+                "released a grant whose caller went away before it was told"
+            ),
+            Err(e) => {
+                tracing::debug!(job = %job, error = %e, "an undelivered grant was not released")
+            }
+        }
     }
 
     /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.

@@ -67,6 +67,30 @@ pub struct Snapshot {
     pub integrity: Option<(u64, Option<String>)>,
 }
 
+/// Runs its action when dropped armed: releases a grant whose call was
+/// cancelled (see [`Node::acquire_fresh`]).
+pub struct ReleaseIfDropped(Option<Box<dyn FnOnce() + Send>>);
+
+impl ReleaseIfDropped {
+    /// A guard from an action, run if the guard is dropped armed.
+    pub fn new(action: Box<dyn FnOnce() + Send>) -> ReleaseIfDropped {
+        ReleaseIfDropped(Some(action))
+    }
+
+    /// The grant reached its caller: nothing to undo.
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ReleaseIfDropped {
+    fn drop(&mut self) {
+        if let Some(action) = self.0.take() {
+            action();
+        }
+    }
+}
+
 /// One renewal in a [`Node::renew_many`] batch: the arguments of
 /// [`Node::renew`].
 #[derive(Debug, Clone)]
@@ -407,6 +431,24 @@ impl Node {
         ttl: Duration,
         wait: Duration,
     ) -> Result<(bool, LeaseView)> {
+        let (acquired, _, view) = self.acquire_fresh(job, holder, ttl, wait).await?;
+        Ok((acquired, view))
+    }
+
+    /// [`Node::acquire`], saying too whether the grant is a new one (a new
+    /// token) rather than the live holder's extension.
+    ///
+    /// **A new grant whose call is dropped before it returns (the client
+    /// cancelled while the grant was made durable) is released at once**,
+    /// so that the next in line gets it instead of waiting out a TTL for a
+    /// holder that never learned its token.
+    pub async fn acquire_fresh(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<(bool, bool, LeaseView)> {
         self.check_open()?;
         let give_up = clock::now() + wait;
         let limits = self.inner.limits;
@@ -419,8 +461,10 @@ impl Node {
         })?;
         let busy = match res? {
             Acquire::Granted(view) => {
+                let undo = self.release_if_dropped(changed, job, holder, view.token);
                 self.publish_when_durable(job, seq, changed).await?;
-                return Ok((true, view));
+                undo.disarm();
+                return Ok((true, changed, view));
             }
             Acquire::Busy { view, .. } => view,
             Acquire::Exhausted(_) => {
@@ -432,7 +476,7 @@ impl Node {
         };
         if wait.is_zero() {
             self.inner.commit.wait(seq).await?;
-            return Ok((false, busy));
+            return Ok((false, false, busy));
         }
 
         // Join the queue.
@@ -443,10 +487,13 @@ impl Node {
             st.wakers.insert(id, notify.clone());
             (id, st.generation)
         };
-        let _queued = Queued {
+        let mut queued = Queued {
             node: self,
             job,
             id,
+            holder,
+            joined: busy.token,
+            answered: false,
         };
         let mut closing = self.inner.closing.subscribe();
         loop {
@@ -460,8 +507,15 @@ impl Node {
                 self.decide(job, |t, now| t.acquire(job, holder, ttl, now, Some(id)))?;
             match res {
                 Acquire::Granted(view) => {
+                    // A release may have handed the lease to us already
+                    // (then this decision only extends it): new all the
+                    // same, to its caller.
+                    let fresh = changed || view.token > queued.joined;
+                    let undo = self.release_if_dropped(fresh, job, holder, view.token);
+                    queued.answered = true;
                     self.publish_when_durable(job, seq, changed).await?;
-                    return Ok((true, view));
+                    undo.disarm();
+                    return Ok((true, fresh, view));
                 }
                 Acquire::Exhausted(_) => {
                     self.inner.commit.wait(seq).await?;
@@ -475,7 +529,7 @@ impl Node {
                 } => {
                     if clock::now() >= give_up {
                         self.inner.commit.wait(seq).await?;
-                        return Ok((false, view));
+                        return Ok((false, false, view));
                     }
                     // Only the first in line watches the deadline; the rest
                     // are woken when they move up. Nobody polls.
@@ -489,6 +543,42 @@ impl Node {
                         _ = closing.wait_for(|c| *c) => return Err(Error::ShuttingDown),
                     }
                 }
+            }
+        }
+    }
+
+    /// A guard that releases the grant of `token` to `holder` if it is
+    /// dropped armed (its call was cancelled); unarmed unless `fresh`.
+    fn release_if_dropped(
+        &self,
+        fresh: bool,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) -> ReleaseIfDropped {
+        let node = self.clone();
+        let (job, holder) = (job.clone(), holder.clone());
+        ReleaseIfDropped(fresh.then(|| {
+            Box::new(move || {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
+                }
+            }) as Box<dyn FnOnce() + Send>
+        }))
+    }
+
+    /// Releases a grant whose holder never learned of it (its call was
+    /// cancelled, or its reply could not be delivered). A no-op when the
+    /// lease is no longer that grant.
+    pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
+        match self.release(job, holder, token).await {
+            Ok(()) => tracing::info!(
+                job = %job,
+                token = token.0,
+                "released a grant whose caller went away before it was told"
+            ),
+            Err(e) => {
+                tracing::debug!(job = %job, error = %e, "an undelivered grant was not released")
             }
         }
     }
@@ -952,6 +1042,12 @@ struct Queued<'a> {
     node: &'a Node,
     job: &'a JobName,
     id: WaiterId,
+    holder: &'a HolderId,
+    /// The job's token when the waiter joined the line.
+    joined: Token,
+    /// Whether the Acquire has its answer (from here on, a guard of its
+    /// own answers for a grant).
+    answered: bool,
 }
 
 impl Drop for Queued<'_> {
@@ -960,5 +1056,19 @@ impl Drop for Queued<'_> {
         st.wakers.remove(&self.id);
         let fx = st.table.dequeue(self.job, self.id);
         st.wake(&fx.wake);
+        if self.answered {
+            return;
+        }
+        // Dropped unanswered (the call was cancelled): a release may have
+        // handed the lease to this waiter in the meantime, and its caller
+        // will never know. Give it back.
+        let view = st.table.view(self.job, clock::now());
+        if view.holder() == Some(self.holder) && view.token > self.joined {
+            drop(st);
+            let (node, job, holder) = (self.node.clone(), self.job.clone(), self.holder.clone());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { node.release_undelivered(&job, &holder, view.token).await });
+            }
+        }
     }
 }

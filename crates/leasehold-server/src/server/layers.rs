@@ -23,6 +23,7 @@ use super::conn::{ConnLoad, Peer};
 use super::status::to_status;
 use crate::error::Error;
 use crate::metrics::{RpcMethod, RpcMetrics};
+use crate::node::ReleaseIfDropped;
 
 /// Records each call's latency (until its response begins) and the status
 /// code it ends with in [`RpcMetrics`].
@@ -88,7 +89,8 @@ where
                     return Err(e);
                 }
             };
-            let (parts, body) = resp.into_parts();
+            let (mut parts, body) = resp.into_parts();
+            let undelivered = parts.extensions.remove::<Undelivered>();
             let body = match grpc_status(&parts.headers) {
                 // A trailers-only reply: the call ended with its headers.
                 Some(code) => {
@@ -100,6 +102,7 @@ where
                 None => Body::new(Ending {
                     body,
                     end: Some((metrics, method)),
+                    undelivered,
                 }),
             };
             Ok(http::Response::from_parts(parts, body))
@@ -127,12 +130,38 @@ fn grpc_status(headers: &http::HeaderMap) -> Option<usize> {
 struct Ending<B> {
     body: B,
     end: Option<(Arc<RpcMetrics>, RpcMethod)>,
+    /// What to undo if the reply is never sent whole.
+    undelivered: Option<Undelivered>,
 }
 
 impl<B> Ending<B> {
     fn ended(&mut self, code: usize) {
         if let Some((metrics, method)) = self.end.take() {
             metrics.ended(method, code);
+        }
+    }
+}
+
+/// A change the client has not been told of yet, to undo if its reply is
+/// never delivered: a new grant, released at once when the call's reply
+/// is dropped before its trailers were sent (the client cancelled, or went
+/// away), so that the job does not stay held for a TTL by a holder that
+/// never learned its token. A handler puts it in its response's
+/// extensions; the outermost layer ([`RpcMetricsLayer`]) keeps it with the
+/// response body.
+#[derive(Clone)]
+pub struct Undelivered(Arc<std::sync::Mutex<Option<ReleaseIfDropped>>>);
+
+impl Undelivered {
+    /// Undoes with `guard` unless the reply is delivered.
+    pub fn new(guard: ReleaseIfDropped) -> Undelivered {
+        Undelivered(Arc::new(std::sync::Mutex::new(Some(guard))))
+    }
+
+    /// The reply went out whole: nothing to undo.
+    fn delivered(self) {
+        if let Some(g) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            g.disarm();
         }
     }
 }
@@ -156,6 +185,9 @@ where
             Some(Ok(f)) => {
                 if let Some(trailers) = f.trailers_ref() {
                     self.ended(grpc_status(trailers).unwrap_or(UNKNOWN));
+                    if let Some(u) = self.undelivered.take() {
+                        u.delivered();
+                    }
                 }
             }
             Some(Err(_)) | None => self.ended(UNKNOWN),

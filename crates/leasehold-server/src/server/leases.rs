@@ -15,11 +15,12 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::lease::{JobName, Limits};
 use crate::metrics::RpcMetrics;
-use crate::node::Renewal;
+use crate::node::{ReleaseIfDropped, Renewal};
 use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
 use crate::server::convert::{self, duration, lease};
 use crate::server::layers::try_take;
+use crate::server::layers::Undelivered;
 use crate::server::status::status;
 use crate::server::{page, wire};
 
@@ -276,9 +277,9 @@ impl proto::leases_server::Leases for LeasesService {
             Some(Err(_)) => Duration::ZERO,
             _ => wait,
         };
-        let (acquired, view) = self
+        let (acquired, fresh, view) = self
             .node
-            .acquire(&job, &holder, ttl, wait)
+            .acquire_fresh(&job, &holder, ttl, wait)
             .await
             .map_err(|e| status(self.quotas.exceeded(e)))?;
         if let (Some(Err(e)), false) = (place, acquired) {
@@ -288,10 +289,21 @@ impl proto::leases_server::Leases for LeasesService {
         caller
             .check_acquired(acquired, &sent, &view)
             .map_err(status)?;
-        Ok(Response::new(proto::AcquireResponse {
+        let mut resp = Response::new(proto::AcquireResponse {
             acquired,
             lease: Some(lease(&view)),
-        }))
+        });
+        if fresh {
+            // Released at once if the reply never reaches the client.
+            let (node, token) = (self.node.clone(), view.token);
+            let guard = ReleaseIfDropped::new(Box::new(move || {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
+                }
+            }));
+            resp.extensions_mut().insert(Undelivered::new(guard));
+        }
+        Ok(resp)
     }
 
     async fn renew(
