@@ -117,7 +117,14 @@ async fn main() -> Result<(), ClientError> {
         tokio::select! {
             changed = roles.changed(), if campaigning => match changed {
                 Ok(()) => worker.observe(*roles.borrow_and_update()),
-                Err(_) => campaigning = false, // the elector resigned
+                Err(_) => {
+                    // The campaign ended: resigned, or stopped on an error
+                    // that asking again cannot fix.
+                    campaigning = false;
+                    if let Some(e) = worker.elector.as_ref().and_then(Elector::error) {
+                        say(&format!("error campaign stopped: {e}"));
+                    }
+                }
             },
             line = lines.next_line() => {
                 // End of input counts as `quit`.

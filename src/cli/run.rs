@@ -27,7 +27,7 @@ pub async fn run_singleton(
     let mut int = signal(SignalKind::interrupt())?;
     let mut elector = Elector::start(client, job, name, ttl);
     let token = tokio::select! {
-        t = elector.elected() => t,
+        t = elector.elected() => t.context("campaign stopped")?,
         _ = term.recv() => { elector.resign().await; return Ok(ExitCode::from(143)) }
         _ = int.recv() => { elector.resign().await; return Ok(ExitCode::from(130)) }
     };

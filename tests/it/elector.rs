@@ -5,7 +5,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::{ServerProcess, TestServer};
-use leasehold::client::{Client, Elector, Role};
+use leasehold::client::{Client, ClientError, Elector, ElectorSet, Role};
+use leasehold::lease::Limits;
 
 async fn wait_role(e: &Elector, want: impl Fn(Role) -> bool, within: Duration) -> Role {
     let mut rx = e.watch();
@@ -22,7 +23,6 @@ async fn exactly_one_of_two_electors_leads_and_resign_hands_over_at_once() {
     let ttl = Duration::from_secs(10);
     let a = Elector::start(s.client().await, "job", "a", ttl);
     let b = Elector::start(s.client().await, "job", "b", ttl);
-    // Both share this process's UUID, with different names.
     assert_ne!(a.holder(), b.holder());
     let first = tokio::select! {
         r = wait_role(&a, |r| r.token().is_some(), Duration::from_secs(5)) => (r, 'a'),
@@ -64,6 +64,7 @@ async fn elector_steps_down_by_its_own_deadline_when_the_server_is_unreachable()
     let mut e = Elector::start(client, "paused", "e", ttl);
     let token = tokio::time::timeout(Duration::from_secs(5), e.elected())
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(token, 1);
     // Let a renewal or two succeed, then freeze the server.
@@ -81,4 +82,170 @@ async fn elector_steps_down_by_its_own_deadline_when_the_server_is_unreachable()
     );
     server.signal(libc::SIGCONT);
     drop(e);
+}
+
+/// Two electors with the same name for the same job in one process are two
+/// holders: one leads at a time, the other's writes are fenced, and the
+/// other takes over with a higher token when the leader stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_electors_with_one_name_in_one_process_are_two_holders() {
+    let s = TestServer::start().await;
+    let client = s.client().await;
+    let ttl = Duration::from_secs(10);
+    let a = Elector::start(client.clone(), "twin", "worker", ttl);
+    let b = Elector::start(client.clone(), "twin", "worker", ttl);
+    assert_ne!(a.holder(), b.holder(), "one identity per elector");
+    assert!(a.holder().starts_with("worker@") && b.holder().starts_with("worker@"));
+    let first = tokio::select! {
+        r = wait_role(&a, |r| r.token().is_some(), Duration::from_secs(5)) => (r, 'a'),
+        r = wait_role(&b, |r| r.token().is_some(), Duration::from_secs(5)) => (r, 'b'),
+    };
+    assert_eq!(first.0, Role::Leader { token: 1 });
+    let (leader, mut follower) = if first.1 == 'a' { (a, b) } else { (b, a) };
+    // Exactly one leads, for a while: the follower is queued, not a second
+    // leader with the same token.
+    for _ in 0..10 {
+        assert_eq!(leader.role(), Role::Leader { token: 1 });
+        assert_eq!(follower.role(), Role::Follower);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let lease = client.get_lease("twin").await.unwrap();
+    assert_eq!(lease.holder.as_deref(), Some(leader.holder()));
+    assert_eq!(
+        client
+            .checked_write("twin", 1, b"k", b"a".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+
+    leader.resign().await;
+    let token = tokio::time::timeout(Duration::from_secs(5), follower.elected())
+        .await
+        .expect("the follower takes over")
+        .unwrap();
+    assert!(token > 1, "a higher token: {token}");
+    // The old leader's token is fenced now; the new one writes.
+    match client.checked_write("twin", 1, b"k", b"old".to_vec()).await {
+        Err(ClientError::Fenced { current_token, .. }) => assert_eq!(current_token, Some(token)),
+        other => panic!("the old leader's write was not fenced: {other:?}"),
+    }
+    client
+        .checked_write("twin", token, b"k", b"b".to_vec())
+        .await
+        .unwrap();
+    let lease = client.get_lease("twin").await.unwrap();
+    assert_eq!(lease.holder.as_deref(), Some(follower.holder()));
+    follower.resign().await;
+}
+
+/// Two ElectorSets with one name in one process are two holders too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_elector_sets_with_one_name_are_two_holders() {
+    let s = TestServer::start().await;
+    let ttl = Duration::from_secs(10);
+    let mut a = ElectorSet::start(s.client().await, "sets", ttl);
+    let mut b = ElectorSet::start(s.client().await, "sets", ttl);
+    assert_ne!(a.holder(), b.holder());
+    let mut ra = a.campaign("shared");
+    let mut rb = b.campaign("shared");
+    let first = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::select! {
+            r = ra.wait_for(|r| r.token().is_some()) => *r.unwrap(),
+            r = rb.wait_for(|r| r.token().is_some()) => *r.unwrap(),
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(first, Role::Leader { token: 1 });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        a.leading().len() + b.leading().len(),
+        1,
+        "exactly one leads"
+    );
+    let (leader, mut follower) = if a.leading().is_empty() {
+        (b, a)
+    } else {
+        (a, b)
+    };
+    leader.resign().await;
+    let mut rf = follower.campaign("shared");
+    let r = tokio::time::timeout(Duration::from_secs(5), rf.wait_for(|r| r.token().is_some()))
+        .await
+        .unwrap()
+        .map(|r| *r)
+        .unwrap();
+    assert_eq!(r, Role::Leader { token: 2 });
+    follower.resign().await;
+}
+
+/// Errors that asking again cannot fix stop the campaign, and `elected`
+/// returns them: checked up front, or refused by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elector_stops_on_an_error_retrying_cannot_fix() {
+    let limits = Limits {
+        max_ttl: Duration::from_secs(10),
+        max_name_bytes: 64,
+        ..Limits::default()
+    };
+    let s = TestServer::with_limits(limits).await;
+    let client = s.client().await;
+    let within = Duration::from_secs(5);
+    let field_of = |r: Result<Result<u64, ClientError>, _>| match r {
+        Ok(Err(ClientError::InvalidArgument { field, .. })) => field,
+        other => panic!("expected INVALID_ARGUMENT, got {other:?}"),
+    };
+
+    // Up front, without asking the server.
+    let mut e = Elector::start(client.clone(), "", "n", Duration::from_secs(1));
+    assert_eq!(
+        field_of(tokio::time::timeout(within, e.elected()).await).as_deref(),
+        Some("job")
+    );
+    let mut e = Elector::start(client.clone(), "j", "", Duration::from_secs(1));
+    assert_eq!(
+        field_of(tokio::time::timeout(within, e.elected()).await).as_deref(),
+        Some("holder")
+    );
+    let mut e = Elector::start(client.clone(), "j", "n", Duration::ZERO);
+    assert_eq!(
+        field_of(tokio::time::timeout(within, e.elected()).await).as_deref(),
+        Some("ttl")
+    );
+    assert!(e.error().is_some());
+
+    // Refused by the server: a TTL over --max-ttl, a job over
+    // --max-name-bytes.
+    let mut e = Elector::start(client.clone(), "long-ttl", "n", Duration::from_secs(20));
+    assert_eq!(
+        field_of(tokio::time::timeout(within, e.elected()).await).as_deref(),
+        Some("ttl")
+    );
+    assert_eq!(e.role(), Role::Follower);
+    e.resign().await;
+    let long_job = "j".repeat(65);
+    let mut e = Elector::start(client.clone(), &long_job, "n", Duration::from_secs(1));
+    assert_eq!(
+        field_of(tokio::time::timeout(within, e.elected()).await).as_deref(),
+        Some("job")
+    );
+    assert_eq!(
+        client.list_leases("").await.unwrap().len(),
+        0,
+        "nothing was acquired"
+    );
+
+    // An ElectorSet's campaign stops the same way.
+    let mut set = ElectorSet::start(client.clone(), "n", Duration::from_secs(20));
+    let mut role = set.campaign("set-long-ttl");
+    tokio::time::timeout(within, role.changed())
+        .await
+        .expect("the campaign ends")
+        .expect_err("its role sender is closed");
+    assert!(matches!(
+        set.error("set-long-ttl"),
+        Some(ClientError::InvalidArgument { .. })
+    ));
+    set.resign().await;
 }

@@ -12,7 +12,16 @@
 //! (What it cannot do is notice its own pause: a process stopped past its
 //! deadline resumes believing it leads until its task runs. That is what
 //! fencing tokens are for: carry the token into every write.)
+//!
+//! Each elector is its own holder, `name@uuid` with a UUID made for it, so
+//! two electors for one job in one process compete like two processes.
+//!
+//! An error that asking again cannot fix (see
+//! [`ClientError::stops_campaign`]: a TTL out of the server's range, a job
+//! name it refuses, a caller its policy refuses) stops the campaign, and
+//! [`Elector::elected`] returns it. Other errors are retried.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{oneshot, watch};
@@ -21,7 +30,7 @@ use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 
 use crate::clock::tokio_now;
 
-use super::{process_holder, Client, ClientError};
+use super::{check_elector_args, elector_holder, Client, ClientError};
 
 /// The elector's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,35 +58,57 @@ impl Role {
 pub struct Elector {
     holder: String,
     role: watch::Receiver<Role>,
+    error: Arc<OnceLock<ClientError>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl Elector {
-    /// Starts campaigning for `job` as `name@<process uuid>` with `ttl`.
+    /// Starts campaigning for `job` as `name@<uuid>`, with a UUID made for
+    /// this elector, and `ttl`.
+    ///
+    /// An empty job or name, or a zero TTL, is refused at once: the elector
+    /// does not campaign, and [`Elector::elected`] returns the error.
     pub fn start(client: Client, job: &str, name: &str, ttl: Duration) -> Elector {
-        let holder = process_holder(name);
+        let holder = elector_holder(name);
         let (tx, role) = watch::channel(Role::Follower);
         let (stop_tx, stop_rx) = oneshot::channel();
-        let campaign = Campaign {
-            client,
-            job: job.to_owned(),
-            holder: holder.clone(),
-            ttl,
-            role: tx,
+        let error = Arc::new(OnceLock::new());
+        let task = match check_elector_args(Some(job), name, ttl) {
+            Err(e) => {
+                let _ = error.set(e);
+                None
+            }
+            Ok(()) => {
+                let campaign = Campaign {
+                    client,
+                    job: job.to_owned(),
+                    holder: holder.clone(),
+                    ttl,
+                    role: tx,
+                    error: error.clone(),
+                };
+                Some(tokio::spawn(campaign.run(stop_rx)))
+            }
         };
-        let task = tokio::spawn(campaign.run(stop_rx));
         Elector {
             holder,
             role,
+            error,
             stop: Some(stop_tx),
-            task: Some(task),
+            task,
         }
     }
 
-    /// Our holder identity: `name@uuid`.
+    /// Our holder identity: `name@uuid`, the UUID this elector's own.
     pub fn holder(&self) -> &str {
         &self.holder
+    }
+
+    /// The error that stopped the campaign, if one did (see
+    /// [`ClientError::stops_campaign`]).
+    pub fn error(&self) -> Option<ClientError> {
+        self.error.get().cloned()
     }
 
     /// The role right now.
@@ -90,14 +121,23 @@ impl Elector {
         self.role.clone()
     }
 
-    /// Waits until we lead; returns the token.
-    pub async fn elected(&mut self) -> u64 {
+    /// Waits until we lead; returns the token. Returns the error that
+    /// stopped the campaign instead, if one does (at once if one did).
+    pub async fn elected(&mut self) -> Result<u64, ClientError> {
         loop {
             if let Some(t) = self.role.borrow_and_update().token() {
-                return t;
+                return Ok(t);
+            }
+            if let Some(e) = self.error.get() {
+                return Err(e.clone());
             }
             if self.role.changed().await.is_err() {
-                // The campaign ended (resigned); nothing will change now.
+                // The campaign ended. It sets its error before it ends, so
+                // that is checked next; without one it was stopped, and
+                // nothing will change now.
+                if let Some(e) = self.error.get() {
+                    return Err(e.clone());
+                }
                 std::future::pending::<()>().await;
             }
         }
@@ -144,6 +184,8 @@ struct Campaign {
     holder: String,
     ttl: Duration,
     role: watch::Sender<Role>,
+    /// Set, before the campaign ends, to an error that stopped it.
+    error: Arc<OnceLock<ClientError>>,
 }
 
 impl Campaign {
@@ -169,6 +211,11 @@ impl Campaign {
                     }
                 }
                 Ok(Ok(_)) => {}
+                Ok(Err(e)) if e.stops_campaign() => {
+                    tracing::error!(job = %self.job, error = %e, "campaign refused; not campaigning again");
+                    let _ = self.error.set(e);
+                    return;
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(job = %self.job, error = %e, "campaign: acquire failed");
                     tokio::select! {
@@ -241,6 +288,12 @@ impl Campaign {
                 }
                 Ok(Err(ClientError::LeaseLost { message, .. })) => {
                     tracing::warn!(job = %self.job, token, %message, "lease lost");
+                    break;
+                }
+                // Refused outright: step down now; the next Acquire says
+                // whether to campaign again.
+                Ok(Err(e)) if e.stops_campaign() => {
+                    tracing::warn!(job = %self.job, token, error = %e, "renew refused");
                     break;
                 }
                 Ok(Err(e)) => {

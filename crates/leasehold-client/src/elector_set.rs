@@ -13,6 +13,11 @@
 //! TTL, whether or not the server can be reached to say so. A `LEASE_LOST`
 //! result steps down that job alone, and its campaign starts again.
 //!
+//! The set is one holder, `name@uuid` with a UUID made for it: two sets (or
+//! a set and an [`super::Elector`]) in one process are different holders.
+//! A job's campaign refused with an error asking again cannot fix (see
+//! [`ClientError::stops_campaign`]) stops; [`ElectorSet::error`] has it.
+//!
 //! ```no_run
 //! # async fn demo(client: leasehold_client::Client) {
 //! use std::time::Duration;
@@ -39,7 +44,7 @@ use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 use crate::clock::tokio_now;
 
 use super::keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
-use super::{process_holder, Client, Role};
+use super::{check_elector_args, elector_holder, Client, ClientError, Role};
 
 /// Campaigns for several jobs and renews the leases it holds over one
 /// stream; see the module docs.
@@ -52,9 +57,12 @@ pub struct ElectorSet {
 
 struct Shared {
     client: Client,
+    name: String,
     holder: String,
     ttl: Duration,
     held: Mutex<HashMap<String, Held>>,
+    /// The error that stopped each job's campaign, if one did.
+    errors: Mutex<HashMap<String, ClientError>>,
 }
 
 struct Held {
@@ -72,6 +80,10 @@ impl Shared {
         self.held.lock().expect("elector set lock")
     }
 
+    fn errors(&self) -> std::sync::MutexGuard<'_, HashMap<String, ClientError>> {
+        self.errors.lock().expect("elector set errors lock")
+    }
+
     /// Steps down from `job` if we still hold it with `token`.
     fn step_down(&self, job: &str, token: u64, why: &str) {
         let mut held = self.held();
@@ -85,14 +97,17 @@ impl Shared {
 }
 
 impl ElectorSet {
-    /// A set that campaigns as `name@<process uuid>`, with `ttl` for every
-    /// lease. Add jobs with [`ElectorSet::campaign`].
+    /// A set that campaigns as `name@<uuid>`, with a UUID made for this
+    /// set, and `ttl` for every lease. Add jobs with
+    /// [`ElectorSet::campaign`].
     pub fn start(client: Client, name: &str, ttl: Duration) -> ElectorSet {
         let shared = Arc::new(Shared {
             client,
-            holder: process_holder(name),
+            name: name.to_owned(),
+            holder: elector_holder(name),
             ttl,
             held: Mutex::new(HashMap::new()),
+            errors: Mutex::new(HashMap::new()),
         });
         let (stop, stop_rx) = watch::channel(false);
         let renewer = tokio::spawn(renew_loop(shared.clone(), stop_rx));
@@ -110,13 +125,20 @@ impl ElectorSet {
     }
 
     /// Starts campaigning for `job` (once; asking again returns the same
-    /// role). Returns a receiver that sees every change of its role.
+    /// role). Returns a receiver that sees every change of its role; it
+    /// sees the sender closed if the campaign stops on an error
+    /// ([`ElectorSet::error`]). An empty job or name, or a zero TTL, stops
+    /// it at once.
     pub fn campaign(&mut self, job: &str) -> watch::Receiver<Role> {
         if let Some(r) = self.roles.get(job) {
             return r.clone();
         }
         let (tx, rx) = watch::channel(Role::Follower);
         self.roles.insert(job.to_owned(), rx.clone());
+        if let Err(e) = check_elector_args(Some(job), &self.shared.name, self.shared.ttl) {
+            self.shared.errors().insert(job.to_owned(), e);
+            return rx;
+        }
         let task = tokio::spawn(campaign(
             self.shared.clone(),
             job.to_owned(),
@@ -125,6 +147,11 @@ impl ElectorSet {
         ));
         self.tasks.push(task);
         rx
+    }
+
+    /// The error that stopped `job`'s campaign, if one did.
+    pub fn error(&self, job: &str) -> Option<ClientError> {
+        self.shared.errors().get(job).cloned()
     }
 
     /// The role for `job` right now (Follower for a job never campaigned for).
@@ -229,6 +256,11 @@ async fn campaign(
                 }
             }
             Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.stops_campaign() => {
+                tracing::error!(job, error = %e, "campaign refused; not campaigning again");
+                shared.errors().insert(job, e);
+                return;
+            }
             Ok(Err(e)) => {
                 tracing::warn!(job, error = %e, "campaign: acquire failed");
                 tokio::select! {

@@ -10,7 +10,7 @@
 //!
 //! let client = Client::connect("http://127.0.0.1:50051").await?;
 //! let mut elector = Elector::start(client.clone(), "bridge_health", "bridge", Duration::from_secs(10));
-//! let token = elector.elected().await;
+//! let token = elector.elected().await?; // or the error that stopped the campaign
 //! // Lead: carry the token into every write, so a stale leader is fenced.
 //! client.checked_write("bridge_health", token, b"status", b"ok".to_vec()).await?;
 //! elector.resign().await;
@@ -77,9 +77,39 @@ pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 /// A holder identity for this process: `name@uuid`, with one UUID made the
 /// first time it is asked for and kept for the life of the process. A
 /// restarted process is therefore a new holder, never mistaken for the old.
+///
+/// For one-off calls (the CLI's `acquire`). An [`Elector`] or
+/// [`ElectorSet`] never uses it: each makes a UUID of its own, so that two
+/// electors in one process are two holders.
 pub fn process_holder(name: &str) -> String {
     static ID: OnceLock<uuid::Uuid> = OnceLock::new();
     format!("{name}@{}", ID.get_or_init(uuid::Uuid::new_v4))
+}
+
+/// A fresh holder identity for one elector: `name@uuid`, with a UUID made
+/// by this call. Two electors for one job in one process are then two
+/// holders to the server: at most one leads, and each has its own tokens.
+fn elector_holder(name: &str) -> String {
+    format!("{name}@{}", uuid::Uuid::new_v4())
+}
+
+/// Checks what an elector can check before asking the server: a job, a
+/// name and a TTL the server is sure to refuse.
+fn check_elector_args(job: Option<&str>, name: &str, ttl: Duration) -> Result<(), ClientError> {
+    let bad = |field: &str, message: &str| ClientError::InvalidArgument {
+        field: Some(field.to_owned()),
+        message: message.to_owned(),
+    };
+    if job.is_some_and(str::is_empty) {
+        return Err(bad("job", "job must not be empty"));
+    }
+    if name.is_empty() {
+        return Err(bad("holder", "name must not be empty"));
+    }
+    if ttl.is_zero() {
+        return Err(bad("ttl", "ttl must be positive"));
+    }
+    Ok(())
 }
 
 /// An error from the server, decoded from its status and `ErrorInfo`
@@ -149,6 +179,19 @@ impl ClientError {
     /// Whether retrying the same call later can help.
     pub fn is_retryable(&self) -> bool {
         matches!(self, ClientError::Unavailable(_))
+    }
+
+    /// Whether an elector stops campaigning on this error: the server
+    /// refused the request itself (INVALID_ARGUMENT: a TTL out of range, a
+    /// job name too long) or the caller (UNAUTHENTICATED,
+    /// PERMISSION_DENIED), so asking again the same way cannot succeed.
+    pub fn stops_campaign(&self) -> bool {
+        matches!(
+            self,
+            ClientError::InvalidArgument { .. }
+                | ClientError::Unauthenticated(_)
+                | ClientError::PermissionDenied { .. }
+        )
     }
 }
 
