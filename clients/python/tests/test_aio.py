@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import harness
 import leasehold
 from leasehold.aio import AsyncClient, AsyncElector
 
@@ -148,3 +149,57 @@ def test_async_late_grant_is_confirmed_and_lease_lost_campaigns_again(server, jo
                 await e.resign()
 
     run(main())
+
+
+def test_async_two_electors_with_one_name_are_two_holders(server, job):
+    async def main():
+        async with AsyncClient(server.target) as c:
+            a = AsyncElector(c, job, "twin", 10).start()
+            b = AsyncElector(c, job, "twin", 10).start()
+            try:
+                assert a.holder != b.holder and a.holder.startswith("twin@")
+                done, _ = await asyncio.wait(
+                    {asyncio.ensure_future(a.wait_elected()), asyncio.ensure_future(b.wait_elected())},
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                assert [t.result() for t in done] == [1]
+                leader, follower = (a, b) if a.is_leader else (b, a)
+                await asyncio.get_running_loop().run_in_executor(None, server.wait_waiters, 1)
+                for _ in range(10):
+                    assert leader.token == 1 and follower.token is None
+                    await asyncio.sleep(0.03)
+                assert (await c.get_lease(job)).holder == leader.holder
+                await leader.resign()
+                token = await follower.wait_elected(5)
+                assert token is not None and token > 1
+                with pytest.raises(leasehold.Fenced) as e:
+                    await c.checked_write(job, 1, b"k", b"old")
+                assert e.value.current_token == token
+                await c.checked_write(job, token, b"k", b"new")
+            finally:
+                await a.resign()
+                await b.resign()
+
+    run(main())
+
+
+def test_async_elector_checks_up_front_and_stops_on_a_refused_campaign():
+    s = harness.ServerProcess(extra=["--max-ttl", "10s", "--max-name-bytes", "64"])
+
+    async def main():
+        async with AsyncClient(s.target) as c:
+            for job, name, ttl in [("j", "n", 0), ("", "n", 1), ("j", "", 1)]:
+                with pytest.raises(ValueError):
+                    AsyncElector(c, job, name, ttl)
+            for job, ttl, field in [("long-ttl", 20.0, "ttl"), ("j" * 65, 1.0, "job")]:
+                e = AsyncElector(c, job, "n", ttl).start()
+                with pytest.raises(leasehold.InvalidArgument) as err:
+                    await e.wait_elected(5)
+                assert err.value.field == field and e.error is err.value
+                assert e._task is not None and e._task.done(), "stopped campaigning"
+                await e.resign()
+
+    try:
+        run(main())
+    finally:
+        s.stop()

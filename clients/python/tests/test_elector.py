@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+import harness
 import leasehold
 
 
@@ -149,6 +150,66 @@ def test_lease_lost_on_renew_steps_down_and_campaigns_again(server, client, job)
         e.resign()
 
 
-def test_invalid_ttl_is_rejected_up_front(client):
-    with pytest.raises(ValueError):
-        leasehold.Elector(client, "j", "n", 0)
+def test_invalid_arguments_are_rejected_up_front(client):
+    for job, name, ttl in [("j", "n", 0), ("j", "n", -1), ("", "n", 1), ("j", "", 1)]:
+        with pytest.raises(ValueError):
+            leasehold.Elector(client, job, name, ttl)
+
+
+def test_two_electors_with_one_name_in_one_process_are_two_holders(server, client, job):
+    """One identity per elector: exactly one leads, the other's writes are
+    fenced, and it takes over with a higher token when the leader stops."""
+    ttl = 10.0
+    a = leasehold.Elector(client, job, "twin", ttl).start()
+    b = leasehold.Elector(client, job, "twin", ttl).start()
+    try:
+        assert a.holder != b.holder, "one identity per elector"
+        assert a.holder.startswith("twin@") and b.holder.startswith("twin@")
+        deadline = time.monotonic() + 10
+        while not (a.is_leader or b.is_leader):
+            assert time.monotonic() < deadline, "nobody was elected"
+            time.sleep(0.01)
+        leader, follower = (a, b) if a.is_leader else (b, a)
+        server.wait_waiters(1)  # the follower is queued behind the leader
+        for _ in range(10):  # exactly one leads, for a while
+            assert leader.token == 1 and follower.token is None
+            time.sleep(0.03)
+        assert client.get_lease(job).holder == leader.holder
+        assert client.checked_write(job, 1, b"k", b"a") == 1
+
+        leader.resign()
+        token = follower.wait_elected(5)
+        assert token is not None and token > 1
+        with pytest.raises(leasehold.Fenced) as e:
+            client.checked_write(job, 1, b"k", b"old")
+        assert e.value.current_token == token
+        client.checked_write(job, token, b"k", b"b")
+        assert client.get_lease(job).holder == follower.holder
+    finally:
+        a.resign()
+        b.resign()
+
+
+@pytest.fixture(scope="module")
+def strict_server():
+    s = harness.ServerProcess(extra=["--max-ttl", "10s", "--max-name-bytes", "64"])
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("what", ["ttl", "job"])
+def test_a_campaign_the_server_refuses_stops_and_wait_elected_raises(strict_server, what):
+    """A TTL over --max-ttl, a job over --max-name-bytes: INVALID_ARGUMENT,
+    which retrying cannot fix. The elector stops instead of retrying."""
+    client = leasehold.Client(strict_server.target)
+    job, ttl = ("j" * 65, 1.0) if what == "job" else ("long-ttl", 20.0)
+    e = leasehold.Elector(client, job, "n", ttl).start()
+    try:
+        with pytest.raises(leasehold.InvalidArgument) as err:
+            e.wait_elected(5)
+        assert err.value.field == what
+        assert e.error is err.value and not e.is_leader
+        assert e._thread is not None and not e._thread.is_alive(), "stopped campaigning"
+    finally:
+        e.resign()
+        client.close()

@@ -41,7 +41,7 @@ from .client import (
     write_outcomes,
     write_request,
 )
-from .elector import ACCESS_ERRORS, campaign_timing
+from .elector import REFUSALS, campaign_timing
 from .types import (
     Acquired,
     Bytes,
@@ -52,9 +52,10 @@ from .types import (
     Value,
     WriteOutcome,
     as_bytes,
+    check_elector_args,
+    elector_holder,
     event_from_pb,
     lease_from_pb,
-    process_holder,
 )
 from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as pb_grpc
@@ -441,16 +442,19 @@ class _Stopped(Exception):
 
 class AsyncElector:
     """The asyncio :class:`~leasehold.Elector`: one task campaigns for
-    ``job`` as ``name@<process uuid>``, renews at ttl/3, steps down by its
-    own deadline, and releases on :meth:`resign`.
+    ``job`` as ``name@<uuid>`` (a UUID made for this elector), renews at
+    ttl/3, steps down by its own deadline, and releases on :meth:`resign`.
 
     ``on_elected(token)`` / ``on_lost(token)`` may be plain functions or
     coroutine functions; coroutines run as their own tasks, so a slow one
     cannot delay a renewal.
 
-    A campaign refused by the server's policy (:class:`~leasehold.Unauthenticated`
-    or :class:`~leasehold.PermissionDenied`) is not retried: the elector
-    stops, :attr:`error` holds the error and :meth:`wait_elected` raises it.
+    An empty job or name, or a TTL that is not positive, raises
+    ``ValueError`` here. A campaign the server refuses with an error asking
+    again cannot fix (:class:`~leasehold.InvalidArgument`,
+    :class:`~leasehold.Unauthenticated`, :class:`~leasehold.PermissionDenied`)
+    is not retried: the elector stops, :attr:`error` holds the error and
+    :meth:`wait_elected` raises it.
     """
 
     def __init__(
@@ -464,12 +468,11 @@ class AsyncElector:
         on_elected: Optional[AsyncTokenCallback] = None,
         on_lost: Optional[AsyncTokenCallback] = None,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
+        check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
-        self._holder = holder or process_holder(name)
+        self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
         self._token: Optional[int] = None
@@ -502,8 +505,8 @@ class AsyncElector:
 
     @property
     def error(self) -> Optional[errors.LeaseholdError]:
-        """The error that stopped the campaign (the server's policy refused
-        it), else ``None``."""
+        """The error that stopped the campaign (the server refused it), else
+        ``None``."""
         return self._error
 
     def start(self) -> "AsyncElector":
@@ -612,7 +615,7 @@ class AsyncElector:
                 except asyncio.TimeoutError:
                     log.warning("campaign for %s: acquire timed out", self._job)
                     continue
-                except ACCESS_ERRORS as e:
+                except REFUSALS as e:
                     log.error("campaign for %s refused, not campaigning again: %s", self._job, e)
                     self._error = e
                     return
@@ -673,7 +676,7 @@ class AsyncElector:
             except asyncio.TimeoutError:
                 log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
                 break
-            except (errors.LeaseLost,) + ACCESS_ERRORS as e:
+            except (errors.LeaseLost,) + REFUSALS as e:
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             except errors.LeaseholdError as e:

@@ -27,14 +27,16 @@ import grpc
 
 from . import errors
 from .client import Client
-from .types import process_holder
+from .types import check_elector_args, elector_holder
 
 log = logging.getLogger("leasehold.elector")
 
 TokenCallback = Callable[[int], None]
 
-#: Refusals by the server's policy: an elector stops campaigning on them.
-ACCESS_ERRORS = (errors.Unauthenticated, errors.PermissionDenied)
+#: Errors that asking again cannot fix: the server refused the request
+#: itself (a TTL out of its range, a job name too long) or the caller (its
+#: policy). An elector stops campaigning on them.
+REFUSALS = (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied)
 
 _STOP = "stop"
 _TIMEOUT = "timeout"
@@ -78,7 +80,8 @@ class _Dispatcher:
 
 
 class Elector:
-    """Campaigns for ``job`` as ``name@<process uuid>``.
+    """Campaigns for ``job`` as ``name@<uuid>``, with a UUID made for this
+    elector: two electors in one process are two holders.
 
     ::
 
@@ -92,9 +95,12 @@ class Elector:
     and :meth:`wait_lost` can be used instead of, or as well as, callbacks.
     After losing, the elector campaigns again until :meth:`resign`.
 
-    A campaign refused by the server's policy (:class:`~leasehold.Unauthenticated`
-    or :class:`~leasehold.PermissionDenied`) is not retried: the elector
-    stops, :attr:`error` holds the error and :meth:`wait_elected` raises it.
+    An empty job or name, or a TTL that is not positive, raises
+    ``ValueError`` here. A campaign the server refuses with an error asking
+    again cannot fix (:class:`~leasehold.InvalidArgument`, such as a TTL over
+    its ``--max-ttl``, :class:`~leasehold.Unauthenticated`,
+    :class:`~leasehold.PermissionDenied`) is not retried: the elector stops,
+    :attr:`error` holds the error and :meth:`wait_elected` raises it.
     """
 
     def __init__(
@@ -108,12 +114,11 @@ class Elector:
         on_elected: Optional[TokenCallback] = None,
         on_lost: Optional[TokenCallback] = None,
     ) -> None:
-        if ttl <= 0:
-            raise ValueError("ttl must be positive")
+        check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
-        self._holder = holder or process_holder(name)
+        self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
         self._cond = threading.Condition()
@@ -129,7 +134,7 @@ class Elector:
 
     @property
     def holder(self) -> str:
-        """Our holder identity, ``name@uuid``."""
+        """Our holder identity, ``name@uuid``, the UUID this elector's own."""
         return self._holder
 
     @property
@@ -151,9 +156,9 @@ class Elector:
 
     @property
     def error(self) -> Optional[errors.LeaseholdError]:
-        """The error that stopped the campaign (the server's policy refused
-        it: :class:`~leasehold.Unauthenticated` or
-        :class:`~leasehold.PermissionDenied`), else ``None``."""
+        """The error that stopped the campaign (the server refused it:
+        :class:`~leasehold.InvalidArgument`, :class:`~leasehold.Unauthenticated`
+        or :class:`~leasehold.PermissionDenied`), else ``None``."""
         with self._cond:
             return self._error
 
@@ -228,7 +233,7 @@ class Elector:
                 err = fut.exception()
                 if err is not None:
                     e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
-                    if isinstance(e, ACCESS_ERRORS):
+                    if isinstance(e, REFUSALS):
                         log.error("campaign for %s refused, not campaigning again: %s", self._job, e)
                         with self._cond:
                             self._error = e
@@ -334,7 +339,7 @@ class Elector:
                         self._deadline = deadline
                 continue
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
-            if isinstance(e, (errors.LeaseLost,) + ACCESS_ERRORS):
+            if isinstance(e, (errors.LeaseLost,) + REFUSALS):
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)

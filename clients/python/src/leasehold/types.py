@@ -30,8 +30,28 @@ if hasattr(os, "register_at_fork"):
 def process_holder(name: str) -> str:
     """A holder identity for this process: ``name@uuid``, with one UUID made
     at process start (and again in a forked child). A restarted process is
-    therefore a new holder, never mistaken for the old one."""
+    therefore a new holder, never mistaken for the old one.
+
+    For one-off calls; an elector never uses it (see :func:`elector_holder`)."""
     return f"{name}@{_process_uuid}"
+
+
+def elector_holder(name: str) -> str:
+    """A fresh holder identity for one elector: ``name@uuid``, with a UUID
+    made by this call. Two electors for one job in one process are then two
+    holders to the server: at most one leads, each with its own tokens."""
+    return f"{name}@{uuid.uuid4()}"
+
+
+def check_elector_args(job: str, name: str, ttl: float) -> None:
+    """Refuses, with ValueError, what the server is sure to refuse: an empty
+    job or name, a TTL that is not positive."""
+    if not job:
+        raise ValueError("job must not be empty")
+    if not name:
+        raise ValueError("name must not be empty")
+    if not ttl > 0:
+        raise ValueError("ttl must be positive")
 
 
 @dataclass(frozen=True)
