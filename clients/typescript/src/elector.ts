@@ -15,18 +15,25 @@
  * loop was held up. What no elector can notice is its own process being
  * paused: carry the token into every write, so a stale leader is fenced.
  *
- * A campaign refused by the server's policy (`Unauthenticated` or
- * `PermissionDenied`) is not retried: the elector stops, `error` holds the
- * error, and `elected()` rejects with it.
+ * Each elector is its own holder, `name@uuid` with a UUID made for it, so
+ * two electors for one job in one process compete as two processes would.
+ *
+ * An empty job or name, or a TTL that is not positive, throws a
+ * `RangeError` from the constructor. A campaign the server refuses with an
+ * error retrying cannot fix (`InvalidArgument`, such as a TTL over its
+ * `--max-ttl`; `Unauthenticated`; `PermissionDenied`) is not retried: the
+ * elector stops, `error` holds the error, `"error"` is emitted with it (when
+ * there is a listener: an unheard `"error"` would crash the process) and
+ * `elected()` rejects with it.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
-import { LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
-import { processHolder } from "./types";
+import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
+import { electorHolder } from "./types";
 
 export interface ElectorOptions {
-  /** Holder identity; default `name@<process uuid>`. */
+  /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
   holder?: string;
   /** Where warnings go; default console.warn. */
   logger?: { warn(message: string): void };
@@ -35,13 +42,19 @@ export interface ElectorOptions {
 export interface ElectorEvents {
   elected: [token: bigint];
   lost: [token: bigint];
+  /** The campaign stopped on an error retrying cannot fix. */
+  error: [error: LeaseholdError];
 }
 
 const now = () => performance.now();
 
-/** Refusals by the server's policy: an elector stops campaigning on them. */
-function refused(e: unknown): e is Unauthenticated | PermissionDenied {
-  return e instanceof Unauthenticated || e instanceof PermissionDenied;
+/**
+ * Errors retrying cannot fix: the server refused the request itself (a TTL
+ * out of its range, a job name too long) or the caller (its policy). An
+ * elector stops campaigning on them.
+ */
+function refused(e: unknown): e is InvalidArgument | Unauthenticated | PermissionDenied {
+  return e instanceof InvalidArgument || e instanceof Unauthenticated || e instanceof PermissionDenied;
 }
 
 class Stopped extends Error {}
@@ -77,8 +90,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
     options: ElectorOptions = {},
   ) {
     super();
+    if (!job) throw new RangeError("job must not be empty");
+    if (!name) throw new RangeError("name must not be empty");
     if (!(ttlMs > 0)) throw new RangeError("ttlMs must be positive");
-    this.holder = options.holder ?? processHolder(name);
+    this.holder = options.holder ?? electorHolder(name);
     this.log = options.logger ?? { warn: (m) => console.warn(`leasehold elector: ${m}`) };
   }
 
@@ -91,7 +106,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
     return this.token !== undefined;
   }
 
-  /** The error that stopped the campaign (the server's policy refused it), else undefined. */
+  /** The error that stopped the campaign (the server refused it), else undefined. */
   get error(): LeaseholdError | undefined {
     return this.refusal;
   }
@@ -225,6 +240,13 @@ export class Elector extends EventEmitter<ElectorEvents> {
           if (refused(e)) {
             this.log.warn(`campaign for ${this.job} refused, not campaigning again: ${e.message}`);
             this.refusal = e;
+            if (this.listenerCount("error") > 0) {
+              try {
+                this.emit("error", e);
+              } catch (thrown) {
+                this.log.warn(`error listener threw: ${thrown}`);
+              }
+            }
             return;
           }
           this.log.warn(`campaign for ${this.job}: acquire failed: ${(e as Error).message}`);

@@ -49,7 +49,7 @@ export type {
   WriteOutcome,
   Written,
 } from "./writestream";
-export { EventKind, processHolder } from "./types";
+export { EventKind, electorHolder, processHolder } from "./types";
 export type { Acquired, Bytes, KeyInfo, Lease, LeaseEvent, Value } from "./types";
 /** The generated messages and grpc-js service clients. */
 export * as v1 from "./gen/leasehold/v1/leasehold";

@@ -7,10 +7,20 @@ let processUuid = randomUUID();
 /**
  * A holder identity for this process: `name@uuid`, with one UUID made at
  * process start. A restarted process is a new holder, never mistaken for
- * the old one.
+ * the old one. For one-off calls: an `Elector` never uses it (see
+ * `electorHolder`).
  */
 export function processHolder(name: string): string {
   return `${name}@${processUuid}`;
+}
+
+/**
+ * A fresh holder identity for one elector: `name@uuid`, with a UUID made by
+ * this call. Two electors for one job in one process are then two holders
+ * to the server: at most one leads, each with its own tokens.
+ */
+export function electorHolder(name: string): string {
+  return `${name}@${randomUUID()}`;
 }
 
 /** A job's lease, as the server reported it. Durations in milliseconds. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Client, Elector } from "../src";
+import { Client, Elector, Fenced, InvalidArgument, LeaseholdError } from "../src";
 import { Server, sleep, uniqueJob, waitUntil } from "./harness";
 
 const quiet = { warn: () => {} };
@@ -116,8 +116,36 @@ describe("Elector against the real server", () => {
     }
   });
 
-  test("ttl must be positive", () => {
+  test("two electors with one name in one process are two holders", async () => {
+    const job = uniqueJob("twin");
+    const ttl = 10_000;
+    const a = new Elector(client, job, "twin", ttl, { logger: quiet }).start();
+    const b = new Elector(client, job, "twin", ttl, { logger: quiet }).start();
+    after(() => Promise.all([a.resign(), b.resign()]));
+    assert.notEqual(a.holder, b.holder, "one identity per elector");
+    assert.ok(a.holder.startsWith("twin@") && b.holder.startsWith("twin@"));
+    assert.equal(await Promise.race([a.elected(), b.elected()]), 1n);
+    const [leader, follower] = a.isLeader ? [a, b] : [b, a];
+    await server.waitWaiters(1); // the follower is queued behind the leader
+    for (let i = 0; i < 10; i++) {
+      assert.equal(leader.token, 1n);
+      assert.equal(follower.token, undefined);
+      await sleep(30);
+    }
+    assert.equal((await client.getLease(job)).holder, leader.holder);
+    assert.equal(await client.checkedWrite(job, 1n, "k", "a"), 1n);
+    await leader.resign();
+    const token = (await follower.elected())!;
+    assert.ok(token > 1n, `a higher token: ${token}`);
+    await assert.rejects(client.checkedWrite(job, 1n, "k", "old"), (e) => e instanceof Fenced && e.currentToken === token);
+    await client.checkedWrite(job, token, "k", "b");
+    assert.equal((await client.getLease(job)).holder, follower.holder);
+  });
+
+  test("an empty job or name, or a ttl that is not positive, is refused up front", () => {
     assert.throws(() => new Elector(client, "j", "n", 0), RangeError);
+    assert.throws(() => new Elector(client, "", "n", 1000), RangeError);
+    assert.throws(() => new Elector(client, "j", "", 1000), RangeError);
   });
 });
 
@@ -146,6 +174,28 @@ test("steps down by its own deadline when the server is paused; resign stays bou
   } finally {
     server.signal("SIGCONT");
     await e.resign();
+    client.close();
+    await server.stop();
+  }
+});
+
+test("a campaign the server refuses stops: 'error' is emitted and elected() rejects", async () => {
+  const server = await Server.start(30_000, { extra: ["--max-ttl", "10s", "--max-name-bytes", "64"] });
+  const client = new Client(server.target);
+  try {
+    for (const [job, ttl, field] of [["long-ttl", 20_000, "ttl"], ["j".repeat(65), 1000, "job"]] as const) {
+      const e = new Elector(client, job, "n", ttl, { logger: quiet });
+      const emitted = new Promise<LeaseholdError>((resolve) => e.once("error", resolve));
+      e.start();
+      await assert.rejects(e.elected(), (err) => err instanceof InvalidArgument && err.field === field);
+      const err = await emitted;
+      assert.ok(err instanceof InvalidArgument && err === e.error);
+      // Stopped campaigning: a later elected() rejects at once too.
+      await assert.rejects(e.elected(), InvalidArgument);
+      assert.equal(e.isLeader, false);
+      await e.resign();
+    }
+  } finally {
     client.close();
     await server.stop();
   }
