@@ -29,8 +29,9 @@ type LeaderCallbacks struct {
 type ElectorConfig struct {
 	// Job to lead. Required.
 	Job string
-	// Name for the holder identity Name@<process uuid>. Required unless
-	// Holder is set.
+	// Name for the holder identity Name@<uuid>, with a UUID made for this
+	// elector, so two electors in one process are two holders. Required
+	// unless Holder is set.
 	Name string
 	// Holder overrides the holder identity.
 	Holder string
@@ -81,7 +82,7 @@ func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
 		if cfg.Name == "" {
 			return nil, errors.New("leasehold: ElectorConfig.Name or Holder is required")
 		}
-		cfg.Holder = ProcessHolder(cfg.Name)
+		cfg.Holder = electorHolder(cfg.Name)
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -124,18 +125,22 @@ func timingFor(ttl time.Duration) timing {
 	}
 }
 
-// refused reports whether err is a refusal by the server's policy, on
-// which an elector stops campaigning.
+// refused reports whether err is one retrying cannot fix, on which an
+// elector stops campaigning: the server refused the request itself (a TTL
+// out of its range, a job name too long) or the caller (its policy).
 func refused(err error) bool {
-	return errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrPermissionDenied)
+	return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrUnauthenticated) ||
+		errors.Is(err, ErrPermissionDenied)
 }
 
 // Run campaigns until ctx is done, then releases the lease if held (bounded
 // by our deadline, at least 200 ms) and returns nil once the callbacks have
 // returned. Run it once.
 //
-// A campaign refused by the server's policy (ErrUnauthenticated,
-// ErrPermissionDenied) is not retried: Run returns that error at once.
+// A campaign the server refuses with an error retrying cannot fix
+// (ErrInvalidArgument, such as a TTL over its --max-ttl or a job over
+// --max-name-bytes; ErrUnauthenticated; ErrPermissionDenied) is not
+// retried: Run returns that error at once.
 func (e *Elector) Run(ctx context.Context) error {
 	t := timingFor(e.cfg.TTL)
 	defer e.waitCallbacks()

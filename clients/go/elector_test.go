@@ -2,10 +2,12 @@ package leasehold_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -227,9 +229,98 @@ func TestNewElectorChecksConfig(t *testing.T) {
 		{Name: "n", TTL: time.Second},
 		{Job: "j", TTL: time.Second},
 		{Job: "j", Name: "n"},
+		{Job: "j", Name: "n", TTL: -time.Second},
 	} {
 		if _, err := leasehold.NewElector(nil, cfg); err == nil {
 			t.Errorf("accepted %+v", cfg)
+		}
+	}
+}
+
+// Two electors with one name for one job in one process are two holders:
+// exactly one leads, the old leader's token is fenced after the hand-over,
+// and the other takes over with a higher token when the leader stops.
+func TestTwoElectorsWithOneNameInOneProcessAreTwoHolders(t *testing.T) {
+	s := startServer(t)
+	c, ctx := dial(t, s), ctxT(t)
+	ttl := 10 * time.Second
+	a := start(t, c, "twin", "twin", ttl)
+	b := start(t, c, "twin", "twin", ttl)
+	if a.Holder() == b.Holder() {
+		t.Fatalf("one holder for two electors: %s", a.Holder())
+	}
+	if !strings.HasPrefix(a.Holder(), "twin@") || !strings.HasPrefix(b.Holder(), "twin@") {
+		t.Fatalf("holders %s, %s", a.Holder(), b.Holder())
+	}
+	waitUntil(t, 10*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	leader, follower := a, b
+	if b.IsLeader() {
+		leader, follower = b, a
+	}
+	s.waitWaiters(t, 1) // the follower is queued behind the leader
+	for range 10 {
+		if tok, ok := leader.Token(); !ok || tok != 1 {
+			t.Fatalf("leader token %d %v", tok, ok)
+		}
+		if follower.IsLeader() {
+			t.Fatal("both lead")
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if l, _ := c.GetLease(ctx, "twin"); l.Holder != leader.Holder() {
+		t.Fatalf("server says %+v", l)
+	}
+	if _, err := c.CheckedWrite(ctx, "twin", 1, []byte("k"), []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	leader.stop()
+	waitUntil(t, 5*time.Second, "the hand-over", func() bool { return follower.IsLeader() })
+	tok, _ := follower.Token()
+	if tok <= 1 {
+		t.Fatalf("follower token %d", tok)
+	}
+	_, err := c.CheckedWrite(ctx, "twin", 1, []byte("k"), []byte("old"))
+	var fenced *leasehold.FencedError
+	if !errors.As(err, &fenced) || fenced.CurrentToken != tok {
+		t.Fatalf("the old leader's write: %v", err)
+	}
+	if _, err := c.CheckedWrite(ctx, "twin", tok, []byte("k"), []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := c.GetLease(ctx, "twin"); l.Holder != follower.Holder() {
+		t.Fatalf("server says %+v", l)
+	}
+}
+
+// A campaign the server refuses with INVALID_ARGUMENT (a TTL over
+// --max-ttl, a job over --max-name-bytes) is not retried: Run returns it.
+func TestRunReturnsAnErrorRetryingCannotFix(t *testing.T) {
+	s := startServer(t, "--max-ttl", "10s", "--max-name-bytes", "64")
+	c := dial(t, s)
+	for _, tc := range []struct {
+		job, field string
+		ttl        time.Duration
+	}{
+		{"long-ttl", "ttl", 20 * time.Second},
+		{strings.Repeat("j", 65), "job", time.Second},
+	} {
+		e, err := leasehold.NewElector(c, leasehold.ElectorConfig{Job: tc.job, Name: "n", TTL: tc.ttl, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctxT(t)) }()
+		select {
+		case err := <-done:
+			var ia *leasehold.InvalidArgumentError
+			if !errors.Is(err, leasehold.ErrInvalidArgument) || !errors.As(err, &ia) || ia.Field != tc.field {
+				t.Fatalf("Run returned %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Run did not return for %s", tc.field)
+		}
+		if e.IsLeader() {
+			t.Fatal("leads")
 		}
 	}
 }

@@ -24,8 +24,15 @@ func newUUID() string {
 
 // ProcessHolder returns a holder identity for this process: name@uuid, with
 // one UUID made at process start. A restarted process is a new holder,
-// never mistaken for the old one.
+// never mistaken for the old one. For one-off calls: an Elector never uses
+// it (see electorHolder).
 func ProcessHolder(name string) string { return name + "@" + processUUID }
+
+// electorHolder returns a fresh holder identity for one elector: name@uuid,
+// with a UUID made by this call. Two electors for one job in one process
+// are then two holders to the server: at most one leads, each with its own
+// tokens.
+func electorHolder(name string) string { return name + "@" + newUUID() }
 
 // Lease is a job's lease, as the server reported it.
 type Lease struct {
