@@ -123,7 +123,8 @@ public final class Client implements AutoCloseable {
 
   /**
    * A holder identity for this process: {@code name@uuid}, with one UUID made
-   * at process start. A restarted process is a new holder.
+   * at process start. A restarted process is a new holder. For one-off
+   * calls: an {@link Elector} makes a UUID of its own.
    */
   public static String processHolder(String name) {
     return name + "@" + PROCESS_UUID;

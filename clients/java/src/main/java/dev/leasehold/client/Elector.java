@@ -5,6 +5,7 @@ import dev.leasehold.v1.AcquireResponse;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.OptionalLong;
+import java.util.UUID;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -44,7 +45,15 @@ import java.util.logging.Logger;
  * <p>Callbacks run in order on one callback thread, so a slow callback
  * cannot delay a renewal.
  *
- * <p>A campaign refused by the server's policy ({@link UnauthenticatedException},
+ * <p>Each elector is its own holder, {@code name@uuid} with a UUID made for
+ * it, so two electors for one job in one process compete as two processes
+ * would.
+ *
+ * <p>An empty job or name, or a TTL that is not positive, is refused with
+ * {@link IllegalArgumentException} by the builder. A campaign the server
+ * refuses with an error retrying cannot fix ({@link InvalidArgumentException},
+ * such as a TTL over its {@code --max-ttl} or a job over
+ * {@code --max-name-bytes}; {@link UnauthenticatedException};
  * {@link PermissionDeniedException}) is not retried: the elector stops,
  * {@link #error()} holds the exception and {@link #awaitElected} throws it.
  */
@@ -71,7 +80,7 @@ public final class Elector implements AutoCloseable {
   private Elector(Builder b) {
     this.client = b.client;
     this.job = b.job;
-    this.holder = b.holder != null ? b.holder : Client.processHolder(b.name);
+    this.holder = b.holder != null ? b.holder : electorHolder(b.name);
     this.ttl = b.ttl;
     this.onElected = b.onElected;
     this.onLost = b.onLost;
@@ -82,9 +91,23 @@ public final class Elector implements AutoCloseable {
     });
   }
 
-  /** A builder for an elector of {@code job} as {@code name@<process uuid>}. */
+  /**
+   * A builder for an elector of {@code job} as {@code name@<uuid>}, with a
+   * UUID made for this elector.
+   *
+   * @throws IllegalArgumentException if {@code job} or {@code name} is empty
+   */
   public static Builder builder(Client client, String job, String name) {
     return new Builder(client, job, name);
+  }
+
+  /**
+   * A fresh holder identity for one elector: {@code name@uuid}, with a UUID
+   * made by this call. Two electors for one job in one process are then two
+   * holders to the server: at most one leads, each with its own tokens.
+   */
+  static String electorHolder(String name) {
+    return name + "@" + UUID.randomUUID();
   }
 
   /** Configures an {@link Elector}. */
@@ -101,6 +124,12 @@ public final class Elector implements AutoCloseable {
       this.client = Objects.requireNonNull(client, "client");
       this.job = Objects.requireNonNull(job, "job");
       this.name = Objects.requireNonNull(name, "name");
+      if (job.isEmpty()) {
+        throw new IllegalArgumentException("job must not be empty");
+      }
+      if (name.isEmpty()) {
+        throw new IllegalArgumentException("name must not be empty");
+      }
     }
 
     /** The lease's TTL (default 10 s); renewals go out every ttl/3. */
@@ -112,7 +141,7 @@ public final class Elector implements AutoCloseable {
       return this;
     }
 
-    /** Overrides the holder identity (default {@code name@<process uuid>}). */
+    /** Overrides the holder identity (default {@code name@<uuid>}, a UUID made per elector). */
     public Builder holder(String holder) {
       this.holder = holder;
       return this;
@@ -182,8 +211,8 @@ public final class Elector implements AutoCloseable {
   }
 
   /**
-   * The exception that stopped the campaign (the server's policy refused
-   * it), or empty.
+   * The exception that stopped the campaign (the server refused it with an
+   * error retrying cannot fix), or empty.
    */
   public java.util.Optional<LeaseholdException> error() {
     lock.lock();
@@ -375,8 +404,14 @@ public final class Elector implements AutoCloseable {
   }
 
   /** A refusal by the server's policy: an elector stops campaigning on it. */
+  /**
+   * Errors retrying cannot fix: the server refused the request itself (a
+   * TTL out of its range, a job name too long) or the caller (its policy).
+   */
   private static boolean refused(LeaseholdException e) {
-    return e instanceof UnauthenticatedException || e instanceof PermissionDeniedException;
+    return e instanceof InvalidArgumentException
+        || e instanceof UnauthenticatedException
+        || e instanceof PermissionDeniedException;
   }
 
   private boolean isStopped() {

@@ -160,7 +160,66 @@ class ElectorTest {
   }
 
   @Test
-  void ttlMustBePositive() {
+  void anEmptyJobOrNameOrATtlThatIsNotPositiveIsRefusedUpFront() {
     assertThrows(IllegalArgumentException.class, () -> Elector.builder(client, "j", "n").ttl(Duration.ZERO));
+    assertThrows(IllegalArgumentException.class, () -> Elector.builder(client, "j", "n").ttl(Duration.ofSeconds(-1)));
+    assertThrows(IllegalArgumentException.class, () -> Elector.builder(client, "", "n"));
+    assertThrows(IllegalArgumentException.class, () -> Elector.builder(client, "j", ""));
+  }
+
+  /**
+   * Two electors with one name for one job in one process are two holders:
+   * exactly one leads, the old leader's token is fenced after the hand-over,
+   * and the other takes over with a higher token when the leader stops.
+   */
+  @Test
+  void twoElectorsWithOneNameInOneProcessAreTwoHolders() throws Exception {
+    String job = ClientTest.job("twin");
+    Duration ttl = Duration.ofSeconds(10);
+    try (Elector a = Elector.builder(client, job, "twin").ttl(ttl).start();
+         Elector b = Elector.builder(client, job, "twin").ttl(ttl).start()) {
+      assertNotEquals(a.holder(), b.holder(), "one identity per elector");
+      assertTrue(a.holder().startsWith("twin@") && b.holder().startsWith("twin@"));
+      ServerProcess.waitUntil(Duration.ofSeconds(10), "a leader", () -> a.isLeader() || b.isLeader());
+      Elector leader = a.isLeader() ? a : b;
+      Elector follower = leader == a ? b : a;
+      server.waitWaiters(1); // the follower is queued behind the leader
+      for (int i = 0; i < 10; i++) {
+        assertEquals(1, leader.token().getAsLong());
+        assertFalse(follower.isLeader(), "both lead");
+        Thread.sleep(30);
+      }
+      assertEquals(leader.holder(), client.getLease(job).holder());
+      assertEquals(1, client.checkedWrite(job, 1, "k", "a"));
+      leader.close();
+      long token = follower.awaitElected(Duration.ofSeconds(5)).orElseThrow();
+      assertTrue(token > 1, "a higher token: " + token);
+      FencedException e = assertThrows(FencedException.class, () -> client.checkedWrite(job, 1, "k", "old"));
+      assertEquals(token, e.currentToken().getAsLong());
+      client.checkedWrite(job, token, "k", "b");
+      assertEquals(follower.holder(), client.getLease(job).holder());
+    }
+  }
+
+  /**
+   * A campaign the server refuses with INVALID_ARGUMENT (a TTL over
+   * --max-ttl, a job over --max-name-bytes) is not retried: awaitElected
+   * throws it.
+   */
+  @Test
+  void aCampaignTheServerRefusesStopsAndAwaitElectedThrows() throws Exception {
+    try (ServerProcess s = ServerProcess.withArgs("--max-ttl", "10s", "--max-name-bytes", "64");
+         Client c = Client.connect(s.target)) {
+      String[][] cases = {{"long-ttl", "20", "ttl"}, {"j".repeat(65), "1", "job"}};
+      for (String[] tc : cases) {
+        try (Elector e = Elector.builder(c, tc[0], "n").ttl(Duration.ofSeconds(Long.parseLong(tc[1]))).start()) {
+          InvalidArgumentException err = assertThrows(InvalidArgumentException.class,
+              () -> e.awaitElected(Duration.ofSeconds(5)));
+          assertEquals(tc[2], err.field());
+          assertEquals(err, e.error().orElseThrow());
+          assertFalse(e.isLeader());
+        }
+      }
+    }
   }
 }
