@@ -44,7 +44,9 @@ STEPS = [
     (3, "the old leader's fenced write gets the typed Fenced error, and its elector reports the loss"),
     (4, "graceful shutdown (SIGTERM) releases; the waiting elector takes over within 50 ms"),
     (5, "bad input gets the typed invalid-argument error naming the field"),
+    (6, "two electors with one name in one process are two holders: one leads, the old token is fenced"),
 ]
+TWIN_JOB = "conformance-twin"
 
 
 class StepFailed(AssertionError):
@@ -203,6 +205,43 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
         check(leader.wait(STEP) == 0, "the last worker's exit code")
         check(cli.lease(JOB) == (None, 3), f"after quit the server says {cli.lease(JOB)}")
         results[5] = "pass"
+
+        # 6. Two electors with the same name for one job in one process
+        #    (worker A's language): two holders, exactly one leads; when it
+        #    stops the other takes over with a higher token, and the old
+        #    leader's token is fenced.
+        current = 6
+        c = Worker(argv_a, f"{label}-c", server)
+        workers.append(c)
+        c.send(f"twin {TWIN_JOB}")
+        holders = {}
+        for _ in range(2):
+            _, line = c.expect(lambda l: l.startswith("twin holder "), STEP, "the twins' holder lines")
+            _, _, i, h = line.split(" ", 3)
+            holders[int(i)] = h
+        check(len(holders) == 2 and holders[0] != holders[1], f"one holder for two electors: {holders}")
+        check(all(h.startswith(f"{label}-c@") for h in holders.values()), f"holders {holders}")
+        _, line = c.expect(lambda l: l.startswith("twin elected "), STEP, "a twin's election")
+        _, _, i, tok = line.split(" ")
+        first, second = int(i), 1 - int(i)
+        check(tok == "token=1", f"first twin election: {line!r}")
+        check(cli.lease(TWIN_JOB) == (holders[first], 1), f"server says {cli.lease(TWIN_JOB)}")
+        server.wait_waiters(1, STEP)  # the other twin is queued
+        check(not any(l.startswith(f"twin elected {second} ") for l in c.lines.seen), f"both lead: {c.lines.seen}")
+        got = c.command(f"twin-write {second} x", "twin-write")
+        check(got == "twin-write error never-led", f"the follower's write: {got!r}")
+        got = c.command(f"twin-write {first} a", "twin-write")
+        check(got == "twin-write ok version=1", f"the leader's write: {got!r}")
+        check(c.command(f"twin-stop {first}", "twin-stop") == "twin-stop done", "stopping the leading twin")
+        _, line = c.expect(lambda l: l.startswith(f"twin elected {second} "), STEP, "the other twin's election")
+        check(line == f"twin elected {second} token=2", f"the other twin: {line!r}")
+        check(cli.lease(TWIN_JOB) == (holders[second], 2), f"after the stop the server says {cli.lease(TWIN_JOB)}")
+        got = c.command(f"twin-write {first} b", "twin-write")
+        check(got == "twin-write fenced current=2", f"the old leader's write: {got!r}")
+        check(c.command("quit", "bye") == "bye", "quit")
+        check(c.wait(STEP) == 0, "the twins' worker's exit code")
+        check(cli.lease(TWIN_JOB) == (None, 2), f"after quit the server says {cli.lease(TWIN_JOB)}")
+        results[6] = "pass"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")

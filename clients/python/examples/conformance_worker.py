@@ -52,6 +52,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     elector.start()
+    twins = []  # (elector, [last token]): two more electors, one name, one process
     try:
         for line in sys.stdin:
             cmd, _, arg = line.strip().partition(" ")
@@ -61,15 +62,48 @@ def main() -> int:
                 say(write(client, args.job, last_token[0], arg))
             elif cmd == "bad":
                 say(f"bad {arg} {bad(client, args.job, elector.holder, last_token[0], arg)}")
+            elif cmd == "twin" and not twins:
+                twins = start_twins(client, arg, args.name, args.ttl_ms / 1000)
+            elif cmd == "twin-write":
+                i, _, value = arg.partition(" ")
+                e, last = twins[int(i)]
+                say("twin-" + write(client, e.job, last[0], value))
+            elif cmd == "twin-stop":
+                twins[int(arg)][0].resign()
+                say("twin-stop done")
             elif cmd:
                 say(f"error unknown command {cmd!r}")
     except Shutdown:
         pass
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for e, _ in twins:
+        e.resign()
     elector.resign()  # releases the lease if held
     say("bye")
     client.close()
     return 0
+
+
+def start_twins(client: leasehold.Client, job: str, name: str, ttl: float):
+    """Two electors with the same name for ``job`` in this process: each is
+    its own holder, so at most one leads."""
+    twins = []
+    for i in range(2):
+        last = [None]
+
+        def elected(token: int, i=i, last=last) -> None:
+            last[0] = token
+            say(f"twin elected {i} token={token}")
+
+        def lost(token: int, i=i) -> None:
+            say(f"twin lost {i} token={token}")
+
+        twins.append((leasehold.Elector(client, job, name, ttl, on_elected=elected, on_lost=lost), last))
+    for i, (e, _) in enumerate(twins):
+        say(f"twin holder {i} {e.holder}")
+    for e, _ in twins:
+        e.start()
+    return twins
 
 
 def write(client: leasehold.Client, job: str, token, value: str) -> str:

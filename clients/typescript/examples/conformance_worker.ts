@@ -31,11 +31,13 @@ async function main(): Promise<void> {
   elector.on("lost", (token) => say(`lost token=${token}`));
   say(`holder ${elector.holder}`);
   elector.start();
+  let twins: Twin[] = []; // two more electors, one name, one process
 
   let shuttingDown = false;
   const shutdown = async () => {
     if (shuttingDown) return;
     shuttingDown = true;
+    await Promise.all(twins.map((t) => t.elector.resign()));
     await elector.resign(); // releases the lease if held
     say("bye");
     client.close();
@@ -54,9 +56,41 @@ async function main(): Promise<void> {
       if (cmd === "quit") return shutdown();
       if (cmd === "write") say(await write(client, job, lastToken, arg));
       else if (cmd === "bad") say(`bad ${arg} ${await bad(client, job, elector.holder, lastToken, arg)}`);
+      else if (cmd === "twin") {
+        if (twins.length === 0) twins = startTwins(client, arg, flag("name"), Number(flag("ttl-ms", "1000")));
+      } else if (cmd === "twin-write") {
+        const t = twins[Number(rest[0])];
+        say(`twin-${await write(client, t.elector.job, t.last, rest.slice(1).join(" "))}`);
+      } else if (cmd === "twin-stop") {
+        await twins[Number(arg)].elector.resign();
+        say("twin-stop done");
+      }
       else if (cmd) say(`error unknown command ${JSON.stringify(cmd)}`);
     });
   });
+}
+
+/** One of two electors with the same name for one job in this process. */
+interface Twin {
+  elector: Elector;
+  /** The token it last led with. */
+  last: bigint | undefined;
+}
+
+/** Two electors with one name for `job`: each is its own holder, so at most one leads. */
+function startTwins(client: Client, job: string, name: string, ttlMs: number): Twin[] {
+  const twins = [0, 1].map((i) => {
+    const t: Twin = { elector: new Elector(client, job, name, ttlMs), last: undefined };
+    t.elector.on("elected", (token) => {
+      t.last = token;
+      say(`twin elected ${i} token=${token}`);
+    });
+    t.elector.on("lost", (token) => say(`twin lost ${i} token=${token}`));
+    return t;
+  });
+  twins.forEach((t, i) => say(`twin holder ${i} ${t.elector.holder}`));
+  twins.forEach((t) => t.elector.start());
+  return twins;
 }
 
 async function write(client: Client, job: string, token: bigint | undefined, value: string): Promise<string> {

@@ -71,6 +71,7 @@ func main() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { elector.Run(ctx); close(done) }()
+	var twins []*twin // two more electors, one name, one process
 
 	go func() {
 		defer cancel()
@@ -87,6 +88,19 @@ func main() {
 				say("%s", write(client, *job, token, arg))
 			case "bad":
 				say("bad %s %s", arg, bad(client, *job, elector.Holder(), token, arg))
+			case "twin":
+				mu.Lock()
+				if twins == nil {
+					twins = startTwins(ctx, client, arg, *name, time.Duration(*ttlMs)*time.Millisecond)
+				}
+				mu.Unlock()
+			case "twin-write":
+				i, value, _ := strings.Cut(arg, " ")
+				t := twins[index(i)]
+				say("twin-%s", write(client, t.job, t.last(), value))
+			case "twin-stop":
+				twins[index(arg)].stop()
+				say("twin-stop done")
 			case "":
 			default:
 				say("error unknown command %q", cmd)
@@ -94,7 +108,73 @@ func main() {
 		}
 	}()
 	<-done
+	mu.Lock()
+	stopping := twins
+	mu.Unlock()
+	for _, t := range stopping {
+		t.stop()
+	}
 	say("bye")
+}
+
+// twin is one of two electors with the same name for one job in this
+// process: each is its own holder, so at most one leads.
+type twin struct {
+	job    string
+	mu     sync.Mutex
+	token  uint64 // the token it last led with
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (t *twin) last() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.token
+}
+
+func (t *twin) stop() {
+	t.cancel()
+	<-t.done
+}
+
+func startTwins(ctx context.Context, c *leasehold.Client, job, name string, ttl time.Duration) []*twin {
+	var twins []*twin
+	var electors []*leasehold.Elector
+	for i := range 2 {
+		t := &twin{job: job, done: make(chan struct{})}
+		e, err := leasehold.NewElector(c, leasehold.ElectorConfig{
+			Job: job, Name: name, TTL: ttl,
+			Callbacks: leasehold.LeaderCallbacks{
+				OnStartedLeading: func(ctx context.Context, token uint64) {
+					t.mu.Lock()
+					t.token = token
+					t.mu.Unlock()
+					say("twin elected %d token=%d", i, token)
+				},
+				OnStoppedLeading: func(token uint64) { say("twin lost %d token=%d", i, token) },
+			},
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		twins = append(twins, t)
+		electors = append(electors, e)
+		say("twin holder %d %s", i, e.Holder())
+	}
+	for i, e := range electors {
+		tctx, cancel := context.WithCancel(ctx)
+		twins[i].cancel = cancel
+		go func() { e.Run(tctx); close(twins[i].done) }()
+	}
+	return twins
+}
+
+func index(s string) int {
+	if s == "1" {
+		return 1
+	}
+	return 0
 }
 
 func write(c *leasehold.Client, job string, token uint64, value string) string {

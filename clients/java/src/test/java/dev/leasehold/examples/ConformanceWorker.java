@@ -10,7 +10,9 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.logging.Level;
@@ -51,6 +53,10 @@ public final class ConformanceWorker {
         .build();
     say("holder " + elector.holder());
 
+    // Two more electors, one name, one process (the "twin" command).
+    List<Elector> twins = new ArrayList<>();
+    List<AtomicLong> twinTokens = new ArrayList<>();
+
     // SIGTERM runs the shutdown hooks: resign (release), then exit 0.
     Object once = new Object();
     boolean[] done = {false};
@@ -60,6 +66,9 @@ public final class ConformanceWorker {
           return;
         }
         done[0] = true;
+      }
+      synchronized (twins) {
+        twins.forEach(Elector::close);
       }
       elector.close(); // releases the lease if held
       say("bye");
@@ -83,12 +92,45 @@ public final class ConformanceWorker {
         say(write(client, job, lastToken.get(), arg));
       } else if (cmd.equals("bad")) {
         say("bad " + arg + " " + bad(client, job, elector.holder(), lastToken.get(), arg));
+      } else if (cmd.equals("twin")) {
+        synchronized (twins) {
+          if (twins.isEmpty()) {
+            startTwins(client, arg, args.getOrDefault("name", "worker"),
+                Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000"))), twins, twinTokens);
+          }
+        }
+      } else if (cmd.equals("twin-write")) {
+        String[] iv = arg.split(" ", 2);
+        int i = Integer.parseInt(iv[0]);
+        say("twin-" + write(client, twins.get(i).job(), twinTokens.get(i).get(), iv.length > 1 ? iv[1] : ""));
+      } else if (cmd.equals("twin-stop")) {
+        twins.get(Integer.parseInt(arg)).close();
+        say("twin-stop done");
       } else if (!cmd.isEmpty()) {
         say("error unknown command " + cmd);
       }
     }
     shutdown.run();
     System.exit(0);
+  }
+
+  /** Two electors with one name for {@code job}: each is its own holder, so at most one leads. */
+  static void startTwins(Client client, String job, String name, Duration ttl, List<Elector> twins,
+      List<AtomicLong> tokens) {
+    for (int i = 0; i < 2; i++) {
+      int n = i;
+      AtomicLong last = new AtomicLong(); // the token it last led with
+      tokens.add(last);
+      twins.add(Elector.builder(client, job, name).ttl(ttl)
+          .onElected(t -> {
+            last.set(t);
+            say("twin elected " + n + " token=" + Long.toUnsignedString(t));
+          })
+          .onLost(t -> say("twin lost " + n + " token=" + Long.toUnsignedString(t)))
+          .build());
+      say("twin holder " + i + " " + twins.get(i).holder());
+    }
+    twins.forEach(Elector::start);
   }
 
   static String write(Client client, String job, long token, String value) {
