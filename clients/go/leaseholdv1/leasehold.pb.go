@@ -478,7 +478,8 @@ type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The job to lead.
 	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// Required. Who asks: name plus a per-process UUID.
+	// Required. Who asks: a name plus a UUID made per elector (two electors
+	// in one process are two holders).
 	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
 	// Required. The lease's lifetime, within the server's configured range.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`

@@ -42,7 +42,7 @@ impl fmt::Display for Token {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JobName(String);
 
-/// A validated holder identity: a name plus a per-process UUID.
+/// A validated holder identity: a name plus a UUID made per elector.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HolderId(String);
 

@@ -275,7 +275,10 @@ export interface Lease {
 export interface AcquireRequest {
   /** Required. The job to lead. */
   job: string;
-  /** Required. Who asks: name plus a per-process UUID. */
+  /**
+   * Required. Who asks: a name plus a UUID made per elector (two electors
+   * in one process are two holders).
+   */
   holder: string;
   /** Required. The lease's lifetime, within the server's configured range. */
   ttl:

@@ -103,7 +103,8 @@ private static final long serialVersionUID = 0L;
   private volatile java.lang.Object holder_ = "";
   /**
    * <pre>
-   * Required. Who asks: name plus a per-process UUID.
+   * Required. Who asks: a name plus a UUID made per elector (two electors
+   * in one process are two holders).
    * </pre>
    *
    * <code>string holder = 2;</code>
@@ -124,7 +125,8 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Required. Who asks: name plus a per-process UUID.
+   * Required. Who asks: a name plus a UUID made per elector (two electors
+   * in one process are two holders).
    * </pre>
    *
    * <code>string holder = 2;</code>
@@ -724,7 +726,8 @@ private static final long serialVersionUID = 0L;
     private java.lang.Object holder_ = "";
     /**
      * <pre>
-     * Required. Who asks: name plus a per-process UUID.
+     * Required. Who asks: a name plus a UUID made per elector (two electors
+     * in one process are two holders).
      * </pre>
      *
      * <code>string holder = 2;</code>
@@ -744,7 +747,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Required. Who asks: name plus a per-process UUID.
+     * Required. Who asks: a name plus a UUID made per elector (two electors
+     * in one process are two holders).
      * </pre>
      *
      * <code>string holder = 2;</code>
@@ -765,7 +769,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Required. Who asks: name plus a per-process UUID.
+     * Required. Who asks: a name plus a UUID made per elector (two electors
+     * in one process are two holders).
      * </pre>
      *
      * <code>string holder = 2;</code>
@@ -782,7 +787,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Required. Who asks: name plus a per-process UUID.
+     * Required. Who asks: a name plus a UUID made per elector (two electors
+     * in one process are two holders).
      * </pre>
      *
      * <code>string holder = 2;</code>
@@ -796,7 +802,8 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Required. Who asks: name plus a per-process UUID.
+     * Required. Who asks: a name plus a UUID made per elector (two electors
+     * in one process are two holders).
      * </pre>
      *
      * <code>string holder = 2;</code>

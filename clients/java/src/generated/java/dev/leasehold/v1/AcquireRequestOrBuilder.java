@@ -32,7 +32,8 @@ public interface AcquireRequestOrBuilder extends
 
   /**
    * <pre>
-   * Required. Who asks: name plus a per-process UUID.
+   * Required. Who asks: a name plus a UUID made per elector (two electors
+   * in one process are two holders).
    * </pre>
    *
    * <code>string holder = 2;</code>
@@ -41,7 +42,8 @@ public interface AcquireRequestOrBuilder extends
   java.lang.String getHolder();
   /**
    * <pre>
-   * Required. Who asks: name plus a per-process UUID.
+   * Required. Who asks: a name plus a UUID made per elector (two electors
+   * in one process are two holders).
    * </pre>
    *
    * <code>string holder = 2;</code>
