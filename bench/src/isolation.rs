@@ -95,8 +95,8 @@ pub struct IsolationArgs {
     #[arg(long, default_value_t = 1_000_000)]
     metrics_jobs: usize,
     /// GETs of `/metrics`, each timed.
-    #[arg(long, default_value_t = 10)]
-    scrapes: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    scrapes: u64,
     /// More flags for every `leasehold serve`, e.g.
     /// `--server-arg=--max-keys-per-job=10000` (repeatable).
     #[arg(long, allow_hyphen_values = true)]
@@ -1121,7 +1121,7 @@ struct Scrapes {
     times: Vec<Duration>,
 }
 
-async fn scrapes(admin: &str, n: usize) -> Res<(Scrapes, String)> {
+async fn scrapes(admin: &str, n: u64) -> Res<(Scrapes, String)> {
     let mut times = Vec::new();
     let mut page = String::new();
     for _ in 0..n {
@@ -1392,20 +1392,22 @@ fn print_report(
             a.scrapes
         );
         println!();
-        println!("| server | page size | per-job series | GET median | GET max |");
-        println!("|---|---:|---:|---:|---:|");
+        println!("| server | page size | per-job series | first GET | GET median | GET max |");
+        println!("|---|---:|---:|---:|---:|---:|");
         println!(
-            "| empty | {} bytes | 0 | {} | {} |",
+            "| empty | {} bytes | 0 | {} | {} | {} |",
             m.empty.bytes,
+            ms(m.empty.times[0]),
             ms(pct(&m.empty.times, 0.5)),
             ms(pct(&m.empty.times, 1.0))
         );
         println!(
-            "| {} jobs (`leasehold_jobs` {}) | {} bytes | {} | {} | {} |",
+            "| {} jobs (`leasehold_jobs` {}) | {} bytes | {} | {} | {} | {} |",
             m.jobs,
             m.jobs_gauge,
             m.full.bytes,
             m.job_series,
+            ms(m.full.times[0]),
             ms(pct(&m.full.times, 0.5)),
             ms(pct(&m.full.times, 1.0))
         );
