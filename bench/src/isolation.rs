@@ -97,6 +97,12 @@ pub struct IsolationArgs {
     /// GETs of `/metrics`, each timed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     scrapes: u64,
+    /// After a cancel, also ask the server's allocator to give back what
+    /// it keeps free (`malloc_trim(0)`, called in the server through gdb)
+    /// and read the RSS again: memory that then goes was free, memory that
+    /// stays is still held. Needs gdb and leave to attach.
+    #[arg(long)]
+    malloc_trim_probe: bool,
     /// More flags for every `leasehold serve`, e.g.
     /// `--server-arg=--max-keys-per-job=10000` (repeatable).
     #[arg(long, allow_hyphen_values = true)]
@@ -423,6 +429,8 @@ struct Memory {
     before: u64,
     peak: u64,
     after: u64,
+    /// After `malloc_trim(0)` (`--malloc-trim-probe`).
+    trimmed: Option<u64>,
 }
 
 /// A running attack: stop it with `stop`, then await `task` for its
@@ -560,12 +568,14 @@ async fn attack_round(
     let mut mem = Vec::new();
     if name == "waiters" || name == "watchers" {
         let after = settled_rss(name, &admin, pid, &got, t0).await?;
+        let trimmed = trim_probe(a, pid, t0)?;
         mem.push(Memory {
             what: describe(a, name),
             cycle: 1,
             before: rss_before,
             peak: rss_peak,
             after,
+            trimmed,
         });
         // The same attack again, the leader idle: memory kept for reuse
         // stays flat, memory that is never given back grows.
@@ -586,12 +596,14 @@ async fn attack_round(
         let _ = again.stop.send(true);
         let got2 = again.task.await??;
         let after = settled_rss(name, &admin, pid, &got2, t0).await?;
+        let trimmed = trim_probe(a, pid, t0)?;
         mem.push(Memory {
             what: describe(a, name),
             cycle: 2,
             before,
             peak,
             after,
+            trimmed,
         });
     }
     s.stop();
@@ -659,6 +671,33 @@ async fn settled_rss(name: &str, admin: &str, pid: u32, got: &Tally, t0: Instant
         rss >> 20
     );
     Ok(rss)
+}
+
+/// With `--malloc-trim-probe`: the RSS after `malloc_trim(0)` in the
+/// server.
+fn trim_probe(a: &IsolationArgs, pid: u32, t0: Instant) -> Res<Option<u64>> {
+    if !a.malloc_trim_probe {
+        return Ok(None);
+    }
+    let out = Command::new("gdb")
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "call (int) malloc_trim(0)",
+        ])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "gdb could not call malloc_trim: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let rss = rss_bytes(pid)?;
+    say!(t0, "after malloc_trim(0): RSS {} MiB", rss >> 20);
+    Ok(Some(rss))
 }
 
 // ---- the attacks ----
@@ -1367,11 +1406,15 @@ fn print_report(
     }
     if !memory.is_empty() {
         println!();
-        println!("| held, then cancelled | cycle | RSS before | at the peak | after the cancel | after ÷ before |");
-        println!("|---|---:|---:|---:|---:|---:|");
+        println!("| held, then cancelled | cycle | RSS before | at the peak | after the cancel | after ÷ before | after `malloc_trim(0)` | that ÷ before |");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
         for m in memory {
+            let (trimmed, ratio) = match m.trimmed {
+                Some(t) => (mib(t), format!("{:.2}x", t as f64 / m.before.max(1) as f64)),
+                None => ("-".to_owned(), "-".to_owned()),
+            };
             println!(
-                "| {} | {} | {} | {} | {} | {:.2}x |",
+                "| {} | {} | {} | {} | {} | {:.2}x | {trimmed} | {ratio} |",
                 m.what,
                 m.cycle,
                 mib(m.before),
