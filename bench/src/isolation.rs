@@ -7,7 +7,11 @@
 //! again while one client attacks the server. Both windows report the
 //! renewals' p50, p99 and max, the p99 under attack as a ratio of the
 //! baseline's, and whether the leader lost its lease (a Renew refused, or
-//! a token or holder that changed). The attacks:
+//! a token or holder that changed). After each renewal the leader also
+//! makes one small `CheckedWrite` on its connection, as a leader does
+//! (`--no-leader-writes` to leave it out); those are reported apart: a
+//! renewal has a budget of calls in flight of its own, a write does not.
+//! The attacks:
 //!
 //! - `waiters`: 10,200 `Acquire{wait: 1h}` on jobs the attacker holds,
 //!   over 11 connections (one job per connection);
@@ -97,6 +101,11 @@ pub struct IsolationArgs {
     /// GETs of `/metrics`, each timed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     scrapes: u64,
+    /// The leader does not write (by default it makes one small
+    /// `CheckedWrite` after each renewal, on its own connection, as a
+    /// leader does, and its outcomes are reported next to the renewals).
+    #[arg(long)]
+    no_leader_writes: bool,
     /// After a cancel, also ask the server's allocator to give back what
     /// it keeps free (`malloc_trim(0)`, called in the server through gdb)
     /// and read the RSS again: memory that then goes was free, memory that
@@ -200,6 +209,8 @@ struct Leader {
     ttl: Duration,
     /// Why it lost its lease, the first time it did.
     lost: Option<String>,
+    /// Whether it writes (one small `CheckedWrite` after each renewal).
+    writes: bool,
 }
 
 /// One window of the leader's renewals.
@@ -207,11 +218,18 @@ struct Leader {
 struct Window {
     /// Every renewal's latency, failed ones included.
     lat: Vec<Duration>,
+    /// When the slowest renewal began, from the start of the window.
+    slowest_at: Duration,
     /// Renewals that failed without saying the lease was lost (a timeout,
     /// UNAVAILABLE).
     failed: u64,
     /// Why the lease was lost in this window, if it was.
     lost: Option<String>,
+    /// The latency of each of the leader's fenced writes that was
+    /// accepted (one small `CheckedWrite` after each renewal).
+    writes: Vec<Duration>,
+    /// The leader's writes refused or failed, by reason.
+    write_errors: BTreeMap<String, u64>,
 }
 
 impl Window {
@@ -232,7 +250,7 @@ fn pct(v: &[Duration], q: f64) -> Duration {
 }
 
 impl Leader {
-    async fn start(url: &str, ttl: Duration) -> Res<Leader> {
+    async fn start(url: &str, ttl: Duration, writes: bool) -> Res<Leader> {
         // Its own connection; a call that takes a whole TTL is a loss
         // anyway.
         let ch = endpoint(url)?.timeout(ttl).connect().await?;
@@ -249,6 +267,7 @@ impl Leader {
             token: got.lease.token,
             ttl,
             lost: None,
+            writes,
         })
     }
 
@@ -259,6 +278,7 @@ impl Leader {
         let end = Instant::now() + secs;
         let mut next = tokio::time::Instant::now() + period;
         let mut last_ok = Instant::now();
+        let started = Instant::now();
         while Instant::now() < end {
             tokio::time::sleep_until(next).await;
             next += period;
@@ -268,6 +288,9 @@ impl Leader {
                 .renew(&self.job, &self.holder, self.token, self.ttl)
                 .await;
             let took = t.elapsed();
+            if w.lat.iter().all(|l| *l < took) {
+                w.slowest_at = t - started;
+            }
             w.lat.push(took);
             let lost = match r {
                 Ok(l) if l.token != self.token => {
@@ -304,6 +327,17 @@ impl Leader {
                     }
                 }
             }
+            if self.writes {
+                let t = Instant::now();
+                match self
+                    .client
+                    .checked_write(&self.job, self.token, b"heartbeat", took_bytes(took))
+                    .await
+                {
+                    Ok(_) => w.writes.push(t.elapsed()),
+                    Err(e) => *w.write_errors.entry(error_label(&e)).or_default() += 1,
+                }
+            }
             // No burst of catch-up renewals after a slow one.
             let now = tokio::time::Instant::now();
             if next < now {
@@ -313,13 +347,52 @@ impl Leader {
         w
     }
 
-    /// Whether the server still names this leader, with its token.
-    async fn still_holds(&self) -> bool {
-        matches!(
-            self.client.get_lease(&self.job).await,
-            Ok(l) if l.token == self.token && l.holder.as_deref() == Some(self.holder.as_str())
-        )
+    /// Whether the server still names this leader, with its token: None
+    /// if it does, else what it said.
+    async fn still_holds(&self) -> Option<String> {
+        match self.client.get_lease(&self.job).await {
+            Ok(l) if l.token == self.token && l.holder.as_deref() == Some(self.holder.as_str()) => {
+                None
+            }
+            Ok(l) => Some(format!(
+                "GetLease names {:?} with token {}",
+                l.holder, l.token
+            )),
+            Err(e) => Some(format!("GetLease failed: {}", error_label(&e))),
+        }
     }
+}
+
+/// The leader's write: the latency of its last renewal, as the value.
+fn took_bytes(d: Duration) -> Vec<u8> {
+    (d.as_nanos() as u64).to_le_bytes().to_vec()
+}
+
+/// What a client error was, with the flag of the limit that refused it.
+fn error_label(e: &ClientError) -> String {
+    match e {
+        ClientError::Other(s) => status_label(s),
+        ClientError::Unavailable(m) => format!("UNAVAILABLE or OVERLOADED{}", flag_in(m)),
+        ClientError::Fenced { .. } => "FENCED".into(),
+        ClientError::LeaseLost { .. } => "LEASE_LOST".into(),
+        e => {
+            let text = e.to_string();
+            format!(
+                "{}{}",
+                text.chars().take(60).collect::<String>(),
+                flag_in(&text)
+            )
+        }
+    }
+}
+
+/// " --flag" when `message` names a flag, else "".
+fn flag_in(message: &str) -> String {
+    message
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',' || c == ':')
+        .find(|w| w.starts_with("--"))
+        .map(|f| format!(" {}", f.trim_end_matches(['.', ';'])))
+        .unwrap_or_default()
 }
 
 // ---- what the attacker got, counted ----
@@ -370,13 +443,7 @@ impl Tally {
 /// A status's code and the flag its message names, if any: the limit
 /// that refused it.
 fn status_label(s: &tonic::Status) -> String {
-    let flag = s
-        .message()
-        .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',' || c == ':')
-        .find(|w| w.starts_with("--"))
-        .map(|f| format!(" {}", f.trim_end_matches(['.', ';'])))
-        .unwrap_or_default();
-    format!("{:?}{flag}", s.code())
+    format!("{:?}{}", s.code(), flag_in(s.message()))
 }
 
 // ---- the admin port ----
@@ -412,8 +479,9 @@ struct Row {
     what: String,
     base: Window,
     under: Window,
-    /// The server still named the leader, with its token, at the end.
-    held_at_end: bool,
+    /// What a GetLease said at the end of the attack window, if it did
+    /// not name the leader with its token.
+    end_check: Option<String>,
     /// The attacker's outcomes.
     got: String,
     /// Server CPU seconds in the baseline window and under attack.
@@ -538,7 +606,8 @@ async fn attack_round(
     let admin = s.admin.clone().ok_or("no admin address")?;
     let pid = s.pid();
     let secs = Duration::from_secs_f64(a.seconds);
-    let mut leader = Leader::start(&s.addr, Duration::from_secs_f64(a.ttl)).await?;
+    let mut leader =
+        Leader::start(&s.addr, Duration::from_secs_f64(a.ttl), !a.no_leader_writes).await?;
     say!(
         t0,
         "{name}: baseline, the leader alone for {:.0} s",
@@ -562,7 +631,7 @@ async fn attack_round(
     let c2 = cpu_seconds(pid)?;
     let _ = sampler_stop.send(true);
     let rss_peak = sampler.await?;
-    let held_at_end = leader.still_holds().await;
+    let end_check = leader.still_holds().await;
     let _ = atk.stop.send(true);
     let got = atk.task.await??;
     let mut mem = Vec::new();
@@ -614,7 +683,7 @@ async fn attack_round(
             what: describe(a, name),
             base,
             under,
-            held_at_end,
+            end_check,
             got: got.summary(),
             cpu: (c1 - c0, c2 - c1),
             rss_before,
@@ -1201,7 +1270,7 @@ async fn metrics_page(a: &IsolationArgs, dir: &Path, t0: Instant) -> Res<Metrics
     let _ = std::fs::remove_dir_all(&data);
     let s = start_server(a, &data)?;
     let admin = s.admin.clone().ok_or("no admin address")?;
-    let leader = Leader::start(&s.addr, Duration::from_secs(3600)).await?;
+    let leader = Leader::start(&s.addr, Duration::from_secs(3600), false).await?;
     let (empty, _) = scrapes(&admin, a.scrapes).await?;
     say!(
         t0,
@@ -1334,13 +1403,15 @@ fn mib(b: u64) -> String {
 fn print_row_progress(r: &Row, t0: Instant) {
     say!(
         t0,
-        "{}: under attack p50 {} p99 {} max {} ({:.2}x the baseline p99), {}; attacker got: {}",
+        "{}: under attack p50 {} p99 {} max {} at {:.1} s ({:.2}x the baseline p99), {}; its writes: {}; attacker got: {}",
         r.attack,
         ms(r.under.pct(0.5)),
         ms(r.under.pct(0.99)),
         ms(r.under.pct(1.0)),
+        r.under.slowest_at.as_secs_f64(),
         ratio(r.under.pct(0.99), r.base.pct(0.99)),
         lost_text(r),
+        writes_text(&r.under),
         r.got
     );
 }
@@ -1350,16 +1421,31 @@ fn ratio(a: Duration, b: Duration) -> f64 {
 }
 
 fn lost_text(r: &Row) -> String {
-    match (&r.base.lost, &r.under.lost) {
-        (None, None) if r.held_at_end && r.under.failed == 0 => "never lost its lease".into(),
-        (None, None) if r.held_at_end => format!(
+    let mut t = match (&r.base.lost, &r.under.lost) {
+        (None, None) if r.under.failed == 0 => "never lost its lease".to_owned(),
+        (None, None) => format!(
             "kept its lease ({} renewals failed without LEASE_LOST)",
             r.under.failed
         ),
-        (None, None) => "**lease gone at the end**".into(),
         (Some(b), None) => format!("**lost it in the baseline**: {b}"),
         (_, Some(u)) => format!("**LOST ITS LEASE**: {u}"),
+    };
+    if let Some(end) = &r.end_check {
+        t.push_str(&format!(" (at the end of the attack, {end})"));
     }
+    t
+}
+
+/// The leader's writes in a window: "30 ok, p99 1.2 ms" and refusals.
+fn writes_text(w: &Window) -> String {
+    let mut t = format!("{} ok", w.writes.len());
+    if !w.writes.is_empty() {
+        t.push_str(&format!(", p99 {}", ms(pct(&w.writes, 0.99))));
+    }
+    for (why, n) in &w.write_errors {
+        t.push_str(&format!(", **{n} {why}**"));
+    }
+    t
 }
 
 fn print_report(
@@ -1380,11 +1466,11 @@ fn print_report(
     );
     if !rows.is_empty() {
         println!();
-        println!("| attack | renewals (baseline / attack) | baseline p50 / p99 / max | under attack p50 / p99 / max | p99 ÷ baseline | the leader | server CPU s (baseline / attack) | server RSS (before / peak) | what the attacker got |");
-        println!("|---|---:|---:|---:|---:|---|---:|---:|---|");
+        println!("| attack | renewals (baseline / attack) | baseline p50 / p99 / max | under attack p50 / p99 / max | p99 ÷ baseline | the leader | the leader's CheckedWrites (baseline / attack) | server CPU s (baseline / attack) | server RSS (before / peak) | what the attacker got |");
+        println!("|---|---:|---:|---:|---:|---|---|---:|---:|---|");
         for r in rows {
             println!(
-                "| {} | {} / {} | {} / {} / {} | {} / {} / {} | {:.2}x | {} | {:.2} / {:.2} | {} / {} | {} |",
+                "| {} | {} / {} | {} / {} / {} | {} / {} / {} | {:.2}x | {} | {} / {} | {:.2} / {:.2} | {} / {} | {} |",
                 r.what,
                 r.base.lat.len(),
                 r.under.lat.len(),
@@ -1393,9 +1479,15 @@ fn print_report(
                 ms(r.base.pct(1.0)),
                 ms(r.under.pct(0.5)),
                 ms(r.under.pct(0.99)),
-                ms(r.under.pct(1.0)),
+                format!(
+                    "{} (at {:.1} s)",
+                    ms(r.under.pct(1.0)),
+                    r.under.slowest_at.as_secs_f64()
+                ),
                 ratio(r.under.pct(0.99), r.base.pct(0.99)),
                 lost_text(r),
+                writes_text(&r.base),
+                writes_text(&r.under),
                 r.cpu.0,
                 r.cpu.1,
                 mib(r.rss_before),
