@@ -7,10 +7,11 @@
 //! again while one client attacks the server. Both windows report the
 //! renewals' p50, p99 and max, the p99 under attack as a ratio of the
 //! baseline's, and whether the leader lost its lease (a Renew refused, or
-//! a token or holder that changed). After each renewal the leader also
-//! makes one small `CheckedWrite` on its connection, as a leader does
-//! (`--no-leader-writes` to leave it out); those are reported apart: a
-//! renewal has a budget of calls in flight of its own, a write does not.
+//! a token or holder that changed). Every ttl/3 the leader also makes one
+//! small `CheckedWrite` on its connection, from a task of its own, as a
+//! leader does (`--no-leader-writes` to leave it out); those are reported
+//! apart: a renewal has a budget of calls in flight of its own, a write
+//! does not.
 //! The attacks:
 //!
 //! - `waiters`: 10,200 `Acquire{wait: 1h}` on jobs the attacker holds,
@@ -102,8 +103,9 @@ pub struct IsolationArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     scrapes: u64,
     /// The leader does not write (by default it makes one small
-    /// `CheckedWrite` after each renewal, on its own connection, as a
-    /// leader does, and its outcomes are reported next to the renewals).
+    /// `CheckedWrite` every ttl/3 from a task of its own, on its
+    /// connection, as a leader does, and its outcomes are reported next to
+    /// the renewals).
     #[arg(long)]
     no_leader_writes: bool,
     /// After a cancel, also ask the server's allocator to give back what
@@ -226,7 +228,7 @@ struct Window {
     /// Why the lease was lost in this window, if it was.
     lost: Option<String>,
     /// The latency of each of the leader's fenced writes that was
-    /// accepted (one small `CheckedWrite` after each renewal).
+    /// accepted (one small `CheckedWrite` every ttl/3).
     writes: Vec<Duration>,
     /// The leader's writes refused or failed, by reason.
     write_errors: BTreeMap<String, u64>,
@@ -271,11 +273,42 @@ impl Leader {
         })
     }
 
-    /// Renews every ttl/3 for `secs`, measuring each renewal.
+    /// Renews every ttl/3 for `secs`, measuring each renewal; with
+    /// `writes`, a task of its own writes every ttl/3 too, on the same
+    /// connection, so that a slow write never holds up a renewal.
     async fn window(&mut self, secs: Duration) -> Window {
         let mut w = Window::default();
         let period = self.ttl / 3;
         let end = Instant::now() + secs;
+        let token = Arc::new(AtomicU64::new(self.token));
+        let writer = self.writes.then(|| {
+            let (client, job, token) = (self.client.clone(), self.job.clone(), token.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+                let mut next = tokio::time::Instant::now() + period / 2;
+                let mut n = 0u64;
+                while Instant::now() < end {
+                    tokio::time::sleep_until(next).await;
+                    next += period;
+                    n += 1;
+                    let value = n.to_le_bytes().to_vec();
+                    let t = Instant::now();
+                    match client
+                        .checked_write(&job, token.load(Ordering::Relaxed), b"heartbeat", value)
+                        .await
+                    {
+                        Ok(_) => lat.push(t.elapsed()),
+                        Err(e) => *errors.entry(error_label(&e)).or_default() += 1,
+                    }
+                    let now = tokio::time::Instant::now();
+                    if next < now {
+                        next = now + period / 4;
+                    }
+                }
+                (lat, errors)
+            })
+        });
         let mut next = tokio::time::Instant::now() + period;
         let mut last_ok = Instant::now();
         let started = Instant::now();
@@ -323,25 +356,23 @@ impl Leader {
                 {
                     if got.acquired {
                         self.token = got.lease.token;
+                        token.store(self.token, Ordering::Relaxed);
                         last_ok = Instant::now();
                     }
-                }
-            }
-            if self.writes {
-                let t = Instant::now();
-                match self
-                    .client
-                    .checked_write(&self.job, self.token, b"heartbeat", took_bytes(took))
-                    .await
-                {
-                    Ok(_) => w.writes.push(t.elapsed()),
-                    Err(e) => *w.write_errors.entry(error_label(&e)).or_default() += 1,
                 }
             }
             // No burst of catch-up renewals after a slow one.
             let now = tokio::time::Instant::now();
             if next < now {
                 next = now + period / 4;
+            }
+        }
+        if let Some(writer) = writer {
+            match writer.await {
+                Ok((lat, errors)) => (w.writes, w.write_errors) = (lat, errors),
+                Err(e) => {
+                    w.write_errors.insert(format!("writer task failed: {e}"), 1);
+                }
             }
         }
         w
@@ -361,11 +392,6 @@ impl Leader {
             Err(e) => Some(format!("GetLease failed: {}", error_label(&e))),
         }
     }
-}
-
-/// The leader's write: the latency of its last renewal, as the value.
-fn took_bytes(d: Duration) -> Vec<u8> {
-    (d.as_nanos() as u64).to_le_bytes().to_vec()
 }
 
 /// What a client error was, with the flag of the limit that refused it.
@@ -1176,14 +1202,14 @@ async fn writes(
     }
     let mut stop = stop;
     let start = Instant::now();
-    let mut next_report = 5.0;
+    let mut next_report = 2.0;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
         if start.elapsed().as_secs_f64() >= next_report {
-            next_report += 5.0;
+            next_report += 2.0;
             say!(t0, "writes: {}", tally.summary());
         }
     }
@@ -1440,7 +1466,11 @@ fn lost_text(r: &Row) -> String {
 fn writes_text(w: &Window) -> String {
     let mut t = format!("{} ok", w.writes.len());
     if !w.writes.is_empty() {
-        t.push_str(&format!(", p99 {}", ms(pct(&w.writes, 0.99))));
+        t.push_str(&format!(
+            ", p50 {} p99 {}",
+            ms(pct(&w.writes, 0.5)),
+            ms(pct(&w.writes, 0.99))
+        ));
     }
     for (why, n) in &w.write_errors {
         t.push_str(&format!(", **{n} {why}**"));
@@ -1470,7 +1500,7 @@ fn print_report(
         println!("|---|---:|---:|---:|---:|---|---|---:|---:|---|");
         for r in rows {
             println!(
-                "| {} | {} / {} | {} / {} / {} | {} / {} / {} | {:.2}x | {} | {} / {} | {:.2} / {:.2} | {} / {} | {} |",
+                "| {} | {} / {} | {} / {} / {} | {} / {} / {} (at {:.1} s) | {:.2}x | {} | {} / {} | {:.2} / {:.2} | {} / {} | {} |",
                 r.what,
                 r.base.lat.len(),
                 r.under.lat.len(),
@@ -1479,11 +1509,8 @@ fn print_report(
                 ms(r.base.pct(1.0)),
                 ms(r.under.pct(0.5)),
                 ms(r.under.pct(0.99)),
-                format!(
-                    "{} (at {:.1} s)",
-                    ms(r.under.pct(1.0)),
-                    r.under.slowest_at.as_secs_f64()
-                ),
+                ms(r.under.pct(1.0)),
+                r.under.slowest_at.as_secs_f64(),
                 ratio(r.under.pct(0.99), r.base.pct(0.99)),
                 lost_text(r),
                 writes_text(&r.base),
