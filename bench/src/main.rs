@@ -12,6 +12,7 @@
 mod auth;
 mod faults;
 mod fleet;
+mod isolation;
 mod proc;
 mod report;
 mod run;
@@ -86,6 +87,11 @@ enum Command {
     /// What authentication costs: Renew and CheckedWrite, plain against
     /// TLS + bearer token + policy (bench/src/auth.rs).
     Auth(auth::AuthArgs),
+    /// Whether one misbehaving client can hurt a leader on the same
+    /// server: renew latency and lost leases under attack, memory given
+    /// back after a cancel, /metrics with a million jobs
+    /// (bench/src/isolation.rs).
+    Isolation(isolation::IsolationArgs),
 }
 
 #[derive(clap::Args)]
@@ -158,6 +164,7 @@ fn main() -> Res<()> {
         Command::EtcdFaults(a) => rt.block_on(faults::run(a)),
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
         Command::Auth(a) => rt.block_on(auth::run(a)),
+        Command::Isolation(a) => rt.block_on(isolation::run(a)),
     }
 }
 

@@ -287,6 +287,15 @@ impl Backend {
         }
     }
 
+    /// [`Backend::snapshot`] with at most `max_jobs` jobs' leadership
+    /// (every job counted): what `/metrics` renders.
+    pub fn snapshot_showing(&self, max_jobs: usize) -> Snapshot {
+        match self {
+            Backend::Local(n) => n.snapshot_showing(max_jobs),
+            Backend::Etcd(n) => n.snapshot_showing(max_jobs),
+        }
+    }
+
     /// Whether the store takes changes, as it changes: the single node's
     /// store (see [`crate::node::recovery`]); `None` on etcd, whose
     /// availability each call reports for itself.

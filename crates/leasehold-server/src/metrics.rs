@@ -352,28 +352,97 @@ struct SnapshotCollector {
     max_jobs: usize,
 }
 
-/// The jobs whose series are shown when there are more than `max`: those
-/// with a live leader first, then those whose leadership changed most
-/// recently (leaderless for the shortest time); ties by name. In name
-/// order. The rest are counted in `leasehold_metrics_jobs_omitted`, and in
-/// the totals like every job.
-fn shown_jobs(jobs: &[(JobName, Leadership)], max: usize) -> Vec<&(JobName, Leadership)> {
-    let mut shown: Vec<&(JobName, Leadership)> = jobs.iter().collect();
-    if shown.len() > max {
-        fn rank<'a>((job, l): &&'a (JobName, Leadership)) -> (u8, Duration, &'a str) {
-            match l {
-                Leadership::Led { .. } => (0, Duration::ZERO, job.as_str()),
-                Leadership::Vacant { for_, .. } => (1, *for_, job.as_str()),
+/// Per-job leadership as `/metrics` shows it: totals over every job, and
+/// at most `max` jobs with series of their own (see [`JobsShown::pick`]).
+#[derive(Debug, Clone, Default)]
+pub struct JobsShown {
+    /// Every job known.
+    pub total: usize,
+    /// Jobs with a live leader.
+    pub led: usize,
+    /// The jobs with series of their own, in name order.
+    pub shown: Vec<(JobName, Leadership)>,
+}
+
+/// A job as [`JobsShown::pick`] orders it: by `key` (0 when led, else 1 +
+/// the nanoseconds it has been without a leader), then by name.
+#[derive(Clone, Copy)]
+struct Ranked<'a> {
+    key: u64,
+    job: &'a JobName,
+    leadership: Leadership,
+}
+
+impl Ranked<'_> {
+    fn order(&self, other: &Ranked<'_>) -> std::cmp::Ordering {
+        self.key
+            .cmp(&other.key)
+            .then_with(|| self.job.as_str().cmp(other.job.as_str()))
+    }
+}
+
+impl JobsShown {
+    /// Counts `jobs` and picks those whose series are shown when there are
+    /// more than `max`: those with a live leader first, then those whose
+    /// leadership changed most recently (leaderless for the shortest
+    /// time); ties by name. The rest are counted in
+    /// `leasehold_metrics_jobs_omitted`, and in the totals like every job.
+    ///
+    /// One pass over borrowed names. Candidates go into a buffer of at
+    /// most `2 * max`; when it fills, `select_nth_unstable` keeps the best
+    /// `max` and the worst of those becomes the bar a later job must beat
+    /// to be looked at again. O(jobs) whatever their order, one integer
+    /// comparison for most jobs, nothing allocated per job, and only the
+    /// kept names are copied. The caller holds the lease table's lock
+    /// around it: a million jobs must not stall renewals for long.
+    pub fn pick<'a>(
+        jobs: impl IntoIterator<Item = (&'a JobName, Leadership)>,
+        max: usize,
+    ) -> JobsShown {
+        let cap = max.saturating_mul(2);
+        let mut buf: Vec<Ranked<'a>> = Vec::with_capacity(cap.min(8192));
+        let mut bar: Option<Ranked<'a>> = None;
+        let (mut total, mut led) = (0, 0);
+        for (job, leadership) in jobs {
+            total += 1;
+            let key = match leadership {
+                Leadership::Led { .. } => {
+                    led += 1;
+                    0
+                }
+                Leadership::Vacant { for_, .. } => {
+                    u64::try_from(for_.as_nanos()).map_or(u64::MAX, |n| n.saturating_add(1))
+                }
+            };
+            if max == 0 {
+                continue;
+            }
+            let r = Ranked {
+                key,
+                job,
+                leadership,
+            };
+            if bar.is_some_and(|b| r.order(&b).is_ge()) {
+                continue;
+            }
+            buf.push(r);
+            if buf.len() >= cap {
+                buf.select_nth_unstable_by(max - 1, Ranked::order);
+                buf.truncate(max);
+                bar = Some(buf[max - 1]);
             }
         }
-        if max > 0 {
-            // O(jobs), not a sort of them all.
-            shown.select_nth_unstable_by(max - 1, |a, b| rank(a).cmp(&rank(b)));
+        if buf.len() > max {
+            buf.select_nth_unstable_by(max - 1, Ranked::order);
+            buf.truncate(max);
         }
-        shown.truncate(max);
-        shown.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        let mut shown: Vec<(JobName, Leadership)> = buf
+            .into_iter()
+            .map(|r| (r.job.clone(), r.leadership))
+            .collect();
+        shown.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        JobsShown { total, led, shown }
     }
-    shown
 }
 
 impl fmt::Debug for SnapshotCollector {
@@ -415,15 +484,10 @@ fn job_gauge<V: EncodeGaugeValue>(
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
-        let snap = self.node.snapshot();
+        let snap = self.node.snapshot_showing(self.max_jobs);
         let e = &mut e;
-        let total = snap.jobs.len();
-        let led = snap
-            .jobs
-            .iter()
-            .filter(|(_, l)| matches!(l, Leadership::Led { .. }))
-            .count();
-        let shown = shown_jobs(&snap.jobs, self.max_jobs);
+        let (total, led) = (snap.jobs.total, snap.jobs.led);
+        let shown: Vec<&(JobName, Leadership)> = snap.jobs.shown.iter().collect();
         for (name, help, v) in [
             ("leasehold_jobs", "Jobs the server knows, all of them.", total),
             ("leasehold_jobs_led", "Jobs with a live leader.", led),
@@ -571,7 +635,7 @@ impl Collector for SnapshotCollector {
 
 /// Every metric of the server: `rpc`'s, and those of `node`'s snapshot,
 /// taken at each scrape. Build it once and [`encode`] it per scrape.
-/// At most `max_jobs` jobs have series of their own (see `shown_jobs`).
+/// At most `max_jobs` jobs have series of their own (see [`JobsShown::pick`]).
 pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registry {
     let mut r = Registry::default();
     // `register` appends the full stop to these help texts.
@@ -700,6 +764,51 @@ mod tests {
         }
         assert_eq!(rest, "}", "{line:?}");
         (name, labels)
+    }
+
+    /// `JobsShown::pick` keeps exactly what sorting every job by its rank
+    /// and taking the first `max` keeps, in name order, and counts all.
+    #[test]
+    fn picked_jobs_are_the_first_by_rank_of_a_full_sort() {
+        let limits = Limits::default();
+        let mut seed = 7u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let jobs: Vec<(JobName, Leadership)> = (0..500)
+            .map(|i| {
+                let token = Token(i);
+                // Few distinct durations: many ties, broken by name.
+                let l = match next(3) {
+                    0 => Leadership::Led { token },
+                    _ => Leadership::Vacant {
+                        token,
+                        for_: Duration::from_millis(next(20)),
+                    },
+                };
+                (limits.job(&format!("job-{}", next(1_000_000))).unwrap(), l)
+            })
+            .collect();
+        let rank = |(j, l): &(JobName, Leadership)| match l {
+            Leadership::Led { .. } => (0u8, Duration::ZERO, j.as_str().to_owned()),
+            Leadership::Vacant { for_, .. } => (1, *for_, j.as_str().to_owned()),
+        };
+        let led = jobs
+            .iter()
+            .filter(|(_, l)| matches!(l, Leadership::Led { .. }))
+            .count();
+        for max in [0, 1, 7, 100, 499, 500, 501, usize::MAX] {
+            let mut want = jobs.clone();
+            want.sort_by_key(|j| rank(j));
+            want.truncate(max);
+            want.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+            let got = JobsShown::pick(jobs.iter().map(|(j, l)| (j, *l)), max);
+            assert_eq!(got.shown, want, "max {max}");
+            assert_eq!((got.total, got.led), (jobs.len(), led), "max {max}");
+        }
     }
 
     /// Renders a snapshot of a node that has led a job, written, and

@@ -204,6 +204,20 @@ impl Job {
         }
     }
 
+    fn leadership(&self, now: Instant) -> Leadership {
+        match &self.holding {
+            Some(h) if h.deadline > now => Leadership::Led { token: self.token },
+            Some(h) => Leadership::Vacant {
+                token: self.token,
+                for_: now - h.deadline,
+            },
+            None => Leadership::Vacant {
+                token: self.token,
+                for_: now.saturating_duration_since(self.vacant_since),
+            },
+        }
+    }
+
     fn view(&self, job: &JobName, now: Instant) -> LeaseView {
         let state = match &self.holding {
             Some(h) if h.deadline > now => LeaseState::Held {
@@ -756,19 +770,22 @@ impl LeaseTable {
     /// Every job with its live holding at `now` and, when it has none, how
     /// long it has been without a leader.
     pub fn leadership(&self, now: Instant) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
-        self.jobs.iter().map(move |(name, job)| {
-            let l = match &job.holding {
-                Some(h) if h.deadline > now => Leadership::Led { token: job.token },
-                Some(h) => Leadership::Vacant {
-                    token: job.token,
-                    for_: now - h.deadline,
-                },
-                None => Leadership::Vacant {
-                    token: job.token,
-                    for_: now.saturating_duration_since(job.vacant_since),
-                },
-            };
-            (name, l)
+        self.jobs
+            .iter()
+            .map(move |(name, job)| (name, job.leadership(now)))
+    }
+
+    /// [`LeaseTable::settle_all`] and then [`LeaseTable::leadership`], in
+    /// one pass over the jobs: what a metrics scrape needs, walking a
+    /// million jobs once instead of twice while the caller holds its lock.
+    pub fn settle_leadership(
+        &mut self,
+        now: Instant,
+    ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
+        let (stats, faults) = (&mut self.stats, self.faults);
+        self.jobs.iter_mut().map(move |(name, job)| {
+            job.settle(now, stats, faults);
+            (name, job.leadership(now))
         })
     }
 

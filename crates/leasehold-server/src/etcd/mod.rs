@@ -126,6 +126,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
+use crate::metrics::JobsShown;
 use crate::node::{RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth};
 use crate::store::ValueRecord;
 use client::{range_req, ranges, Etcd};
@@ -1111,7 +1112,14 @@ impl EtcdNode {
     /// frontend's own renew losses, fenced writes, waiters and etcd
     /// failures.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_showing(usize::MAX)
+    }
+
+    /// [`EtcdNode::snapshot`] with at most `max_jobs` jobs picked to be
+    /// shown ([`JobsShown::pick`]); every job is counted.
+    pub fn snapshot_showing(&self, max_jobs: usize) -> Snapshot {
         let (jobs, mut stats) = self.inner.mirror.snapshot();
+        let jobs = JobsShown::pick(jobs.iter().map(|(j, l)| (j, *l)), max_jobs);
         let c = &self.inner.counters;
         stats.renewals = c.renewals.load(Ordering::Relaxed);
         stats.renew_losses = c.renew_losses.load(Ordering::Relaxed);

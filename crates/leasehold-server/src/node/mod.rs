@@ -33,9 +33,9 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::rules::classify;
 use crate::lease::{
-    Acquire, Effects, Floors, HolderId, JobName, Leadership, LeaseTable, LeaseView, Stats, Token,
-    WaiterId,
+    Acquire, Effects, Floors, HolderId, JobName, LeaseTable, LeaseView, Stats, Token, WaiterId,
 };
+use crate::metrics::JobsShown;
 use crate::store::{Store, ValueRecord};
 use commit::GroupCommit;
 pub use recovery::StoreHealth;
@@ -48,8 +48,9 @@ pub use crate::lease::rules::EventKind;
 pub struct Snapshot {
     /// The lease rules' counters.
     pub stats: Stats,
-    /// Every job's leadership.
-    pub jobs: Vec<(JobName, Leadership)>,
+    /// How many jobs there are and how many are led, and the
+    /// leadership of those picked to be shown.
+    pub jobs: JobsShown,
     /// Acquires waiting right now.
     pub waiters: usize,
     /// Store failures: each put, sync or checkpoint whose error put
@@ -983,19 +984,23 @@ impl Node {
         Ok(())
     }
 
-    /// Counters and per-job leadership, for metrics.
+    /// Counters and every job's leadership.
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_showing(usize::MAX)
+    }
+
+    /// Counters and per-job leadership for metrics: every job counted, at
+    /// most `max_jobs` of them picked to be shown ([`JobsShown::pick`],
+    /// under the state lock: one pass, no copy of the others' names).
+    pub fn snapshot_showing(&self, max_jobs: usize) -> Snapshot {
         let (store_failures, store_recoveries) = self.inner.recovery.counts();
         let mut st = self.lock();
         let now = clock::now();
-        st.table.settle_all(now);
+        // Expiries are counted as the jobs are walked.
+        let jobs = JobsShown::pick(st.table.settle_leadership(now), max_jobs);
         Snapshot {
             stats: st.table.stats().clone(),
-            jobs: st
-                .table
-                .leadership(now)
-                .map(|(j, l)| (j.clone(), l))
-                .collect(),
+            jobs,
             waiters: st.wakers.len(),
             store_failures,
             store_recoveries,

@@ -576,3 +576,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn settle_leadership_counts_expiries_and_reports_what_leadership_does() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let _ = t.acquire(&job("a"), &who("x"), TTL, t0, None);
+    let _ = t.acquire(&job("b"), &who("y"), TTL * 3, t0, None);
+    let now = t0 + TTL + ms(500);
+    let want: Vec<_> = t.leadership(now).map(|(j, l)| (j.clone(), l)).collect();
+    let got: Vec<_> = t
+        .settle_leadership(now)
+        .map(|(j, l)| (j.clone(), l))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(t.stats().expiries, 1, "a ran out, b did not");
+    let again: Vec<_> = t
+        .settle_leadership(now)
+        .map(|(j, l)| (j.clone(), l))
+        .collect();
+    assert_eq!(again, want);
+    assert_eq!(t.stats().expiries, 1, "counted once");
+}
