@@ -842,8 +842,11 @@ mod tests {
             (st.holder.is_none(), st.vacancy()),
             (true, Vacancy::Expired)
         );
-        // The token key is never deleted; a deletion says nothing.
-        assert!(k.event(&ev(k.token("a"), b"", true)).is_none());
+        // The token key is deleted only with its job (DeleteJob).
+        let (_, deleted) = k.event(&ev(k.token("a"), b"", true)).unwrap();
+        assert_eq!(deleted, Ok(Record::TokenGone));
+        st.apply(deleted.unwrap());
+        assert_eq!((st.token(), st.token_mod), (Token::NONE, 0));
         assert!(k.event(&ev(k.value("a", b"k"), b"v", false)).is_none());
         let (_, bad) = k.event(&ev(k.token("a"), b"1 g", false)).unwrap();
         assert_eq!(bad.unwrap_err().what, "token record");

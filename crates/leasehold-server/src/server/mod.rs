@@ -24,6 +24,7 @@ pub mod convert;
 pub mod fenced;
 pub mod layers;
 pub mod leases;
+pub mod memory;
 pub mod page;
 pub mod status;
 pub mod tls;
@@ -146,6 +147,7 @@ pub async fn run(
     let serving = store_health.as_ref().is_none_or(|h| h.borrow().is_ok());
     show_health(&reporter, serving).await;
     let (closing_tx, closing_rx) = watch::channel(false);
+    let trim_task = tokio::spawn(memory::give_back(closing_rx.clone()));
     let health_task = tokio::spawn(report_health(reporter, store_health, closing_rx));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -194,6 +196,7 @@ pub async fn run(
         // NOT_SERVING is shown before the drain begins.
         let _ = closing_tx.send(true);
         let _ = health_task.await;
+        let _ = trim_task.await;
         closing_node.start_closing();
         let _ = signalled_tx.send(());
     };
