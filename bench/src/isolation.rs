@@ -754,9 +754,9 @@ async fn settled_rss(name: &str, admin: &str, pid: u32, got: &Tally, t0: Instant
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let ended_after = cancelled.elapsed();
-    // What the allocator gives back, it gives back at once or on the next
-    // frees; read a few times over 2 s and keep the last.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The server gives what its allocator keeps free back every 5 s
+    // (`server::memory`): read after that.
+    tokio::time::sleep(Duration::from_secs(7)).await;
     let rss = rss_bytes(pid)?;
     say!(
         t0,

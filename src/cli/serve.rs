@@ -152,6 +152,12 @@ pub struct ServeArgs {
     /// lease is free, else refused with QUOTA_EXCEEDED.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
     max_waiters_per_job: usize,
+    /// Acquires waiting at once, on all jobs: one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED. A waiting Acquire
+    /// counts here, not under --max-in-flight, so waiters never crowd out
+    /// other calls.
+    #[arg(long, env = "LEASEHOLD_MAX_WAITERS", default_value_t = 10_000)]
+    max_waiters: usize,
     /// A watch whose client has left an event unread this long is closed
     /// with RESOURCE_EXHAUSTED, reason OVERLOADED (the server never buffers
     /// for it: the changes it missed are folded into the newest state).
@@ -214,6 +220,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ("--max-watchers", a.max_watchers),
         ("--max-waiters-per-job", a.max_waiters_per_job),
         ("--max-jobs", a.max_jobs),
+        ("--max-waiters", a.max_waiters),
         ("--max-keys-per-job", a.max_keys_per_job),
         (
             "--max-streams-per-connection",
@@ -382,6 +389,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_watchers: a.max_watchers,
         max_waiters_per_job: a.max_waiters_per_job,
         watch_stall_timeout: a.watch_stall_timeout,
+        max_waiters: a.max_waiters,
         keepalive: a.keepalive,
         tls,
         auth,

@@ -61,6 +61,10 @@ async fn a_request_deadline_ends_a_waiting_acquire_and_frees_its_place() {
     }
 }
 
+/// Calls over --max-in-flight are refused at once with OVERLOADED naming
+/// the limit, and served again once the burst is over. Waiting Acquires
+/// are not among them once they are in line (they count under
+/// --max-waiters): two of them waiting leave the cap of two to other calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again() {
     let config = Config {
@@ -90,17 +94,59 @@ async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again(
     let mut raw = proto::leases_client::LeasesClient::connect(s.url())
         .await
         .unwrap();
-    let st = raw
-        .get_lease(proto::GetLeaseRequest { job: "j".into() })
+    raw.get_lease(proto::GetLeaseRequest { job: "j".into() })
         .await
-        .unwrap_err();
-    assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
-    assert!(
-        st.message().contains("--max-in-flight") && st.message().contains('2'),
-        "{}",
-        st.message()
-    );
-    // When c gives up waiting, its place in the cap comes back.
+        .expect("two waiters in line leave the cap of two to other calls");
+
+    // A burst: 200 grants at once, each waiting for its sync, over four
+    // connections. Some are refused at once; none waits for a place.
+    let mut burst = Vec::new();
+    for conn in 0..4 {
+        let raw = proto::leases_client::LeasesClient::connect(s.url())
+            .await
+            .unwrap();
+        for i in 0..50 {
+            let mut raw = raw.clone();
+            burst.push(tokio::spawn(async move {
+                raw.acquire(proto::AcquireRequest {
+                    job: format!("burst/{conn}/{i}"),
+                    holder: "h".into(),
+                    ttl: Some(prost_types::Duration {
+                        seconds: 30,
+                        nanos: 0,
+                    }),
+                    wait: None,
+                })
+                .await
+            }));
+        }
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for b in burst {
+        match b.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(st) => {
+                assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+                assert_eq!(
+                    refusal(&st),
+                    ("OVERLOADED".to_owned(), "--max-in-flight".to_owned())
+                );
+                assert!(st.message().contains('2'), "{}", st.message());
+                refused += 1;
+            }
+        }
+    }
+    println!("burst of 200 over a cap of 2: {ok} served, {refused} refused");
+    assert!(ok > 0 && refused > 0, "{ok} served, {refused} refused");
+    // Served again after the burst.
+    for i in 0..20 {
+        raw.get_lease(proto::GetLeaseRequest {
+            job: format!("burst/0/{i}"),
+        })
+        .await
+        .unwrap();
+    }
+    // The waiters are served as before.
     let c_gave_up = waiters.pop().unwrap().await.unwrap().unwrap();
     assert!(!c_gave_up.acquired);
     c.release("j", "a", 1).await.unwrap();
@@ -334,12 +380,12 @@ async fn scraped(admin: std::net::SocketAddr, series: &str) -> f64 {
     common::metric(&text, series).unwrap_or_else(|| panic!("no {series} in /metrics"))
 }
 
-/// Waits until `n` calls of `calls` have ended, and returns the limit each
-/// refusal named (every one must be OVERLOADED).
+/// Waits until `n` calls of `calls` have ended, each refused with
+/// RESOURCE_EXHAUSTED, and returns the reason and the limit each named.
 async fn refusals(
     calls: &mut Vec<tokio::task::JoinHandle<Result<proto::AcquireResponse, tonic::Status>>>,
     n: usize,
-) -> Vec<String> {
+) -> Vec<(String, String)> {
     let t = Instant::now();
     let mut limits = Vec::new();
     while limits.len() < n {
@@ -354,9 +400,8 @@ async fn refusals(
                 let st = calls.swap_remove(i).await.unwrap().unwrap_err();
                 assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
                 let (reason, limit) = refusal(&st);
-                assert_eq!(reason, "OVERLOADED", "{st:?}");
                 assert!(st.message().contains(&limit), "{}", st.message());
-                limits.push(limit);
+                limits.push((reason, limit));
             } else {
                 i += 1;
             }
@@ -367,13 +412,14 @@ async fn refusals(
 }
 
 /// Issue 17, "renewals always get through": while one connection floods
-/// the server with waiting Acquires, and then three together fill the
-/// whole in-flight budget, a leader holding a 2 s lease renews it at ttl/3
-/// (unary Renew for one job, a KeepAlive stream for another) and never
-/// loses either. The flooding connection is refused OVERLOADED naming
-/// --max-in-flight-per-connection, and another connection's GetLease is
-/// served meanwhile; once the global budget is full the refusals name
-/// --max-in-flight, and renewals still get through.
+/// the server with waiting Acquires, and then three together fill
+/// `--max-waiters`, a leader holding a 2 s lease renews it at ttl/3 (unary
+/// Renew for one job, a KeepAlive stream for another) and never loses
+/// either. The flooding connection is refused OVERLOADED naming
+/// --max-in-flight-per-connection; once the waiters fill --max-waiters the
+/// refusals are QUOTA_EXCEEDED naming it; and other calls are served all
+/// along: a waiting Acquire leaves the budget of calls in flight once it is
+/// in line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
     let dir = tempfile::tempdir().unwrap();
@@ -381,6 +427,8 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
         dir.path(),
         &[
             "--max-in-flight",
+            "100",
+            "--max-waiters",
             "600",
             "--max-in-flight-per-connection",
             "250",
@@ -447,7 +495,9 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
     let mut first = flood(&flooder, "busy", 400);
     let limits = refusals(&mut first, 150).await;
     assert!(
-        limits.iter().all(|l| l == "--max-in-flight-per-connection"),
+        limits
+            .iter()
+            .all(|l| l == &("OVERLOADED".into(), "--max-in-flight-per-connection".into())),
         "{limits:?}"
     );
     assert_eq!(
@@ -463,8 +513,9 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
 
-    // Two more connections, 250 waits each: 600 fit in the budget, the
-    // last 150 asked for are refused naming the global limit.
+    // Two more connections, 250 waits each: 600 fit under --max-waiters
+    // (six times --max-in-flight), the last 150 asked for are refused
+    // naming it.
     let mut more = Vec::new();
     for _ in 0..2 {
         more.push(
@@ -475,13 +526,33 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
                 .unwrap(),
         );
     }
-    let mut second: Vec<_> = more.iter().flat_map(|c| flood(c, "busy", 250)).collect();
+    // Paced, a few at a time: a call counts under --max-in-flight until it
+    // is in line.
+    let mut second = Vec::new();
+    for _ in 0..10 {
+        for c in &more {
+            second.extend(flood(c, "busy", 25));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let limits = refusals(&mut second, 150).await;
-    assert!(limits.iter().all(|l| l == "--max-in-flight"), "{limits:?}");
+    assert!(
+        limits
+            .iter()
+            .all(|l| l == &("QUOTA_EXCEEDED".into(), "--max-waiters".into())),
+        "{limits:?}"
+    );
     assert_eq!(scraped(p.admin, "leasehold_waiting_acquires").await, 600.0);
-    // Ordinary calls are now refused on every connection; renewals are not.
-    let st = bystander.get_lease("busy").await.unwrap_err();
-    assert!(st.to_string().contains("--max-in-flight"), "{st}");
+    // Ordinary calls are still served, on any connection.
+    assert_eq!(
+        bystander.get_lease("busy").await.unwrap().holder.as_deref(),
+        Some("owner")
+    );
+    let free = bystander
+        .acquire("free", "b", Duration::from_secs(10), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(free.acquired);
     tokio::time::sleep(Duration::from_secs(6)).await;
 
     let _ = stop_tx.send(true);
@@ -496,13 +567,13 @@ async fn a_flood_of_waiting_acquires_never_costs_a_leader_its_lease() {
         .await,
         150.0
     );
-    assert!(
+    assert_eq!(
         scraped(
             p.admin,
-            "leasehold_overloaded_total{limit=\"--max-in-flight\"}"
+            "leasehold_quota_exceeded_total{limit=\"--max-waiters\"}"
         )
-        .await
-            >= 150.0
+        .await,
+        150.0
     );
     // The flood ends; the leader still holds both leases, same tokens.
     for c in first.iter().chain(&second) {

@@ -156,7 +156,7 @@ pub struct RpcMetrics {
 /// four) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 10] = [
+pub const REFUSAL_LIMITS: [&str; 11] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
@@ -167,6 +167,7 @@ pub const REFUSAL_LIMITS: [&str; 10] = [
     "max_waiters_per_job",
     "--max-jobs",
     "--max-keys-per-job",
+    "--max-waiters",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
 const OVERLOAD_LIMITS: usize = 4;

@@ -357,6 +357,23 @@ pub struct Budget<S> {
 /// or the call ends without one.
 struct Slot(Arc<Budgets>, usize);
 
+/// A call's place in the server's budget of calls in flight, in the
+/// request's extensions. A waiting `Acquire` gives it up as soon as it
+/// joins a line ([`Admitted::leave_budget`]): from then on it holds a place
+/// under `--max-waiters` instead, so that waiters, however many
+/// connections they come on, never crowd out other calls (reads, writes,
+/// Acquires that do not wait). Its connection's and its principal's shares
+/// still count it.
+#[derive(Clone)]
+pub struct Admitted(Arc<std::sync::Mutex<Option<Slot>>>);
+
+impl Admitted {
+    /// Gives the call's place in the server's budget back now.
+    pub fn leave_budget(&self) {
+        drop(self.0.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.inflight[self.1].fetch_sub(1, Ordering::AcqRel);
@@ -481,21 +498,24 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         let admitted = self
             .shared
             .admit(budget(req.uri().path()), req.extensions().get::<Caller>());
-        let slots = match admitted {
+        let (principal, slot) = match admitted {
             Ok(slots) => slots,
             Err(e) => {
                 let refused = self.shared.refuse(e);
                 return Box::pin(async move { Ok(refused.into_http()) });
             }
         };
+        let admitted = Admitted(Arc::new(std::sync::Mutex::new(Some(slot))));
+        req.extensions_mut().insert(admitted.clone());
         let mut inner = take_ready(&mut self.inner);
         Box::pin(async move {
             let resp = inner.call(req).await;
-            drop(slots);
+            drop(principal);
+            admitted.leave_budget();
             resp
         })
     }

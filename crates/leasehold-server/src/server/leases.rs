@@ -20,7 +20,7 @@ use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
 use crate::server::convert::{self, duration, lease};
 use crate::server::layers::try_take;
-use crate::server::layers::Undelivered;
+use crate::server::layers::{Admitted, Undelivered};
 use crate::server::status::status;
 use crate::server::{page, wire};
 
@@ -46,6 +46,8 @@ pub struct Quotas {
     /// `Acquire`s with a wait in progress on one job
     /// (`--max-waiters-per-job`).
     pub max_waiters_per_job: usize,
+    /// `Acquire`s with a wait in progress, on every job (`--max-waiters`).
+    pub max_waiters: usize,
     /// How long a watcher may leave events unread before it is closed
     /// (`--watch-stall-timeout`).
     pub watch_stall_timeout: Duration,
@@ -53,6 +55,7 @@ pub struct Quotas {
     pub metrics: Arc<RpcMetrics>,
     watchers: AtomicUsize,
     waiting: Mutex<HashMap<JobName, usize>>,
+    waiters_total: AtomicUsize,
 }
 
 impl Quotas {
@@ -62,6 +65,8 @@ impl Quotas {
             max_watchers,
             max_waiters_per_job,
             watch_stall_timeout: DEFAULT_WATCH_STALL_TIMEOUT,
+            max_waiters: DEFAULT_MAX_WAITERS,
+            waiters_total: AtomicUsize::new(0),
             metrics,
             watchers: AtomicUsize::new(0),
             waiting: Mutex::new(HashMap::new()),
@@ -114,7 +119,7 @@ impl Quotas {
             }
             mine = Some(load.clone());
         }
-        let mut place = WaiterPlace(job.clone(), None, mine);
+        let mut place = WaiterPlace(job.clone(), None, mine, false);
         if !join(&self.waiting, job, self.max_waiters_per_job) {
             return Err(Error::QuotaExceeded {
                 limit: "--max-waiters-per-job",
@@ -123,6 +128,14 @@ impl Quotas {
             });
         }
         place.1 = Some(self.clone());
+        if !crate::server::layers::try_take(&self.waiters_total, self.max_waiters) {
+            return Err(Error::QuotaExceeded {
+                limit: "--max-waiters",
+                max: self.max_waiters,
+                principal: None,
+            });
+        }
+        place.3 = true;
         Ok(place)
     }
 }
@@ -168,12 +181,22 @@ impl Drop for WatcherPlace {
 }
 
 /// A waiter's places in `job`'s line: the server's and its principal's.
-struct WaiterPlace(JobName, Option<Arc<Quotas>>, Option<Arc<PrincipalLoad>>);
+/// A waiter's places: in its job's line (the server's, and its
+/// principal's), and under `--max-waiters` (when the last is true).
+struct WaiterPlace(
+    JobName,
+    Option<Arc<Quotas>>,
+    Option<Arc<PrincipalLoad>>,
+    bool,
+);
 
 impl Drop for WaiterPlace {
     fn drop(&mut self) {
         if let Some(q) = &self.1 {
             leave(&q.waiting, &self.0);
+            if self.3 {
+                q.waiters_total.fetch_sub(1, Ordering::AcqRel);
+            }
         }
         if let Some(load) = &self.2 {
             leave(&load.waiting, &self.0);
@@ -194,6 +217,9 @@ impl LeasesService {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<proto::LeaseEvent, Status>> + Send>>;
+
+/// The default `--max-waiters`.
+pub const DEFAULT_MAX_WAITERS: usize = 10_000;
 
 /// The default `--watch-stall-timeout`.
 pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -277,6 +303,11 @@ impl proto::leases_server::Leases for LeasesService {
             Some(Err(_)) => Duration::ZERO,
             _ => wait,
         };
+        if let (Some(Ok(_)), Some(admitted)) = (&place, req.extensions().get::<Admitted>()) {
+            // In line: held by --max-waiters now, not by the budget of
+            // calls in flight.
+            admitted.leave_budget();
+        }
         let (acquired, fresh, view) = self
             .node
             .acquire_fresh(&job, &holder, ttl, wait)

@@ -79,6 +79,10 @@ pub struct Config {
     /// lease is free, else refused with QUOTA_EXCEEDED. Also each
     /// principal's, unless its policy sets its own `max_waiters_per_job`.
     pub max_waiters_per_job: usize,
+    /// Acquires waiting at once, on all jobs; one more is granted if the
+    /// lease is free, else refused with QUOTA_EXCEEDED. A waiting Acquire
+    /// counts here instead of under `max_in_flight`.
+    pub max_waiters: usize,
     /// A watch whose client leaves an event unread this long is closed
     /// with RESOURCE_EXHAUSTED, reason OVERLOADED.
     pub watch_stall_timeout: Duration,
@@ -107,6 +111,7 @@ impl Default for Config {
             max_watchers: 100_000,
             max_waiters_per_job: 10_000,
             watch_stall_timeout: leases::DEFAULT_WATCH_STALL_TIMEOUT,
+            max_waiters: leases::DEFAULT_MAX_WAITERS,
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
@@ -172,6 +177,7 @@ pub async fn run(
         rpc_metrics.clone(),
     );
     quotas.watch_stall_timeout = config.watch_stall_timeout;
+    quotas.max_waiters = config.max_waiters;
     let quotas = Arc::new(quotas);
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
