@@ -108,21 +108,33 @@ class ServerProcess:
                 "--tls-client-ca", str(self.pki / "ca.pem"), "--policy", str(self.pki / "policy.toml"),
                 *extra,
             ]
+        self._data = os.path.join(self.data_dir, "data") if secure else self.data_dir
+        self._extra = list(extra)
+        self._timeout = timeout
+        self._spawn("127.0.0.1:0")
+
+    def _spawn(self, listen: str) -> None:
         env = dict(os.environ, RUST_LOG=os.environ.get("LEASEHOLD_TEST_LOG", "warn"))
         self.proc = subprocess.Popen(
-            [str(server_binary()), "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-             "--data-dir", os.path.join(self.data_dir, "data") if secure else self.data_dir, *extra],
+            [str(server_binary()), "serve", "--listen", listen, "--admin-listen", "127.0.0.1:0",
+             "--data-dir", self._data, *self._extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None, text=True, env=env,
         )
         self.lines = Lines(self.proc.stdout, "server")
         try:
-            _, line = self.lines.expect(lambda l: bool(_LISTENING.match(l)), timeout, "the listening line")
+            _, line = self.lines.expect(lambda l: bool(_LISTENING.match(l)), self._timeout, "the listening line")
         except BaseException:
             self.kill()
             raise
         m = _LISTENING.match(line)
         assert m
         self.addr, self.admin = m.group(1), m.group(2)
+
+    def restart(self) -> None:
+        """Starts the server again, on the same port and data dir, after
+        ``kill(keep_data=True)``."""
+        assert self.proc.poll() is not None, "kill it first"
+        self._spawn(self.addr)
 
     @property
     def target(self) -> str:
@@ -165,11 +177,14 @@ class ServerProcess:
         self._cleanup()
         return self.proc.returncode
 
-    def kill(self) -> None:
+    def kill(self, keep_data: bool = False) -> None:
+        """SIGKILL; waits; removes the data dir if this made it, unless
+        ``keep_data`` (to :meth:`restart` it)."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._cleanup()
+        if not keep_data:
+            self._cleanup()
 
     def _cleanup(self) -> None:
         if self._own_dir:

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -48,7 +49,8 @@ type Client struct {
 }
 
 // Dial makes a client for target ("host:port", or "http://host:port" as
-// the Rust client takes it). Without options the connection is insecure
+// the Rust client takes it). The connection reconnects from 100 ms up to
+// 1 s apart after it breaks (see reconnectSoon). Without options the connection is insecure
 // (plaintext); options are passed on to grpc.NewClient after that default,
 // so grpc.WithTransportCredentials overrides it. For TLS, mutual TLS and a
 // bearer token, see DialWith; an "https://" target is dialled with TLS
@@ -61,7 +63,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 		target = strings.TrimPrefix(target, scheme)
 	}
 	target = strings.TrimSuffix(target, "/")
-	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), reconnectSoon}, opts...)
 	conn, err := grpc.NewClient(target, all...)
 	if err != nil {
 		return nil, &InvalidArgumentError{Message: "bad server address: " + err.Error(), Field: "server"}
@@ -70,6 +72,15 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	c.conn = conn
 	return c, nil
 }
+
+// reconnectSoon: after the connection breaks, try again from 100 ms, up
+// to 1 s apart (grpc-go's default goes up to 120 s), so a client is back
+// within about a second of the server. An option given to Dial overrides
+// it.
+var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 5 * time.Second,
+})
 
 // New makes a client over an existing connection, which the caller closes.
 func New(conn grpc.ClientConnInterface) *Client {
@@ -86,12 +97,34 @@ func (c *Client) Close() error {
 
 // Acquire asks for the lease on job; it waits up to wait for the lease to
 // free up (bound ctx accordingly, or leave it without a deadline).
+//
+// A waiting Acquire (wait > 0) whose ctx is done before the answer gives
+// back a grant it may have been given meanwhile: the server releases a
+// grant whose reply it could not deliver, and for a reply that was on its
+// way as ctx was cancelled, a goroutine asks, 100 ms later, whether the
+// lease is now holder's and releases it. (Holders are unique per elector,
+// so that is never someone else's.) The error then matches
+// context.Canceled or context.DeadlineExceeded (see ContextError).
 func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration) (Acquired, error) {
 	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
 	if err != nil {
-		return Acquired{}, FromError(err)
+		if wait > 0 && ctx.Err() != nil {
+			go c.giveBack(job, holder)
+		}
+		return Acquired{}, callError(ctx, err)
 	}
 	return Acquired{Acquired: r.GetAcquired(), Lease: leaseFromPb(r.GetLease())}, nil
+}
+
+// giveBack is a cancelled waiting Acquire's clean-up: after the server has
+// had time to decide, it releases the lease if it is holder's.
+func (c *Client) giveBack(job, holder string) {
+	time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if l, err := c.GetLease(ctx, job); err == nil && l.Holder == holder {
+		_ = c.Release(ctx, job, holder, l.Token)
+	}
 }
 
 // Renew extends our live lease by ttl from now. It fails with
@@ -99,7 +132,7 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Lease, error) {
 	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl)})
 	if err != nil {
-		return Lease{}, FromError(err)
+		return Lease{}, callError(ctx, err)
 	}
 	return leaseFromPb(r.GetLease()), nil
 }
@@ -107,14 +140,14 @@ func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, tt
 // Release steps down; the first waiter is granted at once.
 func (c *Client) Release(ctx context.Context, job, holder string, token uint64) error {
 	_, err := c.leases.Release(ctx, &pb.ReleaseRequest{Job: job, Holder: holder, Token: token})
-	return FromError(err)
+	return callError(ctx, err)
 }
 
 // GetLease returns the lease of job (token 0, no holder, if never granted).
 func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
 	r, err := c.leases.GetLease(ctx, &pb.GetLeaseRequest{Job: job})
 	if err != nil {
-		return Lease{}, FromError(err)
+		return Lease{}, callError(ctx, err)
 	}
 	return leaseFromPb(r), nil
 }
@@ -126,7 +159,7 @@ func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
 func (c *Client) DeleteJob(ctx context.Context, job string) (bool, error) {
 	r, err := c.leases.DeleteJob(ctx, &pb.DeleteJobRequest{Job: job})
 	if err != nil {
-		return false, FromError(err)
+		return false, callError(ctx, err)
 	}
 	return r.GetDeleted(), nil
 }
@@ -138,7 +171,7 @@ func (c *Client) ListLeases(ctx context.Context, prefix string) ([]Lease, error)
 	for {
 		r, err := c.leases.ListLeases(ctx, &pb.ListLeasesRequest{Prefix: prefix, PageSize: pageSize, PageToken: page})
 		if err != nil {
-			return nil, FromError(err)
+			return nil, callError(ctx, err)
 		}
 		for _, l := range r.GetLeases() {
 			out = append(out, leaseFromPb(l))
@@ -179,7 +212,7 @@ func (c *Client) Watch(ctx context.Context, job string) (*Watch, error) {
 	s, err := c.leases.WatchLease(ctx, &pb.WatchLeaseRequest{Job: job})
 	if err != nil {
 		cancel()
-		return nil, FromError(err)
+		return nil, callError(ctx, err)
 	}
 	return &Watch{stream: s, cancel: cancel}, nil
 }
@@ -199,7 +232,7 @@ func (c *Client) Delete(ctx context.Context, job string, token uint64, key []byt
 func (c *Client) write(ctx context.Context, req *pb.CheckedWriteRequest) (uint64, error) {
 	r, err := c.store.CheckedWrite(ctx, req)
 	if err != nil {
-		return 0, FromError(err)
+		return 0, callError(ctx, err)
 	}
 	return r.GetVersion(), nil
 }
@@ -208,7 +241,7 @@ func (c *Client) write(ctx context.Context, req *pb.CheckedWriteRequest) (uint64
 func (c *Client) Read(ctx context.Context, job string, key []byte) (Value, error) {
 	r, err := c.store.Read(ctx, &pb.ReadRequest{Job: job, Key: key})
 	if err != nil {
-		return Value{}, FromError(err)
+		return Value{}, callError(ctx, err)
 	}
 	return Value{Found: r.GetFound(), Value: r.GetValue(), Token: r.GetToken(), Version: r.GetVersion()}, nil
 }
@@ -220,7 +253,7 @@ func (c *Client) ListKeys(ctx context.Context, job string, prefix []byte) ([]Key
 	for {
 		r, err := c.store.ListKeys(ctx, &pb.ListKeysRequest{Job: job, Prefix: prefix, PageSize: pageSize, PageToken: page})
 		if err != nil {
-			return nil, FromError(err)
+			return nil, callError(ctx, err)
 		}
 		for _, k := range r.GetKeys() {
 			out = append(out, KeyInfo{Key: k.GetKey(), Token: k.GetToken(), Version: k.GetVersion(), Size: k.GetSize()})

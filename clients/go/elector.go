@@ -49,7 +49,12 @@ type ElectorConfig struct {
 // successful grant or renewal was sent, plus the TTL. The server counts
 // the TTL from when it received that request, later, so the elector
 // believes it has lost before the server can give the lease away, even
-// when the server cannot be reached. After losing it campaigns again,
+// when the server cannot be reached. Failed calls are retried with
+// jittered exponential backoff (a campaign from 10-100 ms up to 1 s; a
+// renewal from TTL/10, never waiting past half the time left to its
+// deadline); their warnings are limited to one every 5 s, with the count
+// of those suppressed, and each attempt is logged at debug level. After
+// losing it campaigns again,
 // until Run's context is done; then it releases the lease (bounded) and
 // returns.
 //
@@ -63,6 +68,7 @@ type Elector struct {
 	mu       sync.Mutex
 	token    uint64 // 0 when not leading
 	deadline time.Time
+	warned   warnings
 
 	// The current term's leader context, and the callbacks of the last
 	// term (each term's callbacks wait for the previous term's).
@@ -113,15 +119,26 @@ func (e *Elector) IsLeader() bool {
 	return ok
 }
 
-type timing struct{ backoff, campaignWait, every, retry time.Duration }
+type timing struct{ campaignWait, every time.Duration }
 
 func timingFor(ttl time.Duration) timing {
 	clamp := func(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 	return timing{
-		backoff:      clamp(ttl/10, 50*time.Millisecond, time.Second),
 		campaignWait: clamp(ttl*3, time.Second, 30*time.Second),
 		every:        ttl / 3,
-		retry:        max(ttl/10, 10*time.Millisecond),
+	}
+}
+
+// warn logs a retry warning, at most one every warnEvery (5 s) with the
+// count of those suppressed since; every failed attempt is logged at debug
+// level.
+func (e *Elector) warn(msg string, args ...any) {
+	e.log.Debug(msg, args...)
+	e.mu.Lock()
+	n, ok := e.warned.allow(time.Now())
+	e.mu.Unlock()
+	if ok {
+		e.log.Warn(msg, append(args, "suppressed", n)...)
 	}
 }
 
@@ -143,6 +160,7 @@ func refused(err error) bool {
 // retried: Run returns that error at once.
 func (e *Elector) Run(ctx context.Context) error {
 	t := timingFor(e.cfg.TTL)
+	retry := campaignBackoff(e.cfg.TTL)
 	defer e.waitCallbacks()
 	for ctx.Err() == nil {
 		sent := time.Now()
@@ -156,19 +174,20 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			if timedOut {
-				e.log.Warn("campaign: acquire timed out")
+				e.warn("campaign: acquire timed out")
 				continue
 			}
 			if refused(err) {
 				e.log.Error("campaign refused; not campaigning again", "error", err)
 				return err
 			}
-			e.log.Warn("campaign: acquire failed", "error", err)
-			if !sleepCtx(ctx, t.backoff) {
+			e.warn("campaign: acquire failed; retrying", "error", err)
+			if !sleepCtx(ctx, retry.next()) {
 				return nil
 			}
 			continue
 		}
+		retry.reset()
 		if !a.Acquired {
 			continue
 		}
@@ -205,6 +224,7 @@ func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (tim
 // true).
 func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 	t := timingFor(e.cfg.TTL)
+	retry := renewBackoff(e.cfg.TTL)
 	deadline := sent.Add(e.cfg.TTL)
 	e.setLeader(token, deadline)
 	next := sent.Add(t.every)
@@ -230,6 +250,7 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 		if err == nil {
 			deadline = now.Add(e.cfg.TTL)
 			next = now.Add(t.every)
+			retry.reset()
 			e.mu.Lock()
 			if e.token == token {
 				e.deadline = deadline
@@ -241,8 +262,8 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 			e.log.Warn("lease lost", "token", token, "error", err)
 			break
 		}
-		e.log.Warn("renew failed; retrying", "token", token, "error", err)
-		next = time.Now().Add(t.retry)
+		e.warn("renew failed; retrying", "token", token, "error", err)
+		next = time.Now().Add(retry.nextBefore(deadline))
 	}
 	e.setFollower(token)
 	return false

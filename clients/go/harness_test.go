@@ -23,9 +23,11 @@ import (
 // picks. No sleep waits for start-up: the server prints one line once both
 // listeners are bound.
 type server struct {
-	cmd    *exec.Cmd
-	target string
-	admin  string
+	cmd     *exec.Cmd
+	target  string
+	admin   string
+	dataDir string
+	extra   []string
 }
 
 var listening = regexp.MustCompile(`^leasehold listening on (\S+) admin (\S+)$`)
@@ -43,8 +45,20 @@ func serverBinary(t *testing.T) string {
 
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
-		"--data-dir", t.TempDir()}, extra...)
+	return startServerAt(t, "127.0.0.1:0", t.TempDir(), extra...)
+}
+
+// restart starts the server again, on the same port and data dir, after
+// it was killed.
+func (s *server) restart(t *testing.T) *server {
+	t.Helper()
+	return startServerAt(t, s.target, s.dataDir, s.extra...)
+}
+
+func startServerAt(t *testing.T, listen, dataDir string, extra ...string) *server {
+	t.Helper()
+	args := append([]string{"serve", "--listen", listen, "--admin-listen", "127.0.0.1:0",
+		"--data-dir", dataDir}, extra...)
 	cmd := exec.Command(serverBinary(t), args...)
 	cmd.Env = append(os.Environ(), "RUST_LOG=warn")
 	cmd.Stderr = os.Stderr
@@ -55,7 +69,7 @@ func startServer(t *testing.T, extra ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd}
+	s := &server{cmd: cmd, dataDir: dataDir, extra: extra}
 	t.Cleanup(s.stop)
 	found := make(chan []string, 1)
 	go func() {
@@ -103,6 +117,12 @@ func startSecureServer(t *testing.T) (*server, string) {
 }
 
 func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }
+
+// kill SIGKILLs the server and reaps it.
+func (s *server) kill() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
 
 func (s *server) stop() {
 	if s.cmd.ProcessState != nil {

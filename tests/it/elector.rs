@@ -249,3 +249,82 @@ async fn an_elector_stops_on_an_error_retrying_cannot_fix() {
     ));
     set.resign().await;
 }
+
+/// Counts the client's warnings, and its failed attempts (one debug event
+/// each), on this thread.
+#[derive(Clone, Default)]
+struct ClientEvents {
+    warnings: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    attempts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ClientEvents {
+    fn on_event(&self, e: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = e.metadata();
+        if !m.target().starts_with("leasehold_client") {
+            return;
+        }
+        match *m.level() {
+            tracing::Level::WARN => self.warnings.fetch_add(1, Relaxed),
+            tracing::Level::DEBUG if m.name().contains("elector") => {
+                self.attempts.fetch_add(1, Relaxed)
+            }
+            _ => 0,
+        };
+    }
+}
+
+/// The server killed under a leader for 5 s: the elector retries with
+/// backoff (a bounded number of attempts, and of warnings), steps down by
+/// its deadline, and leads again soon after the server is back on the same
+/// port and data dir (tonic's channel reconnects on the next call).
+#[tokio::test(flavor = "current_thread")]
+async fn an_elector_backs_off_through_an_outage_and_leads_again_when_the_server_is_back() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use tracing_subscriber::layer::SubscriberExt;
+    let events = ClientEvents::default();
+    // The elector's task runs on this thread (a current-thread runtime).
+    let _log =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let addr = server.addr;
+    let ttl = Duration::from_secs(2);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut e = Elector::start(client, "outage", "e", ttl);
+    let first = tokio::time::timeout(Duration::from_secs(5), e.elected())
+        .await
+        .unwrap()
+        .unwrap();
+    server.kill9();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(e.role(), Role::Follower, "stepped down by its deadline");
+    let (warnings, attempts) = (events.warnings.load(Relaxed), events.attempts.load(Relaxed));
+    println!("5 s outage: {attempts} failed attempts, {warnings} warnings");
+    // Backoff: renewals from ttl/10 within the deadline, then a campaign
+    // from 100 ms up to 1 s; warnings one every 5 s (plus the step-down).
+    assert!(attempts <= 25, "{attempts} attempts in a 5 s outage");
+    assert!(warnings <= 4, "{warnings} warnings in a 5 s outage");
+
+    let mut cmd = std::process::Command::new(common::bin());
+    cmd.args([
+        "serve",
+        "--listen",
+        &addr.to_string(),
+        "--admin-listen",
+        "127.0.0.1:0",
+    ])
+    .arg("--data-dir")
+    .arg(dir.path());
+    let back = ServerProcess::spawn(cmd, dir.path());
+    let t = Instant::now();
+    let token = tokio::time::timeout(Duration::from_secs(15), e.elected())
+        .await
+        .expect("leads again after the server is back")
+        .unwrap();
+    println!("re-elected {:?} after the server was back", t.elapsed());
+    assert!(token >= first);
+    drop(e);
+    drop(back);
+}

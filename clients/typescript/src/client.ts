@@ -18,6 +18,7 @@ import {
   type ServiceError,
 } from "@grpc/grpc-js";
 import { fromServiceError, LeaseholdError } from "./errors";
+import { abortError } from "./retry";
 import * as pb from "./gen/leasehold/v1/leasehold";
 import {
   type Acquired,
@@ -33,6 +34,20 @@ import {
 } from "./types";
 import { WriteStream } from "./writestream";
 
+/**
+ * The channel options every client sets, under any `channelOptions` given:
+ * after the connection breaks, try again from 100 ms up to 1 s apart
+ * (grpc-js's default grows to 120 s), so a client is back within about a
+ * second of the server.
+ */
+export const RECONNECT_OPTIONS: Partial<ClientOptions> = {
+  "grpc.initial_reconnect_backoff_ms": 100,
+  "grpc.max_reconnect_backoff_ms": 1000,
+};
+
+/** How long a cancelled waiting Acquire's clean-up waits before it reads the lease, ms. */
+const GIVE_BACK_AFTER_MS = 100;
+
 /** The server the client talks to when given no target. */
 export const DEFAULT_TARGET = "127.0.0.1:50051";
 /** How long a call may take, on top of any time it asks the server to wait. */
@@ -43,7 +58,12 @@ const PAGE_SIZE = 1000;
 export interface CallOptions {
   /** Bound on the call; default: the client's timeout (plus `wait`). */
   timeoutMs?: number;
-  /** Cancels the call when aborted (it then rejects with Unavailable). */
+  /**
+   * Cancels the call when aborted: it then rejects with a DOMException
+   * named "AbortError" (its `cause`: the leasehold error the call ended
+   * with). A waiting `acquire` so aborted gives back a grant it may have
+   * been given meanwhile (see `Client.acquire`).
+   */
   signal?: AbortSignal;
 }
 
@@ -116,7 +136,7 @@ function security(target: string, config: ClientConfig): [ChannelCredentials, Pa
   const tls = ca !== undefined || cert !== undefined || target.startsWith("https://");
   let creds =
     config.credentials ?? (tls ? grpcCredentials.createSsl(ca ?? null, key ?? null, cert ?? null) : grpcCredentials.createInsecure());
-  const options: Partial<ClientOptions> = { ...config.channelOptions };
+  const options: Partial<ClientOptions> = { ...RECONNECT_OPTIONS, ...config.channelOptions };
   if (config.serverName) {
     options["grpc.ssl_target_name_override"] = config.serverName;
     options["grpc.default_authority"] = config.serverName;
@@ -207,30 +227,60 @@ export class Client {
     return new Promise<Res>((resolve, reject) => {
       const signal = opts?.signal;
       if (signal?.aborted) {
-        reject(fromServiceError({ code: Code.CANCELLED, details: "aborted", metadata: new Metadata() } as ServiceError));
+        reject(abortError(signal.reason));
         return;
       }
       const deadline = new Date(Date.now() + (opts?.timeoutMs ?? this.timeoutMs + extraMs));
       const onAbort = () => call.cancel();
       const call = method.call(svc, req, new Metadata(), { deadline }, (err, res) => {
         signal?.removeEventListener("abort", onAbort);
-        if (err) reject(fromServiceError(err));
+        if (err) reject(signal?.aborted ? abortError(fromServiceError(err)) : fromServiceError(err));
         else resolve(res);
       });
       signal?.addEventListener("abort", onAbort, { once: true });
     });
   }
 
-  /** Asks for the lease on `job`; waits up to `waitMs` for it to free up. */
+  /**
+   * Asks for the lease on `job`; waits up to `waitMs` for it to free up.
+   *
+   * A waiting Acquire (`waitMs > 0`) that is aborted (`opts.signal`) or
+   * times out gives back a grant it may have been given meanwhile: the
+   * server releases a grant whose reply it could not deliver, and for a
+   * reply that was on its way, 100 ms later the client reads the lease and
+   * releases it if its holder is `holder` (holders are unique per elector,
+   * so that is never someone else's).
+   */
   async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: CallOptions): Promise<Acquired> {
-    const r = await this.unary(
-      this.leases,
-      this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
-      { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
-      opts,
-      waitMs,
-    );
+    let r: pb.AcquireResponse;
+    try {
+      r = await this.unary(
+        this.leases,
+        this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
+        { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
+        opts,
+        waitMs,
+      );
+    } catch (e) {
+      const timedOut = e instanceof LeaseholdError && (e.code === Code.DEADLINE_EXCEEDED || e.code === Code.CANCELLED);
+      if (waitMs > 0 && (opts?.signal?.aborted || timedOut)) this.giveBackLater(job, holder);
+      throw e;
+    }
     return { acquired: r.acquired, lease: leaseFromPb(r.lease) };
+  }
+
+  /** A cancelled waiting Acquire's clean-up: release the lease if it is `holder`'s. Best effort. */
+  private giveBackLater(job: string, holder: string): void {
+    setTimeout(() => {
+      void (async () => {
+        try {
+          const lease = await this.getLease(job, { timeoutMs: 5000 });
+          if (lease.holder === holder) await this.release(job, holder, lease.token, { timeoutMs: 5000 });
+        } catch {
+          // best effort: the lease runs out on its own
+        }
+      })();
+    }, GIVE_BACK_AFTER_MS);
   }
 
   /** Renews our live lease; rejects with LeaseLost when it is not ours. */

@@ -18,6 +18,12 @@
  * Each elector is its own holder, `name@uuid` with a UUID made for it, so
  * two electors for one job in one process compete as two processes would.
  *
+ * Failed calls are retried with jittered exponential backoff: a campaign
+ * from ttl/10 (10 to 100 ms) doubling up to 1 s, a renewal from ttl/10
+ * doubling up to 1 s but never waiting past half the time left to its
+ * deadline. Retry warnings come at most one every 5 s per elector, with the
+ * count of those suppressed.
+ *
  * An empty job or name, or a TTL that is not positive, throws a
  * `RangeError` from the constructor. A campaign the server refuses with an
  * error retrying cannot fix (`InvalidArgument`, such as a TTL over its
@@ -30,13 +36,31 @@ import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
+import { abortError, Backoff, Warnings } from "./retry";
 import { electorHolder } from "./types";
 
 export interface ElectorOptions {
   /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
   holder?: string;
-  /** Where warnings go; default console.warn. */
-  logger?: { warn(message: string): void };
+  /**
+   * Where warnings go; default console.warn. Retry warnings come at most
+   * one every 5 s, with the count of those suppressed; `debug`, if given,
+   * gets every failed attempt.
+   */
+  logger?: ElectorLogger;
+}
+
+export interface ElectorLogger {
+  warn(message: string): void;
+  debug?(message: string): void;
+}
+
+/** Options of `Elector.elected`. */
+export interface ElectedOptions {
+  /** Stops waiting when aborted: `elected` rejects with an AbortError. */
+  signal?: AbortSignal;
+  /** Stops waiting after this long: `elected` rejects with a DOMException named "TimeoutError". */
+  timeoutMs?: number;
 }
 
 export interface ElectorEvents {
@@ -60,13 +84,11 @@ function refused(e: unknown): e is InvalidArgument | Unauthenticated | Permissio
 class Stopped extends Error {}
 class TimedOut extends Error {}
 
-/** (backoff after an error, one waiting Acquire's wait, renew period, retry period), as the Rust Elector. */
+/** (one waiting Acquire's wait, renew period), as the Rust Elector; retries back off as `Backoff` says. */
 function timing(ttlMs: number) {
   return {
-    backoff: Math.min(Math.max(ttlMs / 10, 50), 1000),
     campaignWait: Math.min(Math.max(ttlMs * 3, 1000), 30_000),
     every: ttlMs / 3,
-    retry: Math.max(ttlMs / 10, 10),
   };
 }
 
@@ -80,7 +102,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private refusal: LeaseholdError | undefined;
   private resolveFinished: () => void = () => {};
   private readonly finishedPromise = new Promise<void>((resolve) => (this.resolveFinished = resolve));
-  private readonly log: { warn(message: string): void };
+  private readonly log: ElectorLogger;
+  private readonly warnings = new Warnings();
 
   constructor(
     private readonly client: Client,
@@ -119,20 +142,51 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /**
    * Resolves with the token once we lead; undefined once resigned. Rejects
-   * with `error` when the campaign stopped on one.
+   * with `error` when the campaign stopped on one; with an AbortError when
+   * `opts.signal` is aborted first, and with a DOMException named
+   * "TimeoutError" when `opts.timeoutMs` passes first.
    */
-  elected(): Promise<bigint | undefined> {
+  elected(opts: ElectedOptions = {}): Promise<bigint | undefined> {
+    const { signal, timeoutMs } = opts;
+    if (signal?.aborted) return Promise.reject(abortError(signal.reason));
     if (this.leading !== undefined) return Promise.resolve(this.leading);
     if (this.finished) return this.refusal ? Promise.reject(this.refusal) : Promise.resolve(undefined);
     return new Promise((resolve, reject) => {
-      const onElected = (t: bigint) => resolve(t);
-      this.once("elected", onElected);
-      void this.finishedPromise.then(() => {
+      let timer: NodeJS.Timeout | undefined;
+      const cleanup = () => {
         this.off("elected", onElected);
+        signal?.removeEventListener("abort", onAbort);
+        if (timer !== undefined) clearTimeout(timer);
+      };
+      const onElected = (t: bigint) => {
+        cleanup();
+        resolve(t);
+      };
+      const onAbort = () => {
+        cleanup();
+        reject(abortError(signal?.reason));
+      };
+      this.once("elected", onElected);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          cleanup();
+          reject(new DOMException(`not elected within ${timeoutMs} ms`, "TimeoutError"));
+        }, timeoutMs);
+      }
+      void this.finishedPromise.then(() => {
+        cleanup();
         if (this.refusal) reject(this.refusal);
         else resolve(undefined);
       });
     });
+  }
+
+  /** A retry warning: at most one every 5 s, with the count suppressed; every one at debug. */
+  private retryWarn(message: string): void {
+    this.log.debug?.(message);
+    const n = this.warnings.allow(now());
+    if (n !== undefined) this.log.warn(`${message} (${n} similar warnings suppressed)`);
   }
 
   /** Resolves once we no longer lead with the token we lead with now. */
@@ -216,7 +270,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   }
 
   private async run(): Promise<void> {
-    const { backoff, campaignWait } = timing(this.ttlMs);
+    const { campaignWait } = timing(this.ttlMs);
+    const backoff = Backoff.campaign(this.ttlMs);
     try {
       for (;;) {
         const sent = now();
@@ -234,7 +289,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
             return;
           }
           if (e instanceof TimedOut) {
-            this.log.warn(`campaign for ${this.job}: acquire timed out`);
+            this.retryWarn(`campaign for ${this.job}: acquire timed out`);
             continue;
           }
           if (refused(e)) {
@@ -249,14 +304,15 @@ export class Elector extends EventEmitter<ElectorEvents> {
             }
             return;
           }
-          this.log.warn(`campaign for ${this.job}: acquire failed: ${(e as Error).message}`);
+          this.retryWarn(`campaign for ${this.job}: acquire failed, retrying: ${(e as Error).message}`);
           try {
-            await this.sleepUntil(now() + backoff);
+            await this.sleepUntil(now() + backoff.next());
           } catch {
             return; // stopped
           }
           continue;
         }
+        backoff.reset();
         if (!acquired.acquired) continue;
         const token = acquired.lease.token;
         const anchor = await this.anchor(token, sent);
@@ -291,7 +347,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /** Leads until lost (false) or told to stop (releases; true). */
   private async lead(token: bigint, sent: number): Promise<boolean> {
-    const { every, retry } = timing(this.ttlMs);
+    const { every } = timing(this.ttlMs);
+    const retry = Backoff.renew(this.ttlMs);
     let deadline = sent + this.ttlMs;
     this.setLeader(token, deadline);
     let next = sent + every;
@@ -321,12 +378,13 @@ export class Elector extends EventEmitter<ElectorEvents> {
           this.log.warn(`${this.job}: lease lost (token ${token}): ${e.message}`);
           break;
         }
-        this.log.warn(`${this.job}: renew of token ${token} failed, retrying: ${(e as Error).message}`);
-        next = now() + retry;
+        this.retryWarn(`${this.job}: renew of token ${token} failed, retrying: ${(e as Error).message}`);
+        next = now() + retry.nextBefore(deadline, now());
         continue;
       }
       deadline = at + this.ttlMs;
       next = at + every;
+      retry.reset();
       if (this.leading === token) this.deadline = deadline;
     }
     this.setFollower(token);

@@ -15,10 +15,10 @@
  * await elector.resign();
  * ```
  */
-export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, Watch } from "./client";
+export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
 export type { CallOptions, ClientConfig } from "./client";
 export { Elector } from "./elector";
-export type { ElectorEvents, ElectorOptions } from "./elector";
+export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
 export {
   DiskFull,
   DOMAIN,

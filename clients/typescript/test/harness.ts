@@ -33,6 +33,10 @@ export interface ServerOptions {
   secure?: boolean;
   /** More `leasehold serve` arguments. */
   extra?: string[];
+  /** The address to listen on; default 127.0.0.1:0. */
+  listen?: string;
+  /** The data dir; default a fresh temporary one. */
+  dataDir?: string;
 }
 
 export class Server {
@@ -46,7 +50,7 @@ export class Server {
   ) {}
 
   static start(timeoutMs = 30_000, opts: ServerOptions = {}): Promise<Server> {
-    const dataDir = mkdtempSync(join(tmpdir(), "leasehold-ts-"));
+    const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), "leasehold-ts-"));
     const pki = opts.secure ? makePki(join(dataDir, "pki")) : undefined;
     const tls = pki
       ? ["--tls-cert", join(pki, "server.pem"), "--tls-key", join(pki, "server-key.pem"),
@@ -54,7 +58,7 @@ export class Server {
       : [];
     const proc = spawn(
       serverBinary(),
-      ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+      ["serve", "--listen", opts.listen ?? "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
        "--data-dir", pki ? join(dataDir, "data") : dataDir, ...tls, ...(opts.extra ?? [])],
       { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, RUST_LOG: "warn,rustls=error" } },
     );
@@ -104,6 +108,20 @@ export class Server {
   /** Waits until at least `n` Acquires are queued on the server. */
   async waitWaiters(n: number, timeoutMs = 10_000): Promise<void> {
     await waitUntil(async () => (await this.metric("leasehold_waiting_acquires")) >= n, timeoutMs, `${n} waiter(s)`);
+  }
+
+  /** SIGKILL, keeping the data dir (for `restart`). */
+  async kill(): Promise<void> {
+    if (this.proc.exitCode === null && this.proc.signalCode === null) {
+      const exited = new Promise((r) => this.proc.once("exit", r));
+      this.proc.kill("SIGKILL");
+      await exited;
+    }
+  }
+
+  /** A server again on the same port and data dir, after `kill`. */
+  restart(): Promise<Server> {
+    return Server.start(30_000, { listen: this.target, dataDir: this.dataDir });
   }
 
   async stop(): Promise<void> {

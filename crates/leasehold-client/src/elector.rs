@@ -19,7 +19,11 @@
 //! An error that asking again cannot fix (see
 //! [`ClientError::stops_campaign`]: a TTL out of the server's range, a job
 //! name it refuses, a caller its policy refuses) stops the campaign, and
-//! [`Elector::elected`] returns it. Other errors are retried.
+//! [`Elector::elected`] returns it. Other errors are retried with jittered
+//! exponential backoff (a campaign from 10-100 ms up to 1 s; a renewal
+//! from `ttl / 10`, never waiting past half the time left to its
+//! deadline), and their warnings are limited to one every 5 s, each with
+//! the count of the ones suppressed since.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -29,6 +33,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 
 use crate::clock::tokio_now;
+use crate::retry::{campaign_backoff, renew_backoff, Warnings};
 
 use super::{check_elector_args, elector_holder, Client, ClientError};
 
@@ -190,7 +195,8 @@ struct Campaign {
 
 impl Campaign {
     async fn run(self, mut stop: oneshot::Receiver<()>) {
-        let backoff = (self.ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut backoff = campaign_backoff(self.ttl);
+        let mut warnings = Warnings::new();
         // Wait for the lease in long polls; a release hands over at once.
         let campaign_wait = (self.ttl * 3).clamp(Duration::from_secs(1), Duration::from_secs(30));
         loop {
@@ -202,28 +208,37 @@ impl Campaign {
             };
             match acquired {
                 Ok(Ok(a)) if a.acquired => {
+                    backoff.reset();
                     let token = a.lease.token;
                     let Some(anchor) = self.anchor(token, sent).await else {
                         continue;
                     };
-                    if self.lead(token, anchor, &mut stop).await {
+                    if self.lead(token, anchor, &mut stop, &mut warnings).await {
                         return;
                     }
                 }
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => backoff.reset(),
                 Ok(Err(e)) if e.stops_campaign() => {
                     tracing::error!(job = %self.job, error = %e, "campaign refused; not campaigning again");
                     let _ = self.error.set(e);
                     return;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(job = %self.job, error = %e, "campaign: acquire failed");
+                    if let Some(suppressed) = warnings.allow() {
+                        tracing::warn!(job = %self.job, error = %e, suppressed, "campaign: acquire failed; retrying");
+                    }
+                    let wait = backoff.next();
+                    tracing::debug!(job = %self.job, error = %e, ?wait, "campaign: acquire failed");
                     tokio::select! {
                         _ = &mut stop => return,
-                        _ = sleep(backoff) => {}
+                        _ = sleep(wait) => {}
                     }
                 }
-                Err(_) => tracing::warn!(job = %self.job, "campaign: acquire timed out"),
+                Err(_) => {
+                    if let Some(suppressed) = warnings.allow() {
+                        tracing::warn!(job = %self.job, suppressed, "campaign: acquire timed out");
+                    }
+                }
             }
         }
     }
@@ -261,12 +276,18 @@ impl Campaign {
 
     /// Leads until the lease is lost (returns false) or we are told to stop
     /// (releases, returns true).
-    async fn lead(&self, token: u64, sent: Instant, stop: &mut oneshot::Receiver<()>) -> bool {
+    async fn lead(
+        &self,
+        token: u64,
+        sent: Instant,
+        stop: &mut oneshot::Receiver<()>,
+        warnings: &mut Warnings,
+    ) -> bool {
         let mut deadline = sent + self.ttl;
         self.role.send_replace(Role::Leader { token });
         tracing::info!(job = %self.job, token, "elected");
         let every = self.ttl / 3;
-        let retry = (self.ttl / 10).max(Duration::from_millis(10));
+        let mut retry = renew_backoff(self.ttl);
         let mut next = sent + every;
         loop {
             tokio::select! {
@@ -285,6 +306,7 @@ impl Campaign {
                 Ok(Ok(_)) => {
                     deadline = sent + self.ttl;
                     next = sent + every;
+                    retry.reset();
                 }
                 Ok(Err(ClientError::LeaseLost { message, .. })) => {
                     tracing::warn!(job = %self.job, token, %message, "lease lost");
@@ -297,8 +319,12 @@ impl Campaign {
                     break;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(job = %self.job, token, error = %e, "renew failed; retrying");
-                    next = tokio_now() + retry;
+                    if let Some(suppressed) = warnings.allow() {
+                        tracing::warn!(job = %self.job, token, error = %e, suppressed, "renew failed; retrying");
+                    }
+                    let wait = retry.next_before(deadline);
+                    tracing::debug!(job = %self.job, token, error = %e, ?wait, "renew failed");
+                    next = tokio_now() + wait;
                 }
                 Err(_) => break, // the deadline passed while renewing
             }

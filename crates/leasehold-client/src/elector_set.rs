@@ -42,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 
 use crate::clock::tokio_now;
+use crate::retry::{campaign_backoff, renew_backoff, Warnings};
 
 use super::keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 use super::{check_elector_args, elector_holder, Client, ClientError, Role};
@@ -218,7 +219,8 @@ async fn campaign(
     mut stop: watch::Receiver<bool>,
 ) {
     let ttl = shared.ttl;
-    let backoff = (ttl / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut backoff = campaign_backoff(ttl);
+    let mut warnings = Warnings::new();
     let campaign_wait = (ttl * 3).clamp(Duration::from_secs(1), Duration::from_secs(30));
     let lost = Arc::new(Notify::new());
     loop {
@@ -232,6 +234,7 @@ async fn campaign(
         };
         match acquired {
             Ok(Ok(a)) if a.acquired => {
+                backoff.reset();
                 let token = a.lease.token;
                 let Some(anchor) = anchor(&shared, &job, token, sent).await else {
                     continue;
@@ -255,20 +258,28 @@ async fn campaign(
                     _ = lost.notified() => {}
                 }
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => backoff.reset(),
             Ok(Err(e)) if e.stops_campaign() => {
                 tracing::error!(job, error = %e, "campaign refused; not campaigning again");
                 shared.errors().insert(job, e);
                 return;
             }
             Ok(Err(e)) => {
-                tracing::warn!(job, error = %e, "campaign: acquire failed");
+                if let Some(suppressed) = warnings.allow() {
+                    tracing::warn!(job, error = %e, suppressed, "campaign: acquire failed; retrying");
+                }
+                let wait = backoff.next();
+                tracing::debug!(job, error = %e, ?wait, "campaign: acquire failed");
                 tokio::select! {
                     _ = stop.wait_for(|s| *s) => return,
-                    _ = sleep(backoff) => {}
+                    _ = sleep(wait) => {}
                 }
             }
-            Err(_) => tracing::warn!(job, "campaign: acquire timed out"),
+            Err(_) => {
+                if let Some(suppressed) = warnings.allow() {
+                    tracing::warn!(job, suppressed, "campaign: acquire timed out");
+                }
+            }
         }
     }
 }
@@ -298,7 +309,8 @@ async fn anchor(shared: &Shared, job: &str, token: u64, sent: Instant) -> Option
 async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let ttl = shared.ttl;
     let every = ttl / 3;
-    let retry = (ttl / 10).max(Duration::from_millis(10));
+    let mut retry = renew_backoff(ttl);
+    let mut warnings = Warnings::new();
     let mut stream: Option<KeepAlive> = None;
     let mut next = tokio_now() + every;
     loop {
@@ -335,7 +347,7 @@ async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             continue;
         };
         let sent = tokio_now();
-        let result = timeout_at(earliest.max(sent + retry), async {
+        let result = timeout_at(earliest.max(sent + Duration::from_millis(10)), async {
             if stream.is_none() {
                 stream = Some(shared.client.keep_alive().await?);
             }
@@ -363,16 +375,21 @@ async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     }
                 }
                 next = sent + every;
+                retry.reset();
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "keep-alive failed; retrying");
+                if let Some(suppressed) = warnings.allow() {
+                    tracing::warn!(error = %e, suppressed, "keep-alive failed; retrying");
+                }
                 stream = None;
-                next = tokio_now() + retry;
+                next = tokio_now() + retry.next_before(earliest);
             }
             Err(_) => {
-                tracing::warn!("keep-alive timed out; retrying");
+                if let Some(suppressed) = warnings.allow() {
+                    tracing::warn!(suppressed, "keep-alive timed out; retrying");
+                }
                 stream = None;
-                next = tokio_now() + retry;
+                next = tokio_now() + retry.next_before(earliest);
             }
         }
     }

@@ -49,6 +49,7 @@ mod clock {
 }
 mod keepalive;
 mod pipe;
+mod retry;
 mod writestream;
 
 use std::fmt;
@@ -429,6 +430,12 @@ impl Interceptor for BearerToken {
 type Transport = InterceptedService<Channel, BearerToken>;
 
 /// A typed client. Cheap to clone: clones share one HTTP/2 connection.
+///
+/// The connection needs no reconnect settings: tonic's channel has no
+/// reconnect backoff, and after the connection breaks it connects again
+/// on the next call, so an elector (whose own retries wait at most 1 s
+/// while campaigning) leads again within about a second of the server
+/// coming back.
 #[derive(Clone)]
 pub struct Client {
     leases: LeasesClient<Transport>,

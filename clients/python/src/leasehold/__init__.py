@@ -39,6 +39,7 @@ from .errors import (
     StorageError,
     Unauthenticated,
     Unavailable,
+    DeadlineExceeded,
     UnknownToken,
 )
 from .types import (
@@ -81,6 +82,7 @@ __all__ = [
     "StorageError",
     "StreamWrite",
     "Unavailable",
+    "DeadlineExceeded",
     "UnknownToken",
     "Unauthenticated",
     "PermissionDenied",

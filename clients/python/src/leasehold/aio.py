@@ -29,6 +29,7 @@ from .client import (
     channel_security,
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
+    GIVE_BACK_AFTER,
     _PAGE_SIZE,
     acquire_request,
     key_from_pb,
@@ -41,6 +42,7 @@ from .client import (
     write_outcomes,
     write_request,
 )
+from ._retry import Backoff, Warnings
 from .elector import REFUSALS, campaign_timing
 from .types import (
     Acquired,
@@ -334,8 +336,13 @@ class AsyncClient:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        self._cleanups: "set[asyncio.Task]" = set()
 
     async def close(self) -> None:
+        """Waits for any clean-up of a cancelled Acquire, then closes the
+        channel if this client opened it."""
+        if self._cleanups:
+            await asyncio.gather(*self._cleanups, return_exceptions=True)
         if self._own_channel:
             await self._channel.close()
 
@@ -346,17 +353,45 @@ class AsyncClient:
         await self.close()
 
     async def _call(self, method, request, timeout: Optional[float]):
+        t = self._timeout if timeout is None else timeout
+        started = time.monotonic()
         try:
-            return await method(request, timeout=self._timeout if timeout is None else timeout)
+            return await method(request, timeout=t)
         except grpc.aio.AioRpcError as e:
-            raise errors.from_rpc_error(e) from None
+            raise errors.from_call_error(e, started, t) from None
 
     async def acquire(
         self, job: str, holder: str, ttl: float, wait: float = 0.0, *, timeout: Optional[float] = None
     ) -> Acquired:
+        """As :meth:`leasehold.Client.acquire`. A waiting Acquire (``wait >
+        0``) that is cancelled (``asyncio.CancelledError``) or times out
+        (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
+        a grant it may have been given meanwhile: a task reads the lease
+        100 ms later and releases it if its holder is ``holder``."""
         t = wait + self._timeout if timeout is None else timeout
-        r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+        try:
+            r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+        except (asyncio.CancelledError, errors.DeadlineExceeded):
+            if wait > 0:
+                self._give_back_later(job, holder)
+            raise
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
+
+    def _give_back_later(self, job: str, holder: str) -> None:
+        """A cancelled waiting Acquire's clean-up, as a task of its own."""
+
+        async def give_back() -> None:
+            try:
+                await asyncio.sleep(GIVE_BACK_AFTER)
+                lease = await self.get_lease(job, timeout=5)
+                if lease.holder == holder:
+                    await self.release(job, holder, lease.token, timeout=5)
+            except Exception:  # best effort: the lease runs out on its own
+                pass
+
+        task = asyncio.get_running_loop().create_task(give_back())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
@@ -483,6 +518,7 @@ class AsyncElector:
         self._callback_tasks: "set[asyncio.Task]" = set()
         self._finished = False
         self._error: Optional[errors.LeaseholdError] = None
+        self._warnings = Warnings(log)
 
     @property
     def holder(self) -> str:
@@ -599,7 +635,8 @@ class AsyncElector:
             pass
 
     async def _run(self) -> None:
-        backoff, campaign_wait, _, _ = campaign_timing(self._ttl)
+        campaign_wait, _ = campaign_timing(self._ttl)
+        backoff = Backoff.campaign(self._ttl)
         try:
             while True:
                 sent = time.monotonic()
@@ -613,19 +650,20 @@ class AsyncElector:
                     await self._release_if_granted()
                     return
                 except asyncio.TimeoutError:
-                    log.warning("campaign for %s: acquire timed out", self._job)
+                    self._warnings.warn("campaign for %s: acquire timed out", self._job)
                     continue
                 except REFUSALS as e:
                     log.error("campaign for %s refused, not campaigning again: %s", self._job, e)
                     self._error = e
                     return
                 except errors.LeaseholdError as e:
-                    log.warning("campaign for %s: acquire failed: %s", self._job, e)
+                    self._warnings.warn("campaign for %s: acquire failed, retrying: %s", self._job, e)
                     try:
-                        await self._sleep_until(time.monotonic() + backoff)
+                        await self._sleep_until(time.monotonic() + backoff.next())
                     except _Stopped:
                         return
                     continue
+                backoff.reset()
                 if not a.acquired:
                     continue
                 token = a.lease.token
@@ -654,7 +692,8 @@ class AsyncElector:
             return None
 
     async def _lead(self, token: int, sent: float) -> bool:
-        _, _, every, retry = campaign_timing(self._ttl)
+        _, every = campaign_timing(self._ttl)
+        retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
         await self._set_leader(token, deadline)
         nxt = sent + every
@@ -680,11 +719,12 @@ class AsyncElector:
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             except errors.LeaseholdError as e:
-                log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)
-                nxt = time.monotonic() + retry
+                self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)
+                nxt = time.monotonic() + retry.next_before(deadline)
                 continue
             deadline = now + self._ttl
             nxt = now + every
+            retry.reset()
             if self._token == token:
                 self._deadline = deadline
         await self._set_follower(token)

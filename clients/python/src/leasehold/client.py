@@ -50,6 +50,20 @@ MAX_WRITES_PER_MESSAGE = 1000
 MAX_MESSAGE_BYTES = 48 * 1024
 
 
+#: The channel options every client sets: after the connection breaks, try
+#: again from 100 ms up to 1 s apart (gRPC's default grows to 120 s), so a
+#: client is back within about a second of the server.
+RECONNECT_OPTIONS: Tuple[Tuple[str, object], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+#: How long a cancelled waiting Acquire's clean-up waits before it reads
+#: the lease: time for the server to decide (seconds).
+GIVE_BACK_AFTER = 0.1
+
+
 def normalize_target(target: str) -> str:
     """Accepts ``host:port``, ``http://host:port`` or ``https://host:port``
     (as the Rust client and CLI do) and returns what gRPC expects."""
@@ -100,7 +114,7 @@ def channel_security(
     key: Optional[Pem] = None,
     token: Optional[str] = None,
     server_name: Optional[str] = None,
-) -> Tuple[str, Optional[grpc.ChannelCredentials], List[Tuple[str, str]]]:
+) -> Tuple[str, Optional[grpc.ChannelCredentials], List[Tuple[str, object]]]:
     """(target, credentials, options) for a channel to ``target``: TLS when
     a CA or a client certificate is given or the target is ``https://``
     (the system's roots when no CA is given), plaintext otherwise
@@ -111,7 +125,7 @@ def channel_security(
         raise ValueError("a client certificate needs its key, and a key its certificate")
     tls = ca is not None or cert is not None or target.startswith("https://")
     target = normalize_target(target)
-    options: List[Tuple[str, str]] = []
+    options: List[Tuple[str, object]] = list(RECONNECT_OPTIONS)
     if server_name:
         options.append(("grpc.ssl_target_name_override", server_name))
     if tls:
@@ -498,10 +512,12 @@ class Client:
         return self._timeout
 
     def _call(self, method, request, timeout: Optional[float]):
+        t = self._timeout if timeout is None else timeout
+        started = time.monotonic()
         try:
-            return method(request, timeout=self._timeout if timeout is None else timeout)
+            return method(request, timeout=t)
         except grpc.RpcError as e:
-            raise errors.from_rpc_error(e) from None
+            raise errors.from_call_error(e, started, t) from None
 
     # Leases
 
@@ -510,15 +526,60 @@ class Client:
     ) -> Acquired:
         """Asks for the lease on ``job``; waits up to ``wait`` seconds for it
         to free up. ``timeout`` defaults to ``wait`` plus the client's
-        timeout."""
+        timeout; when it passes the call raises
+        :class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``.
+
+        A waiting Acquire (``wait > 0``) that times out gives back a grant
+        it may have been given meanwhile: the server releases a grant whose
+        reply it could not deliver, and for a reply that was on its way, a
+        thread reads the lease 100 ms later and releases it if its holder
+        is ``holder`` (holders are unique per elector, so that is never
+        someone else's)."""
         t = wait + self._timeout if timeout is None else timeout
-        r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+        try:
+            r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+        except errors.DeadlineExceeded:
+            if wait > 0:
+                self._give_back_later(job, holder)
+            raise
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
 
     def acquire_future(self, job: str, holder: str, ttl: float, wait: float, timeout: float) -> grpc.Future:
         """``acquire`` as a cancellable ``grpc.Future`` of the raw response
-        (used by the Elector). Its exception is a raw ``grpc.RpcError``."""
-        return self._leases.Acquire.future(acquire_request(job, holder, ttl, wait), timeout=timeout)
+        (used by the Elector). Its exception is a raw ``grpc.RpcError``.
+
+        A waiting one (``wait > 0``) that is cancelled, or whose timeout
+        passes, gives back a grant it may have been given meanwhile (see
+        :meth:`acquire`)."""
+        fut = self._leases.Acquire.future(acquire_request(job, holder, ttl, wait), timeout=timeout)
+        if wait > 0:
+
+            def done(f: grpc.Future) -> None:
+                if f.cancelled() or (
+                    f.exception() is not None
+                    and f.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
+                ):
+                    self._give_back_later(job, holder)
+
+            fut.add_done_callback(done)
+        return fut
+
+    def _give_back_later(self, job: str, holder: str) -> None:
+        """A cancelled waiting Acquire's clean-up, on a thread of its own:
+        after :data:`GIVE_BACK_AFTER`, release the lease if it is
+        ``holder``'s. Best effort."""
+
+        def give_back() -> None:
+            try:
+                lease = self.get_lease(job, timeout=5)
+                if lease.holder == holder:
+                    self.release(job, holder, lease.token, timeout=5)
+            except Exception:  # best effort: the lease runs out on its own
+                pass
+
+        t = threading.Timer(GIVE_BACK_AFTER, give_back)
+        t.daemon = True
+        t.start()
 
     def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises

@@ -13,6 +13,13 @@ What no elector can do is notice its own process being paused (GC, SIGSTOP,
 a VM migration): carry the token into every write, so that a stale leader
 is fenced. :attr:`Elector.token` also checks the deadline itself, so it
 turns ``None`` on time even if the elector thread is held up.
+
+Failed calls are retried with jittered exponential backoff: a campaign
+from ttl/10 (10 to 100 ms) doubling up to 1 s, a renewal from ttl/10
+doubling up to 1 s but never waiting past half the time left to its
+deadline. During an outage the ``leasehold.elector`` logger gets at most
+one warning every 5 s per elector, with the count of those suppressed;
+every failed attempt is logged at debug level.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Callable, Optional
 import grpc
 
 from . import errors
+from ._retry import Backoff, Warnings
 from .client import Client
 from .types import check_elector_args, elector_holder
 
@@ -44,11 +52,10 @@ _DONE = "done"
 
 
 def campaign_timing(ttl: float):
-    """(backoff after an error, how long one waiting Acquire waits, renew
-    period, retry period after a failed renew), as the Rust Elector."""
-    backoff = min(max(ttl / 10, 0.05), 1.0)
+    """(how long one waiting Acquire waits, renew period), as the Rust
+    Elector. Retries back off as :class:`~leasehold._retry.Backoff` says."""
     campaign_wait = min(max(ttl * 3, 1.0), 30.0)
-    return backoff, campaign_wait, ttl / 3, max(ttl / 10, 0.01)
+    return campaign_wait, ttl / 3
 
 
 class _Dispatcher:
@@ -129,6 +136,7 @@ class Elector:
         self._error: Optional[errors.LeaseholdError] = None
         self._thread: Optional[threading.Thread] = None
         self._dispatcher = _Dispatcher() if (on_elected or on_lost) else None
+        self._warnings = Warnings(log)
 
     # Public surface
 
@@ -217,7 +225,8 @@ class Elector:
     # The campaign, on the elector thread
 
     def _run(self) -> None:
-        backoff, campaign_wait, _, _ = campaign_timing(self._ttl)
+        campaign_wait, _ = campaign_timing(self._ttl)
+        backoff = Backoff.campaign(self._ttl)
         try:
             while not self._stopped:
                 sent = time.monotonic()
@@ -228,7 +237,7 @@ class Elector:
                     self._release_if_granted()
                     return
                 if outcome == _TIMEOUT:
-                    log.warning("campaign for %s: acquire timed out", self._job)
+                    self._warnings.warn("campaign for %s: acquire timed out", self._job)
                     continue
                 err = fut.exception()
                 if err is not None:
@@ -238,10 +247,11 @@ class Elector:
                         with self._cond:
                             self._error = e
                         return
-                    log.warning("campaign for %s: acquire failed: %s", self._job, e)
-                    if self._sleep_until(time.monotonic() + backoff):
+                    self._warnings.warn("campaign for %s: acquire failed, retrying: %s", self._job, e)
+                    if self._sleep_until(time.monotonic() + backoff.next()):
                         return
                     continue
+                backoff.reset()
                 r = fut.result()
                 if not r.acquired:
                     continue
@@ -312,7 +322,8 @@ class Elector:
     def _lead(self, token: int, sent: float) -> bool:
         """Leads until the lease is lost (False) or we are told to stop
         (releases; True)."""
-        _, _, every, retry = campaign_timing(self._ttl)
+        _, every = campaign_timing(self._ttl)
+        retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
         self._set_leader(token, deadline)
         nxt = sent + every
@@ -334,6 +345,7 @@ class Elector:
             if err is None:
                 deadline = now + self._ttl
                 nxt = now + every
+                retry.reset()
                 with self._cond:
                     if self._token == token:
                         self._deadline = deadline
@@ -342,8 +354,8 @@ class Elector:
             if isinstance(e, (errors.LeaseLost,) + REFUSALS):
                 log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
-            log.warning("%s: renew of token %d failed, retrying: %s", self._job, token, e)
-            nxt = time.monotonic() + retry
+            self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)
+            nxt = time.monotonic() + retry.next_before(deadline)
         self._set_follower(token)
         return False
 

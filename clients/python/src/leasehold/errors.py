@@ -35,6 +35,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import time
 from typing import Iterable, Mapping, Optional, Tuple
 
 import grpc
@@ -205,6 +206,13 @@ class Unavailable(LeaseholdError):
     retryable = True
 
 
+class DeadlineExceeded(Unavailable, TimeoutError):
+    """A call's timeout passed before the answer (DEADLINE_EXCEEDED): an
+    :class:`Unavailable`, and the built-in ``TimeoutError`` too, so
+    ``except TimeoutError`` catches it. The outcome of a change is
+    unknown."""
+
+
 class StorageError(Unavailable):
     """The server could not make the change durable (reason STORAGE)."""
 
@@ -304,11 +312,30 @@ def from_status(
             cls = Unauthenticated
         elif code == grpc.StatusCode.PERMISSION_DENIED:
             cls = PermissionDenied
+        elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            cls = DeadlineExceeded
         elif code in _UNAVAILABLE_CODES:
             cls = Unavailable
         else:
             cls = LeaseholdError
     return cls(message, code=code, reason=reason, metadata=metadata)
+
+
+def from_call_error(e: grpc.RpcError, started: float, timeout: Optional[float]) -> LeaseholdError:
+    """:func:`from_rpc_error` for a call started at ``started``
+    (``time.monotonic()``) with ``timeout``: a call that failed because its
+    timeout passed is a :class:`DeadlineExceeded`, whether gRPC said so or
+    the server answered first that the timeout it was sent expired
+    (CANCELLED)."""
+    err = from_rpc_error(e)
+    if (
+        timeout is not None
+        and type(err) is Unavailable
+        and err.code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED)
+        and time.monotonic() - started >= timeout
+    ):
+        return DeadlineExceeded(err.message, code=err.code, reason=err.reason, metadata=err.metadata)
+    return err
 
 
 def from_rpc_error(e: grpc.RpcError) -> LeaseholdError:

@@ -1,6 +1,9 @@
 package dev.leasehold.client;
 
+import com.google.common.util.concurrent.FutureCallback;
+import com.google.common.util.concurrent.Futures;
 import com.google.common.util.concurrent.ListenableFuture;
+import com.google.common.util.concurrent.MoreExecutors;
 import com.google.protobuf.ByteString;
 import dev.leasehold.v1.AcquireRequest;
 import dev.leasehold.v1.AcquireResponse;
@@ -29,6 +32,10 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 
@@ -57,6 +64,16 @@ public final class Client implements AutoCloseable {
   private static final String PROCESS_UUID = UUID.randomUUID().toString();
 
   private final ManagedChannel owned;
+  /** The channel, when it is a ManagedChannel: its connect backoff is reset after a call finds the server unavailable. */
+  private final ManagedChannel managed;
+  /** How long a cancelled waiting Acquire's clean-up waits before it reads the lease. */
+  private static final long GIVE_BACK_AFTER_MS = 100;
+  /** Runs the clean-ups of cancelled waiting Acquires. */
+  private static final ScheduledExecutorService CLEANUP = Executors.newSingleThreadScheduledExecutor(r -> {
+    Thread t = new Thread(r, "leasehold-give-back");
+    t.setDaemon(true);
+    return t;
+  });
   private final LeasesGrpc.LeasesBlockingStub leases;
   private final LeasesGrpc.LeasesFutureStub leasesFuture;
   private final FencedStoreGrpc.FencedStoreBlockingStub store;
@@ -67,6 +84,7 @@ public final class Client implements AutoCloseable {
     this.owned = owned;
     this.leases = LeasesGrpc.newBlockingStub(channel);
     this.leasesFuture = LeasesGrpc.newFutureStub(channel);
+    this.managed = channel instanceof ManagedChannel m ? m : null;
     this.store = FencedStoreGrpc.newBlockingStub(channel);
     this.storeAsync = FencedStoreGrpc.newStub(channel);
     this.timeout = timeout;
@@ -146,11 +164,42 @@ public final class Client implements AutoCloseable {
     }
   }
 
-  private static <S extends io.grpc.stub.AbstractStub<S>, R> R call(S stub, Duration timeout, Function<S, R> f) {
+  /**
+   * Runs a blocking call. A thread interrupted during it gets a
+   * {@link CancellationException} whose cause is the leasehold error the
+   * call ended with (the thread's interrupt flag stays set).
+   */
+  private <S extends io.grpc.stub.AbstractStub<S>, R> R call(S stub, Duration timeout, Function<S, R> f) {
     try {
       return f.apply(stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS));
     } catch (StatusRuntimeException e) {
-      throw Errors.from(e);
+      throw failed(e);
+    }
+  }
+
+  private RuntimeException failed(Throwable e) {
+    LeaseholdException le = Errors.from(e);
+    if (le instanceof UnavailableException) {
+      reconnectNow();
+    }
+    if (e.getCause() instanceof InterruptedException || Thread.currentThread().isInterrupted()) {
+      Thread.currentThread().interrupt();
+      CancellationException c = new CancellationException("interrupted: " + le.getMessage());
+      c.initCause(le);
+      return c;
+    }
+    return le;
+  }
+
+  /**
+   * Ends the channel's reconnect backoff, so that it connects again at once:
+   * grpc-java's backoff grows to 120 s and has no public setting, so after
+   * a call finds the server unavailable the client (and the elector before
+   * each retry) resets it, and is back within about a second of the server.
+   */
+  void reconnectNow() {
+    if (managed != null) {
+      managed.resetConnectBackoff();
     }
   }
 
@@ -163,9 +212,28 @@ public final class Client implements AutoCloseable {
     return RenewRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).setTtl(Durations.toProto(ttl)).build();
   }
 
-  /** Asks for the lease on {@code job}; waits up to {@code wait} for it to free up. */
+  /**
+   * Asks for the lease on {@code job}; waits up to {@code wait} for it to
+   * free up.
+   *
+   * <p>A waiting Acquire ({@code wait > 0}) that is cancelled (the thread
+   * interrupted: {@link CancellationException}) or times out gives back a
+   * grant it may have been given meanwhile: the server releases a grant
+   * whose reply it could not deliver, and for a reply that was on its way,
+   * 100 ms later the client reads the lease and releases it if its holder
+   * is {@code holder} (holders are unique per elector, so that is never
+   * someone else's).
+   */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait) {
-    AcquireResponse r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait)));
+    AcquireResponse r;
+    try {
+      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait)));
+    } catch (CancellationException | UnavailableException e) {
+      if (!wait.isZero() && (e instanceof CancellationException || isTimeout(e))) {
+        giveBackLater(job, holder);
+      }
+      throw e;
+    }
     return new Acquired(r.getAcquired(), Lease.fromProto(r.getLease()));
   }
 
@@ -174,14 +242,79 @@ public final class Client implements AutoCloseable {
     return acquire(job, holder, ttl, Duration.ZERO);
   }
 
-  /** Acquire as a cancellable future of the raw response (for the Elector). */
-  ListenableFuture<AcquireResponse> acquireAsync(String job, String holder, Duration ttl, Duration wait, Duration timeout) {
-    return leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
+  /**
+   * {@link #acquire(String, String, Duration, Duration)} as a future, for
+   * waiting with a timeout ({@code get(timeout)} throws
+   * {@link java.util.concurrent.TimeoutException}) or cancelling:
+   * {@code cancel(true)} cancels the call, {@code get} then throws
+   * {@link CancellationException}, and a waiting Acquire so cancelled gives
+   * back a grant it may have been given meanwhile. A failed call completes
+   * it exceptionally with the {@link LeaseholdException} ({@code get}'s
+   * {@link java.util.concurrent.ExecutionException} has it as the cause).
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait) {
+    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, wait.plus(timeout));
+    CompletableFuture<Acquired> out = new CompletableFuture<>() {
+      @Override
+      public boolean cancel(boolean mayInterruptIfRunning) {
+        boolean cancelled = super.cancel(mayInterruptIfRunning);
+        call.cancel(true);
+        return cancelled;
+      }
+    };
+    Futures.addCallback(call, new FutureCallback<AcquireResponse>() {
+      @Override
+      public void onSuccess(AcquireResponse r) {
+        out.complete(new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())));
+      }
+
+      @Override
+      public void onFailure(Throwable t) {
+        out.completeExceptionally(t instanceof CancellationException ? t : Errors.from(t));
+      }
+    }, MoreExecutors.directExecutor());
+    return out;
+  }
+
+  private static boolean isTimeout(RuntimeException e) {
+    return e instanceof UnavailableException u
+        && (u.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED || u.code() == io.grpc.Status.Code.CANCELLED);
+  }
+
+  /** A cancelled waiting Acquire's clean-up: release the lease if it is {@code holder}'s. Best effort. */
+  private void giveBackLater(String job, String holder) {
+    CLEANUP.schedule(() -> {
+      try {
+        Lease l = getLease(job);
+        if (holder.equals(l.holder())) {
+          release(job, holder, l.token());
+        }
+      } catch (RuntimeException e) {
+        // best effort: the lease runs out on its own
+      }
+    }, GIVE_BACK_AFTER_MS, TimeUnit.MILLISECONDS);
+  }
+
+  /**
+   * Acquire as a cancellable future of the raw response (for the Elector).
+   * A waiting one that is cancelled gives back a grant it may have been
+   * given meanwhile.
+   */
+  ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout) {
+    ListenableFuture<AcquireResponse> f = leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
         .acquire(acquireRequest(job, holder, ttl, wait));
+    if (!wait.isZero()) {
+      f.addListener(() -> {
+        if (f.isCancelled()) {
+          giveBackLater(job, holder);
+        }
+      }, MoreExecutors.directExecutor());
+    }
+    return f;
   }
 
   /** Renew as a cancellable future of the raw response (for the Elector). */
-  ListenableFuture<RenewResponse> renewAsync(String job, String holder, long token, Duration ttl, Duration timeout) {
+  ListenableFuture<RenewResponse> renewCall(String job, String holder, long token, Duration ttl, Duration timeout) {
     return leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
         .renew(renewRequest(job, holder, token, ttl));
   }

@@ -49,6 +49,12 @@ import java.util.logging.Logger;
  * it, so two electors for one job in one process compete as two processes
  * would.
  *
+ * <p>Failed calls are retried with jittered exponential backoff: a campaign
+ * from ttl/10 (10 to 100 ms) doubling up to 1 s, a renewal from ttl/10
+ * doubling up to 1 s but never waiting past half the time left to its
+ * deadline. Retry warnings come at most one every 5 s per elector, with the
+ * count of those suppressed; every failed attempt is logged at FINE.
+ *
  * <p>An empty job or name, or a TTL that is not positive, is refused with
  * {@link IllegalArgumentException} by the builder. A campaign the server
  * refuses with an error retrying cannot fix ({@link InvalidArgumentException},
@@ -76,6 +82,7 @@ public final class Elector implements AutoCloseable {
   private long deadline; // System.nanoTime() when leading
   private Thread thread;
   private final ExecutorService callbacks;
+  private final Retry.Warnings warnings = new Retry.Warnings();
 
   private Elector(Builder b) {
     this.client = b.client;
@@ -322,27 +329,36 @@ public final class Elector implements AutoCloseable {
     return ttl.toNanos();
   }
 
+  /** A retry warning: at most one every 5 s, with the count suppressed since; every one at FINE. */
+  private void retryWarning(String message) {
+    LOG.fine(message);
+    long n = warnings.allow(System.nanoTime());
+    if (n >= 0) {
+      LOG.warning(message + " (" + n + " similar warnings suppressed)");
+    }
+  }
+
   private static long clamp(long v, long lo, long hi) {
     return Math.min(Math.max(v, lo), hi);
   }
 
   private void run() {
     long ms = TimeUnit.MILLISECONDS.toNanos(1);
-    long backoff = clamp(ttlNanos() / 10, 50 * ms, 1000 * ms);
+    Retry.Backoff backoff = Retry.Backoff.campaign(ttlNanos());
     long campaignWait = clamp(ttlNanos() * 3, 1000 * ms, 30_000 * ms);
     try {
       while (!isStopped()) {
         long sent = System.nanoTime();
         long limit = campaignWait + ttlNanos();
         ListenableFuture<AcquireResponse> f =
-            client.acquireAsync(job, holder, ttl, Duration.ofNanos(campaignWait), Duration.ofNanos(limit));
+            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), Duration.ofNanos(limit));
         Outcome o = await(f, sent + limit);
         if (o == Outcome.STOP) {
           releaseIfGranted();
           return;
         }
         if (o == Outcome.TIMEOUT) {
-          LOG.warning(job + ": campaign: acquire timed out");
+          retryWarning(job + ": campaign: acquire timed out");
           continue;
         }
         AcquireResponse r;
@@ -360,12 +376,14 @@ public final class Elector implements AutoCloseable {
             }
             return;
           }
-          LOG.warning(job + ": campaign: acquire failed: " + le);
-          if (sleepUntil(System.nanoTime() + backoff)) {
+          retryWarning(job + ": campaign: acquire failed, retrying: " + le);
+          client.reconnectNow();
+          if (sleepUntil(System.nanoTime() + backoff.next())) {
             return;
           }
           continue;
         }
+        backoff.reset();
         if (!r.getAcquired()) {
           continue;
         }
@@ -497,7 +515,7 @@ public final class Elector implements AutoCloseable {
   /** Leads until lost (false) or told to stop (releases; true). */
   private boolean lead(long t, long sent) throws InterruptedException {
     long every = ttlNanos() / 3;
-    long retry = Math.max(ttlNanos() / 10, TimeUnit.MILLISECONDS.toNanos(10));
+    Retry.Backoff retry = Retry.Backoff.renew(ttlNanos());
     long until = sent + ttlNanos();
     setLeader(t, until);
     long next = sent + every;
@@ -511,7 +529,7 @@ public final class Elector implements AutoCloseable {
         LOG.warning(job + ": token " + t + " reached its deadline without a renewal");
         break;
       }
-      ListenableFuture<?> f = client.renewAsync(job, holder, t, ttl, Duration.ofNanos(until - now));
+      ListenableFuture<?> f = client.renewCall(job, holder, t, ttl, Duration.ofNanos(until - now));
       Outcome o = await(f, until);
       if (o == Outcome.STOP) {
         return resign(t, until);
@@ -528,12 +546,15 @@ public final class Elector implements AutoCloseable {
           LOG.warning(job + ": lease lost (token " + t + "): " + le.getMessage());
           break;
         }
-        LOG.warning(job + ": renew of token " + t + " failed, retrying: " + le);
-        next = System.nanoTime() + retry;
+        retryWarning(job + ": renew of token " + t + " failed, retrying: " + le);
+        client.reconnectNow();
+        long at = System.nanoTime();
+        next = at + retry.nextBefore(until, at);
         continue;
       }
       until = now + ttlNanos();
       next = now + every;
+      retry.reset();
       lock.lock();
       try {
         if (token == t) {

@@ -87,10 +87,24 @@ final class ServerProcess implements AutoCloseable {
    * that are not flags name files of the PKI dir.
    */
   private ServerProcess(boolean withPki, String... extra) throws Exception {
-    dataDir = Files.createTempDirectory("leasehold-java-");
+    this(Files.createTempDirectory("leasehold-java-"), "127.0.0.1:0", withPki, extra);
+  }
+
+  /** Starts the server again on the same port and data dir, after {@link #kill()}. */
+  ServerProcess restart() throws Exception {
+    return new ServerProcess(dataDir, target, false);
+  }
+
+  /** SIGKILL, keeping the data dir (for {@link #restart()}). */
+  void kill() throws Exception {
+    process.destroyForcibly().waitFor();
+  }
+
+  private ServerProcess(Path dataDir, String listen, boolean withPki, String... extra) throws Exception {
+    this.dataDir = dataDir;
     pki = withPki ? makePki(dataDir.resolve("pki")) : null;
     java.util.List<String> args = new java.util.ArrayList<>(java.util.List.of(binary().toString(), "serve",
-        "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
+        "--listen", listen, "--admin-listen", "127.0.0.1:0",
         "--data-dir", withPki ? dataDir.resolve("data").toString() : dataDir.toString()));
     for (String a : extra) {
       args.add(pki == null || a.startsWith("--") ? a : pki.resolve(a).toString());
@@ -184,6 +198,9 @@ final class ServerProcess implements AutoCloseable {
       if (!process.waitFor(15, TimeUnit.SECONDS)) {
         process.destroyForcibly().waitFor();
       }
+    }
+    if (!Files.exists(dataDir)) {
+      return;
     }
     try (var walk = Files.walk(dataDir)) {
       walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());

@@ -1,0 +1,196 @@
+package dev.leasehold.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * Retries, reconnecting and cancellation against the real server: an
+ * outage is retried with backoff and bounded warnings, the elector leads
+ * again soon after the server is back, cancellation and timeouts surface as
+ * java.util.concurrent's own types, and a cancelled waiting Acquire gives
+ * back a grant it may have been given.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class RetriesTest {
+  private static final long MS = TimeUnit.MILLISECONDS.toNanos(1);
+
+  @Test
+  void backoffDoublesWithJitterUpToItsCapAndWarningsComeOneEveryFewSeconds() {
+    Retry.Backoff b = new Retry.Backoff(100 * MS, 1000 * MS);
+    for (long want : new long[] {100, 200, 400, 800, 1000, 1000}) {
+      long d = b.next();
+      assertTrue(d >= want * MS / 2 && d <= want * MS, d + " not in [" + want / 2 + ", " + want + "] ms");
+    }
+    b.reset();
+    assertTrue(b.next() <= 100 * MS);
+    assertTrue(new Retry.Backoff(5000 * MS, 5000 * MS).nextBefore(12_000 * MS, 10_000 * MS) <= 1000 * MS);
+    Retry.Warnings w = new Retry.Warnings();
+    assertEquals(0, w.allow(0));
+    for (int i = 1; i < 50; i++) {
+      assertEquals(-1, w.allow(i * 100 * MS));
+    }
+    assertEquals(49, w.allow(Retry.WARN_EVERY_NANOS));
+  }
+
+  /** Counts the elector's warnings, and its failed attempts (one FINE record each). */
+  static final class Count extends Handler {
+    final AtomicInteger warnings = new AtomicInteger();
+    final AtomicInteger attempts = new AtomicInteger();
+
+    @Override
+    public void publish(LogRecord r) {
+      if (r.getLevel() == Level.WARNING) {
+        warnings.incrementAndGet();
+      } else if (r.getLevel() == Level.FINE) {
+        attempts.incrementAndGet();
+      }
+    }
+
+    @Override
+    public void flush() {}
+
+    @Override
+    public void close() {}
+  }
+
+  @Test
+  void anOutageIsRetriedWithBackoffAndTheElectorLeadsAgainWhenTheServerIsBack() throws Exception {
+    Logger log = Logger.getLogger(Elector.class.getName());
+    Count count = new Count();
+    Level level = log.getLevel();
+    log.addHandler(count);
+    log.setLevel(Level.FINE);
+    ServerProcess server = new ServerProcess();
+    ServerProcess back = null;
+    try (Client client = Client.connect(server.target);
+        Elector e = Elector.builder(client, "outage", "e").ttl(Duration.ofSeconds(2)).start()) {
+      long first = e.awaitElected(Duration.ofSeconds(10)).orElseThrow();
+      server.kill();
+      Thread.sleep(5000);
+      assertFalse(e.isLeader(), "stepped down by its deadline");
+      int warnings = count.warnings.get();
+      int attempts = count.attempts.get();
+      System.out.println("5 s outage: " + attempts + " failed attempts, " + warnings + " warnings");
+      // Renewals from ttl/10 within the deadline, then a campaign from 100 ms
+      // up to 1 s; warnings one every 5 s, plus the step-down.
+      assertTrue(attempts <= 25, attempts + " attempts in a 5 s outage");
+      assertTrue(warnings <= 4, warnings + " warnings in a 5 s outage");
+      back = server.restart();
+      long t = System.nanoTime();
+      long token = e.awaitElected(Duration.ofSeconds(15)).orElseThrow();
+      System.out.println("re-elected " + (System.nanoTime() - t) / MS + " ms after the server was back");
+      assertTrue(token >= first);
+    } finally {
+      log.removeHandler(count);
+      log.setLevel(level);
+      if (back != null) {
+        back.close();
+      }
+      server.close();
+    }
+  }
+
+  @Test
+  void cancellationAndTimeoutsAreJavaConcurrentTypesWithTheLeaseholdErrorAsCause() throws Exception {
+    try (ServerProcess server = new ServerProcess(); Client client = Client.connect(server.target)) {
+      assertTrue(client.acquire("cancel", "a", Duration.ofSeconds(30)).acquired());
+      // A future: get(timeout) times out; cancel(true) cancels the call.
+      CompletableFuture<Acquired> f = client.acquireAsync("cancel", "b", Duration.ofSeconds(30), Duration.ofSeconds(10));
+      assertThrows(TimeoutException.class, () -> f.get(100, TimeUnit.MILLISECONDS));
+      assertTrue(f.cancel(true));
+      assertThrows(CancellationException.class, f::get);
+      // A blocking call whose thread is interrupted.
+      AtomicReference<Throwable> thrown = new AtomicReference<>();
+      Thread t = new Thread(() -> {
+        try {
+          client.acquire("cancel", "c", Duration.ofSeconds(30), Duration.ofSeconds(10));
+        } catch (RuntimeException e) {
+          thrown.set(e);
+        }
+      });
+      t.start();
+      server.waitWaiters(1);
+      t.interrupt();
+      t.join(5000);
+      assertInstanceOf(CancellationException.class, thrown.get());
+      assertInstanceOf(LeaseholdException.class, thrown.get().getCause());
+      // A failed call: ExecutionException with the leasehold error.
+      ExecutionException ee = assertThrows(ExecutionException.class,
+          () -> client.acquireAsync("cancel", "d", Duration.ZERO, Duration.ZERO).get());
+      assertInstanceOf(InvalidArgumentException.class, ee.getCause());
+    }
+  }
+
+  @Test
+  void aCancelledWaitingAcquireGivesBackAGrantItWasGiven() throws Exception {
+    int told = 0;
+    int givenBack = 0;
+    try (ServerProcess server = new ServerProcess(); Client a = Client.connect(server.target)) {
+      for (int i = 0; i < 50; i++) {
+        String job = "cancel-" + i;
+        Acquired held = a.acquire(job, "a", Duration.ofSeconds(30));
+        assertTrue(held.acquired());
+        try (Client b = Client.connect(server.target)) {
+          CompletableFuture<Acquired> waiting = b.acquireAsync(job, "b", Duration.ofSeconds(30), Duration.ofSeconds(20));
+          server.waitWaiters(1);
+          long skew = (i * 137L % 1000) * 1000; // ns
+          final int round = i;
+          Thread canceller = new Thread(() -> {
+            if (round % 2 == 0) {
+              java.util.concurrent.locks.LockSupport.parkNanos(skew);
+            }
+            waiting.cancel(true);
+          });
+          canceller.start();
+          if (i % 2 == 1) {
+            java.util.concurrent.locks.LockSupport.parkNanos(skew);
+          }
+          a.release(job, "a", held.lease().token());
+          canceller.join();
+          Acquired r = null;
+          try {
+            r = waiting.get(10, TimeUnit.SECONDS);
+          } catch (CancellationException | ExecutionException e) {
+            // cancelled, or failed
+          }
+          if (r != null && r.acquired()) {
+            told++;
+            continue;
+          }
+          long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(3);
+          while (true) {
+            Lease l = a.getLease(job);
+            if (l.holder() == null || l.holder().isEmpty()) {
+              if (l.token() > held.lease().token()) {
+                givenBack++;
+              }
+              break;
+            }
+            assertTrue(System.nanoTime() < end, job + ": held by " + l.holder() + " after its Acquire was cancelled");
+            Thread.sleep(20);
+          }
+          Thread.sleep(150); // let B's clean-up finish before its channel closes
+        }
+      }
+    }
+    System.out.println("50 rounds: " + told + " grants reached B before the cancel, " + givenBack + " given back");
+  }
+}
