@@ -367,18 +367,106 @@ pub struct JobsShown {
 
 /// A job as [`JobsShown::pick`] orders it: by `key` (0 when led, else 1 +
 /// the nanoseconds it has been without a leader), then by name.
-#[derive(Clone, Copy)]
-struct Ranked<'a> {
+#[derive(Clone)]
+struct Ranked {
     key: u64,
-    job: &'a JobName,
+    job: JobName,
     leadership: Leadership,
 }
 
-impl Ranked<'_> {
-    fn order(&self, other: &Ranked<'_>) -> std::cmp::Ordering {
+impl Ranked {
+    fn order(&self, other: &Ranked) -> std::cmp::Ordering {
         self.key
             .cmp(&other.key)
             .then_with(|| self.job.as_str().cmp(other.job.as_str()))
+    }
+}
+
+/// Picks the jobs [`JobsShown`] shows, offered one at a time: in chunks,
+/// so that the lease table's lock need not be held for the whole walk.
+///
+/// Candidates go into a buffer of at most `2 * max`; when it fills,
+/// `select_nth_unstable` keeps the best `max` and the worst of those
+/// becomes the bar a later job must beat to be looked at again. O(jobs)
+/// whatever their order, one integer comparison for most jobs, and a name
+/// copied only when it goes into the buffer.
+pub struct Picker {
+    max: usize,
+    buf: Vec<Ranked>,
+    bar: Option<(u64, JobName)>,
+    total: usize,
+    led: usize,
+}
+
+impl Picker {
+    /// A picker of at most `max` jobs.
+    pub fn new(max: usize) -> Picker {
+        Picker {
+            max,
+            buf: Vec::with_capacity(max.saturating_mul(2).min(8192)),
+            bar: None,
+            total: 0,
+            led: 0,
+        }
+    }
+
+    /// Counts one job, and keeps it if it may be shown.
+    pub fn offer(&mut self, job: &JobName, leadership: Leadership) {
+        self.total += 1;
+        let key = match leadership {
+            Leadership::Led { .. } => {
+                self.led += 1;
+                0
+            }
+            Leadership::Vacant { for_, .. } => {
+                u64::try_from(for_.as_nanos()).map_or(u64::MAX, |n| n.saturating_add(1))
+            }
+        };
+        if self.max == 0 {
+            return;
+        }
+        if let Some((bkey, bjob)) = &self.bar {
+            let beats = key
+                .cmp(bkey)
+                .then_with(|| job.as_str().cmp(bjob.as_str()))
+                .is_lt();
+            if !beats {
+                return;
+            }
+        }
+        self.buf.push(Ranked {
+            key,
+            job: job.clone(),
+            leadership,
+        });
+        if self.buf.len() >= self.max.saturating_mul(2) {
+            self.keep_best();
+            let worst = &self.buf[self.max - 1];
+            self.bar = Some((worst.key, worst.job.clone()));
+        }
+    }
+
+    fn keep_best(&mut self) {
+        if self.buf.len() > self.max {
+            self.buf.select_nth_unstable_by(self.max - 1, Ranked::order);
+            self.buf.truncate(self.max);
+        }
+    }
+
+    /// What was picked.
+    pub fn finish(mut self) -> JobsShown {
+        self.keep_best();
+        let mut shown: Vec<(JobName, Leadership)> = self
+            .buf
+            .into_iter()
+            .map(|r| (r.job, r.leadership))
+            .collect();
+        shown.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        JobsShown {
+            total: self.total,
+            led: self.led,
+            shown,
+        }
     }
 }
 
@@ -388,61 +476,16 @@ impl JobsShown {
     /// leadership changed most recently (leaderless for the shortest
     /// time); ties by name. The rest are counted in
     /// `leasehold_metrics_jobs_omitted`, and in the totals like every job.
-    ///
-    /// One pass over borrowed names. Candidates go into a buffer of at
-    /// most `2 * max`; when it fills, `select_nth_unstable` keeps the best
-    /// `max` and the worst of those becomes the bar a later job must beat
-    /// to be looked at again. O(jobs) whatever their order, one integer
-    /// comparison for most jobs, nothing allocated per job, and only the
-    /// kept names are copied. The caller holds the lease table's lock
-    /// around it: a million jobs must not stall renewals for long.
+    /// See [`Picker`], which does it a job at a time.
     pub fn pick<'a>(
         jobs: impl IntoIterator<Item = (&'a JobName, Leadership)>,
         max: usize,
     ) -> JobsShown {
-        let cap = max.saturating_mul(2);
-        let mut buf: Vec<Ranked<'a>> = Vec::with_capacity(cap.min(8192));
-        let mut bar: Option<Ranked<'a>> = None;
-        let (mut total, mut led) = (0, 0);
+        let mut p = Picker::new(max);
         for (job, leadership) in jobs {
-            total += 1;
-            let key = match leadership {
-                Leadership::Led { .. } => {
-                    led += 1;
-                    0
-                }
-                Leadership::Vacant { for_, .. } => {
-                    u64::try_from(for_.as_nanos()).map_or(u64::MAX, |n| n.saturating_add(1))
-                }
-            };
-            if max == 0 {
-                continue;
-            }
-            let r = Ranked {
-                key,
-                job,
-                leadership,
-            };
-            if bar.is_some_and(|b| r.order(&b).is_ge()) {
-                continue;
-            }
-            buf.push(r);
-            if buf.len() >= cap {
-                buf.select_nth_unstable_by(max - 1, Ranked::order);
-                buf.truncate(max);
-                bar = Some(buf[max - 1]);
-            }
+            p.offer(job, leadership);
         }
-        if buf.len() > max {
-            buf.select_nth_unstable_by(max - 1, Ranked::order);
-            buf.truncate(max);
-        }
-        let mut shown: Vec<(JobName, Leadership)> = buf
-            .into_iter()
-            .map(|r| (r.job.clone(), r.leadership))
-            .collect();
-        shown.sort_unstable_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        JobsShown { total, led, shown }
+        p.finish()
     }
 }
 

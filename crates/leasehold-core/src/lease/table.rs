@@ -782,11 +782,27 @@ impl LeaseTable {
         &mut self,
         now: Instant,
     ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
+        self.settle_leadership_after(None, now)
+    }
+
+    /// [`LeaseTable::settle_leadership`], of the jobs after `after` in name
+    /// order only: a caller can walk the table in chunks.
+    pub fn settle_leadership_after(
+        &mut self,
+        after: Option<&JobName>,
+        now: Instant,
+    ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
         let (stats, faults) = (&mut self.stats, self.faults);
-        self.jobs.iter_mut().map(move |(name, job)| {
-            job.settle(now, stats, faults);
-            (name, job.leadership(now))
-        })
+        let start = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        self.jobs
+            .range_mut::<JobName, _>((start, Bound::Unbounded))
+            .map(move |(name, job)| {
+                job.settle(now, stats, faults);
+                (name, job.leadership(now))
+            })
     }
 
     /// Forgets a job that has no live lease and nobody waiting for it, and
