@@ -183,7 +183,10 @@ fn start_server(a: &IsolationArgs, data: &Path) -> Res<Server> {
         "127.0.0.1:0",
         "--max-ttl",
         "24h",
+        // The /metrics part holds --metrics-jobs jobs and the leader's.
+        "--max-jobs",
     ])
+    .arg((a.metrics_jobs + 100).max(1_000_000).to_string())
     .arg("--data-dir")
     .arg(data)
     .args(&a.server_arg)
@@ -632,15 +635,43 @@ async fn attack_round(
     let admin = s.admin.clone().ok_or("no admin address")?;
     let pid = s.pid();
     let secs = Duration::from_secs_f64(a.seconds);
-    let mut leader =
-        Leader::start(&s.addr, Duration::from_secs_f64(a.ttl), !a.no_leader_writes).await?;
+    // The leader is another client than the attacker: its own thread and
+    // runtime (and connection), so that the attacker's tasks in this
+    // process never delay its calls; only the server and the cores they
+    // share can.
+    let (base_tx, base_rx) = tokio::sync::oneshot::channel::<Res<Window>>();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let (addr, ttl, writes) = (
+        s.addr.clone(),
+        Duration::from_secs_f64(a.ttl),
+        !a.no_leader_writes,
+    );
+    let leader_thread = std::thread::spawn(move || -> Res<(Window, Option<String>)> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let mut leader = match Leader::start(&addr, ttl, writes).await {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = base_tx.send(Err(e.to_string().into()));
+                    return Err("the leader did not start".into());
+                }
+            };
+            let _ = base_tx.send(Ok(leader.window(secs).await));
+            go_rx.await?;
+            let under = leader.window(secs).await;
+            let end_check = leader.still_holds().await;
+            Ok((under, end_check))
+        })
+    });
     say!(
         t0,
         "{name}: baseline, the leader alone for {:.0} s",
         a.seconds
     );
     let c0 = cpu_seconds(pid)?;
-    let base = leader.window(secs).await;
+    let base = base_rx.await??;
     let c1 = cpu_seconds(pid)?;
     let rss_before = rss_bytes(pid)?;
     say!(
@@ -653,11 +684,13 @@ async fn attack_round(
     );
     let (sampler_stop, sampler) = rss_sampler(pid);
     let atk = start_attack(a, name, &s, &admin, t0).await?;
-    let under = leader.window(secs).await;
+    let _ = go_tx.send(());
+    let (under, end_check) = tokio::task::spawn_blocking(move || leader_thread.join())
+        .await?
+        .map_err(|_| "the leader's thread panicked")??;
     let c2 = cpu_seconds(pid)?;
     let _ = sampler_stop.send(true);
     let rss_peak = sampler.await?;
-    let end_check = leader.still_holds().await;
     let _ = atk.stop.send(true);
     let got = atk.task.await??;
     let mut mem = Vec::new();

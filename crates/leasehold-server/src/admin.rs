@@ -162,7 +162,18 @@ async fn metrics(
         };
         return (code, auth::describe(&e)).into_response();
     }
-    match metrics::encode(&a.registry) {
+    // Off the async workers: with a million jobs the walk and the encoding
+    // take a few hundred milliseconds of CPU, which would hold up every
+    // connection queued on the worker running it (renewals included).
+    let registry = a.registry.clone();
+    let encoded = match tokio::task::spawn_blocking(move || metrics::encode(&registry)).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "the metrics task failed");
+            Err(std::fmt::Error)
+        }
+    };
+    match encoded {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => {
             tracing::error!(error = %e, "could not encode the metrics");
