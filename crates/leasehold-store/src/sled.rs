@@ -121,6 +121,19 @@ struct Pending {
 }
 
 impl Pending {
+    /// Queues a put, numbered; a value's newest put is read before sled.
+    fn push(&mut self, kind: Kind, key: Vec<u8>, value: Vec<u8>) {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        if kind == Kind::Value {
+            self.overlay.insert(key.clone(), (seq, value.clone()));
+        }
+        self.puts.push(Put {
+            seq,
+            record: Record { kind, key, value },
+        });
+    }
+
     /// Forgets overlay entries that sled now holds: those of puts up to
     /// `seq` that no later put replaced.
     fn trim(&mut self, seq: u64) {
@@ -239,16 +252,7 @@ impl SledStore {
     /// Queues a put for the next `sync`.
     fn stage(&self, kind: Kind, key: Vec<u8>, value: Vec<u8>) -> Result<()> {
         self.write(|_| {
-            let mut p = self.pending();
-            p.next_seq += 1;
-            let seq = p.next_seq;
-            if kind == Kind::Value {
-                p.overlay.insert(key.clone(), (seq, value.clone()));
-            }
-            p.puts.push(Put {
-                seq,
-                record: Record { kind, key, value },
-            });
+            self.pending().push(kind, key, value);
             Ok(())
         })
     }
@@ -957,33 +961,12 @@ impl Store for SledStore {
         // these puts in one batch, which a crash keeps whole or not at all.
         self.write(|_| {
             let mut p = self.pending();
-            let push = |p: &mut Pending, kind: Kind, key: Vec<u8>, value: Vec<u8>| {
-                p.next_seq += 1;
-                let seq = p.next_seq;
-                if kind == Kind::Value {
-                    p.overlay.insert(key.clone(), (seq, value.clone()));
-                }
-                p.puts.push(Put {
-                    seq,
-                    record: Record { kind, key, value },
-                });
-            };
             let n = keys.len();
             for k in keys {
-                push(&mut p, Kind::Value, k, REMOVED);
+                p.push(Kind::Value, k, REMOVED);
             }
-            push(
-                &mut p,
-                Kind::Lease,
-                job.as_str().as_bytes().to_vec(),
-                REMOVED,
-            );
-            push(
-                &mut p,
-                Kind::Floor,
-                Vec::new(),
-                floor.0.to_le_bytes().to_vec(),
-            );
+            p.push(Kind::Lease, job.as_str().as_bytes().to_vec(), REMOVED);
+            p.push(Kind::Floor, Vec::new(), floor.0.to_le_bytes().to_vec());
             Ok(n)
         })
     }

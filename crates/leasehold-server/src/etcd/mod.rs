@@ -704,11 +704,9 @@ impl EtcdNode {
         let undo = {
             let (node, job, holder) = (self.clone(), job.clone(), holder.clone());
             let token = holder_rec.token;
-            crate::node::ReleaseIfDropped::new(Box::new(move || {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
-                }
-            }))
+            crate::node::ReleaseIfDropped::new(async move {
+                node.release_undelivered(&job, &holder, token).await
+            })
         };
         let done = self.failed(self.inner.etcd.txn(req).await);
         undo.disarm();

@@ -23,6 +23,8 @@ pub mod commit;
 pub mod recovery;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -68,14 +70,16 @@ pub struct Snapshot {
     pub integrity: Option<(u64, Option<String>)>,
 }
 
-/// Runs its action when dropped armed: releases a grant whose call was
-/// cancelled (see [`Node::acquire_fresh`]).
-pub struct ReleaseIfDropped(Option<Box<dyn FnOnce() + Send>>);
+/// A release not started yet, spawned if the guard is dropped armed: gives
+/// back a grant whose call was cancelled before its caller learned of it
+/// (see [`Node::acquire_fresh`]).
+pub struct ReleaseIfDropped(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
 
 impl ReleaseIfDropped {
-    /// A guard from an action, run if the guard is dropped armed.
-    pub fn new(action: Box<dyn FnOnce() + Send>) -> ReleaseIfDropped {
-        ReleaseIfDropped(Some(action))
+    /// A guard of `release` (a future: nothing runs unless the guard is
+    /// dropped armed).
+    pub fn new(release: impl Future<Output = ()> + Send + 'static) -> ReleaseIfDropped {
+        ReleaseIfDropped(Some(Box::pin(release)))
     }
 
     /// The grant reached its caller: nothing to undo.
@@ -86,8 +90,12 @@ impl ReleaseIfDropped {
 
 impl Drop for ReleaseIfDropped {
     fn drop(&mut self) {
-        if let Some(action) = self.0.take() {
-            action();
+        if let Some(release) = self.0.take() {
+            // Dropped by the runtime that ran the call; at shutdown there
+            // is none, and the lease runs out on its own.
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(release);
+            }
         }
     }
 }
@@ -560,15 +568,11 @@ impl Node {
         holder: &HolderId,
         token: Token,
     ) -> ReleaseIfDropped {
-        let node = self.clone();
-        let (job, holder) = (job.clone(), holder.clone());
-        ReleaseIfDropped(fresh.then(|| {
-            Box::new(move || {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
-                }
-            }) as Box<dyn FnOnce() + Send>
-        }))
+        if !fresh {
+            return ReleaseIfDropped(None);
+        }
+        let (node, job, holder) = (self.clone(), job.clone(), holder.clone());
+        ReleaseIfDropped::new(async move { node.release_undelivered(&job, &holder, token).await })
     }
 
     /// Releases a grant whose holder never learned of it (its call was
@@ -1096,9 +1100,9 @@ impl Drop for Queued<'_> {
         if view.holder() == Some(self.holder) && view.token > self.joined {
             drop(st);
             let (node, job, holder) = (self.node.clone(), self.job.clone(), self.holder.clone());
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { node.release_undelivered(&job, &holder, view.token).await });
-            }
+            drop(ReleaseIfDropped::new(async move {
+                node.release_undelivered(&job, &holder, view.token).await
+            }));
         }
     }
 }

@@ -327,11 +327,9 @@ impl proto::leases_server::Leases for LeasesService {
         if fresh {
             // Released at once if the reply never reaches the client.
             let (node, token) = (self.node.clone(), view.token);
-            let guard = ReleaseIfDropped::new(Box::new(move || {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move { node.release_undelivered(&job, &holder, token).await });
-                }
-            }));
+            let guard = ReleaseIfDropped::new(async move {
+                node.release_undelivered(&job, &holder, token).await
+            });
             resp.extensions_mut().insert(Undelivered::new(guard));
         }
         Ok(resp)
