@@ -7,12 +7,16 @@
 #     -v "$PWD/leasehold-etc:/etc/leasehold:ro" leasehold
 FROM rust:1-bookworm AS build
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+# Every path the build reads: the workspace's members, the protos, the
+# README (the crate's docs include it) and tests/ (the manifest names
+# tests/torture.rs). scripts/dockerfile-check replays these lines.
+COPY Cargo.toml Cargo.lock README.md ./
 COPY crates crates
 COPY bench bench
 COPY proto proto
 COPY src src
 COPY examples examples
+COPY tests tests
 RUN cargo build --release --locked --bin leasehold
 
 FROM debian:bookworm-slim
