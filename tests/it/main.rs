@@ -18,6 +18,7 @@ mod elector;
 mod etcd;
 mod etcd_secure;
 mod faults;
+mod health_probe;
 mod integrity;
 mod keepalive;
 mod large_values;
