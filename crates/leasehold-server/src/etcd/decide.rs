@@ -380,7 +380,14 @@ mod tests {
 
     #[test]
     fn a_grant_takes_the_next_token() {
-        let (h, t) = grant(&job(), &state(3, "b", true, None), &who("a"), TTL).unwrap();
+        let (h, t) = grant(
+            &job(),
+            &state(3, "b", true, None),
+            Token::NONE,
+            &who("a"),
+            TTL,
+        )
+        .unwrap();
         assert_eq!((h.token, h.ttl, h.holder.as_str()), (Token(4), TTL, "a"));
         assert_eq!(
             t,
@@ -391,7 +398,7 @@ mod tests {
             }
         );
         assert_eq!(
-            grant(&job(), &JobState::default(), &who("a"), TTL)
+            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL)
                 .unwrap()
                 .0
                 .token,
@@ -400,12 +407,15 @@ mod tests {
         // The last token is issued once; then a grant is refused.
         let last = state(u64::MAX - 1, "b", true, None);
         assert_eq!(
-            grant(&job(), &last, &who("a"), TTL).unwrap().0.token,
+            grant(&job(), &last, Token::NONE, &who("a"), TTL)
+                .unwrap()
+                .0
+                .token,
             Token::LAST
         );
         let spent = state(u64::MAX, "b", true, None);
         assert!(matches!(
-            grant(&job(), &spent, &who("a"), TTL),
+            grant(&job(), &spent, Token::NONE, &who("a"), TTL),
             Err(Error::TokensExhausted { .. })
         ));
     }
