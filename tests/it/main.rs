@@ -24,6 +24,7 @@ mod keepalive;
 mod large_values;
 mod lifecycle;
 mod overload;
+mod rolling_restart;
 mod run_singleton;
 mod security;
 mod write_stream;
