@@ -40,7 +40,7 @@ ENV LEASEHOLD_LISTEN=0.0.0.0:50051 \
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["leasehold", "health"]
 # SIGTERM (docker stop) drains in-flight calls and syncs the store; give it
-# more than --drain-timeout (10 s): docker stop -t 20.
+# more than --drain-timeout (10 s): docker stop -t 30.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["leasehold"]
 CMD ["serve"]
