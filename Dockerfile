@@ -7,10 +7,10 @@
 #     -v "$PWD/leasehold-etc:/etc/leasehold:ro" leasehold
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# Every path the build reads: the workspace's members, the protos, the
-# README (the crate's docs include it) and tests/ (the manifest names
-# tests/torture.rs). scripts/dockerfile-check replays these lines.
-COPY Cargo.toml Cargo.lock README.md ./
+# Every path the build reads: the workspace's members, the protos and
+# tests/ (the manifest names tests/torture.rs). scripts/dockerfile-check
+# replays these lines.
+COPY Cargo.toml Cargo.lock ./
 COPY crates crates
 COPY bench bench
 COPY proto proto
