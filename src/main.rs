@@ -13,6 +13,7 @@ use leasehold::client::ClientError;
 
 use cli::client::{ClientCommand, Conn};
 use cli::data::DataCommand;
+use cli::health::HealthArgs;
 use cli::parse_duration;
 use cli::serve::ServeArgs;
 
@@ -73,6 +74,7 @@ enum Command {
     },
     #[command(flatten)]
     Data(DataCommand),
+    Health(HealthArgs),
 }
 
 fn main() -> ExitCode {
@@ -115,6 +117,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(a) => cli::serve::serve(*a).await.map(|()| ExitCode::SUCCESS),
         Command::Client(c) => c.run().await,
         Command::Data(d) => d.run().await,
+        Command::Health(h) => cli::health::health(h).await,
         Command::Run {
             conn,
             job,

@@ -1,10 +1,11 @@
 //! The `leasehold` command's parts: `serve`, the client subcommands,
-//! `run`, and the data dir's tools.
+//! `run`, the data dir's tools, and the health probe.
 
 use std::time::Duration;
 
 pub mod client;
 pub mod data;
+pub mod health;
 pub mod run;
 pub mod serve;
 

@@ -255,6 +255,32 @@ async fn starting_on_a_full_disk_is_unhealthy_until_space_returns() {
         body.contains("disk full") && body.contains("bytes are free"),
         "{body}"
     );
+    // The probe (`leasehold health`) says so, and names the reason; with
+    // --alive (a liveness check) it passes: a restart cannot free space.
+    let admin = server.admin.to_string();
+    let probe = |args: &[&str]| {
+        std::process::Command::new(common::bin())
+            .arg("health")
+            .args(args)
+            .env_remove("LEASEHOLD_TLS_CERT")
+            .output()
+            .unwrap()
+    };
+    let out = probe(&["--admin-listen", &admin]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("disk full"),
+        "{out:?}"
+    );
+    assert!(probe(&["--admin-listen", &admin, "--alive"])
+        .status
+        .success());
+    let grpc = server.addr.to_string();
+    let out = probe(&["--grpc", "--listen", &grpc]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NOT_SERVING"),
+        "{out:?}"
+    );
 
     // Reads and renewals work; changes are refused, clearly.
     let v = c.read("j", b"k").await.unwrap();
