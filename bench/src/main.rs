@@ -10,6 +10,7 @@
 //! same run, seconds apart: these machines are shared and noisy.
 
 mod auth;
+mod failover;
 mod faults;
 mod fleet;
 mod isolation;
@@ -92,6 +93,13 @@ enum Command {
     /// back after a cancel, /metrics with a million jobs
     /// (bench/src/isolation.rs).
     Isolation(isolation::IsolationArgs),
+    /// Failover time: a leader's process killed (SIGKILL), or its Elector
+    /// resigning, to the next leader's first acknowledged CheckedWrite
+    /// (bench/src/failover.rs).
+    Failover(failover::FailoverArgs),
+    /// One Elector driven over stdin (started by `failover` itself).
+    #[command(hide = true)]
+    FailoverWorker(failover::WorkerArgs),
 }
 
 #[derive(clap::Args)]
@@ -165,6 +173,8 @@ fn main() -> Res<()> {
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
         Command::Auth(a) => rt.block_on(auth::run(a)),
         Command::Isolation(a) => rt.block_on(isolation::run(a)),
+        Command::Failover(a) => rt.block_on(failover::run(a)),
+        Command::FailoverWorker(a) => rt.block_on(failover::worker(a)),
     }
 }
 
