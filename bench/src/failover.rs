@@ -28,12 +28,13 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use leasehold::client::{Client, Elector};
+use leasehold::client::{Client, Elector, EventKind};
 
 use crate::faults::{frontend, Cluster};
 use crate::proc::Server;
@@ -43,6 +44,9 @@ use crate::sys::Res;
 /// server. (For T up to 3 s that is also longer than T/10, so its Elector
 /// confirms the grant with a Renew, as a standby that waited a while does.)
 const SETTLE: Duration = Duration::from_millis(300);
+
+/// Up to this much more than `SETTLE`, at random, before each run.
+const JITTER: Duration = Duration::from_millis(500);
 
 /// The goal for a kill: p50 and p99 within T + this.
 const KILL_SLACK: Duration = Duration::from_millis(50);
@@ -338,6 +342,9 @@ impl Mode {
 struct Sample {
     /// The kill or the resign call to the next leader's acknowledged write.
     total: u64,
+    /// ... to the first change a watcher of the job was told of (the
+    /// lease expired or released, or already granted again).
+    seen: Option<u64>,
     /// ... to the moment the next leader's Elector said it leads.
     elected: u64,
     /// Kill with `--phase renewed`: the lease's end to the write (the
@@ -461,12 +468,13 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
     let _ = std::fs::remove_dir_all(&dir);
     println!();
     println!(
-        "| backend | mode | T | runs | p50 | p90 | p99 | max | p50 / T | p99 / T | goal | to elected p50 / p99 | lease end → write p50 / p99 |"
+        "| backend | mode | T | runs | p50 | p90 | p99 | max | p50 / T | p99 / T | goal | watch saw it p50 / p99 | elected p50 / p99 | lease end → write p50 / p99 |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     for r in &rows {
         let t = r.sorted(|s| s.total);
         let e = r.sorted(|s| s.elected);
+        let seen = r.sorted(|s| s.seen.unwrap_or(u64::MAX));
         let tn = r.ttl.as_nanos() as f64;
         let (goal, met) = r.goal();
         let past: Vec<i64> = {
@@ -484,7 +492,7 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
             format!("{:.1} / {:.1} ms", p(0.5), p(0.99))
         };
         println!(
-            "| {} | {} | {} s | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.4} | {:.4} | {goal}: {} | {:.1} / {:.1} ms | {past} |",
+            "| {} | {} | {} s | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.4} | {:.4} | {goal}: {} | {:.1} / {:.1} ms | {:.1} / {:.1} ms | {past} |",
             r.backend,
             r.mode.label(),
             r.ttl.as_secs_f64(),
@@ -496,6 +504,8 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
             pct(&t, 0.5) as f64 / tn,
             pct(&t, 0.99) as f64 / tn,
             if met { "met" } else { "missed" },
+            ms(pct(&seen, 0.5)),
+            ms(pct(&seen, 0.99)),
             ms(pct(&e, 0.5)),
             ms(pct(&e, 0.99)),
         );
@@ -526,12 +536,29 @@ async fn series(
         n += 1;
         format!("w{n}")
     };
+    // The job's lease events, as a watcher sees them (when the lease was
+    // seen to end, for the timeline).
+    let events = Arc::new(Mutex::new(Vec::<(u64, EventKind)>::new()));
+    let watcher = {
+        let client = Client::connect(addr).await?;
+        let mut stream = client.watch(&job).await?;
+        let events = events.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(e)) = stream.message().await {
+                let kind = EventKind::try_from(e.kind).unwrap_or(EventKind::Unspecified);
+                events.lock().unwrap().push((mono_ns(), kind));
+            }
+        })
+    };
     let mut leader = Worker::spawn(addr, &job, ttl, &next_name()).await?;
     let mut last_token = leader.wrote(within).await?.token;
     let mut standby = Worker::spawn(addr, &job, ttl, &next_name()).await?;
     let mut samples = Vec::new();
     for run in 1..=a.runs {
-        tokio::time::sleep(SETTLE).await;
+        // The settle, and a random moment more, so that runs do not keep
+        // one phase against anything periodic (etcd's lease checks).
+        let jitter = Duration::from_micros(rng.below(JITTER.as_micros() as usize) as u64);
+        tokio::time::sleep(SETTLE + jitter).await;
         let (from, lease_end) = match mode {
             Mode::Kill => match a.phase {
                 Phase::Renewed => {
@@ -561,16 +588,26 @@ async fn series(
             .into());
         }
         last_token = w.token;
+        let seen = events
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(t, k)| *t >= from && *k != EventKind::Current)
+            .map(|(t, _)| *t);
         let s = Sample {
             total: w.acked.saturating_sub(from),
+            seen: seen.map(|t| t.saturating_sub(from)),
             elected: w.elected.saturating_sub(from),
             past_end: lease_end.map(|e| w.acked as i64 - e as i64),
         };
         eprintln!(
-            "  {run:>3}/{}: {} → write {:8.1} ms (elected {:8.1}, write {:5.1}{}), token {}",
+            "  {run:>3}/{}: {} → write {:8.1} ms (watch saw the change {}, elected {:8.1}, write {:5.1}{}), token {}",
             a.runs,
             mode.label(),
             ms(s.total),
+            s.seen
+                .map(|t| format!("{:8.1}", ms(t)))
+                .unwrap_or_else(|| "-".into()),
             ms(s.elected),
             ms(w.acked - w.elected),
             s.past_end
@@ -591,6 +628,7 @@ async fn series(
     }
     leader.finish().await;
     standby.finish().await;
+    watcher.abort();
     Ok(Row {
         backend,
         mode,
