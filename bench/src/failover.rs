@@ -225,7 +225,8 @@ struct Wrote {
 impl Worker {
     /// Starts a worker and waits until it campaigns.
     async fn spawn(addr: &str, job: &str, ttl: Duration, name: &str) -> Res<Worker> {
-        let mut cmd = Command::new(std::env::current_exe()?);
+        // This very binary, even if a build has replaced the file since.
+        let mut cmd = Command::new("/proc/self/exe");
         cmd.args([
             "failover-worker",
             "--addr",
@@ -350,6 +351,8 @@ struct Sample {
     /// Kill with `--phase renewed`: the lease's end to the write (the
     /// handover past the TTL).
     past_end: Option<i64>,
+    /// Resign: the call to its return (the Release acknowledged).
+    released: Option<u64>,
 }
 
 struct Row {
@@ -559,24 +562,24 @@ async fn series(
         // one phase against anything periodic (etcd's lease checks).
         let jitter = Duration::from_micros(rng.below(JITTER.as_micros() as usize) as u64);
         tokio::time::sleep(SETTLE + jitter).await;
-        let (from, lease_end) = match mode {
+        let (from, lease_end, released) = match mode {
             Mode::Kill => match a.phase {
                 Phase::Renewed => {
                     leader.send("renew").await?;
                     let v = leader.expect("renewed", within).await?;
                     let at = leader.kill();
-                    (at, Some(v[1] + ttl.as_nanos() as u64))
+                    (at, Some(v[1] + ttl.as_nanos() as u64), None)
                 }
                 Phase::Random => {
                     let cycle = (ttl / 3).as_micros() as usize;
                     tokio::time::sleep(Duration::from_micros(rng.below(cycle) as u64)).await;
-                    (leader.kill(), None)
+                    (leader.kill(), None, None)
                 }
             },
             Mode::Resign => {
                 leader.send("resign").await?;
                 let v = leader.expect("resigned", within).await?;
-                (v[0], None)
+                (v[0], None, Some(v[1].saturating_sub(v[0])))
             }
         };
         let w = standby.wrote(within).await?;
@@ -599,12 +602,16 @@ async fn series(
             seen: seen.map(|t| t.saturating_sub(from)),
             elected: w.elected.saturating_sub(from),
             past_end: lease_end.map(|e| w.acked as i64 - e as i64),
+            released,
         };
         eprintln!(
-            "  {run:>3}/{}: {} → write {:8.1} ms (watch saw the change {}, elected {:8.1}, write {:5.1}{}), token {}",
+            "  {run:>3}/{}: {} → write {:8.1} ms ({}watch saw the change {}, elected {:8.1}, write {:5.1}{}), token {}",
             a.runs,
             mode.label(),
             ms(s.total),
+            s.released
+                .map(|r| format!("released {:.1}, ", ms(r)))
+                .unwrap_or_default(),
             s.seen
                 .map(|t| format!("{:8.1}", ms(t)))
                 .unwrap_or_else(|| "-".into()),
