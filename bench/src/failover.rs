@@ -353,6 +353,10 @@ struct Sample {
     past_end: Option<i64>,
     /// Resign: the call to its return (the Release acknowledged).
     released: Option<u64>,
+    /// The single node: the syncs (log write + fdatasync) the server ran
+    /// during the run, and the upper bound of the slowest one's bucket, in
+    /// seconds (from its /metrics histogram).
+    syncs: Option<(u64, f64)>,
 }
 
 struct Row {
@@ -462,7 +466,16 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
     let mut rows = Vec::new();
     for &mode in &modes {
         for &ttl in &a.ttl {
-            let row = series(&server.addr, backend, mode, ttl, &a, &mut rng).await?;
+            let row = series(
+                &server.addr,
+                server.admin.as_deref(),
+                backend,
+                mode,
+                ttl,
+                &a,
+                &mut rng,
+            )
+            .await?;
             rows.push(row);
         }
     }
@@ -519,6 +532,7 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
 /// The runs of one (mode, TTL), on a job of their own.
 async fn series(
     addr: &str,
+    admin: Option<&str>,
     backend: &'static str,
     mode: Mode,
     ttl: Duration,
@@ -562,6 +576,7 @@ async fn series(
         // one phase against anything periodic (etcd's lease checks).
         let jitter = Duration::from_micros(rng.below(JITTER.as_micros() as usize) as u64);
         tokio::time::sleep(SETTLE + jitter).await;
+        let hist0 = sync_histogram(admin).await;
         let (from, lease_end, released) = match mode {
             Mode::Kill => match a.phase {
                 Phase::Renewed => {
@@ -583,6 +598,7 @@ async fn series(
             }
         };
         let w = standby.wrote(within).await?;
+        let syncs = syncs_between(&hist0, &sync_histogram(admin).await);
         if w.token <= last_token {
             return Err(format!(
                 "run {run}: the new leader's token {} is not above {last_token}",
@@ -603,9 +619,10 @@ async fn series(
             elected: w.elected.saturating_sub(from),
             past_end: lease_end.map(|e| w.acked as i64 - e as i64),
             released,
+            syncs,
         };
         eprintln!(
-            "  {run:>3}/{}: {} → write {:8.1} ms ({}watch saw the change {}, elected {:8.1}, write {:5.1}{}), token {}",
+            "  {run:>3}/{}: {} → write {:8.1} ms ({}watch saw the change {}, elected {:8.1}, write {:5.1}{}), token {}{}",
             a.runs,
             mode.label(),
             ms(s.total),
@@ -620,7 +637,13 @@ async fn series(
             s.past_end
                 .map(|p| format!(", {:+.1} ms past the lease's end", p as f64 / 1e6))
                 .unwrap_or_default(),
-            w.token
+            w.token,
+            s.syncs
+                .map(|(n, slowest)| format!(
+                    ", {n} server syncs, the slowest ≤ {} ms",
+                    slowest * 1000.0
+                ))
+                .unwrap_or_default()
         );
         samples.push(s);
         let old = std::mem::replace(&mut leader, standby);
@@ -644,6 +667,44 @@ async fn series(
     })
 }
 
+/// The single node's sync-duration histogram (cumulative counts by upper
+/// bound, in seconds); empty when there is none (etcd mode) or no answer.
+async fn sync_histogram(admin: Option<&str>) -> Vec<(f64, u64)> {
+    let Some(admin) = admin else {
+        return Vec::new();
+    };
+    let Ok(page) = crate::isolation::scrape(admin).await else {
+        return Vec::new();
+    };
+    page.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("leasehold_store_sync_duration_seconds_bucket{le=\"")?;
+            let (le, n) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, n.trim().parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
+
+/// The syncs between two scrapes, and the upper bound of the slowest's
+/// bucket.
+fn syncs_between(a: &[(f64, u64)], b: &[(f64, u64)]) -> Option<(u64, f64)> {
+    if a.len() != b.len() || b.is_empty() {
+        return None;
+    }
+    let total = b.last()?.1.saturating_sub(a.last()?.1);
+    let slowest = a
+        .iter()
+        .zip(b)
+        .find(|(x, y)| y.1.saturating_sub(x.1) == total)
+        .map(|(_, y)| y.0)?;
+    Some((total, slowest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,6 +716,15 @@ mod tests {
         assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("2m").is_err());
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn slowest_sync() {
+        let a = [(0.001, 5), (0.01, 7), (0.1, 7), (f64::INFINITY, 7)];
+        let b = [(0.001, 6), (0.01, 8), (0.1, 9), (f64::INFINITY, 9)];
+        assert_eq!(syncs_between(&a, &b), Some((2, 0.1)));
+        assert_eq!(syncs_between(&a, &a), Some((0, 0.001)));
+        assert_eq!(syncs_between(&a, &[]), None);
     }
 
     #[test]
