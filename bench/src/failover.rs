@@ -11,7 +11,8 @@
 //! the bench compares them with its own readings.
 //!
 //! One run: a leader (which has written) and a standby whose Elector waits
-//! in line (a waiting Acquire, given `SETTLE` to reach the server). Then
+//! in line (a waiting Acquire, given `SETTLE` and up to `JITTER` more to
+//! reach the server). Then
 //!
 //! - `--kill`: the leader renews once more (one Renew with its own holder
 //!   and token, so that the kill lands just after a renewal reached the
@@ -25,6 +26,11 @@
 //!
 //! The standby, now leading, is the next run's leader, and a fresh worker
 //! is started as its standby: one process start per run.
+//!
+//! For the timeline of a slow run, each run also tells when a watcher of
+//! the job saw the lease change, and on the single node how many syncs the
+//! server ran meanwhile and the slowest one's bucket (its /metrics): a
+//! slow disk and a slow handover look alike from the outside.
 
 use std::path::PathBuf;
 use std::process::Stdio;
