@@ -562,7 +562,7 @@ async fn elected(others: Vec<String>, old: u64, from: Instant) -> Option<Duratio
 }
 
 /// A leasehold frontend on the etcd cluster at `endpoints`.
-fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
+pub fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
     let mut cmd = Command::new(bin);
     cmd.args([
         "serve",

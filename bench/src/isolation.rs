@@ -478,7 +478,7 @@ fn status_label(s: &tonic::Status) -> String {
 // ---- the admin port ----
 
 /// The whole `/metrics` page (body only).
-async fn scrape(admin: &str) -> Res<String> {
+pub async fn scrape(admin: &str) -> Res<String> {
     let mut s = tokio::net::TcpStream::connect(admin).await?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
         .await?;

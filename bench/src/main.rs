@@ -10,6 +10,7 @@
 //! same run, seconds apart: these machines are shared and noisy.
 
 mod auth;
+mod failover;
 mod faults;
 mod fleet;
 mod isolation;
@@ -105,6 +106,13 @@ enum Command {
         #[arg(long, default_value_t = 1_000_000)]
         jobs: usize,
     },
+    /// Failover time: a leader's process killed (SIGKILL), or its Elector
+    /// resigning, to the next leader's first acknowledged CheckedWrite
+    /// (bench/src/failover.rs).
+    Failover(failover::FailoverArgs),
+    /// One Elector driven over stdin (started by `failover` itself).
+    #[command(hide = true)]
+    FailoverWorker(failover::WorkerArgs),
 }
 
 #[derive(clap::Args)]
@@ -196,6 +204,8 @@ fn main() -> Res<()> {
             );
             Ok(())
         }),
+        Command::Failover(a) => rt.block_on(failover::run(a)),
+        Command::FailoverWorker(a) => rt.block_on(failover::worker(a)),
     }
 }
 
