@@ -509,6 +509,16 @@ where
                 return Box::pin(async move { Ok(refused.into_http()) });
             }
         };
+        // Only an Acquire may wait, and give its place up early: every
+        // other call (renewals above all) keeps its place in the future.
+        if req.uri().path() != "/leasehold.v1.Leases/Acquire" {
+            let mut inner = take_ready(&mut self.inner);
+            return Box::pin(async move {
+                let resp = inner.call(req).await;
+                drop((principal, slot));
+                resp
+            });
+        }
         let admitted = Admitted(Arc::new(std::sync::Mutex::new(Some(slot))));
         req.extensions_mut().insert(admitted.clone());
         let mut inner = take_ready(&mut self.inner);
