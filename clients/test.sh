@@ -24,8 +24,12 @@ started=$(date +%s)
 part() { printf '\n--> clients: %s (%ss)\n' "$*" "$(($(date +%s) - started))"; }
 
 part "server binary"
-cargo build --quiet --bin leasehold
-export LEASEHOLD_BIN="${CARGO_TARGET_DIR:-$root_dir/target}/debug/leasehold"
+# LEASEHOLD_BIN, when set, names a server binary already built (a client's
+# tests then need no Rust build); otherwise the debug build is made here.
+if [ -z "${LEASEHOLD_BIN:-}" ]; then
+  cargo build --quiet --bin leasehold
+  export LEASEHOLD_BIN="${CARGO_TARGET_DIR:-$root_dir/target}/debug/leasehold"
+fi
 
 part "tools"
 ensure_venv
