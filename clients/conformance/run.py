@@ -45,8 +45,14 @@ STEPS = [
     (4, "graceful shutdown (SIGTERM) releases; the waiting elector takes over within 50 ms"),
     (5, "bad input gets the typed invalid-argument error naming the field"),
     (6, "two electors with one name in one process are two holders: one leads, the old token is fenced"),
+    (7, "leader and waiter SIGTERMed together (cancel at release): the job is never left held"),
 ]
 TWIN_JOB = "conformance-twin"
+#: Step 7: its job, its rounds, and a TTL long enough that a grant left
+#: behind by a cancelled Acquire would still be held when it is checked.
+CANCEL_JOB = "conformance-cancel"
+CANCEL_ROUNDS = 5
+CANCEL_TTL_MS = 30_000
 
 
 class StepFailed(AssertionError):
@@ -87,9 +93,11 @@ class Cli:
 
 
 class Worker(harness.LineProcess):
-    def __init__(self, argv: List[str], label: str, server: harness.ServerProcess) -> None:
+    def __init__(
+        self, argv: List[str], label: str, server: harness.ServerProcess, job: str = JOB, ttl_ms: int = TTL_MS
+    ) -> None:
         super().__init__(
-            [*argv, "--server", server.target, "--job", JOB, "--name", label, "--ttl-ms", str(TTL_MS)],
+            [*argv, "--server", server.target, "--job", job, "--name", label, "--ttl-ms", str(ttl_ms)],
             label,
             cwd=str(harness.ROOT),
         )
@@ -248,6 +256,35 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
         check(c.wait(STEP) == 0, "the twins' worker's exit code")
         check(cli.lease(TWIN_JOB) == (None, 2), f"after quit the server says {cli.lease(TWIN_JOB)}")
         results[6] = "pass"
+
+        # 7. Cancel at release: the leader (A's language) and a waiter
+        #    (B's) are SIGTERMed in the same instant, so the leader's
+        #    release and the waiter's cancelled Acquire race. Whatever
+        #    wins, once both have exited the job is free: a grant the
+        #    waiter never learned of is given back (by the server, or by
+        #    the waiter's client), not left held for a whole TTL.
+        current = 7
+        for round_ in range(CANCEL_ROUNDS):
+            lead = Worker(argv_a, f"{label}-lead{round_}", server, CANCEL_JOB, CANCEL_TTL_MS)
+            workers.append(lead)
+            lead.expect(lambda l: l.startswith("elected"), STEP, "the leader's election")
+            harness.wait_until(lambda: cli.lease(CANCEL_JOB)[0] == lead.holder, STEP, "the lead's lease")
+            waiter = Worker(argv_b, f"{label}-wait{round_}", server, CANCEL_JOB, CANCEL_TTL_MS)
+            workers.append(waiter)
+            server.wait_waiters(1, STEP)
+            lead.signal(signal.SIGTERM)
+            waiter.signal(signal.SIGTERM)
+            for w in (lead, waiter):
+                w.expect(lambda l: l == "bye", STEP, "bye after SIGTERM")
+                code = w.wait(STEP)
+                check(code == 0, f"{w.name} exited with {code}")
+            holder, token = cli.lease(CANCEL_JOB)
+            check(
+                holder is None,
+                f"round {round_}: after both exited the job is still held by {holder} (token {token}); "
+                f"the waiter printed {waiter.lines.seen}",
+            )
+        results[7] = f"pass ({CANCEL_ROUNDS} rounds)"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
