@@ -211,9 +211,28 @@ impl ClientCommand {
                 wait,
             } => {
                 let c = connect(&conn).await?;
+                // A holder string given by hand may be another process's
+                // too. Read the lease first (best effort: a caller may
+                // lack `read`), so that re-acquiring a grant this process
+                // did not know it held is said out loud.
+                let before = match &holder {
+                    Some(_) => c.get_lease(&job).await.ok(),
+                    None => None,
+                };
                 let holder = holder.unwrap_or_else(|| process_holder(&name));
                 let a = c.acquire(&job, &holder, ttl, wait).await?;
                 if a.acquired {
+                    if let Some(b) = before.filter(|b| {
+                        b.holder.as_deref() == Some(holder.as_str()) && b.token == a.lease.token
+                    }) {
+                        eprintln!(
+                            "warning: job {job} was already held by holder {holder} with token {}: \
+                             this renewed that grant, it did not make a new one. Another process \
+                             using the same --holder may believe it leads with this token too; \
+                             give each process its own holder (the default, NAME@<uuid>, is unique)",
+                            b.token
+                        );
+                    }
                     println!("acquired job={job} holder={holder} token={}", a.lease.token);
                     Ok(ExitCode::SUCCESS)
                 } else {

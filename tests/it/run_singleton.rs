@@ -332,3 +332,54 @@ async fn run_exits_on_sigterm_when_the_server_cannot_answer() {
     assert_eq!(status.code(), Some(143), "{status}");
     assert!(is_dead(pid), "the command outlived the runner");
 }
+
+/// Two `leasehold acquire --holder worker` processes for one job are one
+/// holder to the server: the second renews the first's grant. That is the
+/// user's explicit choice, but the CLI says so; a fresh holder (the
+/// default) or a new grant gets no warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_warns_when_it_renews_a_grant_it_did_not_know_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(dir.path(), &[]);
+    let url = server.url();
+    let acquire = |extra: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(["acquire", "--server", &url, "--ttl", "30s", "cli/twice"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (out, err) = acquire(&["--holder", "worker"]);
+    assert!(
+        out.starts_with("acquired job=cli/twice holder=worker token=1"),
+        "{out}"
+    );
+    assert!(!err.contains("warning"), "a new grant warned: {err}");
+    let (out, err) = acquire(&["--holder", "worker"]);
+    assert!(
+        out.starts_with("acquired job=cli/twice holder=worker token=1"),
+        "{out}"
+    );
+    assert!(
+        err.contains("warning: job cli/twice was already held by holder worker with token 1"),
+        "no warning on re-acquiring: {err}"
+    );
+    // Released, then taken again by hand: a new grant, no warning.
+    let c = Client::connect(&url).await.unwrap();
+    c.release("cli/twice", "worker", 1).await.unwrap();
+    let (out, err) = acquire(&["--holder", "worker"]);
+    assert!(
+        out.starts_with("acquired job=cli/twice holder=worker token=2"),
+        "{out}"
+    );
+    assert!(!err.contains("warning"), "a new grant warned: {err}");
+}
