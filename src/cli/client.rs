@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
 
-use leasehold::client::{process_holder, Client, ClientError, EventKind, Lease, Security};
+use leasehold::client::{process_holder, Client, ClientError, EventKind, Lease, Security, Tenure};
 
 use crate::cli::parse_duration;
 use crate::EXIT_NOT_GRANTED;
@@ -149,6 +149,23 @@ pub enum ClientCommand {
         #[arg(default_value = "")]
         prefix: String,
     },
+    /// Show a job's history of leaders, newest first: each token's
+    /// holder, when it was granted and how it ended (wall-clock times, UTC).
+    History {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// Which token led at this instant (RFC 3339, e.g.
+        /// 2026-12-01T03:12:00Z), or "none": a gap. Exits 0 when a token
+        /// led, 3 when none did (or the instant is older than the history
+        /// kept).
+        #[arg(long, value_parser = parse_instant)]
+        at: Option<std::time::SystemTime>,
+        /// At most this many tenures (the table), newest first.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Print every change of a job's lease as it happens.
     Watch {
         #[command(flatten)]
@@ -277,6 +294,31 @@ impl ClientCommand {
                 print_status(&leases);
                 Ok(ExitCode::SUCCESS)
             }
+            ClientCommand::History {
+                conn,
+                job,
+                at: None,
+                limit,
+            } => {
+                let tenures = connect(&conn).await?.history(&job, limit).await?;
+                print_history(&tenures);
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::History {
+                conn,
+                job,
+                at: Some(at),
+                ..
+            } => {
+                // Every tenure kept: the answer may be the oldest.
+                let tenures = connect(&conn).await?.history(&job, usize::MAX).await?;
+                let (found, said) = history_at(&tenures, at);
+                println!("{said}");
+                Ok(match found {
+                    true => ExitCode::SUCCESS,
+                    false => ExitCode::from(EXIT_NOT_GRANTED),
+                })
+            }
             ClientCommand::Watch { conn, job } => {
                 let mut events = connect(&conn).await?.watch(&job).await?;
                 while let Some(ev) = events.message().await.map_err(ClientError::from)? {
@@ -357,6 +399,100 @@ pub async fn connect(conn: &Conn) -> anyhow::Result<Client> {
     Client::connect_with(&conn.server, conn.security()?)
         .await
         .with_context(|| format!("cannot connect to {}", conn.server))
+}
+
+/// An RFC 3339 instant.
+fn parse_instant(s: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339_weak(s)
+        .map_err(|e| format!("{e}: expected RFC 3339, e.g. 2026-12-01T03:12:00Z"))
+}
+
+fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn end_name(t: &Tenure) -> &'static str {
+    use leasehold::proto::tenure::End;
+    match t.end {
+        None => "-",
+        Some(End::Released) => "released",
+        Some(End::Expired) => "expired",
+        Some(End::TakenOver) => "taken over",
+        Some(End::Deleted) => "deleted",
+        Some(End::Unspecified) => "?",
+    }
+}
+
+fn print_history(tenures: &[Tenure]) {
+    let w = tenures
+        .iter()
+        .map(|t| t.holder.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    println!(
+        "{:<8} {:<w$} {:<24} {:>8} {:<24} HOW",
+        "TOKEN", "HOLDER", "GRANTED", "TTL", "ENDED"
+    );
+    for t in tenures {
+        println!(
+            "{:<8} {:<w$} {:<24} {:>8} {:<24} {}{}",
+            t.token,
+            t.holder,
+            rfc3339(t.granted_at),
+            format!("{:?}", t.ttl),
+            t.ended_at.map_or("-".into(), rfc3339),
+            end_name(t),
+            t.principal
+                .as_ref()
+                .map_or(String::new(), |p| format!(" (principal {p})")),
+        );
+    }
+}
+
+/// Which tenure of `tenures` (newest first) covers `at`: whether one did,
+/// and the sentence that says so.
+fn history_at(tenures: &[Tenure], at: std::time::SystemTime) -> (bool, String) {
+    let when = rfc3339(at);
+    if let Some(t) = tenures.iter().find(|t| t.covers(at)) {
+        return (
+            true,
+            format!(
+                "token {} led at {when}: holder {}, granted {}, {}",
+                t.token,
+                t.holder,
+                rfc3339(t.granted_at),
+                match t.ended_at {
+                    Some(e) => format!("ended {} ({})", rfc3339(e), end_name(t)),
+                    None => "not ended".into(),
+                }
+            ),
+        );
+    }
+    // The newest tenure granted before `at`, and the oldest after it.
+    let before = tenures.iter().find(|t| t.granted_at <= at);
+    let after = tenures.iter().rev().find(|t| t.granted_at > at);
+    let said = match (before, after) {
+        (_, _) if tenures.is_empty() => format!("none: the job has no history (at {when})"),
+        (None, Some(oldest)) => format!(
+            "none known: {when} is before the oldest tenure kept (token {}, granted {})",
+            oldest.token,
+            rfc3339(oldest.granted_at)
+        ),
+        (Some(b), a) => format!(
+            "none: no token led at {when}; token {} ended {} ({}){}",
+            b.token,
+            b.ended_at.map_or("-".into(), rfc3339),
+            end_name(b),
+            a.map_or(", and none was granted since".into(), |a| format!(
+                ", and token {} was granted {}",
+                a.token,
+                rfc3339(a.granted_at)
+            )),
+        ),
+        (None, None) => format!("none (at {when})"),
+    };
+    (false, said)
 }
 
 fn describe(l: &Lease) -> String {

@@ -172,6 +172,10 @@ pub struct ServeArgs {
     /// QUOTA_EXCEEDED. Deleting the job gives the room back.
     #[arg(long, env = "LEASEHOLD_MAX_KEYS_PER_JOB", default_value_t = 10_000)]
     max_keys_per_job: usize,
+    /// Tenures kept in each job's history of leaders (`leasehold history`,
+    /// GetHistory): those of its newest tokens. 0 keeps none.
+    #[arg(long, env = "LEASEHOLD_HISTORY_PER_JOB", default_value_t = 100)]
+    history_per_job: usize,
     /// Ping idle connections this often; drop peers that do not answer.
     #[arg(long, env = "LEASEHOLD_KEEPALIVE", value_parser = parse_duration, default_value = "30s")]
     keepalive: Duration,
@@ -272,6 +276,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let state_limits = StateLimits {
         max_jobs: a.max_jobs,
         max_keys_per_job: a.max_keys_per_job,
+        history_per_job: a.history_per_job,
     };
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {

@@ -387,6 +387,23 @@ impl ServerProcess {
         self.signal(libc::SIGKILL);
         self.child.wait().unwrap();
     }
+
+    /// SIGTERM: a clean stop, which must exit 0 within 20 s.
+    pub fn stop(mut self) {
+        self.signal(libc::SIGTERM);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "the server exited with {status}");
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server did not stop within 20 s of SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for ServerProcess {

@@ -19,6 +19,7 @@ mod etcd;
 mod etcd_secure;
 mod faults;
 mod health_probe;
+mod history;
 mod integrity;
 mod keepalive;
 mod large_values;

@@ -344,6 +344,60 @@ pub struct Lease {
     pub principal: Option<String>,
 }
 
+/// One token's time as a job's leader, from [`Client::history`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// Its token.
+    pub token: u64,
+    /// Its holder.
+    pub holder: String,
+    /// The principal the grant was bound to (servers with a policy).
+    pub principal: Option<String>,
+    /// When it was granted, on the server's wall clock (for people only).
+    pub granted_at: std::time::SystemTime,
+    /// The TTL it was granted with.
+    pub ttl: Duration,
+    /// How it ended; `None` while it has not.
+    pub end: Option<proto::tenure::End>,
+    /// When it ended, on the server's wall clock.
+    pub ended_at: Option<std::time::SystemTime>,
+}
+
+impl Tenure {
+    /// Whether it was the job's tenure at `t` (granted at or before `t`,
+    /// not ended by then).
+    pub fn covers(&self, t: std::time::SystemTime) -> bool {
+        self.granted_at <= t && self.ended_at.is_none_or(|e| t < e)
+    }
+}
+
+impl From<proto::Tenure> for Tenure {
+    fn from(t: proto::Tenure) -> Self {
+        let at = |ts: Option<prost_types::Timestamp>| {
+            ts.map(|ts| {
+                std::time::UNIX_EPOCH
+                    + Duration::new(ts.seconds.max(0) as u64, ts.nanos.max(0) as u32)
+            })
+        };
+        let end = match t.end() {
+            proto::tenure::End::Unspecified => None,
+            e => Some(e),
+        };
+        Tenure {
+            token: t.token,
+            holder: t.holder,
+            principal: (!t.principal.is_empty()).then_some(t.principal),
+            granted_at: at(t.granted_at).unwrap_or(std::time::UNIX_EPOCH),
+            ttl: t
+                .ttl
+                .map(|d| Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32))
+                .unwrap_or_default(),
+            end,
+            ended_at: at(t.ended_at),
+        }
+    }
+}
+
 impl From<proto::Lease> for Lease {
     fn from(l: proto::Lease) -> Self {
         let d = |d: Option<prost_types::Duration>| {
@@ -658,6 +712,32 @@ impl Client {
             }
             page_token = r.next_page_token;
         }
+    }
+
+    /// The newest `max` tenures of `job`'s history of leaders (each
+    /// token's time as leader), newest first, read page by page.
+    pub async fn history(&self, job: &str, max: usize) -> Result<Vec<Tenure>, ClientError> {
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        while out.len() < max {
+            let r = self
+                .leases
+                .clone()
+                .get_history(proto::GetHistoryRequest {
+                    job: job.into(),
+                    page_size: (max - out.len()).min(1000) as u32,
+                    page_token,
+                })
+                .await?
+                .into_inner();
+            out.extend(r.tenures.into_iter().map(Tenure::from));
+            if r.next_page_token.is_empty() {
+                break;
+            }
+            page_token = r.next_page_token;
+        }
+        out.truncate(max);
+        Ok(out)
     }
 
     /// Watches `job`: the current lease, then every change of holder or

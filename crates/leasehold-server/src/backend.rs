@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
 use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write};
-use crate::store::ValueRecord;
+use crate::store::{Tenure, ValueRecord};
 
 /// Where decisions are made: one process on sled, or etcd.
 #[derive(Clone)]
@@ -137,6 +137,22 @@ impl Backend {
         match self {
             Backend::Local(n) => n.lease(job).await,
             Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
+        }
+    }
+
+    /// See [`Node::history`].
+    pub async fn history(
+        &self,
+        job: &JobName,
+        before: Option<Token>,
+        limit: usize,
+    ) -> Result<Vec<Tenure>> {
+        match self {
+            Backend::Local(n) => n.history(job, before, limit).await,
+            Backend::Etcd(n) => {
+                n.bounded("GetHistory", Duration::ZERO, n.history(job, before, limit))
+                    .await
+            }
         }
     }
 

@@ -28,7 +28,7 @@
 use std::time::Duration;
 
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{HolderId, JobName, LeaseRecord, Token};
+use leasehold_core::lease::{HolderId, JobName, LeaseRecord, TenureEnd, Token};
 
 pub mod manifest;
 pub mod repair;
@@ -46,6 +46,48 @@ pub struct ValueRecord {
     /// The value, or `None` when deleted (a tombstone keeps token and
     /// version, so a stale writer cannot bring a deleted key back).
     pub value: Option<Vec<u8>>,
+}
+
+/// A change to a job's history of leaders, as the store keeps it: times
+/// are milliseconds since the Unix epoch on the wall clock, for people
+/// only (no rule reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryPut {
+    /// A tenure began.
+    Grant {
+        /// Its token.
+        token: Token,
+        /// Its holder.
+        holder: HolderId,
+        /// When, on the wall clock.
+        at_unix_ms: u64,
+        /// The TTL it was granted with.
+        ttl: Duration,
+    },
+    /// The tenure of `token` ended.
+    End {
+        /// Its token.
+        token: Token,
+        /// How.
+        how: TenureEnd,
+        /// When, on the wall clock.
+        at_unix_ms: u64,
+    },
+}
+
+/// One tenure of a job's history, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// Its token.
+    pub token: Token,
+    /// Its holder.
+    pub holder: String,
+    /// When it was granted (wall clock, ms since the Unix epoch).
+    pub granted_unix_ms: u64,
+    /// The TTL it was granted with.
+    pub ttl: Duration,
+    /// How and when it ended (wall clock), if that is recorded.
+    pub end: Option<(TenureEnd, u64)>,
 }
 
 /// Durable storage for lease records and fenced values.
@@ -71,6 +113,34 @@ pub trait Store: Send + Sync + 'static {
     /// both there, or neither**. Returns how many value records it
     /// removed.
     fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize>;
+    /// [`Store::put_lease`], with the changes to the job's history that
+    /// the same decision made, **staged together: a sync makes all of
+    /// them durable or none**, and refused as a whole, changing nothing,
+    /// when there is no space. Keeps the history of the `keep` newest
+    /// tokens: a grant's record removes the job's tenures with a token at
+    /// or below its own minus `keep` (`keep` 0: no history is kept).
+    fn put_lease_with_history(
+        &self,
+        job: &JobName,
+        record: &LeaseRecord,
+        history: &[HistoryPut],
+        keep: u64,
+    ) -> Result<()> {
+        let _ = (history, keep);
+        self.put_lease(job, record)
+    }
+    /// Stages changes to the job's history alone (the end of a tenure
+    /// recorded by a deletion). Buffered until [`Store::sync`].
+    fn put_history(&self, job: &JobName, history: &[HistoryPut]) -> Result<()> {
+        let _ = (job, history);
+        Ok(())
+    }
+    /// Up to `limit` tenures of `job` with a token below `before` (all when
+    /// `None`), newest first. A store that keeps no history has none.
+    fn history(&self, job: &JobName, before: Option<Token>, limit: usize) -> Result<Vec<Tenure>> {
+        let _ = (job, before, limit);
+        Ok(Vec::new())
+    }
     /// How many keys `job` holds, deleted ones (tombstones) included.
     fn count_keys(&self, job: &JobName) -> Result<usize>;
     /// How the data dir was last recovered or restored, if it was: what was
@@ -227,6 +297,142 @@ pub fn decode_value(b: &[u8]) -> Result<ValueRecord> {
         version,
         value,
     })
+}
+
+// ---- History records ----
+//
+// A job's history lives among the value records, under keys no value key
+// can have: `FF FF`, the job's length (u16, big-endian), the job, the
+// token (u64, big-endian), then 0 for the grant or 1 for the end. A job
+// name is at most 65,534 bytes (`Limits`), so no value key starts with
+// `FF FF`. Each record is an ordinary value record (token, version 1, the
+// payload below as its value), so checks, backups and restores carry it
+// unchanged:
+//   grant: [1, granted_unix_ms u64, ttl_ms u64, holder...]
+//   end:   [1, how u8 (1 released, 2 expired, 3 taken over, 4 deleted), at_unix_ms u64]
+
+const HISTORY_V1: u8 = 1;
+
+/// The first two bytes of every history key.
+pub const HISTORY_MARK: [u8; 2] = [0xFF, 0xFF];
+
+/// The prefix of every history key of `job`.
+pub fn history_prefix(job: &JobName) -> Vec<u8> {
+    let j = job.as_str().as_bytes();
+    let mut b = Vec::with_capacity(4 + j.len() + 9);
+    b.extend_from_slice(&HISTORY_MARK);
+    b.extend_from_slice(&(j.len() as u16).to_be_bytes());
+    b.extend_from_slice(j);
+    b
+}
+
+/// The key of the grant (`part` 0) or end (`part` 1) of `job`'s tenure of
+/// `token`.
+pub fn history_key(job: &JobName, token: Token, part: u8) -> Vec<u8> {
+    let mut b = history_prefix(job);
+    b.extend_from_slice(&token.0.to_be_bytes());
+    b.push(part);
+    b
+}
+
+/// The key and the value record of one history change.
+pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord) {
+    let (token, part, payload) = match put {
+        HistoryPut::Grant {
+            token,
+            holder,
+            at_unix_ms,
+            ttl,
+        } => {
+            let mut b = Vec::with_capacity(17 + holder.as_str().len());
+            b.push(HISTORY_V1);
+            b.extend_from_slice(&at_unix_ms.to_le_bytes());
+            b.extend_from_slice(&(ttl.as_millis() as u64).to_le_bytes());
+            b.extend_from_slice(holder.as_str().as_bytes());
+            (*token, 0, b)
+        }
+        HistoryPut::End {
+            token,
+            how,
+            at_unix_ms,
+        } => {
+            let mut b = Vec::with_capacity(10);
+            b.push(HISTORY_V1);
+            b.push(match how {
+                TenureEnd::Released => 1,
+                TenureEnd::Expired => 2,
+                TenureEnd::TakenOver => 3,
+                TenureEnd::Deleted => 4,
+            });
+            b.extend_from_slice(&at_unix_ms.to_le_bytes());
+            (*token, 1, b)
+        }
+    };
+    (
+        history_key(job, token, part),
+        ValueRecord {
+            token,
+            version: 1,
+            value: Some(payload),
+        },
+    )
+}
+
+/// Folds a job's history records (key after [`history_prefix`], value
+/// record), in key order, into tenures, oldest first. A record that does
+/// not decode is an error naming it.
+pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>> {
+    let mut out: Vec<Tenure> = Vec::new();
+    for (rest, r) in records {
+        let bad = || {
+            Error::storage(format!(
+                "corrupt history record ({} byte key, token {})",
+                rest.len(),
+                r.token
+            ))
+        };
+        if rest.len() != 9 {
+            return Err(bad());
+        }
+        let token = Token(u64::from_be_bytes(rest[..8].try_into().map_err(|_| bad())?));
+        let v = r.value.as_deref().ok_or_else(bad)?;
+        match rest[8] {
+            0 => {
+                if v.len() < 17 || v[0] != HISTORY_V1 {
+                    return Err(bad());
+                }
+                let at = u64::from_le_bytes(v[1..9].try_into().map_err(|_| bad())?);
+                let ttl = u64::from_le_bytes(v[9..17].try_into().map_err(|_| bad())?);
+                let holder = std::str::from_utf8(&v[17..]).map_err(|_| bad())?;
+                out.push(Tenure {
+                    token,
+                    holder: holder.to_owned(),
+                    granted_unix_ms: at,
+                    ttl: Duration::from_millis(ttl),
+                    end: None,
+                });
+            }
+            1 => {
+                if v.len() != 10 || v[0] != HISTORY_V1 {
+                    return Err(bad());
+                }
+                let how = match v[1] {
+                    1 => TenureEnd::Released,
+                    2 => TenureEnd::Expired,
+                    3 => TenureEnd::TakenOver,
+                    4 => TenureEnd::Deleted,
+                    _ => return Err(bad()),
+                };
+                let at = u64::from_le_bytes(v[2..10].try_into().map_err(|_| bad())?);
+                // An end without its grant (trimmed apart) is left out.
+                if let Some(t) = out.last_mut().filter(|t| t.token == token) {
+                    t.end = Some((how, at));
+                }
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(out)
 }
 
 /// The store key of (job, key): the job's length (u16, big-endian), the job,

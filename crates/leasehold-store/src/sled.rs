@@ -54,7 +54,8 @@ use std::sync::{Mutex, RwLock};
 use crate::manifest::{self, record_hash, Checkpoint};
 use crate::wal::{self, Kind, Record, Wal};
 use crate::{
-    decode_lease, decode_value, encode_lease, encode_value, value_key, Store, ValueRecord,
+    decode_history, decode_lease, decode_value, encode_history, encode_lease, encode_value,
+    history_key, history_prefix, value_key, HistoryPut, Store, Tenure, ValueRecord,
 };
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{JobName, LeaseRecord, Token};
@@ -255,6 +256,39 @@ impl SledStore {
             self.pending().push(kind, key, value);
             Ok(())
         })
+    }
+
+    /// The value records with keys from `start` up to and including `last`,
+    /// in key order: sled's, with the overlay's over them (a removal there
+    /// takes a key out). The overlay is read first: an entry that leaves
+    /// it in between was applied to sled before it left.
+    fn value_range(&self, start: &[u8], last: &[u8]) -> Result<BTreeMap<Vec<u8>, Vec<u8>>> {
+        use std::ops::Bound;
+        let range = (
+            Bound::Included(start.to_vec()),
+            Bound::Included(last.to_vec()),
+        );
+        let overlay: Vec<(Vec<u8>, Vec<u8>)> = self
+            .pending()
+            .overlay
+            .range(range.clone())
+            .map(|(k, (_, v))| (k.clone(), v.clone()))
+            .collect();
+        let mut out = BTreeMap::new();
+        self.with(|o| {
+            for kv in o.values.range(range) {
+                let (k, v) = kv.map_err(Error::storage)?;
+                out.insert(k.to_vec(), v.to_vec());
+            }
+            Ok(())
+        })?;
+        for (k, v) in overlay {
+            match v.is_empty() {
+                true => out.remove(&k),
+                false => out.insert(k, v),
+            };
+        }
+        Ok(out)
     }
 
     /// Every value key of `job`, tombstones included: sled's, and the
@@ -969,6 +1003,101 @@ impl Store for SledStore {
             p.push(Kind::Floor, Vec::new(), floor.0.to_le_bytes().to_vec());
             Ok(n)
         })
+    }
+
+    fn put_lease_with_history(
+        &self,
+        job: &JobName,
+        record: &LeaseRecord,
+        history: &[HistoryPut],
+        keep: u64,
+    ) -> Result<()> {
+        if history.is_empty() || keep == 0 {
+            return self.put_lease(job, record);
+        }
+        let puts: Vec<(Vec<u8>, Vec<u8>)> = history
+            .iter()
+            .map(|h| {
+                let (k, v) = encode_history(job, h);
+                (k, encode_value(&v))
+            })
+            .collect();
+        // What a grant pushes out of the kept window: at most one or two
+        // records, found by a range read that starts at the job's oldest.
+        let mut trim = Vec::new();
+        for h in history {
+            if let HistoryPut::Grant { token, .. } = h {
+                if let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) {
+                    let start = history_prefix(job);
+                    let last = history_key(job, Token(through), 1);
+                    trim.extend(self.value_range(&start, &last)?.into_keys());
+                }
+            }
+        }
+        let size: usize = puts
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 16)
+            .sum::<usize>()
+            + trim.iter().map(|k| k.len() + 16).sum::<usize>();
+        self.ensure_space(job.as_str().len() + 64 + size)?;
+        // One staging, under one hold of the pending lock: one batch of
+        // the log, which a crash keeps whole or not at all.
+        self.write(|_| {
+            let mut p = self.pending();
+            for k in trim {
+                p.push(Kind::Value, k, REMOVED);
+            }
+            for (k, v) in puts {
+                p.push(Kind::Value, k, v);
+            }
+            p.push(
+                Kind::Lease,
+                job.as_str().as_bytes().to_vec(),
+                encode_lease(record),
+            );
+            Ok(())
+        })
+    }
+
+    fn put_history(&self, job: &JobName, history: &[HistoryPut]) -> Result<()> {
+        let puts: Vec<(Vec<u8>, Vec<u8>)> = history
+            .iter()
+            .map(|h| {
+                let (k, v) = encode_history(job, h);
+                (k, encode_value(&v))
+            })
+            .collect();
+        self.ensure_space(
+            puts.iter()
+                .map(|(k, v)| k.len() + v.len() + 16)
+                .sum::<usize>()
+                + 64,
+        )?;
+        self.write(|_| {
+            let mut p = self.pending();
+            for (k, v) in puts {
+                p.push(Kind::Value, k, v);
+            }
+            Ok(())
+        })
+    }
+
+    fn history(&self, job: &JobName, before: Option<Token>, limit: usize) -> Result<Vec<Tenure>> {
+        let start = history_prefix(job);
+        let last = match before {
+            Some(t) if t.0 == 0 => return Ok(Vec::new()),
+            Some(t) => history_key(job, Token(t.0 - 1), 1),
+            None => history_key(job, Token(u64::MAX), 1),
+        };
+        let records = self
+            .value_range(&start, &last)?
+            .into_iter()
+            .map(|(k, v)| Ok((k[start.len()..].to_vec(), decode_value(&v)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut tenures = decode_history(&records)?;
+        tenures.reverse();
+        tenures.truncate(limit);
+        Ok(tenures)
     }
 
     fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {

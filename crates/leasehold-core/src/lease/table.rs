@@ -104,6 +104,49 @@ pub struct Effects {
     /// The holder or token changed: tell the job's watchers (after the
     /// change is durable).
     pub changed: bool,
+    /// What the job's history of leaders gains: store it in the same
+    /// durable change as `persist`, never apart from it.
+    pub history: Vec<HistoryEvent>,
+}
+
+/// How a tenure (one token's time as leader) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenureEnd {
+    /// Its holder released it.
+    Released,
+    /// It ran out, and was next granted to the same holder (a new token)
+    /// or to nobody yet.
+    Expired,
+    /// It ran out, and another holder was granted the job.
+    TakenOver,
+    /// It ran out, and the job was then deleted.
+    Deleted,
+}
+
+/// A change to a job's history of leaders, for the caller to keep.
+///
+/// Instants are on the monotonic clock, as everywhere in the rules; the
+/// caller turns them into wall-clock times for people to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryEvent {
+    /// A new token was granted: a tenure begins.
+    Granted {
+        /// Its token.
+        token: Token,
+        /// Its holder.
+        holder: HolderId,
+        /// The TTL it was granted with.
+        ttl: Duration,
+    },
+    /// The tenure of `token` ended, at `at`.
+    Ended {
+        /// The tenure's token.
+        token: Token,
+        /// How.
+        how: TenureEnd,
+        /// When: the release, or the deadline that passed.
+        at: Instant,
+    },
 }
 
 /// The answer to an `Acquire`.
@@ -171,6 +214,10 @@ struct Job {
     /// An opaque number the caller attaches to the job's last change (its
     /// durability sequence number).
     stamp: u64,
+    /// The token and deadline of a holding that ran out and whose end is
+    /// not in the history yet: the next grant (or the job's deletion)
+    /// records it, in its own durable change.
+    expired_unrecorded: Option<(Token, Instant)>,
 }
 
 impl Job {
@@ -185,6 +232,7 @@ impl Job {
             vacancy: Vacancy::Never,
             waiters: VecDeque::new(),
             stamp: 0,
+            expired_unrecorded: None,
         }
     }
 
@@ -198,6 +246,7 @@ impl Job {
             if h.deadline <= now || early {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
+                self.expired_unrecorded = Some((self.token, h.deadline));
                 self.holding = None;
                 stats.expiries += 1;
             }
@@ -267,10 +316,30 @@ impl Job {
     }
 
     /// Grants the free lease to `holder` with the next token. The caller
-    /// checked that there is one ([`Job::exhausted`]).
-    fn grant(&mut self, holder: &HolderId, ttl: Duration, now: Instant, stats: &mut Stats) {
+    /// checked that there is one ([`Job::exhausted`]). The history gains
+    /// the end of an expired tenure not recorded yet, and the grant.
+    fn grant(
+        &mut self,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+        stats: &mut Stats,
+        fx: &mut Effects,
+    ) {
         debug_assert!(self.holding.is_none());
+        if let Some((token, at)) = self.expired_unrecorded.take() {
+            let how = match &self.last_holder {
+                Some(h) if h != holder => TenureEnd::TakenOver,
+                _ => TenureEnd::Expired,
+            };
+            fx.history.push(HistoryEvent::Ended { token, how, at });
+        }
         self.token = self.token.next().expect("checked: a next token exists");
+        fx.history.push(HistoryEvent::Granted {
+            token: self.token,
+            holder: holder.clone(),
+            ttl,
+        });
         stats.grants += 1;
         if self.last_holder.as_ref().is_some_and(|h| h != holder) {
             stats.takeovers += 1;
@@ -518,7 +587,7 @@ impl LeaseTable {
             job.waiters.pop_front();
             fx.wake.extend(job.first_in_line());
         }
-        job.grant(holder, ttl, now, stats);
+        job.grant(holder, ttl, now, stats, &mut fx);
         fx.persist = Some(job.record());
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -598,6 +667,11 @@ impl LeaseTable {
                 job.vacancy = Vacancy::Released;
                 job.vacant_since = now;
                 stats.releases += 1;
+                fx.history.push(HistoryEvent::Ended {
+                    token,
+                    how: TenureEnd::Released,
+                    at: now,
+                });
                 // Hand over at once: the first waiter is granted in this
                 // same decision, so one durable write covers both the
                 // release and the grant, and the waiter only has to wake.
@@ -605,7 +679,7 @@ impl LeaseTable {
                     // Nobody can be granted: wake the line to be told so.
                     fx.wake.extend(job.waiters.iter().map(|w| w.id));
                 } else if let Some(w) = job.waiters.pop_front() {
-                    job.grant(&w.holder, w.ttl, now, stats);
+                    job.grant(&w.holder, w.ttl, now, stats, &mut fx);
                     fx.wake.push(w.id);
                     fx.wake.extend(job.first_in_line());
                 }
@@ -836,6 +910,19 @@ impl LeaseTable {
         self.jobs.remove(name);
         self.floors.new_jobs = self.floors.new_jobs.max(token);
         Ok(Some(token))
+    }
+
+    /// The end of `job`'s last tenure if it ran out and the history has
+    /// not recorded that yet (nobody was granted the job since): its token
+    /// and its deadline. A reader of the history shows it as ended; a
+    /// deletion records it ([`TenureEnd::Deleted`]).
+    pub fn unrecorded_end(&self, name: &JobName, now: Instant) -> Option<(Token, Instant)> {
+        let job = self.jobs.get(name)?;
+        match &job.holding {
+            Some(h) if h.deadline <= now => Some((job.token, h.deadline)),
+            Some(_) => None,
+            None => job.expired_unrecorded,
+        }
     }
 
     /// The floors in force ([`Floors`]).

@@ -147,10 +147,12 @@ impl Limits {
                 return Err(Error::invalid(field, "must be above zero"));
             }
         }
-        if self.max_name_bytes > u16::MAX as usize {
+        // One length is the store's own (its history keys): names stay
+        // below it.
+        if self.max_name_bytes >= u16::MAX as usize {
             return Err(Error::invalid(
                 "max_name_bytes",
-                format!("must be at most {}", u16::MAX),
+                format!("must be at most {}", u16::MAX - 1),
             ));
         }
         Ok(())

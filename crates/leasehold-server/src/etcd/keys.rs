@@ -9,6 +9,7 @@
 //! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | by `DeleteJob` only, which raises the new-job floor to its token in the same transaction |
 //! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |
+//! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's, the deletion's, or, for an expiry, by the first frontend that sees the holder key go); the token is 8 bytes, big-endian; the record is the single node's ([`crate::store::encode_history`]) | none | by the grant `--history-per-job` tokens later |
 //!
 //! Store-wide, one key: `meta`, the [`MetaRec`]: the new-job token floor
 //! and the number of jobs. A `DeleteJob` deletes the job's `j/` and `v/`
@@ -79,6 +80,20 @@ impl Keys {
     pub fn meta(&self) -> Vec<u8> {
         let mut k = self.prefix.clone();
         k.extend_from_slice(b"meta");
+        k
+    }
+
+    /// The prefix of the job's history keys.
+    pub fn history_prefix(&self, job: &str) -> Vec<u8> {
+        self.key(b"h/", job, b"")
+    }
+
+    /// The key of the grant (`part` 0) or end (`part` 1) of the job's
+    /// tenure of `token`.
+    pub fn history(&self, job: &str, token: Token, part: u8) -> Vec<u8> {
+        let mut k = self.history_prefix(job);
+        k.extend_from_slice(&token.0.to_be_bytes());
+        k.push(part);
         k
     }
 

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::client::{pb, range_req, Etcd};
 use super::keys::{Keys, Record};
 use crate::error::Result;
-use crate::lease::{JobName, Leadership, Stats, Token};
+use crate::lease::{JobName, Leadership, Stats, TenureEnd, Token};
 
 #[derive(Debug, Clone)]
 struct Job {
@@ -46,6 +46,10 @@ impl Job {
 #[derive(Default)]
 pub struct Mirror {
     state: Mutex<State>,
+    /// Record each expiry it sees in the job's history (the end of the
+    /// tenure, if no frontend recorded it first): on unless
+    /// `--history-per-job 0`.
+    record_expiries: bool,
 }
 
 #[derive(Default)]
@@ -55,6 +59,14 @@ struct State {
 }
 
 impl Mirror {
+    /// An empty copy; see [`Mirror::record_expiries`].
+    pub fn new(record_expiries: bool) -> Mirror {
+        Mirror {
+            record_expiries,
+            ..Mirror::default()
+        }
+    }
+
     /// Every job's leadership now, and the counters.
     pub fn snapshot(&self) -> (Vec<(JobName, Leadership)>, Stats) {
         let st = self.state.lock().expect("mirror lock");
@@ -135,9 +147,17 @@ impl Mirror {
         let mut w = etcd.watch(&[(start, end)], revision + 1).await?;
         loop {
             let resp = w.next().await?;
-            let mut st = self.state.lock().expect("mirror lock");
-            for ev in &resp.events {
-                apply(&mut st, keys, ev);
+            let mut expired = Vec::new();
+            {
+                let mut st = self.state.lock().expect("mirror lock");
+                for ev in &resp.events {
+                    expired.extend(apply(&mut st, keys, ev));
+                }
+            }
+            if self.record_expiries {
+                for (job, token) in expired {
+                    record_expiry(etcd.clone(), keys.clone(), job, token);
+                }
             }
         }
     }
@@ -160,15 +180,39 @@ impl Mirror {
     }
 }
 
-fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
-    let Some((name, r)) = keys.event(ev) else {
-        return;
-    };
+/// Records, in the background, that the tenure of `token` on `job` ran
+/// out now, unless an end of it is recorded already (every frontend sees
+/// the expiry; the first to write wins).
+fn record_expiry(etcd: Etcd, keys: Keys, job: String, token: Token) {
+    tokio::spawn(async move {
+        let job = JobName::from_trusted(job);
+        let op = super::txn::history_end_if_absent(
+            &keys,
+            &job,
+            token,
+            TenureEnd::Expired,
+            crate::clock::wall_unix_ms(),
+        );
+        let req = pb::TxnRequest {
+            compare: Vec::new(),
+            success: vec![op],
+            failure: Vec::new(),
+        };
+        if let Err(e) = etcd.txn(req).await {
+            tracing::debug!(%job, token = token.0, error = %e, "could not record an expiry in the history; the next grant records it");
+        }
+    });
+}
+
+/// Folds one event into the copy; the job and token of a lease it saw run
+/// out, if it did.
+fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) -> Option<(String, Token)> {
+    let (name, r) = keys.event(ev)?;
     let State { jobs, stats } = st;
     if let Ok(Record::TokenGone) = r {
         // The job was deleted.
         jobs.remove(name);
-        return;
+        return None;
     }
     let j = jobs.entry(name.to_owned()).or_insert_with(Job::new);
     match r {
@@ -191,15 +235,17 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) {
             // A release puts the token record (released) before it deletes
             // the holder key, in one transaction: a delete without it is
             // the etcd lease running out.
-            if !j.released {
-                stats.expiries += 1;
-            }
             j.held = false;
             j.vacant_since = Instant::now();
+            if !j.released {
+                stats.expiries += 1;
+                return Some((name.to_owned(), j.token));
+            }
         }
         Ok(Record::HolderGone | Record::TokenGone) => {}
         Err(bad) => tracing::warn!(%bad, "metrics mirror: skipping an event"),
     }
+    None
 }
 
 #[cfg(test)]

@@ -125,10 +125,10 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
 use crate::metrics::JobsShown;
 use crate::node::{RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth};
-use crate::store::ValueRecord;
+use crate::store::{decode_history, HistoryPut, Tenure, ValueRecord};
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
 use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
@@ -264,7 +264,7 @@ impl EtcdNode {
                 closing: signal::Sender::new(false),
                 counters: Counters::default(),
                 waiters: AtomicUsize::new(0),
-                mirror: Arc::new(Mirror::default()),
+                mirror: Arc::new(Mirror::new(config.limits.history_per_job > 0)),
                 tasks: Mutex::new(Vec::new()),
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
                 orphans: queue::Orphans::default(),
@@ -384,7 +384,17 @@ impl EtcdNode {
                 new_job_floor: meta.rec.new_job_floor.max(t.token),
                 jobs: meta.rec.jobs.saturating_sub(1),
             };
-            let req = txn::delete_job(k, job.as_str(), &read.job, &meta, &rec);
+            let mut req = txn::delete_job(k, job.as_str(), &read.job, &meta, &rec);
+            // A tenure that ran out unrecorded ends with the deletion.
+            if self.inner.limits.history_per_job > 0 && !t.released && t.token > Token::NONE {
+                req.success.push(txn::history_end_if_absent(
+                    k,
+                    job,
+                    t.token,
+                    TenureEnd::Deleted,
+                    clock::wall_unix_ms(),
+                ));
+            }
             if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 tracing::info!(job = %job, "job deleted");
                 return Ok(true);
@@ -697,6 +707,16 @@ impl EtcdNode {
         if let Some(m) = meta {
             txn::count_new_job(&self.inner.keys, &mut req, &m);
         }
+        req.success.extend(txn::grant_history(
+            &self.inner.keys,
+            job,
+            st,
+            holder_rec.token,
+            holder,
+            ttl,
+            self.inner.limits.history_per_job as u64,
+            clock::wall_unix_ms(),
+        ));
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
         // asking again. But a call dropped meanwhile (its client went away)
@@ -896,7 +916,16 @@ impl EtcdNode {
                 Release::Done => return Ok(()),
                 Release::Delete(h) => h,
             };
-            let req = txn::release(&self.inner.keys, job.as_str(), h, holder, token);
+            let mut req = txn::release(&self.inner.keys, job.as_str(), h, holder, token);
+            if self.inner.limits.history_per_job > 0 {
+                let end = HistoryPut::End {
+                    token,
+                    how: TenureEnd::Released,
+                    at_unix_ms: clock::wall_unix_ms(),
+                };
+                req.success
+                    .push(txn::history_put(&self.inner.keys, job, &end));
+            }
             if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 if let Err(e) = self.inner.etcd.revoke(h.lease).await {
                     tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
@@ -905,6 +934,80 @@ impl EtcdNode {
             }
         }
         Err(contention("Release"))
+    }
+
+    /// Up to `limit` tenures of `job`'s history with a token below
+    /// `before` (all when `None`), newest first, read with the job's
+    /// records at one revision. A tenure that ran out with no end recorded
+    /// yet (the frontends record an expiry as they see the holder key go)
+    /// shows as expired now.
+    pub async fn history(
+        &self,
+        job: &JobName,
+        before: Option<Token>,
+        limit: usize,
+    ) -> Result<Vec<Tenure>> {
+        let k = &self.inner.keys;
+        let prefix = k.history_prefix(job.as_str());
+        let end = match before {
+            Some(t) if t == Token::NONE => return Ok(Vec::new()),
+            // `before`'s own tenure too: it says whether the one before it
+            // was taken over.
+            Some(t) => k.history(job.as_str(), t, 2),
+            None => keys::prefix_end(&prefix),
+        };
+        let (js, je) = k.job_range(job.as_str());
+        let reads = vec![range_req(js, je, 0), range_req(prefix.clone(), end, 0)];
+        let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
+        let mut rs = ranges(r).into_iter();
+        let job_kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
+        let st = k.job(job.as_str(), &job_kvs)?;
+        let records: Vec<(Vec<u8>, ValueRecord)> = rs
+            .next()
+            .map(|r| r.kvs)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kv| {
+                let rest = kv.key[prefix.len()..].to_vec();
+                let token = rest
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_be_bytes);
+                let rec = ValueRecord {
+                    token: Token(token),
+                    version: 1,
+                    value: Some(kv.value),
+                };
+                (rest, rec)
+            })
+            .collect();
+        let mut tenures = decode_history(&records).map_err(|e| {
+            Error::Storage(format!("the history of job {job:?} does not decode: {e}"))
+        })?;
+        // An expiry followed by another holder's grant was a takeover.
+        for i in 1..tenures.len() {
+            let next_holder = tenures[i].holder.clone();
+            let prev = &mut tenures[i - 1];
+            if matches!(prev.end, Some((TenureEnd::Expired, _))) && prev.holder != next_holder {
+                prev.end = prev.end.map(|(_, at)| (TenureEnd::TakenOver, at));
+            }
+        }
+        if let Some(b) = before {
+            tenures.retain(|t| t.token < b);
+        }
+        tenures.reverse();
+        tenures.truncate(limit);
+        if let (None, Some(t)) = (&st.holder, &st.token) {
+            if !t.released {
+                if let Some(open) = tenures
+                    .iter_mut()
+                    .find(|x| x.token == t.token && x.end.is_none())
+                {
+                    open.end = Some((TenureEnd::Expired, clock::wall_unix_ms()));
+                }
+            }
+        }
+        Ok(tenures)
     }
 
     /// The lease of `job`.

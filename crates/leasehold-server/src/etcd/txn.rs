@@ -11,8 +11,8 @@ use super::keys::{
     encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
 };
 use super::queue::{grant_compares, Place};
-use crate::lease::{HolderId, Token};
-use crate::store::ValueRecord;
+use crate::lease::{HolderId, JobName, TenureEnd, Token};
+use crate::store::{encode_history, HistoryPut, ValueRecord};
 
 /// A grant of the free lease with `holder_rec` and `token_rec` (see
 /// [`super::decide::grant`]), its holder key bound to the new etcd lease
@@ -160,6 +160,91 @@ pub fn write(
         success: vec![put_op(vk.to_vec(), encode_value(rec), 0)],
         failure: Vec::new(),
     }
+}
+
+/// The put of one history record of `job`.
+pub fn history_put(keys: &Keys, job: &JobName, put: &HistoryPut) -> pb::RequestOp {
+    let (token, part) = match put {
+        HistoryPut::Grant { token, .. } => (*token, 0),
+        HistoryPut::End { token, .. } => (*token, 1),
+    };
+    let payload = encode_history(job, put).1.value.unwrap_or_default();
+    put_op(keys.history(job.as_str(), token, part), payload, 0)
+}
+
+/// The put of a tenure's end, only if no end of it is recorded yet (a
+/// transaction inside the transaction: its comparison failing does not
+/// fail the outer one).
+pub fn history_end_if_absent(
+    keys: &Keys,
+    job: &JobName,
+    token: Token,
+    how: TenureEnd,
+    at_unix_ms: u64,
+) -> pb::RequestOp {
+    let put = HistoryPut::End {
+        token,
+        how,
+        at_unix_ms,
+    };
+    pb::RequestOp {
+        request: Some(pb::request_op::Request::RequestTxn(pb::TxnRequest {
+            compare: vec![create_is(keys.history(job.as_str(), token, 1), 0)],
+            success: vec![history_put(keys, job, &put)],
+            failure: Vec::new(),
+        })),
+    }
+}
+
+/// What a grant of `token` to `holder` adds to the job's history, in its
+/// own transaction: the end of the tenure before it if that ran out and
+/// no end is recorded yet, the grant, and the removal of the tenures
+/// `keep` tokens or more older (`keep` 0: no history).
+#[allow(clippy::too_many_arguments)]
+pub fn grant_history(
+    keys: &Keys,
+    job: &JobName,
+    st: &JobState,
+    token: Token,
+    holder: &HolderId,
+    ttl: std::time::Duration,
+    keep: u64,
+    at_unix_ms: u64,
+) -> Vec<pb::RequestOp> {
+    if keep == 0 {
+        return Vec::new();
+    }
+    let mut ops = Vec::new();
+    if let Some(t) = st
+        .token
+        .as_ref()
+        .filter(|t| !t.released && t.token > Token::NONE)
+    {
+        ops.push(history_end_if_absent(
+            keys,
+            job,
+            t.token,
+            TenureEnd::Expired,
+            at_unix_ms,
+        ));
+    }
+    ops.push(history_put(
+        keys,
+        job,
+        &HistoryPut::Grant {
+            token,
+            holder: holder.clone(),
+            at_unix_ms,
+            ttl,
+        },
+    ));
+    if let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) {
+        ops.push(delete_range_op(
+            keys.history_prefix(job.as_str()),
+            keys.history(job.as_str(), Token(through), 2),
+        ));
+    }
+    ops
 }
 
 /// The holder key is still exactly the holding: same bytes, same lease.

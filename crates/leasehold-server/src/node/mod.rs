@@ -35,10 +35,11 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::rules::classify;
 use crate::lease::{
-    Acquire, Effects, Floors, HolderId, JobName, LeaseTable, LeaseView, Stats, Token, WaiterId,
+    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, Stats,
+    TenureEnd, Token, WaiterId,
 };
 use crate::metrics::{JobsShown, Picker};
-use crate::store::{Store, ValueRecord};
+use crate::store::{HistoryPut, Store, Tenure, ValueRecord};
 use commit::GroupCommit;
 pub use recovery::StoreHealth;
 use recovery::{Next, Recovery};
@@ -146,6 +147,9 @@ pub struct StateLimits {
     /// that versions never go back); a write of a new key is refused at it.
     /// Deleting the job gives the room back.
     pub max_keys_per_job: usize,
+    /// Tenures kept in each job's history of leaders (the newest tokens'),
+    /// `--history-per-job`; 0 keeps none.
+    pub history_per_job: usize,
 }
 
 impl Default for StateLimits {
@@ -153,7 +157,29 @@ impl Default for StateLimits {
         StateLimits {
             max_jobs: 1_000_000,
             max_keys_per_job: 10_000,
+            history_per_job: 100,
         }
+    }
+}
+
+/// A history event as the store keeps it: its instant on the wall clock,
+/// which is for people only. `now` and `wall_now` are one moment on both
+/// clocks.
+pub fn history_put(e: &HistoryEvent, now: Instant, wall_now: u64) -> HistoryPut {
+    let wall =
+        |at: Instant| wall_now.saturating_sub(now.saturating_duration_since(at).as_millis() as u64);
+    match e {
+        HistoryEvent::Granted { token, holder, ttl } => HistoryPut::Grant {
+            token: *token,
+            holder: holder.clone(),
+            at_unix_ms: wall_now,
+            ttl: *ttl,
+        },
+        HistoryEvent::Ended { token, how, at } => HistoryPut::End {
+            token: *token,
+            how: *how,
+            at_unix_ms: wall(*at),
+        },
     }
 }
 
@@ -392,10 +418,26 @@ impl Node {
             .store
             .nearly_full()
             .then(|| st.table.checkpoint(job));
-        let (r, fx) = f(&mut st.table, clock::now());
+        let now = clock::now();
+        let (r, fx) = f(&mut st.table, now);
         let seq = match &fx.persist {
             Some(rec) => {
-                if let Err(e) = self.inner.store.put_lease(job, rec) {
+                let history: Vec<HistoryPut> = match self.inner.limits.history_per_job {
+                    0 => Vec::new(),
+                    _ => {
+                        let wall = clock::wall_unix_ms();
+                        fx.history
+                            .iter()
+                            .map(|e| history_put(e, now, wall))
+                            .collect()
+                    }
+                };
+                let keep = self.inner.limits.history_per_job as u64;
+                if let Err(e) = self
+                    .inner
+                    .store
+                    .put_lease_with_history(job, rec, &history, keep)
+                {
                     match (undo, &e) {
                         // Refused before anything was written: undo.
                         (Some(c), Error::NoSpace { .. }) => {
@@ -673,10 +715,25 @@ impl Node {
         let seq = {
             let mut st = self.lock();
             let undo = st.table.checkpoint(job);
-            let Some(token) = st.table.delete(job, clock::now())? else {
+            let now = clock::now();
+            // A tenure that ran out unrecorded ends with the deletion.
+            let end = st.table.unrecorded_end(job, now);
+            let Some(token) = st.table.delete(job, now)? else {
                 return Ok(false);
             };
-            if let Err(e) = self.inner.store.delete_job(job, token) {
+            let stored = match end {
+                Some((t, at)) if self.inner.limits.history_per_job > 0 => {
+                    let e = HistoryEvent::Ended {
+                        token: t,
+                        how: TenureEnd::Deleted,
+                        at,
+                    };
+                    let put = history_put(&e, now, clock::wall_unix_ms());
+                    self.inner.store.put_history(job, &[put])
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = stored.and_then(|()| self.inner.store.delete_job(job, token)) {
                 match &e {
                     Error::NoSpace { .. } => {
                         st.table.rollback(undo);
@@ -692,6 +749,58 @@ impl Node {
         self.inner.commit.wait(seq).await?;
         tracing::info!(job = %job, "job deleted");
         Ok(true)
+    }
+
+    /// Up to `limit` tenures of `job`'s history with a token below
+    /// `before` (all when `None`), newest first, each durable. The newest
+    /// may be open (its holder leads, or led when the server last
+    /// started); one that ran out unrecorded shows as expired at its
+    /// deadline.
+    pub async fn history(
+        &self,
+        job: &JobName,
+        before: Option<Token>,
+        limit: usize,
+    ) -> Result<Vec<Tenure>> {
+        // What the table knows of a tenure that ran out, first: a tenure
+        // read from the store after this is at least as new.
+        let end = {
+            let st = self.lock();
+            let now = clock::now();
+            st.table.unrecorded_end(job, now).map(|(token, at)| {
+                let e = HistoryEvent::Ended {
+                    token,
+                    how: TenureEnd::Expired,
+                    at,
+                };
+                (token, history_put(&e, now, clock::wall_unix_ms()))
+            })
+        };
+        let mut tenures = self.inner.store.history(job, before, limit)?;
+        // What was read may be staged and not durable yet: wait until
+        // everything staged by now is. (A decision stages its records and
+        // takes its number under the lock: once the lock is had, every
+        // record this read saw has its number.)
+        let seq = {
+            let _st = self.lock();
+            self.inner.commit.staged()
+        };
+        self.inner.commit.wait(seq).await?;
+        if let Some((
+            token,
+            HistoryPut::End {
+                how, at_unix_ms, ..
+            },
+        )) = end
+        {
+            if let Some(t) = tenures
+                .iter_mut()
+                .find(|t| t.token == token && t.end.is_none())
+            {
+                t.end = Some((how, at_unix_ms));
+            }
+        }
+        Ok(tenures)
     }
 
     /// The lease of `job` as decided now, durable or not: for checks made

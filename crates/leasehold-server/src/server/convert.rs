@@ -141,6 +141,39 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
     }
 }
 
+/// A stored tenure as the proto `Tenure`: the holder as its client sent
+/// it, the principal it was bound to, wall-clock times.
+pub fn tenure(t: &crate::store::Tenure) -> proto::Tenure {
+    use crate::lease::TenureEnd;
+    use proto::tenure::End;
+    let (principal, holder) = auth::unbind(&t.holder);
+    let at = |ms: u64| prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    };
+    let (end, ended_at) = match t.end {
+        None => (End::Unspecified, None),
+        Some((how, ms)) => (
+            match how {
+                TenureEnd::Released => End::Released,
+                TenureEnd::Expired => End::Expired,
+                TenureEnd::TakenOver => End::TakenOver,
+                TenureEnd::Deleted => End::Deleted,
+            },
+            Some(at(ms)),
+        ),
+    };
+    proto::Tenure {
+        token: t.token.0,
+        holder: holder.to_owned(),
+        principal: principal.unwrap_or_default().to_owned(),
+        granted_at: Some(at(t.granted_unix_ms)),
+        ttl: Some(to_proto_duration(t.ttl)),
+        end: end as i32,
+        ended_at,
+    }
+}
+
 /// A watch event kind as the proto enum.
 pub fn event_kind(k: EventKind) -> proto::lease_event::Kind {
     use proto::lease_event::Kind;

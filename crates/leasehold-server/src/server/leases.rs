@@ -419,6 +419,32 @@ impl proto::leases_server::Leases for LeasesService {
         }))
     }
 
+    async fn get_history(
+        &self,
+        req: Request<proto::GetHistoryRequest>,
+    ) -> Result<Response<proto::GetHistoryResponse>, Status> {
+        let caller = Caller::of(&req);
+        let r = req.into_inner();
+        let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
+        let limit = self.limits.page_size(r.page_size).map_err(status)?;
+        let before = page::history_before(job.as_str(), &r.page_token).map_err(status)?;
+        let tenures = self
+            .node
+            .history(&job, before.map(crate::lease::Token), limit)
+            .await
+            .map_err(status)?;
+        let next_page_token = match tenures.last() {
+            Some(t) if tenures.len() == limit && t.token.0 > 1 => {
+                page::history_token(job.as_str(), t.token.0)
+            }
+            _ => String::new(),
+        };
+        Ok(Response::new(proto::GetHistoryResponse {
+            tenures: tenures.iter().map(convert::tenure).collect(),
+            next_page_token,
+        }))
+    }
+
     type WatchLeaseStream = EventStream;
 
     async fn watch_lease(

@@ -34,6 +34,7 @@ const VERSION: u8 = 1;
 enum Listing<'a> {
     Leases { prefix: &'a str },
     Keys { job: &'a str, prefix: &'a [u8] },
+    History { job: &'a str },
 }
 
 impl Listing<'_> {
@@ -54,6 +55,10 @@ impl Listing<'_> {
                 part(b"ListKeys");
                 part(job.as_bytes());
                 part(prefix);
+            }
+            Listing::History { job } => {
+                part(b"GetHistory");
+                part(job.as_bytes());
             }
         }
         part(resume);
@@ -127,6 +132,25 @@ pub fn keys_token(job: &str, prefix: &[u8], last_key: &[u8]) -> Vec<u8> {
 /// `None` for the first page.
 pub fn keys_after(job: &str, prefix: &[u8], token: &[u8]) -> Result<Option<Vec<u8>>> {
     Listing::Keys { job, prefix }.resume(token)
+}
+
+/// The token of a `GetHistory` page of `job` whose oldest tenure was
+/// `last_token`'s.
+pub fn history_token(job: &str, last_token: u64) -> String {
+    Listing::History { job }.token(&last_token.to_be_bytes())
+}
+
+/// The token a `GetHistory` page resumes below, from the request's page
+/// token; `None` for the first page.
+pub fn history_before(job: &str, token: &str) -> Result<Option<u64>> {
+    let resume = Listing::History { job }.resume(token.as_bytes())?;
+    resume
+        .map(|r| {
+            <[u8; 8]>::try_from(r.as_slice())
+                .map(u64::from_be_bytes)
+                .map_err(|_| Error::invalid("page_token", "is corrupt"))
+        })
+        .transpose()
 }
 
 #[cfg(test)]

@@ -598,3 +598,79 @@ fn settle_leadership_counts_expiries_and_reports_what_leadership_does() {
     assert_eq!(again, want);
     assert_eq!(t.stats().expiries, 1, "counted once");
 }
+
+/// Every tenure's start and end reaches the history, each in the decision
+/// that makes it durable: a grant with its token; a release; an expiry,
+/// recorded at its deadline by the next grant (taken over by another
+/// holder, or expired when the same holder comes back); a renewal adds
+/// nothing.
+#[test]
+fn history_events_mark_every_tenure() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("h");
+    let granted_to = |h: &str, n: u64| HistoryEvent::Granted {
+        token: Token(n),
+        holder: who(h),
+        ttl: TTL,
+    };
+    let (_, fx) = t.acquire(&j, &who("a"), TTL, t0, None);
+    assert_eq!(fx.history, vec![granted_to("a", 1)]);
+    let (_, fx) = t.renew(&j, &who("a"), Token(1), TTL, t0 + ms(5)).unwrap();
+    assert!(fx.history.is_empty(), "a renewal is not a tenure");
+    // A release hands over to the first waiter in the same decision.
+    let w = t.enqueue(&j, &who("b"), TTL, t0 + ms(6));
+    let fx = t.release(&j, &who("a"), Token(1), t0 + ms(10)).unwrap();
+    assert_eq!(
+        fx.history,
+        vec![
+            HistoryEvent::Ended {
+                token: Token(1),
+                how: TenureEnd::Released,
+                at: t0 + ms(10)
+            },
+            granted_to("b", 2)
+        ]
+    );
+    let _ = w;
+    // b's lease runs out at t0 + 10 ms + TTL; nobody knows until asked.
+    let deadline = t0 + ms(10) + TTL;
+    assert_eq!(t.unrecorded_end(&j, deadline - ms(1)), None);
+    assert_eq!(t.unrecorded_end(&j, deadline), Some((Token(2), deadline)));
+    let _ = t.view(&j, deadline + ms(1));
+    assert_eq!(
+        t.unrecorded_end(&j, deadline + ms(1)),
+        Some((Token(2), deadline))
+    );
+    // Another holder takes it: b's tenure was taken over, at its deadline.
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, deadline + ms(50), None);
+    assert_eq!(
+        fx.history,
+        vec![
+            HistoryEvent::Ended {
+                token: Token(2),
+                how: TenureEnd::TakenOver,
+                at: deadline
+            },
+            granted_to("c", 3)
+        ]
+    );
+    assert_eq!(t.unrecorded_end(&j, deadline + ms(60)), None);
+    // c runs out and comes back: expired, then a new tenure of c's.
+    let later = deadline + ms(50) + TTL;
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(1), None);
+    assert_eq!(
+        fx.history,
+        vec![
+            HistoryEvent::Ended {
+                token: Token(3),
+                how: TenureEnd::Expired,
+                at: later
+            },
+            granted_to("c", 4)
+        ]
+    );
+    // The live holder asking again extends: nothing new.
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(2), None);
+    assert!(fx.history.is_empty());
+}
