@@ -25,8 +25,8 @@ type LeaderCallbacks struct {
 	OnStoppedLeading func(token uint64)
 	// OnNewLeader is called when the job's leader, as this elector observes
 	// it, changes: another holder took over, or we did (holder is then
-	// Holder()), with the token of that leader's grant. It is called once
-	// per grant, in the order of the tokens, one call at a time on a
+	// Holder()), with the token of that leader's grant. It is called at
+	// most once per grant, in the order of the tokens, one call at a time on a
 	// goroutine of its own, and not after Run has returned. A free job (no
 	// leader) is not reported.
 	//
