@@ -37,7 +37,9 @@ type LeaderCallbacks struct {
 	// of someone else's leadership but never of our own. Tokens of a job
 	// only grow, so a grant is reported only if its token is above the
 	// last one reported: the watch and the campaign never report one
-	// leader twice, or an older one after a newer.
+	// leader twice, or an older one after a newer. Our own grant may be
+	// reported a moment before OnStartedLeading is called and IsLeader
+	// turns true: the watch can be faster than the Acquire's answer.
 	OnNewLeader func(holder string, token uint64)
 }
 
