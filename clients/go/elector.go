@@ -23,6 +23,24 @@ type LeaderCallbacks struct {
 	// Each term's callbacks start after the previous term's have returned,
 	// and Run returns only after the last term's have.
 	OnStoppedLeading func(token uint64)
+	// OnNewLeader is called when the job's leader, as this elector observes
+	// it, changes: another holder took over, or we did (holder is then
+	// Holder()), with the token of that leader's grant. It is called at
+	// most once per grant, in the order of the tokens, one call at a time on a
+	// goroutine of its own, and not after Run has returned. A free job (no
+	// leader) is not reported.
+	//
+	// When it is set, Run watches the job (a WatchLease stream, opened
+	// again with backoff if it breaks) for the whole of the campaign, and
+	// also reports what the campaign itself learns (our own grant, the
+	// holder a campaign found in place), so a broken watch delays a report
+	// of someone else's leadership but never of our own. Tokens of a job
+	// only grow, so a grant is reported only if its token is above the
+	// last one reported: the watch and the campaign never report one
+	// leader twice, or an older one after a newer. Our own grant may be
+	// reported a moment before OnStartedLeading is called and IsLeader
+	// turns true: the watch can be faster than the Acquire's answer.
+	OnNewLeader func(holder string, token uint64)
 }
 
 // ElectorConfig configures an Elector.
@@ -74,6 +92,18 @@ type Elector struct {
 	// term (each term's callbacks wait for the previous term's).
 	cancelTerm context.CancelFunc
 	termDone   chan struct{}
+
+	// OnNewLeader's state: the last token reported, and the reports not
+	// yet delivered (in order; newLeaders wakes the goroutine that
+	// delivers them).
+	leaderToken uint64
+	leaders     []observedLeader
+	newLeaders  chan struct{}
+}
+
+type observedLeader struct {
+	holder string
+	token  uint64
 }
 
 // NewElector checks cfg and makes an Elector; call Run to campaign.
@@ -95,7 +125,7 @@ func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
 		log = slog.Default()
 	}
 	log = log.With("job", cfg.Job)
-	return &Elector{client: client, cfg: cfg, log: log}, nil
+	return &Elector{client: client, cfg: cfg, log: log, newLeaders: make(chan struct{}, 1)}, nil
 }
 
 // Holder returns our holder identity.
@@ -158,9 +188,17 @@ func refused(err error) bool {
 // (ErrInvalidArgument, such as a TTL over its --max-ttl or a job over
 // --max-name-bytes; ErrUnauthenticated; ErrPermissionDenied) is not
 // retried: Run returns that error at once.
+//
+// With Callbacks.OnNewLeader set, Run also watches the job while it runs,
+// and returns only once that watch has ended and OnNewLeader has returned.
 func (e *Elector) Run(ctx context.Context) error {
 	t := timingFor(e.cfg.TTL)
 	retry := campaignBackoff(e.cfg.TTL)
+	if e.cfg.Callbacks.OnNewLeader != nil {
+		wctx, stopWatching := context.WithCancel(ctx)
+		watched := e.startObserving(wctx)
+		defer func() { stopWatching(); <-watched }()
+	}
 	defer e.waitCallbacks()
 	for ctx.Err() == nil {
 		sent := time.Now()
@@ -189,6 +227,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		retry.reset()
 		if !a.Acquired {
+			e.observe(a.Lease.Holder, a.Lease.Token)
 			continue
 		}
 		anchor, ok := e.anchor(ctx, a.Lease.Token, sent)
@@ -304,6 +343,7 @@ func (e *Elector) setLeader(token uint64, deadline time.Time) {
 	e.termDone = done
 	e.mu.Unlock()
 	e.log.Info("elected", "token", token)
+	e.observe(e.cfg.Holder, token)
 	cb := e.cfg.Callbacks
 	go func() {
 		defer close(done)
@@ -342,6 +382,97 @@ func (e *Elector) waitCallbacks() {
 	e.mu.Unlock()
 	if done != nil {
 		<-done
+	}
+}
+
+// observe notes holder leading with token: OnNewLeader is called if token
+// is above the last one reported. A no-op without OnNewLeader.
+func (e *Elector) observe(holder string, token uint64) {
+	if e.cfg.Callbacks.OnNewLeader == nil || holder == "" || token == 0 {
+		return
+	}
+	e.mu.Lock()
+	if token <= e.leaderToken {
+		e.mu.Unlock()
+		return
+	}
+	e.leaderToken = token
+	e.leaders = append(e.leaders, observedLeader{holder, token})
+	e.mu.Unlock()
+	select {
+	case e.newLeaders <- struct{}{}:
+	default:
+	}
+}
+
+// startObserving starts watching the job and delivering OnNewLeader until
+// ctx is done; the returned channel is closed once both have ended.
+func (e *Elector) startObserving(ctx context.Context) <-chan struct{} {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); e.watchLeaders(ctx) }()
+	go func() { defer wg.Done(); e.deliverLeaders(ctx) }()
+	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// watchLeaders follows the job's lease on a WatchLease stream, opening it
+// again with the campaign's backoff when it breaks (the first event of a
+// new stream is the current lease, so nothing is missed for long). A watch
+// the server refuses for good (ErrInvalidArgument, ErrUnauthenticated,
+// ErrPermissionDenied) is not opened again: OnNewLeader then hears only
+// what the campaign learns.
+func (e *Elector) watchLeaders(ctx context.Context) {
+	retry := campaignBackoff(e.cfg.TTL)
+	for ctx.Err() == nil {
+		w, err := e.client.Watch(ctx, e.cfg.Job)
+		if err == nil {
+			for {
+				ev, rerr := w.Recv()
+				if rerr != nil {
+					err = rerr
+					break
+				}
+				retry.reset()
+				e.observe(ev.Lease.Holder, ev.Lease.Token)
+			}
+			w.Close()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if refused(err) {
+			e.log.Warn("watch refused; OnNewLeader hears only what the campaign learns", "error", err)
+			return
+		}
+		e.warn("watch ended; watching again", "error", err)
+		if !sleepCtx(ctx, retry.next()) {
+			return
+		}
+	}
+}
+
+// deliverLeaders calls OnNewLeader for each report, in order, until ctx is
+// done.
+func (e *Elector) deliverLeaders(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.newLeaders:
+		}
+		for {
+			e.mu.Lock()
+			if len(e.leaders) == 0 || ctx.Err() != nil {
+				e.mu.Unlock()
+				break
+			}
+			l := e.leaders[0]
+			e.leaders = e.leaders[1:]
+			e.mu.Unlock()
+			e.cfg.Callbacks.OnNewLeader(l.holder, l.token)
+		}
 	}
 }
 

@@ -1,0 +1,154 @@
+package leasehold_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	leasehold "github.com/leasehold/leasehold/clients/go"
+)
+
+// startWatching starts an elector whose OnNewLeader records "holder token".
+func startWatching(t *testing.T, c *leasehold.Client, job, name string, ttl time.Duration) *running {
+	t.Helper()
+	rec := &recorder{}
+	cb := rec.callbacks()
+	cb.OnNewLeader = func(holder string, token uint64) { rec.add(fmt.Sprintf("leader %s %d", holder, token)) }
+	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{Job: job, Name: name, TTL: ttl, Callbacks: cb, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Elector: e, cancel: cancel, done: make(chan struct{}), rec: rec}
+	go func() { _ = e.Run(ctx); close(r.done) }()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// leaders is the OnNewLeader part of what r recorded.
+func (r *running) leaders() []string {
+	var out []string
+	for _, ev := range r.rec.get() {
+		if len(ev) > 7 && ev[:7] == "leader " {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestOnNewLeaderReportsTheLeaderThenOurTakeOver(t *testing.T) {
+	s := startServer(t)
+	c := dial(t, s)
+	job := uniqueJob("newleader")
+	// With a 10 s TTL the follower's waiting Acquire waits 30 s: only its
+	// watch can tell it of the leader that soon.
+	ttl := 10 * time.Second
+	a := startWatching(t, c, job, "a", ttl)
+	waitUntil(t, 10*time.Second, "a leads", a.IsLeader)
+	waitUntil(t, 2*time.Second, "a told of its own lead", func() bool { return len(a.leaders()) >= 1 })
+	b := startWatching(t, c, job, "a", ttl) // same name: another holder
+	first := []string{fmt.Sprintf("leader %s 1", a.Holder())}
+	waitUntil(t, 3*time.Second, "the follower told of the leader", func() bool { return len(b.leaders()) >= 1 })
+	if got := b.leaders(); !slices.Equal(got, first) {
+		t.Fatalf("follower: %v", got)
+	}
+	if got := a.leaders(); !slices.Equal(got, first) {
+		t.Fatalf("leader: %v (reported twice?)", got)
+	}
+	s.waitWaiters(t, 1)
+	a.stop() // resigns: releases
+	waitUntil(t, 5*time.Second, "the follower told of its own lead", func() bool { return len(b.leaders()) >= 2 })
+	want := append(first, fmt.Sprintf("leader %s 2", b.Holder()))
+	if got := b.leaders(); !slices.Equal(got, want) {
+		t.Fatalf("follower: %v, want %v", got, want)
+	}
+	// The watch may tell of our grant before the Acquire's answer comes.
+	waitUntil(t, 2*time.Second, "the follower leads", b.IsLeader)
+	if got := a.leaders(); len(got) < 1 || !slices.Equal(got[:1], first) || len(got) > 2 {
+		t.Fatalf("old leader: %v", got)
+	}
+	b.stop()
+	// Nothing is reported after Run returned.
+	n := len(b.rec.get())
+	time.Sleep(100 * time.Millisecond)
+	if len(b.rec.get()) != n {
+		t.Fatalf("called after Run returned: %v", b.rec.get())
+	}
+}
+
+func TestOnNewLeaderReportsOtherHolders(t *testing.T) {
+	s := startServer(t)
+	c, ctx := dial(t, s), ctxT(t)
+	job := uniqueJob("others")
+	if a, err := c.Acquire(ctx, job, "outsider", 30*time.Second, 0); err != nil || !a.Acquired {
+		t.Fatalf("outsider: %+v %v", a, err)
+	}
+	// A holder that is no elector waits first, so it is granted next.
+	thief := make(chan leasehold.Acquired, 1)
+	go func() {
+		a, _ := c.Acquire(ctx, job, "thief", 30*time.Second, 20*time.Second)
+		thief <- a
+	}()
+	s.waitWaiters(t, 1)
+	e := startWatching(t, c, job, "e", 10*time.Second)
+	s.waitWaiters(t, 2)
+	waitUntil(t, 3*time.Second, "the current leader", func() bool { return len(e.leaders()) >= 1 })
+	if err := c.Release(ctx, job, "outsider", 1); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-thief; !a.Acquired || a.Lease.Token != 2 {
+		t.Fatalf("thief: %+v", a)
+	}
+	waitUntil(t, 3*time.Second, "the thief's lead", func() bool { return len(e.leaders()) >= 2 })
+	if err := c.Release(ctx, job, "thief", 2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "our lead", func() bool { return len(e.leaders()) >= 3 })
+	want := []string{"leader outsider 1", "leader thief 2", fmt.Sprintf("leader %s 3", e.Holder())}
+	if got := e.leaders(); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	waitUntil(t, 2*time.Second, "our OnStartedLeading", func() bool { return e.rec.has("elected 3") })
+}
+
+func TestRunWithoutOnNewLeaderOpensNoWatch(t *testing.T) {
+	s := startServer(t, "--max-watchers", "1")
+	c, ctx := dial(t, s), ctxT(t)
+	job := uniqueJob("nowatch")
+	e := start(t, c, job, "e", 10*time.Second)
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	// The one watcher the server allows is still free.
+	w, err := c.Watch(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if ev, err := w.Recv(); err != nil || ev.Lease.Holder != e.Holder() {
+		t.Fatalf("watch: %+v %v", ev, err)
+	}
+}
+
+func TestOnNewLeaderReportsOurLeadWithoutAWatch(t *testing.T) {
+	s := startServer(t, "--max-watchers", "1")
+	c, ctx := dial(t, s), ctxT(t)
+	job := uniqueJob("nowatcher")
+	// Take the one watcher the server allows: the elector's watch is
+	// refused (QUOTA_EXCEEDED) and retried, while the campaign still
+	// reports our own lead.
+	w, err := c.Watch(ctx, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	e := startWatching(t, c, job, "e", 10*time.Second)
+	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	waitUntil(t, 3*time.Second, "the report", func() bool { return len(e.leaders()) == 1 })
+	if got, want := e.leaders()[0], fmt.Sprintf("leader %s 1", e.Holder()); got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
