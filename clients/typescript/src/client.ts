@@ -27,6 +27,7 @@ import {
   eventFromPb,
   type KeyInfo,
   type Lease,
+  type LeaseChange,
   type LeaseEvent,
   leaseFromPb,
   toDuration,
@@ -63,6 +64,16 @@ export interface CallOptions {
    * named "AbortError" (its `cause`: the leasehold error the call ended
    * with). A waiting `acquire` so aborted gives back a grant it may have
    * been given meanwhile (see `Client.acquire`).
+   */
+  signal?: AbortSignal;
+}
+
+/** Options of `Client.observe`. */
+export interface ObserveOptions {
+  /**
+   * Ends the observation when aborted: the stream is cancelled and the
+   * iteration ends cleanly (no error). `AbortSignal.timeout(ms)` bounds it
+   * in time.
    */
   signal?: AbortSignal;
 }
@@ -352,6 +363,48 @@ export class Client {
   watch(job: string, opts?: { timeoutMs?: number }): Watch {
     const options = opts?.timeoutMs !== undefined ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
     return new Watch(this.leases.watchLease({ job }, new Metadata(), options));
+  }
+
+  /**
+   * Observes `job`'s lease over one `WatchLease` stream: an async iterable
+   * of its states, first the current one (`kind` `Current`), then one per
+   * change of holder or token (`Acquired`, `Released`, `Expired`).
+   * Renewals are not changes and yield nothing. A reader that falls behind
+   * gets the latest state, the changes it missed folded into it.
+   *
+   * ```ts
+   * for await (const lease of client.observe("bridge_health", { signal })) {
+   *   console.log(lease.kind, lease.holder ?? "(free)", lease.token);
+   * }
+   * ```
+   *
+   * The stream is opened when the iteration starts and has no deadline.
+   * It ends cleanly when `opts.signal` is aborted (or the loop is left
+   * with `break`/`return`, which cancels the stream). It does not
+   * reconnect: when the stream breaks (the server stops, the connection
+   * drops, a `--max-watchers` limit) the iteration throws the typed error
+   * (`ShuttingDown`, `Unavailable`, `QuotaExceeded`...); observe again to
+   * go on, from the state at that moment.
+   */
+  async *observe(job: string, opts: ObserveOptions = {}): AsyncGenerator<LeaseChange, void, undefined> {
+    const { signal } = opts;
+    if (signal?.aborted) return;
+    const call = this.leases.watchLease({ job }, new Metadata(), {});
+    const onAbort = () => call.cancel();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      for await (const msg of call as AsyncIterable<pb.LeaseEvent>) {
+        if (signal?.aborted) return;
+        const { kind, lease } = eventFromPb(msg);
+        yield { ...lease, kind };
+      }
+    } catch (e) {
+      if (signal?.aborted) return;
+      throw fromServiceError(e as ServiceError);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      call.cancel();
+    }
   }
 
   /** Writes `value` under (job, key), fenced by `token`; the new version. */

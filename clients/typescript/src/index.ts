@@ -13,10 +13,13 @@
  * await stream.write([{ job: "bridge_health", token: token!, key: "seen", value: "1" }]);
  * await stream.close();
  * await elector.resign();
+ * for await (const lease of client.observe("bridge_health", { signal })) {
+ *   console.log(lease.kind, lease.holder, lease.token); // every change of holder or token
+ * }
  * ```
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
-export type { CallOptions, ClientConfig } from "./client";
+export type { CallOptions, ClientConfig, ObserveOptions } from "./client";
 export { Elector } from "./elector";
 export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
 export {
@@ -50,6 +53,7 @@ export type {
   Written,
 } from "./writestream";
 export { EventKind, electorHolder, processHolder } from "./types";
-export type { Acquired, Bytes, KeyInfo, Lease, LeaseEvent, Value } from "./types";
+export type { Acquired, Bytes, KeyInfo, Lease, LeaseChange, LeaseEvent, Value } from "./types";
+export { VERSION } from "./version";
 /** The generated messages and grpc-js service clients. */
 export * as v1 from "./gen/leasehold/v1/leasehold";

@@ -81,6 +81,18 @@ export interface LeaseEvent {
   lease: Lease;
 }
 
+/**
+ * One state of a job's lease, as `Client.observe` yields it: the lease
+ * after a change (a free lease has no `holder`), and why it was sent.
+ */
+export interface LeaseChange extends Lease {
+  /**
+   * `Current` (the state when observing began), `Acquired` (a grant to a
+   * new holder or a new token), `Released` or `Expired` (free now).
+   */
+  kind: EventKind;
+}
+
 export function toDuration(ms: number): Duration {
   const nanosTotal = BigInt(Math.max(0, Math.round(ms * 1e6)));
   return { seconds: nanosTotal / 1_000_000_000n, nanos: Number(nanosTotal % 1_000_000_000n) };
