@@ -47,6 +47,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -185,6 +186,68 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{0}
 }
 
+type Tenure_End int32
+
+const (
+	// Not ended: the holder leads now (or led when the server last
+	// started, and has not been replaced since).
+	Tenure_END_UNSPECIFIED Tenure_End = 0
+	// The holder released it.
+	Tenure_END_RELEASED Tenure_End = 1
+	// It ran out without being renewed, and was next granted to the same
+	// holder (a new token) or to nobody yet.
+	Tenure_END_EXPIRED Tenure_End = 2
+	// It ran out, and another holder was granted the job.
+	Tenure_END_TAKEN_OVER Tenure_End = 3
+	// It ran out, and the job was then deleted.
+	Tenure_END_DELETED Tenure_End = 4
+)
+
+// Enum value maps for Tenure_End.
+var (
+	Tenure_End_name = map[int32]string{
+		0: "END_UNSPECIFIED",
+		1: "END_RELEASED",
+		2: "END_EXPIRED",
+		3: "END_TAKEN_OVER",
+		4: "END_DELETED",
+	}
+	Tenure_End_value = map[string]int32{
+		"END_UNSPECIFIED": 0,
+		"END_RELEASED":    1,
+		"END_EXPIRED":     2,
+		"END_TAKEN_OVER":  3,
+		"END_DELETED":     4,
+	}
+)
+
+func (x Tenure_End) Enum() *Tenure_End {
+	p := new(Tenure_End)
+	*p = x
+	return p
+}
+
+func (x Tenure_End) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Tenure_End) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_leasehold_proto_enumTypes[1].Descriptor()
+}
+
+func (Tenure_End) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_leasehold_proto_enumTypes[1]
+}
+
+func (x Tenure_End) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Tenure_End.Descriptor instead.
+func (Tenure_End) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14, 0}
+}
+
 type LeaseEvent_Kind int32
 
 const (
@@ -228,11 +291,11 @@ func (x LeaseEvent_Kind) String() string {
 }
 
 func (LeaseEvent_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_leasehold_proto_enumTypes[1].Descriptor()
+	return file_leasehold_v1_leasehold_proto_enumTypes[2].Descriptor()
 }
 
 func (LeaseEvent_Kind) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_leasehold_proto_enumTypes[1]
+	return &file_leasehold_v1_leasehold_proto_enumTypes[2]
 }
 
 func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
@@ -241,7 +304,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type WriteResult_Outcome int32
@@ -298,11 +361,11 @@ func (x WriteResult_Outcome) String() string {
 }
 
 func (WriteResult_Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_leasehold_proto_enumTypes[2].Descriptor()
+	return file_leasehold_v1_leasehold_proto_enumTypes[3].Descriptor()
 }
 
 func (WriteResult_Outcome) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_leasehold_proto_enumTypes[2]
+	return &file_leasehold_v1_leasehold_proto_enumTypes[3]
 }
 
 func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
@@ -311,7 +374,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -363,11 +426,11 @@ func (x KeepAliveResult_Outcome) String() string {
 }
 
 func (KeepAliveResult_Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_leasehold_v1_leasehold_proto_enumTypes[3].Descriptor()
+	return file_leasehold_v1_leasehold_proto_enumTypes[4].Descriptor()
 }
 
 func (KeepAliveResult_Outcome) Type() protoreflect.EnumType {
-	return &file_leasehold_v1_leasehold_proto_enumTypes[3]
+	return &file_leasehold_v1_leasehold_proto_enumTypes[4]
 }
 
 func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
@@ -376,7 +439,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30, 0}
 }
 
 type Lease struct {
@@ -1071,6 +1134,223 @@ func (x *ListLeasesResponse) GetNextPageToken() string {
 	return ""
 }
 
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The job.
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// At most this many tenures; 0 means the default of 100. At most 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous page (of this job), or empty
+	// for the first. A token the server did not issue for this job's history
+	// fails with INVALID_ARGUMENT naming "page_token".
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetHistoryRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *GetHistoryRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type GetHistoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Newest first.
+	Tenures []*Tenure `protobuf:"bytes,1,rep,name=tenures,proto3" json:"tenures,omitempty"`
+	// Pass as `page_token` to get the older tenures; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryResponse) Reset() {
+	*x = GetHistoryResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryResponse) ProtoMessage() {}
+
+func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetHistoryResponse) GetTenures() []*Tenure {
+	if x != nil {
+		return x.Tenures
+	}
+	return nil
+}
+
+func (x *GetHistoryResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// One token's time as the job's leader.
+type Tenure struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Token  uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Holder string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The principal the grant was bound to (servers with a policy).
+	Principal string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	// When it was granted, on the server's wall clock (for people only).
+	GrantedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	// The TTL it was granted with (renewals may change it later).
+	Ttl *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	End Tenure_End           `protobuf:"varint,6,opt,name=end,proto3,enum=leasehold.v1.Tenure_End" json:"end,omitempty"`
+	// When it ended, on the server's wall clock: the release, or the
+	// deadline that passed. Unset while not ended.
+	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tenure) Reset() {
+	*x = Tenure{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tenure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tenure) ProtoMessage() {}
+
+func (x *Tenure) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
+func (*Tenure) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Tenure) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Tenure) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Tenure) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Tenure) GetGrantedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GrantedAt
+	}
+	return nil
+}
+
+func (x *Tenure) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *Tenure) GetEnd() Tenure_End {
+	if x != nil {
+		return x.End
+	}
+	return Tenure_END_UNSPECIFIED
+}
+
+func (x *Tenure) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
 type WatchLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1080,7 +1360,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1372,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1385,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1126,7 +1406,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1418,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1431,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1187,7 +1467,7 @@ type CheckedWriteRequest struct {
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1479,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1492,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -1261,7 +1541,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1553,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1566,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -1311,7 +1591,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1603,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1616,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -1366,7 +1646,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1658,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1671,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -1428,7 +1708,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1720,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1733,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -1501,7 +1781,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1793,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1806,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -1558,7 +1838,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1850,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1863,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -1634,7 +1914,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1926,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1939,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -1703,7 +1983,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1995,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +2008,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -1774,7 +2054,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2066,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2079,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -1833,7 +2113,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2125,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2138,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -1893,7 +2173,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2185,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2198,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -1962,7 +2242,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2254,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2267,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -2026,7 +2306,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2318,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2331,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2093,7 +2373,7 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\"\xcb\x01\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2134,7 +2414,30 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"i\n" +
 	"\x12ListLeasesResponse\x12+\n" +
 	"\x06leases\x18\x01 \x03(\v2\x13.leasehold.v1.LeaseR\x06leases\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"%\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"a\n" +
+	"\x11GetHistoryRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
+	"\x12GetHistoryResponse\x12.\n" +
+	"\atenures\x18\x01 \x03(\v2\x14.leasehold.v1.TenureR\atenures\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x03\n" +
+	"\x06Tenure\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x129\n" +
+	"\n" +
+	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12+\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12*\n" +
+	"\x03end\x18\x06 \x01(\x0e2\x18.leasehold.v1.Tenure.EndR\x03end\x125\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"b\n" +
+	"\x03End\x12\x13\n" +
+	"\x0fEND_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fEND_RELEASED\x10\x01\x12\x0f\n" +
+	"\vEND_EXPIRED\x10\x02\x12\x12\n" +
+	"\x0eEND_TAKEN_OVER\x10\x03\x12\x0f\n" +
+	"\vEND_DELETED\x10\x04\"%\n" +
 	"\x11WatchLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"\xd2\x01\n" +
 	"\n" +
@@ -2234,7 +2537,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x12\x1b\n" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f\x12\x1b\n" +
-	"\x17ERROR_REASON_JOB_IN_USE\x10\r2\xd6\x04\n" +
+	"\x17ERROR_REASON_JOB_IN_USE\x10\r2\xa7\x05\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +
@@ -2242,7 +2545,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12L\n" +
 	"\tDeleteJob\x12\x1e.leasehold.v1.DeleteJobRequest\x1a\x1f.leasehold.v1.DeleteJobResponse\x12O\n" +
 	"\n" +
-	"ListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12I\n" +
+	"ListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12O\n" +
+	"\n" +
+	"GetHistory\x12\x1f.leasehold.v1.GetHistoryRequest\x1a .leasehold.v1.GetHistoryResponse\x12I\n" +
 	"\n" +
 	"WatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x012\xc6\x02\n" +
@@ -2265,92 +2570,104 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
-	(ErrorReason)(0),             // 0: leasehold.v1.ErrorReason
-	(LeaseEvent_Kind)(0),         // 1: leasehold.v1.LeaseEvent.Kind
-	(WriteResult_Outcome)(0),     // 2: leasehold.v1.WriteResult.Outcome
-	(KeepAliveResult_Outcome)(0), // 3: leasehold.v1.KeepAliveResult.Outcome
-	(*Lease)(nil),                // 4: leasehold.v1.Lease
-	(*AcquireRequest)(nil),       // 5: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),      // 6: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),         // 7: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),        // 8: leasehold.v1.RenewResponse
-	(*ReleaseRequest)(nil),       // 9: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),      // 10: leasehold.v1.ReleaseResponse
-	(*GetLeaseRequest)(nil),      // 11: leasehold.v1.GetLeaseRequest
-	(*DeleteJobRequest)(nil),     // 12: leasehold.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),    // 13: leasehold.v1.DeleteJobResponse
-	(*ListLeasesRequest)(nil),    // 14: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),   // 15: leasehold.v1.ListLeasesResponse
-	(*WatchLeaseRequest)(nil),    // 16: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),           // 17: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),  // 18: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil), // 19: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),   // 20: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),  // 21: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),          // 22: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),          // 23: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),         // 24: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),      // 25: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),              // 26: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),     // 27: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),     // 28: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),     // 29: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),    // 30: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),      // 31: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),  // 32: google.protobuf.Duration
+	(ErrorReason)(0),              // 0: leasehold.v1.ErrorReason
+	(Tenure_End)(0),               // 1: leasehold.v1.Tenure.End
+	(LeaseEvent_Kind)(0),          // 2: leasehold.v1.LeaseEvent.Kind
+	(WriteResult_Outcome)(0),      // 3: leasehold.v1.WriteResult.Outcome
+	(KeepAliveResult_Outcome)(0),  // 4: leasehold.v1.KeepAliveResult.Outcome
+	(*Lease)(nil),                 // 5: leasehold.v1.Lease
+	(*AcquireRequest)(nil),        // 6: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 7: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),          // 8: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),         // 9: leasehold.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 10: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 11: leasehold.v1.ReleaseResponse
+	(*GetLeaseRequest)(nil),       // 12: leasehold.v1.GetLeaseRequest
+	(*DeleteJobRequest)(nil),      // 13: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 14: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),     // 15: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 16: leasehold.v1.ListLeasesResponse
+	(*GetHistoryRequest)(nil),     // 17: leasehold.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),    // 18: leasehold.v1.GetHistoryResponse
+	(*Tenure)(nil),                // 19: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),     // 20: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),            // 21: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),   // 22: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),  // 23: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),    // 24: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),   // 25: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),           // 26: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),           // 27: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),          // 28: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),       // 29: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),               // 30: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),      // 31: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),      // 32: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),      // 33: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),     // 34: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),       // 35: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	32, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	32, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	32, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	4,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	32, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	4,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	4,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	4,  // 8: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
-	1,  // 9: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	18, // 10: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	22, // 11: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
-	2,  // 12: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	26, // 13: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	29, // 14: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	32, // 15: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	31, // 16: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	3,  // 17: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	4,  // 18: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	5,  // 19: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	7,  // 20: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	9,  // 21: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	11, // 22: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	12, // 23: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	14, // 24: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	16, // 25: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	28, // 26: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	18, // 27: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	20, // 28: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	23, // 29: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	25, // 30: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	6,  // 31: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	8,  // 32: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	10, // 33: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	4,  // 34: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	13, // 35: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	15, // 36: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	17, // 37: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	30, // 38: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	19, // 39: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	21, // 40: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	24, // 41: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	27, // 42: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	31, // [31:43] is the sub-list for method output_type
-	19, // [19:31] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	36, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	36, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	36, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
+	36, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
+	5,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	19, // 8: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	37, // 9: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	36, // 10: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	1,  // 11: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
+	37, // 12: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	5,  // 13: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	2,  // 14: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
+	22, // 15: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	26, // 16: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	3,  // 17: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	30, // 18: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	33, // 19: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	36, // 20: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	35, // 21: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	4,  // 22: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	5,  // 23: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	6,  // 24: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 25: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	10, // 26: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	12, // 27: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	13, // 28: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	15, // 29: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	17, // 30: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	20, // 31: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	32, // 32: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	22, // 33: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	24, // 34: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	27, // 35: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	29, // 36: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	7,  // 37: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 38: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	11, // 39: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	5,  // 40: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	14, // 41: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	16, // 42: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	18, // 43: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	21, // 44: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	34, // 45: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	23, // 46: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	25, // 47: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	28, // 48: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	31, // 49: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	37, // [37:50] is the sub-list for method output_type
+	24, // [24:37] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2363,8 +2680,8 @@ func file_leasehold_v1_leasehold_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   28,
+			NumEnums:      5,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -62,6 +62,7 @@ const (
 	Leases_GetLease_FullMethodName   = "/leasehold.v1.Leases/GetLease"
 	Leases_DeleteJob_FullMethodName  = "/leasehold.v1.Leases/DeleteJob"
 	Leases_ListLeases_FullMethodName = "/leasehold.v1.Leases/ListLeases"
+	Leases_GetHistory_FullMethodName = "/leasehold.v1.Leases/GetHistory"
 	Leases_WatchLease_FullMethodName = "/leasehold.v1.Leases/WatchLease"
 	Leases_KeepAlive_FullMethodName  = "/leasehold.v1.Leases/KeepAlive"
 )
@@ -112,6 +113,21 @@ type LeasesClient interface {
 	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
 	// ListLeases lists every job the server knows, ordered by job name.
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
+	// GetHistory returns the job's history of leaders, newest first: one
+	// Tenure per token granted (a token's time as leader), with how it
+	// ended. The server keeps the tenures of each job's newest tokens
+	// (`leasehold serve --history-per-job`, default 100), stored with the
+	// same durability as the grants themselves: a tenure a client was told
+	// of is in the history, whatever crashes. A job's history outlives its
+	// deletion, and continues if the job is created again. A job with no
+	// history has an empty one (not an error). With a policy, this is
+	// action `read`.
+	//
+	// Its times are on the server's wall clock, for people (a post-mortem
+	// asking which token led when a write was made). No rule reads them:
+	// lease timing is on the monotonic clock, and a wall-clock jump moves
+	// these times, never a lease.
+	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
 	// event for every change of holder or token as it happens: ACQUIRED,
 	// RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -215,6 +231,16 @@ func (c *leasesClient) ListLeases(ctx context.Context, in *ListLeasesRequest, op
 	return out, nil
 }
 
+func (c *leasesClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetHistoryResponse)
+	err := c.cc.Invoke(ctx, Leases_GetHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesClient) WatchLease(ctx context.Context, in *WatchLeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Leases_ServiceDesc.Streams[0], Leases_WatchLease_FullMethodName, cOpts...)
@@ -293,6 +319,21 @@ type LeasesServer interface {
 	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
 	// ListLeases lists every job the server knows, ordered by job name.
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
+	// GetHistory returns the job's history of leaders, newest first: one
+	// Tenure per token granted (a token's time as leader), with how it
+	// ended. The server keeps the tenures of each job's newest tokens
+	// (`leasehold serve --history-per-job`, default 100), stored with the
+	// same durability as the grants themselves: a tenure a client was told
+	// of is in the history, whatever crashes. A job's history outlives its
+	// deletion, and continues if the job is created again. A job with no
+	// history has an empty one (not an error). With a policy, this is
+	// action `read`.
+	//
+	// Its times are on the server's wall clock, for people (a post-mortem
+	// asking which token led when a write was made). No rule reads them:
+	// lease timing is on the monotonic clock, and a wall-clock jump moves
+	// these times, never a lease.
+	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
 	// event for every change of holder or token as it happens: ACQUIRED,
 	// RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -353,6 +394,9 @@ func (UnimplementedLeasesServer) DeleteJob(context.Context, *DeleteJobRequest) (
 }
 func (UnimplementedLeasesServer) ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLeases not implemented")
+}
+func (UnimplementedLeasesServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
 }
 func (UnimplementedLeasesServer) WatchLease(*WatchLeaseRequest, grpc.ServerStreamingServer[LeaseEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchLease not implemented")
@@ -489,6 +533,24 @@ func _Leases_ListLeases_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Leases_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).GetHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_GetHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).GetHistory(ctx, req.(*GetHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Leases_WatchLease_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchLeaseRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -537,6 +599,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListLeases",
 			Handler:    _Leases_ListLeases_Handler,
+		},
+		{
+			MethodName: "GetHistory",
+			Handler:    _Leases_GetHistory_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -144,6 +145,54 @@ class ListLeasesResponse(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     next_page_token: str
     def __init__(self, leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("job", "page_size", "page_token")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    page_size: int
+    page_token: str
+    def __init__(self, job: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("tenures", "next_page_token")
+    TENURES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenures: _containers.RepeatedCompositeFieldContainer[Tenure]
+    next_page_token: str
+    def __init__(self, tenures: _Optional[_Iterable[_Union[Tenure, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class Tenure(_message.Message):
+    __slots__ = ("token", "holder", "principal", "granted_at", "ttl", "end", "ended_at")
+    class End(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        END_UNSPECIFIED: _ClassVar[Tenure.End]
+        END_RELEASED: _ClassVar[Tenure.End]
+        END_EXPIRED: _ClassVar[Tenure.End]
+        END_TAKEN_OVER: _ClassVar[Tenure.End]
+        END_DELETED: _ClassVar[Tenure.End]
+    END_UNSPECIFIED: Tenure.End
+    END_RELEASED: Tenure.End
+    END_EXPIRED: Tenure.End
+    END_TAKEN_OVER: Tenure.End
+    END_DELETED: Tenure.End
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_AT_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    token: int
+    holder: str
+    principal: str
+    granted_at: _timestamp_pb2.Timestamp
+    ttl: _duration_pb2.Duration
+    end: Tenure.End
+    ended_at: _timestamp_pb2.Timestamp
+    def __init__(self, token: _Optional[int] = ..., holder: _Optional[str] = ..., principal: _Optional[str] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end: _Optional[_Union[Tenure.End, str]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
     __slots__ = ("job",)

@@ -65,6 +65,11 @@ class LeasesStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.FromString,
                 _registered_method=True)
+        self.GetHistory = channel.unary_unary(
+                '/leasehold.v1.Leases/GetHistory',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetHistoryResponse.FromString,
+                _registered_method=True)
         self.WatchLease = channel.unary_stream(
                 '/leasehold.v1.Leases/WatchLease',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.WatchLeaseRequest.SerializeToString,
@@ -151,6 +156,26 @@ class LeasesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetHistory(self, request, context):
+        """GetHistory returns the job's history of leaders, newest first: one
+        Tenure per token granted (a token's time as leader), with how it
+        ended. The server keeps the tenures of each job's newest tokens
+        (`leasehold serve --history-per-job`, default 100), stored with the
+        same durability as the grants themselves: a tenure a client was told
+        of is in the history, whatever crashes. A job's history outlives its
+        deletion, and continues if the job is created again. A job with no
+        history has an empty one (not an error). With a policy, this is
+        action `read`.
+
+        Its times are on the server's wall clock, for people (a post-mortem
+        asking which token led when a write was made). No rule reads them:
+        lease timing is on the monotonic clock, and a wall-clock jump moves
+        these times, never a lease.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchLease(self, request, context):
         """WatchLease sends the job's current lease first (kind CURRENT), then an
         event for every change of holder or token as it happens: ACQUIRED,
@@ -226,6 +251,11 @@ def add_LeasesServicer_to_server(servicer, server):
                     servicer.ListLeases,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.SerializeToString,
+            ),
+            'GetHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHistory,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetHistoryRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetHistoryResponse.SerializeToString,
             ),
             'WatchLease': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchLease,
@@ -401,6 +431,33 @@ class Leases:
             '/leasehold.v1.Leases/ListLeases',
             leasehold_dot_v1_dot_leasehold__pb2.ListLeasesRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.ListLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Leases/GetHistory',
+            leasehold_dot_v1_dot_leasehold__pb2.GetHistoryRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.GetHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,6 +23,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration";
+import { Timestamp } from "../../google/protobuf/timestamp";
 
 export const protobufPackage = "leasehold.v1";
 
@@ -364,6 +365,108 @@ export interface ListLeasesResponse {
    * across restarts and across frontends of one etcd cluster.
    */
   nextPageToken: string;
+}
+
+export interface GetHistoryRequest {
+  /** Required. The job. */
+  job: string;
+  /** At most this many tenures; 0 means the default of 100. At most 1000. */
+  pageSize: number;
+  /**
+   * The `next_page_token` of the previous page (of this job), or empty
+   * for the first. A token the server did not issue for this job's history
+   * fails with INVALID_ARGUMENT naming "page_token".
+   */
+  pageToken: string;
+}
+
+export interface GetHistoryResponse {
+  /** Newest first. */
+  tenures: Tenure[];
+  /** Pass as `page_token` to get the older tenures; empty on the last page. */
+  nextPageToken: string;
+}
+
+/** One token's time as the job's leader. */
+export interface Tenure {
+  token: bigint;
+  holder: string;
+  /** The principal the grant was bound to (servers with a policy). */
+  principal: string;
+  /** When it was granted, on the server's wall clock (for people only). */
+  grantedAt:
+    | Date
+    | undefined;
+  /** The TTL it was granted with (renewals may change it later). */
+  ttl: Duration | undefined;
+  end: Tenure_End;
+  /**
+   * When it ended, on the server's wall clock: the release, or the
+   * deadline that passed. Unset while not ended.
+   */
+  endedAt: Date | undefined;
+}
+
+export enum Tenure_End {
+  /**
+   * END_UNSPECIFIED - Not ended: the holder leads now (or led when the server last
+   * started, and has not been replaced since).
+   */
+  END_UNSPECIFIED = 0,
+  /** END_RELEASED - The holder released it. */
+  END_RELEASED = 1,
+  /**
+   * END_EXPIRED - It ran out without being renewed, and was next granted to the same
+   * holder (a new token) or to nobody yet.
+   */
+  END_EXPIRED = 2,
+  /** END_TAKEN_OVER - It ran out, and another holder was granted the job. */
+  END_TAKEN_OVER = 3,
+  /** END_DELETED - It ran out, and the job was then deleted. */
+  END_DELETED = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function tenure_EndFromJSON(object: any): Tenure_End {
+  switch (object) {
+    case 0:
+    case "END_UNSPECIFIED":
+      return Tenure_End.END_UNSPECIFIED;
+    case 1:
+    case "END_RELEASED":
+      return Tenure_End.END_RELEASED;
+    case 2:
+    case "END_EXPIRED":
+      return Tenure_End.END_EXPIRED;
+    case 3:
+    case "END_TAKEN_OVER":
+      return Tenure_End.END_TAKEN_OVER;
+    case 4:
+    case "END_DELETED":
+      return Tenure_End.END_DELETED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Tenure_End.UNRECOGNIZED;
+  }
+}
+
+export function tenure_EndToJSON(object: Tenure_End): string {
+  switch (object) {
+    case Tenure_End.END_UNSPECIFIED:
+      return "END_UNSPECIFIED";
+    case Tenure_End.END_RELEASED:
+      return "END_RELEASED";
+    case Tenure_End.END_EXPIRED:
+      return "END_EXPIRED";
+    case Tenure_End.END_TAKEN_OVER:
+      return "END_TAKEN_OVER";
+    case Tenure_End.END_DELETED:
+      return "END_DELETED";
+    case Tenure_End.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
 }
 
 export interface WatchLeaseRequest {
@@ -1725,6 +1828,344 @@ export const ListLeasesResponse: MessageFns<ListLeasesResponse> = {
     }
     if (message.nextPageToken !== "") {
       obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+};
+
+function createBaseGetHistoryRequest(): GetHistoryRequest {
+  return { job: "", pageSize: 0, pageToken: "" };
+}
+
+export const GetHistoryRequest: MessageFns<GetHistoryRequest> = {
+  encode(message: GetHistoryRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== "") {
+      writer.uint32(10).string(message.job);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(16).uint32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(26).string(message.pageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHistoryRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHistoryRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.pageSize = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHistoryRequest {
+    return {
+      job: isSet(object.job) ? globalThis.String(object.job) : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: GetHistoryRequest): unknown {
+    const obj: any = {};
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
+    return obj;
+  },
+};
+
+function createBaseGetHistoryResponse(): GetHistoryResponse {
+  return { tenures: [], nextPageToken: "" };
+}
+
+export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
+  encode(message: GetHistoryResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.tenures) {
+      Tenure.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetHistoryResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetHistoryResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.tenures.push(Tenure.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetHistoryResponse {
+    return {
+      tenures: globalThis.Array.isArray(object?.tenures) ? object.tenures.map((e: any) => Tenure.fromJSON(e)) : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
+  },
+
+  toJSON(message: GetHistoryResponse): unknown {
+    const obj: any = {};
+    if (message.tenures?.length) {
+      obj.tenures = message.tenures.map((e) => Tenure.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
+    return obj;
+  },
+};
+
+function createBaseTenure(): Tenure {
+  return { token: 0n, holder: "", principal: "", grantedAt: undefined, ttl: undefined, end: 0, endedAt: undefined };
+}
+
+export const Tenure: MessageFns<Tenure> = {
+  encode(message: Tenure, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.token !== 0n) {
+      if (BigInt.asUintN(64, message.token) !== message.token) {
+        throw new globalThis.Error("value provided for field message.token of type uint64 too large");
+      }
+      writer.uint32(8).uint64(message.token);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.principal !== "") {
+      writer.uint32(26).string(message.principal);
+    }
+    if (message.grantedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.grantedAt), writer.uint32(34).fork()).join();
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(42).fork()).join();
+    }
+    if (message.end !== 0) {
+      writer.uint32(48).int32(message.end);
+    }
+    if (message.endedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.endedAt), writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Tenure {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTenure();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.token = reader.uint64() as bigint;
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.principal = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.grantedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.end = reader.int32() as any;
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.endedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Tenure {
+    return {
+      token: isSet(object.token) ? BigInt(object.token) : 0n,
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
+      grantedAt: isSet(object.grantedAt)
+        ? fromJsonTimestamp(object.grantedAt)
+        : isSet(object.granted_at)
+        ? fromJsonTimestamp(object.granted_at)
+        : undefined,
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      end: isSet(object.end) ? tenure_EndFromJSON(object.end) : 0,
+      endedAt: isSet(object.endedAt)
+        ? fromJsonTimestamp(object.endedAt)
+        : isSet(object.ended_at)
+        ? fromJsonTimestamp(object.ended_at)
+        : undefined,
+    };
+  },
+
+  toJSON(message: Tenure): unknown {
+    const obj: any = {};
+    if (message.token !== 0n) {
+      obj.token = message.token.toString();
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.principal !== "") {
+      obj.principal = message.principal;
+    }
+    if (message.grantedAt !== undefined) {
+      obj.grantedAt = message.grantedAt.toISOString();
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.end !== 0) {
+      obj.end = tenure_EndToJSON(message.end);
+    }
+    if (message.endedAt !== undefined) {
+      obj.endedAt = message.endedAt.toISOString();
     }
     return obj;
   },
@@ -3314,6 +3755,31 @@ export const LeasesService = {
     responseDeserialize: (value: Buffer): ListLeasesResponse => ListLeasesResponse.decode(value),
   },
   /**
+   * GetHistory returns the job's history of leaders, newest first: one
+   * Tenure per token granted (a token's time as leader), with how it
+   * ended. The server keeps the tenures of each job's newest tokens
+   * (`leasehold serve --history-per-job`, default 100), stored with the
+   * same durability as the grants themselves: a tenure a client was told
+   * of is in the history, whatever crashes. A job's history outlives its
+   * deletion, and continues if the job is created again. A job with no
+   * history has an empty one (not an error). With a policy, this is
+   * action `read`.
+   *
+   * Its times are on the server's wall clock, for people (a post-mortem
+   * asking which token led when a write was made). No rule reads them:
+   * lease timing is on the monotonic clock, and a wall-clock jump moves
+   * these times, never a lease.
+   */
+  getHistory: {
+    path: "/leasehold.v1.Leases/GetHistory" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetHistoryRequest): Buffer => Buffer.from(GetHistoryRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetHistoryRequest => GetHistoryRequest.decode(value),
+    responseSerialize: (value: GetHistoryResponse): Buffer => Buffer.from(GetHistoryResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetHistoryResponse => GetHistoryResponse.decode(value),
+  },
+  /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
    * event for every change of holder or token as it happens: ACQUIRED,
    * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -3419,6 +3885,23 @@ export interface LeasesServer extends UntypedServiceImplementation {
   deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
   /** ListLeases lists every job the server knows, ordered by job name. */
   listLeases: handleUnaryCall<ListLeasesRequest, ListLeasesResponse>;
+  /**
+   * GetHistory returns the job's history of leaders, newest first: one
+   * Tenure per token granted (a token's time as leader), with how it
+   * ended. The server keeps the tenures of each job's newest tokens
+   * (`leasehold serve --history-per-job`, default 100), stored with the
+   * same durability as the grants themselves: a tenure a client was told
+   * of is in the history, whatever crashes. A job's history outlives its
+   * deletion, and continues if the job is created again. A job with no
+   * history has an empty one (not an error). With a policy, this is
+   * action `read`.
+   *
+   * Its times are on the server's wall clock, for people (a post-mortem
+   * asking which token led when a write was made). No rule reads them:
+   * lease timing is on the monotonic clock, and a wall-clock jump moves
+   * these times, never a lease.
+   */
+  getHistory: handleUnaryCall<GetHistoryRequest, GetHistoryResponse>;
   /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
    * event for every change of holder or token as it happens: ACQUIRED,
@@ -3589,6 +4072,37 @@ export interface LeasesClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ListLeasesResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * GetHistory returns the job's history of leaders, newest first: one
+   * Tenure per token granted (a token's time as leader), with how it
+   * ended. The server keeps the tenures of each job's newest tokens
+   * (`leasehold serve --history-per-job`, default 100), stored with the
+   * same durability as the grants themselves: a tenure a client was told
+   * of is in the history, whatever crashes. A job's history outlives its
+   * deletion, and continues if the job is created again. A job with no
+   * history has an empty one (not an error). With a policy, this is
+   * action `read`.
+   *
+   * Its times are on the server's wall clock, for people (a post-mortem
+   * asking which token led when a write was made). No rule reads them:
+   * lease timing is on the monotonic clock, and a wall-clock jump moves
+   * these times, never a lease.
+   */
+  getHistory(
+    request: GetHistoryRequest,
+    callback: (error: ServiceError | null, response: GetHistoryResponse) => void,
+  ): ClientUnaryCall;
+  getHistory(
+    request: GetHistoryRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetHistoryResponse) => void,
+  ): ClientUnaryCall;
+  getHistory(
+    request: GetHistoryRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetHistoryResponse) => void,
   ): ClientUnaryCall;
   /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
@@ -3940,6 +4454,28 @@ function bytesFromBase64(b64: string): Uint8Array {
 
 function base64FromBytes(arr: Uint8Array): string {
   return globalThis.Buffer.from(arr).toString("base64");
+}
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = BigInt(Math.trunc(date.getTime() / 1_000));
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (globalThis.Number(t.seconds.toString()) || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
 }
 
 function isSet(value: any): boolean {

@@ -87,6 +87,21 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_ListLeasesResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_GetHistoryRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_GetHistoryRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_GetHistoryResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_Tenure_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_Tenure_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_WatchLeaseRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -176,115 +191,131 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
   static {
     java.lang.String[] descriptorData = {
       "\n\034leasehold/v1/leasehold.proto\022\014leasehol" +
-      "d.v1\032\036google/protobuf/duration.proto\"\234\001\n" +
-      "\005Lease\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005t" +
-      "oken\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobu" +
-      "f.Duration\022,\n\tremaining\030\005 \001(\0132\031.google.p" +
-      "rotobuf.Duration\022\021\n\tprincipal\030\006 \001(\t\"~\n\016A" +
-      "cquireRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001" +
-      "(\t\022&\n\003ttl\030\003 \001(\0132\031.google.protobuf.Durati" +
-      "on\022\'\n\004wait\030\004 \001(\0132\031.google.protobuf.Durat" +
-      "ion\"G\n\017AcquireResponse\022\020\n\010acquired\030\001 \001(\010" +
-      "\022\"\n\005lease\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014" +
-      "RenewRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(" +
-      "\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.p" +
-      "rotobuf.Duration\"3\n\rRenewResponse\022\"\n\005lea" +
-      "se\030\001 \001(\0132\023.leasehold.v1.Lease\"<\n\016Release" +
-      "Request\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005" +
-      "token\030\003 \001(\004\"\021\n\017ReleaseResponse\"\036\n\017GetLea" +
-      "seRequest\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobReque" +
-      "st\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobResponse\022\017\n\007" +
-      "deleted\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n\006pr" +
-      "efix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_to" +
-      "ken\030\003 \001(\t\"R\n\022ListLeasesResponse\022#\n\006lease" +
-      "s\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n\017next_pag" +
-      "e_token\030\002 \001(\t\" \n\021WatchLeaseRequest\022\013\n\003jo" +
-      "b\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023." +
-      "leasehold.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.lease" +
-      "hold.v1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KIND_" +
-      "UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_" +
-      "ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EX" +
-      "PIRED\020\004\"]\n\023CheckedWriteRequest\022\013\n\003job\030\001 " +
-      "\001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value" +
-      "\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024CheckedWriteRe" +
-      "sponse\022\017\n\007version\030\001 \001(\004\"S\n\022WriteStreamRe" +
-      "quest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.leas" +
-      "ehold.v1.CheckedWriteRequest\"M\n\023WriteStr" +
-      "eamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\013" +
-      "2\031.leasehold.v1.WriteResult\"\254\002\n\013WriteRes" +
-      "ult\0222\n\007outcome\030\001 \001(\0162!.leasehold.v1.Writ" +
-      "eResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcurr" +
-      "ent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007messag" +
-      "e\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFI" +
-      "ED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCOME_FEN" +
-      "CED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTC" +
-      "OME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_QUOTA_" +
-      "EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t\022\013" +
-      "\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001 \001" +
-      "(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007vers" +
-      "ion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 \001(" +
-      "\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n\n" +
-      "page_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(\014" +
-      "\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004size" +
-      "\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003(\013" +
-      "2\025.leasehold.v1.KeyInfo\022\027\n\017next_page_tok" +
-      "en\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 \001(\004" +
-      "\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.KeepAl" +
-      "iveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job\030\001 " +
-      "\001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003tt" +
-      "l\030\004 \001(\0132\031.google.protobuf.Duration\"O\n\021Ke" +
-      "epAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007results\030\002" +
-      " \003(\0132\035.leasehold.v1.KeepAliveResult\"\245\002\n\017" +
-      "KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcome\030" +
-      "\002 \001(\0162%.leasehold.v1.KeepAliveResult.Out" +
-      "come\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Lease" +
-      "\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007Out" +
-      "come\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME" +
-      "_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OU" +
-      "TCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID" +
-      "_ARGUMENT\020\004*\276\003\n\013ErrorReason\022\034\n\030ERROR_REA" +
-      "SON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_" +
-      "LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR" +
-      "_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REAS" +
-      "ON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORA" +
-      "GE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026" +
-      "ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON" +
-      "_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAU" +
-      "THENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION" +
-      "_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037" +
-      "\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR" +
-      "_REASON_JOB_IN_USE\020\r2\326\004\n\006Leases\022F\n\007Acqui" +
-      "re\022\034.leasehold.v1.AcquireRequest\032\035.lease" +
-      "hold.v1.AcquireResponse\022@\n\005Renew\022\032.lease" +
-      "hold.v1.RenewRequest\032\033.leasehold.v1.Rene" +
-      "wResponse\022F\n\007Release\022\034.leasehold.v1.Rele" +
-      "aseRequest\032\035.leasehold.v1.ReleaseRespons" +
-      "e\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseReq" +
-      "uest\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036" +
-      ".leasehold.v1.DeleteJobRequest\032\037.leaseho" +
-      "ld.v1.DeleteJobResponse\022O\n\nListLeases\022\037." +
-      "leasehold.v1.ListLeasesRequest\032 .leaseho" +
-      "ld.v1.ListLeasesResponse\022I\n\nWatchLease\022\037" +
-      ".leasehold.v1.WatchLeaseRequest\032\030.leaseh" +
-      "old.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.lease" +
-      "hold.v1.KeepAliveRequest\032\037.leasehold.v1." +
-      "KeepAliveResponse(\0010\0012\306\002\n\013FencedStore\022U\n" +
-      "\014CheckedWrite\022!.leasehold.v1.CheckedWrit" +
-      "eRequest\032\".leasehold.v1.CheckedWriteResp" +
-      "onse\022V\n\013WriteStream\022 .leasehold.v1.Write" +
-      "StreamRequest\032!.leasehold.v1.WriteStream" +
-      "Response(\0010\001\022=\n\004Read\022\031.leasehold.v1.Read" +
-      "Request\032\032.leasehold.v1.ReadResponse\022I\n\010L" +
-      "istKeys\022\035.leasehold.v1.ListKeysRequest\032\036" +
-      ".leasehold.v1.ListKeysResponseBW\n\020dev.le" +
-      "asehold.v1P\001ZAgithub.com/leasehold/lease" +
-      "hold/clients/go/leaseholdv1;leaseholdv1b" +
-      "\006proto3"
+      "d.v1\032\036google/protobuf/duration.proto\032\037go" +
+      "ogle/protobuf/timestamp.proto\"\234\001\n\005Lease\022" +
+      "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
+      "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
+      "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
+      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"~\n\016AcquireR" +
+      "equest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003t" +
+      "tl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004w" +
+      "ait\030\004 \001(\0132\031.google.protobuf.Duration\"G\n\017" +
+      "AcquireResponse\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lea" +
+      "se\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014RenewRe" +
+      "quest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005to" +
+      "ken\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf" +
+      ".Duration\"3\n\rRenewResponse\022\"\n\005lease\030\001 \001(" +
+      "\0132\023.leasehold.v1.Lease\"<\n\016ReleaseRequest" +
+      "\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003" +
+      " \001(\004\"\021\n\017ReleaseResponse\"\036\n\017GetLeaseReque" +
+      "st\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRequest\022\013\n\003j" +
+      "ob\030\001 \001(\t\"$\n\021DeleteJobResponse\022\017\n\007deleted" +
+      "\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n\006prefix\030\001 " +
+      "\001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001" +
+      "(\t\"R\n\022ListLeasesResponse\022#\n\006leases\030\001 \003(\013" +
+      "2\023.leasehold.v1.Lease\022\027\n\017next_page_token" +
+      "\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n\003job\030\001 \001(\t" +
+      "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
+      "T\n\022GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024" +
+      ".leasehold.v1.Tenure\022\027\n\017next_page_token\030" +
+      "\002 \001(\t\"\313\002\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holde" +
+      "r\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngranted_at" +
+      "\030\004 \001(\0132\032.google.protobuf.Timestamp\022&\n\003tt" +
+      "l\030\005 \001(\0132\031.google.protobuf.Duration\022%\n\003en" +
+      "d\030\006 \001(\0162\030.leasehold.v1.Tenure.End\022,\n\010end" +
+      "ed_at\030\007 \001(\0132\032.google.protobuf.Timestamp\"" +
+      "b\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEA" +
+      "SED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER" +
+      "\020\003\022\017\n\013END_DELETED\020\004\" \n\021WatchLeaseRequest" +
+      "\022\013\n\003job\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 " +
+      "\001(\0132\023.leasehold.v1.Lease\022+\n\004kind\030\002 \001(\0162\035" +
+      ".leasehold.v1.LeaseEvent.Kind\"f\n\004Kind\022\024\n" +
+      "\020KIND_UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n" +
+      "\rKIND_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014K" +
+      "IND_EXPIRED\020\004\"]\n\023CheckedWriteRequest\022\013\n\003" +
+      "job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n" +
+      "\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024CheckedW" +
+      "riteResponse\022\017\n\007version\030\001 \001(\004\"S\n\022WriteSt" +
+      "reamRequest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132" +
+      "!.leasehold.v1.CheckedWriteRequest\"M\n\023Wr" +
+      "iteStreamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results" +
+      "\030\002 \003(\0132\031.leasehold.v1.WriteResult\"\254\002\n\013Wr" +
+      "iteResult\0222\n\007outcome\030\001 \001(\0162!.leasehold.v" +
+      "1.WriteResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025" +
+      "\n\rcurrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007" +
+      "message\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNS" +
+      "PECIFIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCO" +
+      "ME_FENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034" +
+      "\n\030OUTCOME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_" +
+      "QUOTA_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001" +
+      " \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005fou" +
+      "nd\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017" +
+      "\n\007version\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003jo" +
+      "b\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001" +
+      "(\r\022\022\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key" +
+      "\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014" +
+      "\n\004size\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys" +
+      "\030\001 \003(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_pa" +
+      "ge_token\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id" +
+      "\030\001 \001(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1." +
+      "KeepAliveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003" +
+      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
+      "\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Duration" +
+      "\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007res" +
+      "ults\030\002 \003(\0132\035.leasehold.v1.KeepAliveResul" +
+      "t\"\245\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007ou" +
+      "tcome\030\002 \001(\0162%.leasehold.v1.KeepAliveResu" +
+      "lt.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1" +
+      ".Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210" +
+      "\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017O" +
+      "UTCOME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002" +
+      "\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_I" +
+      "NVALID_ARGUMENT\020\004*\276\003\n\013ErrorReason\022\034\n\030ERR" +
+      "OR_REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_" +
+      "LEASE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n" +
+      "\035ERROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERRO" +
+      "R_REASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON" +
+      "_STORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN" +
+      "\020\006\022\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_" +
+      "REASON_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASO" +
+      "N_UNAUTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERM" +
+      "ISSION_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOAD" +
+      "ED\020\013\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n" +
+      "\027ERROR_REASON_JOB_IN_USE\020\r2\247\005\n\006Leases\022F\n" +
+      "\007Acquire\022\034.leasehold.v1.AcquireRequest\032\035" +
+      ".leasehold.v1.AcquireResponse\022@\n\005Renew\022\032" +
+      ".leasehold.v1.RenewRequest\032\033.leasehold.v" +
+      "1.RenewResponse\022F\n\007Release\022\034.leasehold.v" +
+      "1.ReleaseRequest\032\035.leasehold.v1.ReleaseR" +
+      "esponse\022>\n\010GetLease\022\035.leasehold.v1.GetLe" +
+      "aseRequest\032\023.leasehold.v1.Lease\022L\n\tDelet" +
+      "eJob\022\036.leasehold.v1.DeleteJobRequest\032\037.l" +
+      "easehold.v1.DeleteJobResponse\022O\n\nListLea" +
+      "ses\022\037.leasehold.v1.ListLeasesRequest\032 .l" +
+      "easehold.v1.ListLeasesResponse\022O\n\nGetHis" +
+      "tory\022\037.leasehold.v1.GetHistoryRequest\032 ." +
+      "leasehold.v1.GetHistoryResponse\022I\n\nWatch" +
+      "Lease\022\037.leasehold.v1.WatchLeaseRequest\032\030" +
+      ".leasehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022" +
+      "\036.leasehold.v1.KeepAliveRequest\032\037.leaseh" +
+      "old.v1.KeepAliveResponse(\0010\0012\306\002\n\013FencedS" +
+      "tore\022U\n\014CheckedWrite\022!.leasehold.v1.Chec" +
+      "kedWriteRequest\032\".leasehold.v1.CheckedWr" +
+      "iteResponse\022V\n\013WriteStream\022 .leasehold.v" +
+      "1.WriteStreamRequest\032!.leasehold.v1.Writ" +
+      "eStreamResponse(\0010\001\022=\n\004Read\022\031.leasehold." +
+      "v1.ReadRequest\032\032.leasehold.v1.ReadRespon" +
+      "se\022I\n\010ListKeys\022\035.leasehold.v1.ListKeysRe" +
+      "quest\032\036.leasehold.v1.ListKeysResponseBW\n" +
+      "\020dev.leasehold.v1P\001ZAgithub.com/leasehol" +
+      "d/leasehold/clients/go/leaseholdv1;lease" +
+      "holdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
         new com.google.protobuf.Descriptors.FileDescriptor[] {
           com.google.protobuf.DurationProto.getDescriptor(),
+          com.google.protobuf.TimestampProto.getDescriptor(),
         });
     internal_static_leasehold_v1_Lease_descriptor =
       getDescriptor().getMessageType(0);
@@ -358,104 +389,123 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesResponse_descriptor,
         new java.lang.String[] { "Leases", "NextPageToken", });
-    internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
+    internal_static_leasehold_v1_GetHistoryRequest_descriptor =
       getDescriptor().getMessageType(12);
+    internal_static_leasehold_v1_GetHistoryRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_GetHistoryRequest_descriptor,
+        new java.lang.String[] { "Job", "PageSize", "PageToken", });
+    internal_static_leasehold_v1_GetHistoryResponse_descriptor =
+      getDescriptor().getMessageType(13);
+    internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_GetHistoryResponse_descriptor,
+        new java.lang.String[] { "Tenures", "NextPageToken", });
+    internal_static_leasehold_v1_Tenure_descriptor =
+      getDescriptor().getMessageType(14);
+    internal_static_leasehold_v1_Tenure_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_Tenure_descriptor,
+        new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", });
+    internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
+      getDescriptor().getMessageType(15);
     internal_static_leasehold_v1_WatchLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WatchLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_LeaseEvent_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(16);
     internal_static_leasehold_v1_LeaseEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_LeaseEvent_descriptor,
         new java.lang.String[] { "Lease", "Kind", });
     internal_static_leasehold_v1_CheckedWriteRequest_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(17);
     internal_static_leasehold_v1_CheckedWriteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteRequest_descriptor,
         new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", });
     internal_static_leasehold_v1_CheckedWriteResponse_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(18);
     internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
     internal_static_leasehold_v1_WriteStreamRequest_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(19);
     internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamRequest_descriptor,
         new java.lang.String[] { "Id", "Writes", });
     internal_static_leasehold_v1_WriteStreamResponse_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_WriteResult_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteResult_descriptor,
         new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
     internal_static_leasehold_v1_ReadRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(26);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(27);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
         new java.lang.String[] { "Id", "Renewals", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(28);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(29);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(30);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,
         new java.lang.String[] { "Job", "Outcome", "Lease", "Field", "Message", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
+    com.google.protobuf.TimestampProto.getDescriptor();
   }
 
   // @@protoc_insertion_point(outer_class_scope)

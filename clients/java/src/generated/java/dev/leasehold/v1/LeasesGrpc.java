@@ -201,6 +201,37 @@ public final class LeasesGrpc {
     return getListLeasesMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.GetHistoryRequest,
+      dev.leasehold.v1.GetHistoryResponse> getGetHistoryMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "GetHistory",
+      requestType = dev.leasehold.v1.GetHistoryRequest.class,
+      responseType = dev.leasehold.v1.GetHistoryResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.GetHistoryRequest,
+      dev.leasehold.v1.GetHistoryResponse> getGetHistoryMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.GetHistoryRequest, dev.leasehold.v1.GetHistoryResponse> getGetHistoryMethod;
+    if ((getGetHistoryMethod = LeasesGrpc.getGetHistoryMethod) == null) {
+      synchronized (LeasesGrpc.class) {
+        if ((getGetHistoryMethod = LeasesGrpc.getGetHistoryMethod) == null) {
+          LeasesGrpc.getGetHistoryMethod = getGetHistoryMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.GetHistoryRequest, dev.leasehold.v1.GetHistoryResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "GetHistory"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.GetHistoryRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.GetHistoryResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LeasesMethodDescriptorSupplier("GetHistory"))
+              .build();
+        }
+      }
+    }
+    return getGetHistoryMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.WatchLeaseRequest,
       dev.leasehold.v1.LeaseEvent> getWatchLeaseMethod;
 
@@ -416,6 +447,28 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * GetHistory returns the job's history of leaders, newest first: one
+     * Tenure per token granted (a token's time as leader), with how it
+     * ended. The server keeps the tenures of each job's newest tokens
+     * (`leasehold serve --history-per-job`, default 100), stored with the
+     * same durability as the grants themselves: a tenure a client was told
+     * of is in the history, whatever crashes. A job's history outlives its
+     * deletion, and continues if the job is created again. A job with no
+     * history has an empty one (not an error). With a policy, this is
+     * action `read`.
+     * Its times are on the server's wall clock, for people (a post-mortem
+     * asking which token led when a write was made). No rule reads them:
+     * lease timing is on the monotonic clock, and a wall-clock jump moves
+     * these times, never a lease.
+     * </pre>
+     */
+    default void getHistory(dev.leasehold.v1.GetHistoryRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.GetHistoryResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetHistoryMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
      * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -588,6 +641,29 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * GetHistory returns the job's history of leaders, newest first: one
+     * Tenure per token granted (a token's time as leader), with how it
+     * ended. The server keeps the tenures of each job's newest tokens
+     * (`leasehold serve --history-per-job`, default 100), stored with the
+     * same durability as the grants themselves: a tenure a client was told
+     * of is in the history, whatever crashes. A job's history outlives its
+     * deletion, and continues if the job is created again. A job with no
+     * history has an empty one (not an error). With a policy, this is
+     * action `read`.
+     * Its times are on the server's wall clock, for people (a post-mortem
+     * asking which token led when a write was made). No rule reads them:
+     * lease timing is on the monotonic clock, and a wall-clock jump moves
+     * these times, never a lease.
+     * </pre>
+     */
+    public void getHistory(dev.leasehold.v1.GetHistoryRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.GetHistoryResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getGetHistoryMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
      * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -738,6 +814,28 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.ListLeasesResponse listLeases(dev.leasehold.v1.ListLeasesRequest request) throws io.grpc.StatusException {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getListLeasesMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * GetHistory returns the job's history of leaders, newest first: one
+     * Tenure per token granted (a token's time as leader), with how it
+     * ended. The server keeps the tenures of each job's newest tokens
+     * (`leasehold serve --history-per-job`, default 100), stored with the
+     * same durability as the grants themselves: a tenure a client was told
+     * of is in the history, whatever crashes. A job's history outlives its
+     * deletion, and continues if the job is created again. A job with no
+     * history has an empty one (not an error). With a policy, this is
+     * action `read`.
+     * Its times are on the server's wall clock, for people (a post-mortem
+     * asking which token led when a write was made). No rule reads them:
+     * lease timing is on the monotonic clock, and a wall-clock jump moves
+     * these times, never a lease.
+     * </pre>
+     */
+    public dev.leasehold.v1.GetHistoryResponse getHistory(dev.leasehold.v1.GetHistoryRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getGetHistoryMethod(), getCallOptions(), request);
     }
 
     /**
@@ -898,6 +996,28 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
+     * GetHistory returns the job's history of leaders, newest first: one
+     * Tenure per token granted (a token's time as leader), with how it
+     * ended. The server keeps the tenures of each job's newest tokens
+     * (`leasehold serve --history-per-job`, default 100), stored with the
+     * same durability as the grants themselves: a tenure a client was told
+     * of is in the history, whatever crashes. A job's history outlives its
+     * deletion, and continues if the job is created again. A job with no
+     * history has an empty one (not an error). With a policy, this is
+     * action `read`.
+     * Its times are on the server's wall clock, for people (a post-mortem
+     * asking which token led when a write was made). No rule reads them:
+     * lease timing is on the monotonic clock, and a wall-clock jump moves
+     * these times, never a lease.
+     * </pre>
+     */
+    public dev.leasehold.v1.GetHistoryResponse getHistory(dev.leasehold.v1.GetHistoryRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getGetHistoryMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
      * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
@@ -1021,6 +1141,29 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getListLeasesMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * GetHistory returns the job's history of leaders, newest first: one
+     * Tenure per token granted (a token's time as leader), with how it
+     * ended. The server keeps the tenures of each job's newest tokens
+     * (`leasehold serve --history-per-job`, default 100), stored with the
+     * same durability as the grants themselves: a tenure a client was told
+     * of is in the history, whatever crashes. A job's history outlives its
+     * deletion, and continues if the job is created again. A job with no
+     * history has an empty one (not an error). With a policy, this is
+     * action `read`.
+     * Its times are on the server's wall clock, for people (a post-mortem
+     * asking which token led when a write was made). No rule reads them:
+     * lease timing is on the monotonic clock, and a wall-clock jump moves
+     * these times, never a lease.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.GetHistoryResponse> getHistory(
+        dev.leasehold.v1.GetHistoryRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getGetHistoryMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_ACQUIRE = 0;
@@ -1029,8 +1172,9 @@ public final class LeasesGrpc {
   private static final int METHODID_GET_LEASE = 3;
   private static final int METHODID_DELETE_JOB = 4;
   private static final int METHODID_LIST_LEASES = 5;
-  private static final int METHODID_WATCH_LEASE = 6;
-  private static final int METHODID_KEEP_ALIVE = 7;
+  private static final int METHODID_GET_HISTORY = 6;
+  private static final int METHODID_WATCH_LEASE = 7;
+  private static final int METHODID_KEEP_ALIVE = 8;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1072,6 +1216,10 @@ public final class LeasesGrpc {
         case METHODID_LIST_LEASES:
           serviceImpl.listLeases((dev.leasehold.v1.ListLeasesRequest) request,
               (io.grpc.stub.StreamObserver<dev.leasehold.v1.ListLeasesResponse>) responseObserver);
+          break;
+        case METHODID_GET_HISTORY:
+          serviceImpl.getHistory((dev.leasehold.v1.GetHistoryRequest) request,
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.GetHistoryResponse>) responseObserver);
           break;
         case METHODID_WATCH_LEASE:
           serviceImpl.watchLease((dev.leasehold.v1.WatchLeaseRequest) request,
@@ -1141,6 +1289,13 @@ public final class LeasesGrpc {
               dev.leasehold.v1.ListLeasesResponse>(
                 service, METHODID_LIST_LEASES)))
         .addMethod(
+          getGetHistoryMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.leasehold.v1.GetHistoryRequest,
+              dev.leasehold.v1.GetHistoryResponse>(
+                service, METHODID_GET_HISTORY)))
+        .addMethod(
           getWatchLeaseMethod(),
           io.grpc.stub.ServerCalls.asyncServerStreamingCall(
             new MethodHandlers<
@@ -1208,6 +1363,7 @@ public final class LeasesGrpc {
               .addMethod(getGetLeaseMethod())
               .addMethod(getDeleteJobMethod())
               .addMethod(getListLeasesMethod())
+              .addMethod(getGetHistoryMethod())
               .addMethod(getWatchLeaseMethod())
               .addMethod(getKeepAliveMethod())
               .build();
