@@ -249,6 +249,18 @@ async fn another_principals_jobs_are_permission_denied_and_hidden() {
         "read",
         "billing/a",
     );
+    // A job's history is read, too: its holder as sent, bound to its
+    // principal, for those who may read the job.
+    let h = billing.history("billing/a", 10).await.unwrap();
+    assert_eq!(
+        (h[0].token, h[0].holder.as_str(), h[0].principal.as_deref()),
+        (b.lease.token, "b", Some("billing"))
+    );
+    assert_denied(
+        ops.history("billing/a", 10).await.unwrap_err(),
+        "read",
+        "billing/a",
+    );
     // Listings show only what the caller may read.
     let seen: Vec<String> = ops
         .list_leases("")
