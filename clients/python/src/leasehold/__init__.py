@@ -21,6 +21,8 @@ writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 protobuf and gRPC modules.
 """
 
+from importlib import metadata as _metadata
+
 from .aio import AsyncClient, AsyncElector, AsyncWriteStream
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
@@ -55,7 +57,11 @@ from .types import (
     process_holder,
 )
 
-__version__ = "0.1.0"
+try:
+    #: This package's version, as its metadata (pyproject.toml) gives it.
+    __version__: str = _metadata.version("leasehold")
+except _metadata.PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Acquired",
