@@ -13,6 +13,10 @@ fenced by the tokens, over gRPC.
         except leasehold.Fenced:
             pass  # not the leader any more: stop
 
+``with client.lock(job, ttl=10) as lock:`` holds the lease on ``job`` for
+the block, renewed in the background (:class:`Lock`; ``lock.token``
+fences the writes).
+
 ``client.write_stream()`` opens a :class:`WriteStream` for many fenced
 writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 
@@ -26,6 +30,7 @@ from importlib import metadata as _metadata
 from .aio import AsyncClient, AsyncElector, AsyncWriteStream
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
+from .lock import AsyncLock, Lock
 from .errors import (
     DOMAIN,
     DiskFull,
@@ -67,6 +72,7 @@ __all__ = [
     "Acquired",
     "AsyncClient",
     "AsyncElector",
+    "AsyncLock",
     "AsyncWriteStream",
     "Client",
     "DEFAULT_TARGET",
@@ -82,6 +88,7 @@ __all__ = [
     "LeaseEvent",
     "LeaseLost",
     "LeaseholdError",
+    "Lock",
     "Overloaded",
     "QuotaExceeded",
     "ShuttingDown",
