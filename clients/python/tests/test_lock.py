@@ -1,11 +1,13 @@
 """``client.lock(job, ttl=...)`` and its asyncio twin against the real server."""
 
 import asyncio
+import signal
 import threading
 import time
 
 import pytest
 
+import harness
 import leasehold
 from leasehold.aio import AsyncClient
 
@@ -125,6 +127,41 @@ def test_a_lease_lost_inside_the_block_is_reported_and_fences_writes(client, job
         assert e.value.current_token == 2
     # Leaving the block raised nothing and left the new holder alone.
     assert client.get_lease(job).holder == "intruder"
+
+
+def test_a_lock_on_a_paused_server_is_lost_by_its_own_deadline(own_server, job):
+    ttl = 0.6
+    with leasehold.Client(own_server.target) as c:
+        with c.lock(job, ttl=ttl) as lock:
+            own_server.signal(signal.SIGSTOP)
+            try:
+                t = time.monotonic()
+                assert lock.wait_lost(ttl + 2)
+                assert time.monotonic() - t <= ttl + 0.3, "lost by the lock's own deadline"
+                assert lock.lost and not lock.is_held
+                assert isinstance(lock.error, leasehold.LeaseLost)
+            finally:
+                own_server.signal(signal.SIGCONT)
+        # Leaving the block tried to release: the lease is free (or ran out).
+        harness.wait_until(lambda: c.get_lease(job).holder is None, 5, "the lease to be free")
+
+
+def test_a_lock_retries_an_unreachable_server_until_its_timeout(job):
+    with leasehold.Client("127.0.0.1:1", timeout=0.5) as c:
+        t = time.monotonic()
+        with pytest.raises(leasehold.DeadlineExceeded) as e:
+            c.lock(job, ttl=5, timeout=1.0).acquire()
+        assert 1.0 <= time.monotonic() - t < 3
+        assert isinstance(e.value.__cause__, leasehold.Unavailable)
+
+    async def main():
+        async with AsyncClient("127.0.0.1:1", timeout=0.5) as c:
+            t = time.monotonic()
+            with pytest.raises(leasehold.DeadlineExceeded):
+                await c.lock(job, ttl=5, timeout=1.0).acquire()
+            assert 1.0 <= time.monotonic() - t < 3
+
+    run(main())
 
 
 def test_bad_arguments_are_refused_at_once(client, job):

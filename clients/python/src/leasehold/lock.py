@@ -203,7 +203,9 @@ class Lock(_State):
         :class:`~leasehold.DeadlineExceeded` (a ``TimeoutError``). Failures
         worth retrying (:class:`~leasehold.Unavailable`) are retried with
         backoff within that time; others (``InvalidArgument``,
-        ``PermissionDenied``, ``QuotaExceeded``...) are raised. Once only."""
+        ``PermissionDenied``, ``QuotaExceeded``...) are raised. A server
+        that stops answering can hold a call up to the client's timeout
+        past ``timeout``. Once only."""
         with self._cond:
             if self._acquired:
                 raise RuntimeError("a Lock is acquired once; make a new one with client.lock()")
@@ -224,9 +226,11 @@ class Lock(_State):
                     raise err from None
                 self._warnings.warn("lock on %s: acquire failed, retrying: %s", self._job, err)
                 pause = backoff.next()
-                if end is not None and time.monotonic() + pause >= end:
-                    raise _timed_out(self._job, self._timeout) from err  # type: ignore[arg-type]
-                time.sleep(pause)
+                if end is not None:
+                    if time.monotonic() >= end:
+                        raise _timed_out(self._job, self._timeout) from err  # type: ignore[arg-type]
+                    pause = min(pause, end - time.monotonic())  # and try once more at the end
+                time.sleep(max(pause, 0.0))
                 continue
             except BaseException:
                 # Interrupted (KeyboardInterrupt...): cancelling gives back
@@ -343,12 +347,15 @@ class Lock(_State):
             self._released = True
             self._stopping = True
             self._cond.notify_all()
-            token, deadline, lost = self._token, self._deadline, self._lost
+            token, deadline = self._token, self._deadline
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        if token is None or isinstance(lost, errors.LeaseLost):
+        if token is None:
             return
+        # Also after a loss: past our own deadline the server may still
+        # hold the lease for us, and a release with our token can free
+        # nobody else's.
         timeout = min(self._client.timeout, max(deadline - time.monotonic(), 0.2))
         try:
             self._client.release(self._job, self._holder, token, timeout=timeout)
@@ -410,9 +417,11 @@ class AsyncLock(_State):
                     raise
                 self._warnings.warn("lock on %s: acquire failed, retrying: %s", self._job, err)
                 pause = backoff.next()
-                if end is not None and time.monotonic() + pause >= end:
-                    raise _timed_out(self._job, self._timeout) from err  # type: ignore[arg-type]
-                await asyncio.sleep(pause)
+                if end is not None:
+                    if time.monotonic() >= end:
+                        raise _timed_out(self._job, self._timeout) from err  # type: ignore[arg-type]
+                    pause = min(pause, end - time.monotonic())  # and try once more at the end
+                await asyncio.sleep(max(pause, 0.0))
                 continue
             backoff.reset()
             if a.acquired:
@@ -526,8 +535,8 @@ class AsyncLock(_State):
             except asyncio.CancelledError:
                 if not self._task.cancelled():
                     raise
-        token, lost = self._token, self._lost
-        if token is None or isinstance(lost, errors.LeaseLost):
+        token = self._token
+        if token is None:
             return
         timeout = min(self._client.timeout, max(self._deadline - time.monotonic(), 0.2))
         try:
