@@ -13,6 +13,10 @@ fenced by the tokens, over gRPC.
         except leasehold.Fenced:
             pass  # not the leader any more: stop
 
+``with client.lock(job, ttl=10) as lock:`` holds the lease on ``job`` for
+the block, renewed in the background (:class:`Lock`; ``lock.token``
+fences the writes).
+
 ``client.write_stream()`` opens a :class:`WriteStream` for many fenced
 writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 
@@ -21,9 +25,12 @@ writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 protobuf and gRPC modules.
 """
 
+from importlib import metadata as _metadata
+
 from .aio import AsyncClient, AsyncElector, AsyncWriteStream
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
+from .lock import AsyncLock, Lock
 from .errors import (
     DOMAIN,
     DiskFull,
@@ -55,12 +62,17 @@ from .types import (
     process_holder,
 )
 
-__version__ = "0.1.0"
+try:
+    #: This package's version, as its metadata (pyproject.toml) gives it.
+    __version__: str = _metadata.version("leasehold")
+except _metadata.PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Acquired",
     "AsyncClient",
     "AsyncElector",
+    "AsyncLock",
     "AsyncWriteStream",
     "Client",
     "DEFAULT_TARGET",
@@ -76,6 +88,7 @@ __all__ = [
     "LeaseEvent",
     "LeaseLost",
     "LeaseholdError",
+    "Lock",
     "Overloaded",
     "QuotaExceeded",
     "ShuttingDown",

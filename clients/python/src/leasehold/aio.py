@@ -1,5 +1,6 @@
 """asyncio variants: :class:`AsyncClient` (and its
-:class:`AsyncWriteStream`) and :class:`AsyncElector`.
+:class:`AsyncWriteStream` and :class:`~leasehold.AsyncLock`) and
+:class:`AsyncElector`.
 
 They behave exactly as :class:`~leasehold.Client` and
 :class:`~leasehold.Elector`, on ``grpc.aio`` and one asyncio task::
@@ -43,6 +44,7 @@ from .client import (
     write_request,
 )
 from ._retry import Backoff, Warnings
+from .lock import DEFAULT_LOCK_NAME, AsyncLock
 from .elector import REFUSALS, campaign_timing
 from .types import (
     Acquired,
@@ -349,6 +351,12 @@ class AsyncClient:
     async def __aenter__(self) -> "AsyncClient":
         return self
 
+    @property
+    def timeout(self) -> float:
+        """How long a call may take, on top of any time it asks the server
+        to wait (seconds)."""
+        return self._timeout
+
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
@@ -392,6 +400,18 @@ class AsyncClient:
         task = asyncio.get_running_loop().create_task(give_back())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+
+    def lock(
+        self, job: str, ttl: float, *, timeout: Optional[float] = None, name: str = DEFAULT_LOCK_NAME
+    ) -> AsyncLock:
+        """An :class:`~leasehold.AsyncLock` on ``job``, as
+        :meth:`leasehold.Client.lock`, for ``async with``::
+
+            async with client.lock("reports", ttl=10, timeout=30) as lock:
+                await client.checked_write("reports", lock.token, b"cursor", b"42")
+
+        Its renewals run as a task on this event loop."""
+        return AsyncLock(self, job, ttl, timeout=timeout, name=name)
 
     async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)

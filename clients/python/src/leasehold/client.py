@@ -18,6 +18,7 @@ from typing import Deque, Iterable, Iterator, List, Optional, Sequence, Tuple, U
 import grpc
 
 from . import errors
+from .lock import DEFAULT_LOCK_NAME, Lock
 from .types import (
     Acquired,
     Bytes,
@@ -580,6 +581,26 @@ class Client:
         t = threading.Timer(GIVE_BACK_AFTER, give_back)
         t.daemon = True
         t.start()
+
+    def lock(
+        self, job: str, ttl: float, *, timeout: Optional[float] = None, name: str = DEFAULT_LOCK_NAME
+    ) -> Lock:
+        """A :class:`~leasehold.Lock` on ``job``: the lease, held for the
+        length of a ``with`` block and renewed every ``ttl / 3`` meanwhile::
+
+            with client.lock("reports", ttl=10, timeout=30) as lock:
+                client.checked_write("reports", lock.token, b"cursor", b"42")
+
+        Entering the block waits for the lease up to ``timeout`` seconds
+        (``None``: as long as it takes; 0: one try), then raises
+        :class:`~leasehold.DeadlineExceeded` (a ``TimeoutError``). Leaving
+        it, normally or by an exception, releases the lease. The lock is
+        its own holder, ``name@uuid``. If the lease is lost inside the
+        block, the block goes on: :attr:`~leasehold.Lock.is_held` turns
+        ``False``, :meth:`~leasehold.Lock.check` raises
+        :class:`~leasehold.LeaseLost`, and writes with the token are
+        :class:`~leasehold.Fenced` once another holder has the lease."""
+        return Lock(self, job, ttl, timeout=timeout, name=name)
 
     def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises
