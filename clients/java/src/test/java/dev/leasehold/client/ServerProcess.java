@@ -43,60 +43,73 @@ final class ServerProcess implements AutoCloseable {
    * it fails.
    */
   static Path binary() {
-    Path found = findBinary();
-    if (found != null) {
-      return found;
+    String bin = System.getProperty("leasehold.bin");
+    if (bin == null || bin.isEmpty() || bin.startsWith("${")) {
+      bin = System.getenv("LEASEHOLD_BIN");
     }
-    String why = "no leasehold server binary: set LEASEHOLD_BIN, put leasehold on the PATH, "
-        + "or build one (cargo build --bin leasehold); tests that need a server are skipped";
-    if (Boolean.getBoolean("leasehold.requireServer")) {
-      throw new IllegalStateException(why.replace("are skipped", "cannot run (leasehold.requireServer=true)"));
+    try {
+      return binary(findBinary(bin, System.getenv("PATH"), Paths.get("")), bin, Boolean.getBoolean("leasehold.requireServer"));
+    } catch (org.opentest4j.TestAbortedException e) {
+      if (!warned) {
+        warned = true;
+        System.err.println("SKIPPED: " + e.getMessage());
+      }
+      throw e;
     }
-    if (!warned) {
-      warned = true;
-      System.err.println("SKIPPED: " + why);
-    }
-    org.junit.jupiter.api.Assumptions.abort(why);
-    return null; // not reached
   }
 
   private static volatile boolean warned;
 
-  /** The binary {@link #binary()} would use, or null. */
-  static Path findBinary() {
-    String p = System.getProperty("leasehold.bin");
-    if (p == null || p.isEmpty() || p.startsWith("${")) {
-      p = System.getenv("LEASEHOLD_BIN");
+  /**
+   * {@code found}, or: with {@code require}, an {@link IllegalStateException};
+   * without, the test is skipped ({@link org.opentest4j.TestAbortedException}
+   * with a message saying why; {@link #binary()} prints it once).
+   */
+  static Path binary(Path found, String bin, boolean require) {
+    if (found != null) {
+      return found;
     }
-    if (p != null && !p.isEmpty()) {
-      Path path = Paths.get(p);
-      if (Files.isExecutable(path)) {
-        return path;
-      }
-      if (Boolean.getBoolean("leasehold.requireServer")) {
-        throw new IllegalStateException("LEASEHOLD_BIN names " + path + ", which is not an executable file");
-      }
-      return null;
+    String why = bin != null && !bin.isEmpty()
+        ? "LEASEHOLD_BIN names " + bin + ", which is not an executable file"
+        : "no leasehold server binary: set LEASEHOLD_BIN, put leasehold on the PATH, "
+            + "or build one (cargo build --bin leasehold)";
+    if (require) {
+      throw new IllegalStateException(why + " (leasehold.requireServer=true: the tests that need a server fail)");
     }
-    String pathEnv = System.getenv("PATH");
+    why += "; the tests that need a server are skipped";
+    org.junit.jupiter.api.Assumptions.abort(why);
+    return null; // not reached
+  }
+
+  /**
+   * The server binary, or null: {@code bin} (LEASEHOLD_BIN) when set, else
+   * {@code leasehold} in a directory of {@code pathEnv}, else
+   * {@code ../../target/debug/leasehold} or {@code ../../target/release/leasehold}
+   * from {@code javaDir} (clients/java).
+   */
+  static Path findBinary(String bin, String pathEnv, Path javaDir) {
+    if (bin != null && !bin.isEmpty()) {
+      Path path = Paths.get(bin);
+      return executable(path) ? path : null;
+    }
     if (pathEnv != null) {
       for (String dir : pathEnv.split(java.io.File.pathSeparator)) {
-        if (dir.isEmpty()) {
-          continue;
-        }
-        Path candidate = Paths.get(dir, "leasehold");
-        if (Files.isRegularFile(candidate) && Files.isExecutable(candidate)) {
-          return candidate;
+        if (!dir.isEmpty() && executable(Paths.get(dir, "leasehold"))) {
+          return Paths.get(dir, "leasehold");
         }
       }
     }
     for (String build : new String[] {"debug", "release"}) {
-      Path candidate = Paths.get("..", "..", "target", build, "leasehold");
-      if (Files.isRegularFile(candidate) && Files.isExecutable(candidate)) {
+      Path candidate = javaDir.resolve(Paths.get("..", "..", "target", build, "leasehold")).normalize();
+      if (executable(candidate)) {
         return candidate;
       }
     }
     return null;
+  }
+
+  private static boolean executable(Path p) {
+    return Files.isRegularFile(p) && Files.isExecutable(p);
   }
 
   /** With {@link #secure()}: the dir of ca.pem, alice.pem, alice-key.pem, alice.token, bob...; else null. */
@@ -141,7 +154,13 @@ final class ServerProcess implements AutoCloseable {
    * that are not flags name files of the PKI dir.
    */
   private ServerProcess(boolean withPki, String... extra) throws Exception {
-    this(Files.createTempDirectory("leasehold-java-"), "127.0.0.1:0", withPki, extra);
+    this(newDataDir(), "127.0.0.1:0", withPki, extra);
+  }
+
+  /** A fresh data dir, once there is a server to run (else the test is skipped first). */
+  private static Path newDataDir() throws IOException {
+    binary();
+    return Files.createTempDirectory("leasehold-java-");
   }
 
   /** Starts the server again on the same port and data dir, after {@link #kill()}. */
