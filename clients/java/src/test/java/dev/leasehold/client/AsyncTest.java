@@ -183,7 +183,7 @@ class AsyncTest {
       String job = "async-wait";
       long held = a.acquire(job, "a", TTL).lease().token();
       CompletableFuture<Acquired> waiting =
-          b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20)).orTimeout(300, TimeUnit.MILLISECONDS);
+          b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20)).orTimeout(1000, TimeUnit.MILLISECONDS);
       server.waitWaiters(1);
       ExecutionException e = assertThrows(ExecutionException.class, () -> waiting.get(5, TimeUnit.SECONDS));
       assertInstanceOf(TimeoutException.class, e.getCause());

@@ -63,6 +63,21 @@ class BuildTest {
   }
 
   @Test
+  void theTwoWorkersExampleDependsOnThisVersion() throws Exception {
+    var doc = DocumentBuilderFactory.newInstance().newDocumentBuilder()
+        .parse(Paths.get("examples", "two-workers", "pom.xml").toFile());
+    var deps = doc.getElementsByTagName("dependency");
+    String version = null;
+    for (int i = 0; i < deps.getLength(); i++) {
+      Element d = (Element) deps.item(i);
+      if (d.getElementsByTagName("artifactId").item(0).getTextContent().trim().equals("leasehold-client")) {
+        version = d.getElementsByTagName("version").item(0).getTextContent().trim();
+      }
+    }
+    assertEquals(pomVersion(), version, "examples/two-workers/pom.xml's leasehold-client version");
+  }
+
+  @Test
   void theJarsManifestHasTheModuleNameAndTheVersion() throws Exception {
     Path jar = built(jarName(""), "mvn package");
     try (JarFile f = new JarFile(jar.toFile())) {
