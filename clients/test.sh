@@ -84,7 +84,7 @@ fi
 if want java; then
   part "java: the two-workers example, mvn package"
   (cd clients/java/examples/two-workers && mvn -B -ntp -q -Dstyle.color=never package)
-  part "java: mvn test"
+  part "java: mvn surefire:test (the tests, a server required)"
   (cd clients/java && mvn -B -ntp -Dstyle.color=never surefire:test \
     -Dleasehold.requireServer=true -Dleasehold.requireBuilt=true)
 fi
