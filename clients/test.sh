@@ -73,11 +73,20 @@ if want go; then
 fi
 
 if want java || want conformance; then
+  # java: the jars (classes, sources, javadoc) installed into the local
+  # repository first, so the example builds against them as a user's would.
   goals=(test-compile)
-  want java && goals=(test)
+  want java && goals=(install -DskipTests)
   part "java: mvn ${goals[*]}"
   (cd clients/java && mvn -B -ntp -Dstyle.color=never "${goals[@]}" dependency:build-classpath \
     -Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=test)
+fi
+if want java; then
+  part "java: the two-workers example, mvn package"
+  (cd clients/java/examples/two-workers && mvn -B -ntp -q -Dstyle.color=never package)
+  part "java: mvn surefire:test (the tests, a server required)"
+  (cd clients/java && mvn -B -ntp -Dstyle.color=never surefire:test \
+    -Dleasehold.requireServer=true -Dleasehold.requireBuilt=true)
 fi
 
 if want conformance; then

@@ -8,7 +8,9 @@ import com.google.protobuf.ByteString;
 import dev.leasehold.v1.AcquireRequest;
 import dev.leasehold.v1.AcquireResponse;
 import dev.leasehold.v1.CheckedWriteRequest;
+import dev.leasehold.v1.CheckedWriteResponse;
 import dev.leasehold.v1.DeleteJobRequest;
+import dev.leasehold.v1.DeleteJobResponse;
 import dev.leasehold.v1.FencedStoreGrpc;
 import dev.leasehold.v1.GetLeaseRequest;
 import dev.leasehold.v1.LeasesGrpc;
@@ -27,10 +29,13 @@ import io.grpc.Grpc;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.StatusRuntimeException;
+import java.io.IOException;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
@@ -40,9 +45,11 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 
 /**
- * A blocking leasehold client over one gRPC channel. Thread-safe; share one
- * per process. Tokens and versions are unsigned 64-bit values held in a
- * {@code long}. Every method throws a typed {@link LeaseholdException}.
+ * A leasehold client over one gRPC channel. Thread-safe; share one per
+ * process. Tokens and versions are unsigned 64-bit values held in a
+ * {@code long}. Every blocking method throws a typed
+ * {@link LeaseholdException}; each {@code ...Async} method returns a
+ * {@link CompletableFuture} that fails with the same exception.
  *
  * <pre>{@code
  * try (Client client = Client.connect("127.0.0.1:50051");
@@ -55,6 +62,13 @@ import java.util.function.Function;
  * }</pre>
  */
 public final class Client implements AutoCloseable {
+  /**
+   * This client's version: the Maven project's version
+   * ({@code dev.leasehold:leasehold-client}), also the jar manifest's
+   * {@code Implementation-Version}.
+   */
+  public static final String VERSION = readVersion();
+
   /** The server of a default installation. */
   public static final String DEFAULT_TARGET = "127.0.0.1:50051";
   /** How long a call may take by default, on top of any time it asks the server to wait. */
@@ -78,6 +92,7 @@ public final class Client implements AutoCloseable {
   private final LeasesGrpc.LeasesFutureStub leasesFuture;
   private final FencedStoreGrpc.FencedStoreBlockingStub store;
   private final FencedStoreGrpc.FencedStoreStub storeAsync;
+  private final FencedStoreGrpc.FencedStoreFutureStub storeFuture;
   private final Duration timeout;
 
   private Client(Channel channel, ManagedChannel owned, Duration timeout) {
@@ -87,6 +102,7 @@ public final class Client implements AutoCloseable {
     this.managed = channel instanceof ManagedChannel m ? m : null;
     this.store = FencedStoreGrpc.newBlockingStub(channel);
     this.storeAsync = FencedStoreGrpc.newStub(channel);
+    this.storeFuture = FencedStoreGrpc.newFutureStub(channel);
     this.timeout = timeout;
   }
 
@@ -146,6 +162,24 @@ public final class Client implements AutoCloseable {
    */
   public static String processHolder(String name) {
     return name + "@" + PROCESS_UUID;
+  }
+
+  /** The version Maven wrote into version.properties (a filtered resource). */
+  private static String readVersion() {
+    try (InputStream in = Client.class.getResourceAsStream("version.properties")) {
+      if (in != null) {
+        Properties p = new Properties();
+        p.load(in);
+        String v = p.getProperty("version");
+        if (v != null && !v.isEmpty() && !v.startsWith("${")) {
+          return v;
+        }
+      }
+    } catch (IOException e) {
+      // fall through
+    }
+    String v = Client.class.getPackage().getImplementationVersion();
+    return v != null ? v : "unknown";
   }
 
   /** Shuts the channel down, if {@link #connect} made it. */
@@ -247,36 +281,79 @@ public final class Client implements AutoCloseable {
    * waiting with a timeout ({@code get(timeout)} throws
    * {@link java.util.concurrent.TimeoutException}) or cancelling:
    * {@code cancel(true)} cancels the call, {@code get} then throws
-   * {@link CancellationException}, and a waiting Acquire so cancelled gives
-   * back a grant it may have been given meanwhile. A failed call completes
-   * it exceptionally with the {@link LeaseholdException} ({@code get}'s
-   * {@link java.util.concurrent.ExecutionException} has it as the cause).
+   * {@link CancellationException}, and a waiting Acquire so cancelled (or
+   * ended by {@code orTimeout}, or timed out at the server's deadline) gives
+   * back a grant it may have been given meanwhile, as the blocking call
+   * does. A failed call completes it exceptionally with the
+   * {@link LeaseholdException} ({@code get}'s
+   * {@link java.util.concurrent.ExecutionException} has it as the cause,
+   * {@code join}'s {@link java.util.concurrent.CompletionException} too).
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait) {
-    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, wait.plus(timeout));
-    CompletableFuture<Acquired> out = new CompletableFuture<>() {
+    CompletableFuture<Acquired> out = async(acquireCall(job, holder, ttl, wait, wait.plus(timeout)),
+        r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())));
+    if (!wait.isZero()) {
+      // A waiting Acquire that timed out gives back a grant as a cancelled one does.
+      out.whenComplete((r, t) -> {
+        if (t != null && !(t instanceof CancellationException) && isTimeout(t)) {
+          giveBackLater(job, holder);
+        }
+      });
+    }
+    return out;
+  }
+
+  /** {@link #acquire(String, String, Duration)} as a future: asks without waiting. */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl) {
+    return acquireAsync(job, holder, ttl, Duration.ZERO);
+  }
+
+  /**
+   * A gRPC call's future as a {@link CompletableFuture}: it completes with
+   * {@code map} of the response, or exceptionally with the typed
+   * {@link LeaseholdException}; completing it first in any other way
+   * ({@code cancel}, {@code orTimeout}, {@code completeExceptionally})
+   * cancels the call. Dependent stages that are not {@code ...Async} run on
+   * gRPC's callback thread.
+   */
+  private <T, R> CompletableFuture<R> async(ListenableFuture<T> call, Function<T, R> map) {
+    CompletableFuture<R> out = new CompletableFuture<>();
+    Futures.addCallback(call, new FutureCallback<T>() {
       @Override
-      public boolean cancel(boolean mayInterruptIfRunning) {
-        boolean cancelled = super.cancel(mayInterruptIfRunning);
-        call.cancel(true);
-        return cancelled;
-      }
-    };
-    Futures.addCallback(call, new FutureCallback<AcquireResponse>() {
-      @Override
-      public void onSuccess(AcquireResponse r) {
-        out.complete(new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())));
+      public void onSuccess(T r) {
+        try {
+          out.complete(map.apply(r));
+        } catch (RuntimeException e) {
+          out.completeExceptionally(e);
+        }
       }
 
       @Override
       public void onFailure(Throwable t) {
-        out.completeExceptionally(t instanceof CancellationException ? t : Errors.from(t));
+        if (t instanceof CancellationException) {
+          out.completeExceptionally(t);
+          return;
+        }
+        LeaseholdException le = Errors.from(t);
+        if (le instanceof UnavailableException) {
+          reconnectNow();
+        }
+        out.completeExceptionally(le);
       }
     }, MoreExecutors.directExecutor());
+    out.whenComplete((r, t) -> {
+      if (t != null) {
+        call.cancel(true); // a no-op once the call has ended
+      }
+    });
     return out;
   }
 
-  private static boolean isTimeout(RuntimeException e) {
+  private <S extends io.grpc.stub.AbstractStub<S>> S deadline(S stub) {
+    return stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
+  private static boolean isTimeout(Throwable e) {
     return e instanceof UnavailableException u
         && (u.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED || u.code() == io.grpc.Status.Code.CANCELLED);
   }
@@ -324,6 +401,15 @@ public final class Client implements AutoCloseable {
     return renew(job, holder, token, ttl, timeout);
   }
 
+  /**
+   * {@link #renew(String, String, long, Duration)} as a future; fails with
+   * the same exceptions ({@link LeaseLostException}...), and
+   * {@code cancel(true)} cancels the call.
+   */
+  public CompletableFuture<Lease> renewAsync(String job, String holder, long token, Duration ttl) {
+    return async(renewCall(job, holder, token, ttl, timeout), r -> Lease.fromProto(r.getLease()));
+  }
+
   Lease renew(String job, String holder, long token, Duration ttl, Duration timeout) {
     return Lease.fromProto(call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl))).getLease());
   }
@@ -333,6 +419,12 @@ public final class Client implements AutoCloseable {
     release(job, holder, token, timeout);
   }
 
+  /** {@link #release(String, String, long)} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Void> releaseAsync(String job, String holder, long token) {
+    return async(deadline(leasesFuture).release(
+        ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()), r -> null);
+  }
+
   void release(String job, String holder, long token, Duration timeout) {
     call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()));
   }
@@ -340,6 +432,11 @@ public final class Client implements AutoCloseable {
   /** The lease of {@code job} (token 0 and no holder if never granted). */
   public Lease getLease(String job) {
     return getLease(job, timeout);
+  }
+
+  /** {@link #getLease(String)} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Lease> getLeaseAsync(String job) {
+    return async(deadline(leasesFuture).getLease(GetLeaseRequest.newBuilder().setJob(job).build()), Lease::fromProto);
   }
 
   Lease getLease(String job, Duration timeout) {
@@ -354,6 +451,15 @@ public final class Client implements AutoCloseable {
    */
   public boolean deleteJob(String job) {
     return call(leases, timeout, s -> s.deleteJob(DeleteJobRequest.newBuilder().setJob(job).build())).getDeleted();
+  }
+
+  /**
+   * {@link #deleteJob(String)} as a future (fails with
+   * {@link JobInUseException}...); {@code cancel(true)} cancels the call.
+   */
+  public CompletableFuture<Boolean> deleteJobAsync(String job) {
+    return async(deadline(leasesFuture).deleteJob(DeleteJobRequest.newBuilder().setJob(job).build()),
+        DeleteJobResponse::getDeleted);
   }
 
   /** Every lease whose job starts with {@code prefix}, all pages. */
@@ -400,6 +506,32 @@ public final class Client implements AutoCloseable {
         .setKey(ByteString.copyFrom(key)).setDelete(true).build());
   }
 
+  /**
+   * {@link #checkedWrite(String, long, byte[], byte[])} as a future of the
+   * key's new version; fails with {@link FencedException} when {@code token}
+   * is not the job's live token. {@code cancel(true)} cancels the call (the
+   * write may or may not have been made).
+   */
+  public CompletableFuture<Long> checkedWriteAsync(String job, long token, byte[] key, byte[] value) {
+    return writeAsync(CheckedWriteRequest.newBuilder().setJob(job).setToken(token)
+        .setKey(ByteString.copyFrom(key)).setValue(ByteString.copyFrom(value)).build());
+  }
+
+  /** {@link #checkedWriteAsync(String, long, byte[], byte[])} with UTF-8 text. */
+  public CompletableFuture<Long> checkedWriteAsync(String job, long token, String key, String value) {
+    return checkedWriteAsync(job, token, key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /** {@link #delete(String, long, byte[])} as a future of the new version. */
+  public CompletableFuture<Long> deleteAsync(String job, long token, byte[] key) {
+    return writeAsync(CheckedWriteRequest.newBuilder().setJob(job).setToken(token)
+        .setKey(ByteString.copyFrom(key)).setDelete(true).build());
+  }
+
+  private CompletableFuture<Long> writeAsync(CheckedWriteRequest req) {
+    return async(deadline(storeFuture).checkedWrite(req), CheckedWriteResponse::getVersion);
+  }
+
   private long write(CheckedWriteRequest req) {
     return call(store, timeout, s -> s.checkedWrite(req)).getVersion();
   }
@@ -420,6 +552,17 @@ public final class Client implements AutoCloseable {
   public Value read(String job, byte[] key) {
     ReadResponse r = call(store, timeout, s -> s.read(ReadRequest.newBuilder().setJob(job).setKey(ByteString.copyFrom(key)).build()));
     return new Value(r.getFound(), r.getValue().toByteArray(), r.getToken(), r.getVersion());
+  }
+
+  /** {@link #read(String, byte[])} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Value> readAsync(String job, byte[] key) {
+    return async(deadline(storeFuture).read(ReadRequest.newBuilder().setJob(job).setKey(ByteString.copyFrom(key)).build()),
+        r -> new Value(r.getFound(), r.getValue().toByteArray(), r.getToken(), r.getVersion()));
+  }
+
+  /** {@link #readAsync(String, byte[])} with a UTF-8 key. */
+  public CompletableFuture<Value> readAsync(String job, String key) {
+    return readAsync(job, key.getBytes(StandardCharsets.UTF_8));
   }
 
   /** {@link #read(String, byte[])} with a UTF-8 key. */

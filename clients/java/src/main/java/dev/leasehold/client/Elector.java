@@ -13,8 +13,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.LongConsumer;
-import java.util.logging.Level;
-import java.util.logging.Logger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Campaigns for one job on a background thread: a waiting Acquire (so a
@@ -53,7 +53,8 @@ import java.util.logging.Logger;
  * from ttl/10 (10 to 100 ms) doubling up to 1 s, a renewal from ttl/10
  * doubling up to 1 s but never waiting past half the time left to its
  * deadline. Retry warnings come at most one every 5 s per elector, with the
- * count of those suppressed; every failed attempt is logged at FINE.
+ * count of those suppressed; every failed attempt is logged at DEBUG. The
+ * logger is SLF4J's {@code dev.leasehold.client.Elector}.
  *
  * <p>An empty job or name, or a TTL that is not positive, is refused with
  * {@link IllegalArgumentException} by the builder. A campaign the server
@@ -64,7 +65,7 @@ import java.util.logging.Logger;
  * {@link #error()} holds the exception and {@link #awaitElected} throws it.
  */
 public final class Elector implements AutoCloseable {
-  private static final Logger LOG = Logger.getLogger(Elector.class.getName());
+  private static final Logger LOG = LoggerFactory.getLogger(Elector.class);
 
   private final Client client;
   private final String job;
@@ -329,12 +330,12 @@ public final class Elector implements AutoCloseable {
     return ttl.toNanos();
   }
 
-  /** A retry warning: at most one every 5 s, with the count suppressed since; every one at FINE. */
+  /** A retry warning: at most one every 5 s, with the count suppressed since; every one at DEBUG. */
   private void retryWarning(String message) {
-    LOG.fine(message);
+    LOG.debug(message);
     long n = warnings.allow(System.nanoTime());
     if (n >= 0) {
-      LOG.warning(message + " (" + n + " similar warnings suppressed)");
+      LOG.warn("{} ({} similar warnings suppressed)", message, n);
     }
   }
 
@@ -367,7 +368,7 @@ public final class Elector implements AutoCloseable {
         } catch (ExecutionException e) {
           LeaseholdException le = Errors.from(e.getCause());
           if (refused(le)) {
-            LOG.severe(job + ": campaign refused, not campaigning again: " + le);
+            LOG.error("{}: campaign refused, not campaigning again: {}", job, le.toString());
             lock.lock();
             try {
               refusal = le;
@@ -399,7 +400,7 @@ public final class Elector implements AutoCloseable {
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     } catch (RuntimeException e) {
-      LOG.log(Level.SEVERE, job + ": elector failed", e);
+      LOG.error("{}: elector failed", job, e);
       long t;
       lock.lock();
       try {
@@ -421,7 +422,6 @@ public final class Elector implements AutoCloseable {
     }
   }
 
-  /** A refusal by the server's policy: an elector stops campaigning on it. */
   /**
    * Errors retrying cannot fix: the server refused the request itself (a
    * TTL out of its range, a job name too long) or the caller (its policy).
@@ -507,7 +507,7 @@ public final class Elector implements AutoCloseable {
       client.renew(job, holder, granted, ttl, ttl.dividedBy(2));
       return at;
     } catch (LeaseholdException e) {
-      LOG.warning(job + ": granted token " + granted + ", but the confirming renew failed: " + e);
+      LOG.warn("{}: granted token {}, but the confirming renew failed: {}", job, granted, e.toString());
       return null;
     }
   }
@@ -526,7 +526,7 @@ public final class Elector implements AutoCloseable {
       }
       long now = System.nanoTime();
       if (now - until >= 0) {
-        LOG.warning(job + ": token " + t + " reached its deadline without a renewal");
+        LOG.warn("{}: token {} reached its deadline without a renewal", job, t);
         break;
       }
       ListenableFuture<?> f = client.renewCall(job, holder, t, ttl, Duration.ofNanos(until - now));
@@ -535,7 +535,7 @@ public final class Elector implements AutoCloseable {
         return resign(t, until);
       }
       if (o == Outcome.TIMEOUT) {
-        LOG.warning(job + ": renew of token " + t + " did not answer before the deadline");
+        LOG.warn("{}: renew of token {} did not answer before the deadline", job, t);
         break;
       }
       try {
@@ -543,7 +543,7 @@ public final class Elector implements AutoCloseable {
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
         if (le instanceof LeaseLostException || refused(le)) {
-          LOG.warning(job + ": lease lost (token " + t + "): " + le.getMessage());
+          LOG.warn("{}: lease lost (token {}): {}", job, t, le.getMessage());
           break;
         }
         retryWarning(job + ": renew of token " + t + " failed, retrying: " + le);
@@ -574,7 +574,7 @@ public final class Elector implements AutoCloseable {
     try {
       client.release(job, holder, t, Duration.ofNanos(bound));
     } catch (LeaseholdException e) {
-      LOG.warning(job + ": release of token " + t + " on resign failed: " + e);
+      LOG.warn("{}: release of token {} on resign failed: {}", job, t, e.toString());
     }
     return true;
   }
@@ -604,7 +604,7 @@ public final class Elector implements AutoCloseable {
     } finally {
       lock.unlock();
     }
-    LOG.fine(() -> job + ": elected with token " + t);
+    LOG.debug("{}: elected with token {}", job, t);
     dispatch(onElected, t);
   }
 
@@ -619,7 +619,7 @@ public final class Elector implements AutoCloseable {
     } finally {
       lock.unlock();
     }
-    LOG.fine(() -> job + ": stepped down from token " + t);
+    LOG.debug("{}: stepped down from token {}", job, t);
     dispatch(onLost, t);
   }
 
@@ -629,7 +629,7 @@ public final class Elector implements AutoCloseable {
         try {
           f.accept(t);
         } catch (RuntimeException e) {
-          LOG.log(Level.WARNING, job + ": elector callback failed", e);
+          LOG.warn("{}: elector callback failed", job, e);
         }
       });
     } catch (java.util.concurrent.RejectedExecutionException e) {

@@ -33,16 +33,83 @@ final class ServerProcess implements AutoCloseable {
   final String admin;
   private final Path dataDir;
 
+  /**
+   * The server binary: {@code LEASEHOLD_BIN} (or the {@code leasehold.bin}
+   * property) if set, else {@code leasehold} on the PATH, else the debug or
+   * release build of this repository ({@code ../../target/...} from
+   * clients/java). When there is none the test is skipped (a JUnit
+   * assumption, with a message saying how to get one), unless
+   * {@code -Dleasehold.requireServer=true} (as clients/test.sh sets): then
+   * it fails.
+   */
   static Path binary() {
-    String p = System.getProperty("leasehold.bin");
-    if (p == null || p.isEmpty() || p.startsWith("${")) {
-      p = System.getenv("LEASEHOLD_BIN");
+    String bin = System.getProperty("leasehold.bin");
+    if (bin == null || bin.isEmpty() || bin.startsWith("${")) {
+      bin = System.getenv("LEASEHOLD_BIN");
     }
-    Path path = p != null && !p.isEmpty() ? Paths.get(p) : Paths.get("..", "..", "target", "debug", "leasehold");
-    if (!Files.exists(path)) {
-      throw new IllegalStateException("leasehold binary not found at " + path + ": run cargo build --bin leasehold or set LEASEHOLD_BIN");
+    try {
+      return binary(findBinary(bin, System.getenv("PATH"), Paths.get("")), bin, Boolean.getBoolean("leasehold.requireServer"));
+    } catch (org.opentest4j.TestAbortedException e) {
+      if (!warned) {
+        warned = true;
+        System.err.println("SKIPPED: " + e.getMessage());
+      }
+      throw e;
     }
-    return path;
+  }
+
+  private static volatile boolean warned;
+
+  /**
+   * {@code found}, or: with {@code require}, an {@link IllegalStateException};
+   * without, the test is skipped ({@link org.opentest4j.TestAbortedException}
+   * with a message saying why; {@link #binary()} prints it once).
+   */
+  static Path binary(Path found, String bin, boolean require) {
+    if (found != null) {
+      return found;
+    }
+    String why = bin != null && !bin.isEmpty()
+        ? "LEASEHOLD_BIN names " + bin + ", which is not an executable file"
+        : "no leasehold server binary: set LEASEHOLD_BIN, put leasehold on the PATH, "
+            + "or build one (cargo build --bin leasehold)";
+    if (require) {
+      throw new IllegalStateException(why + " (leasehold.requireServer=true: the tests that need a server fail)");
+    }
+    why += "; the tests that need a server are skipped";
+    org.junit.jupiter.api.Assumptions.abort(why);
+    return null; // not reached
+  }
+
+  /**
+   * The server binary, or null: {@code bin} (LEASEHOLD_BIN) when set, else
+   * {@code leasehold} in a directory of {@code pathEnv}, else
+   * {@code ../../target/debug/leasehold} or {@code ../../target/release/leasehold}
+   * from {@code javaDir} (clients/java).
+   */
+  static Path findBinary(String bin, String pathEnv, Path javaDir) {
+    if (bin != null && !bin.isEmpty()) {
+      Path path = Paths.get(bin);
+      return executable(path) ? path : null;
+    }
+    if (pathEnv != null) {
+      for (String dir : pathEnv.split(java.io.File.pathSeparator)) {
+        if (!dir.isEmpty() && executable(Paths.get(dir, "leasehold"))) {
+          return Paths.get(dir, "leasehold");
+        }
+      }
+    }
+    for (String build : new String[] {"debug", "release"}) {
+      Path candidate = javaDir.resolve(Paths.get("..", "..", "target", build, "leasehold")).normalize();
+      if (executable(candidate)) {
+        return candidate;
+      }
+    }
+    return null;
+  }
+
+  private static boolean executable(Path p) {
+    return Files.isRegularFile(p) && Files.isExecutable(p);
   }
 
   /** With {@link #secure()}: the dir of ca.pem, alice.pem, alice-key.pem, alice.token, bob...; else null. */
@@ -87,7 +154,13 @@ final class ServerProcess implements AutoCloseable {
    * that are not flags name files of the PKI dir.
    */
   private ServerProcess(boolean withPki, String... extra) throws Exception {
-    this(Files.createTempDirectory("leasehold-java-"), "127.0.0.1:0", withPki, extra);
+    this(newDataDir(), "127.0.0.1:0", withPki, extra);
+  }
+
+  /** A fresh data dir, once there is a server to run (else the test is skipped first). */
+  private static Path newDataDir() throws IOException {
+    binary();
+    return Files.createTempDirectory("leasehold-java-");
   }
 
   /** Starts the server again on the same port and data dir, after {@link #kill()}. */

@@ -15,8 +15,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
-import java.util.logging.Level;
-import java.util.logging.Logger;
 
 /**
  * The conformance worker for Java (clients/conformance/README.md has the
@@ -35,7 +33,9 @@ public final class ConformanceWorker {
   }
 
   public static void main(String[] argv) throws Exception {
-    Logger.getLogger("dev.leasehold").setLevel(Level.SEVERE);
+    // The tests' SLF4J binding (slf4j-simple) logs the client at debug; the
+    // scenario reads stdout only, and wants stderr quiet but for errors.
+    System.setProperty("org.slf4j.simpleLogger.log.dev.leasehold.client", "error");
     Map<String, String> args = new HashMap<>();
     for (int i = 0; i + 1 < argv.length; i += 2) {
       args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
