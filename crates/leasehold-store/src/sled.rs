@@ -174,6 +174,17 @@ struct Logged {
     new_job_floor: u64,
 }
 
+/// History changes as the value tree stores them: key, encoded record.
+fn encoded_history(job: &JobName, history: &[HistoryPut]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    history
+        .iter()
+        .map(|h| {
+            let (k, v) = encode_history(job, h);
+            (k, encode_value(&v))
+        })
+        .collect()
+}
+
 /// An empty record value stands for a removal: a job's deletion removes
 /// its records (no encoded lease or value record is empty).
 const REMOVED: Vec<u8> = Vec::new();
@@ -1015,13 +1026,7 @@ impl Store for SledStore {
         if history.is_empty() || keep == 0 {
             return self.put_lease(job, record);
         }
-        let puts: Vec<(Vec<u8>, Vec<u8>)> = history
-            .iter()
-            .map(|h| {
-                let (k, v) = encode_history(job, h);
-                (k, encode_value(&v))
-            })
-            .collect();
+        let puts = encoded_history(job, history);
         // What a grant pushes out of the kept window: at most one or two
         // records, found by a range read that starts at the job's oldest.
         let mut trim = Vec::new();
@@ -1060,13 +1065,7 @@ impl Store for SledStore {
     }
 
     fn put_history(&self, job: &JobName, history: &[HistoryPut]) -> Result<()> {
-        let puts: Vec<(Vec<u8>, Vec<u8>)> = history
-            .iter()
-            .map(|h| {
-                let (k, v) = encode_history(job, h);
-                (k, encode_value(&v))
-            })
-            .collect();
+        let puts = encoded_history(job, history);
         self.ensure_space(
             puts.iter()
                 .map(|(k, v)| k.len() + v.len() + 16)
