@@ -337,6 +337,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let options = AdminOptions {
         metrics_max_jobs: a.metrics_max_jobs,
         handshake_timeout: a.handshake_timeout,
+        limits: limits.clone(),
     };
     let admin_task = tokio::spawn(serve_admin(
         admin,

@@ -1,5 +1,6 @@
 //! The admin port: an axum router with `GET /metrics` (Prometheus text,
-//! see [`crate::metrics`]) and `GET /healthz`. HTTP/1.1, on its own
+//! see [`crate::metrics`]), `GET /healthz`, and the status page (`GET /`
+//! and what it reads, see [`crate::status`]). HTTP/1.1, on its own
 //! listener, so that a scrape never competes with the gRPC port's limits;
 //! over TLS with the gRPC port's certificates when it has them.
 //!
@@ -23,10 +24,12 @@ use tokio_stream::{Stream, StreamExt as _};
 use prometheus_client::registry::Registry;
 
 use crate::backend::Backend;
+use crate::lease::Limits;
 use crate::metrics::{self, RpcMetrics};
 use crate::server::auth::{self, Auth};
 use crate::server::conn::{self, Conn, Peer};
 use crate::server::tls::{Port, Tls};
+use crate::status::{self, StatusState};
 
 /// Connections open at once on the admin port.
 const MAX_ADMIN_CONNECTIONS: usize = 256;
@@ -47,16 +50,28 @@ pub fn router(
     rpc: Arc<RpcMetrics>,
     auth: Option<Arc<Auth>>,
     metrics_max_jobs: usize,
+    limits: Limits,
 ) -> Router {
+    let status = Router::new()
+        .route("/", get(status::page))
+        .route("/api/jobs", get(status::jobs))
+        .route("/api/job", get(status::job))
+        .route("/api/events", get(status::events))
+        .with_state(StatusState {
+            node: node.clone(),
+            auth: auth.clone(),
+            limits,
+        });
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics or /healthz\n") })
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics or /healthz\n") })
         .with_state(Admin {
             registry: Arc::new(metrics::registry(node.clone(), rpc, metrics_max_jobs)),
             node,
             auth,
         })
+        .merge(status)
 }
 
 /// How the admin port is secured: TLS with the gRPC port's certificates,
@@ -70,7 +85,7 @@ pub struct AdminSecurity {
 }
 
 /// The admin port's limits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AdminOptions {
     /// The most jobs with series of their own on `/metrics`
     /// (`--metrics-max-jobs`).
@@ -78,6 +93,8 @@ pub struct AdminOptions {
     /// From accept to the TLS handshake done and the first byte of a
     /// request (`--handshake-timeout`, as on the gRPC port).
     pub handshake_timeout: std::time::Duration,
+    /// Input limits (the status page's job names).
+    pub limits: Limits,
 }
 
 /// Serves the admin pages on `listener` until `shutdown`.
@@ -100,8 +117,14 @@ pub async fn serve_admin(
     };
     let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let listener = AdminListener { incoming, addr };
-    let app = router(node, rpc, security.auth, options.metrics_max_jobs)
-        .into_make_service_with_connect_info::<Peer>();
+    let app = router(
+        node,
+        rpc,
+        security.auth,
+        options.metrics_max_jobs,
+        options.limits,
+    )
+    .into_make_service_with_connect_info::<Peer>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::{Error, Result};
 use crate::etcd::EtcdNode;
-use crate::lease::{HolderId, JobName, LeaseView, Token};
+use crate::lease::{HolderId, JobName, JobStatus, LeaseView, Token};
 use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write};
 use crate::store::{Tenure, ValueRecord};
 
@@ -137,6 +137,34 @@ impl Backend {
         match self {
             Backend::Local(n) => n.lease(job).await,
             Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
+        }
+    }
+
+    /// See [`Node::status`]. The second value says whether waiters and
+    /// fenced writes are counted (the single node) or not known (etcd
+    /// mode: they are not gathered across frontends).
+    pub async fn status(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<JobStatus>, bool)> {
+        match self {
+            Backend::Local(n) => Ok((n.status(prefix, after, limit).await?, true)),
+            Backend::Etcd(n) => {
+                let rows = n
+                    .bounded("status", Duration::ZERO, n.status(prefix, after, limit))
+                    .await?;
+                Ok((rows, false))
+            }
+        }
+    }
+
+    /// See [`Node::changes`].
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
+        match self {
+            Backend::Local(n) => n.changes(),
+            Backend::Etcd(n) => n.changes(),
         }
     }
 

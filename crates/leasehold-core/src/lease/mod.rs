@@ -53,7 +53,7 @@ mod table;
 mod types;
 
 pub use table::{
-    Acquire, Checkpoint, Effects, Faults, Floors, HistoryEvent, Leadership, LeaseRecord,
+    Acquire, Checkpoint, Effects, Faults, Floors, HistoryEvent, JobStatus, Leadership, LeaseRecord,
     LeaseState, LeaseTable, LeaseView, Stats, TenureEnd, Vacancy, WaiterId,
 };
 pub use types::{too_long, HolderId, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};

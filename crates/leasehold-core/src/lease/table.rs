@@ -218,6 +218,25 @@ struct Job {
     /// not in the history yet: the next grant (or the job's deletion)
     /// records it, in its own durable change.
     expired_unrecorded: Option<(Token, Instant)>,
+    /// Writes refused as fenced (stale tokens: split-brain attempts), and
+    /// when the last one was.
+    fenced: u64,
+    last_fenced: Option<Instant>,
+}
+
+/// One job as an operator's page shows it ([`LeaseTable::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobStatus {
+    /// The lease.
+    pub view: LeaseView,
+    /// How long it has had no leader; `None` while led.
+    pub vacant_for: Option<Duration>,
+    /// Acquires waiting for it.
+    pub waiters: usize,
+    /// Writes refused as fenced since the server started.
+    pub fenced: u64,
+    /// How long ago the last one was.
+    pub fenced_ago: Option<Duration>,
 }
 
 impl Job {
@@ -233,6 +252,8 @@ impl Job {
             waiters: VecDeque::new(),
             stamp: 0,
             expired_unrecorded: None,
+            fenced: 0,
+            last_fenced: None,
         }
     }
 
@@ -741,10 +762,46 @@ impl LeaseTable {
         };
         match &r {
             Ok(()) => stats.writes += 1,
-            Err(Error::Fenced { .. }) => stats.fenced_writes += 1,
+            Err(Error::Fenced { .. }) => {
+                stats.fenced_writes += 1;
+                if let Some(job) = self.jobs.get_mut(name) {
+                    job.fenced += 1;
+                    job.last_fenced = Some(now);
+                }
+            }
             Err(_) => {}
         }
         r
+    }
+
+    /// Up to `limit` jobs starting with `prefix` (after `after`), in name
+    /// order, as an operator's page shows them.
+    pub fn status(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<JobStatus> {
+        let start = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Included(prefix),
+        };
+        self.jobs
+            .range::<str, _>((start, Bound::Unbounded))
+            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .take(limit)
+            .map(|(name, job)| JobStatus {
+                view: job.view(name, now),
+                vacant_for: match job.leadership(now) {
+                    Leadership::Led { .. } => None,
+                    Leadership::Vacant { for_, .. } => Some(for_),
+                },
+                waiters: job.waiters.len(),
+                fenced: job.fenced,
+                fenced_ago: job.last_fenced.map(|t| now.saturating_duration_since(t)),
+            })
+            .collect()
     }
 
     /// The lease of `job` at `now`; a job never seen has token 0 and no

@@ -50,6 +50,8 @@ pub struct Mirror {
     /// tenure, if no frontend recorded it first): on unless
     /// `--history-per-job 0`.
     record_expiries: bool,
+    /// Every job an event changed: the status page's feed.
+    changes: Option<tokio::sync::broadcast::Sender<JobName>>,
 }
 
 #[derive(Default)]
@@ -63,8 +65,35 @@ impl Mirror {
     pub fn new(record_expiries: bool) -> Mirror {
         Mirror {
             record_expiries,
+            changes: Some(tokio::sync::broadcast::Sender::new(
+                crate::node::CHANGES_BUFFERED,
+            )),
             ..Mirror::default()
         }
+    }
+
+    /// The jobs whose leadership changes from now on, as the mirror sees
+    /// them (see [`crate::node::Node::changes`]).
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
+        match &self.changes {
+            Some(s) => s.subscribe(),
+            None => tokio::sync::broadcast::Sender::new(1).subscribe(),
+        }
+    }
+
+    /// How long each of `jobs` has had no leader, as far as the mirror
+    /// knows (`None`: led, or not known).
+    pub fn vacant_for(&self, jobs: &[&str]) -> Vec<Option<Duration>> {
+        let st = self.state.lock().expect("mirror lock");
+        let now = Instant::now();
+        jobs.iter()
+            .map(|j| {
+                st.jobs
+                    .get(*j)
+                    .filter(|j| !j.held)
+                    .map(|j| now.saturating_duration_since(j.vacant_since))
+            })
+            .collect()
     }
 
     /// Every job's leadership now, and the counters.
@@ -152,6 +181,13 @@ impl Mirror {
                 let mut st = self.state.lock().expect("mirror lock");
                 for ev in &resp.events {
                     expired.extend(apply(&mut st, keys, ev));
+                }
+            }
+            if let Some(changes) = &self.changes {
+                for ev in &resp.events {
+                    if let Some((name, _)) = keys.event(ev) {
+                        let _ = changes.send(JobName::from_trusted(name.to_owned()));
+                    }
                 }
             }
             if self.record_expiries {

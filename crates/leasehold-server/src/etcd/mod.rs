@@ -936,6 +936,41 @@ impl EtcdNode {
         Err(contention("Release"))
     }
 
+    /// Up to `limit` jobs starting with `prefix` (after `after`) for the
+    /// status page: each lease as listed, and its leaderless time from the
+    /// metrics mirror. Waiters and fenced writes are not counted across
+    /// frontends: zero here (the page says they are not known).
+    pub async fn status(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<crate::lease::JobStatus>> {
+        let views = self.leases(prefix, after, limit).await?;
+        let names: Vec<&str> = views.iter().map(|v| v.job.as_str()).collect();
+        let vacant = self.inner.mirror.vacant_for(&names);
+        Ok(views
+            .iter()
+            .zip(vacant)
+            .map(|(v, vacant_for)| crate::lease::JobStatus {
+                vacant_for: match v.holder() {
+                    Some(_) => None,
+                    None => Some(vacant_for.unwrap_or_default()),
+                },
+                view: v.clone(),
+                waiters: 0,
+                fenced: 0,
+                fenced_ago: None,
+            })
+            .collect())
+    }
+
+    /// The jobs whose leadership changes from now on, as this frontend's
+    /// mirror of etcd sees them.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
+        self.inner.mirror.changes()
+    }
+
     /// Up to `limit` tenures of `job`'s history with a token below
     /// `before` (all when `None`), newest first, read with the job's
     /// records at one revision. A tenure that ran out with no end recorded

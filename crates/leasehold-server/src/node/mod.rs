@@ -35,8 +35,8 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::rules::classify;
 use crate::lease::{
-    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, Stats,
-    TenureEnd, Token, WaiterId,
+    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, JobStatus, LeaseTable, LeaseView,
+    Stats, TenureEnd, Token, WaiterId,
 };
 use crate::metrics::{JobsShown, Picker};
 use crate::store::{HistoryPut, Store, Tenure, ValueRecord};
@@ -229,6 +229,9 @@ struct Inner {
     store: Arc<dyn Store>,
     commit: GroupCommit,
     watchers: Mutex<HashMap<JobName, watch::Sender<u64>>>,
+    /// Every job whose leadership changed (as its watchers are told) or
+    /// that refused a fenced write: the status page's feed.
+    changes: tokio::sync::broadcast::Sender<JobName>,
     closing: watch::Sender<bool>,
     recovery: Arc<Recovery>,
     limits: StateLimits,
@@ -333,6 +336,10 @@ fn recovery_thread(inner: Weak<Inner>, recovery: Arc<Recovery>) {
     }
 }
 
+/// Changes kept for a slow reader of [`Node::changes`] before it is told
+/// it lagged.
+pub const CHANGES_BUFFERED: usize = 4096;
+
 /// The coordinator. Cheap to clone: clones share one state.
 #[derive(Clone)]
 pub struct Node {
@@ -368,6 +375,7 @@ impl Node {
             store,
             commit,
             watchers: Mutex::new(HashMap::new()),
+            changes: tokio::sync::broadcast::Sender::new(CHANGES_BUFFERED),
             closing: watch::Sender::new(false),
             recovery: recovery.clone(),
             limits,
@@ -803,6 +811,31 @@ impl Node {
         Ok(tenures)
     }
 
+    /// Up to `limit` jobs starting with `prefix` (after `after`), as the
+    /// status page shows them: each lease with its leaderless time, its
+    /// waiters and its fenced writes, once what it shows is durable.
+    pub async fn status(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<JobStatus>> {
+        let (rows, seq) = {
+            let st = self.lock();
+            let rows = st.table.status(prefix, after, limit, clock::now());
+            (rows, self.inner.commit.staged())
+        };
+        self.inner.commit.wait(seq).await?;
+        Ok(rows)
+    }
+
+    /// The jobs whose leadership changes from now on (or that refuse a
+    /// fenced write), as they change. A receiver that falls more than
+    /// [`CHANGES_BUFFERED`] behind is told it lagged, and reads afresh.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
+        self.inner.changes.subscribe()
+    }
+
     /// The lease of `job` as decided now, durable or not: for checks made
     /// before a decision that re-checks what matters under the lock (never
     /// shown to a client).
@@ -923,6 +956,9 @@ impl Node {
             st.table
                 .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
         {
+            if matches!(e, Error::Fenced { .. }) {
+                let _ = self.inner.changes.send(job.clone());
+            }
             return Ok((Err(e), st.table.stamp(job)));
         }
         // A new key counts against the job's limit; a deleted key keeps its
@@ -1062,6 +1098,7 @@ impl Node {
     }
 
     fn publish(&self, job: &JobName) {
+        let _ = self.inner.changes.send(job.clone());
         let mut w = self.inner.watchers.lock().expect("watchers lock");
         if let Some(s) = w.get(job) {
             if s.receiver_count() == 0 {

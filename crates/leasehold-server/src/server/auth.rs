@@ -688,6 +688,23 @@ impl Caller {
         ))
     }
 
+    /// Whether the caller may read any job at all (a `read` grant on some
+    /// prefix, or `admin`): what the status page asks of it.
+    pub fn reads_something(&self) -> bool {
+        self.0.as_ref().is_none_or(|k| {
+            k.policy
+                .principals
+                .iter()
+                .find(|p| *p.name == *k.principal)
+                .is_some_and(|p| {
+                    p.admin
+                        || p.grants
+                            .iter()
+                            .any(|(_, bits)| bits & Action::Read.bit() != 0)
+                })
+        })
+    }
+
     /// Whether the caller may read `job` (for filtering listings; not
     /// counted as a refusal).
     pub fn may_read(&self, job: &str) -> bool {

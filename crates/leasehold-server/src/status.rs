@@ -1,0 +1,505 @@
+//! The status page on the admin port: `GET /` (one HTML file, its script
+//! and styles inline, embedded in the binary: no build step, no external
+//! asset, works offline), and the JSON and event stream it reads.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | the page |
+//! | `/api/jobs?prefix=P` | every job (up to [`MAX_JOBS`]): leader, token, time left, leaderless time, waiters, fenced writes |
+//! | `/api/job?name=J` | one job: its row, its history ([`crate::backend::Backend::history`]), its first [`MAX_KEYS`] keys with version and token |
+//! | `/api/events?prefix=P` | server-sent events: `data: [rows]` for the jobs that changed (a grant, a release, a fenced write), at most every [`COALESCE`]; `event: reload` when the stream fell behind |
+//!
+//! The feed is the backend's change feed ([`crate::node::Node::changes`]),
+//! which the watchers of `WatchLease` are told from. Countdowns run in the
+//! browser from each row's `remaining_ms`: a renewal is not an event, and
+//! an expiry needs none (the page sees the time run out).
+//!
+//! With a policy, every path needs a principal with `admin` or a `read`
+//! grant (a bearer token, a client certificate, or, for a browser, HTTP
+//! Basic authentication with the token as the password), and shows only
+//! the jobs it may read.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use tokio_stream::Stream;
+
+use crate::backend::Backend;
+use crate::clock;
+use crate::error::Error;
+use crate::lease::{JobName, JobStatus, LeaseState, Limits, TenureEnd};
+use crate::server::auth::{self, Auth, Caller};
+use crate::server::conn::Peer;
+
+/// The page.
+const PAGE: &str = include_str!("status/index.html");
+
+/// The most jobs `/api/jobs` lists (the page says when there were more).
+pub const MAX_JOBS: usize = 50_000;
+/// The most keys `/api/job` lists.
+pub const MAX_KEYS: usize = 200;
+/// The most tenures `/api/job` lists.
+pub const MAX_TENURES: usize = 1000;
+/// Changes that come together are sent together, at most this often.
+pub const COALESCE: Duration = Duration::from_millis(100);
+
+/// What the status handlers share.
+#[derive(Clone)]
+pub struct StatusState {
+    /// The backend.
+    pub node: Backend,
+    /// The policy, if any.
+    pub auth: Option<Arc<Auth>>,
+    /// Input limits, for the job name of `/api/job`.
+    pub limits: Limits,
+}
+
+/// `GET /`.
+pub async fn page(
+    State(s): State<StatusState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = caller(&s, &headers, &peer) {
+        return r;
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        PAGE,
+    )
+        .into_response()
+}
+
+/// `GET /api/jobs`.
+pub async fn jobs(
+    State(s): State<StatusState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let who = match caller(&s, &headers, &peer) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let prefix = query(&uri, "prefix").unwrap_or_default();
+    if let Err(e) = s.limits.job_prefix(&prefix) {
+        return bad(&e);
+    }
+    let mut rows = Vec::new();
+    let mut counted;
+    let mut after: Option<String> = None;
+    let mut truncated = false;
+    loop {
+        let (page, c) = match s.node.status(&prefix, after.as_deref(), 1000).await {
+            Ok(p) => p,
+            Err(e) => return unavailable(&e),
+        };
+        counted = c;
+        let n = page.len();
+        after = page.last().map(|r| r.view.job.to_string());
+        rows.extend(
+            page.into_iter()
+                .filter(|r| who.may_read(r.view.job.as_str())),
+        );
+        if n < 1000 {
+            break;
+        }
+        if rows.len() >= MAX_JOBS {
+            rows.truncate(MAX_JOBS);
+            truncated = true;
+            break;
+        }
+    }
+    let mut out = String::with_capacity(64 + rows.len() * 160);
+    let _ = write!(
+        out,
+        "{{\"now_ms\":{},\"counted\":{counted},\"truncated\":{truncated},\"jobs\":[",
+        clock::wall_unix_ms()
+    );
+    for (i, r) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        row(&mut out, r);
+    }
+    out.push_str("]}");
+    json(out)
+}
+
+/// `GET /api/job?name=J`.
+pub async fn job(
+    State(s): State<StatusState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let who = match caller(&s, &headers, &peer) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let name = query(&uri, "name").unwrap_or_default();
+    let job = match s.limits.job(&name) {
+        Ok(j) => j,
+        Err(e) => return bad(&e),
+    };
+    if let Err(e) = who.authorize(auth::Action::Read, job.as_str()) {
+        return (StatusCode::FORBIDDEN, auth::describe(&e)).into_response();
+    }
+    let status = match s.node.status(job.as_str(), None, 1).await {
+        Ok((rows, _)) => rows.into_iter().find(|r| r.view.job == job),
+        Err(e) => return unavailable(&e),
+    };
+    let history = match s.node.history(&job, None, MAX_TENURES).await {
+        Ok(h) => h,
+        Err(e) => return unavailable(&e),
+    };
+    let keys = match s.node.keys(&job, b"", None, MAX_KEYS).await {
+        Ok(k) => k,
+        Err(e) => return unavailable(&e),
+    };
+    let mut out = String::new();
+    let _ = write!(out, "{{\"now_ms\":{},\"job\":", clock::wall_unix_ms());
+    match &status {
+        Some(r) => row(&mut out, r),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"name\":");
+    string(&mut out, job.as_str());
+    out.push_str(",\"history\":[");
+    for (i, t) in history.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let (principal, holder) = auth::unbind(&t.holder);
+        out.push_str("{\"token\":");
+        let _ = write!(out, "{}", t.token.0);
+        out.push_str(",\"holder\":");
+        string(&mut out, holder);
+        out.push_str(",\"principal\":");
+        string(&mut out, principal.unwrap_or_default());
+        let _ = write!(
+            out,
+            ",\"granted_ms\":{},\"ttl_ms\":{}",
+            t.granted_unix_ms,
+            t.ttl.as_millis()
+        );
+        match t.end {
+            Some((how, at)) => {
+                let how = match how {
+                    TenureEnd::Released => "released",
+                    TenureEnd::Expired => "expired",
+                    TenureEnd::TakenOver => "taken over",
+                    TenureEnd::Deleted => "deleted",
+                };
+                let _ = write!(out, ",\"end\":\"{how}\",\"ended_ms\":{at}}}");
+            }
+            None => out.push_str(",\"end\":null,\"ended_ms\":null}"),
+        }
+    }
+    out.push_str("],\"keys\":[");
+    for (i, (k, v)) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"key\":");
+        string(&mut out, &String::from_utf8_lossy(k));
+        let _ = write!(
+            out,
+            ",\"version\":{},\"token\":{},\"bytes\":{}}}",
+            v.version,
+            v.token.0,
+            v.value.as_ref().map_or(0, Vec::len)
+        );
+    }
+    let _ = write!(out, "],\"keys_truncated\":{}}}", keys.len() >= MAX_KEYS);
+    json(out)
+}
+
+/// `GET /api/events?prefix=P`.
+pub async fn events(
+    State(s): State<StatusState>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Response {
+    let who = match caller(&s, &headers, &peer) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let prefix = query(&uri, "prefix").unwrap_or_default();
+    if let Err(e) = s.limits.job_prefix(&prefix) {
+        return bad(&e);
+    }
+    let rx = s.node.changes();
+    Sse::new(feed(s.node.clone(), who, prefix, rx))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// The event stream: the rows of the jobs that changed, a batch at most
+/// every [`COALESCE`].
+fn feed(
+    node: Backend,
+    who: Caller,
+    prefix: String,
+    mut rx: tokio::sync::broadcast::Receiver<JobName>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    use tokio::sync::broadcast::error::RecvError;
+    let (tx, out) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let mut changed = BTreeSet::new();
+            let mut lagged = false;
+            match rx.recv().await {
+                Ok(j) => {
+                    changed.insert(j);
+                }
+                Err(RecvError::Lagged(_)) => lagged = true,
+                Err(RecvError::Closed) => return,
+            }
+            // What else changes within the window goes in the same batch.
+            let until = tokio::time::Instant::now() + COALESCE;
+            loop {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Ok(j)) => {
+                        changed.insert(j);
+                    }
+                    Ok(Err(RecvError::Lagged(_))) => lagged = true,
+                    Ok(Err(RecvError::Closed)) | Err(_) => break,
+                }
+            }
+            let event = if lagged {
+                Event::default().event("reload").data("lagged")
+            } else {
+                let mut out = String::from("[");
+                let mut first = true;
+                for j in changed
+                    .iter()
+                    .filter(|j| j.as_str().starts_with(&prefix) && who.may_read(j.as_str()))
+                {
+                    let rows = match node.status(j.as_str(), None, 1).await {
+                        Ok((rows, _)) => rows,
+                        Err(_) => continue,
+                    };
+                    // A deleted job has no row: it is sent as gone.
+                    match rows.into_iter().find(|r| r.view.job == *j) {
+                        Some(r) => {
+                            if !first {
+                                out.push(',');
+                            }
+                            first = false;
+                            row(&mut out, &r);
+                        }
+                        None => {
+                            if !first {
+                                out.push(',');
+                            }
+                            first = false;
+                            out.push_str("{\"job\":");
+                            string(&mut out, j.as_str());
+                            out.push_str(",\"gone\":true}");
+                        }
+                    }
+                }
+                if first {
+                    continue;
+                }
+                out.push(']');
+                Event::default().data(out)
+            };
+            if tx.send(Ok(event)).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(out)
+}
+
+/// The caller, if it may see the page; else the answer that says why
+/// (returned at once by every handler, so its size does not matter).
+#[allow(clippy::result_large_err)]
+fn caller(s: &StatusState, headers: &HeaderMap, peer: &Peer) -> Result<Caller, Response> {
+    let Some(a) = &s.auth else {
+        return Ok(Caller::open());
+    };
+    // A browser sends the token as HTTP Basic authentication's password.
+    let mut headers = headers.clone();
+    if let Some(secret) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| basic_password(v.as_bytes()))
+    {
+        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {secret}")) {
+            headers.insert(header::AUTHORIZATION, v);
+        }
+    }
+    let refuse = |code, e: &Error| {
+        let mut r = (code, auth::describe(e)).into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"leasehold\", charset=\"UTF-8\""),
+        );
+        r
+    };
+    let who = a
+        .authenticate(&headers, Some(peer))
+        .map_err(|e| refuse(StatusCode::UNAUTHORIZED, &e))?;
+    if !who.reads_something() {
+        let e = Error::PermissionDenied {
+            action: "read",
+            job: String::new(),
+            why: "the status page needs `admin` or a `read` grant",
+        };
+        return Err((StatusCode::FORBIDDEN, auth::describe(&e)).into_response());
+    }
+    Ok(who)
+}
+
+/// The password of an `Authorization: Basic` value.
+fn basic_password(v: &[u8]) -> Option<String> {
+    let b64 = v.strip_prefix(b"Basic ")?;
+    let raw = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    let s = String::from_utf8(raw).ok()?;
+    let (_, password) = s.split_once(':')?;
+    Some(password.to_owned())
+}
+
+/// One row of the job list.
+fn row(out: &mut String, r: &JobStatus) {
+    out.push_str("{\"job\":");
+    string(out, r.view.job.as_str());
+    match &r.view.state {
+        LeaseState::Held {
+            holder,
+            ttl,
+            remaining,
+            ..
+        } => {
+            let (principal, holder) = auth::unbind(holder.as_str());
+            out.push_str(",\"holder\":");
+            string(out, holder);
+            out.push_str(",\"principal\":");
+            string(out, principal.unwrap_or_default());
+            let _ = write!(
+                out,
+                ",\"ttl_ms\":{},\"remaining_ms\":{}",
+                ttl.as_millis(),
+                remaining.as_millis()
+            );
+        }
+        LeaseState::Free(_) => out.push_str(",\"holder\":null"),
+    }
+    let _ = write!(out, ",\"token\":{}", r.view.token.0);
+    if let Some(v) = r.vacant_for {
+        let _ = write!(out, ",\"vacant_ms\":{}", v.as_millis());
+    }
+    let _ = write!(out, ",\"waiters\":{},\"fenced\":{}", r.waiters, r.fenced);
+    if let Some(a) = r.fenced_ago {
+        let _ = write!(out, ",\"fenced_ago_ms\":{}", a.as_millis());
+    }
+    out.push('}');
+}
+
+/// A JSON string.
+fn string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            // `<` too, so that nothing in a name can close a script.
+            c if (c as u32) < 0x20 || c == '<' || c == '\u{2028}' || c == '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn json(body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn bad(e: &Error) -> Response {
+    (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response()
+}
+
+fn unavailable(e: &Error) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
+}
+
+/// The value of `name` in the URI's query, percent-decoded (`+` is a
+/// space); `None` when absent or not UTF-8 once decoded.
+fn query(uri: &Uri, name: &str) -> Option<String> {
+    let q = uri.query()?;
+    for pair in q.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if k == name {
+            return percent_decode(v);
+        }
+    }
+    None
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let h = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_decode_and_strings_escape() {
+        let uri: Uri = "/api/job?name=a%2Fb+c&x=1".parse().unwrap();
+        assert_eq!(query(&uri, "name").as_deref(), Some("a/b c"));
+        assert_eq!(query(&uri, "x").as_deref(), Some("1"));
+        assert_eq!(query(&uri, "y"), None);
+        let bad: Uri = "/api/job?name=%ff%fe".parse().unwrap();
+        assert_eq!(query(&bad, "name"), None, "not UTF-8");
+        let cut: Uri = "/api/job?name=abc%2".parse().unwrap();
+        assert_eq!(query(&cut, "name").as_deref(), Some("abc%2"));
+        let mut s = String::new();
+        string(&mut s, "a\"b\\c</script>\u{1}");
+        assert_eq!(s, "\"a\\\"b\\\\c\\u003c/script>\\u0001\"");
+        assert_eq!(
+            basic_password(b"Basic dTpzZWNyZXQ=").as_deref(),
+            Some("secret")
+        );
+        assert_eq!(basic_password(b"Bearer x"), None);
+    }
+}
