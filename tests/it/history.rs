@@ -351,3 +351,62 @@ async fn cli_history_answers_which_token_led_at_an_instant() {
     assert!(err.contains("RFC 3339"), "{err}");
     p.stop();
 }
+
+/// The status page's data on both backends: every job with its lease, a
+/// job with its history and keys, and bad input refused naming the field.
+/// (The page itself is tested in a browser: tests/browser.)
+async fn status_page_data(place: Place) {
+    let p = place.start(&[]);
+    let c = client(&p).await;
+    c.acquire("page/a", "first", LONG, Duration::ZERO)
+        .await
+        .unwrap();
+    c.release("page/a", "first", 1).await.unwrap();
+    c.acquire("page/a", "second", LONG, Duration::ZERO)
+        .await
+        .unwrap();
+    c.checked_write("page/a", 2, b"state", b"v".to_vec())
+        .await
+        .unwrap();
+    c.acquire("page/b", "other", LONG, Duration::ZERO)
+        .await
+        .unwrap();
+    let (code, body) = common::admin_request(p.admin, "/").await;
+    assert_eq!(code, 200);
+    assert!(body.contains("<title>leasehold</title>"), "{body}");
+    let (code, body) = common::admin_request(p.admin, "/api/jobs?prefix=page%2F").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains(r#""job":"page/a","holder":"second""#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#""job":"page/b","holder":"other""#),
+        "{body}"
+    );
+    let counted = matches!(place, Place::Local(_));
+    assert!(body.contains(&format!(r#""counted":{counted}"#)), "{body}");
+    let (code, body) = common::admin_request(p.admin, "/api/job?name=page%2Fa").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(r#""token":2,"holder":"second""#), "{body}");
+    assert!(body.contains(r#""token":1,"holder":"first""#), "{body}");
+    assert!(body.contains(r#""end":"released""#), "{body}");
+    assert!(
+        body.contains(r#""key":"state","version":1,"token":2"#),
+        "{body}"
+    );
+    let (code, body) = common::admin_request(p.admin, "/api/job?name=").await;
+    assert_eq!(code, 400);
+    assert!(body.contains("job"), "{body}");
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_data_on_the_single_node() {
+    status_page_data(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_page_data_on_etcd() {
+    status_page_data(Place::etcd()).await;
+}
