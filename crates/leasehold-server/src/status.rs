@@ -262,7 +262,12 @@ fn feed(
         loop {
             let mut changed = BTreeSet::new();
             let mut lagged = false;
-            match rx.recv().await {
+            // A page closed while nothing changes ends its task too.
+            let first = tokio::select! {
+                r = rx.recv() => r,
+                _ = tx.closed() => return,
+            };
+            match first {
                 Ok(j) => {
                     changed.insert(j);
                 }
