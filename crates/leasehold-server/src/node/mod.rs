@@ -246,6 +246,14 @@ fn floors(store: &dyn Store) -> Floors {
 }
 
 impl Inner {
+    /// Tells the change feed of `job`; costs nothing while no status page
+    /// is open.
+    fn changed(&self, job: &JobName) {
+        if self.changes.receiver_count() > 0 {
+            let _ = self.changes.send(job.clone());
+        }
+    }
+
     /// Under the state lock, after a put failed or before a reopen: every
     /// change not durable yet is lost, and the recovery thread must run.
     fn fail(&self, st: &mut State, job: Option<&JobName>, e: &Error) {
@@ -957,7 +965,7 @@ impl Node {
                 .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
         {
             if matches!(e, Error::Fenced { .. }) {
-                let _ = self.inner.changes.send(job.clone());
+                self.inner.changed(job);
             }
             return Ok((Err(e), st.table.stamp(job)));
         }
@@ -1098,7 +1106,7 @@ impl Node {
     }
 
     fn publish(&self, job: &JobName) {
-        let _ = self.inner.changes.send(job.clone());
+        self.inner.changed(job);
         let mut w = self.inner.watchers.lock().expect("watchers lock");
         if let Some(s) = w.get(job) {
             if s.receiver_count() == 0 {
