@@ -183,7 +183,7 @@ impl Mirror {
                     expired.extend(apply(&mut st, keys, ev));
                 }
             }
-            if let Some(changes) = &self.changes {
+            if let Some(changes) = self.changes.as_ref().filter(|c| c.receiver_count() > 0) {
                 for ev in &resp.events {
                     if let Some((name, _)) = keys.event(ev) {
                         let _ = changes.send(JobName::from_trusted(name.to_owned()));
