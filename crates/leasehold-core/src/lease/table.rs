@@ -783,14 +783,7 @@ impl LeaseTable {
         limit: usize,
         now: Instant,
     ) -> Vec<JobStatus> {
-        let start = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Included(prefix),
-        };
-        self.jobs
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(name, _)| name.as_str().starts_with(prefix))
-            .take(limit)
+        self.listed(prefix, after, limit)
             .map(|(name, job)| JobStatus {
                 view: job.view(name, now),
                 vacant_for: match job.leadership(now) {
@@ -826,16 +819,27 @@ impl LeaseTable {
         limit: usize,
         now: Instant,
     ) -> Vec<LeaseView> {
+        self.listed(prefix, after, limit)
+            .map(|(name, job)| job.view(name, now))
+            .collect()
+    }
+
+    /// Up to `limit` jobs starting with `prefix`, after job `after`, in
+    /// name order.
+    fn listed<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> impl Iterator<Item = (&'a JobName, &'a Job)> + 'a {
         let start = match after {
             Some(a) => Bound::Excluded(a),
             None => Bound::Included(prefix),
         };
         self.jobs
             .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(name, _)| name.as_str().starts_with(prefix))
+            .take_while(move |(name, _)| name.as_str().starts_with(prefix))
             .take(limit)
-            .map(|(name, job)| job.view(name, now))
-            .collect()
     }
 
     /// Queues a waiting `Acquire` by `holder` for `ttl` on `job`, last in
