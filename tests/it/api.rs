@@ -1551,3 +1551,59 @@ async fn a_lease_is_bound_to_the_principal_that_acquired_it() {
     assert_eq!(got.lease.principal.as_deref(), Some("b"));
     assert_eq!(got.lease.token, token + 1);
 }
+
+/// Many watchers of one job are all told of its expiry, by the job's one
+/// deadline timer (not a timer each); renewals tell them nothing; and
+/// once they have all gone, a new watcher is told of the next expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_watchers_of_one_job_are_told_of_its_expiry_and_nothing_of_renewals() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_millis(300));
+    c.acquire("herd", "a", ttl, NOW).await.unwrap();
+    let mut watchers = Vec::new();
+    for _ in 0..100 {
+        let mut w = c.watch("herd").await.unwrap();
+        let first = w.message().await.unwrap().unwrap();
+        assert_eq!(first.kind, EventKind::Current as i32);
+        watchers.push(w);
+    }
+    // Two renewals, each before the deadline: no event.
+    for _ in 0..2 {
+        tokio::time::sleep(ttl / 2).await;
+        c.renew("herd", "a", 1, ttl).await.unwrap();
+    }
+    let bound = ttl * 4 + Duration::from_secs(2) + common::expiry_slack();
+    for w in &mut watchers {
+        let ev = tokio::time::timeout(bound, w.message())
+            .await
+            .expect("an event")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ev.kind, EventKind::Expired as i32, "{ev:?}");
+    }
+    drop(watchers);
+    // Another grant runs out with nobody watching (the timer leaves),
+    // then a new watcher is told of the next expiry.
+    c.acquire("herd", "b", ttl, NOW).await.unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    let mut w = c.watch("herd").await.unwrap();
+    assert_eq!(
+        w.message().await.unwrap().unwrap().kind,
+        EventKind::Current as i32
+    );
+    let granted = c.acquire("herd", "c", ttl, NOW).await.unwrap();
+    assert_eq!(granted.lease.token, 3);
+    let ev = tokio::time::timeout(bound, w.message())
+        .await
+        .expect("an event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.kind, EventKind::Acquired as i32);
+    let ev = tokio::time::timeout(bound, w.message())
+        .await
+        .expect("an expiry event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.kind, EventKind::Expired as i32);
+}

@@ -1053,7 +1053,11 @@ impl Node {
         let mut changes = {
             let mut w = self.inner.watchers.lock().expect("watchers lock");
             w.entry(job.clone())
-                .or_insert_with(|| watch::Sender::new(0))
+                .or_insert_with(|| {
+                    let s = watch::Sender::new(0);
+                    self.watch_deadline(job.clone(), s.subscribe());
+                    s
+                })
                 .subscribe()
         };
         let node = self.clone();
@@ -1074,13 +1078,15 @@ impl Node {
                 return;
             }
             loop {
-                let deadline = last.deadline();
+                // Woken by a change, or by the job's one deadline timer
+                // (`watch_deadline`) when the lease runs out: never a
+                // timer per watcher, so that many watchers of one job do
+                // not all wake, and read, at each of its deadlines.
                 let mut shutting_down = false;
                 tokio::select! {
                     _ = tx.closed() => return,
                     _ = closing.wait_for(|c| *c) => shutting_down = true,
                     r = changes.changed() => if r.is_err() { return },
-                    _ = sleep_until(deadline.unwrap_or_else(clock::now).into()), if deadline.is_some() => {}
                 }
                 if shutting_down {
                     // Tell the watcher why, so it reconnects elsewhere.
@@ -1103,6 +1109,60 @@ impl Node {
             }
         });
         rx
+    }
+
+    /// The one timer of a watched job: it sleeps until the lease's
+    /// deadline and, if the lease has run out by then (not renewed), tells
+    /// the job's watchers, as a change does. Ends, taking the job's entry
+    /// out of the watchers' map, once nobody else watches the job.
+    fn watch_deadline(&self, job: JobName, mut rx: watch::Receiver<u64>) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            let mut closing = node.inner.closing.subscribe();
+            loop {
+                // Nobody else watches: leave, and take the entry out under
+                // the lock that new watchers subscribe under.
+                {
+                    let mut w = node.inner.watchers.lock().expect("watchers lock");
+                    match w.get(&job) {
+                        Some(s) if s.receiver_count() > 1 => {}
+                        Some(_) => {
+                            w.remove(&job);
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+                let view = node.lease_now(&job);
+                let Some(deadline) = view.deadline() else {
+                    tokio::select! {
+                        r = rx.changed() => if r.is_err() { return },
+                        _ = closing.wait_for(|c| *c) => return,
+                        // Watchers that leave are noticed within a minute.
+                        _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    }
+                    continue;
+                };
+                // At least once a minute, to notice that the watchers left.
+                let wake = deadline.min(clock::now() + Duration::from_secs(60));
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return },
+                    _ = closing.wait_for(|c| *c) => return,
+                    _ = sleep_until(wake.into()) => {
+                        if wake < deadline {
+                            continue;
+                        }
+                        let now = node.lease_now(&job);
+                        if now.deadline().is_none_or(|d| d <= clock::now()) || now.token != view.token {
+                            let w = node.inner.watchers.lock().expect("watchers lock");
+                            if let Some(s) = w.get(&job) {
+                                s.send_modify(|n| *n += 1);
+                            }
+                        }
+                    }
+                }
+            }
+        });
     }
 
     fn publish(&self, job: &JobName) {
