@@ -438,7 +438,10 @@ impl Node {
         let (r, fx) = f(&mut st.table, now);
         let seq = match &fx.persist {
             Some(rec) => {
+                // Most persisted decisions add no history (a renewal that
+                // raised the TTL): no clock read for them.
                 let history: Vec<HistoryPut> = match self.inner.limits.history_per_job {
+                    _ if fx.history.is_empty() => Vec::new(),
                     0 => Vec::new(),
                     _ => {
                         let wall = clock::wall_unix_ms();
