@@ -556,6 +556,7 @@ impl Conn {
                             job: name,
                             holder: holder.clone(),
                             token: a.lease.unwrap_or_default().token,
+                            give_back: false,
                         })
                         .await?;
                 }

@@ -487,6 +487,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
                     job: "j".into(),
                     holder: "a".into(),
                     token: 0,
+                    give_back: false,
                 })
                 .await
                 .unwrap_err(),
@@ -727,6 +728,7 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
         job: job.into(),
         holder: holder.into(),
         token: 1,
+        give_back: false,
     };
     let cases: Vec<(&'static str, &str, Vec<u8>)> = vec![
         (

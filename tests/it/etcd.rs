@@ -654,6 +654,7 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             job: "j".into(),
             holder: "a".into(),
             token: 1,
+            give_back: false,
         }),
         store.checked_write(proto::CheckedWriteRequest {
             job: "j".into(),

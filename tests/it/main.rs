@@ -18,6 +18,7 @@ mod elector;
 mod etcd;
 mod etcd_secure;
 mod faults;
+mod give_back;
 mod health_probe;
 mod history;
 mod integrity;

@@ -781,10 +781,19 @@ func (x *RenewResponse) GetLease() *Lease {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Job    string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Holder string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token  uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// Optional. True when a client gives back a grant its caller may never
+	// have learned of (a waiting Acquire it cancelled as the reply was on its
+	// way). The lease is released only while `holder` has not asked again
+	// since `token` was granted: a later Acquire or Renew of it, whose answer
+	// may have told the holder that it leads, keeps it, until its own
+	// release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+	// with `token`, nothing changes, `released` is false, and the call does
+	// not fail.
+	GiveBack      bool `protobuf:"varint,4,opt,name=give_back,json=giveBack,proto3" json:"give_back,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,8 +849,18 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
+func (x *ReleaseRequest) GetGiveBack() bool {
+	if x != nil {
+		return x.GiveBack
+	}
+	return false
+}
+
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when this call ended the holding; false when it had ended
+	// already (a repeated release), or was kept (`give_back`).
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +893,13 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReleaseResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
 }
 
 type GetLeaseRequest struct {
@@ -2395,12 +2421,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\":\n" +
 	"\rRenewResponse\x12)\n" +
-	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"P\n" +
+	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"m\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"\x11\n" +
-	"\x0fReleaseResponse\"#\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1b\n" +
+	"\tgive_back\x18\x04 \x01(\bR\bgiveBack\"-\n" +
+	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"#\n" +
 	"\x0fGetLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"$\n" +
 	"\x10DeleteJobRequest\x12\x10\n" +

@@ -38,6 +38,7 @@
 
 mod elector;
 mod elector_set;
+mod giveback;
 
 /// The only place the client reads a clock: tokio's (monotonic) clock,
 /// which its timers use.
@@ -283,50 +284,6 @@ impl From<tonic::transport::Error> for ClientError {
     }
 }
 
-/// Dropped armed, a cancelled waiting Acquire's clean-up: releases the
-/// lease if it turns out to be the holder's (see [`Client::acquire`]).
-struct GiveBackIfCancelled {
-    leases: Option<LeasesClient<Transport>>,
-    job: String,
-    holder: String,
-}
-
-impl Drop for GiveBackIfCancelled {
-    fn drop(&mut self) {
-        let Some(mut leases) = self.leases.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (job, holder) = (
-            std::mem::take(&mut self.job),
-            std::mem::take(&mut self.holder),
-        );
-        rt.spawn(async move {
-            // Give the server time to decide: a grant made as the call was
-            // cancelled is made durable before it is sent.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let Ok(l) = leases
-                .get_lease(proto::GetLeaseRequest { job: job.clone() })
-                .await
-            else {
-                return;
-            };
-            let l = l.into_inner();
-            if l.holder == holder {
-                let _ = leases
-                    .release(proto::ReleaseRequest {
-                        job,
-                        holder,
-                        token: l.token,
-                    })
-                    .await;
-            }
-        });
-    }
-}
-
 /// A job's lease, as the server reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -495,6 +452,9 @@ pub struct Client {
     leases: LeasesClient<Transport>,
     store: FencedStoreClient<Transport>,
     admin: AdminClient<Transport>,
+    /// Acquires and Renews on their way, and tokens told, per (job,
+    /// holder): what a cancelled Acquire's give-back must respect.
+    calls: giveback::Calls,
 }
 
 impl Client {
@@ -567,6 +527,7 @@ impl Client {
             leases: LeasesClient::with_interceptor(channel.clone(), token.clone()),
             store: FencedStoreClient::with_interceptor(channel.clone(), token.clone()),
             admin: AdminClient::with_interceptor(channel, token),
+            calls: giveback::Calls::default(),
         }
     }
 
@@ -601,8 +562,13 @@ impl Client {
     /// not held for a whole TTL by a holder that never learned its token:
     /// the server releases a grant whose reply it could not deliver, and
     /// this client, for a reply that was on its way as the call was
-    /// cancelled, asks whether the lease is now `holder`'s and releases it.
-    /// (Holders are unique per elector, so that is never someone else's.)
+    /// cancelled, asks whether the lease is now `holder`'s and gives it
+    /// back. **A give-back never ends a lease a caller was told it holds**:
+    /// not while another Acquire or Renew of this client for the job and
+    /// holder started since or is on its way, not a token one of them was
+    /// told, and not once the holder asked again from anywhere (the
+    /// server's `give_back` release). Holders are unique per elector, so
+    /// the lease is never someone else's.
     pub async fn acquire(
         &self,
         job: &str,
@@ -610,26 +576,30 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired, ClientError> {
-        let mut cleanup = GiveBackIfCancelled {
-            leases: (!wait.is_zero()).then(|| self.leases.clone()),
-            job: job.to_owned(),
-            holder: holder.to_owned(),
+        let asking = self.calls.start(job, holder);
+        let mut leases = self.leases.clone();
+        let call = leases.acquire(proto::AcquireRequest {
+            job: job.into(),
+            holder: holder.into(),
+            ttl: Some(to_proto_duration(ttl)),
+            wait: Some(to_proto_duration(wait)),
+        });
+        let (r, asking) = match wait.is_zero() {
+            true => (call.await, asking),
+            false => {
+                let armed = asking.give_back_if_cancelled(self.leases.clone());
+                let r = call.await;
+                (r, armed.answered())
+            }
         };
-        let r = self
-            .leases
-            .clone()
-            .acquire(proto::AcquireRequest {
-                job: job.into(),
-                holder: holder.into(),
-                ttl: Some(to_proto_duration(ttl)),
-                wait: Some(to_proto_duration(wait)),
-            })
-            .await;
-        cleanup.leases = None;
         let r = r?.into_inner();
+        let lease: Lease = r.lease.unwrap_or_default().into();
+        if r.acquired {
+            asking.told(lease.token);
+        }
         Ok(Acquired {
             acquired: r.acquired,
-            lease: r.lease.unwrap_or_default().into(),
+            lease,
         })
     }
 
@@ -641,6 +611,7 @@ impl Client {
         token: u64,
         ttl: Duration,
     ) -> Result<Lease, ClientError> {
+        let asking = self.calls.start(job, holder);
         let r = self
             .leases
             .clone()
@@ -652,7 +623,9 @@ impl Client {
             })
             .await?
             .into_inner();
-        Ok(r.lease.unwrap_or_default().into())
+        let lease: Lease = r.lease.unwrap_or_default().into();
+        asking.told(lease.token);
+        Ok(lease)
     }
 
     /// Releases our lease.
@@ -663,8 +636,10 @@ impl Client {
                 job: job.into(),
                 holder: holder.into(),
                 token,
+                give_back: false,
             })
             .await?;
+        self.calls.released(job, holder);
         Ok(())
     }
 

@@ -93,6 +93,17 @@ impl Backend {
         }
     }
 
+    /// See [`Node::give_back`].
+    pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        match self {
+            Backend::Local(n) => n.give_back(job, holder, token).await,
+            Backend::Etcd(n) => {
+                n.bounded("Release", Duration::ZERO, n.give_back(job, holder, token))
+                    .await
+            }
+        }
+    }
+
     /// See [`Node::renew`].
     pub async fn renew(
         &self,
@@ -122,7 +133,7 @@ impl Backend {
     }
 
     /// See [`Node::release`].
-    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
+    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         match self {
             Backend::Local(n) => n.release(job, holder, token).await,
             Backend::Etcd(n) => {

@@ -195,6 +195,13 @@ struct Holding {
     holder: HolderId,
     ttl: Duration,
     deadline: Instant,
+    /// Whether the holder asked again since the grant (a repeated
+    /// `Acquire`, or a `Renew`): an answer telling it that it leads may
+    /// have reached it, so [`LeaseTable::give_back`] leaves the grant be.
+    told_again: bool,
+    /// The waiter a release handed the lease to: its own call's completion
+    /// is not the holder asking again.
+    handed_to: Option<WaiterId>,
 }
 
 #[derive(Debug, Clone)]
@@ -370,6 +377,8 @@ impl Job {
             holder: holder.clone(),
             ttl,
             deadline: now + ttl,
+            told_again: false,
+            handed_to: None,
         });
         self.stored_ttl = ttl;
     }
@@ -486,6 +495,9 @@ impl LeaseTable {
                 holder,
                 ttl: rec.ttl,
                 deadline: now + rec.ttl,
+                // Nothing is given back across a restart.
+                told_again: true,
+                handed_to: None,
             });
             if job.holding.is_none() && rec.token != Token::NONE {
                 job.vacancy = Vacancy::Released;
@@ -575,6 +587,9 @@ impl LeaseTable {
             // The live holder asks again: extend, same token.
             h.ttl = ttl;
             h.deadline = now + ttl;
+            if waiter.is_none() || waiter != h.handed_to.take() {
+                h.told_again = true;
+            }
             if ttl > job.stored_ttl {
                 job.stored_ttl = ttl;
                 fx.persist = Some(job.record());
@@ -639,6 +654,7 @@ impl LeaseTable {
             Some(h) if &h.holder == holder && job.token == token => {
                 h.ttl = ttl;
                 h.deadline = now + ttl;
+                h.told_again = true;
                 let mut fx = Effects::default();
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
@@ -701,6 +717,9 @@ impl LeaseTable {
                     fx.wake.extend(job.waiters.iter().map(|w| w.id));
                 } else if let Some(w) = job.waiters.pop_front() {
                     job.grant(&w.holder, w.ttl, now, stats, &mut fx);
+                    if let Some(h) = &mut job.holding {
+                        h.handed_to = Some(w.id);
+                    }
                     fx.wake.push(w.id);
                     fx.wake.extend(job.first_in_line());
                 }
@@ -724,6 +743,36 @@ impl LeaseTable {
                 job.token,
                 token,
             )),
+        }
+    }
+
+    /// Gives back the grant of `token` to `holder` whose caller was never
+    /// told of it (its call was cancelled, or its reply was not delivered):
+    /// releases it as [`LeaseTable::release`] does, hand-over included,
+    /// but only while it is still that grant and **its holder has not
+    /// asked again since** (a repeated `Acquire` or a `Renew`). An answer
+    /// to that later call may have told the holder that it leads, and then
+    /// only its own release or the TTL may end the lease: a give-back
+    /// racing with the holder's retry must never take over early.
+    /// Changes nothing otherwise; `Effects::changed` says whether it
+    /// released.
+    pub fn give_back(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        now: Instant,
+    ) -> Effects {
+        let untold = self.jobs.get(name).is_some_and(|job| {
+            job.token == token
+                && job
+                    .holding
+                    .as_ref()
+                    .is_some_and(|h| &h.holder == holder && !h.told_again)
+        });
+        match untold {
+            true => self.release(name, holder, token, now).unwrap_or_default(),
+            false => Effects::default(),
         }
     }
 

@@ -697,6 +697,18 @@ pub fn mod_is(key: Vec<u8>, rev: i64) -> pb::Compare {
     }
 }
 
+/// `key`'s version is `version`: 1 when it was put once since it was
+/// created, 0 when it does not exist.
+pub fn version_is(key: Vec<u8>, version: i64) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Version as i32,
+        key,
+        target_union: Some(TargetUnion::Version(version)),
+        range_end: Vec::new(),
+    }
+}
+
 /// `key` exists and holds exactly `value`.
 pub fn value_is(key: Vec<u8>, value: Vec<u8>) -> pb::Compare {
     pb::Compare {

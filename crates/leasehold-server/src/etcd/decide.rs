@@ -296,6 +296,7 @@ mod tests {
                 raw: rec.encode(),
                 rec,
                 lease: 100 + token as i64,
+                version: 1,
             }
         });
         JobState {

@@ -180,6 +180,7 @@ impl Keys {
                         rec,
                         raw: kv.value.clone(),
                         lease: kv.lease,
+                        version: kv.version,
                     })
                 })
                 .map_err(|_| bad("holder record")),
@@ -428,6 +429,10 @@ pub struct Holding {
     pub raw: Vec<u8>,
     /// The etcd lease the holder key is bound to: this grant's own.
     pub lease: i64,
+    /// The holder key's version: 1 until the holder asks again (a repeated
+    /// `Acquire` or a `Renew`), which puts the key once more. Only a grant
+    /// still at 1 is given back when its caller was never told of it.
+    pub version: i64,
 }
 
 impl Holding {

@@ -743,6 +743,14 @@ impl EtcdNode {
     async fn extend(&self, job: &JobName, h: &Holding, ttl: Duration) -> Result<Option<LeaseView>> {
         let rec = match decide::extend(h, ttl) {
             Extend::KeepAlive => {
+                // The first time the holder asks again, the grant is marked
+                // told (see `txn::told_again`) before it is extended.
+                if h.version == 1 {
+                    let req = txn::told_again(&self.inner.keys, job.as_str(), h);
+                    if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+                        return Ok(None);
+                    }
+                }
                 let live = self.keep_alive(job, h).await?;
                 return Ok(live.then(|| decide::granted(job, &h.rec, clock::now())));
             }
@@ -812,10 +820,19 @@ impl EtcdNode {
     /// lease is no longer that grant.
     pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
         let r = self
-            .bounded("Release", Duration::ZERO, self.release(job, holder, token))
+            .bounded(
+                "Release",
+                Duration::ZERO,
+                self.give_back(job, holder, token),
+            )
             .await;
         match r {
-            Ok(()) => tracing::info!(
+            Ok(false) => tracing::debug!(
+                job = %job,
+                token = token.0,
+                "an undelivered grant was not given back: it ended, or its holder asked again"
+            ),
+            Ok(true) => tracing::info!(
                 job = %job,
                 token = token.0,
                 "released a grant whose caller went away before it was told"
@@ -824,6 +841,14 @@ impl EtcdNode {
                 tracing::debug!(job = %job, error = %e, "an undelivered grant was not released")
             }
         }
+    }
+
+    /// Releases the grant of `token` to `holder` if its holder key was
+    /// never put again since the grant (see [`txn::give_back`]). Returns
+    /// whether it did.
+    pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.check_open()?;
+        self.end_holding(job, holder, token, true).await
     }
 
     /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.
@@ -908,15 +933,36 @@ impl EtcdNode {
 
     /// Releases a lease; the first waiter (on any frontend) is woken by
     /// etcd's watch and takes it.
-    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
+    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         self.check_open()?;
+        self.end_holding(job, holder, token, false).await
+    }
+
+    /// Ends the holding of (`holder`, `token`) and marks its token
+    /// released; with `untold_only`, only a holding whose holder key is
+    /// still at version 1 (a give-back), and nothing else is an error.
+    /// Returns whether it ended one.
+    async fn end_holding(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        untold_only: bool,
+    ) -> Result<bool> {
         for _ in 0..MAX_TRIES {
             let read = self.read_job(job, None).await?;
-            let h = match decide::release(job, &read.job, holder, token)? {
-                Release::Done => return Ok(()),
-                Release::Delete(h) => h,
+            let (h, mut req) = match (decide::release(job, &read.job, holder, token), untold_only) {
+                (Ok(Release::Delete(h)), false) => (
+                    h,
+                    txn::release(&self.inner.keys, job.as_str(), h, holder, token),
+                ),
+                (Ok(Release::Delete(h)), true) if h.version == 1 => (
+                    h,
+                    txn::give_back(&self.inner.keys, job.as_str(), h, holder, token),
+                ),
+                (Err(e), false) => return Err(e),
+                _ => return Ok(false),
             };
-            let mut req = txn::release(&self.inner.keys, job.as_str(), h, holder, token);
             if self.inner.limits.history_per_job > 0 {
                 let end = HistoryPut::End {
                     token,
@@ -930,7 +976,7 @@ impl EtcdNode {
                 if let Err(e) = self.inner.etcd.revoke(h.lease).await {
                     tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
                 }
-                return Ok(());
+                return Ok(true);
             }
         }
         Err(contention("Release"))

@@ -6,6 +6,7 @@
 
 use super::client::{
     create_is, delete_op, delete_range_op, lease_is, mod_is, pb, put_op, value_below, value_is,
+    version_is,
 };
 use super::keys::{
     encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
@@ -110,6 +111,34 @@ pub fn move_holding(
         success: vec![put_op(hk, rec.encode(), lease)],
         failure: Vec::new(),
     }
+}
+
+/// Puts the holder key of `h` once more, unchanged and on the same etcd
+/// lease, if it is still exactly `h`: its version goes past 1, which tells
+/// every frontend that the holder asked again since the grant, so that no
+/// give-back of the grant ([`give_back`]) ends it.
+pub fn told_again(keys: &Keys, job: &str, h: &Holding) -> pb::TxnRequest {
+    let hk = keys.holder(job);
+    pb::TxnRequest {
+        compare: still(hk.clone(), h),
+        success: vec![put_op(hk, h.raw.clone(), h.lease)],
+        failure: Vec::new(),
+    }
+}
+
+/// [`release`], only if the holder key was never put again since the grant
+/// (its version is still 1): the give-back of a grant whose caller was
+/// never told of it, which must not end a grant its holder asked for again.
+pub fn give_back(
+    keys: &Keys,
+    job: &str,
+    h: &Holding,
+    holder: &HolderId,
+    token: Token,
+) -> pb::TxnRequest {
+    let mut req = release(keys, job, h, holder, token);
+    req.compare.push(version_is(keys.holder(job), 1));
+    req
 }
 
 /// Releases the holding `h` of (`holder`, `token`): marks the token record
@@ -271,6 +300,7 @@ mod tests {
             raw: rec.encode(),
             rec,
             lease: 42,
+            version: 1,
         }
     }
 

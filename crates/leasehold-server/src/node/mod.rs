@@ -637,19 +637,38 @@ impl Node {
     }
 
     /// Releases a grant whose holder never learned of it (its call was
-    /// cancelled, or its reply could not be delivered). A no-op when the
-    /// lease is no longer that grant.
+    /// cancelled, or its reply could not be delivered): [`Node::give_back`],
+    /// logged, errors included (nobody waits for it).
     pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
-        match self.release(job, holder, token).await {
-            Ok(()) => tracing::info!(
+        match self.give_back(job, holder, token).await {
+            Ok(true) => tracing::info!(
                 job = %job,
                 token = token.0,
                 "released a grant whose caller went away before it was told"
+            ),
+            Ok(false) => tracing::debug!(
+                job = %job,
+                token = token.0,
+                "an undelivered grant was not given back: it ended, or its holder asked again"
             ),
             Err(e) => {
                 tracing::debug!(job = %job, error = %e, "an undelivered grant was not released")
             }
         }
+    }
+
+    /// Gives back the grant of `token` to `holder`, whose caller may never
+    /// have learned of it: released only while it is still that grant and
+    /// its holder has not asked again since (see
+    /// [`LeaseTable::give_back`]). Returns whether it released.
+    pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.check_open()?;
+        let (released, seq, changed) = self.decide(job, |t, now| {
+            let fx = t.give_back(job, holder, token, now);
+            (fx.changed, fx)
+        })?;
+        self.publish_when_durable(job, seq, changed).await?;
+        Ok(released)
     }
 
     /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.
@@ -713,7 +732,7 @@ impl Node {
     }
 
     /// Releases a lease; the first waiter is granted at once.
-    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<()> {
+    pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         self.check_open()?;
         let (r, seq, changed) =
             self.decide(job, |t, now| match t.release(job, holder, token, now) {
@@ -721,7 +740,8 @@ impl Node {
                 Err(e) => (Err(e), Effects::default()),
             })?;
         r?;
-        self.publish_when_durable(job, seq, changed).await
+        self.publish_when_durable(job, seq, changed).await?;
+        Ok(changed)
     }
 
     /// Deletes `job` and its keys, if it has no live lease and nobody

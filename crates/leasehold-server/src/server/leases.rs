@@ -360,11 +360,12 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req);
         let (job, holder, token) =
             convert::release_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
-        self.node
-            .release(&job, &holder, token)
-            .await
-            .map_err(|e| status(caller.refine(Action::Lease, e)))?;
-        Ok(Response::new(proto::ReleaseResponse {}))
+        let released = match req.get_ref().give_back {
+            true => self.node.give_back(&job, &holder, token).await,
+            false => self.node.release(&job, &holder, token).await,
+        }
+        .map_err(|e| status(caller.refine(Action::Lease, e)))?;
+        Ok(Response::new(proto::ReleaseResponse { released }))
     }
 
     async fn get_lease(

@@ -97,18 +97,22 @@ class RenewResponse(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
-    __slots__ = ("job", "holder", "token")
+    __slots__ = ("job", "holder", "token", "give_back")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GIVE_BACK_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     token: int
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+    give_back: bool
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., give_back: _Optional[bool] = ...) -> None: ...
 
 class ReleaseResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("released",)
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    def __init__(self, released: _Optional[bool] = ...) -> None: ...
 
 class GetLeaseRequest(_message.Message):
     __slots__ = ("job",)

@@ -674,3 +674,83 @@ fn history_events_mark_every_tenure() {
     let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(2), None);
     assert!(fx.history.is_empty());
 }
+
+#[test]
+fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let t0 = Instant::now();
+    // Never asked again: given back, as a release (history included).
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None);
+    assert_eq!(granted(&a), Some(Token(1)));
+    let fx = t.give_back(&j, &who("a"), Token(1), t0 + ms(1));
+    assert!(fx.changed);
+    assert!(fx.persist.is_some());
+    assert_eq!(fx.history.len(), 1);
+    assert_eq!(t.view(&j, t0 + ms(1)).holder(), None);
+    // Asked again with a repeated Acquire (whose answer may have told it
+    // that it leads): kept, and nothing changes.
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(2), None);
+    assert_eq!(granted(&a), Some(Token(2)));
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(3), None);
+    assert_eq!(granted(&a), Some(Token(2)), "a re-grant, same token");
+    assert_eq!(
+        t.give_back(&j, &who("a"), Token(2), t0 + ms(4)),
+        Effects::default()
+    );
+    assert_eq!(t.view(&j, t0 + ms(4)).holder(), Some(&who("a")));
+    // Asked again with a Renew: kept.
+    let _ = t.release(&j, &who("a"), Token(2), t0 + ms(5)).unwrap();
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(6), None);
+    assert_eq!(granted(&a), Some(Token(3)));
+    let _ = t.renew(&j, &who("a"), Token(3), TTL, t0 + ms(7)).unwrap();
+    assert_eq!(
+        t.give_back(&j, &who("a"), Token(3), t0 + ms(8)),
+        Effects::default()
+    );
+    assert_eq!(t.view(&j, t0 + ms(8)).holder(), Some(&who("a")));
+    // Another holder's or another token's give-back changes nothing.
+    for (h, tok) in [("b", 3), ("a", 2), ("a", 4)] {
+        assert_eq!(
+            t.give_back(&j, &who(h), Token(tok), t0 + ms(9)),
+            Effects::default()
+        );
+    }
+    assert_eq!(t.view(&j, t0 + ms(9)).holder(), Some(&who("a")));
+    // A grant handed over to a waiter by a release, never asked for again:
+    // given back, and handed on to the next in line.
+    let wb = t.enqueue(&j, &who("b"), TTL, t0 + ms(10));
+    let wc = t.enqueue(&j, &who("c"), TTL, t0 + ms(10));
+    let fx = t.release(&j, &who("a"), Token(3), t0 + ms(11)).unwrap();
+    assert_eq!(fx.wake, vec![wb, wc]);
+    assert_eq!(t.view(&j, t0 + ms(11)).holder(), Some(&who("b")));
+    // The woken waiter's own call completes: that is not asking again.
+    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(11), Some(wb));
+    assert_eq!(granted(&a), Some(Token(4)));
+    let fx = t.give_back(&j, &who("b"), Token(4), t0 + ms(12));
+    assert!(fx.changed);
+    assert_eq!(t.view(&j, t0 + ms(12)).holder(), Some(&who("c")));
+    assert_eq!(t.view(&j, t0 + ms(12)).token, Token(5));
+    // An expired grant: nothing to give back.
+    let later = t0 + ms(12) + TTL + ms(1);
+    assert_eq!(
+        t.give_back(&j, &who("c"), Token(5), later),
+        Effects::default()
+    );
+}
+
+#[test]
+fn a_restored_holding_is_never_given_back() {
+    let t0 = Instant::now();
+    let rec = LeaseRecord {
+        holder: Some(who("a")),
+        token: Token(7),
+        ttl: TTL,
+    };
+    let mut t = LeaseTable::restore([(job("j"), rec)], Floors::default(), t0);
+    assert_eq!(
+        t.give_back(&job("j"), &who("a"), Token(7), t0 + ms(1)),
+        Effects::default()
+    );
+    assert_eq!(t.view(&job("j"), t0 + ms(1)).holder(), Some(&who("a")));
+}

@@ -319,9 +319,25 @@ export interface ReleaseRequest {
   job: string;
   holder: string;
   token: bigint;
+  /**
+   * Optional. True when a client gives back a grant its caller may never
+   * have learned of (a waiting Acquire it cancelled as the reply was on its
+   * way). The lease is released only while `holder` has not asked again
+   * since `token` was granted: a later Acquire or Renew of it, whose answer
+   * may have told the holder that it leads, keeps it, until its own
+   * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+   * with `token`, nothing changes, `released` is false, and the call does
+   * not fail.
+   */
+  giveBack: boolean;
 }
 
 export interface ReleaseResponse {
+  /**
+   * True when this call ended the holding; false when it had ended
+   * already (a repeated release), or was kept (`give_back`).
+   */
+  released: boolean;
 }
 
 export interface GetLeaseRequest {
@@ -1346,7 +1362,7 @@ export const RenewResponse: MessageFns<RenewResponse> = {
 };
 
 function createBaseReleaseRequest(): ReleaseRequest {
-  return { job: "", holder: "", token: 0n };
+  return { job: "", holder: "", token: 0n, giveBack: false };
 }
 
 export const ReleaseRequest: MessageFns<ReleaseRequest> = {
@@ -1362,6 +1378,9 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
         throw new globalThis.Error("value provided for field message.token of type uint64 too large");
       }
       writer.uint32(24).uint64(message.token);
+    }
+    if (message.giveBack !== false) {
+      writer.uint32(32).bool(message.giveBack);
     }
     return writer;
   },
@@ -1403,6 +1422,14 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
             message.token = reader.uint64() as bigint;
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.giveBack = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1420,6 +1447,11 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
       job: isSet(object.job) ? globalThis.String(object.job) : "",
       holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
       token: isSet(object.token) ? BigInt(object.token) : 0n,
+      giveBack: isSet(object.giveBack)
+        ? globalThis.Boolean(object.giveBack)
+        : isSet(object.give_back)
+        ? globalThis.Boolean(object.give_back)
+        : false,
     };
   },
 
@@ -1434,16 +1466,22 @@ export const ReleaseRequest: MessageFns<ReleaseRequest> = {
     if (message.token !== 0n) {
       obj.token = message.token.toString();
     }
+    if (message.giveBack !== false) {
+      obj.giveBack = message.giveBack;
+    }
     return obj;
   },
 };
 
 function createBaseReleaseResponse(): ReleaseResponse {
-  return {};
+  return { released: false };
 }
 
 export const ReleaseResponse: MessageFns<ReleaseResponse> = {
-  encode(_: ReleaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+  encode(message: ReleaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.released !== false) {
+      writer.uint32(8).bool(message.released);
+    }
     return writer;
   },
 
@@ -1460,6 +1498,14 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.released = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1472,12 +1518,15 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
     }
   },
 
-  fromJSON(_: any): ReleaseResponse {
-    return {};
+  fromJSON(object: any): ReleaseResponse {
+    return { released: isSet(object.released) ? globalThis.Boolean(object.released) : false };
   },
 
-  toJSON(_: ReleaseResponse): unknown {
+  toJSON(message: ReleaseResponse): unknown {
     const obj: any = {};
+    if (message.released !== false) {
+      obj.released = message.released;
+    }
     return obj;
   },
 };

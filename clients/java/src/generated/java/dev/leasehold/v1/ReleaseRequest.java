@@ -139,6 +139,28 @@ private static final long serialVersionUID = 0L;
     return token_;
   }
 
+  public static final int GIVE_BACK_FIELD_NUMBER = 4;
+  private boolean giveBack_ = false;
+  /**
+   * <pre>
+   * Optional. True when a client gives back a grant its caller may never
+   * have learned of (a waiting Acquire it cancelled as the reply was on its
+   * way). The lease is released only while `holder` has not asked again
+   * since `token` was granted: a later Acquire or Renew of it, whose answer
+   * may have told the holder that it leads, keeps it, until its own
+   * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+   * with `token`, nothing changes, `released` is false, and the call does
+   * not fail.
+   * </pre>
+   *
+   * <code>bool give_back = 4;</code>
+   * @return The giveBack.
+   */
+  @java.lang.Override
+  public boolean getGiveBack() {
+    return giveBack_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -162,6 +184,9 @@ private static final long serialVersionUID = 0L;
     if (token_ != 0L) {
       output.writeUInt64(3, token_);
     }
+    if (giveBack_ != false) {
+      output.writeBool(4, giveBack_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -175,6 +200,10 @@ private static final long serialVersionUID = 0L;
     if (token_ != 0L) {
       size += com.google.protobuf.CodedOutputStream
         .computeUInt64Size(3, token_);
+    }
+    if (giveBack_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(4, giveBack_);
     }
     return size;
   }
@@ -206,6 +235,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getHolder())) return false;
     if (getToken()
         != other.getToken()) return false;
+    if (getGiveBack()
+        != other.getGiveBack()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -224,6 +255,9 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + TOKEN_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
         getToken());
+    hash = (37 * hash) + GIVE_BACK_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getGiveBack());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -358,6 +392,7 @@ private static final long serialVersionUID = 0L;
       job_ = "";
       holder_ = "";
       token_ = 0L;
+      giveBack_ = false;
       return this;
     }
 
@@ -400,6 +435,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000004) != 0)) {
         result.token_ = token_;
       }
+      if (((from_bitField0_ & 0x00000008) != 0)) {
+        result.giveBack_ = giveBack_;
+      }
     }
 
     @java.lang.Override
@@ -426,6 +464,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getToken() != 0L) {
         setToken(other.getToken());
+      }
+      if (other.getGiveBack() != false) {
+        setGiveBack(other.getGiveBack());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -468,6 +509,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000004;
               break;
             } // case 24
+            case 32: {
+              giveBack_ = input.readBool();
+              bitField0_ |= 0x00000008;
+              break;
+            } // case 32
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -657,6 +703,71 @@ private static final long serialVersionUID = 0L;
     public Builder clearToken() {
       bitField0_ = (bitField0_ & ~0x00000004);
       token_ = 0L;
+      onChanged();
+      return this;
+    }
+
+    private boolean giveBack_ ;
+    /**
+     * <pre>
+     * Optional. True when a client gives back a grant its caller may never
+     * have learned of (a waiting Acquire it cancelled as the reply was on its
+     * way). The lease is released only while `holder` has not asked again
+     * since `token` was granted: a later Acquire or Renew of it, whose answer
+     * may have told the holder that it leads, keeps it, until its own
+     * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+     * with `token`, nothing changes, `released` is false, and the call does
+     * not fail.
+     * </pre>
+     *
+     * <code>bool give_back = 4;</code>
+     * @return The giveBack.
+     */
+    @java.lang.Override
+    public boolean getGiveBack() {
+      return giveBack_;
+    }
+    /**
+     * <pre>
+     * Optional. True when a client gives back a grant its caller may never
+     * have learned of (a waiting Acquire it cancelled as the reply was on its
+     * way). The lease is released only while `holder` has not asked again
+     * since `token` was granted: a later Acquire or Renew of it, whose answer
+     * may have told the holder that it leads, keeps it, until its own
+     * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+     * with `token`, nothing changes, `released` is false, and the call does
+     * not fail.
+     * </pre>
+     *
+     * <code>bool give_back = 4;</code>
+     * @param value The giveBack to set.
+     * @return This builder for chaining.
+     */
+    public Builder setGiveBack(boolean value) {
+
+      giveBack_ = value;
+      bitField0_ |= 0x00000008;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. True when a client gives back a grant its caller may never
+     * have learned of (a waiting Acquire it cancelled as the reply was on its
+     * way). The lease is released only while `holder` has not asked again
+     * since `token` was granted: a later Acquire or Renew of it, whose answer
+     * may have told the holder that it leads, keeps it, until its own
+     * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+     * with `token`, nothing changes, `released` is false, and the call does
+     * not fail.
+     * </pre>
+     *
+     * <code>bool give_back = 4;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearGiveBack() {
+      bitField0_ = (bitField0_ & ~0x00000008);
+      giveBack_ = false;
       onChanged();
       return this;
     }

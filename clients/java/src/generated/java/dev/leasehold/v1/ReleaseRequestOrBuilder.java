@@ -39,4 +39,21 @@ public interface ReleaseRequestOrBuilder extends
    * @return The token.
    */
   long getToken();
+
+  /**
+   * <pre>
+   * Optional. True when a client gives back a grant its caller may never
+   * have learned of (a waiting Acquire it cancelled as the reply was on its
+   * way). The lease is released only while `holder` has not asked again
+   * since `token` was granted: a later Acquire or Renew of it, whose answer
+   * may have told the holder that it leads, keeps it, until its own
+   * release or its TTL. Otherwise, or when the lease is no longer `holder`'s
+   * with `token`, nothing changes, `released` is false, and the call does
+   * not fail.
+   * </pre>
+   *
+   * <code>bool give_back = 4;</code>
+   * @return The giveBack.
+   */
+  boolean getGiveBack();
 }

@@ -48,6 +48,22 @@ private static final long serialVersionUID = 0L;
             dev.leasehold.v1.ReleaseResponse.class, dev.leasehold.v1.ReleaseResponse.Builder.class);
   }
 
+  public static final int RELEASED_FIELD_NUMBER = 1;
+  private boolean released_ = false;
+  /**
+   * <pre>
+   * True when this call ended the holding; false when it had ended
+   * already (a repeated release), or was kept (`give_back`).
+   * </pre>
+   *
+   * <code>bool released = 1;</code>
+   * @return The released.
+   */
+  @java.lang.Override
+  public boolean getReleased() {
+    return released_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -62,7 +78,18 @@ private static final long serialVersionUID = 0L;
   @java.lang.Override
   public void writeTo(com.google.protobuf.CodedOutputStream output)
                       throws java.io.IOException {
+    if (released_ != false) {
+      output.writeBool(1, released_);
+    }
     getUnknownFields().writeTo(output);
+  }
+  private int computeSerializedSize_0() {
+    int size = 0;
+    if (released_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(1, released_);
+    }
+    return size;
   }
   @java.lang.Override
   public int getSerializedSize() {
@@ -70,6 +97,7 @@ private static final long serialVersionUID = 0L;
     if (size != -1) return size;
 
     size = 0;
+    size += computeSerializedSize_0();
     size += getUnknownFields().getSerializedSize();
     memoizedSize = size;
     return size;
@@ -85,6 +113,8 @@ private static final long serialVersionUID = 0L;
     }
     dev.leasehold.v1.ReleaseResponse other = (dev.leasehold.v1.ReleaseResponse) obj;
 
+    if (getReleased()
+        != other.getReleased()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -96,6 +126,9 @@ private static final long serialVersionUID = 0L;
     }
     int hash = 41;
     hash = (19 * hash) + getDescriptor().hashCode();
+    hash = (37 * hash) + RELEASED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getReleased());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -226,6 +259,8 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public Builder clear() {
       super.clear();
+      bitField0_ = 0;
+      released_ = false;
       return this;
     }
 
@@ -252,8 +287,16 @@ private static final long serialVersionUID = 0L;
     @java.lang.Override
     public dev.leasehold.v1.ReleaseResponse buildPartial() {
       dev.leasehold.v1.ReleaseResponse result = new dev.leasehold.v1.ReleaseResponse(this);
+      if (bitField0_ != 0) { buildPartial0(result); }
       onBuilt();
       return result;
+    }
+
+    private void buildPartial0(dev.leasehold.v1.ReleaseResponse result) {
+      int from_bitField0_ = bitField0_;
+      if (((from_bitField0_ & 0x00000001) != 0)) {
+        result.released_ = released_;
+      }
     }
 
     @java.lang.Override
@@ -268,6 +311,9 @@ private static final long serialVersionUID = 0L;
 
     public Builder mergeFrom(dev.leasehold.v1.ReleaseResponse other) {
       if (other == dev.leasehold.v1.ReleaseResponse.getDefaultInstance()) return this;
+      if (other.getReleased() != false) {
+        setReleased(other.getReleased());
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -294,6 +340,11 @@ private static final long serialVersionUID = 0L;
             case 0:
               done = true;
               break;
+            case 8: {
+              released_ = input.readBool();
+              bitField0_ |= 0x00000001;
+              break;
+            } // case 8
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -307,6 +358,54 @@ private static final long serialVersionUID = 0L;
       } finally {
         onChanged();
       } // finally
+      return this;
+    }
+    private int bitField0_;
+
+    private boolean released_ ;
+    /**
+     * <pre>
+     * True when this call ended the holding; false when it had ended
+     * already (a repeated release), or was kept (`give_back`).
+     * </pre>
+     *
+     * <code>bool released = 1;</code>
+     * @return The released.
+     */
+    @java.lang.Override
+    public boolean getReleased() {
+      return released_;
+    }
+    /**
+     * <pre>
+     * True when this call ended the holding; false when it had ended
+     * already (a repeated release), or was kept (`give_back`).
+     * </pre>
+     *
+     * <code>bool released = 1;</code>
+     * @param value The released to set.
+     * @return This builder for chaining.
+     */
+    public Builder setReleased(boolean value) {
+
+      released_ = value;
+      bitField0_ |= 0x00000001;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * True when this call ended the holding; false when it had ended
+     * already (a repeated release), or was kept (`give_back`).
+     * </pre>
+     *
+     * <code>bool released = 1;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearReleased() {
+      bitField0_ = (bitField0_ & ~0x00000001);
+      released_ = false;
+      onChanged();
       return this;
     }
 

@@ -9,4 +9,15 @@ package dev.leasehold.v1;
 public interface ReleaseResponseOrBuilder extends
     // @@protoc_insertion_point(interface_extends:leasehold.v1.ReleaseResponse)
     com.google.protobuf.MessageOrBuilder {
+
+  /**
+   * <pre>
+   * True when this call ended the holding; false when it had ended
+   * already (a repeated release), or was kept (`give_back`).
+   * </pre>
+   *
+   * <code>bool released = 1;</code>
+   * @return The released.
+   */
+  boolean getReleased();
 }
