@@ -46,6 +46,9 @@ type Client struct {
 	conn   *grpc.ClientConn
 	leases pb.LeasesClient
 	store  pb.FencedStoreClient
+	// calls: Acquires and Renews on their way, and tokens told, per (job,
+	// holder): what a cancelled Acquire's give-back must respect.
+	calls *calls
 }
 
 // Dial makes a client for target ("host:port", or "http://host:port" as
@@ -84,7 +87,7 @@ var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
 
 // New makes a client over an existing connection, which the caller closes.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn)}
+	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn), calls: newCalls()}
 }
 
 // Close closes the connection if Dial made it.
@@ -99,48 +102,57 @@ func (c *Client) Close() error {
 // free up (bound ctx accordingly, or leave it without a deadline).
 //
 // A waiting Acquire (wait > 0) whose ctx is done before the answer gives
-// back a grant it may have been given meanwhile: the server releases a
-// grant whose reply it could not deliver, and for a reply that was on its
-// way as ctx was cancelled, a goroutine asks, 100 ms later, whether the
-// lease is now holder's and releases it. (Holders are unique per elector,
-// so that is never someone else's.) The error then matches
-// context.Canceled or context.DeadlineExceeded (see ContextError).
+// back a grant it may have been given meanwhile, so that the job is not
+// held for a whole TTL by a holder that never learned its token: the
+// server releases a grant whose reply it could not deliver, and for a
+// reply that was on its way as ctx was cancelled, a goroutine asks, 100 ms
+// later, whether the lease is now holder's and gives it back. A give-back
+// never ends a lease a caller was told it holds: not while another
+// Acquire or Renew of this client for the job and holder started since or
+// is on its way, not a token one of them was told, and not once the
+// holder asked again from anywhere (the server's give_back release).
+// Holders are unique per elector, so the lease is never someone else's.
+// The error then matches context.Canceled or context.DeadlineExceeded
+// (see ContextError).
 func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration) (Acquired, error) {
+	call := c.calls.start(job, holder)
+	defer call.end()
 	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
-			go c.giveBack(job, holder)
+			call.end()
+			go c.giveBack(call)
 		}
 		return Acquired{}, callError(ctx, err)
 	}
-	return Acquired{Acquired: r.GetAcquired(), Lease: leaseFromPb(r.GetLease())}, nil
-}
-
-// giveBack is a cancelled waiting Acquire's clean-up: after the server has
-// had time to decide, it releases the lease if it is holder's.
-func (c *Client) giveBack(job, holder string) {
-	time.Sleep(100 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if l, err := c.GetLease(ctx, job); err == nil && l.Holder == holder {
-		_ = c.Release(ctx, job, holder, l.Token)
+	a := Acquired{Acquired: r.GetAcquired(), Lease: leaseFromPb(r.GetLease())}
+	if a.Acquired {
+		call.told(a.Lease.Token)
 	}
+	return a, nil
 }
 
 // Renew extends our live lease by ttl from now. It fails with
 // ErrLeaseLost when the lease is not ours any more.
 func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Lease, error) {
+	call := c.calls.start(job, holder)
+	defer call.end()
 	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl)})
 	if err != nil {
 		return Lease{}, callError(ctx, err)
 	}
-	return leaseFromPb(r.GetLease()), nil
+	l := leaseFromPb(r.GetLease())
+	call.told(l.Token)
+	return l, nil
 }
 
 // Release steps down; the first waiter is granted at once.
 func (c *Client) Release(ctx context.Context, job, holder string, token uint64) error {
-	_, err := c.leases.Release(ctx, &pb.ReleaseRequest{Job: job, Holder: holder, Token: token})
-	return callError(ctx, err)
+	if _, err := c.leases.Release(ctx, &pb.ReleaseRequest{Job: job, Holder: holder, Token: token}); err != nil {
+		return callError(ctx, err)
+	}
+	c.calls.released(job, holder)
+	return nil
 }
 
 // GetLease returns the lease of job (token 0, no holder, if never granted).
