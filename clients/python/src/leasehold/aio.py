@@ -25,6 +25,7 @@ import grpc
 import grpc.aio
 
 from . import errors
+from ._giveback import Calls
 from .client import (
     Pem,
     channel_security,
@@ -339,6 +340,9 @@ class AsyncClient:
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
         self._cleanups: "set[asyncio.Task]" = set()
+        # Acquires and Renews on their way, and tokens told, per (job,
+        # holder): what a cancelled Acquire's give-back must respect.
+        self._calls = Calls()
 
     async def close(self) -> None:
         """Waits for any clean-up of a cancelled Acquire, then closes the
@@ -375,25 +379,36 @@ class AsyncClient:
         0``) that is cancelled (``asyncio.CancelledError``) or times out
         (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
         a grant it may have been given meanwhile: a task reads the lease
-        100 ms later and releases it if its holder is ``holder``."""
+        100 ms later and gives it back if its holder is ``holder``. **A
+        give-back never ends a lease a caller was told it holds**: not while
+        another Acquire or Renew of this client for the job and holder
+        started since or is on its way, not a token one of them was told,
+        and not once the holder asked again from anywhere (the server's
+        ``give_back`` release)."""
         t = wait + self._timeout if timeout is None else timeout
-        try:
-            r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
-        except (asyncio.CancelledError, errors.DeadlineExceeded):
-            if wait > 0:
-                self._give_back_later(job, holder)
-            raise
+        with self._calls.start(job, holder) as asking:
+            try:
+                r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+            except (asyncio.CancelledError, errors.DeadlineExceeded):
+                if wait > 0:
+                    asking.end()
+                    self._give_back_later(job, holder, asking.n)
+                raise
+            if r.acquired:
+                asking.told(r.lease.token)
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
 
-    def _give_back_later(self, job: str, holder: str) -> None:
-        """A cancelled waiting Acquire's clean-up, as a task of its own."""
+    def _give_back_later(self, job: str, holder: str, n: int) -> None:
+        """The clean-up of the cancelled waiting Acquire numbered ``n`` (its
+        registration ended), as a task of its own: as
+        :meth:`leasehold.Client._give_back_later`."""
 
         async def give_back() -> None:
             try:
                 await asyncio.sleep(GIVE_BACK_AFTER)
                 lease = await self.get_lease(job, timeout=5)
-                if lease.holder == holder:
-                    await self.release(job, holder, lease.token, timeout=5)
+                if lease.holder == holder and self._calls.may_give_back(job, holder, n, lease.token):
+                    await self._call(self._leases.Release, release_request(job, holder, lease.token, True), 5)
             except Exception:  # best effort: the lease runs out on its own
                 pass
 
@@ -414,11 +429,15 @@ class AsyncClient:
         return AsyncLock(self, job, ttl, timeout=timeout, name=name)
 
     async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
-        r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
-        return lease_from_pb(r.lease)
+        with self._calls.start(job, holder) as asking:
+            r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
+            lease = lease_from_pb(r.lease)
+            asking.told(lease.token)
+        return lease
 
     async def release(self, job: str, holder: str, token: int, *, timeout: Optional[float] = None) -> None:
         await self._call(self._leases.Release, release_request(job, holder, token), timeout)
+        self._calls.released(job, holder)
 
     async def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         return lease_from_pb(await self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))

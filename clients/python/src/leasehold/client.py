@@ -18,6 +18,7 @@ from typing import Deque, Iterable, Iterator, List, Optional, Sequence, Tuple, U
 import grpc
 
 from . import errors
+from ._giveback import Calls
 from .lock import DEFAULT_LOCK_NAME, Lock
 from .types import (
     Acquired,
@@ -156,8 +157,8 @@ def renew_request(job: str, holder: str, token: int, ttl: float) -> pb.RenewRequ
     return pb.RenewRequest(job=job, holder=holder, token=token, ttl=to_duration(ttl))
 
 
-def release_request(job: str, holder: str, token: int) -> pb.ReleaseRequest:
-    return pb.ReleaseRequest(job=job, holder=holder, token=token)
+def release_request(job: str, holder: str, token: int, give_back: bool = False) -> pb.ReleaseRequest:
+    return pb.ReleaseRequest(job=job, holder=holder, token=token, give_back=give_back)
 
 
 def write_request(job: str, token: int, key: Bytes, value: Bytes, delete: bool) -> pb.CheckedWriteRequest:
@@ -496,6 +497,9 @@ class Client:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        # Acquires and Renews on their way, and tokens told, per (job,
+        # holder): what a cancelled Acquire's give-back must respect.
+        self._calls = Calls()
 
     def close(self) -> None:
         """Closes the channel, if this client opened it."""
@@ -533,16 +537,24 @@ class Client:
         A waiting Acquire (``wait > 0``) that times out gives back a grant
         it may have been given meanwhile: the server releases a grant whose
         reply it could not deliver, and for a reply that was on its way, a
-        thread reads the lease 100 ms later and releases it if its holder
+        thread reads the lease 100 ms later and gives it back if its holder
         is ``holder`` (holders are unique per elector, so that is never
-        someone else's)."""
+        someone else's). **A give-back never ends a lease a caller was told
+        it holds**: not while another Acquire or Renew of this client for
+        the job and holder started since or is on its way, not a token one
+        of them was told, and not once the holder asked again from anywhere
+        (the server's ``give_back`` release)."""
         t = wait + self._timeout if timeout is None else timeout
-        try:
-            r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
-        except errors.DeadlineExceeded:
-            if wait > 0:
-                self._give_back_later(job, holder)
-            raise
+        with self._calls.start(job, holder) as asking:
+            try:
+                r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+            except errors.DeadlineExceeded:
+                if wait > 0:
+                    asking.end()
+                    self._give_back_later(job, holder, asking.n)
+                raise
+            if r.acquired:
+                asking.told(r.lease.token)
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
 
     def acquire_future(self, job: str, holder: str, ttl: float, wait: float, timeout: float) -> grpc.Future:
@@ -550,31 +562,43 @@ class Client:
         (used by the Elector). Its exception is a raw ``grpc.RpcError``.
 
         A waiting one (``wait > 0``) that is cancelled, or whose timeout
-        passes, gives back a grant it may have been given meanwhile (see
-        :meth:`acquire`)."""
-        fut = self._leases.Acquire.future(acquire_request(job, holder, ttl, wait), timeout=timeout)
-        if wait > 0:
+        passes, gives back a grant it may have been given meanwhile, never
+        one a caller was told it holds (see :meth:`acquire`)."""
+        asking = self._calls.start(job, holder)
+        try:
+            fut = self._leases.Acquire.future(acquire_request(job, holder, ttl, wait), timeout=timeout)
+        except BaseException:
+            asking.end()
+            raise
 
-            def done(f: grpc.Future) -> None:
-                if f.cancelled() or (
+        def done(f: grpc.Future) -> None:
+            try:
+                gone = f.cancelled() or (
                     f.exception() is not None
                     and f.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
-                ):
-                    self._give_back_later(job, holder)
+                )
+                if not gone and f.exception() is None and f.result().acquired:
+                    asking.told(f.result().lease.token)
+            finally:
+                asking.end()
+            if gone and wait > 0:
+                self._give_back_later(job, holder, asking.n)
 
-            fut.add_done_callback(done)
+        fut.add_done_callback(done)
         return fut
 
-    def _give_back_later(self, job: str, holder: str) -> None:
-        """A cancelled waiting Acquire's clean-up, on a thread of its own:
-        after :data:`GIVE_BACK_AFTER`, release the lease if it is
-        ``holder``'s. Best effort."""
+    def _give_back_later(self, job: str, holder: str, n: int) -> None:
+        """The clean-up of the cancelled waiting Acquire numbered ``n`` (its
+        registration ended), on a thread of its own: after
+        :data:`GIVE_BACK_AFTER`, give the lease back if it is ``holder``'s
+        and no caller was told it holds it (see :mod:`leasehold._giveback`).
+        Best effort."""
 
         def give_back() -> None:
             try:
                 lease = self.get_lease(job, timeout=5)
-                if lease.holder == holder:
-                    self.release(job, holder, lease.token, timeout=5)
+                if lease.holder == holder and self._calls.may_give_back(job, holder, n, lease.token):
+                    self._call(self._leases.Release, release_request(job, holder, lease.token, True), 5)
             except Exception:  # best effort: the lease runs out on its own
                 pass
 
@@ -605,16 +629,35 @@ class Client:
     def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises
         :class:`~leasehold.LeaseLost` when it is not ours any more."""
-        r = self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
-        return lease_from_pb(r.lease)
+        with self._calls.start(job, holder) as asking:
+            r = self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
+            lease = lease_from_pb(r.lease)
+            asking.told(lease.token)
+        return lease
 
     def renew_future(self, job: str, holder: str, token: int, ttl: float, timeout: float) -> grpc.Future:
         """``renew`` as a cancellable ``grpc.Future`` of the raw response."""
-        return self._leases.Renew.future(renew_request(job, holder, token, ttl), timeout=timeout)
+        asking = self._calls.start(job, holder)
+        try:
+            fut = self._leases.Renew.future(renew_request(job, holder, token, ttl), timeout=timeout)
+        except BaseException:
+            asking.end()
+            raise
+
+        def done(f: grpc.Future) -> None:
+            try:
+                if not f.cancelled() and f.exception() is None:
+                    asking.told(f.result().lease.token)
+            finally:
+                asking.end()
+
+        fut.add_done_callback(done)
+        return fut
 
     def release(self, job: str, holder: str, token: int, *, timeout: Optional[float] = None) -> None:
         """Releases our lease; the first waiter is granted at once."""
         self._call(self._leases.Release, release_request(job, holder, token), timeout)
+        self._calls.released(job, holder)
 
     def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         """The lease of ``job`` (token 0 and no holder if never granted)."""
