@@ -63,6 +63,9 @@ mod common;
 const JOBS: usize = 3;
 const KEYS: usize = 3;
 const OP_TIMEOUT: Duration = Duration::from_millis(1500);
+/// The servers' log filter: errors, and the decisions that end a grant on
+/// the server's own initiative (give-backs), shown with any violation.
+const SERVER_LOG: &str = "error,leasehold_server::node=info,leasehold_server::etcd=info";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -557,9 +560,9 @@ impl Server {
             .arg("--data-dir")
             .arg(&self.data)
             .args(&self.args)
-            .env("RUST_LOG", "error")
+            .env("RUST_LOG", SERVER_LOG)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stderr(self.log_file());
             if let Some(r) = &self.break_rules {
                 cmd.env("LEASEHOLD_BREAK", r);
             }
@@ -582,6 +585,20 @@ impl Server {
 
     fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// Every run of this server appends its log here.
+    fn log_path(&self) -> PathBuf {
+        self.data.with_file_name(format!("server-{}.log", self.addr.port()))
+    }
+
+    fn log_file(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null())
     }
 
     fn kill9(&mut self) {
@@ -859,6 +876,22 @@ fn run(o: &Opts) -> i32 {
     );
     for v in violations.iter().take(20) {
         println!("VIOLATION {v}");
+    }
+    if !violations.is_empty() && !o.expect_violations {
+        // What the servers said: give-backs, errors (monotonic times are
+        // not in the log; its wall-clock times order the lines).
+        for s in &servers {
+            let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            println!(
+                "torture: the log of the server on port {} ({} lines, the last 60):",
+                s.addr.port(),
+                lines.len()
+            );
+            for l in &lines[lines.len().saturating_sub(60)..] {
+                println!("  {l}");
+            }
+        }
     }
     let passed = if o.expect_violations {
         !violations.is_empty()
