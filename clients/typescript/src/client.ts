@@ -46,8 +46,106 @@ export const RECONNECT_OPTIONS: Partial<ClientOptions> = {
   "grpc.max_reconnect_backoff_ms": 1000,
 };
 
-/** How long a cancelled waiting Acquire's clean-up waits before it reads the lease, ms. */
+/**
+ * How long a cancelled waiting Acquire's give-back waits before it reads
+ * the lease, ms: a grant made as the call was cancelled is made durable
+ * before it is sent.
+ */
 const GIVE_BACK_AFTER_MS = 100;
+
+/** One (job, holder) pair's Acquires and Renews through one client. */
+interface Pair {
+  /** The number of the newest call started (see `Calls.start`). */
+  newest: number;
+  /** Calls started and not ended. */
+  inFlight: number;
+  /** The highest token a call told its caller the holder holds; 0n for none. */
+  told: bigint;
+}
+
+/**
+ * Every (job, holder) pair of one client with an Acquire or Renew on its
+ * way or a token told: what a cancelled waiting Acquire's give-back must
+ * respect. A pair leaves when it has neither (a release through the client
+ * forgets what was told), so the registry stays small.
+ *
+ * The give-back reads the lease and releases it if it is the holder's.
+ * That is only safe if nothing told a caller of this client that the
+ * holder leads with that token:
+ * - no call of this client for the pair started after the cancelled one,
+ *   and none is on its way: a retry may have been granted the lease, and
+ *   been told;
+ * - the token is above every token a call of this client was told for the
+ *   pair: an earlier grant or renewal told its caller that it leads;
+ * - the release is a give-back (`ReleaseRequest.giveBack`): the server
+ *   keeps the lease if the holder asked again since the grant (an Acquire
+ *   or Renew from anywhere, racing with the give-back).
+ */
+class Calls {
+  private readonly pairs = new Map<string, Pair>();
+  private last = 0;
+
+  /** An Acquire or Renew of (`job`, `holder`) starts; end it with `Asking.end`. */
+  start(job: string, holder: string): Asking {
+    const n = ++this.last;
+    const key = pairKey(job, holder);
+    let p = this.pairs.get(key);
+    if (p === undefined) {
+      p = { newest: 0, inFlight: 0, told: 0n };
+      this.pairs.set(key, p);
+    }
+    p.newest = n;
+    p.inFlight++;
+    return new Asking(this.pairs, key, n);
+  }
+
+  /** The holder released the pair's lease through this client: nothing told is live now. */
+  released(job: string, holder: string): void {
+    const key = pairKey(job, holder);
+    const p = this.pairs.get(key);
+    if (p === undefined) return;
+    p.told = 0n;
+    if (p.inFlight === 0) this.pairs.delete(key);
+  }
+
+  /** Whether the give-back of call `n` may release `token` (see the class docs). */
+  mayGiveBack(job: string, holder: string, n: number, token: bigint): boolean {
+    const p = this.pairs.get(pairKey(job, holder));
+    return p === undefined || (p.newest === n && p.inFlight === 0 && token > p.told);
+  }
+}
+
+function pairKey(job: string, holder: string): string {
+  return JSON.stringify([job, holder]);
+}
+
+/** One Acquire or Renew on its way, registered in `Calls` until `end()`. */
+class Asking {
+  private ended = false;
+
+  constructor(
+    private readonly pairs: Map<string, Pair>,
+    private readonly key: string,
+    /** The call's number. */
+    readonly n: number,
+  ) {}
+
+  /** The call told its caller that the holder leads with `token`. */
+  told(token: bigint): void {
+    const p = this.ended ? undefined : this.pairs.get(this.key);
+    if (p !== undefined && token > p.told) p.told = token;
+  }
+
+  /** The call ended: answered, failed or cancelled. Idempotent. */
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    const p = this.pairs.get(this.key);
+    if (p === undefined) return;
+    p.inFlight--;
+    if (p.inFlight === 0 && p.told === 0n) this.pairs.delete(this.key);
+  }
+}
 
 /** The server the client talks to when given no target. */
 export const DEFAULT_TARGET = "127.0.0.1:50051";
@@ -210,6 +308,8 @@ export class Client {
   private readonly leases: pb.LeasesClient;
   private readonly store: pb.FencedStoreClient;
   private readonly timeoutMs: number;
+  /** Acquires and Renews on their way, and tokens told, per (job, holder). */
+  private readonly calls = new Calls();
 
   constructor(target: string = DEFAULT_TARGET, config: ClientConfig = {}) {
     const [creds, options] = security(target, config);
@@ -256,37 +356,63 @@ export class Client {
    * Asks for the lease on `job`; waits up to `waitMs` for it to free up.
    *
    * A waiting Acquire (`waitMs > 0`) that is aborted (`opts.signal`) or
-   * times out gives back a grant it may have been given meanwhile: the
-   * server releases a grant whose reply it could not deliver, and for a
-   * reply that was on its way, 100 ms later the client reads the lease and
-   * releases it if its holder is `holder` (holders are unique per elector,
-   * so that is never someone else's).
+   * times out gives back a grant it may have been given meanwhile, so that
+   * the job is not held for a whole TTL by a holder that never learned its
+   * token: the server releases a grant whose reply it could not deliver,
+   * and for a reply that was on its way, 100 ms later the client reads the
+   * lease and gives it back if its holder is `holder` (holders are unique
+   * per elector, so that is never someone else's). A give-back never ends
+   * a lease a caller was told it holds: not while another `acquire` or
+   * `renew` of this client for the job and holder started since or is on
+   * its way, not a token one of them was told, and not once the holder
+   * asked again from anywhere (the server's `giveBack` release).
    */
   async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: CallOptions): Promise<Acquired> {
-    let r: pb.AcquireResponse;
+    const asking = this.calls.start(job, holder);
     try {
-      r = await this.unary(
-        this.leases,
-        this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
-        { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
-        opts,
-        waitMs,
-      );
-    } catch (e) {
-      const timedOut = e instanceof LeaseholdError && (e.code === Code.DEADLINE_EXCEEDED || e.code === Code.CANCELLED);
-      if (waitMs > 0 && (opts?.signal?.aborted || timedOut)) this.giveBackLater(job, holder);
-      throw e;
+      let r: pb.AcquireResponse;
+      try {
+        r = await this.unary(
+          this.leases,
+          this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
+          { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
+          opts,
+          waitMs,
+        );
+      } catch (e) {
+        const timedOut = e instanceof LeaseholdError && (e.code === Code.DEADLINE_EXCEEDED || e.code === Code.CANCELLED);
+        if (waitMs > 0 && (opts?.signal?.aborted || timedOut)) {
+          // The cancelled call has ended before its give-back looks.
+          asking.end();
+          this.giveBackLater(job, holder, asking.n);
+        }
+        throw e;
+      }
+      const lease = leaseFromPb(r.lease);
+      if (r.acquired) asking.told(lease.token);
+      return { acquired: r.acquired, lease };
+    } finally {
+      asking.end();
     }
-    return { acquired: r.acquired, lease: leaseFromPb(r.lease) };
   }
 
-  /** A cancelled waiting Acquire's clean-up: release the lease if it is `holder`'s. Best effort. */
-  private giveBackLater(job: string, holder: string): void {
+  /**
+   * A cancelled waiting Acquire's give-back (the call numbered `n`):
+   * releases, with `giveBack`, a grant of `holder` that no caller of this
+   * client was told of. Best effort.
+   */
+  private giveBackLater(job: string, holder: string, n: number): void {
     setTimeout(() => {
       void (async () => {
         try {
           const lease = await this.getLease(job, { timeoutMs: 5000 });
-          if (lease.holder === holder) await this.release(job, holder, lease.token, { timeoutMs: 5000 });
+          if (lease.holder !== holder || !this.calls.mayGiveBack(job, holder, n, lease.token)) return;
+          await this.unary(
+            this.leases,
+            this.leases.release as UnaryMethod<pb.ReleaseRequest, pb.ReleaseResponse>,
+            { job, holder, token: lease.token, giveBack: true },
+            { timeoutMs: 5000 },
+          );
         } catch {
           // best effort: the lease runs out on its own
         }
@@ -296,13 +422,20 @@ export class Client {
 
   /** Renews our live lease; rejects with LeaseLost when it is not ours. */
   async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: CallOptions): Promise<Lease> {
-    const r = await this.unary(
-      this.leases,
-      this.leases.renew as UnaryMethod<pb.RenewRequest, pb.RenewResponse>,
-      { job, holder, token, ttl: toDuration(ttlMs) },
-      opts,
-    );
-    return leaseFromPb(r.lease);
+    const asking = this.calls.start(job, holder);
+    try {
+      const r = await this.unary(
+        this.leases,
+        this.leases.renew as UnaryMethod<pb.RenewRequest, pb.RenewResponse>,
+        { job, holder, token, ttl: toDuration(ttlMs) },
+        opts,
+      );
+      const lease = leaseFromPb(r.lease);
+      asking.told(lease.token);
+      return lease;
+    } finally {
+      asking.end();
+    }
   }
 
   /** Releases our lease; the first waiter is granted at once. */
@@ -310,9 +443,10 @@ export class Client {
     await this.unary(
       this.leases,
       this.leases.release as UnaryMethod<pb.ReleaseRequest, pb.ReleaseResponse>,
-      { job, holder, token },
+      { job, holder, token, giveBack: false },
       opts,
     );
+    this.calls.released(job, holder);
   }
 
   /** The lease of `job` (token 0n and no holder if never granted). */
