@@ -589,7 +589,8 @@ impl Server {
 
     /// Every run of this server appends its log here.
     fn log_path(&self) -> PathBuf {
-        self.data.with_file_name(format!("server-{}.log", self.addr.port()))
+        self.data
+            .with_file_name(format!("server-{}.log", self.addr.port()))
     }
 
     fn log_file(&self) -> Stdio {

@@ -124,6 +124,16 @@ pub struct ServeArgs {
         default_value_t = 1_000
     )]
     max_in_flight_per_connection: usize,
+    /// Bytes (keys and values) one connection's CheckedWrites and
+    /// WriteStreams may write per second, a second's worth at once; more
+    /// wait (the call is slowed, not refused), so that one client's flood
+    /// of writes cannot take the cores from other callers' renewals.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_WRITE_RATE_PER_CONNECTION",
+        default_value_t = leasehold::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION
+    )]
+    max_write_rate_per_connection: u64,
     /// A connection that has not finished its TLS handshake and sent the
     /// HTTP/2 preface (on the admin port: the first byte of a request) this
     /// long after it was accepted is closed.
@@ -226,6 +236,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ("--max-jobs", a.max_jobs),
         ("--max-waiters", a.max_waiters),
         ("--max-keys-per-job", a.max_keys_per_job),
+        (
+            "--max-write-rate-per-connection",
+            a.max_write_rate_per_connection as usize,
+        ),
         (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
@@ -389,6 +403,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_connections: a.max_connections,
         max_in_flight: a.max_in_flight,
         max_in_flight_per_connection: a.max_in_flight_per_connection,
+        max_write_rate_per_connection: a.max_write_rate_per_connection,
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,

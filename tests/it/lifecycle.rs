@@ -231,6 +231,8 @@ fn a_bad_flag_stops_start_up_before_listening() {
         ("--max-in-flight-per-connection", "0"),
         ("--max-watchers", "0"),
         ("--max-waiters-per-job", "0"),
+        ("--max-write-rate-per-connection", "0"),
+        ("--max-write-rate-per-connection", "-1"),
         ("--handshake-timeout", "0s"),
         ("--idle-timeout", "0s"),
         ("--idle-timeout", "soon"),

@@ -973,3 +973,70 @@ async fn open_streams_count_in_their_connections_share() {
         "{answer:?}"
     );
 }
+
+/// A connection's writes beyond --max-write-rate-per-connection (a
+/// second's worth goes at once) wait, and are all made: slowed, never
+/// refused. Unary writes and WriteStream messages alike. Another
+/// connection has a rate of its own: its write does not wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_writes_over_its_rate_wait_and_none_is_refused() {
+    const RATE: u64 = 256 * 1024;
+    let config = Config {
+        max_write_rate_per_connection: RATE,
+        ..Config::default()
+    };
+    let s = TestServer::with_config(tempfile::tempdir().unwrap(), config).await;
+    let flooder = s.client().await;
+    let a = flooder
+        .acquire("j", "a", TTL, Duration::ZERO)
+        .await
+        .unwrap();
+    let token = a.lease.token;
+    let value = vec![7u8; 32 * 1024];
+    // 12 writes of 32 KiB: 384 KiB, over the 256 KiB a second may burst.
+    for i in 0..12 {
+        let key = format!("k{i}");
+        flooder
+            .checked_write("j", token, key.as_bytes(), value.clone())
+            .await
+            .expect("a write over the rate waits, and is made");
+    }
+    let paced = s.rpc.paced_writes();
+    assert!(paced > 0, "writes past the burst waited");
+    // Another connection: within its own burst, so it does not wait.
+    let other = s.client().await;
+    other
+        .checked_write("j", token, b"other", value.clone())
+        .await
+        .unwrap();
+    assert_eq!(s.rpc.paced_writes(), paced, "another connection's rate");
+    // A WriteStream on the flooding connection: its messages wait too.
+    let mut ws = flooder.write_stream().await.unwrap();
+    for i in 0..4 {
+        let out = ws
+            .write(&[leasehold::client::StreamWrite::put(
+                "j",
+                token,
+                format!("s{i}").as_bytes(),
+                value.clone(),
+            )])
+            .await
+            .unwrap();
+        assert!(matches!(
+            out[0],
+            leasehold::client::WriteOutcome::Written { .. }
+        ));
+    }
+    assert!(s.rpc.paced_writes() > paced, "stream messages waited");
+    // Everything was written.
+    for key in (0..12)
+        .map(|i| format!("k{i}"))
+        .chain((0..4).map(|i| format!("s{i}")))
+    {
+        let r = other.read("j", key.as_bytes()).await.unwrap();
+        assert!(r.found && r.value == value, "{key} was written");
+    }
+    let text = s.metrics();
+    assert!(common::metric(&text, "leasehold_writes_paced_total").unwrap() >= 2.0);
+    assert!(common::metric(&text, "leasehold_write_pacing_seconds_total").unwrap() > 0.0);
+}

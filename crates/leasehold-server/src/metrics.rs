@@ -150,6 +150,11 @@ pub struct RpcMetrics {
     /// Calls refused at a limit, by the limit's flag
     /// (`leasehold_overloaded_total`, `leasehold_quota_exceeded_total`).
     refused: [Counter; REFUSAL_LIMITS.len()],
+    /// Writes that waited for their connection's write rate
+    /// (`leasehold_writes_paced_total`), and how long, all together
+    /// (`leasehold_write_pacing_seconds_total`).
+    paced: Counter,
+    paced_seconds: Counter<f64, AtomicU64>,
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
@@ -184,6 +189,8 @@ impl Default for RpcMetrics {
             methods: std::array::from_fn(|_| MethodStats::default()),
             denied: Default::default(),
             refused: Default::default(),
+            paced: Counter::default(),
+            paced_seconds: Counter::default(),
         }
     }
 }
@@ -237,6 +244,17 @@ impl RpcMetrics {
         if let Some(i) = REFUSAL_LIMITS.iter().position(|x| *x == limit) {
             self.refused[i].inc();
         }
+    }
+
+    /// Counts a write that waited `wait` for its connection's write rate.
+    pub fn paced(&self, wait: Duration) {
+        self.paced.inc();
+        self.paced_seconds.inc_by(wait.as_secs_f64());
+    }
+
+    /// Writes that waited for their connection's write rate so far.
+    pub fn paced_writes(&self) -> u64 {
+        self.paced.get()
     }
 
     /// Calls refused at `limit` so far.
@@ -707,6 +725,16 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
         },
     );
     r.register(
+        "leasehold_writes_paced",
+        "Writes (CheckedWrite, WriteStream messages) that waited for their connection's write rate (--max-write-rate-per-connection)",
+        rpc.paced.clone(),
+    );
+    r.register(
+        "leasehold_write_pacing_seconds",
+        "Time writes waited for their connection's write rate, all together",
+        rpc.paced_seconds.clone(),
+    );
+    r.register(
         "leasehold_quota_exceeded",
         "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag, or a principal's field)",
         Refusals { rpc, quota: true },
@@ -779,6 +807,8 @@ mod tests {
         ),
         ("leasehold_overloaded_total", "counter", &["limit"]),
         ("leasehold_quota_exceeded_total", "counter", &["limit"]),
+        ("leasehold_writes_paced_total", "counter", &[]),
+        ("leasehold_write_pacing_seconds_total", "counter", &[]),
     ];
 
     /// A sample line's name and label names, in order.

@@ -78,19 +78,47 @@ pub struct ConnLoad {
     born: Instant,
     /// Nanoseconds after `born` when a call last began or ended.
     touched: AtomicU64,
+    /// When the bytes written so far will have been paid for at the
+    /// connection's write rate (see [`ConnLoad::pace_write`]).
+    writes_paid_until: std::sync::Mutex<Instant>,
 }
 
 impl Default for ConnLoad {
     fn default() -> Self {
+        let born = clock::now();
         ConnLoad {
             open: Default::default(),
-            born: clock::now(),
+            born,
             touched: AtomicU64::new(0),
+            writes_paid_until: std::sync::Mutex::new(born),
         }
     }
 }
 
+/// How far ahead of now a connection's writes may be paid for before they
+/// wait: a second's worth of the rate goes through at once.
+const WRITE_BURST: Duration = Duration::from_secs(1);
+
 impl ConnLoad {
+    /// Charges `bytes` written to the connection's write rate
+    /// (`--max-write-rate-per-connection`, bytes per second) and returns
+    /// how long the write must wait first: nothing while the connection
+    /// stays within the rate (a second's worth of burst included). A
+    /// flood of writes on one connection is slowed to the rate, so it
+    /// cannot take every core from the other connections' calls (a
+    /// leader's renewals). The charge is made at once, so writes that
+    /// arrive together queue behind each other.
+    pub fn pace_write(&self, bytes: u64, rate: u64) -> Duration {
+        let now = clock::now();
+        let cost = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+        let mut paid = self
+            .writes_paid_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *paid = (*paid).max(now) + cost;
+        paid.saturating_duration_since(now + WRITE_BURST)
+    }
+
     /// Takes one of `max` places of budget `class` (0 or 1), or says no.
     pub fn try_open(&self, class: usize, max: usize) -> bool {
         self.touch();

@@ -14,6 +14,7 @@ use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
+use crate::server::conn::{ConnLoad, Peer};
 use crate::server::status::status;
 use crate::server::{convert, page, wire};
 
@@ -30,6 +31,9 @@ pub struct FencedStoreService {
     node: Backend,
     limits: Limits,
     metrics: Arc<RpcMetrics>,
+    /// Bytes per second one connection may write (see
+    /// [`crate::server::conn::ConnLoad::pace_write`]).
+    write_rate: u64,
 }
 
 impl FencedStoreService {
@@ -40,8 +44,32 @@ impl FencedStoreService {
             node,
             limits,
             metrics,
+            write_rate: crate::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
         }
     }
+
+    /// Paces each connection's writes to `bytes_per_sec`
+    /// (`--max-write-rate-per-connection`).
+    pub fn with_write_rate(mut self, bytes_per_sec: u64) -> Self {
+        self.write_rate = bytes_per_sec;
+        self
+    }
+}
+
+/// Waits as long as the connection's write rate asks before a write of
+/// `bytes` (keys and values), counting the writes that waited.
+async fn paced(load: Option<&Arc<ConnLoad>>, rate: u64, bytes: u64, metrics: &RpcMetrics) {
+    let Some(load) = load else { return };
+    let wait = load.pace_write(bytes, rate);
+    if !wait.is_zero() {
+        metrics.paced(wait);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The bytes a write puts: its key and its value.
+fn write_bytes(w: &proto::CheckedWriteRequest) -> u64 {
+    (w.key.len() + w.value.len()) as u64
 }
 
 /// Counts `e` in `metrics` when it is a refusal at a limit.
@@ -59,7 +87,10 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         req: Request<proto::CheckedWriteRequest>,
     ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
         let caller = Caller::of(&req);
+        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
+        let bytes = write_bytes(req.get_ref());
         let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
+        paced(load.as_ref(), self.write_rate, bytes, &self.metrics).await;
         check_bound(&self.node, &caller, std::slice::from_ref(&w))
             .await
             .map_err(status)?;
@@ -78,6 +109,8 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         req: Request<Streaming<proto::WriteStreamRequest>>,
     ) -> Result<Response<Self::WriteStreamStream>, Status> {
         let caller = Caller::of(&req);
+        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
+        let rate = self.write_rate;
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -111,6 +144,8 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                         return;
                     }
                 };
+                let bytes = msg.writes.iter().map(write_bytes).sum();
+                paced(load.as_ref(), rate, bytes, &metrics).await;
                 let staged = stage_batch(&node, &limits, &metrics, &caller, msg)
                     .await
                     .map_err(status);

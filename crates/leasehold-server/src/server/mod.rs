@@ -64,6 +64,11 @@ pub struct Config {
     /// Calls open at once on one connection, in each budget (streams for
     /// as long as they are open); more are answered OVERLOADED.
     pub max_in_flight_per_connection: usize,
+    /// The bytes (keys and values) one connection's `CheckedWrite`s and
+    /// `WriteStream`s may write per second, a second's worth at once; more
+    /// wait ([`conn::ConnLoad::pace_write`]), so that a flood of writes on
+    /// one connection cannot take the cores from everyone's renewals.
+    pub max_write_rate_per_connection: u64,
     /// From accept to the TLS handshake done and the HTTP/2 preface read;
     /// a connection that takes longer is closed.
     pub handshake_timeout: Duration,
@@ -97,6 +102,10 @@ pub struct Config {
     pub auth: Option<Arc<auth::Auth>>,
 }
 
+/// `--max-write-rate-per-connection`'s default: 16 MiB/s, 256 of the
+/// largest values a second (the store holds small state).
+pub const DEFAULT_MAX_WRITE_RATE_PER_CONNECTION: u64 = 16 << 20;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -105,6 +114,7 @@ impl Default for Config {
             max_connections: 4096,
             max_in_flight: 10_000,
             max_in_flight_per_connection: 1_000,
+            max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
@@ -186,7 +196,8 @@ pub async fn run(
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
-        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone()),
+        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone())
+            .with_write_rate(config.max_write_rate_per_connection),
     )
     .max_decoding_message_size(max);
 
