@@ -232,7 +232,7 @@ fn a_bad_flag_stops_start_up_before_listening() {
         ("--max-watchers", "0"),
         ("--max-waiters-per-job", "0"),
         ("--max-write-rate-per-connection", "0"),
-        ("--max-write-rate-per-connection", "-1"),
+        ("--max-write-rate-per-connection", "16MiB"),
         ("--handshake-timeout", "0s"),
         ("--idle-timeout", "0s"),
         ("--idle-timeout", "soon"),
