@@ -39,6 +39,7 @@ import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -94,9 +95,16 @@ public final class Client implements AutoCloseable {
   private final FencedStoreGrpc.FencedStoreStub storeAsync;
   private final FencedStoreGrpc.FencedStoreFutureStub storeFuture;
   private final Duration timeout;
+  /**
+   * Acquires and Renews on their way, and tokens told, per (job, holder):
+   * what a cancelled Acquire's give-back must respect. Shared with
+   * {@link #withTimeout}'s clients.
+   */
+  private final Calls calls;
 
-  private Client(Channel channel, ManagedChannel owned, Duration timeout) {
+  private Client(Channel channel, ManagedChannel owned, Duration timeout, Calls calls) {
     this.owned = owned;
+    this.calls = calls;
     this.leases = LeasesGrpc.newBlockingStub(channel);
     this.leasesFuture = LeasesGrpc.newFutureStub(channel);
     this.managed = channel instanceof ManagedChannel m ? m : null;
@@ -142,17 +150,21 @@ public final class Client implements AutoCloseable {
       b.overrideAuthority(security.serverName());
     }
     ManagedChannel ch = b.build();
-    return new Client(ch, ch, DEFAULT_TIMEOUT);
+    return new Client(ch, ch, DEFAULT_TIMEOUT, new Calls());
   }
 
   /** A client over an existing channel (TLS, interceptors...), which the caller closes. */
   public static Client of(Channel channel) {
-    return new Client(channel, null, DEFAULT_TIMEOUT);
+    return new Client(channel, null, DEFAULT_TIMEOUT, new Calls());
   }
 
-  /** The same client with another default timeout per call. */
+  /**
+   * The same client with another default timeout per call (over the same
+   * channel, and sharing what a give-back must respect: see
+   * {@link #acquire(String, String, Duration, Duration)}).
+   */
   public Client withTimeout(Duration timeout) {
-    return new Client(leases.getChannel(), null, timeout);
+    return new Client(leases.getChannel(), null, timeout, calls);
   }
 
   /**
@@ -252,21 +264,35 @@ public final class Client implements AutoCloseable {
    *
    * <p>A waiting Acquire ({@code wait > 0}) that is cancelled (the thread
    * interrupted: {@link CancellationException}) or times out gives back a
-   * grant it may have been given meanwhile: the server releases a grant
-   * whose reply it could not deliver, and for a reply that was on its way,
-   * 100 ms later the client reads the lease and releases it if its holder
-   * is {@code holder} (holders are unique per elector, so that is never
-   * someone else's).
+   * grant it may have been given meanwhile, so that the job is not held for
+   * a whole TTL by a holder that never learned its token: the server
+   * releases a grant whose reply it could not deliver, and for a reply that
+   * was on its way, 100 ms later the client reads the lease and gives it
+   * back if its holder is {@code holder} (holders are unique per elector, so
+   * that is never someone else's). <b>A give-back never ends a lease a
+   * caller was told it holds</b>: not while another Acquire or Renew of this
+   * client (or of its {@link #withTimeout} twins) for the job and holder
+   * started since or is on its way, not a token one of them was told, and
+   * not once the holder asked again from anywhere (the server's
+   * {@code give_back} release). So a retry at once after a cancelled
+   * Acquire keeps the lease it is granted.
    */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait) {
+    Calls.Asking asking = calls.start(job, holder);
     AcquireResponse r;
     try {
       r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait)));
+      if (r.getAcquired()) {
+        asking.told(r.getLease().getToken());
+      }
     } catch (CancellationException | UnavailableException e) {
       if (!wait.isZero() && (e instanceof CancellationException || isTimeout(e))) {
-        giveBackLater(job, holder);
+        asking.end(); // the cancelled call has ended before its give-back
+        giveBackLater(job, holder, asking.n);
       }
       throw e;
+    } finally {
+      asking.end();
     }
     return new Acquired(r.getAcquired(), Lease.fromProto(r.getLease()));
   }
@@ -284,23 +310,15 @@ public final class Client implements AutoCloseable {
    * {@link CancellationException}, and a waiting Acquire so cancelled (or
    * ended by {@code orTimeout}, or timed out at the server's deadline) gives
    * back a grant it may have been given meanwhile, as the blocking call
-   * does. A failed call completes it exceptionally with the
+   * does, and as safely: never a lease a caller was told it holds. A failed
+   * call completes it exceptionally with the
    * {@link LeaseholdException} ({@code get}'s
    * {@link java.util.concurrent.ExecutionException} has it as the cause,
    * {@code join}'s {@link java.util.concurrent.CompletionException} too).
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait) {
-    CompletableFuture<Acquired> out = async(acquireCall(job, holder, ttl, wait, wait.plus(timeout)),
+    return async(acquireCall(job, holder, ttl, wait, wait.plus(timeout)),
         r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())));
-    if (!wait.isZero()) {
-      // A waiting Acquire that timed out gives back a grant as a cancelled one does.
-      out.whenComplete((r, t) -> {
-        if (t != null && !(t instanceof CancellationException) && isTimeout(t)) {
-          giveBackLater(job, holder);
-        }
-      });
-    }
-    return out;
   }
 
   /** {@link #acquire(String, String, Duration)} as a future: asks without waiting. */
@@ -358,13 +376,19 @@ public final class Client implements AutoCloseable {
         && (u.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED || u.code() == io.grpc.Status.Code.CANCELLED);
   }
 
-  /** A cancelled waiting Acquire's clean-up: release the lease if it is {@code holder}'s. Best effort. */
-  private void giveBackLater(String job, String holder) {
+  /**
+   * The clean-up of a cancelled waiting Acquire, call {@code n} of
+   * {@link #calls} (ended): gives the lease back if it is {@code holder}'s
+   * and no caller of this client was told it holds it (see {@link Calls}).
+   * Best effort.
+   */
+  private void giveBackLater(String job, String holder, long n) {
     CLEANUP.schedule(() -> {
       try {
         Lease l = getLease(job);
-        if (holder.equals(l.holder())) {
-          release(job, holder, l.token());
+        if (holder.equals(l.holder()) && calls.mayGiveBack(job, holder, n, l.token())) {
+          call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder()
+              .setJob(job).setHolder(holder).setToken(l.token()).setGiveBack(true).build()));
         }
       } catch (RuntimeException e) {
         // best effort: the lease runs out on its own
@@ -374,26 +398,65 @@ public final class Client implements AutoCloseable {
 
   /**
    * Acquire as a cancellable future of the raw response (for the Elector).
-   * A waiting one that is cancelled gives back a grant it may have been
-   * given meanwhile.
+   * A waiting one that is cancelled or times out gives back a grant it may
+   * have been given meanwhile. The future completes once the call's grant
+   * is recorded as told, and its call ends however it ends.
    */
   ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout) {
-    ListenableFuture<AcquireResponse> f = leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-        .acquire(acquireRequest(job, holder, ttl, wait));
-    if (!wait.isZero()) {
-      f.addListener(() -> {
-        if (f.isCancelled()) {
-          giveBackLater(job, holder);
-        }
-      }, MoreExecutors.directExecutor());
+    Calls.Asking asking = calls.start(job, holder);
+    ListenableFuture<AcquireResponse> f;
+    try {
+      f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
+          .acquire(acquireRequest(job, holder, ttl, wait)), r -> {
+            if (r.getAcquired()) {
+              asking.told(r.getLease().getToken());
+            }
+            return r;
+          }, MoreExecutors.directExecutor());
+    } catch (RuntimeException e) {
+      asking.end();
+      throw e;
     }
+    f.addListener(() -> {
+      asking.end(); // the cancelled call has ended before its give-back
+      if (!wait.isZero() && (f.isCancelled() || timedOut(f))) {
+        giveBackLater(job, holder, asking.n);
+      }
+    }, MoreExecutors.directExecutor());
     return f;
   }
 
-  /** Renew as a cancellable future of the raw response (for the Elector). */
+  /** Whether the done {@code f} failed as a timeout (the server's deadline, a cancelled call). */
+  private static boolean timedOut(ListenableFuture<?> f) {
+    try {
+      Futures.getDone(f);
+      return false;
+    } catch (ExecutionException e) {
+      return isTimeout(Errors.from(e.getCause()));
+    } catch (CancellationException e) {
+      return false;
+    }
+  }
+
+  /**
+   * Renew as a cancellable future of the raw response (for the Elector). The
+   * future completes once the renewed token is recorded as told.
+   */
   ListenableFuture<RenewResponse> renewCall(String job, String holder, long token, Duration ttl, Duration timeout) {
-    return leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-        .renew(renewRequest(job, holder, token, ttl));
+    Calls.Asking asking = calls.start(job, holder);
+    ListenableFuture<RenewResponse> f;
+    try {
+      f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
+          .renew(renewRequest(job, holder, token, ttl)), r -> {
+            asking.told(r.getLease().getToken());
+            return r;
+          }, MoreExecutors.directExecutor());
+    } catch (RuntimeException e) {
+      asking.end();
+      throw e;
+    }
+    f.addListener(asking::end, MoreExecutors.directExecutor());
+    return f;
   }
 
   /** Renews our live lease; throws {@link LeaseLostException} when it is not ours. */
@@ -411,7 +474,14 @@ public final class Client implements AutoCloseable {
   }
 
   Lease renew(String job, String holder, long token, Duration ttl, Duration timeout) {
-    return Lease.fromProto(call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl))).getLease());
+    Calls.Asking asking = calls.start(job, holder);
+    try {
+      RenewResponse r = call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl)));
+      asking.told(r.getLease().getToken());
+      return Lease.fromProto(r.getLease());
+    } finally {
+      asking.end();
+    }
   }
 
   /** Releases our lease; the first waiter is granted at once. */
@@ -422,11 +492,20 @@ public final class Client implements AutoCloseable {
   /** {@link #release(String, String, long)} as a future; {@code cancel(true)} cancels the call. */
   public CompletableFuture<Void> releaseAsync(String job, String holder, long token) {
     return async(deadline(leasesFuture).release(
-        ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()), r -> null);
+        ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()), r -> {
+          calls.released(job, holder);
+          return null;
+        });
   }
 
   void release(String job, String holder, long token, Duration timeout) {
     call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()));
+    calls.released(job, holder);
+  }
+
+  /** How many (job, holder) pairs this client keeps for its give-backs (for tests). */
+  int pairsKept() {
+    return calls.size();
   }
 
   /** The lease of {@code job} (token 0 and no holder if never granted). */
