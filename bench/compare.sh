@@ -130,8 +130,9 @@ for p in "$pg_port" "$etcd_port" "$redis_aof_port" "$redis_port"; do wait_port "
 
 cmdline="bench/compare.sh${quick:+ $quick}"
 echo "==> running ($cmdline)"
-target/release/leasehold-bench run $quick \
-  --leasehold-bin target/release/leasehold \
+rel="${CARGO_TARGET_DIR:-target}/release"
+"$rel/leasehold-bench" run $quick \
+  --leasehold-bin "$rel/leasehold" \
   --work-dir "$tmp/work" --out-dir "$out" \
   --postgres "host=127.0.0.1 port=$pg_port user=postgres dbname=postgres" \
   --etcd "http://127.0.0.1:$etcd_port" \

@@ -433,12 +433,14 @@ async fn run_all(a: RunArgs) -> Res<()> {
                 run::group(&systems, clients, plan.rounds, plan.cell, &addrs, &setup).await?;
             for r in &rows {
                 eprintln!(
-                    "  {:<28} {:?}: {:>10.0}/s p50 {:>7.0}us p99 {:>7.0}us",
+                    "  {:<28} {:?}: {:>10.0}/s p50 {:>7.0}us p99 {:>7.0}us, CPU per item: server {:.1}us, load generator {:.1}us",
                     r.sys.label(),
                     r.work,
                     r.median.per_sec,
                     r.median.p50,
-                    r.median.p99
+                    r.median.p99,
+                    r.median.server_cpu_us,
+                    r.median.client_cpu_us
                 );
             }
             groups.push(report::Group {

@@ -129,3 +129,52 @@ pub fn rss_bytes(pid: u32) -> Res<u64> {
     let kb: u64 = line.split_whitespace().nth(1).ok_or("bad VmRSS")?.parse()?;
     Ok(kb * 1024)
 }
+
+/// CPU seconds the whole machine has been busy so far, all cores together
+/// (user, nice, system, irq, softirq and steal time from `/proc/stat`).
+pub fn machine_busy_seconds() -> Res<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().ok_or("empty /proc/stat")?;
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse::<f64>())
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is in user).
+    let busy = f[0]
+        + f[1]
+        + f[2]
+        + f.get(5).unwrap_or(&0.0)
+        + f.get(6).unwrap_or(&0.0)
+        + f.get(7).unwrap_or(&0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(busy / hz)
+}
+
+/// The machine's busy CPU and this process's own, read together: what a
+/// cell subtracts to tell the system under test's CPU from the load
+/// generator's.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMark {
+    machine: f64,
+    own: f64,
+}
+
+impl CpuMark {
+    /// Now; `None` when `/proc` cannot be read.
+    pub fn now() -> Option<CpuMark> {
+        Some(CpuMark {
+            machine: machine_busy_seconds().ok()?,
+            own: cpu_seconds(std::process::id()).ok()?,
+        })
+    }
+
+    /// CPU seconds since `self`: (everything but this process, this
+    /// process). The first is the system under test (its every process,
+    /// PostgreSQL's backends included) plus whatever else the machine ran.
+    pub fn since(self, later: CpuMark) -> (f64, f64) {
+        let own = later.own - self.own;
+        ((later.machine - self.machine - own).max(0.0), own)
+    }
+}

@@ -85,6 +85,17 @@ fn us(x: f64) -> String {
     }
 }
 
+/// CPU microseconds per item: a tenth of a microsecond below 10.
+fn cpu_us(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else if x < 10.0 {
+        format!("{x:.1} µs")
+    } else {
+        us(x)
+    }
+}
+
 fn mib(b: u64) -> String {
     format!("{:.0} MiB", b as f64 / (1 << 20) as f64)
 }
@@ -103,6 +114,19 @@ impl Report {
         let x = self.find(name, clients, a.0, a.1)?;
         let y = self.find(name, clients, b.0, b.1)?;
         Some(x.median.per_sec / y.median.per_sec)
+    }
+
+    /// `a`'s server CPU per item over `b`'s, `a` in group `na` and `b` in
+    /// group `nb`, at `clients`.
+    fn cpu_ratio(
+        &self,
+        clients: usize,
+        (na, a): (&str, (Sys, Work)),
+        (nb, b): (&str, (Sys, Work)),
+    ) -> Option<f64> {
+        let x = self.find(na, clients, a.0, a.1)?;
+        let y = self.find(nb, clients, b.0, b.1)?;
+        Some(x.median.server_cpu_us / y.median.server_cpu_us)
     }
 
     /// The durable-write floor at one client: (CheckedWrite p50, echo p50
@@ -147,9 +171,9 @@ impl Report {
             let _ = writeln!(o, "### {name}\n");
             let _ = writeln!(
                 o,
-                "| clients | system | per second | rounds min–max | p50 | p99 | p99.9 | leasehold ÷ system | fsync probe |"
+                "| clients | system | per second | rounds min–max | p50 | p99 | p99.9 | leasehold ÷ system | server CPU per item | load generator CPU per item | fsync probe |"
             );
-            let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+            let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for g in self.groups.iter().filter(|g| g.name == name) {
                 let base = g.rows.first();
                 for r in &g.rows {
@@ -168,7 +192,7 @@ impl Report {
                     let hi = r.rounds.iter().map(|s| s.per_sec).fold(0.0, f64::max);
                     let _ = writeln!(
                         o,
-                        "| {} | {}{} | {} | {}–{} | {} | {} | {} | {} | {} |",
+                        "| {} | {}{} | {} | {}–{} | {} | {} | {} | {} | {} | {} | {} |",
                         g.clients,
                         what(r.sys, r.work),
                         errors,
@@ -179,6 +203,8 @@ impl Report {
                         us(r.median.p99),
                         us(r.median.p999),
                         ratio,
+                        cpu_us(r.median.server_cpu_us),
+                        cpu_us(r.median.client_cpu_us),
                         us(g.fsync_probe_us),
                     );
                 }
@@ -281,6 +307,39 @@ impl Report {
                 .into(),
             self.ratio("Streamed renew", 64, ls, (Sys::RedisAof, Work::Stream)),
             &|v| v >= 1.0,
+            "{}x",
+        );
+        // Server CPU per item: the system under test's processes (the
+        // machine's busy time less the load generator's own), per item.
+        let (renew, write) = (("Renew", lr), ("Fenced write", lw));
+        for c in [16, 64] {
+            goal(
+                format!(
+                    "Unary CheckedWrite server CPU per write ≤ 0.5x PostgreSQL's at {c} clients"
+                ),
+                self.cpu_ratio(c, write, ("Fenced write", (Sys::Postgres, Work::Write))),
+                &|v| v <= 0.5,
+                "{}x",
+            );
+            goal(
+                format!(
+                    "Unary CheckedWrite server CPU per write ≤ 1.3x a unary Renew's at {c} clients"
+                ),
+                self.cpu_ratio(c, write, renew),
+                &|v| v <= 1.3,
+                "{}x",
+            );
+        }
+        goal(
+            "Unary Renew server CPU per renewal ≤ 0.25x PostgreSQL's at 64 clients".into(),
+            self.cpu_ratio(64, renew, ("Renew", (Sys::Postgres, Work::Renew))),
+            &|v| v <= 0.25,
+            "{}x",
+        );
+        goal(
+            "Unary Renew server CPU per renewal ≤ 0.5x Redis AOF always's at 64 clients".into(),
+            self.cpu_ratio(64, renew, ("Renew", (Sys::RedisAof, Work::Renew))),
+            &|v| v <= 0.5,
             "{}x",
         );
         let floor = self.floor();
@@ -438,16 +497,37 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, font)
         .map_err(|_| "bad font file")?;
 
-    let panels = ["Renew", "Fenced write", "Streamed renew"];
-    let clients = rep.plan.clients;
-    let root = BitMapBackend::new(path, (1800, 640)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1800, 1240)).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, body) = root.split_vertically(50);
     top.titled(
-        "leasehold and what users pick instead: operations (leases renewed) per second, log scale, higher is better",
-        ("sans-serif", 22),
+        "leasehold and what users pick instead, log scales: above, operations (leases renewed) per second, higher is better; below, the server's CPU per operation, lower is better",
+        ("sans-serif", 20),
     )?;
-    let areas = body.split_evenly((1, panels.len()));
+    let (above, below) = body.split_vertically(595);
+    panels(rep, &above, "per second", |r| r.median.per_sec)?;
+    panels(rep, &below, "server CPU µs per operation", |r| {
+        r.median.server_cpu_us
+    })?;
+    root.present()?;
+    Ok(())
+}
+
+/// One row of the chart: a panel per group, a bar per system and
+/// concurrency, `value` of each row on a log scale.
+fn panels<DB: plotters::prelude::DrawingBackend>(
+    rep: &Report,
+    row: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    unit: &str,
+    value: impl Fn(&Row) -> f64,
+) -> Res<()>
+where
+    DB::ErrorType: 'static,
+{
+    use plotters::prelude::*;
+    let panels = ["Renew", "Fenced write", "Streamed renew"];
+    let clients = rep.plan.clients;
+    let areas = row.split_evenly((1, panels.len()));
     let colors = [
         RGBColor(0x1f, 0x77, 0xb4),
         RGBColor(0xff, 0x7f, 0x0e),
@@ -463,6 +543,7 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
             .filter(|g| g.name == name)
             .flat_map(|g| &g.rows)
             .filter(|r| !matches!(r.sys, Sys::Echo | Sys::Disk))
+            .filter(|r| value(r).is_finite() && value(r) > 0.0)
             .collect();
         let mut series: Vec<(Sys, Work)> = Vec::new();
         for r in &rows {
@@ -470,13 +551,15 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
                 series.push((r.sys, r.work));
             }
         }
-        let ymax = rows.iter().map(|r| r.median.per_sec).fold(1000.0, f64::max) * 80.0;
+        let lo = rows.iter().map(|r| value(r)).fold(f64::MAX, f64::min);
+        let lo = if lo == f64::MAX { 1.0 } else { lo / 2.0 };
+        let ymax = rows.iter().map(|r| value(r)).fold(lo * 10.0, f64::max) * 80.0;
         let mut chart = ChartBuilder::on(area)
-            .caption(name, ("sans-serif", 20))
+            .caption(format!("{name}: {unit}"), ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(70)
-            .build_cartesian_2d(0f64..3f64, (10f64..ymax).log_scale())?;
+            .build_cartesian_2d(0f64..3f64, (lo..ymax).log_scale())?;
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -494,13 +577,15 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
                     format!("{:.0}M", y / 1e6)
                 } else if *y >= 1e3 {
                     format!("{:.0}k", y / 1e3)
-                } else {
+                } else if *y >= 1.0 {
                     format!("{y:.0}")
+                } else {
+                    format!("{y:.2}")
                 }
             })
             .label_style(("sans-serif", 15))
             .draw()?;
-        let w = 0.8 / series.len() as f64;
+        let w = 0.8 / series.len().max(1) as f64;
         for (k, &(sys, work)) in series.iter().enumerate() {
             let color = colors[k % colors.len()];
             let bars: Vec<_> = rows
@@ -510,7 +595,7 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
                     let ci = clients.iter().position(|&c| c == r.clients)?;
                     let x0 = ci as f64 + 0.1 + k as f64 * w;
                     Some(Rectangle::new(
-                        [(x0, 10.0), (x0 + w * 0.9, r.median.per_sec.max(10.0))],
+                        [(x0, lo), (x0 + w * 0.9, value(r).max(lo))],
                         color.filled(),
                     ))
                 })
@@ -530,6 +615,5 @@ pub fn chart(rep: &Report, path: &Path) -> Res<()> {
             .label_font(("sans-serif", 13))
             .draw()?;
     }
-    root.present()?;
     Ok(())
 }

@@ -25,6 +25,13 @@ pub struct Sample {
     pub p999: f64,
     /// Operations refused or failed.
     pub errors: u64,
+    /// CPU microseconds per item of everything on the machine but the load
+    /// generator (the system under test, all its processes): the machine's
+    /// busy time minus the load generator's own, over the items done.
+    pub server_cpu_us: f64,
+    /// The load generator's own CPU microseconds per item (what the client
+    /// library costs).
+    pub client_cpu_us: f64,
 }
 
 /// The medians over the rounds of one system in one group.
@@ -107,10 +114,14 @@ pub async fn cell(
     }
     tokio::time::sleep(warm).await;
     measuring.store(true, Ordering::Relaxed);
+    let cpu0 = crate::proc::CpuMark::now();
     let t0 = Instant::now();
     tokio::time::sleep(dur).await;
     measuring.store(false, Ordering::Relaxed);
     let elapsed = t0.elapsed();
+    let cpu = cpu0
+        .zip(crate::proc::CpuMark::now())
+        .map(|(a, b)| a.since(b));
     stop.store(true, Ordering::Relaxed);
     let (mut items, mut errors, mut lat) = (0, 0, Vec::new());
     let mut first_error = None;
@@ -130,12 +141,22 @@ pub async fn cell(
         );
     }
     lat.sort_unstable();
+    let per_item = |s: f64| match items {
+        0 => f64::NAN,
+        n => s * 1e6 / n as f64,
+    };
+    let (server_cpu_us, client_cpu_us) = match cpu {
+        Some((server, client)) => (per_item(server), per_item(client)),
+        None => (f64::NAN, f64::NAN),
+    };
     Ok(Sample {
         per_sec: items as f64 / elapsed.as_secs_f64(),
         p50: percentile(&lat, 0.50),
         p99: percentile(&lat, 0.99),
         p999: percentile(&lat, 0.999),
         errors,
+        server_cpu_us,
+        client_cpu_us,
     })
 }
 
@@ -177,6 +198,8 @@ pub async fn group(
                     p99: m(|s| s.p99),
                     p999: m(|s| s.p999),
                     errors: rounds.iter().map(|s| s.errors).sum(),
+                    server_cpu_us: m(|s| s.server_cpu_us),
+                    client_cpu_us: m(|s| s.client_cpu_us),
                 },
                 rounds,
             }
