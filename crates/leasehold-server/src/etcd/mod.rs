@@ -844,8 +844,10 @@ impl EtcdNode {
     }
 
     /// Releases the grant of `token` to `holder` if its holder key was
-    /// never put again since the grant (see [`txn::give_back`]). Returns
-    /// whether it did.
+    /// never put again since the grant: its transaction compares the key's
+    /// version with 1, which the holder's first repeated Acquire or Renew
+    /// moves past (see `Node::give_back` for the rule). Returns whether it
+    /// did.
     pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         self.check_open()?;
         self.end_holding(job, holder, token, true).await
