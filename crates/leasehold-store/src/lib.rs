@@ -171,6 +171,20 @@ pub trait Store: Send + Sync + 'static {
         let _ = epoch;
         self.get_value(job, key).map(Some)
     }
+    /// [`Store::recheck_value`] from memory alone: `Some` of its answer
+    /// when the store can tell without reading, `None` when only a read
+    /// can (a checkpoint moved records since `epoch`). A caller under a
+    /// lock that others wait for then lets go, reads ahead again, and
+    /// retries, so that no read waits on the store's own locks under it.
+    /// The default reads.
+    fn recheck_value_in_memory(
+        &self,
+        job: &JobName,
+        key: &[u8],
+        epoch: u64,
+    ) -> Result<Option<Option<Option<ValueRecord>>>> {
+        self.recheck_value(job, key, epoch).map(Some)
+    }
     /// Stores a value record (buffered until [`Store::sync`]).
     fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()>;
     /// Up to `limit` live (not deleted) records of `job` whose key starts

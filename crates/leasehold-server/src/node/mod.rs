@@ -916,13 +916,53 @@ impl Node {
         value: Option<Vec<u8>>,
     ) -> Result<u64> {
         self.check_open()?;
-        let pre = self.read_ahead(job, key)?;
         let (outcome, seq) = {
-            let mut st = self.lock();
-            self.write_one(&mut st, job, token, key, value, pre)?
+            let (mut st, mut existing) = self.lock_with_records(&[(job, key)])?;
+            let existing = existing.pop().expect("one record for one key");
+            self.write_one(&mut st, job, token, key, value, existing)?
         };
         self.inner.commit.wait(seq).await?;
         outcome
+    }
+
+    /// The state lock, and the records of `keys` as they are under it.
+    /// Each is read before the lock is taken ([`Node::read_ahead`]); under
+    /// it the store confirms it from memory. If a checkpoint moved records
+    /// meanwhile, only a read of the store can tell, and a read of sled
+    /// waits while a checkpoint applies: then the lock is let go and the
+    /// keys are read again, a few times, before the read is made under the
+    /// lock. **No decision waits for the disk, or for a checkpoint, under
+    /// the state lock**: a 64 KiB write flood's checkpoints used to stall
+    /// the leaders' renewals for tens of milliseconds that way.
+    fn lock_with_records(
+        &self,
+        keys: &[(&JobName, &[u8])],
+    ) -> Result<(MutexGuard<'_, State>, Vec<Option<ValueRecord>>)> {
+        const TRIES: usize = 3;
+        for attempt in 1.. {
+            let pre = keys
+                .iter()
+                .map(|(job, key)| self.read_ahead(job, key))
+                .collect::<Result<Vec<_>>>()?;
+            let st = self.lock();
+            let mut out = Vec::with_capacity(keys.len());
+            for ((job, key), pre) in keys.iter().zip(pre) {
+                let store = &self.inner.store;
+                let now = match store.recheck_value_in_memory(job, key, pre.epoch)? {
+                    Some(now) => now,
+                    None if attempt < TRIES => break,
+                    None => store.recheck_value(job, key, pre.epoch)?,
+                };
+                out.push(match now {
+                    None => pre.record,
+                    Some(now) => now,
+                });
+            }
+            if out.len() == keys.len() {
+                return Ok((st, out));
+            }
+        }
+        unreachable!("the last try reads under the lock")
     }
 
     /// Many writes in one decision: the state lock is taken once, and the
@@ -938,13 +978,24 @@ impl Node {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
         let mut last = 0;
-        let pre = batch
-            .iter()
-            .map(|w| self.read_ahead(&w.job, &w.key))
-            .collect::<Result<Vec<_>>>()?;
-        let mut st = self.lock();
-        for (w, pre) in batch.into_iter().zip(pre) {
-            let (outcome, seq) = self.write_one(&mut st, &w.job, w.token, &w.key, w.value, pre)?;
+        let keys: Vec<(&JobName, &[u8])> = batch.iter().map(|w| (&w.job, &w.key[..])).collect();
+        let epoch = self.inner.store.read_epoch();
+        let (mut st, existing) = self.lock_with_records(&keys)?;
+        drop(keys);
+        // A key written earlier in the batch: its record is the one just
+        // staged, which the store has in memory.
+        let mut written = std::collections::HashSet::new();
+        for (w, existing) in batch.into_iter().zip(existing) {
+            let existing = match written.contains(&(w.job.clone(), w.key.clone())) {
+                false => existing,
+                true => match self.inner.store.recheck_value(&w.job, &w.key, epoch)? {
+                    Some(now) => now,
+                    None => existing,
+                },
+            };
+            written.insert((w.job.clone(), w.key.clone()));
+            let (outcome, seq) =
+                self.write_one(&mut st, &w.job, w.token, &w.key, w.value, existing)?;
             last = last.max(seq);
             out.push(outcome);
         }
@@ -966,10 +1017,8 @@ impl Node {
     /// refusal, and the sequence number to wait for before showing it: a
     /// refusal names the job's current token, which must be durable too.
     ///
-    /// `pre` is the key's record read before the lock was taken
-    /// ([`Node::read_ahead`]): a read from disk never stalls the decisions
-    /// of every other call; under the lock the store only confirms it from
-    /// memory, or reads again if a checkpoint moved records meanwhile.
+    /// `existing` is the key's record as it is under the lock (see
+    /// [`Node::lock_with_records`]).
     fn write_one(
         &self,
         st: &mut State,
@@ -977,12 +1026,8 @@ impl Node {
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
-        pre: ReadAhead,
+        existing: Option<ValueRecord>,
     ) -> Result<(Result<u64>, u64)> {
-        let existing = match self.inner.store.recheck_value(job, key, pre.epoch)? {
-            None => pre.record,
-            Some(now) => now,
-        };
         if let Err(e) =
             st.table
                 .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
