@@ -1612,7 +1612,10 @@ mod tests {
         let e = s.read_epoch();
         assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 1);
         assert_eq!(s.recheck_value(&job, b"k", e).unwrap(), None);
-        assert_eq!(s.recheck_value_in_memory(&job, b"k", e).unwrap(), Some(None));
+        assert_eq!(
+            s.recheck_value_in_memory(&job, b"k", e).unwrap(),
+            Some(None)
+        );
         // A put since: the overlay's record.
         s.put_value(&job, b"k", &val(1, 2, Some("two"))).unwrap();
         assert_eq!(
