@@ -163,6 +163,12 @@ class ServerProcess:
         """Waits until at least ``n`` Acquires are queued on the server."""
         wait_until(lambda: self.metric("leasehold_waiting_acquires") >= n, timeout, f"{n} queued acquire(s)")
 
+    def wait_waiters_at_most(self, n: int, timeout: float = 10.0) -> None:
+        """Waits until at most ``n`` Acquires are queued on the server: a
+        cancelled call leaves the line once the server has seen its
+        cancellation, which may come after the caller has moved on."""
+        wait_until(lambda: self.metric("leasehold_waiting_acquires") <= n, timeout, f"at most {n} queued acquire(s)")
+
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM (SIGCONT first, in case it is stopped); waits; removes
         the data dir if this made it. The exit code."""

@@ -253,6 +253,7 @@ def test_async_timeout_and_cancellation(server, job):
                 waiting.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await waiting
+                await asyncio.get_running_loop().run_in_executor(None, server.wait_waiters_at_most, 0)
                 assert holder.is_held
             # Released: free now, and no cancelled waiter took it.
             await asyncio.sleep(0.3)
