@@ -10,7 +10,9 @@
 //! waiting after that. Then every waiter is
 //! cancelled; once the server counts none, the holder releases, and the
 //! next `Acquire{wait: 0}`, through another connection, must be granted.
-//! The time from the cancel to that grant is reported too.
+//! The time from the cancel to that grant is reported too, and, in etcd
+//! mode, the requests etcd served (every member's, by method) per waiter
+//! on the way into line and from the cancel to that grant.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -46,6 +48,11 @@ struct Cost {
     /// CPU seconds over 3 s of waiting, once all are in line.
     idle_cpu: f64,
     granted_after_cancel: Duration,
+    /// etcd requests served (every member's, by method) while the waiters
+    /// got in line, and from the cancel to the grant after it; empty for
+    /// the single node.
+    etcd_in_line: std::collections::BTreeMap<String, u64>,
+    etcd_cancel: std::collections::BTreeMap<String, u64>,
 }
 
 pub async fn run(a: WaiterArgs) -> Res<()> {
@@ -65,7 +72,16 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
         .arg(dir.join("single"))
         .env("RUST_LOG", "error");
         let s = Server::spawn(cmd, 3)?;
-        costs.push(measure("single node", &s, a.waiters, Duration::from_millis(500)).await?);
+        costs.push(
+            measure(
+                "single node",
+                &s,
+                a.waiters,
+                Duration::from_millis(500),
+                &[],
+            )
+            .await?,
+        );
         s.stop();
     }
     {
@@ -85,7 +101,17 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
         ])
         .env("RUST_LOG", "error");
         let s = Server::spawn(cmd, 3)?;
-        costs.push(measure("etcd frontend", &s, a.waiters, Duration::from_secs(2)).await?);
+        let members: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+        costs.push(
+            measure(
+                "etcd frontend",
+                &s,
+                a.waiters,
+                Duration::from_secs(2),
+                &members,
+            )
+            .await?,
+        );
         s.stop();
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -111,6 +137,15 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
             c.granted_after_cancel.as_secs_f64() * 1e3
         );
     }
+    for c in costs.iter().filter(|c| !c.etcd_in_line.is_empty()) {
+        println!();
+        println!(
+            "etcd requests served ({}, every member, by method): per waiter to get in line {}; from the cancel to the grant {}",
+            c.name,
+            per_waiter(&c.etcd_in_line, a.waiters),
+            per_waiter(&c.etcd_cancel, a.waiters)
+        );
+    }
     Ok(())
 }
 
@@ -120,21 +155,82 @@ fn channel(url: &str) -> Res<tonic::transport::Channel> {
         .connect_lazy())
 }
 
-/// The `leasehold_waiting_acquires` gauge.
-async fn waiting(admin: &str) -> Res<u64> {
+/// The answer (headers and body) to an HTTP/1.0 `GET path` of `addr`.
+async fn http_get(addr: &str, path: &str) -> Res<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(admin).await?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
         .await?;
     let mut out = String::new();
     s.read_to_string(&mut out).await?;
-    out.lines()
+    Ok(out)
+}
+
+/// The `leasehold_waiting_acquires` gauge.
+async fn waiting(admin: &str) -> Res<u64> {
+    http_get(admin, "/metrics")
+        .await?
+        .lines()
         .find_map(|l| l.strip_prefix("leasehold_waiting_acquires "))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| "no leasehold_waiting_acquires gauge".into())
 }
 
-async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res<Cost> {
+/// `Txn 0.012, Put 0.000, …`: requests per waiter, busiest first.
+fn per_waiter(m: &std::collections::BTreeMap<String, u64>, n: usize) -> String {
+    let mut v: Vec<_> = m.iter().filter(|(_, c)| **c > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    v.iter()
+        .map(|(k, c)| format!("{k} {:.3}", **c as f64 / n as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// etcd's `grpc_server_started_total`, summed over `members` by method.
+async fn etcd_requests(members: &[String]) -> Res<std::collections::BTreeMap<String, u64>> {
+    let mut m = std::collections::BTreeMap::new();
+    for url in members {
+        let addr = url.trim_start_matches("http://");
+        for l in http_get(addr, "/metrics").await?.lines() {
+            let Some(rest) = l.strip_prefix("grpc_server_started_total{") else {
+                continue;
+            };
+            let method = rest
+                .split("grpc_method=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next());
+            let count = l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            if let (Some(method), Some(count)) = (method, count) {
+                *m.entry(method.to_owned()).or_insert(0) += count as u64;
+            }
+        }
+    }
+    Ok(m)
+}
+
+/// What `after` counted beyond `before`, method by method.
+fn since(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(before.get(k).copied().unwrap_or(0)),
+            )
+        })
+        .collect()
+}
+
+async fn measure(
+    name: &'static str,
+    s: &Server,
+    n: usize,
+    ttl: Duration,
+    etcd_members: &[String],
+) -> Res<Cost> {
     let admin = s.admin.clone().ok_or("no admin address")?;
     let holder = Client::from_channel(channel(&s.addr)?);
     let job = "waiters";
@@ -154,6 +250,7 @@ async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res
         .collect::<Res<_>>()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss0 = rss_bytes(s.pid())?;
+    let etcd0 = etcd_requests(etcd_members).await?;
     let cpu0 = cpu_seconds(s.pid())?;
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(n);
@@ -188,6 +285,7 @@ async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res
     }
     let in_line = start.elapsed();
     let cpu = cpu_seconds(s.pid())? - cpu0;
+    let etcd1 = etcd_requests(etcd_members).await?;
     let rss_growth = rss_bytes(s.pid())?.saturating_sub(rss0);
     // While they wait: nothing polls, on either backend.
     let idle0 = cpu_seconds(s.pid())?;
@@ -198,6 +296,7 @@ async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res
     }
     drop(clients);
     // Cancelled: the server has seen every waiter go.
+    let etcd2 = etcd_requests(etcd_members).await?;
     let cancelled = Instant::now();
     while waiting(&admin).await? > 0 {
         if cancelled.elapsed() > Duration::from_secs(60) {
@@ -219,12 +318,16 @@ async fn measure(name: &'static str, s: &Server, n: usize, ttl: Duration) -> Res
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let granted_after_cancel = cancelled.elapsed();
+    let etcd3 = etcd_requests(etcd_members).await?;
     Ok(Cost {
         name,
+        etcd_in_line: since(&etcd0, &etcd1),
+        etcd_cancel: since(&etcd2, &etcd3),
         in_line,
         rss_growth,
         cpu,
         idle_cpu,
-        granted_after_cancel: cancelled.elapsed(),
+        granted_after_cancel,
     })
 }

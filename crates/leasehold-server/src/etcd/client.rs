@@ -542,8 +542,19 @@ impl Etcd {
     /// The seconds an etcd lease has left (etcd rounds down), or `None`
     /// when it is gone.
     pub async fn time_to_live(&self, id: i64) -> Result<Option<i64>> {
+        self.time_to_live_noting(id, &std::sync::atomic::AtomicBool::new(false))
+            .await
+    }
+
+    /// [`Etcd::time_to_live`], setting `sent` when it is sent.
+    pub async fn time_to_live_noting(
+        &self,
+        id: i64,
+        sent: &std::sync::atomic::AtomicBool,
+    ) -> Result<Option<i64>> {
         let r = self
             .retry("lease time-to-live", |ch| {
+                sent.store(true, std::sync::atomic::Ordering::Release);
                 let mut l = LeaseClient::new(ch);
                 async move {
                     l.lease_time_to_live(pb::LeaseTimeToLiveRequest { id, keys: false })
@@ -555,18 +566,21 @@ impl Etcd {
         Ok((r.ttl >= 0).then_some(r.ttl))
     }
 
-    /// Watches the key ranges `[start, end)` from `revision` on. Events
-    /// from `revision` on are never missed, however late the watch is
-    /// registered.
-    pub async fn watch(&self, ranges: &[(Vec<u8>, Vec<u8>)], revision: i64) -> Result<Watch> {
+    /// Watches the key ranges from `revision` on. Events from `revision`
+    /// on are never missed, however late the watch is registered.
+    pub async fn watch(&self, ranges: &[WatchRange], revision: i64) -> Result<Watch> {
         let creates: Vec<pb::WatchRequest> = ranges
             .iter()
-            .map(|(key, range_end)| pb::WatchRequest {
+            .map(|r| pb::WatchRequest {
                 request_union: Some(pb::watch_request::RequestUnion::CreateRequest(
                     pb::WatchCreateRequest {
-                        key: key.clone(),
-                        range_end: range_end.clone(),
+                        key: r.start.clone(),
+                        range_end: r.end.clone(),
                         start_revision: revision,
+                        filters: match r.deletes_only {
+                            true => vec![pb::watch_create_request::FilterType::Noput as i32],
+                            false => Vec::new(),
+                        },
                         ..Default::default()
                     },
                 )),
@@ -624,6 +638,33 @@ impl Etcd {
             }
         };
         Ok((r.header.map_or(0, |h| h.member_id), r.leader))
+    }
+}
+
+/// A key range `[start, end)` to watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchRange {
+    /// The first key.
+    pub start: Vec<u8>,
+    /// The end, not in the range (etcd's `range_end`).
+    pub end: Vec<u8>,
+    /// Deletions only: etcd drops the puts before they are sent.
+    pub deletes_only: bool,
+}
+
+impl WatchRange {
+    /// Every change in `[start, end)`.
+    pub fn all((start, end): (Vec<u8>, Vec<u8>)) -> WatchRange {
+        WatchRange {
+            start,
+            end,
+            deletes_only: false,
+        }
+    }
+
+    /// Whether `key` is in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.start.as_slice() <= key && key < self.end.as_slice()
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::client::{pb, range_req, Etcd};
+use super::client::{pb, range_req, Etcd, WatchRange};
 use super::keys::{Keys, Record};
 use crate::error::Result;
 use crate::lease::{JobName, Leadership, Stats, TenureEnd, Token};
@@ -173,7 +173,9 @@ impl Mirror {
             }
             st.jobs = loaded;
         }
-        let mut w = etcd.watch(&[(start, end)], revision + 1).await?;
+        let mut w = etcd
+            .watch(&[WatchRange::all((start, end))], revision + 1)
+            .await?;
         loop {
             let resp = w.next().await?;
             let mut expired = Vec::new();

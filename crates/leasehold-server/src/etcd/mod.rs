@@ -208,7 +208,9 @@ struct Inner {
     /// Puts waiter keys, several to a transaction.
     joins: queue::Joins,
     /// Reads of a job shared by the calls that ask at once.
-    reads: reads::SharedReads,
+    reads: reads::Shared<String, Read>,
+    /// Questions of how long an etcd lease has left, shared likewise.
+    ttls: reads::Shared<i64, Option<i64>>,
     limits: StateLimits,
 }
 
@@ -269,7 +271,8 @@ impl EtcdNode {
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
                 orphans: queue::Orphans::default(),
                 job_watches: queue::JobWatches::default(),
-                reads: reads::SharedReads::default(),
+                reads: reads::Shared::default(),
+                ttls: reads::Shared::default(),
                 limits: config.limits,
             }),
         };
@@ -549,8 +552,17 @@ impl EtcdNode {
     }
 
     /// How long the holding has left, from etcd (whole seconds).
+    /// Shared with the callers that ask at once ([`reads`]).
     async fn remaining(&self, h: &Holding) -> Result<Duration> {
-        let left = self.failed(self.inner.etcd.time_to_live(h.lease).await)?;
+        let (etcd, id) = (self.inner.etcd.clone(), h.lease);
+        let left = self
+            .inner
+            .ttls
+            .get(&id, move |sent| async move {
+                etcd.time_to_live_noting(id, &sent).await
+            })
+            .await;
+        let left = self.failed(left)?;
         Ok(Duration::from_secs(left.unwrap_or(0).max(0) as u64))
     }
 

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::client::{
-    create_is, delete_op, pb, put_op, range_created_since, range_empty, range_req, Etcd,
+    create_is, delete_op, pb, put_op, range_created_since, range_empty, range_req, Etcd, WatchRange,
 };
 use super::keys::Keys;
 use super::EtcdNode;
@@ -128,9 +128,21 @@ pub fn grant_compares(keys: &Keys, job: &str, place: Option<&Place>) -> Vec<pb::
 }
 
 /// The ranges whose changes can make it a waiter's turn: the job's keys (a
-/// release, an expiry) and its waiters (somebody ahead leaving).
-pub fn wake_ranges(keys: &Keys, job: &str) -> [(Vec<u8>, Vec<u8>); 2] {
-    [keys.job_range(job), keys.waiters_range(job)]
+/// release, an expiry) and the deletions among its waiters (somebody ahead
+/// leaving). A waiter joining the line joins behind everyone waiting, and
+/// a waiter's key is never put again, so a put in the line changes nothing
+/// for anyone in it: etcd leaves those out (ten thousand joins used to send
+/// every watching frontend ten thousand events to decode and drop).
+pub fn wake_ranges(keys: &Keys, job: &str) -> [WatchRange; 2] {
+    let (start, end) = keys.waiters_range(job);
+    [
+        WatchRange::all(keys.job_range(job)),
+        WatchRange {
+            start,
+            end,
+            deletes_only: true,
+        },
+    ]
 }
 
 /// One etcd watch per job, shared by every waiting `Acquire` of that job
@@ -202,7 +214,6 @@ impl JobWatches {
         let (seen, _) = tokio::sync::watch::channel(start - 1);
         let tx = seen.clone();
         let (etcd, ranges) = (node.inner.etcd.clone(), wake_ranges(&node.inner.keys, job));
-        let waiters = node.inner.keys.waiters_range(job);
         let task = tokio::spawn(async move {
             let mut w = match etcd.watch(&ranges, start).await {
                 Ok(w) => w,
@@ -213,19 +224,10 @@ impl JobWatches {
             };
             loop {
                 match w.next().await {
+                    // Joins never come (see `wake_ranges`): every event
+                    // may make it somebody's turn.
                     Ok(r) => {
-                        // A waiter joining the line joins behind everyone
-                        // waiting: it changes nothing for them. Waking every
-                        // waiter at every join cost each of n joins n reads.
-                        let joins_only = r.events.iter().all(|e| {
-                            e.r#type == pb::event::EventType::Put as i32
-                                && e.kv.as_ref().is_some_and(|kv| {
-                                    kv.create_revision == kv.mod_revision
-                                        && kv.key >= waiters.0
-                                        && kv.key < waiters.1
-                                })
-                        });
-                        if !joins_only {
+                        if !r.events.is_empty() {
                             let rev = r.header.map_or(0, |h| h.revision);
                             tx.send_modify(|s| *s = (*s).max(rev));
                         }
@@ -608,12 +610,13 @@ mod tests {
     #[test]
     fn a_waiter_is_woken_by_its_job_and_its_line_only() {
         let k = Keys::new("lh/");
-        let [(js, je), (ws, we)] = wake_ranges(&k, "j");
-        let inside = |key: &Vec<u8>, s: &Vec<u8>, e: &Vec<u8>| s <= key && key < e;
-        assert!(inside(&k.holder("j"), &js, &je) && inside(&k.token("j"), &js, &je));
-        assert!(inside(&k.waiter("j", "x"), &ws, &we));
+        let [job, line] = wake_ranges(&k, "j");
+        assert!(job.contains(&k.holder("j")) && job.contains(&k.token("j")));
+        assert!(!job.deletes_only, "a grant, a release or an expiry");
+        assert!(line.contains(&k.waiter("j", "x")));
+        assert!(line.deletes_only, "a join changes nobody's turn");
         for other in [k.holder("j2"), k.waiter("j2", "x"), k.value("j", b"k")] {
-            assert!(!inside(&other, &js, &je) && !inside(&other, &ws, &we));
+            assert!(!job.contains(&other) && !line.contains(&other));
         }
     }
 }

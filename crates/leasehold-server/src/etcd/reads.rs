@@ -1,4 +1,4 @@
-//! Reads of one job shared by the calls that need it at once.
+//! Reads shared by the calls that need the same answer at once.
 //!
 //! Ten thousand `Acquire`s arriving together for one job would each read
 //! it: ten thousand linearizable reads for one answer. A call that needs a
@@ -9,8 +9,21 @@
 //! so it reflects every change that completed before the call. A read
 //! already sent is never joined. The read runs in a task of its own, so a
 //! caller that gives up does not take the others' answer with it.
+//!
+//! At most one read of a key is in flight: a read started while another
+//! is waits for that one's answer before it is sent, and gathers every
+//! call that asks in the meantime. A lone call's read goes out at once;
+//! calls that crowd in on one job cost one read per round trip, not one
+//! each (ten thousand joining waiters made about 1,800 reads when each
+//! read went out the moment it was started).
+//!
+//! The same holds for asking etcd how long a holder's lease has left
+//! (`GetLease` and every answer that shows the lease): ten thousand callers
+//! of one job share one question per round trip.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,40 +33,64 @@ use super::{EtcdNode, Read};
 use crate::error::{Error, Result};
 use crate::lease::JobName;
 
-/// The read of each job that is waiting to be sent.
-#[derive(Default)]
-pub(super) struct SharedReads {
-    jobs: Mutex<HashMap<String, Arc<Pending>>>,
+/// The newest read of each key: waiting to be sent (callers join it), or
+/// in flight (a new one waits for its answer).
+pub(super) struct Shared<K, T> {
+    newest: Arc<Mutex<HashMap<K, Arc<Pending<T>>>>>,
 }
 
-struct Pending {
+impl<K, T> Default for Shared<K, T> {
+    fn default() -> Self {
+        Shared {
+            newest: Arc::default(),
+        }
+    }
+}
+
+struct Pending<T> {
     /// Set once the read is sent: from then on nobody joins it.
-    sent: AtomicBool,
-    answer: watch::Sender<Option<Result<Read>>>,
+    sent: Arc<AtomicBool>,
+    answer: watch::Sender<Option<Result<T>>>,
 }
 
-impl EtcdNode {
-    /// The job read at a moment after this call began, shared with the
-    /// calls that asked at the same time.
-    pub(super) async fn read_job_shared(&self, job: &JobName) -> Result<Read> {
+impl<K, T> Shared<K, T>
+where
+    K: Hash + Eq + Clone + Send + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    /// The answer of a read of `key` sent after this call began: one that
+    /// is not sent yet, or a new one made by `read`, which sets the flag it
+    /// is given as it sends.
+    pub(super) async fn get<F, Fut>(&self, key: &K, read: F) -> Result<T>
+    where
+        F: FnOnce(Arc<AtomicBool>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
         let mut answer = {
-            let mut jobs = self.inner.reads.jobs.lock().expect("shared reads lock");
-            match jobs.get(job.as_str()) {
+            let mut newest = self.newest.lock().expect("shared reads lock");
+            match newest.get(key) {
                 Some(p) if !p.sent.load(Ordering::Acquire) => p.answer.subscribe(),
-                _ => {
+                in_flight => {
+                    // Sent once the read in flight is answered.
+                    let mut after = in_flight.map(|p| p.answer.subscribe());
                     let p = Arc::new(Pending {
-                        sent: AtomicBool::new(false),
+                        sent: Arc::new(AtomicBool::new(false)),
                         answer: watch::Sender::new(None),
                     });
-                    jobs.insert(job.as_str().to_owned(), p.clone());
+                    newest.insert(key.clone(), p.clone());
                     let rx = p.answer.subscribe();
-                    let (node, job) = (self.clone(), job.clone());
+                    let fut = read(p.sent.clone());
+                    let (all, key) = (self.newest.clone(), key.clone());
                     tokio::spawn(async move {
-                        let r = node.read_job_noting(&job, None, &p.sent).await;
+                        if let Some(a) = after.as_mut() {
+                            // An error or a dropped sender ends the wait too.
+                            let _ = a.wait_for(Option::is_some).await;
+                        }
+                        let r = fut.await;
                         {
-                            let mut jobs = node.inner.reads.jobs.lock().expect("shared reads lock");
-                            if jobs.get(job.as_str()).is_some_and(|q| Arc::ptr_eq(q, &p)) {
-                                jobs.remove(job.as_str());
+                            let mut newest = all.lock().expect("shared reads lock");
+                            if newest.get(&key).is_some_and(|q| Arc::ptr_eq(q, &p)) {
+                                newest.remove(&key);
                             }
                         }
                         p.answer.send_replace(Some(r));
@@ -67,5 +104,20 @@ impl EtcdNode {
             .await
             .map_err(|_| Error::Storage("a shared etcd read was dropped".into()))?;
         r.clone().expect("waited for an answer")
+    }
+}
+
+impl EtcdNode {
+    /// The job read at a moment after this call began, shared with the
+    /// calls that asked at the same time.
+    pub(super) async fn read_job_shared(&self, job: &JobName) -> Result<Read> {
+        let node = self.clone();
+        let j = job.clone();
+        self.inner
+            .reads
+            .get(&job.as_str().to_owned(), move |sent| async move {
+                node.read_job_noting(&j, None, &sent).await
+            })
+            .await
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::client::{pb, Watch};
+use super::client::{pb, Watch, WatchRange};
 use super::decide;
 use super::keys::{BadRecord, JobState, Keys};
 use super::{closed, EtcdNode};
@@ -140,7 +140,7 @@ impl EtcdNode {
             return;
         }
         let mut follow = Follow::new(job.clone(), read.job, read.revision, sent);
-        let range = keys.job_range(job.as_str());
+        let range = WatchRange::all(keys.job_range(job.as_str()));
         let mut watch: Option<Watch> = None;
         loop {
             if watch.is_none() {
