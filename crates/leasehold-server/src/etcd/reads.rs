@@ -121,3 +121,102 @@ impl EtcdNode {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+    use tokio::sync::Notify;
+
+    /// A read that counts itself, says it is sent at once, and answers
+    /// when `go` is notified with the number of reads started before it.
+    fn read(
+        started: &Arc<AtomicU64>,
+        go: &Arc<Notify>,
+    ) -> impl FnOnce(Arc<AtomicBool>) -> std::pin::Pin<Box<dyn Future<Output = Result<u64>> + Send>>
+    {
+        let (started, go) = (started.clone(), go.clone());
+        move |sent| {
+            Box::pin(async move {
+                let n = started.fetch_add(1, Ordering::SeqCst);
+                sent.store(true, Ordering::Release);
+                go.notified().await;
+                Ok(n)
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_during_a_read_in_flight_share_the_next_one_sent_after_it() {
+        let shared: Arc<Shared<String, u64>> = Arc::default();
+        let (started, go) = (Arc::new(AtomicU64::new(0)), Arc::new(Notify::new()));
+        let key = "j".to_owned();
+        let first = tokio::spawn({
+            let (s, r, k) = (shared.clone(), read(&started, &go), key.clone());
+            async move { s.get(&k, r).await }
+        });
+        while started.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        // Five calls while the first read is in flight: one more read,
+        // not sent until the first is answered.
+        let later: Vec<_> = (0..5)
+            .map(|_| {
+                let (s, r, k) = (shared.clone(), read(&started, &go), key.clone());
+                tokio::spawn(async move { s.get(&k, r).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(started.load(Ordering::SeqCst), 1, "the next read waits");
+        go.notify_one();
+        assert_eq!(first.await.unwrap().unwrap(), 0);
+        while started.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        go.notify_one();
+        for l in later {
+            assert_eq!(
+                l.await.unwrap().unwrap(),
+                1,
+                "all five share the second read"
+            );
+        }
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        // Nothing in flight: a lone call's read goes out at once.
+        let lone = tokio::spawn({
+            let (s, r, k) = (shared.clone(), read(&started, &go), key.clone());
+            async move { s.get(&k, r).await }
+        });
+        while started.load(Ordering::SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        go.notify_one();
+        assert_eq!(lone.await.unwrap().unwrap(), 2);
+        assert!(
+            shared.newest.lock().unwrap().is_empty(),
+            "nothing left behind"
+        );
+    }
+
+    #[tokio::test]
+    async fn other_keys_do_not_wait() {
+        let shared: Arc<Shared<String, u64>> = Arc::default();
+        let (started, go) = (Arc::new(AtomicU64::new(0)), Arc::new(Notify::new()));
+        let a = tokio::spawn({
+            let (s, r) = (shared.clone(), read(&started, &go));
+            async move { s.get(&"a".to_owned(), r).await }
+        });
+        let b = tokio::spawn({
+            let (s, r) = (shared.clone(), read(&started, &go));
+            async move { s.get(&"b".to_owned(), r).await }
+        });
+        while started.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        go.notify_waiters();
+        let mut got = [a.await.unwrap().unwrap(), b.await.unwrap().unwrap()];
+        got.sort();
+        assert_eq!(got, [0, 1]);
+    }
+}
