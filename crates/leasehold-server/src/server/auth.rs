@@ -733,7 +733,16 @@ impl Caller {
     pub fn bind(&self, holder: HolderId) -> HolderId {
         match &self.0 {
             None => holder,
-            Some(k) => HolderId::from_trusted(format!("{}{BIND}{}", k.principal, holder)),
+            Some(k) => {
+                // Not `format!`: this runs on every call with a policy.
+                let mut s = String::with_capacity(
+                    k.principal.len() + BIND.len_utf8() + holder.as_str().len(),
+                );
+                s.push_str(&k.principal);
+                s.push(BIND);
+                s.push_str(holder.as_str());
+                HolderId::from_trusted(s)
+            }
         }
     }
 

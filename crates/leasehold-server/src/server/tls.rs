@@ -144,11 +144,32 @@ pub fn read_certs(flag: &'static str, path: &Path) -> Result<Vec<CertificateDer<
     Ok(certs)
 }
 
+/// ring's provider with AES-128-GCM ahead of AES-256-GCM, in TLS 1.3 and
+/// 1.2 alike: a 128-bit key is the strength every suite offered has, and
+/// its 10 rounds against 14 are a tenth of the server's TLS work per call.
+/// The suites offered are ring's defaults, only reordered.
+fn server_provider() -> tokio_rustls::rustls::crypto::CryptoProvider {
+    let mut p = provider::default_provider();
+    let rank = |s: &tokio_rustls::rustls::SupportedCipherSuite| {
+        let name = format!("{:?}", s.suite());
+        match (name.contains("AES_128_GCM"), name.contains("AES_256_GCM")) {
+            (true, _) => 0,
+            (_, true) => 1,
+            _ => 2,
+        }
+    };
+    // Stable: TLS 1.3 suites stay ahead of TLS 1.2 ones within each rank's
+    // order as ring lists them.
+    p.cipher_suites
+        .sort_by_key(|s| (s.tls13().is_none(), rank(s)));
+    p
+}
+
 fn load(f: &TlsFiles) -> Result<Loaded> {
     let stamps = stamps(f);
     let certs = read_certs("--tls-cert", &f.cert)?;
     let key = PrivateKeyDer::from_pem_file(&f.key).map_err(|e| bad("--tls-key", &f.key, e))?;
-    let provider = Arc::new(provider::default_provider());
+    let provider = Arc::new(server_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::invalid("--tls-cert", e.to_string()))?;
@@ -171,6 +192,9 @@ fn load(f: &TlsFiles) -> Result<Loaded> {
     let mut grpc = builder
         .with_single_cert(certs, key)
         .map_err(|e| bad("--tls-key", &f.key, format!("does not fit --tls-cert: {e}")))?;
+    // The server's order of cipher suites, not the client's: AES-128-GCM
+    // first (see `server_provider`).
+    grpc.ignore_client_order = true;
     let mut admin = grpc.clone();
     grpc.alpn_protocols = vec![b"h2".to_vec()];
     admin.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -179,4 +203,31 @@ fn load(f: &TlsFiles) -> Result<Loaded> {
         admin: Arc::new(admin),
         stamps,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_offers_rings_suites_with_aes_128_gcm_first() {
+        let names = |p: &tokio_rustls::rustls::crypto::CryptoProvider| {
+            p.cipher_suites
+                .iter()
+                .map(|s| format!("{:?}", s.suite()))
+                .collect::<Vec<_>>()
+        };
+        let ours = names(&server_provider());
+        let mut theirs = names(&provider::default_provider());
+        assert_eq!(ours[0], "TLS13_AES_128_GCM_SHA256", "{ours:?}");
+        let tls13 = ours.iter().take_while(|n| n.starts_with("TLS13_")).count();
+        assert!(
+            ours[tls13..].iter().all(|n| !n.starts_with("TLS13_")),
+            "TLS 1.3 suites ahead of TLS 1.2 ones: {ours:?}"
+        );
+        let mut sorted = ours.clone();
+        sorted.sort();
+        theirs.sort();
+        assert_eq!(sorted, theirs, "the same suites, only reordered");
+    }
 }
