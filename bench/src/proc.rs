@@ -31,6 +31,10 @@ impl Server {
             "127.0.0.1:0",
             "--max-ttl",
             "24h",
+            // Capacity, not isolation: the fleet's set-up acquires a
+            // million leases as fast as the server goes.
+            "--max-acquire-rate-per-connection",
+            "1000000000",
         ])
         .arg("--data-dir")
         .arg(data_dir)

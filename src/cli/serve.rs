@@ -134,6 +134,16 @@ pub struct ServeArgs {
         default_value_t = leasehold::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION
     )]
     max_write_rate_per_connection: u64,
+    /// Acquires one connection may make per second, a second's worth at
+    /// once; more wait (slowed, not refused), so that one client's flood of
+    /// new jobs cannot take the cores from other callers' renewals.
+    /// Renewals are never slowed.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_ACQUIRE_RATE_PER_CONNECTION",
+        default_value_t = leasehold::server::DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION
+    )]
+    max_acquire_rate_per_connection: u64,
     /// A connection that has not finished its TLS handshake and sent the
     /// HTTP/2 preface (on the admin port: the first byte of a request) this
     /// long after it was accepted is closed.
@@ -239,6 +249,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         (
             "--max-write-rate-per-connection",
             a.max_write_rate_per_connection as usize,
+        ),
+        (
+            "--max-acquire-rate-per-connection",
+            a.max_acquire_rate_per_connection as usize,
         ),
         (
             "--max-streams-per-connection",
@@ -404,6 +418,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: a.max_in_flight,
         max_in_flight_per_connection: a.max_in_flight_per_connection,
         max_write_rate_per_connection: a.max_write_rate_per_connection,
+        max_acquire_rate_per_connection: a.max_acquire_rate_per_connection,
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,

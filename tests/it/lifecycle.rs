@@ -233,6 +233,8 @@ fn a_bad_flag_stops_start_up_before_listening() {
         ("--max-waiters-per-job", "0"),
         ("--max-write-rate-per-connection", "0"),
         ("--max-write-rate-per-connection", "16MiB"),
+        ("--max-acquire-rate-per-connection", "0"),
+        ("--max-acquire-rate-per-connection", "fast"),
         ("--handshake-timeout", "0s"),
         ("--idle-timeout", "0s"),
         ("--idle-timeout", "soon"),

@@ -1040,3 +1040,69 @@ async fn a_connections_writes_over_its_rate_wait_and_none_is_refused() {
     assert!(common::metric(&text, "leasehold_writes_paced_total").unwrap() >= 2.0);
     assert!(common::metric(&text, "leasehold_write_pacing_seconds_total").unwrap() > 0.0);
 }
+
+/// A connection's Acquires beyond --max-acquire-rate-per-connection (a
+/// second's worth goes at once) wait, and are all made: slowed, never
+/// refused, new jobs or not. Its renewals are never slowed, and another
+/// connection has a rate of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_acquires_over_its_rate_wait_and_none_is_refused() {
+    const RATE: u64 = 20;
+    let config = Config {
+        max_acquire_rate_per_connection: RATE,
+        ..Config::default()
+    };
+    let s = TestServer::with_config(tempfile::tempdir().unwrap(), config).await;
+    let flooder = s.client().await;
+    let held = flooder
+        .acquire("held", "leader", TTL, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(held.acquired);
+    // 40 new jobs at once: twice the burst of 20.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let c = flooder.clone();
+            tokio::spawn(async move {
+                c.acquire(&format!("new-{i}"), "flood", TTL, Duration::ZERO)
+                    .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        let a = t
+            .await
+            .unwrap()
+            .expect("an Acquire over the rate waits, and is made");
+        assert!(a.acquired && a.lease.token >= 1);
+    }
+    let paced = s.rpc.paced_acquires();
+    assert!(paced > 0, "Acquires past the burst waited");
+    // Renewals on the same connection are not paced.
+    for _ in 0..30 {
+        flooder
+            .renew("held", "leader", held.lease.token, TTL)
+            .await
+            .unwrap();
+    }
+    // Another connection: within its own burst, so it does not wait.
+    let other = s.client().await;
+    let a = other
+        .acquire("other", "b", TTL, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(a.acquired);
+    assert_eq!(
+        s.rpc.paced_acquires(),
+        paced,
+        "renewals and another connection's rate"
+    );
+    // Every job was created, once.
+    for i in 0..40 {
+        let l = other.get_lease(&format!("new-{i}")).await.unwrap();
+        assert_eq!(l.holder.as_deref(), Some("flood"), "new-{i}");
+    }
+    let text = s.metrics();
+    assert!(common::metric(&text, "leasehold_acquires_paced_total").unwrap() >= 1.0);
+    assert!(common::metric(&text, "leasehold_acquire_pacing_seconds_total").unwrap() > 0.0);
+}

@@ -155,6 +155,11 @@ pub struct RpcMetrics {
     /// (`leasehold_write_pacing_seconds_total`).
     paced: Counter,
     paced_seconds: Counter<f64, AtomicU64>,
+    /// Acquires that waited for their connection's Acquire rate
+    /// (`leasehold_acquires_paced_total`), and how long
+    /// (`leasehold_acquire_pacing_seconds_total`).
+    paced_acquires: Counter,
+    paced_acquires_seconds: Counter<f64, AtomicU64>,
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
@@ -191,6 +196,8 @@ impl Default for RpcMetrics {
             refused: Default::default(),
             paced: Counter::default(),
             paced_seconds: Counter::default(),
+            paced_acquires: Counter::default(),
+            paced_acquires_seconds: Counter::default(),
         }
     }
 }
@@ -250,6 +257,18 @@ impl RpcMetrics {
     pub fn paced(&self, wait: Duration) {
         self.paced.inc();
         self.paced_seconds.inc_by(wait.as_secs_f64());
+    }
+
+    /// Counts an Acquire that waited `wait` for its connection's Acquire
+    /// rate.
+    pub fn paced_acquire(&self, wait: Duration) {
+        self.paced_acquires.inc();
+        self.paced_acquires_seconds.inc_by(wait.as_secs_f64());
+    }
+
+    /// Acquires that waited for their connection's Acquire rate so far.
+    pub fn paced_acquires(&self) -> u64 {
+        self.paced_acquires.get()
     }
 
     /// Writes that waited for their connection's write rate so far.
@@ -735,6 +754,16 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
         rpc.paced_seconds.clone(),
     );
     r.register(
+        "leasehold_acquires_paced",
+        "Acquires that waited for their connection's Acquire rate (--max-acquire-rate-per-connection)",
+        rpc.paced_acquires.clone(),
+    );
+    r.register(
+        "leasehold_acquire_pacing_seconds",
+        "Time Acquires waited for their connection's Acquire rate, all together",
+        rpc.paced_acquires_seconds.clone(),
+    );
+    r.register(
         "leasehold_quota_exceeded",
         "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag, or a principal's field)",
         Refusals { rpc, quota: true },
@@ -809,6 +838,8 @@ mod tests {
         ("leasehold_quota_exceeded_total", "counter", &["limit"]),
         ("leasehold_writes_paced_total", "counter", &[]),
         ("leasehold_write_pacing_seconds_total", "counter", &[]),
+        ("leasehold_acquires_paced_total", "counter", &[]),
+        ("leasehold_acquire_pacing_seconds_total", "counter", &[]),
     ];
 
     /// A sample line's name and label names, in order.

@@ -81,6 +81,8 @@ pub struct ConnLoad {
     /// When the bytes written so far will have been paid for at the
     /// connection's write rate (see [`ConnLoad::pace_write`]).
     writes_paid_until: std::sync::Mutex<Instant>,
+    /// The same for its Acquires (see [`ConnLoad::pace_acquire`]).
+    acquires_paid_until: std::sync::Mutex<Instant>,
 }
 
 impl Default for ConnLoad {
@@ -91,13 +93,26 @@ impl Default for ConnLoad {
             born,
             touched: AtomicU64::new(0),
             writes_paid_until: std::sync::Mutex::new(born),
+            acquires_paid_until: std::sync::Mutex::new(born),
         }
     }
 }
 
-/// How far ahead of now a connection's writes may be paid for before they
-/// wait: a second's worth of the rate goes through at once.
+/// How far ahead of now a connection's writes (or Acquires) may be paid
+/// for before they wait: a second's worth of the rate goes through at once.
 const WRITE_BURST: Duration = Duration::from_secs(1);
+
+/// Charges `units` at `rate` a second to the time `paid` says the
+/// connection has paid up to; returns how long the charge must wait. The
+/// charge is made at once, so calls that arrive together queue behind each
+/// other.
+fn pace(paid: &std::sync::Mutex<Instant>, units: u64, rate: u64) -> Duration {
+    let now = clock::now();
+    let cost = Duration::from_secs_f64(units as f64 / rate.max(1) as f64);
+    let mut paid = paid.lock().unwrap_or_else(|e| e.into_inner());
+    *paid = (*paid).max(now) + cost;
+    paid.saturating_duration_since(now + WRITE_BURST)
+}
 
 impl ConnLoad {
     /// Charges `bytes` written to the connection's write rate
@@ -109,14 +124,18 @@ impl ConnLoad {
     /// leader's renewals). The charge is made at once, so writes that
     /// arrive together queue behind each other.
     pub fn pace_write(&self, bytes: u64, rate: u64) -> Duration {
-        let now = clock::now();
-        let cost = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
-        let mut paid = self
-            .writes_paid_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *paid = (*paid).max(now) + cost;
-        paid.saturating_duration_since(now + WRITE_BURST)
+        pace(&self.writes_paid_until, bytes, rate)
+    }
+
+    /// Charges one `Acquire` to the connection's Acquire rate
+    /// (`--max-acquire-rate-per-connection`, per second) and returns how
+    /// long it must wait first, as [`ConnLoad::pace_write`] does for
+    /// bytes. An Acquire that grants is a durable change (and the first of
+    /// a job creates it); a flood of them on one connection (two hundred
+    /// thousand new jobs as fast as it goes) would take the cores from
+    /// the other connections' renewals. Renewals are never paced.
+    pub fn pace_acquire(&self, rate: u64) -> Duration {
+        pace(&self.acquires_paid_until, 1, rate)
     }
 
     /// Takes one of `max` places of budget `class` (0 or 1), or says no.

@@ -18,6 +18,7 @@ use crate::metrics::RpcMetrics;
 use crate::node::{ReleaseIfDropped, Renewal};
 use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
+use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
 use crate::server::layers::try_take;
 use crate::server::layers::{Admitted, Undelivered};
@@ -48,6 +49,9 @@ pub struct Quotas {
     pub max_waiters_per_job: usize,
     /// `Acquire`s with a wait in progress, on every job (`--max-waiters`).
     pub max_waiters: usize,
+    /// `Acquire`s one connection may make per second
+    /// (`--max-acquire-rate-per-connection`); more wait their turn.
+    pub acquire_rate: u64,
     /// How long a watcher may leave events unread before it is closed
     /// (`--watch-stall-timeout`).
     pub watch_stall_timeout: Duration,
@@ -66,6 +70,7 @@ impl Quotas {
             max_waiters_per_job,
             watch_stall_timeout: DEFAULT_WATCH_STALL_TIMEOUT,
             max_waiters: DEFAULT_MAX_WAITERS,
+            acquire_rate: crate::server::DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
             waiters_total: AtomicUsize::new(0),
             metrics,
             watchers: AtomicUsize::new(0),
@@ -292,6 +297,15 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, ttl, wait) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        // Past its connection's Acquire rate: wait (bad input was refused
+        // above, at once).
+        if let Some(peer) = req.extensions().get::<Peer>() {
+            let wait = peer.load.pace_acquire(self.quotas.acquire_rate);
+            if !wait.is_zero() {
+                self.quotas.metrics.paced_acquire(wait);
+                tokio::time::sleep(wait).await;
+            }
+        }
         // A full line (or the caller's principal's full share of it): the
         // Acquire may still be granted at once (nothing waits ahead of a
         // free lease), but it does not join the line.

@@ -69,6 +69,11 @@ pub struct Config {
     /// wait ([`conn::ConnLoad::pace_write`]), so that a flood of writes on
     /// one connection cannot take the cores from everyone's renewals.
     pub max_write_rate_per_connection: u64,
+    /// The `Acquire`s one connection may make per second, a second's worth
+    /// at once; more wait ([`conn::ConnLoad::pace_acquire`]), so that a
+    /// flood of new jobs on one connection cannot take the cores from
+    /// everyone's renewals. Renewals are never paced.
+    pub max_acquire_rate_per_connection: u64,
     /// From accept to the TLS handshake done and the HTTP/2 preface read;
     /// a connection that takes longer is closed.
     pub handshake_timeout: Duration,
@@ -106,6 +111,11 @@ pub struct Config {
 /// largest values a second (the store holds small state).
 pub const DEFAULT_MAX_WRITE_RATE_PER_CONNECTION: u64 = 16 << 20;
 
+/// `--max-acquire-rate-per-connection`'s default: 2,000 a second. An
+/// elector makes one Acquire per campaign, and a process starting 2,000
+/// electors on one connection gets them all at once.
+pub const DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION: u64 = 2_000;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -115,6 +125,7 @@ impl Default for Config {
             max_in_flight: 10_000,
             max_in_flight_per_connection: 1_000,
             max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
+            max_acquire_rate_per_connection: DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
@@ -188,6 +199,7 @@ pub async fn run(
     );
     quotas.watch_stall_timeout = config.watch_stall_timeout;
     quotas.max_waiters = config.max_waiters;
+    quotas.acquire_rate = config.max_acquire_rate_per_connection;
     let quotas = Arc::new(quotas);
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
