@@ -61,8 +61,10 @@ where
     /// The answer of a read of `key` sent after this call began: one that
     /// is not sent yet, or a new one made by `read`, which sets the flag it
     /// is given as it sends.
-    pub(super) async fn get<F, Fut>(&self, key: &K, read: F) -> Result<T>
+    pub(super) async fn get<Q, F, Fut>(&self, key: &Q, read: F) -> Result<T>
     where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
         F: FnOnce(Arc<AtomicBool>) -> Fut,
         Fut: Future<Output = Result<T>> + Send + 'static,
     {
@@ -77,10 +79,11 @@ where
                         sent: Arc::new(AtomicBool::new(false)),
                         answer: watch::Sender::new(None),
                     });
+                    let key = key.to_owned();
                     newest.insert(key.clone(), p.clone());
                     let rx = p.answer.subscribe();
                     let fut = read(p.sent.clone());
-                    let (all, key) = (self.newest.clone(), key.clone());
+                    let all = self.newest.clone();
                     tokio::spawn(async move {
                         if let Some(a) = after.as_mut() {
                             // An error or a dropped sender ends the wait too.
@@ -89,8 +92,8 @@ where
                         let r = fut.await;
                         {
                             let mut newest = all.lock().expect("shared reads lock");
-                            if newest.get(&key).is_some_and(|q| Arc::ptr_eq(q, &p)) {
-                                newest.remove(&key);
+                            if newest.get::<K>(&key).is_some_and(|q| Arc::ptr_eq(q, &p)) {
+                                newest.remove::<K>(&key);
                             }
                         }
                         p.answer.send_replace(Some(r));
@@ -115,7 +118,7 @@ impl EtcdNode {
         let j = job.clone();
         self.inner
             .reads
-            .get(&job.as_str().to_owned(), move |sent| async move {
+            .get(job.as_str(), move |sent| async move {
                 node.read_job_noting(&j, None, &sent).await
             })
             .await
