@@ -327,6 +327,16 @@ impl Job {
         self.token == Token::LAST
     }
 
+    /// Gives back most of the line's room once it has emptied out: a job
+    /// ten thousand Acquires waited on would otherwise keep room for ten
+    /// thousand for as long as it lives.
+    fn shrink_line(&mut self) {
+        let (len, cap) = (self.waiters.len(), self.waiters.capacity());
+        if cap > 64 && len < cap / 4 {
+            self.waiters.shrink_to(len * 2);
+        }
+    }
+
     fn first_in_line(&self) -> Option<WaiterId> {
         self.waiters.front().map(|w| w.id)
     }
@@ -336,6 +346,7 @@ impl Job {
     fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {
         let pos = self.waiters.iter().position(|w| w.id == id)?;
         self.waiters.remove(pos);
+        self.shrink_line();
         if pos == 0 {
             self.first_in_line()
         } else {
@@ -621,6 +632,7 @@ impl LeaseTable {
         }
         if waiter.is_some() {
             job.waiters.pop_front();
+            job.shrink_line();
             fx.wake.extend(job.first_in_line());
         }
         job.grant(holder, ttl, now, stats, &mut fx);
@@ -716,6 +728,7 @@ impl LeaseTable {
                     // Nobody can be granted: wake the line to be told so.
                     fx.wake.extend(job.waiters.iter().map(|w| w.id));
                 } else if let Some(w) = job.waiters.pop_front() {
+                    job.shrink_line();
                     job.grant(&w.holder, w.ttl, now, stats, &mut fx);
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);

@@ -1370,6 +1370,11 @@ impl Drop for Queued<'_> {
     fn drop(&mut self) {
         let mut st = self.node.lock();
         st.wakers.remove(&self.id);
+        // Room for ten thousand waiters is given back once they have gone.
+        let (len, cap) = (st.wakers.len(), st.wakers.capacity());
+        if cap > 1024 && len < cap / 4 {
+            st.wakers.shrink_to(len * 2);
+        }
         let fx = st.table.dequeue(self.job, self.id);
         st.wake(&fx.wake);
         if self.answered {
