@@ -298,12 +298,16 @@ impl proto::leases_server::Leases for LeasesService {
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         // Past its connection's Acquire rate: wait (bad input was refused
-        // above, at once).
+        // above, at once). The time paced is taken from the Acquire's own
+        // wait, so that the call still answers within the wait it asked
+        // for whenever the pacing fits in it.
+        let mut wait = wait;
         if let Some(peer) = req.extensions().get::<Peer>() {
-            let wait = peer.load.pace_acquire(self.quotas.acquire_rate);
-            if !wait.is_zero() {
-                self.quotas.metrics.paced_acquire(wait);
-                tokio::time::sleep(wait).await;
+            let paced = peer.load.pace_acquire(self.quotas.acquire_rate);
+            if !paced.is_zero() {
+                self.quotas.metrics.paced_acquire(paced);
+                tokio::time::sleep(paced).await;
+                wait = wait.saturating_sub(paced);
             }
         }
         // A full line (or the caller's principal's full share of it): the
