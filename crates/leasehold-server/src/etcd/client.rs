@@ -716,49 +716,36 @@ impl Watch {
     }
 }
 
-/// `key`'s create revision is `rev` (0: the key does not exist).
-pub fn create_is(key: Vec<u8>, rev: i64) -> pb::Compare {
+/// A comparison that `key`'s `target` equals `value`.
+fn equal(key: Vec<u8>, target: CompareTarget, value: TargetUnion) -> pb::Compare {
     pb::Compare {
         result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
+        target: target as i32,
         key,
-        target_union: Some(TargetUnion::CreateRevision(rev)),
+        target_union: Some(value),
         range_end: Vec::new(),
     }
 }
 
+/// `key`'s create revision is `rev` (0: the key does not exist).
+pub fn create_is(key: Vec<u8>, rev: i64) -> pb::Compare {
+    equal(key, CompareTarget::Create, TargetUnion::CreateRevision(rev))
+}
+
 /// `key`'s mod revision is `rev` (0: the key does not exist).
 pub fn mod_is(key: Vec<u8>, rev: i64) -> pb::Compare {
-    pb::Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Mod as i32,
-        key,
-        target_union: Some(TargetUnion::ModRevision(rev)),
-        range_end: Vec::new(),
-    }
+    equal(key, CompareTarget::Mod, TargetUnion::ModRevision(rev))
 }
 
 /// `key`'s version is `version`: 1 when it was put once since it was
 /// created, 0 when it does not exist.
 pub fn version_is(key: Vec<u8>, version: i64) -> pb::Compare {
-    pb::Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Version as i32,
-        key,
-        target_union: Some(TargetUnion::Version(version)),
-        range_end: Vec::new(),
-    }
+    equal(key, CompareTarget::Version, TargetUnion::Version(version))
 }
 
 /// `key` exists and holds exactly `value`.
 pub fn value_is(key: Vec<u8>, value: Vec<u8>) -> pb::Compare {
-    pb::Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Value as i32,
-        key,
-        target_union: Some(TargetUnion::Value(value)),
-        range_end: Vec::new(),
-    }
+    equal(key, CompareTarget::Value, TargetUnion::Value(value))
 }
 
 /// `key` exists and its value sorts below `bound`, byte-wise.
@@ -774,13 +761,7 @@ pub fn value_below(key: Vec<u8>, bound: Vec<u8>) -> pb::Compare {
 
 /// `key` is bound to etcd lease `id`.
 pub fn lease_is(key: Vec<u8>, id: i64) -> pb::Compare {
-    pb::Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Lease as i32,
-        key,
-        target_union: Some(TargetUnion::Lease(id)),
-        range_end: Vec::new(),
-    }
+    equal(key, CompareTarget::Lease, TargetUnion::Lease(id))
 }
 
 /// The range `[start, end)` holds no key.

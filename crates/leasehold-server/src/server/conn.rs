@@ -100,7 +100,7 @@ impl Default for ConnLoad {
 
 /// How far ahead of now a connection's writes (or Acquires) may be paid
 /// for before they wait: a second's worth of the rate goes through at once.
-const WRITE_BURST: Duration = Duration::from_secs(1);
+const BURST: Duration = Duration::from_secs(1);
 
 /// Charges `units` at `rate` a second to the time `paid` says the
 /// connection has paid up to; returns how long the charge must wait. The
@@ -111,7 +111,7 @@ fn pace(paid: &std::sync::Mutex<Instant>, units: u64, rate: u64) -> Duration {
     let cost = Duration::from_secs_f64(units as f64 / rate.max(1) as f64);
     let mut paid = paid.lock().unwrap_or_else(|e| e.into_inner());
     *paid = (*paid).max(now) + cost;
-    paid.saturating_duration_since(now + WRITE_BURST)
+    paid.saturating_duration_since(now + BURST)
 }
 
 impl ConnLoad {
