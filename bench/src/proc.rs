@@ -123,6 +123,40 @@ pub fn cpu_seconds(pid: u32) -> Res<f64> {
     Ok(ticks / hz)
 }
 
+/// User and system CPU seconds of `pid` so far, apart.
+pub fn cpu_split(pid: u32) -> Res<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let rest = &stat[stat.rfind(')').ok_or("bad stat")? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok((f[11].parse::<f64>()? / hz, f[12].parse::<f64>()? / hz))
+}
+
+/// Context switches of every live thread of `pid` so far, voluntary and
+/// not.
+pub fn context_switches(pid: u32) -> Res<u64> {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(status) = std::fs::read_to_string(t?.path().join("status")) else {
+            continue; // the thread has just exited
+        };
+        for l in status.lines() {
+            if l.starts_with("voluntary_ctxt_switches:")
+                || l.starts_with("nonvoluntary_ctxt_switches:")
+            {
+                n += l
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    Ok(n)
+}
+
 /// Resident set size of `pid`, bytes.
 pub fn rss_bytes(pid: u32) -> Res<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use leasehold::client::Client;
 
 use crate::faults::Cluster;
-use crate::proc::{cpu_seconds, rss_bytes, Server};
+use crate::proc::{context_switches, cpu_seconds, cpu_split, rss_bytes, Server};
 use crate::sys::Res;
 
 #[derive(clap::Args)]
@@ -38,6 +38,10 @@ pub struct WaiterArgs {
     /// Waiting Acquires.
     #[arg(long, default_value_t = 10_000)]
     waiters: usize,
+    /// Rounds, each the single node then an etcd frontend on a new
+    /// cluster; the ratios are per round, and their median is printed.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 struct Cost {
@@ -45,6 +49,11 @@ struct Cost {
     in_line: Duration,
     rss_growth: u64,
     cpu: f64,
+    /// The same, user and system apart.
+    user: f64,
+    system: f64,
+    /// Context switches of the server's threads while they got in line.
+    switches: u64,
     /// CPU seconds over 3 s of waiting, once all are in line.
     idle_cpu: f64,
     granted_after_cancel: Duration,
@@ -59,60 +68,63 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
     let dir = a.work_dir.join(format!("waiters-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut costs = Vec::new();
-    {
-        let mut cmd = Command::new(&a.leasehold_bin);
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("single"))
-        .env("RUST_LOG", "error");
-        let s = Server::spawn(cmd, 3)?;
-        costs.push(
-            measure(
-                "single node",
-                &s,
-                a.waiters,
-                Duration::from_millis(500),
-                &[],
-            )
-            .await?,
-        );
-        s.stop();
-    }
-    {
-        let cluster = Cluster::start(&a.etcd_bin, &dir.join("etcd"))?;
-        cluster.leader(Duration::from_secs(30)).await?;
-        let mut cmd = Command::new(&a.leasehold_bin);
-        cmd.args([
-            "serve",
-            "--store",
-            "etcd",
-            "--etcd-endpoints",
-            &cluster.endpoints_from(0),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .env("RUST_LOG", "error");
-        let s = Server::spawn(cmd, 3)?;
-        let members: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
-        costs.push(
-            measure(
-                "etcd frontend",
-                &s,
-                a.waiters,
-                Duration::from_secs(2),
-                &members,
-            )
-            .await?,
-        );
-        s.stop();
+    for round in 0..a.rounds {
+        let dir = dir.join(format!("round-{round}"));
+        {
+            let mut cmd = Command::new(&a.leasehold_bin);
+            cmd.args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--data-dir")
+            .arg(dir.join("single"))
+            .env("RUST_LOG", "error");
+            let s = Server::spawn(cmd, 3)?;
+            costs.push(
+                measure(
+                    "single node",
+                    &s,
+                    a.waiters,
+                    Duration::from_millis(500),
+                    &[],
+                )
+                .await?,
+            );
+            s.stop();
+        }
+        {
+            let cluster = Cluster::start(&a.etcd_bin, &dir.join("etcd"))?;
+            cluster.leader(Duration::from_secs(30)).await?;
+            let mut cmd = Command::new(&a.leasehold_bin);
+            cmd.args([
+                "serve",
+                "--store",
+                "etcd",
+                "--etcd-endpoints",
+                &cluster.endpoints_from(0),
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env("RUST_LOG", "error");
+            let s = Server::spawn(cmd, 3)?;
+            let members: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
+            costs.push(
+                measure(
+                    "etcd frontend",
+                    &s,
+                    a.waiters,
+                    Duration::from_secs(2),
+                    &members,
+                )
+                .await?,
+            );
+            s.stop();
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
@@ -120,23 +132,45 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
         a.waiters
     );
     println!();
-    println!("| server | all in line after | RSS growth | per waiter | CPU s to get in line | vs single node | CPU s over 3 s of waiting | RSS vs single node | granted after the cancel |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let base = (costs[0].cpu, costs[0].rss_growth.max(1));
-    for c in &costs {
-        println!(
-            "| {} | {:.2} s | {:.1} MiB | {:.1} KiB | {:.2} | {:.2}x | {:.3} | {:.2}x | {:.0} ms |",
-            c.name,
-            c.in_line.as_secs_f64(),
-            c.rss_growth as f64 / (1 << 20) as f64,
-            c.rss_growth as f64 / 1024.0 / a.waiters as f64,
-            c.cpu,
-            c.cpu / base.0.max(1e-9),
-            c.idle_cpu,
-            c.rss_growth as f64 / base.1 as f64,
-            c.granted_after_cancel.as_secs_f64() * 1e3
-        );
+    println!("| round | server | all in line after | RSS growth | per waiter | CPU s to get in line | vs single node | user + system | context switches per waiter | CPU s over 3 s of waiting | RSS vs single node | granted after the cancel |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut ratios = (Vec::new(), Vec::new());
+    for (round, pair) in costs.chunks(2).enumerate() {
+        let base = (pair[0].cpu, pair[0].rss_growth.max(1));
+        for c in pair {
+            let (cpu, rss) = (
+                c.cpu / base.0.max(1e-9),
+                c.rss_growth as f64 / base.1 as f64,
+            );
+            if !c.etcd_in_line.is_empty() {
+                ratios.0.push(cpu);
+                ratios.1.push(rss);
+            }
+            println!(
+                "| {} | {} | {:.2} s | {:.1} MiB | {:.1} KiB | {:.2} | {:.2}x | {:.2} + {:.2} | {:.2} | {:.3} | {:.2}x | {:.0} ms |",
+                round + 1,
+                c.name,
+                c.in_line.as_secs_f64(),
+                c.rss_growth as f64 / (1 << 20) as f64,
+                c.rss_growth as f64 / 1024.0 / a.waiters as f64,
+                c.cpu,
+                cpu,
+                c.user,
+                c.system,
+                c.switches as f64 / a.waiters as f64,
+                c.idle_cpu,
+                rss,
+                c.granted_after_cancel.as_secs_f64() * 1e3
+            );
+        }
     }
+    println!();
+    println!(
+        "etcd frontend against the single node, median of {} rounds: CPU to get in line {:.2}x, RSS growth {:.2}x",
+        ratios.0.len(),
+        median(&mut ratios.0),
+        median(&mut ratios.1)
+    );
     for c in costs.iter().filter(|c| !c.etcd_in_line.is_empty()) {
         println!();
         println!(
@@ -147,6 +181,11 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
         );
     }
     Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn channel(url: &str) -> Res<tonic::transport::Channel> {
@@ -252,6 +291,8 @@ async fn measure(
     let rss0 = rss_bytes(s.pid())?;
     let etcd0 = etcd_requests(etcd_members).await?;
     let cpu0 = cpu_seconds(s.pid())?;
+    let split0 = cpu_split(s.pid())?;
+    let switches0 = context_switches(s.pid())?;
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(n);
     for i in 0..n {
@@ -285,6 +326,8 @@ async fn measure(
     }
     let in_line = start.elapsed();
     let cpu = cpu_seconds(s.pid())? - cpu0;
+    let split1 = cpu_split(s.pid())?;
+    let switches = context_switches(s.pid())?.saturating_sub(switches0);
     let etcd1 = etcd_requests(etcd_members).await?;
     let rss_growth = rss_bytes(s.pid())?.saturating_sub(rss0);
     // While they wait: nothing polls, on either backend.
@@ -327,6 +370,9 @@ async fn measure(
         in_line,
         rss_growth,
         cpu,
+        user: split1.0 - split0.0,
+        system: split1.1 - split0.1,
+        switches,
         idle_cpu,
         granted_after_cancel,
     })

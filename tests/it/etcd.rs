@@ -1086,6 +1086,14 @@ async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
         b.shared_waiter_watches()
     );
     assert_eq!(b.shared_waiter_watches(), 1);
+    println!(
+        "etcd: {} of {WAITERS} joined on another waiter's read",
+        b.joined_on_noted_reads()
+    );
+    assert!(
+        b.joined_on_noted_reads() > 0,
+        "every waiter read the held job itself"
+    );
     for t in &tasks {
         t.abort();
     }
@@ -1110,4 +1118,74 @@ async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A waiting `Acquire` that joins a held job's line on another waiter's
+/// read (not reading the job itself) misses nothing that changed after that
+/// read: here the holder releases while the second waiter joins, so the
+/// read it joins on is often out of date already. The first waiter gets the
+/// job; once it lets go, the second does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_joining_on_another_waiters_read_misses_no_release() {
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::{Limits, Token};
+
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let config = common::etcd::frontend_config(cluster.endpoints(), &prefix);
+    let a = EtcdNode::open(config.clone()).await.unwrap();
+    let b = EtcdNode::open(config).await.unwrap();
+    let l = Limits::default();
+    let ttl = Duration::from_secs(30);
+    let (h, w1, w2) = (
+        l.holder("h").unwrap(),
+        l.holder("w1").unwrap(),
+        l.holder("w2").unwrap(),
+    );
+    for round in 0..20 {
+        let job = l.job(&format!("race-{round}")).unwrap();
+        assert!(a.acquire(&job, &h, ttl, NOW).await.unwrap().0);
+        let first = {
+            let (b, job, w1) = (b.clone(), job.clone(), w1.clone());
+            tokio::spawn(async move { b.acquire(&job, &w1, ttl, LONG).await })
+        };
+        let t = Instant::now();
+        while b.snapshot().waiters < 1 {
+            assert!(t.elapsed() < LONG, "the first waiter never got in line");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let second = {
+            let (b, job, w2) = (b.clone(), job.clone(), w2.clone());
+            tokio::spawn(async move { b.acquire(&job, &w2, ttl, LONG).await })
+        };
+        a.release(&job, &h, Token(1)).await.unwrap();
+        let (ok, view) = tokio::time::timeout(LONG, first)
+            .await
+            .expect("the first waiter was not granted after the release")
+            .unwrap()
+            .unwrap();
+        assert!(ok);
+        assert_eq!(view.token, Token(2), "round {round}");
+        assert!(
+            !second.is_finished(),
+            "round {round}: the second went early"
+        );
+        b.release(&job, &w1, Token(2)).await.unwrap();
+        let (ok, view) = tokio::time::timeout(LONG, second)
+            .await
+            .expect("the second waiter missed the first one's release")
+            .unwrap()
+            .unwrap();
+        assert!(ok);
+        assert_eq!(view.token, Token(3), "round {round}");
+        b.release(&job, &w2, Token(3)).await.unwrap();
+    }
+    println!(
+        "etcd: {} of 20 second waiters joined on the first one's read",
+        b.joined_on_noted_reads()
+    );
+    assert!(
+        b.joined_on_noted_reads() > 0,
+        "no waiter joined on another's read: the race was not tried"
+    );
 }

@@ -411,6 +411,12 @@ impl EtcdNode {
         self.inner.job_watches.len()
     }
 
+    /// Waiting `Acquire`s that joined a held job's line on another
+    /// waiter's read, without reading the job themselves.
+    pub fn joined_on_noted_reads(&self) -> u64 {
+        self.inner.job_watches.joined_on_noted_reads()
+    }
+
     /// Keys of departed waiters that this frontend still has to delete
     /// (their delete failed; the sweep tries again).
     pub fn orphaned_waiter_keys(&self) -> usize {
@@ -607,10 +613,27 @@ impl EtcdNode {
         let mut watch: Option<Arc<queue::JobWatch>> = None;
         let mut closing = self.inner.closing.subscribe();
         let mut tries = 0;
+        // A held job's newest read, when other waiters of this frontend
+        // watch it and nothing changed since ([`queue::JobWatches::busy_read`]).
+        let mut noted = match wait.is_zero() {
+            true => None,
+            false => self.inner.job_watches.busy_read(job.as_str()),
+        };
         loop {
-            let mut read = self
-                .read_job(job, waiting.as_ref().map(|w| w.place.key.as_slice()))
-                .await?;
+            let mut read = match noted.take() {
+                Some((w, revision, st)) => {
+                    watch = Some(w);
+                    Read {
+                        revision,
+                        job: st,
+                        line: Line::default(),
+                    }
+                }
+                None => {
+                    self.read_job(job, waiting.as_ref().map(|w| w.place.key.as_slice()))
+                        .await?
+                }
+            };
             if read.job.holder.is_none() && read.line.waiting > 0 {
                 read.line = match self.first_in_line(job, &read).await {
                     Ok(line) => line,
@@ -670,6 +693,7 @@ impl EtcdNode {
                 }
             }
             let w = watch.clone().expect("watch open");
+            w.note_read(read.revision, &read.job);
             tokio::select! {
                 changed = w.changed_after(read.revision) => if !changed {
                     // It broke: read afresh and share a new one.

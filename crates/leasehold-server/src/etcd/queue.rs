@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use super::client::{
     create_is, delete_op, pb, put_op, range_created_since, range_empty, range_req, Etcd, WatchRange,
 };
-use super::keys::Keys;
+use super::keys::{JobState, Keys};
 use super::EtcdNode;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName};
@@ -154,6 +154,8 @@ pub fn wake_ranges(keys: &Keys, job: &str) -> [WatchRange; 2] {
 #[derive(Default)]
 pub(super) struct JobWatches {
     jobs: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<JobWatch>>>,
+    /// Waiters that joined on a read noted by another ([`Self::busy_read`]).
+    noted: std::sync::atomic::AtomicU64,
 }
 
 /// A job's shared watch: alive while a waiter holds it.
@@ -163,6 +165,10 @@ pub(super) struct JobWatch {
     /// The newest revision a change was seen at; `-1` once the watch broke
     /// (its waiters read again and share a new one).
     seen: tokio::sync::watch::Sender<i64>,
+    /// The newest read of the job, by a waiter sharing this watch, that
+    /// found it held: its revision and what it read (see
+    /// [`JobWatches::busy_read`]).
+    busy: std::sync::Mutex<Option<(i64, JobState)>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -184,6 +190,18 @@ impl JobWatch {
     /// Whether it sees every change after `revision` (and still runs).
     pub(super) fn starts_by(&self, revision: i64) -> bool {
         self.live() && self.start <= revision + 1
+    }
+
+    /// Notes a waiter's read at `revision` that found the job held, for the
+    /// waiters that come after it.
+    pub(super) fn note_read(&self, revision: i64, st: &JobState) {
+        if st.holder.is_none() || !self.starts_by(revision) {
+            return;
+        }
+        let mut busy = self.busy.lock().expect("busy read lock");
+        if busy.as_ref().is_none_or(|(r, _)| *r < revision) {
+            *busy = Some((revision, st.clone()));
+        }
     }
 
     /// Whether it still runs.
@@ -239,9 +257,42 @@ impl JobWatches {
                 }
             }
         });
-        let w = std::sync::Arc::new(JobWatch { start, seen, task });
+        let w = std::sync::Arc::new(JobWatch {
+            start,
+            seen,
+            busy: std::sync::Mutex::new(None),
+            task,
+        });
         jobs.insert(job.to_owned(), std::sync::Arc::downgrade(&w));
         Some(w)
+    }
+
+    /// The newest read of a held `job` noted on its shared watch, with the
+    /// watch, while the watch has seen no change since that read.
+    ///
+    /// A waiting `Acquire` that arrives while its job is held joins the
+    /// line on that read instead of reading the job itself: whatever
+    /// changes after it (a release, an expiry, somebody ahead leaving)
+    /// comes through the same watch and wakes it, exactly as if it had read
+    /// at that revision itself. So ten thousand waiters joining a held job
+    /// cost one read, not one each (shared reads gathered most of those
+    /// already; this spares each waiter its wait for one).
+    pub(super) fn busy_read(&self, job: &str) -> Option<(std::sync::Arc<JobWatch>, i64, JobState)> {
+        let jobs = self.jobs.lock().expect("job watches lock");
+        let w = jobs.get(job)?.upgrade()?;
+        drop(jobs);
+        let (revision, st) = w.busy.lock().expect("busy read lock").clone()?;
+        let seen = *w.seen.borrow();
+        if !(w.starts_by(revision) && seen <= revision) {
+            return None;
+        }
+        self.noted.fetch_add(1, Ordering::Relaxed);
+        Some((w, revision, st))
+    }
+
+    /// How many waiters joined on a read noted by another.
+    pub(super) fn joined_on_noted_reads(&self) -> u64 {
+        self.noted.load(Ordering::Relaxed)
     }
 
     /// Jobs with a shared watch now, for tests.

@@ -237,6 +237,44 @@ fn dequeue_of_first_wakes_next() {
 }
 
 #[test]
+fn departures_anywhere_in_two_interleaved_lines_keep_both_in_order() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let names = [job("j"), job("k")];
+    // Two jobs' lines take ids from one counter, so each line's ids have
+    // gaps.
+    let mut lines: [Vec<WaiterId>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..200 {
+        let l = usize::from(i % 3 == 0);
+        lines[l].push(t.enqueue(&names[l], &who(&format!("w{i}")), TTL, t0));
+    }
+    for l in 0..2 {
+        let (name, other_first) = (&names[l], lines[1 - l][0]);
+        let line = &mut lines[l];
+        // Leave from the middle, the back, and the front.
+        let picks: [fn(usize) -> usize; 5] = [|n| n / 2, |n| n - 1, |_| 0, |_| 7, |_| 7];
+        for pick in picks {
+            let pos = pick(line.len());
+            let id = line.remove(pos);
+            let expect = if pos == 0 { vec![line[0]] } else { vec![] };
+            assert_eq!(
+                t.dequeue(name, id).wake,
+                expect,
+                "only a new first is woken"
+            );
+            assert_eq!(t.dequeue(name, id).wake, vec![], "gone already: nothing");
+        }
+        // Another line's waiter is not in this one.
+        assert_eq!(t.dequeue(name, other_first).wake, vec![]);
+        // The rest leave in order of arrival, each waking the next.
+        while line.len() > 1 {
+            let id = line.remove(0);
+            assert_eq!(t.dequeue(name, id).wake, vec![line[0]]);
+        }
+    }
+}
+
+#[test]
 fn fence_rejects_paused_leader_before_successor_writes() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
