@@ -123,6 +123,26 @@ pub fn cpu_seconds(pid: u32) -> Res<f64> {
     Ok(ticks / hz)
 }
 
+/// CPU seconds of `pid`'s live threads so far, to the nanosecond (the
+/// scheduler's run time, from `/proc/PID/task/*/schedstat`, where `stat`
+/// counts in clock ticks of 10 ms). A thread that has exited is not
+/// counted: compare over a span in which the threads stay.
+pub fn cpu_seconds_fine(pid: u32) -> Res<f64> {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = std::fs::read_to_string(t?.path().join("schedstat")) else {
+            continue; // the thread has just exited
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .unwrap_or("0")
+            .parse::<u64>()
+            .unwrap_or(0);
+    }
+    Ok(ns as f64 / 1e9)
+}
+
 /// User and system CPU seconds of `pid` so far, apart.
 pub fn cpu_split(pid: u32) -> Res<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;

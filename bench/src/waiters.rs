@@ -6,7 +6,9 @@
 //! The program waits until the server's `leasehold_waiting_acquires` gauge
 //! counts them all, and reports the server's RSS growth and CPU time from
 //! the first call until then (the frontend's alone in etcd mode: etcd's
-//! own cost is etcd's), the time they took, and the CPU time of 3 s of
+//! own cost is etcd's; to the nanosecond, from the threads' schedstat, with
+//! user and system time apart in clock ticks, and the context switches),
+//! the time they took, and the CPU time of 3 s of
 //! waiting after that. Then every waiter is
 //! cancelled; once the server counts none, the holder releases, and the
 //! next `Acquire{wait: 0}`, through another connection, must be granted.
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 use leasehold::client::Client;
 
 use crate::faults::Cluster;
-use crate::proc::{context_switches, cpu_seconds, cpu_split, rss_bytes, Server};
+use crate::proc::{context_switches, cpu_seconds, cpu_seconds_fine, cpu_split, rss_bytes, Server};
 use crate::sys::Res;
 
 #[derive(clap::Args)]
@@ -147,7 +149,7 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
                 ratios.1.push(rss);
             }
             println!(
-                "| {} | {} | {:.2} s | {:.1} MiB | {:.1} KiB | {:.2} | {:.2}x | {:.2} + {:.2} | {:.2} | {:.3} | {:.2}x | {:.0} ms |",
+                "| {} | {} | {:.2} s | {:.1} MiB | {:.1} KiB | {:.3} | {:.2}x | {:.2} + {:.2} | {:.2} | {:.3} | {:.2}x | {:.0} ms |",
                 round + 1,
                 c.name,
                 c.in_line.as_secs_f64(),
@@ -290,7 +292,7 @@ async fn measure(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss0 = rss_bytes(s.pid())?;
     let etcd0 = etcd_requests(etcd_members).await?;
-    let cpu0 = cpu_seconds(s.pid())?;
+    let cpu0 = cpu_seconds_fine(s.pid())?;
     let split0 = cpu_split(s.pid())?;
     let switches0 = context_switches(s.pid())?;
     let start = Instant::now();
@@ -325,7 +327,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let in_line = start.elapsed();
-    let cpu = cpu_seconds(s.pid())? - cpu0;
+    let cpu = cpu_seconds_fine(s.pid())? - cpu0;
     let split1 = cpu_split(s.pid())?;
     let switches = context_switches(s.pid())?.saturating_sub(switches0);
     let etcd1 = etcd_requests(etcd_members).await?;

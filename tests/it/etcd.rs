@@ -1189,3 +1189,78 @@ async fn a_waiter_joining_on_another_waiters_read_misses_no_release() {
         "no waiter joined on another's read: the race was not tried"
     );
 }
+
+/// A waiter sleeps through its own join (nothing wakes it when the put
+/// succeeds), so a join that fails must wake it: here etcd has no majority
+/// when the second waiter joins on the first one's read (it reads nothing
+/// itself). It fails with the storage error within the timeout, and its
+/// key, which etcd may or may not have put, does not block the line once
+/// etcd is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_join_fails_is_told_and_leaves_no_key_in_line() {
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::{Limits, Token};
+
+    let mut cluster = EtcdCluster::start(3);
+    let prefix = fresh_prefix();
+    let config = leasehold::etcd::Config {
+        endpoints: cluster.endpoints(),
+        prefix: prefix.clone(),
+        timeout: Duration::from_secs(1),
+        session_ttl: Duration::from_secs(10),
+        security: Default::default(),
+        limits: Default::default(),
+    };
+    let a = EtcdNode::open(config.clone()).await.unwrap();
+    let b = EtcdNode::open(config).await.unwrap();
+    let l = Limits::default();
+    let job = l.job("j").unwrap();
+    let ttl = Duration::from_secs(5);
+    let h = l.holder("h").unwrap();
+    assert!(a.acquire(&job, &h, ttl, NOW).await.unwrap().0);
+    let first = {
+        let (b, job, w) = (b.clone(), job.clone(), l.holder("w1").unwrap());
+        tokio::spawn(async move { b.acquire(&job, &w, ttl, LONG).await })
+    };
+    let t = Instant::now();
+    while b.snapshot().waiters == 0 {
+        assert!(t.elapsed() < LONG, "the first waiter never got in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leader = cluster.leader().unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for i in &others {
+        cluster.pause(*i);
+    }
+    let noted = b.joined_on_noted_reads();
+    let t = Instant::now();
+    let r = b.acquire(&job, &l.holder("w2").unwrap(), ttl, LONG).await;
+    let took = t.elapsed();
+    assert!(
+        matches!(r, Err(leasehold::error::Error::Storage(_))),
+        "a failed join must fail the call: {r:?}"
+    );
+    assert_eq!(
+        b.joined_on_noted_reads(),
+        noted + 1,
+        "the second waiter read the job itself"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "told {took:?} after the join, with a 1 s timeout"
+    );
+    for i in &others {
+        cluster.resume(*i);
+    }
+    cluster.wait_ready(LONG);
+    first.abort();
+    a.release(&job, &h, Token(1)).await.unwrap();
+    granted_within(
+        &a,
+        &job,
+        &l.holder("x").unwrap(),
+        Duration::from_secs(8),
+        "the line is still blocked by a waiter that never joined or left",
+    )
+    .await;
+}

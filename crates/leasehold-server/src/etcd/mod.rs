@@ -196,7 +196,7 @@ struct Inner {
     closing: signal::Sender<bool>,
     counters: Counters,
     /// Waiter keys this frontend has in etcd.
-    waiters: AtomicUsize,
+    waiters: Arc<AtomicUsize>,
     mirror: Arc<Mirror>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Whether a majority of etcd answers: what health reports.
@@ -229,6 +229,14 @@ struct Read {
     line: Line,
 }
 
+/// The waiter's join's error, if it fails (see [`Waiting::failure`]).
+async fn join_failure(waiting: Option<&Waiting>) -> Error {
+    match waiting {
+        Some(w) => w.failure().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn contention(what: &str) -> Error {
     Error::Storage(format!(
         "{what}: the job kept changing under {MAX_TRIES} tries; try again"
@@ -256,16 +264,17 @@ impl EtcdNode {
             ))
         })?;
         let (session, min_ttl) = Session::open(&etcd, config.session_ttl).await?;
+        let waiters = Arc::new(AtomicUsize::new(0));
         let node = EtcdNode {
             inner: Arc::new(Inner {
-                joins: queue::Joins::spawn(etcd.clone()),
+                joins: queue::Joins::spawn(etcd.clone(), waiters.clone()),
                 etcd,
                 keys: Keys::new(&config.prefix),
                 min_ttl,
                 session,
                 closing: signal::Sender::new(false),
                 counters: Counters::default(),
-                waiters: AtomicUsize::new(0),
+                waiters,
                 mirror: Arc::new(Mirror::new(config.limits.history_per_job > 0)),
                 tasks: Mutex::new(Vec::new()),
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
@@ -620,6 +629,10 @@ impl EtcdNode {
             false => self.inner.job_watches.busy_read(job.as_str()),
         };
         loop {
+            if let Some(w) = waiting.as_mut() {
+                // Woken: our place in line, now that it matters.
+                self.failed(w.placed().await.map(|_| ()))?;
+            }
             let mut read = match noted.take() {
                 Some((w, revision, st)) => {
                     watch = Some(w);
@@ -678,7 +691,7 @@ impl EtcdNode {
                 // once, and a join changes nothing for anyone. (Reading
                 // again here cost ten thousand waiters joining at once ten
                 // thousand more reads.)
-                waiting = Some(self.enqueue(job, holder).await?);
+                waiting = Some(self.enqueue(job, holder)?);
             }
             // The job's shared watch; a new one when the one running started
             // after our read (read again first).
@@ -701,6 +714,8 @@ impl EtcdNode {
                 },
                 _ = sleep_until(give_up) => {}
                 _ = closed(&mut closing) => return Err(Error::ShuttingDown),
+                // Our join failed (nothing wakes us when it succeeds).
+                e = join_failure(waiting.as_ref()) => return self.failed(Err(e)),
             }
         }
     }

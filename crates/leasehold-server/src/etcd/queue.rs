@@ -23,10 +23,10 @@
 //! through), so ties cost fairness among simultaneous arrivals only,
 //! never safety, and never a place to anyone who came before or after.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use super::client::{
     create_is, delete_op, pb, put_op, range_created_since, range_empty, range_req, Etcd, WatchRange,
@@ -303,13 +303,34 @@ impl JobWatches {
 }
 
 /// A queued `Acquire`'s key in etcd. Dropping it takes the waiter out of
-/// line (unless its grant already did).
+/// line (unless its grant already did), once its put is answered.
 pub struct Waiting {
     node: EtcdNode,
-    /// Where it stands.
+    /// Where it stands; `place.rev` is 0 until its put is answered
+    /// ([`Waiting::placed`]).
     pub place: Place,
+    /// The put's outcome, filled in by the transaction that makes it.
+    slot: Arc<JoinSlot>,
     /// Whether a grant deleted the key in its transaction.
     pub granted: bool,
+}
+
+impl Waiting {
+    /// Its place in line, once the put that made its key is answered
+    /// (at once after the first time); the put's error if it failed.
+    pub(super) async fn placed(&mut self) -> Result<&Place> {
+        if self.place.rev == 0 {
+            self.place.rev = self.slot.outcome().await?;
+        }
+        Ok(&self.place)
+    }
+
+    /// Resolves with the put's error, if it fails; never, if it does not.
+    /// Waking nobody when a put succeeds is the point: a waiter sleeps
+    /// through its own join and reads its place only when the job changes.
+    pub(super) async fn failure(&self) -> Error {
+        self.slot.failure().await
+    }
 }
 
 impl Drop for Waiting {
@@ -320,9 +341,19 @@ impl Drop for Waiting {
             return;
         }
         let key = std::mem::take(&mut self.place.key);
+        let slot = self.slot.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
                 rt.spawn(async move {
+                    // A delete sent before the put is answered could
+                    // overtake it; the key would then stay.
+                    if slot.outcome().await.is_err() {
+                        // The put may have happened: take it out of line
+                        // again, however long that takes.
+                        inner.waiters.fetch_add(1, Ordering::AcqRel);
+                        inner.orphans.add(key);
+                        return;
+                    }
                     match inner.joins.delete(key.clone()).await {
                         Ok(()) => {
                             inner.waiters.fetch_sub(1, Ordering::AcqRel);
@@ -334,7 +365,63 @@ impl Drop for Waiting {
                     }
                 });
             }
-            Err(_) => inner.orphans.add(key),
+            Err(_) => {
+                if !matches!(slot.now(), Some(Ok(_))) {
+                    inner.waiters.fetch_add(1, Ordering::AcqRel);
+                }
+                inner.orphans.add(key);
+            }
+        }
+    }
+}
+
+/// The outcome of one waiter key's put: the revision it was created at, or
+/// the error that leaves it unknown whether the key is there.
+#[derive(Default)]
+pub(super) struct JoinSlot {
+    outcome: std::sync::Mutex<Option<Result<i64>>>,
+    /// Told once the outcome is known.
+    done: Notify,
+    /// Told once the outcome is known to be an error.
+    failed: Notify,
+}
+
+impl JoinSlot {
+    fn finish(&self, r: Result<i64>) {
+        let failed = r.is_err();
+        *self.outcome.lock().expect("join slot lock") = Some(r);
+        self.done.notify_waiters();
+        if failed {
+            self.failed.notify_waiters();
+        }
+    }
+
+    fn now(&self) -> Option<Result<i64>> {
+        self.outcome.lock().expect("join slot lock").clone()
+    }
+
+    async fn outcome(&self) -> Result<i64> {
+        loop {
+            let told = self.done.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            if let Some(r) = self.now() {
+                return r;
+            }
+            told.await;
+        }
+    }
+
+    async fn failure(&self) -> Error {
+        loop {
+            let told = self.failed.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            match self.now() {
+                Some(Err(e)) => return e,
+                Some(Ok(_)) => std::future::pending::<()>().await,
+                None => told.await,
+            }
         }
     }
 }
@@ -412,7 +499,16 @@ const JOINS_IN_FLIGHT: usize = 4;
 /// revision of the transaction.
 struct Join {
     op: pb::RequestOp,
-    reply: oneshot::Sender<Result<i64>>,
+    reply: Reply,
+}
+
+/// Where a change's outcome goes.
+enum Reply {
+    /// To a caller that waits for it.
+    Call(oneshot::Sender<Result<i64>>),
+    /// To a waiter's slot, which nobody need wait for; a key put counts
+    /// among the frontend's waiters.
+    Slot(Arc<JoinSlot>),
 }
 
 /// Puts and deletes waiter keys, those that arrive together in one
@@ -422,23 +518,34 @@ struct Join {
 /// distinct (each waiter's own, put once and deleted after), as etcd
 /// requires of one transaction's operations.
 pub(super) struct Joins {
-    tx: mpsc::Sender<Join>,
+    tx: mpsc::UnboundedSender<Join>,
 }
 
 impl Joins {
     /// Starts the task that makes the changes: call within a tokio
     /// runtime. It ends once the [`Joins`] is dropped.
-    pub(super) fn spawn(etcd: Etcd) -> Joins {
-        let (tx, rx) = mpsc::channel(JOIN_BATCH * JOINS_IN_FLIGHT);
-        tokio::spawn(Self::run(etcd, rx));
+    /// `waiters` counts the keys put. The channel is unbounded: what
+    /// waits in it is bounded by the waiters' quota, and a join that waited
+    /// for room would cost its waiter a wake.
+    pub(super) fn spawn(etcd: Etcd, waiters: Arc<AtomicUsize>) -> Joins {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(Self::run(etcd, rx, waiters));
         Joins { tx }
     }
 
-    /// Puts `key` bound to `lease`: the revision it was created at. Made
-    /// once, like any change: an error leaves it unknown whether the key
-    /// is there.
-    pub(super) async fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<i64> {
-        self.send(put_op(key, value, lease)).await
+    /// Puts `key` bound to `lease`, without waiting: the slot gets the
+    /// revision it was created at. Made once, like any change: an error
+    /// leaves it unknown whether the key is there.
+    fn put(&self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Result<Arc<JoinSlot>> {
+        let slot = Arc::new(JoinSlot::default());
+        let reply = Reply::Slot(slot.clone());
+        self.tx
+            .send(Join {
+                op: put_op(key, value, lease),
+                reply,
+            })
+            .map_err(|_| gone())?;
+        Ok(slot)
     }
 
     /// Deletes `key`; after an error it may or may not be there.
@@ -448,12 +555,12 @@ impl Joins {
 
     async fn send(&self, op: pb::RequestOp) -> Result<i64> {
         let (reply, rx) = oneshot::channel();
-        let gone = || Error::Storage("the etcd join task has stopped".into());
-        self.tx.send(Join { op, reply }).await.map_err(|_| gone())?;
+        let reply = Reply::Call(reply);
+        self.tx.send(Join { op, reply }).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
     }
 
-    async fn run(etcd: Etcd, mut rx: mpsc::Receiver<Join>) {
+    async fn run(etcd: Etcd, mut rx: mpsc::UnboundedReceiver<Join>, waiters: Arc<AtomicUsize>) {
         let slots = Arc::new(Semaphore::new(JOINS_IN_FLIGHT));
         loop {
             // A slot first: changes that arrive while every slot is taken
@@ -469,7 +576,7 @@ impl Joins {
                     Err(_) => break,
                 }
             }
-            let etcd = etcd.clone();
+            let (etcd, waiters) = (etcd.clone(), waiters.clone());
             tokio::spawn(async move {
                 let (ops, replies): (Vec<_>, Vec<_>) =
                     batch.into_iter().map(|j| (j.op, j.reply)).unzip();
@@ -483,7 +590,17 @@ impl Joins {
                     .await
                     .map(|r| r.header.map_or(0, |h| h.revision));
                 for reply in replies {
-                    let _ = reply.send(r.clone());
+                    match reply {
+                        Reply::Call(tx) => {
+                            let _ = tx.send(r.clone());
+                        }
+                        Reply::Slot(slot) => {
+                            if r.is_ok() {
+                                waiters.fetch_add(1, Ordering::AcqRel);
+                            }
+                            slot.finish(r.clone());
+                        }
+                    }
                 }
                 drop(slot);
             });
@@ -492,33 +609,27 @@ impl Joins {
 }
 
 impl EtcdNode {
-    /// Puts our waiter key, last in line, bound to the session lease.
-    pub(super) async fn enqueue(&self, job: &JobName, holder: &HolderId) -> Result<Waiting> {
+    /// Puts our waiter key, last in line, bound to the session lease,
+    /// without waiting for etcd's answer ([`Waiting::placed`] waits).
+    pub(super) fn enqueue(&self, job: &JobName, holder: &HolderId) -> Result<Waiting> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let key = self.inner.keys.waiter(job.as_str(), &id);
         let session = self.inner.session.id();
-        let r = self
-            .inner
-            .joins
-            .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)
-            .await;
-        let rev = match self.failed(r) {
-            Ok(r) => r,
-            Err(e) => {
-                // The put may have happened: take it out of line again,
-                // however long that takes.
-                self.inner.waiters.fetch_add(1, Ordering::AcqRel);
-                self.inner.orphans.add(key);
-                return Err(e);
-            }
-        };
-        self.inner.waiters.fetch_add(1, Ordering::AcqRel);
+        let slot =
+            self.inner
+                .joins
+                .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)?;
         Ok(Waiting {
             node: self.clone(),
-            place: Place { key, rev },
+            place: Place { key, rev: 0 },
+            slot,
             granted: false,
         })
     }
+}
+
+fn gone() -> Error {
+    Error::Storage("the etcd join task has stopped".into())
 }
 
 #[cfg(test)]
