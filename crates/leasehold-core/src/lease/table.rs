@@ -209,18 +209,30 @@ struct Job {
     /// The newest token issued. Never goes down.
     token: Token,
     holding: Option<Holding>,
-    /// The holder of the newest token, kept after release or expiry so a
-    /// late, repeated release is answered kindly and takeovers are counted.
+    /// The holder of the newest token once its holding has ended (released
+    /// or expired), so that a late, repeated release is answered kindly and
+    /// takeovers are counted. `None` while held: the holding names it
+    /// ([`Job::last_holder`]), and a million held leases keep one copy of
+    /// each holder, not two.
     last_holder: Option<HolderId>,
     /// The TTL in the stored record of the current holding.
     stored_ttl: Duration,
     /// Since when the job has had no leader, and why.
     vacant_since: Instant,
     vacancy: Vacancy,
-    waiters: VecDeque<Waiter>,
     /// An opaque number the caller attaches to the job's last change (its
     /// durability sequence number).
     stamp: u64,
+    /// What few jobs have: `None` when it is all empty. Boxed, so that a
+    /// plain held lease does not carry its room (a `Job` is 168 bytes with
+    /// it boxed, 240 without).
+    rare: Option<Box<Rare>>,
+}
+
+/// The parts of a [`Job`] that most jobs do not use at any one time.
+#[derive(Debug, Clone, Default)]
+struct Rare {
+    waiters: VecDeque<Waiter>,
     /// The token and deadline of a holding that ran out and whose end is
     /// not in the history yet: the next grant (or the job's deletion)
     /// records it, in its own durable change.
@@ -256,11 +268,54 @@ impl Job {
             stored_ttl: Duration::ZERO,
             vacant_since: now,
             vacancy: Vacancy::Never,
-            waiters: VecDeque::new(),
             stamp: 0,
-            expired_unrecorded: None,
-            fenced: 0,
-            last_fenced: None,
+            rare: None,
+        }
+    }
+
+    /// The rare parts, made when first needed.
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the rare parts once they are all empty again.
+    fn tidy(&mut self) {
+        if self.rare.as_deref().is_some_and(|r| {
+            r.waiters.is_empty()
+                && r.expired_unrecorded.is_none()
+                && r.fenced == 0
+                && r.last_fenced.is_none()
+        }) {
+            self.rare = None;
+        }
+    }
+
+    /// The waiters, first in line first.
+    fn waiters(&self) -> impl Iterator<Item = &Waiter> {
+        self.rare.iter().flat_map(|r| r.waiters.iter())
+    }
+
+    fn waiting(&self) -> usize {
+        self.rare.as_ref().map_or(0, |r| r.waiters.len())
+    }
+
+    fn expired_unrecorded(&self) -> Option<(Token, Instant)> {
+        self.rare.as_ref().and_then(|r| r.expired_unrecorded)
+    }
+
+    /// The holder of the newest token: the live holding's, or the last
+    /// one's after it ended.
+    fn last_holder(&self) -> Option<&HolderId> {
+        match &self.holding {
+            Some(h) => Some(&h.holder),
+            None => self.last_holder.as_ref(),
+        }
+    }
+
+    /// Ends the holding, keeping its holder as the last one.
+    fn end_holding(&mut self) {
+        if let Some(h) = self.holding.take() {
+            self.last_holder = Some(h.holder);
         }
     }
 
@@ -274,8 +329,9 @@ impl Job {
             if h.deadline <= now || early {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
-                self.expired_unrecorded = Some((self.token, h.deadline));
-                self.holding = None;
+                let end = (self.token, h.deadline);
+                self.rare().expired_unrecorded = Some(end);
+                self.end_holding();
                 stats.expiries += 1;
             }
         }
@@ -331,14 +387,24 @@ impl Job {
     /// ten thousand Acquires waited on would otherwise keep room for ten
     /// thousand for as long as it lives.
     fn shrink_line(&mut self) {
-        let (len, cap) = (self.waiters.len(), self.waiters.capacity());
-        if cap > 64 && len < cap / 4 {
-            self.waiters.shrink_to(len * 2);
+        if let Some(r) = self.rare.as_deref_mut() {
+            let (len, cap) = (r.waiters.len(), r.waiters.capacity());
+            if cap > 64 && len < cap / 4 {
+                r.waiters.shrink_to(len * 2);
+            }
         }
+        self.tidy();
     }
 
     fn first_in_line(&self) -> Option<WaiterId> {
-        self.waiters.front().map(|w| w.id)
+        self.waiters().next().map(|w| w.id)
+    }
+
+    /// Takes the first waiter out of line.
+    fn pop_first(&mut self) -> Option<Waiter> {
+        let w = self.rare.as_deref_mut()?.waiters.pop_front();
+        self.shrink_line();
+        w
     }
 
     /// Removes `id` from the queue; returns the waiter to wake if the front
@@ -346,8 +412,9 @@ impl Job {
     fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {
         // Ids only grow and waiters only join at the back: the line is
         // sorted by id (ten thousand departures used to scan it each).
-        let pos = self.waiters.binary_search_by_key(&id, |w| w.id).ok()?;
-        self.waiters.remove(pos);
+        let line = &mut self.rare.as_deref_mut()?.waiters;
+        let pos = line.binary_search_by_key(&id, |w| w.id).ok()?;
+        line.remove(pos);
         self.shrink_line();
         if pos == 0 {
             self.first_in_line()
@@ -368,7 +435,12 @@ impl Job {
         fx: &mut Effects,
     ) {
         debug_assert!(self.holding.is_none());
-        if let Some((token, at)) = self.expired_unrecorded.take() {
+        if let Some((token, at)) = self
+            .rare
+            .as_deref_mut()
+            .and_then(|r| r.expired_unrecorded.take())
+        {
+            self.tidy();
             let how = match &self.last_holder {
                 Some(h) if h != holder => TenureEnd::TakenOver,
                 _ => TenureEnd::Expired,
@@ -385,7 +457,7 @@ impl Job {
         if self.last_holder.as_ref().is_some_and(|h| h != holder) {
             stats.takeovers += 1;
         }
-        self.last_holder = Some(holder.clone());
+        self.last_holder = None; // the holding names it
         self.holding = Some(Holding {
             holder: holder.clone(),
             ttl,
@@ -503,8 +575,12 @@ impl LeaseTable {
             let below = rec.token < floor;
             job.token = rec.token.max(floor);
             job.stored_ttl = rec.ttl;
-            job.last_holder = rec.holder.clone();
-            job.holding = rec.holder.filter(|_| !below).map(|holder| Holding {
+            let (last, held) = match rec.holder {
+                Some(h) if !below => (None, Some(h)),
+                h => (h, None),
+            };
+            job.last_holder = last;
+            job.holding = held.map(|holder| Holding {
                 holder,
                 ttl: rec.ttl,
                 deadline: now + rec.ttl,
@@ -633,8 +709,7 @@ impl LeaseTable {
             );
         }
         if waiter.is_some() {
-            job.waiters.pop_front();
-            job.shrink_line();
+            job.pop_first();
             fx.wake.extend(job.first_in_line());
         }
         job.grant(holder, ttl, now, stats, &mut fx);
@@ -714,7 +789,7 @@ impl LeaseTable {
         let mut fx = Effects::default();
         match &job.holding {
             Some(h) if &h.holder == holder && job.token == token => {
-                job.holding = None;
+                job.end_holding();
                 job.vacancy = Vacancy::Released;
                 job.vacant_since = now;
                 stats.releases += 1;
@@ -728,9 +803,8 @@ impl LeaseTable {
                 // release and the grant, and the waiter only has to wake.
                 if job.exhausted() {
                     // Nobody can be granted: wake the line to be told so.
-                    fx.wake.extend(job.waiters.iter().map(|w| w.id));
-                } else if let Some(w) = job.waiters.pop_front() {
-                    job.shrink_line();
+                    fx.wake.extend(job.waiters().map(|w| w.id));
+                } else if let Some(w) = job.pop_first() {
                     job.grant(&w.holder, w.ttl, now, stats, &mut fx);
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);
@@ -745,7 +819,7 @@ impl LeaseTable {
             None if rules::released_already(
                 false,
                 job.token,
-                job.last_holder.as_ref().map(|h| h.as_str()),
+                job.last_holder().map(|h| h.as_str()),
                 holder,
                 token,
             ) =>
@@ -829,8 +903,9 @@ impl LeaseTable {
             Err(Error::Fenced { .. }) => {
                 stats.fenced_writes += 1;
                 if let Some(job) = self.jobs.get_mut(name) {
-                    job.fenced += 1;
-                    job.last_fenced = Some(now);
+                    let r = job.rare();
+                    r.fenced += 1;
+                    r.last_fenced = Some(now);
                 }
             }
             Err(_) => {}
@@ -854,9 +929,13 @@ impl LeaseTable {
                     Leadership::Led { .. } => None,
                     Leadership::Vacant { for_, .. } => Some(for_),
                 },
-                waiters: job.waiters.len(),
-                fenced: job.fenced,
-                fenced_ago: job.last_fenced.map(|t| now.saturating_duration_since(t)),
+                waiters: job.waiting(),
+                fenced: job.rare.as_ref().map_or(0, |r| r.fenced),
+                fenced_ago: job
+                    .rare
+                    .as_ref()
+                    .and_then(|r| r.last_fenced)
+                    .map(|t| now.saturating_duration_since(t)),
             })
             .collect()
     }
@@ -921,6 +1000,7 @@ impl LeaseTable {
         self.jobs
             .entry(name.clone())
             .or_insert_with(|| Job::new(now, floor))
+            .rare()
             .waiters
             .push_back(Waiter {
                 id,
@@ -1025,10 +1105,10 @@ impl LeaseTable {
                 ),
             });
         }
-        if !job.waiters.is_empty() {
+        if job.waiting() > 0 {
             return Err(Error::JobInUse {
                 job: name.to_string(),
-                why: format!("{} Acquire(s) wait for it", job.waiters.len()),
+                why: format!("{} Acquire(s) wait for it", job.waiting()),
             });
         }
         let token = job.token;
@@ -1046,7 +1126,7 @@ impl LeaseTable {
         match &job.holding {
             Some(h) if h.deadline <= now => Some((job.token, h.deadline)),
             Some(_) => None,
-            None => job.expired_unrecorded,
+            None => job.expired_unrecorded(),
         }
     }
 

@@ -792,3 +792,14 @@ fn a_restored_holding_is_never_given_back() {
     );
     assert_eq!(t.view(&job("j"), t0 + ms(1)).holder(), Some(&who("a")));
 }
+
+/// A million held leases cost a million of these, in a B-tree: the parts
+/// few jobs use (a line, fenced writes, an unrecorded expiry) stay boxed.
+#[test]
+fn a_job_stays_small() {
+    assert!(
+        std::mem::size_of::<Job>() <= 168,
+        "a Job is {} bytes",
+        std::mem::size_of::<Job>()
+    );
+}
