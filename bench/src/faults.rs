@@ -154,7 +154,7 @@ impl Cluster {
             .join(",")
     }
 
-    fn pid(&self, i: usize) -> i32 {
+    pub(crate) fn pid(&self, i: usize) -> i32 {
         self.members[i].child.as_ref().map_or(0, |c| c.id() as i32)
     }
 

@@ -358,34 +358,12 @@ pub async fn million(
     work: &std::path::Path,
     n: usize,
 ) -> Res<MillionResult> {
-    use leasehold::lease::{LeaseRecord, Limits, Token};
-    use leasehold::store::Store;
+    use crate::scale::{job_name, seed, HOLDER, TTL};
     let dir = work.join("million-data");
     let empty = work.join("empty-data");
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&empty);
-    let holder = "million@00000000-0000-4000-8000-00000000000a";
-    let ttl = Duration::from_secs(3600);
-    {
-        let store = leasehold::store::sled::SledStore::open(&dir)?;
-        let limits = Limits {
-            max_ttl: Duration::from_secs(24 * 3600),
-            ..Limits::default()
-        };
-        let h = limits.holder(holder)?;
-        for i in 0..n {
-            let job = limits.job(&format!("million-{i:07}"))?;
-            store.put_lease(
-                &job,
-                &LeaseRecord {
-                    holder: Some(h.clone()),
-                    token: Token(1),
-                    ttl,
-                },
-            )?;
-        }
-        store.sync()?;
-    }
+    let (holder, ttl) = (HOLDER, TTL);
+    seed(&dir, n)?;
     // Baseline: the same binary on an empty data dir.
     let s = Server::leasehold(bin, &empty)?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -401,14 +379,7 @@ pub async fn million(
     let mut ka = client.keep_alive().await?;
     let mut rng = crate::Rng::new(42);
     let batch: Vec<_> = (0..1000)
-        .map(|_| {
-            leasehold::client::KeepAliveRenewal::new(
-                &format!("million-{:07}", rng.below(n)),
-                holder,
-                1,
-                ttl,
-            )
-        })
+        .map(|_| leasehold::client::KeepAliveRenewal::new(&job_name(rng.below(n)), holder, 1, ttl))
         .collect();
     let renewed = ka
         .renew(&batch)

@@ -10,6 +10,7 @@
 //! same run, seconds apart: these machines are shared and noisy.
 
 mod auth;
+mod etcd_mode;
 mod failover;
 mod faults;
 mod fleet;
@@ -17,6 +18,7 @@ mod isolation;
 mod proc;
 mod report;
 mod run;
+mod scale;
 mod sys;
 mod waiters;
 
@@ -82,6 +84,10 @@ enum Command {
     /// etcd mode while one etcd member is paused or killed: successful
     /// calls per second next to the same load without a fault.
     EtcdFaults(faults::FaultArgs),
+    /// etcd mode's Renew, CheckedWrite and KeepAlive through one and two
+    /// frontends, next to etcd's own requests doing the same work
+    /// (bench/src/etcd_mode.rs).
+    EtcdMode(etcd_mode::EtcdModeArgs),
     /// What ten thousand waiting Acquires cost a server: the single node
     /// against an etcd frontend.
     Waiters(waiters::WaiterArgs),
@@ -105,6 +111,19 @@ enum Command {
         work_dir: PathBuf,
         #[arg(long, default_value_t = 1_000_000)]
         jobs: usize,
+    },
+    /// Held leases on the single node, 1,000 to millions: start-up, RSS,
+    /// and the latency of a Renew and of a KeepAlive message against the
+    /// smallest count's (bench/src/scale.rs).
+    Scale(scale::ScaleArgs),
+    /// Writes N held leases into a new data dir, as `scale` does, for
+    /// profiling a server started on it.
+    Seed {
+        /// The data dir to create (replaced if it exists).
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long, default_value_t = 1_000_000)]
+        leases: usize,
     },
     /// Failover time: a leader's process killed (SIGKILL), or its Elector
     /// resigning, to the next leader's first acknowledged CheckedWrite
@@ -183,6 +202,7 @@ fn main() -> Res<()> {
         Command::Run(a) => rt.block_on(run_all(a)),
         Command::Load(a) => rt.block_on(load(a)),
         Command::EtcdFaults(a) => rt.block_on(faults::run(a)),
+        Command::EtcdMode(a) => rt.block_on(etcd_mode::run(a)),
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
         Command::Auth(a) => rt.block_on(auth::run(a)),
         Command::Isolation(a) => rt.block_on(isolation::run(a)),
@@ -204,6 +224,8 @@ fn main() -> Res<()> {
             );
             Ok(())
         }),
+        Command::Scale(a) => rt.block_on(scale::run(a)),
+        Command::Seed { data_dir, leases } => scale::seed(&data_dir, leases),
         Command::Failover(a) => rt.block_on(failover::run(a)),
         Command::FailoverWorker(a) => rt.block_on(failover::worker(a)),
     }

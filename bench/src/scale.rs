@@ -1,0 +1,327 @@
+//! `leasehold-bench scale`: what held leases cost the single node as their
+//! number grows, and whether a renewal stays as fast.
+//!
+//! For each count N (`--leases`, default 1,000, 10,000, 100,000 and
+//! 1,000,000; add 10,000,000 by hand, it needs about 10 GiB of memory):
+//! N held leases are written straight into a fresh sled data dir (one
+//! holder, token 1, a one-hour TTL), and the release server is started on
+//! it. Reported:
+//!
+//! - start-up: from spawn to the "listening" line (the restore of every
+//!   lease included), and the server's RSS once it listens, with the bytes
+//!   per lease over an empty data dir's RSS;
+//! - the latency of a unary `Renew` of a random one of the N leases, from
+//!   4 connections at 500 renewals a second each (2,000 a second: a light
+//!   load, so that the figure is the call's own time, not a queue's);
+//! - the latency of a `KeepAlive` message of 100 renewals of random
+//!   leases, from 4 streams at 50 messages a second each;
+//! - p99 of both against the same at the first (smallest) N, the baseline.
+//!   The smallest N is measured again at the end, so that a drift of the
+//!   machine's load over the run shows.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::proc::{rss_bytes, Server};
+use crate::sys::Res;
+
+#[derive(clap::Args)]
+pub struct ScaleArgs {
+    /// The release `leasehold` binary.
+    #[arg(long)]
+    leasehold_bin: PathBuf,
+    /// A scratch directory (the data dirs go here, removed after).
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// Lease counts, comma-separated; the first is the baseline.
+    #[arg(
+        long,
+        default_value = "1000,10000,100000,1000000",
+        value_delimiter = ','
+    )]
+    leases: Vec<usize>,
+    /// Seconds of each latency measurement.
+    #[arg(long, default_value_t = 5.0)]
+    secs: f64,
+}
+
+/// The holder of every lease written.
+pub const HOLDER: &str = "scale@00000000-0000-4000-8000-00000000000a";
+/// Their TTL: longer than any run.
+pub const TTL: Duration = Duration::from_secs(3600);
+
+/// The name of the `i`th lease written by [`seed`].
+pub fn job_name(i: usize) -> String {
+    format!("scale-{i:08}")
+}
+
+/// Writes `n` held leases (holder [`HOLDER`], token 1, [`TTL`]) straight
+/// into a new sled store at `dir`, as the server persists them (synced in
+/// groups, checkpointed into sled whenever the log is half full, and once
+/// at the end, as a clean shutdown does), printing progress every million.
+///
+/// Without the checkpoints, every lease would wait in the log, and the
+/// server's start-up would apply all of them in one transaction: a state no
+/// running server leaves (it checkpoints when the log is half full), which
+/// made start-up several times slower and its memory peak ten times
+/// higher.
+pub fn seed(dir: &Path, n: usize) -> Res<()> {
+    use leasehold::lease::{LeaseRecord, Limits, Token};
+    use leasehold::store::Store;
+    let _ = std::fs::remove_dir_all(dir);
+    let store = leasehold::store::sled::SledStore::open(dir)?;
+    let limits = Limits {
+        max_ttl: Duration::from_secs(24 * 3600),
+        ..Limits::default()
+    };
+    let h = limits.holder(HOLDER)?;
+    let t = Instant::now();
+    for i in 0..n {
+        let job = limits.job(&job_name(i))?;
+        store.put_lease(
+            &job,
+            &LeaseRecord {
+                holder: Some(h.clone()),
+                token: Token(1),
+                ttl: TTL,
+            },
+        )?;
+        if (i + 1) % 10_000 == 0 {
+            store.sync()?;
+            store.checkpoint_if_due()?;
+        }
+        if (i + 1) % 1_000_000 == 0 {
+            eprintln!(
+                "  written {} of {n} leases in {:.0} s",
+                i + 1,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    store.sync()?;
+    store.checkpoint()?;
+    Ok(())
+}
+
+/// One count's figures.
+struct Cell {
+    leases: usize,
+    startup: Duration,
+    /// Half a second after it listens.
+    rss: u64,
+    /// After the latency phases, once start-up's garbage is given back.
+    settled: u64,
+    renew: Lat,
+    keep_alive: Lat,
+}
+
+/// p50, p99 and the slowest of some calls.
+#[derive(Clone, Copy)]
+struct Lat {
+    calls: usize,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+impl Lat {
+    fn of(mut v: Vec<Duration>) -> Res<Lat> {
+        if v.is_empty() {
+            return Err("no calls were made".into());
+        }
+        v.sort();
+        let at = |q: f64| v[((v.len() as f64 * q) as usize).min(v.len() - 1)];
+        Ok(Lat {
+            calls: v.len(),
+            p50: at(0.50),
+            p99: at(0.99),
+            max: *v.last().expect("not empty"),
+        })
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+pub async fn run(a: ScaleArgs) -> Res<()> {
+    if a.leases.is_empty() {
+        return Err("--leases: give at least one count".into());
+    }
+    let dir = a.work_dir.join(format!("scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let secs = Duration::from_secs_f64(a.secs);
+
+    // The empty server's RSS, for the bytes per lease.
+    let empty = dir.join("empty");
+    let s = Server::leasehold(&a.leasehold_bin, &empty)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (startup_empty, rss_empty) = (s.startup, rss_bytes(s.pid())?);
+    s.stop();
+
+    let mut order = a.leases.clone();
+    if a.leases.len() > 1 {
+        order.push(a.leases[0]);
+    }
+    let mut cells = Vec::new();
+    for n in order {
+        eprintln!("{n} leases: writing them");
+        let data = dir.join(format!("n{n}"));
+        seed(&data, n)?;
+        eprintln!("{n} leases: starting the server");
+        let s = Server::leasehold(&a.leasehold_bin, &data)?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let rss = rss_bytes(s.pid())?;
+        eprintln!("{n} leases: renewing");
+        let renew = renewals(&s.addr, n, secs).await?;
+        let keep_alive = keep_alives(&s.addr, n, secs).await?;
+        // The server gives back what its start-up freed within
+        // `memory::EVERY` (5 s); the latency phases took longer.
+        let settled = rss_bytes(s.pid())?;
+        let startup = s.startup;
+        s.stop();
+        let _ = std::fs::remove_dir_all(&data);
+        cells.push(Cell {
+            leases: n,
+            startup,
+            rss,
+            settled,
+            renew,
+            keep_alive,
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    println!(
+        "Held leases on the single node: start-up, memory, and a renewal's latency \
+         (Renew: 4 connections x 500/s; KeepAlive: 4 streams x 50 messages/s of 100 renewals; {} s each)",
+        a.secs
+    );
+    println!();
+    println!(
+        "Empty data dir: start-up {:.3} s, RSS {:.1} MiB.",
+        startup_empty.as_secs_f64(),
+        rss_empty as f64 / (1 << 20) as f64
+    );
+    println!();
+    println!("| leases | start-up | RSS after start | RSS settled | bytes per lease (settled) | Renew p50 | Renew p99 | Renew max | p99 vs baseline | KeepAlive p50 | KeepAlive p99 | KeepAlive max | p99 vs baseline |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let base = (cells[0].renew.p99, cells[0].keep_alive.p99);
+    for c in &cells {
+        println!(
+            "| {} | {:.2} s | {:.1} MiB | {:.1} MiB | {:.0} | {} | {} | {} | {:.2}x | {} | {} | {} | {:.2}x |",
+            c.leases,
+            c.startup.as_secs_f64(),
+            c.rss as f64 / (1 << 20) as f64,
+            c.settled as f64 / (1 << 20) as f64,
+            c.settled.saturating_sub(rss_empty) as f64 / c.leases as f64,
+            ms(c.renew.p50),
+            ms(c.renew.p99),
+            ms(c.renew.max),
+            c.renew.p99.as_secs_f64() / base.0.as_secs_f64().max(1e-9),
+            ms(c.keep_alive.p50),
+            ms(c.keep_alive.p99),
+            ms(c.keep_alive.max),
+            c.keep_alive.p99.as_secs_f64() / base.1.as_secs_f64().max(1e-9),
+        );
+    }
+    println!();
+    println!(
+        "Calls measured per row: {} Renews and {} KeepAlive messages (first row).",
+        cells[0].renew.calls, cells[0].keep_alive.calls
+    );
+    Ok(())
+}
+
+/// Unary renewals of random leases of the `n`, 4 connections at 500 a
+/// second each, for `secs`; every one must be granted.
+async fn renewals(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for c in 0..4u64 {
+        let client = leasehold::client::Client::connect(addr).await?;
+        let seen = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = crate::Rng::new(7 + c);
+            let mut tick = tokio::time::interval(Duration::from_millis(2));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (warm, end) = (
+                Instant::now() + Duration::from_millis(500),
+                Instant::now() + Duration::from_millis(500) + secs,
+            );
+            let mut mine = Vec::new();
+            while Instant::now() < end {
+                tick.tick().await;
+                let job = job_name(rng.below(n));
+                let t = Instant::now();
+                let l = client.renew(&job, HOLDER, 1, TTL).await?;
+                let took = t.elapsed();
+                if l.token != 1 {
+                    return Err(format!("{job}: renewed with token {}", l.token).into());
+                }
+                if t >= warm {
+                    mine.push(took);
+                }
+            }
+            seen.lock().expect("samples").extend(mine);
+            Ok::<(), crate::sys::BoxError>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let v = std::mem::take(&mut *seen.lock().expect("samples"));
+    Lat::of(v)
+}
+
+/// `KeepAlive` messages of 100 renewals of random leases, 4 streams at 50
+/// a second each, for `secs`; every renewal must succeed.
+async fn keep_alives(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for c in 0..4u64 {
+        let client = leasehold::client::Client::connect(addr).await?;
+        let seen = seen.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ka = client.keep_alive().await?;
+            let mut rng = crate::Rng::new(70 + c);
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let (warm, end) = (
+                Instant::now() + Duration::from_millis(500),
+                Instant::now() + Duration::from_millis(500) + secs,
+            );
+            let mut mine = Vec::new();
+            while Instant::now() < end {
+                tick.tick().await;
+                let batch: Vec<_> = (0..100)
+                    .map(|_| {
+                        leasehold::client::KeepAliveRenewal::new(
+                            &job_name(rng.below(n)),
+                            HOLDER,
+                            1,
+                            TTL,
+                        )
+                    })
+                    .collect();
+                let t = Instant::now();
+                let out = ka.renew(&batch).await?;
+                let took = t.elapsed();
+                if let Some(i) = out.iter().position(|o| !o.is_renewed()) {
+                    return Err(format!("{}: not renewed", batch[i].job).into());
+                }
+                if t >= warm {
+                    mine.push(took);
+                }
+            }
+            seen.lock().expect("samples").extend(mine);
+            Ok::<(), crate::sys::BoxError>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let v = std::mem::take(&mut *seen.lock().expect("samples"));
+    Lat::of(v)
+}
