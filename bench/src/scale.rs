@@ -21,6 +21,11 @@
 //! - p99 of both against the same at the first (smallest) N, the baseline.
 //!   The smallest N is measured again at the end, so that a drift of the
 //!   machine's load over the run shows.
+//!
+//! Then the flatness comparison (`--flat`, default 1,000 against
+//! 1,000,000): both servers up at once, measured in turns of 1 s, the
+//! order swapped every round, so that the machine's load falls on both
+//! alike; the p99 of each kind of call, many leases against few.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -47,6 +52,13 @@ pub struct ScaleArgs {
     /// Seconds of each latency measurement.
     #[arg(long, default_value_t = 5.0)]
     secs: f64,
+    /// Two counts, for the flatness comparison: both servers run at once
+    /// and are measured in turns (`--flat-rounds` of 1 s each, the order
+    /// swapped every round); `none` to skip it.
+    #[arg(long, default_value = "1000,1000000")]
+    flat: String,
+    #[arg(long, default_value_t = 10)]
+    flat_rounds: usize,
 }
 
 /// The holder of every lease written.
@@ -203,7 +215,6 @@ pub async fn run(a: ScaleArgs) -> Res<()> {
             keep_alive,
         });
     }
-    let _ = std::fs::remove_dir_all(&dir);
 
     println!(
         "Held leases on the single node: start-up, memory, and a renewal's latency \
@@ -244,12 +255,86 @@ pub async fn run(a: ScaleArgs) -> Res<()> {
         "Calls measured per row: {} Renews and {} KeepAlive messages (first row).",
         cells[0].renew.calls, cells[0].keep_alive.calls
     );
+    if a.flat != "none" {
+        flat(&a, &dir).await?;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Renew and KeepAlive latency with few leases held against many, both
+/// servers up at once and measured in turns, so that the machine's load
+/// falls on both alike.
+async fn flat(a: &ScaleArgs, dir: &Path) -> Res<()> {
+    let counts: Vec<usize> = a
+        .flat
+        .split(',')
+        .map(|c| c.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--flat: two counts, comma-separated ({e})"))?;
+    let [few, many] = counts[..] else {
+        return Err("--flat: two counts, comma-separated".into());
+    };
+    let mut servers = Vec::new();
+    for n in [few, many] {
+        let data = dir.join(format!("flat{n}"));
+        seed(&data, n)?;
+        Server::leasehold(&a.leasehold_bin, &data)?.stop();
+        servers.push((n, Server::leasehold(&a.leasehold_bin, &data)?));
+    }
+    let slice = Duration::from_secs(1);
+    let mut samples = [(Vec::new(), Vec::new()), (Vec::new(), Vec::new())];
+    for round in 0..a.flat_rounds {
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (n, s) = &servers[i];
+            samples[i]
+                .0
+                .extend(renewal_samples(&s.addr, *n, slice).await?);
+            samples[i]
+                .1
+                .extend(keep_alive_samples(&s.addr, *n, slice).await?);
+        }
+    }
+    for (_, s) in servers {
+        s.stop();
+    }
+    let [(r0, k0), (r1, k1)] = samples;
+    let (r0, k0, r1, k1) = (Lat::of(r0)?, Lat::of(k0)?, Lat::of(r1)?, Lat::of(k1)?);
+    println!();
+    println!(
+        "Flat under scale: {few} against {many} held leases, both servers up at once, measured in turns \
+         ({} rounds of 1 s each per kind, the order swapped every round; same loads as above)",
+        a.flat_rounds
+    );
+    println!();
+    println!("| call | {few} held: p50 | p99 | {many} held: p50 | p99 | p99 ratio (goal ≤ 1.5x) | calls each |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (what, x, y) in [
+        ("Renew", r0, r1),
+        ("KeepAlive message (100 renewals)", k0, k1),
+    ] {
+        println!(
+            "| {what} | {} | {} | {} | {} | {:.2}x | {} / {} |",
+            ms(x.p50),
+            ms(x.p99),
+            ms(y.p50),
+            ms(y.p99),
+            y.p99.as_secs_f64() / x.p99.as_secs_f64().max(1e-9),
+            x.calls,
+            y.calls
+        );
+    }
     Ok(())
 }
 
 /// Unary renewals of random leases of the `n`, 4 connections at 500 a
 /// second each, for `secs`; every one must be granted.
 async fn renewals(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
+    Lat::of(renewal_samples(addr, n, secs).await?)
+}
+
+async fn renewal_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Duration>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..4u64 {
@@ -285,12 +370,16 @@ async fn renewals(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
         t.await??;
     }
     let v = std::mem::take(&mut *seen.lock().expect("samples"));
-    Lat::of(v)
+    Ok(v)
 }
 
 /// `KeepAlive` messages of 100 renewals of random leases, 4 streams at 50
 /// a second each, for `secs`; every renewal must succeed.
 async fn keep_alives(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
+    Lat::of(keep_alive_samples(addr, n, secs).await?)
+}
+
+async fn keep_alive_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Duration>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..4u64 {
@@ -336,5 +425,5 @@ async fn keep_alives(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
         t.await??;
     }
     let v = std::mem::take(&mut *seen.lock().expect("samples"));
-    Lat::of(v)
+    Ok(v)
 }
