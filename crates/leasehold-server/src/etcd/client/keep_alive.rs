@@ -292,7 +292,8 @@ async fn run<O: Open>(
                     });
                     if let Err(e) = s.requests.try_send(pb::LeaseKeepAliveRequest { id }) {
                         let _ = reply.send(Err(Status::unavailable(format!(
-                            "the keep-alive stream cannot take more: {e}"
+                            "{}: {e}",
+                            super::LOCAL_FULL
                         ))));
                         continue;
                     }
