@@ -836,25 +836,24 @@ async fn cell(
     let req0 = etcd_requests(&pids.members).await?;
     let r0b = n();
     let e0 = errors.load(Ordering::Relaxed);
-    let (fe0, all0, etcd0, own0, m0) = (
-        sum_cpu(&used),
-        sum_cpu(&all),
-        sum_cpu(&pids.etcd),
-        own_cpu(),
-        machine_busy_seconds()?,
-    );
+    // CPU seconds so far: the loaded frontends', every frontend's, etcd's,
+    // this process's, and the machine's busy time.
+    let cpu = || -> Res<(f64, f64, f64, f64, f64)> {
+        Ok((
+            sum_cpu(&used),
+            sum_cpu(&all),
+            sum_cpu(&pids.etcd),
+            own_cpu(),
+            machine_busy_seconds()?,
+        ))
+    };
+    let (fe0, all0, etcd0, own0, m0) = cpu()?;
     let n0 = count.load(Ordering::Relaxed);
     let t0 = Instant::now();
     tokio::time::sleep(secs).await;
     let n1 = count.load(Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
-    let (fe1, all1, etcd1, own1, m1) = (
-        sum_cpu(&used),
-        sum_cpu(&all),
-        sum_cpu(&pids.etcd),
-        own_cpu(),
-        machine_busy_seconds()?,
-    );
+    let (fe1, all1, etcd1, own1, m1) = cpu()?;
     let e1 = errors.load(Ordering::Relaxed);
     let r1a = n();
     let req1 = etcd_requests(&pids.members).await?;
@@ -1050,27 +1049,19 @@ fn report(
     (leader, leader_after): (usize, usize),
 ) {
     let get = |w: Work, c: usize, s: System| cells.get(&(w, c, s)).map_or(&[][..], Vec::as_slice);
-    // Per round: leasehold's ops/s over raw etcd's in the same round.
-    let ratio = |w: Work, c: usize, s: System| {
+    // The median over the rounds of `f(leasehold's cell, raw etcd's)`,
+    // each pair from the same round.
+    let per_round = |w: Work, c: usize, s: System, f: &dyn Fn(&Cell, &Cell) -> f64| {
         let raw = get(w, c, System::Raw);
-        median(
-            get(w, c, s)
-                .iter()
-                .zip(raw)
-                .map(|(x, r)| x.per_sec() / r.per_sec().max(1e-9))
-                .collect(),
-        )
+        median(get(w, c, s).iter().zip(raw).map(|(x, r)| f(x, r)).collect())
     };
-    // Per round: raw etcd's CPU per op (everything) over leasehold's.
+    // leasehold's ops/s over raw etcd's.
+    let ratio = |w: Work, c: usize, s: System| {
+        per_round(w, c, s, &|x, r| x.per_sec() / r.per_sec().max(1e-9))
+    };
+    // Raw etcd's CPU per op (everything) over leasehold's.
     let cpu_ratio = |w: Work, c: usize, s: System| {
-        let raw = get(w, c, System::Raw);
-        median(
-            get(w, c, s)
-                .iter()
-                .zip(raw)
-                .map(|(x, r)| r.all_per_op() / x.all_per_op().max(1e-9))
-                .collect(),
-        )
+        per_round(w, c, s, &|x, r| r.all_per_op() / x.all_per_op().max(1e-9))
     };
     println!("command: {}", command_line());
     println!();

@@ -28,7 +28,6 @@
 //! alike; the p99 of each kind of call, many leases against few.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::proc::{rss_bytes, Server};
@@ -335,42 +334,72 @@ async fn renewals(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
 }
 
 async fn renewal_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Duration>> {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..4u64 {
         let client = leasehold::client::Client::connect(addr).await?;
-        let seen = seen.clone();
         tasks.push(tokio::spawn(async move {
-            let mut rng = crate::Rng::new(7 + c);
-            let mut tick = tokio::time::interval(Duration::from_millis(2));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let (warm, end) = (
-                Instant::now() + Duration::from_millis(500),
-                Instant::now() + Duration::from_millis(500) + secs,
-            );
-            let mut mine = Vec::new();
-            while Instant::now() < end {
-                tick.tick().await;
+            let (mut rng, mut pace) = (crate::Rng::new(7 + c), Pace::new(2, secs));
+            while let Some(keep) = pace.next().await {
                 let job = job_name(rng.below(n));
                 let t = Instant::now();
                 let l = client.renew(&job, HOLDER, 1, TTL).await?;
-                let took = t.elapsed();
                 if l.token != 1 {
                     return Err(format!("{job}: renewed with token {}", l.token).into());
                 }
-                if t >= warm {
-                    mine.push(took);
-                }
+                pace.took(keep, t.elapsed());
             }
-            seen.lock().expect("samples").extend(mine);
-            Ok::<(), crate::sys::BoxError>(())
+            Ok(pace.samples)
         }));
     }
-    for t in tasks {
-        t.await??;
+    gather(tasks).await
+}
+
+/// A client's calls, one every so many milliseconds for half a second of
+/// warm-up and then `secs`; the times of those after the warm-up.
+struct Pace {
+    tick: tokio::time::Interval,
+    warm: Instant,
+    end: Instant,
+    samples: Vec<Duration>,
+}
+
+impl Pace {
+    fn new(every_ms: u64, secs: Duration) -> Pace {
+        let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let warm = Instant::now() + Duration::from_millis(500);
+        Pace {
+            tick,
+            warm,
+            end: warm + secs,
+            samples: Vec::new(),
+        }
     }
-    let v = std::mem::take(&mut *seen.lock().expect("samples"));
-    Ok(v)
+
+    /// Waits for the next call's turn; `None` once the time is up, else
+    /// whether the call is to be kept.
+    async fn next(&mut self) -> Option<bool> {
+        if Instant::now() >= self.end {
+            return None;
+        }
+        self.tick.tick().await;
+        Some(Instant::now() >= self.warm)
+    }
+
+    fn took(&mut self, keep: bool, took: Duration) {
+        if keep {
+            self.samples.push(took);
+        }
+    }
+}
+
+/// Every client's samples, once they have all finished.
+async fn gather(tasks: Vec<tokio::task::JoinHandle<Res<Vec<Duration>>>>) -> Res<Vec<Duration>> {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(all)
 }
 
 /// `KeepAlive` messages of 100 renewals of random leases, 4 streams at 50
@@ -380,23 +409,13 @@ async fn keep_alives(addr: &str, n: usize, secs: Duration) -> Res<Lat> {
 }
 
 async fn keep_alive_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Duration>> {
-    let seen = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for c in 0..4u64 {
         let client = leasehold::client::Client::connect(addr).await?;
-        let seen = seen.clone();
         tasks.push(tokio::spawn(async move {
             let mut ka = client.keep_alive().await?;
-            let mut rng = crate::Rng::new(70 + c);
-            let mut tick = tokio::time::interval(Duration::from_millis(20));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let (warm, end) = (
-                Instant::now() + Duration::from_millis(500),
-                Instant::now() + Duration::from_millis(500) + secs,
-            );
-            let mut mine = Vec::new();
-            while Instant::now() < end {
-                tick.tick().await;
+            let (mut rng, mut pace) = (crate::Rng::new(70 + c), Pace::new(20, secs));
+            while let Some(keep) = pace.next().await {
                 let batch: Vec<_> = (0..100)
                     .map(|_| {
                         leasehold::client::KeepAliveRenewal::new(
@@ -409,21 +428,13 @@ async fn keep_alive_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Dur
                     .collect();
                 let t = Instant::now();
                 let out = ka.renew(&batch).await?;
-                let took = t.elapsed();
                 if let Some(i) = out.iter().position(|o| !o.is_renewed()) {
                     return Err(format!("{}: not renewed", batch[i].job).into());
                 }
-                if t >= warm {
-                    mine.push(took);
-                }
+                pace.took(keep, t.elapsed());
             }
-            seen.lock().expect("samples").extend(mine);
-            Ok::<(), crate::sys::BoxError>(())
+            Ok(pace.samples)
         }));
     }
-    for t in tasks {
-        t.await??;
-    }
-    let v = std::mem::take(&mut *seen.lock().expect("samples"));
-    Ok(v)
+    gather(tasks).await
 }

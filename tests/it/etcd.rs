@@ -844,45 +844,18 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
 /// zero), well within the session TTL, and the next Acquire is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back() {
-    use leasehold::etcd::EtcdNode;
     use leasehold::lease::{Limits, Token};
 
-    let mut cluster = EtcdCluster::start(3);
-    let prefix = fresh_prefix();
-    let config = leasehold::etcd::Config {
-        endpoints: cluster.endpoints(),
-        prefix: prefix.clone(),
-        // A delete gives up after a second; the session lease lives ten.
-        timeout: Duration::from_secs(1),
-        session_ttl: Duration::from_secs(10),
-        security: Default::default(),
-        limits: Default::default(),
-    };
-    let a = EtcdNode::open(config.clone()).await.unwrap();
-    let b = EtcdNode::open(config).await.unwrap();
+    let InLine {
+        mut cluster,
+        a,
+        b,
+        job,
+        waiter,
+    } = one_in_line().await;
     let l = Limits::default();
-    let job = l.job("j").unwrap();
-    let ttl = Duration::from_secs(5);
-    let (ok, _) = a
-        .acquire(&job, &l.holder("h").unwrap(), ttl, NOW)
-        .await
-        .unwrap();
-    assert!(ok);
-    let waiter = {
-        let (b, job, w) = (b.clone(), job.clone(), l.holder("w").unwrap());
-        tokio::spawn(async move { b.acquire(&job, &w, ttl, LONG).await })
-    };
-    let t = Instant::now();
-    while b.snapshot().waiters == 0 {
-        assert!(t.elapsed() < LONG, "the waiter never got in line");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     // No majority: the waiter goes, and its key's delete fails.
-    let leader = cluster.leader().unwrap();
-    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
-    for i in &others {
-        cluster.pause(*i);
-    }
+    let others = lose_majority(&mut cluster);
     waiter.abort();
     let t = Instant::now();
     while b.orphaned_waiter_keys() == 0 {
@@ -906,6 +879,71 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
     )
     .await;
     assert_eq!(b.orphaned_waiter_keys(), 0);
+}
+
+/// A frontend's settings on `cluster`, under a fresh prefix, for the tests
+/// of calls that fail while etcd has no majority: a call gives up after a
+/// second; the session lease (which takes the waiters' keys with it) lives
+/// ten.
+fn quick_to_give_up(cluster: &EtcdCluster) -> leasehold::etcd::Config {
+    leasehold::etcd::Config {
+        timeout: Duration::from_secs(1),
+        session_ttl: Duration::from_secs(10),
+        ..common::etcd::frontend_config(cluster.endpoints(), &fresh_prefix())
+    }
+}
+
+/// What [`one_in_line`] sets up.
+struct InLine {
+    cluster: EtcdCluster,
+    a: leasehold::etcd::EtcdNode,
+    b: leasehold::etcd::EtcdNode,
+    job: leasehold::lease::JobName,
+    waiter: tokio::task::JoinHandle<leasehold::Result<(bool, leasehold::lease::LeaseView)>>,
+}
+
+/// The TTL of [`one_in_line`]'s leases.
+const IN_LINE_TTL: Duration = Duration::from_secs(5);
+
+/// Two frontends `a` and `b` on a new 3-member cluster
+/// ([`quick_to_give_up`]): `a` holds job "j" for "h", and `b`'s waiting
+/// Acquire for "w" is in line.
+async fn one_in_line() -> InLine {
+    use leasehold::etcd::EtcdNode;
+    let cluster = EtcdCluster::start(3);
+    let config = quick_to_give_up(&cluster);
+    let a = EtcdNode::open(config.clone()).await.unwrap();
+    let b = EtcdNode::open(config).await.unwrap();
+    let l = leasehold::lease::Limits::default();
+    let job = l.job("j").unwrap();
+    let h = l.holder("h").unwrap();
+    assert!(a.acquire(&job, &h, IN_LINE_TTL, NOW).await.unwrap().0);
+    let waiter = {
+        let (b, job, w) = (b.clone(), job.clone(), l.holder("w").unwrap());
+        tokio::spawn(async move { b.acquire(&job, &w, IN_LINE_TTL, LONG).await })
+    };
+    let t = Instant::now();
+    while b.snapshot().waiters == 0 {
+        assert!(t.elapsed() < LONG, "the waiter never got in line");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    InLine {
+        cluster,
+        a,
+        b,
+        job,
+        waiter,
+    }
+}
+
+/// Pauses every member but the leader: no majority. Returns the paused.
+fn lose_majority(cluster: &mut EtcdCluster) -> Vec<usize> {
+    let leader = cluster.leader().unwrap();
+    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for i in &others {
+        cluster.pause(*i);
+    }
+    others
 }
 
 /// Asks for `job` without waiting until it is granted to `holder`, failing
@@ -1198,40 +1236,18 @@ async fn a_waiter_joining_on_another_waiters_read_misses_no_release() {
 /// etcd is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_join_fails_is_told_and_leaves_no_key_in_line() {
-    use leasehold::etcd::EtcdNode;
     use leasehold::lease::{Limits, Token};
 
-    let mut cluster = EtcdCluster::start(3);
-    let prefix = fresh_prefix();
-    let config = leasehold::etcd::Config {
-        endpoints: cluster.endpoints(),
-        prefix: prefix.clone(),
-        timeout: Duration::from_secs(1),
-        session_ttl: Duration::from_secs(10),
-        security: Default::default(),
-        limits: Default::default(),
-    };
-    let a = EtcdNode::open(config.clone()).await.unwrap();
-    let b = EtcdNode::open(config).await.unwrap();
-    let l = Limits::default();
-    let job = l.job("j").unwrap();
-    let ttl = Duration::from_secs(5);
+    let InLine {
+        mut cluster,
+        a,
+        b,
+        job,
+        waiter: first,
+    } = one_in_line().await;
+    let (l, ttl) = (Limits::default(), IN_LINE_TTL);
     let h = l.holder("h").unwrap();
-    assert!(a.acquire(&job, &h, ttl, NOW).await.unwrap().0);
-    let first = {
-        let (b, job, w) = (b.clone(), job.clone(), l.holder("w1").unwrap());
-        tokio::spawn(async move { b.acquire(&job, &w, ttl, LONG).await })
-    };
-    let t = Instant::now();
-    while b.snapshot().waiters == 0 {
-        assert!(t.elapsed() < LONG, "the first waiter never got in line");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let leader = cluster.leader().unwrap();
-    let others: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
-    for i in &others {
-        cluster.pause(*i);
-    }
+    let others = lose_majority(&mut cluster);
     let noted = b.joined_on_noted_reads();
     let t = Instant::now();
     let r = b.acquire(&job, &l.holder("w2").unwrap(), ttl, LONG).await;
