@@ -1280,3 +1280,45 @@ async fn a_waiter_whose_join_fails_is_told_and_leaves_no_key_in_line() {
     )
     .await;
 }
+
+/// Every new job's grant compares and puts the one store-wide `meta` key
+/// (the count of jobs, the new-job floor), so jobs created at once through
+/// one frontend race for it: each must still be created, none refused for
+/// contention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_new_jobs_created_at_once_are_all_granted() {
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::Limits;
+
+    let cluster = EtcdCluster::start(1);
+    let config = common::etcd::frontend_config(cluster.endpoints(), &fresh_prefix());
+    let node = EtcdNode::open(config).await.unwrap();
+    let tasks: Vec<_> = (0..64)
+        .map(|c| {
+            let node = node.clone();
+            tokio::spawn(async move {
+                let l = Limits::default();
+                let h = l.holder(&format!("creator-{c}")).unwrap();
+                let mut failed = Vec::new();
+                for i in 0..10 {
+                    let job = l.job(&format!("new-{c}-{i}")).unwrap();
+                    match node.acquire(&job, &h, MIN_TTL * 10, NOW).await {
+                        Ok((true, _)) => {}
+                        other => failed.push(format!("{job}: {other:?}")),
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        failed.extend(t.await.unwrap());
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 640 not granted: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+}

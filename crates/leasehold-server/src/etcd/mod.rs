@@ -207,6 +207,9 @@ struct Inner {
     job_watches: queue::JobWatches,
     /// Puts waiter keys, several to a transaction.
     joins: queue::Joins,
+    /// Held by a grant of a new job from its read of `meta` to its
+    /// transaction's answer.
+    new_jobs: tokio::sync::Mutex<()>,
     /// Reads of a job shared by the calls that ask at once.
     reads: reads::Shared<String, Read>,
     /// Questions of how long an etcd lease has left, shared likewise.
@@ -280,6 +283,7 @@ impl EtcdNode {
                 health: tokio::sync::watch::Sender::new(StoreHealth::Ok),
                 orphans: queue::Orphans::default(),
                 job_watches: queue::JobWatches::default(),
+                new_jobs: tokio::sync::Mutex::new(()),
                 reads: reads::Shared::default(),
                 ttls: reads::Shared::default(),
                 limits: config.limits,
@@ -731,7 +735,14 @@ impl EtcdNode {
         place: Option<&Place>,
     ) -> Result<Option<LeaseView>> {
         // A new job: counted and above the new-job floor, both in `meta`,
-        // which the grant compares and puts.
+        // which the grant compares and puts. This frontend's new jobs take
+        // their turn at it: all at once, each grant's comparison would fail
+        // but one, and the losers try again (64 creating at once through
+        // one frontend had one in ten refused after 64 tries).
+        let _turn = match st.token {
+            Some(_) => None,
+            None => Some(self.inner.new_jobs.lock().await),
+        };
         let meta = match st.token {
             Some(_) => None,
             None => {
