@@ -463,29 +463,15 @@ async fn raw_write(kv: &mut KvClient<Channel>, ctx: &Ctx, j: usize) -> Res<()> {
 }
 
 /// A frontend on the cluster at `endpoints`, with the per-connection
-/// limits that would cap a capacity bench lifted (as `Server::leasehold`
-/// does): the set-up's Acquires come through one connection as fast as it
-/// goes, and no connection's writes are paced.
+/// limits that would cap a capacity bench lifted
+/// ([`crate::proc::SERVE_FOR_CAPACITY`], as `Server::leasehold`; and no
+/// connection's writes paced either).
 fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
     let mut cmd = Command::new(bin);
-    cmd.args([
-        "serve",
-        "--store",
-        "etcd",
-        "--etcd-endpoints",
-        endpoints,
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--max-ttl",
-        "24h",
-        "--max-acquire-rate-per-connection",
-        "1000000000",
-        "--max-write-rate-per-connection",
-        "1000000000000",
-    ])
-    .env("RUST_LOG", log);
+    cmd.args(crate::proc::SERVE_FOR_CAPACITY)
+        .args(["--store", "etcd", "--etcd-endpoints", endpoints])
+        .args(["--max-write-rate-per-connection", "1000000000000"])
+        .env("RUST_LOG", log);
     Server::spawn(cmd, 3)
 }
 

@@ -19,26 +19,30 @@ pub struct Server {
     pub startup: Duration,
 }
 
+/// `leasehold serve` on ports the OS picks, for capacity, not isolation:
+/// long TTLs allowed, and no connection's Acquires paced (a bench's set-up
+/// acquires a million leases through one connection as fast as the server
+/// goes).
+pub const SERVE_FOR_CAPACITY: [&str; 9] = [
+    "serve",
+    "--listen",
+    "127.0.0.1:0",
+    "--admin-listen",
+    "127.0.0.1:0",
+    "--max-ttl",
+    "24h",
+    "--max-acquire-rate-per-connection",
+    "1000000000",
+];
+
 impl Server {
-    /// Starts `leasehold serve` on `data_dir`, on ports the OS picks.
+    /// Starts `leasehold serve` on `data_dir` ([`SERVE_FOR_CAPACITY`]).
     pub fn leasehold(bin: &Path, data_dir: &Path) -> Res<Server> {
         let mut cmd = Command::new(bin);
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--max-ttl",
-            "24h",
-            // Capacity, not isolation: the fleet's set-up acquires a
-            // million leases as fast as the server goes.
-            "--max-acquire-rate-per-connection",
-            "1000000000",
-        ])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .env("RUST_LOG", "warn");
+        cmd.args(SERVE_FOR_CAPACITY)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("RUST_LOG", "warn");
         Server::spawn(cmd, 3)
     }
 
