@@ -154,7 +154,10 @@ async fn a_waiter_is_granted_when_the_lease_expires() {
     assert!(r.acquired);
     assert_eq!(r.lease.token, 2, "granted again after expiry: token + 1");
     assert!(waited >= ttl, "no takeover before the TTL: {waited:?}");
-    // A waiter that gives up gets the current lease.
+    // A waiter that gives up gets the current lease. b renews for long
+    // first: a stall of the machine longer than the short TTL must not
+    // hand the job to the waiter.
+    c.renew("exp", "b", 2, TTL).await.unwrap();
     let r = c
         .acquire("exp", "c", TTL, Duration::from_millis(150))
         .await
