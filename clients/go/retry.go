@@ -70,12 +70,19 @@ func (w *warnings) allow(now time.Time) (int, bool) {
 
 // callError is the error of a call made with ctx: a *ContextError when ctx
 // was cancelled or its deadline passed, else FromError's.
+//
+// The deadline is read from the clock, not only from ctx.Err(): the server
+// ends a call at the deadline the client sent it ("Timeout expired"), and
+// that answer can arrive before the timer behind ctx has fired.
 func callError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return &ContextError{Err: cerr, Cause: FromError(err)}
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return &ContextError{Err: context.DeadlineExceeded, Cause: FromError(err)}
 	}
 	return FromError(err)
 }

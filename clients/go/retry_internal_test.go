@@ -1,9 +1,36 @@
 package leasehold
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
+
+// pastDeadline is a context whose deadline has passed but whose timer has
+// not fired yet: Err is still nil, as it is for a moment in a real one.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// The server ends a call at the deadline the client sent it; its answer
+// can beat the client's own timer, and is still the caller's deadline.
+func TestAnAnswerAfterTheDeadlineIsTheDeadlinesError(t *testing.T) {
+	server := status.Error(codes.Canceled, "Timeout expired")
+	err := callError(pastDeadline{context.Background()}, server)
+	var ce *ContextError
+	if !errors.As(err, &ce) || !errors.Is(err, context.DeadlineExceeded) || Retryable(err) {
+		t.Fatalf("past the deadline: %v (retryable %v)", err, Retryable(err))
+	}
+	live, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if err := callError(live, server); errors.As(err, &ce) || !Retryable(err) {
+		t.Fatalf("before the deadline the server's answer stands: %v", err)
+	}
+}
 
 func TestBackoffDoublesWithJitterUpToItsCap(t *testing.T) {
 	b := &retryBackoff{base: 100 * time.Millisecond, max: time.Second}
