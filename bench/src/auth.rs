@@ -1,7 +1,8 @@
 //! What authentication costs: unary Renew and CheckedWrite against a
-//! plain server, and against one with TLS and a policy (every call with a
-//! bearer token, every lease bound to its principal), in the same run, on
-//! the same machine. Reports calls per second, the median latency, and the
+//! plain server, and against ones with TLS alone, TLS and a policy (every
+//! call with a bearer token, every lease bound to its principal), and
+//! mutual TLS and a policy (the principal is the client certificate's), in
+//! the same run, on the same machine. Reports calls per second, the median latency, and the
 //! server's CPU time per call (user + system, from /proc).
 //!
 //! `leasehold-bench auth --leasehold-bin target/release/leasehold --work-dir /tmp/lh-auth`
@@ -57,10 +58,17 @@ const SECRET: &str = "bench-secret";
 
 struct Files {
     ca_pem: String,
+    ca: PathBuf,
     cert: PathBuf,
     key: PathBuf,
     policy: PathBuf,
+    /// A client certificate (and its key) that the policy names.
+    client_pem: String,
+    client_key: String,
 }
+
+/// The name the policy knows the bench's client certificate by.
+const CLIENT_NAME: &str = "bench.client";
 
 fn files(dir: &Path) -> Res<Files> {
     std::fs::create_dir_all(dir)?;
@@ -72,25 +80,91 @@ fn files(dir: &Path) -> Res<Files> {
     s.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let key = KeyPair::generate()?;
     let cert = s.signed_by(&key, &ca)?;
+    let mut c = CertificateParams::new(vec![CLIENT_NAME.to_owned()])?;
+    c.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let client_key = KeyPair::generate()?;
+    let client = c.signed_by(&client_key, &ca)?;
     let digest = ring::digest::digest(&ring::digest::SHA256, SECRET.as_bytes());
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     let policy = format!(
-        "[[principal]]\nname = \"bench\"\ntoken_sha256 = [\"{hex}\"]\n\n\
+        "[[principal]]\nname = \"bench\"\ntoken_sha256 = [\"{hex}\"]\ncert_names = [\"{CLIENT_NAME}\"]\n\n\
          [[grant]]\nprincipal = \"bench\"\njobs = [\"\"]\nactions = [\"lease\", \"write\", \"read\"]\n"
     );
     let f = Files {
         ca_pem: ca.pem(),
+        ca: dir.join("ca.pem"),
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
         policy: dir.join("policy.toml"),
+        client_pem: client.pem(),
+        client_key: client_key.serialize_pem(),
     };
+    std::fs::write(&f.ca, &f.ca_pem)?;
     std::fs::write(&f.cert, cert.pem())?;
     std::fs::write(&f.key, key.serialize_pem())?;
     std::fs::write(&f.policy, policy)?;
     Ok(f)
 }
 
-fn start(a: &AuthArgs, f: &Files, tls: bool, policy: bool, data: &Path) -> Res<Server> {
+/// The servers compared, each against plain in its round.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Plain,
+    /// TLS, no policy.
+    Tls,
+    /// TLS and a policy; every call carries a bearer token (the goal's
+    /// case).
+    Token,
+    /// Mutual TLS and a policy; the principal is the client certificate's
+    /// name, and calls carry no token.
+    Mutual,
+}
+
+impl Mode {
+    const ALL: [Mode; 4] = [Mode::Plain, Mode::Tls, Mode::Token, Mode::Mutual];
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Tls => "TLS",
+            Mode::Token => "TLS + bearer token + policy",
+            Mode::Mutual => "mutual TLS + policy",
+        }
+    }
+
+    fn tls(self) -> bool {
+        self != Mode::Plain
+    }
+
+    fn policy(self) -> bool {
+        matches!(self, Mode::Token | Mode::Mutual)
+    }
+
+    /// How the bench's clients connect to this server.
+    fn security(self, f: &Files) -> Security {
+        let ca = || Some(f.ca_pem.clone().into_bytes());
+        match self {
+            Mode::Plain => Security::default(),
+            Mode::Tls => Security {
+                ca_pem: ca(),
+                ..Security::default()
+            },
+            Mode::Token => Security {
+                ca_pem: ca(),
+                token: Some(SECRET.to_owned()),
+                ..Security::default()
+            },
+            Mode::Mutual => Security {
+                ca_pem: ca(),
+                cert_pem: Some(f.client_pem.clone().into_bytes()),
+                key_pem: Some(f.client_key.clone().into_bytes()),
+                ..Security::default()
+            },
+        }
+    }
+}
+
+fn start(a: &AuthArgs, f: &Files, mode: Mode, data: &Path) -> Res<Server> {
     let mut cmd = if a.callgrind {
         // Instructions are counted only between `callgrind_control -i on`
         // and the dump, around each cell.
@@ -117,17 +191,20 @@ fn start(a: &AuthArgs, f: &Files, tls: bool, policy: bool, data: &Path) -> Res<S
     .arg("--data-dir")
     .arg(data)
     .env("RUST_LOG", "warn");
-    if tls {
+    if mode.tls() {
         cmd.arg("--tls-cert")
             .arg(&f.cert)
             .arg("--tls-key")
             .arg(&f.key);
     }
-    if policy {
+    if mode == Mode::Mutual {
+        cmd.arg("--tls-client-ca").arg(&f.ca);
+    }
+    if mode.policy() {
         cmd.arg("--policy").arg(&f.policy);
     }
     let mut s = Server::spawn_command(cmd)?;
-    if tls {
+    if mode.tls() {
         s.addr = s.addr.replacen("http://", "https://", 1);
     }
     Ok(s)
@@ -212,33 +289,16 @@ async fn cell(a: &AuthArgs, s: &Server, security: &Security, work: &str) -> Res<
 /// Runs both servers, both workloads, and prints a Markdown table.
 pub async fn run(a: AuthArgs) -> Res<()> {
     let f = files(&a.work_dir)?;
-    let secured = Security {
-        ca_pem: Some(f.ca_pem.clone().into_bytes()),
-        token: Some(SECRET.to_owned()),
-        ..Security::default()
-    };
     println!(
         "| round | work | server | calls/s | p50 | server CPU per call | vs plain |\n|---|---|---|---|---|---|---|"
     );
-    let modes = [
-        ("plain", false, false),
-        ("TLS", true, false),
-        ("TLS + bearer token + policy", true, true),
-    ];
     for round in 1..=a.rounds {
         let mut plain = [0.0f64; 2];
-        for (label, tls, policy) in modes {
-            let data = a.work_dir.join(format!("data-{round}-{tls}-{policy}"));
+        for mode in Mode::ALL {
+            let data = a.work_dir.join(format!("data-{round}-{}", mode as u8));
             let _ = std::fs::remove_dir_all(&data);
-            let s = start(&a, &f, tls, policy, &data)?;
-            let security = match (tls, policy) {
-                (false, _) => Security::default(),
-                (true, false) => Security {
-                    ca_pem: secured.ca_pem.clone(),
-                    ..Security::default()
-                },
-                (true, true) => secured.clone(),
-            };
+            let s = start(&a, &f, mode, &data)?;
+            let security = mode.security(&f);
             for (k, work) in ["renew", "write"].into_iter().enumerate() {
                 let c = cell(&a, &s, &security, work).await?;
                 let per = if a.callgrind {
@@ -246,12 +306,13 @@ pub async fn run(a: AuthArgs) -> Res<()> {
                 } else {
                     c.cpu * 1e6 / c.calls.max(1) as f64
                 };
-                if !tls {
+                if mode == Mode::Plain {
                     plain[k] = per;
                 }
                 let unit = if a.callgrind { "instructions" } else { "µs" };
                 println!(
-                    "| {round} | {work} | {label} | {:.0} | {:.0?} | {per:.1} {unit} | {:.2}x |",
+                    "| {round} | {work} | {} | {:.0} | {:.0?} | {per:.1} {unit} | {:.2}x |",
+                    mode.label(),
                     c.calls as f64 / c.secs,
                     c.p50,
                     per / plain[k].max(1e-9)

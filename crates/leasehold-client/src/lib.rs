@@ -51,6 +51,7 @@ mod clock {
 mod keepalive;
 mod pipe;
 mod retry;
+mod transport;
 mod writestream;
 
 use std::fmt;
@@ -60,7 +61,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 use tonic_types::StatusExt;
 
@@ -474,37 +475,42 @@ impl Client {
         };
         let tls = security.ca_pem.is_some() || security.cert_pem.is_some();
         let rest = addr.split_once("://").map_or(addr, |(_, r)| r);
-        let addr = match (tls, addr.contains("://")) {
-            (true, _) => format!("https://{rest}"),
-            (false, true) => addr.to_owned(),
-            (false, false) => format!("http://{addr}"),
-        };
-        let mut endpoint = Endpoint::from_shared(addr)
+        // The channel connects through `transport::Connector`, which does
+        // the TLS itself (see there); the calls carry the `https` origin.
+        let mut endpoint = Endpoint::from_shared(format!("http://{rest}"))
             .map_err(|e| bad("server", format!("bad server address: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
-        if tls {
-            let mut config = ClientTlsConfig::new();
-            if let Some(ca) = &security.ca_pem {
-                config = config.ca_certificate(Certificate::from_pem(ca));
-            }
-            match (&security.cert_pem, &security.key_pem) {
-                (Some(cert), Some(key)) => config = config.identity(Identity::from_pem(cert, key)),
-                (None, None) => {}
+            .connect_timeout(Duration::from_secs(5));
+        let tls = if tls {
+            let origin = format!("https://{rest}")
+                .parse()
+                .map_err(|e| bad("server", format!("bad server address: {e}")))?;
+            endpoint = endpoint.origin(origin);
+            let identity = match (&security.cert_pem, &security.key_pem) {
+                (Some(cert), Some(key)) => Some((&cert[..], &key[..])),
+                (None, None) => None,
                 _ => {
                     return Err(bad(
                         "cert",
                         "a client certificate needs its key, and a key its certificate".into(),
                     ))
                 }
+            };
+            let tls = transport::Tls::new(
+                security.ca_pem.as_deref(),
+                identity,
+                security.server_name.as_deref(),
+            )
+            .map_err(|(field, message)| bad(field, message))?;
+            Some(tls)
+        } else {
+            if addr.starts_with("https://") {
+                return Err(bad(
+                    "ca",
+                    "an https:// address needs the CA that signed the server's certificate".into(),
+                ));
             }
-            if let Some(name) = &security.server_name {
-                config = config.domain_name(name.clone());
-            }
-            endpoint = endpoint
-                .tls_config(config)
-                .map_err(|e| bad("ca", format!("bad TLS settings: {e}")))?;
-        }
+            None
+        };
         let token = match &security.token {
             None => None,
             Some(t) => Some(
@@ -513,7 +519,9 @@ impl Client {
                     .map_err(|_| bad("token", "the bearer token must be printable ASCII".into()))?,
             ),
         };
-        let channel = endpoint.connect().await?;
+        let channel = endpoint
+            .connect_with_connector(transport::Connector { tls })
+            .await?;
         Ok(Client::with_token(channel, BearerToken(token)))
     }
 

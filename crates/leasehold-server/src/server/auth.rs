@@ -568,17 +568,27 @@ impl Auth {
 
     /// Finds the caller's principal from the request's `authorization`
     /// header (a bearer token) or else its client certificate.
+    ///
+    /// A connection's calls carry the same credentials, call after call:
+    /// the caller found for the last one is kept on the connection
+    /// ([`CallerMemo`]) and is the answer again for the same credentials
+    /// under the same policy, without the lookup (or, for a client
+    /// certificate, without reading the certificate again).
     pub fn authenticate(
         self: &Arc<Self>,
         headers: &http::HeaderMap,
         peer: Option<&Peer>,
     ) -> Result<Caller> {
-        let policy = self
-            .policy
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let principal = match headers.get(http::header::AUTHORIZATION) {
+        let header = headers.get(http::header::AUTHORIZATION);
+        let memo = peer.map(|p| &*p.caller);
+        let policy = {
+            let current = self.policy.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(caller) = memo.and_then(|m| m.get(&current, header)) {
+                return Ok(caller);
+            }
+            current.clone()
+        };
+        let principal = match header {
             Some(v) => {
                 let secret = bearer(v.as_bytes()).ok_or_else(|| {
                     self.unauthenticated("the authorization header is not `Bearer SECRET`")
@@ -602,13 +612,17 @@ impl Auth {
                 })?
             }
         };
-        Ok(Caller(Some(Arc::new(Known {
+        let caller = Caller(Some(Arc::new(Known {
             principal: principal.name.clone(),
             limits: principal.limits,
             load: principal.load.clone(),
             policy,
             auth: self.clone(),
-        }))))
+        })));
+        if let Some(m) = memo {
+            m.set(header, &caller);
+        }
+        Ok(caller)
     }
 
     fn unauthenticated(&self, why: &'static str) -> Error {
@@ -631,6 +645,46 @@ impl Auth {
                 tracing::warn!(principal, "refused: {what}");
             }
         }
+    }
+}
+
+/// The caller a connection's last call was authenticated as, and by what:
+/// the exact `authorization` header it sent, or none (its client
+/// certificate, which a connection cannot change). Only a caller that was
+/// found is kept, so a wrong token is looked up (and refused) every time.
+/// It answers only for the policy it was found under: after a reload the
+/// next call is authenticated afresh, and replaces it.
+#[derive(Default)]
+pub struct CallerMemo(Mutex<Option<(Option<http::HeaderValue>, Caller)>>);
+
+impl std::fmt::Debug for CallerMemo {
+    /// The principal only: the header holds a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let principal = memo
+            .as_ref()
+            .and_then(|(_, c)| c.principal().map(str::to_owned));
+        f.debug_tuple("CallerMemo").field(&principal).finish()
+    }
+}
+
+impl CallerMemo {
+    /// The kept caller, if it was found for exactly `header` under
+    /// `policy`.
+    fn get(&self, policy: &Arc<Policy>, header: Option<&http::HeaderValue>) -> Option<Caller> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (kept_header, caller) = memo.as_ref()?;
+        let known = caller.0.as_ref()?;
+        let same = match (kept_header, header) {
+            (Some(a), Some(b)) => a.as_bytes() == b.as_bytes(),
+            (None, None) => true,
+            _ => false,
+        };
+        (same && Arc::ptr_eq(&known.policy, policy)).then(|| caller.clone())
+    }
+
+    fn set(&self, header: Option<&http::HeaderValue>, caller: &Caller) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((header.cloned(), caller.clone()));
     }
 }
 
@@ -1129,6 +1183,64 @@ limits = { max_watchers = 7 }
             assert!(e.starts_with(&format!("line {line}:")), "{e}");
             assert!(e.contains(words), "{e}");
         }
+    }
+
+    #[test]
+    fn a_connection_keeps_its_caller_for_the_same_credentials_under_the_same_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, POLICY).unwrap();
+        let auth = Auth::load(path.clone(), Arc::default()).unwrap();
+        let header = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+            h
+        };
+        let known = |c: &Caller| c.0.clone().unwrap();
+        let (good, wrong) = (header("Bearer test"), header("Bearer tess"));
+        let peer = Peer::default();
+        let first = auth.authenticate(&good, Some(&peer)).unwrap();
+        let again = auth.authenticate(&good, Some(&peer)).unwrap();
+        assert!(Arc::ptr_eq(&known(&first), &known(&again)), "kept");
+        // Other credentials on the same connection are looked up, and a
+        // wrong token stays refused, every time.
+        for _ in 0..2 {
+            assert!(matches!(
+                auth.authenticate(&wrong, Some(&peer)),
+                Err(Error::Unauthenticated(_))
+            ));
+            assert!(matches!(
+                auth.authenticate(&http::HeaderMap::new(), Some(&peer)),
+                Err(Error::Unauthenticated(_))
+            ));
+        }
+        // Another connection has its own.
+        let other = auth.authenticate(&good, Some(&Peer::default())).unwrap();
+        assert!(!Arc::ptr_eq(&known(&first), &known(&other)));
+        // After a reload that drops the token, the kept caller is not
+        // taken for the new policy's.
+        std::fs::write(
+            &path,
+            POLICY.replace(
+                "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                "0000000000000000000000000000000000000000000000000000000000000000",
+            ),
+        )
+        .unwrap();
+        auth.reload().unwrap();
+        assert!(matches!(
+            auth.authenticate(&good, Some(&peer)),
+            Err(Error::Unauthenticated(_))
+        ));
+        // And the debug form shows the principal, never the secret.
+        std::fs::write(&path, POLICY).unwrap();
+        auth.reload().unwrap();
+        auth.authenticate(&good, Some(&peer)).unwrap();
+        let shown = format!("{peer:?}");
+        assert!(
+            shown.contains("billing") && !shown.contains("test"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub struct Peer {
     pub certs: Option<Arc<[CertificateDer<'static>]>>,
     /// The calls open on the connection.
     pub load: Arc<ConnLoad>,
+    /// The caller its last call was authenticated as (see
+    /// [`super::auth::CallerMemo`]).
+    pub caller: Arc<super::auth::CallerMemo>,
 }
 
 impl Connected for Conn {
@@ -421,6 +424,7 @@ fn secured(
                                 remote,
                                 certs,
                                 load,
+                                caller: Arc::default(),
                             },
                             _permit: permit,
                             preface: None,
@@ -469,6 +473,7 @@ fn plain(
                     remote: stream.peer_addr().ok(),
                     certs: None,
                     load: Arc::default(),
+                    caller: Arc::default(),
                 };
                 Some(Ok((
                     Conn {
