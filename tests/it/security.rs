@@ -429,6 +429,90 @@ async fn a_plaintext_client_gets_nothing_from_the_tls_port() {
     assert_eq!(admin.get_lease("billing/p").await.unwrap().token, 0);
 }
 
+/// Forwards one connection to `to`, counting the TLS application-data
+/// records the client sends (from their headers, so however TCP splits or
+/// joins them).
+async fn record_counting_proxy(
+    to: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let records = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = records.clone();
+    tokio::spawn(async move {
+        let (client, _) = listener.accept().await.unwrap();
+        let server = tokio::net::TcpStream::connect(to).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut sr, &mut cw).await });
+        let (mut pending, mut buf) = (Vec::new(), [0u8; 16 * 1024]);
+        loop {
+            let n = match cr.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            // A record: type (1), version (2), length (2), then the body.
+            while pending.len() >= 5 {
+                let len = 5 + u16::from_be_bytes([pending[3], pending[4]]) as usize;
+                if pending.len() < len {
+                    break;
+                }
+                if pending[0] == 23 {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+                pending.drain(..len);
+            }
+            if sw.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    });
+    (addr, records)
+}
+
+/// The Rust client sends a unary call's HEADERS and DATA together: one
+/// TLS record, which the server decrypts and processes once (HTTP/2 would
+/// otherwise write them one after the other, two records a call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_sends_each_unary_call_in_one_tls_record() {
+    use std::sync::atomic::Ordering;
+    let s = Setup::new();
+    let p = s.start(&[]);
+    let (proxy, records) = record_counting_proxy(p.addr).await;
+    let c = Client::connect_with(
+        &format!("https://{proxy}"),
+        Security {
+            ca_pem: Some(s.ca.pem().into_bytes()),
+            token: Some(BILLING.to_owned()),
+            ..Security::default()
+        },
+    )
+    .await
+    .unwrap();
+    let lease = c.acquire("billing/one", "h", TTL, NOW).await.unwrap().lease;
+    for _ in 0..10 {
+        c.renew("billing/one", "h", lease.token, TTL).await.unwrap();
+    }
+    let before = records.load(Ordering::Relaxed);
+    const CALLS: usize = 200;
+    for _ in 0..CALLS {
+        c.renew("billing/one", "h", lease.token, TTL).await.unwrap();
+    }
+    let sent = records.load(Ordering::Relaxed) - before;
+    // A few more for HTTP/2's own frames, or a turn the body missed;
+    // two a call is what it was.
+    assert!(
+        (CALLS..CALLS + CALLS / 4).contains(&sent),
+        "{sent} records for {CALLS} calls"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_and_wrong_ca_client_certificates_are_refused_in_the_handshake() {
     let s = Setup::new();
