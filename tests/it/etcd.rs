@@ -1322,3 +1322,73 @@ async fn many_new_jobs_created_at_once_are_all_granted() {
         &failed[..failed.len().min(3)]
     );
 }
+
+/// With a policy, a fenced write carrying another principal's live token
+/// is refused on the same read of the job its write would be decided on
+/// (no read of the lease before it), and the holder's own goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_with_another_principals_live_token_is_refused() {
+    use common::pki;
+    let cluster = EtcdCluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let policy = format!(
+        r#"
+[[principal]]
+name = "billing"
+token_sha256 = ["{}"]
+
+[[principal]]
+name = "ops"
+token_sha256 = ["{}"]
+
+[[grant]]
+principal = "billing"
+jobs = ["shared/"]
+actions = ["lease", "write", "read"]
+
+[[grant]]
+principal = "ops"
+jobs = ["shared/"]
+actions = ["lease", "write", "read"]
+"#,
+        pki::sha256_hex("billing-secret"),
+        pki::sha256_hex("ops-secret")
+    );
+    let path = pki::write(dir.path(), "policy.toml", &policy);
+    let f = frontend(
+        &cluster.endpoints_arg(),
+        &fresh_prefix(),
+        &["--policy", path.to_str().unwrap()],
+    );
+    let as_ = |secret: &str| {
+        let security = leasehold::client::Security {
+            token: Some(secret.to_owned()),
+            ..Default::default()
+        };
+        let url = f.url();
+        async move { Client::connect_with(&url, security).await.unwrap() }
+    };
+    let (billing, ops) = (as_("billing-secret").await, as_("ops-secret").await);
+    billing.acquire("shared/w", "h", LONG, NOW).await.unwrap();
+    let seen = ops.get_lease("shared/w").await.unwrap();
+    assert_eq!(seen.principal.as_deref(), Some("billing"));
+    match ops
+        .checked_write("shared/w", seen.token, b"k", b"forged".to_vec())
+        .await
+        .unwrap_err()
+    {
+        ClientError::PermissionDenied { action, job, .. } => {
+            assert_eq!(
+                (action.as_deref(), job.as_deref()),
+                (Some("write"), Some("shared/w"))
+            );
+        }
+        other => panic!("expected PERMISSION_DENIED, got {other:?}"),
+    }
+    assert!(!billing.read("shared/w", b"k").await.unwrap().found);
+    billing
+        .checked_write("shared/w", seen.token, b"k", b"mine".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(billing.read("shared/w", b"k").await.unwrap().value, b"mine");
+}

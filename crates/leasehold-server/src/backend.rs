@@ -13,7 +13,9 @@ use tokio::sync::{mpsc, watch};
 use crate::error::{Error, Result};
 use crate::etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, JobStatus, LeaseView, Token};
-use crate::node::{EventKind, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write};
+use crate::node::{
+    EventKind, HolderGuard, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write,
+};
 use crate::store::{Tenure, ValueRecord};
 
 /// Where decisions are made: one process on sled, or etcd.
@@ -248,14 +250,15 @@ impl Backend {
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
+        guard: Option<HolderGuard<'_>>,
     ) -> Result<u64> {
         match self {
-            Backend::Local(n) => n.checked_write(job, token, key, value).await,
+            Backend::Local(n) => n.checked_write(job, token, key, value, guard).await,
             Backend::Etcd(n) => {
                 n.bounded(
                     "CheckedWrite",
                     Duration::ZERO,
-                    n.checked_write(job, token, key, value),
+                    n.checked_write(job, token, key, value, guard),
                 )
                 .await
             }
@@ -276,7 +279,7 @@ impl Backend {
                             .bounded(
                                 "WriteStream",
                                 Duration::ZERO,
-                                n.checked_write(&w.job, w.token, &w.key, w.value),
+                                n.checked_write(&w.job, w.token, &w.key, w.value, None),
                             )
                             .await
                         {

@@ -933,7 +933,7 @@ mod tests {
             .await
             .unwrap();
         assert!(got);
-        node.checked_write(&job, Token(1), b"k", Some(b"v".to_vec()))
+        node.checked_write(&job, Token(1), b"k", Some(b"v".to_vec()), None)
             .await
             .unwrap();
         let rpc = Arc::new(RpcMetrics::default());

@@ -127,7 +127,9 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
 use crate::metrics::JobsShown;
-use crate::node::{RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth};
+use crate::node::{
+    held_by_another, HolderGuard, RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth,
+};
 use crate::store::{decode_history, HistoryPut, Tenure, ValueRecord};
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
@@ -1238,13 +1240,16 @@ impl EtcdNode {
     }
 
     /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
-    /// passes the fence. Returns the key's new version.
+    /// passes the fence and `guard` (if any) lets the live grant's holder
+    /// be written for, both decided on the one read the write is made
+    /// against. Returns the key's new version.
     pub async fn checked_write(
         &self,
         job: &JobName,
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
+        guard: Option<HolderGuard<'_>>,
     ) -> Result<u64> {
         self.check_open()?;
         let k = &self.inner.keys;
@@ -1279,6 +1284,10 @@ impl EtcdNode {
                     return Err(e);
                 }
             };
+            // The fence passed: `h` is the live grant, with this token.
+            if guard.is_some_and(|refuse| refuse(&h.rec.holder)) {
+                return Err(held_by_another(job));
+            }
             let rec = ValueRecord {
                 token,
                 version: existing.as_ref().map_or(0, |(r, _)| r.version) + 1,

@@ -132,6 +132,22 @@ pub struct Write {
     pub value: Option<Vec<u8>>,
 }
 
+/// With a policy: whether a write carrying the live grant's token is to be
+/// refused because of who holds that grant, asked of the grant's holder
+/// as stored (bound to its principal). The policy answers it (see
+/// `server::auth::Caller::held_by_another`); the store decides it on the
+/// very state the write is decided on, so no other read is needed.
+pub type HolderGuard<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
+
+/// The refusal of a write the [`HolderGuard`] refused.
+pub fn held_by_another(job: &JobName) -> Error {
+    Error::PermissionDenied {
+        action: "write",
+        job: job.to_string(),
+        why: "the job's lease is held by another principal",
+    }
+}
+
 /// The outcome of one renewal in a batch: our renewed lease, or why not
 /// (`LeaseLost` or `UnknownToken`) with the job's current lease.
 pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
@@ -907,19 +923,32 @@ impl Node {
     }
 
     /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
-    /// passes the fence. Returns the key's new version once durable.
+    /// passes the fence and `guard` (if any) lets the live grant's holder
+    /// be written for. Returns the key's new version once durable.
     pub async fn checked_write(
         &self,
         job: &JobName,
         token: Token,
         key: &[u8],
         value: Option<Vec<u8>>,
+        guard: Option<HolderGuard<'_>>,
     ) -> Result<u64> {
         self.check_open()?;
         let (outcome, seq) = {
             let (mut st, mut existing) = self.lock_with_records(&[(job, key)])?;
-            let existing = existing.pop().expect("one record for one key");
-            self.write_one(&mut st, job, token, key, value, existing)?
+            let refused = guard.is_some_and(|refuse| {
+                st.table
+                    .live_holder(job, clock::now())
+                    .is_some_and(|(live, holder)| live == token && refuse(holder.as_str()))
+            });
+            if refused {
+                // Shown once what it was decided on is durable, as a
+                // fenced write is.
+                (Err(held_by_another(job)), st.table.stamp(job))
+            } else {
+                let existing = existing.pop().expect("one record for one key");
+                self.write_one(&mut st, job, token, key, value, existing)?
+            }
         };
         self.inner.commit.wait(seq).await?;
         outcome

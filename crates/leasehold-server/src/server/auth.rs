@@ -858,16 +858,29 @@ impl Caller {
             return Ok(());
         }
         if let LeaseState::Held { holder, .. } = &view.state {
-            let (principal, _) = unbind(holder.as_str());
-            if principal.is_some() && principal != self.principal() {
-                return Err(self.denied(
-                    Action::Write,
-                    view.job.as_str(),
-                    "the job's lease is held by another principal",
-                ));
+            if self.held_by_another(holder.as_str()) {
+                return Err(self.refused_write(&view.job));
             }
         }
         Ok(())
+    }
+
+    /// Whether a grant held as `holder` (bound, as stored) is another
+    /// principal's: a write with its token is refused to this caller. The
+    /// [`crate::node::HolderGuard`] of a fenced write.
+    pub fn held_by_another(&self, holder: &str) -> bool {
+        let (principal, _) = unbind(holder);
+        self.0.is_some() && principal.is_some() && principal != self.principal()
+    }
+
+    /// The refusal of a write to `job`, whose live grant is another
+    /// principal's: counted and logged.
+    pub fn refused_write(&self, job: &JobName) -> Error {
+        self.denied(
+            Action::Write,
+            job.as_str(),
+            "the job's lease is held by another principal",
+        )
     }
 
     /// Whether the server has a policy.

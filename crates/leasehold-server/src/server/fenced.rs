@@ -91,14 +91,25 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let bytes = write_bytes(req.get_ref());
         let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
         paced(load.as_ref(), self.write_rate, bytes, &self.metrics).await;
-        check_bound(&self.node, &caller, std::slice::from_ref(&w))
-            .await
-            .map_err(status)?;
+        // With a policy, the store also asks whose the live grant is, on
+        // the state it decides the write on (no read of the lease first).
+        let guard = |holder: &str| caller.held_by_another(holder);
         let version = self
             .node
-            .checked_write(&w.job, w.token, &w.key, w.value)
+            .checked_write(
+                &w.job,
+                w.token,
+                &w.key,
+                w.value,
+                caller.is_policed().then_some(&guard),
+            )
             .await
-            .map_err(|e| status(counted(&self.metrics, e)))?;
+            .map_err(|e| {
+                status(match e {
+                    Error::PermissionDenied { .. } => caller.refused_write(&w.job),
+                    e => counted(&self.metrics, e),
+                })
+            })?;
         Ok(Response::new(proto::CheckedWriteResponse { version }))
     }
 
