@@ -443,6 +443,11 @@ type Transport = InterceptedService<Channel, BearerToken>;
 
 /// A typed client. Cheap to clone: clones share one HTTP/2 connection.
 ///
+/// Each unary call goes out in one write (one TLS record with TLS): the
+/// connection holds what HTTP/2 writes until it flushes, and a flush waits
+/// one turn of the scheduler, in which a call's body joins its headers.
+/// The server then reads and decrypts a call once, not twice.
+///
 /// The connection needs no reconnect settings: tonic's channel has no
 /// reconnect backoff, and after the connection breaks it connects again
 /// on the next call, so an elector (whose own retries wait at most 1 s
