@@ -78,6 +78,23 @@ pub fn sha256_hex(secret: &str) -> String {
     })
 }
 
+/// A policy of principals each known by a bearer secret, each allowed to
+/// lease, write and read under its prefixes: `(name, secret, prefixes)`.
+pub fn token_policy(principals: &[(&str, &str, &[&str])]) -> String {
+    let mut out = String::new();
+    for (name, secret, prefixes) in principals {
+        let jobs: Vec<String> = prefixes.iter().map(|p| format!("{p:?}")).collect();
+        out += &format!(
+            "[[principal]]\nname = {name:?}\ntoken_sha256 = [{:?}]\n\n\
+             [[grant]]\nprincipal = {name:?}\njobs = [{}]\n\
+             actions = [\"lease\", \"write\", \"read\"]\n\n",
+            sha256_hex(secret),
+            jobs.join(", ")
+        );
+    }
+    out
+}
+
 #[test]
 fn sha256_matches_a_known_digest() {
     assert_eq!(

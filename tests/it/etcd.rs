@@ -1331,29 +1331,10 @@ async fn a_write_with_another_principals_live_token_is_refused() {
     use common::pki;
     let cluster = EtcdCluster::start(1);
     let dir = tempfile::tempdir().unwrap();
-    let policy = format!(
-        r#"
-[[principal]]
-name = "billing"
-token_sha256 = ["{}"]
-
-[[principal]]
-name = "ops"
-token_sha256 = ["{}"]
-
-[[grant]]
-principal = "billing"
-jobs = ["shared/"]
-actions = ["lease", "write", "read"]
-
-[[grant]]
-principal = "ops"
-jobs = ["shared/"]
-actions = ["lease", "write", "read"]
-"#,
-        pki::sha256_hex("billing-secret"),
-        pki::sha256_hex("ops-secret")
-    );
+    let policy = pki::token_policy(&[
+        ("billing", "billing-secret", &["shared/"]),
+        ("ops", "ops-secret", &["shared/"]),
+    ]);
     let path = pki::write(dir.path(), "policy.toml", &policy);
     let f = frontend(
         &cluster.endpoints_arg(),
