@@ -153,9 +153,34 @@ pub fn wake_ranges(keys: &Keys, job: &str) -> [WatchRange; 2] {
 /// passes the revision of its own last read.
 #[derive(Default)]
 pub(super) struct JobWatches {
-    jobs: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<JobWatch>>>,
+    jobs: std::sync::Mutex<WatchMap>,
     /// Waiters that joined on a read noted by another ([`Self::busy_read`]).
     noted: std::sync::atomic::AtomicU64,
+}
+
+/// The jobs' shared watches, by job, and when to drop the entries of
+/// watches that ended. Dropped in one pass once the map has doubled since
+/// the last: a pass at every new watch cost a frontend with waiters on many
+/// jobs time in their number at each new one.
+#[derive(Default)]
+struct WatchMap {
+    by_job: std::collections::HashMap<String, std::sync::Weak<JobWatch>>,
+    prune_at: usize,
+}
+
+/// Entries a [`WatchMap`] keeps before its first pass.
+const PRUNE_MIN: usize = 64;
+
+impl WatchMap {
+    /// Drops the entries of ended watches, when it is time to: at most as
+    /// many ended ones as live ones (and [`PRUNE_MIN`]) are ever kept, and
+    /// each pass is paid for by the entries added since the last.
+    fn prune(&mut self) {
+        if self.by_job.len() >= self.prune_at {
+            self.by_job.retain(|_, w| w.strong_count() > 0);
+            self.prune_at = (self.by_job.len() * 2).max(PRUNE_MIN);
+        }
+    }
 }
 
 /// A job's shared watch: alive while a waiter holds it.
@@ -222,8 +247,8 @@ impl JobWatches {
         revision: i64,
     ) -> Option<std::sync::Arc<JobWatch>> {
         let mut jobs = self.jobs.lock().expect("job watches lock");
-        jobs.retain(|_, w| w.strong_count() > 0);
-        if let Some(w) = jobs.get(job).and_then(std::sync::Weak::upgrade) {
+        jobs.prune();
+        if let Some(w) = jobs.by_job.get(job).and_then(std::sync::Weak::upgrade) {
             if w.live() {
                 return (w.start <= revision + 1).then_some(w);
             }
@@ -263,7 +288,8 @@ impl JobWatches {
             busy: std::sync::Mutex::new(None),
             task,
         });
-        jobs.insert(job.to_owned(), std::sync::Arc::downgrade(&w));
+        jobs.by_job
+            .insert(job.to_owned(), std::sync::Arc::downgrade(&w));
         Some(w)
     }
 
@@ -279,7 +305,7 @@ impl JobWatches {
     /// already; this spares each waiter its wait for one).
     pub(super) fn busy_read(&self, job: &str) -> Option<(std::sync::Arc<JobWatch>, i64, JobState)> {
         let jobs = self.jobs.lock().expect("job watches lock");
-        let w = jobs.get(job)?.upgrade()?;
+        let w = jobs.by_job.get(job)?.upgrade()?;
         drop(jobs);
         let (revision, st) = w.busy.lock().expect("busy read lock").clone()?;
         let seen = *w.seen.borrow();
@@ -298,7 +324,10 @@ impl JobWatches {
     /// Jobs with a shared watch now, for tests.
     pub(super) fn len(&self) -> usize {
         let jobs = self.jobs.lock().expect("job watches lock");
-        jobs.values().filter(|w| w.strong_count() > 0).count()
+        jobs.by_job
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 }
 
@@ -636,6 +665,42 @@ fn gone() -> Error {
 mod tests {
     use super::*;
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+
+    /// Ended watches' entries are dropped in passes that come as the map
+    /// doubles: never more ended entries than live ones (past the first
+    /// few), and the live ones always kept.
+    #[tokio::test]
+    async fn ended_watches_are_dropped_as_the_map_grows_and_live_ones_kept() {
+        let live_watch = || {
+            std::sync::Arc::new(JobWatch {
+                start: 1,
+                seen: tokio::sync::watch::channel(0).0,
+                busy: std::sync::Mutex::new(None),
+                task: tokio::spawn(async {}),
+            })
+        };
+        let mut map = WatchMap::default();
+        let live: Vec<_> = (0..100).map(|_| live_watch()).collect();
+        for (i, w) in live.iter().enumerate() {
+            map.prune();
+            map.by_job
+                .insert(format!("live-{i}"), std::sync::Arc::downgrade(w));
+        }
+        for i in 0..10_000 {
+            map.prune();
+            // A watch that ended: its waiters are gone.
+            map.by_job
+                .insert(format!("ended-{i}"), std::sync::Weak::new());
+            let ended = map.by_job.len() - live.len();
+            assert!(
+                ended <= live.len().max(PRUNE_MIN) + 1,
+                "{ended} ended entries kept"
+            );
+        }
+        for i in 0..live.len() {
+            assert!(map.by_job[&format!("live-{i}")].upgrade().is_some());
+        }
+    }
 
     /// etcd's meaning of a create-revision comparison over `[key,
     /// range_end)` (one key when `range_end` is empty), on `waiters` (key,
