@@ -179,18 +179,11 @@ fn start(a: &AuthArgs, f: &Files, mode: Mode, data: &Path) -> Res<Server> {
     } else {
         Command::new(&a.leasehold_bin)
     };
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--max-ttl",
-        "24h",
-    ])
-    .arg("--data-dir")
-    .arg(data)
-    .env("RUST_LOG", "warn");
+    cmd.args(proc::SERVE)
+        .args(proc::LONG_TTLS)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn");
     if mode.tls() {
         cmd.arg("--tls-cert")
             .arg(&f.cert)

@@ -59,7 +59,7 @@
 //! seconds apart, and its median printed: the machine is shared.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,15 +86,8 @@ use crate::Rng;
 
 #[derive(clap::Args)]
 pub struct EtcdModeArgs {
-    /// The release `leasehold` binary the frontends run.
-    #[arg(long)]
-    leasehold_bin: PathBuf,
-    /// The `etcd` binary (Debian's etcd-server).
-    #[arg(long, default_value = "etcd")]
-    etcd_bin: PathBuf,
-    /// A scratch directory (etcd's data dirs go here, removed after).
-    #[arg(long)]
-    work_dir: PathBuf,
+    #[command(flatten)]
+    bench: crate::proc::EtcdBench,
     /// Seconds measured per cell (after a warm-up of half a second).
     #[arg(long, default_value_t = 3.0)]
     secs: f64,
@@ -463,12 +456,13 @@ async fn raw_write(kv: &mut KvClient<Channel>, ctx: &Ctx, j: usize) -> Res<()> {
 }
 
 /// A frontend on the cluster at `endpoints`, with the per-connection
-/// limits that would cap a capacity bench lifted
-/// ([`crate::proc::SERVE_FOR_CAPACITY`], as `Server::leasehold`; and no
-/// connection's writes paced either).
+/// limits that would cap a capacity bench lifted (as `Server::leasehold`;
+/// and no connection's writes paced either).
 fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
     let mut cmd = Command::new(bin);
-    cmd.args(crate::proc::SERVE_FOR_CAPACITY)
+    cmd.args(crate::proc::SERVE)
+        .args(crate::proc::LONG_TTLS)
+        .args(crate::proc::NO_ACQUIRE_PACING)
         .args(["--store", "etcd", "--etcd-endpoints", endpoints])
         .args(["--max-write-rate-per-connection", "1000000000000"])
         .env("RUST_LOG", log);
@@ -899,7 +893,10 @@ fn command_line() -> String {
 }
 
 pub async fn run(a: EtcdModeArgs) -> Res<()> {
-    let dir = a.work_dir.join(format!("etcd-mode-{}", std::process::id()));
+    let dir = a
+        .bench
+        .work_dir
+        .join(format!("etcd-mode-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let r = measure(&a, &dir).await;
     let _ = std::fs::remove_dir_all(&dir);
@@ -918,12 +915,12 @@ async fn measure(a: &EtcdModeArgs, dir: &Path) -> Res<()> {
         .collect::<Result<_, _>>()
         .map_err(|e| format!("--clients {:?}: {e}", a.clients))?;
     let started = Instant::now();
-    let cluster = Cluster::start(&a.etcd_bin, &dir.join("etcd"))?;
+    let cluster = Cluster::start(&a.bench.etcd_bin, &dir.join("etcd"))?;
     let leader = cluster.leader(Duration::from_secs(30)).await?;
     let endpoints = cluster.endpoints_from(leader);
     let start_fronts = || {
         (0..2)
-            .map(|_| frontend(&a.leasehold_bin, &endpoints, &a.frontend_log))
+            .map(|_| frontend(&a.bench.leasehold_bin, &endpoints, &a.frontend_log))
             .collect::<Res<Vec<Server>>>()
     };
     let mut fronts = start_fronts()?;

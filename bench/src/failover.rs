@@ -447,16 +447,10 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
         ("etcd (3 members) + 1 frontend", f)
     } else {
         let mut cmd = std::process::Command::new(&a.leasehold_bin);
-        cmd.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("RUST_LOG", &a.server_log);
+        cmd.args(crate::proc::SERVE)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .env("RUST_LOG", &a.server_log);
         ("single node", Server::spawn_command(cmd)?)
     };
     eprintln!(

@@ -33,15 +33,8 @@ use crate::sys::Res;
 
 #[derive(clap::Args)]
 pub struct FaultArgs {
-    /// The `leasehold` binary the frontends run.
-    #[arg(long)]
-    leasehold_bin: PathBuf,
-    /// The `etcd` binary (Debian's etcd-server).
-    #[arg(long, default_value = "etcd")]
-    etcd_bin: PathBuf,
-    /// A scratch directory (etcd's data dirs go here).
-    #[arg(long)]
-    work_dir: PathBuf,
+    #[command(flatten)]
+    bench: crate::proc::EtcdBench,
     /// Concurrent workers, spread over the two frontends.
     #[arg(long, default_value_t = 6)]
     workers: usize,
@@ -361,9 +354,10 @@ struct Outcome {
 
 pub async fn run(a: FaultArgs) -> Res<()> {
     let dir = a
+        .bench
         .work_dir
         .join(format!("etcd-faults-{}", std::process::id()));
-    let mut cluster = Cluster::start(&a.etcd_bin, &dir)?;
+    let mut cluster = Cluster::start(&a.bench.etcd_bin, &dir)?;
     cluster.leader(Duration::from_secs(30)).await?;
     let quarter = |s: u64| if a.quick { s.div_ceil(4) } else { s };
     let phases = [
@@ -421,7 +415,7 @@ pub async fn run(a: FaultArgs) -> Res<()> {
         let endpoints = cluster.endpoints_from(target);
         let prefix = format!("bench-faults-{}-{k}/", std::process::id());
         let fronts = (0..2)
-            .map(|_| frontend(&a.leasehold_bin, &endpoints, &a.frontend_log))
+            .map(|_| frontend(&a.bench.leasehold_bin, &endpoints, &a.frontend_log))
             .collect::<Res<Vec<Server>>>()?;
         let urls: Vec<String> = fronts.iter().map(|f| f.addr.clone()).collect();
         let stop = Arc::new(AtomicBool::new(false));
@@ -564,19 +558,15 @@ async fn elected(others: Vec<String>, old: u64, from: Instant) -> Option<Duratio
 /// A leasehold frontend on the etcd cluster at `endpoints`.
 pub fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
     let mut cmd = Command::new(bin);
-    cmd.args([
-        "serve",
-        "--store",
-        "etcd",
-        "--etcd-endpoints",
-        endpoints,
-        "--etcd-timeout",
-        "5s",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-    ])
-    .env("RUST_LOG", log);
+    cmd.args(crate::proc::SERVE)
+        .args([
+            "--store",
+            "etcd",
+            "--etcd-endpoints",
+            endpoints,
+            "--etcd-timeout",
+            "5s",
+        ])
+        .env("RUST_LOG", log);
     Server::spawn(cmd, 3)
 }

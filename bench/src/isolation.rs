@@ -175,22 +175,15 @@ fn scaled(a: &IsolationArgs, n: usize) -> usize {
 
 fn start_server(a: &IsolationArgs, data: &Path) -> Res<Server> {
     let mut cmd = Command::new(&a.leasehold_bin);
-    cmd.args([
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--max-ttl",
-        "24h",
+    cmd.args(crate::proc::SERVE)
+        .args(crate::proc::LONG_TTLS)
         // The /metrics part holds --metrics-jobs jobs and the leader's.
-        "--max-jobs",
-    ])
-    .arg((a.metrics_jobs + 100).max(1_000_000).to_string())
-    .arg("--data-dir")
-    .arg(data)
-    .args(&a.server_arg)
-    .env("RUST_LOG", "error");
+        .arg("--max-jobs")
+        .arg((a.metrics_jobs + 100).max(1_000_000).to_string())
+        .arg("--data-dir")
+        .arg(data)
+        .args(&a.server_arg)
+        .env("RUST_LOG", "error");
     Server::spawn_command(cmd)
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,27 +19,46 @@ pub struct Server {
     pub startup: Duration,
 }
 
-/// `leasehold serve` on ports the OS picks, for capacity, not isolation:
-/// long TTLs allowed, and no connection's Acquires paced (a bench's set-up
-/// acquires a million leases through one connection as fast as the server
-/// goes).
-pub const SERVE_FOR_CAPACITY: [&str; 9] = [
+/// `leasehold serve` on ports the OS picks: how every bench starts a
+/// server (its data dir or store, and its own flags, follow).
+pub const SERVE: [&str; 5] = [
     "serve",
     "--listen",
     "127.0.0.1:0",
     "--admin-listen",
     "127.0.0.1:0",
-    "--max-ttl",
-    "24h",
-    "--max-acquire-rate-per-connection",
-    "1000000000",
 ];
 
+/// Leases of up to a day, which the benches hold for their whole run.
+pub const LONG_TTLS: [&str; 2] = ["--max-ttl", "24h"];
+
+/// No connection's Acquires paced, for a capacity bench (its set-up
+/// acquires a million leases through one connection as fast as the server
+/// goes); the isolation bench keeps the default.
+pub const NO_ACQUIRE_PACING: [&str; 2] = ["--max-acquire-rate-per-connection", "1000000000"];
+
+/// The binaries and the scratch directory of a bench that runs etcd.
+#[derive(clap::Args)]
+pub struct EtcdBench {
+    /// The `leasehold` binary (a release build for meaningful numbers).
+    #[arg(long)]
+    pub leasehold_bin: PathBuf,
+    /// The `etcd` binary (Debian's etcd-server).
+    #[arg(long, default_value = "etcd")]
+    pub etcd_bin: PathBuf,
+    /// A scratch directory (etcd's data dirs go here).
+    #[arg(long)]
+    pub work_dir: PathBuf,
+}
+
 impl Server {
-    /// Starts `leasehold serve` on `data_dir` ([`SERVE_FOR_CAPACITY`]).
+    /// Starts `leasehold serve` on `data_dir`, for capacity ([`SERVE`],
+    /// [`LONG_TTLS`], [`NO_ACQUIRE_PACING`]).
     pub fn leasehold(bin: &Path, data_dir: &Path) -> Res<Server> {
         let mut cmd = Command::new(bin);
-        cmd.args(SERVE_FOR_CAPACITY)
+        cmd.args(SERVE)
+            .args(LONG_TTLS)
+            .args(NO_ACQUIRE_PACING)
             .arg("--data-dir")
             .arg(data_dir)
             .env("RUST_LOG", "warn");

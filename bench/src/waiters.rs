@@ -16,7 +16,6 @@
 //! mode, the requests etcd served (every member's, by method) per waiter
 //! on the way into line and from the cancel to that grant.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -28,15 +27,8 @@ use crate::sys::Res;
 
 #[derive(clap::Args)]
 pub struct WaiterArgs {
-    /// The `leasehold` binary.
-    #[arg(long)]
-    leasehold_bin: PathBuf,
-    /// The `etcd` binary (Debian's etcd-server).
-    #[arg(long, default_value = "etcd")]
-    etcd_bin: PathBuf,
-    /// A scratch directory.
-    #[arg(long)]
-    work_dir: PathBuf,
+    #[command(flatten)]
+    bench: crate::proc::EtcdBench,
     /// Waiting Acquires.
     #[arg(long, default_value_t = 10_000)]
     waiters: usize,
@@ -67,23 +59,20 @@ struct Cost {
 }
 
 pub async fn run(a: WaiterArgs) -> Res<()> {
-    let dir = a.work_dir.join(format!("waiters-{}", std::process::id()));
+    let dir = a
+        .bench
+        .work_dir
+        .join(format!("waiters-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut costs = Vec::new();
     for round in 0..a.rounds {
         let dir = dir.join(format!("round-{round}"));
         {
-            let mut cmd = Command::new(&a.leasehold_bin);
-            cmd.args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data-dir")
-            .arg(dir.join("single"))
-            .env("RUST_LOG", "error");
+            let mut cmd = Command::new(&a.bench.leasehold_bin);
+            cmd.args(crate::proc::SERVE)
+                .arg("--data-dir")
+                .arg(dir.join("single"))
+                .env("RUST_LOG", "error");
             let s = Server::spawn(cmd, 3)?;
             costs.push(
                 measure(
@@ -98,21 +87,17 @@ pub async fn run(a: WaiterArgs) -> Res<()> {
             s.stop();
         }
         {
-            let cluster = Cluster::start(&a.etcd_bin, &dir.join("etcd"))?;
+            let cluster = Cluster::start(&a.bench.etcd_bin, &dir.join("etcd"))?;
             cluster.leader(Duration::from_secs(30)).await?;
-            let mut cmd = Command::new(&a.leasehold_bin);
-            cmd.args([
-                "serve",
-                "--store",
-                "etcd",
-                "--etcd-endpoints",
-                &cluster.endpoints_from(0),
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
-            .env("RUST_LOG", "error");
+            let mut cmd = Command::new(&a.bench.leasehold_bin);
+            cmd.args(crate::proc::SERVE)
+                .args([
+                    "--store",
+                    "etcd",
+                    "--etcd-endpoints",
+                    &cluster.endpoints_from(0),
+                ])
+                .env("RUST_LOG", "error");
             let s = Server::spawn(cmd, 3)?;
             let members: Vec<String> = (0..3).map(|i| cluster.endpoint(i)).collect();
             costs.push(
