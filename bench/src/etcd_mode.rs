@@ -596,17 +596,6 @@ fn sum_cpu(pids: &[u32]) -> f64 {
         .sum()
 }
 
-/// The answer (headers and body) to an HTTP/1.0 `GET path` of `addr`.
-async fn http_get(addr: &str, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
-}
-
 /// The key under which [`etcd_requests`] counts the `LeaseKeepAlive`
 /// streams opened, apart from the requests.
 const NEW_KA_STREAMS: &str = "new LeaseKeepAlive streams";
@@ -622,7 +611,7 @@ async fn etcd_requests(members: &[String]) -> Res<Vec<BTreeMap<String, u64>>> {
     for url in members {
         let mut m = BTreeMap::new();
         let addr = url.trim_start_matches("http://");
-        for l in http_get(addr, "/metrics").await?.lines() {
+        for l in crate::proc::http_get(addr, "/metrics").await?.lines() {
             let (rest, started) = match (
                 l.strip_prefix("grpc_server_msg_received_total{"),
                 l.strip_prefix("grpc_server_started_total{"),

@@ -259,3 +259,14 @@ impl CpuMark {
         ((later.machine - self.machine - own).max(0.0), own)
     }
 }
+
+/// The answer (headers and body) to an HTTP/1.0 `GET path` of `addr`.
+pub async fn http_get(addr: &str, path: &str) -> Res<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}

@@ -181,20 +181,9 @@ fn channel(url: &str) -> Res<tonic::transport::Channel> {
         .connect_lazy())
 }
 
-/// The answer (headers and body) to an HTTP/1.0 `GET path` of `addr`.
-async fn http_get(addr: &str, path: &str) -> Res<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
-}
-
 /// The `leasehold_waiting_acquires` gauge.
 async fn waiting(admin: &str) -> Res<u64> {
-    http_get(admin, "/metrics")
+    crate::proc::http_get(admin, "/metrics")
         .await?
         .lines()
         .find_map(|l| l.strip_prefix("leasehold_waiting_acquires "))
@@ -217,7 +206,7 @@ async fn etcd_requests(members: &[String]) -> Res<std::collections::BTreeMap<Str
     let mut m = std::collections::BTreeMap::new();
     for url in members {
         let addr = url.trim_start_matches("http://");
-        for l in http_get(addr, "/metrics").await?.lines() {
+        for l in crate::proc::http_get(addr, "/metrics").await?.lines() {
             let Some(rest) = l.strip_prefix("grpc_server_started_total{") else {
                 continue;
             };
