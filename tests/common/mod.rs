@@ -167,6 +167,51 @@ pub fn expiry_slack() -> Duration {
     }
 }
 
+/// How long a test waits for a state it expects before it gives up: far
+/// longer than any stall of a loaded machine, so that only a state that
+/// never comes fails the test. Waiting costs only the time the state takes.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(15);
+
+/// Waits for a state, not for a time: calls `f` every few milliseconds
+/// until it returns `Some`, and returns that. Panics naming `what` if
+/// that has not happened within [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "waited {PATIENCE:?} for {what}, in vain"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`eventually`] for a test without a runtime (one that drives child
+/// processes from plain threads): blocks the thread between looks.
+pub fn eventually_blocking<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            t.elapsed() < PATIENCE,
+            "waited {PATIENCE:?} for {what}, in vain"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
 /// The real server, in this process, with its own runtime thread pool
 /// shared with the test.
 pub struct TestServer {
@@ -278,6 +323,15 @@ impl TestServer {
             .unwrap()
     }
 
+    /// Waits until exactly `n` Acquire calls wait in line on this server
+    /// (all jobs), as its metrics gauge counts them.
+    pub async fn wait_for_waiters(&self, n: usize) {
+        eventually(&format!("{n} waiting Acquire calls"), || async {
+            (self.node.snapshot().waiters == n).then_some(())
+        })
+        .await
+    }
+
     /// What `GET /metrics` on the admin port would answer.
     pub fn metrics(&self) -> String {
         leasehold::metrics::render(&self.node, &self.rpc)
@@ -374,6 +428,28 @@ impl ServerProcess {
 
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
+    }
+
+    /// Waits until this server has counted at least `n` renewals
+    /// (`leasehold_renewals_total` on `/metrics`).
+    pub async fn wait_for_renewals(&self, n: u64) {
+        let admin = self.admin;
+        eventually(&format!("{n} renewals"), || async move {
+            let (_, m) = admin_request(admin, "/metrics").await;
+            (metric(&m, "leasehold_renewals_total")? >= n as f64).then_some(())
+        })
+        .await
+    }
+
+    /// Waits until exactly `n` Acquire calls wait in line on this server
+    /// (all jobs), as its `/metrics` gauge counts them.
+    pub async fn wait_for_waiters(&self, n: usize) {
+        let admin = self.admin;
+        eventually(&format!("{n} waiting Acquire calls"), || async move {
+            let (_, m) = admin_request(admin, "/metrics").await;
+            (metric(&m, "leasehold_waiting_acquires") == Some(n as f64)).then_some(())
+        })
+        .await
     }
 
     pub fn signal(&self, sig: i32) {
