@@ -74,14 +74,7 @@ async fn release_hands_over_to_a_waiting_acquire_at_once() {
         (r, Instant::now())
     });
     // Let the waiter queue up: it shows in the metrics gauge.
-    let queued = Instant::now();
-    while s.node.snapshot().waiters == 0 {
-        assert!(
-            queued.elapsed() < Duration::from_secs(5),
-            "waiter never queued"
-        );
-        tokio::task::yield_now().await;
-    }
+    s.wait_for_waiters(1).await;
     let released = Instant::now();
     c.release("handover", "a@1", 1).await.unwrap();
     let (r, granted) = waiter.await.unwrap();
@@ -90,11 +83,11 @@ async fn release_hands_over_to_a_waiting_acquire_at_once() {
     assert!(r.acquired);
     assert_eq!(r.lease.token, 2);
     assert_eq!(r.lease.holder.as_deref(), Some("b@1"));
-    // Far below any TTL expiry (30 s) or poll interval could explain.
-    assert!(
-        handover < Duration::from_secs(2),
-        "handover took {handover:?}"
-    );
+    // The waiter asked to wait 20 s, less than a's 30 s TTL: granted at
+    // all, it was granted by the release, not by expiry. And at once: a
+    // third of the TTL leaves room for a stall of the machine, and none
+    // for a wait on the TTL.
+    assert!(handover < TTL / 3, "handover took {handover:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,11 +105,7 @@ async fn waiters_are_served_first_come_first_served() {
                 .unwrap()
         }));
         // Queue them in a known order.
-        let t = Instant::now();
-        while s.node.snapshot().waiters < i {
-            assert!(t.elapsed() < Duration::from_secs(5));
-            tokio::task::yield_now().await;
-        }
+        s.wait_for_waiters(i).await;
     }
     // A newcomer that does not wait cannot jump the queue, even once the
     // lease is free.
@@ -146,18 +135,14 @@ async fn a_waiter_is_granted_when_the_lease_expires() {
     let ttl = common::ttl(Duration::from_millis(300));
     let t0 = Instant::now();
     assert!(c.acquire("exp", "a", ttl, NOW).await.unwrap().acquired);
-    let r = c
-        .acquire("exp", "b", ttl, Duration::from_secs(10))
-        .await
-        .unwrap();
+    // b holds for long: a stall of the machine longer than the short TTL
+    // must not hand the job to the next waiter.
+    let r = c.acquire("exp", "b", TTL, common::PATIENCE).await.unwrap();
     let waited = t0.elapsed();
     assert!(r.acquired);
     assert_eq!(r.lease.token, 2, "granted again after expiry: token + 1");
     assert!(waited >= ttl, "no takeover before the TTL: {waited:?}");
-    // A waiter that gives up gets the current lease. b renews for long
-    // first: a stall of the machine longer than the short TTL must not
-    // hand the job to the waiter.
-    c.renew("exp", "b", 2, TTL).await.unwrap();
+    // A waiter that gives up gets the current lease.
     let r = c
         .acquire("exp", "c", TTL, Duration::from_millis(150))
         .await
@@ -170,34 +155,42 @@ async fn a_waiter_is_granted_when_the_lease_expires() {
 async fn renewal_keeps_the_token_and_expiry_loses_the_lease() {
     let s = TestServer::start().await;
     let c = s.client().await;
+    // Long while the lease must outlive the calls; short once its expiry
+    // is the point.
     let ttl = common::ttl(Duration::from_millis(200));
-    let a = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    let a = c.acquire("renew", "a", TTL, NOW).await.unwrap();
     assert_eq!(a.lease.token, 1);
-    let l = c.renew("renew", "a", 1, ttl).await.unwrap();
+    let l = c.renew("renew", "a", 1, TTL).await.unwrap();
     assert_eq!(l.token, 1);
-    let again = c.acquire("renew", "a", ttl, NOW).await.unwrap();
+    let again = c.acquire("renew", "a", TTL, NOW).await.unwrap();
     assert!(again.acquired);
     assert_eq!(
         again.lease.token, 1,
         "re-acquire by the live holder keeps the token"
     );
-    match c.renew("renew", "b", 1, ttl).await {
+    match c.renew("renew", "b", 1, TTL).await {
         Err(ClientError::LeaseLost { current_token, .. }) => assert_eq!(current_token, Some(1)),
         other => panic!("renew by another holder: {other:?}"),
     }
-    // Let it expire, then renewing is LEASE_LOST.
+    // A renewal sets the TTL, shorter too: let it expire, then renewing
+    // is LEASE_LOST.
+    let l = c.renew("renew", "a", 1, ttl).await.unwrap();
+    assert_eq!((l.token, l.ttl), (1, Some(ttl)));
     let mut events = c.watch("renew").await.unwrap();
     let first = events.message().await.unwrap().unwrap();
     assert_eq!(first.kind, EventKind::Current as i32);
-    let ev = tokio::time::timeout(
-        Duration::from_secs(5) + common::expiry_slack(),
-        events.message(),
-    )
-    .await
-    .expect("an expiry event")
-    .unwrap()
-    .unwrap();
-    assert_eq!(ev.kind, EventKind::Expired as i32);
+    let current = first.lease.unwrap();
+    assert_eq!(current.token, 1);
+    if !current.holder.is_empty() {
+        // Still live when the watch began: the watch tells of the expiry.
+        assert_eq!(current.holder, "a");
+        let ev = tokio::time::timeout(common::PATIENCE, events.message())
+            .await
+            .expect("an expiry event")
+            .unwrap()
+            .unwrap();
+        assert_eq!(ev.kind, EventKind::Expired as i32);
+    }
     match c.renew("renew", "a", 1, ttl).await {
         Err(ClientError::LeaseLost { .. }) => {}
         other => panic!("renew after expiry: {other:?}"),
@@ -268,8 +261,10 @@ async fn list_leases_pages_in_job_order() {
 async fn fenced_store_accepts_only_the_live_token() {
     let s = TestServer::start().await;
     let c = s.client().await;
+    // Every lease here outlives the calls made with it, but for a's last
+    // renewal: its expiry is the point.
     let ttl = common::ttl(Duration::from_millis(300));
-    c.acquire("f", "a", ttl, NOW).await.unwrap();
+    c.acquire("f", "a", TTL, NOW).await.unwrap();
     assert_eq!(
         c.checked_write("f", 1, b"k", b"v1".to_vec()).await.unwrap(),
         1
@@ -279,15 +274,9 @@ async fn fenced_store_accepts_only_the_live_token() {
         2
     );
     // a's lease expires; b takes over but has written nothing yet.
-    let b = c
-        .acquire(
-            "f",
-            "b",
-            ttl,
-            Duration::from_secs(5) + common::expiry_slack(),
-        )
-        .await
-        .unwrap();
+    c.renew("f", "a", 1, ttl).await.unwrap();
+    let b = c.acquire("f", "b", TTL, common::PATIENCE).await.unwrap();
+    assert!(b.acquired);
     assert_eq!(b.lease.token, 2);
     match c.checked_write("f", 1, b"k", b"stale".to_vec()).await {
         Err(ClientError::Fenced {
@@ -1198,8 +1187,18 @@ async fn metrics_show_leadership_per_job() {
     let ttl = common::ttl(Duration::from_millis(200));
     c.acquire("led", "a", TTL, NOW).await.unwrap();
     c.acquire("vacant", "a", ttl, NOW).await.unwrap();
-    tokio::time::sleep(ttl + common::expiry_slack() + Duration::from_millis(300)).await;
-    let m = leasehold::metrics::render(&s.node, &Default::default());
+    // Let it expire, and wait for the server to have seen the expiry (on
+    // etcd, some time after the TTL); then leaderless for 300 ms at least.
+    tokio::time::sleep(ttl).await;
+    let render = || leasehold::metrics::render(&s.node, &Default::default());
+    common::eventually("the expiry of vacant's lease in the metrics", || async {
+        render()
+            .contains("leasehold_job_leader{job=\"vacant\"} 0")
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m = render();
     assert!(m.contains("leasehold_job_leader{job=\"led\"} 1"), "{m}");
     assert!(m.contains("leasehold_job_leader{job=\"vacant\"} 0"), "{m}");
     assert!(m.contains("leasehold_job_token{job=\"vacant\"} 1"), "{m}");
@@ -1370,21 +1369,11 @@ async fn a_waiter_that_goes_away_leaves_the_queue() {
         c2.acquire("gone", "ghost", TTL, Duration::from_secs(60))
             .await
     });
-    let t = Instant::now();
-    while s.node.snapshot().waiters == 0 {
-        assert!(t.elapsed() < Duration::from_secs(5), "waiter never queued");
-        tokio::task::yield_now().await;
-    }
-    // The client gives up: the call is cancelled on the wire.
+    s.wait_for_waiters(1).await;
+    // The client gives up: the call is cancelled on the wire, and the
+    // waiter leaves the queue.
     waiter.abort();
-    let t = Instant::now();
-    while s.node.snapshot().waiters != 0 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "a cancelled waiter stayed queued"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    s.wait_for_waiters(0).await;
     // So a release is not handed to the ghost, and a newcomer gets it.
     c.release("gone", "a", 1).await.unwrap();
     let l = c.get_lease("gone").await.unwrap();
@@ -1451,7 +1440,8 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
     config.limits.min_ttl = common::min_ttl();
     let s = TestServer::serve(node, dir, config).await;
     let c = s.client().await;
-    let ttl = common::ttl(Duration::from_secs(2));
+    // Long enough to outlive the calls: a releases it.
+    let ttl = common::ttl(TTL);
     let a = c.acquire(job, "a", ttl, Duration::ZERO).await.unwrap();
     assert!(a.acquired);
     assert_eq!(a.lease.token, u64::MAX, "the last token, once");
@@ -1565,58 +1555,74 @@ async fn many_watchers_of_one_job_are_told_of_its_expiry_and_nothing_of_renewals
     let s = TestServer::start().await;
     let c = s.client().await;
     let ttl = common::ttl(Duration::from_millis(300));
-    c.acquire("herd", "a", ttl, NOW).await.unwrap();
+    // While a hundred watches open (an etcd watch each, which takes a
+    // while on a busy machine) and renewals come, the lease is long: only
+    // the grant whose expiry is the point is short.
+    c.acquire("herd", "a", TTL, NOW).await.unwrap();
     let mut watchers = Vec::new();
-    let mut renewed = std::time::Instant::now();
     for _ in 0..100 {
         let mut w = c.watch("herd").await.unwrap();
         let first = w.message().await.unwrap().unwrap();
         assert_eq!(first.kind, EventKind::Current as i32);
         watchers.push(w);
-        // Opening a hundred watches may take longer than the TTL on a
-        // busy machine (an etcd watch each): the holder keeps renewing,
-        // as a live holder does, and that too must tell them nothing.
-        if renewed.elapsed() > ttl / 3 {
-            c.renew("herd", "a", 1, ttl).await.unwrap();
-            renewed = std::time::Instant::now();
-        }
     }
-    // Two renewals, each before the deadline: no event.
+    // Two renewals: no event. The next event every watcher gets is the
+    // release.
     for _ in 0..2 {
-        tokio::time::sleep(ttl / 2).await;
-        c.renew("herd", "a", 1, ttl).await.unwrap();
+        c.renew("herd", "a", 1, TTL).await.unwrap();
     }
-    let bound = ttl * 4 + Duration::from_secs(2) + common::expiry_slack();
+    c.release("herd", "a", 1).await.unwrap();
     for w in &mut watchers {
-        let ev = tokio::time::timeout(bound, w.message())
-            .await
-            .expect("an event")
-            .unwrap()
-            .unwrap();
-        assert_eq!(ev.kind, EventKind::Expired as i32, "{ev:?}");
+        let ev = next_event(w).await;
+        assert_eq!(ev.kind, EventKind::Released as i32, "{ev:?}");
+        assert_eq!(ev.lease.unwrap().token, 1);
+    }
+    // A short grant, watched by all: each is told of its expiry.
+    let granted = c.acquire("herd", "b", ttl, NOW).await.unwrap();
+    assert_eq!(granted.lease.token, 2);
+    for w in &mut watchers {
+        expect_grant_then_expiry(w, 2).await;
     }
     drop(watchers);
     // Another grant runs out with nobody watching (the timer leaves),
     // then a new watcher is told of the next expiry.
-    c.acquire("herd", "b", ttl, NOW).await.unwrap();
-    tokio::time::sleep(ttl * 2).await;
+    c.acquire("herd", "c", ttl, NOW).await.unwrap();
+    tokio::time::sleep(ttl).await;
+    common::eventually("the unwatched grant to run out", || async {
+        c.get_lease("herd")
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+            .then_some(())
+    })
+    .await;
     let mut w = c.watch("herd").await.unwrap();
-    assert_eq!(
-        w.message().await.unwrap().unwrap().kind,
-        EventKind::Current as i32
-    );
-    let granted = c.acquire("herd", "c", ttl, NOW).await.unwrap();
-    assert_eq!(granted.lease.token, 3);
-    let ev = tokio::time::timeout(bound, w.message())
+    assert_eq!(next_event(&mut w).await.kind, EventKind::Current as i32);
+    let granted = c.acquire("herd", "d", ttl, NOW).await.unwrap();
+    assert_eq!(granted.lease.token, 4);
+    expect_grant_then_expiry(&mut w, 4).await;
+}
+
+/// A watcher's next event, waiting as long as a loaded machine may take.
+async fn next_event(w: &mut tonic::Streaming<proto::LeaseEvent>) -> proto::LeaseEvent {
+    tokio::time::timeout(common::PATIENCE, w.message())
         .await
         .expect("an event")
         .unwrap()
-        .unwrap();
-    assert_eq!(ev.kind, EventKind::Acquired as i32);
-    let ev = tokio::time::timeout(bound, w.message())
-        .await
-        .expect("an expiry event")
-        .unwrap()
-        .unwrap();
-    assert_eq!(ev.kind, EventKind::Expired as i32);
+        .expect("the watch goes on")
+}
+
+/// The events of a short grant of `token` to a watcher: Acquired, then
+/// Expired. A watcher that fell behind for longer than the TTL is told of
+/// the expiry alone (a watch folds the changes a slow reader missed into
+/// the latest state), so the Acquired may be missing, but not the expiry.
+async fn expect_grant_then_expiry(w: &mut tonic::Streaming<proto::LeaseEvent>, token: u64) {
+    let mut ev = next_event(w).await;
+    if ev.kind == EventKind::Acquired as i32 {
+        assert_eq!(ev.lease.unwrap().token, token);
+        ev = next_event(w).await;
+    }
+    assert_eq!(ev.kind, EventKind::Expired as i32, "{ev:?}");
+    assert_eq!(ev.lease.unwrap().token, token);
 }
