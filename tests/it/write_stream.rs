@@ -337,10 +337,13 @@ async fn acknowledged_stream_writes_survive_sigkill() {
         .lease
         .token;
     // Writers keep writing on their own streams until the kill; each
-    // remembers the last version acknowledged for each of its keys.
+    // remembers the last version acknowledged for each of its keys, and
+    // counts the batches acknowledged.
+    let rounds: std::sync::Arc<[std::sync::atomic::AtomicU64; 4]> = Default::default();
     let mut tasks = Vec::new();
     for w in 0..4 {
         let c = c.clone();
+        let rounds = rounds.clone();
         tasks.push(tokio::spawn(async move {
             let mut ws = c.write_stream().await.unwrap();
             let mut acked = std::collections::HashMap::new();
@@ -361,6 +364,7 @@ async fn acknowledged_stream_writes_survive_sigkill() {
                             let v = o.version().unwrap_or_else(|| panic!("{o:?}"));
                             acked.insert(format!("w{w}/k{k}"), (v, round));
                         }
+                        rounds[w].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     Err(_) => break,
                 }
@@ -368,7 +372,15 @@ async fn acknowledged_stream_writes_survive_sigkill() {
             acked
         }));
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Killed mid-stream, once every writer has had a few batches
+    // acknowledged.
+    common::eventually("every writer to have batches acknowledged", || async {
+        rounds
+            .iter()
+            .all(|r| r.load(std::sync::atomic::Ordering::Relaxed) >= 3)
+            .then_some(())
+    })
+    .await;
     server.kill9();
     let mut acked = std::collections::HashMap::new();
     for t in tasks {
