@@ -411,7 +411,13 @@ async fn a_message_that_does_not_decode_ends_the_stream_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_the_stream_with_shutting_down() {
-    let s = TestServer::start().await;
+    // A drain timeout far beyond the test's patience: a stop that waited
+    // for it would fail the test, however slow the machine.
+    let config = leasehold::server::Config {
+        drain_timeout: 2 * common::PATIENCE,
+        ..leasehold::server::Config::default()
+    };
+    let s = TestServer::with_config(tempfile::tempdir().unwrap(), config).await;
     let c = s.client().await;
     let t = acquire_many(&c, "s", "me@1", 1).await[0];
     let (tx, mut rx) = raw_stream(&s).await;
@@ -435,8 +441,7 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
     let line = "leasehold_rpc_responses_total{method=\"KeepAlive\",code=\"UNAVAILABLE\"} 1";
     assert!(m.contains(line), "no {line} in\n{m}");
     // The open stream does not hold up the drain.
-    // (TestServer's drain timeout is 2 s.)
-    tokio::time::timeout(Duration::from_millis(1500), stopping)
+    tokio::time::timeout(common::PATIENCE, stopping)
         .await
         .expect("the server stops without waiting for the drain timeout")
         .unwrap();
@@ -446,8 +451,9 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
 async fn elector_set_leads_several_jobs_renewing_them_over_one_stream() {
     let s = TestServer::start().await;
     let c = s.client().await;
-    // Long enough that a loaded CI machine does not miss a renewal period.
-    let ttl = Duration::from_secs(2);
+    // Long enough that a stall of a loaded machine does not outlast a
+    // renewal period and the rest of the TTL (renewals every ttl / 3).
+    let ttl = Duration::from_secs(6);
     let mut set = ElectorSet::start(c.clone(), "multi", ttl);
     let jobs = ["m-a", "m-b", "m-c"];
     let mut roles: Vec<_> = jobs.iter().map(|j| set.campaign(j)).collect();
@@ -458,9 +464,13 @@ async fn elector_set_leads_several_jobs_renewing_them_over_one_stream() {
     }
     assert_eq!(set.leading().len(), 3);
 
-    // Two TTLs later, all three are still ours, with the same tokens:
-    // renewed, never re-granted.
-    tokio::time::sleep(ttl * 2).await;
+    // Two rounds of renewals later, all three are still ours, with the
+    // same tokens: renewed, never re-granted.
+    let renewals = s.node.snapshot().stats.renewals;
+    common::eventually("two rounds of renewals of the three jobs", || async {
+        (s.node.snapshot().stats.renewals >= renewals + 6).then_some(())
+    })
+    .await;
     for (i, j) in jobs.iter().enumerate() {
         assert_eq!(set.role(j), Role::Leader { token: tokens[i] }, "{j}");
         let l = c.get_lease(j).await.unwrap();
