@@ -112,7 +112,7 @@ async fn a_retry_keeps_what_it_was_told(place: Place) {
             tokio::spawn(async move { a.acquire(&job, "a", TTL, Duration::from_secs(20)).await })
         };
         // A is in line once its Acquire reached the server.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        p.wait_for_waiters(1).await;
         let skew = Duration::from_micros((i as u64 * 137) % 1000);
         let (r, ()) = tokio::join!(b.release(&job, "b", held.lease.token), async {
             tokio::time::sleep(skew).await;
