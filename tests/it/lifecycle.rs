@@ -2,7 +2,7 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{serve_command, ServerProcess};
 use leasehold::client::{Client, ClientError};
@@ -59,23 +59,18 @@ async fn sigterm_drains_ends_waiters_and_keeps_state() {
         })
     };
     // Let the waiter reach the server before the signal.
-    let mut metrics = String::new();
-    let t = Instant::now();
-    while !metrics.contains("leasehold_waiting_acquires 1") {
-        assert!(t.elapsed() < Duration::from_secs(5), "waiter never queued");
-        metrics = admin_get(server.admin, "/metrics").await;
-    }
+    server.wait_for_waiters(1).await;
     let mut watch = c.watch("j").await.unwrap();
     watch.message().await.unwrap().unwrap(); // the current state
     server.signal(libc::SIGTERM);
-    let end = tokio::time::timeout(Duration::from_secs(5), watch.message())
+    let end = tokio::time::timeout(common::PATIENCE, watch.message())
         .await
         .unwrap();
     assert!(
         matches!(&end, Err(s) if s.code() == tonic::Code::Unavailable),
         "a watch ends with UNAVAILABLE on shutdown: {end:?}"
     );
-    let r = tokio::time::timeout(Duration::from_secs(5), waiter)
+    let r = tokio::time::timeout(common::PATIENCE, waiter)
         .await
         .unwrap()
         .unwrap();
