@@ -33,6 +33,10 @@ const JOB: &str = "bridge_health";
 const WORKERS: usize = 4;
 /// Generous bound for anything that should take well under a second.
 const STEP: Duration = Duration::from_secs(10);
+/// The workers' lease TTL. Each leader's lease must outlive the steps it
+/// takes while it leads (renewed every third of it), however slow the
+/// machine; only the frozen leader's lease runs out, which is the point.
+const LEASE: Duration = Duration::from_secs(6);
 
 /// One worker process.
 struct Worker {
@@ -67,7 +71,8 @@ impl Workers {
         let mut procs = Vec::new();
         for i in 0..n {
             let mut child = Command::new(common::example("bridge_health"))
-                .args(["--server", url, "--job", JOB, "--ttl", "1s"])
+                .args(["--server", url, "--job", JOB, "--ttl"])
+                .arg(format!("{}s", LEASE.as_secs()))
                 .args(["--name", &format!("w{i}")])
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::piped())
@@ -279,8 +284,10 @@ async fn a_paused_leader_is_fenced_before_its_successor_writes() {
             break l;
         }
         assert!(
-            stopped.elapsed() < Duration::from_secs(10),
-            "no new leader 10 s after SIGSTOP of the 1 s leader; lease {l:?}; lines: {}",
+            stopped.elapsed() < LEASE + common::PATIENCE,
+            "no new leader {:?} after SIGSTOP of the leader ({LEASE:?} lease); lease {l:?}; \
+             lines: {}",
+            LEASE + common::PATIENCE,
             w.dump()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
