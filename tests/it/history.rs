@@ -26,6 +26,20 @@ fn short(place: &Place) -> (Duration, Duration) {
     }
 }
 
+/// Waits until `job`'s lease has run out, as the server sees it: some
+/// time after its TTL on etcd, later still on a loaded machine.
+async fn run_out(c: &Client, job: &str) {
+    common::eventually(&format!("{job}'s lease to run out"), || async {
+        c.get_lease(job)
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+            .then_some(())
+    })
+    .await
+}
+
 async fn client(p: &ServerProcess) -> Client {
     Client::connect(&p.url()).await.unwrap()
 }
@@ -63,7 +77,8 @@ async fn history_records_every_tenure(place: Place) {
             .token,
         2
     );
-    tokio::time::sleep(ttl + slack).await;
+    tokio::time::sleep(ttl).await;
+    run_out(&c, "j").await;
     assert_eq!(
         c.acquire("j", "c", ttl, Duration::ZERO)
             .await
@@ -73,7 +88,8 @@ async fn history_records_every_tenure(place: Place) {
         3
     );
     // 3 runs out and c comes back: 4.
-    tokio::time::sleep(ttl + slack).await;
+    tokio::time::sleep(ttl).await;
+    run_out(&c, "j").await;
     assert_eq!(
         c.acquire("j", "c", LONG, Duration::ZERO)
             .await
@@ -115,12 +131,22 @@ async fn history_records_every_tenure(place: Place) {
         .duration_since(h[2].granted_at)
         .unwrap();
     assert!(lived >= ttl - Duration::from_millis(5), "{lived:?}");
-    assert!(lived <= ttl + slack + Duration::from_secs(1), "{lived:?}");
+    // Not much later on the single node, where it is the deadline; on etcd,
+    // as late as a loaded machine may see it.
+    let late = match place {
+        Place::Local(_) => slack + Duration::from_secs(1),
+        Place::Etcd { .. } => slack + common::PATIENCE,
+    };
+    assert!(lived <= ttl + late, "{lived:?}");
 
     // A lease that ran out with nobody granted since shows as expired.
     c.acquire("k", "d", ttl, Duration::ZERO).await.unwrap();
-    tokio::time::sleep(ttl + slack).await;
-    let hk = c.history("k", 10).await.unwrap();
+    tokio::time::sleep(ttl).await;
+    let hk = common::eventually("k's tenure to end", || async {
+        let hk = c.history("k", 10).await.unwrap();
+        hk.iter().all(|t| t.end.is_some()).then_some(hk)
+    })
+    .await;
     assert_eq!(ends(&hk), vec![(1, "d", Some(End::Expired))]);
 
     // SIGKILL: every tenure a client was told of survives, as it was.
@@ -138,7 +164,8 @@ async fn history_records_every_tenure(place: Place) {
     // record (single node) or the expiry seen first (etcd); the history
     // outlives the job, and continues when it is created again.
     c.acquire("gone", "e", ttl, Duration::ZERO).await.unwrap();
-    tokio::time::sleep(ttl + slack).await;
+    tokio::time::sleep(ttl).await;
+    run_out(&c, "gone").await;
     assert!(c.delete_job("gone").await.unwrap());
     let hg = c.history("gone", 10).await.unwrap();
     assert_eq!(hg.len(), 1);
