@@ -22,15 +22,15 @@ use leasehold::client::Client;
 
 /// Everything acknowledged: each job's highest token, each key's value.
 #[derive(Default, Clone)]
-struct History {
-    tokens: BTreeMap<String, u64>,
-    values: BTreeMap<(String, String), Vec<u8>>,
+pub(crate) struct History {
+    pub(crate) tokens: BTreeMap<String, u64>,
+    pub(crate) values: BTreeMap<(String, String), Vec<u8>>,
 }
 
 /// Grants each job `rounds` times (a new holder each time, releasing in
 /// between) and writes keys with each grant's token, big ones included so
 /// that sled keeps some pages in blob files.
-async fn load(url: &str, h: &mut History, jobs: &[&str], rounds: u32, big: usize) {
+pub(crate) async fn load(url: &str, h: &mut History, jobs: &[&str], rounds: u32, big: usize) {
     let c = Client::connect(url).await.unwrap();
     for job in jobs {
         for r in 0..rounds {
@@ -68,7 +68,7 @@ fn uuid_like() -> String {
 
 /// Checks that a started server holds all of `h`, and that each job's next
 /// grant is above every token issued before.
-async fn verify(url: &str, h: &History) {
+pub(crate) async fn verify(url: &str, h: &History) {
     let c = Client::connect(url).await.unwrap();
     for ((job, key), v) in &h.values {
         let got = c.read(job, key.as_bytes()).await.unwrap();
@@ -98,12 +98,12 @@ async fn verify(url: &str, h: &History) {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Stop {
+pub(crate) enum Stop {
     Kill,
     Clean,
 }
 
-fn stop(mut s: ServerProcess, how: Stop) {
+pub(crate) fn stop(mut s: ServerProcess, how: Stop) {
     match how {
         Stop::Kill => s.kill9(),
         Stop::Clean => {
@@ -115,7 +115,7 @@ fn stop(mut s: ServerProcess, how: Stop) {
 
 /// Starts `leasehold serve`: the server, or its exit status and standard
 /// error when it refuses to start.
-fn try_start(dir: &Path) -> Result<ServerProcess, (i32, String)> {
+pub(crate) fn try_start(dir: &Path) -> Result<ServerProcess, (i32, String)> {
     let log = dir.with_extension("stderr");
     let mut child = serve_command(dir)
         .env("RUST_LOG", "warn")
@@ -141,7 +141,7 @@ fn try_start(dir: &Path) -> Result<ServerProcess, (i32, String)> {
     })
 }
 
-fn check(dir: &Path) -> (bool, String) {
+pub(crate) fn check(dir: &Path) -> (bool, String) {
     let out = Command::new(bin())
         .args(["check", "--data-dir"])
         .arg(dir)
@@ -153,7 +153,7 @@ fn check(dir: &Path) -> (bool, String) {
     )
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
@@ -184,7 +184,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 /// The bytes of every file of `dir` that leasehold writes: its log, its
 /// manifest, its marker (sled's recovery, which runs when sled opens its
 /// files, may rewrite sled's own).
-fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+pub(crate) fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     files(dir)
         .into_iter()
         .filter(|p| !is_sled_file(p))

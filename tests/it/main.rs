@@ -29,4 +29,5 @@ mod overload;
 mod rolling_restart;
 mod run_singleton;
 mod security;
+mod tools;
 mod write_stream;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{HolderId, JobName, LeaseRecord, TenureEnd, Token};
 
+pub mod datadir;
 pub mod manifest;
 pub mod repair;
 pub mod sled;

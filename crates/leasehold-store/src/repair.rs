@@ -38,6 +38,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use crate::datadir::{self, DirLock};
 use crate::manifest::{self, hex, record_hash, Checkpoint};
 use crate::sled::{inspect, Inspection, SledStore};
 use crate::wal::{self, Kind, Record, StoreId};
@@ -56,11 +57,20 @@ const TRAILER: u8 = 0xff;
 pub struct Report {
     /// What was found.
     pub inspection: Inspection,
+    /// An interrupted `restore` or `recover` that the next start finishes
+    /// (the inspection is of the data dir after it).
+    pub switched: Option<String>,
 }
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let i = &self.inspection;
+        if let Some(s) = &self.switched {
+            writeln!(
+                f,
+                "interrupted       the next start {s}; what follows is after it"
+            )?;
+        }
         if i.fresh {
             writeln!(f, "an empty data dir: no leasehold store in it yet")?;
         }
@@ -139,11 +149,18 @@ pub fn check(dir: &Path) -> Result<Report> {
             dir.display()
         )));
     }
+    // No server may use it meanwhile: a copy of a live dir is torn.
+    let _lock = DirLock::shared(dir)?;
     let scratch = Scratch::new()?;
     copy_dir(dir, &scratch.0)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
+    // What a start would find: an interrupted switch finished first.
+    let switched = datadir::finish_switch(&scratch.0)?;
     let inspection = inspect(&scratch.0)?;
-    Ok(Report { inspection })
+    Ok(Report {
+        inspection,
+        switched,
+    })
 }
 
 /// What a way back did, for its caller to print.
@@ -173,6 +190,8 @@ struct Salvage {
     proven: bool,
     lost: Vec<String>,
     any: bool,
+    /// The data dir's identity, from its manifest.
+    store_id: Option<StoreId>,
 }
 
 /// Reads whatever `dir` still holds (from a copy, so that sled's own
@@ -182,7 +201,47 @@ fn salvage(dir: &Path) -> Result<Salvage> {
     let scratch = Scratch::new()?;
     copy_dir(dir, &scratch.0)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
-    salvage_in(&scratch.0)
+    let mut s = salvage_in(&scratch.0)?;
+    // Folders that earlier runs set aside, or new stores never switched
+    // in: their tokens may have been issued too. They prove nothing.
+    for f in datadir::leftovers(dir) {
+        let found = aside_highest(&f);
+        if found > 0 {
+            s.any = true;
+            if found > s.highest {
+                s.highest = found;
+                s.proven = false;
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// The highest token that the manifest and the log of a set-aside folder
+/// name (reads only).
+fn aside_highest(dir: &Path) -> u64 {
+    let mut h = 0;
+    if let Ok(manifest::Found::Ok(c)) = manifest::read(dir) {
+        h = h.max(c.max_token).max(c.floor);
+    }
+    if let Ok((records, ..)) = wal::salvage(&dir.join("wal")) {
+        for r in records {
+            match r.kind {
+                Kind::Lease => {
+                    if let Ok(l) = decode_lease(&r.value) {
+                        h = h.max(l.token.0);
+                    }
+                }
+                Kind::Floor => {
+                    if let Ok(b) = <[u8; 8]>::try_from(r.value.as_slice()) {
+                        h = h.max(u64::from_le_bytes(b));
+                    }
+                }
+                Kind::Value => {}
+            }
+        }
+    }
+    h
 }
 
 fn salvage_in(dir: &Path) -> Result<Salvage> {
@@ -193,6 +252,7 @@ fn salvage_in(dir: &Path) -> Result<Salvage> {
         proven: false,
         lost: Vec::new(),
         any: false,
+        store_id: None,
     };
     let manifest = match manifest::read(dir).map_err(Error::storage)? {
         manifest::Found::Ok(c) => Some(c),
@@ -206,6 +266,7 @@ fn salvage_in(dir: &Path) -> Result<Salvage> {
     if let Some(m) = &manifest {
         s.highest = s.highest.max(m.max_token).max(m.floor);
         s.any = true;
+        s.store_id = Some(m.store_id);
     }
     let wal_path = dir.join("wal");
     let mut wal_ok = None;
@@ -317,6 +378,14 @@ impl Salvage {
 /// `damaged-<time>` folder inside it, and writes a new store there with
 /// what was readable, every lease released, and the token floor raised.
 pub fn recover(dir: &Path, floor: Option<u64>) -> Result<Outcome> {
+    if !dir.is_dir() {
+        return Err(Error::storage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let _lock = DirLock::exclusive(dir, "leasehold recover")?;
+    datadir::finish_switch(dir)?;
     let s = salvage(dir)?;
     if !s.any {
         return Err(Error::storage(format!(
@@ -354,20 +423,30 @@ pub fn recover(dir: &Path, floor: Option<u64>) -> Result<Outcome> {
 /// highest token counts for the floor.
 pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
     let backup = read_backup(file)?;
-    let existing = if dir.exists() {
-        Some(salvage(dir)?)
-    } else {
-        None
-    };
-    let (highest, proven, lost) = match &existing {
-        Some(s) if s.any => (s.highest.max(backup.max_token), s.proven, s.lost.clone()),
-        // Nothing to prove the history with: the backup's data dir may
-        // have gone on issuing tokens after the backup.
-        _ => (backup.max_token, false, Vec::new()),
-    };
-    let floor = choose_floor(highest, proven, floor)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::storage(format!("cannot create {}: {e}", dir.display())))?;
+    let _lock = DirLock::exclusive(dir, "leasehold restore")?;
+    datadir::finish_switch(dir)?;
+    let existing = salvage(dir)?;
+    let (highest, proven, lost) = if existing.any {
+        // The data dir's own history proves its highest token, and so
+        // covers its own backups: a backup from this store, no newer than
+        // what the store knows. A backup from anywhere else (another
+        // server, another store id, a store restored since) may have come
+        // from a store that went on issuing tokens after it.
+        let own =
+            existing.store_id == Some(backup.store_id) && backup.max_token <= existing.highest;
+        (
+            existing.highest.max(backup.max_token),
+            existing.proven && own,
+            existing.lost.clone(),
+        )
+    } else {
+        // Nothing to prove the history with: the backup's data dir may
+        // have gone on issuing tokens after the backup.
+        (backup.max_token, false, Vec::new())
+    };
+    let floor = choose_floor(highest, proven, floor)?;
     let mut leases = BTreeMap::new();
     let mut values = BTreeMap::new();
     for r in backup.records {
@@ -416,43 +495,14 @@ fn choose_floor(highest: u64, proven: bool, asked: Option<u64>) -> Result<u64> {
     }
 }
 
-/// Moves every entry of `dir` (but earlier set-aside folders) into a new
-/// folder `<prefix>-<ms>` inside it. `None` when there was nothing.
-fn set_aside(dir: &Path, prefix: &str) -> Result<Option<PathBuf>> {
-    let io = |e: io::Error| Error::storage(format!("cannot set {} aside: {e}", dir.display()));
-    let entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io)?
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(io)?
-        .into_iter()
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            !n.starts_with("damaged-") && !n.starts_with("replaced-") && !n.starts_with(".new-")
-        })
-        .collect();
-    if entries.is_empty() {
-        return Ok(None);
-    }
-    let to = dir.join(format!(
-        "{prefix}-{}",
-        leasehold_core::clock::wall_unix_ms()
-    ));
-    std::fs::create_dir(&to).map_err(io)?;
-    for e in entries {
-        std::fs::rename(e.path(), to.join(e.file_name())).map_err(io)?;
-    }
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
-    Ok(Some(to))
-}
-
 /// Replaces the store in `dir` with a new one: every lease released, the
-/// floor and the note in its checkpoint. The new store is written whole in
-/// a folder inside `dir` first; then the old files are set aside (into
-/// `<aside>-<time>`) and the new ones moved in, the manifest last, so an
-/// interrupted run leaves a data dir that refuses to start rather than a
-/// mix. Returns where the old files went, and the jobs and values written.
+/// floor and the note in its checkpoint. The new store is written whole
+/// and durable in a folder inside `dir` first; then [`datadir::switch`]
+/// sets the old files aside (into `<aside>-<time>`) and moves the new ones
+/// in, so that any interruption leaves a switch the next start (or run)
+/// finishes, never an empty or mixed data dir. Stale new folders of
+/// earlier interrupted runs are removed first. Returns where the old files
+/// went (if there were any), and the jobs and values written.
 fn replace_store(
     dir: &Path,
     aside: &str,
@@ -467,22 +517,22 @@ fn replace_store(
             dir.display()
         ))
     };
-    let new = dir.join(format!(".new-{}", leasehold_core::clock::wall_unix_ms()));
-    let (jobs, vals) = write_store(&new, leases, values, floor, note)?;
-    let kept = set_aside(dir, aside)?;
-    let mut entries: Vec<_> = std::fs::read_dir(&new)
-        .map_err(io)?
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(io)?;
-    entries.sort_by_key(|e| e.file_name() == manifest::FILE);
-    for e in entries {
-        std::fs::rename(e.path(), dir.join(e.file_name())).map_err(io)?;
+    for old in datadir::leftovers(dir) {
+        let name = old.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with(datadir::NEW_PREFIX) {
+            std::fs::remove_dir_all(&old).map_err(io)?;
+        }
     }
-    std::fs::remove_dir(&new).map_err(io)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
-    Ok((kept, jobs, vals))
+    let had_store = std::fs::read_dir(dir)
+        .map_err(io)?
+        .flatten()
+        .any(|e| datadir::is_store_entry(&e.file_name().to_string_lossy()));
+    let ms = leasehold_core::clock::wall_unix_ms();
+    let new = format!("{}{ms}", datadir::NEW_PREFIX);
+    let (jobs, vals) = write_store(&dir.join(&new), leases, values, floor, note)?;
+    let aside = format!("{aside}-{ms}");
+    datadir::switch(dir, &new, &aside)?;
+    Ok((had_store.then(|| dir.join(aside)), jobs, vals))
 }
 
 /// Writes a new store in the empty `dir`: every lease released, the floor
@@ -698,10 +748,12 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
         let t = to.join(e.file_name());
         if e.file_type()?.is_dir() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("damaged-") || n.starts_with("replaced-") {
+            std::fs::create_dir_all(&t)?;
+            // Set-aside folders are named, not copied: what they hold
+            // counts only for the floor, read in place.
+            if datadir::ASIDE_PREFIXES.iter().any(|p| n.starts_with(p)) {
                 continue;
             }
-            std::fs::create_dir_all(&t)?;
             copy_dir(&e.path(), &t)?;
         } else {
             std::fs::copy(e.path(), &t)?;

@@ -51,6 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
+use crate::datadir::{self, DirLock};
 use crate::manifest::{self, record_hash, Checkpoint};
 use crate::wal::{self, Kind, Record, Wal};
 use crate::{
@@ -88,6 +89,8 @@ const SPACE_FRESH: std::time::Duration = std::time::Duration::from_millis(100);
 /// The embedded store.
 pub struct SledStore {
     dir: PathBuf,
+    /// The data dir's lock, held for the store's life (see [`datadir`]).
+    _lock: DirLock,
     /// `None` while a reopen after a failure has not succeeded yet.
     open: RwLock<Option<Open>>,
     /// The first failure since the store was (re)opened. Once set, every
@@ -228,9 +231,17 @@ impl SledStore {
     /// created or read, or is in use by another process: an empty store
     /// would reset every token.
     pub fn open(dir: &Path) -> Result<SledStore> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
+        })?;
+        let lock = DirLock::exclusive(dir, "a leasehold server")?;
+        if let Some(done) = datadir::finish_switch(dir)? {
+            tracing::warn!(dir = %dir.display(), "{done}");
+        }
         let open = Open::checked(dir)?;
         Ok(SledStore {
             dir: dir.to_owned(),
+            _lock: lock,
             open: RwLock::new(Some(open)),
             failed: Mutex::new(None),
             syncs: AtomicU64::new(0),
@@ -609,6 +620,31 @@ impl Open {
                         "missing: one of sled's files, which hold the checkpointed state",
                     ));
                 }
+            }
+        }
+        // No store, but what a restore or recover sets aside or writes
+        // first: a data dir emptied by an interrupted tool (of an earlier
+        // version, or a new store never switched in), not a new one.
+        // Starting empty would issue every token again.
+        if matches!(manifest, manifest::Found::Missing) && !had_wal && !dir.join("db").exists() {
+            let left = datadir::leftovers(dir);
+            if !left.is_empty() {
+                let names: Vec<String> = left
+                    .iter()
+                    .map(|p| {
+                        p.file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned()
+                    })
+                    .collect();
+                ins.problems.push(Problem::new(
+                    &names.join(", "),
+                    "the data dir holds no store, only what an interrupted `restore` or \
+                     `recover` leaves: run it again (or `recover`, which counts the tokens of \
+                     these folders too)",
+                ));
+                return Ok((None, records, ins));
             }
         }
         if !thorough && !ins.problems.is_empty() {

@@ -1,0 +1,306 @@
+//! The operator's tools never let a token be issued twice.
+//!
+//! `restore` and `recover` are SIGKILLed at every `rename`, `fsync`,
+//! `fdatasync`, `unlink`, `mkdir`, `pwrite64` and `write` they make (strace injects the
+//! signal at the n-th call of one kind, for every n until the tool
+//! finishes), and then the data dir is started. It must either start
+//! with every next token above every token issued before, or refuse to
+//! start naming what is wrong; the tool run again must then succeed. A
+//! backup from another store restored into a used data dir, and each tool
+//! pointed at a live server's data dir, complete the picture.
+
+use crate::common;
+use crate::integrity::{check, copy_dir, load, stop, try_start, History, Stop};
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::{bin, ServerProcess};
+use leasehold::client::Client;
+
+/// The calls a tool is killed at, each kind counted on its own.
+const POINTS: [&str; 7] = [
+    "rename",
+    "fsync",
+    "fdatasync",
+    "unlink",
+    "mkdir",
+    "pwrite64",
+    "write",
+];
+
+/// Runs `leasehold ARGS`, SIGKILLed at its `n`-th call of `syscall`.
+/// Returns whether it was killed there (else it ran to its end).
+fn run_killed_at(args: &[&std::ffi::OsStr], syscall: &str, n: u32) -> bool {
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-o", "/dev/null", "-e"])
+        .arg(format!("trace={syscall}"))
+        .arg("-e")
+        .arg(format!("inject={syscall}:signal=KILL:when={n}"))
+        .arg("--")
+        .arg(bin())
+        .args(args)
+        .output()
+        .expect("strace is needed (scripts/test installs it)");
+    if out.status.signal() == Some(libc::SIGKILL) || out.status.code() == Some(137) {
+        return true;
+    }
+    assert!(
+        out.status.success(),
+        "leasehold {args:?} failed on its own: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+fn tool(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(bin()).args(args).output().unwrap()
+}
+
+fn said(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
+}
+
+/// A data dir that issued tokens 1 to 6 on `pay` and 1 to 2 on `ops`, and
+/// a backup of it taken at `pay` 3, in `root`. Stopped cleanly.
+async fn used_dir_and_backup(root: &Path) -> (PathBuf, PathBuf, History) {
+    let dir = root.join("template");
+    let s = ServerProcess::start(&dir, &[]);
+    let mut h = History::default();
+    load(&s.url(), &mut h, &["pay"], 3, 1).await;
+    let file = root.join("backup.lhb");
+    let out = tool(&[
+        "backup".as_ref(),
+        "--server".as_ref(),
+        s.url().as_ref(),
+        "--out".as_ref(),
+        file.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    load(&s.url(), &mut h, &["pay"], 3, 0).await;
+    load(&s.url(), &mut h, &["ops"], 2, 0).await;
+    assert_eq!(h.tokens["pay"], 6);
+    stop(s, Stop::Clean);
+    (dir, file, h)
+}
+
+/// After an interrupted tool: the data dir starts with tokens above every
+/// one issued, or refuses naming the data dir and the way on.
+async fn starts_above_or_refuses(dir: &Path, h: &History, what: &str) {
+    match try_start(dir) {
+        Ok(mut s) => {
+            verify_tokens(&s.url(), h, what).await;
+            s.kill9();
+        }
+        Err((code, err)) => {
+            assert_ne!(code, 0, "{what}");
+            assert!(
+                err.contains(&dir.display().to_string()) && err.contains("restore"),
+                "{what}: a refusal names the data dir and the way on: {err}"
+            );
+        }
+    }
+}
+
+/// `leasehold check` finds `dir` healthy, with a token floor at or above
+/// every token issued.
+fn healthy_with_floor_above(dir: &Path, h: &History, what: &str) {
+    let (ok, report) = check(dir);
+    assert!(ok, "{what}: {report}");
+    let floor: u64 = report
+        .lines()
+        .find_map(|l| l.strip_prefix("token floor"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no token floor in {report}"));
+    let highest = h.tokens.values().copied().max().unwrap_or(0);
+    assert!(floor >= highest, "{what}: floor {floor} below {highest}");
+}
+
+/// Every job's next grant is above every token issued on it before.
+async fn verify_tokens(url: &str, h: &History, what: &str) {
+    let c = Client::connect(url).await.unwrap();
+    for (job, issued) in &h.tokens {
+        let a = c
+            .acquire(job, "checker", Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(a.acquired, "{what}: every lease was released");
+        assert!(
+            a.lease.token > *issued,
+            "{what}: {job} granted token {} after {issued} was issued",
+            a.lease.token
+        );
+        c.release(job, "checker", a.lease.token).await.unwrap();
+    }
+}
+
+/// Kills `leasehold ARGS` (run on a fresh copy of `template` at `dir`) at
+/// every call of every kind in [`POINTS`]; after each kill, the data dir
+/// starts with tokens going up or refuses, and the same tool run again
+/// finishes and leaves a healthy data dir whose floor is above every token
+/// issued.
+async fn killed_everywhere(
+    template: &Path,
+    dir: &Path,
+    args: &[&std::ffi::OsStr],
+    h: &History,
+) -> u32 {
+    let mut kills = 0;
+    for syscall in POINTS {
+        for n in 1.. {
+            let _ = std::fs::remove_dir_all(dir);
+            copy_dir(template, dir);
+            if !run_killed_at(args, syscall, n) {
+                break;
+            }
+            kills += 1;
+            let what = format!("{args:?} killed at {syscall} #{n}");
+            starts_above_or_refuses(dir, h, &what).await;
+            // The tool again, to its end: the data dir is healthy, its
+            // floor above every token issued.
+            let again = tool(args);
+            assert!(
+                again.status.success(),
+                "{what}, run again: {}",
+                said(&again)
+            );
+            healthy_with_floor_above(dir, h, &what);
+        }
+    }
+    eprintln!("{args:?}: killed at {kills} points");
+    kills
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_killed_at_any_point_never_lets_a_token_repeat() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, file, h) = used_dir_and_backup(root.path()).await;
+    let dir = root.path().join("d");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "restore".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+        file.as_os_str(),
+    ];
+    let kills = killed_everywhere(&template, &dir, &args, &h).await;
+    assert!(
+        kills >= 10,
+        "only {kills} kill points: strace injected nothing?"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recover_killed_at_any_point_never_lets_a_token_repeat() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, _, h) = used_dir_and_backup(root.path()).await;
+    // Damage to recover from: the log deleted (it held the newest grants).
+    std::fs::remove_file(template.join("leasehold.manifest")).unwrap();
+    let dir = root.path().join("d");
+    let args: Vec<&std::ffi::OsStr> =
+        vec!["recover".as_ref(), "--data-dir".as_ref(), dir.as_os_str()];
+    let kills = killed_everywhere(&template, &dir, &args, &h).await;
+    assert!(
+        kills >= 10,
+        "only {kills} kill points: strace injected nothing?"
+    );
+}
+
+/// A data dir that an earlier version's interrupted restore left with
+/// nothing but its set-aside folders never starts empty, and `recover`
+/// counts the tokens those folders hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_holding_only_set_aside_folders_is_refused_then_recovered() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, _, h) = used_dir_and_backup(root.path()).await;
+    let dir = root.path().join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    copy_dir(&template, &dir.join("replaced-1"));
+    std::fs::remove_file(dir.join("replaced-1").join("leasehold.lock")).unwrap();
+    let (code, err) = try_start(&dir).err().expect("must refuse");
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("replaced-1") && err.contains("interrupted"),
+        "{err}"
+    );
+    let (ok, report) = check(&dir);
+    assert!(!ok && report.contains("replaced-1"), "{report}");
+    let out = tool(&["recover".as_ref(), "--data-dir".as_ref(), dir.as_os_str()]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(said(&out).contains("not provable"), "{}", said(&out));
+    let s = try_start(&dir).expect("starts after recover");
+    verify_tokens(&s.url(), &h, "recovered").await;
+}
+
+/// Server X issues `pay` 1 to 6 with a backup taken at 3; Y's data dir,
+/// used for other jobs, gets X's backup restored into it. Y's history
+/// proves nothing about X's: the floor takes the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_from_another_store_restored_into_a_used_dir_never_repeats_a_token() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, file, h) = used_dir_and_backup(root.path()).await;
+    let y = root.path().join("y");
+    let s = ServerProcess::start(&y, &[]);
+    let mut hy = History::default();
+    load(&s.url(), &mut hy, &["other"], 2, 0).await;
+    stop(s, Stop::Clean);
+    let out = tool(&[
+        "restore".as_ref(),
+        "--data-dir".as_ref(),
+        y.as_os_str(),
+        file.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(said(&out).contains("not provable"), "{}", said(&out));
+    let s = try_start(&y).expect("starts after restore");
+    let c = Client::connect(&s.url()).await.unwrap();
+    let a = c
+        .acquire("pay", "next", Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(
+        a.lease.token > h.tokens["pay"] && a.lease.token > 1 << 32,
+        "X issued pay tokens up to {}; Y granted {}",
+        h.tokens["pay"],
+        a.lease.token
+    );
+    // Y's own jobs go on above their tokens too (their values are gone:
+    // a restore replaces the store).
+    verify_tokens(&s.url(), &hy, "Y's jobs").await;
+}
+
+/// `restore`, `recover` and `check` on a live server's data dir refuse,
+/// naming the server's process, and change nothing: the server goes on,
+/// and after a SIGKILL its tokens go on above every one it issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tool_refuses_a_live_data_dir_naming_the_process() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, file, mut h) = used_dir_and_backup(root.path()).await;
+    let s = ServerProcess::start(&template, &[]);
+    let pid = format!("process {}", s.pid());
+    let d = template.as_os_str();
+    for args in [
+        vec![
+            "restore".as_ref(),
+            "--data-dir".as_ref(),
+            d,
+            file.as_os_str(),
+        ],
+        vec!["recover".as_ref(), "--data-dir".as_ref(), d],
+        vec!["check".as_ref(), "--data-dir".as_ref(), d],
+    ] {
+        let out = tool(&args);
+        assert!(!out.status.success(), "{args:?} ran on a live data dir");
+        let said = said(&out);
+        assert!(
+            said.contains(&pid) && said.contains("in use"),
+            "{args:?}: {said}"
+        );
+    }
+    load(&s.url(), &mut h, &["pay"], 2, 0).await;
+    assert_eq!(h.tokens["pay"], 8, "the server went on");
+    s.kill9();
+    let s = try_start(&template).expect("starts after a SIGKILL");
+    verify_tokens(&s.url(), &h, "after the tools and a SIGKILL").await;
+}
