@@ -187,7 +187,8 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 pub(crate) fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     files(dir)
         .into_iter()
-        .filter(|p| !is_sled_file(p))
+        // The lock file names whoever opened the data dir last: not data.
+        .filter(|p| !is_sled_file(p) && p != Path::new("leasehold.lock"))
         .map(|p| {
             let mut b = Vec::new();
             std::fs::File::open(dir.join(&p))

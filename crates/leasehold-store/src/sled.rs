@@ -99,6 +99,10 @@ pub struct SledStore {
     /// would not mean that the earlier puts reached the disk.
     failed: Mutex<Option<String>>,
     syncs: AtomicU64,
+    /// Where the log's batches stop being durable, after a failed sync: the
+    /// generation and the offset from which [`Store::reopen`] zeroes the
+    /// log, so that a change answered as discarded is discarded.
+    discard: Mutex<Option<(u64, u64)>>,
     /// Goes up before records move from the overlay to sled (a checkpoint)
     /// and at a reopen: see [`Store::recheck_value`].
     read_epoch: AtomicU64,
@@ -159,6 +163,11 @@ struct Open {
     logged: Mutex<Logged>,
     /// What the last checkpoint made durable (sled's record of it).
     ckpt: Mutex<Checkpoint>,
+    /// The generation the manifest names. A checkpoint is always this
+    /// plus one: one that failed after sled's part is done again under
+    /// the same generation, so that failed checkpoints in a row never
+    /// leave sled more than one ahead of the manifest.
+    manifest_generation: AtomicU64,
     /// Held for writing by a checkpoint, for reading by a backup: sled
     /// changes only at checkpoints, so a backup that holds it reads one
     /// checkpoint's state.
@@ -238,13 +247,14 @@ impl SledStore {
         if let Some(done) = datadir::finish_switch(dir)? {
             tracing::warn!(dir = %dir.display(), "{done}");
         }
-        let open = Open::checked(dir)?;
+        let open = no_panic(|| Open::checked(dir))?;
         Ok(SledStore {
             dir: dir.to_owned(),
             _lock: lock,
             open: RwLock::new(Some(open)),
             failed: Mutex::new(None),
             syncs: AtomicU64::new(0),
+            discard: Mutex::new(None),
             read_epoch: AtomicU64::new(0),
             pending: Mutex::new(Pending::default()),
             space: Mutex::new(None),
@@ -356,7 +366,7 @@ impl SledStore {
         let open = guard
             .as_ref()
             .ok_or_else(|| Error::storage(self.failure("the store is not open")))?;
-        f(open)
+        no_panic(|| f(open))
     }
 
     /// Runs a write, failing fast once the store has failed, and marking it
@@ -769,7 +779,9 @@ impl Open {
                             s.generation, m.generation
                         ),
                     ));
-                } else if s.generation > m.generation + 1 {
+                } else if s.generation > m.generation + 1
+                    && ins.wal_generation != Some(m.generation)
+                {
                     ins.problems.push(Problem::new(
                         manifest::FILE,
                         format!(
@@ -787,11 +799,15 @@ impl Open {
                 )),
                 (Some(_), Some(w)) if w == s.generation => {}
                 (Some(_), Some(w))
-                    if w + 1 == s.generation
+                    if w < s.generation
                         && ins.manifest.as_ref().is_some_and(|m| m.generation == w) =>
                 {
-                    // A crash after sled's part of a checkpoint, before the
-                    // log's reset: its records are in sled already.
+                    // A crash (or a failed sync) after sled's part of a
+                    // checkpoint, before the log's reset: its records are
+                    // in sled already. Several such failures in a row (a
+                    // disk that fails every sync for a while) leave sled
+                    // more than one generation ahead, each attempt having
+                    // applied the same log.
                     records.clear();
                 }
                 (Some(_), Some(w)) => ins.problems.push(Problem::new(
@@ -857,6 +873,11 @@ impl Open {
             blobs: dir.join("blobs"),
             wal: Mutex::new(wal),
             logged: Mutex::new(Logged::default()),
+            manifest_generation: AtomicU64::new(
+                ins.manifest
+                    .as_ref()
+                    .map_or(base.generation, |m| m.generation),
+            ),
             ckpt: Mutex::new(base),
             gate: RwLock::new(()),
             first_leases: Mutex::new(decoded.filter(|_| !thorough)),
@@ -885,11 +906,12 @@ impl Open {
         let _gate = self.gate.write().expect("gate lock");
         let l = std::mem::take(&mut *self.logged.lock().expect("logged lock"));
         let base = self.ckpt.lock().expect("checkpoint lock").clone();
+        let generation = self.manifest_generation.load(Ordering::Acquire) + 1;
         let meta: &sled::Tree = &self.db;
         let next = (&self.leases, &self.values, meta)
             .transaction(|(lt, vt, mt)| {
                 let mut c = base.clone();
-                c.generation += 1;
+                c.generation = generation;
                 c.unix_ms = leasehold_core::clock::wall_unix_ms();
                 c.new_job_floor = c.new_job_floor.max(l.new_job_floor);
                 c.max_token = c.max_token.max(c.new_job_floor);
@@ -939,6 +961,8 @@ impl Open {
                 self.dir.join(manifest::FILE).display()
             ))
         })?;
+        self.manifest_generation
+            .store(next.generation, Ordering::Release);
         *self.ckpt.lock().expect("checkpoint lock") = next;
         Ok(l.upto)
     }
@@ -1275,9 +1299,15 @@ impl Store for SledStore {
                 return Ok(());
             }
             let mut wal = o.wal.lock().expect("wal lock");
-            let logged = wal
-                .append(puts.iter().map(|p| &p.record))
-                .map_err(|e| Error::storage(format!("{}: {e}", wal.path().display())))?;
+            let logged = wal.append(puts.iter().map(|p| &p.record)).map_err(|e| {
+                // The batch may be in the file all the same (a failed
+                // fdatasync leaves it in the page cache): void at reopen.
+                self.discard
+                    .lock()
+                    .expect("discard lock")
+                    .get_or_insert((wal.generation(), wal.end()));
+                Error::storage(format!("{}: {e}", wal.path().display()))
+            })?;
             let mut done = o.logged.lock().expect("logged lock");
             done.add(puts);
             drop(done);
@@ -1398,13 +1428,40 @@ impl Store for SledStore {
         // data dir until they are done: wait for them, or the open below
         // takes our own past for another process.
         wait_until_unlocked(&self.dir.join("db"), UNLOCK_WAIT)?;
-        *guard = Some(Open::checked(&self.dir)?);
+        let discard = *self.discard.lock().expect("discard lock");
+        if let Some((generation, from)) = discard {
+            let path = self.dir.join(WAL_FILE);
+            wal::discard_after(&path, generation, from).map_err(|e| {
+                Error::storage(format!(
+                    "cannot void the changes whose sync failed in {}: {e}",
+                    path.display()
+                ))
+            })?;
+        }
+        *guard = Some(no_panic(|| Open::checked(&self.dir))?);
+        *self.discard.lock().expect("discard lock") = None;
         *self.failed.lock().expect("failed lock") = None;
         // Reads made during the reopen may have seen the discarded overlay.
         self.read_epoch.fetch_add(1, Ordering::AcqRel);
         tracing::info!(dir = %self.dir.display(), "store reopened");
         Ok(())
     }
+}
+
+/// Runs `f`, turning a panic inside it into a storage error. sled 0.34
+/// unwraps some I/O results on its own paths (a write refused with EIO or
+/// EROFS while it opens or flushes): such a panic must fail the store,
+/// which then reopens when the disk answers, and never unwind through the
+/// store's locks, or the callers', which would refuse every later call.
+fn no_panic<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_owned());
+        Err(Error::storage(format!("sled failed: {why}")))
+    })
 }
 
 /// Reads a [`Kind::Floor`] record's value (0 if it is not 8 bytes: the

@@ -312,6 +312,12 @@ impl Wal {
         self.size - HEADER
     }
 
+    /// Where the next batch goes: the end of every batch that was made
+    /// durable.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
     /// The current generation.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -321,6 +327,32 @@ impl Wal {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Zeroes the log at `path` from `from` to its end, durably, if its
+/// header is of `generation`: the batches whose write or sync failed, which
+/// the file (or the page cache) may still hold although they were never
+/// made durable, and were answered as discarded. Nothing reads them back.
+pub fn discard_after(path: &Path, generation: u64, from: u64) -> io::Result<()> {
+    let file = File::options().read(true).write(true).open(path)?;
+    let mut h = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut h, 0)?;
+    let current = (&h[..8] == MAGIC
+        && crc(&h[..HEADER_LEN - 4]).to_le_bytes() == h[HEADER_LEN - 4..])
+        .then(|| u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")));
+    if current != Some(generation) {
+        // Reset since: nothing of that generation is read any more.
+        return Ok(());
+    }
+    let len = file.metadata()?.len();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at = from.max(HEADER);
+    while at < len {
+        let n = zeros.len().min((len - at) as usize);
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_data()
 }
 
 fn align(n: u64) -> u64 {

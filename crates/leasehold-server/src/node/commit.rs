@@ -146,7 +146,8 @@ impl Flushed {
     fn outcome(&self, seq: u64) -> Option<Result<()>> {
         if let Some((_, _, why)) = self.lost.iter().find(|(a, b, _)| *a < seq && seq <= *b) {
             return Some(Err(Error::Storage(format!(
-                "{why}; the change was not made durable and was discarded"
+                "{why}; the change was not made durable: it is discarded when the store reopens \
+                 (should the server die before that, its outcome is unknown)"
             ))));
         }
         if self.durable >= seq {
