@@ -1626,3 +1626,36 @@ async fn expect_grant_then_expiry(w: &mut tonic::Streaming<proto::LeaseEvent>, t
     assert_eq!(ev.kind, EventKind::Expired as i32, "{ev:?}");
     assert_eq!(ev.lease.unwrap().token, token);
 }
+
+/// A renewal that shortens a watched lease moves the expiry its watchers
+/// hear of: the job's one deadline timer, armed on the old (60 s)
+/// deadline when the watch began, is armed again on the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hears_of_the_expiry_of_a_lease_a_renewal_shortened() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    const LONG: Duration = Duration::from_secs(60);
+    let a = c.acquire("shortened", "a", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    let mut w = c.watch("shortened").await.unwrap();
+    let ev = next_event(&mut w).await;
+    assert_eq!(ev.kind, EventKind::Current as i32);
+    assert_eq!(ev.lease.unwrap().holder, "a");
+    let ttl = common::ttl(Duration::from_millis(300));
+    let renewed = Instant::now();
+    let l = c.renew("shortened", "a", a.lease.token, ttl).await.unwrap();
+    assert_eq!(l.ttl, Some(ttl));
+    let ev = next_event(&mut w).await;
+    let heard = renewed.elapsed();
+    assert_eq!(ev.kind, EventKind::Expired as i32, "{ev:?}");
+    assert_eq!(ev.lease.unwrap().token, a.lease.token);
+    assert!(
+        heard >= ttl,
+        "told of the expiry {heard:?} after a {ttl:?} renewal"
+    );
+    // Not at the old deadline: a third of it is longer than any stall.
+    assert!(
+        heard < LONG / 3,
+        "told of the expiry {heard:?} after the renewal: at the old {LONG:?} deadline, not the renewed {ttl:?}"
+    );
+}

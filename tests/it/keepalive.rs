@@ -496,3 +496,55 @@ async fn elector_set_leads_several_jobs_renewing_them_over_one_stream() {
         assert_eq!(c.get_lease(j).await.unwrap().holder, None, "{j} released");
     }
 }
+
+/// A watcher's next event, waiting as long as a loaded machine may take.
+async fn next(w: &mut tonic::Streaming<proto::LeaseEvent>) -> proto::LeaseEvent {
+    tokio::time::timeout(common::PATIENCE, w.message())
+        .await
+        .expect("an event")
+        .unwrap()
+        .expect("the watch goes on")
+}
+
+/// A KeepAlive renewal that shortens a watched lease moves the expiry its
+/// watchers hear of, as a unary Renew does: the job's deadline timer,
+/// armed on the old (60 s) deadline, is armed again on the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hears_of_the_expiry_of_a_lease_a_keep_alive_shortened() {
+    const LONG: Duration = Duration::from_secs(60);
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let a = c.acquire("ka/shortened", "me@1", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    let mut w = c.watch("ka/shortened").await.unwrap();
+    let ev = next(&mut w).await;
+    assert_eq!(ev.kind, leasehold::client::EventKind::Current as i32);
+    let ttl = common::ttl(Duration::from_millis(300));
+    let mut ka = c.keep_alive().await.unwrap();
+    let renewed = std::time::Instant::now();
+    let out = ka
+        .renew(&[KeepAliveRenewal::new(
+            "ka/shortened",
+            "me@1",
+            a.lease.token,
+            ttl,
+        )])
+        .await
+        .unwrap();
+    assert!(matches!(&out[..], [RenewOutcome::Renewed(_)]), "{out:?}");
+    let ev = next(&mut w).await;
+    let heard = renewed.elapsed();
+    assert_eq!(
+        ev.kind,
+        leasehold::client::EventKind::Expired as i32,
+        "{ev:?}"
+    );
+    assert!(
+        heard >= ttl,
+        "told of the expiry {heard:?} after a {ttl:?} renewal"
+    );
+    assert!(
+        heard < LONG / 3,
+        "told of the expiry {heard:?} after the renewal: at the old {LONG:?} deadline, not the renewed {ttl:?}"
+    );
+}

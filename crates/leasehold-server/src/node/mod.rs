@@ -178,6 +178,12 @@ impl Default for StateLimits {
     }
 }
 
+/// Whether a renewal moved a live lease's deadline from `before` to the
+/// earlier `after`.
+fn earlier(after: Option<Instant>, before: Option<Instant>) -> bool {
+    matches!((after, before), (Some(a), Some(b)) if a < b)
+}
+
 /// A history event as the store keeps it: its instant on the wall clock,
 /// which is for people only. `now` and `wall_now` are one moment on both
 /// clocks.
@@ -696,12 +702,17 @@ impl Node {
         ttl: Duration,
     ) -> Result<LeaseView> {
         self.check_open()?;
-        let (r, seq, _) =
-            self.decide(job, |t, now| match t.renew(job, holder, token, ttl, now) {
-                Ok((view, fx)) => (Ok(view), fx),
+        let (r, seq, _) = self.decide(job, |t, now| {
+            let before = t.view(job, now).deadline();
+            match t.renew(job, holder, token, ttl, now) {
+                Ok((view, fx)) => (Ok((earlier(view.deadline(), before), view)), fx),
                 Err(e) => (Err(e), Effects::default()),
-            })?;
-        let view = r?;
+            }
+        })?;
+        let (earlier, view) = r?;
+        if earlier {
+            self.deadline_moved_earlier(job);
+        }
         self.inner.commit.wait(seq).await?;
         Ok(view)
     }
@@ -716,12 +727,17 @@ impl Node {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
         let mut seq = 0;
+        let mut moved_earlier = Vec::new();
         {
             let mut st = self.lock();
             let now = clock::now();
             for r in batch {
+                let before = st.table.view(&r.job, now).deadline();
                 match st.table.renew(&r.job, &r.holder, r.token, r.ttl, now) {
                     Ok((view, fx)) => {
+                        if earlier(view.deadline(), before) {
+                            moved_earlier.push(&r.job);
+                        }
                         if let Some(rec) = &fx.persist {
                             self.inner.store.put_lease(&r.job, rec)?;
                             let s = self.inner.commit.stage();
@@ -735,6 +751,9 @@ impl Node {
                 // What we show of the job must be durable: its last change.
                 seq = seq.max(st.table.stamp(&r.job));
             }
+        }
+        for job in moved_earlier {
+            self.deadline_moved_earlier(job);
         }
         self.inner.commit.wait(seq).await?;
         Ok(out)
@@ -1260,6 +1279,18 @@ impl Node {
                 }
             }
         });
+    }
+
+    /// After a renewal that moved a lease's deadline earlier (a shorter
+    /// TTL): wakes the job's deadline timer, which sleeps until the
+    /// deadline it read and would otherwise tell the watchers of the expiry
+    /// only at the old, later one. The watchers wake too, and find nothing
+    /// to tell; a renewal is not a change to them.
+    fn deadline_moved_earlier(&self, job: &JobName) {
+        let w = self.inner.watchers.lock().expect("watchers lock");
+        if let Some(s) = w.get(job) {
+            s.send_modify(|n| *n += 1);
+        }
     }
 
     fn publish(&self, job: &JobName) {
