@@ -20,7 +20,10 @@ use leasehold::client::{Client, ClientError};
 const JOBS: usize = 4;
 const WORKERS_PER_JOB: usize = 2;
 const CYCLES: usize = 3;
-const HELD_TTL: Duration = Duration::from_secs(3);
+/// The lease held across each crash: longer than a stall of a loaded
+/// machine, which must not let it run out before the crash or before its
+/// holder renews it after the restart.
+const HELD_TTL: Duration = Duration::from_secs(10);
 
 /// An acknowledged write: (version, value).
 type Acked = (u64, Vec<u8>);
@@ -50,7 +53,7 @@ async fn client_for(target: &Target, cached: &mut Option<(u64, Client)>) -> Opti
         }
     }
     let url = target.url.read().unwrap().clone();
-    let c = tokio::time::timeout(Duration::from_secs(1), Client::connect(&url))
+    let c = tokio::time::timeout(common::PATIENCE, Client::connect(&url))
         .await
         .ok()?
         .ok()?;
@@ -147,6 +150,42 @@ async fn worker(
     }
 }
 
+/// Waits until the load has been granted, on every job, a token above
+/// every token acknowledged before server generation `generation`: load
+/// in this generation, and grants the history counts apart.
+async fn wait_for_load(hist: &Mutex<History>, generation: u64) {
+    common::eventually(
+        &format!("a new grant on every job in server generation {generation}"),
+        || async {
+            let h = hist.lock().unwrap();
+            (0..JOBS)
+                .all(|j| {
+                    let Some(order) = h.order.get(&format!("crash/{j}")) else {
+                        return false;
+                    };
+                    let before = order.iter().filter(|(g, _)| *g < generation);
+                    let max_before = before.map(|(_, t)| *t).max().unwrap_or(0);
+                    order
+                        .iter()
+                        .any(|(g, t)| *g == generation && *t > max_before)
+                })
+                .then_some(())
+        },
+    )
+    .await
+}
+
+/// Waits until an Acquire waits in line for `job` on `server` (its status
+/// page counts the job's waiters).
+async fn wait_for_waiter(server: &ServerProcess, job: &str) {
+    let path = format!("/api/jobs?prefix={}", job.replace('/', "%2F"));
+    common::eventually(&format!("an Acquire waiting for {job}"), || async {
+        let (code, body) = common::admin_request(server.admin, &path).await;
+        (code == 200 && body.contains(r#""waiters":1"#)).then_some(())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,7 +219,7 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
             .await
             .unwrap();
         assert!(held.acquired);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        wait_for_load(&hist, target.generation.load(Ordering::SeqCst)).await;
 
         server.kill9();
         kills += 1;
@@ -195,13 +234,14 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         let job = held_job.clone();
         let steal = tokio::spawn(async move {
             let r = thief
-                .acquire(&job, "thief", HELD_TTL, Duration::from_secs(20))
+                .acquire(&job, "thief", HELD_TTL, HELD_TTL + common::PATIENCE)
                 .await
                 .unwrap();
             (r, spawned.elapsed())
         });
-        // The owner renews its lease with its old token after the restart...
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The owner renews its lease with its old token after the restart,
+        // while the thief waits...
+        wait_for_waiter(&server, &held_job).await;
         let renewed_at = spawned.elapsed(); // before sending: the server's TTL starts later
         let renewed = c
             .renew(&held_job, "owner", held.lease.token, HELD_TTL)
@@ -221,7 +261,7 @@ async fn sigkill_under_load_loses_nothing_acknowledged_and_never_repeats_a_token
         );
         println!("cycle {cycle}: lease held across SIGKILL changed hands {granted_after:?} after restart");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_for_load(&hist, target.generation.load(Ordering::SeqCst)).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         t.await.unwrap();
