@@ -9,18 +9,21 @@
 //! (its Acquire waits: `leasehold_waiting_acquires` is 1 again) before the
 //! next worker is stopped.
 //!
-//! The job's leaderless time is read from the server's `/metrics`
-//! (`leasehold_job_leaderless_seconds{job}`), polled back to back through
-//! the whole roll. A vacancy that no poll saw lasted less than the longest
-//! interval between two polls; one that a poll saw lasted at most what
-//! that poll read plus that interval. Their sum is the bound checked.
+//! The job's leader and leaderless time are read from the server's
+//! `/metrics` (`leasehold_job_leader{job}`,
+//! `leasehold_job_leaderless_seconds{job}`), polled back to back through
+//! the whole roll. As the handover is one decision, no poll may find the
+//! job without a leader. The most leaderless time read plus the longest
+//! interval between two polls, a bound on any vacancy, is printed: it
+//! stays far under 100 ms, but a loaded machine may pause the poller for
+//! longer, so it is not asserted.
 
 use crate::common::{self, ServerProcess};
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,8 +31,7 @@ const JOB: &str = "roll";
 /// Long, so that a takeover by expiry instead of a handover would show
 /// as a gap of seconds.
 const TTL: &str = "10s";
-const STEP: Duration = Duration::from_secs(10);
-const BOUND: Duration = Duration::from_millis(100);
+const STEP: Duration = common::PATIENCE;
 
 /// A `leasehold run` worker whose command logs `start NANOS TOKEN` and,
 /// on SIGTERM, `stop NANOS` to `log`.
@@ -144,6 +146,15 @@ async fn wait_started(logs: &[&Path], token: u64) -> u128 {
     }
 }
 
+/// Waits until the poller has polled `n` more times after now.
+async fn wait_for_polls(polls: &AtomicU64, n: u64) {
+    let from = polls.load(Ordering::SeqCst);
+    common::eventually(&format!("{n} more polls of /metrics"), || async {
+        (polls.load(Ordering::SeqCst) >= from + n).then_some(())
+    })
+    .await
+}
+
 /// What the poller saw: the most leaderless time read, the longest
 /// interval between two polls, the polls, and those that saw no leader.
 #[derive(Debug, Default)]
@@ -173,8 +184,9 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
 
     // Poll the job's leaderless time through the whole roll.
     let done = Arc::new(AtomicBool::new(false));
+    let polls = Arc::new(AtomicU64::new(0));
     let poller = tokio::spawn({
-        let done = done.clone();
+        let (done, polls) = (done.clone(), polls.clone());
         async move {
             let mut seen = Seen::default();
             let mut last = Instant::now();
@@ -184,6 +196,7 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
                 seen.max_interval = seen.max_interval.max(now - last);
                 last = now;
                 seen.polls += 1;
+                polls.fetch_add(1, Ordering::SeqCst);
                 let leaderless = job_metric(&m, "leasehold_job_leaderless_seconds")
                     .expect("the job's leaderless series");
                 seen.max_leaderless = seen.max_leaderless.max(Duration::from_secs_f64(leaderless));
@@ -195,7 +208,7 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
             seen
         }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_polls(&polls, 20).await;
 
     // Restart a: b leads (token 2); a, restarted, waits.
     let sent = Instant::now();
@@ -204,7 +217,7 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
     let first = sent.elapsed();
     let a = Worker::start(&url, "a", &logs[2]);
     wait_metrics(admin, "the restarted a waits", waiting(1.0)).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_polls(&polls, 20).await;
 
     // Restart b: a leads (token 3); b, restarted, waits.
     let sent = Instant::now();
@@ -213,7 +226,7 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
     let second = sent.elapsed();
     let b = Worker::start(&url, "b", &logs[3]);
     wait_metrics(admin, "the restarted b waits", waiting(1.0)).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_for_polls(&polls, 20).await;
 
     done.store(true, Ordering::Relaxed);
     let seen = poller.await.unwrap();
@@ -235,9 +248,10 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
         gap(b_stop, a_start),
     );
     assert!(seen.polls > 50, "too few polls: {seen:?}");
-    assert!(
-        seen.max_leaderless + seen.max_interval < BOUND,
-        "the job may have been leaderless for {BOUND:?} or more: {seen:?}"
+    assert_eq!(
+        (seen.vacant_polls, seen.max_leaderless),
+        (0, Duration::ZERO),
+        "polls found the job without a leader: {seen:?}"
     );
 
     // Handed over twice by release, never taken over by expiry.
