@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use leasehold::client::{process_holder, Client};
 
-/// Generous bound for anything that should take well under a second.
-const STEP: Duration = Duration::from_secs(10);
+/// Bound for anything that should take well under a second: longer
+/// than any stall of a loaded machine.
+const STEP: Duration = common::PATIENCE;
 
 /// A `leasehold run` process; on drop, it and the command's process group
 /// are killed, so a failing test leaves nothing behind.
@@ -105,8 +106,11 @@ fn is_dead(pid: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_kills_child_within_one_ttl_of_losing_the_lease() {
-    const TTL: Duration = Duration::from_secs(2);
-    const SLACK: Duration = Duration::from_millis(1500);
+    // Long enough that a stall cannot cost the runner a renewal before the
+    // server is frozen; the slack, for the test's own view of the kill,
+    // is longer than a stall and far below a second TTL.
+    const TTL: Duration = Duration::from_secs(10);
+    const SLACK: Duration = Duration::from_secs(5);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let (pidfile, tokfile) = (dir.path().join("pid"), dir.path().join("token"));
@@ -116,7 +120,7 @@ async fn run_kills_child_within_one_ttl_of_losing_the_lease() {
         pidfile.display(),
         tokfile.display()
     );
-    let mut runner = Runner::start(&server.url(), "2s", "jobR", &script);
+    let mut runner = Runner::start(&server.url(), "10s", "jobR", &script);
 
     // The command is running as leader with token 1.
     let deadline = Instant::now() + STEP;
@@ -142,11 +146,12 @@ async fn run_kills_child_within_one_ttl_of_losing_the_lease() {
     // hears nothing. It must act on its own clock.
     server.signal(libc::SIGSTOP);
     let stopped = Instant::now();
-    let deadline = stopped + STEP;
+    let deadline = stopped + TTL + STEP;
     while !is_dead(pid) {
         assert!(
             Instant::now() < deadline,
-            "the command was still alive {STEP:?} after the server stopped"
+            "the command was still alive {:?} after the server stopped",
+            TTL + STEP
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -191,7 +196,7 @@ async fn run_passes_exit_code_and_releases() {
     let dir = tempfile::tempdir().unwrap();
     let server = common::ServerProcess::start(dir.path(), &[]);
     let client = Client::connect(&server.url()).await.unwrap();
-    let mut runner = Runner::start(&server.url(), "2s", "jobX", "exit 7");
+    let mut runner = Runner::start(&server.url(), "30s", "jobX", "exit 7");
     let status = runner.wait_exit(STEP);
     assert_eq!(status.code(), Some(7), "the command's exit code: {status}");
     let lease = client.get_lease("jobX").await.unwrap();
@@ -217,11 +222,10 @@ async fn run_waits_for_leadership() {
     assert_eq!(held.lease.token, 1);
 
     let script = format!("echo $LEASEHOLD_TOKEN > '{}'", tokfile.display());
-    let mut runner = Runner::start(&server.url(), "2s", "jobY", &script);
-    // While we hold the lease, the command must not start. (Absence cannot
-    // be waited for; half a second is ample for the runner to connect and
-    // start it if it were going to.)
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut runner = Runner::start(&server.url(), "30s", "jobY", &script);
+    // While we hold the lease, the command must not start: not once the
+    // runner has asked for the lease and waits in line for it.
+    server.wait_for_waiters(1).await;
     assert!(
         !tokfile.exists(),
         "the command ran while another holder led"
@@ -268,19 +272,24 @@ async fn run_keeps_a_lease_it_waited_longer_than_its_ttl_for() {
         .unwrap();
     assert!(held.acquired);
 
-    // A 1 s runner campaigns (with Acquire wait = 3 s) while we hold the
-    // lease for 1.5 s: longer than its TTL.
-    let script = format!("echo $LEASEHOLD_TOKEN > '{}'; sleep 2", tokfile.display());
+    // A 10 s runner campaigns (with Acquire wait = 30 s) while we hold the
+    // lease for longer than its TTL after its Acquire began to wait.
+    // (Ten seconds, so that no stall of a loaded machine costs the runner
+    // a renewal once it leads.)
+    const TTL: Duration = Duration::from_secs(10);
+    let script = format!("echo $LEASEHOLD_TOKEN > '{}'; sleep 12", tokfile.display());
     let stderr = std::fs::File::create(&errfile).unwrap();
-    let mut runner = Runner::start_with_stderr(&server.url(), "1s", "jobW", &script, stderr.into());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut runner =
+        Runner::start_with_stderr(&server.url(), "10s", "jobW", &script, stderr.into());
+    server.wait_for_waiters(1).await;
+    tokio::time::sleep(TTL + Duration::from_secs(1)).await;
     assert!(
         runner.running() && !tokfile.exists(),
         "the runner must still be waiting"
     );
     client.release("jobW", &me, 1).await.unwrap();
 
-    // It leads with token 2, renewing, for the whole command (2 s > TTL).
+    // It leads with token 2, renewing, for the whole command (12 s > TTL).
     let status = runner.wait_exit(STEP);
     let log = std::fs::read_to_string(&errfile).unwrap();
     assert!(status.success(), "leasehold run: {status}; stderr:\n{log}");
@@ -302,7 +311,9 @@ async fn run_exits_on_sigterm_when_the_server_cannot_answer() {
     let pidfile = dir.path().join("pid");
     let server = common::ServerProcess::start(&data, &[]);
     let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
-    let mut runner = Runner::start(&server.url(), "1s", "jobT", &script);
+    // Ten seconds, so that no stall costs the runner its lease before the
+    // SIGTERM (it would exit 75, not 143).
+    let mut runner = Runner::start(&server.url(), "10s", "jobT", &script);
     let deadline = Instant::now() + STEP;
     let pid = loop {
         if let Some(pid) = read_trimmed(&pidfile) {
@@ -323,9 +334,10 @@ async fn run_exits_on_sigterm_when_the_server_cannot_answer() {
     server.signal(libc::SIGSTOP);
     common::signal(runner.child.id(), libc::SIGTERM);
     // Stopping the command takes at most the kill grace (ttl / 3), and a
-    // Release is pointless once the TTL has passed: allow TTL + slack.
+    // Release is pointless once the TTL has passed: it must exit within
+    // about a TTL, while the server is still frozen; allow TTL + patience.
     let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        runner.wait_exit(Duration::from_millis(2500))
+        runner.wait_exit(Duration::from_secs(10) + STEP)
     }));
     server.signal(libc::SIGCONT);
     let status = status.unwrap_or_else(|_| panic!("leasehold run hung after SIGTERM"));
