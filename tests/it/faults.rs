@@ -455,7 +455,6 @@ async fn a_failed_store_is_unhealthy_until_reopened_and_reads_work_at_once() {
         v.version + 1
     );
     // A restart finds the same, healthy.
-    let mut server = server;
     server.kill9();
     let check = Command::new(common::bin())
         .args(["check", "--data-dir"])

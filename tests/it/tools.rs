@@ -90,7 +90,7 @@ async fn used_dir_and_backup(root: &Path) -> (PathBuf, PathBuf, History) {
 /// one issued, or refuses naming the data dir and the way on.
 async fn starts_above_or_refuses(dir: &Path, h: &History, what: &str) {
     match try_start(dir) {
-        Ok(mut s) => {
+        Ok(s) => {
             verify_tokens(&s.url(), h, what).await;
             s.kill9();
         }
@@ -303,4 +303,84 @@ async fn each_tool_refuses_a_live_data_dir_naming_the_process() {
     s.kill9();
     let s = try_start(&template).expect("starts after a SIGKILL");
     verify_tokens(&s.url(), &h, "after the tools and a SIGKILL").await;
+}
+
+/// A backup whose reader stops (a SIGSTOPped `leasehold backup`) holds
+/// back the store's checkpoints only until one is needed: then the backup
+/// is ended, and changes go on being acknowledged, however much is written
+/// meanwhile. The stopped backup, once continued, fails and leaves no
+/// file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_backup_reader_never_stalls_changes() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("d");
+    let s = ServerProcess::start(&dir, &[]);
+    let c = Client::connect(&s.url()).await.unwrap();
+    let a = c
+        .acquire("bulk", "w", Duration::from_secs(300), Duration::ZERO)
+        .await
+        .unwrap();
+    // 16 MiB in the store: more than the backup's channel, h2's windows
+    // and the socket buffers take before the stopped reader blocks it.
+    let value = vec![7u8; 64 * 1024];
+    for i in 0..256 {
+        c.checked_write(
+            "bulk",
+            a.lease.token,
+            format!("k{i}").as_bytes(),
+            value.clone(),
+        )
+        .await
+        .unwrap();
+    }
+    let out = root.path().join("b.lhb");
+    let partial = out.with_extension("partial");
+    let mut backup = Command::new(bin())
+        .args(["backup", "--server", &s.url(), "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::eventually("the backup under way", || async {
+        std::fs::metadata(&partial)
+            .is_ok_and(|m| m.len() > 0)
+            .then_some(())
+    })
+    .await;
+    common::signal(backup.id(), libc::SIGSTOP);
+    // Twice the log's size, written while the reader is stopped: each write
+    // is acknowledged (the store ends the backup when it needs the
+    // checkpoint the backup holds back).
+    let writes = async {
+        for i in 0..256 {
+            c.checked_write(
+                "bulk",
+                a.lease.token,
+                format!("n{i}").as_bytes(),
+                value.clone(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    tokio::time::timeout(common::PATIENCE, writes)
+        .await
+        .expect("writes stalled behind a stopped backup reader");
+    common::signal(backup.id(), libc::SIGCONT);
+    let status = backup.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut backup.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "the ended backup succeeded: {err}");
+    assert!(err.contains("too slow"), "{err}");
+    assert!(!out.exists() && !partial.exists(), "a file was left behind");
+    // A backup that keeps up still works.
+    let ok = tool(&[
+        "backup".as_ref(),
+        "--server".as_ref(),
+        s.url().as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(ok.status.success(), "{}", said(&ok));
 }

@@ -31,6 +31,10 @@ use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{HolderId, JobName, LeaseRecord, TenureEnd, Token};
 
 pub mod datadir;
+
+/// How long a backup may hold back a checkpoint that is due before the
+/// backup is ended (see [`Store::backup`]).
+pub const BACKUP_HOLD: Duration = Duration::from_secs(30);
 pub mod manifest;
 pub mod repair;
 pub mod sled;
@@ -224,6 +228,14 @@ pub trait Store: Send + Sync + 'static {
     /// Writes a consistent snapshot of everything durable to `out`, in the
     /// backup format of [`repair`]. Changes go on meanwhile; they are not in
     /// the snapshot.
+    ///
+    /// A backup may hold back the store's checkpoints while it runs. When
+    /// one is needed (the log is three quarters full, or a checkpoint has
+    /// waited [`BACKUP_HOLD`]), the backup is ended with an error: a slow
+    /// reader never stalls changes. `out` should therefore not block for
+    /// long: a write that fails with [`std::io::ErrorKind::TimedOut`] is
+    /// tried again (the same bytes) once the store has checked whether
+    /// the backup must end.
     fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
         let _ = out;
         Err(Error::storage(

@@ -48,7 +48,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use crate::datadir::{self, DirLock};
@@ -172,6 +172,11 @@ struct Open {
     /// changes only at checkpoints, so a backup that holds it reads one
     /// checkpoint's state.
     gate: RwLock<()>,
+    /// Set when a checkpoint must not wait for the backup that holds
+    /// `gate` any longer: the backup ends at its next write.
+    preempt: AtomicBool,
+    /// Since when a due checkpoint has waited for a backup.
+    held_since: Mutex<Option<std::time::Instant>>,
     /// The lease records the start-up's inspection decoded, for the first
     /// [`Store::leases`], which would otherwise read and decode them all
     /// again (a million leases: about a fifth of the start-up). Dropped by
@@ -880,6 +885,8 @@ impl Open {
             ),
             ckpt: Mutex::new(base),
             gate: RwLock::new(()),
+            preempt: AtomicBool::new(false),
+            held_since: Mutex::new(None),
             first_leases: Mutex::new(decoded.filter(|_| !thorough)),
         };
         if (ins.fresh || ins.legacy) && !had_marker {
@@ -904,6 +911,9 @@ impl Open {
         self.first_leases.lock().expect("first leases lock").take();
         use sled::Transactional as _;
         let _gate = self.gate.write().expect("gate lock");
+        // No backup holds it back now.
+        self.preempt.store(false, Ordering::Release);
+        self.held_since.lock().expect("held lock").take();
         let l = std::mem::take(&mut *self.logged.lock().expect("logged lock"));
         let base = self.ckpt.lock().expect("checkpoint lock").clone();
         let generation = self.manifest_generation.load(Ordering::Acquire) + 1;
@@ -1315,7 +1325,9 @@ impl Store for SledStore {
                 return Ok(());
             }
             // Too big for the room left in the log: straight into sled,
-            // after what is logged, in one checkpoint.
+            // after what is logged, in one checkpoint, which ends a backup
+            // that holds it back.
+            o.preempt.store(true, Ordering::Release);
             self.checkpoint_open(o, &mut wal)
         })?;
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -1325,13 +1337,24 @@ impl Store for SledStore {
     fn checkpoint_if_due(&self) -> Result<()> {
         self.write(|o| {
             let mut wal = o.wal.lock().expect("wal lock");
-            // Not while a backup reads sled: the log still has room, and
-            // the flusher must not wait for a backup.
-            let backup_running = o.gate.try_write().is_err();
-            if wal.used() * 2 > wal.capacity() && !backup_running {
-                self.checkpoint_open(o, &mut wal)?;
+            if wal.used() * 2 <= wal.capacity() {
+                return Ok(());
             }
-            Ok(())
+            // Not while a backup reads sled, as long as the log has room:
+            // the flusher must not wait for a backup. Past three quarters,
+            // or after BACKUP_HOLD, the backup is ended instead.
+            if o.gate.try_write().is_err() {
+                let now = leasehold_core::clock::now();
+                let since = *o.held_since.lock().expect("held lock").get_or_insert(now);
+                if wal.used() * 4 > wal.capacity() * 3
+                    || now.saturating_duration_since(since) >= crate::BACKUP_HOLD
+                {
+                    o.preempt.store(true, Ordering::Release);
+                } else {
+                    return Ok(());
+                }
+            }
+            self.checkpoint_open(o, &mut wal)
         })
     }
 
@@ -1355,6 +1378,10 @@ impl Store for SledStore {
         self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))?;
         self.with(|o| {
             let _gate = o.gate.read().expect("gate lock");
+            let mut out = Preemptible {
+                out,
+                preempt: &o.preempt,
+            };
             let c = o.ckpt.lock().expect("checkpoint lock").clone();
             let records = [(Kind::Lease, &o.leases), (Kind::Value, &o.values)]
                 .into_iter()
@@ -1368,7 +1395,7 @@ impl Store for SledStore {
                         })
                     })
                 });
-            crate::repair::write_backup(&c, records, out)
+            crate::repair::write_backup(&c, records, &mut out)
         })
     }
 
@@ -1445,6 +1472,47 @@ impl Store for SledStore {
         self.read_epoch.fetch_add(1, Ordering::AcqRel);
         tracing::info!(dir = %self.dir.display(), "store reopened");
         Ok(())
+    }
+}
+
+/// A backup's output, ended as soon as a checkpoint must not wait for it.
+struct Preemptible<'a> {
+    out: &'a mut dyn std::io::Write,
+    preempt: &'a AtomicBool,
+}
+
+impl Preemptible<'_> {
+    fn ended(&self) -> std::io::Result<()> {
+        if self.preempt.load(Ordering::Acquire) {
+            return Err(std::io::Error::other(
+                "the backup was ended: its reader was too slow, and the store needed the \
+                 checkpoint the backup held back (the log three quarters full, or a checkpoint \
+                 waiting 30 s); run it again from a reader that keeps up",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl std::io::Write for Preemptible<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        loop {
+            self.ended()?;
+            match self.out.write(b) {
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                r => return r,
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        loop {
+            self.ended()?;
+            match self.out.flush() {
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                r => return r,
+            }
+        }
     }
 }
 
