@@ -27,7 +27,7 @@ part "server binary"
 # LEASEHOLD_BIN, when set, names a server binary already built (a client's
 # tests then need no Rust build); otherwise the debug build is made here.
 if [ -z "${LEASEHOLD_BIN:-}" ]; then
-  cargo build --quiet --bin leasehold
+  cargo build --quiet --workspace --bin leasehold
   export LEASEHOLD_BIN="${CARGO_TARGET_DIR:-$root_dir/target}/debug/leasehold"
 fi
 
