@@ -7,7 +7,9 @@
 
 clients_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root_dir=$(dirname "$clients_dir")
-work_dir="$clients_dir/.work"
+# LEASEHOLD_CLIENTS_WORK_DIR moves it out of the checkout (scripts/test
+# does, into a cache that outlives a clone, when LEASEHOLD_CACHE_DIR is set).
+work_dir="${LEASEHOLD_CLIENTS_WORK_DIR:-$clients_dir/.work}"
 
 # The generators, pinned.
 PROTOC_GEN_GO_VERSION=v1.36.12      # google.golang.org/protobuf/cmd/protoc-gen-go
