@@ -65,7 +65,7 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 async fn wait_until_waiting(f: &ServerProcess, n: u64) {
     let t = Instant::now();
     while waiting(f).await < n {
-        assert!(t.elapsed() < Duration::from_secs(10), "waiter never queued");
+        assert!(t.elapsed() < common::PATIENCE, "waiter never queued");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -123,16 +123,14 @@ async fn frontends_share_one_truth_and_a_client_may_switch_between_them() {
         (Some("b"), 2)
     );
     println!("etcd: hand-over from a Release on one frontend to a waiter on another: {handover:?}");
-    assert!(
-        handover < Duration::from_secs(2),
-        "a watch, not a TTL: {handover:?}"
-    );
+    // A third of the 30 s TTL: longer than a stall, far from an expiry.
+    assert!(handover < LONG / 3, "a watch, not a TTL: {handover:?}");
 
     // The watcher on yet another frontend saw the release and the grant
     // (folded into one event if it read late).
     let mut kinds = Vec::new();
     loop {
-        let ev = tokio::time::timeout(Duration::from_secs(10), events.message())
+        let ev = tokio::time::timeout(common::PATIENCE, events.message())
             .await
             .expect("a watch event")
             .unwrap()
@@ -273,7 +271,9 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
     let f0 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
     let f1 = frontend(&cluster.endpoints_arg(), &prefix, &[]);
     let (c0, c1) = (client_of(&f0.url(), LONG), client_of(&f1.url(), LONG));
-    let ttl = Duration::from_secs(3);
+    // Longer than a stall, which must not let the leases run out between
+    // the calls that renew them.
+    let ttl = Duration::from_secs(10);
     for j in ["k0", "k1"] {
         assert!(c0.acquire(j, "me", ttl, NOW).await.unwrap().acquired);
     }
@@ -289,7 +289,7 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
         KeepAliveRenewal::new("theirs", "me", 1, ttl),
         KeepAliveRenewal::new("k1", "me", 1, Duration::from_millis(4500)),
         KeepAliveRenewal::new("k1", "me", 7, ttl),
-        KeepAliveRenewal::new("k1", "me", 1, Duration::from_secs(6)),
+        KeepAliveRenewal::new("k1", "me", 1, Duration::from_secs(12)),
     ];
     let mut ka = c1.keep_alive().await.unwrap();
     let out = ka.renew(&batch).await.unwrap();
@@ -310,7 +310,7 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
         "{:?}",
         out[3]
     );
-    assert!(matches!(&out[4], RenewOutcome::Renewed(l) if l.ttl == Some(Duration::from_secs(6))));
+    assert!(matches!(&out[4], RenewOutcome::Renewed(l) if l.ttl == Some(Duration::from_secs(12))));
     // Kept alive past their first TTL by the stream alone.
     let t = Instant::now();
     while t.elapsed() < ttl + Duration::from_secs(1) {
@@ -380,6 +380,14 @@ struct Seen {
     /// Errors that are neither UNAVAILABLE nor the protocol's own answers
     /// to a lease that ran out (LEASE_LOST, FENCED): none may occur.
     other: Vec<String>,
+}
+
+/// Waits until the load has been granted `n` leases in all.
+async fn wait_for_grants(seen: &Mutex<Seen>, n: usize) {
+    common::eventually(&format!("{n} grants to the load"), || async {
+        (seen.lock().unwrap().grants.len() >= n).then_some(())
+    })
+    .await
 }
 
 /// Workers that acquire (some waiting), write, renew and release a few
@@ -530,10 +538,12 @@ async fn a_frontend_killed_mid_load_loses_nothing_and_repeats_no_token() {
     let stop = Arc::new(AtomicBool::new(false));
     let (seen, tasks) = start_load(urls.clone(), 6, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_grants(&seen, 1).await;
     let before = seen.lock().unwrap().grants.len();
     fs[0].take().unwrap().kill9();
     let killed = Instant::now();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    wait_for_grants(&seen, before + 1).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         tokio::time::timeout(Duration::from_secs(30), t)
@@ -567,11 +577,13 @@ async fn the_etcd_leader_killed_mid_load_stalls_briefly_and_loses_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let (seen, tasks) = start_load(urls.clone(), 6, stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_grants(&seen, 1).await;
     let leader = cluster.leader().expect("a leader");
     let before = seen.lock().unwrap().grants.len();
     cluster.kill(leader);
     let killed = Instant::now();
     tokio::time::sleep(Duration::from_secs(6)).await;
+    wait_for_grants(&seen, before + 1).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         tokio::time::timeout(Duration::from_secs(30), t)
