@@ -26,8 +26,9 @@ pub enum DataCommand {
     Backup {
         #[command(flatten)]
         conn: Conn,
-        /// The backup file to write (written whole, then renamed into
-        /// place: an interrupted backup leaves no file).
+        /// The backup file to write (written whole into a file with no
+        /// name, then linked into place: an interrupted backup, even a
+        /// killed one, leaves no file).
         #[arg(long)]
         out: PathBuf,
     },
@@ -75,22 +76,14 @@ impl DataCommand {
             }
             DataCommand::Backup { conn, out } => {
                 let client = crate::cli::client::connect(&conn).await?;
-                let tmp = out.with_extension("partial");
-                let mut f = tokio::fs::File::create(&tmp)
-                    .await
-                    .with_context(|| format!("cannot create {}", tmp.display()))?;
-                let n = match client.backup_to(&mut f).await {
-                    Ok(n) => n,
-                    Err(e) => {
-                        let _ = tokio::fs::remove_file(&tmp).await;
-                        return Err(e.into());
-                    }
-                };
+                let mut tmp = Unnamed::create(&out)?;
+                let mut f = tokio::fs::File::from_std(tmp.file.try_clone()?);
+                let n = client.backup_to(&mut f).await?;
                 f.sync_all().await?;
                 drop(f);
                 // Verify before the file takes its name.
-                let b = repair::read_backup(&tmp)?;
-                tokio::fs::rename(&tmp, &out).await?;
+                let b = repair::read_backup(&tmp.path())?;
+                tmp.link(&out)?;
                 println!(
                     "backup {}: {n} bytes, {} records, highest token {}",
                     out.display(),
@@ -113,6 +106,109 @@ impl DataCommand {
                 print_outcome("recovered", &o);
                 Ok(ExitCode::SUCCESS)
             }
+        }
+    }
+}
+
+/// A file being written that takes its name only when it is whole: an
+/// `O_TMPFILE` (no name at all until linked, so that even a SIGKILL
+/// leaves nothing behind) in the target's directory, or, where the file
+/// system has no `O_TMPFILE`, `NAME.partial`, removed on drop.
+struct Unnamed {
+    file: std::fs::File,
+    /// The `.partial` name, when the file system had no `O_TMPFILE`.
+    partial: Option<PathBuf>,
+}
+
+impl Unnamed {
+    fn create(out: &std::path::Path) -> anyhow::Result<Unnamed> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(&dir)
+        {
+            Ok(file) => Ok(Unnamed {
+                file,
+                partial: None,
+            }),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) =>
+            {
+                let partial = out.with_extension("partial");
+                let file = std::fs::File::create(&partial)
+                    .with_context(|| format!("cannot create {}", partial.display()))?;
+                Ok(Unnamed {
+                    file,
+                    partial: Some(partial),
+                })
+            }
+            Err(e) => Err(e).with_context(|| format!("cannot create a file in {}", dir.display())),
+        }
+    }
+
+    /// A path that reads the file.
+    fn path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd as _;
+        match &self.partial {
+            Some(p) => p.clone(),
+            None => PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd())),
+        }
+    }
+
+    /// Gives the file the name `out`, replacing what was there.
+    fn link(&mut self, out: &std::path::Path) -> anyhow::Result<()> {
+        if let Some(p) = self.partial.take() {
+            return std::fs::rename(&p, out)
+                .with_context(|| format!("cannot rename {} to {}", p.display(), out.display()));
+        }
+        // linkat takes no existing name: link beside it, then rename over.
+        let beside = out.with_extension(format!("linking-{}", std::process::id()));
+        let from = std::ffi::CString::new(self.path().into_os_string().into_encoded_bytes())?;
+        let to = std::ffi::CString::new(beside.clone().into_os_string().into_encoded_bytes())?;
+        // SAFETY: both are valid NUL-terminated paths for the call's
+        // duration; AT_FDCWD makes them relative to the working directory.
+        let r = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("cannot link the backup as {}", beside.display()));
+        }
+        std::fs::rename(&beside, out).with_context(|| {
+            let _ = std::fs::remove_file(&beside);
+            format!("cannot rename {} to {}", beside.display(), out.display())
+        })?;
+        // The name itself, durable.
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync {}", dir.display()))
+    }
+}
+
+impl Drop for Unnamed {
+    fn drop(&mut self) {
+        if let Some(p) = &self.partial {
+            let _ = std::fs::remove_file(p);
         }
     }
 }

@@ -694,3 +694,55 @@ async fn admin_metrics(server: &ServerProcess) -> String {
     s.read_to_string(&mut buf).await.unwrap();
     buf
 }
+
+/// A start on a completely full disk says that only space is missing (not
+/// damage, no restore or recover), changes nothing, and starts once space
+/// is back, with everything there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_on_a_full_disk_asks_for_space_not_a_restore() {
+    let disk = SmallDisk::mount(64);
+    let dir = disk.path().join("data");
+    let server = ServerProcess::start(&dir, &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.acquire("j", "a", HOUR, Duration::ZERO).await.unwrap();
+    c.checked_write("j", 1, b"k", b"kept".to_vec())
+        .await
+        .unwrap();
+    let mut server = server;
+    server.signal(libc::SIGTERM);
+    assert!(server.child.wait().unwrap().success());
+    let filler = disk.fill();
+    let out = common::serve_command(&dir).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started on a full disk");
+    assert!(
+        err.contains("free some space") && err.contains("nothing in the data dir is damaged"),
+        "{err}"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let server = ServerProcess::start(&dir, &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    assert_eq!(c.read("j", b"k").await.unwrap().value, b"kept");
+}
+
+/// `check` reads a copy of the data dir: with too little room for it in
+/// TMPDIR it says how much it needs and where, before copying anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_how_much_room_its_copy_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.acquire("j", "a", HOUR, Duration::ZERO).await.unwrap();
+    drop(server);
+    let small = SmallDisk::mount(2);
+    let out = Command::new(common::bin())
+        .args(["check", "--data-dir"])
+        .arg(dir.path())
+        .env("TMPDIR", small.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("MiB in") && err.contains("TMPDIR"), "{err}");
+    assert_eq!(std::fs::read_dir(small.path()).unwrap().count(), 0);
+}

@@ -334,7 +334,6 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
         .unwrap();
     }
     let out = root.path().join("b.lhb");
-    let partial = out.with_extension("partial");
     let mut backup = Command::new(bin())
         .args(["backup", "--server", &s.url(), "--out"])
         .arg(&out)
@@ -342,13 +341,12 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    common::eventually("the backup under way", || async {
-        std::fs::metadata(&partial)
-            .is_ok_and(|m| m.len() > 0)
-            .then_some(())
+    let pid = backup.id();
+    common::eventually("the backup under way", || async move {
+        (backup_bytes(pid) > 0).then_some(())
     })
     .await;
-    common::signal(backup.id(), libc::SIGSTOP);
+    common::signal(pid, libc::SIGSTOP);
     // Twice the log's size, written while the reader is stopped: each write
     // is acknowledged (the store ends the backup when it needs the
     // checkpoint the backup holds back).
@@ -373,7 +371,7 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
     std::io::Read::read_to_string(&mut backup.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.success(), "the ended backup succeeded: {err}");
     assert!(err.contains("too slow"), "{err}");
-    assert!(!out.exists() && !partial.exists(), "a file was left behind");
+    assert_eq!(entries(root.path()), ["d"], "a file was left behind");
     // A backup that keeps up still works.
     let ok = tool(&[
         "backup".as_ref(),
@@ -383,4 +381,73 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
         out.as_os_str(),
     ]);
     assert!(ok.status.success(), "{}", said(&ok));
+}
+
+/// A backup CLI SIGKILLed while it writes leaves no file behind: the file
+/// has no name until it is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_backup_leaves_no_file() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, _, _) = used_dir_and_backup(root.path()).await;
+    let before = entries(root.path());
+    let s = ServerProcess::start(&root.path().join("template"), &[]);
+    let c = Client::connect(&s.url()).await.unwrap();
+    let a = c
+        .acquire("bulk", "w", Duration::from_secs(300), Duration::ZERO)
+        .await
+        .unwrap();
+    for i in 0..64 {
+        c.checked_write(
+            "bulk",
+            a.lease.token,
+            format!("k{i}").as_bytes(),
+            vec![1; 64 * 1024],
+        )
+        .await
+        .unwrap();
+    }
+    let out = root.path().join("killed.lhb");
+    let mut backup = Command::new(bin())
+        .args(["backup", "--server", &s.url(), "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = backup.id();
+    common::eventually("the backup under way", || async move {
+        (backup_bytes(pid) > 0).then_some(())
+    })
+    .await;
+    backup.kill().unwrap();
+    backup.wait().unwrap();
+    assert_eq!(entries(root.path()), before, "a file was left behind");
+}
+
+/// The names in `dir`, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The bytes a backup process has written to its unnamed output file so
+/// far (the open file whose name ends in "(deleted)" or starts with "/#").
+fn backup_bytes(pid: u32) -> u64 {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|t| {
+                let t = t.to_string_lossy();
+                t.contains("/#") || t.ends_with("(deleted)")
+            })
+        })
+        .filter_map(|fd| std::fs::metadata(fd.path()).ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(0)
 }

@@ -151,7 +151,7 @@ pub fn check(dir: &Path) -> Result<Report> {
     }
     // No server may use it meanwhile: a copy of a live dir is torn.
     let _lock = DirLock::shared(dir)?;
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::for_copy_of(dir)?;
     copy_dir(dir, &scratch.0)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
     // What a start would find: an interrupted switch finished first.
@@ -198,7 +198,7 @@ struct Salvage {
 /// recovery cannot change it): sled's records, then the log's valid
 /// records over them, and the highest token anything names.
 fn salvage(dir: &Path) -> Result<Salvage> {
-    let scratch = Scratch::new()?;
+    let scratch = Scratch::for_copy_of(dir)?;
     copy_dir(dir, &scratch.0)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
     let mut s = salvage_in(&scratch.0)?;
@@ -724,6 +724,29 @@ impl<W: Write + ?Sized> Write for Summed<'_, W> {
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A scratch folder for a copy of `dir`, in the temporary folder
+    /// (`TMPDIR`), refused up front when that has too little room.
+    fn for_copy_of(dir: &Path) -> Result<Scratch> {
+        let needed = dir_size(dir);
+        let tmp = std::env::temp_dir();
+        if let Ok(free) = crate::sled::free_bytes(&tmp) {
+            // The copy, and room for sled's recovery to write in it.
+            let want = needed + (needed / 4).max(16 << 20);
+            if free < want {
+                return Err(Error::storage(format!(
+                    "{} is read from a copy, which needs about {} MiB in {} ({} MiB free): set \
+                     TMPDIR to a folder with room, for example one on the data dir's own file \
+                     system",
+                    dir.display(),
+                    want >> 20,
+                    tmp.display(),
+                    free >> 20
+                )));
+            }
+        }
+        Scratch::new()
+    }
+
     fn new() -> Result<Scratch> {
         let p = std::env::temp_dir().join(format!(
             "leasehold-check-{}-{}",
@@ -740,6 +763,29 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// The bytes that [`copy_dir`] copies of `dir` (best effort).
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => {
+                    if datadir::ASIDE_PREFIXES.iter().any(|p| n.starts_with(p)) {
+                        0
+                    } else {
+                        dir_size(&e.path())
+                    }
+                }
+                _ => e.metadata().map_or(0, |m| m.len()),
+            }
+        })
+        .sum()
 }
 
 fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {

@@ -252,7 +252,17 @@ impl SledStore {
         if let Some(done) = datadir::finish_switch(dir)? {
             tracing::warn!(dir = %dir.display(), "{done}");
         }
-        let open = no_panic(|| Open::checked(dir))?;
+        let open = no_panic(|| Open::checked(dir)).map_err(|e| match free_bytes(dir) {
+            // Not damage: only space is missing.
+            Ok(free) if free < RESERVE => Error::storage(format!(
+                "cannot start: the file system holding data dir {} has {free} bytes free, and a \
+                 start needs at least {RESERVE} to write its checkpoint; free some space and \
+                 start again (nothing in the data dir is damaged, no restore or recover is \
+                 needed). The error: {e}",
+                dir.display()
+            )),
+            _ => e,
+        })?;
         Ok(SledStore {
             dir: dir.to_owned(),
             _lock: lock,
@@ -1539,7 +1549,7 @@ fn decode_floor(v: &[u8]) -> u64 {
 }
 
 /// Bytes available to this process in the file system holding `dir`.
-fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+pub(crate) fn free_bytes(dir: &Path) -> std::io::Result<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
     // SAFETY: statvfs is plain old data; all-zero is a valid value.
