@@ -70,13 +70,15 @@ func (r *running) stop() {
 func TestExactlyOneOfTwoLeadsAndResignHandsOver(t *testing.T) {
 	s := startServer(t)
 	c, ctx := dial(t, s), ctxT(t)
-	ttl := 10 * time.Second
+	// The hand-over by the release is told from one by expiry by a bound
+	// of a third of the TTL, longer than a stall.
+	ttl := 30 * time.Second
 	a := start(t, c, "two", "a", ttl)
 	b := start(t, c, "two", "b", ttl)
 	if a.Holder() == b.Holder() {
 		t.Fatal("same holder")
 	}
-	waitUntil(t, 10*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	waitUntil(t, patience, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
 	leader, follower := a, b
 	if b.IsLeader() {
 		leader, follower = b, a
@@ -93,8 +95,8 @@ func TestExactlyOneOfTwoLeadsAndResignHandsOver(t *testing.T) {
 	}
 	t0 := time.Now()
 	leader.stop() // cancel: releases
-	waitUntil(t, 5*time.Second, "the hand-over", func() bool { return follower.IsLeader() })
-	if d := time.Since(t0); d > ttl/4 {
+	waitUntil(t, patience, "the hand-over", func() bool { return follower.IsLeader() })
+	if d := time.Since(t0); d > ttl/3 {
 		t.Fatalf("hand-over came from expiry, not the release: %v", d)
 	}
 	if tok, _ := follower.Token(); tok != 2 {
@@ -117,7 +119,7 @@ func TestLeaderContextIsCancelledOnStepDown(t *testing.T) {
 	c := dial(t, s)
 	workEnded := make(chan time.Time, 1)
 	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{
-		Job: "ctx", Name: "w", TTL: time.Second, Logger: quiet,
+		Job: "ctx", Name: "w", TTL: 10 * time.Second, Logger: quiet,
 		Callbacks: leasehold.LeaderCallbacks{OnStartedLeading: func(ctx context.Context, token uint64) {
 			<-ctx.Done()
 			workEnded <- time.Now()
@@ -129,7 +131,7 @@ func TestLeaderContextIsCancelledOnStepDown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	waitUntil(t, patience, "election", e.IsLeader)
 	cancel()
 	<-done
 	select {
@@ -142,31 +144,52 @@ func TestLeaderContextIsCancelledOnStepDown(t *testing.T) {
 func TestKeepsLeadingAcrossRenewals(t *testing.T) {
 	s := startServer(t)
 	c := dial(t, s)
-	ttl := 600 * time.Millisecond
+	// Renewals go out every 3 s, and the lease lasts 9 s: a stall
+	// between two of them does not end it.
+	ttl := 9 * time.Second
 	e := start(t, c, "renewals", "r", ttl)
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
-	end := time.Now().Add(3 * ttl)
-	for time.Now().Before(end) {
+	waitUntil(t, patience, "election", e.IsLeader)
+	// Four renewals, TTL/3 apart: it leads past the TTL of its grant.
+	waitUntil(t, 2*patience, "4 renewals", func() bool {
 		if tok, ok := e.Token(); !ok || tok != 1 {
 			t.Fatalf("lost the lead: %d %v (events %v)", tok, ok, e.rec.get())
 		}
-		time.Sleep(ttl / 10)
+		return s.metric(t, "leasehold_renewals_total") >= 4
+	})
+	if tok, ok := e.Token(); !ok || tok != 1 {
+		t.Fatalf("lost the lead: %d %v (events %v)", tok, ok, e.rec.get())
+	}
+	if l, err := c.GetLease(ctxT(t), "renewals"); err != nil || l.Holder != e.Holder() || l.Token != 1 {
+		t.Fatalf("server says %+v %v", l, err)
+	}
+	if got := e.rec.get(); !slices.Equal(got, []string{"elected 1"}) {
+		t.Fatalf("events %v", got)
 	}
 }
 
 func TestLateGrantIsConfirmedNotDropped(t *testing.T) {
 	s := startServer(t)
 	c, ctx := dial(t, s), ctxT(t)
-	ttl := 500 * time.Millisecond
-	_, _ = c.Acquire(ctx, "late", "other", 30*time.Second, 0)
+	// The elector's waiting Acquire waits up to 3*TTL (18 s); it is
+	// granted 1.5*TTL after it was sent, past its TTL. A TTL of 6 s
+	// outlasts a stall between the renewals that follow.
+	ttl := 6 * time.Second
+	_, _ = c.Acquire(ctx, "late", "other", 60*time.Second, 0)
 	e := start(t, c, "late", "late", ttl)
 	s.waitWaiters(t, 1)
-	time.Sleep(2 * ttl) // the waiting Acquire ages past a TTL
+	time.Sleep(ttl * 3 / 2) // the waiting Acquire ages past a TTL
 	if err := c.Release(ctx, "late", "other", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "election", e.IsLeader)
-	time.Sleep(3 * ttl)
+	waitUntil(t, patience, "election", e.IsLeader)
+	// The confirming renewal and three more, TTL/3 apart: it leads past a
+	// TTL after the grant.
+	waitUntil(t, 2*patience, "4 renewals", func() bool {
+		if tok, ok := e.Token(); !ok || tok != 2 {
+			t.Fatalf("token %d %v (events %v)", tok, ok, e.rec.get())
+		}
+		return s.metric(t, "leasehold_renewals_total") >= 4
+	})
 	if tok, ok := e.Token(); !ok || tok != 2 {
 		t.Fatalf("token %d %v", tok, ok)
 	}
@@ -178,13 +201,15 @@ func TestLateGrantIsConfirmedNotDropped(t *testing.T) {
 func TestLeaseLostOnRenewStepsDownAndCampaignsAgain(t *testing.T) {
 	s := startServer(t)
 	c, ctx := dial(t, s), ctxT(t)
-	e := start(t, c, "again", "again", 300*time.Millisecond)
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	// The elector's lease outlives the steps before the theft; it learns
+	// of the theft from its next renewal, TTL/3 (3 s) later.
+	e := start(t, c, "again", "again", 9*time.Second)
+	waitUntil(t, patience, "election", e.IsLeader)
 	// Hand the lease to a waiting thief behind the elector's back: the
 	// release grants the queued waiter in the same step.
 	thief := make(chan leasehold.Acquired, 1)
 	go func() {
-		a, _ := c.Acquire(ctx, "again", "thief", time.Second, 10*time.Second)
+		a, _ := c.Acquire(ctx, "again", "thief", 60*time.Second, patience)
 		thief <- a
 	}()
 	s.waitWaiters(t, 1)
@@ -194,7 +219,19 @@ func TestLeaseLostOnRenewStepsDownAndCampaignsAgain(t *testing.T) {
 	if a := <-thief; !a.Acquired || a.Lease.Token != 2 {
 		t.Fatalf("thief: %+v", a)
 	}
-	waitUntil(t, 5*time.Second, "re-election", func() bool { return e.rec.has("elected 3") })
+	waitUntil(t, patience, "the step-down", func() bool { return e.rec.has("lost 1") })
+	// It stepped down because its renewal was refused, not by its own
+	// deadline: the server refused a renewal with LEASE_LOST.
+	if n := s.metric(t, "leasehold_renew_losses_total"); n < 1 {
+		t.Fatalf("stepped down without a lost renewal (renew losses %v)", n)
+	}
+	// The elector campaigns again: its waiting Acquire is granted when
+	// the thief lets go.
+	s.waitWaiters(t, 1)
+	if err := c.Release(ctx, "again", "thief", 2); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, patience, "re-election", func() bool { return e.rec.has("elected 3") })
 	if got := e.rec.get(); !slices.Equal(got, []string{"elected 1", "lost 1", "elected 3"}) {
 		t.Fatalf("events %v", got)
 	}
@@ -203,15 +240,17 @@ func TestLeaseLostOnRenewStepsDownAndCampaignsAgain(t *testing.T) {
 func TestStepsDownByItsOwnDeadlineWhenTheServerIsPaused(t *testing.T) {
 	s := startServer(t)
 	c := dial(t, s)
-	ttl := 900 * time.Millisecond
+	// Its deadline (a renewal's send time plus 10 s) is told from a
+	// step-down half a TTL late by more than a stall.
+	ttl := 10 * time.Second
 	e := start(t, c, "paused", "e", ttl)
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
-	time.Sleep(ttl)
+	waitUntil(t, patience, "election", e.IsLeader)
+	s.waitRenewals(t, 1) // its deadline is now a renewal's
 	s.signal(syscall.SIGSTOP)
 	defer s.signal(syscall.SIGCONT)
 	stopped := time.Now()
-	waitUntil(t, 3*ttl, "step-down", func() bool { return e.rec.has("lost 1") })
-	if after := time.Since(stopped); after > ttl+300*time.Millisecond {
+	waitUntil(t, patience, "step-down", func() bool { return e.rec.has("lost 1") })
+	if after := time.Since(stopped); after > ttl+ttl/2 {
 		t.Fatalf("stepped down late: %v", after)
 	}
 	if e.IsLeader() {
@@ -219,7 +258,7 @@ func TestStepsDownByItsOwnDeadlineWhenTheServerIsPaused(t *testing.T) {
 	}
 	t0 := time.Now()
 	e.stop()
-	if d := time.Since(t0); d > 2*time.Second {
+	if d := time.Since(t0); d > ttl/2 {
 		t.Fatalf("Run did not return promptly with the server paused: %v", d)
 	}
 }
@@ -252,7 +291,7 @@ func TestTwoElectorsWithOneNameInOneProcessAreTwoHolders(t *testing.T) {
 	if !strings.HasPrefix(a.Holder(), "twin@") || !strings.HasPrefix(b.Holder(), "twin@") {
 		t.Fatalf("holders %s, %s", a.Holder(), b.Holder())
 	}
-	waitUntil(t, 10*time.Second, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
+	waitUntil(t, patience, "a leader", func() bool { return a.IsLeader() || b.IsLeader() })
 	leader, follower := a, b
 	if b.IsLeader() {
 		leader, follower = b, a
@@ -274,7 +313,7 @@ func TestTwoElectorsWithOneNameInOneProcessAreTwoHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader.stop()
-	waitUntil(t, 5*time.Second, "the hand-over", func() bool { return follower.IsLeader() })
+	waitUntil(t, patience, "the hand-over", func() bool { return follower.IsLeader() })
 	tok, _ := follower.Token()
 	if tok <= 1 {
 		t.Fatalf("follower token %d", tok)
@@ -316,7 +355,7 @@ func TestRunReturnsAnErrorRetryingCannotFix(t *testing.T) {
 			if !errors.Is(err, leasehold.ErrInvalidArgument) || !errors.As(err, &ia) || ia.Field != tc.field {
 				t.Fatalf("Run returned %v", err)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(patience):
 			t.Fatalf("Run did not return for %s", tc.field)
 		}
 		if e.IsLeader() {

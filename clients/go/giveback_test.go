@@ -2,6 +2,8 @@ package leasehold_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +18,8 @@ import (
 // B holds a job and A waits for it; B releases as A's call is cancelled,
 // and A asks again at once on the same client (a retry, as an elector
 // does). The retry is granted, so A was told that it leads: its lease must
-// still be A's, same token, after any give-back of the cancelled call has
-// had time to run (it waits 100 ms).
+// still be A's, same token, once any give-back of the cancelled call has
+// run to its end.
 func TestRetryAfterACancelledAcquireKeepsItsGrant(t *testing.T) {
 	s := startServer(t)
 	a, b := dial(t, s), dial(t, s)
@@ -58,7 +60,7 @@ func TestRetryAfterACancelledAcquireKeepsItsGrant(t *testing.T) {
 		if err != nil || !retry.Acquired {
 			t.Fatalf("round %d: B released; A's retry is granted: %v %+v", i, err, retry)
 		}
-		time.Sleep(400 * time.Millisecond)
+		waitUntil(t, patience, "the give-back of the cancelled call to end", func() bool { return !givingBack() })
 		l, err := a.GetLease(ctx, job)
 		if err != nil {
 			t.Fatal(err)
@@ -72,6 +74,20 @@ func TestRetryAfterACancelledAcquireKeepsItsGrant(t *testing.T) {
 		}
 	}
 	t.Logf("%d rounds: %d waiting Acquires cancelled before their answer", rounds, cancelled)
+}
+
+// givingBack reports whether a give-back of a cancelled waiting Acquire
+// is still running: its goroutine is started before the cancelled call
+// returns, and ends once it has released the lease or decided not to.
+func givingBack() bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Contains(string(buf[:n]), "leasehold.(*Client).giveBack(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // ReleaseRequest.give_back releases a grant nobody asked for again, and

@@ -158,11 +158,25 @@ func (s *server) metric(t *testing.T, name string) float64 {
 	return total
 }
 
+// patience is how long a test waits for a state it expects: far longer
+// than a stall of a loaded machine, so that only a state that never comes
+// fails a test. Waiting costs only the time the state takes.
+const patience = 30 * time.Second
+
 // waitWaiters waits until at least n Acquires are queued on the server.
 func (s *server) waitWaiters(t *testing.T, n float64) {
 	t.Helper()
-	waitUntil(t, 10*time.Second, fmt.Sprintf("%v queued acquire(s)", n), func() bool {
+	waitUntil(t, patience, fmt.Sprintf("%v queued acquire(s)", n), func() bool {
 		return s.metric(t, "leasehold_waiting_acquires") >= n
+	})
+}
+
+// waitRenewals waits until the server has renewed at least n leases (all
+// jobs), as its leasehold_renewals_total counter counts them.
+func (s *server) waitRenewals(t *testing.T, n float64) {
+	t.Helper()
+	waitUntil(t, patience, fmt.Sprintf("%v renewal(s)", n), func() bool {
+		return s.metric(t, "leasehold_renewals_total") >= n
 	})
 }
 

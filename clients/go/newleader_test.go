@@ -46,11 +46,11 @@ func TestOnNewLeaderReportsTheLeaderThenOurTakeOver(t *testing.T) {
 	// watch can tell it of the leader that soon.
 	ttl := 10 * time.Second
 	a := startWatching(t, c, job, "a", ttl)
-	waitUntil(t, 10*time.Second, "a leads", a.IsLeader)
-	waitUntil(t, 2*time.Second, "a told of its own lead", func() bool { return len(a.leaders()) >= 1 })
+	waitUntil(t, patience, "a leads", a.IsLeader)
+	waitUntil(t, patience, "a told of its own lead", func() bool { return len(a.leaders()) >= 1 })
 	b := startWatching(t, c, job, "a", ttl) // same name: another holder
 	first := []string{fmt.Sprintf("leader %s 1", a.Holder())}
-	waitUntil(t, 3*time.Second, "the follower told of the leader", func() bool { return len(b.leaders()) >= 1 })
+	waitUntil(t, patience, "the follower told of the leader", func() bool { return len(b.leaders()) >= 1 })
 	if got := b.leaders(); !slices.Equal(got, first) {
 		t.Fatalf("follower: %v", got)
 	}
@@ -59,20 +59,31 @@ func TestOnNewLeaderReportsTheLeaderThenOurTakeOver(t *testing.T) {
 	}
 	s.waitWaiters(t, 1)
 	a.stop() // resigns: releases
-	waitUntil(t, 5*time.Second, "the follower told of its own lead", func() bool { return len(b.leaders()) >= 2 })
+	waitUntil(t, patience, "the follower told of its own lead", func() bool { return len(b.leaders()) >= 2 })
 	want := append(first, fmt.Sprintf("leader %s 2", b.Holder()))
 	if got := b.leaders(); !slices.Equal(got, want) {
 		t.Fatalf("follower: %v, want %v", got, want)
 	}
 	// The watch may tell of our grant before the Acquire's answer comes.
-	waitUntil(t, 2*time.Second, "the follower leads", b.IsLeader)
+	waitUntil(t, patience, "the follower leads", b.IsLeader)
 	if got := a.leaders(); len(got) < 1 || !slices.Equal(got[:1], first) || len(got) > 2 {
 		t.Fatalf("old leader: %v", got)
 	}
 	b.stop()
-	// Nothing is reported after Run returned.
+	// Nothing is reported after Run returned: not even a new leader that
+	// a watch of the job has been told of since.
 	n := len(b.rec.get())
-	time.Sleep(100 * time.Millisecond)
+	if a, err := c.Acquire(ctxT(t), job, "late", ttl, 0); err != nil || !a.Acquired || a.Lease.Token != 3 {
+		t.Fatalf("late: %+v %v", a, err)
+	}
+	w, err := c.Watch(ctxT(t), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if ev, err := w.Recv(); err != nil || ev.Lease.Holder != "late" {
+		t.Fatalf("watch: %+v %v", ev, err)
+	}
 	if len(b.rec.get()) != n {
 		t.Fatalf("called after Run returned: %v", b.rec.get())
 	}
@@ -94,23 +105,23 @@ func TestOnNewLeaderReportsOtherHolders(t *testing.T) {
 	s.waitWaiters(t, 1)
 	e := startWatching(t, c, job, "e", 10*time.Second)
 	s.waitWaiters(t, 2)
-	waitUntil(t, 3*time.Second, "the current leader", func() bool { return len(e.leaders()) >= 1 })
+	waitUntil(t, patience, "the current leader", func() bool { return len(e.leaders()) >= 1 })
 	if err := c.Release(ctx, job, "outsider", 1); err != nil {
 		t.Fatal(err)
 	}
 	if a := <-thief; !a.Acquired || a.Lease.Token != 2 {
 		t.Fatalf("thief: %+v", a)
 	}
-	waitUntil(t, 3*time.Second, "the thief's lead", func() bool { return len(e.leaders()) >= 2 })
+	waitUntil(t, patience, "the thief's lead", func() bool { return len(e.leaders()) >= 2 })
 	if err := c.Release(ctx, job, "thief", 2); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "our lead", func() bool { return len(e.leaders()) >= 3 })
+	waitUntil(t, patience, "our lead", func() bool { return len(e.leaders()) >= 3 })
 	want := []string{"leader outsider 1", "leader thief 2", fmt.Sprintf("leader %s 3", e.Holder())}
 	if got := e.leaders(); !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	waitUntil(t, 2*time.Second, "our OnStartedLeading", func() bool { return e.rec.has("elected 3") })
+	waitUntil(t, patience, "our OnStartedLeading", func() bool { return e.rec.has("elected 3") })
 }
 
 func TestRunWithoutOnNewLeaderOpensNoWatch(t *testing.T) {
@@ -118,7 +129,7 @@ func TestRunWithoutOnNewLeaderOpensNoWatch(t *testing.T) {
 	c, ctx := dial(t, s), ctxT(t)
 	job := uniqueJob("nowatch")
 	e := start(t, c, job, "e", 10*time.Second)
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
+	waitUntil(t, patience, "election", e.IsLeader)
 	// The one watcher the server allows is still free.
 	w, err := c.Watch(ctx, job)
 	if err != nil {
@@ -146,8 +157,8 @@ func TestOnNewLeaderReportsOurLeadWithoutAWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := startWatching(t, c, job, "e", 10*time.Second)
-	waitUntil(t, 10*time.Second, "election", e.IsLeader)
-	waitUntil(t, 3*time.Second, "the report", func() bool { return len(e.leaders()) == 1 })
+	waitUntil(t, patience, "election", e.IsLeader)
+	waitUntil(t, patience, "the report", func() bool { return len(e.leaders()) == 1 })
 	if got, want := e.leaders()[0], fmt.Sprintf("leader %s 1", e.Holder()); got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
