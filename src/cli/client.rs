@@ -419,6 +419,8 @@ fn end_name(t: &Tenure) -> &'static str {
         Some(End::Expired) => "expired",
         Some(End::TakenOver) => "taken over",
         Some(End::Deleted) => "deleted",
+        Some(End::Restored) => "restored",
+        Some(End::Recovered) => "recovered",
         Some(End::Unspecified) => "?",
     }
 }

@@ -451,3 +451,93 @@ fn backup_bytes(pid: u32) -> u64 {
         .max()
         .unwrap_or(0)
 }
+
+/// `restore` and `recover` end every tenure whose end was not recorded
+/// (the held leases they release) as `restored` or `recovered`, so that
+/// history never shows two tenures of a job as not ended; and the floor
+/// they raise keeps a job's earlier history (it continues above it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_and_recover_end_held_tenures_and_keep_history_across_the_floor() {
+    use leasehold::proto::tenure::End;
+    let root = tempfile::tempdir().unwrap();
+    for (tool_name, how) in [("restore", End::Restored), ("recover", End::Recovered)] {
+        let dir = root.path().join(tool_name);
+        let s = ServerProcess::start(&dir, &[]);
+        let mut h = History::default();
+        load(&s.url(), &mut h, &["small"], 5, 0).await;
+        let c = Client::connect(&s.url()).await.unwrap();
+        let held = c
+            .acquire("small", "leader", Duration::from_secs(300), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(held.lease.token, 6);
+        let file = root.path().join(format!("{tool_name}.lhb"));
+        let out = tool(&[
+            "backup".as_ref(),
+            "--server".as_ref(),
+            s.url().as_ref(),
+            "--out".as_ref(),
+            file.as_os_str(),
+        ]);
+        assert!(out.status.success(), "{}", said(&out));
+        stop(s, Stop::Clean);
+        let target = root.path().join(format!("{tool_name}-target"));
+        let args: Vec<&std::ffi::OsStr> = if tool_name == "restore" {
+            // Into a new data dir: the floor takes the margin.
+            vec![
+                "restore".as_ref(),
+                "--data-dir".as_ref(),
+                target.as_os_str(),
+                file.as_os_str(),
+            ]
+        } else {
+            copy_dir(&dir, &target);
+            std::fs::remove_file(target.join("leasehold.manifest")).unwrap();
+            vec![
+                "recover".as_ref(),
+                "--data-dir".as_ref(),
+                target.as_os_str(),
+            ]
+        };
+        let out = tool(&args);
+        assert!(out.status.success(), "{}", said(&out));
+        let s = try_start(&target).expect("starts");
+        let c = Client::connect(&s.url()).await.unwrap();
+        let before = c.history("small", 100).await.unwrap();
+        assert_eq!(before.len(), 6, "{tool_name}: {before:?}");
+        assert_eq!(before[0].token, 6);
+        assert_eq!(
+            before[0].end,
+            Some(how),
+            "{tool_name}: the held tenure's end"
+        );
+        assert!(
+            before
+                .iter()
+                .all(|t| t.end.is_some_and(|e| e != End::Unspecified)),
+            "{tool_name}: a tenure not ended: {before:?}"
+        );
+        let next = c
+            .acquire("small", "next", Duration::from_secs(300), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(
+            next.lease.token > 1 << 32,
+            "{tool_name}: {}",
+            next.lease.token
+        );
+        let after = c.history("small", 100).await.unwrap();
+        let tokens: Vec<u64> = after.iter().map(|t| t.token).collect();
+        assert_eq!(
+            tokens,
+            [next.lease.token, 6, 5, 4, 3, 2, 1],
+            "{tool_name}: the earlier history is kept across the floor"
+        );
+        let open = after
+            .iter()
+            .filter(|t| t.end.is_none_or(|e| e == End::Unspecified))
+            .count();
+        assert_eq!(open, 1, "{tool_name}: one tenure not ended: {after:?}");
+        stop(s, Stop::Clean);
+    }
+}

@@ -201,6 +201,11 @@ const (
 	Tenure_END_TAKEN_OVER Tenure_End = 3
 	// It ran out, and the job was then deleted.
 	Tenure_END_DELETED Tenure_End = 4
+	// `leasehold restore` released it: every lease is released by a
+	// restore, and this tenure's end had not been recorded before.
+	Tenure_END_RESTORED Tenure_End = 5
+	// `leasehold recover` released it, likewise.
+	Tenure_END_RECOVERED Tenure_End = 6
 )
 
 // Enum value maps for Tenure_End.
@@ -211,6 +216,8 @@ var (
 		2: "END_EXPIRED",
 		3: "END_TAKEN_OVER",
 		4: "END_DELETED",
+		5: "END_RESTORED",
+		6: "END_RECOVERED",
 	}
 	Tenure_End_value = map[string]int32{
 		"END_UNSPECIFIED": 0,
@@ -218,6 +225,8 @@ var (
 		"END_EXPIRED":     2,
 		"END_TAKEN_OVER":  3,
 		"END_DELETED":     4,
+		"END_RESTORED":    5,
+		"END_RECOVERED":   6,
 	}
 )
 
@@ -2450,7 +2459,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x12GetHistoryResponse\x12.\n" +
 	"\atenures\x18\x01 \x03(\v2\x14.leasehold.v1.TenureR\atenures\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x83\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa9\x03\n" +
 	"\x06Tenure\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
@@ -2459,13 +2468,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12*\n" +
 	"\x03end\x18\x06 \x01(\x0e2\x18.leasehold.v1.Tenure.EndR\x03end\x125\n" +
-	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"b\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\x87\x01\n" +
 	"\x03End\x12\x13\n" +
 	"\x0fEND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fEND_RELEASED\x10\x01\x12\x0f\n" +
 	"\vEND_EXPIRED\x10\x02\x12\x12\n" +
 	"\x0eEND_TAKEN_OVER\x10\x03\x12\x0f\n" +
-	"\vEND_DELETED\x10\x04\"%\n" +
+	"\vEND_DELETED\x10\x04\x12\x10\n" +
+	"\fEND_RESTORED\x10\x05\x12\x11\n" +
+	"\rEND_RECOVERED\x10\x06\"%\n" +
 	"\x11WatchLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"\xd2\x01\n" +
 	"\n" +

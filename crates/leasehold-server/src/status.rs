@@ -202,6 +202,8 @@ pub async fn job(
                     TenureEnd::Expired => "expired",
                     TenureEnd::TakenOver => "taken over",
                     TenureEnd::Deleted => "deleted",
+                    TenureEnd::Restored => "restored",
+                    TenureEnd::Recovered => "recovered",
                 };
                 let _ = write!(out, ",\"end\":\"{how}\",\"ended_ms\":{at}}}");
             }

@@ -390,6 +390,8 @@ pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord)
                 TenureEnd::Expired => 2,
                 TenureEnd::TakenOver => 3,
                 TenureEnd::Deleted => 4,
+                TenureEnd::Restored => 5,
+                TenureEnd::Recovered => 6,
             });
             b.extend_from_slice(&at_unix_ms.to_le_bytes());
             (*token, 1, b)
@@ -448,6 +450,8 @@ pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>>
                     2 => TenureEnd::Expired,
                     3 => TenureEnd::TakenOver,
                     4 => TenureEnd::Deleted,
+                    5 => TenureEnd::Restored,
+                    6 => TenureEnd::Recovered,
                     _ => return Err(bad()),
                 };
                 let at = u64::from_le_bytes(v[2..10].try_into().map_err(|_| bad())?);

@@ -42,8 +42,9 @@ use crate::datadir::{self, DirLock};
 use crate::manifest::{self, hex, record_hash, Checkpoint};
 use crate::sled::{inspect, Inspection, SledStore};
 use crate::wal::{self, Kind, Record, StoreId};
-use crate::{decode_lease, encode_lease, Store};
+use crate::{decode_lease, encode_lease, HistoryPut, Store};
 use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{JobName, TenureEnd};
 
 /// How far above the highest token seen the floor jumps when the true
 /// highest cannot be proven.
@@ -406,7 +407,15 @@ pub fn recover(dir: &Path, floor: Option<u64>) -> Result<Outcome> {
             format!("; lost or unreadable: {}", s.lost.join("; "))
         }
     );
-    let (kept, jobs, values) = replace_store(dir, "damaged", &s.leases, &s.values, floor, &note)?;
+    let (kept, jobs, values) = replace_store(
+        dir,
+        "damaged",
+        &s.leases,
+        &s.values,
+        floor,
+        &note,
+        TenureEnd::Recovered,
+    )?;
     Ok(Outcome {
         jobs,
         values,
@@ -465,7 +474,15 @@ pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
         hex(&backup.store_id),
         backup.max_token,
     );
-    let (kept, jobs, values) = replace_store(dir, "replaced", &leases, &values, floor, &note)?;
+    let (kept, jobs, values) = replace_store(
+        dir,
+        "replaced",
+        &leases,
+        &values,
+        floor,
+        &note,
+        TenureEnd::Restored,
+    )?;
     Ok(Outcome {
         jobs,
         values,
@@ -503,6 +520,7 @@ fn choose_floor(highest: u64, proven: bool, asked: Option<u64>) -> Result<u64> {
 /// finishes, never an empty or mixed data dir. Stale new folders of
 /// earlier interrupted runs are removed first. Returns where the old files
 /// went (if there were any), and the jobs and values written.
+#[allow(clippy::too_many_arguments)]
 fn replace_store(
     dir: &Path,
     aside: &str,
@@ -510,6 +528,7 @@ fn replace_store(
     values: &BTreeMap<Vec<u8>, Vec<u8>>,
     floor: u64,
     note: &str,
+    how: TenureEnd,
 ) -> Result<(Option<PathBuf>, usize, usize)> {
     let io = |e: io::Error| {
         Error::storage(format!(
@@ -529,21 +548,46 @@ fn replace_store(
         .any(|e| datadir::is_store_entry(&e.file_name().to_string_lossy()));
     let ms = leasehold_core::clock::wall_unix_ms();
     let new = format!("{}{ms}", datadir::NEW_PREFIX);
-    let (jobs, vals) = write_store(&dir.join(&new), leases, values, floor, note)?;
+    let (jobs, vals) = write_store(&dir.join(&new), leases, values, floor, note, how)?;
     let aside = format!("{aside}-{ms}");
     datadir::switch(dir, &new, &aside)?;
     Ok((had_store.then(|| dir.join(aside)), jobs, vals))
 }
 
 /// Writes a new store in the empty `dir`: every lease released, the floor
-/// and the note in its checkpoint. Returns the jobs and values written.
+/// and the note in its checkpoint. A tenure whose end the history does not
+/// hold yet (the lease was held, or ran out unrecorded) ends there, `how`:
+/// history never shows two tenures of a job as not ended. Returns the jobs
+/// and values written.
 fn write_store(
     dir: &Path,
     leases: &BTreeMap<Vec<u8>, Vec<u8>>,
     values: &BTreeMap<Vec<u8>, Vec<u8>>,
     floor: u64,
     note: &str,
+    how: TenureEnd,
 ) -> Result<(usize, usize)> {
+    let now = leasehold_core::clock::wall_unix_ms();
+    let mut ends = BTreeMap::new();
+    for (k, v) in leases {
+        let (Ok(name), Ok(l)) = (std::str::from_utf8(k), decode_lease(v)) else {
+            continue;
+        };
+        let job = JobName::from_trusted(name.to_owned());
+        let granted = crate::history_key(&job, l.token, 0);
+        let ended = crate::history_key(&job, l.token, 1);
+        if l.token.0 > 0 && values.contains_key(&granted) && !values.contains_key(&ended) {
+            let (key, record) = crate::encode_history(
+                &job,
+                &HistoryPut::End {
+                    token: l.token,
+                    how,
+                    at_unix_ms: now,
+                },
+            );
+            ends.insert(key, crate::encode_value(&record));
+        }
+    }
     let store = SledStore::open(dir)?;
     store.set_floor(floor, note)?;
     store.checkpoint()?;
@@ -558,7 +602,7 @@ fn write_store(
             store.checkpoint()?;
         }
     }
-    for (k, v) in values {
+    for (k, v) in values.iter().chain(&ends) {
         store.put_raw(Kind::Value, k.clone(), v.clone())?;
         n += 1;
         if n % 10_000 == 0 {

@@ -1138,15 +1138,32 @@ impl Store for SledStore {
             return self.put_lease(job, record);
         }
         let puts = encoded_history(job, history);
-        // What a grant pushes out of the kept window: at most one or two
-        // records, found by a range read that starts at the job's oldest.
+        // What a grant pushes out of the kept window: usually one tenure
+        // (one or two records), found by a range read that starts at the
+        // job's oldest. When tokens jumped (a floor raised by a restore, a
+        // recover or a deletion), the window by token would hold every
+        // earlier tenure: then the newest `keep` tenures are kept by count.
         let mut trim = Vec::new();
         for h in history {
             if let HistoryPut::Grant { token, .. } = h {
                 if let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) {
                     let start = history_prefix(job);
                     let last = history_key(job, Token(through), 1);
-                    trim.extend(self.value_range(&start, &last)?.into_keys());
+                    let old = self.value_range(&start, &last)?;
+                    if old.len() <= 2 {
+                        trim.extend(old.into_keys());
+                        continue;
+                    }
+                    let all = self.value_range(&start, &history_key(job, Token(u64::MAX), 1))?;
+                    let token_of = |k: &[u8]| {
+                        k.get(start.len()..start.len() + 8)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, u64::from_be_bytes)
+                    };
+                    let tokens: BTreeSet<u64> = all.keys().map(|k| token_of(k)).collect();
+                    let excess = (tokens.len() + 1).saturating_sub(keep as usize);
+                    let cut: BTreeSet<u64> = tokens.into_iter().take(excess).collect();
+                    trim.extend(all.into_keys().filter(|k| cut.contains(&token_of(k))));
                 }
             }
         }

@@ -121,6 +121,10 @@ pub enum TenureEnd {
     TakenOver,
     /// It ran out, and the job was then deleted.
     Deleted,
+    /// `leasehold restore` released it (its end was not recorded before).
+    Restored,
+    /// `leasehold recover` released it (its end was not recorded before).
+    Recovered,
 }
 
 /// A change to a job's history of leaders, for the caller to keep.

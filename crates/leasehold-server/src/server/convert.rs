@@ -159,6 +159,8 @@ pub fn tenure(t: &crate::store::Tenure) -> proto::Tenure {
                 TenureEnd::Expired => End::Expired,
                 TenureEnd::TakenOver => End::TakenOver,
                 TenureEnd::Deleted => End::Deleted,
+                TenureEnd::Restored => End::Restored,
+                TenureEnd::Recovered => End::Recovered,
             },
             Some(at(ms)),
         ),

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cleasehold/v1/leasehold.proto\x12\x0cleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x01\n\x05Lease\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tremaining\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tprincipal\x18\x06 \x01(\t\"~\n\x0e\x41\x63quireRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"G\n\x0f\x41\x63quireResponse\x12\x10\n\x08\x61\x63quired\x18\x01 \x01(\x08\x12\"\n\x05lease\x18\x02 \x01(\x0b\x32\x13.leasehold.v1.Lease\"b\n\x0cRenewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"3\n\rRenewResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\"O\n\x0eReleaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12\x11\n\tgive_back\x18\x04 \x01(\x08\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\x1e\n\x0fGetLeaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\x1f\n\x10\x44\x65leteJobRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"$\n\x11\x44\x65leteJobResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"J\n\x11ListLeasesRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x12ListLeasesResponse\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.leasehold.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x11GetHistoryRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"T\n\x12GetHistoryResponse\x12%\n\x07tenures\x18\x01 \x03(\x0b\x32\x14.leasehold.v1.Tenure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcb\x02\n\x06Tenure\x12\r\n\x05token\x18\x01 \x01(\x04\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\x11\n\tprincipal\x18\x03 \x01(\t\x12.\n\ngranted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12%\n\x03\x65nd\x18\x06 \x01(\x0e\x32\x18.leasehold.v1.Tenure.End\x12,\n\x08\x65nded_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"b\n\x03\x45nd\x12\x13\n\x0f\x45ND_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x45ND_RELEASED\x10\x01\x12\x0f\n\x0b\x45ND_EXPIRED\x10\x02\x12\x12\n\x0e\x45ND_TAKEN_OVER\x10\x03\x12\x0f\n\x0b\x45ND_DELETED\x10\x04\" \n\x11WatchLeaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\xc5\x01\n\nLeaseEvent\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12+\n\x04kind\x18\x02 \x01(\x0e\x32\x1d.leasehold.v1.LeaseEvent.Kind\"f\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_CURRENT\x10\x01\x12\x11\n\rKIND_ACQUIRED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x10\n\x0cKIND_EXPIRED\x10\x04\"]\n\x13\x43heckedWriteRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x04\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\'\n\x14\x43heckedWriteResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"S\n\x12WriteStreamRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x31\n\x06writes\x18\x02 \x03(\x0b\x32!.leasehold.v1.CheckedWriteRequest\"M\n\x13WriteStreamResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12*\n\x07results\x18\x02 \x03(\x0b\x32\x19.leasehold.v1.WriteResult\"\xac\x02\n\x0bWriteResult\x12\x32\n\x07outcome\x18\x01 \x01(\x0e\x32!.leasehold.v1.WriteResult.Outcome\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x15\n\rcurrent_token\x18\x03 \x01(\x04\x12\r\n\x05\x66ield\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xa0\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_WRITTEN\x10\x01\x12\x12\n\x0eOUTCOME_FENCED\x10\x02\x12\x19\n\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n\x18OUTCOME_INVALID_ARGUMENT\x10\x04\x12\x1a\n\x16OUTCOME_QUOTA_EXCEEDED\x10\x05\"\'\n\x0bReadRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"L\n\x0cReadResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05token\x18\x03 \x01(\x04\x12\x0f\n\x07version\x18\x04 \x01(\x04\"U\n\x0fListKeysRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\x0c\"D\n\x07KeyInfo\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05token\x18\x02 \x01(\x04\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x0c\n\x04size\x18\x04 \x01(\r\"P\n\x10ListKeysResponse\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.leasehold.v1.KeyInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\x0c\"P\n\x10KeepAliveRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x30\n\x08renewals\x18\x02 \x03(\x0b\x32\x1e.leasehold.v1.KeepAliveRenewal\"f\n\x10KeepAliveRenewal\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"O\n\x11KeepAliveResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07results\x18\x02 \x03(\x0b\x32\x1d.leasehold.v1.KeepAliveResult\"\xa5\x02\n\x0fKeepAliveResult\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x36\n\x07outcome\x18\x02 \x01(\x0e\x32%.leasehold.v1.KeepAliveResult.Outcome\x12\"\n\x05lease\x18\x03 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\r\n\x05\x66ield\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\x88\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xbe\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_REASON_LEASE_LOST\x10\x01\x12\x17\n\x13\x45RROR_REASON_FENCED\x10\x02\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x03\x12\x1e\n\x1a\x45RROR_REASON_UNKNOWN_TOKEN\x10\x04\x12\x18\n\x14\x45RROR_REASON_STORAGE\x10\x05\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\x06\x12\x1a\n\x16\x45RROR_REASON_DISK_FULL\x10\x07\x12!\n\x1d\x45RROR_REASON_TOKENS_EXHAUSTED\x10\x08\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\t\x12\"\n\x1e\x45RROR_REASON_PERMISSION_DENIED\x10\n\x12\x1b\n\x17\x45RROR_REASON_OVERLOADED\x10\x0b\x12\x1f\n\x1b\x45RROR_REASON_QUOTA_EXCEEDED\x10\x0c\x12\x1b\n\x17\x45RROR_REASON_JOB_IN_USE\x10\r2\xa7\x05\n\x06Leases\x12\x46\n\x07\x41\x63quire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12\x46\n\x07Release\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12>\n\x08GetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12L\n\tDeleteJob\x12\x1e.leasehold.v1.DeleteJobRequest\x1a\x1f.leasehold.v1.DeleteJobResponse\x12O\n\nListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12O\n\nGetHistory\x12\x1f.leasehold.v1.GetHistoryRequest\x1a .leasehold.v1.GetHistoryResponse\x12I\n\nWatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x01\x30\x01\x32\xc6\x02\n\x0b\x46\x65ncedStore\x12U\n\x0c\x43heckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n\x0bWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x01\x30\x01\x12=\n\x04Read\x12\x19.leasehold.v1.ReadRequest\x1a\x1a.leasehold.v1.ReadResponse\x12I\n\x08ListKeys\x12\x1d.leasehold.v1.ListKeysRequest\x1a\x1e.leasehold.v1.ListKeysResponseBW\n\x10\x64\x65v.leasehold.v1P\x01ZAgithub.com/leasehold/leasehold/clients/go/leaseholdv1;leaseholdv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cleasehold/v1/leasehold.proto\x12\x0cleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9c\x01\n\x05Lease\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\tremaining\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tprincipal\x18\x06 \x01(\t\"~\n\x0e\x41\x63quireRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"G\n\x0f\x41\x63quireResponse\x12\x10\n\x08\x61\x63quired\x18\x01 \x01(\x08\x12\"\n\x05lease\x18\x02 \x01(\x0b\x32\x13.leasehold.v1.Lease\"b\n\x0cRenewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"3\n\rRenewResponse\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\"O\n\x0eReleaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12\x11\n\tgive_back\x18\x04 \x01(\x08\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\"\x1e\n\x0fGetLeaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\x1f\n\x10\x44\x65leteJobRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"$\n\x11\x44\x65leteJobResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"J\n\x11ListLeasesRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"R\n\x12ListLeasesResponse\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.leasehold.v1.Lease\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"G\n\x11GetHistoryRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"T\n\x12GetHistoryResponse\x12%\n\x07tenures\x18\x01 \x03(\x0b\x32\x14.leasehold.v1.Tenure\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf1\x02\n\x06Tenure\x12\r\n\x05token\x18\x01 \x01(\x04\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\x11\n\tprincipal\x18\x03 \x01(\t\x12.\n\ngranted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12%\n\x03\x65nd\x18\x06 \x01(\x0e\x32\x18.leasehold.v1.Tenure.End\x12,\n\x08\x65nded_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x87\x01\n\x03\x45nd\x12\x13\n\x0f\x45ND_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x45ND_RELEASED\x10\x01\x12\x0f\n\x0b\x45ND_EXPIRED\x10\x02\x12\x12\n\x0e\x45ND_TAKEN_OVER\x10\x03\x12\x0f\n\x0b\x45ND_DELETED\x10\x04\x12\x10\n\x0c\x45ND_RESTORED\x10\x05\x12\x11\n\rEND_RECOVERED\x10\x06\" \n\x11WatchLeaseRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\xc5\x01\n\nLeaseEvent\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12+\n\x04kind\x18\x02 \x01(\x0e\x32\x1d.leasehold.v1.LeaseEvent.Kind\"f\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n\x0cKIND_CURRENT\x10\x01\x12\x11\n\rKIND_ACQUIRED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x10\n\x0cKIND_EXPIRED\x10\x04\"]\n\x13\x43heckedWriteRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x04\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64\x65lete\x18\x05 \x01(\x08\"\'\n\x14\x43heckedWriteResponse\x12\x0f\n\x07version\x18\x01 \x01(\x04\"S\n\x12WriteStreamRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x31\n\x06writes\x18\x02 \x03(\x0b\x32!.leasehold.v1.CheckedWriteRequest\"M\n\x13WriteStreamResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12*\n\x07results\x18\x02 \x03(\x0b\x32\x19.leasehold.v1.WriteResult\"\xac\x02\n\x0bWriteResult\x12\x32\n\x07outcome\x18\x01 \x01(\x0e\x32!.leasehold.v1.WriteResult.Outcome\x12\x0f\n\x07version\x18\x02 \x01(\x04\x12\x15\n\rcurrent_token\x18\x03 \x01(\x04\x12\r\n\x05\x66ield\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xa0\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_WRITTEN\x10\x01\x12\x12\n\x0eOUTCOME_FENCED\x10\x02\x12\x19\n\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n\x18OUTCOME_INVALID_ARGUMENT\x10\x04\x12\x1a\n\x16OUTCOME_QUOTA_EXCEEDED\x10\x05\"\'\n\x0bReadRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\x0c\"L\n\x0cReadResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05token\x18\x03 \x01(\x04\x12\x0f\n\x07version\x18\x04 \x01(\x04\"U\n\x0fListKeysRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06prefix\x18\x02 \x01(\x0c\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x12\n\npage_token\x18\x04 \x01(\x0c\"D\n\x07KeyInfo\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05token\x18\x02 \x01(\x04\x12\x0f\n\x07version\x18\x03 \x01(\x04\x12\x0c\n\x04size\x18\x04 \x01(\r\"P\n\x10ListKeysResponse\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.leasehold.v1.KeyInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\x0c\"P\n\x10KeepAliveRequest\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x30\n\x08renewals\x18\x02 \x03(\x0b\x32\x1e.leasehold.v1.KeepAliveRenewal\"f\n\x10KeepAliveRenewal\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06holder\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x04\x12&\n\x03ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"O\n\x11KeepAliveResponse\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07results\x18\x02 \x03(\x0b\x32\x1d.leasehold.v1.KeepAliveResult\"\xa5\x02\n\x0fKeepAliveResult\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x36\n\x07outcome\x18\x02 \x01(\x0e\x32%.leasehold.v1.KeepAliveResult.Outcome\x12\"\n\x05lease\x18\x03 \x01(\x0b\x32\x13.leasehold.v1.Lease\x12\r\n\x05\x66ield\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\x88\x01\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xbe\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x45RROR_REASON_LEASE_LOST\x10\x01\x12\x17\n\x13\x45RROR_REASON_FENCED\x10\x02\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x03\x12\x1e\n\x1a\x45RROR_REASON_UNKNOWN_TOKEN\x10\x04\x12\x18\n\x14\x45RROR_REASON_STORAGE\x10\x05\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\x06\x12\x1a\n\x16\x45RROR_REASON_DISK_FULL\x10\x07\x12!\n\x1d\x45RROR_REASON_TOKENS_EXHAUSTED\x10\x08\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\t\x12\"\n\x1e\x45RROR_REASON_PERMISSION_DENIED\x10\n\x12\x1b\n\x17\x45RROR_REASON_OVERLOADED\x10\x0b\x12\x1f\n\x1b\x45RROR_REASON_QUOTA_EXCEEDED\x10\x0c\x12\x1b\n\x17\x45RROR_REASON_JOB_IN_USE\x10\r2\xa7\x05\n\x06Leases\x12\x46\n\x07\x41\x63quire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12\x46\n\x07Release\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12>\n\x08GetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12L\n\tDeleteJob\x12\x1e.leasehold.v1.DeleteJobRequest\x1a\x1f.leasehold.v1.DeleteJobResponse\x12O\n\nListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12O\n\nGetHistory\x12\x1f.leasehold.v1.GetHistoryRequest\x1a .leasehold.v1.GetHistoryResponse\x12I\n\nWatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x01\x30\x01\x32\xc6\x02\n\x0b\x46\x65ncedStore\x12U\n\x0c\x43heckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n\x0bWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x01\x30\x01\x12=\n\x04Read\x12\x19.leasehold.v1.ReadRequest\x1a\x1a.leasehold.v1.ReadResponse\x12I\n\x08ListKeys\x12\x1d.leasehold.v1.ListKeysRequest\x1a\x1e.leasehold.v1.ListKeysResponseBW\n\x10\x64\x65v.leasehold.v1P\x01ZAgithub.com/leasehold/leasehold/clients/go/leaseholdv1;leaseholdv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'leasehold.v1.leasehold_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\020dev.leasehold.v1P\001ZAgithub.com/leasehold/leasehold/clients/go/leaseholdv1;leaseholdv1'
-  _globals['_ERRORREASON']._serialized_start=3257
-  _globals['_ERRORREASON']._serialized_end=3703
+  _globals['_ERRORREASON']._serialized_start=3295
+  _globals['_ERRORREASON']._serialized_end=3741
   _globals['_LEASE']._serialized_start=112
   _globals['_LEASE']._serialized_end=268
   _globals['_ACQUIREREQUEST']._serialized_start=270
@@ -65,49 +65,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETHISTORYRESPONSE']._serialized_start=1078
   _globals['_GETHISTORYRESPONSE']._serialized_end=1162
   _globals['_TENURE']._serialized_start=1165
-  _globals['_TENURE']._serialized_end=1496
-  _globals['_TENURE_END']._serialized_start=1398
-  _globals['_TENURE_END']._serialized_end=1496
-  _globals['_WATCHLEASEREQUEST']._serialized_start=1498
-  _globals['_WATCHLEASEREQUEST']._serialized_end=1530
-  _globals['_LEASEEVENT']._serialized_start=1533
-  _globals['_LEASEEVENT']._serialized_end=1730
-  _globals['_LEASEEVENT_KIND']._serialized_start=1628
-  _globals['_LEASEEVENT_KIND']._serialized_end=1730
-  _globals['_CHECKEDWRITEREQUEST']._serialized_start=1732
-  _globals['_CHECKEDWRITEREQUEST']._serialized_end=1825
-  _globals['_CHECKEDWRITERESPONSE']._serialized_start=1827
-  _globals['_CHECKEDWRITERESPONSE']._serialized_end=1866
-  _globals['_WRITESTREAMREQUEST']._serialized_start=1868
-  _globals['_WRITESTREAMREQUEST']._serialized_end=1951
-  _globals['_WRITESTREAMRESPONSE']._serialized_start=1953
-  _globals['_WRITESTREAMRESPONSE']._serialized_end=2030
-  _globals['_WRITERESULT']._serialized_start=2033
-  _globals['_WRITERESULT']._serialized_end=2333
-  _globals['_WRITERESULT_OUTCOME']._serialized_start=2173
-  _globals['_WRITERESULT_OUTCOME']._serialized_end=2333
-  _globals['_READREQUEST']._serialized_start=2335
-  _globals['_READREQUEST']._serialized_end=2374
-  _globals['_READRESPONSE']._serialized_start=2376
-  _globals['_READRESPONSE']._serialized_end=2452
-  _globals['_LISTKEYSREQUEST']._serialized_start=2454
-  _globals['_LISTKEYSREQUEST']._serialized_end=2539
-  _globals['_KEYINFO']._serialized_start=2541
-  _globals['_KEYINFO']._serialized_end=2609
-  _globals['_LISTKEYSRESPONSE']._serialized_start=2611
-  _globals['_LISTKEYSRESPONSE']._serialized_end=2691
-  _globals['_KEEPALIVEREQUEST']._serialized_start=2693
-  _globals['_KEEPALIVEREQUEST']._serialized_end=2773
-  _globals['_KEEPALIVERENEWAL']._serialized_start=2775
-  _globals['_KEEPALIVERENEWAL']._serialized_end=2877
-  _globals['_KEEPALIVERESPONSE']._serialized_start=2879
-  _globals['_KEEPALIVERESPONSE']._serialized_end=2958
-  _globals['_KEEPALIVERESULT']._serialized_start=2961
-  _globals['_KEEPALIVERESULT']._serialized_end=3254
-  _globals['_KEEPALIVERESULT_OUTCOME']._serialized_start=3118
-  _globals['_KEEPALIVERESULT_OUTCOME']._serialized_end=3254
-  _globals['_LEASES']._serialized_start=3706
-  _globals['_LEASES']._serialized_end=4385
-  _globals['_FENCEDSTORE']._serialized_start=4388
-  _globals['_FENCEDSTORE']._serialized_end=4714
+  _globals['_TENURE']._serialized_end=1534
+  _globals['_TENURE_END']._serialized_start=1399
+  _globals['_TENURE_END']._serialized_end=1534
+  _globals['_WATCHLEASEREQUEST']._serialized_start=1536
+  _globals['_WATCHLEASEREQUEST']._serialized_end=1568
+  _globals['_LEASEEVENT']._serialized_start=1571
+  _globals['_LEASEEVENT']._serialized_end=1768
+  _globals['_LEASEEVENT_KIND']._serialized_start=1666
+  _globals['_LEASEEVENT_KIND']._serialized_end=1768
+  _globals['_CHECKEDWRITEREQUEST']._serialized_start=1770
+  _globals['_CHECKEDWRITEREQUEST']._serialized_end=1863
+  _globals['_CHECKEDWRITERESPONSE']._serialized_start=1865
+  _globals['_CHECKEDWRITERESPONSE']._serialized_end=1904
+  _globals['_WRITESTREAMREQUEST']._serialized_start=1906
+  _globals['_WRITESTREAMREQUEST']._serialized_end=1989
+  _globals['_WRITESTREAMRESPONSE']._serialized_start=1991
+  _globals['_WRITESTREAMRESPONSE']._serialized_end=2068
+  _globals['_WRITERESULT']._serialized_start=2071
+  _globals['_WRITERESULT']._serialized_end=2371
+  _globals['_WRITERESULT_OUTCOME']._serialized_start=2211
+  _globals['_WRITERESULT_OUTCOME']._serialized_end=2371
+  _globals['_READREQUEST']._serialized_start=2373
+  _globals['_READREQUEST']._serialized_end=2412
+  _globals['_READRESPONSE']._serialized_start=2414
+  _globals['_READRESPONSE']._serialized_end=2490
+  _globals['_LISTKEYSREQUEST']._serialized_start=2492
+  _globals['_LISTKEYSREQUEST']._serialized_end=2577
+  _globals['_KEYINFO']._serialized_start=2579
+  _globals['_KEYINFO']._serialized_end=2647
+  _globals['_LISTKEYSRESPONSE']._serialized_start=2649
+  _globals['_LISTKEYSRESPONSE']._serialized_end=2729
+  _globals['_KEEPALIVEREQUEST']._serialized_start=2731
+  _globals['_KEEPALIVEREQUEST']._serialized_end=2811
+  _globals['_KEEPALIVERENEWAL']._serialized_start=2813
+  _globals['_KEEPALIVERENEWAL']._serialized_end=2915
+  _globals['_KEEPALIVERESPONSE']._serialized_start=2917
+  _globals['_KEEPALIVERESPONSE']._serialized_end=2996
+  _globals['_KEEPALIVERESULT']._serialized_start=2999
+  _globals['_KEEPALIVERESULT']._serialized_end=3292
+  _globals['_KEEPALIVERESULT_OUTCOME']._serialized_start=3156
+  _globals['_KEEPALIVERESULT_OUTCOME']._serialized_end=3292
+  _globals['_LEASES']._serialized_start=3744
+  _globals['_LEASES']._serialized_end=4423
+  _globals['_FENCEDSTORE']._serialized_start=4426
+  _globals['_FENCEDSTORE']._serialized_end=4752
 # @@protoc_insertion_point(module_scope)

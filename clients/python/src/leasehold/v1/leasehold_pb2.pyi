@@ -177,11 +177,15 @@ class Tenure(_message.Message):
         END_EXPIRED: _ClassVar[Tenure.End]
         END_TAKEN_OVER: _ClassVar[Tenure.End]
         END_DELETED: _ClassVar[Tenure.End]
+        END_RESTORED: _ClassVar[Tenure.End]
+        END_RECOVERED: _ClassVar[Tenure.End]
     END_UNSPECIFIED: Tenure.End
     END_RELEASED: Tenure.End
     END_EXPIRED: Tenure.End
     END_TAKEN_OVER: Tenure.End
     END_DELETED: Tenure.End
+    END_RESTORED: Tenure.End
+    END_RECOVERED: Tenure.End
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]

@@ -440,6 +440,13 @@ export enum Tenure_End {
   END_TAKEN_OVER = 3,
   /** END_DELETED - It ran out, and the job was then deleted. */
   END_DELETED = 4,
+  /**
+   * END_RESTORED - `leasehold restore` released it: every lease is released by a
+   * restore, and this tenure's end had not been recorded before.
+   */
+  END_RESTORED = 5,
+  /** END_RECOVERED - `leasehold recover` released it, likewise. */
+  END_RECOVERED = 6,
   UNRECOGNIZED = -1,
 }
 
@@ -460,6 +467,12 @@ export function tenure_EndFromJSON(object: any): Tenure_End {
     case 4:
     case "END_DELETED":
       return Tenure_End.END_DELETED;
+    case 5:
+    case "END_RESTORED":
+      return Tenure_End.END_RESTORED;
+    case 6:
+    case "END_RECOVERED":
+      return Tenure_End.END_RECOVERED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -479,6 +492,10 @@ export function tenure_EndToJSON(object: Tenure_End): string {
       return "END_TAKEN_OVER";
     case Tenure_End.END_DELETED:
       return "END_DELETED";
+    case Tenure_End.END_RESTORED:
+      return "END_RESTORED";
+    case Tenure_End.END_RECOVERED:
+      return "END_RECOVERED";
     case Tenure_End.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

@@ -219,98 +219,99 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"T\n\022" +
       "GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024.le" +
       "asehold.v1.Tenure\022\027\n\017next_page_token\030\002 \001" +
-      "(\t\"\313\002\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holder\030\002" +
+      "(\t\"\361\002\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holder\030\002" +
       " \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngranted_at\030\004 " +
       "\001(\0132\032.google.protobuf.Timestamp\022&\n\003ttl\030\005" +
       " \001(\0132\031.google.protobuf.Duration\022%\n\003end\030\006" +
       " \001(\0162\030.leasehold.v1.Tenure.End\022,\n\010ended_" +
-      "at\030\007 \001(\0132\032.google.protobuf.Timestamp\"b\n\003" +
-      "End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEASED" +
-      "\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER\020\003\022" +
-      "\017\n\013END_DELETED\020\004\" \n\021WatchLeaseRequest\022\013\n" +
-      "\003job\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\013" +
-      "2\023.leasehold.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.le" +
-      "asehold.v1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KI" +
-      "ND_UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKI" +
-      "ND_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND" +
-      "_EXPIRED\020\004\"]\n\023CheckedWriteRequest\022\013\n\003job" +
-      "\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005va" +
-      "lue\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024CheckedWrit" +
-      "eResponse\022\017\n\007version\030\001 \001(\004\"S\n\022WriteStrea" +
-      "mRequest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.l" +
-      "easehold.v1.CheckedWriteRequest\"M\n\023Write" +
-      "StreamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 " +
-      "\003(\0132\031.leasehold.v1.WriteResult\"\254\002\n\013Write" +
-      "Result\0222\n\007outcome\030\001 \001(\0162!.leasehold.v1.W" +
-      "riteResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025\n\rc" +
-      "urrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007mes" +
-      "sage\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNSPEC" +
-      "IFIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCOME_" +
-      "FENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030O" +
-      "UTCOME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_QUO" +
-      "TA_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(" +
-      "\t\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030" +
-      "\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007v" +
-      "ersion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001" +
-      " \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022" +
-      "\022\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 " +
-      "\001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004s" +
-      "ize\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 " +
-      "\003(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_" +
-      "token\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 " +
-      "\001(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.Kee" +
-      "pAliveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job" +
-      "\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n" +
-      "\003ttl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n" +
-      "\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007result" +
-      "s\030\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245" +
-      "\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outco" +
-      "me\030\002 \001(\0162%.leasehold.v1.KeepAliveResult." +
-      "Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Le" +
-      "ase\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007" +
-      "Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTC" +
-      "OME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n" +
-      "\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVA" +
-      "LID_ARGUMENT\020\004*\276\003\n\013ErrorReason\022\034\n\030ERROR_" +
-      "REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEA" +
-      "SE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ER" +
-      "ROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_R" +
-      "EASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_ST" +
-      "ORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022" +
-      "\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REA" +
-      "SON_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_U" +
-      "NAUTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISS" +
-      "ION_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020" +
-      "\013\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ER" +
-      "ROR_REASON_JOB_IN_USE\020\r2\247\005\n\006Leases\022F\n\007Ac" +
-      "quire\022\034.leasehold.v1.AcquireRequest\032\035.le" +
-      "asehold.v1.AcquireResponse\022@\n\005Renew\022\032.le" +
-      "asehold.v1.RenewRequest\032\033.leasehold.v1.R" +
-      "enewResponse\022F\n\007Release\022\034.leasehold.v1.R" +
-      "eleaseRequest\032\035.leasehold.v1.ReleaseResp" +
-      "onse\022>\n\010GetLease\022\035.leasehold.v1.GetLease" +
-      "Request\032\023.leasehold.v1.Lease\022L\n\tDeleteJo" +
-      "b\022\036.leasehold.v1.DeleteJobRequest\032\037.leas" +
-      "ehold.v1.DeleteJobResponse\022O\n\nListLeases" +
-      "\022\037.leasehold.v1.ListLeasesRequest\032 .leas" +
-      "ehold.v1.ListLeasesResponse\022O\n\nGetHistor" +
-      "y\022\037.leasehold.v1.GetHistoryRequest\032 .lea" +
-      "sehold.v1.GetHistoryResponse\022I\n\nWatchLea" +
-      "se\022\037.leasehold.v1.WatchLeaseRequest\032\030.le" +
-      "asehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.l" +
-      "easehold.v1.KeepAliveRequest\032\037.leasehold" +
-      ".v1.KeepAliveResponse(\0010\0012\306\002\n\013FencedStor" +
-      "e\022U\n\014CheckedWrite\022!.leasehold.v1.Checked" +
-      "WriteRequest\032\".leasehold.v1.CheckedWrite" +
-      "Response\022V\n\013WriteStream\022 .leasehold.v1.W" +
-      "riteStreamRequest\032!.leasehold.v1.WriteSt" +
-      "reamResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1." +
-      "ReadRequest\032\032.leasehold.v1.ReadResponse\022" +
-      "I\n\010ListKeys\022\035.leasehold.v1.ListKeysReque" +
-      "st\032\036.leasehold.v1.ListKeysResponseBW\n\020de" +
-      "v.leasehold.v1P\001ZAgithub.com/leasehold/l" +
-      "easehold/clients/go/leaseholdv1;leasehol" +
-      "dv1b\006proto3"
+      "at\030\007 \001(\0132\032.google.protobuf.Timestamp\"\207\001\n" +
+      "\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEASE" +
+      "D\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER\020\003" +
+      "\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021\n\rE" +
+      "ND_RECOVERED\020\006\" \n\021WatchLeaseRequest\022\013\n\003j" +
+      "ob\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023" +
+      ".leasehold.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.leas" +
+      "ehold.v1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KIND" +
+      "_UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND" +
+      "_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_E" +
+      "XPIRED\020\004\"]\n\023CheckedWriteRequest\022\013\n\003job\030\001" +
+      " \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005valu" +
+      "e\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024CheckedWriteR" +
+      "esponse\022\017\n\007version\030\001 \001(\004\"S\n\022WriteStreamR" +
+      "equest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.lea" +
+      "sehold.v1.CheckedWriteRequest\"M\n\023WriteSt" +
+      "reamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(" +
+      "\0132\031.leasehold.v1.WriteResult\"\254\002\n\013WriteRe" +
+      "sult\0222\n\007outcome\030\001 \001(\0162!.leasehold.v1.Wri" +
+      "teResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcur" +
+      "rent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007messa" +
+      "ge\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIF" +
+      "IED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCOME_FE" +
+      "NCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUT" +
+      "COME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_QUOTA" +
+      "_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t\022" +
+      "\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001 " +
+      "\001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007ver" +
+      "sion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 \001" +
+      "(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n" +
+      "\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(" +
+      "\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004siz" +
+      "e\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003(" +
+      "\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_to" +
+      "ken\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 \001(" +
+      "\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.KeepA" +
+      "liveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job\030\001" +
+      " \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003t" +
+      "tl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n\021K" +
+      "eepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007results\030" +
+      "\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245\002\n" +
+      "\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcome" +
+      "\030\002 \001(\0162%.leasehold.v1.KeepAliveResult.Ou" +
+      "tcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Leas" +
+      "e\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007Ou" +
+      "tcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOM" +
+      "E_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025O" +
+      "UTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALI" +
+      "D_ARGUMENT\020\004*\276\003\n\013ErrorReason\022\034\n\030ERROR_RE" +
+      "ASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE" +
+      "_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERRO" +
+      "R_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REA" +
+      "SON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STOR" +
+      "AGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n" +
+      "\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASO" +
+      "N_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNA" +
+      "UTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSIO" +
+      "N_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022" +
+      "\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERRO" +
+      "R_REASON_JOB_IN_USE\020\r2\247\005\n\006Leases\022F\n\007Acqu" +
+      "ire\022\034.leasehold.v1.AcquireRequest\032\035.leas" +
+      "ehold.v1.AcquireResponse\022@\n\005Renew\022\032.leas" +
+      "ehold.v1.RenewRequest\032\033.leasehold.v1.Ren" +
+      "ewResponse\022F\n\007Release\022\034.leasehold.v1.Rel" +
+      "easeRequest\032\035.leasehold.v1.ReleaseRespon" +
+      "se\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseRe" +
+      "quest\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022" +
+      "\036.leasehold.v1.DeleteJobRequest\032\037.leaseh" +
+      "old.v1.DeleteJobResponse\022O\n\nListLeases\022\037" +
+      ".leasehold.v1.ListLeasesRequest\032 .leaseh" +
+      "old.v1.ListLeasesResponse\022O\n\nGetHistory\022" +
+      "\037.leasehold.v1.GetHistoryRequest\032 .lease" +
+      "hold.v1.GetHistoryResponse\022I\n\nWatchLease" +
+      "\022\037.leasehold.v1.WatchLeaseRequest\032\030.leas" +
+      "ehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.lea" +
+      "sehold.v1.KeepAliveRequest\032\037.leasehold.v" +
+      "1.KeepAliveResponse(\0010\0012\306\002\n\013FencedStore\022" +
+      "U\n\014CheckedWrite\022!.leasehold.v1.CheckedWr" +
+      "iteRequest\032\".leasehold.v1.CheckedWriteRe" +
+      "sponse\022V\n\013WriteStream\022 .leasehold.v1.Wri" +
+      "teStreamRequest\032!.leasehold.v1.WriteStre" +
+      "amResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.Re" +
+      "adRequest\032\032.leasehold.v1.ReadResponse\022I\n" +
+      "\010ListKeys\022\035.leasehold.v1.ListKeysRequest" +
+      "\032\036.leasehold.v1.ListKeysResponseBW\n\020dev." +
+      "leasehold.v1P\001ZAgithub.com/leasehold/lea" +
+      "sehold/clients/go/leaseholdv1;leaseholdv" +
+      "1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

@@ -102,6 +102,23 @@ private static final long serialVersionUID = 0L;
      * <code>END_DELETED = 4;</code>
      */
     END_DELETED(4),
+    /**
+     * <pre>
+     * `leasehold restore` released it: every lease is released by a
+     * restore, and this tenure's end had not been recorded before.
+     * </pre>
+     *
+     * <code>END_RESTORED = 5;</code>
+     */
+    END_RESTORED(5),
+    /**
+     * <pre>
+     * `leasehold recover` released it, likewise.
+     * </pre>
+     *
+     * <code>END_RECOVERED = 6;</code>
+     */
+    END_RECOVERED(6),
     UNRECOGNIZED(-1),
     ;
 
@@ -156,6 +173,23 @@ private static final long serialVersionUID = 0L;
      * <code>END_DELETED = 4;</code>
      */
     public static final int END_DELETED_VALUE = 4;
+    /**
+     * <pre>
+     * `leasehold restore` released it: every lease is released by a
+     * restore, and this tenure's end had not been recorded before.
+     * </pre>
+     *
+     * <code>END_RESTORED = 5;</code>
+     */
+    public static final int END_RESTORED_VALUE = 5;
+    /**
+     * <pre>
+     * `leasehold recover` released it, likewise.
+     * </pre>
+     *
+     * <code>END_RECOVERED = 6;</code>
+     */
+    public static final int END_RECOVERED_VALUE = 6;
 
 
     public final int getNumber() {
@@ -187,6 +221,8 @@ private static final long serialVersionUID = 0L;
         case 2: return END_EXPIRED;
         case 3: return END_TAKEN_OVER;
         case 4: return END_DELETED;
+        case 5: return END_RESTORED;
+        case 6: return END_RECOVERED;
         default: return null;
       }
     }
