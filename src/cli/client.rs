@@ -450,12 +450,76 @@ fn print_history(tenures: &[Tenure]) {
                 .map_or(String::new(), |p| format!(" (principal {p})")),
         );
     }
+    if let Some(note) = disorder_note(tenures) {
+        println!("{note}");
+    }
+}
+
+/// The tokens (newer, older) whose wall-clock times go backwards: history
+/// is in token order, which is the order of the grants; times come from
+/// the wall clock of whichever server recorded them, which can jump, and
+/// frontends' clocks can differ.
+fn disordered(tenures: &[Tenure]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = tenures
+        .windows(2)
+        .filter(|w| w[0].granted_at < w[1].granted_at)
+        .map(|w| (w[0].token, w[1].token))
+        .collect();
+    out.extend(
+        tenures
+            .iter()
+            .filter(|t| t.ended_at.is_some_and(|e| e < t.granted_at))
+            .map(|t| (t.token, t.token)),
+    );
+    out
+}
+
+/// A line that says where the history's times disagree with its token
+/// order, if they do.
+fn disorder_note(tenures: &[Tenure]) -> Option<String> {
+    let d = disordered(tenures);
+    if d.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = d
+        .iter()
+        .map(|(a, b)| match a == b {
+            true => format!("token {a} ended before it was granted"),
+            false => format!("token {a} was granted before token {b}"),
+        })
+        .collect();
+    Some(format!(
+        "note: the times disagree with the order of the tokens ({}): a wall-clock jump, or \
+         servers whose clocks differ; the order of the tokens is the true one",
+        list.join("; ")
+    ))
 }
 
 /// Which tenure of `tenures` (newest first) covers `at`: whether one did,
 /// and the sentence that says so.
 fn history_at(tenures: &[Tenure], at: std::time::SystemTime) -> (bool, String) {
     let when = rfc3339(at);
+    // An answer that rests on times that disagree is no answer: say so,
+    // with what the times would say.
+    if let Some(note) = disorder_note(tenures) {
+        let covering: Vec<String> = tenures
+            .iter()
+            .filter(|t| t.covers(at))
+            .map(|t| t.token.to_string())
+            .collect();
+        return (
+            false,
+            format!(
+                "uncertain: the times would say {} at {when}, but {note}",
+                match covering.len() {
+                    0 => "no token led".to_owned(),
+                    1 => format!("token {} led", covering[0]),
+                    _ => format!("tokens {} all led", covering.join(", ")),
+                },
+                note = note.trim_start_matches("note: "),
+            ),
+        );
+    }
     if let Some(t) = tenures.iter().find(|t| t.covers(at)) {
         return (
             true,

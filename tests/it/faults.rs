@@ -746,3 +746,63 @@ async fn check_says_how_much_room_its_copy_needs() {
     assert!(err.contains("MiB in") && err.contains("TMPDIR"), "{err}");
     assert_eq!(std::fs::read_dir(small.path()).unwrap().count(), 0);
 }
+
+/// History is in token order; its times come from the wall clock, which
+/// can jump back. `leasehold history` says where the times disagree with
+/// the tokens' order, and `--at` says that its answer rests on them
+/// (exit 3) instead of naming a token that did not lead then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_says_when_its_times_go_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libfaketime is needed (scripts/test installs faketime)");
+    let spec = dir.path().join("faketime");
+    std::fs::write(&spec, "+0").unwrap();
+    let cmd = {
+        let mut c = common::serve_command(&dir.path().join("data"));
+        c.env("LD_PRELOAD", lib)
+            .env("FAKETIME_TIMESTAMP_FILE", &spec)
+            .env("FAKETIME_NO_CACHE", "1")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        c
+    };
+    let server = ServerProcess::spawn(cmd, dir.path());
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.acquire("post", "first", HOUR, Duration::ZERO)
+        .await
+        .unwrap();
+    c.release("post", "first", 1).await.unwrap();
+    // The wall clock goes back three hours.
+    std::fs::write(&spec, "-3h").unwrap();
+    c.acquire("post", "second", HOUR, Duration::ZERO)
+        .await
+        .unwrap();
+    c.release("post", "second", 2).await.unwrap();
+    let h = c.history("post", 10).await.unwrap();
+    assert_eq!((h[0].token, h[1].token), (2, 1), "token order");
+    assert!(h[0].granted_at < h[1].granted_at, "the clock went back");
+    let cli = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(["history", "--server", &server.url(), "post"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = cli(&[]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("token 2 was granted before token 1"), "{out}");
+    let inside_first =
+        humantime::format_rfc3339_millis(h[1].granted_at + Duration::from_millis(1)).to_string();
+    let (code, out) = cli(&["--at", &inside_first]);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.starts_with("uncertain"), "{out}");
+}
