@@ -1659,3 +1659,45 @@ async fn a_watch_hears_of_the_expiry_of_a_lease_a_renewal_shortened() {
         "told of the expiry {heard:?} after the renewal: at the old {LONG:?} deadline, not the renewed {ttl:?}"
     );
 }
+
+/// A renewal that shortens a lease moves the moment the first waiter in
+/// line is granted: its timer, armed on the old (60 s) deadline when it
+/// joined the line, is armed again on the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_waiter_is_granted_at_the_deadline_a_renewal_shortened() {
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    const LONG: Duration = Duration::from_secs(60);
+    let a = c.acquire("shortened-line", "a", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    let waiter = {
+        let c = s.client().await;
+        tokio::spawn(async move {
+            c.acquire("shortened-line", "b", TTL, common::PATIENCE)
+                .await
+                .unwrap()
+        })
+    };
+    s.wait_for_waiters(1).await;
+    let ttl = common::ttl(Duration::from_millis(300));
+    let renewed = Instant::now();
+    let l = c
+        .renew("shortened-line", "a", a.lease.token, ttl)
+        .await
+        .unwrap();
+    assert_eq!(l.ttl, Some(ttl));
+    let b = waiter.await.unwrap();
+    let granted = renewed.elapsed();
+    assert!(b.acquired, "{b:?}");
+    assert_eq!(b.lease.holder.as_deref(), Some("b"));
+    assert_eq!(b.lease.token, a.lease.token + 1);
+    assert!(
+        granted >= ttl,
+        "granted {granted:?} after a {ttl:?} renewal"
+    );
+    // Not at the old deadline: a third of it is longer than any stall.
+    assert!(
+        granted < LONG / 3,
+        "granted {granted:?} after the renewal: at the old {LONG:?} deadline, not the renewed {ttl:?}"
+    );
+}

@@ -99,7 +99,8 @@ pub struct Effects {
     /// Write this record to the store and make it durable before replying.
     pub persist: Option<LeaseRecord>,
     /// Wake these waiters: each was granted the lease, or is now first in
-    /// line and must arm its timer on the lease's deadline.
+    /// line, or first in line behind a deadline a renewal moved earlier,
+    /// and must arm its timer on the lease's deadline.
     pub wake: Vec<WaiterId>,
     /// The holder or token changed: tell the job's watchers (after the
     /// change is durable).
@@ -730,7 +731,9 @@ impl LeaseTable {
     }
 
     /// Extends a live lease held by `holder` with `token` by `ttl` from
-    /// `now`. The token never changes on a renewal.
+    /// `now`. The token never changes on a renewal. A renewal that moves
+    /// the deadline earlier (a shorter TTL) wakes the first waiter in line,
+    /// whose timer sleeps until the old one.
     ///
     /// A renewal is persisted only when it raises the TTL above the stored
     /// one: a restart restores the stored TTL from start-up, which is never
@@ -752,10 +755,17 @@ impl LeaseTable {
         job.settle(now, stats, faults);
         match &mut job.holding {
             Some(h) if &h.holder == holder && job.token == token => {
+                // A shorter TTL may move the deadline earlier: the first
+                // waiter in line sleeps until the deadline it read, and
+                // must arm its timer again on the new one.
+                let sooner = now + ttl < h.deadline;
                 h.ttl = ttl;
                 h.deadline = now + ttl;
                 h.told_again = true;
                 let mut fx = Effects::default();
+                if sooner {
+                    fx.wake.extend(job.first_in_line());
+                }
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
                     fx.persist = Some(job.record());

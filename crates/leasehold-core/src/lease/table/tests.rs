@@ -95,6 +95,31 @@ fn renewal_with_longer_ttl_is_persisted() {
 }
 
 #[test]
+fn renewal_that_moves_the_deadline_earlier_wakes_the_first_in_line() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL * 6, t0, None);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
+    let _w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    // A later deadline: the first in line's timer fires early and finds
+    // the lease held; nobody needs waking.
+    let (_, fx) = t
+        .renew(&j, &who("a"), Token(1), TTL * 6, t0 + ms(1))
+        .unwrap();
+    assert_eq!(fx.wake, vec![]);
+    // An earlier one: the first in line, asleep until the old deadline,
+    // arms its timer again; the rest wait for it to move up.
+    let (v, fx) = t
+        .renew(&j, &who("a"), Token(1), ms(300), t0 + ms(2))
+        .unwrap();
+    assert_eq!(v.deadline(), Some(t0 + ms(302)));
+    assert_eq!(fx.wake, vec![w1]);
+    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(302), Some(w1));
+    assert_eq!(granted(&a), Some(Token(2)));
+}
+
+#[test]
 fn expiry_then_regrant_bumps_token_even_for_same_holder() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
