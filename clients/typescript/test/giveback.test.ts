@@ -11,7 +11,7 @@ import { test } from "node:test";
 import { credentials, type ServiceError } from "@grpc/grpc-js";
 import { Client } from "../src";
 import * as pb from "../src/gen/leasehold/v1/leasehold";
-import { Server, sleep } from "./harness";
+import { PATIENCE, Server, waitUntil } from "./harness";
 
 const TTL = 30_000;
 
@@ -79,7 +79,8 @@ test("a give-back (ReleaseRequest.giveBack) ends only a grant never asked for ag
  * aborted, and A asks again at once on the same client (a retry, as an
  * elector does). When the retry is granted, A was told that it leads: its
  * lease must still be A's, same token, after any give-back of the aborted
- * call has had time to run (the client's waits 100 ms).
+ * call has looked at the lease (the client's looks 100 ms after the abort,
+ * and releases, if it does, as soon as it has the answer).
  */
 test("a retry after an aborted waiting acquire keeps its grant (10 rounds)", async () => {
   const ROUNDS = 10;
@@ -93,6 +94,7 @@ test("a retry after an aborted waiting acquire keeps its grant (10 rounds)", asy
       const held = await b.acquire(job, "b", TTL);
       assert.ok(held.acquired);
       const ac = new AbortController();
+      const looked = await server.metricWith("leasehold_rpc_responses_total", 'method="GetLease"');
       const waiting = a.acquire(job, "a", TTL, 20_000, { signal: ac.signal }).catch(() => undefined);
       // A is in line once its Acquire reached the server.
       await server.waitWaiters(1);
@@ -102,10 +104,18 @@ test("a retry after an aborted waiting acquire keeps its grant (10 rounds)", asy
         ac.abort();
       })();
       await Promise.all([release, cancel]);
-      if ((await waiting)?.acquired) delivered++;
-      const retry = await a.acquire(job, "a", TTL, 5000);
+      const answer = await waiting;
+      if (answer?.acquired) delivered++;
+      const retry = await a.acquire(job, "a", TTL, PATIENCE);
       assert.ok(retry.acquired, `round ${i}: B released; A's retry is granted`);
-      await sleep(400);
+      if (answer === undefined) {
+        // The aborted call's give-back reads the lease first.
+        await waitUntil(
+          async () => (await server.metricWith("leasehold_rpc_responses_total", 'method="GetLease"')) > looked,
+          PATIENCE,
+          "the give-back to read the lease",
+        );
+      }
       const l = await a.getLease(job);
       assert.deepEqual(
         [l.holder, l.token],

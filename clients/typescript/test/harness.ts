@@ -105,8 +105,32 @@ export class Server {
     });
   }
 
+  /** The sum of the samples of `name` whose labels include `label` (such as `method="GetLease"`). */
+  async metricWith(name: string, label: string): Promise<number> {
+    return new Promise((resolvePromise, reject) => {
+      get(`http://${this.admin}/metrics`, (res) => {
+        let body = "";
+        res.on("data", (d) => (body += d));
+        res.on("end", () => {
+          let total = 0;
+          for (const line of body.split("\n")) {
+            if (line.startsWith(name + "{") && line.slice(0, line.indexOf("}")).includes(label)) {
+              total += Number(line.slice(line.lastIndexOf(" ") + 1));
+            }
+          }
+          resolvePromise(total);
+        });
+      }).on("error", reject);
+    });
+  }
+
+  /** Waits until the server has renewed at least `n` leases (all jobs). */
+  async waitRenewals(n: number, timeoutMs = PATIENCE): Promise<void> {
+    await waitUntil(async () => (await this.metric("leasehold_renewals_total")) >= n, timeoutMs, `${n} renewal(s)`);
+  }
+
   /** Waits until at least `n` Acquires are queued on the server. */
-  async waitWaiters(n: number, timeoutMs = 10_000): Promise<void> {
+  async waitWaiters(n: number, timeoutMs = PATIENCE): Promise<void> {
     await waitUntil(async () => (await this.metric("leasehold_waiting_acquires")) >= n, timeoutMs, `${n} waiter(s)`);
   }
 
@@ -136,6 +160,12 @@ export class Server {
     rmSync(this.dataDir, { recursive: true, force: true });
   }
 }
+
+/**
+ * How long a test waits for a state it expects: far longer than a stall of
+ * a loaded machine. Waiting costs only the time the state takes.
+ */
+export const PATIENCE = 30_000;
 
 /** Bounded polling for an external state change (never for start-up). */
 export async function waitUntil(pred: () => boolean | Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
