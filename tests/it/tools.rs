@@ -139,8 +139,9 @@ async fn verify_tokens(url: &str, h: &History, what: &str) {
 /// Kills `leasehold ARGS` (run on a fresh copy of `template` at `dir`) at
 /// every call of every kind in [`POINTS`]; after each kill, the data dir
 /// starts with tokens going up or refuses, and the same tool run again
-/// finishes and leaves a healthy data dir whose floor is above every token
-/// issued.
+/// (after every kill at a call that moves files, after every fourth at
+/// the others) finishes and leaves a healthy data dir whose floor is above
+/// every token issued.
 async fn killed_everywhere(
     template: &Path,
     dir: &Path,
@@ -159,7 +160,13 @@ async fn killed_everywhere(
             let what = format!("{args:?} killed at {syscall} #{n}");
             starts_above_or_refuses(dir, h, &what).await;
             // The tool again, to its end: the data dir is healthy, its
-            // floor above every token issued.
+            // floor above every token issued. At the calls that move files
+            // (the switch) every time; at the syncs and writes, which
+            // leave one of the same few states (a new store half written
+            // beside the old one), every fourth.
+            if !matches!(syscall, "rename" | "unlink" | "mkdir") && n % 4 != 1 {
+                continue;
+            }
             let again = tool(args);
             assert!(
                 again.status.success(),
