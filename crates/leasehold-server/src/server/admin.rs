@@ -5,7 +5,7 @@
 //! backup. It delays checkpoints meanwhile (the log keeps taking writes),
 //! but only for so long: once a checkpoint is needed, the store ends the
 //! backup with an error (see `Store::backup`). The channel is never waited
-//! on for more than [`SEND_WAIT`] at a time, so the store can look.
+//! on for more than `SEND_WAIT` at a time, so the store can look.
 
 use std::io;
 
