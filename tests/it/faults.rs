@@ -612,22 +612,8 @@ fn first_frame_type(call: &str) -> Option<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wall_clock_jumps_change_no_lease_timing() {
     let dir = tempfile::tempdir().unwrap();
-    let lib = [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/faketime/libfaketime.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("libfaketime is needed (scripts/test installs faketime)");
     let spec = dir.path().join("faketime");
-    std::fs::write(&spec, "+0").unwrap();
-    let mut child = common::serve_command(&dir.path().join("data"))
-        .env("LD_PRELOAD", lib)
-        .env("FAKETIME_TIMESTAMP_FILE", &spec)
-        .env("FAKETIME_NO_CACHE", "1")
-        // A changed system time moves the wall clock only.
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("RUST_LOG", "warn")
+    let mut child = faked_wall_clock(&dir.path().join("data"), &spec)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -754,23 +740,8 @@ async fn check_says_how_much_room_its_copy_needs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_says_when_its_times_go_backwards() {
     let dir = tempfile::tempdir().unwrap();
-    let lib = [
-        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-        "/usr/lib/faketime/libfaketime.so.1",
-    ]
-    .into_iter()
-    .find(|p| Path::new(p).exists())
-    .expect("libfaketime is needed (scripts/test installs faketime)");
     let spec = dir.path().join("faketime");
-    std::fs::write(&spec, "+0").unwrap();
-    let cmd = {
-        let mut c = common::serve_command(&dir.path().join("data"));
-        c.env("LD_PRELOAD", lib)
-            .env("FAKETIME_TIMESTAMP_FILE", &spec)
-            .env("FAKETIME_NO_CACHE", "1")
-            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-        c
-    };
+    let cmd = faked_wall_clock(&dir.path().join("data"), &spec);
     let server = ServerProcess::spawn(cmd, dir.path());
     let c = Client::connect(&server.url()).await.unwrap();
     c.acquire("post", "first", HOUR, Duration::ZERO)
@@ -805,4 +776,25 @@ async fn history_says_when_its_times_go_backwards() {
     let (code, out) = cli(&["--at", &inside_first]);
     assert_eq!(code, Some(3), "{out}");
     assert!(out.starts_with("uncertain"), "{out}");
+}
+
+/// `leasehold serve` on `data` whose wall clock (only: not the monotonic
+/// one) is offset by what the file `spec` says, read at every call
+/// (libfaketime; `spec` starts at "+0").
+fn faked_wall_clock(data: &Path, spec: &Path) -> Command {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libfaketime is needed (scripts/test installs faketime)");
+    std::fs::write(spec, "+0").unwrap();
+    let mut c = common::serve_command(data);
+    c.env("LD_PRELOAD", lib)
+        .env("FAKETIME_TIMESTAMP_FILE", spec)
+        .env("FAKETIME_NO_CACHE", "1")
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("RUST_LOG", "warn");
+    c
 }

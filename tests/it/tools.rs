@@ -322,51 +322,22 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("d");
     let s = ServerProcess::start(&dir, &[]);
-    let c = Client::connect(&s.url()).await.unwrap();
-    let a = c
-        .acquire("bulk", "w", Duration::from_secs(300), Duration::ZERO)
-        .await
-        .unwrap();
     // 16 MiB in the store: more than the backup's channel, h2's windows
     // and the socket buffers take before the stopped reader blocks it.
+    let (c, token) = bulk(&s.url(), 256).await;
     let value = vec![7u8; 64 * 1024];
-    for i in 0..256 {
-        c.checked_write(
-            "bulk",
-            a.lease.token,
-            format!("k{i}").as_bytes(),
-            value.clone(),
-        )
-        .await
-        .unwrap();
-    }
     let out = root.path().join("b.lhb");
-    let mut backup = Command::new(bin())
-        .args(["backup", "--server", &s.url(), "--out"])
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut backup = backup_under_way(&s.url(), &out).await;
     let pid = backup.id();
-    common::eventually("the backup under way", || async move {
-        (backup_bytes(pid) > 0).then_some(())
-    })
-    .await;
     common::signal(pid, libc::SIGSTOP);
     // Twice the log's size, written while the reader is stopped: each write
     // is acknowledged (the store ends the backup when it needs the
     // checkpoint the backup holds back).
     let writes = async {
         for i in 0..256 {
-            c.checked_write(
-                "bulk",
-                a.lease.token,
-                format!("n{i}").as_bytes(),
-                value.clone(),
-            )
-            .await
-            .unwrap();
+            c.checked_write("bulk", token, format!("n{i}").as_bytes(), value.clone())
+                .await
+                .unwrap();
         }
     };
     tokio::time::timeout(common::PATIENCE, writes)
@@ -398,26 +369,42 @@ async fn a_killed_backup_leaves_no_file() {
     let (_, _, _) = used_dir_and_backup(root.path()).await;
     let before = entries(root.path());
     let s = ServerProcess::start(&root.path().join("template"), &[]);
-    let c = Client::connect(&s.url()).await.unwrap();
+    bulk(&s.url(), 64).await;
+    let mut backup = backup_under_way(&s.url(), &root.path().join("killed.lhb")).await;
+    backup.kill().unwrap();
+    backup.wait().unwrap();
+    assert_eq!(entries(root.path()), before, "a file was left behind");
+}
+
+/// Holds job `bulk` and writes `n` values of 64 KiB to it. Returns the
+/// client and the token.
+async fn bulk(url: &str, n: usize) -> (Client, u64) {
+    let c = Client::connect(url).await.unwrap();
     let a = c
         .acquire("bulk", "w", Duration::from_secs(300), Duration::ZERO)
         .await
         .unwrap();
-    for i in 0..64 {
+    for i in 0..n {
         c.checked_write(
             "bulk",
             a.lease.token,
             format!("k{i}").as_bytes(),
-            vec![1; 64 * 1024],
+            vec![7; 64 * 1024],
         )
         .await
         .unwrap();
     }
-    let out = root.path().join("killed.lhb");
-    let mut backup = Command::new(bin())
-        .args(["backup", "--server", &s.url(), "--out"])
-        .arg(&out)
+    (c, a.lease.token)
+}
+
+/// `leasehold backup` of the server at `url` into `out`, once it has
+/// written its first bytes (its standard error piped).
+async fn backup_under_way(url: &str, out: &Path) -> std::process::Child {
+    let backup = Command::new(bin())
+        .args(["backup", "--server", url, "--out"])
+        .arg(out)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let pid = backup.id();
@@ -425,9 +412,7 @@ async fn a_killed_backup_leaves_no_file() {
         (backup_bytes(pid) > 0).then_some(())
     })
     .await;
-    backup.kill().unwrap();
-    backup.wait().unwrap();
-    assert_eq!(entries(root.path()), before, "a file was left behind");
+    backup
 }
 
 /// The names in `dir`, sorted.
