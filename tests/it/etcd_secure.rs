@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
 
+use crate::common;
 use crate::common::etcd::{etcd_bin, free_port, frontend_command};
 use crate::common::pki::{self, Ca};
 use crate::common::ServerProcess;
@@ -48,7 +49,7 @@ fn wait_healthy(e: &SecureEtcd, f: &Files) {
         .success()
         && !etcdctl(e, f, &["endpoint", "health"]).status.success()
     {
-        assert!(t.elapsed() < Duration::from_secs(30), "etcd did not start");
+        assert!(t.elapsed() < common::PATIENCE, "etcd did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -224,7 +225,9 @@ async fn a_frontend_uses_an_etcd_with_client_tls_and_authentication() {
         Path::new(""),
     );
     let c = Client::connect(&fe.url()).await.unwrap();
-    let ttl = Duration::from_secs(3);
+    // The lease must outlive every step below (an etcd restart, turning
+    // authentication off and on): its expiry is not the point.
+    let ttl = Duration::from_secs(30);
     let a = c.acquire("payroll", "w1", ttl, NOW).await.unwrap();
     assert!(a.acquired);
     let v = c
