@@ -22,6 +22,16 @@ fn probe(args: &[&str]) -> Output {
     c.output().expect("run leasehold health")
 }
 
+/// `--timeout` for a probe that should succeed: its default of 3 s is no
+/// longer than a stall of a loaded machine, and the test is about the
+/// answer, not how fast it comes.
+const PATIENT: [&str; 2] = ["--timeout", "30s"];
+
+/// [`probe`] for an answer the test expects: with [`PATIENT`].
+fn patient_probe(args: &[&str]) -> Output {
+    probe(&[args, &PATIENT].concat())
+}
+
 fn healthy(out: &Output) -> bool {
     out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok"
 }
@@ -37,11 +47,11 @@ fn the_probe_answers_on_both_ports_plain_and_with_tls() {
     // Plain: the admin port and the gRPC port.
     let p = ServerProcess::start(&dir.path().join("plain"), &[]);
     let (admin, grpc) = (p.admin.to_string(), p.addr.to_string());
-    let out = probe(&["--admin-listen", &admin]);
+    let out = patient_probe(&["--admin-listen", &admin]);
     assert!(healthy(&out), "plain /healthz: {out:?}");
-    let out = probe(&["--grpc", "--listen", &grpc]);
+    let out = patient_probe(&["--grpc", "--listen", &grpc]);
     assert!(healthy(&out), "plain gRPC health: {out:?}");
-    let out = probe(&["--alive", "--admin-listen", &admin]);
+    let out = patient_probe(&["--alive", "--admin-listen", &admin]);
     assert!(healthy(&out), "plain /healthz --alive: {out:?}");
     drop(p);
     // Nothing listens any more: exit 1, saying why.
@@ -85,11 +95,12 @@ fn the_probe_answers_on_both_ports_plain_and_with_tls() {
     let mut c = Command::new(common::bin());
     let out = c
         .args(["health", "--admin-listen", &admin])
+        .args(PATIENT)
         .env("LEASEHOLD_TLS_CERT", &s.cert_file)
         .output()
         .unwrap();
     assert!(healthy(&out), "TLS /healthz: {out:?}");
-    let out = probe(&["--grpc", "--listen", &grpc, "--tls-cert", &f(&s.cert_file)]);
+    let out = patient_probe(&["--grpc", "--listen", &grpc, "--tls-cert", &f(&s.cert_file)]);
     assert!(healthy(&out), "TLS gRPC health: {out:?}");
     // Plain HTTP to a TLS port is no answer.
     let out = probe(&["--admin-listen", &admin, "--timeout", "1s"]);
