@@ -51,11 +51,19 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     initial: String,
     token: String,
+    /// Flags every member is started (and restarted) with, after ours.
+    extra: Vec<String>,
 }
 
 impl EtcdCluster {
     /// Starts `n` members and waits until they have elected a leader.
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(n, &[])
+    }
+
+    /// [`EtcdCluster::start`], each member with the etcd flags `extra` too
+    /// (e.g. `--quota-backend-bytes`).
+    pub fn start_with(n: usize, extra: &[&str]) -> EtcdCluster {
         let tmp = tempfile::Builder::new()
             .prefix("leasehold-etcd-")
             .tempdir()
@@ -81,6 +89,7 @@ impl EtcdCluster {
             members,
             initial,
             token: format!("lh-{}", uuid::Uuid::new_v4().simple()),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..n {
             c.spawn(i, "new");
@@ -117,6 +126,7 @@ impl EtcdCluster {
             .arg("--initial-cluster-token")
             .arg(&self.token)
             .args(["--logger", "zap", "--log-level", "warn"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
