@@ -98,8 +98,20 @@ const ATTEMPT: Duration = Duration::from_secs(2);
 const KEEP_ALIVE_STALL: Duration = Duration::from_secs(1);
 
 fn storage(what: &str, s: &Status) -> Error {
+    if s.code() == Code::ResourceExhausted && s.message().contains("database space exceeded") {
+        return Error::Storage(format!(
+            "{NO_SPACE}: etcd refused the {what} and applied nothing ({})",
+            s.message()
+        ));
+    }
     Error::Storage(format!("etcd {what}: {} ({:?})", s.message(), s.code()))
 }
+
+/// How the refusal of an etcd out of space (its NOSPACE alarm) starts:
+/// etcd refuses every change that puts a key (or grants a lease) before
+/// applying anything, so the change certainly did not happen. See
+/// [`super::is_no_space`].
+pub const NO_SPACE: &str = "etcd is out of space (NOSPACE alarm)";
 
 /// Whether another attempt of an idempotent call can help.
 /// What this frontend's own full queue answers (the keep-alive stream's):
@@ -625,6 +637,21 @@ impl Etcd {
         })
     }
 
+    /// The alarms etcd reports (a member's status lists the cluster's
+    /// alarms, e.g. `memberID:… alarm:NOSPACE`), retried until the
+    /// deadline.
+    pub async fn alarms(&self) -> Result<Vec<String>> {
+        self.retry("status", |ch| {
+            let mut m = MaintenanceClient::new(ch);
+            async move {
+                m.status(pb::StatusRequest {})
+                    .await
+                    .map(|r| r.into_inner().errors)
+            }
+        })
+        .await
+    }
+
     /// The member status of one endpoint: (its member id, the leader it
     /// knows). For tests and operators, not for decisions.
     pub async fn status(endpoint: &str, timeout: Duration) -> Result<(u64, u64)> {
@@ -822,6 +849,13 @@ pub fn delete_range_op(key: Vec<u8>, end: Vec<u8>) -> pb::RequestOp {
             key,
             range_end: end,
         })),
+    }
+}
+
+/// A read of one key in a transaction.
+pub fn range_op(key: Vec<u8>) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(Op::RequestRange(range_req(key, Vec::new(), 0))),
     }
 }
 

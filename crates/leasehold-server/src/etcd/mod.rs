@@ -48,6 +48,15 @@
 //!   a lease, only ever put with a higher token by a transaction that
 //!   compared its revision.
 //!
+//! # Out of space
+//!
+//! etcd past its quota raises its NOSPACE alarm and refuses every change
+//! that puts a key or grants a lease, before applying anything, until an
+//! operator compacts, defragments and disarms the alarm. Such a refusal is
+//! answered DISK_FULL ([`is_no_space`]), not UNAVAILABLE: nothing was
+//! applied. Health is NOT_SERVING from the first refusal, or the first
+//! probe that finds the alarm, until a probe finds it gone.
+//!
 //! # Waiting, first come, first served, across frontends
 //!
 //! A waiting `Acquire` puts a key of its own under the job's waiters'
@@ -201,7 +210,7 @@ struct Inner {
     waiters: Arc<AtomicUsize>,
     mirror: Arc<Mirror>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    /// Whether a majority of etcd answers: what health reports.
+    /// Whether the frontend can take changes: what health reports.
     health: tokio::sync::watch::Sender<StoreHealth>,
     /// Departed waiters' keys still to delete.
     orphans: queue::Orphans,
@@ -232,6 +241,24 @@ struct Read {
     revision: i64,
     job: JobState,
     line: Line,
+}
+
+/// Whether `e` is etcd's refusal of a change for lack of space (its NOSPACE
+/// alarm): nothing was applied, and no change can be made until an
+/// operator frees space in etcd and disarms the alarm. Answered as
+/// DISK_FULL, as the single node answers a full disk.
+pub fn is_no_space(e: &Error) -> bool {
+    matches!(e, Error::Storage(m) if m.starts_with(client::NO_SPACE))
+}
+
+/// The health of a frontend whose etcd is out of space.
+fn no_space_health() -> StoreHealth {
+    StoreHealth::Unavailable {
+        reason: format!(
+            "{}: changes are refused; reads and renewals go on",
+            client::NO_SPACE
+        ),
+    }
 }
 
 /// The waiter's join's error, if it fails (see [`Waiting::failure`]).
@@ -438,17 +465,21 @@ impl EtcdNode {
         self.inner.orphans.len()
     }
 
-    /// Whether a majority of etcd answered the last probe, for gRPC health
-    /// and `/healthz`.
+    /// Whether the frontend can take changes now, for gRPC health and
+    /// `/healthz`: a majority of etcd answered the last probe, and etcd is
+    /// not out of space.
     pub fn store_health(&self) -> tokio::sync::watch::Receiver<StoreHealth> {
         self.inner.health.subscribe()
     }
 
     /// Asks etcd for a linearizable read (which needs a majority to
     /// confirm its leader) every [`PROBE_EVERY`], bounded by the timeout,
-    /// and reports the answer as the backend's health: NOT_SERVING while no
-    /// majority answers within `--etcd-timeout`, SERVING again as soon as
-    /// one does.
+    /// then for its alarms, and reports the answer as the backend's
+    /// health: NOT_SERVING while no majority answers within
+    /// `--etcd-timeout`, or while etcd reports its NOSPACE alarm (it
+    /// refuses every change then), SERVING again as soon as neither holds.
+    /// A change refused for NOSPACE reports it at once ([`EtcdNode::failed`]);
+    /// only the probe ends it, once etcd no longer reports the alarm.
     async fn probe_health(self) {
         let mut closing = self.inner.closing.subscribe();
         let probe = self.inner.keys.health_probe();
@@ -459,29 +490,54 @@ impl EtcdNode {
                 .read_txn(vec![range_req(probe.clone(), Vec::new(), 1)])
                 .await;
             let now = match r {
-                Ok(_) => StoreHealth::Ok,
-                Err(e) => StoreHealth::Failed {
-                    error: format!("no majority of etcd answered: {e}"),
+                Err(e) => Some(StoreHealth::Unavailable {
+                    reason: format!("no majority of etcd answered: {e}"),
+                }),
+                Ok(_) => match self.inner.etcd.alarms().await {
+                    Ok(alarms) if alarms.iter().any(|a| a.contains("NOSPACE")) => {
+                        Some(no_space_health())
+                    }
+                    Ok(_) => Some(StoreHealth::Ok),
+                    // Health as it was: the alarms are asked again in a
+                    // second.
+                    Err(e) => {
+                        tracing::debug!(error = %e, "asking etcd for its alarms failed");
+                        None
+                    }
                 },
             };
-            self.inner.health.send_if_modified(|h| {
-                let changed = *h != now;
-                if changed {
-                    match &now {
-                        StoreHealth::Ok => tracing::info!("etcd answers again: serving"),
-                        other => {
-                            tracing::warn!(health = %other, "etcd does not answer: not serving")
-                        }
-                    }
-                    *h = now;
-                }
-                changed
-            });
+            if let Some(now) = now {
+                self.set_health(now);
+            }
             tokio::select! {
                 _ = tokio::time::sleep(PROBE_EVERY) => {}
                 _ = closed(&mut closing) => return,
             }
         }
+    }
+
+    /// Reports `now` as the backend's health, and logs a change: at WARN
+    /// when the frontend stops serving, at INFO when it serves again.
+    fn set_health(&self, now: StoreHealth) {
+        self.inner.health.send_if_modified(|h| {
+            if *h == now {
+                return false;
+            }
+            let was_full = *h == no_space_health();
+            match &now {
+                StoreHealth::Ok if was_full => tracing::info!(
+                    "etcd has space again (no NOSPACE alarm): serving, changes are taken again"
+                ),
+                StoreHealth::Ok => tracing::info!("etcd answers again: serving"),
+                full if *full == no_space_health() => tracing::warn!(
+                    "{full}; not serving until an operator frees space in etcd (compact, \
+                     defragment) and disarms the alarm"
+                ),
+                other => tracing::warn!(health = %other, "etcd does not answer: not serving"),
+            }
+            *h = now;
+            true
+        });
     }
 
     /// Runs one operation within `--etcd-timeout` plus `extra` (an
@@ -522,8 +578,11 @@ impl EtcdNode {
     }
 
     fn failed<T>(&self, r: Result<T>) -> Result<T> {
-        if matches!(r, Err(Error::Storage(_))) {
+        if let Err(e @ Error::Storage(_)) = &r {
             self.inner.counters.failures.fetch_add(1, Ordering::Relaxed);
+            if is_no_space(e) {
+                self.set_health(no_space_health());
+            }
         }
         r
     }

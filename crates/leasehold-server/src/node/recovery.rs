@@ -59,6 +59,13 @@ pub enum StoreHealth {
         /// The failure that put it out of service.
         error: String,
     },
+    /// The etcd backend cannot take changes now, for `reason` (no
+    /// majority of etcd answers, or etcd is out of space); it serves again
+    /// by itself once etcd can.
+    Unavailable {
+        /// Why, in the operator's terms.
+        reason: String,
+    },
     /// The disk is too full for even the smallest change.
     Full {
         /// Bytes free for the server in the data dir's file system.
@@ -84,6 +91,7 @@ impl fmt::Display for StoreHealth {
                 "the store failed and refuses changes until it is reopened \
                  (retried every {RETRY:?}): {error}"
             ),
+            StoreHealth::Unavailable { reason } => write!(f, "{reason}"),
             StoreHealth::Full { free, needed } => write!(
                 f,
                 "disk full: no change can be made; {free} bytes are free and a change needs \
