@@ -1398,3 +1398,200 @@ async fn a_write_with_another_principals_live_token_is_refused() {
         .unwrap();
     assert_eq!(billing.read("shared/w", b"k").await.unwrap().value, b"mine");
 }
+
+/// etcd's back end quota for the out-of-space tests: small, so that a few
+/// large values fill it.
+const SMALL_QUOTA: &[&str] = &["--quota-backend-bytes", "16777216"];
+
+/// Runs `etcdctl` (API v3) on the cluster; panics unless it succeeds.
+fn etcdctl(cluster: &EtcdCluster, args: &[&str]) -> String {
+    let out = std::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(cluster.endpoints_arg())
+        .args(args)
+        .output()
+        .expect("etcdctl runs");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Puts large values under `fill/` until etcd refuses a put for lack of
+/// space (its NOSPACE alarm is raised then).
+async fn fill_etcd(cluster: &EtcdCluster) {
+    let etcd = leasehold::etcd::client::Etcd::connect(&cluster.endpoints(), LONG).unwrap();
+    let value = vec![7u8; 1 << 20];
+    for i in 0..200 {
+        match etcd
+            .put(format!("fill/{i}").into_bytes(), value.clone(), 0)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("database space exceeded") => return,
+            Err(e) => panic!("filling etcd: {e}"),
+        }
+    }
+    panic!("etcd took 200 MiB under a 16 MiB quota");
+}
+
+/// What an operator does for an etcd out of space: deletes what filled
+/// it, compacts, defragments every member, and disarms the alarm.
+async fn free_etcd(cluster: &EtcdCluster) {
+    use leasehold::etcd::client::{range_req, Etcd};
+    etcdctl(cluster, &["del", "--prefix", "fill/"]);
+    let etcd = Etcd::connect(&cluster.endpoints(), LONG).unwrap();
+    let r = etcd
+        .range(range_req(b"fill/".to_vec(), Vec::new(), 1))
+        .await
+        .unwrap();
+    let revision = r.header.unwrap().revision.to_string();
+    etcdctl(cluster, &["compact", &revision, "--physical"]);
+    etcdctl(cluster, &["defrag"]);
+    etcdctl(cluster, &["alarm", "disarm"]);
+}
+
+/// The frontend's gRPC health (the server's overall status).
+async fn grpc_health(url: &str) -> i32 {
+    let channel = Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+/// etcd out of space (its NOSPACE alarm) refuses every put, but still
+/// takes lease keep-alives and transactions that only delete. A holder
+/// that never renewed since its grant renews all the same, again and
+/// again, and keeps its lease; and once space is back, a give-back of
+/// that grant (a client whose Acquire was cancelled) does not end it: the
+/// renewal told etcd that its holder asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_never_renewed_renews_while_etcd_is_out_of_space() {
+    let cluster = EtcdCluster::start_with(3, SMALL_QUOTA);
+    let f = frontend(&cluster.endpoints_arg(), &fresh_prefix(), &[]);
+    let c = client_of(&f.url(), LONG);
+    let a = c.acquire("j", "a", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    let token = a.lease.token;
+
+    fill_etcd(&cluster).await;
+    for _ in 0..3 {
+        let l = c.renew("j", "a", token, LONG).await.unwrap();
+        assert_eq!((l.holder.as_deref(), l.token), (Some("a"), token));
+    }
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), token));
+
+    free_etcd(&cluster).await;
+    common::eventually("etcd to take changes again", || {
+        let c = &c;
+        async move { c.acquire("other", "b", LONG, NOW).await.ok() }
+    })
+    .await;
+    // The renewals happened while etcd took no puts; the grant is told
+    // all the same, and a give-back keeps it.
+    let mut leases = proto::leases_client::LeasesClient::connect(f.url())
+        .await
+        .unwrap();
+    let r = leases
+        .release(proto::ReleaseRequest {
+            job: "j".into(),
+            holder: "a".into(),
+            token,
+            give_back: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!r.released, "a renewed grant was given back");
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), token));
+    c.renew("j", "a", token, LONG).await.unwrap();
+}
+
+/// While etcd is out of space (its NOSPACE alarm), the frontend says it
+/// cannot take changes: gRPC health NOT_SERVING and `/healthz` 503 naming
+/// the cause, and each change answers DISK_FULL (nothing applied), as the
+/// single node answers a full disk. Once an operator frees space and
+/// disarms the alarm, it serves again and changes go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_out_of_space_is_not_serving_and_changes_answer_disk_full() {
+    let cluster = EtcdCluster::start_with(3, SMALL_QUOTA);
+    let f = frontend(&cluster.endpoints_arg(), &fresh_prefix(), &[]);
+    let c = client_of(&f.url(), LONG);
+    let a = c.acquire("j", "a", LONG, NOW).await.unwrap();
+    assert!(a.acquired);
+    let token = a.lease.token;
+    assert_eq!(
+        c.checked_write("j", token, b"k", b"v1".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    assert_eq!(grpc_health(&f.url()).await, serving);
+
+    fill_etcd(&cluster).await;
+    let mut store = proto::fenced_store_client::FencedStoreClient::connect(f.url())
+        .await
+        .unwrap();
+    let st = store
+        .checked_write(proto::CheckedWriteRequest {
+            job: "j".into(),
+            token,
+            key: b"k".to_vec(),
+            value: b"v2".to_vec(),
+            delete: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::ResourceExhausted, "{st:?}");
+    let info = st.get_error_details().error_info().cloned().unwrap();
+    assert_eq!(info.reason, "DISK_FULL", "{st:?}");
+    assert!(st.message().contains("out of space"), "{st:?}");
+    let v = c.read("j", b"k").await.unwrap();
+    assert_eq!((v.version, v.value.as_slice()), (1, &b"v1"[..]));
+
+    common::eventually("health NOT_SERVING", || {
+        let url = f.url();
+        async move { (grpc_health(&url).await == not_serving).then_some(()) }
+    })
+    .await;
+    let (code, body) = common::admin_request(f.admin, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("NOSPACE") && body.contains("out of space"),
+        "{body}"
+    );
+    // Reads go on.
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), token));
+
+    free_etcd(&cluster).await;
+    common::eventually("health SERVING", || {
+        let url = f.url();
+        async move { (grpc_health(&url).await == serving).then_some(()) }
+    })
+    .await;
+    let (code, body) = common::admin_request(f.admin, "/healthz").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        c.checked_write("j", token, b"k", b"v2".to_vec())
+            .await
+            .unwrap(),
+        2
+    );
+}

@@ -9,6 +9,7 @@
 //! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | by `DeleteJob` only, which raises the new-job floor to its token in the same transaction |
 //! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |
+//! | `u/{job}\0` | "untold": the token (8 bytes, big-endian) of a grant whose holder has not asked again since; put by the grant's transaction | the grant's own etcd lease | by the holder's first repeated `Acquire` or `Renew` (a deletes-only transaction, which etcd takes even when out of space), or with the lease |
 //! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's, the deletion's, or, for an expiry, by the first frontend that sees the holder key go); the token is 8 bytes, big-endian; the record is the single node's ([`crate::store::encode_history`]) | none | by the grant `--history-per-job` tokens later |
 //!
 //! Store-wide, one key: `meta`, the [`MetaRec`]: the new-job token floor
@@ -67,6 +68,13 @@ impl Keys {
     /// The job's holder key.
     pub fn holder(&self, job: &str) -> Vec<u8> {
         self.key(b"j/", job, b"h")
+    }
+
+    /// The job's "untold" key: there, holding the grant's token, until the
+    /// holder asks again (see `txn::told_again`). Outside the `j/` range,
+    /// so that reads of jobs never see it.
+    pub fn untold(&self, job: &str) -> Vec<u8> {
+        self.key(b"u/", job, b"")
     }
 
     /// A key nothing writes, under the prefix: health probes read it.
@@ -430,8 +438,9 @@ pub struct Holding {
     /// The etcd lease the holder key is bound to: this grant's own.
     pub lease: i64,
     /// The holder key's version: 1 until the holder asks again (a repeated
-    /// `Acquire` or a `Renew`), which puts the key once more. Only a grant
-    /// still at 1 is given back when its caller was never told of it.
+    /// `Acquire` or a `Renew`), which puts the key once more when etcd
+    /// takes writes. Only a grant still at 1, whose untold key is still
+    /// there, is given back when its caller was never told of it.
     pub version: i64,
 }
 

@@ -19,7 +19,11 @@
 //!   the first waiter is us). Then, in the same transaction: the token
 //!   counter goes up by one and the holder key is put, bound to a new etcd
 //!   lease of the grant's TTL (granted just before the transaction; a
-//!   transaction that fails revokes it).
+//!   transaction that fails revokes it), with the grant's "untold" key on
+//!   the same lease, which the holder's first repeated Acquire or Renew
+//!   deletes (a give-back of a grant whose caller went away ends it only
+//!   while both its untold key is there and the holder key's version is
+//!   1; see `txn::give_back`).
 //! - **Expiry is etcd's**: the holder key lives exactly as long as its etcd
 //!   lease, whose TTL etcd's leader keeps (and extends, never shortens, when
 //!   the leader changes). No frontend reads a clock to decide expiry.
@@ -33,7 +37,9 @@
 //!   deposed leader that has not heard of the new term renew in memory
 //!   while the real leader lets the lease run out. A renewal with a
 //!   different TTL moves the holder key to a new etcd lease in one
-//!   transaction that compares the old value and lease.
+//!   transaction that compares the old value and lease. A renewal that
+//!   keeps its TTL needs no etcd write: an etcd out of space (its NOSPACE
+//!   alarm) refuses every put, yet takes keep-alives and deletes.
 //! - **Release**: one transaction compares the holder key's exact value and
 //!   lease, marks the token record released and deletes the holder key;
 //!   then the etcd lease is revoked.
@@ -867,10 +873,40 @@ impl EtcdNode {
         let rec = match decide::extend(h, ttl) {
             Extend::KeepAlive => {
                 // The first time the holder asks again, the grant is marked
-                // told (see `txn::told_again`) before it is extended.
+                // told (see `txn::told_again`) before it is extended, so
+                // that no give-back ends it after this answer.
+                //
+                // A renewal must never need a write: etcd out of space (its
+                // NOSPACE alarm) refuses every put, but still takes
+                // keep-alives and transactions that only delete. So when
+                // the marking is refused for NOSPACE, the grant is marked
+                // by deleting its untold key alone, which etcd takes. That
+                // is enough: a give-back compares both the holder key's
+                // version (1) and the untold key (still the grant's token),
+                // so after either mark none can end the grant, on any
+                // frontend, even once etcd takes writes again. (Skipping
+                // the mark and keeping the lease alive anyway would not
+                // be: a give-back made after the alarm is disarmed would
+                // find version 1 and release a lease whose holder was just
+                // told it is renewed.) While the version stays 1, each
+                // renewal tries the put again, and the first after the
+                // alarm makes it.
                 if h.version == 1 {
-                    let req = txn::told_again(&self.inner.keys, job.as_str(), h);
-                    if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+                    let k = &self.inner.keys;
+                    let told = match self
+                        .inner
+                        .etcd
+                        .txn(txn::told_again(k, job.as_str(), h))
+                        .await
+                    {
+                        Err(e) if is_no_space(&e) => {
+                            self.set_health(no_space_health());
+                            let req = txn::told_again_by_deletion(k, job.as_str(), h);
+                            self.failed(self.inner.etcd.txn(req).await)?
+                        }
+                        r => self.failed(r)?,
+                    };
+                    if !told.succeeded {
                         return Ok(None);
                     }
                 }
@@ -1097,7 +1133,14 @@ impl EtcdNode {
                 req.success
                     .push(txn::history_put(&self.inner.keys, job, &end));
             }
-            if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+            let r = self.failed(self.inner.etcd.txn(req).await)?;
+            // A give-back that finds the grant told (its untold key gone,
+            // which a renewal may do without touching the holder key) is
+            // over: reading the job again would find it unchanged.
+            if !r.succeeded && untold_only && txn::untold_gone(&r, token) {
+                return Ok(false);
+            }
+            if r.succeeded {
                 if let Err(e) = self.inner.etcd.revoke(h.lease).await {
                     tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
                 }

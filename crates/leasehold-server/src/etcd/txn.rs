@@ -5,8 +5,8 @@
 //! caller reads again and decides again.
 
 use super::client::{
-    create_is, delete_op, delete_range_op, lease_is, mod_is, pb, put_op, value_below, value_is,
-    version_is,
+    create_is, delete_op, delete_range_op, lease_is, mod_is, pb, put_op, range_op, value_below,
+    value_is, version_is,
 };
 use super::keys::{
     encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
@@ -35,6 +35,12 @@ pub fn grant(
     let mut success = vec![
         put_op(tk, token_rec.encode(), 0),
         put_op(hk, holder_rec.encode(), lease),
+        // Untold until the holder asks again ([`told_again`]).
+        put_op(
+            keys.untold(job),
+            holder_rec.token.0.to_be_bytes().to_vec(),
+            lease,
+        ),
     ];
     if let Some(p) = place {
         success.push(delete_op(p.key.clone()));
@@ -113,22 +119,48 @@ pub fn move_holding(
     }
 }
 
-/// Puts the holder key of `h` once more, unchanged and on the same etcd
-/// lease, if it is still exactly `h`: its version goes past 1, which tells
-/// every frontend that the holder asked again since the grant, so that no
-/// give-back of the grant ([`give_back`]) ends it.
+/// Tells every frontend that the holder of `h` asked again since the grant
+/// (a repeated `Acquire` or a `Renew`), if the holder key is still exactly
+/// `h`, so that no give-back of the grant ([`give_back`]) ends it: the
+/// holder key is put once more, unchanged and on the same etcd lease (its
+/// version goes past 1, which frontends before the untold key read), and
+/// the grant's untold key is deleted.
 pub fn told_again(keys: &Keys, job: &str, h: &Holding) -> pb::TxnRequest {
     let hk = keys.holder(job);
     pb::TxnRequest {
         compare: still(hk.clone(), h),
-        success: vec![put_op(hk, h.raw.clone(), h.lease)],
+        success: vec![
+            put_op(hk, h.raw.clone(), h.lease),
+            delete_op(keys.untold(job)),
+        ],
         failure: Vec::new(),
     }
 }
 
-/// [`release`], only if the holder key was never put again since the grant
-/// (its version is still 1): the give-back of a grant whose caller was
-/// never told of it, which must not end a grant its holder asked for again.
+/// [`told_again`] without a write: only the untold key's deletion, if the
+/// holder key is still exactly `h`. For an etcd out of space (its NOSPACE
+/// alarm), which refuses every transaction that puts but takes one that
+/// only deletes: a renewal must never need a write. The deletion alone
+/// keeps the grant from being given back, since [`give_back`] compares the
+/// untold key too.
+pub fn told_again_by_deletion(keys: &Keys, job: &str, h: &Holding) -> pb::TxnRequest {
+    pb::TxnRequest {
+        compare: still(keys.holder(job), h),
+        success: vec![delete_op(keys.untold(job))],
+        failure: Vec::new(),
+    }
+}
+
+/// [`release`], only if the holder never asked again since the grant: the
+/// holder key was never put again (its version is still 1) and the grant's
+/// untold key still holds its token. The give-back of a grant whose caller
+/// was never told of it, which must not end a grant its holder asked for
+/// again. Either mark alone tells that the holder asked again: the version
+/// is what frontends before the untold key put, and the untold key's
+/// deletion is all a renewal can do while etcd is out of space. A grant
+/// made before untold keys existed has none, and is never given back (its
+/// etcd lease runs out). When the comparisons fail, the transaction reads
+/// the untold key (see [`untold_gone`]).
 pub fn give_back(
     keys: &Keys,
     job: &str,
@@ -137,8 +169,29 @@ pub fn give_back(
     token: Token,
 ) -> pb::TxnRequest {
     let mut req = release(keys, job, h, holder, token);
+    let uk = keys.untold(job);
     req.compare.push(version_is(keys.holder(job), 1));
+    req.compare
+        .push(value_is(uk.clone(), token.0.to_be_bytes().to_vec()));
+    req.failure.push(range_op(uk));
     req
+}
+
+/// Whether a [`give_back`] transaction that failed found the untold key no
+/// longer holding `token`: the holder asked again (or the grant ended), and
+/// reading again cannot help.
+pub fn untold_gone(r: &pb::TxnResponse, token: Token) -> bool {
+    let untold = r.responses.iter().find_map(|op| match &op.response {
+        Some(pb::response_op::Response::ResponseRange(rr)) => Some(rr),
+        _ => None,
+    });
+    match untold {
+        Some(rr) => !rr
+            .kvs
+            .iter()
+            .any(|kv| kv.value == token.0.to_be_bytes().as_slice()),
+        None => false,
+    }
 }
 
 /// Releases the holding `h` of (`holder`, `token`): marks the token record
@@ -365,6 +418,7 @@ mod tests {
             [
                 ("put", k.token("j"), t.encode(), 0),
                 ("put", k.holder("j"), h.rec.encode(), 99),
+                ("put", k.untold("j"), 4u64.to_be_bytes().to_vec(), 99),
             ]
         );
         assert!(t0.failure.is_empty());
@@ -376,7 +430,7 @@ mod tests {
         let t1 = grant(&k, "j", &st, Some(&place), &h.rec, &t, 99);
         assert_eq!(t1.compare[2..], grant_compares(&k, "j", Some(&place))[..]);
         assert_eq!(
-            op(&t1.success[2]),
+            op(&t1.success[3]),
             ("delete", place.key.clone(), Vec::new(), 0)
         );
     }
@@ -425,6 +479,61 @@ mod tests {
             m.success.iter().map(op).collect::<Vec<_>>(),
             [("put", k.holder("j"), longer.encode(), 77)]
         );
+    }
+
+    #[test]
+    fn telling_a_grant_deletes_its_untold_key_and_a_give_back_compares_it() {
+        let k = Keys::new("lh/");
+        let h = holding(4, "a");
+        let told = told_again(&k, "j", &h);
+        assert_eq!(
+            told.success.iter().map(op).collect::<Vec<_>>(),
+            [
+                ("put", k.holder("j"), h.raw.clone(), 42),
+                ("delete", k.untold("j"), Vec::new(), 0),
+            ]
+        );
+        // Out of space, only the deletion: nothing that etcd refuses.
+        let deleted = told_again_by_deletion(&k, "j", &h);
+        assert_eq!(deleted.compare, told.compare);
+        assert_eq!(
+            deleted.success.iter().map(op).collect::<Vec<_>>(),
+            [("delete", k.untold("j"), Vec::new(), 0)]
+        );
+        let a = Limits::default().holder("a").unwrap();
+        let g = give_back(&k, "j", &h, &a, Token(4));
+        let c: Vec<_> = g.compare.iter().map(cmp).collect();
+        assert_eq!(
+            c[c.len() - 1],
+            (
+                k.untold("j"),
+                CompareTarget::Value as i32,
+                EQ,
+                format!("value {:?}", 4u64.to_be_bytes().to_vec())
+            )
+        );
+        assert_eq!(c[c.len() - 2].0, k.holder("j"));
+        assert_eq!(c[c.len() - 2].1, CompareTarget::Version as i32);
+        let read = |kvs: Vec<pb::KeyValue>| pb::TxnResponse {
+            succeeded: false,
+            responses: vec![pb::ResponseOp {
+                response: Some(pb::response_op::Response::ResponseRange(
+                    pb::RangeResponse {
+                        kvs,
+                        ..Default::default()
+                    },
+                )),
+            }],
+            ..Default::default()
+        };
+        let untold = |t: u64| pb::KeyValue {
+            key: k.untold("j"),
+            value: t.to_be_bytes().to_vec(),
+            ..Default::default()
+        };
+        assert!(untold_gone(&read(Vec::new()), Token(4)));
+        assert!(untold_gone(&read(vec![untold(5)]), Token(4)));
+        assert!(!untold_gone(&read(vec![untold(4)]), Token(4)));
     }
 
     #[test]
