@@ -237,11 +237,34 @@ final class ServerProcess implements AutoCloseable {
     return total;
   }
 
+  /**
+   * How long a test waits for a state it expects: far longer than a stall
+   * of a loaded machine, so that only a state that never comes fails a
+   * test. Waiting costs only the time the state takes.
+   */
+  static final Duration PATIENCE = Duration.ofSeconds(30);
+
   /** Waits until at least {@code n} Acquires are queued on the server. */
   void waitWaiters(int n) throws Exception {
-    waitUntil(Duration.ofSeconds(10), n + " queued acquire(s)", () -> {
+    waitUntil(PATIENCE, n + " queued acquire(s)", () -> {
       try {
         return metric("leasehold_waiting_acquires") >= n;
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    });
+  }
+
+  /**
+   * Waits until the server has renewed at least {@code n} leases (all jobs),
+   * as its {@code leasehold_renewals_total} counter counts them, checking
+   * {@code meanwhile} at every look.
+   */
+  void waitRenewals(double n, Runnable meanwhile) throws Exception {
+    waitUntil(PATIENCE.multipliedBy(2), n + " renewal(s)", () -> {
+      meanwhile.run();
+      try {
+        return metric("leasehold_renewals_total") >= n;
       } catch (Exception e) {
         throw new RuntimeException(e);
       }
