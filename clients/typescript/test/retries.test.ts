@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Client, Elector, type Acquired } from "../src";
 import { Backoff, Warnings, WARN_EVERY_MS } from "../src/retry";
-import { Server, sleep, waitUntil } from "./harness";
+import { PATIENCE, Server, sleep, waitUntil } from "./harness";
 
 test("backoff doubles with jitter up to its cap; one warning every few seconds", () => {
   const b = new Backoff(100, 1000);
@@ -33,11 +33,13 @@ test("an outage is retried with backoff, and the elector leads again when the se
   const logger = { warn: () => counts.warnings++, debug: () => counts.attempts++ };
   const e = new Elector(client, "outage", "e", 2000, { logger }).start();
   try {
-    const first = await e.elected({ timeoutMs: 10_000 });
+    const first = await e.elected({ timeoutMs: PATIENCE });
     assert.ok(first !== undefined);
     await server.kill();
-    await sleep(5000);
-    assert.equal(e.isLeader, false, "stepped down by its deadline");
+    const killed = performance.now();
+    await waitUntil(() => !e.isLeader, PATIENCE, "the step-down by its deadline");
+    // The outage lasts 5 s, past the deadline and into the campaign's backoff.
+    await sleep(Math.max(0, 5000 - (performance.now() - killed)));
     console.log(`5 s outage: ${counts.attempts} failed attempts, ${counts.warnings} warnings`);
     // Renewals from ttl/10 within the deadline, then a campaign from 100 ms
     // up to 1 s; warnings one every 5 s, plus the step-down.
@@ -45,7 +47,7 @@ test("an outage is retried with backoff, and the elector leads again when the se
     assert.ok(counts.warnings <= 4, `${counts.warnings} warnings in a 5 s outage`);
     server = await server.restart();
     const back = performance.now();
-    const token = await e.elected({ timeoutMs: 15_000 });
+    const token = await e.elected({ timeoutMs: PATIENCE });
     console.log(`re-elected ${Math.round(performance.now() - back)} ms after the server was back`);
     assert.ok(token !== undefined && token >= first);
   } finally {
@@ -96,6 +98,10 @@ test("an aborted waiting acquire gives back a grant it was given (50 rounds)", a
       const b = new Client(server.target);
       try {
         const ac = new AbortController();
+        // The server's answers to GetLease: the test's own, and the read of
+        // B's give-back.
+        const looked = await server.metricWith("leasehold_rpc_responses_total", 'method="GetLease"');
+        let ownLooks = 0;
         const waiting: Promise<Acquired | undefined> = b
           .acquire(job, "b", 30_000, 20_000, { signal: ac.signal })
           .catch(() => undefined);
@@ -117,15 +123,23 @@ test("an aborted waiting acquire gives back a grant it was given (50 rounds)", a
         }
         await waitUntil(
           async () => {
+            ownLooks++;
             const l = await a.getLease(job);
             if (l.holder === undefined && l.token > held.lease.token) givenBack++;
             return l.holder === undefined;
           },
-          3000,
+          PATIENCE,
           `${job}: free again, not held by a cancelled B`,
         );
+        // B's clean-up, its give-back, reads the lease (100 ms after the
+        // abort) before its channel closes.
+        await waitUntil(
+          async () =>
+            (await server.metricWith("leasehold_rpc_responses_total", 'method="GetLease"')) > looked + ownLooks,
+          PATIENCE,
+          `${job}: B's give-back to read the lease`,
+        );
       } finally {
-        await sleep(150); // let B's clean-up run before its channel closes
         b.close();
       }
     }
