@@ -1,7 +1,6 @@
 package dev.leasehold.client;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -96,10 +95,15 @@ class RetriesTest {
     System.setErr(new PrintStream(count, true, StandardCharsets.UTF_8));
     try (Client client = Client.connect(server.target);
         Elector e = Elector.builder(client, "outage", "e").ttl(Duration.ofSeconds(2)).start()) {
-      long first = e.awaitElected(Duration.ofSeconds(10)).orElseThrow();
+      long first = e.awaitElected(ServerProcess.PATIENCE).orElseThrow();
       server.kill();
-      Thread.sleep(5000);
-      assertFalse(e.isLeader(), "stepped down by its deadline");
+      long killed = System.nanoTime();
+      ServerProcess.waitUntil(ServerProcess.PATIENCE, "the step-down by its deadline", () -> !e.isLeader());
+      // The outage lasts 5 s, past the deadline and into the campaign's backoff.
+      long left = TimeUnit.SECONDS.toNanos(5) - (System.nanoTime() - killed);
+      if (left > 0) {
+        TimeUnit.NANOSECONDS.sleep(left);
+      }
       int warnings = count.warnings.get();
       int attempts = count.attempts.get();
       System.out.println("5 s outage: " + attempts + " failed attempts, " + warnings + " warnings");
@@ -110,7 +114,7 @@ class RetriesTest {
       assertTrue(warnings <= 4, warnings + " warnings in a 5 s outage");
       back = server.restart();
       long t = System.nanoTime();
-      long token = e.awaitElected(Duration.ofSeconds(15)).orElseThrow();
+      long token = e.awaitElected(ServerProcess.PATIENCE).orElseThrow();
       System.out.println("re-elected " + (System.nanoTime() - t) / MS + " ms after the server was back");
       assertTrue(token >= first);
     } finally {
@@ -143,7 +147,7 @@ class RetriesTest {
       t.start();
       server.waitWaiters(1);
       t.interrupt();
-      t.join(5000);
+      t.join(ServerProcess.PATIENCE.toMillis());
       assertInstanceOf(CancellationException.class, thrown.get());
       assertInstanceOf(LeaseholdException.class, thrown.get().getCause());
       // A failed call: ExecutionException with the leasehold error.
@@ -163,6 +167,10 @@ class RetriesTest {
         Acquired held = a.acquire(job, "a", Duration.ofSeconds(30));
         assertTrue(held.acquired());
         try (Client b = Client.connect(server.target)) {
+          // The server's answers to GetLease: the test's own, and the read of
+          // B's give-back.
+          double looked = server.metric("leasehold_rpc_responses_total", "method=\"GetLease\"");
+          int ownLooks = 0;
           CompletableFuture<Acquired> waiting = b.acquireAsync(job, "b", Duration.ofSeconds(30), Duration.ofSeconds(20));
           server.waitWaiters(1);
           long skew = (i * 137L % 1000) * 1000; // ns
@@ -181,7 +189,7 @@ class RetriesTest {
           canceller.join();
           Acquired r = null;
           try {
-            r = waiting.get(10, TimeUnit.SECONDS);
+            r = waiting.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
           } catch (CancellationException | ExecutionException e) {
             // cancelled, or failed
           }
@@ -189,8 +197,9 @@ class RetriesTest {
             told++;
             continue;
           }
-          long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(3);
+          long end = System.nanoTime() + ServerProcess.PATIENCE.toNanos();
           while (true) {
+            ownLooks++;
             Lease l = a.getLease(job);
             if (l.holder() == null || l.holder().isEmpty()) {
               if (l.token() > held.lease().token()) {
@@ -201,7 +210,10 @@ class RetriesTest {
             assertTrue(System.nanoTime() < end, job + ": held by " + l.holder() + " after its Acquire was cancelled");
             Thread.sleep(20);
           }
-          Thread.sleep(150); // let B's clean-up finish before its channel closes
+          // B's clean-up, its give-back, reads the lease (100 ms after the
+          // cancel) before its channel closes.
+          server.waitMetricAbove("leasehold_rpc_responses_total", "method=\"GetLease\"", looked + ownLooks,
+              job + ": B's give-back to read the lease");
         }
       }
     }

@@ -244,6 +244,31 @@ final class ServerProcess implements AutoCloseable {
    */
   static final Duration PATIENCE = Duration.ofSeconds(30);
 
+  /** The sum of a metric's samples whose labels include {@code label} (such as {@code method="GetLease"}). */
+  double metric(String name, String label) throws Exception {
+    HttpResponse<String> r = HttpClient.newHttpClient().send(
+        HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics")).timeout(Duration.ofSeconds(5)).build(),
+        HttpResponse.BodyHandlers.ofString());
+    double total = 0;
+    for (String line : r.body().split("\n")) {
+      if (line.startsWith(name + "{") && line.substring(0, line.indexOf('}')).contains(label)) {
+        total += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
+      }
+    }
+    return total;
+  }
+
+  /** Waits until the samples of {@code name} with {@code label} sum to more than {@code n}. */
+  void waitMetricAbove(String name, String label, double n, String what) throws Exception {
+    waitUntil(PATIENCE, what, () -> {
+      try {
+        return metric(name, label) > n;
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    });
+  }
+
   /** Waits until at least {@code n} Acquires are queued on the server. */
   void waitWaiters(int n) throws Exception {
     waitUntil(PATIENCE, n + " queued acquire(s)", () -> {
