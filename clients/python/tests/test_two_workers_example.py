@@ -88,6 +88,10 @@ def test_two_workers_one_leads_and_sigterm_hands_over(server, client, job, worke
     _, wrote = leader.expect(lambda l: l.startswith("wrote"), PATIENCE, "a write")
     assert _WROTE.match(wrote).group(1) == "1"
     leader.expect(lambda l: l.startswith("wrote token=1 counter=3 "), PATIENCE, "three writes")
+    # The server says so too: the leader holds the lease, and the follower's
+    # campaign waits in line for it.
+    server.wait_waiters(1, PATIENCE)
+    assert client.get_lease(job).holder.startswith(f"{leader.name}@")
     assert not [l for l in drain(follower) if l.startswith(("leader", "wrote"))], "exactly one leads"
 
     leader.signal(signal.SIGTERM)
@@ -96,6 +100,10 @@ def test_two_workers_one_leads_and_sigterm_hands_over(server, client, job, worke
     took = time.monotonic() - t
     token, counter = map(int, _LEADER.match(line).groups())
     assert token == 2
+    # Nothing the follower printed before it took over was a leader's line,
+    # however late it was read.
+    before = follower.lines.seen[: follower.lines.seen.index(line)]
+    assert not [l for l in before if l.startswith(("leader", "wrote"))], f"exactly one leads: {before}"
     assert took < TTL / 3, f"took over by the release, not by expiry: {took:.2f}s"
     assert leader.wait(PATIENCE) == 0
     rest = drain(leader, quiet=PATIENCE)  # it has exited: up to its last line
