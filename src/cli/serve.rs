@@ -77,6 +77,14 @@ pub struct ServeArgs {
     /// environment variable, never from a flag.
     #[arg(long, env = "LEASEHOLD_ETCD_USER")]
     etcd_user: Option<String>,
+    /// With --store etcd: record this frontend's shared settings (--min-ttl,
+    /// --max-ttl, --history-per-job, --max-keys-per-job, whether --policy
+    /// is given) under the prefix even when they differ from the ones the
+    /// frontends there recorded. Without it, a frontend whose settings
+    /// differ refuses to start, naming each one. For changing them: restart
+    /// every frontend with the new settings, the first with this flag.
+    #[arg(long, env = "LEASEHOLD_REPLACE_SHARED_SETTINGS")]
+    replace_shared_settings: bool,
     /// Address for the gRPC API.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "127.0.0.1:50051")]
     listen: SocketAddr,
@@ -338,6 +346,16 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("{flag} {v:?}: {e}"))?;
             }
             limits.validate().context("bad limits")?;
+            let shared = etcd::SharedSettings {
+                min_ttl: limits.min_ttl,
+                max_ttl: limits.max_ttl,
+                history_per_job: a.history_per_job,
+                max_keys_per_job: a.max_keys_per_job,
+                policy: a.policy.is_some(),
+            };
+            node.agree_on_settings(&shared, a.replace_shared_settings)
+                .await
+                .context("the frontends on this prefix disagree")?;
             (
                 node.into(),
                 format!(

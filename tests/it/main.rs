@@ -17,6 +17,7 @@ mod delete_job;
 mod elector;
 mod etcd;
 mod etcd_secure;
+mod etcd_settings;
 mod faults;
 mod give_back;
 mod health_probe;

@@ -12,8 +12,9 @@
 //! | `u/{job}\0` | "untold": the token (8 bytes, big-endian) of a grant whose holder has not asked again since; put by the grant's transaction | the grant's own etcd lease | by the holder's first repeated `Acquire` or `Renew` (a deletes-only transaction, which etcd takes even when out of space), or with the lease |
 //! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's, the deletion's, or, for an expiry, by the first frontend that sees the holder key go); the token is 8 bytes, big-endian; the record is the single node's ([`crate::store::encode_history`]) | none | by the grant `--history-per-job` tokens later |
 //!
-//! Store-wide, one key: `meta`, the [`MetaRec`]: the new-job token floor
-//! and the number of jobs. A `DeleteJob` deletes the job's `j/` and `v/`
+//! Store-wide, two keys: `settings`, what every frontend on the prefix
+//! must share ([`super::SharedSettings`]), and `meta`, the [`MetaRec`]: the
+//! new-job token floor and the number of jobs. A `DeleteJob` deletes the job's `j/` and `v/`
 //! keys and raises the floor in one transaction; the grant that creates
 //! a job (its token key does not exist) reads the floor, and compares and
 //! puts `meta` in its transaction. Grants on existing jobs never touch it.
@@ -88,6 +89,14 @@ impl Keys {
     pub fn meta(&self) -> Vec<u8> {
         let mut k = self.prefix.clone();
         k.extend_from_slice(b"meta");
+        k
+    }
+
+    /// The settings every frontend on the prefix shares (see
+    /// [`super::SharedSettings`]).
+    pub fn settings(&self) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"settings");
         k
     }
 

@@ -127,8 +127,11 @@ mod mirror;
 mod queue;
 mod reads;
 mod session;
+mod settings;
 mod txn;
 mod watch;
+
+pub use settings::SharedSettings;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
