@@ -90,7 +90,7 @@ class AsyncTest {
     try (ServerProcess server = new ServerProcess(); Client client = Client.connect(server.target)) {
       String job = "async-errors";
       long first = client.acquire(job, "a", Duration.ofMillis(300)).lease().token();
-      ServerProcess.waitUntil(Duration.ofSeconds(5), "the first lease to run out", () -> !client.getLease(job).isHeld());
+      ServerProcess.waitUntil(ServerProcess.PATIENCE, "the first lease to run out", () -> !client.getLease(job).isHeld());
       long second = client.acquire(job, "b", TTL).lease().token();
       assertEquals(first + 1, second);
 
@@ -144,7 +144,7 @@ class AsyncTest {
       try {
         Client client = Client.of(ClientInterceptors.intercept(channel, closes));
         assertTrue(client.acquire("stopped", "a", TTL).acquired()); // connected
-        assertEquals(Status.Code.OK, closes.statuses.poll(5, TimeUnit.SECONDS).getCode());
+        assertEquals(Status.Code.OK, closes.statuses.poll(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS).getCode());
         server.signal("STOP"); // calls now hang until cancelled or past their deadline
         try {
           for (CompletableFuture<?> f : java.util.List.<CompletableFuture<?>>of(
@@ -155,14 +155,15 @@ class AsyncTest {
             assertThrows(TimeoutException.class, () -> f.get(50, TimeUnit.MILLISECONDS));
             assertTrue(f.cancel(true));
             assertThrows(CancellationException.class, f::get);
-            Status s = closes.statuses.poll(5, TimeUnit.SECONDS);
+            Status s = closes.statuses.poll(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
             assertEquals(Status.Code.CANCELLED, s == null ? null : s.getCode(), "the call was cancelled");
           }
           // orTimeout completes the future first: that cancels the call too.
           CompletableFuture<Value> late = client.readAsync("stopped", "k").orTimeout(100, TimeUnit.MILLISECONDS);
-          ExecutionException e = assertThrows(ExecutionException.class, () -> late.get(5, TimeUnit.SECONDS));
+          ExecutionException e = assertThrows(ExecutionException.class,
+              () -> late.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS));
           assertInstanceOf(TimeoutException.class, e.getCause());
-          assertEquals(Status.Code.CANCELLED, closes.statuses.poll(5, TimeUnit.SECONDS).getCode());
+          assertEquals(Status.Code.CANCELLED, closes.statuses.poll(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS).getCode());
           // The client's own timeout (withTimeout) ends a call with a retryable error.
           UnavailableException u = failure(UnavailableException.class,
               client.withTimeout(Duration.ofMillis(200)).getLeaseAsync("stopped"));
@@ -182,28 +183,35 @@ class AsyncTest {
         Client b = Client.connect(server.target)) {
       String job = "async-wait";
       long held = a.acquire(job, "a", TTL).lease().token();
+      String getLease = "method=\"GetLease\"";
+      double looked = server.metric("leasehold_rpc_responses_total", getLease);
+      // The timeout ends the call once the test has seen it in line: 5 s is
+      // longer than a stall between the two.
       CompletableFuture<Acquired> waiting =
-          b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20)).orTimeout(1000, TimeUnit.MILLISECONDS);
+          b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20)).orTimeout(5000, TimeUnit.MILLISECONDS);
       server.waitWaiters(1);
-      ExecutionException e = assertThrows(ExecutionException.class, () -> waiting.get(5, TimeUnit.SECONDS));
+      ExecutionException e = assertThrows(ExecutionException.class,
+          () -> waiting.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS));
       assertInstanceOf(TimeoutException.class, e.getCause());
-      ServerProcess.waitUntil(Duration.ofSeconds(5), "B's Acquire to leave the queue", () -> {
+      ServerProcess.waitUntil(ServerProcess.PATIENCE, "B's Acquire to leave the queue", () -> {
         try {
           return server.metric("leasehold_waiting_acquires") == 0;
         } catch (Exception x) {
           throw new RuntimeException(x);
         }
       });
+      // The give-back of B's cancelled call reads the lease (100 ms after the
+      // cancel), while A still holds it: it has nothing to give back.
+      server.waitMetricAbove("leasehold_rpc_responses_total", getLease, looked, "the give-back's read of the lease");
       a.release(job, "a", held);
-      Thread.sleep(300); // past the give-back's read of the lease
       assertFalse(a.getLease(job).isHeld(), "nobody holds it: B's call was cancelled, not granted");
 
       // A waiting acquire that is granted completes with the grant.
       long again = a.acquire(job, "a", TTL).lease().token();
       CompletableFuture<Acquired> next = b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20));
       server.waitWaiters(1);
-      a.releaseAsync(job, "a", again).get(10, TimeUnit.SECONDS);
-      Acquired got = next.get(10, TimeUnit.SECONDS);
+      a.releaseAsync(job, "a", again).get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
+      Acquired got = next.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
       assertTrue(got.acquired());
       assertEquals("b", got.lease().holder());
       assertEquals(again + 1, got.lease().token());

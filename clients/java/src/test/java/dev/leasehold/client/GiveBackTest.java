@@ -93,14 +93,25 @@ class GiveBackTest {
     return (round * 137L % 1000) * 1000;
   }
 
+  /** The server's answers to GetLease so far. */
+  private static double looks(ServerProcess server) throws Exception {
+    return server.metric("leasehold_rpc_responses_total", "method=\"GetLease\"");
+  }
+
   /**
    * A's lease after its retry was granted with {@code told}: still A's, same
-   * token, once any give-back of the cancelled call has had time to run (it
-   * waits 100 ms); then A releases it.
+   * token, once the give-back of the cancelled call, if it was cancelled,
+   * has looked at the lease (the server has answered a GetLease since
+   * {@code looked}; the give-back looks 100 ms after the cancel, and
+   * releases, if it does, as soon as it has the answer); then A releases it.
    */
-  private static void keptWhatItWasTold(Client a, String job, Acquired told, int round) throws InterruptedException {
+  private static void keptWhatItWasTold(ServerProcess server, Client a, String job, Acquired told, int round,
+      boolean cancelled, double looked) throws Exception {
     assertTrue(told.acquired(), "round " + round + ": B released; A's retry is granted");
-    Thread.sleep(400);
+    if (cancelled) {
+      server.waitMetricAbove("leasehold_rpc_responses_total", "method=\"GetLease\"", looked,
+          "round " + round + ": the give-back to read the lease");
+    }
     Lease l = a.getLease(job);
     assertEquals("a", l.holder(),
         "round " + round + ": A was told it holds token " + told.lease().token() + ", and its lease ended early");
@@ -136,6 +147,7 @@ class GiveBackTest {
         });
         waiting.start();
         server.waitWaiters(1); // A is in line
+        double looked = looks(server);
         long skew = skewNanos(i);
         Thread canceller = new Thread(() -> {
           LockSupport.parkNanos(skew);
@@ -144,11 +156,11 @@ class GiveBackTest {
         canceller.start();
         b.release(job, "b", held.lease().token());
         canceller.join();
-        waiting.join(10_000);
+        waiting.join(ServerProcess.PATIENCE.toMillis());
         assertFalse(waiting.isAlive(), "round " + i + ": the interrupted Acquire ended");
         cancelled += answered.get() ? 0 : 1;
-        Acquired retry = a.acquire(job, "a", TTL, Duration.ofSeconds(5));
-        keptWhatItWasTold(a, job, retry, i);
+        Acquired retry = a.acquire(job, "a", TTL, ServerProcess.PATIENCE);
+        keptWhatItWasTold(server, a, job, retry, i, !answered.get(), looked);
       }
       System.out.println(ROUNDS + " rounds: " + cancelled + " waiting Acquires interrupted before their answer");
       assertEquals(0, a.pairsKept(), "nothing on its way, nothing told: the client keeps nothing");
@@ -171,6 +183,7 @@ class GiveBackTest {
         assertTrue(held.acquired());
         CompletableFuture<Acquired> waiting = a.acquireAsync(job, "a", TTL, Duration.ofSeconds(20));
         server.waitWaiters(1); // A is in line
+        double looked = looks(server);
         long skew = skewNanos(i);
         Thread canceller = new Thread(() -> {
           LockSupport.parkNanos(skew);
@@ -179,13 +192,16 @@ class GiveBackTest {
         canceller.start();
         b.release(job, "b", held.lease().token());
         canceller.join();
+        boolean wasCancelled = false;
         try {
-          waiting.get(10, TimeUnit.SECONDS);
+          waiting.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
         } catch (CancellationException | ExecutionException e) {
           cancelled++; // the retry asks again
+          wasCancelled = true;
         }
-        Acquired retry = a.acquireAsync(job, "a", TTL, Duration.ofSeconds(5)).get(10, TimeUnit.SECONDS);
-        keptWhatItWasTold(a, job, retry, i);
+        Acquired retry = a.acquireAsync(job, "a", TTL, ServerProcess.PATIENCE)
+            .get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
+        keptWhatItWasTold(server, a, job, retry, i, wasCancelled, looked);
       }
       System.out.println(ROUNDS + " rounds: " + cancelled + " waiting acquireAsync futures cancelled before their answer");
       assertEquals(0, a.pairsKept(), "nothing on its way, nothing told: the client keeps nothing");
