@@ -137,8 +137,8 @@ class SecurityTest {
   void theElectorLeadsOverTlsWithAToken() throws Exception {
     String job = ClientTest.job("elector");
     try (Client c = connect(withCa().token(secret(server.pki, "alice")));
-        Elector e = Elector.builder(c, job, "e").ttl(Duration.ofSeconds(5)).start()) {
-      long t = e.awaitElected(Duration.ofSeconds(10)).orElseThrow();
+        Elector e = Elector.builder(c, job, "e").ttl(LONG).start()) {
+      long t = e.awaitElected(ServerProcess.PATIENCE).orElseThrow();
       assertEquals(1, c.checkedWrite(job, t, "k", "v"));
     }
   }
@@ -147,7 +147,7 @@ class SecurityTest {
   void anElectorRefusedByThePolicyStopsAndSaysWhy() throws Exception {
     try (Client c = connect(withCa().token(secret(server.pki, "bob")));
         Elector e = Elector.builder(c, ClientTest.job("refused"), "e").ttl(Duration.ofSeconds(5)).start()) {
-      assertThrows(PermissionDeniedException.class, () -> e.awaitElected(Duration.ofSeconds(10)));
+      assertThrows(PermissionDeniedException.class, () -> e.awaitElected(ServerProcess.PATIENCE));
       assertTrue(e.error().orElseThrow() instanceof PermissionDeniedException);
     }
   }

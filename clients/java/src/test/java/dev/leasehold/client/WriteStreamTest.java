@@ -26,7 +26,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-@Timeout(value = 60, unit = TimeUnit.SECONDS)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
 class WriteStreamTest {
   static ServerProcess server;
   static Client client;
@@ -292,11 +292,11 @@ class WriteStreamTest {
   void aWriteAfterSigtermThrowsShuttingDown() throws Exception {
     try (ServerProcess own = new ServerProcess();
          Client owner = Client.connect(own.target);
-         WriteStream s = owner.withTimeout(Duration.ofSeconds(5)).writeStream()) {
+         WriteStream s = owner.withTimeout(ServerProcess.PATIENCE).writeStream()) {
       long t = owner.acquire("j", "a", LONG).lease().token();
       assertWritten(1, s.write(List.of(StreamWrite.put("j", t, "k", "v"))).get(0));
       own.signal("TERM");
-      long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+      long end = System.nanoTime() + ServerProcess.PATIENCE.toNanos();
       LeaseholdException e = null;
       while (e == null && System.nanoTime() < end) {
         try {
@@ -327,7 +327,8 @@ class WriteStreamTest {
         assertEquals(io.grpc.Status.Code.DEADLINE_EXCEEDED, e.code());
         assertSame(e, assertThrows(UnavailableException.class, () -> s.write(List.of())), "the stream stays broken");
         s.close();
-        assertTrue(System.nanoTime() - start < TimeUnit.SECONDS.toNanos(5), "write and close are bounded");
+        // Bounded by the timeout, not by the server, which never answers.
+        assertTrue(System.nanoTime() - start < ServerProcess.PATIENCE.toNanos(), "write and close are bounded");
       } finally {
         own.signal("CONT");
       }
