@@ -439,3 +439,52 @@ async fn status_page_data_on_the_single_node() {
 async fn status_page_data_on_etcd() {
     status_page_data(Place::etcd()).await;
 }
+
+/// A job deleted and created again gets tokens above the store's
+/// new-job floor (raised by any deleted job), far above its old ones; its
+/// earlier history is kept, and continues.
+async fn kept_across_the_floor(place: Place) {
+    let p = place.start(&["--history-per-job", "5"]);
+    let c = client(&p).await;
+    let rounds = |job: &'static str, n: u64| {
+        let c = &c;
+        async move {
+            for _ in 0..n {
+                let a = c.acquire(job, "h", LONG, Duration::ZERO).await.unwrap();
+                c.release(job, "h", a.lease.token).await.unwrap();
+            }
+        }
+    };
+    rounds("small", 3).await;
+    rounds("big", 10).await;
+    assert!(c.delete_job("small").await.unwrap());
+    assert!(c.delete_job("big").await.unwrap());
+    let a = c
+        .acquire("small", "again", LONG, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(a.lease.token > 10, "above the floor: {}", a.lease.token);
+    let tokens: Vec<u64> = c
+        .history("small", 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.token)
+        .collect();
+    assert_eq!(
+        tokens,
+        [a.lease.token, 3, 2, 1],
+        "the earlier history is kept"
+    );
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_kept_when_a_job_is_created_again() {
+    kept_across_the_floor(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_kept_when_a_job_is_created_again_on_etcd() {
+    kept_across_the_floor(Place::etcd()).await;
+}

@@ -839,6 +839,13 @@ impl EtcdNode {
         if let Some(m) = meta {
             txn::count_new_job(&self.inner.keys, &mut req, &m);
         }
+        let keep = self.inner.limits.history_per_job as u64;
+        // A job created (again): its earlier life's tenures are kept, the
+        // newest `keep - 1` of them (one read, at creation only).
+        let older_out = match st.token {
+            None if keep > 0 => self.history_past(job, keep - 1).await?,
+            _ => Vec::new(),
+        };
         req.success.extend(txn::grant_history(
             &self.inner.keys,
             job,
@@ -846,8 +853,9 @@ impl EtcdNode {
             holder_rec.token,
             holder,
             ttl,
-            self.inner.limits.history_per_job as u64,
+            keep,
             clock::wall_unix_ms(),
+            &older_out,
         ));
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
@@ -867,6 +875,27 @@ impl EtcdNode {
             return Ok(None);
         }
         Ok(Some(decide::granted(job, &holder_rec, clock::now())))
+    }
+
+    /// The tokens of `job`'s recorded tenures beyond its newest `kept`,
+    /// oldest first.
+    async fn history_past(&self, job: &JobName, kept: u64) -> Result<Vec<Token>> {
+        let prefix = self.inner.keys.history_prefix(job.as_str());
+        let mut req = range_req(prefix.clone(), keys::prefix_end(&prefix), 0);
+        req.keys_only = true;
+        let r = self.failed(self.inner.etcd.range(req).await)?;
+        let mut tokens: Vec<Token> = r
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let t = kv.key.get(prefix.len()..prefix.len() + 8)?;
+                Some(Token(u64::from_be_bytes(t.try_into().ok()?)))
+            })
+            .collect();
+        tokens.dedup();
+        let excess = tokens.len().saturating_sub(kept as usize);
+        tokens.truncate(excess);
+        Ok(tokens)
     }
 
     /// Extends our live holding for `ttl` from now: an etcd keep-alive, or

@@ -280,8 +280,13 @@ pub fn history_end_if_absent(
 
 /// What a grant of `token` to `holder` adds to the job's history, in its
 /// own transaction: the end of the tenure before it if that ran out and
-/// no end is recorded yet, the grant, and the removal of the tenures
-/// `keep` tokens or more older (`keep` 0: no history).
+/// no end is recorded yet, the grant, and the removal of the tenure `keep`
+/// tokens older (`keep` 0: no history). Only that one tenure: a job's
+/// tokens go up by one a grant, except where a job created again jumps
+/// above the new-job floor, and the tenures of its earlier life (below
+/// the jump) are kept. The grant that creates a job removes, instead, the
+/// tokens in `older_out`: the oldest of its earlier life, past `keep - 1`
+/// (see `EtcdNode::grant`).
 #[allow(clippy::too_many_arguments)]
 pub fn grant_history(
     keys: &Keys,
@@ -292,6 +297,7 @@ pub fn grant_history(
     ttl: std::time::Duration,
     keep: u64,
     at_unix_ms: u64,
+    older_out: &[Token],
 ) -> Vec<pb::RequestOp> {
     if keep == 0 {
         return Vec::new();
@@ -320,10 +326,14 @@ pub fn grant_history(
             ttl,
         },
     ));
-    if let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) {
+    let out = token
+        .0
+        .checked_sub(keep)
+        .filter(|t| *t > 0 && st.token.is_some());
+    for t in out.map(Token).iter().chain(older_out) {
         ops.push(delete_range_op(
-            keys.history_prefix(job.as_str()),
-            keys.history(job.as_str(), Token(through), 2),
+            keys.history(job.as_str(), *t, 0),
+            keys.history(job.as_str(), *t, 2),
         ));
     }
     ops
