@@ -10,11 +10,14 @@ use leasehold::client::{Client, ClientError};
 #[test]
 fn a_data_dir_in_use_stops_start_up_with_a_clear_message() {
     let dir = tempfile::tempdir().unwrap();
-    let _first = ServerProcess::start(dir.path(), &[]);
+    let first = ServerProcess::start(dir.path(), &[]);
     let out = serve_command(dir.path()).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("in use by another leasehold process"), "{err}");
+    assert!(
+        err.contains(&format!("in use by process {} (a leasehold server)", first.pid())),
+        "{err}"
+    );
 }
 
 #[test]
