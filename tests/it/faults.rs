@@ -798,3 +798,90 @@ fn faked_wall_clock(data: &Path, spec: &Path) -> Command {
         .env("RUST_LOG", "warn");
     c
 }
+
+/// Every sync of sled's own file fails with EIO for a while (strace
+/// injects it there only): a checkpoint fails, and sled, closed for the
+/// reopen, unwraps its own failed `fsync` and panics (sled 0.34's
+/// `Log::drop`). The store fails and is reopened like after any other I/O
+/// error, no lock of the server's is poisoned, and once syncs work again
+/// the server heals by itself: health SERVING, writes and reads work, on
+/// the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &[]);
+    let c = Client::connect(&server.url()).await.unwrap();
+    c.acquire("j", "a", HOUR, Duration::ZERO).await.unwrap();
+    let mut version = c.checked_write("j", 1, b"k", b"v0".to_vec()).await.unwrap();
+    let mut strace = Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=fsync,fdatasync",
+            "-e",
+            "inject=fsync,fdatasync:error=EIO",
+            "-P",
+        ])
+        .arg(dir.path().join("db"))
+        .arg("-p")
+        .arg(server.pid().to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed (scripts/test installs it)");
+    let injected = Arc::new(AtomicUsize::new(0));
+    let (attached_tx, attached) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+        let injected = injected.clone();
+        move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = attached_tx.send(());
+                }
+                if line.contains("(INJECTED)") {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    attached.recv().expect("strace attaches");
+    // Changes of 64 KiB (the log fills, and checkpoints write to sled)
+    // until sled's writes have failed several times over (a checkpoint's,
+    // the reopens'), each change refused or of unknown outcome.
+    let mut i = 0;
+    wait_for("a burst of failed writes to sled", || {
+        i += 1;
+        let c = &c;
+        let injected = injected.clone();
+        let key = format!("k{}", i % 64).into_bytes();
+        async move {
+            let _ = c.checked_write("j", 1, &key, vec![1; 64 * 1024]).await;
+            injected.load(Ordering::SeqCst) >= 5
+        }
+    })
+    .await;
+    common::signal(strace.id(), libc::SIGINT);
+    strace.wait().unwrap();
+    wait_for("gRPC health SERVING again", || async {
+        grpc_health(&server, "").await == SERVING
+    })
+    .await;
+    // The same process serves, and changes work.
+    let mut server = server;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server died"
+    );
+    let v = c.read("j", b"k").await.unwrap();
+    version = version.max(v.version);
+    assert_eq!(
+        c.checked_write("j", 1, b"k", b"after".to_vec())
+            .await
+            .unwrap(),
+        version + 1
+    );
+    assert_eq!(c.read("j", b"k").await.unwrap().value, b"after");
+    let l = c.get_lease("j").await.unwrap();
+    assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+}

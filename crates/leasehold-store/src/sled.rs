@@ -1473,8 +1473,17 @@ impl Store for SledStore {
         self.read_epoch.fetch_add(1, Ordering::AcqRel);
         let mut guard = self.open.write().expect("store lock");
         // Close first: the data dir's lock must be free to open it again,
-        // and whatever sled still holds in memory must go.
-        drop(guard.take());
+        // and whatever sled still holds in memory must go. sled's own
+        // close unwraps its final fsync (sled 0.34, `Log::drop`): on a disk
+        // that fails syncs it panics, which must not unwind through our
+        // lock (it would poison it, and the caller's).
+        let old = guard.take();
+        if let Err(e) = no_panic(move || {
+            drop(old);
+            Ok(())
+        }) {
+            tracing::warn!(error = %e, "sled failed while closing; opening it again");
+        }
         // Puts that were not logged are lost; the log has the rest.
         *self.pending() = Pending::default();
         // sled's own threads may still be finishing the closed instance's
