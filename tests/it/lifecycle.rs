@@ -15,7 +15,10 @@ fn a_data_dir_in_use_stops_start_up_with_a_clear_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains(&format!("in use by process {} (a leasehold server)", first.pid())),
+        err.contains(&format!(
+            "in use by process {} (a leasehold server)",
+            first.pid()
+        )),
         "{err}"
     );
 }
