@@ -223,13 +223,33 @@ final class ServerProcess implements AutoCloseable {
     }
   }
 
+  /**
+   * The text of /metrics, over plain HTTP/1.1 (no h2c upgrade). A request
+   * the admin port closed without an answer (a loaded machine, a
+   * connection the server let go) is asked again, within {@link #PATIENCE}:
+   * a poll waits for a state, and one lost answer is not one.
+   */
+  String metricsText() throws Exception {
+    HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+    HttpRequest req = HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics"))
+        .timeout(Duration.ofSeconds(10)).build();
+    long deadline = System.nanoTime() + PATIENCE.toNanos();
+    while (true) {
+      try {
+        return client.send(req, HttpResponse.BodyHandlers.ofString()).body();
+      } catch (java.io.IOException e) {
+        if (System.nanoTime() > deadline) {
+          throw e;
+        }
+        Thread.sleep(50);
+      }
+    }
+  }
+
   /** The sum of a metric's samples on /metrics. */
   double metric(String name) throws Exception {
-    HttpResponse<String> r = HttpClient.newHttpClient().send(
-        HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics")).timeout(Duration.ofSeconds(5)).build(),
-        HttpResponse.BodyHandlers.ofString());
     double total = 0;
-    for (String line : r.body().split("\n")) {
+    for (String line : metricsText().split("\n")) {
       if (line.startsWith(name + " ") || line.startsWith(name + "{")) {
         total += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
       }
@@ -246,11 +266,8 @@ final class ServerProcess implements AutoCloseable {
 
   /** The sum of a metric's samples whose labels include {@code label} (such as {@code method="GetLease"}). */
   double metric(String name, String label) throws Exception {
-    HttpResponse<String> r = HttpClient.newHttpClient().send(
-        HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics")).timeout(Duration.ofSeconds(5)).build(),
-        HttpResponse.BodyHandlers.ofString());
     double total = 0;
-    for (String line : r.body().split("\n")) {
+    for (String line : metricsText().split("\n")) {
       if (line.startsWith(name + "{") && line.substring(0, line.indexOf('}')).contains(label)) {
         total += Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1));
       }
