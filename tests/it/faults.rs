@@ -340,38 +340,10 @@ async fn a_failed_store_is_unhealthy_until_reopened_and_reads_work_at_once() {
     );
     assert_eq!(grpc_health(&server, "").await, SERVING);
 
-    // strace reports each call it fails on its standard error.
-    let mut strace = Command::new("strace")
-        .args([
-            "-f",
-            "-e",
-            "trace=fdatasync",
-            "-e",
-            "inject=fdatasync:error=EIO",
-        ])
-        .arg("-p")
-        .arg(server.pid().to_string())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("strace is needed (scripts/test installs it)");
-    let injected = Arc::new(AtomicUsize::new(0));
-    let (attached_tx, attached) = std::sync::mpsc::channel();
-    std::thread::spawn({
-        use std::io::BufRead;
-        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
-        let injected = injected.clone();
-        move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if line.contains("attached") {
-                    let _ = attached_tx.send(());
-                }
-                if line.contains("(INJECTED)") {
-                    injected.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    });
-    attached.recv().expect("strace attaches");
+    let (mut strace, injected) = inject(
+        &server,
+        &["-e", "trace=fdatasync", "-e", "inject=fdatasync:error=EIO"],
+    );
     // Write until a sync fails (strace attaches thread by thread). Its
     // record may have reached the log (the page cache) before the
     // fdatasync failed: the reopen voids it.
@@ -813,39 +785,18 @@ async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
     let c = Client::connect(&server.url()).await.unwrap();
     c.acquire("j", "a", HOUR, Duration::ZERO).await.unwrap();
     let mut version = c.checked_write("j", 1, b"k", b"v0".to_vec()).await.unwrap();
-    let mut strace = Command::new("strace")
-        .args([
-            "-f",
+    let db = dir.path().join("db");
+    let (mut strace, injected) = inject(
+        &server,
+        &[
             "-e",
             "trace=fsync,fdatasync",
             "-e",
             "inject=fsync,fdatasync:error=EIO",
             "-P",
-        ])
-        .arg(dir.path().join("db"))
-        .arg("-p")
-        .arg(server.pid().to_string())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("strace is needed (scripts/test installs it)");
-    let injected = Arc::new(AtomicUsize::new(0));
-    let (attached_tx, attached) = std::sync::mpsc::channel();
-    std::thread::spawn({
-        use std::io::BufRead;
-        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
-        let injected = injected.clone();
-        move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                if line.contains("attached") {
-                    let _ = attached_tx.send(());
-                }
-                if line.contains("(INJECTED)") {
-                    injected.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    });
-    attached.recv().expect("strace attaches");
+            db.to_str().unwrap(),
+        ],
+    );
     // Changes of 64 KiB (the log fills, and checkpoints write to sled)
     // until sled's writes have failed several times over (a checkpoint's,
     // the reopens'), each change refused or of unknown outcome.
@@ -884,4 +835,38 @@ async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
     assert_eq!(c.read("j", b"k").await.unwrap().value, b"after");
     let l = c.get_lease("j").await.unwrap();
     assert_eq!((l.holder.as_deref(), l.token), (Some("a"), 1));
+}
+
+/// strace attached to `server` (every thread) with `args` (its `-e
+/// trace=`, `-e inject=`, `-P` filters), once attached; and the count of
+/// the calls it has failed so far, which strace reports on its standard
+/// error.
+fn inject(server: &ServerProcess, args: &[&str]) -> (std::process::Child, Arc<AtomicUsize>) {
+    let mut strace = Command::new("strace")
+        .arg("-f")
+        .args(args)
+        .arg("-p")
+        .arg(server.pid().to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace is needed (scripts/test installs it)");
+    let injected = Arc::new(AtomicUsize::new(0));
+    let (attached_tx, attached) = std::sync::mpsc::channel();
+    std::thread::spawn({
+        use std::io::BufRead;
+        let stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+        let injected = injected.clone();
+        move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                if line.contains("attached") {
+                    let _ = attached_tx.send(());
+                }
+                if line.contains("(INJECTED)") {
+                    injected.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    attached.recv().expect("strace attaches");
+    (strace, injected)
 }
