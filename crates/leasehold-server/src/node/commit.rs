@@ -524,6 +524,14 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
         // Before `syncing` is cleared: no reopen runs in between.
         shared.on_failure.failed("sync", e);
     }
+    // Counted before the changes are published durable: a caller that saw
+    // its change acknowledged finds its sync on /metrics. `synced` moves
+    // only here (one sync at a time) and in a reopen, with syncs held.
+    let batch = {
+        let r = shared.requests.lock().expect("requests lock");
+        target.saturating_sub(r.synced)
+    };
+    shared.counters.record(took, if failed { 0 } else { batch });
     shared.publish(|f| match result {
         Ok(()) => f.durable = f.durable.max(target),
         Err(e) => {
@@ -535,10 +543,7 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     let checkpoint = !on_flusher && !failed && shared.store.checkpoint_due();
     let wake = {
         let mut r = shared.requests.lock().expect("requests lock");
-        r.last_batch = target.saturating_sub(r.synced);
-        shared
-            .counters
-            .record(took, if failed { 0 } else { r.last_batch });
+        r.last_batch = batch;
         r.last_took = took;
         r.synced = r.synced.max(target);
         r.syncing = false;
