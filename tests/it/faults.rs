@@ -841,7 +841,10 @@ async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
 /// trace=`, `-e inject=`, `-P` filters), once attached; and the count of
 /// the calls it has failed so far, which strace reports on its standard
 /// error.
-fn inject(server: &ServerProcess, args: &[&str]) -> (std::process::Child, Arc<AtomicUsize>) {
+pub(crate) fn inject(
+    server: &ServerProcess,
+    args: &[&str],
+) -> (std::process::Child, Arc<AtomicUsize>) {
     let mut strace = Command::new("strace")
         .arg("-f")
         .args(args)

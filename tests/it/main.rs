@@ -12,6 +12,7 @@ mod api;
 mod attacks;
 mod bridge_health;
 mod cancel;
+mod checkpoint;
 mod crash;
 mod delete_job;
 mod elector;
