@@ -166,7 +166,7 @@ pub(crate) fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Every file under `dir`, relative to it.
-fn files(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
@@ -554,4 +554,234 @@ async fn a_data_dir_from_before_the_manifest_is_upgraded() {
     assert!(dir.join("leasehold.manifest").exists());
     let (ok, report) = check(&dir);
     assert!(ok, "{report}");
+}
+
+/// Where `dir` is in the middle of a switch (`restore` or `recover`
+/// interrupted): its switch file is there.
+fn mid_switch(dir: &Path) -> bool {
+    dir.join("leasehold.switch").exists()
+}
+
+/// Data dirs as `tool ARGS` left them (run on copies of `template` at
+/// `dir`), SIGKILLed at its `rename`s in the middle of the switch: the
+/// first point after the switch file is written (old files going aside)
+/// and the first in the last phase (new files moving in). Each is copied
+/// to `root/NAME-N`.
+fn interrupted(
+    template: &Path,
+    dir: &Path,
+    args: &[&std::ffi::OsStr],
+    root: &Path,
+    name: &str,
+) -> Vec<PathBuf> {
+    let mut points = Vec::new();
+    for n in 1.. {
+        let _ = std::fs::remove_dir_all(dir);
+        copy_dir(template, dir);
+        if !crate::tools::run_killed_at(args, "rename", n) {
+            break;
+        }
+        if mid_switch(dir) {
+            let phase = std::fs::read_to_string(dir.join("leasehold.switch")).unwrap();
+            points.push((n, phase.contains("phase move")));
+        }
+    }
+    // The first point of each phase.
+    let mut chosen: Vec<u32> = Vec::new();
+    for moving in [false, true] {
+        if let Some((n, _)) = points.iter().find(|p| p.1 == moving) {
+            chosen.push(*n);
+        }
+    }
+    assert!(
+        chosen.len() >= 2,
+        "{name}: too few mid-switch kill points: {points:?}"
+    );
+    chosen
+        .into_iter()
+        .map(|n| {
+            let _ = std::fs::remove_dir_all(dir);
+            copy_dir(template, dir);
+            assert!(crate::tools::run_killed_at(args, "rename", n));
+            assert!(mid_switch(dir), "{name}: rename #{n} again");
+            let state = root.join(format!("{name}-{n}"));
+            copy_dir(dir, &state);
+            state
+        })
+        .collect()
+}
+
+/// Whether `a` and `b` hold the same files' bytes, wherever they are (a
+/// switch finished moves files), sled's files (which sled's recovery may
+/// rewrite), the lock and the switch file aside.
+fn same_bytes(a: &BTreeMap<PathBuf, Vec<u8>>, b: &BTreeMap<PathBuf, Vec<u8>>) -> bool {
+    let bytes = |m: &BTreeMap<PathBuf, Vec<u8>>| {
+        let mut v: Vec<Vec<u8>> = m
+            .iter()
+            .filter(|(p, _)| {
+                let name = Path::new(p.file_name().unwrap());
+                !is_sled_file(name)
+                    && name != Path::new("leasehold.lock")
+                    && !name.to_string_lossy().starts_with("leasehold.switch")
+            })
+            .map(|(_, b)| b.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    bytes(a) == bytes(b)
+}
+
+/// Damages every file of `base` (a data dir some tool left) a few ways:
+/// each damaged copy must be refused, naming the file (or the folder or
+/// switch file it belongs to), with `check` agreeing and nothing changed,
+/// or start with every next token above every token issued (`h`). `old`
+/// holds the same files from an earlier state. Returns (refused, started).
+async fn damage_each_file(base: &Path, old: &Path, h: &History, what: &str) -> (u32, u32) {
+    let (mut refused, mut started) = (0, 0);
+    for file in files(base) {
+        if file == Path::new("leasehold.lock") {
+            continue;
+        }
+        let len = std::fs::metadata(base.join(&file)).unwrap().len();
+        let damages = [
+            Damage::Delete,
+            Damage::Older,
+            Damage::Truncate(len / 2),
+            Damage::Flip(len / 2),
+        ];
+        for d in damages {
+            let trial = base.with_file_name(format!("trial-{refused}-{started}"));
+            let _ = std::fs::remove_dir_all(&trial);
+            copy_dir(base, &trial);
+            if !damage(&trial, old, &file, &d) {
+                std::fs::remove_dir_all(&trial).unwrap();
+                continue;
+            }
+            let what = format!("{what}: {} {d:?}", file.display());
+            let (check_ok, report) = check(&trial);
+            let before = contents(&trial);
+            match try_start(&trial) {
+                Err((code, err)) => {
+                    refused += 1;
+                    assert_ne!(code, 0, "{what}");
+                    assert!(
+                        !check_ok,
+                        "{what}: check says healthy, serve refused:\n{err}"
+                    );
+                    let top = file.components().next().unwrap().as_os_str();
+                    assert!(
+                        named(&err, &file)
+                            || err.contains(&*top.to_string_lossy())
+                            || err.contains("leasehold.switch")
+                            // A manifest from another store (Older, in the
+                            // foreign state) is told as the log naming
+                            // another data dir than the manifest.
+                            || (file == Path::new("leasehold.manifest")
+                                && err.contains("than the manifest"))
+                            // The switch file lost: the dir is refused for what
+                            // it then holds (the folders the switch named, or
+                            // the damage `recover` was run for), named.
+                            || (top == "leasehold.switch"
+                                && err.contains(&format!("{}/", trial.display()))),
+                        "{what}: the error names no file:\n{err}"
+                    );
+                    // A start finishes an interrupted switch before it
+                    // reads the store (renames only): no file's bytes
+                    // change, whichever name they end up under.
+                    assert!(
+                        same_bytes(&contents(&trial), &before),
+                        "{what}: a refused start changed the data dir's files: {:?} became {:?}",
+                        before.keys().collect::<Vec<_>>(),
+                        contents(&trial).keys().collect::<Vec<_>>()
+                    );
+                    assert!(
+                        try_start(&trial).is_err(),
+                        "{what}: a second start succeeded"
+                    );
+                    assert!(
+                        !check(&trial).0,
+                        "{what}: check passes after a refused start"
+                    );
+                }
+                Ok(s) => {
+                    started += 1;
+                    assert!(check_ok, "{what}: serve started, check says:\n{report}");
+                    crate::tools::verify_tokens(&s.url(), h, &what).await;
+                    s.kill9();
+                }
+            }
+            std::fs::remove_dir_all(&trial).unwrap();
+        }
+    }
+    eprintln!("{what}: {refused} damaged data dirs refused, {started} started");
+    (refused, started)
+}
+
+/// The damage matrix on the states the tools leave: a `restore` and a
+/// `recover` SIGKILLed in the middle of their switch (the switch file,
+/// the `.new-…` folder and the set-aside folder all there, made by strace
+/// at the tool's renames, two or three points each), and a used data dir
+/// into which another store's backup was restored. Every file of each is
+/// damaged four ways (deleted, older, truncated to half, a byte flipped
+/// in the middle). A refused start may finish the switch
+/// (renames only) before it reads the store: no file's bytes may change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_to_interrupted_tools_and_a_foreign_restore_is_refused_or_harmless() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, file, h) = crate::tools::used_dir_and_backup(root.path()).await;
+    let dir = root.path().join("d");
+    let mut states: Vec<(PathBuf, PathBuf, History, String)> = Vec::new();
+
+    let restore: Vec<&std::ffi::OsStr> = vec![
+        "restore".as_ref(),
+        "--data-dir".as_ref(),
+        dir.as_os_str(),
+        file.as_os_str(),
+    ];
+    for s in interrupted(&template, &dir, &restore, root.path(), "restore") {
+        let what = format!("restore killed mid-switch ({})", s.display());
+        states.push((s, template.clone(), h.clone(), what));
+    }
+
+    // Damage to recover from: the manifest deleted.
+    let damaged = root.path().join("damaged-template");
+    copy_dir(&template, &damaged);
+    std::fs::remove_file(damaged.join("leasehold.manifest")).unwrap();
+    let recover: Vec<&std::ffi::OsStr> =
+        vec!["recover".as_ref(), "--data-dir".as_ref(), dir.as_os_str()];
+    for s in interrupted(&damaged, &dir, &recover, root.path(), "recover") {
+        let what = format!("recover killed mid-switch ({})", s.display());
+        states.push((s, template.clone(), h.clone(), what));
+    }
+
+    // Another store's backup restored into a used data dir.
+    let y = root.path().join("foreign");
+    let s = ServerProcess::start(&y, &[]);
+    let mut hy = History::default();
+    load(&s.url(), &mut hy, &["other", "pay"], 2, 0).await;
+    stop(s, Stop::Clean);
+    let y_before = root.path().join("foreign-before");
+    copy_dir(&y, &y_before);
+    let out = crate::tools::tool(&[
+        "restore".as_ref(),
+        "--data-dir".as_ref(),
+        y.as_os_str(),
+        file.as_os_str(),
+    ]);
+    assert!(out.status.success(), "{}", crate::tools::said(&out));
+    // Every token either store issued: Y's own `pay` 1 and 2, X's to 6.
+    for (job, t) in &h.tokens {
+        let e = hy.tokens.entry(job.clone()).or_insert(0);
+        *e = (*e).max(*t);
+    }
+    states.push((y, y_before, hy, "a foreign backup restored".into()));
+
+    for (base, old, h, what) in &states {
+        let (refused, started) = damage_each_file(base, old, h, what).await;
+        assert!(
+            refused > 0 && started > 0,
+            "{what}: {refused} refused, {started} started"
+        );
+    }
 }

@@ -33,7 +33,7 @@ const POINTS: [&str; 7] = [
 
 /// Runs `leasehold ARGS`, SIGKILLed at its `n`-th call of `syscall`.
 /// Returns whether it was killed there (else it ran to its end).
-fn run_killed_at(args: &[&std::ffi::OsStr], syscall: &str, n: u32) -> bool {
+pub(crate) fn run_killed_at(args: &[&std::ffi::OsStr], syscall: &str, n: u32) -> bool {
     let out = Command::new("strace")
         .args(["-f", "-qq", "-o", "/dev/null", "-e"])
         .arg(format!("trace={syscall}"))
@@ -55,17 +55,17 @@ fn run_killed_at(args: &[&std::ffi::OsStr], syscall: &str, n: u32) -> bool {
     false
 }
 
-fn tool(args: &[&std::ffi::OsStr]) -> Output {
+pub(crate) fn tool(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
 }
 
-fn said(o: &Output) -> String {
+pub(crate) fn said(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr)
 }
 
 /// A data dir that issued tokens 1 to 6 on `pay` and 1 to 2 on `ops`, and
 /// a backup of it taken at `pay` 3, in `root`. Stopped cleanly.
-async fn used_dir_and_backup(root: &Path) -> (PathBuf, PathBuf, History) {
+pub(crate) async fn used_dir_and_backup(root: &Path) -> (PathBuf, PathBuf, History) {
     let dir = root.join("template");
     let s = ServerProcess::start(&dir, &[]);
     let mut h = History::default();
@@ -119,7 +119,7 @@ fn healthy_with_floor_above(dir: &Path, h: &History, what: &str) {
 }
 
 /// Every job's next grant is above every token issued on it before.
-async fn verify_tokens(url: &str, h: &History, what: &str) {
+pub(crate) async fn verify_tokens(url: &str, h: &History, what: &str) {
     let c = Client::connect(url).await.unwrap();
     for (job, issued) in &h.tokens {
         let a = c
