@@ -245,6 +245,7 @@ async fn a_checkpoint_failed_at_any_call_heals_and_never_lets_a_token_repeat() {
         for n in 1.. {
             let mut h = base.clone();
             let s = running(&template, &dir, &mut h).await;
+            let before = store_counts(&s).await;
             let (st, injected) = strace(&s, &args(&dir, syscall, file, "error=EIO", n));
             let what = format!("failed at {syscall} #{n} on {}", file.unwrap_or("any file"));
             let backed_up = backup(&s.url(), &dir.with_extension("lhb"));
@@ -258,7 +259,20 @@ async fn a_checkpoint_failed_at_any_call_heals_and_never_lets_a_token_repeat() {
             *failed
                 .entry(format!("{syscall} {}", file.unwrap_or("")))
                 .or_insert(0) += 1;
-            heals(&s, &mut h, &what).await;
+            if !backed_up {
+                // The failed checkpoint is the store's failure at once, not
+                // at the next change: counted, and the store reopened,
+                // while nobody makes a change.
+                common::eventually(&format!("{what}: the failure reported and healed"), || {
+                    let s = &s;
+                    async move {
+                        let (failures, recoveries) = store_counts(s).await;
+                        (failures > before.0 && recoveries > before.1).then_some(())
+                    }
+                })
+                .await;
+            }
+            heals(&s, &mut h, &what, !backed_up).await;
             let mut s = s;
             assert!(s.child.try_wait().unwrap().is_none(), "{what}: died");
             s.kill9();
@@ -277,9 +291,23 @@ async fn a_checkpoint_failed_at_any_call_heals_and_never_lets_a_token_repeat() {
     );
 }
 
+/// `leasehold_store_failures_total` and `leasehold_store_recoveries_total`
+/// from the server's `/metrics`.
+async fn store_counts(s: &ServerProcess) -> (f64, f64) {
+    let (code, text) = common::admin_request(s.admin, "/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    let get = |name| common::metric(&text, name).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    (
+        get("leasehold_store_failures_total"),
+        get("leasehold_store_recoveries_total"),
+    )
+}
+
 /// The server heals by itself: `/healthz` answers 200 and a change is
-/// accepted (a grant, and a write with its token, added to `h`).
-async fn heals(s: &ServerProcess, h: &mut History, what: &str) {
+/// accepted (a grant, and a write with its token, added to `h`). With
+/// `first_try`, the server has already reopened its store: the first
+/// grant asked for must be accepted.
+async fn heals(s: &ServerProcess, h: &mut History, what: &str, first_try: bool) {
     let c = Client::connect(&s.url()).await.unwrap();
     let admin = s.admin;
     let token = common::eventually(&format!("{what}: healed"), || {
@@ -295,9 +323,12 @@ async fn heals(s: &ServerProcess, h: &mut History, what: &str) {
                     std::time::Duration::from_secs(30),
                     std::time::Duration::ZERO,
                 )
-                .await
-                .ok()?;
-            Some(a.lease.token)
+                .await;
+            match a {
+                Ok(a) => Some(a.lease.token),
+                Err(e) if first_try => panic!("{what}: reopened, yet a grant failed: {e:?}"),
+                Err(_) => None,
+            }
         }
     })
     .await;

@@ -225,6 +225,13 @@ pub trait Store: Send + Sync + 'static {
     fn nearly_full(&self) -> bool {
         false
     }
+    /// Whether an operation failed in a way that leaves the store refusing
+    /// changes until it is reopened (a failed checkpoint, say). The
+    /// server's recovery thread reopens it; a caller whose call failed
+    /// outside the change path (a backup) asks this to tell it so.
+    fn needs_reopen(&self) -> bool {
+        false
+    }
     /// Writes a consistent snapshot of everything durable to `out`, in the
     /// backup format of [`repair`]. Changes go on meanwhile; they are not in
     /// the snapshot.

@@ -1426,6 +1426,10 @@ impl Store for SledStore {
         })
     }
 
+    fn needs_reopen(&self) -> bool {
+        self.failed.lock().expect("failed lock").is_some()
+    }
+
     fn check_space(&self) -> Result<()> {
         self.ensure_space(0)
     }

@@ -434,6 +434,21 @@ impl Node {
         self.inner.store.clone()
     }
 
+    /// [`Store::backup`], on a blocking thread's time. The checkpoint a
+    /// backup starts with is a store operation like any other: when it
+    /// fails, the store is out of service and the recovery thread is told
+    /// at once (health shows it, and a reopen starts), not at the next
+    /// change.
+    pub fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        let r = self.inner.store.backup(out);
+        if let Err(e) = &r {
+            if self.inner.store.needs_reopen() {
+                self.inner.recovery.failed("checkpoint", e);
+            }
+        }
+        r
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while deciding would leave the table half-changed; the
         // server must not go on from that.

@@ -48,9 +48,9 @@ impl proto::admin_server::Admin for AdminService {
         Caller::of(&req)
             .authorize(Action::Admin, "")
             .map_err(|e| to_status(&e))?;
-        let store =
+        let node =
             match &self.node {
-                Backend::Local(n) => n.store(),
+                Backend::Local(n) => n.clone(),
                 Backend::Etcd(_) => return Err(Status::unimplemented(
                     "backup is for the embedded store; back up etcd with `etcdctl snapshot save`",
                 )),
@@ -61,7 +61,7 @@ impl proto::admin_server::Admin for AdminService {
                 tx: tx.clone(),
                 buf: Vec::with_capacity(CHUNK),
             };
-            let r = store.backup(&mut w).and_then(|()| {
+            let r = node.backup(&mut w).and_then(|()| {
                 // What is left goes at the reader's pace: no checkpoint
                 // waits for it any more.
                 loop {
