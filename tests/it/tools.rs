@@ -533,3 +533,87 @@ async fn restore_and_recover_end_held_tenures_and_keep_history_across_the_floor(
         stop(s, Stop::Clean);
     }
 }
+
+/// `check`, `restore` and `recover` read the data dir from a scratch copy
+/// in `TMPDIR`. A tool SIGKILLed while it makes that copy, or while it
+/// fills it, leaves it behind; the next tool run removes it (no process
+/// holds its lock any more), and never one that a live tool still reads
+/// from, nor one of an earlier version younger than an hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
+    use std::os::fd::AsRawFd;
+    let root = tempfile::tempdir().unwrap();
+    let (dir, _, _) = used_dir_and_backup(root.path()).await;
+    let tmp = root.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let scratch = || -> Vec<String> {
+        entries(&tmp)
+            .into_iter()
+            .filter(|n| n.contains("leasehold-check-"))
+            .collect()
+    };
+
+    // Killed before the scratch folder gets its name (it is left under
+    // its hidden name), then while the data dir is copied into it (that
+    // run removed the first one).
+    for (syscall, hidden) in [("rename", true), ("copy_file_range", false)] {
+        let out = Command::new("strace")
+            .args(["-f", "-qq", "-o", "/dev/null", "-e"])
+            .arg(format!("trace={syscall}"))
+            .arg("-e")
+            .arg(format!("inject={syscall}:signal=KILL:when=1"))
+            .arg("--")
+            .arg(bin())
+            .arg("check")
+            .arg("--data-dir")
+            .arg(&dir)
+            .env("TMPDIR", &tmp)
+            .output()
+            .expect("strace is needed (scripts/test installs it)");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGKILL),
+            "check was not killed at its first {syscall}: {}",
+            said(&out)
+        );
+        let left = scratch();
+        assert!(
+            left.len() == 1 && left[0].starts_with('.') == hidden,
+            "after a kill at {syscall}: {left:?}"
+        );
+    }
+
+    // A scratch folder a live tool owns (this test holds its lock), and
+    // one of an earlier version (no lock file) made a moment ago.
+    let live = tmp.join("leasehold-check-1-1");
+    std::fs::create_dir_all(live.join("copy")).unwrap();
+    let owner = std::fs::File::create(live.join(".owner")).unwrap();
+    // SAFETY: flock on a descriptor that `owner` keeps open.
+    assert_eq!(
+        unsafe { libc::flock(owner.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+        0
+    );
+    std::fs::create_dir(tmp.join("leasehold-check-2-2")).unwrap();
+    // And one of an earlier version, untouched for two hours.
+    let old = tmp.join("leasehold-check-3-3");
+    std::fs::create_dir(&old).unwrap();
+    std::fs::File::open(&old)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+        .unwrap();
+
+    let out = Command::new(bin())
+        .arg("check")
+        .arg("--data-dir")
+        .arg(&dir)
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    assert_eq!(
+        scratch(),
+        ["leasehold-check-1-1", "leasehold-check-2-2"],
+        "what the run after the kills left"
+    );
+    drop(owner);
+}

@@ -36,6 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::datadir::{self, DirLock};
@@ -153,11 +154,11 @@ pub fn check(dir: &Path) -> Result<Report> {
     // No server may use it meanwhile: a copy of a live dir is torn.
     let _lock = DirLock::shared(dir)?;
     let scratch = Scratch::for_copy_of(dir)?;
-    copy_dir(dir, &scratch.0)
+    copy_dir(dir, &scratch.copy)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
     // What a start would find: an interrupted switch finished first.
-    let switched = datadir::finish_switch(&scratch.0)?;
-    let inspection = inspect(&scratch.0)?;
+    let switched = datadir::finish_switch(&scratch.copy)?;
+    let inspection = inspect(&scratch.copy)?;
     Ok(Report {
         inspection,
         switched,
@@ -200,9 +201,9 @@ struct Salvage {
 /// records over them, and the highest token anything names.
 fn salvage(dir: &Path) -> Result<Salvage> {
     let scratch = Scratch::for_copy_of(dir)?;
-    copy_dir(dir, &scratch.0)
+    copy_dir(dir, &scratch.copy)
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
-    let mut s = salvage_in(&scratch.0)?;
+    let mut s = salvage_in(&scratch.copy)?;
     // Folders that earlier runs set aside, or new stores never switched
     // in: their tokens may have been issued too. They prove nothing.
     for f in datadir::leftovers(dir) {
@@ -764,15 +765,31 @@ impl<W: Write + ?Sized> Write for Summed<'_, W> {
     }
 }
 
-/// A temporary folder, removed on drop.
-struct Scratch(PathBuf);
+/// A temporary folder, removed on drop. A tool killed before its drop
+/// runs leaves it behind: each folder holds a lock file, locked for its
+/// owner's life, and every new scratch folder first removes the ones
+/// whose lock nobody holds any more.
+struct Scratch {
+    /// The folder: the lock file and `copy`.
+    root: PathBuf,
+    /// Where the copy goes.
+    copy: PathBuf,
+    /// The lock on the lock file, held until drop.
+    _owner: std::fs::File,
+}
+
+/// The names of scratch folders in the temporary folder.
+const SCRATCH_PREFIX: &str = "leasehold-check-";
+/// The lock file in each, held by the process that made it.
+const SCRATCH_OWNER: &str = ".owner";
 
 impl Scratch {
     /// A scratch folder for a copy of `dir`, in the temporary folder
     /// (`TMPDIR`), refused up front when that has too little room.
     fn for_copy_of(dir: &Path) -> Result<Scratch> {
-        let needed = dir_size(dir);
         let tmp = std::env::temp_dir();
+        sweep_scratch(&tmp);
+        let needed = dir_size(dir);
         if let Ok(free) = crate::sled::free_bytes(&tmp) {
             // The copy, and room for sled's recovery to write in it.
             let want = needed + (needed / 4).max(16 << 20);
@@ -788,24 +805,83 @@ impl Scratch {
                 )));
             }
         }
-        Scratch::new()
+        Scratch::new(&tmp)
     }
 
-    fn new() -> Result<Scratch> {
-        let p = std::env::temp_dir().join(format!(
-            "leasehold-check-{}-{}",
+    fn new(tmp: &Path) -> Result<Scratch> {
+        let name = format!(
+            "{SCRATCH_PREFIX}{}-{}",
             std::process::id(),
             leasehold_core::clock::wall_unix_ms()
-        ));
-        std::fs::create_dir_all(&p)
-            .map_err(|e| Error::storage(format!("cannot create {}: {e}", p.display())))?;
-        Ok(Scratch(p))
+        );
+        // Made under a name no sweep touches, locked, then renamed: a
+        // sweep never sees the folder without its owner's lock.
+        let making = tmp.join(format!(".{name}"));
+        let p = tmp.join(&name);
+        let made = (|| {
+            std::fs::create_dir_all(making.join("copy"))?;
+            let owner = std::fs::File::create(making.join(SCRATCH_OWNER))?;
+            // SAFETY: flock on a descriptor that `owner` keeps open.
+            if unsafe { libc::flock(owner.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            std::fs::rename(&making, &p)?;
+            Ok(owner)
+        })();
+        match made {
+            Ok(owner) => Ok(Scratch {
+                copy: p.join("copy"),
+                root: p,
+                _owner: owner,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&making);
+                Err(Error::storage(format!(
+                    "cannot create {}: {e}",
+                    p.display()
+                )))
+            }
+        }
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Removes the scratch folders in `tmp` that no live process owns: their
+/// lock file is unlocked (its owner was killed), or missing (a folder
+/// from an earlier version, or one killed while being made) and the
+/// folder untouched for an hour. Best effort: a folder it cannot remove
+/// stays.
+fn sweep_scratch(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let made = name.strip_prefix('.').unwrap_or(&name);
+        if !made.starts_with(SCRATCH_PREFIX) || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = e.path();
+        let stale = match std::fs::File::open(path.join(SCRATCH_OWNER)) {
+            // SAFETY: flock on a descriptor that `f` keeps open; the lock
+            // goes with it when it is dropped.
+            Ok(f) => {
+                let got = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                got == 0
+            }
+            Err(_) => e.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+                t.elapsed()
+                    .is_ok_and(|age| age > std::time::Duration::from_secs(3600))
+            }),
+        };
+        if stale {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 
