@@ -721,40 +721,68 @@ async fn damage_each_file(base: &Path, old: &Path, h: &History, what: &str) -> (
 /// The damage matrix on the states the tools leave: a `restore` and a
 /// `recover` SIGKILLed in the middle of their switch (the switch file,
 /// the `.new-…` folder and the set-aside folder all there, made by strace
-/// at the tool's renames, two or three points each), and a used data dir
-/// into which another store's backup was restored. Every file of each is
-/// damaged four ways (deleted, older, truncated to half, a byte flipped
-/// in the middle). A refused start may finish the switch
-/// (renames only) before it reads the store: no file's bytes may change.
+/// at the tool's renames, two points each), and a used data dir into
+/// which another store's backup was restored; one test each, so that
+/// they run side by side. Every file of each is damaged four ways
+/// (deleted, older, truncated to half, a byte flipped in the middle). A
+/// refused start may finish the switch (renames only) before it reads
+/// the store: no file's bytes may change.
+async fn damage_each_state(states: &[(PathBuf, PathBuf, History, String)]) {
+    for (base, old, h, what) in states {
+        let (refused, started) = damage_each_file(base, old, h, what).await;
+        assert!(
+            refused > 0 && started > 0,
+            "{what}: {refused} refused, {started} started"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn damage_to_interrupted_tools_and_a_foreign_restore_is_refused_or_harmless() {
+async fn damage_to_a_restore_killed_mid_switch_is_refused_or_harmless() {
     let root = tempfile::tempdir().unwrap();
     let (template, file, h) = crate::tools::used_dir_and_backup(root.path()).await;
     let dir = root.path().join("d");
-    let mut states: Vec<(PathBuf, PathBuf, History, String)> = Vec::new();
-
     let restore: Vec<&std::ffi::OsStr> = vec![
         "restore".as_ref(),
         "--data-dir".as_ref(),
         dir.as_os_str(),
         file.as_os_str(),
     ];
-    for s in interrupted(&template, &dir, &restore, root.path(), "restore") {
-        let what = format!("restore killed mid-switch ({})", s.display());
-        states.push((s, template.clone(), h.clone(), what));
-    }
+    let states: Vec<_> = interrupted(&template, &dir, &restore, root.path(), "restore")
+        .into_iter()
+        .map(|s| {
+            let what = format!("restore killed mid-switch ({})", s.display());
+            (s, template.clone(), h.clone(), what)
+        })
+        .collect();
+    damage_each_state(&states).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_to_a_recover_killed_mid_switch_is_refused_or_harmless() {
+    let root = tempfile::tempdir().unwrap();
+    let (template, _, h) = crate::tools::used_dir_and_backup(root.path()).await;
+    let dir = root.path().join("d");
     // Damage to recover from: the manifest deleted.
     let damaged = root.path().join("damaged-template");
     copy_dir(&template, &damaged);
     std::fs::remove_file(damaged.join("leasehold.manifest")).unwrap();
     let recover: Vec<&std::ffi::OsStr> =
         vec!["recover".as_ref(), "--data-dir".as_ref(), dir.as_os_str()];
-    for s in interrupted(&damaged, &dir, &recover, root.path(), "recover") {
-        let what = format!("recover killed mid-switch ({})", s.display());
-        states.push((s, template.clone(), h.clone(), what));
-    }
+    let states: Vec<_> = interrupted(&damaged, &dir, &recover, root.path(), "recover")
+        .into_iter()
+        .map(|s| {
+            let what = format!("recover killed mid-switch ({})", s.display());
+            (s, template.clone(), h.clone(), what)
+        })
+        .collect();
+    damage_each_state(&states).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_to_a_foreign_backup_restored_into_a_used_dir_is_refused_or_harmless() {
+    let root = tempfile::tempdir().unwrap();
+    let (_, file, h) = crate::tools::used_dir_and_backup(root.path()).await;
     // Another store's backup restored into a used data dir.
     let y = root.path().join("foreign");
     let s = ServerProcess::start(&y, &[]);
@@ -775,13 +803,5 @@ async fn damage_to_interrupted_tools_and_a_foreign_restore_is_refused_or_harmles
         let e = hy.tokens.entry(job.clone()).or_insert(0);
         *e = (*e).max(*t);
     }
-    states.push((y, y_before, hy, "a foreign backup restored".into()));
-
-    for (base, old, h, what) in &states {
-        let (refused, started) = damage_each_file(base, old, h, what).await;
-        assert!(
-            refused > 0 && started > 0,
-            "{what}: {refused} refused, {started} started"
-        );
-    }
+    damage_each_state(&[(y, y_before, hy, "a foreign backup restored".into())]).await;
 }
