@@ -6,6 +6,12 @@
 #   clients/test.sh                 every part, in this order:
 #   clients/test.sh PART...         generate python sql typescript go java conformance
 #
+# Two runs may go side by side on parts that share nothing (scripts/test
+# runs "python sql go" beside "typescript java conformance"), after one
+# run that prepared what they share: `clients/test.sh prepare` installs
+# the tools and the Python package and compiles the TypeScript, and
+# LEASEHOLD_CLIENTS_PREPARED=1 then tells each run to leave those alone.
+#
 # PostgreSQL (for `sql`) must be installed: scripts/test does that with
 # need_debs. Each part prints a header; the first failure stops the run.
 set -euo pipefail
@@ -16,8 +22,9 @@ all=(generate python sql typescript go java conformance)
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=("${all[@]}")
 for p in "${parts[@]}"; do
-  case " ${all[*]} " in *" $p "*) ;; *) echo "unknown part: $p (parts: ${all[*]})" >&2; exit 2 ;; esac
+  case " ${all[*]} prepare " in *" $p "*) ;; *) echo "unknown part: $p (parts: ${all[*]}, or prepare)" >&2; exit 2 ;; esac
 done
+prepared=${LEASEHOLD_CLIENTS_PREPARED:-}
 want() { case " ${parts[*]} " in *" $1 "*) return 0 ;; esac; return 1; }
 
 started=$(date +%s)
@@ -31,15 +38,22 @@ if [ -z "${LEASEHOLD_BIN:-}" ]; then
   export LEASEHOLD_BIN="${CARGO_TARGET_DIR:-$root_dir/target}/debug/leasehold"
 fi
 
-part "tools"
-ensure_venv
-if want typescript || want conformance || want generate; then ensure_npm; fi
-# The Python package, installed as users install it.
-"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
+if [ -z "$prepared" ]; then
+  part "tools"
+  ensure_venv
+  if want typescript || want conformance || want generate || want prepare; then ensure_npm; fi
+  # The Python package, installed as users install it.
+  "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps ./clients/python
+fi
 
 if want generate; then
   part "generated code is fresh (clients/generate.sh --check)"
   clients/generate.sh --check
+fi
+
+if want prepare; then
+  part "typescript: tsc"
+  (cd clients/typescript && npx tsc -p tsconfig.json)
 fi
 
 if want python; then
@@ -52,7 +66,7 @@ if want sql; then
   (cd clients/sql && "$py" -m pytest -p no:cacheprovider -q tests)
 fi
 
-if want typescript || want conformance; then
+if [ -z "$prepared" ] && ! want prepare && { want typescript || want conformance; }; then
   part "typescript: tsc"
   (cd clients/typescript && npx tsc -p tsconfig.json)
 fi
@@ -61,11 +75,15 @@ if want typescript; then
   (cd clients/typescript && node --test --test-concurrency=1 --test-timeout=120000 dist/test/*.test.js)
 fi
 
-if want go || want conformance; then
+if want go; then
   part "go: vet, build"
-  (cd clients/go && go vet ./... && go build -o "$work_dir/bin/go-conformance-worker" ./cmd/conformance-worker)
+  (cd clients/go && go vet ./... && go build ./...)
   unformatted=$(cd clients/go && gofmt -l .)
   if [ -n "$unformatted" ]; then echo "gofmt needed: $unformatted" >&2; exit 1; fi
+fi
+if want conformance; then
+  part "go: the conformance worker"
+  (cd clients/go && go build -o "$work_dir/bin/go-conformance-worker" ./cmd/conformance-worker)
 fi
 if want go; then
   part "go: go test"
