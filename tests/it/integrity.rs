@@ -674,11 +674,6 @@ async fn damage_each_file(base: &Path, old: &Path, h: &History, what: &str) -> (
                         named(&err, &file)
                             || err.contains(&*top.to_string_lossy())
                             || err.contains("leasehold.switch")
-                            // A manifest from another store (Older, in the
-                            // foreign state) is told as the log naming
-                            // another data dir than the manifest.
-                            || (file == Path::new("leasehold.manifest")
-                                && err.contains("than the manifest"))
                             // The switch file lost: the dir is refused for what
                             // it then holds (the folders the switch named, or
                             // the damage `recover` was run for), named.

@@ -607,8 +607,8 @@ impl Open {
                         if id != m.store_id {
                             ins.problems.push(Problem::new(
                                 WAL_FILE,
-                                "its header names another data dir than the manifest: a log \
-                                 copied from elsewhere",
+                                "its header and leasehold.manifest name different data \
+                                 dirs: one of the two was copied from another data dir",
                             ));
                         }
                     }
@@ -783,7 +783,8 @@ impl Open {
                 if m.store_id != s.store_id {
                     ins.problems.push(Problem::new(
                         "db",
-                        "sled's checkpoint record names another data dir than the manifest",
+                        "sled's checkpoint record and leasehold.manifest name different data \
+                         dirs: one of the two was copied from another data dir",
                     ));
                 } else if s.generation < m.generation {
                     ins.problems.push(Problem::new(
