@@ -538,7 +538,8 @@ async fn restore_and_recover_end_held_tenures_and_keep_history_across_the_floor(
 /// in `TMPDIR`. A tool SIGKILLed while it makes that copy, or while it
 /// fills it, leaves it behind; the next tool run removes it (no process
 /// holds its lock any more), and never one that a live tool still reads
-/// from, nor one of an earlier version younger than an hour.
+/// from or is still making (two tools run at once, as these tests do), nor
+/// one of an earlier version younger than an hour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
     use std::os::fd::AsRawFd;
@@ -554,9 +555,10 @@ async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
     };
 
     // Killed before the scratch folder gets its name (it is left under
-    // its hidden name), then while the data dir is copied into it (that
-    // run removed the first one).
-    for (syscall, hidden) in [("rename", true), ("copy_file_range", false)] {
+    // its hidden name, and stays while it is young: its maker may not
+    // have locked it yet), then while the data dir is copied into it.
+    let mut hidden_left = None;
+    for (syscall, left_now) in [("rename", 1), ("copy_file_range", 2)] {
         let out = Command::new("strace")
             .args(["-f", "-qq", "-o", "/dev/null", "-e"])
             .arg(format!("trace={syscall}"))
@@ -577,14 +579,19 @@ async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
             said(&out)
         );
         let left = scratch();
-        assert!(
-            left.len() == 1 && left[0].starts_with('.') == hidden,
-            "after a kill at {syscall}: {left:?}"
-        );
+        assert_eq!(left.len(), left_now, "after a kill at {syscall}: {left:?}");
+        assert!(left[0].starts_with('.'), "{left:?}");
+        hidden_left.get_or_insert_with(|| left[0].clone());
     }
+    // The hidden one, as if killed two hours ago.
+    std::fs::File::open(tmp.join(hidden_left.unwrap()))
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+        .unwrap();
 
-    // A scratch folder a live tool owns (this test holds its lock), and
-    // one of an earlier version (no lock file) made a moment ago.
+    // A scratch folder a live tool owns (this test holds its lock), one
+    // of an earlier version (no lock file) made a moment ago, and one
+    // being made (hidden, not locked yet) a moment ago.
     let live = tmp.join("leasehold-check-1-1");
     std::fs::create_dir_all(live.join("copy")).unwrap();
     let owner = std::fs::File::create(live.join(".owner")).unwrap();
@@ -594,6 +601,8 @@ async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
         0
     );
     std::fs::create_dir(tmp.join("leasehold-check-2-2")).unwrap();
+    std::fs::create_dir(tmp.join(".leasehold-check-4-4")).unwrap();
+    std::fs::File::create(tmp.join(".leasehold-check-4-4/.owner")).unwrap();
     // And one of an earlier version, untouched for two hours.
     let old = tmp.join("leasehold-check-3-3");
     std::fs::create_dir(&old).unwrap();
@@ -612,7 +621,11 @@ async fn a_scratch_copy_left_by_a_killed_tool_is_removed_by_the_next_run() {
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         scratch(),
-        ["leasehold-check-1-1", "leasehold-check-2-2"],
+        [
+            ".leasehold-check-4-4",
+            "leasehold-check-1-1",
+            "leasehold-check-2-2"
+        ],
         "what the run after the kills left"
     );
     drop(owner);

@@ -851,33 +851,44 @@ impl Drop for Scratch {
     }
 }
 
-/// Removes the scratch folders in `tmp` that no live process owns: their
-/// lock file is unlocked (its owner was killed), or missing (a folder
-/// from an earlier version, or one killed while being made) and the
-/// folder untouched for an hour. Best effort: a folder it cannot remove
-/// stays.
+/// Removes the scratch folders in `tmp` that no live process owns: a
+/// named one whose lock file is unlocked (its owner was killed), and one
+/// untouched for an hour that has no lock file (from an earlier version)
+/// or still has its hidden name (killed while being made: until it is
+/// renamed, its lock may not be taken yet, so a lock test would race with
+/// its maker). Best effort: a folder it cannot remove stays.
 fn sweep_scratch(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
     };
+    let hour_old = |e: &std::fs::DirEntry| {
+        e.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+            t.elapsed()
+                .is_ok_and(|age| age > std::time::Duration::from_secs(3600))
+        })
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let made = name.strip_prefix('.').unwrap_or(&name);
+        let (hidden, made) = match name.strip_prefix('.') {
+            Some(n) => (true, n),
+            None => (false, name.as_str()),
+        };
         if !made.starts_with(SCRATCH_PREFIX) || !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let path = e.path();
-        let stale = match std::fs::File::open(path.join(SCRATCH_OWNER)) {
-            // SAFETY: flock on a descriptor that `f` keeps open; the lock
-            // goes with it when it is dropped.
-            Ok(f) => {
-                let got = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-                got == 0
+        let stale = if hidden {
+            hour_old(&e)
+        } else {
+            match std::fs::File::open(path.join(SCRATCH_OWNER)) {
+                // SAFETY: flock on a descriptor that `f` keeps open; the
+                // lock goes with it when it is dropped.
+                Ok(f) => {
+                    let got = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                    got == 0
+                }
+                Err(_) => hour_old(&e),
             }
-            Err(_) => e.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
-                t.elapsed()
-                    .is_ok_and(|age| age > std::time::Duration::from_secs(3600))
-            }),
         };
         if stale {
             let _ = std::fs::remove_dir_all(&path);
