@@ -209,14 +209,14 @@ async fn metrics(
     }
 }
 
-/// 200 `ok` while the store can take changes; 503 with the reason while it
-/// cannot (failed and not reopened yet, or the disk too full).
+/// 200 `ok` while the backend can take changes; 503 with the reason while
+/// it cannot (see [`Backend::store_health`]).
 async fn healthz(State(a): State<Admin>) -> impl IntoResponse {
-    match a.node.store_health() {
-        Some(h) if !h.borrow().is_ok() => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", *h.borrow()),
-        ),
-        _ => (StatusCode::OK, "ok\n".to_owned()),
+    let h = a.node.store_health();
+    let h = h.borrow();
+    if h.is_ok() {
+        (StatusCode::OK, "ok\n".to_owned())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", *h))
     }
 }

@@ -354,13 +354,14 @@ impl Backend {
         }
     }
 
-    /// Whether the store takes changes, as it changes: the single node's
-    /// store (see [`crate::node::recovery`]); `None` on etcd, whose
-    /// availability each call reports for itself.
-    pub fn store_health(&self) -> Option<watch::Receiver<StoreHealth>> {
+    /// Whether the backend takes changes, as it changes: the single node's
+    /// store (failed and not reopened yet, or the disk too full; see
+    /// [`crate::node::recovery`]), or etcd as a frontend sees it (no
+    /// majority answers, or its NOSPACE alarm is raised).
+    pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
         match self {
-            Backend::Local(n) => Some(n.store_health()),
-            Backend::Etcd(n) => Some(n.store_health()),
+            Backend::Local(n) => n.store_health(),
+            Backend::Etcd(n) => n.store_health(),
         }
     }
 

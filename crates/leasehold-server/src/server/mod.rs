@@ -169,7 +169,7 @@ pub async fn run(
 ) -> Result<()> {
     let node: Backend = node.into();
     let (reporter, health) = tonic_health::server::health_reporter();
-    let store_health = node.store_health();
+    let store_health = Some(node.store_health());
     let serving = store_health.as_ref().is_none_or(|h| h.borrow().is_ok());
     show_health(&reporter, serving).await;
     let (closing_tx, closing_rx) = watch::channel(false);
