@@ -25,7 +25,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
@@ -36,28 +36,37 @@ use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use prost::Message;
 
 use crate::backend::Backend;
 use crate::lease::{JobName, Leadership};
+use crate::proto;
 
 /// The `Content-Type` of what [`encode`] writes.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// The RPC methods with their own histogram; anything else is `other`.
-const METHODS: [&str; 12] = [
-    "/leasehold.v1.Leases/Acquire",
-    "/leasehold.v1.Leases/Renew",
-    "/leasehold.v1.Leases/Release",
-    "/leasehold.v1.Leases/GetLease",
-    "/leasehold.v1.Leases/ListLeases",
-    "/leasehold.v1.Leases/WatchLease",
-    "/leasehold.v1.Leases/KeepAlive",
-    "/leasehold.v1.FencedStore/CheckedWrite",
-    "/leasehold.v1.FencedStore/WriteStream",
-    "/leasehold.v1.FencedStore/Read",
-    "/leasehold.v1.FencedStore/ListKeys",
-    "other",
-];
+/// The RPC methods with their own series, as request paths
+/// (`/leasehold.v1.Leases/Acquire`): every method of every service of a
+/// `leasehold.*` package in the descriptor set, in its order, then
+/// `other`, which any other path (health, reflection) counts under.
+static METHODS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let set = prost_types::FileDescriptorSet::decode(proto::FILE_DESCRIPTOR_SET)
+        .expect("the descriptor set built with the server decodes");
+    let mut paths = Vec::new();
+    for file in &set.file {
+        let package = file.package();
+        if package != "leasehold" && !package.starts_with("leasehold.") {
+            continue;
+        }
+        for service in &file.service {
+            for method in &service.method {
+                paths.push(format!("/{package}.{}/{}", service.name(), method.name()));
+            }
+        }
+    }
+    paths.push("other".to_owned());
+    paths
+});
 
 /// Histogram bucket upper bounds, in seconds.
 const BUCKETS: [f64; 15] = [
@@ -143,7 +152,7 @@ struct MethodStats {
 /// index in its [`RpcMethod`].
 #[derive(Debug)]
 pub struct RpcMetrics {
-    methods: [MethodStats; METHODS.len()],
+    methods: Box<[MethodStats]>,
     /// Calls refused by the policy, by reason and action
     /// (`leasehold_auth_denied_total`).
     denied: [[Counter; DENIED_ACTIONS.len()]; DENIED_REASONS.len()],
@@ -191,7 +200,7 @@ pub const DENIED_ACTIONS: [&str; 5] = ["lease", "write", "read", "admin", "none"
 impl Default for RpcMetrics {
     fn default() -> Self {
         RpcMetrics {
-            methods: std::array::from_fn(|_| MethodStats::default()),
+            methods: METHODS.iter().map(|_| MethodStats::default()).collect(),
             denied: Default::default(),
             refused: Default::default(),
             paced: Counter::default(),
@@ -213,7 +222,7 @@ impl RpcMetrics {
         RpcMethod(
             METHODS
                 .iter()
-                .position(|m| *m == path)
+                .position(|m| m == path)
                 .unwrap_or(METHODS.len() - 1),
         )
     }
@@ -914,6 +923,62 @@ mod tests {
             assert_eq!(got.shown, want, "max {max}");
             assert_eq!((got.total, got.led), (jobs.len(), led), "max {max}");
         }
+    }
+
+    /// Every RPC of every leasehold service has its own series, named by
+    /// the method: none is counted under `other`, which only calls of
+    /// other services (health, reflection) or of no method reach.
+    #[test]
+    fn every_leasehold_rpc_has_its_own_series() {
+        let other = RpcMetrics::method("/leasehold.v1.Leases/NoSuchMethod");
+        let labels: Vec<&str> = RpcMetrics::default().each().map(|(l, _)| l).collect();
+        assert_eq!(labels.last(), Some(&"other"));
+        assert_eq!(other.0, labels.len() - 1);
+        assert_eq!(
+            RpcMetrics::method("/grpc.health.v1.Health/Check"),
+            other,
+            "a call of another service counts as other"
+        );
+
+        // The proto files' own `rpc` lines, so that an RPC added there
+        // and missing here fails.
+        let protos = [
+            include_str!("../../../proto/leasehold/v1/leasehold.proto"),
+            include_str!("../../../proto/leasehold/v1/admin.proto"),
+        ];
+        let mut paths = Vec::new();
+        for proto in protos {
+            let package = proto
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("package "))
+                .and_then(|p| p.strip_suffix(';'))
+                .expect("a package line");
+            let mut service = None;
+            for line in proto.lines().map(str::trim) {
+                if let Some(rest) = line.strip_prefix("service ") {
+                    service = rest.split_whitespace().next();
+                } else if let Some(rest) = line.strip_prefix("rpc ") {
+                    let name = rest.split('(').next().unwrap().trim();
+                    paths.push((format!("/{package}.{}/{name}", service.unwrap()), name));
+                }
+            }
+        }
+        for must in ["DeleteJob", "GetHistory", "Backup"] {
+            assert!(paths.iter().any(|(_, n)| *n == must), "{must} not found");
+        }
+        let mut seen = Vec::new();
+        for (path, name) in &paths {
+            let m = RpcMetrics::method(path);
+            assert_ne!(m, other, "{path} is counted under other");
+            assert_eq!(labels[m.0], *name, "{path}'s series");
+            assert!(!seen.contains(&m.0), "{path} shares a series");
+            seen.push(m.0);
+        }
+        assert_eq!(
+            labels.len(),
+            paths.len() + 1,
+            "a series for an RPC the protos no longer have: {labels:?}"
+        );
     }
 
     /// Renders a snapshot of a node that has led a job, written, and
