@@ -2,7 +2,7 @@
 //!
 //! Every variant says whether retrying can help. The mapping to gRPC status
 //! codes and `google.rpc.ErrorInfo` reasons lives in one table,
-//! `leasehold_server::server::status`; the client decodes it back in
+//! `leasehold_server::server::grpc_status`; the client decodes it back in
 //! `leasehold_client::ClientError`.
 
 use std::borrow::Cow;

@@ -1,6 +1,6 @@
 //! The admin port: an axum router with `GET /metrics` (Prometheus text,
 //! see [`crate::metrics`]), `GET /healthz`, and the status page (`GET /`
-//! and what it reads, see [`crate::status`]). HTTP/1.1, on its own
+//! and what it reads, see [`crate::status_page`]). HTTP/1.1, on its own
 //! listener, so that a scrape never competes with the gRPC port's limits;
 //! over TLS with the gRPC port's certificates when it has them.
 //!
@@ -29,7 +29,7 @@ use crate::metrics::{self, RpcMetrics};
 use crate::server::auth::{self, Auth};
 use crate::server::conn::{self, Conn, Peer};
 use crate::server::tls::{Port, Tls};
-use crate::status::{self, StatusState};
+use crate::status_page::{self, StatusState};
 
 /// Connections open at once on the admin port.
 const MAX_ADMIN_CONNECTIONS: usize = 256;
@@ -53,10 +53,10 @@ pub fn router(
     limits: Limits,
 ) -> Router {
     let status = Router::new()
-        .route("/", get(status::page))
-        .route("/api/jobs", get(status::jobs))
-        .route("/api/job", get(status::job))
-        .route("/api/events", get(status::events))
+        .route("/", get(status_page::page))
+        .route("/api/jobs", get(status_page::jobs))
+        .route("/api/job", get(status_page::job))
+        .route("/api/events", get(status_page::events))
         .with_state(StatusState {
             node: node.clone(),
             auth: auth.clone(),

@@ -23,7 +23,7 @@ pub mod etcd;
 pub mod metrics;
 pub mod node;
 pub mod server;
-pub mod status;
+pub mod status_page;
 
 pub use leasehold_core::{error, lease};
 pub use leasehold_proto as proto;

@@ -97,7 +97,7 @@ use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView};
 use crate::metrics::RpcMetrics;
 use crate::server::conn::Peer;
-use crate::server::status::to_status;
+use crate::server::grpc_status::to_status;
 
 /// What a grant allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

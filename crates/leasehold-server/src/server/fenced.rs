@@ -15,7 +15,7 @@ use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
 use crate::server::conn::{ConnLoad, Peer};
-use crate::server::status::status;
+use crate::server::grpc_status::status;
 use crate::server::{convert, page, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.

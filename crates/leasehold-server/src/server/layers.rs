@@ -20,7 +20,7 @@ use tower::{Layer, Service};
 
 use super::auth::{Caller, PrincipalLoad};
 use super::conn::{ConnLoad, Peer};
-use super::status::to_status;
+use super::grpc_status::to_status;
 use crate::error::Error;
 use crate::metrics::{RpcMethod, RpcMetrics};
 use crate::node::ReleaseIfDropped;

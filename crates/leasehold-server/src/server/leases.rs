@@ -20,9 +20,9 @@ use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
 use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
+use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
 use crate::server::layers::{Admitted, Undelivered};
-use crate::server::status::status;
 use crate::server::{page, wire};
 
 /// Serves `leasehold.v1.Leases`.

@@ -2,7 +2,7 @@
 //!
 //! Handlers are thin: decode and validate the request into domain types
 //! ([`convert`], [`crate::lease::Limits`]), call the [`Backend`] (the single node or etcd), encode the
-//! answer. Errors cross into gRPC through one table ([`status`]).
+//! answer. Errors cross into gRPC through one table ([`grpc_status`]).
 //! Cross-cutting concerns are tower layers in front of every handler
 //! ([`layers`]), and the bytes of a request before they are a message (too
 //! many of them, or ones that do not decode) are refused in one place,
@@ -17,16 +17,16 @@
 //! service alike, and comes back by itself with the store. Reads and
 //! renewals are served either way.
 
-pub mod admin;
 pub mod auth;
+pub mod backup;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
+pub mod grpc_status;
 pub mod layers;
 pub mod leases;
 pub mod memory;
 pub mod page;
-pub mod status;
 pub mod tls;
 pub mod wire;
 
@@ -214,7 +214,7 @@ pub async fn run(
     .max_decoding_message_size(max);
 
     // Its one request is empty.
-    let admin = proto::admin_server::AdminServer::new(admin::AdminService::new(node.clone()))
+    let admin = proto::admin_server::AdminServer::new(backup::AdminService::new(node.clone()))
         .max_decoding_message_size(1024);
 
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();

@@ -11,7 +11,7 @@
 //! handler used to take either for the end of the stream and close it with
 //! OK. Here both become INVALID_ARGUMENT with reason INVALID_ARGUMENT and
 //! the field at fault, the answer any other bad input gets
-//! ([`crate::server::status`]):
+//! ([`crate::server::grpc_status`]):
 //!
 //! - **Too large.** [`WireLayer`] reads the length prefix of every message
 //!   of a leasehold call as it arrives ([`FrameGuard`]). A message longer
@@ -55,7 +55,7 @@ use tower::{Layer, Service};
 
 use crate::error::{Error, Result};
 use crate::lease::{too_long, Limits};
-use crate::server::status::to_status;
+use crate::server::grpc_status::to_status;
 
 /// The shape of a request message: what the guard needs to name a field
 /// from its number.

@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 use crate::backend::Backend;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
-use crate::server::status::to_status;
+use crate::server::grpc_status::to_status;
 
 /// The size of a backup chunk.
 const CHUNK: usize = 256 * 1024;
