@@ -124,7 +124,12 @@ impl Quotas {
             }
             mine = Some(load.clone());
         }
-        let mut place = WaiterPlace(job.clone(), None, mine, false);
+        let mut place = WaiterPlace {
+            job: job.clone(),
+            server: None,
+            principal: mine,
+            counted: false,
+        };
         if !join(&self.waiting, job, self.max_waiters_per_job) {
             return Err(Error::QuotaExceeded {
                 limit: "--max-waiters-per-job",
@@ -132,7 +137,7 @@ impl Quotas {
                 principal: None,
             });
         }
-        place.1 = Some(self.clone());
+        place.server = Some(self.clone());
         if !crate::server::layers::try_take(&self.waiters_total, self.max_waiters) {
             return Err(Error::QuotaExceeded {
                 limit: "--max-waiters",
@@ -140,7 +145,7 @@ impl Quotas {
                 principal: None,
             });
         }
-        place.3 = true;
+        place.counted = true;
         Ok(place)
     }
 }
@@ -185,26 +190,30 @@ impl Drop for WatcherPlace {
     }
 }
 
-/// A waiter's places in `job`'s line: the server's and its principal's.
 /// A waiter's places: in its job's line (the server's, and its
-/// principal's), and under `--max-waiters` (when the last is true).
-struct WaiterPlace(
-    JobName,
-    Option<Arc<Quotas>>,
-    Option<Arc<PrincipalLoad>>,
-    bool,
-);
+/// principal's), and under `--max-waiters`. Dropping it gives back each
+/// one it holds.
+struct WaiterPlace {
+    /// The job whose line it waits in.
+    job: JobName,
+    /// The server's quotas, once it has a place in the server's line.
+    server: Option<Arc<Quotas>>,
+    /// Its principal's load, once it has a place in the principal's line.
+    principal: Option<Arc<PrincipalLoad>>,
+    /// Whether it counts under `--max-waiters` (only with `server`).
+    counted: bool,
+}
 
 impl Drop for WaiterPlace {
     fn drop(&mut self) {
-        if let Some(q) = &self.1 {
-            leave(&q.waiting, &self.0);
-            if self.3 {
+        if let Some(q) = &self.server {
+            leave(&q.waiting, &self.job);
+            if self.counted {
                 q.waiters_total.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        if let Some(load) = &self.2 {
-            leave(&load.waiting, &self.0);
+        if let Some(load) = &self.principal {
+            leave(&load.waiting, &self.job);
         }
     }
 }
