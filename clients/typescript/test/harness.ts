@@ -12,6 +12,35 @@ import { createInterface } from "node:readline";
 
 const ROOT = resolve(__dirname, "..", "..", "..", "..");
 
+/**
+ * Every child process a test file started and has not seen exit. They die
+ * with the file's process, however it ends short of SIGKILL (the test
+ * runner ends a file that overran its timeout with SIGTERM): a server left
+ * behind would keep running, and one sharing the runner's stderr pipe kept
+ * the runner waiting for ever. Their stderr is piped through this process
+ * for the same reason.
+ */
+const children = new Set<ChildProcess>();
+function killChildren(): void {
+  for (const c of children) c.kill("SIGKILL");
+}
+process.on("exit", killChildren);
+for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
+  process.once(sig, () => {
+    killChildren();
+    process.exit(1);
+  });
+}
+
+/** Starts `cmd` as a child of this test file (see `children`); stdout piped. */
+export function spawnChild(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): ChildProcess {
+  const proc = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"] });
+  children.add(proc);
+  proc.once("exit", () => children.delete(proc));
+  proc.stderr!.pipe(process.stderr, { end: false });
+  return proc;
+}
+
 export function serverBinary(): string {
   const p = process.env.LEASEHOLD_BIN || join(ROOT, "target", "debug", "leasehold");
   if (!existsSync(p)) throw new Error(`leasehold binary not found at ${p}; run cargo build --bin leasehold`);
@@ -56,11 +85,11 @@ export class Server {
       ? ["--tls-cert", join(pki, "server.pem"), "--tls-key", join(pki, "server-key.pem"),
          "--tls-client-ca", join(pki, "ca.pem"), "--policy", join(pki, "policy.toml")]
       : [];
-    const proc = spawn(
+    const proc = spawnChild(
       serverBinary(),
       ["serve", "--listen", opts.listen ?? "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
        "--data-dir", pki ? join(dataDir, "data") : dataDir, ...tls, ...(opts.extra ?? [])],
-      { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, RUST_LOG: "warn,rustls=error" } },
+      { env: { ...process.env, RUST_LOG: "warn,rustls=error" } },
     );
     return new Promise((resolvePromise, reject) => {
       const timer = setTimeout(() => {

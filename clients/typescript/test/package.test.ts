@@ -11,14 +11,14 @@
  * only unpacks the tarball.
  */
 import assert from "node:assert/strict";
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import { VERSION } from "../src";
-import { Server, uniqueJob, waitUntil } from "./harness";
+import { Server, spawnChild, uniqueJob, waitUntil } from "./harness";
 
 const PKG = resolve(__dirname, "..", "..");
 const pkgJson = JSON.parse(readFileSync(join(PKG, "package.json"), "utf8"));
@@ -58,7 +58,12 @@ function node(cwd: string, args: string[]): string {
   return run(process.execPath, args, cwd).trim();
 }
 
-describe("the packed package, installed with --ignore-scripts", () => {
+// Builds, packs and installs the package, and type-checks and builds a
+// user's project twice: minutes of CPU on a loaded 2-core machine, where
+// the runner's per-test timeout (2 minutes) was overrun once.
+const BUILDS = { timeout: 10 * 60_000 };
+
+describe("the packed package, installed with --ignore-scripts", BUILDS, () => {
   let tmp: string;
   let tarball: string;
   let project: string;
@@ -74,7 +79,7 @@ describe("the packed package, installed with --ignore-scripts", () => {
     mkdirSync(project);
     writeFileSync(join(project, "package.json"), JSON.stringify({ name: "a-user", version: "1.0.0", private: true }));
     install(project, [tarball]);
-  });
+  }, BUILDS);
   after(async () => {
     await server.stop();
     rmSync(tmp, { recursive: true, force: true });
@@ -111,7 +116,7 @@ describe("the packed package, installed with --ignore-scripts", () => {
     assert.deepEqual(JSON.parse(out), { version: VERSION, token: "0", fenced: true });
   });
 
-  test("its types check from an ES module and from CommonJS (moduleResolution nodenext)", () => {
+  test("its types check from an ES module and from CommonJS (moduleResolution nodenext)", BUILDS, () => {
     writeFileSync(join(project, "esm.mts"), [
       'import { Client, Fenced, VERSION, type LeaseChange } from "@leasehold/client";',
       "export const version: string = VERSION;",
@@ -134,7 +139,7 @@ describe("the packed package, installed with --ignore-scripts", () => {
     assert.ok(resolved.some((p) => p.endsWith("/dist/cjs/index.d.ts")), "the CommonJS types");
   });
 
-  test("the two-workers example: one leads, the other takes over with token + 1 when it resigns", async () => {
+  test("the two-workers example: one leads, the other takes over with token + 1 when it resigns", BUILDS, async () => {
     // The example, built as a user builds it, on the installed tarball.
     const ex = join(tmp, "two-workers");
     const src = join(PKG, "examples", "two-workers");
@@ -182,10 +187,7 @@ class Worker {
   readonly exited: Promise<number | null>;
 
   constructor(dir: string, job: string, target: string, name: string) {
-    this.proc = spawn(process.execPath, [join(dir, "dist", "worker.js"), job, target, name], {
-      cwd: dir,
-      stdio: ["ignore", "pipe", "inherit"],
-    });
+    this.proc = spawnChild(process.execPath, [join(dir, "dist", "worker.js"), job, target, name], { cwd: dir });
     createInterface({ input: this.proc.stdout! }).on("line", (l) => this.lines.push(l));
     this.exited = new Promise((r) => this.proc.once("exit", (code) => r(code)));
   }
