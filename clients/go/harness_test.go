@@ -62,6 +62,7 @@ func startServerAt(t *testing.T, listen, dataDir string, extra ...string) *serve
 	cmd := exec.Command(serverBinary(t), args...)
 	cmd.Env = append(os.Environ(), "RUST_LOG=warn")
 	cmd.Stderr = os.Stderr
+	dieWithTest(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

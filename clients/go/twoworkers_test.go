@@ -44,6 +44,7 @@ func startWorker(t *testing.T, exe string, args ...string) *worker {
 	t.Helper()
 	w := &worker{cmd: exec.Command(exe, args...), exited: make(chan struct{})}
 	w.cmd.Stderr = os.Stderr
+	dieWithTest(w.cmd)
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
