@@ -743,14 +743,16 @@ async fn damage_to_a_restore_killed_mid_switch_is_refused_or_harmless() {
         dir.as_os_str(),
         file.as_os_str(),
     ];
-    let states: Vec<_> = interrupted(&template, &dir, &restore, root.path(), "restore")
-        .into_iter()
-        .map(|s| {
-            let what = format!("restore killed mid-switch ({})", s.display());
-            (s, template.clone(), h.clone(), what)
-        })
-        .collect();
-    damage_each_state(&states).await;
+    damage_killed_mid_switch(
+        &template,
+        &dir,
+        &restore,
+        root.path(),
+        "restore",
+        &template,
+        &h,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -764,11 +766,35 @@ async fn damage_to_a_recover_killed_mid_switch_is_refused_or_harmless() {
     std::fs::remove_file(damaged.join("leasehold.manifest")).unwrap();
     let recover: Vec<&std::ffi::OsStr> =
         vec!["recover".as_ref(), "--data-dir".as_ref(), dir.as_os_str()];
-    let states: Vec<_> = interrupted(&damaged, &dir, &recover, root.path(), "recover")
+    damage_killed_mid_switch(
+        &damaged,
+        &dir,
+        &recover,
+        root.path(),
+        "recover",
+        &template,
+        &h,
+    )
+    .await;
+}
+
+/// The matrix on the states `tool` (run with `args` on a copy of `from`
+/// at `dir`) leaves when killed mid-switch; `old` is the older copy for
+/// the "Older" damage, `h` every token issued.
+async fn damage_killed_mid_switch(
+    from: &Path,
+    dir: &Path,
+    args: &[&std::ffi::OsStr],
+    root: &Path,
+    tool: &str,
+    old: &Path,
+    h: &History,
+) {
+    let states: Vec<_> = interrupted(from, dir, args, root, tool)
         .into_iter()
         .map(|s| {
-            let what = format!("recover killed mid-switch ({})", s.display());
-            (s, template.clone(), h.clone(), what)
+            let what = format!("{tool} killed mid-switch ({})", s.display());
+            (s, old.to_path_buf(), h.clone(), what)
         })
         .collect();
     damage_each_state(&states).await;
