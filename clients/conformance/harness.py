@@ -147,6 +147,29 @@ class ServerProcess:
 
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            self._wait_stopped()
+
+    def _wait_stopped(self) -> None:
+        """Returns once every thread of the server is stopped. A signal
+        is delivered to each thread on its own, and a thread that is
+        running may answer another call before it stops: a test that
+        pauses the server means "no answer from now on"."""
+        deadline = time.monotonic() + 30
+        tasks = f"/proc/{self.proc.pid}/task"
+        while True:
+            states = []
+            for t in os.listdir(tasks):
+                try:
+                    with open(f"{tasks}/{t}/stat") as f:
+                        states.append(f.read().rsplit(")", 1)[1].split()[0])
+                except FileNotFoundError:
+                    pass
+            if states and all(s in ("T", "t") for s in states):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the server's threads did not stop within 30 s: {states}")
+            time.sleep(0.005)
 
     def metric(self, name: str) -> float:
         """The sum of a metric's samples on the admin endpoint's /metrics
