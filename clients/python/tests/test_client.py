@@ -257,3 +257,19 @@ def test_decoding_of_every_reason():
     assert type(errors.from_status(U.PERMISSION_DENIED, "m")) is leasehold.PermissionDenied
     assert type(errors.from_status(U.UNAUTHENTICATED, "m")) is leasehold.Unauthenticated
     assert type(errors.from_status(U.FAILED_PRECONDITION, "m")) is leasehold.LeaseholdError
+
+
+def test_a_write_stream_broken_locally_is_unavailable():
+    """gRPC's own bare INTERNAL, when a write races the server ending the
+    call, breaks a write stream as Unavailable; the server's own errors keep
+    their types."""
+    U = grpc.StatusCode
+    bare = grpc.aio.AioRpcError(U.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details="Internal error from Core")
+    e = errors.stream_error(bare)
+    assert type(e) is leasehold.Unavailable and e.code == U.INTERNAL, repr(e)
+    assert "Internal error from Core" in e.message
+    # Outside a write stream the same status stays untyped.
+    assert type(errors.from_rpc_error(bare)) is leasehold.LeaseholdError
+    trailing = grpc.aio.Metadata(*_status_metadata(U.UNAVAILABLE, "SHUTTING_DOWN", {}))
+    ours = grpc.aio.AioRpcError(U.UNAVAILABLE, grpc.aio.Metadata(), trailing, details="the server is shutting down")
+    assert type(errors.stream_error(ours)) is leasehold.ShuttingDown

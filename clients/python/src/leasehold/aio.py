@@ -132,7 +132,7 @@ class _AsyncStreamState:
             # Ended with OK: after close(), once every write was answered.
             self.fail(stream_closed_error("write stream closed" if self.closing else "write stream ended"))
         except grpc.aio.AioRpcError as e:
-            self.fail(errors.from_rpc_error(e))
+            self.fail(errors.stream_error(e))
         except asyncio.CancelledError:
             # The call was cancelled (by fail(), the channel's close, or the
             # loop shutting down): end quietly.
@@ -161,10 +161,10 @@ async def _final_error(call, e: "grpc.aio.AioRpcError") -> errors.LeaseholdError
                     await call.trailing_metadata(),
                     details=await call.details(),
                 )
-                return errors.from_rpc_error(final)
+                return errors.stream_error(final)
         except (asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass
-    return errors.from_rpc_error(e)
+    return errors.stream_error(e)
 
 
 def _abandon(state: _AsyncStreamState) -> None:

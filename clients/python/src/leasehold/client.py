@@ -336,7 +336,7 @@ class _StreamState:
             # Ended with OK: after close(), once every write was answered.
             self.fail(stream_closed_error("write stream closed" if self.closing else "write stream ended"))
         except grpc.RpcError as e:
-            self.fail(errors.from_rpc_error(e))
+            self.fail(errors.stream_error(e))
         except BaseException as e:  # never leave writers waiting
             self.fail(errors.LeaseholdError(f"write stream reader failed: {e!r}"))
             raise

@@ -348,3 +348,14 @@ def from_rpc_error(e: grpc.RpcError) -> LeaseholdError:
     except Exception:  # an RpcError that is not a call (rare)
         return Unavailable(str(e), code=grpc.StatusCode.UNKNOWN)
     return from_status(code, message, trailing)
+
+
+def stream_error(e: grpc.RpcError) -> LeaseholdError:
+    """The typed error a write stream breaks with. A bare INTERNAL (no
+    leasehold reason) is gRPC's own when the call failed locally before the
+    server's status arrived, for example a write sent as the server ended
+    the call: the stream broke, so it is :class:`Unavailable`."""
+    err = from_rpc_error(e)
+    if type(err) is LeaseholdError and err.code == grpc.StatusCode.INTERNAL and err.reason is None:
+        return Unavailable(f"write stream broke before the server's status arrived ({err.message})", code=err.code)
+    return err
