@@ -66,14 +66,14 @@ impl Mirror {
         Mirror {
             record_expiries,
             changes: Some(tokio::sync::broadcast::Sender::new(
-                crate::node::CHANGES_BUFFERED,
+                leasehold_backend::CHANGES_BUFFERED,
             )),
             ..Mirror::default()
         }
     }
 
     /// The jobs whose leadership changes from now on, as the mirror sees
-    /// them (see [`crate::node::Node::changes`]).
+    /// them (see the backends' `changes`).
     pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
         match &self.changes {
             Some(s) => s.subscribe(),

@@ -24,7 +24,7 @@ use super::{closed, EtcdNode};
 use crate::error::{Error, Result};
 use crate::lease::rules::classify;
 use crate::lease::{JobName, LeaseView};
-use crate::node::EventKind;
+use leasehold_backend::EventKind;
 
 /// One watcher's view of a job: the state folded from etcd's events, the
 /// last view the watcher was sent, and the newest one not yet sent.

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::backend::EventKind;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Token};
-use crate::node::EventKind;
 use crate::proto;
 use crate::server::auth::{self, Action, Caller};
 
@@ -79,7 +79,7 @@ pub fn release_args(
 }
 
 /// A validated `CheckedWrite`.
-pub type WriteArgs = crate::node::Write;
+pub type WriteArgs = crate::backend::Write;
 
 /// Validates a `CheckedWrite` that `caller` may make. (Whether the job's
 /// lease is the caller's is checked against the lease:
