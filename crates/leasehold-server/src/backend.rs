@@ -20,7 +20,7 @@ use crate::etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
 use crate::node::commit::SyncStats;
 use crate::node::Node;
-use crate::store::{Tenure, ValueRecord};
+use crate::record::{Tenure, ValueRecord};
 
 pub use leasehold_backend::{
     held_by_another, Acquired, EventKind, HolderGuard, JobsShown, Picker, ReleaseIfDropped,

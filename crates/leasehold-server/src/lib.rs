@@ -25,7 +25,7 @@ pub mod node;
 pub mod server;
 pub mod status_page;
 
-pub use leasehold_core::{error, lease};
+pub use leasehold_core::{error, lease, record};
 pub use leasehold_proto as proto;
 pub use leasehold_store as store;
 

@@ -144,7 +144,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
-use crate::store::{decode_history, HistoryPut, Tenure, ValueRecord};
+use crate::record::{decode_history, HistoryPut, Tenure, ValueRecord};
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
 use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};

@@ -13,7 +13,7 @@ use super::keys::{
 };
 use super::queue::{grant_compares, Place};
 use crate::lease::{HolderId, JobName, TenureEnd, Token};
-use crate::store::{encode_history, HistoryPut, ValueRecord};
+use crate::record::{encode_history, HistoryPut, ValueRecord};
 
 /// A grant of the free lease with `holder_rec` and `token_rec` (see
 /// [`super::decide::grant`]), its holder key bound to the new etcd lease

@@ -143,7 +143,7 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
 
 /// A stored tenure as the proto `Tenure`: the holder as its client sent
 /// it, the principal it was bound to, wall-clock times.
-pub fn tenure(t: &crate::store::Tenure) -> proto::Tenure {
+pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {
     use crate::lease::TenureEnd;
     use proto::tenure::End;
     let (principal, holder) = auth::unbind(&t.holder);
