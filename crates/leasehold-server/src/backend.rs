@@ -16,10 +16,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
-use crate::etcd::EtcdNode;
+use leasehold_etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
-use crate::node::commit::SyncStats;
-use crate::node::Node;
+use leasehold_node::commit::SyncStats;
+use leasehold_node::Node;
 use crate::record::{Tenure, ValueRecord};
 
 pub use leasehold_backend::{
@@ -300,7 +300,7 @@ impl Backend {
 
     /// Whether the backend takes changes, as it changes: the single node's
     /// store (failed and not reopened yet, or the disk too full; see
-    /// [`crate::node::recovery`]), or etcd as a frontend sees it (no
+    /// [`leasehold_node::recovery`]), or etcd as a frontend sees it (no
     /// majority answers, or its NOSPACE alarm is raised).
     pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
         match self {

@@ -21,7 +21,7 @@
 //!   keeps anyway: a renewal updates no metric of its own.
 //! - group commit's sync-duration histogram, a prometheus-client
 //!   `Histogram` that the running sync feeds once per sync (see
-//!   `node::commit`), reached through [`Backend::sync_stats`].
+//!   `leasehold_node::commit`), reached through [`Backend::sync_stats`].
 //!
 //! [`registry`] puts them together; [`encode`] renders a registry.
 
@@ -667,8 +667,8 @@ mod tests {
 
     use super::*;
     use crate::lease::{Limits, Token};
-    use crate::node::Node;
-    use crate::store::sled::SledStore;
+    use leasehold_node::Node;
+    use leasehold_store::sled::SledStore;
 
     /// Every family `/metrics` shows for the single node: its name, type
     /// and label names (in order; `le` of histogram buckets aside).

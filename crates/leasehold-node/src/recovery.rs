@@ -5,7 +5,7 @@
 //! **A store failure is a put, a sync, or a
 //! checkpoint whose error puts the store out of service**: from then on the
 //! store refuses every change until it is reopened (see the durability
-//! contract in [`crate::store`]). Each one is counted once, by the first
+//! contract in [`leasehold_store`]). Each one is counted once, by the first
 //! error since the store was last (re)opened. The errors that follow until
 //! the reopen (changes refused because the store is out of service, a
 //! reopen attempt that fails and is retried) are its consequences and are
@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::error::Error;
+use leasehold_core::error::Error;
 pub use leasehold_backend::health::{StoreHealth, RETRY};
 
 /// What the recovery thread is to do next.
@@ -202,8 +202,8 @@ impl Recovery {
                 f = self.cv.wait(f).expect("recovery lock");
                 continue;
             }
-            let deadline = *timer.get_or_insert_with(|| crate::clock::now() + RETRY);
-            let left = deadline.saturating_duration_since(crate::clock::now());
+            let deadline = *timer.get_or_insert_with(|| leasehold_core::clock::now() + RETRY);
+            let left = deadline.saturating_duration_since(leasehold_core::clock::now());
             if left.is_zero() {
                 return Next::CheckSpace;
             }

@@ -1,9 +1,16 @@
 //! The etcd backend: any number of stateless leasehold frontends over one
 //! etcd cluster, serving the same API with the same guarantees.
 //!
-//! This is the only module that speaks to etcd. It offers the node's
-//! methods ([`EtcdNode`]), and [`crate::backend::Backend`] picks it or the
-//! single-node [`crate::node::Node`].
+//! This is the only crate that speaks to etcd. It offers the backend's
+//! methods ([`EtcdNode`]), and the server's `Backend` picks it or the
+//! single node (`leasehold-node`), which this crate never imports: the
+//! types both speak are `leasehold-backend`'s, the rules and the record
+//! encodings `leasehold-core`'s. It links no storage engine.
+//!
+//! **Every public call is bounded here** by `--etcd-timeout` (an
+//! `Acquire` by that plus its wait), retries and re-reads included
+//! (`EtcdNode::bounded`), and counts its own failures: the dispatcher in
+//! front of it only dispatches.
 //!
 //! # Where the truth lives
 //!
@@ -120,6 +127,8 @@
 //! - this file: [`EtcdNode`], the API the handlers call: each method reads,
 //!   asks `decide`, commits with `txn`, and counts.
 
+#![warn(missing_docs)]
+
 pub mod client;
 mod decide;
 pub mod keys;
@@ -141,10 +150,10 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
-use crate::record::{decode_history, HistoryPut, Tenure, ValueRecord};
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
+use leasehold_core::record::{decode_history, HistoryPut, Tenure, ValueRecord};
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
 use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
@@ -1281,7 +1290,7 @@ impl EtcdNode {
         let jobs = views
             .iter()
             .zip(vacant)
-            .map(|(v, vacant_for)| crate::lease::JobStatus {
+            .map(|(v, vacant_for)| leasehold_core::lease::JobStatus {
                 vacant_for: match v.holder() {
                     Some(_) => None,
                     None => Some(vacant_for.unwrap_or_default()),

@@ -18,8 +18,8 @@ use tokio::sync::watch;
 
 use super::client::{pb, range_req, Etcd, WatchRange};
 use super::keys::{Keys, Record};
-use crate::error::Result;
-use crate::lease::{JobName, Leadership, Stats, TenureEnd, Token};
+use leasehold_core::error::Result;
+use leasehold_core::lease::{JobName, Leadership, Stats, TenureEnd, Token};
 
 #[derive(Debug, Clone)]
 struct Job {
@@ -229,7 +229,7 @@ fn record_expiry(etcd: Etcd, keys: Keys, job: String, token: Token) {
             &job,
             token,
             TenureEnd::Expired,
-            crate::clock::wall_unix_ms(),
+            leasehold_core::clock::wall_unix_ms(),
         );
         let req = pb::TxnRequest {
             compare: Vec::new(),
@@ -289,7 +289,7 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) -> Option<(String, Token)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd::keys::{HolderRec, TokenRec};
+    use crate::keys::{HolderRec, TokenRec};
 
     fn put(key: Vec<u8>, value: Vec<u8>) -> pb::Event {
         pb::Event {

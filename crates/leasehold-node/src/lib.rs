@@ -1,6 +1,11 @@
 //! The single-node coordinator: the lease rules, the store, group commit,
 //! waiting `Acquire`s and watchers, wired together.
 //!
+//! One of leasehold's two backends; the server's `Backend` picks it or the
+//! etcd frontend (`leasehold-etcd`), which this crate never imports. The
+//! types both speak are `leasehold-backend`'s, the rules
+//! `leasehold-core`'s, and durability `leasehold-store`'s.
+//!
 //! # One owner of lease state
 //!
 //! The [`LeaseTable`] lives behind one `std::sync::Mutex`, together with the
@@ -19,6 +24,8 @@
 //! last change, `Read` for everything staged before it read. So no client
 //! ever sees a token or a value that a crash could take back.
 
+#![warn(missing_docs)]
+
 pub mod commit;
 pub mod recovery;
 
@@ -29,14 +36,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::sleep_until;
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::lease::rules::classify;
-use crate::lease::{
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules::classify;
+use leasehold_core::lease::{
     Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd,
     Token, WaiterId,
 };
-use crate::store::{HistoryPut, Store, Tenure, ValueRecord};
+use leasehold_store::{HistoryPut, Store, Tenure, ValueRecord};
 use commit::GroupCommit;
 use leasehold_backend::{
     held_by_another, Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome,
@@ -1181,7 +1188,7 @@ impl Node {
     /// the torture test can show its checker catches real bugs.
     #[cfg(feature = "fault-injection")]
     pub fn break_rules(&self, list: &str) -> Result<()> {
-        let mut f = crate::lease::Faults::default();
+        let mut f = leasehold_core::lease::Faults::default();
         for rule in list.split(',').map(str::trim).filter(|r| !r.is_empty()) {
             match rule {
                 "no-fence" => f.skip_fence = true,
@@ -1340,8 +1347,8 @@ impl Drop for Queued<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{Leadership, Limits};
-    use crate::store::sled::SledStore;
+    use leasehold_core::lease::{Leadership, Limits};
+    use leasehold_store::sled::SledStore;
 
     /// A snapshot walks the table in chunks, releasing the state lock
     /// between them, and still counts every job once and shows the led

@@ -40,7 +40,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 
-use crate::error::{Error, Result};
+use leasehold_core::error::{Error, Result};
 
 pub mod keep_alive;
 mod members;
@@ -51,7 +51,7 @@ pub(crate) use members::Members;
 pub use secure::Security;
 use secure::{token_refused, EtcdChannel, Login, Token};
 
-/// Code generated from `src/etcd/etcd.proto`: etcd's own names.
+/// Code generated from `src/etcd.proto`: etcd's own names.
 #[allow(missing_docs, clippy::all)]
 pub mod pb {
     tonic::include_proto!("etcdserverpb");
