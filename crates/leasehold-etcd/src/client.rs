@@ -457,7 +457,7 @@ impl Etcd {
     /// A transaction that puts waiter keys, made once without waiting for
     /// a place among the calls in flight: each carries many waiters' keys,
     /// and its caller keeps a few in flight at most (see
-    /// `etcd::queue::Joins`), so it never waits behind the reads of the
+    /// `queue::Joins`), so it never waits behind the reads of the
     /// very waiters it is joining.
     pub async fn join_txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
         self.once_with("join", false, |ch| {

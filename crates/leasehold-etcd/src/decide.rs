@@ -269,8 +269,8 @@ fn lost(job: &JobName, st: &JobState, token: Token) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use leasehold_core::error::FenceCause;
     use crate::client::pb;
+    use leasehold_core::error::FenceCause;
     use leasehold_core::lease::{Limits, Vacancy};
 
     const TTL: Duration = Duration::from_secs(5);

@@ -150,17 +150,18 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use leasehold_core::clock;
-use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
-use leasehold_core::record::{decode_history, HistoryPut, Tenure, ValueRecord};
-use client::{range_req, ranges, Etcd};
-use decide::{Acquire, Extend, Proof, Release};
-use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
 use leasehold_backend::{
     held_by_another, Acquired, HolderGuard, JobsShown, ReleaseIfDropped, RenewOutcome, Renewal,
     Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
 };
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
+use leasehold_core::record::{decode_history, HistoryPut, Tenure, ValueRecord};
+
+use client::{range_req, ranges, Etcd};
+use decide::{Acquire, Extend, Proof, Release};
+use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
 use mirror::Mirror;
 use queue::{Line, Place, Waiting};
 use session::Session;

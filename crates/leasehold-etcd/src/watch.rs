@@ -21,10 +21,10 @@ use super::client::{pb, Watch, WatchRange};
 use super::decide;
 use super::keys::{BadRecord, JobState, Keys};
 use super::{closed, EtcdNode};
+use leasehold_backend::EventKind;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::classify;
 use leasehold_core::lease::{JobName, LeaseView};
-use leasehold_backend::EventKind;
 
 /// One watcher's view of a job: the state folded from etcd's events, the
 /// last view the watcher was sent, and the newest one not yet sent.

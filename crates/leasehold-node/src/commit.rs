@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use prometheus_client::metrics::histogram::Histogram;
 
-use leasehold_core::error::{Error, Result};
 use crate::recovery::Recovery;
+use leasehold_core::error::{Error, Result};
 use leasehold_store::Store;
 
 #[derive(Debug, Clone, Default)]

@@ -36,6 +36,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::sleep_until;
 
+use leasehold_backend::{
+    held_by_another, Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome,
+    Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write, CHANGES_BUFFERED,
+};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::classify;
@@ -44,11 +48,8 @@ use leasehold_core::lease::{
     Token, WaiterId,
 };
 use leasehold_store::{HistoryPut, Store, Tenure, ValueRecord};
+
 use commit::GroupCommit;
-use leasehold_backend::{
-    held_by_another, Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome,
-    Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write, CHANGES_BUFFERED,
-};
 use recovery::{Next, Recovery};
 
 /// Jobs walked under one hold of the state lock by a snapshot.
@@ -1217,8 +1218,9 @@ impl Node {
     }
 
     /// Counters and per-job leadership for metrics: every job counted, at
-    /// most `max_jobs` of them picked to be shown ([`JobsShown::pick`],
-    /// under the state lock: one pass, no copy of the others' names).
+    /// most `max_jobs` of them picked to be shown
+    /// ([`leasehold_backend::JobsShown::pick`], under the state lock: one
+    /// pass, no copy of the others' names).
     pub fn snapshot_showing(&self, max_jobs: usize) -> Snapshot {
         let (store_failures, store_recoveries) = self.inner.recovery.counts();
         // The jobs are walked in chunks, each under the state lock on its

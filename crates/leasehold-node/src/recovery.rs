@@ -42,8 +42,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use leasehold_core::error::Error;
 pub use leasehold_backend::health::{StoreHealth, RETRY};
+use leasehold_core::error::Error;
 
 /// What the recovery thread is to do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,11 +16,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
-use leasehold_etcd::EtcdNode;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
+use crate::record::{Tenure, ValueRecord};
+use leasehold_etcd::EtcdNode;
 use leasehold_node::commit::SyncStats;
 use leasehold_node::Node;
-use crate::record::{Tenure, ValueRecord};
 
 pub use leasehold_backend::{
     held_by_another, Acquired, EventKind, HolderGuard, JobsShown, Picker, ReleaseIfDropped,
