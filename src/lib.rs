@@ -10,8 +10,11 @@
 //! - [`lease`], [`error`], [`clock`] (`leasehold-core`): the pure rules and
 //!   the one error type.
 //! - with the `server` feature (the default): [`store`]
-//!   (`leasehold-store`), and [`node`], [`etcd`], [`backend`], [`server`],
-//!   [`metrics`] (`leasehold-server`), and the `leasehold` binary.
+//!   (`leasehold-store`), [`node`] (`leasehold-node`, the single node),
+//!   [`etcd`] (`leasehold-etcd`, the etcd frontend), and [`backend`],
+//!   [`server`], [`admin`], [`metrics`] (`leasehold-server`, with the
+//!   vocabulary both backends share, `leasehold-backend`, re-exported in
+//!   [`backend`]), and the `leasehold` binary.
 //!
 //! ARCHITECTURE.md walks through a request and lists the invariants.
 
@@ -20,7 +23,11 @@ pub use leasehold_core::{clock, error, lease};
 pub use leasehold_proto as proto;
 
 #[cfg(feature = "server")]
-pub use leasehold_server::{admin, backend, etcd, metrics, node, server};
+pub use leasehold_etcd as etcd;
+#[cfg(feature = "server")]
+pub use leasehold_node as node;
+#[cfg(feature = "server")]
+pub use leasehold_server::{admin, backend, metrics, server};
 #[cfg(feature = "server")]
 pub use leasehold_store as store;
 

@@ -12,7 +12,7 @@
 //! - `renew`: a unary `Renew` of a held lease, against the load generator
 //!   sending etcd the requests a frontend sends for one `Renew` (see
 //!   `renew_one`, `extend` and `keep_alive` in
-//!   crates/leasehold-server/src/etcd/mod.rs): a read-only transaction of
+//!   crates/leasehold-etcd/src/lib.rs): a read-only transaction of
 //!   the job's holder and token keys and a count of its waiters, one
 //!   `LeaseKeepAlive` message for the grant's etcd lease, and a
 //!   linearizable `Range` of the holder key, whose raft term proves the
@@ -32,7 +32,7 @@
 //!   `KeepAlive` message as it renews one `Renew`.
 //!
 //! The raw side uses the frontend's own key layout and record encodings
-//! (crates/leasehold-server/src/etcd/keys.rs), under another prefix, so
+//! (crates/leasehold-etcd/src/keys.rs), under another prefix, so
 //! that etcd stores, reads and compares the same bytes: 1,000 jobs, each
 //! with a holder key bound to its own etcd lease, a token key and one
 //! value key, as the frontends have them after the set-up (each job

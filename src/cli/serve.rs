@@ -13,11 +13,11 @@ use clap::Args;
 use tokio::net::TcpListener;
 
 use leasehold::admin::{serve_admin, AdminOptions, AdminSecurity};
-use leasehold::backend::Backend;
+use leasehold::backend::{Backend, StateLimits};
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
-use leasehold::node::{Node, StateLimits};
+use leasehold::node::Node;
 use leasehold::server;
 use leasehold::server::auth::Auth;
 use leasehold::server::tls::{Tls, TlsFiles};

@@ -794,11 +794,11 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
     let l = Limits::default();
     let ttl = Duration::from_secs(5);
     for j in ["a", "b", "d", "e"] {
-        let (ok, _) = node
+        let got = node
             .acquire(&l.job(j).unwrap(), &l.holder("w").unwrap(), ttl, NOW)
             .await
             .unwrap();
-        assert!(ok);
+        assert!(got.acquired);
     }
     let keys = Keys::new(&prefix);
     let etcd = Etcd::connect(&endpoints, Duration::from_secs(5)).unwrap();
@@ -924,7 +924,7 @@ struct InLine {
     a: leasehold::etcd::EtcdNode,
     b: leasehold::etcd::EtcdNode,
     job: leasehold::lease::JobName,
-    waiter: tokio::task::JoinHandle<leasehold::Result<(bool, leasehold::lease::LeaseView)>>,
+    waiter: tokio::task::JoinHandle<leasehold::Result<leasehold::backend::Acquired>>,
 }
 
 /// The TTL of [`one_in_line`]'s leases.
@@ -942,7 +942,12 @@ async fn one_in_line() -> InLine {
     let l = leasehold::lease::Limits::default();
     let job = l.job("j").unwrap();
     let h = l.holder("h").unwrap();
-    assert!(a.acquire(&job, &h, IN_LINE_TTL, NOW).await.unwrap().0);
+    assert!(
+        a.acquire(&job, &h, IN_LINE_TTL, NOW)
+            .await
+            .unwrap()
+            .acquired
+    );
     let waiter = {
         let (b, job, w) = (b.clone(), job.clone(), l.holder("w").unwrap());
         tokio::spawn(async move { b.acquire(&job, &w, IN_LINE_TTL, LONG).await })
@@ -982,11 +987,11 @@ async fn granted_within(
 ) -> Duration {
     let t = Instant::now();
     loop {
-        let (ok, _) = node
+        let got = node
             .acquire(job, holder, Duration::from_secs(5), NOW)
             .await
             .unwrap();
-        if ok {
+        if got.acquired {
             return t.elapsed();
         }
         assert!(t.elapsed() < limit, "{why}");
@@ -1118,11 +1123,11 @@ async fn many_waiters_share_one_watch_and_leave_no_trace_when_cancelled() {
     let l = Limits::default();
     let job = l.job("popular").unwrap();
     let ttl = Duration::from_secs(30);
-    let (ok, _) = a
+    let got = a
         .acquire(&job, &l.holder("h").unwrap(), ttl, NOW)
         .await
         .unwrap();
-    assert!(ok);
+    assert!(got.acquired);
     let tasks: Vec<_> = (0..WAITERS)
         .map(|i| {
             let (b, job, w) = (b.clone(), job.clone(), l.holder(&format!("w{i}")).unwrap());
@@ -1207,7 +1212,7 @@ async fn a_waiter_joining_on_another_waiters_read_misses_no_release() {
     );
     for round in 0..20 {
         let job = l.job(&format!("race-{round}")).unwrap();
-        assert!(a.acquire(&job, &h, ttl, NOW).await.unwrap().0);
+        assert!(a.acquire(&job, &h, ttl, NOW).await.unwrap().acquired);
         let first = {
             let (b, job, w1) = (b.clone(), job.clone(), w1.clone());
             tokio::spawn(async move { b.acquire(&job, &w1, ttl, LONG).await })
@@ -1222,25 +1227,25 @@ async fn a_waiter_joining_on_another_waiters_read_misses_no_release() {
             tokio::spawn(async move { b.acquire(&job, &w2, ttl, LONG).await })
         };
         a.release(&job, &h, Token(1)).await.unwrap();
-        let (ok, view) = tokio::time::timeout(LONG, first)
+        let got = tokio::time::timeout(LONG, first)
             .await
             .expect("the first waiter was not granted after the release")
             .unwrap()
             .unwrap();
-        assert!(ok);
-        assert_eq!(view.token, Token(2), "round {round}");
+        assert!(got.acquired);
+        assert_eq!(got.lease.token, Token(2), "round {round}");
         assert!(
             !second.is_finished(),
             "round {round}: the second went early"
         );
         b.release(&job, &w1, Token(2)).await.unwrap();
-        let (ok, view) = tokio::time::timeout(LONG, second)
+        let got = tokio::time::timeout(LONG, second)
             .await
             .expect("the second waiter missed the first one's release")
             .unwrap()
             .unwrap();
-        assert!(ok);
-        assert_eq!(view.token, Token(3), "round {round}");
+        assert!(got.acquired);
+        assert_eq!(got.lease.token, Token(3), "round {round}");
         b.release(&job, &w2, Token(3)).await.unwrap();
     }
     println!(
@@ -1328,7 +1333,7 @@ async fn many_new_jobs_created_at_once_are_all_granted() {
                 for i in 0..10 {
                     let job = l.job(&format!("new-{c}-{i}")).unwrap();
                     match node.acquire(&job, &h, MIN_TTL * 10, NOW).await {
-                        Ok((true, _)) => {}
+                        Ok(got) if got.acquired => {}
                         other => failed.push(format!("{job}: {other:?}")),
                     }
                 }

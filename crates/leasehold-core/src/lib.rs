@@ -6,6 +6,8 @@
 //! - [`error`]: the one error type; each variant says whether a retry can
 //!   help.
 //! - [`clock`]: the only place that reads a clock.
+//! - [`record`]: the records both backends store (lease, value, history)
+//!   and their byte encodings.
 //!
 //! This crate depends on nothing but std: the compiler keeps the rules free
 //! of tokio, sled and tonic.
@@ -15,5 +17,6 @@
 pub mod clock;
 pub mod error;
 pub mod lease;
+pub mod record;
 
 pub use error::{Error, Result};

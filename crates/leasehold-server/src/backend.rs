@@ -5,18 +5,28 @@
 //! to an [`EtcdNode`] (a stateless frontend; etcd's transactions decide).
 //! The handlers, the metrics and the CLI hold a `Backend` and do not know
 //! which one it is. The single-node path pays one `match` per call.
+//!
+//! **`Backend` only dispatches.** Each backend bounds its own calls (etcd
+//! by `--etcd-timeout`), counts its own failures and decides its own
+//! outcomes; the types they speak are `leasehold-backend`'s, re-exported
+//! here.
 
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use crate::error::{Error, Result};
-use crate::etcd::EtcdNode;
-use crate::lease::{HolderId, JobName, JobStatus, LeaseView, Token};
-use crate::node::{
-    EventKind, HolderGuard, Node, RenewOutcome, Renewal, Snapshot, StoreHealth, Write,
+use crate::error::Result;
+use crate::lease::{HolderId, JobName, LeaseView, Token};
+use crate::record::{Tenure, ValueRecord};
+use leasehold_etcd::EtcdNode;
+use leasehold_node::commit::SyncStats;
+use leasehold_node::Node;
+
+pub use leasehold_backend::{
+    held_by_another, Acquired, EventKind, HolderGuard, JobsShown, Picker, ReleaseIfDropped,
+    RenewOutcome, Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
+    CHANGES_BUFFERED,
 };
-use crate::store::{Tenure, ValueRecord};
 
 /// Where decisions are made: one process on sled, or etcd.
 #[derive(Clone)]
@@ -58,31 +68,10 @@ impl Backend {
         holder: &HolderId,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<(bool, LeaseView)> {
+    ) -> Result<Acquired> {
         match self {
             Backend::Local(n) => n.acquire(job, holder, ttl, wait).await,
-            Backend::Etcd(n) => {
-                n.bounded("Acquire", wait, n.acquire(job, holder, ttl, wait))
-                    .await
-            }
-        }
-    }
-
-    /// [`Backend::acquire`], saying too whether the grant is a new one
-    /// (see [`Node::acquire_fresh`]).
-    pub async fn acquire_fresh(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<(bool, bool, LeaseView)> {
-        match self {
-            Backend::Local(n) => n.acquire_fresh(job, holder, ttl, wait).await,
-            Backend::Etcd(n) => {
-                n.bounded("Acquire", wait, n.acquire_fresh(job, holder, ttl, wait))
-                    .await
-            }
+            Backend::Etcd(n) => n.acquire(job, holder, ttl, wait).await,
         }
     }
 
@@ -99,10 +88,7 @@ impl Backend {
     pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         match self {
             Backend::Local(n) => n.give_back(job, holder, token).await,
-            Backend::Etcd(n) => {
-                n.bounded("Release", Duration::ZERO, n.give_back(job, holder, token))
-                    .await
-            }
+            Backend::Etcd(n) => n.give_back(job, holder, token).await,
         }
     }
 
@@ -116,10 +102,7 @@ impl Backend {
     ) -> Result<LeaseView> {
         match self {
             Backend::Local(n) => n.renew(job, holder, token, ttl).await,
-            Backend::Etcd(n) => {
-                n.bounded("Renew", Duration::ZERO, n.renew(job, holder, token, ttl))
-                    .await
-            }
+            Backend::Etcd(n) => n.renew(job, holder, token, ttl).await,
         }
     }
 
@@ -127,10 +110,7 @@ impl Backend {
     pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
         match self {
             Backend::Local(n) => n.renew_many(batch).await,
-            Backend::Etcd(n) => {
-                n.bounded("KeepAlive", Duration::ZERO, n.renew_many(batch))
-                    .await
-            }
+            Backend::Etcd(n) => n.renew_many(batch).await,
         }
     }
 
@@ -138,10 +118,7 @@ impl Backend {
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         match self {
             Backend::Local(n) => n.release(job, holder, token).await,
-            Backend::Etcd(n) => {
-                n.bounded("Release", Duration::ZERO, n.release(job, holder, token))
-                    .await
-            }
+            Backend::Etcd(n) => n.release(job, holder, token).await,
         }
     }
 
@@ -149,27 +126,22 @@ impl Backend {
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         match self {
             Backend::Local(n) => n.lease(job).await,
-            Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
+            Backend::Etcd(n) => n.lease(job).await,
         }
     }
 
-    /// See [`Node::status`]. The second value says whether waiters and
-    /// fenced writes are counted (the single node) or not known (etcd
+    /// See [`Node::status`]. [`Statuses::counted`] says whether waiters
+    /// and fenced writes are counted (the single node) or not known (etcd
     /// mode: they are not gathered across frontends).
     pub async fn status(
         &self,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<(Vec<JobStatus>, bool)> {
+    ) -> Result<Statuses> {
         match self {
-            Backend::Local(n) => Ok((n.status(prefix, after, limit).await?, true)),
-            Backend::Etcd(n) => {
-                let rows = n
-                    .bounded("status", Duration::ZERO, n.status(prefix, after, limit))
-                    .await?;
-                Ok((rows, false))
-            }
+            Backend::Local(n) => n.status(prefix, after, limit).await,
+            Backend::Etcd(n) => n.status(prefix, after, limit).await,
         }
     }
 
@@ -190,10 +162,7 @@ impl Backend {
     ) -> Result<Vec<Tenure>> {
         match self {
             Backend::Local(n) => n.history(job, before, limit).await,
-            Backend::Etcd(n) => {
-                n.bounded("GetHistory", Duration::ZERO, n.history(job, before, limit))
-                    .await
-            }
+            Backend::Etcd(n) => n.history(job, before, limit).await,
         }
     }
 
@@ -202,10 +171,7 @@ impl Backend {
     pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
         match self {
             Backend::Local(n) => n.delete_job(job).await,
-            Backend::Etcd(n) => {
-                n.bounded("DeleteJob", Duration::ZERO, n.delete_job(job))
-                    .await
-            }
+            Backend::Etcd(n) => n.delete_job(job).await,
         }
     }
 
@@ -215,7 +181,7 @@ impl Backend {
     pub async fn lease_for_check(&self, job: &JobName) -> Result<LeaseView> {
         match self {
             Backend::Local(n) => Ok(n.lease_now(job)),
-            Backend::Etcd(n) => n.bounded("GetLease", Duration::ZERO, n.lease(job)).await,
+            Backend::Etcd(n) => n.lease(job).await,
         }
     }
 
@@ -228,10 +194,7 @@ impl Backend {
     ) -> Result<Vec<LeaseView>> {
         match self {
             Backend::Local(n) => n.leases(prefix, after, limit).await,
-            Backend::Etcd(n) => {
-                n.bounded("ListLeases", Duration::ZERO, n.leases(prefix, after, limit))
-                    .await
-            }
+            Backend::Etcd(n) => n.leases(prefix, after, limit).await,
         }
     }
 
@@ -254,47 +217,17 @@ impl Backend {
     ) -> Result<u64> {
         match self {
             Backend::Local(n) => n.checked_write(job, token, key, value, guard).await,
-            Backend::Etcd(n) => {
-                n.bounded(
-                    "CheckedWrite",
-                    Duration::ZERO,
-                    n.checked_write(job, token, key, value, guard),
-                )
-                .await
-            }
+            Backend::Etcd(n) => n.checked_write(job, token, key, value, guard).await,
         }
     }
 
-    /// See [`Node::stage_writes`]. On etcd, the writes are made one after
-    /// the other, each its own transaction, and are durable when this
-    /// returns (the sequence number is 0).
-    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<(Vec<Result<u64>>, u64)> {
+    /// See [`Node::stage_writes`] and [`EtcdNode::stage_writes`] (on etcd,
+    /// the writes are made one after the other, each its own transaction,
+    /// and are durable when this returns).
+    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
         match self {
             Backend::Local(n) => n.stage_writes(batch),
-            Backend::Etcd(n) => {
-                let mut out = Vec::with_capacity(batch.len());
-                for w in batch {
-                    out.push(
-                        match n
-                            .bounded(
-                                "WriteStream",
-                                Duration::ZERO,
-                                n.checked_write(&w.job, w.token, &w.key, w.value, None),
-                            )
-                            .await
-                        {
-                            Ok(v) => Ok(v),
-                            Err(
-                                e @ (Error::Fenced { .. }
-                                | Error::UnknownToken { .. }
-                                | Error::QuotaExceeded { .. }),
-                            ) => Err(e),
-                            Err(e) => return Err(e),
-                        },
-                    );
-                }
-                Ok((out, 0))
-            }
+            Backend::Etcd(n) => n.stage_writes(batch).await,
         }
     }
 
@@ -310,7 +243,7 @@ impl Backend {
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
         match self {
             Backend::Local(n) => n.read(job, key).await,
-            Backend::Etcd(n) => n.bounded("Read", Duration::ZERO, n.read(job, key)).await,
+            Backend::Etcd(n) => n.read(job, key).await,
         }
     }
 
@@ -324,14 +257,7 @@ impl Backend {
     ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
         match self {
             Backend::Local(n) => n.keys(job, prefix, after, limit).await,
-            Backend::Etcd(n) => {
-                n.bounded(
-                    "ListKeys",
-                    Duration::ZERO,
-                    n.keys(job, prefix, after, limit),
-                )
-                .await
-            }
+            Backend::Etcd(n) => n.keys(job, prefix, after, limit).await,
         }
     }
 
@@ -354,9 +280,27 @@ impl Backend {
         }
     }
 
+    /// Group commit's syncs, on a backend that runs them (not etcd: it
+    /// syncs its own log, and its metrics tell how).
+    pub fn sync_stats(&self) -> Option<SyncStats> {
+        match self {
+            Backend::Local(n) => Some(n.sync_stats()),
+            Backend::Etcd(_) => None,
+        }
+    }
+
+    /// The embedded store's token floor, and how its data dir was last
+    /// recovered or restored, if it was (not etcd).
+    pub fn integrity(&self) -> Option<(u64, Option<String>)> {
+        match self {
+            Backend::Local(n) => Some(n.integrity()),
+            Backend::Etcd(_) => None,
+        }
+    }
+
     /// Whether the backend takes changes, as it changes: the single node's
     /// store (failed and not reopened yet, or the disk too full; see
-    /// [`crate::node::recovery`]), or etcd as a frontend sees it (no
+    /// [`leasehold_node::recovery`]), or etcd as a frontend sees it (no
     /// majority answers, or its NOSPACE alarm is raised).
     pub fn store_health(&self) -> watch::Receiver<StoreHealth> {
         match self {

@@ -9,7 +9,7 @@
 //! | `/api/job?name=J` | one job: its row, its history ([`crate::backend::Backend::history`]), its first [`MAX_KEYS`] keys with version and token |
 //! | `/api/events?prefix=P` | server-sent events: `data: [rows]` for the jobs that changed (a grant, a release, a fenced write), at most every [`COALESCE`]; `event: reload` when the stream fell behind |
 //!
-//! The feed is the backend's change feed ([`crate::node::Node::changes`]),
+//! The feed is the backend's change feed ([`Backend::changes`]),
 //! which the watchers of `WatchLease` are told from. Countdowns run in the
 //! browser from each row's `remaining_ms`: a renewal is not an event, and
 //! an expiry needs none (the page sees the time run out).
@@ -103,7 +103,7 @@ pub async fn jobs(
     let mut truncated = false;
     loop {
         let (page, c) = match s.node.status(&prefix, after.as_deref(), 1000).await {
-            Ok(p) => p,
+            Ok(p) => (p.jobs, p.counted),
             Err(e) => return unavailable(&e),
         };
         counted = c;
@@ -158,7 +158,7 @@ pub async fn job(
         return (StatusCode::FORBIDDEN, auth::describe(&e)).into_response();
     }
     let status = match s.node.status(job.as_str(), None, 1).await {
-        Ok((rows, _)) => rows.into_iter().find(|r| r.view.job == job),
+        Ok(s) => s.jobs.into_iter().find(|r| r.view.job == job),
         Err(e) => return unavailable(&e),
     };
     let history = match s.node.history(&job, None, MAX_TENURES).await {
@@ -297,7 +297,7 @@ fn feed(
                     .filter(|j| j.as_str().starts_with(&prefix) && who.may_read(j.as_str()))
                 {
                     let rows = match node.status(j.as_str(), None, 1).await {
-                        Ok((rows, _)) => rows,
+                        Ok(s) => s.jobs,
                         Err(_) => continue,
                     };
                     // A deleted job has no row: it is sent as gone.

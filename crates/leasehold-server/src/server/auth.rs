@@ -867,7 +867,7 @@ impl Caller {
 
     /// Whether a grant held as `holder` (bound, as stored) is another
     /// principal's: a write with its token is refused to this caller. The
-    /// [`crate::node::HolderGuard`] of a fenced write.
+    /// [`crate::backend::HolderGuard`] of a fenced write.
     pub fn held_by_another(&self, holder: &str) -> bool {
         let (principal, _) = unbind(holder);
         self.0.is_some() && principal.is_some() && principal != self.principal()

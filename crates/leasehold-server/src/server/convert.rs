@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use crate::backend::EventKind;
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Token};
-use crate::node::EventKind;
 use crate::proto;
 use crate::server::auth::{self, Action, Caller};
 
@@ -79,7 +79,7 @@ pub fn release_args(
 }
 
 /// A validated `CheckedWrite`.
-pub type WriteArgs = crate::node::Write;
+pub type WriteArgs = crate::backend::Write;
 
 /// Validates a `CheckedWrite` that `caller` may make. (Whether the job's
 /// lease is the caller's is checked against the lease:
@@ -143,7 +143,7 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
 
 /// A stored tenure as the proto `Tenure`: the holder as its client sent
 /// it, the principal it was bound to, wall-clock times.
-pub fn tenure(t: &crate::store::Tenure) -> proto::Tenure {
+pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {
     use crate::lease::TenureEnd;
     use proto::tenure::End;
     let (principal, holder) = auth::unbind(&t.holder);

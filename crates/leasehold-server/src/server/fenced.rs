@@ -8,7 +8,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Staged};
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
@@ -313,7 +313,7 @@ async fn stage_batch(
         }
     }
     check_bound(node, caller, &batch).await?;
-    let (outcomes, seq) = node.stage_writes(batch).await?;
+    let Staged { outcomes, seq } = node.stage_writes(batch).await?;
     for (slot, outcome) in slots.into_iter().zip(outcomes) {
         let res = &mut results[slot];
         match outcome {

@@ -29,7 +29,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `Storage` | UNAVAILABLE | STORAGE |
 /// | `TokensExhausted` | FAILED_PRECONDITION | TOKENS_EXHAUSTED |
 /// | `NoSpace` | RESOURCE_EXHAUSTED | DISK_FULL |
-/// | `Storage`, etcd out of space ([`crate::etcd::is_no_space`]) | RESOURCE_EXHAUSTED | DISK_FULL |
+/// | `Storage`, etcd out of space ([`leasehold_etcd::is_no_space`]) | RESOURCE_EXHAUSTED | DISK_FULL |
 /// | `Unauthenticated` | UNAUTHENTICATED | UNAUTHENTICATED |
 /// | `PermissionDenied` | PERMISSION_DENIED | PERMISSION_DENIED |
 /// | `Overloaded` | RESOURCE_EXHAUSTED | OVERLOADED |
@@ -105,7 +105,7 @@ pub fn to_status(e: &Error) -> Status {
         }
         // etcd refused the change for lack of space: nothing was applied,
         // as with a full disk, not an unknown outcome.
-        Error::Storage(_) if crate::etcd::is_no_space(e) => Code::ResourceExhausted,
+        Error::Storage(_) if leasehold_etcd::is_no_space(e) => Code::ResourceExhausted,
         Error::Storage(_) | Error::ShuttingDown | Error::Serve(_) => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(reason(e).reason(), DOMAIN, meta);
@@ -126,7 +126,7 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::LeaseLost { .. } => ErrorReason::LeaseLost,
         Error::TokensExhausted { .. } => ErrorReason::TokensExhausted,
         Error::Fenced { .. } => ErrorReason::Fenced,
-        Error::Storage(_) if crate::etcd::is_no_space(e) => ErrorReason::DiskFull,
+        Error::Storage(_) if leasehold_etcd::is_no_space(e) => ErrorReason::DiskFull,
         Error::Storage(_) => ErrorReason::Storage,
         Error::NoSpace { .. } => ErrorReason::DiskFull,
         Error::Unauthenticated(_) => ErrorReason::Unauthenticated,

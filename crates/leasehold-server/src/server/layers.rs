@@ -21,9 +21,9 @@ use tower::{Layer, Service};
 use super::auth::{Caller, PrincipalLoad};
 use super::conn::{ConnLoad, Peer};
 use super::grpc_status::to_status;
+use crate::backend::ReleaseIfDropped;
 use crate::error::Error;
 use crate::metrics::{RpcMethod, RpcMetrics};
-use crate::node::ReleaseIfDropped;
 
 /// Records each call's latency (until its response begins) and the status
 /// code it ends with in [`RpcMetrics`].

@@ -11,11 +11,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::backend::Backend;
+use crate::backend::{Acquired, Backend, ReleaseIfDropped, Renewal};
 use crate::error::{Error, Result};
 use crate::lease::{JobName, Limits};
 use crate::metrics::RpcMetrics;
-use crate::node::{ReleaseIfDropped, Renewal};
 use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
 use crate::server::conn::Peer;
@@ -252,7 +251,7 @@ pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// The channel holds two: one event, and always room for the status.
 fn relay(
-    mut events: mpsc::Receiver<Result<(crate::node::EventKind, crate::lease::LeaseView)>>,
+    mut events: mpsc::Receiver<Result<(crate::backend::EventKind, crate::lease::LeaseView)>>,
     place: WatcherPlace,
     stall: Duration,
     metrics: Arc<RpcMetrics>,
@@ -335,9 +334,13 @@ impl proto::leases_server::Leases for LeasesService {
             // calls in flight.
             admitted.leave_budget();
         }
-        let (acquired, fresh, view) = self
+        let Acquired {
+            acquired,
+            fresh,
+            lease: view,
+        } = self
             .node
-            .acquire_fresh(&job, &holder, ttl, wait)
+            .acquire(&job, &holder, ttl, wait)
             .await
             .map_err(|e| status(self.quotas.exceeded(e)))?;
         if let (Some(Err(e)), false) = (place, acquired) {

@@ -40,11 +40,10 @@ use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, StoreHealth};
 use crate::error::{Error, Result};
 use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
-use crate::node::StoreHealth;
 use crate::proto;
 
 /// How the server serves.

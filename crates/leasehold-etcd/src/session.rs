@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use super::client::Etcd;
 use super::{closed, EtcdNode};
-use crate::error::{Error, Result};
+use leasehold_core::error::{Error, Result};
 
 /// The session lease, as it is now.
 pub struct Session {

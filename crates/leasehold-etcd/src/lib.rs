@@ -1,9 +1,16 @@
 //! The etcd backend: any number of stateless leasehold frontends over one
 //! etcd cluster, serving the same API with the same guarantees.
 //!
-//! This is the only module that speaks to etcd. It offers the node's
-//! methods ([`EtcdNode`]), and [`crate::backend::Backend`] picks it or the
-//! single-node [`crate::node::Node`].
+//! This is the only crate that speaks to etcd. It offers the backend's
+//! methods ([`EtcdNode`]), and the server's `Backend` picks it or the
+//! single node (`leasehold-node`), which this crate never imports: the
+//! types both speak are `leasehold-backend`'s, the rules and the record
+//! encodings `leasehold-core`'s. It links no storage engine.
+//!
+//! **Every public call is bounded here** by `--etcd-timeout` (an
+//! `Acquire` by that plus its wait), retries and re-reads included
+//! (`EtcdNode::bounded`), and counts its own failures: the dispatcher in
+//! front of it only dispatches.
 //!
 //! # Where the truth lives
 //!
@@ -120,6 +127,8 @@
 //! - this file: [`EtcdNode`], the API the handlers call: each method reads,
 //!   asks `decide`, commits with `txn`, and counts.
 
+#![warn(missing_docs)]
+
 pub mod client;
 mod decide;
 pub mod keys;
@@ -141,14 +150,15 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
-use crate::metrics::JobsShown;
-use crate::node::{
-    held_by_another, HolderGuard, RenewOutcome, Renewal, Snapshot, StateLimits, StoreHealth,
+use leasehold_backend::{
+    held_by_another, Acquired, HolderGuard, JobsShown, ReleaseIfDropped, RenewOutcome, Renewal,
+    Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
 };
-use crate::store::{decode_history, HistoryPut, Tenure, ValueRecord};
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
+use leasehold_core::record::{decode_history, HistoryPut, Tenure, ValueRecord};
+
 use client::{range_req, ranges, Etcd};
 use decide::{Acquire, Extend, Proof, Release};
 use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
@@ -411,6 +421,12 @@ impl EtcdNode {
     /// the job's newest token, comparing that the holder key is still
     /// absent and the token key and `meta` unchanged since they were read.
     pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
+        self.bounded("DeleteJob", Duration::ZERO, self.delete_job_unbounded(job))
+            .await
+    }
+
+    /// The work of [`EtcdNode::delete_job`], which bounds it.
+    async fn delete_job_unbounded(&self, job: &JobName) -> Result<bool> {
         self.check_open()?;
         let k = &self.inner.keys;
         for _ in 0..MAX_TRIES {
@@ -553,7 +569,7 @@ impl EtcdNode {
     /// `Acquire`'s wait), retries and re-reads included: a call never
     /// overruns the time the operator set. On expiry the outcome of a
     /// change is unknown, as for any lost reply.
-    pub async fn bounded<T>(
+    async fn bounded<T>(
         &self,
         what: &str,
         extra: Duration,
@@ -666,29 +682,33 @@ impl EtcdNode {
 
     /// Asks for the lease; waits up to `wait` for it to free up, first come
     /// first served across every frontend. Returns whether it was granted,
-    /// and the lease.
+    /// whether the grant is a new one rather than the live holder's
+    /// extension, and the lease. A grant whose call is dropped while its
+    /// transaction is in flight is released (if it was made), so that the
+    /// next in line gets it.
     pub async fn acquire(
         &self,
         job: &JobName,
         holder: &HolderId,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<(bool, LeaseView)> {
-        let (acquired, _, view) = self.acquire_fresh(job, holder, ttl, wait).await?;
-        Ok((acquired, view))
+    ) -> Result<Acquired> {
+        self.bounded(
+            "Acquire",
+            wait,
+            self.acquire_unbounded(job, holder, ttl, wait),
+        )
+        .await
     }
 
-    /// [`EtcdNode::acquire`], saying too whether the grant is a new one
-    /// rather than the live holder's extension. A grant whose call is
-    /// dropped while its transaction is in flight is released (if it was
-    /// made), so that the next in line gets it.
-    pub async fn acquire_fresh(
+    /// The work of [`EtcdNode::acquire`], which bounds it.
+    async fn acquire_unbounded(
         &self,
         job: &JobName,
         holder: &HolderId,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<(bool, bool, LeaseView)> {
+    ) -> Result<Acquired> {
         self.check_open()?;
         self.check_ttl(ttl)?;
         let give_up = Instant::now() + wait;
@@ -750,13 +770,21 @@ impl EtcdNode {
                         // extension leaves it to the drop.
                         w.granted = step == Acquire::Grant;
                     }
-                    return Ok((true, step == Acquire::Grant, view));
+                    return Ok(Acquired {
+                        acquired: true,
+                        fresh: step == Acquire::Grant,
+                        lease: view,
+                    });
                 }
                 continue; // the job changed since the read: read again
             }
             // Busy.
             if Instant::now() >= give_up {
-                return Ok((false, false, self.view(job, &read.job).await?));
+                return Ok(Acquired {
+                    acquired: false,
+                    fresh: false,
+                    lease: self.view(job, &read.job).await?,
+                });
             }
             if waiting.is_none() {
                 // In line now. Not read again: the watch below starts
@@ -864,9 +892,9 @@ impl EtcdNode {
         let undo = {
             let (node, job, holder) = (self.clone(), job.clone(), holder.clone());
             let token = holder_rec.token;
-            crate::node::ReleaseIfDropped::new(async move {
-                node.release_undelivered(&job, &holder, token).await
-            })
+            ReleaseIfDropped::new(
+                async move { node.release_undelivered(&job, &holder, token).await },
+            )
         };
         let done = self.failed(self.inner.etcd.txn(req).await);
         undo.disarm();
@@ -1010,13 +1038,7 @@ impl EtcdNode {
     /// cancelled, or its reply could not be delivered). A no-op when the
     /// lease is no longer that grant.
     pub async fn release_undelivered(&self, job: &JobName, holder: &HolderId, token: Token) {
-        let r = self
-            .bounded(
-                "Release",
-                Duration::ZERO,
-                self.give_back(job, holder, token),
-            )
-            .await;
+        let r = self.give_back(job, holder, token).await;
         match r {
             Ok(false) => tracing::debug!(
                 job = %job,
@@ -1040,12 +1062,43 @@ impl EtcdNode {
     /// moves past (see `Node::give_back` for the rule). Returns whether it
     /// did.
     pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.bounded(
+            "Release",
+            Duration::ZERO,
+            self.give_back_unbounded(job, holder, token),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::give_back`], which bounds it.
+    async fn give_back_unbounded(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) -> Result<bool> {
         self.check_open()?;
         self.end_holding(job, holder, token, true).await
     }
 
     /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.
     pub async fn renew(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<LeaseView> {
+        self.bounded(
+            "Renew",
+            Duration::ZERO,
+            self.renew_unbounded(job, holder, token, ttl),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::renew`], which bounds it.
+    async fn renew_unbounded(
         &self,
         job: &JobName,
         holder: &HolderId,
@@ -1089,6 +1142,16 @@ impl EtcdNode {
     /// Renews many leases, each on its own (concurrently). Fails as a whole
     /// only when the frontend is closing or etcd fails.
     pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
+        self.bounded(
+            "KeepAlive",
+            Duration::ZERO,
+            self.renew_many_unbounded(batch),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::renew_many`], which bounds it.
+    async fn renew_many_unbounded(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
         self.check_open()?;
         let mut set = tokio::task::JoinSet::new();
         for (i, r) in batch.iter().cloned().enumerate() {
@@ -1127,6 +1190,21 @@ impl EtcdNode {
     /// Releases a lease; the first waiter (on any frontend) is woken by
     /// etcd's watch and takes it.
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.bounded(
+            "Release",
+            Duration::ZERO,
+            self.release_unbounded(job, holder, token),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::release`], which bounds it.
+    async fn release_unbounded(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) -> Result<bool> {
         self.check_open()?;
         self.end_holding(job, holder, token, false).await
     }
@@ -1191,14 +1269,29 @@ impl EtcdNode {
         prefix: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<crate::lease::JobStatus>> {
-        let views = self.leases(prefix, after, limit).await?;
+    ) -> Result<Statuses> {
+        self.bounded(
+            "status",
+            Duration::ZERO,
+            self.status_unbounded(prefix, after, limit),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::status`], which bounds it.
+    async fn status_unbounded(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Statuses> {
+        let views = self.leases_unbounded(prefix, after, limit).await?;
         let names: Vec<&str> = views.iter().map(|v| v.job.as_str()).collect();
         let vacant = self.inner.mirror.vacant_for(&names);
-        Ok(views
+        let jobs = views
             .iter()
             .zip(vacant)
-            .map(|(v, vacant_for)| crate::lease::JobStatus {
+            .map(|(v, vacant_for)| leasehold_core::lease::JobStatus {
                 vacant_for: match v.holder() {
                     Some(_) => None,
                     None => Some(vacant_for.unwrap_or_default()),
@@ -1208,7 +1301,11 @@ impl EtcdNode {
                 fenced: 0,
                 fenced_ago: None,
             })
-            .collect())
+            .collect();
+        Ok(Statuses {
+            jobs,
+            counted: false,
+        })
     }
 
     /// The jobs whose leadership changes from now on, as this frontend's
@@ -1223,6 +1320,21 @@ impl EtcdNode {
     /// yet (the frontends record an expiry as they see the holder key go)
     /// shows as expired now.
     pub async fn history(
+        &self,
+        job: &JobName,
+        before: Option<Token>,
+        limit: usize,
+    ) -> Result<Vec<Tenure>> {
+        self.bounded(
+            "GetHistory",
+            Duration::ZERO,
+            self.history_unbounded(job, before, limit),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::history`], which bounds it.
+    async fn history_unbounded(
         &self,
         job: &JobName,
         before: Option<Token>,
@@ -1293,6 +1405,12 @@ impl EtcdNode {
 
     /// The lease of `job`.
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
+        self.bounded("GetLease", Duration::ZERO, self.lease_unbounded(job))
+            .await
+    }
+
+    /// The work of [`EtcdNode::lease`], which bounds it.
+    async fn lease_unbounded(&self, job: &JobName) -> Result<LeaseView> {
         let read = self.read_job(job, None).await?;
         self.view(job, &read.job).await
     }
@@ -1303,6 +1421,21 @@ impl EtcdNode {
     /// A job whose record does not decode fails the whole listing, with an
     /// error naming that job.
     pub async fn leases(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LeaseView>> {
+        self.bounded(
+            "ListLeases",
+            Duration::ZERO,
+            self.leases_unbounded(prefix, after, limit),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::leases`], which bounds it.
+    async fn leases_unbounded(
         &self,
         prefix: &str,
         after: Option<&str>,
@@ -1373,11 +1506,58 @@ impl EtcdNode {
             .collect())
     }
 
+    /// Many writes, made one after the other, each its own transaction
+    /// bounded on its own, and durable when this returns (the sequence
+    /// number is 0). A write refused by the fence or a quota is that
+    /// write's outcome; any other error fails the batch, writes before it
+    /// made.
+    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for w in batch {
+            outcomes.push(
+                match self
+                    .bounded(
+                        "WriteStream",
+                        Duration::ZERO,
+                        self.checked_write_unbounded(&w.job, w.token, &w.key, w.value, None),
+                    )
+                    .await
+                {
+                    Ok(v) => Ok(v),
+                    Err(
+                        e @ (Error::Fenced { .. }
+                        | Error::UnknownToken { .. }
+                        | Error::QuotaExceeded { .. }),
+                    ) => Err(e),
+                    Err(e) => return Err(e),
+                },
+            );
+        }
+        Ok(Staged { outcomes, seq: 0 })
+    }
+
     /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
     /// passes the fence and `guard` (if any) lets the live grant's holder
     /// be written for, both decided on the one read the write is made
     /// against. Returns the key's new version.
     pub async fn checked_write(
+        &self,
+        job: &JobName,
+        token: Token,
+        key: &[u8],
+        value: Option<Vec<u8>>,
+        guard: Option<HolderGuard<'_>>,
+    ) -> Result<u64> {
+        self.bounded(
+            "CheckedWrite",
+            Duration::ZERO,
+            self.checked_write_unbounded(job, token, key, value, guard),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::checked_write`], which bounds it.
+    async fn checked_write_unbounded(
         &self,
         job: &JobName,
         token: Token,
@@ -1451,6 +1631,12 @@ impl EtcdNode {
 
     /// The record under (job, key): a linearizable read.
     pub async fn read(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
+        self.bounded("Read", Duration::ZERO, self.read_unbounded(job, key))
+            .await
+    }
+
+    /// The work of [`EtcdNode::read`], which bounds it.
+    async fn read_unbounded(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
         let vk = self.inner.keys.value(job.as_str(), key);
         let r = self.failed(self.inner.etcd.range(range_req(vk, Vec::new(), 0)).await)?;
         r.kvs.first().map(|kv| decode_value(&kv.value)).transpose()
@@ -1459,6 +1645,22 @@ impl EtcdNode {
     /// Up to `limit` live keys of `job` starting with `prefix`, after
     /// `after`; deleted keys are skipped.
     pub async fn keys(
+        &self,
+        job: &JobName,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        self.bounded(
+            "ListKeys",
+            Duration::ZERO,
+            self.keys_unbounded(job, prefix, after, limit),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::keys`], which bounds it.
+    async fn keys_unbounded(
         &self,
         job: &JobName,
         prefix: &[u8],
@@ -1521,9 +1723,6 @@ impl EtcdNode {
             store_failures: c.failures.load(Ordering::Relaxed),
             store_recoveries: 0,
             unreadable_jobs: c.unreadable_jobs.load(Ordering::Relaxed),
-            // etcd syncs its own log; its metrics tell how.
-            sync: None,
-            integrity: None,
         }
     }
 

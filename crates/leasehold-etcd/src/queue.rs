@@ -33,8 +33,8 @@ use super::client::{
 };
 use super::keys::{JobState, Keys};
 use super::EtcdNode;
-use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName};
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{HolderId, JobName};
 
 /// The job's line as read with its keys, at the same revision.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,11 +1,11 @@
 //! Generates the client for the part of etcd's v3 API that the etcd backend
-//! speaks (`src/etcd/etcd.proto`): a client only, and no descriptor set
+//! speaks (`src/etcd.proto`): a client only, and no descriptor set
 //! (reflection serves leasehold's own API alone). protoc is vendored.
 
 use std::env;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let etcd = "src/etcd/etcd.proto";
+    let etcd = "src/etcd.proto";
     println!("cargo:rerun-if-changed={etcd}");
     if env::var_os("PROTOC").is_none() {
         // SAFETY: build scripts are single-threaded; nothing reads the
@@ -14,6 +14,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     tonic_prost_build::configure()
         .build_server(false)
-        .compile_protos(&[etcd], &["src/etcd"])?;
+        .compile_protos(&[etcd], &["src"])?;
     Ok(())
 }

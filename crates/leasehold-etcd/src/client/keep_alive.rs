@@ -36,7 +36,6 @@ use tonic::{Status, Streaming};
 
 use super::pb;
 use super::pb::lease_client::LeaseClient;
-use crate::clock::tokio_now;
 
 /// An answer to one keep-alive, or why there is none.
 pub type Answer = std::result::Result<pb::LeaseKeepAliveResponse, Status>;
@@ -271,7 +270,7 @@ async fn run<O: Open>(
     let mut pending = Pending::default();
     // When the stream last made progress: the last answer, or the first
     // request after a quiet spell. Stalled once `stall` has passed since.
-    let mut progress = tokio_now();
+    let mut progress = tokio::time::Instant::now();
     loop {
         let idle = pending.is_empty();
         tokio::select! {
@@ -298,7 +297,7 @@ async fn run<O: Open>(
                         continue;
                     }
                     if idle {
-                        progress = tokio_now();
+                        progress = tokio::time::Instant::now();
                     }
                     pending.push(id, reply);
                 }
@@ -306,7 +305,7 @@ async fn run<O: Open>(
             answer = next_answer(&mut stream) => {
                 let status = match answer {
                     Some(Ok(a)) => {
-                        progress = tokio_now();
+                        progress = tokio::time::Instant::now();
                         pending.route(a);
                         continue;
                     }

@@ -21,7 +21,7 @@ use tonic::{Code, Status};
 use tower::Service;
 
 use super::pb;
-use crate::error::{Error, Result};
+use leasehold_core::error::{Error, Result};
 
 /// How a frontend proves itself to etcd; all empty for a plain etcd.
 #[derive(Clone, Default)]

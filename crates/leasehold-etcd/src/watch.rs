@@ -21,10 +21,10 @@ use super::client::{pb, Watch, WatchRange};
 use super::decide;
 use super::keys::{BadRecord, JobState, Keys};
 use super::{closed, EtcdNode};
-use crate::error::{Error, Result};
-use crate::lease::rules::classify;
-use crate::lease::{JobName, LeaseView};
-use crate::node::EventKind;
+use leasehold_backend::EventKind;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules::classify;
+use leasehold_core::lease::{JobName, LeaseView};
 
 /// One watcher's view of a job: the state folded from etcd's events, the
 /// last view the watcher was sent, and the newest one not yet sent.
@@ -102,7 +102,7 @@ impl Follow {
             .holder
             .as_ref()
             .map_or(Duration::ZERO, |h| h.rec.ttl);
-        decide::view(&self.job, &self.st, ttl, crate::clock::now())
+        decide::view(&self.job, &self.st, ttl, leasehold_core::clock::now())
     }
 }
 
@@ -198,8 +198,8 @@ impl EtcdNode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd::keys::{HolderRec, TokenRec};
-    use crate::lease::{LeaseState, Limits, Token, Vacancy};
+    use crate::keys::{HolderRec, TokenRec};
+    use leasehold_core::lease::{LeaseState, Limits, Token, Vacancy};
 
     const TTL: Duration = Duration::from_secs(5);
 
@@ -262,7 +262,7 @@ mod tests {
     fn fresh() -> Follow {
         let job = Limits::default().job("j").unwrap();
         let st = JobState::default();
-        let sent = decide::view(&job, &st, Duration::ZERO, crate::clock::now());
+        let sent = decide::view(&job, &st, Duration::ZERO, leasehold_core::clock::now());
         Follow::new(job, st, 1, sent)
     }
 

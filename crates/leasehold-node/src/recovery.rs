@@ -5,7 +5,7 @@
 //! **A store failure is a put, a sync, or a
 //! checkpoint whose error puts the store out of service**: from then on the
 //! store refuses every change until it is reopened (see the durability
-//! contract in [`crate::store`]). Each one is counted once, by the first
+//! contract in [`leasehold_store`]). Each one is counted once, by the first
 //! error since the store was last (re)opened. The errors that follow until
 //! the reopen (changes refused because the store is out of service, a
 //! reopen attempt that fails and is retried) are its consequences and are
@@ -37,69 +37,13 @@
 //! does). Reads and renewals that change nothing are served either way.
 //! gRPC health and `/healthz` report it.
 
-use std::fmt;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::error::Error;
-
-/// How long to wait between attempts to reopen a failed store, and between
-/// looks at the free space while the disk is full.
-pub const RETRY: Duration = Duration::from_millis(500);
-
-/// Whether the store takes changes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreHealth {
-    /// It does.
-    Ok,
-    /// It failed and refuses every change until it is reopened.
-    Failed {
-        /// The failure that put it out of service.
-        error: String,
-    },
-    /// The etcd backend cannot take changes now, for `reason` (no
-    /// majority of etcd answers, or etcd is out of space); it serves again
-    /// by itself once etcd can.
-    Unavailable {
-        /// Why, in the operator's terms.
-        reason: String,
-    },
-    /// The disk is too full for even the smallest change.
-    Full {
-        /// Bytes free for the server in the data dir's file system.
-        free: u64,
-        /// Bytes a change needs free, beyond its own size.
-        needed: u64,
-    },
-}
-
-impl StoreHealth {
-    /// Whether the store takes changes.
-    pub fn is_ok(&self) -> bool {
-        *self == StoreHealth::Ok
-    }
-}
-
-impl fmt::Display for StoreHealth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreHealth::Ok => write!(f, "ok"),
-            StoreHealth::Failed { error } => write!(
-                f,
-                "the store failed and refuses changes until it is reopened \
-                 (retried every {RETRY:?}): {error}"
-            ),
-            StoreHealth::Unavailable { reason } => write!(f, "{reason}"),
-            StoreHealth::Full { free, needed } => write!(
-                f,
-                "disk full: no change can be made; {free} bytes are free and a change needs \
-                 at least {needed} beyond its own size; reads and renewals go on"
-            ),
-        }
-    }
-}
+pub use leasehold_backend::health::{StoreHealth, RETRY};
+use leasehold_core::error::Error;
 
 /// What the recovery thread is to do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,8 +202,8 @@ impl Recovery {
                 f = self.cv.wait(f).expect("recovery lock");
                 continue;
             }
-            let deadline = *timer.get_or_insert_with(|| crate::clock::now() + RETRY);
-            let left = deadline.saturating_duration_since(crate::clock::now());
+            let deadline = *timer.get_or_insert_with(|| leasehold_core::clock::now() + RETRY);
+            let left = deadline.saturating_duration_since(leasehold_core::clock::now());
             if left.is_zero() {
                 return Next::CheckSpace;
             }

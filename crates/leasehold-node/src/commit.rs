@@ -36,9 +36,9 @@ use std::time::Duration;
 
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::error::{Error, Result};
-use crate::node::recovery::Recovery;
-use crate::store::Store;
+use crate::recovery::Recovery;
+use leasehold_core::error::{Error, Result};
+use leasehold_store::Store;
 
 #[derive(Debug, Clone, Default)]
 struct Flushed {
@@ -516,9 +516,9 @@ fn sync_once(shared: &Shared, on_flusher: bool) -> bool {
     // Everything staged so far was written to the store before its number
     // was taken, so this one sync covers all of it.
     let target = shared.staged.load(Ordering::Acquire);
-    let started = crate::clock::now();
+    let started = leasehold_core::clock::now();
     let result = shared.store.sync();
-    let took = crate::clock::now().saturating_duration_since(started);
+    let took = leasehold_core::clock::now().saturating_duration_since(started);
     let failed = result.is_err();
     if let Err(e) = &result {
         // Before `syncing` is cleared: no reopen runs in between.
@@ -630,14 +630,14 @@ fn flusher(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Limits;
-    use crate::store::sled::SledStore;
-    use crate::store::ValueRecord;
+    use leasehold_core::lease::Limits;
+    use leasehold_store::sled::SledStore;
+    use leasehold_store::ValueRecord;
 
     fn put(store: &SledStore, commit: &GroupCommit, key: &str, version: u64) -> u64 {
         let job = Limits::default().job("j").unwrap();
         let rec = ValueRecord {
-            token: crate::lease::Token(1),
+            token: leasehold_core::lease::Token(1),
             version,
             value: Some(key.as_bytes().to_vec()),
         };

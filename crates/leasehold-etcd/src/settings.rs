@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::client::{create_is, mod_is, put_op, range_req};
 use super::EtcdNode;
-use crate::error::{Error, Result};
+use leasehold_core::error::{Error, Result};
 
 /// What the frontends on one prefix must agree on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::{EtcdNode, Read};
-use crate::error::{Error, Result};
-use crate::lease::JobName;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::JobName;
 
 /// The newest read of each key: waiting to be sent (callers join it), or
 /// in flight (a new one waits for its answer).

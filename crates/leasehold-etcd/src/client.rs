@@ -40,7 +40,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 
-use crate::error::{Error, Result};
+use leasehold_core::error::{Error, Result};
 
 pub mod keep_alive;
 mod members;
@@ -51,7 +51,7 @@ pub(crate) use members::Members;
 pub use secure::Security;
 use secure::{token_refused, EtcdChannel, Login, Token};
 
-/// Code generated from `src/etcd/etcd.proto`: etcd's own names.
+/// Code generated from `src/etcd.proto`: etcd's own names.
 #[allow(missing_docs, clippy::all)]
 pub mod pb {
     tonic::include_proto!("etcdserverpb");
@@ -457,7 +457,7 @@ impl Etcd {
     /// A transaction that puts waiter keys, made once without waiting for
     /// a place among the calls in flight: each carries many waiters' keys,
     /// and its caller keeps a few in flight at most (see
-    /// `etcd::queue::Joins`), so it never waits behind the reads of the
+    /// `queue::Joins`), so it never waits behind the reads of the
     /// very waiters it is joining.
     pub async fn join_txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
         self.once_with("join", false, |ch| {

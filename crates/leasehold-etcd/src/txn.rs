@@ -12,8 +12,8 @@ use super::keys::{
     encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
 };
 use super::queue::{grant_compares, Place};
-use crate::lease::{HolderId, JobName, TenureEnd, Token};
-use crate::store::{encode_history, HistoryPut, ValueRecord};
+use leasehold_core::lease::{HolderId, JobName, TenureEnd, Token};
+use leasehold_core::record::{encode_history, HistoryPut, ValueRecord};
 
 /// A grant of the free lease with `holder_rec` and `token_rec` (see
 /// [`super::decide::grant`]), its holder key bound to the new etcd lease
@@ -349,7 +349,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::lease::Limits;
+    use leasehold_core::lease::Limits;
     use pb::compare::{CompareResult, CompareTarget, TargetUnion};
     use pb::request_op::Request;
 

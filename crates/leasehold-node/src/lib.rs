@@ -1,6 +1,11 @@
 //! The single-node coordinator: the lease rules, the store, group commit,
 //! waiting `Acquire`s and watchers, wired together.
 //!
+//! One of leasehold's two backends; the server's `Backend` picks it or the
+//! etcd frontend (`leasehold-etcd`), which this crate never imports. The
+//! types both speak are `leasehold-backend`'s, the rules
+//! `leasehold-core`'s, and durability `leasehold-store`'s.
+//!
 //! # One owner of lease state
 //!
 //! The [`LeaseTable`] lives behind one `std::sync::Mutex`, together with the
@@ -19,164 +24,36 @@
 //! last change, `Read` for everything staged before it read. So no client
 //! ever sees a token or a value that a crash could take back.
 
+#![warn(missing_docs)]
+
 pub mod commit;
 pub mod recovery;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::sleep_until;
 
-use crate::clock;
-use crate::error::{Error, Result};
-use crate::lease::rules::classify;
-use crate::lease::{
-    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, JobStatus, LeaseTable, LeaseView,
-    Stats, TenureEnd, Token, WaiterId,
+use leasehold_backend::{
+    held_by_another, Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome,
+    Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write, CHANGES_BUFFERED,
 };
-use crate::metrics::{JobsShown, Picker};
-use crate::store::{HistoryPut, Store, Tenure, ValueRecord};
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules::classify;
+use leasehold_core::lease::{
+    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd,
+    Token, WaiterId,
+};
+use leasehold_store::{HistoryPut, Store, Tenure, ValueRecord};
+
 use commit::GroupCommit;
-pub use recovery::StoreHealth;
 use recovery::{Next, Recovery};
-
-pub use crate::lease::rules::EventKind;
-
-/// A point-in-time copy of the node's counters and per-job leadership.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The lease rules' counters.
-    pub stats: Stats,
-    /// How many jobs there are and how many are led, and the
-    /// leadership of those picked to be shown.
-    pub jobs: JobsShown,
-    /// Acquires waiting right now.
-    pub waiters: usize,
-    /// Store failures: each put, sync or checkpoint whose error put
-    /// the store out of service (see [`recovery`]).
-    pub store_failures: u64,
-    /// Times the store was reopened after a failure.
-    pub store_recoveries: u64,
-    /// Jobs a listing skipped because a record of theirs does not decode
-    /// (etcd mode; each is named in a WARN line).
-    pub unreadable_jobs: u64,
-    /// Group commit's syncs, on a backend that runs them (not etcd).
-    pub sync: Option<commit::SyncStats>,
-    /// The embedded store's token floor, and how its data dir was last
-    /// recovered or restored, if it was (not etcd).
-    pub integrity: Option<(u64, Option<String>)>,
-}
-
-/// A release not started yet, spawned if the guard is dropped armed: gives
-/// back a grant whose call was cancelled before its caller learned of it
-/// (see [`Node::acquire_fresh`]).
-pub struct ReleaseIfDropped(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
-
-impl ReleaseIfDropped {
-    /// A guard of `release` (a future: nothing runs unless the guard is
-    /// dropped armed).
-    pub fn new(release: impl Future<Output = ()> + Send + 'static) -> ReleaseIfDropped {
-        ReleaseIfDropped(Some(Box::pin(release)))
-    }
-
-    /// The grant reached its caller: nothing to undo.
-    pub fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for ReleaseIfDropped {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
-            // Dropped by the runtime that ran the call; at shutdown there
-            // is none, and the lease runs out on its own.
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(release);
-            }
-        }
-    }
-}
 
 /// Jobs walked under one hold of the state lock by a snapshot.
 const SNAPSHOT_CHUNK: usize = 16_384;
-
-/// One renewal in a [`Node::renew_many`] batch: the arguments of
-/// [`Node::renew`].
-#[derive(Debug, Clone)]
-pub struct Renewal {
-    /// The job.
-    pub job: JobName,
-    /// The holder that was granted it.
-    pub holder: HolderId,
-    /// The token of that grant.
-    pub token: Token,
-    /// The new lifetime, counted from now.
-    pub ttl: Duration,
-}
-
-/// One write in a [`Node::stage_writes`] batch: the arguments of
-/// [`Node::checked_write`].
-#[derive(Debug, Clone)]
-pub struct Write {
-    /// The job whose token fences the key.
-    pub job: JobName,
-    /// The writer's token.
-    pub token: Token,
-    /// The key.
-    pub key: Vec<u8>,
-    /// The value, or `None` for a delete.
-    pub value: Option<Vec<u8>>,
-}
-
-/// With a policy: whether a write carrying the live grant's token is to be
-/// refused because of who holds that grant, asked of the grant's holder
-/// as stored (bound to its principal). The policy answers it (see
-/// `server::auth::Caller::held_by_another`); the store decides it on the
-/// very state the write is decided on, so no other read is needed.
-pub type HolderGuard<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
-
-/// The refusal of a write the [`HolderGuard`] refused.
-pub fn held_by_another(job: &JobName) -> Error {
-    Error::PermissionDenied {
-        action: "write",
-        job: job.to_string(),
-        why: "the job's lease is held by another principal",
-    }
-}
-
-/// The outcome of one renewal in a batch: our renewed lease, or why not
-/// (`LeaseLost` or `UnknownToken`) with the job's current lease.
-pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
-
-/// Limits on what the node keeps (`--max-jobs`, `--max-keys-per-job`).
-/// Over one, a change that would grow past it is refused with
-/// [`Error::QuotaExceeded`] and nothing changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateLimits {
-    /// Jobs known at once; an `Acquire` of a new job is refused at it.
-    pub max_jobs: usize,
-    /// Keys per job, deleted ones included (a delete keeps a tombstone, so
-    /// that versions never go back); a write of a new key is refused at it.
-    /// Deleting the job gives the room back.
-    pub max_keys_per_job: usize,
-    /// Tenures kept in each job's history of leaders (the newest tokens'),
-    /// `--history-per-job`; 0 keeps none.
-    pub history_per_job: usize,
-}
-
-impl Default for StateLimits {
-    fn default() -> StateLimits {
-        StateLimits {
-            max_jobs: 1_000_000,
-            max_keys_per_job: 10_000,
-            history_per_job: 100,
-        }
-    }
-}
 
 /// Whether a renewal moved a live lease's deadline from `before` to the
 /// earlier `after`.
@@ -202,26 +79,6 @@ pub fn history_put(e: &HistoryEvent, now: Instant, wall_now: u64) -> HistoryPut 
             how: *how,
             at_unix_ms: wall(*at),
         },
-    }
-}
-
-impl StateLimits {
-    /// The refusal of a new job.
-    pub fn too_many_jobs(&self) -> Error {
-        Error::QuotaExceeded {
-            limit: "--max-jobs",
-            max: self.max_jobs,
-            principal: None,
-        }
-    }
-
-    /// The refusal of a new key.
-    pub fn too_many_keys(&self) -> Error {
-        Error::QuotaExceeded {
-            limit: "--max-keys-per-job",
-            max: self.max_keys_per_job,
-            principal: None,
-        }
     }
 }
 
@@ -365,10 +222,6 @@ fn recovery_thread(inner: Weak<Inner>, recovery: Arc<Recovery>) {
         }
     }
 }
-
-/// Changes kept for a slow reader of [`Node::changes`] before it is told
-/// it lagged.
-pub const CHANGES_BUFFERED: usize = 4096;
 
 /// The coordinator. Cheap to clone: clones share one state.
 #[derive(Clone)]
@@ -533,32 +386,21 @@ impl Node {
     }
 
     /// Asks for the lease; waits up to `wait` for it to free up, first come
-    /// first served. Returns whether it was granted, and the lease.
+    /// first served. Returns whether it was granted, whether the grant is a
+    /// new one (a new token) rather than the live holder's extension, and
+    /// the lease.
+    ///
+    /// **A new grant whose call is dropped before it returns (the client
+    /// cancelled while the grant was made durable) is released at once**,
+    /// so that the next in line gets it instead of waiting out a TTL for a
+    /// holder that never learned its token.
     pub async fn acquire(
         &self,
         job: &JobName,
         holder: &HolderId,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<(bool, LeaseView)> {
-        let (acquired, _, view) = self.acquire_fresh(job, holder, ttl, wait).await?;
-        Ok((acquired, view))
-    }
-
-    /// [`Node::acquire`], saying too whether the grant is a new one (a new
-    /// token) rather than the live holder's extension.
-    ///
-    /// **A new grant whose call is dropped before it returns (the client
-    /// cancelled while the grant was made durable) is released at once**,
-    /// so that the next in line gets it instead of waiting out a TTL for a
-    /// holder that never learned its token.
-    pub async fn acquire_fresh(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<(bool, bool, LeaseView)> {
+    ) -> Result<Acquired> {
         self.check_open()?;
         let give_up = clock::now() + wait;
         let limits = self.inner.limits;
@@ -574,7 +416,11 @@ impl Node {
                 let undo = self.release_if_dropped(changed, job, holder, view.token);
                 self.publish_when_durable(job, seq, changed).await?;
                 undo.disarm();
-                return Ok((true, changed, view));
+                return Ok(Acquired {
+                    acquired: true,
+                    fresh: changed,
+                    lease: view,
+                });
             }
             Acquire::Busy { view, .. } => view,
             Acquire::Exhausted(_) => {
@@ -586,7 +432,11 @@ impl Node {
         };
         if wait.is_zero() {
             self.inner.commit.wait(seq).await?;
-            return Ok((false, false, busy));
+            return Ok(Acquired {
+                acquired: false,
+                fresh: false,
+                lease: busy,
+            });
         }
 
         // Join the queue.
@@ -625,7 +475,11 @@ impl Node {
                     queued.answered = true;
                     self.publish_when_durable(job, seq, changed).await?;
                     undo.disarm();
-                    return Ok((true, fresh, view));
+                    return Ok(Acquired {
+                        acquired: true,
+                        fresh,
+                        lease: view,
+                    });
                 }
                 Acquire::Exhausted(_) => {
                     self.inner.commit.wait(seq).await?;
@@ -639,7 +493,11 @@ impl Node {
                 } => {
                     if clock::now() >= give_up {
                         self.inner.commit.wait(seq).await?;
-                        return Ok((false, false, view));
+                        return Ok(Acquired {
+                            acquired: false,
+                            fresh: false,
+                            lease: view,
+                        });
                     }
                     // Only the first in line watches the deadline; the rest
                     // are woken when they move up. Nobody polls.
@@ -667,7 +525,7 @@ impl Node {
         token: Token,
     ) -> ReleaseIfDropped {
         if !fresh {
-            return ReleaseIfDropped(None);
+            return ReleaseIfDropped::unarmed();
         }
         let (node, job, holder) = (self.clone(), job.clone(), holder.clone());
         ReleaseIfDropped::new(async move { node.release_undelivered(&job, &holder, token).await })
@@ -900,14 +758,17 @@ impl Node {
         prefix: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<JobStatus>> {
+    ) -> Result<Statuses> {
         let (rows, seq) = {
             let st = self.lock();
             let rows = st.table.status(prefix, after, limit, clock::now());
             (rows, self.inner.commit.staged())
         };
         self.inner.commit.wait(seq).await?;
-        Ok(rows)
+        Ok(Statuses {
+            jobs: rows,
+            counted: true,
+        })
     }
 
     /// The jobs whose leadership changes from now on (or that refuse a
@@ -1037,7 +898,7 @@ impl Node {
     /// stream decide its next message, in order, while earlier ones wait
     /// for their sync. Fails as a whole when the node is closing or the
     /// store refuses or fails; writes before that one may have been made.
-    pub fn stage_writes(&self, batch: Vec<Write>) -> Result<(Vec<Result<u64>>, u64)> {
+    pub fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
         self.check_open()?;
         let mut out = Vec::with_capacity(batch.len());
         let mut last = 0;
@@ -1062,7 +923,10 @@ impl Node {
             last = last.max(seq);
             out.push(outcome);
         }
-        Ok((out, last))
+        Ok(Staged {
+            outcomes: out,
+            seq: last,
+        })
     }
 
     /// Waits until every change up to sequence number `seq` is durable
@@ -1325,7 +1189,7 @@ impl Node {
     /// the torture test can show its checker catches real bugs.
     #[cfg(feature = "fault-injection")]
     pub fn break_rules(&self, list: &str) -> Result<()> {
-        let mut f = crate::lease::Faults::default();
+        let mut f = leasehold_core::lease::Faults::default();
         for rule in list.split(',').map(str::trim).filter(|r| !r.is_empty()) {
             match rule {
                 "no-fence" => f.skip_fence = true,
@@ -1354,8 +1218,9 @@ impl Node {
     }
 
     /// Counters and per-job leadership for metrics: every job counted, at
-    /// most `max_jobs` of them picked to be shown ([`JobsShown::pick`],
-    /// under the state lock: one pass, no copy of the others' names).
+    /// most `max_jobs` of them picked to be shown
+    /// ([`leasehold_backend::JobsShown::pick`], under the state lock: one
+    /// pass, no copy of the others' names).
     pub fn snapshot_showing(&self, max_jobs: usize) -> Snapshot {
         let (store_failures, store_recoveries) = self.inner.recovery.counts();
         // The jobs are walked in chunks, each under the state lock on its
@@ -1391,12 +1256,24 @@ impl Node {
             store_failures,
             store_recoveries,
             unreadable_jobs: 0,
-            sync: Some(self.inner.commit.sync_stats()),
-            integrity: Some((
-                self.inner.store.token_floor().0,
-                self.inner.store.recovered(),
-            )),
         }
+    }
+
+    /// Group commit's syncs: how many, the changes they made durable, and
+    /// the live histogram of their durations. Not part of [`Snapshot`],
+    /// which both backends give (etcd syncs its own log; its metrics tell
+    /// how).
+    pub fn sync_stats(&self) -> commit::SyncStats {
+        self.inner.commit.sync_stats()
+    }
+
+    /// The embedded store's token floor, and how its data dir was last
+    /// recovered or restored, if it was.
+    pub fn integrity(&self) -> (u64, Option<String>) {
+        (
+            self.inner.store.token_floor().0,
+            self.inner.store.recovered(),
+        )
     }
 
     /// Whether the store takes changes, as it changes: for gRPC health and
@@ -1472,8 +1349,8 @@ impl Drop for Queued<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{Leadership, Limits};
-    use crate::store::sled::SledStore;
+    use leasehold_core::lease::{Leadership, Limits};
+    use leasehold_store::sled::SledStore;
 
     /// A snapshot walks the table in chunks, releasing the state lock
     /// between them, and still counts every job once and shows the led

@@ -18,8 +18,8 @@ use tokio::sync::watch;
 
 use super::client::{pb, range_req, Etcd, WatchRange};
 use super::keys::{Keys, Record};
-use crate::error::Result;
-use crate::lease::{JobName, Leadership, Stats, TenureEnd, Token};
+use leasehold_core::error::Result;
+use leasehold_core::lease::{JobName, Leadership, Stats, TenureEnd, Token};
 
 #[derive(Debug, Clone)]
 struct Job {
@@ -66,14 +66,14 @@ impl Mirror {
         Mirror {
             record_expiries,
             changes: Some(tokio::sync::broadcast::Sender::new(
-                crate::node::CHANGES_BUFFERED,
+                leasehold_backend::CHANGES_BUFFERED,
             )),
             ..Mirror::default()
         }
     }
 
     /// The jobs whose leadership changes from now on, as the mirror sees
-    /// them (see [`crate::node::Node::changes`]).
+    /// them (see the backends' `changes`).
     pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
         match &self.changes {
             Some(s) => s.subscribe(),
@@ -229,7 +229,7 @@ fn record_expiry(etcd: Etcd, keys: Keys, job: String, token: Token) {
             &job,
             token,
             TenureEnd::Expired,
-            crate::clock::wall_unix_ms(),
+            leasehold_core::clock::wall_unix_ms(),
         );
         let req = pb::TxnRequest {
             compare: Vec::new(),
@@ -289,7 +289,7 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) -> Option<(String, Token)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::etcd::keys::{HolderRec, TokenRec};
+    use crate::keys::{HolderRec, TokenRec};
 
     fn put(key: Vec<u8>, value: Vec<u8>) -> pb::Event {
         pb::Event {

@@ -7,15 +7,15 @@
 //! etcd everything the decision relied on, and a failed comparison sends
 //! the caller back to read and decide again. The rules the single node
 //! shares (the fence, unknown or lost, a repeated release) come from
-//! [`crate::lease::rules`], so the two backends cannot drift apart.
+//! [`leasehold_core::lease::rules`], so the two backends cannot drift apart.
 
 use std::time::{Duration, Instant};
 
 use super::keys::{HolderRec, Holding, JobState, TokenRec};
 use super::queue::Line;
-use crate::error::{Error, Result};
-use crate::lease::rules;
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Token};
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules;
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Token};
 
 /// What an `Acquire` does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -269,9 +269,9 @@ fn lost(job: &JobName, st: &JobState, token: Token) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::FenceCause;
-    use crate::etcd::client::pb;
-    use crate::lease::{Limits, Vacancy};
+    use crate::client::pb;
+    use leasehold_core::error::FenceCause;
+    use leasehold_core::lease::{Limits, Vacancy};
 
     const TTL: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,342 @@
+//! The records leasehold keeps, and their encodings: a job's lease record,
+//! the value under (job, key), and a job's history of leaders, as bytes
+//! with a leading format byte.
+//!
+//! Both backends store these same bytes: the single node in its
+//! write-ahead log and sled (`leasehold-store`), etcd as the values of its
+//! keys. So the encodings live here, below both, and the etcd backend
+//! needs no storage engine to read what it wrote. Pure: no I/O.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lease::{HolderId, JobName, LeaseRecord, TenureEnd, Token};
+
+/// What is stored under (job, key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValueRecord {
+    /// The token of the write that stored it. The key's highest token: it
+    /// only goes up.
+    pub token: Token,
+    /// 1 for the first write, then one more per accepted write or delete.
+    pub version: u64,
+    /// The value, or `None` when deleted (a tombstone keeps token and
+    /// version, so a stale writer cannot bring a deleted key back).
+    pub value: Option<Vec<u8>>,
+}
+
+/// A change to a job's history of leaders, as the store keeps it: times
+/// are milliseconds since the Unix epoch on the wall clock, for people
+/// only (no rule reads them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryPut {
+    /// A tenure began.
+    Grant {
+        /// Its token.
+        token: Token,
+        /// Its holder.
+        holder: HolderId,
+        /// When, on the wall clock.
+        at_unix_ms: u64,
+        /// The TTL it was granted with.
+        ttl: Duration,
+    },
+    /// The tenure of `token` ended.
+    End {
+        /// Its token.
+        token: Token,
+        /// How.
+        how: TenureEnd,
+        /// When, on the wall clock.
+        at_unix_ms: u64,
+    },
+}
+
+/// One tenure of a job's history, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenure {
+    /// Its token.
+    pub token: Token,
+    /// Its holder.
+    pub holder: String,
+    /// When it was granted (wall clock, ms since the Unix epoch).
+    pub granted_unix_ms: u64,
+    /// The TTL it was granted with.
+    pub ttl: Duration,
+    /// How and when it ended (wall clock), if that is recorded.
+    pub end: Option<(TenureEnd, u64)>,
+}
+
+// ---- Record encoding, shared by both backends ----
+//
+// Fixed little-endian layouts with a leading format byte, so that a future
+// layout can be told apart from this one.
+
+const LEASE_V1: u8 = 1;
+const VALUE_V1: u8 = 1;
+
+/// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`.
+pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
+    let holder = r.holder.as_ref().map_or("", |h| h.as_str());
+    let mut b = Vec::with_capacity(18 + holder.len());
+    b.push(LEASE_V1);
+    b.extend_from_slice(&r.token.0.to_le_bytes());
+    b.extend_from_slice(&(r.ttl.as_millis() as u64).to_le_bytes());
+    b.push(r.holder.is_some() as u8);
+    b.extend_from_slice(holder.as_bytes());
+    b
+}
+
+/// Decodes what [`encode_lease`] wrote.
+pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
+    let bad = || Error::storage(format!("corrupt lease record ({} bytes)", b.len()));
+    if b.len() < 18 || b[0] != LEASE_V1 {
+        return Err(bad());
+    }
+    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
+    let ttl = Duration::from_millis(u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?));
+    let holder = match b[17] {
+        0 => None,
+        1 => {
+            let s = std::str::from_utf8(&b[18..]).map_err(|_| bad())?;
+            Some(HolderId::from_trusted(s.to_owned()))
+        }
+        _ => return Err(bad()),
+    };
+    Ok(LeaseRecord { holder, token, ttl })
+}
+
+/// Encodes a value record: `[1, token u64, version u64, present u8, value...]`.
+pub fn encode_value(r: &ValueRecord) -> Vec<u8> {
+    let v = r.value.as_deref().unwrap_or_default();
+    let mut b = Vec::with_capacity(18 + v.len());
+    b.push(VALUE_V1);
+    b.extend_from_slice(&r.token.0.to_le_bytes());
+    b.extend_from_slice(&r.version.to_le_bytes());
+    b.push(r.value.is_some() as u8);
+    b.extend_from_slice(v);
+    b
+}
+
+/// Decodes what [`encode_value`] wrote.
+pub fn decode_value(b: &[u8]) -> Result<ValueRecord> {
+    let bad = || Error::storage(format!("corrupt value record ({} bytes)", b.len()));
+    if b.len() < 18 || b[0] != VALUE_V1 {
+        return Err(bad());
+    }
+    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
+    let version = u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?);
+    let value = match b[17] {
+        0 => None,
+        1 => Some(b[18..].to_vec()),
+        _ => return Err(bad()),
+    };
+    Ok(ValueRecord {
+        token,
+        version,
+        value,
+    })
+}
+
+// ---- History records ----
+//
+// A job's history lives among the value records, under keys no value key
+// can have: `FF FF`, the job's length (u16, big-endian), the job, the
+// token (u64, big-endian), then 0 for the grant or 1 for the end. A job
+// name is at most 65,534 bytes (`Limits`), so no value key starts with
+// `FF FF`. Each record is an ordinary value record (token, version 1, the
+// payload below as its value), so checks, backups and restores carry it
+// unchanged:
+//   grant: [1, granted_unix_ms u64, ttl_ms u64, holder...]
+//   end:   [1, how u8 (1 released, 2 expired, 3 taken over, 4 deleted), at_unix_ms u64]
+
+const HISTORY_V1: u8 = 1;
+
+/// The first two bytes of every history key.
+pub const HISTORY_MARK: [u8; 2] = [0xFF, 0xFF];
+
+/// The prefix of every history key of `job`.
+pub fn history_prefix(job: &JobName) -> Vec<u8> {
+    let j = job.as_str().as_bytes();
+    let mut b = Vec::with_capacity(4 + j.len() + 9);
+    b.extend_from_slice(&HISTORY_MARK);
+    b.extend_from_slice(&(j.len() as u16).to_be_bytes());
+    b.extend_from_slice(j);
+    b
+}
+
+/// The key of the grant (`part` 0) or end (`part` 1) of `job`'s tenure of
+/// `token`.
+pub fn history_key(job: &JobName, token: Token, part: u8) -> Vec<u8> {
+    let mut b = history_prefix(job);
+    b.extend_from_slice(&token.0.to_be_bytes());
+    b.push(part);
+    b
+}
+
+/// The key and the value record of one history change.
+pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord) {
+    let (token, part, payload) = match put {
+        HistoryPut::Grant {
+            token,
+            holder,
+            at_unix_ms,
+            ttl,
+        } => {
+            let mut b = Vec::with_capacity(17 + holder.as_str().len());
+            b.push(HISTORY_V1);
+            b.extend_from_slice(&at_unix_ms.to_le_bytes());
+            b.extend_from_slice(&(ttl.as_millis() as u64).to_le_bytes());
+            b.extend_from_slice(holder.as_str().as_bytes());
+            (*token, 0, b)
+        }
+        HistoryPut::End {
+            token,
+            how,
+            at_unix_ms,
+        } => {
+            let mut b = Vec::with_capacity(10);
+            b.push(HISTORY_V1);
+            b.push(match how {
+                TenureEnd::Released => 1,
+                TenureEnd::Expired => 2,
+                TenureEnd::TakenOver => 3,
+                TenureEnd::Deleted => 4,
+                TenureEnd::Restored => 5,
+                TenureEnd::Recovered => 6,
+            });
+            b.extend_from_slice(&at_unix_ms.to_le_bytes());
+            (*token, 1, b)
+        }
+    };
+    (
+        history_key(job, token, part),
+        ValueRecord {
+            token,
+            version: 1,
+            value: Some(payload),
+        },
+    )
+}
+
+/// Folds a job's history records (key after [`history_prefix`], value
+/// record), in key order, into tenures, oldest first. A record that does
+/// not decode is an error naming it.
+pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>> {
+    let mut out: Vec<Tenure> = Vec::new();
+    for (rest, r) in records {
+        let bad = || {
+            Error::storage(format!(
+                "corrupt history record ({} byte key, token {})",
+                rest.len(),
+                r.token
+            ))
+        };
+        if rest.len() != 9 {
+            return Err(bad());
+        }
+        let token = Token(u64::from_be_bytes(rest[..8].try_into().map_err(|_| bad())?));
+        let v = r.value.as_deref().ok_or_else(bad)?;
+        match rest[8] {
+            0 => {
+                if v.len() < 17 || v[0] != HISTORY_V1 {
+                    return Err(bad());
+                }
+                let at = u64::from_le_bytes(v[1..9].try_into().map_err(|_| bad())?);
+                let ttl = u64::from_le_bytes(v[9..17].try_into().map_err(|_| bad())?);
+                let holder = std::str::from_utf8(&v[17..]).map_err(|_| bad())?;
+                out.push(Tenure {
+                    token,
+                    holder: holder.to_owned(),
+                    granted_unix_ms: at,
+                    ttl: Duration::from_millis(ttl),
+                    end: None,
+                });
+            }
+            1 => {
+                if v.len() != 10 || v[0] != HISTORY_V1 {
+                    return Err(bad());
+                }
+                let how = match v[1] {
+                    1 => TenureEnd::Released,
+                    2 => TenureEnd::Expired,
+                    3 => TenureEnd::TakenOver,
+                    4 => TenureEnd::Deleted,
+                    5 => TenureEnd::Restored,
+                    6 => TenureEnd::Recovered,
+                    _ => return Err(bad()),
+                };
+                let at = u64::from_le_bytes(v[2..10].try_into().map_err(|_| bad())?);
+                // An end without its grant (trimmed apart) is left out.
+                if let Some(t) = out.last_mut().filter(|t| t.token == token) {
+                    t.end = Some((how, at));
+                }
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(out)
+}
+
+/// The store key of (job, key): the job's length (u16, big-endian), the job,
+/// then the key. Length-prefixing keeps one job's keys contiguous and apart
+/// from any other job's, whatever bytes the names hold, so a prefix scan
+/// never leaks into another job.
+pub fn value_key(job: &JobName, key: &[u8]) -> Vec<u8> {
+    let j = job.as_str().as_bytes();
+    let mut b = Vec::with_capacity(2 + j.len() + key.len());
+    b.extend_from_slice(&(j.len() as u16).to_be_bytes());
+    b.extend_from_slice(j);
+    b.extend_from_slice(key);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Limits;
+
+    #[test]
+    fn records_round_trip() {
+        let l = Limits::default();
+        for r in [
+            LeaseRecord {
+                holder: Some(l.holder("w@1").unwrap()),
+                token: Token(u64::MAX),
+                ttl: Duration::from_millis(1500),
+            },
+            LeaseRecord {
+                holder: None,
+                token: Token(3),
+                ttl: Duration::ZERO,
+            },
+        ] {
+            assert_eq!(decode_lease(&encode_lease(&r)).unwrap(), r);
+        }
+        for r in [
+            ValueRecord {
+                token: Token(2),
+                version: 9,
+                value: Some(b"ok".to_vec()),
+            },
+            ValueRecord {
+                token: Token(2),
+                version: 10,
+                value: None,
+            },
+        ] {
+            assert_eq!(decode_value(&encode_value(&r)).unwrap(), r);
+        }
+        assert!(decode_lease(b"\x02garbage-garbage-garbage").is_err());
+        assert!(decode_value(b"").is_err());
+    }
+
+    #[test]
+    fn value_keys_of_different_jobs_never_share_a_prefix() {
+        let l = Limits::default();
+        let a = value_key(&l.job("a").unwrap(), b"bc");
+        let ab = value_key(&l.job("ab").unwrap(), b"c");
+        assert!(!a.starts_with(&value_key(&l.job("ab").unwrap(), b"")));
+        assert!(!ab.starts_with(&value_key(&l.job("a").unwrap(), b"")));
+    }
+}
