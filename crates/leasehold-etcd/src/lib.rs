@@ -253,6 +253,10 @@ struct Inner {
     /// Rules broken on purpose ([`EtcdNode::break_rules`]); never set but
     /// in a fault-injection build.
     faults: OnceLock<Faults>,
+    /// The broken rule "early-expiry": when each etcd lease this frontend
+    /// granted or renewed runs out ([`EtcdNode::expire_early`]). Empty
+    /// unless the rule is broken.
+    early: Mutex<std::collections::HashMap<i64, Instant>>,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -344,6 +348,7 @@ impl EtcdNode {
                 ttls: reads::Shared::default(),
                 limits: config.limits,
                 faults: OnceLock::new(),
+                early: Mutex::default(),
             }),
         };
         node.init_meta().await?;
@@ -869,7 +874,7 @@ impl EtcdNode {
         let floor = meta.map_or(Token::NONE, |m| m.rec.new_job_floor);
         // Refused before anything is created in etcd.
         let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl)?;
-        let (lease, _) = self.failed(self.inner.etcd.grant(self.lease_secs(ttl)).await)?;
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let mut req = txn::grant(
             &self.inner.keys,
             job.as_str(),
@@ -904,6 +909,7 @@ impl EtcdNode {
             // The broken rule "ack-before-sync": the grant is answered
             // before its transaction has committed, or even been sent.
             self.commit_later(req);
+            self.expire_early(lease, ttl);
             return Ok(Some(decide::granted(job, &holder_rec, clock::now())));
         }
         // On an unknown outcome the etcd lease is left to run out: the
@@ -923,6 +929,7 @@ impl EtcdNode {
             self.revoke_later(lease);
             return Ok(None);
         }
+        self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &holder_rec, clock::now())))
     }
 
@@ -992,17 +999,21 @@ impl EtcdNode {
                     }
                 }
                 let live = self.keep_alive(job, h).await?;
+                if live {
+                    self.expire_early(h.lease, ttl);
+                }
                 return Ok(live.then(|| decide::granted(job, &h.rec, clock::now())));
             }
             Extend::Move(rec) => rec,
         };
-        let (lease, _) = self.failed(self.inner.etcd.grant(self.lease_secs(ttl)).await)?;
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let req = txn::move_holding(&self.inner.keys, job.as_str(), h, &rec, lease);
         if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
             self.revoke_later(lease);
             return Ok(None);
         }
         self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &rec, clock::now())))
     }
 
@@ -1066,13 +1077,14 @@ impl EtcdNode {
             released: false,
             holder: h.rec.holder.clone(),
         };
-        let (lease, _) = self.failed(self.inner.etcd.grant(self.lease_secs(ttl)).await)?;
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let req = txn::bump_token(&self.inner.keys, job.as_str(), h, &rec, &token_rec, lease);
         if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
             self.revoke_later(lease);
             return Ok(None);
         }
         self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &rec, clock::now())))
     }
 
@@ -1081,14 +1093,41 @@ impl EtcdNode {
         self.inner.faults.get().copied().unwrap_or_default()
     }
 
-    /// The TTL, in whole seconds, of the etcd lease a holding granted or
-    /// moved for `ttl` is bound to: how long the core's rule says a lease
-    /// lasts ([`rules::lasts`]; `ttl` itself, a whole number of seconds,
-    /// but under the broken rule "early-expiry"), rounded up. etcd keeps a
-    /// lease at least its minimum TTL.
-    fn lease_secs(&self, ttl: Duration) -> i64 {
-        let d = rules::lasts(ttl, self.faults());
-        (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1) as i64
+    /// The broken rule "early-expiry": the holding bound to the etcd lease
+    /// `lease`, just granted or renewed for `ttl`, runs out when the core's
+    /// rule says it lasts ([`rules::lasts`]: half its TTL) unless it is
+    /// renewed again through this frontend before: its etcd lease is then
+    /// revoked, which deletes the holder key and wakes the waiters, as etcd
+    /// does at its TTL. (etcd keeps a lease at least its minimum TTL, 2 s
+    /// by default, so a shorter etcd lease could not break the rule for
+    /// the TTLs etcd accepts.) Nothing without the broken rule.
+    fn expire_early(&self, lease: i64, ttl: Duration) {
+        let lasts = rules::lasts(ttl, self.faults());
+        if lasts >= ttl {
+            return;
+        }
+        let deadline = Instant::now() + lasts;
+        self.inner
+            .early
+            .lock()
+            .expect("early expiries")
+            .insert(lease, deadline);
+        let node = self.clone();
+        tokio::spawn(async move {
+            sleep_until(deadline).await;
+            let due = {
+                let mut early = node.inner.early.lock().expect("early expiries");
+                let due = early.get(&lease).is_some_and(|d| *d <= Instant::now());
+                if due {
+                    early.remove(&lease);
+                }
+                due
+            };
+            if due {
+                tracing::info!(lease, "early-expiry: revoking a lease at half its TTL");
+                node.revoke_later(lease);
+            }
+        });
     }
 
     /// The broken rule "ack-before-sync": sends a transaction whose change
