@@ -523,7 +523,8 @@ mod tests {
     fn each_refusal_of_a_write_has_its_reason() {
         use FenceCause::*;
         let refuse_a = |h: &str| h == "a";
-        let cases: [(_, Option<&dyn Fn(&str) -> bool>, _); 7] = [
+        type Guard<'a> = Option<&'a dyn Fn(&str) -> bool>;
+        let cases: [(_, Guard, _); 7] = [
             // The guard refuses the live grant's holder.
             (
                 (3, 3, Some((3, "a")), None),
