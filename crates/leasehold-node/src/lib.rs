@@ -936,10 +936,10 @@ impl Node {
     /// the admission's (this write is refused). Returns the new version or
     /// the refusal, and the sequence number to wait for before showing it:
     /// a refusal names the job's current token, which must be durable too.
-    #[allow(clippy::too_many_arguments)] // one write's parts, and its guard
     ///
     /// `existing` is the key's record as it is under the lock (see
     /// [`Node::lock_with_records`]).
+    #[allow(clippy::too_many_arguments)] // one write's parts, and its guard
     fn write_one(
         &self,
         st: &mut State,

@@ -938,16 +938,6 @@ impl LeaseTable {
             .collect()
     }
 
-    /// The token and holder of `name`'s grant if it is live at `now`,
-    /// without building a view.
-    pub fn live_holder(&self, name: &JobName, now: Instant) -> Option<(Token, &HolderId)> {
-        let job = self.jobs.get(name)?;
-        job.holding
-            .as_ref()
-            .filter(|h| h.deadline > now)
-            .map(|h| (job.token, &h.holder))
-    }
-
     /// The lease of `job` at `now`; a job never seen has token 0 and no
     /// holder.
     pub fn view(&self, name: &JobName, now: Instant) -> LeaseView {
