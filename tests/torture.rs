@@ -47,6 +47,9 @@
 //! breaks rules on purpose (`no-fence`, `early-expiry`, `renew-bumps-token`,
 //! `ack-before-sync`); with `--expect-violations` the run succeeds only if
 //! the checker finds violations, which shows that it catches real bugs.
+//! With `--etcd` too, every frontend breaks the rule (the rules, and their
+//! switches, are the core's, the same for both backends); pass the
+//! fault-injection build as `--server-bin`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};

@@ -337,6 +337,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             let node = EtcdNode::open(config)
                 .await
                 .with_context(|| format!("cannot reach etcd at {}", a.etcd_endpoints.join(",")))?;
+            #[cfg(feature = "fault-injection")]
+            if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
+                node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
+            }
             // The bounds obey the backend's own TTL rule (whole seconds, at
             // least etcd's minimum lease TTL): the same check as each call's.
             let min = node.min_ttl();

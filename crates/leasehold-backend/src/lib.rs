@@ -166,13 +166,11 @@ pub struct Write {
 /// very state the write is decided on, so no other read is needed.
 pub type HolderGuard<'a> = &'a (dyn Fn(&str) -> bool + Send + Sync);
 
-/// The refusal of a write the [`HolderGuard`] refused.
+/// The refusal of a write the [`HolderGuard`] refused: the core's
+/// ([`leasehold_core::lease::rules::held_by_another`]), which both backends
+/// answer through [`leasehold_core::lease::rules::admit_write`].
 pub fn held_by_another(job: &JobName) -> Error {
-    Error::PermissionDenied {
-        action: "write",
-        job: job.to_string(),
-        why: "the job's lease is held by another principal",
-    }
+    leasehold_core::lease::rules::held_by_another(job)
 }
 
 /// The outcome of one renewal in a batch: our renewed lease, or why not

@@ -5,58 +5,80 @@
 //! on a read that may be stale by the time it acts, so none of them is
 //! final: the transaction built from it (see [`super::txn`]) re-checks in
 //! etcd everything the decision relied on, and a failed comparison sends
-//! the caller back to read and decide again. The rules the single node
-//! shares (the fence, unknown or lost, a repeated release) come from
-//! [`leasehold_core::lease::rules`], so the two backends cannot drift apart.
+//! the caller back to read and decide again.
+//!
+//! **The rules themselves are the core's** ([`leasehold_core::lease::rules`]),
+//! the very functions the single node's lease table calls: who gets the
+//! lease next ([`rules::may_grant`]), whether a write is admitted
+//! ([`rules::admit_write`]), the next token, unknown or lost, a repeated
+//! release, and the rules broken on purpose ([`Faults`]). This module only
+//! feeds them what etcd holds, so the two backends cannot drift apart.
+//!
+//! A refusal of its own ([`Refused`]) is an enum, turned into the client's
+//! error by [`Refused::error`].
 
 use std::time::{Duration, Instant};
 
 use super::keys::{HolderRec, Holding, JobState, TokenRec};
 use super::queue::Line;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::rules;
-use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Token};
+use leasehold_core::lease::rules::{self, MayGrant, WriteRefusal};
+use leasehold_core::lease::{Faults, HolderId, JobName, LeaseState, LeaseView, Token};
 
-/// What an `Acquire` does next.
+/// Why a decision of this module refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acquire<'a> {
-    /// The caller holds the lease already: extend this holding.
-    Extend(&'a Holding),
-    /// The lease is free and it is the caller's turn: grant it.
-    Grant,
-    /// Somebody else holds it, or waiters are ahead of the caller.
-    Busy,
+pub enum Refused {
+    /// A queued `Acquire` whose waiter key is gone lost its place in line
+    /// (its frontend's etcd session lease ran out): its turn may have
+    /// passed, so it must ask again.
+    LostPlace,
+    /// The write's admission ([`rules::admit_write`]) refused it.
+    Write(WriteRefusal),
+}
+
+impl Refused {
+    /// The error the client is told; `token` is the request's, `current`
+    /// the job's newest as read.
+    pub fn error(self, job: &JobName, token: Token, current: Token) -> Error {
+        match self {
+            Refused::LostPlace => Error::Storage(
+                "this waiting Acquire lost its place in line (its frontend's etcd \
+                 session lease ran out); ask again"
+                    .into(),
+            ),
+            Refused::Write(w) => w.error(job, token, current),
+        }
+    }
 }
 
 /// An `Acquire` by `holder`; `waiting` is the create revision of its
 /// waiter key when it has queued.
 ///
-/// The holder of the live grant extends it (even from the line). A free
-/// lease goes to the caller only if nobody is ahead: an `Acquire` that has
-/// not queued only when nobody waits, a queued one only when it is first.
-/// A queued `Acquire` whose key is gone lost its place (its frontend's
-/// session lease ran out): an error, since its turn may have passed.
-pub fn acquire<'a>(
-    st: &'a JobState,
+/// Decided by the core's rule, [`rules::may_grant`]: the holder of the
+/// live grant extends it (even from the line); a free lease goes to the
+/// caller only if nobody is ahead (an `Acquire` that has not queued only
+/// when nobody waits, a queued one only when it is first), and to nobody
+/// once the job has issued its last token. A queued `Acquire` whose key
+/// is gone lost its place: [`Refused::LostPlace`].
+pub fn acquire(
+    st: &JobState,
     line: &Line,
     holder: &HolderId,
     waiting: Option<i64>,
-) -> Result<Acquire<'a>> {
+) -> std::result::Result<MayGrant, Refused> {
     if let Some(rev) = waiting {
         if line.mine != Some(rev) {
-            return Err(Error::Storage(
-                "this waiting Acquire lost its place in line (its frontend's etcd \
-                 session lease ran out); ask again"
-                    .into(),
-            ));
+            return Err(Refused::LostPlace);
         }
     }
-    Ok(match &st.holder {
-        Some(h) if h.rec.holder == holder.as_str() => Acquire::Extend(h),
-        Some(_) => Acquire::Busy,
-        None if line.first == waiting => Acquire::Grant,
-        None => Acquire::Busy,
-    })
+    let live = st.holder.as_ref().map(|h| h.rec.holder.as_str());
+    Ok(rules::may_grant(
+        live,
+        holder,
+        st.token() == Token::LAST,
+        line.first,
+        waiting,
+    ))
 }
 
 /// The records a grant to `holder` puts: the holder key's, and the token
@@ -186,21 +208,34 @@ pub fn release<'a>(
 }
 
 /// A `CheckedWrite` with `token` on a key whose stored token is
-/// `key_token`: the fence, and the live holding the write's transaction
-/// compares.
+/// `key_token`, by a caller whose policy refuses the holders `guard`
+/// refuses: admitted or not by the core's rule ([`rules::admit_write`]:
+/// the guard, then the fence), and the live holding the write's
+/// transaction compares. That is `None` only when the broken rule
+/// "no-fence" admitted the write: then the transaction compares neither
+/// the holding nor the key's token.
 pub fn write<'a>(
-    job: &JobName,
     st: &'a JobState,
     token: Token,
     key_token: Option<Token>,
-) -> Result<&'a Holding> {
-    let live = st.holder.as_ref().map(|h| h.rec.token);
-    rules::fence(job, token, st.token(), live, key_token)?;
-    // The fence passes only a token that is the live holding's.
-    Ok(st
+    guard: Option<&dyn Fn(&str) -> bool>,
+    faults: Faults,
+) -> std::result::Result<Option<&'a Holding>, Refused> {
+    let live = st
         .holder
         .as_ref()
-        .expect("the fence passed: the lease is live"))
+        .map(|h| (h.rec.token, h.rec.holder.as_str()));
+    rules::admit_write(token, st.token(), live, key_token, guard, faults)
+        .map_err(Refused::Write)?;
+    if faults.skip_fence() {
+        return Ok(None);
+    }
+    // The fence passes only a token that is the live holding's.
+    Ok(Some(
+        st.holder
+            .as_ref()
+            .expect("the fence passed: the lease is live"),
+    ))
 }
 
 /// Refuses a TTL etcd cannot keep exactly: not whole seconds, or below
@@ -325,45 +360,57 @@ mod tests {
         // Nobody waits: an Acquire that did not queue gets it.
         assert_eq!(
             acquire(&never, &line(None, None), &a, None).unwrap(),
-            Acquire::Grant
+            MayGrant::Grant
         );
         // Somebody waits: a newcomer cannot jump the line.
         assert_eq!(
             acquire(&never, &line(Some(5), None), &a, None).unwrap(),
-            Acquire::Busy
+            MayGrant::Busy {
+                first_in_line: false
+            }
         );
         // Queued: granted only when first.
         assert_eq!(
             acquire(&never, &line(Some(5), Some(5)), &a, Some(5)).unwrap(),
-            Acquire::Grant
+            MayGrant::Grant
         );
         assert_eq!(
             acquire(&never, &line(Some(4), Some(5)), &a, Some(5)).unwrap(),
-            Acquire::Busy
+            MayGrant::Busy {
+                first_in_line: false
+            }
         );
         let released = state(3, "b", true, None);
         assert_eq!(
             acquire(&released, &line(None, None), &a, None).unwrap(),
-            Acquire::Grant
+            MayGrant::Grant
         );
     }
 
     #[test]
     fn acquire_by_the_holder_extends_and_by_others_is_busy() {
         let st = state(3, "a", false, Some("a"));
-        let h = st.holder.as_ref().unwrap();
         assert_eq!(
             acquire(&st, &line(None, None), &who("a"), None).unwrap(),
-            Acquire::Extend(h)
+            MayGrant::Extend
         );
         // Even from the line, the holder extends.
         assert_eq!(
             acquire(&st, &line(Some(2), Some(9)), &who("a"), Some(9)).unwrap(),
-            Acquire::Extend(h)
+            MayGrant::Extend
         );
         assert_eq!(
             acquire(&st, &line(None, None), &who("b"), None).unwrap(),
-            Acquire::Busy
+            MayGrant::Busy {
+                first_in_line: false
+            }
+        );
+        // A waiter first in line is told so, while the lease is held.
+        assert_eq!(
+            acquire(&st, &line(Some(4), Some(4)), &who("b"), Some(4)).unwrap(),
+            MayGrant::Busy {
+                first_in_line: true
+            }
         );
     }
 
@@ -371,12 +418,37 @@ mod tests {
     fn a_waiter_whose_key_is_gone_lost_its_place() {
         let st = JobState::default();
         for mine in [None, Some(6)] {
-            let e = acquire(&st, &line(Some(5), mine), &who("a"), Some(5)).unwrap_err();
-            assert!(
-                matches!(e, Error::Storage(ref m) if m.contains("lost its place")),
-                "{e:?}"
+            assert_eq!(
+                acquire(&st, &line(Some(5), mine), &who("a"), Some(5)),
+                Err(Refused::LostPlace)
             );
         }
+        // What the client is told (unchanged): retry later.
+        assert!(matches!(
+            Refused::LostPlace.error(&job(), Token::NONE, Token::NONE),
+            Error::Storage(_)
+        ));
+    }
+
+    #[test]
+    fn a_free_job_past_its_last_token_is_exhausted_for_anyone_in_line() {
+        let spent = state(u64::MAX, "b", true, None);
+        for (first, mine, waiting) in [
+            (None, None, None),
+            (Some(5), None, None),
+            (Some(4), Some(5), Some(5)),
+        ] {
+            assert_eq!(
+                acquire(&spent, &line(first, mine), &who("a"), waiting).unwrap(),
+                MayGrant::Exhausted
+            );
+        }
+        // Its holder still extends.
+        let held = state(u64::MAX, "a", false, Some("a"));
+        assert_eq!(
+            acquire(&held, &line(None, None), &who("a"), None).unwrap(),
+            MayGrant::Extend
+        );
     }
 
     #[test]
@@ -528,30 +600,60 @@ mod tests {
     }
 
     #[test]
-    fn write_is_the_fence_and_returns_the_holding_to_compare() {
+    fn write_is_the_admission_and_returns_the_holding_to_compare() {
+        let no = Faults::default();
         let st = state(3, "a", false, Some("a"));
-        assert_eq!(write(&job(), &st, Token(3), None).unwrap().lease, 103);
-        assert!(write(&job(), &st, Token(3), Some(Token(3))).is_ok());
-        let cause = |r: Result<&Holding>| match r {
-            Err(Error::Fenced { cause, .. }) => Some(cause),
+        let w = |st, token, key, guard| write(st, Token(token), key, guard, no);
+        assert_eq!(w(&st, 3, None, None).unwrap().unwrap().lease, 103);
+        assert!(w(&st, 3, Some(Token(3)), None).is_ok());
+        let why = |r: std::result::Result<Option<&Holding>, Refused>| match r {
+            Err(Refused::Write(why)) => Some(why),
             _ => None,
         };
         assert_eq!(
-            cause(write(&job(), &st, Token(3), Some(Token(4)))),
-            Some(FenceCause::KeyNewer)
+            why(w(&st, 3, Some(Token(4)), None)),
+            Some(WriteRefusal::Fenced(FenceCause::KeyNewer))
         );
         assert_eq!(
-            cause(write(&job(), &st, Token(2), None)),
-            Some(FenceCause::Superseded)
+            why(w(&st, 2, None, None)),
+            Some(WriteRefusal::Fenced(FenceCause::Superseded))
         );
         let expired = state(3, "a", false, None);
         assert_eq!(
-            cause(write(&job(), &expired, Token(3), None)),
-            Some(FenceCause::NotLive)
+            why(w(&expired, 3, None, None)),
+            Some(WriteRefusal::Fenced(FenceCause::NotLive))
+        );
+        assert_eq!(why(w(&st, 4, None, None)), Some(WriteRefusal::UnknownToken));
+        // The guard is asked about the live grant's holder, before the
+        // fence: even a write the fence would refuse for the key.
+        let not_a = |h: &str| h == "a";
+        assert_eq!(
+            why(w(&st, 3, Some(Token(4)), Some(&not_a))),
+            Some(WriteRefusal::HeldByAnother)
+        );
+        // Not for a token that is not the live grant's.
+        assert_eq!(
+            why(w(&st, 2, None, Some(&not_a))),
+            Some(WriteRefusal::Fenced(FenceCause::Superseded))
+        );
+        let not_b = |h: &str| h == "b";
+        assert!(w(&st, 3, None, Some(&not_b)).is_ok());
+        // The client's errors, as the single node words them.
+        let e = Refused::Write(WriteRefusal::Fenced(FenceCause::Superseded)).error(
+            &job(),
+            Token(2),
+            Token(3),
         );
         assert!(matches!(
-            write(&job(), &st, Token(4), None),
-            Err(Error::UnknownToken { .. })
+            e,
+            Error::Fenced {
+                cause: FenceCause::Superseded,
+                ..
+            }
+        ));
+        assert!(matches!(
+            Refused::Write(WriteRefusal::HeldByAnother).error(&job(), Token(3), Token(3)),
+            Error::PermissionDenied { .. }
         ));
     }
 

@@ -111,8 +111,10 @@
 //!   a job's records into a [`keys::JobState`], for reads and watch events
 //!   alike; a record that does not decode is an error naming its job.
 //! - `decide`: what to do, from a `JobState` (and the line of waiters):
-//!   grant, extend, renew, release, the fence. Pure, and the rules both
-//!   backends share come from `leasehold_core::lease::rules`.
+//!   grant, extend, renew, release, a write's admission. Pure; **the rules
+//!   themselves are the core's** (`leasehold_core::lease::rules`: who gets
+//!   the lease next, the guard then the fence, the rules broken on
+//!   purpose), the very functions the single node's table calls.
 //! - `txn`: the transaction that makes each decision, its comparisons
 //!   re-checking what the decision relied on. Pure.
 //! - `queue`: waiters: their keys, their place in line, the grant's range
@@ -143,7 +145,7 @@ mod watch;
 pub use settings::SharedSettings;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch as signal;
@@ -151,16 +153,19 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use leasehold_backend::{
-    held_by_another, Acquired, HolderGuard, JobsShown, ReleaseIfDropped, RenewOutcome, Renewal,
-    Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
+    Acquired, HolderGuard, JobsShown, ReleaseIfDropped, RenewOutcome, Renewal, Snapshot, Staged,
+    StateLimits, Statuses, StoreHealth, Write,
 };
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy};
+use leasehold_core::lease::rules::{self, MayGrant, WriteRefusal};
+use leasehold_core::lease::{
+    Faults, HolderId, JobName, LeaseState, LeaseView, TenureEnd, Token, Vacancy,
+};
 use leasehold_core::record::{decode_history, HistoryPut, Tenure, ValueRecord};
 
 use client::{range_req, ranges, Etcd};
-use decide::{Acquire, Extend, Proof, Release};
+use decide::{Extend, Proof, Refused, Release};
 use keys::{decode_value, Holding, JobState, Keys, Meta, MetaRec};
 use mirror::Mirror;
 use queue::{Line, Place, Waiting};
@@ -245,6 +250,13 @@ struct Inner {
     /// Questions of how long an etcd lease has left, shared likewise.
     ttls: reads::Shared<i64, Option<i64>>,
     limits: StateLimits,
+    /// Rules broken on purpose ([`EtcdNode::break_rules`]); never set but
+    /// in a fault-injection build.
+    faults: OnceLock<Faults>,
+    /// The broken rule "early-expiry": when each etcd lease this frontend
+    /// granted or renewed runs out ([`EtcdNode::expire_early`]). Empty
+    /// unless the rule is broken.
+    early: Mutex<std::collections::HashMap<i64, Instant>>,
 }
 
 /// A leasehold frontend on etcd. Cheap to clone: clones share one state.
@@ -335,6 +347,8 @@ impl EtcdNode {
                 reads: reads::Shared::default(),
                 ttls: reads::Shared::default(),
                 limits: config.limits,
+                faults: OnceLock::new(),
+                early: Mutex::default(),
             }),
         };
         node.init_meta().await?;
@@ -754,25 +768,31 @@ impl EtcdNode {
                 };
             }
             let place = waiting.as_ref().map(|w| &w.place);
-            let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))?;
-            if step != Acquire::Busy {
+            let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))
+                .map_err(|r| r.error(job, Token::NONE, read.job.token()))?;
+            if step == MayGrant::Exhausted {
+                return Err(Error::TokensExhausted {
+                    job: job.to_string(),
+                });
+            }
+            if !matches!(step, MayGrant::Busy { .. }) {
                 tries += 1;
                 if tries > MAX_TRIES {
                     return Err(contention("Acquire"));
                 }
-                let done = match step {
-                    Acquire::Extend(h) => self.extend(job, h, ttl).await?,
+                let done = match (step, &read.job.holder) {
+                    (MayGrant::Extend, Some(h)) => self.extend(job, h, ttl).await?,
                     _ => self.grant(job, holder, ttl, &read.job, place).await?,
                 };
                 if let Some(view) = done {
                     if let Some(mut w) = waiting.take() {
                         // A grant deleted our key in its transaction; an
                         // extension leaves it to the drop.
-                        w.granted = step == Acquire::Grant;
+                        w.granted = step == MayGrant::Grant;
                     }
                     return Ok(Acquired {
                         acquired: true,
-                        fresh: step == Acquire::Grant,
+                        fresh: step == MayGrant::Grant,
                         lease: view,
                     });
                 }
@@ -885,6 +905,13 @@ impl EtcdNode {
             clock::wall_unix_ms(),
             &older_out,
         ));
+        if self.faults().ack_before_sync() {
+            // The broken rule "ack-before-sync": the grant is answered
+            // before its transaction has committed, or even been sent.
+            self.commit_later(req);
+            self.expire_early(lease, ttl);
+            return Ok(Some(decide::granted(job, &holder_rec, clock::now())));
+        }
         // On an unknown outcome the etcd lease is left to run out: the
         // grant may have happened, and its holder may yet learn of it by
         // asking again. But a call dropped meanwhile (its client went away)
@@ -902,6 +929,7 @@ impl EtcdNode {
             self.revoke_later(lease);
             return Ok(None);
         }
+        self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &holder_rec, clock::now())))
     }
 
@@ -971,6 +999,9 @@ impl EtcdNode {
                     }
                 }
                 let live = self.keep_alive(job, h).await?;
+                if live {
+                    self.expire_early(h.lease, ttl);
+                }
                 return Ok(live.then(|| decide::granted(job, &h.rec, clock::now())));
             }
             Extend::Move(rec) => rec,
@@ -982,6 +1013,7 @@ impl EtcdNode {
             return Ok(None);
         }
         self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &rec, clock::now())))
     }
 
@@ -1023,6 +1055,117 @@ impl EtcdNode {
         Err(Error::Storage(
             "etcd keep-alive kept being answered by a member in an older raft term".into(),
         ))
+    }
+
+    /// The broken rule "renew-bumps-token": moves the holding `h` to a new
+    /// etcd lease for `ttl` with the token `bumped`, and the job's token
+    /// counter with it. `None` when the holding is gone (read again).
+    async fn bump(
+        &self,
+        job: &JobName,
+        h: &Holding,
+        ttl: Duration,
+        bumped: Token,
+    ) -> Result<Option<LeaseView>> {
+        let rec = keys::HolderRec {
+            token: bumped,
+            ttl,
+            holder: h.rec.holder.clone(),
+        };
+        let token_rec = keys::TokenRec {
+            token: bumped,
+            released: false,
+            holder: h.rec.holder.clone(),
+        };
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
+        let req = txn::bump_token(&self.inner.keys, job.as_str(), h, &rec, &token_rec, lease);
+        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+            self.revoke_later(lease);
+            return Ok(None);
+        }
+        self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
+        Ok(Some(decide::granted(job, &rec, clock::now())))
+    }
+
+    /// The rules broken on purpose, if any (a fault-injection build).
+    fn faults(&self) -> Faults {
+        self.inner.faults.get().copied().unwrap_or_default()
+    }
+
+    /// The broken rule "early-expiry": the holding bound to the etcd lease
+    /// `lease`, just granted or renewed for `ttl`, runs out when the core's
+    /// rule says it lasts ([`rules::lasts`]: half its TTL) unless it is
+    /// renewed again through this frontend before: its etcd lease is then
+    /// revoked, which deletes the holder key and wakes the waiters, as etcd
+    /// does at its TTL. (etcd keeps a lease at least its minimum TTL, 2 s
+    /// by default, so a shorter etcd lease could not break the rule for
+    /// the TTLs etcd accepts.) Nothing without the broken rule.
+    fn expire_early(&self, lease: i64, ttl: Duration) {
+        let lasts = rules::lasts(ttl, self.faults());
+        if lasts >= ttl {
+            return;
+        }
+        let deadline = Instant::now() + lasts;
+        self.inner
+            .early
+            .lock()
+            .expect("early expiries")
+            .insert(lease, deadline);
+        let node = self.clone();
+        tokio::spawn(async move {
+            sleep_until(deadline).await;
+            let due = {
+                let mut early = node.inner.early.lock().expect("early expiries");
+                let due = early.get(&lease).is_some_and(|d| *d <= Instant::now());
+                if due {
+                    early.remove(&lease);
+                }
+                due
+            };
+            if due {
+                tracing::info!(lease, "early-expiry: revoking a lease at half its TTL");
+                node.revoke_later(lease);
+            }
+        });
+    }
+
+    /// The broken rule "ack-before-sync": sends a transaction whose change
+    /// the caller has already answered, and forgets it.
+    fn commit_later(&self, req: client::pb::TxnRequest) {
+        let etcd = self.inner.etcd.clone();
+        tokio::spawn(async move {
+            if let Err(e) = etcd.txn(req).await {
+                tracing::debug!(error = %e, "an answered change's transaction failed");
+            }
+        });
+    }
+
+    /// Breaks rules on purpose, from a list such as
+    /// `no-fence,early-expiry,renew-bumps-token,ack-before-sync` (parsed
+    /// by the core, [`Faults::parse`], as the single node's is), so that
+    /// the torture test can show its checker catches real bugs on this
+    /// backend too. Each is the core's rule broken by the same switch as
+    /// on the single node (the fence, a lease's length, a renewal's
+    /// token); "ack-before-sync" answers a grant or a write before its
+    /// etcd transaction has committed (sent in the background, its outcome
+    /// ignored): what the single node's answer before its sync is to a
+    /// crash, that is to a race with another frontend or to a SIGKILL of
+    /// this one.
+    #[cfg(feature = "fault-injection")]
+    pub fn break_rules(&self, list: &str) -> Result<()> {
+        let f = Faults::parse(list)?;
+        if self.inner.faults.set(f).is_err() {
+            return Err(Error::invalid(
+                "LEASEHOLD_BREAK",
+                "rules are broken already",
+            ));
+        }
+        tracing::warn!(
+            rules = list,
+            "BREAKING LEASE RULES ON PURPOSE (fault-injection build)"
+        );
+        Ok(())
     }
 
     fn revoke_later(&self, lease: i64) {
@@ -1124,7 +1267,12 @@ impl EtcdNode {
             let read = self.read_job(job, None).await?;
             match decide::renew(job, &read.job, holder, token) {
                 Ok(h) => {
-                    if let Some(view) = self.extend(job, h, ttl).await? {
+                    let answered = rules::renewed_token(h.rec.token, self.faults());
+                    let done = match answered == h.rec.token {
+                        true => self.extend(job, h, ttl).await?,
+                        false => self.bump(job, h, ttl, answered).await?,
+                    };
+                    if let Some(view) = done {
                         c.renewals.fetch_add(1, Ordering::Relaxed);
                         return Ok(Ok(view));
                     }
@@ -1536,10 +1684,11 @@ impl EtcdNode {
         Ok(Staged { outcomes, seq: 0 })
     }
 
-    /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
-    /// passes the fence and `guard` (if any) lets the live grant's holder
-    /// be written for, both decided on the one read the write is made
-    /// against. Returns the key's new version.
+    /// Stores `value` (or deletes, when `None`) under (job, key), if the
+    /// core's `rules::admit_write` admits it: `guard` (if any) lets the
+    /// live grant's holder be written for, then `token` passes the fence,
+    /// both decided on the one read the write is made against, in the
+    /// single node's order. Returns the key's new version.
     pub async fn checked_write(
         &self,
         job: &JobName,
@@ -1586,22 +1735,21 @@ impl EtcdNode {
                 None => None,
             };
             let key_token = existing.as_ref().map(|(r, _)| r.token);
-            let h = match decide::write(job, &st, token, key_token) {
+            let guard = guard.map(|g| g as &dyn Fn(&str) -> bool);
+            let h = match decide::write(&st, token, key_token, guard, self.faults()) {
                 Ok(h) => h,
-                Err(e) => {
-                    if matches!(e, Error::Fenced { .. }) {
+                Err(r) => {
+                    if matches!(r, Refused::Write(WriteRefusal::Fenced(_))) {
                         self.inner
                             .counters
                             .fenced_writes
                             .fetch_add(1, Ordering::Relaxed);
                     }
-                    return Err(e);
+                    return Err(r.error(job, token, st.token()));
                 }
             };
-            // The fence passed: `h` is the live grant, with this token.
-            if guard.is_some_and(|refuse| refuse(&h.rec.holder)) {
-                return Err(held_by_another(job));
-            }
+            // Admitted: `h` is the live grant, with this token (`None`
+            // only under the broken rule "no-fence").
             let rec = ValueRecord {
                 token,
                 version: existing.as_ref().map_or(0, |(r, _)| r.version) + 1,
@@ -1621,6 +1769,12 @@ impl EtcdNode {
                 }
             }
             let req = txn::write(k, job.as_str(), h, &vk, stored_at, &rec);
+            if self.faults().ack_before_sync() {
+                // The broken rule "ack-before-sync": answered before the
+                // transaction has committed.
+                self.commit_later(req);
+                return Ok(rec.version);
+            }
             if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 self.inner.counters.writes.fetch_add(1, Ordering::Relaxed);
                 return Ok(rec.version);

@@ -119,6 +119,23 @@ pub fn move_holding(
     }
 }
 
+/// The broken rule "renew-bumps-token": moves the holding `h` as
+/// [`move_holding`] does, with `rec` (a new token), and puts the token
+/// counter's `token_rec` with it.
+pub fn bump_token(
+    keys: &Keys,
+    job: &str,
+    h: &Holding,
+    rec: &HolderRec,
+    token_rec: &TokenRec,
+    lease: i64,
+) -> pb::TxnRequest {
+    let mut req = move_holding(keys, job, h, rec, lease);
+    req.success
+        .push(put_op(keys.token(job), token_rec.encode(), 0));
+    req
+}
+
 /// Tells every frontend that the holder of `h` asked again since the grant
 /// (a repeated `Acquire` or a `Renew`), if the holder key is still exactly
 /// `h`, so that no give-back of the grant ([`give_back`]) ends it: the
@@ -220,19 +237,25 @@ pub fn release(
 /// `h` (so the lease is live and `rec.token` is the job's newest), and the
 /// key either still does not exist, or still holds a token `<=` ours and is
 /// unchanged since it was read at mod revision `existing` (so the version
-/// is right).
+/// is right). With no `h` (the broken rule "no-fence" admitted the
+/// write), neither the holder key nor the key's token is compared.
 pub fn write(
     keys: &Keys,
     job: &str,
-    h: &Holding,
+    h: Option<&Holding>,
     vk: &[u8],
     existing: Option<i64>,
     rec: &ValueRecord,
 ) -> pb::TxnRequest {
-    let mut compare = vec![value_is(keys.holder(job), h.raw.clone())];
+    let mut compare = Vec::new();
+    if let Some(h) = h {
+        compare.push(value_is(keys.holder(job), h.raw.clone()));
+    }
     match existing {
         Some(rev) => {
-            compare.push(value_below(vk.to_vec(), token_below(rec.token)));
+            if h.is_some() {
+                compare.push(value_below(vk.to_vec(), token_below(rec.token)));
+            }
             compare.push(mod_is(vk.to_vec(), rev));
         }
         None => compare.push(create_is(vk.to_vec(), 0)),
@@ -563,7 +586,7 @@ mod tests {
             format!("value {:?}", h.raw),
         );
 
-        let over = write(&k, "j", &h, &vk, Some(55), &rec);
+        let over = write(&k, "j", Some(&h), &vk, Some(55), &rec);
         assert_eq!(
             over.compare.iter().map(cmp).collect::<Vec<_>>(),
             [
@@ -582,7 +605,7 @@ mod tests {
             [("put", vk.clone(), encode_value(&rec), 0)]
         );
 
-        let new = write(&k, "j", &h, &vk, None, &rec);
+        let new = write(&k, "j", Some(&h), &vk, None, &rec);
         assert_eq!(
             new.compare.iter().map(cmp).collect::<Vec<_>>(),
             [

@@ -37,8 +37,8 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::sleep_until;
 
 use leasehold_backend::{
-    held_by_another, Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome,
-    Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write, CHANGES_BUFFERED,
+    Acquired, EventKind, HolderGuard, Picker, ReleaseIfDropped, RenewOutcome, Renewal, Snapshot,
+    Staged, StateLimits, Statuses, StoreHealth, Write, CHANGES_BUFFERED,
 };
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
@@ -817,9 +817,10 @@ impl Node {
         Ok(views)
     }
 
-    /// Stores `value` (or deletes, when `None`) under (job, key), if `token`
-    /// passes the fence and `guard` (if any) lets the live grant's holder
-    /// be written for. Returns the key's new version once durable.
+    /// Stores `value` (or deletes, when `None`) under (job, key), if the
+    /// core's `rules::admit_write` admits it: `guard` (if any) lets the
+    /// live grant's holder be written for, then `token` passes the fence.
+    /// Returns the key's new version once durable.
     pub async fn checked_write(
         &self,
         job: &JobName,
@@ -831,19 +832,9 @@ impl Node {
         self.check_open()?;
         let (outcome, seq) = {
             let (mut st, mut existing) = self.lock_with_records(&[(job, key)])?;
-            let refused = guard.is_some_and(|refuse| {
-                st.table
-                    .live_holder(job, clock::now())
-                    .is_some_and(|(live, holder)| live == token && refuse(holder.as_str()))
-            });
-            if refused {
-                // Shown once what it was decided on is durable, as a
-                // fenced write is.
-                (Err(held_by_another(job)), st.table.stamp(job))
-            } else {
-                let existing = existing.pop().expect("one record for one key");
-                self.write_one(&mut st, job, token, key, value, existing)?
-            }
+            let existing = existing.pop().expect("one record for one key");
+            let guard = guard.map(|g| g as &dyn Fn(&str) -> bool);
+            self.write_one(&mut st, job, token, key, value, existing, guard)?
         };
         self.inner.commit.wait(seq).await?;
         outcome
@@ -919,7 +910,7 @@ impl Node {
             };
             written.insert((w.job.clone(), w.key.clone()));
             let (outcome, seq) =
-                self.write_one(&mut st, &w.job, w.token, &w.key, w.value, existing)?;
+                self.write_one(&mut st, &w.job, w.token, &w.key, w.value, existing, None)?;
             last = last.max(seq);
             out.push(outcome);
         }
@@ -938,14 +929,17 @@ impl Node {
         self.inner.commit.wait(seq).await
     }
 
-    /// One write, under the state lock: the fence, then the store. The
+    /// One write, under the state lock: its admission (the core's rule,
+    /// [`LeaseTable::admit_write`](leasehold_core::lease::LeaseTable::admit_write):
+    /// `guard` if any, then the fence), then the store. The
     /// outer error is the store's (the whole call fails), the inner one
-    /// the fence's (this write is refused). Returns the new version or the
-    /// refusal, and the sequence number to wait for before showing it: a
-    /// refusal names the job's current token, which must be durable too.
+    /// the admission's (this write is refused). Returns the new version or
+    /// the refusal, and the sequence number to wait for before showing it:
+    /// a refusal names the job's current token, which must be durable too.
     ///
     /// `existing` is the key's record as it is under the lock (see
     /// [`Node::lock_with_records`]).
+    #[allow(clippy::too_many_arguments)] // one write's parts, and its guard
     fn write_one(
         &self,
         st: &mut State,
@@ -954,10 +948,12 @@ impl Node {
         key: &[u8],
         value: Option<Vec<u8>>,
         existing: Option<ValueRecord>,
+        guard: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<(Result<u64>, u64)> {
-        if let Err(e) =
-            st.table
-                .check_write(job, token, existing.as_ref().map(|r| r.token), clock::now())
+        let key_token = existing.as_ref().map(|r| r.token);
+        if let Err(e) = st
+            .table
+            .admit_write(job, token, key_token, guard, clock::now())
         {
             if matches!(e, Error::Fenced { .. }) {
                 self.inner.changed(job);
@@ -1189,20 +1185,9 @@ impl Node {
     /// the torture test can show its checker catches real bugs.
     #[cfg(feature = "fault-injection")]
     pub fn break_rules(&self, list: &str) -> Result<()> {
-        let mut f = leasehold_core::lease::Faults::default();
-        for rule in list.split(',').map(str::trim).filter(|r| !r.is_empty()) {
-            match rule {
-                "no-fence" => f.skip_fence = true,
-                "early-expiry" => f.early_expiry = true,
-                "renew-bumps-token" => f.renew_bumps_token = true,
-                "ack-before-sync" => self.inner.commit.ack_before_sync(),
-                other => {
-                    return Err(Error::invalid(
-                        "LEASEHOLD_BREAK",
-                        format!("unknown rule {other:?}"),
-                    ))
-                }
-            }
+        let f = leasehold_core::lease::Faults::parse(list)?;
+        if f.ack_before_sync() {
+            self.inner.commit.ack_before_sync();
         }
         self.lock().table.break_rules(f);
         tracing::warn!(

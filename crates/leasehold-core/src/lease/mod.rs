@@ -52,8 +52,9 @@ pub mod rules;
 mod table;
 mod types;
 
+pub use rules::Faults;
 pub use table::{
-    Acquire, Checkpoint, Effects, Faults, Floors, HistoryEvent, JobStatus, Leadership, LeaseRecord,
+    Acquire, Checkpoint, Effects, Floors, HistoryEvent, JobStatus, Leadership, LeaseRecord,
     LeaseState, LeaseTable, LeaseView, Stats, TenureEnd, Vacancy, WaiterId,
 };
 pub use types::{too_long, HolderId, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};

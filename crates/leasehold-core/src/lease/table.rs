@@ -1,5 +1,8 @@
-//! The lease table: every rule about leases, tokens and fences, as a pure
-//! state machine.
+//! The lease table: the single node's leases, tokens, waiters and fences,
+//! as a pure state machine. Its decisions are the rule book's
+//! ([`rules`]): who gets the lease next ([`rules::may_grant`]), whether a
+//! write is admitted ([`rules::admit_write`]), the broken rules
+//! ([`Faults`]); the etcd backend calls the same functions.
 //!
 //! Nothing here reads a clock, touches storage or awaits: every method takes
 //! `now` and returns a decision plus [`Effects`] for the caller to carry out
@@ -12,7 +15,8 @@ use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lease::{rules, HolderId, JobName, Token};
+use crate::lease::rules::{self, Faults, MayGrant};
+use crate::lease::{HolderId, JobName, Token};
 
 /// The durable part of a job's lease: what the store keeps.
 ///
@@ -328,10 +332,10 @@ impl Job {
     /// only place expiry is decided, and every rule calls it first.
     fn settle(&mut self, now: Instant, stats: &mut Stats, faults: Faults) {
         if let Some(h) = &self.holding {
-            // The broken rule "early-expiry" lets a lease run out at half
-            // its TTL, to show that the torture checker notices.
-            let early = faults.early_expiry() && h.deadline - h.ttl / 2 <= now;
-            if h.deadline <= now || early {
+            // How long a lease lasts is a rule ([`rules::lasts`]): the
+            // broken rule "early-expiry" lets it run out at half its TTL.
+            let cut = h.ttl - rules::lasts(h.ttl, faults);
+            if h.deadline <= now || h.deadline - cut <= now {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
                 let end = (self.token, h.deadline);
@@ -519,34 +523,6 @@ impl Floors {
     }
 }
 
-/// Rules broken on purpose, to show that the torture checker catches real
-/// bugs. All false unless set by a build with the `fault-injection`
-/// feature; never in a release.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Faults {
-    /// Accept any write whose token was issued, live or not.
-    pub skip_fence: bool,
-    /// Let a lease run out at half its TTL.
-    pub early_expiry: bool,
-    /// Give a renewal a new token.
-    pub renew_bumps_token: bool,
-}
-
-/// The rules ask through these, which are constant `false` unless the crate
-/// is built with the `fault-injection` feature: in a production build the
-/// compiler removes every broken-rule branch.
-impl Faults {
-    fn skip_fence(&self) -> bool {
-        cfg!(feature = "fault-injection") && self.skip_fence
-    }
-    fn early_expiry(&self) -> bool {
-        cfg!(feature = "fault-injection") && self.early_expiry
-    }
-    fn renew_bumps_token(&self) -> bool {
-        cfg!(feature = "fault-injection") && self.renew_bumps_token
-    }
-}
-
 impl LeaseTable {
     /// An empty table.
     pub fn new() -> LeaseTable {
@@ -608,7 +584,8 @@ impl LeaseTable {
         table
     }
 
-    /// Breaks rules on purpose; see [`Faults`].
+    /// Breaks rules on purpose; see [`Faults`]. (`ack_before_sync` is the
+    /// caller's to carry out: the table makes nothing durable.)
     #[cfg(feature = "fault-injection")]
     pub fn break_rules(&mut self, faults: Faults) {
         self.faults = faults;
@@ -674,52 +651,40 @@ impl LeaseTable {
         job.settle(now, stats, faults);
         let mut fx = Effects::default();
 
-        if let Some(h) = &mut job.holding {
-            if &h.holder != holder {
-                let first_in_line = waiter.is_some() && job.first_in_line() == waiter;
+        let live = job.holding.as_ref().map(|h| h.holder.as_str());
+        match rules::may_grant(live, holder, job.exhausted(), job.first_in_line(), waiter) {
+            MayGrant::Busy { first_in_line } => {
                 return (
                     Acquire::Busy {
                         view: job.view(name, now),
                         first_in_line,
                     },
                     fx,
-                );
+                )
             }
-            // The live holder asks again: extend, same token.
-            h.ttl = ttl;
-            h.deadline = now + ttl;
-            if waiter.is_none() || waiter != h.handed_to.take() {
-                h.told_again = true;
+            // Free, but no token left: refused, whoever is in line.
+            MayGrant::Exhausted => return (Acquire::Exhausted(job.view(name, now)), fx),
+            MayGrant::Grant => {}
+            MayGrant::Extend => {
+                let h = job.holding.as_mut().expect("may_grant: the asker holds it");
+                // The live holder asks again: extend, same token.
+                h.ttl = ttl;
+                h.deadline = now + ttl;
+                if waiter.is_none() || waiter != h.handed_to.take() {
+                    h.told_again = true;
+                }
+                if ttl > job.stored_ttl {
+                    job.stored_ttl = ttl;
+                    fx.persist = Some(job.record());
+                }
+                if let Some(id) = waiter {
+                    fx.wake.extend(job.leave_queue(id));
+                }
+                return (Acquire::Granted(job.view(name, now)), fx);
             }
-            if ttl > job.stored_ttl {
-                job.stored_ttl = ttl;
-                fx.persist = Some(job.record());
-            }
-            if let Some(id) = waiter {
-                fx.wake.extend(job.leave_queue(id));
-            }
-            return (Acquire::Granted(job.view(name, now)), fx);
         }
 
-        // Free, but no token left: refused, whoever is in line.
-        if job.exhausted() {
-            return (Acquire::Exhausted(job.view(name, now)), fx);
-        }
-        // Free. First come, first served: nobody queued ahead of us.
-        let first = job.first_in_line();
-        let may = match waiter {
-            None => first.is_none(),
-            Some(id) => first == Some(id),
-        };
-        if !may {
-            return (
-                Acquire::Busy {
-                    view: job.view(name, now),
-                    first_in_line: false,
-                },
-                fx,
-            );
-        }
+        // Free, and our turn: nobody queued ahead of us.
         if waiter.is_some() {
             job.pop_first();
             fx.wake.extend(job.first_in_line());
@@ -770,8 +735,10 @@ impl LeaseTable {
                     job.stored_ttl = ttl;
                     fx.persist = Some(job.record());
                 }
-                if faults.renew_bumps_token() {
-                    job.token = job.token.next().unwrap_or(Token::LAST);
+                let answered = rules::renewed_token(job.token, faults);
+                if answered != job.token {
+                    // The broken rule "renew-bumps-token".
+                    job.token = answered;
                     fx.persist = Some(job.record());
                 }
                 stats.renewals += 1;
@@ -901,24 +868,34 @@ impl LeaseTable {
         key_token: Option<Token>,
         now: Instant,
     ) -> Result<()> {
+        self.admit_write(name, token, key_token, None, now)
+    }
+
+    /// [`LeaseTable::check_write`] for a caller with a holder guard: the
+    /// write is admitted by [`rules::admit_write`], the guard first (a
+    /// write with the live grant's token is refused when `guard` refuses
+    /// that grant's holder), then the fence.
+    pub fn admit_write(
+        &mut self,
+        name: &JobName,
+        token: Token,
+        key_token: Option<Token>,
+        guard: Option<&dyn Fn(&str) -> bool>,
+        now: Instant,
+    ) -> Result<()> {
         let stats = &mut self.stats;
         let faults = self.faults;
-        let current = match self.jobs.get_mut(name) {
+        let job = self.jobs.get_mut(name);
+        let (current, live) = match job {
             Some(job) => {
                 job.settle(now, stats, faults);
-                job.token
+                let live = job.holding.as_ref().map(|h| (job.token, h.holder.as_str()));
+                (job.token, live)
             }
-            None => Token::NONE,
+            None => (Token::NONE, None),
         };
-        let live = self
-            .jobs
-            .get(name)
-            .and_then(|j| j.holding.as_ref().map(|_| j.token));
-        let r = match rules::fence(name, token, current, live, key_token) {
-            // The broken rule "no-fence" accepts any token that was issued.
-            Err(Error::Fenced { .. }) if faults.skip_fence() => Ok(()),
-            r => r,
-        };
+        let r = rules::admit_write(token, current, live, key_token, guard, faults)
+            .map_err(|why| why.error(name, token, current));
         match &r {
             Ok(()) => stats.writes += 1,
             Err(Error::Fenced { .. }) => {
@@ -959,16 +936,6 @@ impl LeaseTable {
                     .map(|t| now.saturating_duration_since(t)),
             })
             .collect()
-    }
-
-    /// The token and holder of `name`'s grant if it is live at `now`,
-    /// without building a view.
-    pub fn live_holder(&self, name: &JobName, now: Instant) -> Option<(Token, &HolderId)> {
-        let job = self.jobs.get(name)?;
-        job.holding
-            .as_ref()
-            .filter(|h| h.deadline > now)
-            .map(|h| (job.token, &h.holder))
     }
 
     /// The lease of `job` at `now`; a job never seen has token 0 and no

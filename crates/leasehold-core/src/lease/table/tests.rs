@@ -326,6 +326,36 @@ fn fence_rejects_paused_leader_before_successor_writes() {
 }
 
 #[test]
+fn a_guard_refuses_the_live_holders_writes_before_the_fence() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let refuse_a = |h: &str| h == "a";
+    // Even on a key a higher token wrote: the guard answers first.
+    assert!(matches!(
+        t.admit_write(&j, Token(1), Some(Token(2)), Some(&refuse_a), t0),
+        Err(Error::PermissionDenied {
+            action: "write",
+            ..
+        })
+    ));
+    // A refusal by the guard is not a fenced write.
+    assert_eq!(t.stats().fenced_writes, 0);
+    let refuse_b = |h: &str| h == "b";
+    t.admit_write(&j, Token(1), None, Some(&refuse_b), t0)
+        .unwrap();
+    // Once the lease ran out, the fence answers: nobody holds it live.
+    assert!(matches!(
+        t.admit_write(&j, Token(1), None, Some(&refuse_a), t0 + TTL),
+        Err(Error::Fenced {
+            cause: FenceCause::NotLive,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn fence_rejects_expired_and_released_and_unknown_tokens() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
