@@ -622,6 +622,7 @@ impl Conn {
                             target: etcd::compare::CompareTarget::Value as i32,
                             key: etcd_lease_key(j),
                             target_union: Some(etcd::compare::TargetUnion::Value(HOLDER.into())),
+                            range_end: Vec::new(),
                         }],
                         success: vec![etcd::RequestOp {
                             request: Some(etcd::request_op::Request::RequestPut(
@@ -649,6 +650,7 @@ impl Conn {
                             target: etcd::compare::CompareTarget::Value as i32,
                             key: etcd_token_key(j),
                             target_union: Some(etcd::compare::TargetUnion::Value(b"1".to_vec())),
+                            range_end: Vec::new(),
                         }],
                         success: vec![etcd::RequestOp {
                             request: Some(etcd::request_op::Request::RequestPut(
