@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import leasehold
-from leasehold import client as client_mod
+from leasehold import _wire as wire
 from leasehold.v1 import leasehold_pb2 as pb
 
 put = leasehold.StreamWrite.put
@@ -123,10 +123,10 @@ def test_large_batches_are_split_and_answered_in_order(api, job):
 
 def test_split_writes_respects_count_and_size():
     w = lambda n: put("j", 1, b"k", b"\0" * n).to_pb()  # noqa: E731
-    assert [len(m) for m in client_mod.split_writes([])] == [0]
-    assert [len(m) for m in client_mod.split_writes([w(1)] * 2500)] == [1000, 1000, 500]
-    assert [len(m) for m in client_mod.split_writes([w(60 * 1024), w(10), w(60 * 1024)])] == [1, 1, 1]
-    assert [len(m) for m in client_mod.split_writes([w(20 * 1024)] * 5)] == [2, 2, 1]
+    assert [len(m) for m in wire.split_writes([])] == [0]
+    assert [len(m) for m in wire.split_writes([w(1)] * 2500)] == [1000, 1000, 500]
+    assert [len(m) for m in wire.split_writes([w(60 * 1024), w(10), w(60 * 1024)])] == [1, 1, 1]
+    assert [len(m) for m in wire.split_writes([w(20 * 1024)] * 5)] == [2, 2, 1]
 
 
 def test_concurrent_writers_share_one_stream(api, job):
@@ -180,7 +180,7 @@ def test_stream_status_breaks_the_stream_with_a_typed_error(api, job, monkeypatc
     before = set(threading.enumerate())
     with api.write_stream() as s:
         assert kinds(s.write([put(job, t, b"k", b"v")])) == [K.WRITTEN]
-        monkeypatch.setattr(client_mod, "MAX_WRITES_PER_MESSAGE", 1001)
+        monkeypatch.setattr(wire, "MAX_WRITES_PER_MESSAGE", 1001)
         with pytest.raises(leasehold.InvalidArgument) as e:
             s.write([put(job, t, b"k", b"v")] * 1001)
         assert type(e.value) is leasehold.InvalidArgument
@@ -282,11 +282,11 @@ def test_abandoned_or_closed_stream_leaves_no_thread(server, job):
 
 def test_a_result_without_outcome_or_for_another_request_is_an_error():
     ok = pb.WriteResult(outcome=pb.WriteResult.OUTCOME_WRITTEN, version=4)
-    assert client_mod.write_outcomes(3, 1, pb.WriteStreamResponse(id=3, results=[ok]))[0].version == 4
+    assert wire.write_outcomes(3, 1, pb.WriteStreamResponse(id=3, results=[ok]))[0].version == 4
     with pytest.raises(leasehold.LeaseholdError) as e:
-        client_mod.write_outcomes(3, 2, pb.WriteStreamResponse(id=3, results=[ok, pb.WriteResult()]))
+        wire.write_outcomes(3, 2, pb.WriteStreamResponse(id=3, results=[ok, pb.WriteResult()]))
     assert e.value.code == grpc.StatusCode.INTERNAL and "no outcome" in e.value.message
     with pytest.raises(leasehold.LeaseholdError):
-        client_mod.write_outcomes(3, 1, pb.WriteStreamResponse(id=2, results=[ok]))
+        wire.write_outcomes(3, 1, pb.WriteStreamResponse(id=2, results=[ok]))
     with pytest.raises(leasehold.LeaseholdError):
-        client_mod.write_outcomes(3, 2, pb.WriteStreamResponse(id=3, results=[ok]))
+        wire.write_outcomes(3, 2, pb.WriteStreamResponse(id=3, results=[ok]))

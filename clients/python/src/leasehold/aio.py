@@ -26,7 +26,7 @@ import grpc.aio
 
 from . import errors
 from ._giveback import Calls
-from .client import (
+from ._wire import (
     Pem,
     channel_security,
     DEFAULT_TARGET,
@@ -43,10 +43,11 @@ from .client import (
     value_from_pb,
     write_outcomes,
     write_request,
+    REFUSALS,
+    campaign_timing,
 )
 from ._retry import Backoff, Warnings
 from .lock import DEFAULT_LOCK_NAME, AsyncLock
-from .elector import REFUSALS, campaign_timing
 from .types import (
     Acquired,
     Bytes,

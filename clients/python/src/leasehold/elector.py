@@ -35,27 +35,16 @@ import grpc
 from . import errors
 from ._retry import Backoff, Warnings
 from .client import Client
+from ._wire import REFUSALS, campaign_timing  # noqa: F401 (re-exported)
 from .types import check_elector_args, elector_holder
 
 log = logging.getLogger("leasehold.elector")
 
 TokenCallback = Callable[[int], None]
 
-#: Errors that asking again cannot fix: the server refused the request
-#: itself (a TTL out of its range, a job name too long) or the caller (its
-#: policy). An elector stops campaigning on them.
-REFUSALS = (errors.InvalidArgument, errors.Unauthenticated, errors.PermissionDenied)
-
 _STOP = "stop"
 _TIMEOUT = "timeout"
 _DONE = "done"
-
-
-def campaign_timing(ttl: float):
-    """(how long one waiting Acquire waits, renew period), as the Rust
-    Elector. Retries back off as :class:`~leasehold._retry.Backoff` says."""
-    campaign_wait = min(max(ttl * 3, 1.0), 30.0)
-    return campaign_wait, ttl / 3
 
 
 class _Dispatcher:
