@@ -44,10 +44,10 @@ use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::classify;
 use leasehold_core::lease::{
-    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd,
-    Token, WaiterId,
+    Acquire, Effects, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd, Token,
+    WaiterId,
 };
-use leasehold_store::{HistoryPut, Store, Tenure, ValueRecord};
+use leasehold_store::{recheck_value, HistoryPut, Store, Tenure, ValueRecord};
 
 use commit::GroupCommit;
 use recovery::{Next, Recovery};
@@ -116,14 +116,6 @@ struct Inner {
     limits: StateLimits,
 }
 
-/// The floors the store keeps, for the lease table.
-fn floors(store: &dyn Store) -> Floors {
-    Floors {
-        every: store.token_floor(),
-        new_jobs: store.new_job_floor(),
-    }
-}
-
 impl Inner {
     /// Tells the change feed of `job`; costs nothing while no status page
     /// is open.
@@ -181,7 +173,7 @@ impl Inner {
             .lose_pending("the store failed and was reopened from stable storage");
         self.store.reopen()?;
         let records = self.store.leases()?;
-        st.table.reload(records, floors(&*self.store), clock::now());
+        st.table.reload(records, self.store.floors(), clock::now());
         st.keys.clear();
         self.commit.reopened();
         st.generation += 1;
@@ -245,7 +237,7 @@ impl Node {
     /// [`Node::open`], with limits on the state it keeps.
     pub fn open_with(store: Arc<dyn Store>, limits: StateLimits) -> Result<Node> {
         let records = store.leases()?;
-        let table = LeaseTable::restore(records, floors(&*store), clock::now());
+        let table = LeaseTable::restore(records, store.floors(), clock::now());
         let recovery = Arc::new(Recovery::default());
         let commit = GroupCommit::start(store.clone(), recovery.clone());
         let inner = Arc::new(Inner {
@@ -342,11 +334,7 @@ impl Node {
                     }
                 };
                 let keep = self.inner.limits.history_per_job as u64;
-                if let Err(e) = self
-                    .inner
-                    .store
-                    .put_lease_with_history(job, rec, &history, keep)
-                {
+                if let Err(e) = self.inner.store.put_lease(job, rec, &history, keep) {
                     match (undo, &e) {
                         // Refused before anything was written: undo.
                         (Some(c), Error::NoSpace { .. }) => {
@@ -612,7 +600,7 @@ impl Node {
                             moved_earlier.push(&r.job);
                         }
                         if let Some(rec) = &fx.persist {
-                            self.inner.store.put_lease(&r.job, rec)?;
+                            self.inner.store.put_lease(&r.job, rec, &[], 0)?;
                             let s = self.inner.commit.stage();
                             st.table.set_stamp(&r.job, s);
                         }
@@ -875,7 +863,7 @@ impl Node {
                 let now = match store.recheck_value_in_memory(job, key, pre.epoch)? {
                     Some(now) => now,
                     None if attempt < TRIES => break,
-                    None => store.recheck_value(job, key, pre.epoch)?,
+                    None => recheck_value(&**store, job, key, pre.epoch)?,
                 };
                 out.push(match now {
                     None => pre.record,
@@ -912,7 +900,7 @@ impl Node {
         for (w, existing) in batch.into_iter().zip(existing) {
             let existing = match written.contains(&(w.job.clone(), w.key.clone())) {
                 false => existing,
-                true => match self.inner.store.recheck_value(&w.job, &w.key, epoch)? {
+                true => match recheck_value(&*self.inner.store, &w.job, &w.key, epoch)? {
                     Some(now) => now,
                     None => existing,
                 },
@@ -1271,7 +1259,7 @@ impl Node {
     /// recovered or restored, if it was.
     pub fn integrity(&self) -> (u64, Option<String>) {
         (
-            self.inner.store.token_floor().0,
+            self.inner.store.floors().every.0,
             self.inner.store.recovered(),
         )
     }
@@ -1350,15 +1338,14 @@ impl Drop for Queued<'_> {
 mod tests {
     use super::*;
     use leasehold_core::lease::{Leadership, Limits};
-    use leasehold_store::sled::SledStore;
+    use leasehold_store::memory::MemoryStore;
 
     /// A snapshot walks the table in chunks, releasing the state lock
     /// between them, and still counts every job once and shows the led
     /// ones first.
     #[tokio::test]
     async fn a_snapshot_in_chunks_counts_every_job_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let node = Node::open(Arc::new(SledStore::open(dir.path()).unwrap())).unwrap();
+        let node = Node::open(Arc::new(MemoryStore::new())).unwrap();
         let l = Limits::default();
         let n = SNAPSHOT_CHUNK * 2 + 7;
         let holder = l.holder("h").unwrap();
