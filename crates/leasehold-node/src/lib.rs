@@ -1340,6 +1340,43 @@ mod tests {
     use leasehold_core::lease::{Leadership, Limits};
     use leasehold_store::memory::MemoryStore;
 
+    /// A sync that fails: the grant it would have made durable is refused
+    /// (its caller is told of the failure), the recovery thread reopens
+    /// the store and reloads the table from what was durable, and the next
+    /// grant is made as if the refused one had never been: the token its
+    /// caller never learned is issued again, every acknowledged one stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_sync_loses_only_what_was_not_acknowledged() {
+        let store = Arc::new(MemoryStore::new());
+        let node = Node::open(store.clone()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        let (a, b) = (l.holder("a").unwrap(), l.holder("b").unwrap());
+        let ttl = Duration::from_secs(30);
+        let g = node.acquire(&job, &a, ttl, Duration::ZERO).await.unwrap();
+        assert_eq!(g.lease.token, Token(1));
+        assert!(node.release(&job, &a, Token(1)).await.unwrap());
+
+        store.fail_next_sync();
+        let e = node
+            .acquire(&job, &b, ttl, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Storage(_)), "{e:?}");
+        let t = Instant::now();
+        while node.snapshot().store_recoveries == 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "never recovered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(node.snapshot().store_failures, 1);
+        let v = node.lease(&job).await.unwrap();
+        assert_eq!((v.token, v.holder()), (Token(1), None), "as durable");
+        let g = node.acquire(&job, &b, ttl, Duration::ZERO).await.unwrap();
+        assert!(g.acquired);
+        assert_eq!(g.lease.token, Token(2));
+        node.close();
+    }
+
     /// A snapshot walks the table in chunks, releasing the state lock
     /// between them, and still counts every job once and shows the led
     /// ones first.

@@ -91,10 +91,10 @@ pub mod wal;
 ///   up front and leaves the store working; any other error puts the store
 ///   out of service until [`Store::reopen`].
 /// - **The barrier and the way back** ([`Store::sync`],
-///   [`Store::reopen`], [`Store::needs_reopen`]).
+///   [`Store::reopen`]; [`Store::needs_reopen`], provided).
 /// - **Reads** ([`Store::leases`], [`Store::floors`], [`Store::get_value`],
-///   [`Store::list_values`], [`Store::history`], [`Store::count_keys`],
-///   [`Store::recovered`]): they see every staged change, durable or not,
+///   [`Store::list_values`], [`Store::history`], [`Store::count_keys`];
+///   [`Store::recovered`], provided): they see every staged change, durable or not,
 ///   so a caller must not show what it read before a sync covers it. A
 ///   read error changes nothing.
 /// - **The checkpoint target and the disk** ([`Store::checkpoint`],
