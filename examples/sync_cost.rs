@@ -34,7 +34,7 @@ fn main() {
             token: Token(i + 1),
             ttl: Duration::from_secs(10),
         };
-        store.put_lease(&job, &rec).unwrap();
+        store.put_lease(&job, &rec, &[], 0).unwrap();
         let t = Instant::now();
         store.sync().unwrap();
         s.push(t.elapsed());

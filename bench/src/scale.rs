@@ -100,6 +100,8 @@ pub fn seed(dir: &Path, n: usize) -> Res<()> {
                 token: Token(1),
                 ttl: TTL,
             },
+            &[],
+            0,
         )?;
         if (i + 1) % 10_000 == 0 {
             store.sync()?;

@@ -1430,6 +1430,8 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
                     token: Token(u64::MAX - 1),
                     ttl: Duration::from_secs(5),
                 },
+                &[],
+                0,
             )
             .unwrap();
         store.sync().unwrap();

@@ -13,6 +13,7 @@ mod attacks;
 mod bridge_health;
 mod cancel;
 mod checkpoint;
+mod conformance;
 mod crash;
 mod delete_job;
 mod elector;

@@ -631,10 +631,11 @@ fn flusher(shared: &Shared) {
 mod tests {
     use super::*;
     use leasehold_core::lease::Limits;
+    use leasehold_store::memory::MemoryStore;
     use leasehold_store::sled::SledStore;
     use leasehold_store::ValueRecord;
 
-    fn put(store: &SledStore, commit: &GroupCommit, key: &str, version: u64) -> u64 {
+    fn put(store: &dyn Store, commit: &GroupCommit, key: &str, version: u64) -> u64 {
         let job = Limits::default().job("j").unwrap();
         let rec = ValueRecord {
             token: leasehold_core::lease::Token(1),
@@ -645,7 +646,7 @@ mod tests {
         commit.stage()
     }
 
-    fn version(store: &SledStore, key: &str) -> Option<u64> {
+    fn version(store: &dyn Store, key: &str) -> Option<u64> {
         let job = Limits::default().job("j").unwrap();
         store
             .get_value(&job, key.as_bytes())
@@ -667,8 +668,7 @@ mod tests {
     /// leaves nothing behind.
     #[test]
     fn waiters_wake_only_when_their_change_is_decided() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let store = Arc::new(MemoryStore::new());
         let commit = GroupCommit::start(store, Arc::new(Recovery::default()));
         let shared = &commit.shared;
         let counters: Vec<_> = (0..3)
@@ -725,31 +725,31 @@ mod tests {
 
     /// A lone write on an idle store syncs on its own worker; one on a
     /// runtime with a single worker never blocks it, and goes to the
-    /// flusher. Both are durable when the wait returns.
+    /// flusher. Both are durable when the wait returns: a reopen, which
+    /// drops whatever is not, keeps them.
     #[test]
     fn a_lone_write_syncs_itself_only_with_another_worker_to_spare() {
         for (workers, led) in [(2, true), (1, false)] {
-            let dir = tempfile::tempdir().unwrap();
-            let store = Arc::new(SledStore::open(dir.path()).unwrap());
+            let store = Arc::new(MemoryStore::new());
             let commit = GroupCommit::start(store.clone(), Arc::new(Recovery::default()));
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(workers)
                 .build()
                 .unwrap();
-            let seq = put(&store, &commit, "k", 1);
+            let seq = put(&*store, &commit, "k", 1);
             rt.block_on(commit.wait(seq)).unwrap();
             assert_eq!(commit.led_syncs() == 1, led, "{workers} workers");
             assert_eq!(store.syncs(), 1);
             drop(commit);
-            drop(store);
-            let reopened = SledStore::open(dir.path()).unwrap();
-            assert_eq!(version(&reopened, "k"), Some(1));
+            store.reopen().unwrap();
+            assert_eq!(version(&*store, "k"), Some(1));
         }
     }
 
     /// Many writers at once, some syncing themselves and some through the
     /// flusher: every acknowledged write is durable, and the log keeps
     /// them in order (the newest version of each key wins after a reopen).
+    /// On sled: durable means on disk, read back by a new open.
     #[test]
     fn concurrent_waiters_never_acknowledge_an_unsynced_write() {
         let dir = tempfile::tempdir().unwrap();
@@ -773,8 +773,8 @@ mod tests {
                         // Put and stage under one lock, as the node does.
                         let seq = {
                             let _g = stage.lock().unwrap();
-                            let v = version(&store, &key).unwrap_or(0) + 1;
-                            put(&store, &commit, &key, v)
+                            let v = version(&*store, &key).unwrap_or(0) + 1;
+                            put(&*store, &commit, &key, v)
                         };
                         commit.wait(seq).await.unwrap();
                         assert!(
@@ -788,7 +788,7 @@ mod tests {
                 t.await.unwrap();
             }
         });
-        let newest: Vec<_> = (0..5).map(|k| version(&store, &format!("k{k}"))).collect();
+        let newest: Vec<_> = (0..5).map(|k| version(&*store, &format!("k{k}"))).collect();
         assert_eq!(newest.iter().map(|v| v.unwrap()).sum::<u64>(), 8 * 40);
         commit.stop();
         drop(commit);

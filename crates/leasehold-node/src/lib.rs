@@ -44,10 +44,10 @@ use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::classify;
 use leasehold_core::lease::{
-    Acquire, Effects, Floors, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd,
-    Token, WaiterId,
+    Acquire, Effects, HistoryEvent, HolderId, JobName, LeaseTable, LeaseView, TenureEnd, Token,
+    WaiterId,
 };
-use leasehold_store::{HistoryPut, Store, Tenure, ValueRecord};
+use leasehold_store::{recheck_value, HistoryPut, Store, Tenure, ValueRecord};
 
 use commit::GroupCommit;
 use recovery::{Next, Recovery};
@@ -116,14 +116,6 @@ struct Inner {
     limits: StateLimits,
 }
 
-/// The floors the store keeps, for the lease table.
-fn floors(store: &dyn Store) -> Floors {
-    Floors {
-        every: store.token_floor(),
-        new_jobs: store.new_job_floor(),
-    }
-}
-
 impl Inner {
     /// Tells the change feed of `job`; costs nothing while no status page
     /// is open.
@@ -181,7 +173,7 @@ impl Inner {
             .lose_pending("the store failed and was reopened from stable storage");
         self.store.reopen()?;
         let records = self.store.leases()?;
-        st.table.reload(records, floors(&*self.store), clock::now());
+        st.table.reload(records, self.store.floors(), clock::now());
         st.keys.clear();
         self.commit.reopened();
         st.generation += 1;
@@ -245,7 +237,7 @@ impl Node {
     /// [`Node::open`], with limits on the state it keeps.
     pub fn open_with(store: Arc<dyn Store>, limits: StateLimits) -> Result<Node> {
         let records = store.leases()?;
-        let table = LeaseTable::restore(records, floors(&*store), clock::now());
+        let table = LeaseTable::restore(records, store.floors(), clock::now());
         let recovery = Arc::new(Recovery::default());
         let commit = GroupCommit::start(store.clone(), recovery.clone());
         let inner = Arc::new(Inner {
@@ -342,11 +334,7 @@ impl Node {
                     }
                 };
                 let keep = self.inner.limits.history_per_job as u64;
-                if let Err(e) = self
-                    .inner
-                    .store
-                    .put_lease_with_history(job, rec, &history, keep)
-                {
+                if let Err(e) = self.inner.store.put_lease(job, rec, &history, keep) {
                     match (undo, &e) {
                         // Refused before anything was written: undo.
                         (Some(c), Error::NoSpace { .. }) => {
@@ -612,7 +600,7 @@ impl Node {
                             moved_earlier.push(&r.job);
                         }
                         if let Some(rec) = &fx.persist {
-                            self.inner.store.put_lease(&r.job, rec)?;
+                            self.inner.store.put_lease(&r.job, rec, &[], 0)?;
                             let s = self.inner.commit.stage();
                             st.table.set_stamp(&r.job, s);
                         }
@@ -866,7 +854,7 @@ impl Node {
                 let now = match store.recheck_value_in_memory(job, key, pre.epoch)? {
                     Some(now) => now,
                     None if attempt < TRIES => break,
-                    None => store.recheck_value(job, key, pre.epoch)?,
+                    None => recheck_value(&**store, job, key, pre.epoch)?,
                 };
                 out.push(match now {
                     None => pre.record,
@@ -903,7 +891,7 @@ impl Node {
         for (w, existing) in batch.into_iter().zip(existing) {
             let existing = match written.contains(&(w.job.clone(), w.key.clone())) {
                 false => existing,
-                true => match self.inner.store.recheck_value(&w.job, &w.key, epoch)? {
+                true => match recheck_value(&*self.inner.store, &w.job, &w.key, epoch)? {
                     Some(now) => now,
                     None => existing,
                 },
@@ -1256,7 +1244,7 @@ impl Node {
     /// recovered or restored, if it was.
     pub fn integrity(&self) -> (u64, Option<String>) {
         (
-            self.inner.store.token_floor().0,
+            self.inner.store.floors().every.0,
             self.inner.store.recovered(),
         )
     }
@@ -1335,15 +1323,51 @@ impl Drop for Queued<'_> {
 mod tests {
     use super::*;
     use leasehold_core::lease::{Leadership, Limits};
-    use leasehold_store::sled::SledStore;
+    use leasehold_store::memory::MemoryStore;
+
+    /// A sync that fails: the grant it would have made durable is refused
+    /// (its caller is told of the failure), the recovery thread reopens
+    /// the store and reloads the table from what was durable, and the next
+    /// grant is made as if the refused one had never been: the token its
+    /// caller never learned is issued again, every acknowledged one stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_sync_loses_only_what_was_not_acknowledged() {
+        let store = Arc::new(MemoryStore::new());
+        let node = Node::open(store.clone()).unwrap();
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        let (a, b) = (l.holder("a").unwrap(), l.holder("b").unwrap());
+        let ttl = Duration::from_secs(30);
+        let g = node.acquire(&job, &a, ttl, Duration::ZERO).await.unwrap();
+        assert_eq!(g.lease.token, Token(1));
+        assert!(node.release(&job, &a, Token(1)).await.unwrap());
+
+        store.fail_next_sync();
+        let e = node
+            .acquire(&job, &b, ttl, Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Storage(_)), "{e:?}");
+        let t = Instant::now();
+        while node.snapshot().store_recoveries == 0 {
+            assert!(t.elapsed() < Duration::from_secs(30), "never recovered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(node.snapshot().store_failures, 1);
+        let v = node.lease(&job).await.unwrap();
+        assert_eq!((v.token, v.holder()), (Token(1), None), "as durable");
+        let g = node.acquire(&job, &b, ttl, Duration::ZERO).await.unwrap();
+        assert!(g.acquired);
+        assert_eq!(g.lease.token, Token(2));
+        node.close();
+    }
 
     /// A snapshot walks the table in chunks, releasing the state lock
     /// between them, and still counts every job once and shows the led
     /// ones first.
     #[tokio::test]
     async fn a_snapshot_in_chunks_counts_every_job_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let node = Node::open(Arc::new(SledStore::open(dir.path()).unwrap())).unwrap();
+        let node = Node::open(Arc::new(MemoryStore::new())).unwrap();
         let l = Limits::default();
         let n = SNAPSHOT_CHUNK * 2 + 7;
         let holder = l.holder("h").unwrap();

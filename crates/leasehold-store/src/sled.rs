@@ -59,7 +59,7 @@ use crate::{
     history_key, history_prefix, value_key, HistoryPut, Store, Tenure, ValueRecord,
 };
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{JobName, LeaseRecord, Token};
+use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
 
 /// The write-ahead log's file in the data dir.
 const WAL_FILE: &str = "wal";
@@ -104,7 +104,7 @@ pub struct SledStore {
     /// log, so that a change answered as discarded is discarded.
     discard: Mutex<Option<(u64, u64)>>,
     /// Goes up before records move from the overlay to sled (a checkpoint)
-    /// and at a reopen: see [`Store::recheck_value`].
+    /// and at a reopen: see [`Store::recheck_value_in_memory`].
     read_epoch: AtomicU64,
     /// Puts not yet in the log, and the values not yet in sled.
     pending: Mutex<Pending>,
@@ -1093,18 +1093,18 @@ impl Store for SledStore {
             .unwrap_or(None)
     }
 
-    fn token_floor(&self) -> Token {
-        self.with(|o| Ok(Token(o.ckpt.lock().expect("checkpoint lock").floor)))
-            .unwrap_or(Token::NONE)
-    }
-
-    fn new_job_floor(&self) -> Token {
-        self.with(|o| {
-            let c = o.ckpt.lock().expect("checkpoint lock").new_job_floor;
-            let l = o.logged.lock().expect("logged lock").new_job_floor;
-            Ok(Token(c.max(l)))
-        })
-        .unwrap_or(Token::NONE)
+    fn floors(&self) -> Floors {
+        let every = self
+            .with(|o| Ok(Token(o.ckpt.lock().expect("checkpoint lock").floor)))
+            .unwrap_or(Token::NONE);
+        let new_jobs = self
+            .with(|o| {
+                let c = o.ckpt.lock().expect("checkpoint lock").new_job_floor;
+                let l = o.logged.lock().expect("logged lock").new_job_floor;
+                Ok(Token(c.max(l)))
+            })
+            .unwrap_or(Token::NONE);
+        Floors { every, new_jobs }
     }
 
     fn count_keys(&self, job: &JobName) -> Result<usize> {
@@ -1128,7 +1128,7 @@ impl Store for SledStore {
         })
     }
 
-    fn put_lease_with_history(
+    fn put_lease(
         &self,
         job: &JobName,
         record: &LeaseRecord,
@@ -1136,7 +1136,12 @@ impl Store for SledStore {
         keep: u64,
     ) -> Result<()> {
         if history.is_empty() || keep == 0 {
-            return self.put_lease(job, record);
+            self.ensure_space(job.as_str().len() + 64)?;
+            return self.stage(
+                Kind::Lease,
+                job.as_str().as_bytes().to_vec(),
+                encode_lease(record),
+            );
         }
         let puts = encoded_history(job, history);
         // What a grant pushes out of the kept window: usually one tenure
@@ -1226,15 +1231,6 @@ impl Store for SledStore {
         tenures.reverse();
         tenures.truncate(limit);
         Ok(tenures)
-    }
-
-    fn put_lease(&self, job: &JobName, record: &LeaseRecord) -> Result<()> {
-        self.ensure_space(job.as_str().len() + 64)?;
-        self.stage(
-            Kind::Lease,
-            job.as_str().as_bytes().to_vec(),
-            encode_lease(record),
-        )
     }
 
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>> {
@@ -1437,18 +1433,6 @@ impl Store for SledStore {
 
     fn read_epoch(&self) -> u64 {
         self.read_epoch.load(Ordering::Acquire)
-    }
-
-    fn recheck_value(
-        &self,
-        job: &JobName,
-        key: &[u8],
-        epoch: u64,
-    ) -> Result<Option<Option<ValueRecord>>> {
-        match self.recheck_value_in_memory(job, key, epoch)? {
-            Some(answer) => Ok(answer),
-            None => self.get_value(job, key).map(Some),
-        }
     }
 
     fn recheck_value_in_memory(
@@ -1736,13 +1720,13 @@ mod tests {
         );
         {
             let s = SledStore::open(dir.path()).unwrap();
-            s.put_lease(&a, &lease(1)).unwrap();
-            s.put_lease(&b, &lease(1)).unwrap();
+            s.put_lease(&a, &lease(1), &[], 0).unwrap();
+            s.put_lease(&b, &lease(1), &[], 0).unwrap();
             s.sync().unwrap();
             s.checkpoint().unwrap();
             // Durable in the log only: replayed at the next start.
-            s.put_lease(&b, &lease(2)).unwrap();
-            s.put_lease(&c, &lease(1)).unwrap();
+            s.put_lease(&b, &lease(2), &[], 0).unwrap();
+            s.put_lease(&c, &lease(1), &[], 0).unwrap();
             s.sync().unwrap();
         }
         let all = vec![
@@ -1768,14 +1752,14 @@ mod tests {
             .with(|o| Ok(o.first_leases.lock().unwrap().is_none()))
             .unwrap());
         // Later reads see later changes.
-        s.put_lease(&a, &lease(2)).unwrap();
+        s.put_lease(&a, &lease(2), &[], 0).unwrap();
         s.sync().unwrap();
         let now = sorted(s.leases().unwrap());
         assert_eq!(now[0], (a.clone(), lease(2)));
         // Changed between the start and the first read: not the inspection's.
         drop(s);
         let s = SledStore::open(dir.path()).unwrap();
-        s.put_lease(&c, &lease(3)).unwrap();
+        s.put_lease(&c, &lease(3), &[], 0).unwrap();
         s.sync().unwrap();
         assert_eq!(sorted(s.leases().unwrap())[2], (c, lease(3)));
     }
@@ -1809,7 +1793,7 @@ mod tests {
             token: Token(3),
             ttl: std::time::Duration::from_secs(9),
         };
-        s.put_lease(&job, &lease).unwrap();
+        s.put_lease(&job, &lease, &[], 0).unwrap();
         s.sync().unwrap();
         assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
         s.put_value(&job, b"k", &val(1, 51, Some("pending")))
@@ -1843,8 +1827,8 @@ mod tests {
         };
         {
             let s = SledStore::open(dir.path()).unwrap();
-            s.put_lease(&x, &lease(7)).unwrap();
-            s.put_lease(&y, &lease(2)).unwrap();
+            s.put_lease(&x, &lease(7), &[], 0).unwrap();
+            s.put_lease(&y, &lease(2), &[], 0).unwrap();
             for i in 0..5 {
                 s.put_value(&x, format!("k{i}").as_bytes(), &val(7, 1, Some("v")))
                     .unwrap();
@@ -1871,9 +1855,9 @@ mod tests {
             // No checkpoint: the restart replays the log.
         }
         let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!(s.new_job_floor(), Token(7));
+        assert_eq!(s.floors().new_jobs, Token(7));
         assert_eq!(
-            s.token_floor(),
+            s.floors().every,
             Token::NONE,
             "the every-job floor is not raised"
         );
@@ -1886,7 +1870,7 @@ mod tests {
         drop(s);
         // The checkpointed state passes the start-up checks again.
         let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!(s.new_job_floor(), Token(7));
+        assert_eq!(s.floors().new_jobs, Token(7));
         assert_eq!(s.count_keys(&y).unwrap(), 1);
     }
 
@@ -1904,7 +1888,7 @@ mod tests {
         // Read from sled, nothing since: still good.
         let e = s.read_epoch();
         assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 1);
-        assert_eq!(s.recheck_value(&job, b"k", e).unwrap(), None);
+        assert_eq!(crate::recheck_value(&s, &job, b"k", e).unwrap(), None);
         assert_eq!(
             s.recheck_value_in_memory(&job, b"k", e).unwrap(),
             Some(None)
@@ -1912,7 +1896,7 @@ mod tests {
         // A put since: the overlay's record.
         s.put_value(&job, b"k", &val(1, 2, Some("two"))).unwrap();
         assert_eq!(
-            s.recheck_value(&job, b"k", e).unwrap(),
+            crate::recheck_value(&s, &job, b"k", e).unwrap(),
             Some(Some(val(1, 2, Some("two"))))
         );
         assert_eq!(
@@ -1925,14 +1909,14 @@ mod tests {
         s.checkpoint().unwrap();
         assert_eq!(s.recheck_value_in_memory(&job, b"k", e).unwrap(), None);
         assert_eq!(
-            s.recheck_value(&job, b"k", e).unwrap(),
+            crate::recheck_value(&s, &job, b"k", e).unwrap(),
             Some(Some(val(1, 2, Some("two"))))
         );
         // A reopen, likewise.
         let e = s.read_epoch();
         s.reopen().unwrap();
         assert_eq!(
-            s.recheck_value(&job, b"k", e).unwrap(),
+            crate::recheck_value(&s, &job, b"k", e).unwrap(),
             Some(Some(val(1, 2, Some("two"))))
         );
     }
@@ -1950,7 +1934,7 @@ mod tests {
             token: Token(7),
             ttl: std::time::Duration::from_secs(9),
         };
-        s.put_lease(&job, &lease).unwrap();
+        s.put_lease(&job, &lease, &[], 0).unwrap();
         s.put_value(&job, b"k1", &val(7, 1, Some("synced")))
             .unwrap();
         s.sync().unwrap(); // logged; never applied to sled before the reopen

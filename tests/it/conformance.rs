@@ -1,0 +1,479 @@
+//! The backends' conformance: the same scenarios, at the `Backend`
+//! boundary (no gRPC), against each backend:
+//!
+//! - `memory`: the single node on the in-memory store;
+//! - `sled`: the single node on the embedded store, in a temporary data dir;
+//! - `etcd`: a frontend on the shared etcd cluster of this test process
+//!   (`common::etcd::shared_endpoints`), under a key prefix of its own.
+//!
+//! Each scenario is one function taking a [`Backend`]; the macro at the
+//! end makes one test of it per backend (`conformance::<backend>::<name>`).
+//! What passes on all three is what a client may rely on whichever backend
+//! serves it: tokens and their steps, expiry, handover to the first waiter,
+//! fencing, refusals, deletion, history and the views. TTLs are whole
+//! seconds on etcd (its granularity), shorter on the single node.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::backend::Backend;
+use leasehold::error::{Error, FenceCause};
+use leasehold::lease::{
+    HolderId, JobName, LeaseState, LeaseView, Limits, TenureEnd, Token, Vacancy,
+};
+use leasehold::node::Node;
+use leasehold::store::memory::MemoryStore;
+use leasehold::store::sled::SledStore;
+
+/// A TTL no scenario outlives: a lease granted with it is live throughout.
+const LONG: Duration = Duration::from_secs(40);
+/// Another such TTL, to tell a renewal's from the grant's.
+const LONGER: Duration = Duration::from_secs(60);
+/// Don't wait in line.
+const NOW: Duration = Duration::ZERO;
+
+/// A backend under test, with what it needs kept alive.
+struct Under {
+    backend: Backend,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Under {
+    fn node(node: Node, dir: Option<tempfile::TempDir>) -> Under {
+        Under {
+            backend: node.into(),
+            _dir: dir,
+        }
+    }
+
+    async fn memory() -> Under {
+        Under::node(Node::open(Arc::new(MemoryStore::new())).unwrap(), None)
+    }
+
+    async fn sled() -> Under {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SledStore::open(dir.path()).unwrap();
+        Under::node(Node::open(Arc::new(store)).unwrap(), Some(dir))
+    }
+
+    async fn etcd() -> Under {
+        let config = common::etcd::frontend_config(
+            common::etcd::shared_endpoints(),
+            &common::etcd::fresh_prefix(),
+        );
+        Under {
+            backend: leasehold::etcd::EtcdNode::open(config)
+                .await
+                .unwrap()
+                .into(),
+            _dir: None,
+        }
+    }
+
+    async fn close(self) {
+        self.backend.close().await;
+    }
+}
+
+fn job(name: &str) -> JobName {
+    Limits::default().job(name).unwrap()
+}
+
+fn holder(name: &str) -> HolderId {
+    Limits::default().holder(name).unwrap()
+}
+
+/// A TTL that runs out soon on `b`: etcd's shortest lease (whole
+/// seconds), a second on the single node.
+fn short_ttl(b: &Backend) -> Duration {
+    match b {
+        Backend::Local(_) => Duration::from_secs(1),
+        Backend::Etcd(n) => n.min_ttl().max(Duration::from_secs(1)),
+    }
+}
+
+/// The TTL of a live lease's last grant or renewal.
+fn ttl_of(v: &LeaseView) -> Option<Duration> {
+    match v.state {
+        LeaseState::Held { ttl, .. } => Some(ttl),
+        LeaseState::Free(_) => None,
+    }
+}
+
+/// Waits until `job`'s lease has run out (etcd's clock decides there).
+async fn expired(b: &Backend, job: &JobName) -> LeaseView {
+    common::eventually("the lease to run out", || async {
+        let v = b.lease(job).await.unwrap();
+        v.holder().is_none().then_some(v)
+    })
+    .await
+}
+
+/// Waits until `n` Acquires wait in line on `b` (this frontend's, on etcd:
+/// their places are in etcd by then).
+async fn waiting(b: &Backend, n: usize) {
+    common::eventually(&format!("{n} waiters"), || async {
+        (b.snapshot().waiters == n).then_some(())
+    })
+    .await
+}
+
+async fn write(
+    b: &Backend,
+    j: &JobName,
+    t: Token,
+    key: &str,
+    v: Option<&str>,
+) -> Result<u64, Error> {
+    b.checked_write(j, t, key.as_bytes(), v.map(|v| v.as_bytes().to_vec()), None)
+        .await
+}
+
+// ---- The scenarios ----
+
+/// A new job's first grant gets token 1; a renewal keeps it (and sets the
+/// TTL), and the holder's Acquire again extends the lease without a new
+/// token.
+async fn grant_and_renewal_keep_the_token(b: Backend) {
+    let (j, a) = (job("renew"), holder("a"));
+    let g = b.acquire(&j, &a, LONG, NOW).await.unwrap();
+    assert!(g.acquired && g.fresh, "{g:?}");
+    assert_eq!(g.lease.token, Token(1));
+    assert_eq!(g.lease.holder(), Some(&a));
+    assert_eq!(ttl_of(&g.lease), Some(LONG));
+
+    let r = b.renew(&j, &a, Token(1), LONGER).await.unwrap();
+    assert_eq!(r.token, Token(1));
+    assert_eq!(r.holder(), Some(&a));
+    assert_eq!(ttl_of(&r), Some(LONGER), "the renewal's TTL");
+
+    let again = b.acquire(&j, &a, LONG, NOW).await.unwrap();
+    assert!(again.acquired, "{again:?}");
+    assert!(!again.fresh, "the holder's own lease, extended");
+    assert_eq!(again.lease.token, Token(1));
+
+    let v = b.lease(&j).await.unwrap();
+    assert_eq!((v.token, v.holder()), (Token(1), Some(&a)));
+}
+
+/// A lease that runs out keeps its token until the next grant, which
+/// gets the token after it, to its old holder as to anyone else.
+async fn expiry_then_a_new_grant_bumps_the_token_by_one(b: Backend) {
+    let (j, a, c) = (job("expiry"), holder("a"), holder("c"));
+    let short = short_ttl(&b);
+    let first = b.acquire(&j, &a, short, NOW).await.unwrap();
+    assert!(first.acquired);
+    let t = first.lease.token;
+
+    let v = expired(&b, &j).await;
+    assert_eq!(v.token, t, "expiry issues no token");
+    assert!(
+        matches!(v.state, LeaseState::Free(Vacancy::Expired)),
+        "{v:?}"
+    );
+    assert!(matches!(
+        b.renew(&j, &a, t, LONG).await,
+        Err(Error::LeaseLost { .. })
+    ));
+
+    let again = b.acquire(&j, &a, short, NOW).await.unwrap();
+    assert!(again.acquired && again.fresh, "{again:?}");
+    assert_eq!(
+        again.lease.token,
+        Token(t.0 + 1),
+        "granted again after expiry"
+    );
+
+    expired(&b, &j).await;
+    let other = b.acquire(&j, &c, LONG, NOW).await.unwrap();
+    assert!(other.acquired && other.fresh, "{other:?}");
+    assert_eq!(other.lease.token, Token(t.0 + 2));
+    assert_eq!(other.lease.holder(), Some(&c));
+}
+
+/// A release hands the lease to the first waiter at once (long before the
+/// released TTL would have run out), with the next token; the waiters
+/// behind it keep their order.
+async fn release_hands_over_to_the_first_waiter_at_once(b: Backend) {
+    let j = job("handover");
+    let (a, w1, w2) = (holder("a"), holder("w1"), holder("w2"));
+    let g = b.acquire(&j, &a, LONGER, NOW).await.unwrap();
+    let t = g.lease.token;
+
+    let busy = b.acquire(&j, &w1, LONG, NOW).await.unwrap();
+    assert!(!busy.acquired, "{busy:?}");
+    assert_eq!((busy.lease.token, busy.lease.holder()), (t, Some(&a)));
+
+    let wait = |h: HolderId| {
+        let (b, j) = (b.clone(), j.clone());
+        tokio::spawn(async move { b.acquire(&j, &h, LONG, common::PATIENCE).await })
+    };
+    let first = wait(w1.clone());
+    waiting(&b, 1).await;
+    let second = wait(w2.clone());
+    waiting(&b, 2).await;
+
+    let released = Instant::now();
+    assert!(b.release(&j, &a, t).await.unwrap());
+    let g1 = first.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < LONGER / 3,
+        "handed over after {:?}",
+        released.elapsed()
+    );
+    assert!(g1.acquired && g1.fresh, "{g1:?}");
+    assert_eq!(
+        (g1.lease.token, g1.lease.holder()),
+        (Token(t.0 + 1), Some(&w1))
+    );
+    assert!(!second.is_finished(), "the second waiter still waits");
+    let v = b.lease(&j).await.unwrap();
+    assert_eq!(v.holder(), Some(&w1));
+
+    assert!(b.release(&j, &w1, Token(t.0 + 1)).await.unwrap());
+    let g2 = second.await.unwrap().unwrap();
+    assert!(g2.acquired && g2.fresh, "{g2:?}");
+    assert_eq!(
+        (g2.lease.token, g2.lease.holder()),
+        (Token(t.0 + 2), Some(&w2))
+    );
+    waiting(&b, 0).await;
+}
+
+/// Fenced writes: the live token is accepted (each write a new version);
+/// a token never issued is unknown; an old token is fenced as superseded;
+/// the newest token is fenced once its lease has run out, before anyone
+/// else writes. A refused write changes nothing.
+async fn checked_writes_are_fenced_by_the_live_token(b: Backend) {
+    let j = job("fence");
+    let (a, c, d) = (holder("a"), holder("c"), holder("d"));
+    let t1 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    assert_eq!(write(&b, &j, t1, "k", Some("one")).await, Ok(1));
+    assert_eq!(write(&b, &j, t1, "k", Some("two")).await, Ok(2));
+    let r = b.read(&j, b"k").await.unwrap().unwrap();
+    assert_eq!((r.token, r.version), (t1, 2));
+    assert_eq!(r.value.as_deref(), Some(&b"two"[..]));
+    assert!(
+        matches!(
+            write(&b, &j, Token(t1.0 + 5), "k", Some("x")).await,
+            Err(Error::UnknownToken { .. })
+        ),
+        "a token never issued"
+    );
+
+    assert!(b.release(&j, &a, t1).await.unwrap());
+    let t2 = b.acquire(&j, &c, LONG, NOW).await.unwrap().lease.token;
+    assert_eq!(t2, Token(t1.0 + 1));
+    match write(&b, &j, t1, "k", Some("stale")).await {
+        Err(Error::Fenced {
+            token,
+            current,
+            cause: FenceCause::Superseded,
+            ..
+        }) => assert_eq!((token, current), (t1, t2)),
+        other => panic!("an old token's write: {other:?}"),
+    }
+    assert_eq!(b.read(&j, b"k").await.unwrap().unwrap().version, 2);
+    assert_eq!(write(&b, &j, t2, "k", Some("three")).await, Ok(3));
+    assert_eq!(write(&b, &j, t2, "gone", Some("x")).await, Ok(1));
+    assert_eq!(write(&b, &j, t2, "gone", None).await, Ok(2), "a deletion");
+
+    assert!(b.release(&j, &c, t2).await.unwrap());
+    let t3 = b
+        .acquire(&j, &d, short_ttl(&b), NOW)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    expired(&b, &j).await;
+    match write(&b, &j, t3, "k", Some("late")).await {
+        Err(Error::Fenced {
+            token,
+            current,
+            cause: FenceCause::NotLive,
+            ..
+        }) => assert_eq!((token, current), (t3, t3)),
+        other => panic!("the newest token after its lease ran out: {other:?}"),
+    }
+    let r = b.read(&j, b"k").await.unwrap().unwrap();
+    assert_eq!((r.token, r.version), (t2, 3));
+    assert_eq!(r.value.as_deref(), Some(&b"three"[..]));
+    let keys: Vec<Vec<u8>> = b
+        .keys(&j, b"", None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, [b"k".to_vec()], "the deleted key is not listed");
+}
+
+/// Renew and Release by anyone but the holder are refused with the lease
+/// as it is; the lease does not change.
+async fn renew_by_a_non_holder_is_refused(b: Backend) {
+    let j = job("not-yours");
+    let (a, x) = (holder("a"), holder("x"));
+    let t = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    match b.renew(&j, &x, t, LONGER).await {
+        Err(Error::LeaseLost {
+            current_holder,
+            current,
+            ..
+        }) => {
+            assert_eq!(current_holder.as_deref(), Some("a"));
+            assert_eq!(current, t);
+        }
+        other => panic!("a renewal by a non-holder: {other:?}"),
+    }
+    assert!(matches!(
+        b.release(&j, &x, t).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    let v = b.lease(&j).await.unwrap();
+    assert_eq!((v.token, v.holder()), (t, Some(&a)));
+    assert_eq!(ttl_of(&v), Some(LONG), "the refused renewal set nothing");
+}
+
+/// A job in use is not deleted; a free one is, with its keys, once; a job
+/// created again under its name gets tokens above the old ones, so that a
+/// leader from before the deletion stays fenced.
+async fn delete_job_forgets_the_job_and_never_reuses_a_token(b: Backend) {
+    let j = job("delete-me");
+    let a = holder("a");
+    let t = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    assert_eq!(write(&b, &j, t, "k", Some("v")).await, Ok(1));
+    assert!(matches!(
+        b.delete_job(&j).await,
+        Err(Error::JobInUse { .. })
+    ));
+    assert!(b.read(&j, b"k").await.unwrap().is_some(), "nothing deleted");
+
+    assert!(b.release(&j, &a, t).await.unwrap());
+    assert_eq!(b.delete_job(&j).await, Ok(true));
+    assert_eq!(b.delete_job(&j).await, Ok(false), "nothing left to delete");
+    assert_eq!(b.read(&j, b"k").await.unwrap(), None);
+    assert!(b.keys(&j, b"", None, 10).await.unwrap().is_empty());
+    assert_eq!(b.lease(&j).await.unwrap().holder(), None);
+
+    let again = b.acquire(&j, &a, LONG, NOW).await.unwrap();
+    assert!(again.acquired, "{again:?}");
+    assert!(again.lease.token > t, "{:?} after {t:?}", again.lease.token);
+    assert!(matches!(
+        write(&b, &j, t, "k", Some("stale")).await,
+        Err(Error::Fenced { .. })
+    ));
+    assert_eq!(b.read(&j, b"k").await.unwrap(), None);
+}
+
+/// The history of a job: one row per tenure, newest first, with its
+/// holder and how it ended; paged by token and by count.
+async fn history_has_a_row_per_tenure(b: Backend) {
+    let j = job("history");
+    let (a, c) = (holder("a"), holder("c"));
+    let t1 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    assert!(b.release(&j, &a, t1).await.unwrap());
+    let t2 = b.acquire(&j, &c, LONG, NOW).await.unwrap().lease.token;
+
+    let h = b.history(&j, None, 10).await.unwrap();
+    let rows: Vec<(Token, &str)> = h.iter().map(|t| (t.token, t.holder.as_str())).collect();
+    assert_eq!(rows, [(t2, "c"), (t1, "a")]);
+    assert_eq!(h[0].end, None, "the live tenure is open");
+    assert!(
+        matches!(h[1].end, Some((TenureEnd::Released, _))),
+        "{:?}",
+        h[1].end
+    );
+    assert_eq!(h[0].ttl, LONG);
+
+    let older = b.history(&j, Some(t2), 10).await.unwrap();
+    assert_eq!(older.iter().map(|t| t.token).collect::<Vec<_>>(), [t1]);
+    let newest = b.history(&j, None, 1).await.unwrap();
+    assert_eq!(newest.iter().map(|t| t.token).collect::<Vec<_>>(), [t2]);
+    assert!(b.history(&job("never"), None, 10).await.unwrap().is_empty());
+}
+
+/// The views: one job's lease, a page of leases by prefix, and the status
+/// rows, each with the holder, the token and why a free lease is free.
+async fn lease_and_status_views_show_the_leases(b: Backend) {
+    let unknown = b.lease(&job("views/none")).await.unwrap();
+    assert_eq!((unknown.token, unknown.holder()), (Token::NONE, None));
+
+    let (ja, jb, other) = (job("views/a"), job("views/b"), job("viewsx"));
+    let (a, c) = (holder("a"), holder("c"));
+    let ta = b.acquire(&ja, &a, LONG, NOW).await.unwrap().lease.token;
+    let tb = b.acquire(&jb, &c, LONG, NOW).await.unwrap().lease.token;
+    assert!(b.release(&jb, &c, tb).await.unwrap());
+    b.acquire(&other, &c, LONG, NOW).await.unwrap();
+
+    let page = b.leases("views/", None, 10).await.unwrap();
+    let names: Vec<&str> = page.iter().map(|v| v.job.as_str()).collect();
+    assert_eq!(names, ["views/a", "views/b"], "in name order, by prefix");
+    assert_eq!((page[0].token, page[0].holder()), (ta, Some(&a)));
+    assert_eq!(ttl_of(&page[0]), Some(LONG));
+    assert_eq!((page[1].token, page[1].holder()), (tb, None));
+    assert!(
+        matches!(page[1].state, LeaseState::Free(Vacancy::Released)),
+        "{:?}",
+        page[1].state
+    );
+    let after = b.leases("views/", Some("views/a"), 10).await.unwrap();
+    assert_eq!(
+        after.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(),
+        ["views/b"]
+    );
+    let one = b.leases("views/", None, 1).await.unwrap();
+    assert_eq!(
+        one.iter().map(|v| v.job.as_str()).collect::<Vec<_>>(),
+        ["views/a"]
+    );
+
+    let s = b.status("views/", None, 10).await.unwrap();
+    let rows: Vec<(&str, Option<&HolderId>, Token)> = s
+        .jobs
+        .iter()
+        .map(|r| (r.view.job.as_str(), r.view.holder(), r.view.token))
+        .collect();
+    assert_eq!(rows, [("views/a", Some(&a), ta), ("views/b", None, tb)]);
+    assert_eq!(s.jobs[0].vacant_for, None, "led");
+    assert!(s.jobs[1].vacant_for.is_some(), "not led");
+    if s.counted {
+        assert_eq!(s.jobs[0].waiters, 0);
+    }
+    let s = b.status("views/", Some("views/a"), 10).await.unwrap();
+    assert_eq!(s.jobs.len(), 1);
+    assert_eq!(s.jobs[0].view.job, jb);
+}
+
+/// One test per scenario and backend: `conformance::<backend>::<scenario>`.
+macro_rules! conformance {
+    ($($scenario:ident),* $(,)?) => {
+        conformance!(@backend memory; $($scenario),*);
+        conformance!(@backend sled; $($scenario),*);
+        conformance!(@backend etcd; $($scenario),*);
+    };
+    (@backend $backend:ident; $($scenario:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let under = super::Under::$backend().await;
+                    super::$scenario(under.backend.clone()).await;
+                    under.close().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    grant_and_renewal_keep_the_token,
+    expiry_then_a_new_grant_bumps_the_token_by_one,
+    release_hands_over_to_the_first_waiter_at_once,
+    checked_writes_are_fenced_by_the_live_token,
+    renew_by_a_non_holder_is_refused,
+    delete_job_forgets_the_job_and_never_reuses_a_token,
+    history_has_a_row_per_tenure,
+    lease_and_status_views_show_the_leases,
+);
