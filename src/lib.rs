@@ -16,7 +16,8 @@
 //!   vocabulary both backends share, `leasehold-backend`, re-exported in
 //!   [`backend`]), and the `leasehold` binary.
 //!
-//! ARCHITECTURE.md walks through a request and lists the invariants.
+//! ARCHITECTURE.md has the code map and the invariants; [`server`]'s docs
+//! walk through a request.
 
 pub use leasehold_client as client;
 pub use leasehold_core::{clock, error, lease};

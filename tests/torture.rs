@@ -50,6 +50,14 @@
 //! With `--etcd` too, every frontend breaks the rule (the rules, and their
 //! switches, are the core's, the same for both backends); pass the
 //! fault-injection build as `--server-bin`.
+//!
+//! On etcd, `early-expiry` revokes a holding's etcd lease half its TTL
+//! after its last grant or renewal through the frontend (etcd keeps a
+//! lease at least its minimum TTL, so a shorter etcd lease would not do),
+//! and `ack-before-sync` answers a grant or a write before its etcd
+//! transaction has committed (sent in the background): a race with another
+//! frontend, or a SIGKILL, then shows a token granted twice or a lost
+//! write.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};

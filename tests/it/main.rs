@@ -4,6 +4,38 @@
 //! one apart (its own harness).
 //!
 //! Run one group with a filter: `cargo test --test it -- integrity::`.
+//!
+//! Some of the groups, by what they show:
+//!
+//! - `conformance`: the same scenarios at the `Backend` boundary (no gRPC)
+//!   on the node over `MemoryStore`, the node over sled, and etcd.
+//! - `integrity`: every file of a data dir damaged every way, on real
+//!   processes; `tools`: restore and recover SIGKILLed at every rename,
+//!   sync, unlink, mkdir and write (strace), a foreign backup, each tool on
+//!   a live dir, a stalled or killed backup, history across both.
+//! - `crash`, `write_stream`: the server SIGKILLed under load; nothing
+//!   acknowledged lost, no token repeated. `faults`: the system calls
+//!   traced (request, `fdatasync`, reply), every `fdatasync` failed, a
+//!   small tmpfs filled, the wall clock moved with libfaketime.
+//! - `attacks`, `overload`: each flood of the isolation issue while a
+//!   leader renews a 2 s lease and never loses it; the limits and budgets.
+//! - `security`: every attack the policy and TLS must stop, on a real
+//!   server process, with certificates made by the tests
+//!   (`common/pki.rs`, rcgen).
+//! - `etcd`: a real 3-member etcd cluster on 127.0.0.1 and several
+//!   frontend processes: one truth across frontends, a frontend or a
+//!   member killed or paused under load, a majority stopped, 10,000
+//!   waiters. `etcd_secure`: etcd with client TLS, client certificates and
+//!   auth on; `etcd_settings`: frontends whose shared settings differ.
+//! - `delete_job`, `history`, `cancel`, `give_back`: the new-job floor,
+//!   the history, a cancelled waiting Acquire and its give-back, each on
+//!   both backends.
+//! - `rolling_restart`: two `leasehold run` workers restarted in turn with
+//!   SIGTERM, never a leaderless poll of `/metrics`; `health_probe`:
+//!   `leasehold health` on both ports, as in the image.
+//! - `api`: the whole API; the test command runs it again with
+//!   `LEASEHOLD_TEST_BACKEND=etcd` (every test server an etcd frontend) and
+//!   with `LEASEHOLD_TEST_SECURE=1` (TLS and a policy everywhere).
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -179,7 +179,14 @@ pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
 
 /// Limits on what a backend keeps (`--max-jobs`, `--max-keys-per-job`).
 /// Over one, a change that would grow past it is refused with
-/// [`Error::QuotaExceeded`] and nothing changes.
+/// [`Error::QuotaExceeded`] and nothing changes. They are decided in the
+/// same decision as the change: an Acquire that would create a job, a
+/// write of a new key (deleted keys count, as their tombstones stay). The
+/// single node checks both under its state lock (a job's key count is
+/// read from the store once, then kept), so they are exact. etcd keeps the
+/// job count in its `meta` record, compared and put by the grant that
+/// creates a job, so it is exact across frontends; the key count is read
+/// before the write, so parallel writes of new keys can pass it together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateLimits {
     /// Jobs known at once; an `Acquire` of a new job is refused at it.

@@ -85,6 +85,56 @@
 //! deleting the holder key) or a waiter ahead leaving wakes them at once.
 //! Nothing polls.
 //!
+//! On one frontend, the waiters of a job share one etcd watch
+//! (`queue::JobWatches`), which leaves puts in the line out (a waiter
+//! joining wakes no one). A waiter arriving at a held job that others of
+//! its frontend watch joins on the newest read one of them noted, while
+//! the watch has seen no change since (`JobWatches::busy_read`): **a
+//! waiter that joins on a read is woken by any change after that read,
+//! whoever made it**. Nor does it wait for its own join: it hands its key
+//! to the batched put (`queue::Joins`, up to 128 keys a transaction) and
+//! sleeps on the watch; it reads its place (the key's create revision)
+//! when the job changes. **A departing waiter's delete is sent only after
+//! its put is answered**, so it cannot overtake the put and leave the key
+//! behind, and the key of a waiter whose call is gone is deleted again and
+//! again until etcd confirms it (`queue::Orphans`). The line is *counted*
+//! with the job's read; who is first is read (which costs etcd a read of
+//! every waiter key) only when the job is free. Plain reads of one job,
+//! and questions of how long a lease has left, are shared by the calls
+//! that ask at once (`reads`). A frontend keeps at most 512 calls in
+//! flight to etcd (lease keep-alives and join transactions exempt).
+//! BENCHMARKS.md has what ten thousand waiters cost etcd.
+//!
+//! # Reads, deadlines and retries
+//!
+//! Reads are etcd linearizable reads (a majority confirms the leader's
+//! read index). A serializable read is never used: one member's local
+//! state, lagging or partitioned, could show a lease already released or
+//! taken over, an old token, or an overwritten value.
+//!
+//! An operation gets `--etcd-timeout` in all, every etcd call, retry and
+//! re-read included; past it, UNAVAILABLE (reason STORAGE). **Only what is
+//! safe to run twice is retried on another member**: reads (ranges and
+//! read-only transactions), lease time-to-live, keep-alives and revokes.
+//! A grant, release, move or write transaction, a batch of waiter keys and
+//! a lease grant are sent once (again only when refused for etcd's auth
+//! token before etcd applied anything): their comparisons would fail a
+//! second run, the operation would decide again on the new state, and a
+//! write whose first run took effect could be made twice under a new
+//! version. Their outcome is unknown after a failure, as for any lost
+//! reply. A probe each second tells health whether a majority answers a
+//! linearizable read and whether etcd raises its NOSPACE alarm.
+//!
+//! # Shared settings, history, the last token
+//!
+//! The settings that are rules of the whole are recorded under the prefix
+//! and compared by every frontend at start-up (`settings`). History is
+//! trimmed one tenure at a time: a grant removes the tenure
+//! `--history-per-job` tokens older, and the grant that creates a job
+//! again above the new-job floor keeps the newest tenures of its earlier
+//! life. A job at its last token (2^64 - 1) is never granted again
+//! (TOKENS_EXHAUSTED, before anything is written), as on the single node.
+//!
 //! # TTLs
 //!
 //! etcd leases count whole seconds and have a minimum (1.5 election
@@ -124,6 +174,9 @@
 //! - `watch`: `WatchLease`: watch tasks, and which etcd events a watcher is
 //!   told of.
 //! - `mirror`: per-job leadership for metrics, from one etcd watch.
+//! - `reads`: reads of one job (and lease TTLs) shared by the calls that
+//!   ask at once.
+//! - `settings`: the settings every frontend on a prefix must share.
 //! - [`client`]: the small etcd client, with one keep-alive stream shared by
 //!   every lease.
 //! - this file: [`EtcdNode`], the API the handlers call: each method reads,

@@ -23,6 +23,22 @@
 //! including replies that only *show* state: `GetLease` waits for the job's
 //! last change, `Read` for everything staged before it read. So no client
 //! ever sees a token or a value that a crash could take back.
+//!
+//! # No decision waits for the disk under the state lock
+//!
+//! A change that depends on stored records (a write reads its key's) reads
+//! them before it takes the lock; under the lock the store confirms them
+//! from memory, and if a checkpoint moved them meanwhile the node lets go
+//! and reads again (`Node::lock_with_records`). So a leader's renewal
+//! waits behind at most the decisions ahead of it.
+//!
+//! # Waiting
+//!
+//! `Acquire` with a wait joins the job's first-come-first-served line in
+//! the table. Only the first in line sleeps until the lease's deadline; the
+//! others sleep until they move up. A `Release` grants the first waiter in
+//! the same decision, so one durable write covers both, and the waiter
+//! just wakes up. Nothing polls.
 
 #![warn(missing_docs)]
 

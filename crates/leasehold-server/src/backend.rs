@@ -10,6 +10,12 @@
 //! by `--etcd-timeout`), counts its own failures and decides its own
 //! outcomes; the types they speak are `leasehold-backend`'s, re-exported
 //! here.
+//!
+//! The seam is here, at the coordinator's level, and not under the
+//! `Store` trait, because a replicated engine must make the decisions
+//! itself, inside its transactions, with expiry on its clock: `Store` is
+//! the narrow seam for single-node engines (`SledStore`, `MemoryStore`),
+//! `Backend` the one for a replicated engine.
 
 use std::time::Duration;
 

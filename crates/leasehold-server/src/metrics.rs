@@ -13,8 +13,10 @@
 //!   series exist from the start and a call reaches its own by index, so
 //!   it costs a few relaxed atomic adds: no lock, no allocation, no map.
 //! - [`Backend::snapshot`], taken at scrape time by a [`Collector`]:
-//!   per-job leadership (the jobs shown picked by `leasehold-backend`'s
-//!   `Picker`), the lease rules' counters, the store's failures and
+//!   per-job leadership (at most `--metrics-max-jobs` jobs, picked in one
+//!   pass by `leasehold-backend`'s `Picker`, with totals over all; the
+//!   single node walks its table in chunks, each under the state lock on
+//!   its own), the lease rules' counters, the store's failures and
 //!   recoveries, and waiting acquires; then, on the single node, the
 //!   store's integrity ([`Backend::integrity`]) and group commit's
 //!   counters ([`Backend::sync_stats`]). All of it is state the backend

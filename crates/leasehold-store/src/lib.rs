@@ -46,8 +46,8 @@
 //!   runs the same scenarios on the single node on each store and on etcd.
 //!
 //! A replicated engine (etcd) needs more than this trait, because there the
-//! decisions themselves must happen inside the engine's transactions; see
-//! ARCHITECTURE.md.
+//! decisions themselves must happen inside the engine's transactions; that
+//! seam is the server's `Backend` (`leasehold-server`, `backend.rs`).
 
 use std::time::Duration;
 

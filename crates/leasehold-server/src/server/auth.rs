@@ -78,6 +78,50 @@
 //! force when it arrived. Every refusal counts in
 //! `leasehold_auth_denied_total` and is logged, at most once a second per
 //! principal.
+//!
+//! # How a call is authenticated
+//!
+//! [`AuthLayer`] sits after the RPC metrics and the connection's share of
+//! admission, before the principal's share and the wire guard
+//! ([`super::layers`]). A bearer token is hashed (SHA-256) and compared in
+//! constant time with every stored hash the first time a secret is seen;
+//! a secret that matched is kept in the policy's memory, so later calls
+//! skip the hash. Else the client certificate that the handshake verified
+//! (in the connection's [`Peer`], see [`super::tls`]) is matched by a DNS
+//! name it is valid for (webpki). A connection keeps the [`Caller`] its
+//! last call was authenticated as, with the exact `authorization` bytes it
+//! came with (or none, for a certificate), in its `Peer` ([`CallerMemo`]):
+//! the next call with the same bytes under the same policy (the same
+//! `Arc`) is that caller again, with no lookup. Only a caller that was
+//! found is kept, so a wrong token is looked up and refused every time;
+//! after a reload the next call is authenticated afresh. The `Caller`
+//! holds the policy as it was when the call arrived.
+//!
+//! The admin port (`/metrics`, the status page) has no tower layer in
+//! front: its handlers call [`Auth::authenticate`] (through
+//! [`admin_check`] for `/metrics`) on the connection's `Peer` and headers,
+//! the same code. No gRPC handler reads a token or a certificate; the two
+//! that read the connection's `Peer` (`leases.rs`, `fenced.rs`) take only
+//! its `load`, for pacing.
+//!
+//! # Per-job rules and the binding
+//!
+//! The conversions every handler goes through (`job_arg` and the `*_args`
+//! functions of `server/convert.rs`, and once per message on the streams)
+//! call [`Caller::authorize`]. A refusal is PERMISSION_DENIED (reason,
+//! action and job in its ErrorInfo). Listings are filtered by
+//! [`Caller::may_read`].
+//!
+//! [`Caller::bind`] makes the holder the rules see `principal` + U+001F +
+//! `holder`. A validated holder has no control characters, so no client
+//! can forge it, and both backends store it as any holder (no record
+//! format changed). A mismatch is LEASE_LOST in the decision, which
+//! [`Caller::refine`] reports as PERMISSION_DENIED when the lease is
+//! another principal's; `convert::lease` splits the holder back into
+//! `holder` and `principal`. A write's holder guard is asked by the core's
+//! `rules::admit_write` before the fence, on both backends: a write with
+//! another principal's live token is PERMISSION_DENIED even when a higher
+//! token already wrote the key.
 
 use std::borrow::Cow;
 use std::collections::HashMap;

@@ -1,4 +1,21 @@
 //! The `FencedStore` service: decode, call the node, encode.
+//!
+//! **Writes are paced per connection**: the bytes (keys and values) of one
+//! connection's `CheckedWrite`s and `WriteStream` messages go at
+//! `--max-write-rate-per-connection` a second, a second's worth at once
+//! (`ConnLoad::pace_write`, charged as each write arrives; the handler
+//! sleeps before the write is decided). A write over the rate is slowed,
+//! never refused, and counts in `leasehold_writes_paced_total`. Without
+//! it, one connection's flood of 64 KiB writes took every core and the
+//! leader's renewals on another connection waited for one (BENCHMARKS.md,
+//! "Isolation"). For that, this handler reads the connection's
+//! [`Peer`], its `load` only, as [`super::leases`] does for Acquires; the
+//! caller comes from the auth layer, as everywhere.
+//!
+//! With a policy, a `CheckedWrite` hands the backend a holder guard
+//! (`Caller::held_by_another`), asked of the live grant's holder on the
+//! very state the write is decided on; a `WriteStream` message, refused as
+//! a whole, is checked first with `Caller::check_write`.
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -5,8 +5,64 @@
 //! connection, per principal and in all, with budgets of their own for
 //! renewals: [`Admission`]). The caller's identity is a layer too, with
 //! the policy it serves: [`super::auth::AuthLayer`], between admission's
-//! two layers (see ARCHITECTURE.md, "Admission" and "TLS and access
-//! rules").
+//! two layers.
+//!
+//! # Admission
+//!
+//! A call is admitted or refused before anything of its message is read,
+//! by the method in its path, the connection it came on (each
+//! connection's [`ConnLoad`] in its [`Peer`], see [`super::conn`]) and,
+//! with a policy, its principal (the `Caller`'s
+//! [`PrincipalLoad`]). In order: the RPC
+//! metrics; the connection's share, before the credentials are read (so a
+//! flood from one connection costs no hashing); the `AuthLayer`; then the
+//! principal's share and the server's budget; then the wire guard
+//! ([`super::wire`]).
+//!
+//! - **Two budgets.** Renewals (unary `Renew`, and `KeepAlive` streams)
+//!   draw on a budget of their own; every other call (Acquire, waiting or
+//!   not, reads, writes, watches, health) on the other. The budget is
+//!   chosen from the method alone, in one function ([`budget`]), for every
+//!   share. Each admits at most `--max-in-flight` calls at once across
+//!   connections, counted until the response starts (a waiting Acquire for
+//!   as long as it waits).
+//! - **A share per connection**: at most `--max-in-flight-per-connection`
+//!   calls open in each budget on one connection, a stream for as long as
+//!   it is open; so one connection never holds the whole budget.
+//! - **A share per principal**: with a policy, at most its `max_in_flight`
+//!   (`[principal.limits]`, else `--max-in-flight`) in each budget, across
+//!   all its connections. It is checked before the server's budget: a call
+//!   refused for its principal never holds a place there, so principals
+//!   whose limits add up to at most `--max-in-flight` never crowd one
+//!   another out (health and reflection, open to anyone, count in the
+//!   server's budget alone). A principal's counts are kept under its name
+//!   across policy reloads; a call is held to the limits of the policy in
+//!   force when it arrived.
+//! - A refused call gets RESOURCE_EXHAUSTED at once, reason OVERLOADED,
+//!   with the limit in its message and in the ErrorInfo (`limit`, `max`;
+//!   a principal's limit is named by its field, with `principal`), and
+//!   counts in `leasehold_overloaded_total{limit}`. Nothing of it ran.
+//! - **Waiters leave the budget.** A waiting `Acquire` holds its place in
+//!   the server's budget only until it joins a line (the handler gives it
+//!   up, [`Admitted::leave_budget`]); from then on it holds one of
+//!   `--max-waiters` instead. Its connection's share and its principal's
+//!   still count it. Before this, 10,000 waiters on 11 connections filled
+//!   `--max-in-flight` and every other client was refused for as long as
+//!   they waited (BENCHMARKS.md, "Isolation").
+//! - **A new grant whose reply is dropped undelivered is released**: the
+//!   outermost layer ([`Undelivered`]) gives back a grant whose reply was
+//!   dropped before its trailers.
+//!
+//! What admission leaves to the handlers: the quotas on state held by open
+//! calls (watchers, waiters per job) and the Acquire rate per connection
+//! ([`super::leases`]), the write rate per connection ([`super::fenced`]),
+//! and, in the backends, the limits on stored state (`StateLimits`).
+//!
+//! **A live lease's renewal is never refused for other callers' load**:
+//! only when its own connection has `--max-in-flight-per-connection`
+//! renewals open, its own principal its `max_in_flight` renewals in
+//! flight, or renewals alone fill `--max-in-flight`. Renewals are never
+//! paced.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};

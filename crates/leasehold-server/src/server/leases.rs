@@ -1,4 +1,32 @@
 //! The `Leases` service: decode, call the node, encode.
+//!
+//! Besides admission ([`super::layers`]), this service holds the limits on
+//! state that open calls keep, counted in front of either backend
+//! ([`Quotas`]; in etcd mode per frontend): at most `--max-watchers`
+//! `WatchLease` streams, and `--max-waiters-per-job` Acquires waiting on
+//! one job (one more is still granted if the lease is free, but never
+//! joins the line); with a policy, each principal at most its own
+//! `max_watchers` and `max_waiters_per_job`, checked first. Over a limit:
+//! RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED, naming the flag (or the
+//! principal and the field), counted in
+//! `leasehold_quota_exceeded_total{limit}`; nothing changed.
+//!
+//! **Acquires are paced per connection** to
+//! `--max-acquire-rate-per-connection` a second, a second's worth at once
+//! (`ConnLoad::pace_acquire`, after the arguments are checked, before any
+//! decision; counted in `leasehold_acquires_paced_total`): a grant is a
+//! durable change, and one connection creating jobs as fast as it could
+//! took the cores from the renewals of others (BENCHMARKS.md,
+//! "Isolation"). The rate is per connection; what bounds a principal
+//! across its connections is its share of the calls in flight. **Renewals
+//! (`Renew`, `KeepAlive`) are never paced.** This handler and
+//! [`super::fenced`] are the only ones that read the connection's
+//! [`Peer`], and only its `load`, for pacing.
+//!
+//! A watcher that cannot keep up costs nothing that grows: the backend
+//! folds the changes it missed into the newest state, and `relay`
+//! closes a watch whose event has waited `--watch-stall-timeout` for room
+//! in its stream.
 
 use std::collections::HashMap;
 use std::pin::Pin;

@@ -16,6 +16,29 @@
 //! a shutdown begins. It is set for the whole server (`""`) and for each
 //! service alike, and comes back by itself with the store. Reads and
 //! renewals are served either way.
+//!
+//! # A request, end to end
+//!
+//! Take `CheckedWrite{job, token, key, value}`:
+//!
+//! 1. The tower layers ([`layers`]) time it, admit it and authenticate it;
+//!    the wire guard ([`wire`]) reads the length prefix of each message as
+//!    it arrives: one over the size limit is refused from at most the
+//!    limit's worth of its bytes, one that does not decode is refused, both
+//!    naming the field, with INVALID_ARGUMENT.
+//! 2. The handler (`fenced.rs`) turns the message into domain values
+//!    through [`convert`] and `Limits`, which check the caller's grant too.
+//!    Bad input stops here, naming the field and the limit.
+//! 3. The backend decides. On the single node (`leasehold-node`) the key's
+//!    record is read before the state lock is taken, the core's
+//!    `rules::admit_write` decides under it (the holder guard, then the
+//!    fence), and the change is staged in the store; group commit
+//!    (`leasehold-node`'s `commit`) makes it durable, one sync for many
+//!    changes, before the handler is released. On etcd it is one
+//!    transaction (`leasehold-etcd`).
+//! 4. The handler answers with the key's new version; a domain error
+//!    crosses into gRPC in one place ([`grpc_status`]), with an ErrorInfo
+//!    reason (`FENCED`, `LEASE_LOST`, ...) that clients branch on.
 
 pub mod auth;
 pub mod backup;
