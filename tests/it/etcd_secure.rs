@@ -4,7 +4,7 @@
 //! only). A real etcd, set up with the real `etcdctl`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use leasehold::client::Client;
@@ -27,31 +27,58 @@ struct SecureEtcd {
 }
 
 impl SecureEtcd {
+    /// Starts etcd with `cmd`, its output appended to `etcd.log` in `dir`.
+    fn spawn(dir: &Path, cmd: &[std::ffi::OsString]) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("etcd.log"))
+            .unwrap();
+        Command::new(etcd_bin())
+            .args(cmd)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd")
+    }
+
+    /// The end of etcd's log, for a failure's message.
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self._dir.path().join("etcd.log")).unwrap_or_default();
+        let start = log.len().saturating_sub(2000);
+        log.get(start..).unwrap_or(&log).to_owned()
+    }
+
     /// Kills the member and starts it again on its data: etcd keeps its
     /// simple tokens in memory, so every token it gave is gone.
     fn restart(&mut self, f: &Files) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = Command::new(etcd_bin())
-            .args(&self.cmd)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd");
-        wait_healthy(self, f);
+        self.child = SecureEtcd::spawn(self._dir.path(), &self.cmd);
+        wait_healthy(self, f).unwrap();
     }
 }
 
-fn wait_healthy(e: &SecureEtcd, f: &Files) {
+/// Waits until the member answers. Err when it exited first (a port taken
+/// between `free_port` and etcd's bind is the usual cause), with its log.
+fn wait_healthy(e: &mut SecureEtcd, f: &Files) -> Result<(), String> {
     let t = Instant::now();
     while !etcdctl(e, f, &["--user", "root:root-secret", "endpoint", "health"])
         .status
         .success()
         && !etcdctl(e, f, &["endpoint", "health"]).status.success()
     {
-        assert!(t.elapsed() < common::PATIENCE, "etcd did not start");
+        if let Ok(Some(status)) = e.child.try_wait() {
+            return Err(format!("etcd exited ({status}): {}", e.log_tail()));
+        }
+        assert!(
+            t.elapsed() < common::PATIENCE,
+            "etcd did not start: {}",
+            e.log_tail()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+    Ok(())
 }
 
 impl Drop for SecureEtcd {
@@ -78,6 +105,27 @@ fn start(files_dir: &Path) -> (SecureEtcd, Files) {
     };
     let server_cert = pki::write(files_dir, "etcd-server.pem", &server_cert);
     let server_key = pki::write(files_dir, "etcd-server.key", &server_key);
+    // A port free when asked may be taken before etcd binds it: a member
+    // that exits at start is tried again on other ports.
+    let mut attempt = 0;
+    loop {
+        match start_member(&files, &server_cert, &server_key) {
+            Ok(e) => return (e, files),
+            Err(why) if attempt < 2 => {
+                eprintln!("etcd_secure: {why}; trying other ports");
+                attempt += 1;
+            }
+            Err(why) => panic!("etcd did not start: {why}"),
+        }
+    }
+}
+
+/// One try at starting the member on fresh ports and a fresh data dir.
+fn start_member(
+    files: &Files,
+    server_cert: &Path,
+    server_key: &Path,
+) -> Result<SecureEtcd, String> {
     let dir = tempfile::Builder::new()
         .prefix("leasehold-etcd-secure-")
         .tempdir()
@@ -121,20 +169,14 @@ fn start(files_dir: &Path) -> (SecureEtcd, Files) {
     ] {
         arg(&a);
     }
-    let child = Command::new(etcd_bin())
-        .args(&cmd)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start etcd");
-    let e = SecureEtcd {
+    let child = SecureEtcd::spawn(dir.path(), &cmd);
+    let mut e = SecureEtcd {
         child,
         url,
         _dir: dir,
         cmd,
     };
-    wait_healthy(&e, &files);
-    (e, files)
+    wait_healthy(&mut e, files).map(|()| e)
 }
 
 /// Runs `etcdctl` (as root once auth is on) against the member.
