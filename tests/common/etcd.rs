@@ -63,7 +63,24 @@ impl EtcdCluster {
 
     /// [`EtcdCluster::start`], each member with the etcd flags `extra` too
     /// (e.g. `--quota-backend-bytes`).
+    ///
+    /// A member that exits at start, most likely because a port that
+    /// [`free_port`] found free was taken before etcd bound it, has the
+    /// whole cluster started again on other ports, up to three times.
     pub fn start_with(n: usize, extra: &[&str]) -> EtcdCluster {
+        let mut why = String::new();
+        for _ in 0..3 {
+            let mut c = EtcdCluster::spawned(n, extra);
+            match c.started(Duration::from_secs(30)) {
+                Ok(()) => return c,
+                Err(e) => why = e,
+            }
+        }
+        panic!("etcd did not start, three times; the last time: {why}");
+    }
+
+    /// `n` members started, not yet ready.
+    fn spawned(n: usize, extra: &[&str]) -> EtcdCluster {
         let tmp = tempfile::Builder::new()
             .prefix("leasehold-etcd-")
             .tempdir()
@@ -94,8 +111,49 @@ impl EtcdCluster {
         for i in 0..n {
             c.spawn(i, "new");
         }
-        c.wait_ready(Duration::from_secs(30));
         c
+    }
+
+    /// Waits, as [`EtcdCluster::wait_ready`] does, until every member knows
+    /// the same leader; fails with the member's log if one has exited.
+    fn started(&mut self, within: Duration) -> Result<(), String> {
+        let t = Instant::now();
+        loop {
+            for i in 0..self.members.len() {
+                let exited = match self.members[i].child.as_mut() {
+                    Some(c) => c.try_wait().ok().flatten(),
+                    None => None,
+                };
+                if let Some(status) = exited {
+                    let log = std::fs::read_to_string(
+                        self.dir.join(format!("{}.log", self.members[i].name)),
+                    )
+                    .unwrap_or_default();
+                    let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                    return Err(format!(
+                        "member {i} exited ({status}); its log ends: {tail}"
+                    ));
+                }
+            }
+            let leaders: Vec<u64> = self
+                .running()
+                .into_iter()
+                .filter_map(|i| self.status(i).map(|(_, l)| l))
+                .collect();
+            if !leaders.is_empty()
+                && leaders.len() == self.running().len()
+                && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
+            {
+                return Ok(());
+            }
+            if t.elapsed() > within {
+                return Err(format!(
+                    "not ready within {within:?}; logs in {}",
+                    self.dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn spawn(&mut self, i: usize, state: &str) {

@@ -881,6 +881,11 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
     let l = Limits::default();
     // No majority: the waiter goes, and its key's delete fails.
     let others = lose_majority(&mut cluster);
+    assert!(
+        !waiter.is_finished(),
+        "the waiter left the line before it was aborted: {:?}",
+        waiter.await
+    );
     waiter.abort();
     let t = Instant::now();
     while b.orphaned_waiter_keys() == 0 {
@@ -927,8 +932,11 @@ struct InLine {
     waiter: tokio::task::JoinHandle<leasehold::Result<leasehold::backend::Acquired>>,
 }
 
-/// The TTL of [`one_in_line`]'s leases.
-const IN_LINE_TTL: Duration = Duration::from_secs(5);
+/// The TTL of [`one_in_line`]'s leases. The tests release the holder's
+/// lease themselves, so it must outlive them: had it expired while the
+/// waiter was in line (a slow setup, a loaded machine), the waiter would be
+/// granted, and would leave no key to delete.
+const IN_LINE_TTL: Duration = Duration::from_secs(120);
 
 /// Two frontends `a` and `b` on a new 3-member cluster
 /// ([`quick_to_give_up`]): `a` holds job "j" for "h", and `b`'s waiting
