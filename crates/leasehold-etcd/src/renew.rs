@@ -1,0 +1,266 @@
+//! Renewals: `Renew` and the batched `KeepAlive`, and the extension of a
+//! live holding they share with its holder's repeated `Acquire`: an etcd
+//! keep-alive that counts only when confirmed in the current raft term,
+//! or a move to a new etcd lease when the TTL changes; and the broken
+//! rule "renew-bumps-token".
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use leasehold_backend::{RenewOutcome, Renewal};
+use leasehold_core::clock;
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules;
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
+
+use super::client::range_req;
+use super::decide::{self, Extend, Proof};
+use super::health::no_space_health;
+use super::keys::{self, Holding};
+use super::{contention, is_no_space, txn, EtcdNode, MAX_TRIES};
+
+impl EtcdNode {
+    /// Extends our live holding for `ttl` from now: an etcd keep-alive, or
+    /// a move to a new etcd lease when the TTL changes. `None` when the
+    /// holding is gone (read again).
+    pub(super) async fn extend(
+        &self,
+        job: &JobName,
+        h: &Holding,
+        ttl: Duration,
+    ) -> Result<Option<LeaseView>> {
+        let rec = match decide::extend(h, ttl) {
+            Extend::KeepAlive => {
+                // The first time the holder asks again, the grant is marked
+                // told (see `txn::told_again`) before it is extended, so
+                // that no give-back ends it after this answer.
+                //
+                // A renewal must never need a write: etcd out of space (its
+                // NOSPACE alarm) refuses every put, but still takes
+                // keep-alives and transactions that only delete. So when
+                // the marking is refused for NOSPACE, the grant is marked
+                // by deleting its untold key alone, which etcd takes. That
+                // is enough: a give-back compares both the holder key's
+                // version (1) and the untold key (still the grant's token),
+                // so after either mark none can end the grant, on any
+                // frontend, even once etcd takes writes again. (Skipping
+                // the mark and keeping the lease alive anyway would not
+                // be: a give-back made after the alarm is disarmed would
+                // find version 1 and release a lease whose holder was just
+                // told it is renewed.) While the version stays 1, each
+                // renewal tries the put again, and the first after the
+                // alarm makes it.
+                if h.version == 1 {
+                    let k = &self.inner.keys;
+                    let told = match self
+                        .inner
+                        .etcd
+                        .txn(txn::told_again(k, job.as_str(), h))
+                        .await
+                    {
+                        Err(e) if is_no_space(&e) => {
+                            self.set_health(no_space_health());
+                            let req = txn::told_again_by_deletion(k, job.as_str(), h);
+                            self.failed(self.inner.etcd.txn(req).await)?
+                        }
+                        r => self.failed(r)?,
+                    };
+                    if !told.succeeded {
+                        return Ok(None);
+                    }
+                }
+                let live = self.keep_alive(job, h).await?;
+                if live {
+                    self.expire_early(h.lease, ttl);
+                }
+                return Ok(live.then(|| decide::granted(job, &h.rec, clock::now())));
+            }
+            Extend::Move(rec) => rec,
+        };
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
+        let req = txn::move_holding(&self.inner.keys, job.as_str(), h, &rec, lease);
+        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+            self.revoke_later(lease);
+            return Ok(None);
+        }
+        self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
+        Ok(Some(decide::granted(job, &rec, clock::now())))
+    }
+
+    /// Keeps the holding's etcd lease alive, and confirms it: `false` when
+    /// the holding is gone.
+    ///
+    /// etcd's lessor renews in memory on the member that thinks it leads,
+    /// so the keep-alive counts only if the member that answered was in
+    /// the current raft term: the term of a linearizable read made after
+    /// it, which also checks that the holder key is still this holding
+    /// (see [`decide::keep_alive_proof`]). An answer from an older term
+    /// is asked again, on a new keep-alive stream.
+    async fn keep_alive(&self, job: &JobName, h: &Holding) -> Result<bool> {
+        let hk = self.inner.keys.holder(job.as_str());
+        for _ in 0..3 {
+            let Some((_, term)) = self.failed(self.inner.etcd.keep_alive(h.lease).await)? else {
+                return Ok(false);
+            };
+            let r = self.failed(
+                self.inner
+                    .etcd
+                    .range(range_req(hk.clone(), Vec::new(), 0))
+                    .await,
+            )?;
+            let current = r.header.as_ref().map_or(0, |h| h.raft_term);
+            match decide::keep_alive_proof(h, r.kvs.first(), term, current) {
+                Proof::Live => return Ok(true),
+                Proof::Gone => return Ok(false),
+                Proof::StaleTerm => {
+                    tracing::debug!(
+                        term,
+                        current,
+                        "keep-alive answered in an older raft term; again"
+                    );
+                    self.inner.etcd.reopen_keep_alives();
+                }
+            }
+        }
+        Err(Error::Storage(
+            "etcd keep-alive kept being answered by a member in an older raft term".into(),
+        ))
+    }
+
+    /// The broken rule "renew-bumps-token": moves the holding `h` to a new
+    /// etcd lease for `ttl` with the token `bumped`, and the job's token
+    /// counter with it. `None` when the holding is gone (read again).
+    async fn bump(
+        &self,
+        job: &JobName,
+        h: &Holding,
+        ttl: Duration,
+        bumped: Token,
+    ) -> Result<Option<LeaseView>> {
+        let rec = keys::HolderRec {
+            token: bumped,
+            ttl,
+            holder: h.rec.holder.clone(),
+        };
+        let token_rec = keys::TokenRec {
+            token: bumped,
+            released: false,
+            holder: h.rec.holder.clone(),
+        };
+        let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
+        let req = txn::bump_token(&self.inner.keys, job.as_str(), h, &rec, &token_rec, lease);
+        if !self.failed(self.inner.etcd.txn(req).await)?.succeeded {
+            self.revoke_later(lease);
+            return Ok(None);
+        }
+        self.revoke_later(h.lease);
+        self.expire_early(lease, ttl);
+        Ok(Some(decide::granted(job, &rec, clock::now())))
+    }
+
+    /// Renews a live lease. Fails with [`Error::LeaseLost`] otherwise.
+    pub async fn renew(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<LeaseView> {
+        self.bounded(
+            "Renew",
+            Duration::ZERO,
+            self.renew_unbounded(job, holder, token, ttl),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::renew`], which bounds it.
+    async fn renew_unbounded(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<LeaseView> {
+        self.check_open()?;
+        self.check_ttl(ttl)?;
+        self.renew_one(job, holder, token, ttl)
+            .await?
+            .map_err(|(e, _)| e)
+    }
+
+    async fn renew_one(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<RenewOutcome> {
+        let c = &self.inner.counters;
+        for _ in 0..MAX_TRIES {
+            let read = self.read_job(job, None).await?;
+            match decide::renew(job, &read.job, holder, token) {
+                Ok(h) => {
+                    let answered = rules::renewed_token(h.rec.token, self.faults());
+                    let done = match answered == h.rec.token {
+                        true => self.extend(job, h, ttl).await?,
+                        false => self.bump(job, h, ttl, answered).await?,
+                    };
+                    if let Some(view) = done {
+                        c.renewals.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Ok(view));
+                    }
+                }
+                Err(lost) => {
+                    c.renew_losses.fetch_add(1, Ordering::Relaxed);
+                    let view = self.view(job, &read.job).await?;
+                    return Ok(Err((lost, view)));
+                }
+            }
+        }
+        Err(contention("Renew"))
+    }
+
+    /// Renews many leases, each on its own (concurrently). Fails as a whole
+    /// only when the frontend is closing or etcd fails.
+    pub async fn renew_many(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
+        self.bounded(
+            "KeepAlive",
+            Duration::ZERO,
+            self.renew_many_unbounded(batch),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::renew_many`], which bounds it.
+    async fn renew_many_unbounded(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
+        self.check_open()?;
+        let mut set = tokio::task::JoinSet::new();
+        for (i, r) in batch.iter().cloned().enumerate() {
+            let node = self.clone();
+            set.spawn(async move {
+                let out = match node.check_ttl(r.ttl) {
+                    Ok(_) => node.renew_one(&r.job, &r.holder, r.token, r.ttl).await,
+                    Err(e) => Ok(Err((
+                        e,
+                        LeaseView {
+                            job: r.job.clone(),
+                            token: Token::NONE,
+                            state: LeaseState::Free(Vacancy::Never),
+                        },
+                    ))),
+                };
+                (i, out)
+            });
+        }
+        let mut out: Vec<Option<RenewOutcome>> = vec![None; batch.len()];
+        while let Some(done) = set.join_next().await {
+            let (i, r) = done.map_err(|e| Error::Storage(format!("renewal task failed: {e}")))?;
+            out[i] = Some(r?);
+        }
+        let out: Vec<RenewOutcome> = out.into_iter().flatten().collect();
+        assert_eq!(out.len(), batch.len(), "every renewal answered");
+        Ok(out)
+    }
+}
