@@ -43,51 +43,20 @@ impl EtcdNode {
     /// moves past (see `Node::give_back` for the rule). Returns whether it
     /// did.
     pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
-        self.bounded(
-            "Release",
-            Duration::ZERO,
-            self.give_back_unbounded(job, holder, token),
-        )
-        .await
-    }
-
-    /// The work of [`EtcdNode::give_back`], which bounds it.
-    async fn give_back_unbounded(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-    ) -> Result<bool> {
-        self.check_open()?;
         self.end_holding(job, holder, token, true).await
     }
 
     /// Releases a lease; the first waiter (on any frontend) is woken by
     /// etcd's watch and takes it.
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
-        self.bounded(
-            "Release",
-            Duration::ZERO,
-            self.release_unbounded(job, holder, token),
-        )
-        .await
-    }
-
-    /// The work of [`EtcdNode::release`], which bounds it.
-    async fn release_unbounded(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-    ) -> Result<bool> {
-        self.check_open()?;
         self.end_holding(job, holder, token, false).await
     }
 
     /// Ends the holding of (`holder`, `token`) and marks its token
     /// released; with `untold_only`, only a holding whose holder key is
     /// still at version 1 (a give-back), and nothing else is an error.
-    /// Returns whether it ended one.
+    /// Returns whether it ended one. Refused once the frontend is closing,
+    /// and bounded as one "Release" call.
     async fn end_holding(
         &self,
         job: &JobName,
@@ -95,6 +64,23 @@ impl EtcdNode {
         token: Token,
         untold_only: bool,
     ) -> Result<bool> {
+        self.bounded(
+            "Release",
+            Duration::ZERO,
+            self.end_holding_unbounded(job, holder, token, untold_only),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::end_holding`], which bounds it.
+    async fn end_holding_unbounded(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        untold_only: bool,
+    ) -> Result<bool> {
+        self.check_open()?;
         for _ in 0..MAX_TRIES {
             let read = self.read_job(job, None).await?;
             let (h, mut req) = match (decide::release(job, &read.job, holder, token), untold_only) {
