@@ -64,60 +64,48 @@ impl EtcdNode {
         token: Token,
         untold_only: bool,
     ) -> Result<bool> {
-        self.bounded(
-            "Release",
-            Duration::ZERO,
-            self.end_holding_unbounded(job, holder, token, untold_only),
-        )
-        .await
-    }
-
-    /// The work of [`EtcdNode::end_holding`], which bounds it.
-    async fn end_holding_unbounded(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-        untold_only: bool,
-    ) -> Result<bool> {
-        self.check_open()?;
-        for _ in 0..MAX_TRIES {
-            let read = self.read_job(job, None).await?;
-            let (h, mut req) = match (decide::release(job, &read.job, holder, token), untold_only) {
-                (Ok(Release::Delete(h)), false) => (
-                    h,
-                    txn::release(&self.inner.keys, job.as_str(), h, holder, token),
-                ),
-                (Ok(Release::Delete(h)), true) if h.version == 1 => (
-                    h,
-                    txn::give_back(&self.inner.keys, job.as_str(), h, holder, token),
-                ),
-                (Err(e), false) => return Err(e),
-                _ => return Ok(false),
-            };
-            if self.inner.limits.history_per_job > 0 {
-                let end = HistoryPut::End {
-                    token,
-                    how: TenureEnd::Released,
-                    at_unix_ms: clock::wall_unix_ms(),
+        self.bounded("Release", Duration::ZERO, async {
+            self.check_open()?;
+            for _ in 0..MAX_TRIES {
+                let read = self.read_job(job, None).await?;
+                let release = decide::release(job, &read.job, holder, token);
+                let (h, mut req) = match (release, untold_only) {
+                    (Ok(Release::Delete(h)), false) => (
+                        h,
+                        txn::release(&self.inner.keys, job.as_str(), h, holder, token),
+                    ),
+                    (Ok(Release::Delete(h)), true) if h.version == 1 => (
+                        h,
+                        txn::give_back(&self.inner.keys, job.as_str(), h, holder, token),
+                    ),
+                    (Err(e), false) => return Err(e),
+                    _ => return Ok(false),
                 };
-                req.success
-                    .push(txn::history_put(&self.inner.keys, job, &end));
-            }
-            let r = self.failed(self.inner.etcd.txn(req).await)?;
-            // A give-back that finds the grant told (its untold key gone,
-            // which a renewal may do without touching the holder key) is
-            // over: reading the job again would find it unchanged.
-            if !r.succeeded && untold_only && txn::untold_gone(&r, token) {
-                return Ok(false);
-            }
-            if r.succeeded {
-                if let Err(e) = self.inner.etcd.revoke(h.lease).await {
-                    tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
+                if self.inner.limits.history_per_job > 0 {
+                    let end = HistoryPut::End {
+                        token,
+                        how: TenureEnd::Released,
+                        at_unix_ms: clock::wall_unix_ms(),
+                    };
+                    req.success
+                        .push(txn::history_put(&self.inner.keys, job, &end));
                 }
-                return Ok(true);
+                let r = self.failed(self.inner.etcd.txn(req).await)?;
+                // A give-back that finds the grant told (its untold key gone,
+                // which a renewal may do without touching the holder key) is
+                // over: reading the job again would find it unchanged.
+                if !r.succeeded && untold_only && txn::untold_gone(&r, token) {
+                    return Ok(false);
+                }
+                if r.succeeded {
+                    if let Err(e) = self.inner.etcd.revoke(h.lease).await {
+                        tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
+                    }
+                    return Ok(true);
+                }
             }
-        }
-        Err(contention("Release"))
+            Err(contention("Release"))
+        })
+        .await
     }
 }
