@@ -42,6 +42,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
+use super::auth::{self, CallerMemo};
 use super::tls::{Port, Tls};
 use crate::clock;
 
@@ -197,8 +198,8 @@ enum Io {
 }
 
 /// Who is at the other end of a connection: put into every request's
-/// extensions, where the policy ([`super::auth`]) reads the client
-/// certificate.
+/// extensions, where the auth layer reads the client certificate (as an
+/// [`auth::Connection`]).
 #[derive(Clone, Debug, Default)]
 pub struct Peer {
     /// The client's address.
@@ -209,8 +210,18 @@ pub struct Peer {
     /// The calls open on the connection.
     pub load: Arc<ConnLoad>,
     /// The caller its last call was authenticated as (see
-    /// [`super::auth::CallerMemo`]).
-    pub caller: Arc<super::auth::CallerMemo>,
+    /// [`auth::CallerMemo`]).
+    pub caller: Arc<CallerMemo>,
+}
+
+impl auth::Connection for Peer {
+    fn client_cert(&self) -> Option<&CertificateDer<'static>> {
+        self.certs.as_deref()?.first()
+    }
+
+    fn caller_memo(&self) -> &CallerMemo {
+        &self.caller
+    }
 }
 
 impl Connected for Conn {

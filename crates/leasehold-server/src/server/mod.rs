@@ -276,7 +276,7 @@ pub async fn run(
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
         .layer(admission.connections())
-        .layer(auth::AuthLayer::new(config.auth.clone()))
+        .layer(auth::AuthLayer::<conn::Peer>::new(config.auth.clone()))
         .layer(admission.budgets())
         .layer(wire)
         .add_service(health)
