@@ -17,7 +17,8 @@
 //! pings do not keep it open, since the server's own keep-alive pings are
 //! answered by every live client. A client reconnects on its next call.
 //! The calls open on a connection are counted in its [`ConnLoad`], which
-//! the admission layer ([`super::layers`]) keeps.
+//! the admission layer ([`super::layers`]) keeps; the same load holds the
+//! accounts of its Acquire and write rates ([`super::pacing`]).
 //!
 //! With TLS ([`super::tls`]) each connection's handshake runs in a task of
 //! its own, with that deadline, so a slow or silent client delays nobody;
@@ -199,7 +200,8 @@ enum Io {
 
 /// Who is at the other end of a connection: put into every request's
 /// extensions, where the auth layer reads the client certificate (as an
-/// [`auth::Connection`]).
+/// [`auth::Connection`]), admission the calls open on it, and the pacing
+/// layer ([`super::pacing`]) its rates' accounts.
 #[derive(Clone, Debug, Default)]
 pub struct Peer {
     /// The client's address.

@@ -105,9 +105,9 @@
 //! The admin port (`/metrics`, the status page) has no tower layer in
 //! front: its handlers call [`Auth::authenticate`] (through
 //! [`admin_check`] for `/metrics`) on the connection and headers, the same
-//! code. No gRPC handler reads a token or a certificate; the two that read
-//! the connection's state (`leases.rs`, `fenced.rs`) take only its `load`,
-//! for pacing.
+//! code. No gRPC handler reads a token, a certificate or the connection:
+//! handlers see the [`Caller`], and the connection's pacing through
+//! [`super::pacing`].
 //!
 //! # The files
 //!
