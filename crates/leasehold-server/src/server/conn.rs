@@ -17,7 +17,8 @@
 //! pings do not keep it open, since the server's own keep-alive pings are
 //! answered by every live client. A client reconnects on its next call.
 //! The calls open on a connection are counted in its [`ConnLoad`], which
-//! the admission layer ([`super::layers`]) keeps.
+//! the admission layer ([`super::layers`]) keeps; the same load holds the
+//! accounts of its Acquire and write rates ([`super::pacing`]).
 //!
 //! With TLS ([`super::tls`]) each connection's handshake runs in a task of
 //! its own, with that deadline, so a slow or silent client delays nobody;
@@ -42,6 +43,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
+use super::auth::{self, CallerMemo};
 use super::tls::{Port, Tls};
 use crate::clock;
 
@@ -197,8 +199,9 @@ enum Io {
 }
 
 /// Who is at the other end of a connection: put into every request's
-/// extensions, where the policy ([`super::auth`]) reads the client
-/// certificate.
+/// extensions, where the auth layer reads the client certificate (as an
+/// [`auth::Connection`]), admission the calls open on it, and the pacing
+/// layer ([`super::pacing`]) its rates' accounts.
 #[derive(Clone, Debug, Default)]
 pub struct Peer {
     /// The client's address.
@@ -209,8 +212,18 @@ pub struct Peer {
     /// The calls open on the connection.
     pub load: Arc<ConnLoad>,
     /// The caller its last call was authenticated as (see
-    /// [`super::auth::CallerMemo`]).
-    pub caller: Arc<super::auth::CallerMemo>,
+    /// [`auth::CallerMemo`]).
+    pub caller: Arc<CallerMemo>,
+}
+
+impl auth::Connection for Peer {
+    fn client_cert(&self) -> Option<&CertificateDer<'static>> {
+        self.certs.as_deref()?.first()
+    }
+
+    fn caller_memo(&self) -> &CallerMemo {
+        &self.caller
+    }
 }
 
 impl Connected for Conn {

@@ -3,14 +3,15 @@
 //! **Writes are paced per connection**: the bytes (keys and values) of one
 //! connection's `CheckedWrite`s and `WriteStream` messages go at
 //! `--max-write-rate-per-connection` a second, a second's worth at once
-//! (`ConnLoad::pace_write`, charged as each write arrives; the handler
-//! sleeps before the write is decided). A write over the rate is slowed,
-//! never refused, and counts in `leasehold_writes_paced_total`. Without
-//! it, one connection's flood of 64 KiB writes took every core and the
-//! leader's renewals on another connection waited for one (BENCHMARKS.md,
-//! "Isolation"). For that, this handler reads the connection's
-//! [`Peer`], its `load` only, as [`super::leases`] does for Acquires; the
-//! caller comes from the auth layer, as everywhere.
+//! ([`Pacing::write`], charged as each write arrives; the handler sleeps
+//! before the write is decided). A write over the rate is slowed, never
+//! refused, and counts in `leasehold_writes_paced_total`. Without it, one
+//! connection's flood of 64 KiB writes took every core and the leader's
+//! renewals on another connection waited for one (BENCHMARKS.md,
+//! "Isolation"). The handler reads no connection and carries no rate: the
+//! pacing layer ([`super::pacing`]) hands it the call's [`Pacing`], as it
+//! does to [`super::leases`] for Acquires, and the caller comes from the
+//! auth layer, as everywhere.
 //!
 //! With a policy, a `CheckedWrite` hands the backend a holder guard
 //! (`Caller::held_by_another`), asked of the live grant's holder on the
@@ -31,8 +32,8 @@ use crate::lease::Limits;
 use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{Action, Caller};
-use crate::server::conn::{ConnLoad, Peer};
 use crate::server::grpc_status::status;
+use crate::server::pacing::Pacing;
 use crate::server::{convert, page, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.
@@ -48,9 +49,6 @@ pub struct FencedStoreService {
     node: Backend,
     limits: Limits,
     metrics: Arc<RpcMetrics>,
-    /// Bytes per second one connection may write (see
-    /// [`crate::server::conn::ConnLoad::pace_write`]).
-    write_rate: u64,
 }
 
 impl FencedStoreService {
@@ -61,25 +59,15 @@ impl FencedStoreService {
             node,
             limits,
             metrics,
-            write_rate: crate::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
         }
-    }
-
-    /// Paces each connection's writes to `bytes_per_sec`
-    /// (`--max-write-rate-per-connection`).
-    pub fn with_write_rate(mut self, bytes_per_sec: u64) -> Self {
-        self.write_rate = bytes_per_sec;
-        self
     }
 }
 
 /// Waits as long as the connection's write rate asks before a write of
-/// `bytes` (keys and values), counting the writes that waited.
-async fn paced(load: Option<&Arc<ConnLoad>>, rate: u64, bytes: u64, metrics: &RpcMetrics) {
-    let Some(load) = load else { return };
-    let wait = load.pace_write(bytes, rate);
+/// `bytes` (keys and values).
+async fn paced(pacing: &Pacing, bytes: u64) {
+    let wait = pacing.write(bytes);
     if !wait.is_zero() {
-        metrics.paced(wait);
         tokio::time::sleep(wait).await;
     }
 }
@@ -104,10 +92,10 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         req: Request<proto::CheckedWriteRequest>,
     ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
         let caller = Caller::of(&req);
-        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
+        let pacing = Pacing::of(&req);
         let bytes = write_bytes(req.get_ref());
         let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
-        paced(load.as_ref(), self.write_rate, bytes, &self.metrics).await;
+        paced(&pacing, bytes).await;
         // With a policy, the store also asks whose the live grant is, on
         // the state it decides the write on (no read of the lease first).
         let guard = |holder: &str| caller.held_by_another(holder);
@@ -137,8 +125,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         req: Request<Streaming<proto::WriteStreamRequest>>,
     ) -> Result<Response<Self::WriteStreamStream>, Status> {
         let caller = Caller::of(&req);
-        let load = req.extensions().get::<Peer>().map(|p| p.load.clone());
-        let rate = self.write_rate;
+        let pacing = Pacing::of(&req);
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -173,7 +160,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                     }
                 };
                 let bytes = msg.writes.iter().map(write_bytes).sum();
-                paced(load.as_ref(), rate, bytes, &metrics).await;
+                paced(&pacing, bytes).await;
                 let staged = stage_batch(&node, &limits, &metrics, &caller, msg)
                     .await
                     .map_err(status);

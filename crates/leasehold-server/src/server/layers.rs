@@ -5,7 +5,9 @@
 //! connection, per principal and in all, with budgets of their own for
 //! renewals: [`Admission`]). The caller's identity is a layer too, with
 //! the policy it serves: [`super::auth::AuthLayer`], between admission's
-//! two layers.
+//! two layers; and so is pacing, last: the [`super::pacing::layer`]
+//! hands each call its connection's pacing, so that no handler reads the
+//! connection. The layers are composed in [`super::run`].
 //!
 //! # Admission
 //!
@@ -17,7 +19,8 @@
 //! metrics; the connection's share, before the credentials are read (so a
 //! flood from one connection costs no hashing); the `AuthLayer`; then the
 //! principal's share and the server's budget; then the wire guard
-//! ([`super::wire`]).
+//! ([`super::wire`]); then pacing ([`super::pacing`]), which admits or
+//! refuses nothing.
 //!
 //! - **Two budgets.** Renewals (unary `Renew`, and `KeepAlive` streams)
 //!   draw on a budget of their own; every other call (Acquire, waiting or
@@ -54,9 +57,11 @@
 //!   dropped before its trailers.
 //!
 //! What admission leaves to the handlers: the quotas on state held by open
-//! calls (watchers, waiters per job) and the Acquire rate per connection
-//! ([`super::leases`]), the write rate per connection ([`super::fenced`]),
-//! and, in the backends, the limits on stored state (`StateLimits`).
+//! calls (watchers, waiters per job, [`super::leases`]), the wait the
+//! pacing layer's [`Pacing`](super::pacing::Pacing) asks of an Acquire
+//! ([`super::leases`]) or a write ([`super::fenced`]) over its
+//! connection's rate, and, in the backends, the limits on stored state
+//! (`StateLimits`).
 //!
 //! **A live lease's renewal is never refused for other callers' load**:
 //! only when its own connection has `--max-in-flight-per-connection`

@@ -13,15 +13,17 @@
 //!
 //! **Acquires are paced per connection** to
 //! `--max-acquire-rate-per-connection` a second, a second's worth at once
-//! (`ConnLoad::pace_acquire`, after the arguments are checked, before any
+//! ([`Pacing::acquire`], after the arguments are checked, before any
 //! decision; counted in `leasehold_acquires_paced_total`): a grant is a
 //! durable change, and one connection creating jobs as fast as it could
 //! took the cores from the renewals of others (BENCHMARKS.md,
 //! "Isolation"). The rate is per connection; what bounds a principal
 //! across its connections is its share of the calls in flight. **Renewals
-//! (`Renew`, `KeepAlive`) are never paced.** This handler and
-//! [`super::fenced`] are the only ones that read the connection's
-//! [`Peer`], and only its `load`, for pacing.
+//! (`Renew`, `KeepAlive`) are never paced.** The handler reads no
+//! connection and carries no rate: the pacing layer
+//! ([`super::pacing`]) hands it the call's [`Pacing`], and the handler
+//! waits as long as that says, taking the time from the Acquire's own
+//! wait.
 //!
 //! A watcher that cannot keep up costs nothing that grows: the backend
 //! folds the changes it missed into the newest state, and `relay`
@@ -45,11 +47,11 @@ use crate::lease::{JobName, Limits};
 use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{Action, Caller, PrincipalLoad};
-use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
 use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
 use crate::server::layers::{Admitted, Undelivered};
+use crate::server::pacing::Pacing;
 use crate::server::{page, wire};
 
 /// Serves `leasehold.v1.Leases`.
@@ -76,9 +78,6 @@ pub struct Quotas {
     pub max_waiters_per_job: usize,
     /// `Acquire`s with a wait in progress, on every job (`--max-waiters`).
     pub max_waiters: usize,
-    /// `Acquire`s one connection may make per second
-    /// (`--max-acquire-rate-per-connection`); more wait their turn.
-    pub acquire_rate: u64,
     /// How long a watcher may leave events unread before it is closed
     /// (`--watch-stall-timeout`).
     pub watch_stall_timeout: Duration,
@@ -97,7 +96,6 @@ impl Quotas {
             max_waiters_per_job,
             watch_stall_timeout: DEFAULT_WATCH_STALL_TIMEOUT,
             max_waiters: DEFAULT_MAX_WAITERS,
-            acquire_rate: crate::server::DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
             waiters_total: AtomicUsize::new(0),
             metrics,
             watchers: AtomicUsize::new(0),
@@ -338,13 +336,10 @@ impl proto::leases_server::Leases for LeasesService {
         // wait, so that the call still answers within the wait it asked
         // for whenever the pacing fits in it.
         let mut wait = wait;
-        if let Some(peer) = req.extensions().get::<Peer>() {
-            let paced = peer.load.pace_acquire(self.quotas.acquire_rate);
-            if !paced.is_zero() {
-                self.quotas.metrics.paced_acquire(paced);
-                tokio::time::sleep(paced).await;
-                wait = wait.saturating_sub(paced);
-            }
+        let paced = Pacing::of(&req).acquire();
+        if !paced.is_zero() {
+            tokio::time::sleep(paced).await;
+            wait = wait.saturating_sub(paced);
         }
         // A full line (or the caller's principal's full share of it): the
         // Acquire may still be granted at once (nothing waits ahead of a

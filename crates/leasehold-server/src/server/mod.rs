@@ -25,10 +25,12 @@
 //!    the wire guard ([`wire`]) reads the length prefix of each message as
 //!    it arrives: one over the size limit is refused from at most the
 //!    limit's worth of its bytes, one that does not decode is refused, both
-//!    naming the field, with INVALID_ARGUMENT.
+//!    naming the field, with INVALID_ARGUMENT. Last, the pacing layer
+//!    ([`pacing`]) hands the call its connection's pacing.
 //! 2. The handler (`fenced.rs`) turns the message into domain values
 //!    through [`convert`] and `Limits`, which check the caller's grant too.
-//!    Bad input stops here, naming the field and the limit.
+//!    Bad input stops here, naming the field and the limit. Then it waits
+//!    if its connection is over its write rate.
 //! 3. The backend decides. On the single node (`leasehold-node`) the key's
 //!    record is read before the state lock is taken, the core's
 //!    `rules::admit_write` decides under it (the holder guard, then the
@@ -49,6 +51,7 @@ pub mod grpc_status;
 pub mod layers;
 pub mod leases;
 pub mod memory;
+pub mod pacing;
 pub mod page;
 pub mod tls;
 pub mod wire;
@@ -88,11 +91,11 @@ pub struct Config {
     pub max_in_flight_per_connection: usize,
     /// The bytes (keys and values) one connection's `CheckedWrite`s and
     /// `WriteStream`s may write per second, a second's worth at once; more
-    /// wait ([`conn::ConnLoad::pace_write`]), so that a flood of writes on
+    /// wait ([`pacing::Pacing::write`]), so that a flood of writes on
     /// one connection cannot take the cores from everyone's renewals.
     pub max_write_rate_per_connection: u64,
     /// The `Acquire`s one connection may make per second, a second's worth
-    /// at once; more wait ([`conn::ConnLoad::pace_acquire`]), so that a
+    /// at once; more wait ([`pacing::Pacing::acquire`]), so that a
     /// flood of new jobs on one connection cannot take the cores from
     /// everyone's renewals. Renewals are never paced.
     pub max_acquire_rate_per_connection: u64,
@@ -221,7 +224,6 @@ pub async fn run(
     );
     quotas.watch_stall_timeout = config.watch_stall_timeout;
     quotas.max_waiters = config.max_waiters;
-    quotas.acquire_rate = config.max_acquire_rate_per_connection;
     let quotas = Arc::new(quotas);
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
@@ -230,8 +232,7 @@ pub async fn run(
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
-        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone())
-            .with_write_rate(config.max_write_rate_per_connection),
+        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone()),
     )
     .max_decoding_message_size(max);
 
@@ -270,15 +271,21 @@ pub async fn run(
         config.max_in_flight_per_connection,
         rpc_metrics.clone(),
     );
+    let pacing = pacing::layer(
+        config.max_acquire_rate_per_connection,
+        config.max_write_rate_per_connection,
+        rpc_metrics.clone(),
+    );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
         .layer(admission.connections())
-        .layer(auth::AuthLayer::new(config.auth.clone()))
+        .layer(auth::AuthLayer::<conn::Peer>::new(config.auth.clone()))
         .layer(admission.budgets())
         .layer(wire)
+        .layer(pacing)
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

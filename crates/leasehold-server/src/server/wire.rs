@@ -28,11 +28,16 @@
 //!   serves for reflection, so they cannot drift from the proto.
 //! - **Does not decode.** prost names the message and field it failed in
 //!   (`CheckedWriteRequest.job: WriteStreamRequest.writes: invalid string
-//!   value: ...`); [`decode_error`] reads that into the field's path from
-//!   the request (`writes.job`). tonic answers a unary request that does
-//!   not decode before any handler runs, so [`WireLayer`] maps that reply;
-//!   the stream handlers map what their stream's `message()` returns with
-//!   [`request_error`].
+//!   value: ...`); tonic hands that on as text only, and one function
+//!   (`undecodable`) reads it into the field's path from the request
+//!   (`writes.job`) and prost's cause. tonic answers a unary request that
+//!   does not decode before any handler runs, so [`WireLayer`] maps that
+//!   reply; the stream handlers map what their stream's `message()` returns
+//!   with [`request_error`].
+//!
+//! Every refusal is first a [`WireError`], the reason as data; it is put
+//! into words (the client's message, the field in the `ErrorInfo`) in one
+//! place, its conversion into the server's [`Error`].
 //!
 //! Nothing on the path of a valid request changes but the reading of each
 //! five-byte length prefix.
@@ -165,11 +170,16 @@ fn field_limit(l: &Limits, message: &str, field: &str) -> Option<usize> {
 /// What [`find_fault`] learned from the start of a message too large.
 #[derive(Debug, PartialEq)]
 enum Fault {
-    /// A field over its own limit.
-    Over(Error),
+    /// A field over its own limit: its path in the request, its length and
+    /// its limit.
+    Over {
+        field: String,
+        len: usize,
+        limit: usize,
+    },
     /// The field (at the top of the request) whose bytes carry the message
     /// past the limit; no field is over its own limit before it.
-    Carries(String, bool),
+    Carries { field: String, repeated: bool },
     /// More bytes are needed to tell.
     NeedMore,
     /// The bytes are not a message of this shape.
@@ -215,7 +225,11 @@ fn find_fault(shape: &Shape, head: &[u8], budget: usize, path: &str) -> Fault {
                 };
                 let name = format!("{path}{}", field.name);
                 if let Some(limit) = field.limit.filter(|l| len > *l) {
-                    return Fault::Over(too_long(name, len, limit));
+                    return Fault::Over {
+                        field: name,
+                        len,
+                        limit,
+                    };
                 }
                 if len > budget.saturating_sub(pos) {
                     // This field carries the message past the limit. A
@@ -225,12 +239,15 @@ fn find_fault(shape: &Shape, head: &[u8], budget: usize, path: &str) -> Fault {
                         let inner_budget = budget.saturating_sub(pos);
                         match find_fault(inner, rest(head, pos), inner_budget, &format!("{name}."))
                         {
-                            Fault::Over(e) => return Fault::Over(e),
+                            over @ Fault::Over { .. } => return over,
                             Fault::NeedMore => return Fault::NeedMore,
-                            Fault::Carries(..) | Fault::Unknown => {}
+                            Fault::Carries { .. } | Fault::Unknown => {}
                         }
                     }
-                    return Fault::Carries(name, field.repeated);
+                    return Fault::Carries {
+                        field: name,
+                        repeated: field.repeated,
+                    };
                 }
                 pos += len;
             }
@@ -266,38 +283,113 @@ fn varint(b: &[u8]) -> Option<(u64, usize)> {
     None
 }
 
-/// The error for a request message of `len` bytes, over the `max` the
-/// server decodes, given the first bytes of it in `head` (all of them that
-/// will come when `complete`); `None` when more bytes are needed to tell.
+/// Why a request message is refused before it is a request: what the
+/// guard found in a message over the size limit, or what prost said of
+/// one that does not decode. Each becomes INVALID_ARGUMENT naming the
+/// field, worded in one place ([`From<WireError> for Error`](Error)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    /// Over the size limit, with a field over its own limit.
+    FieldOverLimit {
+        /// The field's path in the request (`writes.value`).
+        field: String,
+        /// Its length, in bytes.
+        len: usize,
+        /// Its own limit, in bytes.
+        limit: usize,
+    },
+    /// Over the size limit, carried past it by a field of the request
+    /// itself, with no field over its own limit before it.
+    CarriedOverLimit {
+        /// The field (`writes`).
+        field: String,
+        /// Whether it is repeated: the client can send fewer per message.
+        repeated: bool,
+        /// The message's length, in bytes.
+        len: usize,
+        /// The most the server decodes.
+        max: usize,
+    },
+    /// Over the size limit, and its bytes name no field: compressed, not a
+    /// message of its method's request, or of a method with no request
+    /// shape.
+    OverLimit {
+        /// The message's length, in bytes.
+        len: usize,
+        /// The most the server decodes.
+        max: usize,
+    },
+    /// prost could not decode it.
+    Undecodable {
+        /// The path in the request of the field it failed in
+        /// (`writes.job`); empty when prost named none.
+        field: String,
+        /// Why, in prost's words (`invalid string value: data is not UTF-8
+        /// encoded`).
+        cause: String,
+    },
+}
+
+impl From<WireError> for Error {
+    fn from(e: WireError) -> Error {
+        match e {
+            WireError::FieldOverLimit { field, len, limit } => too_long(field, len, limit),
+            WireError::CarriedOverLimit {
+                field,
+                repeated,
+                len,
+                max,
+            } => {
+                let hint = if repeated {
+                    format!(": send fewer {field} per message")
+                } else {
+                    String::new()
+                };
+                let message = format!("the message is {len} bytes, the limit is {max} bytes{hint}");
+                Error::invalid(field, message)
+            }
+            WireError::OverLimit { len, max } => Error::invalid(
+                "",
+                format!("the message is {len} bytes, the limit is {max} bytes"),
+            ),
+            WireError::Undecodable { field, cause } => {
+                Error::invalid(field, format!("the message does not decode: {cause}"))
+            }
+        }
+    }
+}
+
+impl WireError {
+    /// The status the client is answered with.
+    fn status(self) -> Status {
+        to_status(&self.into())
+    }
+}
+
+/// Why a request message of `len` bytes, over the `max` the server
+/// decodes, is refused, given the first bytes of it in `head` (all of them
+/// that will come when `complete`); `None` when more bytes are needed to
+/// tell.
 fn oversize(
     shape: Option<&Shape>,
     head: &[u8],
     len: usize,
     max: usize,
     complete: bool,
-) -> Option<Error> {
-    let whole = || {
-        Error::invalid(
-            "",
-            format!("the message is {len} bytes, the limit is {max} bytes"),
-        )
-    };
+) -> Option<WireError> {
     let Some(shape) = shape else {
-        return Some(whole());
+        return Some(WireError::OverLimit { len, max });
     };
     match find_fault(shape, head, max, "") {
-        Fault::Over(e) => Some(e),
-        Fault::Carries(field, repeated) => {
-            let hint = if repeated {
-                format!(": send fewer {field} per message")
-            } else {
-                String::new()
-            };
-            let message = format!("the message is {len} bytes, the limit is {max} bytes{hint}");
-            Some(Error::invalid(field, message))
-        }
+        Fault::Over { field, len, limit } => Some(WireError::FieldOverLimit { field, len, limit }),
+        Fault::Carries { field, repeated } => Some(WireError::CarriedOverLimit {
+            field,
+            repeated,
+            len,
+            max,
+        }),
         Fault::NeedMore if !complete => None,
-        Fault::NeedMore | Fault::Unknown => Some(whole()),
+        Fault::NeedMore | Fault::Unknown => Some(WireError::OverLimit { len, max }),
     }
 }
 
@@ -305,14 +397,18 @@ fn oversize(
 /// tonic reports it (status INTERNAL).
 const DECODE_FAILED: &str = "failed to decode Protobuf message: ";
 
-/// The error for a request that did not decode, from the status tonic made
-/// of prost's error; `None` for any other status.
+/// What a status tonic made while reading a request says of its message:
+/// [`WireError::Undecodable`] when prost could not decode it; `None` for
+/// any other status (the guard's own refusals among them, and a broken
+/// stream), which is passed on as it is.
 ///
-/// prost's message names each message and field it was in, innermost
-/// first, then the cause: `CheckedWriteRequest.job:
-/// WriteStreamRequest.writes: invalid string value: data is not UTF-8
-/// encoded` is field `writes.job`.
-pub fn decode_error(status: &Status) -> Option<Error> {
+/// The one function that reads prost's words: tonic hands prost's
+/// `DecodeError` on only as the text of an INTERNAL status, and prost keeps
+/// the error's kind and its stack of fields private. The text names each
+/// message and field it was in, innermost first, then the cause:
+/// `CheckedWriteRequest.job: WriteStreamRequest.writes: invalid string
+/// value: data is not UTF-8 encoded` is field `writes.job`.
+fn undecodable(status: &Status) -> Option<WireError> {
     if status.code() != Code::Internal {
         return None;
     }
@@ -331,18 +427,18 @@ pub fn decode_error(status: &Status) -> Option<Error> {
         rest = tail;
     }
     fields.reverse();
-    Some(Error::invalid(
-        fields.join("."),
-        format!("the message does not decode: {rest}"),
-    ))
+    Some(WireError::Undecodable {
+        field: fields.join("."),
+        cause: rest.to_owned(),
+    })
 }
 
 /// A status a request stream's `message()` returned, in the server's terms:
 /// a message that did not decode becomes INVALID_ARGUMENT naming the field;
 /// anything else (the guard's own errors among them) is kept.
 pub fn request_error(status: Status) -> Status {
-    match decode_error(&status) {
-        Some(e) => to_status(&e),
+    match undecodable(&status) {
+        Some(e) => e.status(),
         None => status,
     }
 }
@@ -414,12 +510,16 @@ where
             let resp = inner.call(req).await?;
             // tonic answers a unary request that did not decode before any
             // handler runs, with the status in the headers alone.
-            if resp.headers().get("grpc-status").map(|v| v.as_bytes()) == Some(b"13") {
+            let code = resp
+                .headers()
+                .get("grpc-status")
+                .map(|v| Code::from_bytes(v.as_bytes()));
+            if code == Some(Code::Internal) {
                 if let Some(e) = Status::from_header_map(resp.headers())
                     .as_ref()
-                    .and_then(decode_error)
+                    .and_then(undecodable)
                 {
-                    return Ok(to_status(&e).into_http());
+                    return Ok(e.status().into_http());
                 }
             }
             Ok(resp)
@@ -543,7 +643,7 @@ impl FrameGuard {
         let shape = self.shape.as_deref().filter(|_| !compressed);
         let complete = complete || head.len() >= self.max;
         if let Some(e) = oversize(shape, head, *len, self.max, complete) {
-            self.refusal = Some(to_status(&e));
+            self.refusal = Some(e.status());
             self.framing = Framing::Refused;
         }
     }
@@ -751,38 +851,187 @@ mod tests {
         assert!(err.message().contains("the limit is 2000 bytes"), "{err:?}");
     }
 
+    /// prost's error for `msg` with the bytes of its string `bad` made
+    /// invalid UTF-8, as tonic reports it.
+    fn not_utf8<M: prost::Message + Default + std::fmt::Debug>(msg: &M, bad: &[u8]) -> Status {
+        let mut bytes = msg.encode_to_vec();
+        let at = bytes.windows(bad.len()).position(|w| w == bad).unwrap();
+        bytes[at..at + bad.len()].fill(0xff);
+        Status::internal(M::decode(bytes.as_slice()).unwrap_err().to_string())
+    }
+
+    const NOT_UTF8: &str = "invalid string value: data is not UTF-8 encoded";
+
     #[test]
-    fn decode_errors_name_the_field_path_prost_reports() {
-        let mut bytes = proto::WriteStreamRequest {
+    fn undecodable_reads_the_field_path_prost_reports() {
+        let nested = proto::WriteStreamRequest {
             id: 1,
             writes: vec![proto::CheckedWriteRequest {
                 job: "~BAD~".into(),
                 ..Default::default()
             }],
-        }
-        .encode_to_vec();
-        let at = bytes.windows(5).position(|w| w == b"~BAD~").unwrap();
-        bytes[at..at + 5].fill(0xff);
-        let e = proto::WriteStreamRequest::decode(bytes.as_slice()).unwrap_err();
-        // As tonic reports it.
-        let st = Status::internal(e.to_string());
-        let Some(Error::InvalidArgument { field, message }) = decode_error(&st) else {
-            panic!("{st:?}")
         };
-        assert_eq!(field, "writes.job");
-        assert!(message.contains("UTF-8"), "{message}");
-        // Bytes that are not protobuf name no field.
+        let top = proto::AcquireRequest {
+            job: "~BAD~".into(),
+            ..Default::default()
+        };
+        for (status, field) in [
+            (not_utf8(&nested, b"~BAD~"), "writes.job"),
+            (not_utf8(&top, b"~BAD~"), "job"),
+        ] {
+            let expected = WireError::Undecodable {
+                field: field.into(),
+                cause: NOT_UTF8.into(),
+            };
+            assert_eq!(undecodable(&status), Some(expected), "{status:?}");
+        }
+    }
+
+    #[test]
+    fn undecodable_names_no_field_for_bytes_that_are_not_protobuf() {
         let e = proto::AcquireRequest::decode(&[0xff, 0xff][..]).unwrap_err();
-        let Some(Error::InvalidArgument { field, .. }) =
-            decode_error(&Status::internal(e.to_string()))
+        let Some(WireError::Undecodable { field, cause }) =
+            undecodable(&Status::internal(e.to_string()))
         else {
-            panic!()
+            panic!("{e}")
         };
         assert_eq!(field, "");
-        assert_eq!(decode_error(&Status::internal("something else")), None);
+        assert!(
+            !cause.is_empty() && !cause.contains(DECODE_FAILED),
+            "{cause}"
+        );
+    }
+
+    #[test]
+    fn undecodable_passes_on_any_other_status() {
+        assert_eq!(undecodable(&Status::internal("something else")), None);
         assert_eq!(
-            decode_error(&Status::unavailable(format!("{DECODE_FAILED}A.b: c"))),
+            undecodable(&Status::unavailable(format!("{DECODE_FAILED}A.b: c"))),
             None
+        );
+        let refused = WireError::OverLimit { len: 9, max: 2 }.status();
+        assert_eq!(undecodable(&refused), None);
+        assert_eq!(request_error(refused.clone()).message(), refused.message());
+    }
+
+    /// The words a client is answered with, for `e`.
+    fn words(e: WireError) -> (String, String) {
+        match Error::from(e) {
+            Error::InvalidArgument { field, message } => (field.into_owned(), message),
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_field_over_its_limit_is_worded_as_limits_words_it() {
+        let e = WireError::FieldOverLimit {
+            field: "writes.value".into(),
+            len: 70_000,
+            limit: 65_536,
+        };
+        assert_eq!(
+            words(e),
+            (
+                "writes.value".into(),
+                "is 70000 bytes, the limit is 65536 bytes".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_field_carrying_the_message_over_is_named_with_a_hint_when_repeated() {
+        let carried = |repeated| WireError::CarriedOverLimit {
+            field: "writes".into(),
+            repeated,
+            len: 2400,
+            max: 2000,
+        };
+        assert_eq!(
+            words(carried(true)),
+            (
+                "writes".into(),
+                "the message is 2400 bytes, the limit is 2000 bytes: send fewer writes per message"
+                    .into()
+            )
+        );
+        assert_eq!(
+            words(carried(false)),
+            (
+                "writes".into(),
+                "the message is 2400 bytes, the limit is 2000 bytes".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_message_over_the_limit_that_names_no_field() {
+        assert_eq!(
+            words(WireError::OverLimit { len: 9, max: 2 }),
+            (
+                String::new(),
+                "the message is 9 bytes, the limit is 2 bytes".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_message_that_does_not_decode_is_worded_with_prosts_cause() {
+        let e = WireError::Undecodable {
+            field: "writes.job".into(),
+            cause: NOT_UTF8.into(),
+        };
+        assert_eq!(
+            words(e),
+            (
+                "writes.job".into(),
+                format!("the message does not decode: {NOT_UTF8}")
+            )
+        );
+    }
+
+    #[test]
+    fn oversize_finds_each_reason() {
+        let s = schema(&Limits::default());
+        let (one, many_shape) = (shape(&s, WRITE), shape(&s, STREAM));
+        let big = write(70_000).encode_to_vec();
+        assert_eq!(
+            oversize(Some(&one), &big[..2000], big.len(), 2000, false),
+            Some(WireError::FieldOverLimit {
+                field: "value".into(),
+                len: 70_000,
+                limit: 65_536,
+            })
+        );
+        let many = proto::WriteStreamRequest {
+            id: 1,
+            writes: (0..20).map(|_| write(600)).collect(),
+        }
+        .encode_to_vec();
+        assert_eq!(
+            oversize(Some(&many_shape), &many[..2000], many.len(), 2000, false),
+            Some(WireError::CarriedOverLimit {
+                field: "writes".into(),
+                repeated: true,
+                len: many.len(),
+                max: 2000,
+            })
+        );
+        assert_eq!(
+            oversize(None, &[], 9, 2, false),
+            Some(WireError::OverLimit { len: 9, max: 2 })
+        );
+        // The first bytes tell nothing yet: more are needed, unless no
+        // more will come.
+        assert_eq!(
+            oversize(Some(&one), &big[..1], big.len(), 2000, false),
+            None
+        );
+        assert_eq!(
+            oversize(Some(&one), &big[..1], big.len(), 2000, true),
+            Some(WireError::OverLimit {
+                len: big.len(),
+                max: 2000
+            })
         );
     }
 

@@ -1,0 +1,468 @@
+//! Who is calling: a [`Caller`], found from a bearer token or a client
+//! certificate ([`Auth::authenticate`]), kept on its connection for the
+//! next call ([`CallerMemo`]), and asked by the handlers' conversions what
+//! it may do, and whose a lease is.
+
+use std::sync::{Arc, Mutex};
+
+use tokio_rustls::rustls::pki_types::CertificateDer;
+use tonic::codegen::http;
+
+use super::policy::{Action, Auth, Policy, PrincipalLimits, PrincipalLoad};
+use crate::error::{Error, Result};
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView};
+
+/// What authentication reads of the connection a call came on: the client
+/// certificate its handshake verified, and the [`CallerMemo`] it keeps
+/// between calls. The connection's own state (`server/conn.rs`) implements
+/// it, so that the dependency points one way: the transport knows this
+/// trait and the memo, and nothing here knows the transport.
+pub trait Connection {
+    /// The client's own certificate (the first of the chain the handshake
+    /// verified); `None` without one, or without TLS.
+    fn client_cert(&self) -> Option<&CertificateDer<'static>>;
+
+    /// Where the connection keeps the caller its last call was
+    /// authenticated as.
+    fn caller_memo(&self) -> &CallerMemo;
+}
+
+impl Auth {
+    /// Finds the caller's principal from the request's `authorization`
+    /// header (a bearer token) or else its client certificate.
+    ///
+    /// A connection's calls carry the same credentials, call after call:
+    /// the caller found for the last one is kept on the connection
+    /// ([`CallerMemo`]) and is the answer again for the same credentials
+    /// under the same policy, without the lookup (or, for a client
+    /// certificate, without reading the certificate again).
+    pub fn authenticate(
+        self: &Arc<Self>,
+        headers: &http::HeaderMap,
+        conn: Option<&impl Connection>,
+    ) -> Result<Caller> {
+        let header = headers.get(http::header::AUTHORIZATION);
+        let memo = conn.map(|c| c.caller_memo());
+        let policy = {
+            let current = self.policy.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(caller) = memo.and_then(|m| m.get(&current, header)) {
+                return Ok(caller);
+            }
+            current.clone()
+        };
+        let principal = match header {
+            Some(v) => {
+                let secret = bearer(v.as_bytes()).ok_or_else(|| {
+                    self.unauthenticated("the authorization header is not `Bearer SECRET`")
+                })?;
+                policy
+                    .by_token(secret)
+                    .ok_or_else(|| self.unauthenticated("the bearer token matches no principal"))?
+            }
+            None => {
+                let cert = conn.and_then(|c| c.client_cert()).ok_or_else(|| {
+                    self.unauthenticated(
+                        "no credentials: send a bearer token (authorization: Bearer SECRET) \
+                             or a client certificate",
+                    )
+                })?;
+                policy.by_cert(cert).ok_or_else(|| {
+                    self.unauthenticated("the client certificate names no principal")
+                })?
+            }
+        };
+        let caller = Caller(Some(Arc::new(Known {
+            principal: principal.name.clone(),
+            limits: principal.limits,
+            load: principal.load.clone(),
+            policy,
+            auth: self.clone(),
+        })));
+        if let Some(m) = memo {
+            m.set(header, &caller);
+        }
+        Ok(caller)
+    }
+
+    fn unauthenticated(&self, why: &'static str) -> Error {
+        self.metrics.denied("unauthenticated", "none");
+        self.log("", why);
+        Error::Unauthenticated(why.to_owned())
+    }
+}
+
+/// The caller a connection's last call was authenticated as, and by what:
+/// the exact `authorization` header it sent, or none (its client
+/// certificate, which a connection cannot change). Only a caller that was
+/// found is kept, so a wrong token is looked up (and refused) every time.
+/// It answers only for the policy it was found under: after a reload the
+/// next call is authenticated afresh, and replaces it.
+#[derive(Default)]
+pub struct CallerMemo(Mutex<Option<(Option<http::HeaderValue>, Caller)>>);
+
+impl std::fmt::Debug for CallerMemo {
+    /// The principal only: the header holds a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let principal = memo
+            .as_ref()
+            .and_then(|(_, c)| c.principal().map(str::to_owned));
+        f.debug_tuple("CallerMemo").field(&principal).finish()
+    }
+}
+
+impl CallerMemo {
+    /// The kept caller, if it was found for exactly `header` under
+    /// `policy`.
+    fn get(&self, policy: &Arc<Policy>, header: Option<&http::HeaderValue>) -> Option<Caller> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (kept_header, caller) = memo.as_ref()?;
+        let known = caller.0.as_ref()?;
+        let same = match (kept_header, header) {
+            (Some(a), Some(b)) => a.as_bytes() == b.as_bytes(),
+            (None, None) => true,
+            _ => false,
+        };
+        (same && Arc::ptr_eq(&known.policy, policy)).then(|| caller.clone())
+    }
+
+    fn set(&self, header: Option<&http::HeaderValue>, caller: &Caller) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((header.cloned(), caller.clone()));
+    }
+}
+
+/// Who is calling: put into each request's extensions by
+/// [`AuthLayer`](super::AuthLayer).
+/// Without a policy, anyone ([`Caller::open`]), and nothing is bound.
+#[derive(Clone, Default)]
+pub struct Caller(Option<Arc<Known>>);
+
+struct Known {
+    principal: Arc<str>,
+    /// The principal's limits in the policy as it was when the call
+    /// arrived, and what it has open now.
+    limits: PrincipalLimits,
+    load: Arc<PrincipalLoad>,
+    /// The policy as it was when the call arrived.
+    policy: Arc<Policy>,
+    auth: Arc<Auth>,
+}
+
+/// Separates the principal from the client's holder string in a bound
+/// holder. A control character, which no validated holder contains.
+const BIND: char = '\u{1f}';
+
+impl Caller {
+    /// A caller on a server without a policy: allowed everything.
+    pub fn open() -> Caller {
+        Caller(None)
+    }
+
+    /// The caller of `req`: the one [`AuthLayer`](super::AuthLayer) put
+    /// there, or an open caller on a server without a policy (where no
+    /// layer puts one).
+    pub fn of<T>(req: &tonic::Request<T>) -> Caller {
+        req.extensions()
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The caller's principal, if the server has a policy.
+    pub fn principal(&self) -> Option<&str> {
+        self.0.as_ref().map(|k| &*k.principal)
+    }
+
+    /// Whether the caller may do `action` on `job`. A refusal is counted
+    /// and logged, and says nothing of the job.
+    pub fn authorize(&self, action: Action, job: &str) -> Result<()> {
+        let Some(k) = &self.0 else { return Ok(()) };
+        if k.policy.allows(&k.principal, action, job) {
+            return Ok(());
+        }
+        Err(self.denied(
+            action,
+            job,
+            "the policy grants it no such action on this job",
+        ))
+    }
+
+    /// Whether the caller may read any job at all (a `read` grant on some
+    /// prefix, or `admin`): what the status page asks of it.
+    pub fn reads_something(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|k| k.policy.reads_something(&k.principal))
+    }
+
+    /// Whether the caller may read `job` (for filtering listings; not
+    /// counted as a refusal).
+    pub fn may_read(&self, job: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|k| k.policy.allows(&k.principal, Action::Read, job))
+    }
+
+    fn denied(&self, action: Action, job: &str, why: &'static str) -> Error {
+        if let Some(k) = &self.0 {
+            k.auth.metrics.denied("permission_denied", action.name());
+            k.auth.log(
+                &k.principal,
+                &format!("{} on job {job:?}: {why}", action.name()),
+            );
+        }
+        Error::PermissionDenied {
+            action: action.name(),
+            job: job.to_owned(),
+            why,
+        }
+    }
+
+    /// The holder the lease rules see for the client's `holder`: bound to
+    /// the caller's principal when the server has a policy.
+    pub fn bind(&self, holder: HolderId) -> HolderId {
+        match &self.0 {
+            None => holder,
+            Some(k) => {
+                // Not `format!`: this runs on every call with a policy.
+                let mut s = String::with_capacity(
+                    k.principal.len() + BIND.len_utf8() + holder.as_str().len(),
+                );
+                s.push_str(&k.principal);
+                s.push(BIND);
+                s.push_str(holder.as_str());
+                HolderId::from_trusted(s)
+            }
+        }
+    }
+
+    /// Turns a decision's error into what this caller is told: a lease
+    /// lost to another principal is PERMISSION_DENIED (naming neither its
+    /// holder nor its token), and a holder named in an error is shown as
+    /// its client sent it.
+    pub fn refine(&self, action: Action, e: Error) -> Error {
+        match e {
+            Error::LeaseLost {
+                job,
+                current_holder: Some(h),
+                current,
+            } => {
+                let (principal, holder) = unbind(&h);
+                if self.0.is_some() && principal.is_some() && principal != self.principal() {
+                    return self.denied(action, &job, "the lease is held by another principal");
+                }
+                Error::LeaseLost {
+                    job,
+                    current_holder: Some(holder.to_owned()),
+                    current,
+                }
+            }
+            e => e,
+        }
+    }
+
+    /// After an `Acquire` that did not get the lease: refused when the
+    /// lease is held under the very holder string the caller sent, by
+    /// another principal (a hijack attempt, not a competitor).
+    pub fn check_acquired(
+        &self,
+        acquired: bool,
+        holder: &HolderId,
+        view: &LeaseView,
+    ) -> Result<()> {
+        if acquired || self.0.is_none() {
+            return Ok(());
+        }
+        if let LeaseState::Held { holder: h, .. } = &view.state {
+            let (principal, raw) = unbind(h.as_str());
+            if principal.is_some() && principal != self.principal() && raw == holder.as_str() {
+                return Err(self.denied(
+                    Action::Lease,
+                    view.job.as_str(),
+                    "the lease is held by another principal",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Before a fenced write with `token` on the job of `view` (its lease
+    /// now): refused when the live grant of that token belongs to another
+    /// principal.
+    pub fn check_write(&self, token: u64, view: &LeaseView) -> Result<()> {
+        if self.0.is_none() || view.token.0 != token {
+            return Ok(());
+        }
+        if let LeaseState::Held { holder, .. } = &view.state {
+            if self.held_by_another(holder.as_str()) {
+                return Err(self.refused_write(&view.job));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a grant held as `holder` (bound, as stored) is another
+    /// principal's: a write with its token is refused to this caller. The
+    /// [`crate::backend::HolderGuard`] of a fenced write.
+    pub fn held_by_another(&self, holder: &str) -> bool {
+        let (principal, _) = unbind(holder);
+        self.0.is_some() && principal.is_some() && principal != self.principal()
+    }
+
+    /// The refusal of a write to `job`, whose live grant is another
+    /// principal's: counted and logged.
+    pub fn refused_write(&self, job: &JobName) -> Error {
+        self.denied(
+            Action::Write,
+            job.as_str(),
+            "the job's lease is held by another principal",
+        )
+    }
+
+    /// Whether the server has a policy.
+    pub fn is_policed(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// The caller's principal's own limits (from the policy as it was when
+    /// the call arrived) and what the principal has open now; `None`
+    /// without a policy.
+    pub fn share(&self) -> Option<(&PrincipalLimits, &Arc<PrincipalLoad>)> {
+        self.0.as_ref().map(|k| (&k.limits, &k.load))
+    }
+
+    /// The refusal of a call at its principal's own `limit` (the policy's
+    /// field) of `max`: QUOTA_EXCEEDED when `quota`, else OVERLOADED.
+    /// Logged at most once a second per principal; counting it in the
+    /// metrics is the refuser's.
+    pub fn over_limit(&self, limit: &'static str, max: usize, quota: bool) -> Error {
+        let principal = self.principal().map(str::to_owned);
+        if let Some(k) = &self.0 {
+            k.auth
+                .log(&k.principal, &format!("at its limit: {limit} {max}"));
+        }
+        match quota {
+            true => Error::QuotaExceeded {
+                limit,
+                max,
+                principal,
+            },
+            false => Error::Overloaded {
+                limit,
+                max,
+                principal,
+            },
+        }
+    }
+}
+
+/// A stored holder as (principal, the client's holder string).
+pub fn unbind(stored: &str) -> (Option<&str>, &str) {
+    match stored.split_once(BIND) {
+        Some((p, h)) => (Some(p), h),
+        None => (None, stored),
+    }
+}
+
+/// The secret of an `authorization` header's value `Bearer SECRET` (the
+/// scheme's name in any case, as HTTP allows).
+fn bearer(v: &[u8]) -> Option<&[u8]> {
+    let (scheme, secret) = v.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then_some(secret)
+        .filter(|s| !s.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::policy::tests::POLICY;
+    use super::*;
+
+    /// A connection without a client certificate.
+    #[derive(Debug, Default)]
+    struct Plain(CallerMemo);
+
+    impl Connection for Plain {
+        fn client_cert(&self) -> Option<&CertificateDer<'static>> {
+            None
+        }
+
+        fn caller_memo(&self) -> &CallerMemo {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn a_connection_keeps_its_caller_for_the_same_credentials_under_the_same_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, POLICY).unwrap();
+        let auth = Auth::load(path.clone(), Arc::default()).unwrap();
+        let header = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+            h
+        };
+        let known = |c: &Caller| c.0.clone().unwrap();
+        let (good, wrong) = (header("Bearer test"), header("Bearer tess"));
+        let peer = Plain::default();
+        let first = auth.authenticate(&good, Some(&peer)).unwrap();
+        let again = auth.authenticate(&good, Some(&peer)).unwrap();
+        assert!(Arc::ptr_eq(&known(&first), &known(&again)), "kept");
+        // Other credentials on the same connection are looked up, and a
+        // wrong token stays refused, every time.
+        for _ in 0..2 {
+            assert!(matches!(
+                auth.authenticate(&wrong, Some(&peer)),
+                Err(Error::Unauthenticated(_))
+            ));
+            assert!(matches!(
+                auth.authenticate(&http::HeaderMap::new(), Some(&peer)),
+                Err(Error::Unauthenticated(_))
+            ));
+        }
+        // Another connection has its own.
+        let other = auth.authenticate(&good, Some(&Plain::default())).unwrap();
+        assert!(!Arc::ptr_eq(&known(&first), &known(&other)));
+        // After a reload that drops the token, the kept caller is not
+        // taken for the new policy's.
+        std::fs::write(
+            &path,
+            POLICY.replace(
+                "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                "0000000000000000000000000000000000000000000000000000000000000000",
+            ),
+        )
+        .unwrap();
+        auth.reload().unwrap();
+        assert!(matches!(
+            auth.authenticate(&good, Some(&peer)),
+            Err(Error::Unauthenticated(_))
+        ));
+        // And the debug form shows the principal, never the secret.
+        std::fs::write(&path, POLICY).unwrap();
+        auth.reload().unwrap();
+        auth.authenticate(&good, Some(&peer)).unwrap();
+        let shown = format!("{peer:?}");
+        assert!(
+            shown.contains("billing") && !shown.contains("test"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn bearer_secrets() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bear"), None);
+    }
+
+    #[test]
+    fn a_bound_holder_splits_back() {
+        assert_eq!(unbind("p\u{1f}h@1"), (Some("p"), "h@1"));
+        assert_eq!(unbind("h@1"), (None, "h@1"));
+    }
+}
