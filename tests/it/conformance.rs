@@ -10,7 +10,9 @@
 //! end makes one test of it per backend (`conformance::<backend>::<name>`).
 //! What passes on all three is what a client may rely on whichever backend
 //! serves it: tokens and their steps, expiry, handover to the first waiter,
-//! fencing, refusals, deletion, history and the views. TTLs are whole
+//! fencing, refusals, deletion, history, the views, batched renewals and
+//! writes (`renew_many`, `stage_writes` then `durable`), watches and the
+//! give-back of a grant nobody was told of. TTLs are whole
 //! seconds on etcd (its granularity), shorter on the single node.
 
 use crate::common;
