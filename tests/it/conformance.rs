@@ -10,7 +10,9 @@
 //! end makes one test of it per backend (`conformance::<backend>::<name>`).
 //! What passes on all three is what a client may rely on whichever backend
 //! serves it: tokens and their steps, expiry, handover to the first waiter,
-//! fencing, refusals, deletion, history and the views. TTLs are whole
+//! fencing, refusals, deletion, history, the views, batched renewals and
+//! writes (`renew_many`, `stage_writes` then `durable`), watches and the
+//! give-back of a grant nobody was told of. TTLs are whole
 //! seconds on etcd (its granularity), shorter on the single node.
 
 use crate::common;
@@ -18,7 +20,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::backend::Backend;
+use leasehold::backend::{Backend, EventKind, Renewal, Write};
 use leasehold::error::{Error, FenceCause};
 use leasehold::lease::{
     HolderId, JobName, LeaseState, LeaseView, Limits, TenureEnd, Token, Vacancy,
@@ -446,6 +448,217 @@ async fn lease_and_status_views_show_the_leases(b: Backend) {
     assert_eq!(s.jobs[0].view.job, jb);
 }
 
+/// A batch of renewals is decided renewal by renewal, in order, each as
+/// `renew` alone would decide it: one refused renewal does not fail the
+/// others, and a refusal carries the job's lease as it is.
+async fn renew_many_decides_each_renewal_on_its_own(b: Backend) {
+    let (mine, theirs, gone) = (job("many-mine"), job("many-theirs"), job("many-gone"));
+    let (a, c) = (holder("a"), holder("c"));
+    let t_mine = b.acquire(&mine, &a, LONG, NOW).await.unwrap().lease.token;
+    let t_theirs = b.acquire(&theirs, &c, LONG, NOW).await.unwrap().lease.token;
+    let t_gone = b.acquire(&gone, &a, LONG, NOW).await.unwrap().lease.token;
+    assert!(b.release(&gone, &a, t_gone).await.unwrap());
+    let renewal = |job: &JobName, token: Token| Renewal {
+        job: job.clone(),
+        holder: a.clone(),
+        token,
+        ttl: LONGER,
+    };
+    let batch = [
+        renewal(&mine, t_mine),
+        renewal(&theirs, t_theirs),
+        renewal(&gone, t_gone),
+        renewal(&mine, Token(t_mine.0 + 7)),
+        renewal(&mine, t_mine),
+    ];
+    let out = b.renew_many(&batch).await.unwrap();
+    assert_eq!(out.len(), batch.len(), "one outcome per renewal, in order");
+    for i in [0, 4] {
+        let v = out[i].as_ref().expect("the holder's own renewal");
+        assert_eq!((v.token, v.holder()), (t_mine, Some(&a)), "renewal {i}");
+        assert_eq!(ttl_of(v), Some(LONGER), "renewal {i}");
+    }
+    match &out[1] {
+        Err((Error::LeaseLost { .. }, v)) => {
+            assert_eq!((v.token, v.holder()), (t_theirs, Some(&c)))
+        }
+        other => panic!("a renewal of another holder's lease: {other:?}"),
+    }
+    match &out[2] {
+        Err((Error::LeaseLost { .. }, v)) => {
+            assert!(v.holder().is_none(), "{v:?}");
+            assert_eq!(v.token, t_gone);
+        }
+        other => panic!("a renewal of a released lease: {other:?}"),
+    }
+    let Err((e, v)) = &out[3] else {
+        panic!("a renewal with a token never issued: {:?}", out[3]);
+    };
+    assert_eq!(v.token, t_mine, "the job's lease as it is");
+    // What `renew` alone answers for each, now: the same kind of outcome.
+    for (i, r) in batch.iter().enumerate() {
+        let alone = b.renew(&r.job, &r.holder, r.token, r.ttl).await;
+        match (&out[i], &alone) {
+            (Ok(_), Ok(_)) => {}
+            (Err((e, _)), Err(f)) => assert_eq!(
+                std::mem::discriminant(e),
+                std::mem::discriminant(f),
+                "renewal {i}: {e:?} in the batch, {f:?} alone"
+            ),
+            (x, y) => panic!("renewal {i}: {x:?} in the batch, {y:?} alone"),
+        }
+    }
+    assert!(
+        matches!(e, Error::LeaseLost { .. } | Error::UnknownToken { .. }),
+        "{e:?}"
+    );
+    assert_eq!(b.lease(&theirs).await.unwrap().holder(), Some(&c));
+}
+
+/// Staged writes are decided in order, each with `checked_write`'s rules
+/// (a refused one does not stop the rest), and once `durable` has
+/// returned for the batch's sequence number they are read back as made.
+async fn staged_writes_are_decided_in_order_and_durable(b: Backend) {
+    let j = job("staged");
+    let (a, c) = (holder("a"), holder("c"));
+    let t1 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    assert!(b.release(&j, &a, t1).await.unwrap());
+    let t2 = b.acquire(&j, &c, LONG, NOW).await.unwrap().lease.token;
+    let w = |token: Token, key: &str, value: Option<&str>| Write {
+        job: j.clone(),
+        token,
+        key: key.as_bytes().to_vec(),
+        value: value.map(|v| v.as_bytes().to_vec()),
+    };
+    let staged = b
+        .stage_writes(vec![
+            w(t2, "k", Some("one")),
+            w(t1, "k", Some("stale")),
+            w(t2, "k", Some("two")),
+            w(Token(t2.0 + 9), "k", Some("unknown")),
+            w(t2, "other", Some("x")),
+            w(t2, "other", None),
+        ])
+        .await
+        .unwrap();
+    b.durable(staged.seq).await.unwrap();
+    let o = &staged.outcomes;
+    assert_eq!(o.len(), 6, "one outcome per write, in order: {o:?}");
+    assert_eq!(o[0], Ok(1));
+    assert!(
+        matches!(
+            &o[1],
+            Err(Error::Fenced {
+                cause: FenceCause::Superseded,
+                ..
+            })
+        ),
+        "the old token's write: {:?}",
+        o[1]
+    );
+    assert_eq!(o[2], Ok(2), "after a refused write, the next is made");
+    assert!(
+        matches!(&o[3], Err(Error::UnknownToken { .. })),
+        "a token never issued: {:?}",
+        o[3]
+    );
+    assert_eq!((&o[4], &o[5]), (&Ok(1), &Ok(2)), "a write, then its delete");
+    let r = b.read(&j, b"k").await.unwrap().unwrap();
+    assert_eq!((r.token, r.version), (t2, 2));
+    assert_eq!(r.value.as_deref(), Some(&b"two"[..]));
+    let gone = b.read(&j, b"other").await.unwrap().unwrap();
+    assert_eq!((gone.version, gone.value), (2, None), "a tombstone");
+    // An empty batch is no error and needs no wait.
+    let none = b.stage_writes(Vec::new()).await.unwrap();
+    assert!(none.outcomes.is_empty());
+    b.durable(none.seq).await.unwrap();
+}
+
+/// A watch starts with the job's current lease, then tells each grant,
+/// release and expiry in order, and nothing of a renewal.
+async fn watch_tells_changes_in_order_and_nothing_of_renewals(b: Backend) {
+    let j = job("watched");
+    let (a, c) = (holder("a"), holder("c"));
+    let t0 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    let mut rx = b.watch(j.clone());
+    let mut next = async || {
+        tokio::time::timeout(LONG, rx.recv())
+            .await
+            .expect("an event within the patience of the test")
+            .expect("the watch goes on")
+            .unwrap()
+    };
+    let (kind, v) = next().await;
+    assert_eq!(kind, EventKind::Current);
+    assert_eq!((v.token, v.holder()), (t0, Some(&a)));
+
+    b.renew(&j, &a, t0, LONGER).await.unwrap();
+    assert!(b.release(&j, &a, t0).await.unwrap());
+    let (kind, v) = next().await;
+    assert_eq!(kind, EventKind::Released, "the renewal is no event: {v:?}");
+    assert_eq!(v.token, t0);
+
+    let t1 = b
+        .acquire(&j, &c, short_ttl(&b), NOW)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    let (kind, v) = next().await;
+    assert_eq!(kind, EventKind::Acquired);
+    assert_eq!((v.token, v.holder()), (t1, Some(&c)));
+    let (kind, v) = next().await;
+    assert_eq!(kind, EventKind::Expired);
+    assert_eq!(v.token, t1);
+}
+
+/// A give-back releases a grant whose caller was never told of it, and
+/// hands over to the first waiter; once the holder has asked again (a
+/// Renew or a repeated Acquire), or for another token, it changes nothing.
+async fn give_back_releases_only_a_grant_not_asked_for_since(b: Backend) {
+    let j = job("give-back");
+    let (a, w) = (holder("a"), holder("w"));
+    let t1 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    let waiter = {
+        let (b, j, w) = (b.clone(), j.clone(), w.clone());
+        tokio::spawn(async move { b.acquire(&j, &w, LONG, LONG).await })
+    };
+    waiting(&b, 1).await;
+    assert!(b.give_back(&j, &a, t1).await.unwrap(), "an untold grant");
+    let handed = waiter.await.unwrap().unwrap();
+    assert!(handed.acquired, "{handed:?}");
+    assert_eq!(
+        (handed.lease.token, handed.lease.holder()),
+        (Token(t1.0 + 1), Some(&w))
+    );
+    let t2 = handed.lease.token;
+    assert!(
+        !b.give_back(&j, &a, t1).await.unwrap(),
+        "a grant already given back"
+    );
+    assert!(
+        !b.give_back(&j, &w, Token(t2.0 + 3)).await.unwrap(),
+        "another token"
+    );
+    b.renew(&j, &w, t2, LONG).await.unwrap();
+    assert!(
+        !b.give_back(&j, &w, t2).await.unwrap(),
+        "the holder renewed since: it may have been told that it leads"
+    );
+    let v = b.lease(&j).await.unwrap();
+    assert_eq!((v.token, v.holder()), (t2, Some(&w)));
+
+    assert!(b.release(&j, &w, t2).await.unwrap());
+    let t3 = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    let again = b.acquire(&j, &a, LONG, NOW).await.unwrap();
+    assert_eq!(again.lease.token, t3);
+    assert!(
+        !b.give_back(&j, &a, t3).await.unwrap(),
+        "the holder asked again since"
+    );
+    assert_eq!(b.lease(&j).await.unwrap().holder(), Some(&a));
+}
+
 /// One test per scenario and backend: `conformance::<backend>::<scenario>`.
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {
@@ -476,4 +689,8 @@ conformance!(
     delete_job_forgets_the_job_and_never_reuses_a_token,
     history_has_a_row_per_tenure,
     lease_and_status_views_show_the_leases,
+    renew_many_decides_each_renewal_on_its_own,
+    staged_writes_are_decided_in_order_and_durable,
+    watch_tells_changes_in_order_and_nothing_of_renewals,
+    give_back_releases_only_a_grant_not_asked_for_since,
 );
