@@ -1419,7 +1419,7 @@ impl Store for SledStore {
                         })
                     })
                 });
-            crate::repair::write_backup(&c, records, &mut out)
+            crate::backup::write_backup(&c, records, &mut out)
         })
     }
 
