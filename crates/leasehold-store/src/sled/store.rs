@@ -6,7 +6,6 @@
 //! Apart from the store's state (the parent module), which these methods
 //! only drive: the trait's contract is in the crate's docs.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::open::{wait_until_unlocked, UNLOCK_WAIT};
@@ -19,6 +18,7 @@ use crate::{
 };
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
+use leasehold_core::record::trimmed_history;
 
 /// History changes as the value tree stores them: key, encoded record.
 fn encoded_history(job: &JobName, history: &[HistoryPut]) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -123,33 +123,14 @@ impl Store for SledStore {
             );
         }
         let puts = encoded_history(job, history);
-        // What a grant pushes out of the kept window: usually one tenure
-        // (one or two records), found by a range read that starts at the
-        // job's oldest. When tokens jumped (a floor raised by a restore, a
-        // recover or a deletion), the window by token would hold every
-        // earlier tenure: then the newest `keep` tenures are kept by count.
+        // What a grant pushes out of the kept window: usually one tenure,
+        // found by a range read (see `trimmed_history`).
         let mut trim = Vec::new();
         for h in history {
             if let HistoryPut::Grant { token, .. } = h {
-                if let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) {
-                    let start = history_prefix(job);
-                    let last = history_key(job, Token(through), 1);
-                    let old = self.value_range(&start, &last)?;
-                    if old.len() <= 2 {
-                        trim.extend(old.into_keys());
-                        continue;
-                    }
-                    let all = self.value_range(&start, &history_key(job, Token(u64::MAX), 1))?;
-                    let token_of = |k: &[u8]| {
-                        k.get(start.len()..start.len() + 8)
-                            .and_then(|b| b.try_into().ok())
-                            .map_or(0, u64::from_be_bytes)
-                    };
-                    let tokens: BTreeSet<u64> = all.keys().map(|k| token_of(k)).collect();
-                    let excess = (tokens.len() + 1).saturating_sub(keep as usize);
-                    let cut: BTreeSet<u64> = tokens.into_iter().take(excess).collect();
-                    trim.extend(all.into_keys().filter(|k| cut.contains(&token_of(k))));
-                }
+                trim.extend(trimmed_history(job, *token, keep, |start, last| {
+                    Ok(self.value_range(start, last)?.into_keys().collect())
+                })?);
             }
         }
         let size: usize = puts
