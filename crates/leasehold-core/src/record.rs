@@ -5,8 +5,12 @@
 //! Both backends store these same bytes: the single node in its
 //! write-ahead log and sled (`leasehold-store`), etcd as the values of its
 //! keys. So the encodings live here, below both, and the etcd backend
-//! needs no storage engine to read what it wrote. Pure: no I/O.
+//! needs no storage engine to read what it wrote. So does the rule that
+//! keeps a job's history to its newest tenures ([`trimmed_history`],
+//! [`tenures_beyond`]), which every store applies to these keys. Pure: no
+//! I/O.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -291,6 +295,74 @@ pub fn value_key(job: &JobName, key: &[u8]) -> Vec<u8> {
     b
 }
 
+// ---- Keeping a job's history to its newest tenures ----
+
+/// The token of the tenure that a history key names: the 8 bytes after
+/// the job's history prefix (`prefix_len` bytes long: [`history_prefix`]
+/// for the stores, the etcd backend's own prefix there), big-endian.
+/// `None` for a key too short to hold one.
+pub fn history_token(key: &[u8], prefix_len: usize) -> Option<Token> {
+    key.get(prefix_len..prefix_len.checked_add(8)?)
+        .and_then(|b| b.try_into().ok())
+        .map(|b| Token(u64::from_be_bytes(b)))
+}
+
+/// The tenures of a job beyond its newest `kept`, oldest first, given the
+/// tokens of the tenures its history holds (in any order, a token as often
+/// as it has records).
+pub fn tenures_beyond(tokens: impl IntoIterator<Item = Token>, kept: u64) -> Vec<Token> {
+    let tokens: BTreeSet<Token> = tokens.into_iter().collect();
+    let excess = tokens
+        .len()
+        .saturating_sub(usize::try_from(kept).unwrap_or(usize::MAX));
+    tokens.into_iter().take(excess).collect()
+}
+
+/// The history keys of `job` that a grant of `token` pushes out of the
+/// job's `keep` newest tenures, the new one included: the store's trimming
+/// of a job's history, the same in every store that keeps the history
+/// under these keys.
+///
+/// Those are the tenures at or below `token - keep`: usually one (one or
+/// two records), found by a read that starts at the job's oldest record.
+/// When tokens jumped (a floor raised by a restore, a recover or a
+/// deletion), that window would take every earlier tenure: then the
+/// newest `keep` tenures are kept by count instead, and the read covers
+/// the whole history. A store that keeps no history (`keep` 0) does not
+/// call it.
+///
+/// `keys(start, last)` reads the keys of the job's history records from
+/// `start` up to and including `last`, in key order, as the store's reads
+/// see them (staged changes included, removed records left out); its
+/// error is returned as it is. It is not called when `token` is at most
+/// `keep`.
+pub fn trimmed_history<E>(
+    job: &JobName,
+    token: Token,
+    keep: u64,
+    mut keys: impl FnMut(&[u8], &[u8]) -> std::result::Result<Vec<Vec<u8>>, E>,
+) -> std::result::Result<Vec<Vec<u8>>, E> {
+    let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) else {
+        return Ok(Vec::new());
+    };
+    let start = history_prefix(job);
+    let old = keys(&start, &history_key(job, Token(through), 1))?;
+    if old.len() <= 2 {
+        return Ok(old);
+    }
+    let all = keys(&start, &history_key(job, Token::LAST, 1))?;
+    // A key too short to name a token (damage) counts as the oldest.
+    let token_of = |k: &[u8]| history_token(k, start.len()).unwrap_or(Token::NONE);
+    let cut: BTreeSet<Token> =
+        tenures_beyond(all.iter().map(|k| token_of(k)), keep.saturating_sub(1))
+            .into_iter()
+            .collect();
+    Ok(all
+        .into_iter()
+        .filter(|k| cut.contains(&token_of(k)))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +410,81 @@ mod tests {
         let ab = value_key(&l.job("ab").unwrap(), b"c");
         assert!(!a.starts_with(&value_key(&l.job("ab").unwrap(), b"")));
         assert!(!ab.starts_with(&value_key(&l.job("a").unwrap(), b"")));
+    }
+
+    /// A history as a store holds it: the keys of tenures `tokens`, a grant
+    /// and an end each.
+    fn history_of(job: &JobName, tokens: impl IntoIterator<Item = u64>) -> BTreeSet<Vec<u8>> {
+        tokens
+            .into_iter()
+            .flat_map(|t| [history_key(job, Token(t), 0), history_key(job, Token(t), 1)])
+            .collect()
+    }
+
+    /// Trims `held` as a grant of `token` does, keeping `keep`; returns the
+    /// tokens of the tenures left, the new one included.
+    fn after_grant(job: &JobName, held: &[u64], token: u64, keep: u64) -> Vec<u64> {
+        let mut h = history_of(job, held.iter().copied());
+        let cut = trimmed_history::<()>(job, Token(token), keep, |start, last| {
+            Ok(h.range(start.to_vec()..=last.to_vec()).cloned().collect())
+        })
+        .unwrap();
+        for k in &cut {
+            assert!(h.remove(k), "only keys the history holds are trimmed");
+        }
+        h.extend(history_of(job, [token]));
+        let n = history_prefix(job).len();
+        let left: BTreeSet<u64> = h.iter().map(|k| history_token(k, n).unwrap().0).collect();
+        left.into_iter().collect()
+    }
+
+    #[test]
+    fn a_grant_trims_the_history_to_the_newest_tenures() {
+        let l = Limits::default();
+        let (job, other) = (l.job("j").unwrap(), l.job("j2").unwrap());
+        // The usual case: the one tenure that falls out of the window.
+        assert_eq!(after_grant(&job, &[3, 4, 5], 6, 3), [4, 5, 6]);
+        // Nothing falls out yet, and nothing is read.
+        assert_eq!(after_grant(&job, &[1, 2], 3, 3), [1, 2, 3]);
+        let none = trimmed_history::<()>(&job, Token(3), 3, |_, _| panic!("no read"));
+        assert_eq!(none, Ok(Vec::new()));
+        // Tokens jumped (a raised floor): kept by count, not by token.
+        assert_eq!(after_grant(&job, &[1, 2, 3], 100, 3), [2, 3, 100]);
+        assert_eq!(after_grant(&job, &[1, 2, 3, 4, 5], 1000, 2), [5, 1000]);
+        // keep 1: the new tenure alone.
+        assert_eq!(after_grant(&job, &[7, 8], 9, 1), [9]);
+        // Another job's history is never touched.
+        let mut both = history_of(&job, [1, 2, 3]);
+        both.extend(history_of(&other, [1, 2, 3]));
+        let cut = trimmed_history::<()>(&job, Token(100), 1, |start, last| {
+            Ok(both
+                .range(start.to_vec()..=last.to_vec())
+                .cloned()
+                .collect())
+        })
+        .unwrap();
+        assert_eq!(cut.len(), 6);
+        assert!(cut.iter().all(|k| k.starts_with(&history_prefix(&job))));
+        // The reader's error is the answer.
+        assert_eq!(
+            trimmed_history(&job, Token(9), 3, |_, _| Err("disk")),
+            Err("disk")
+        );
+    }
+
+    #[test]
+    fn the_tenures_beyond_the_newest_are_the_oldest() {
+        let t = |v: &[u64]| v.iter().map(|&n| Token(n)).collect::<Vec<_>>();
+        assert_eq!(tenures_beyond(t(&[5, 1, 3, 3, 1]), 2), t(&[1]));
+        assert_eq!(tenures_beyond(t(&[5, 1, 3]), 0), t(&[1, 3, 5]));
+        assert_eq!(tenures_beyond(t(&[5, 1, 3]), 3), t(&[]));
+        assert_eq!(tenures_beyond(t(&[5, 1, 3]), u64::MAX), t(&[]));
+        let job = Limits::default().job("j").unwrap();
+        let n = history_prefix(&job).len();
+        assert_eq!(
+            history_token(&history_key(&job, Token(7), 1), n),
+            Some(Token(7))
+        );
+        assert_eq!(history_token(&history_prefix(&job), n), None);
     }
 }

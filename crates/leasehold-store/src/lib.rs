@@ -62,6 +62,7 @@ pub use leasehold_core::record::{
     history_key, history_prefix, value_key, HistoryPut, Tenure, ValueRecord, HISTORY_MARK,
 };
 
+mod backup;
 pub mod datadir;
 
 /// How long a backup may hold back a checkpoint that is due before the

@@ -20,6 +20,7 @@
 //! of [`Store`] keep their defaults, and [`Store::backup`] refuses.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
@@ -30,6 +31,7 @@ use crate::{
     decode_history, encode_history, history_key, history_prefix, value_key, HistoryPut, Store,
     Tenure, ValueRecord,
 };
+use leasehold_core::record::trimmed_history;
 
 /// Everything the store holds at one point of its log.
 #[derive(Clone, Default)]
@@ -171,39 +173,6 @@ fn history_puts(job: &JobName, history: &[HistoryPut]) -> Vec<Put> {
         .collect()
 }
 
-/// The history keys that a grant of `token` pushes out of the `keep`
-/// newest tenures: those at or below `token - keep`, or, when tokens
-/// jumped and that would be more than one tenure, the oldest tenures
-/// beyond the newest `keep` by count. The embedded store's rule.
-fn trimmed(r: &Records, job: &JobName, token: Token, keep: u64) -> Vec<Vec<u8>> {
-    let Some(through) = token.0.checked_sub(keep).filter(|t| *t > 0) else {
-        return Vec::new();
-    };
-    let start = history_prefix(job);
-    let old: Vec<Vec<u8>> = r
-        .range(&start, &history_key(job, Token(through), 1))
-        .map(|(k, _)| k.clone())
-        .collect();
-    if old.len() <= 2 {
-        return old;
-    }
-    let token_of = |k: &[u8]| {
-        k.get(start.len()..start.len() + 8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_be_bytes)
-    };
-    let all: Vec<Vec<u8>> = r
-        .range(&start, &history_key(job, Token(u64::MAX), 1))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let tokens: std::collections::BTreeSet<u64> = all.iter().map(|k| token_of(k)).collect();
-    let excess = (tokens.len() + 1).saturating_sub(keep as usize);
-    let cut: std::collections::BTreeSet<u64> = tokens.into_iter().take(excess).collect();
-    all.into_iter()
-        .filter(|k| cut.contains(&token_of(k)))
-        .collect()
-}
-
 impl Store for MemoryStore {
     fn put_lease(
         &self,
@@ -217,11 +186,13 @@ impl Store for MemoryStore {
             if !history.is_empty() && keep > 0 {
                 for h in history {
                     if let HistoryPut::Grant { token, .. } = h {
-                        puts.extend(
-                            trimmed(r, job, *token, keep)
-                                .into_iter()
-                                .map(|k| Put::Value(k, None)),
-                        );
+                        let keys = |start: &[u8], last: &[u8]| {
+                            Ok::<_, Infallible>(
+                                r.range(start, last).map(|(k, _)| k.clone()).collect(),
+                            )
+                        };
+                        let Ok(out) = trimmed_history(job, *token, keep, keys);
+                        puts.extend(out.into_iter().map(|k| Put::Value(k, None)));
                     }
                 }
                 puts.extend(history_puts(job, history));

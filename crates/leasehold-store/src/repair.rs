@@ -35,12 +35,15 @@
 //! trailer with their count, digest and a CRC of the whole file.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+// The backup format is its own module, which the embedded store writes
+// without depending on the tools; here, where its users find it.
+pub use crate::backup::{read_backup, write_backup, Backup};
 use crate::datadir::{self, DirLock};
-use crate::manifest::{self, hex, record_hash, Checkpoint};
+use crate::manifest::{self, hex, Checkpoint};
 use crate::sled::{inspect, Inspection, SledStore};
 use crate::wal::{self, Kind, Record, StoreId};
 use crate::{decode_lease, encode_lease, HistoryPut, Store};
@@ -50,10 +53,6 @@ use leasehold_core::lease::{JobName, TenureEnd};
 /// How far above the highest token seen the floor jumps when the true
 /// highest cannot be proven.
 pub const MARGIN: u64 = 1 << 32;
-
-const BACKUP_MAGIC: &[u8; 8] = b"LHBACKUP";
-const BACKUP_VERSION: u8 = 1;
-const TRAILER: u8 = 0xff;
 
 /// A data dir's report, for `leasehold check`.
 pub struct Report {
@@ -614,155 +613,6 @@ fn write_store(
     store.sync()?;
     store.checkpoint()?;
     Ok((leases.len(), values.len()))
-}
-
-/// A backup, read and verified.
-pub struct Backup {
-    /// The data dir it was taken of.
-    pub store_id: StoreId,
-    /// The highest token issued on it when the backup was taken.
-    pub max_token: u64,
-    /// Its floor then.
-    pub floor: u64,
-    /// When, in ms since the Unix epoch.
-    pub unix_ms: u64,
-    /// Every record.
-    pub records: Vec<Record>,
-}
-
-/// Writes a backup of `records` (with the checkpoint `c` they belong to)
-/// to `out`, in the self-checking format [`read_backup`] reads.
-pub fn write_backup(
-    c: &Checkpoint,
-    records: impl Iterator<Item = Result<Record>>,
-    out: &mut dyn Write,
-) -> Result<()> {
-    let mut w = Summed::new(out);
-    let io = |e: io::Error| Error::storage(format!("backup: {e}"));
-    let mut head = BACKUP_MAGIC.to_vec();
-    head.push(BACKUP_VERSION);
-    head.extend_from_slice(&c.store_id);
-    for n in [c.max_token, c.floor, leasehold_core::clock::wall_unix_ms()] {
-        head.extend_from_slice(&n.to_le_bytes());
-    }
-    w.write_all(&head).map_err(io)?;
-    let (mut count, mut digest) = (0u64, 0u64);
-    for r in records {
-        let r = r?;
-        let tree = r.kind as u8;
-        digest = digest.wrapping_add(record_hash(tree, &r.key, &r.value));
-        count += 1;
-        let mut b = Vec::with_capacity(9 + r.key.len() + r.value.len());
-        b.push(tree);
-        b.extend_from_slice(&(r.key.len() as u32).to_le_bytes());
-        b.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
-        b.extend_from_slice(&r.key);
-        b.extend_from_slice(&r.value);
-        w.write_all(&b).map_err(io)?;
-    }
-    let mut t = vec![TRAILER];
-    t.extend_from_slice(&count.to_le_bytes());
-    t.extend_from_slice(&digest.to_le_bytes());
-    w.write_all(&t).map_err(io)?;
-    let sum = w.sum.clone().finalize();
-    w.inner.write_all(&sum.to_le_bytes()).map_err(io)?;
-    Ok(())
-}
-
-/// Reads and verifies a backup file: a truncated, damaged or foreign file
-/// is refused, naming what is wrong.
-pub fn read_backup(file: &Path) -> Result<Backup> {
-    let bad = |why: &str| Error::storage(format!("backup {}: {why}", file.display()));
-    let mut bytes = Vec::new();
-    std::fs::File::open(file)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| Error::storage(format!("cannot read backup {}: {e}", file.display())))?;
-    let head = 8 + 1 + 16 + 24;
-    if bytes.len() < head + 17 + 4 || &bytes[..8] != BACKUP_MAGIC {
-        return Err(bad("not a leasehold backup, or truncated"));
-    }
-    if bytes[8] != BACKUP_VERSION {
-        return Err(bad(&format!("format version {} is not known", bytes[8])));
-    }
-    let (body, sum) = bytes.split_at(bytes.len() - 4);
-    if crc32fast::hash(body).to_le_bytes() != sum {
-        return Err(bad("fails its checksum: truncated or damaged"));
-    }
-    let n = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
-    let mut b = Backup {
-        store_id: body[9..25].try_into().expect("16 bytes"),
-        max_token: n(25),
-        floor: n(33),
-        unix_ms: n(41),
-        records: Vec::new(),
-    };
-    let mut at = head;
-    let (mut count, mut digest) = (0u64, 0u64);
-    loop {
-        let kind = *body
-            .get(at)
-            .ok_or_else(|| bad("ends without its trailer"))?;
-        if kind == TRAILER {
-            if body.len() != at + 17 || (n(at + 1), n(at + 9)) != (count, digest) {
-                return Err(bad("its trailer does not match its records"));
-            }
-            return Ok(b);
-        }
-        let kind = match kind {
-            1 => Kind::Lease,
-            2 => Kind::Value,
-            _ => return Err(bad("a record of unknown kind")),
-        };
-        let len = |a: usize| {
-            body.get(a..a + 4)
-                .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")) as usize)
-        };
-        let (k, v) = (len(at + 1), len(at + 5));
-        let (Some(k), Some(v)) = (k, v) else {
-            return Err(bad("a record is cut short"));
-        };
-        let start = at + 9;
-        let (Some(key), Some(value)) = (
-            body.get(start..start + k),
-            body.get(start + k..start + k + v),
-        ) else {
-            return Err(bad("a record is cut short"));
-        };
-        digest = digest.wrapping_add(record_hash(kind as u8, key, value));
-        count += 1;
-        b.records.push(Record {
-            kind,
-            key: key.to_vec(),
-            value: value.to_vec(),
-        });
-        at = start + k + v;
-    }
-}
-
-/// A writer that keeps a CRC of what went through it.
-struct Summed<'a, W: Write + ?Sized> {
-    inner: &'a mut W,
-    sum: crc32fast::Hasher,
-}
-
-impl<'a, W: Write + ?Sized> Summed<'a, W> {
-    fn new(inner: &'a mut W) -> Self {
-        Summed {
-            inner,
-            sum: crc32fast::Hasher::new(),
-        }
-    }
-}
-
-impl<W: Write + ?Sized> Write for Summed<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.sum.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 /// A temporary folder, removed on drop. A tool killed before its drop

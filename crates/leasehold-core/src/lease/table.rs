@@ -9,14 +9,29 @@
 //! (persist a record, wake a waiter, tell watchers). That keeps the rules
 //! testable with a hand-driven clock and lets the same table sit behind any
 //! storage.
+//!
+//! This file holds the table and its decisions (restore, acquire, renew,
+//! release, give back, the fence, delete) with the vocabulary they answer
+//! in. The rest is split by what it is about:
+//!
+//! - `job.rs`: one job's state, lazy expiry ([`Job::settle`], the only
+//!   place expiry is decided) and the grant;
+//! - `line.rs`: the waiter line, first come first served;
+//! - `views.rs`: the snapshots callers read ([`LeaseView`], [`JobStatus`],
+//!   [`Leadership`]) and the listings and sweeps that make them.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::ops::Bound;
+mod job;
+mod line;
+mod views;
+
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
 use crate::lease::{HolderId, JobName, Token};
+use job::{Holding, Job};
+pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
 
 /// The durable part of a job's lease: what the store keeps.
 ///
@@ -37,64 +52,6 @@ pub struct LeaseRecord {
 /// Identifies one waiting `Acquire` in a job's first-come-first-served queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WaiterId(pub u64);
-
-/// Why a job has no leader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Vacancy {
-    /// Never granted since this server started (or ever).
-    Never,
-    /// The holder released it.
-    Released,
-    /// The holder stopped renewing and the TTL ran out.
-    Expired,
-}
-
-/// A snapshot of one job's lease at a given `now`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseView {
-    /// The job.
-    pub job: JobName,
-    /// The newest token; `Token::NONE` if never granted.
-    pub token: Token,
-    /// The live holding, or why there is none.
-    pub state: LeaseState,
-}
-
-/// Whether a job is led right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseState {
-    /// Held and not expired.
-    Held {
-        /// Who holds it.
-        holder: HolderId,
-        /// The TTL of the last grant or renewal.
-        ttl: Duration,
-        /// When it expires, on the server's monotonic clock.
-        deadline: Instant,
-        /// Time left at the snapshot's `now`.
-        remaining: Duration,
-    },
-    /// Nobody leads.
-    Free(Vacancy),
-}
-
-impl LeaseView {
-    /// The holder, if the lease is live.
-    pub fn holder(&self) -> Option<&HolderId> {
-        match &self.state {
-            LeaseState::Held { holder, .. } => Some(holder),
-            LeaseState::Free(_) => None,
-        }
-    }
-
-    /// The expiry deadline, if the lease is live.
-    pub fn deadline(&self) -> Option<Instant> {
-        match &self.state {
-            LeaseState::Held { deadline, .. } => Some(*deadline),
-            LeaseState::Free(_) => None,
-        }
-    }
-}
 
 /// What the caller must do after a decision.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -197,293 +154,6 @@ pub struct Stats {
     pub writes: u64,
     /// `CheckedWrite`s refused with FENCED.
     pub fenced_writes: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Holding {
-    holder: HolderId,
-    ttl: Duration,
-    deadline: Instant,
-    /// Whether the holder asked again since the grant (a repeated
-    /// `Acquire`, or a `Renew`): an answer telling it that it leads may
-    /// have reached it, so [`LeaseTable::give_back`] leaves the grant be.
-    told_again: bool,
-    /// The waiter a release handed the lease to: its own call's completion
-    /// is not the holder asking again.
-    handed_to: Option<WaiterId>,
-}
-
-#[derive(Debug, Clone)]
-struct Job {
-    /// The newest token issued. Never goes down.
-    token: Token,
-    holding: Option<Holding>,
-    /// The holder of the newest token once its holding has ended (released
-    /// or expired), so that a late, repeated release is answered kindly and
-    /// takeovers are counted. `None` while held: the holding names it
-    /// ([`Job::last_holder`]), and a million held leases keep one copy of
-    /// each holder, not two.
-    last_holder: Option<HolderId>,
-    /// The TTL in the stored record of the current holding.
-    stored_ttl: Duration,
-    /// Since when the job has had no leader, and why.
-    vacant_since: Instant,
-    vacancy: Vacancy,
-    /// An opaque number the caller attaches to the job's last change (its
-    /// durability sequence number).
-    stamp: u64,
-    /// What few jobs have: `None` when it is all empty. Boxed, so that a
-    /// plain held lease does not carry its room (a `Job` is 168 bytes with
-    /// it boxed, 240 without).
-    rare: Option<Box<Rare>>,
-}
-
-/// The parts of a [`Job`] that most jobs do not use at any one time.
-#[derive(Debug, Clone, Default)]
-struct Rare {
-    waiters: VecDeque<Waiter>,
-    /// The token and deadline of a holding that ran out and whose end is
-    /// not in the history yet: the next grant (or the job's deletion)
-    /// records it, in its own durable change.
-    expired_unrecorded: Option<(Token, Instant)>,
-    /// Writes refused as fenced (stale tokens: split-brain attempts), and
-    /// when the last one was.
-    fenced: u64,
-    last_fenced: Option<Instant>,
-}
-
-/// One job as an operator's page shows it ([`LeaseTable::status`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobStatus {
-    /// The lease.
-    pub view: LeaseView,
-    /// How long it has had no leader; `None` while led.
-    pub vacant_for: Option<Duration>,
-    /// Acquires waiting for it.
-    pub waiters: usize,
-    /// Writes refused as fenced since the server started.
-    pub fenced: u64,
-    /// How long ago the last one was.
-    pub fenced_ago: Option<Duration>,
-}
-
-impl Job {
-    /// A job never seen before: its first grant gets `floor` + 1.
-    fn new(now: Instant, floor: Token) -> Job {
-        Job {
-            token: floor,
-            holding: None,
-            last_holder: None,
-            stored_ttl: Duration::ZERO,
-            vacant_since: now,
-            vacancy: Vacancy::Never,
-            stamp: 0,
-            rare: None,
-        }
-    }
-
-    /// The rare parts, made when first needed.
-    fn rare(&mut self) -> &mut Rare {
-        self.rare.get_or_insert_with(Box::default)
-    }
-
-    /// Drops the rare parts once they are all empty again.
-    fn tidy(&mut self) {
-        if self.rare.as_deref().is_some_and(|r| {
-            r.waiters.is_empty()
-                && r.expired_unrecorded.is_none()
-                && r.fenced == 0
-                && r.last_fenced.is_none()
-        }) {
-            self.rare = None;
-        }
-    }
-
-    /// The waiters, first in line first.
-    fn waiters(&self) -> impl Iterator<Item = &Waiter> {
-        self.rare.iter().flat_map(|r| r.waiters.iter())
-    }
-
-    fn waiting(&self) -> usize {
-        self.rare.as_ref().map_or(0, |r| r.waiters.len())
-    }
-
-    fn expired_unrecorded(&self) -> Option<(Token, Instant)> {
-        self.rare.as_ref().and_then(|r| r.expired_unrecorded)
-    }
-
-    /// The holder of the newest token: the live holding's, or the last
-    /// one's after it ended.
-    fn last_holder(&self) -> Option<&HolderId> {
-        match &self.holding {
-            Some(h) => Some(&h.holder),
-            None => self.last_holder.as_ref(),
-        }
-    }
-
-    /// Ends the holding, keeping its holder as the last one.
-    fn end_holding(&mut self) {
-        if let Some(h) = self.holding.take() {
-            self.last_holder = Some(h.holder);
-        }
-    }
-
-    /// Lazy expiry: a lease whose deadline has passed is free. This is the
-    /// only place expiry is decided, and every rule calls it first.
-    fn settle(&mut self, now: Instant, stats: &mut Stats, faults: Faults) {
-        if let Some(h) = &self.holding {
-            // How long a lease lasts is a rule ([`rules::lasts`]): the
-            // broken rule "early-expiry" lets it run out at half its TTL.
-            let cut = h.ttl - rules::lasts(h.ttl, faults);
-            if h.deadline <= now || h.deadline - cut <= now {
-                self.vacant_since = h.deadline;
-                self.vacancy = Vacancy::Expired;
-                let end = (self.token, h.deadline);
-                self.rare().expired_unrecorded = Some(end);
-                self.end_holding();
-                stats.expiries += 1;
-            }
-        }
-    }
-
-    fn leadership(&self, now: Instant) -> Leadership {
-        match &self.holding {
-            Some(h) if h.deadline > now => Leadership::Led { token: self.token },
-            Some(h) => Leadership::Vacant {
-                token: self.token,
-                for_: now - h.deadline,
-            },
-            None => Leadership::Vacant {
-                token: self.token,
-                for_: now.saturating_duration_since(self.vacant_since),
-            },
-        }
-    }
-
-    fn view(&self, job: &JobName, now: Instant) -> LeaseView {
-        let state = match &self.holding {
-            Some(h) if h.deadline > now => LeaseState::Held {
-                holder: h.holder.clone(),
-                ttl: h.ttl,
-                deadline: h.deadline,
-                remaining: h.deadline - now,
-            },
-            Some(_) => LeaseState::Free(Vacancy::Expired),
-            None => LeaseState::Free(self.vacancy),
-        };
-        LeaseView {
-            job: job.clone(),
-            token: self.token,
-            state,
-        }
-    }
-
-    fn record(&self) -> LeaseRecord {
-        LeaseRecord {
-            holder: self.holding.as_ref().map(|h| h.holder.clone()),
-            token: self.token,
-            ttl: self.stored_ttl,
-        }
-    }
-
-    /// Whether the job has issued its last token, so it can never be
-    /// granted again.
-    fn exhausted(&self) -> bool {
-        self.token == Token::LAST
-    }
-
-    /// Gives back most of the line's room once it has emptied out: a job
-    /// ten thousand Acquires waited on would otherwise keep room for ten
-    /// thousand for as long as it lives.
-    fn shrink_line(&mut self) {
-        if let Some(r) = self.rare.as_deref_mut() {
-            let (len, cap) = (r.waiters.len(), r.waiters.capacity());
-            if cap > 64 && len < cap / 4 {
-                r.waiters.shrink_to(len * 2);
-            }
-        }
-        self.tidy();
-    }
-
-    fn first_in_line(&self) -> Option<WaiterId> {
-        self.waiters().next().map(|w| w.id)
-    }
-
-    /// Takes the first waiter out of line.
-    fn pop_first(&mut self) -> Option<Waiter> {
-        let w = self.rare.as_deref_mut()?.waiters.pop_front();
-        self.shrink_line();
-        w
-    }
-
-    /// Removes `id` from the queue; returns the waiter to wake if the front
-    /// changed.
-    fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {
-        // Ids only grow and waiters only join at the back: the line is
-        // sorted by id (ten thousand departures used to scan it each).
-        let line = &mut self.rare.as_deref_mut()?.waiters;
-        let pos = line.binary_search_by_key(&id, |w| w.id).ok()?;
-        line.remove(pos);
-        self.shrink_line();
-        if pos == 0 {
-            self.first_in_line()
-        } else {
-            None
-        }
-    }
-
-    /// Grants the free lease to `holder` with the next token. The caller
-    /// checked that there is one ([`Job::exhausted`]). The history gains
-    /// the end of an expired tenure not recorded yet, and the grant.
-    fn grant(
-        &mut self,
-        holder: &HolderId,
-        ttl: Duration,
-        now: Instant,
-        stats: &mut Stats,
-        fx: &mut Effects,
-    ) {
-        debug_assert!(self.holding.is_none());
-        if let Some((token, at)) = self
-            .rare
-            .as_deref_mut()
-            .and_then(|r| r.expired_unrecorded.take())
-        {
-            self.tidy();
-            let how = match &self.last_holder {
-                Some(h) if h != holder => TenureEnd::TakenOver,
-                _ => TenureEnd::Expired,
-            };
-            fx.history.push(HistoryEvent::Ended { token, how, at });
-        }
-        self.token = self.token.next().expect("checked: a next token exists");
-        fx.history.push(HistoryEvent::Granted {
-            token: self.token,
-            holder: holder.clone(),
-            ttl,
-        });
-        stats.grants += 1;
-        if self.last_holder.as_ref().is_some_and(|h| h != holder) {
-            stats.takeovers += 1;
-        }
-        self.last_holder = None; // the holding names it
-        self.holding = Some(Holding {
-            holder: holder.clone(),
-            ttl,
-            deadline: now + ttl,
-            told_again: false,
-            handed_to: None,
-        });
-        self.stored_ttl = ttl;
-    }
-}
-
-/// A waiting `Acquire`, queued first come, first served.
-#[derive(Debug, Clone)]
-struct Waiter {
-    id: WaiterId,
-    holder: HolderId,
-    ttl: Duration,
 }
 
 /// Every job's lease, the waiters queued on it, and the rules.
@@ -911,113 +581,6 @@ impl LeaseTable {
         r
     }
 
-    /// Up to `limit` jobs starting with `prefix` (after `after`), in name
-    /// order, as an operator's page shows them.
-    pub fn status(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-        now: Instant,
-    ) -> Vec<JobStatus> {
-        self.listed(prefix, after, limit)
-            .map(|(name, job)| JobStatus {
-                view: job.view(name, now),
-                vacant_for: match job.leadership(now) {
-                    Leadership::Led { .. } => None,
-                    Leadership::Vacant { for_, .. } => Some(for_),
-                },
-                waiters: job.waiting(),
-                fenced: job.rare.as_ref().map_or(0, |r| r.fenced),
-                fenced_ago: job
-                    .rare
-                    .as_ref()
-                    .and_then(|r| r.last_fenced)
-                    .map(|t| now.saturating_duration_since(t)),
-            })
-            .collect()
-    }
-
-    /// The lease of `job` at `now`; a job never seen has token 0 and no
-    /// holder.
-    pub fn view(&self, name: &JobName, now: Instant) -> LeaseView {
-        match self.jobs.get(name) {
-            Some(job) => job.view(name, now),
-            None => LeaseView {
-                job: name.clone(),
-                token: Token::NONE,
-                state: LeaseState::Free(Vacancy::Never),
-            },
-        }
-    }
-
-    /// Up to `limit` leases whose job starts with `prefix`, after job
-    /// `after`, in name order.
-    pub fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-        now: Instant,
-    ) -> Vec<LeaseView> {
-        self.listed(prefix, after, limit)
-            .map(|(name, job)| job.view(name, now))
-            .collect()
-    }
-
-    /// Up to `limit` jobs starting with `prefix`, after job `after`, in
-    /// name order.
-    fn listed<'a>(
-        &'a self,
-        prefix: &'a str,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> impl Iterator<Item = (&'a JobName, &'a Job)> + 'a {
-        let start = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Included(prefix),
-        };
-        self.jobs
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(move |(name, _)| name.as_str().starts_with(prefix))
-            .take(limit)
-    }
-
-    /// Queues a waiting `Acquire` by `holder` for `ttl` on `job`, last in
-    /// line.
-    pub fn enqueue(
-        &mut self,
-        name: &JobName,
-        holder: &HolderId,
-        ttl: Duration,
-        now: Instant,
-    ) -> WaiterId {
-        self.next_waiter += 1;
-        let id = WaiterId(self.next_waiter);
-        let floor = self.floors.new_job();
-        self.jobs
-            .entry(name.clone())
-            .or_insert_with(|| Job::new(now, floor))
-            .rare()
-            .waiters
-            .push_back(Waiter {
-                id,
-                holder: holder.clone(),
-                ttl,
-            });
-        id
-    }
-
-    /// Takes a waiter out of line (it gave up or was cancelled). Wakes the
-    /// new first in line, so that it arms its timer.
-    pub fn dequeue(&mut self, name: &JobName, id: WaiterId) -> Effects {
-        let wake = self.jobs.get_mut(name).and_then(|j| j.leave_queue(id));
-        Effects {
-            wake: wake.into_iter().collect(),
-            ..Effects::default()
-        }
-    }
-
     /// Attaches an opaque stamp to the job's latest change.
     pub fn set_stamp(&mut self, name: &JobName, stamp: u64) {
         if let Some(job) = self.jobs.get_mut(name) {
@@ -1028,58 +591,6 @@ impl LeaseTable {
     /// The stamp of the job's latest change; 0 if none.
     pub fn stamp(&self, name: &JobName) -> u64 {
         self.jobs.get(name).map_or(0, |j| j.stamp)
-    }
-
-    /// Applies lazy expiry to every job at `now`, so that the expiry
-    /// counter is current when metrics are read. Nothing depends on it for
-    /// correctness.
-    pub fn settle_all(&mut self, now: Instant) {
-        for job in self.jobs.values_mut() {
-            job.settle(now, &mut self.stats, self.faults);
-        }
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> &Stats {
-        &self.stats
-    }
-
-    /// Every job with its live holding at `now` and, when it has none, how
-    /// long it has been without a leader.
-    pub fn leadership(&self, now: Instant) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
-        self.jobs
-            .iter()
-            .map(move |(name, job)| (name, job.leadership(now)))
-    }
-
-    /// [`LeaseTable::settle_all`] and then [`LeaseTable::leadership`], in
-    /// one pass over the jobs: what a metrics scrape needs, walking a
-    /// million jobs once instead of twice while the caller holds its lock.
-    pub fn settle_leadership(
-        &mut self,
-        now: Instant,
-    ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
-        self.settle_leadership_after(None, now)
-    }
-
-    /// [`LeaseTable::settle_leadership`], of the jobs after `after` in name
-    /// order only: a caller can walk the table in chunks.
-    pub fn settle_leadership_after(
-        &mut self,
-        after: Option<&JobName>,
-        now: Instant,
-    ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
-        let (stats, faults) = (&mut self.stats, self.faults);
-        let start = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Unbounded,
-        };
-        self.jobs
-            .range_mut::<JobName, _>((start, Bound::Unbounded))
-            .map(move |(name, job)| {
-                job.settle(now, stats, faults);
-                (name, job.leadership(now))
-            })
     }
 
     /// Forgets a job that has no live lease and nobody waiting for it, and
@@ -1155,23 +666,6 @@ pub struct Checkpoint {
     name: JobName,
     job: Option<Job>,
     stats: Stats,
-}
-
-/// A job's leadership, for metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leadership {
-    /// A live leader holds `token`.
-    Led {
-        /// Its token.
-        token: Token,
-    },
-    /// No leader for `for_`.
-    Vacant {
-        /// The newest token.
-        token: Token,
-        /// How long the job has been without a leader.
-        for_: Duration,
-    },
 }
 
 #[cfg(test)]

@@ -1,0 +1,200 @@
+//! One job's state in the lease table: the newest token, the holding, the
+//! last holder, and the parts few jobs use (boxed, so that a plain held
+//! lease stays small). Its own steps are here: lazy expiry
+//! ([`Job::settle`], which every rule calls first), the grant of the next
+//! token, and the record the store keeps.
+//!
+//! Apart from the table's decisions because these steps are the same
+//! whichever decision takes them.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::line::Waiter;
+use super::views::Vacancy;
+use super::{Effects, HistoryEvent, LeaseRecord, Stats, TenureEnd, WaiterId};
+use crate::lease::rules::{self, Faults};
+use crate::lease::{HolderId, Token};
+
+#[derive(Debug, Clone)]
+pub(super) struct Holding {
+    pub(super) holder: HolderId,
+    pub(super) ttl: Duration,
+    pub(super) deadline: Instant,
+    /// Whether the holder asked again since the grant (a repeated
+    /// `Acquire`, or a `Renew`): an answer telling it that it leads may
+    /// have reached it, so [`LeaseTable::give_back`] leaves the grant be.
+    pub(super) told_again: bool,
+    /// The waiter a release handed the lease to: its own call's completion
+    /// is not the holder asking again.
+    pub(super) handed_to: Option<WaiterId>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Job {
+    /// The newest token issued. Never goes down.
+    pub(super) token: Token,
+    pub(super) holding: Option<Holding>,
+    /// The holder of the newest token once its holding has ended (released
+    /// or expired), so that a late, repeated release is answered kindly and
+    /// takeovers are counted. `None` while held: the holding names it
+    /// ([`Job::last_holder`]), and a million held leases keep one copy of
+    /// each holder, not two.
+    pub(super) last_holder: Option<HolderId>,
+    /// The TTL in the stored record of the current holding.
+    pub(super) stored_ttl: Duration,
+    /// Since when the job has had no leader, and why.
+    pub(super) vacant_since: Instant,
+    pub(super) vacancy: Vacancy,
+    /// An opaque number the caller attaches to the job's last change (its
+    /// durability sequence number).
+    pub(super) stamp: u64,
+    /// What few jobs have: `None` when it is all empty. Boxed, so that a
+    /// plain held lease does not carry its room (a `Job` is 168 bytes with
+    /// it boxed, 240 without).
+    pub(super) rare: Option<Box<Rare>>,
+}
+
+/// The parts of a [`Job`] that most jobs do not use at any one time.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Rare {
+    pub(super) waiters: VecDeque<Waiter>,
+    /// The token and deadline of a holding that ran out and whose end is
+    /// not in the history yet: the next grant (or the job's deletion)
+    /// records it, in its own durable change.
+    pub(super) expired_unrecorded: Option<(Token, Instant)>,
+    /// Writes refused as fenced (stale tokens: split-brain attempts), and
+    /// when the last one was.
+    pub(super) fenced: u64,
+    pub(super) last_fenced: Option<Instant>,
+}
+
+impl Job {
+    /// A job never seen before: its first grant gets `floor` + 1.
+    pub(super) fn new(now: Instant, floor: Token) -> Job {
+        Job {
+            token: floor,
+            holding: None,
+            last_holder: None,
+            stored_ttl: Duration::ZERO,
+            vacant_since: now,
+            vacancy: Vacancy::Never,
+            stamp: 0,
+            rare: None,
+        }
+    }
+
+    /// The rare parts, made when first needed.
+    pub(super) fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the rare parts once they are all empty again.
+    pub(super) fn tidy(&mut self) {
+        if self.rare.as_deref().is_some_and(|r| {
+            r.waiters.is_empty()
+                && r.expired_unrecorded.is_none()
+                && r.fenced == 0
+                && r.last_fenced.is_none()
+        }) {
+            self.rare = None;
+        }
+    }
+
+    pub(super) fn expired_unrecorded(&self) -> Option<(Token, Instant)> {
+        self.rare.as_ref().and_then(|r| r.expired_unrecorded)
+    }
+
+    /// The holder of the newest token: the live holding's, or the last
+    /// one's after it ended.
+    pub(super) fn last_holder(&self) -> Option<&HolderId> {
+        match &self.holding {
+            Some(h) => Some(&h.holder),
+            None => self.last_holder.as_ref(),
+        }
+    }
+
+    /// Ends the holding, keeping its holder as the last one.
+    pub(super) fn end_holding(&mut self) {
+        if let Some(h) = self.holding.take() {
+            self.last_holder = Some(h.holder);
+        }
+    }
+
+    /// Lazy expiry: a lease whose deadline has passed is free. This is the
+    /// only place expiry is decided, and every rule calls it first.
+    pub(super) fn settle(&mut self, now: Instant, stats: &mut Stats, faults: Faults) {
+        if let Some(h) = &self.holding {
+            // How long a lease lasts is a rule ([`rules::lasts`]): the
+            // broken rule "early-expiry" lets it run out at half its TTL.
+            let cut = h.ttl - rules::lasts(h.ttl, faults);
+            if h.deadline <= now || h.deadline - cut <= now {
+                self.vacant_since = h.deadline;
+                self.vacancy = Vacancy::Expired;
+                let end = (self.token, h.deadline);
+                self.rare().expired_unrecorded = Some(end);
+                self.end_holding();
+                stats.expiries += 1;
+            }
+        }
+    }
+
+    pub(super) fn record(&self) -> LeaseRecord {
+        LeaseRecord {
+            holder: self.holding.as_ref().map(|h| h.holder.clone()),
+            token: self.token,
+            ttl: self.stored_ttl,
+        }
+    }
+
+    /// Whether the job has issued its last token, so it can never be
+    /// granted again.
+    pub(super) fn exhausted(&self) -> bool {
+        self.token == Token::LAST
+    }
+
+    /// Grants the free lease to `holder` with the next token. The caller
+    /// checked that there is one ([`Job::exhausted`]). The history gains
+    /// the end of an expired tenure not recorded yet, and the grant.
+    pub(super) fn grant(
+        &mut self,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+        stats: &mut Stats,
+        fx: &mut Effects,
+    ) {
+        debug_assert!(self.holding.is_none());
+        if let Some((token, at)) = self
+            .rare
+            .as_deref_mut()
+            .and_then(|r| r.expired_unrecorded.take())
+        {
+            self.tidy();
+            let how = match &self.last_holder {
+                Some(h) if h != holder => TenureEnd::TakenOver,
+                _ => TenureEnd::Expired,
+            };
+            fx.history.push(HistoryEvent::Ended { token, how, at });
+        }
+        self.token = self.token.next().expect("checked: a next token exists");
+        fx.history.push(HistoryEvent::Granted {
+            token: self.token,
+            holder: holder.clone(),
+            ttl,
+        });
+        stats.grants += 1;
+        if self.last_holder.as_ref().is_some_and(|h| h != holder) {
+            stats.takeovers += 1;
+        }
+        self.last_holder = None; // the holding names it
+        self.holding = Some(Holding {
+            holder: holder.clone(),
+            ttl,
+            deadline: now + ttl,
+            told_again: false,
+            handed_to: None,
+        });
+        self.stored_ttl = ttl;
+    }
+}

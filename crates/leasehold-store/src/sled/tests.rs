@@ -1,0 +1,366 @@
+//! The embedded store's unit tests: where a put is on its way (pending,
+//! logged, in sled) and what reads, checkpoints, deletions and reopens
+//! make of it.
+
+use super::*;
+use crate::{decode_value, value_key, Store, ValueRecord};
+use leasehold_core::lease::{Limits, Token};
+
+fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
+    ValueRecord {
+        token: Token(token),
+        version,
+        value: v.map(|s| s.as_bytes().to_vec()),
+    }
+}
+
+fn keys(s: &SledStore, job: &JobName, after: Option<&[u8]>, limit: usize) -> Vec<String> {
+    s.list_values(job, b"k", after, limit)
+        .unwrap()
+        .into_iter()
+        .map(|(k, r)| {
+            format!(
+                "{}={}",
+                String::from_utf8(k).unwrap(),
+                String::from_utf8(r.value.unwrap()).unwrap()
+            )
+        })
+        .collect()
+}
+
+/// Values live in three places on their way (pending, logged but not in
+/// sled, in sled); gets and lists see the newest, in key order.
+#[test]
+fn reads_see_every_put_wherever_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let job = Limits::default().job("j").unwrap();
+    let other = Limits::default().job("j2").unwrap();
+    for k in ["k1", "k3", "k5"] {
+        s.put_value(&job, k.as_bytes(), &val(1, 1, Some("sled")))
+            .unwrap();
+    }
+    s.put_value(&other, b"k0", &val(1, 1, Some("other")))
+        .unwrap();
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    s.put_value(&job, b"k2", &val(1, 1, Some("logged")))
+        .unwrap();
+    s.put_value(&job, b"k3", &val(1, 2, Some("logged")))
+        .unwrap();
+    s.sync().unwrap();
+    s.put_value(&job, b"k4", &val(1, 1, Some("pending")))
+        .unwrap();
+    s.put_value(&job, b"k5", &val(1, 2, None)).unwrap();
+    assert_eq!(
+        keys(&s, &job, None, 100),
+        ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+    );
+    assert_eq!(keys(&s, &job, Some(b"k2"), 2), ["k3=logged", "k4=pending"]);
+    assert_eq!(s.get_value(&job, b"k5").unwrap(), Some(val(1, 2, None)));
+    assert_eq!(
+        s.get_value(&job, b"k3").unwrap().unwrap().version,
+        2,
+        "the logged put, not sled's"
+    );
+    s.sync().unwrap();
+    s.checkpoint_if_due().unwrap();
+    assert!(
+        !s.pending().overlay.is_empty(),
+        "logged puts wait for a checkpoint"
+    );
+    s.checkpoint().unwrap();
+    assert!(s.pending().overlay.is_empty(), "everything is in sled");
+    assert_eq!(
+        keys(&s, &job, None, 100),
+        ["k1=sled", "k2=logged", "k3=logged", "k4=pending"]
+    );
+}
+
+/// Between checkpoints, a key written many times waits in memory as its
+/// newest put only; the checkpoint gives sled that one, and a logged
+/// lease is seen by `leases` before any checkpoint.
+#[test]
+fn the_first_read_of_every_lease_after_a_start_is_sled_and_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Limits::default();
+    let lease = |token| LeaseRecord {
+        holder: Some(l.holder("w").unwrap()),
+        token: Token(token),
+        ttl: std::time::Duration::from_secs(9),
+    };
+    let (a, b, c) = (
+        l.job("a").unwrap(),
+        l.job("b").unwrap(),
+        l.job("c").unwrap(),
+    );
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.put_lease(&a, &lease(1), &[], 0).unwrap();
+        s.put_lease(&b, &lease(1), &[], 0).unwrap();
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        // Durable in the log only: replayed at the next start.
+        s.put_lease(&b, &lease(2), &[], 0).unwrap();
+        s.put_lease(&c, &lease(1), &[], 0).unwrap();
+        s.sync().unwrap();
+    }
+    let all = vec![
+        (a.clone(), lease(1)),
+        (b.clone(), lease(2)),
+        (c.clone(), lease(1)),
+    ];
+    let sorted = |mut v: Vec<(JobName, LeaseRecord)>| {
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    };
+    // A start that replayed the log: read from sled.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(sorted(s.leases().unwrap()), all);
+    drop(s);
+    // A start with nothing to replay: what the inspection decoded, once.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert!(s
+        .with(|o| Ok(o.first_leases.lock().unwrap().is_some()))
+        .unwrap());
+    assert_eq!(sorted(s.leases().unwrap()), all);
+    assert!(s
+        .with(|o| Ok(o.first_leases.lock().unwrap().is_none()))
+        .unwrap());
+    // Later reads see later changes.
+    s.put_lease(&a, &lease(2), &[], 0).unwrap();
+    s.sync().unwrap();
+    let now = sorted(s.leases().unwrap());
+    assert_eq!(now[0], (a.clone(), lease(2)));
+    // Changed between the start and the first read: not the inspection's.
+    drop(s);
+    let s = SledStore::open(dir.path()).unwrap();
+    s.put_lease(&c, &lease(3), &[], 0).unwrap();
+    s.sync().unwrap();
+    assert_eq!(sorted(s.leases().unwrap())[2], (c, lease(3)));
+}
+
+#[test]
+fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let l = Limits::default();
+    let job = l.job("j").unwrap();
+    for v in 1..=50u64 {
+        s.put_value(&job, b"k", &val(1, v, Some(&format!("v{v}"))))
+            .unwrap();
+        s.sync().unwrap();
+        s.checkpoint_if_due().unwrap();
+    }
+    let in_sled = |s: &SledStore| {
+        s.with(|o| Ok(o.values.get(value_key(&job, b"k")).unwrap()))
+            .unwrap()
+            .map(|v| decode_value(&v).unwrap().version)
+    };
+    assert_eq!(in_sled(&s), None, "nothing applied before a checkpoint");
+    assert_eq!(
+        s.with(|o| Ok(o.logged.lock().unwrap().values.len()))
+            .unwrap(),
+        1,
+        "fifty logged puts of one key wait as one"
+    );
+    let lease = LeaseRecord {
+        holder: Some(l.holder("w").unwrap()),
+        token: Token(3),
+        ttl: std::time::Duration::from_secs(9),
+    };
+    s.put_lease(&job, &lease, &[], 0).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+    s.put_value(&job, b"k", &val(1, 51, Some("pending")))
+        .unwrap();
+    s.checkpoint().unwrap();
+    assert_eq!(
+        in_sled(&s),
+        Some(50),
+        "the newest logged put, not the pending one"
+    );
+    assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 51);
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    assert_eq!(in_sled(&s), Some(51));
+    assert!(s.pending().overlay.is_empty());
+}
+
+/// A deleted job's records are gone at once for reads, after a restart
+/// that replays the log, and after a checkpoint (whose counts and
+/// digest a restart checks); the new-job floor survives both; other
+/// jobs are untouched.
+#[test]
+fn a_deleted_job_is_gone_and_its_floor_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Limits::default();
+    let (x, y) = (l.job("x").unwrap(), l.job("y").unwrap());
+    let lease = |t| LeaseRecord {
+        holder: None,
+        token: Token(t),
+        ttl: std::time::Duration::from_secs(9),
+    };
+    {
+        let s = SledStore::open(dir.path()).unwrap();
+        s.put_lease(&x, &lease(7), &[], 0).unwrap();
+        s.put_lease(&y, &lease(2), &[], 0).unwrap();
+        for i in 0..5 {
+            s.put_value(&x, format!("k{i}").as_bytes(), &val(7, 1, Some("v")))
+                .unwrap();
+        }
+        s.put_value(&x, b"gone", &val(7, 2, None)).unwrap();
+        s.put_value(&y, b"k0", &val(2, 1, Some("y"))).unwrap();
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+        // One more, only in the overlay and the log.
+        s.put_value(&x, b"k9", &val(7, 1, Some("v"))).unwrap();
+        s.sync().unwrap();
+        assert_eq!(
+            s.delete_job(&x, Token(7)).unwrap(),
+            7,
+            "tombstones included"
+        );
+        assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
+        assert_eq!(s.get_value(&x, b"k9").unwrap(), None);
+        assert!(keys(&s, &x, None, 100).is_empty());
+        assert_eq!(s.count_keys(&x).unwrap(), 0);
+        assert_eq!(s.count_keys(&y).unwrap(), 1);
+        s.sync().unwrap();
+        assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
+        // No checkpoint: the restart replays the log.
+    }
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.floors().new_jobs, Token(7));
+    assert_eq!(
+        s.floors().every,
+        Token::NONE,
+        "the every-job floor is not raised"
+    );
+    assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
+    assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
+    assert_eq!(keys(&s, &y, None, 100), vec!["k0=y"]);
+    let c = s.last_checkpoint().unwrap();
+    assert_eq!((c.leases, c.values, c.new_job_floor), (1, 1, 7));
+    assert!(c.max_token >= 7);
+    drop(s);
+    // The checkpointed state passes the start-up checks again.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(s.floors().new_jobs, Token(7));
+    assert_eq!(s.count_keys(&y).unwrap(), 1);
+}
+
+/// A read made without the caller's lock is confirmed from memory, or
+/// made again when a checkpoint or a reopen may have changed where the
+/// record lives.
+#[test]
+fn a_read_ahead_is_confirmed_or_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let job = Limits::default().job("j").unwrap();
+    s.put_value(&job, b"k", &val(1, 1, Some("one"))).unwrap();
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    // Read from sled, nothing since: still good.
+    let e = s.read_epoch();
+    assert_eq!(s.get_value(&job, b"k").unwrap().unwrap().version, 1);
+    assert_eq!(crate::recheck_value(&s, &job, b"k", e).unwrap(), None);
+    assert_eq!(
+        s.recheck_value_in_memory(&job, b"k", e).unwrap(),
+        Some(None)
+    );
+    // A put since: the overlay's record.
+    s.put_value(&job, b"k", &val(1, 2, Some("two"))).unwrap();
+    assert_eq!(
+        crate::recheck_value(&s, &job, b"k", e).unwrap(),
+        Some(Some(val(1, 2, Some("two"))))
+    );
+    assert_eq!(
+        s.recheck_value_in_memory(&job, b"k", e).unwrap(),
+        Some(Some(Some(val(1, 2, Some("two")))))
+    );
+    // A checkpoint moved it to sled and out of the overlay: read again
+    // (from memory alone the store cannot tell).
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    assert_eq!(s.recheck_value_in_memory(&job, b"k", e).unwrap(), None);
+    assert_eq!(
+        crate::recheck_value(&s, &job, b"k", e).unwrap(),
+        Some(Some(val(1, 2, Some("two"))))
+    );
+    // A reopen, likewise.
+    let e = s.read_epoch();
+    s.reopen().unwrap();
+    assert_eq!(
+        crate::recheck_value(&s, &job, b"k", e).unwrap(),
+        Some(Some(val(1, 2, Some("two"))))
+    );
+}
+
+/// A reopen keeps exactly what was synced: logged puts come back from
+/// the log, unsynced ones are gone.
+#[test]
+fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let l = Limits::default();
+    let job = l.job("j").unwrap();
+    let lease = LeaseRecord {
+        holder: Some(l.holder("w").unwrap()),
+        token: Token(7),
+        ttl: std::time::Duration::from_secs(9),
+    };
+    s.put_lease(&job, &lease, &[], 0).unwrap();
+    s.put_value(&job, b"k1", &val(7, 1, Some("synced")))
+        .unwrap();
+    s.sync().unwrap(); // logged; never applied to sled before the reopen
+    s.put_value(&job, b"k2", &val(7, 1, Some("lost"))).unwrap();
+    s.reopen().unwrap();
+    assert_eq!(s.leases().unwrap(), vec![(job.clone(), lease)]);
+    assert_eq!(
+        s.get_value(&job, b"k1").unwrap(),
+        Some(val(7, 1, Some("synced")))
+    );
+    assert_eq!(s.get_value(&job, b"k2").unwrap(), None);
+    drop(s);
+    // And again from a fresh process's point of view.
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(keys(&s, &job, None, 10), ["k1=synced"]);
+}
+
+/// A batch that does not fit in the log goes straight into sled, and a
+/// log that passes half full is checkpointed: nothing is lost either way.
+#[test]
+fn a_full_log_checkpoints_into_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let job = Limits::default().job("j").unwrap();
+    let cap = s.with(|o| Ok(o.wal.lock().unwrap().capacity())).unwrap();
+    let big = "x".repeat(60 * 1024);
+    let mut n = 0u64;
+    while n * 60 * 1024 < cap * 3 {
+        n += 1;
+        let k = format!("k{n:04}");
+        s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+            .unwrap();
+        if n % 5 == 0 {
+            s.sync().unwrap();
+            s.checkpoint_if_due().unwrap();
+        }
+    }
+    // Many at once: more than the whole log holds.
+    for i in 0..(cap / (60 * 1024) + 2) {
+        let k = format!("m{i:04}");
+        s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+            .unwrap();
+    }
+    s.sync().unwrap();
+    let used = s.with(|o| Ok(o.wal.lock().unwrap().used())).unwrap();
+    assert!(used * 2 <= cap, "the log was checkpointed: {used} of {cap}");
+    drop(s);
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(
+        s.list_values(&job, b"", None, 10_000).unwrap().len() as u64,
+        n + cap / (60 * 1024) + 2
+    );
+}
