@@ -10,7 +10,7 @@ use std::time::Duration;
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{JobName, TenureEnd, Token};
-use leasehold_core::record::{decode_history, Tenure, ValueRecord};
+use leasehold_core::record::{self, decode_history, Tenure, ValueRecord};
 
 use super::client::{range_req, ranges};
 use super::{keys, EtcdNode};
@@ -112,17 +112,11 @@ impl EtcdNode {
         let mut req = range_req(prefix.clone(), keys::prefix_end(&prefix), 0);
         req.keys_only = true;
         let r = self.failed(self.inner.etcd.range(req).await)?;
-        let mut tokens: Vec<Token> = r
-            .kvs
-            .iter()
-            .filter_map(|kv| {
-                let t = kv.key.get(prefix.len()..prefix.len() + 8)?;
-                Some(Token(u64::from_be_bytes(t.try_into().ok()?)))
-            })
-            .collect();
-        tokens.dedup();
-        let excess = tokens.len().saturating_sub(kept as usize);
-        tokens.truncate(excess);
-        Ok(tokens)
+        Ok(record::tenures_beyond(
+            r.kvs
+                .iter()
+                .filter_map(|kv| record::history_token(&kv.key, prefix.len())),
+            kept,
+        ))
     }
 }
