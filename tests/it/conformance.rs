@@ -11,9 +11,10 @@
 //! What passes on all three is what a client may rely on whichever backend
 //! serves it: tokens and their steps, expiry, handover to the first waiter,
 //! fencing, refusals, deletion, history, the views, batched renewals and
-//! writes (`renew_many`, `stage_writes` then `durable`), watches and the
-//! give-back of a grant nobody was told of. TTLs are whole
-//! seconds on etcd (its granularity), shorter on the single node.
+//! writes (`renew_many`, `stage_writes` then `durable`, with a holder
+//! guard asked for each write), watches and the give-back of a grant
+//! nobody was told of. TTLs are whole seconds on etcd (its granularity),
+//! shorter on the single node.
 
 use crate::common;
 
@@ -531,14 +532,17 @@ async fn staged_writes_are_decided_in_order_and_durable(b: Backend) {
         value: value.map(|v| v.as_bytes().to_vec()),
     };
     let staged = b
-        .stage_writes(vec![
-            w(t2, "k", Some("one")),
-            w(t1, "k", Some("stale")),
-            w(t2, "k", Some("two")),
-            w(Token(t2.0 + 9), "k", Some("unknown")),
-            w(t2, "other", Some("x")),
-            w(t2, "other", None),
-        ])
+        .stage_writes(
+            vec![
+                w(t2, "k", Some("one")),
+                w(t1, "k", Some("stale")),
+                w(t2, "k", Some("two")),
+                w(Token(t2.0 + 9), "k", Some("unknown")),
+                w(t2, "other", Some("x")),
+                w(t2, "other", None),
+            ],
+            None,
+        )
         .await
         .unwrap();
     b.durable(staged.seq).await.unwrap();
@@ -569,9 +573,74 @@ async fn staged_writes_are_decided_in_order_and_durable(b: Backend) {
     let gone = b.read(&j, b"other").await.unwrap().unwrap();
     assert_eq!((gone.version, gone.value), (2, None), "a tombstone");
     // An empty batch is no error and needs no wait.
-    let none = b.stage_writes(Vec::new()).await.unwrap();
+    let none = b.stage_writes(Vec::new(), None).await.unwrap();
     assert!(none.outcomes.is_empty());
     b.durable(none.seq).await.unwrap();
+}
+
+/// A batch's holder guard is asked for each write, on the state that
+/// write is decided on: a write carrying the live token of a grant whose
+/// holder the guard refuses is refused with PermissionDenied, and the
+/// other writes are decided as usual; a token that is not the live
+/// grant's meets the fence alone; once the grant is another holder's, the
+/// same guard lets its token write.
+async fn staged_writes_ask_the_guard_of_each_write(b: Backend) {
+    let (j, mine) = (job("guarded"), job("guarded-mine"));
+    let (me, them) = (holder("me"), holder("them"));
+    let guard = |h: &str| h == "them";
+    let t = b.acquire(&j, &them, LONG, NOW).await.unwrap().lease.token;
+    let m = b.acquire(&mine, &me, LONG, NOW).await.unwrap().lease.token;
+    let w = |j: &JobName, token: Token, key: &str, value: &str| Write {
+        job: j.clone(),
+        token,
+        key: key.as_bytes().to_vec(),
+        value: Some(value.as_bytes().to_vec()),
+    };
+    let staged = b
+        .stage_writes(
+            vec![
+                w(&j, t, "k", "forged"),
+                w(&mine, m, "k", "one"),
+                w(&j, Token(t.0 + 1), "k", "next"),
+                w(&j, t, "other", "forged"),
+                w(&mine, m, "k", "two"),
+            ],
+            Some(&guard),
+        )
+        .await
+        .unwrap();
+    b.durable(staged.seq).await.unwrap();
+    let o = &staged.outcomes;
+    assert_eq!(o.len(), 5, "one outcome per write, in order: {o:?}");
+    let denied = |o: &Result<u64, Error>| matches!(o, Err(Error::PermissionDenied { action: "write", job, .. }) if job == "guarded");
+    assert!(
+        denied(&o[0]),
+        "the live token of a refused holder: {:?}",
+        o[0]
+    );
+    assert_eq!(o[1], Ok(1), "after a refused write, the next is made");
+    assert!(
+        matches!(&o[2], Err(Error::UnknownToken { .. })),
+        "a token that is not the live grant's meets the fence alone: {:?}",
+        o[2]
+    );
+    assert!(denied(&o[3]), "whatever the key: {:?}", o[3]);
+    assert_eq!(o[4], Ok(2));
+    assert_eq!(b.read(&j, b"k").await.unwrap(), None, "nothing written");
+    assert_eq!(b.read(&j, b"other").await.unwrap(), None, "nothing written");
+    let r = b.read(&mine, b"k").await.unwrap().unwrap();
+    assert_eq!((r.token, r.version), (m, 2));
+
+    // The next grant is another holder's: the guard is asked of it.
+    assert!(b.release(&j, &them, t).await.unwrap());
+    let next = b.acquire(&j, &me, LONG, NOW).await.unwrap().lease.token;
+    assert_eq!(next, Token(t.0 + 1));
+    let staged = b
+        .stage_writes(vec![w(&j, next, "k", "mine")], Some(&guard))
+        .await
+        .unwrap();
+    b.durable(staged.seq).await.unwrap();
+    assert_eq!(staged.outcomes, [Ok(1)]);
 }
 
 /// A watch starts with the job's current lease, then tells each grant,
@@ -691,6 +760,7 @@ conformance!(
     lease_and_status_views_show_the_leases,
     renew_many_decides_each_renewal_on_its_own,
     staged_writes_are_decided_in_order_and_durable,
+    staged_writes_ask_the_guard_of_each_write,
     watch_tells_changes_in_order_and_nothing_of_renewals,
     give_back_releases_only_a_grant_not_asked_for_since,
 );

@@ -409,6 +409,138 @@ async fn a_token_read_through_get_lease_does_not_let_another_principal_write() {
     assert_eq!(billing.read("shared/w", b"k").await.unwrap().value, b"mine");
 }
 
+/// How many writes the attacker sends at once: the client splits them into
+/// messages of 1000 (the most a message may carry), sent back to back.
+const RACE_WRITES: usize = 4000;
+
+/// The message of a PERMISSION_DENIED refusal of a write to `job`.
+fn denied_message(e: ClientError, job: &str) -> String {
+    match e {
+        ClientError::PermissionDenied {
+            action,
+            job: j,
+            message,
+        } => {
+            assert_eq!(action.as_deref(), Some("write"), "{message}");
+            assert_eq!(j.as_deref(), Some(job), "{message}");
+            message
+        }
+        other => panic!("expected PERMISSION_DENIED for write on {job}, got {other:?}"),
+    }
+}
+
+/// The race of a stream write against another principal's grant: ops,
+/// with `write` on a job it shares with billing, streams writes carrying
+/// the job's next token (the current one plus one, read through GetLease)
+/// while billing acquires the job and is granted that very token. A check
+/// made before the writes passes them (that token is nobody's live grant
+/// yet), and those the store then decides after billing's grant would be
+/// stored under billing's lease: the check must be made in the store's
+/// decision of each write. Up to `tries` races, each on keys of its own,
+/// stopping at the first write that lands: after each, no key of ops's
+/// carries billing's token, ops was told of no such write, and its stream
+/// ended with PERMISSION_DENIED, in the words of a `CheckedWrite`'s.
+async fn next_token_race(s: &Setup, p: &ServerProcess, tries: usize) {
+    let job = "shared/next-token";
+    let billing = s.client(p, Some(BILLING)).await;
+    let ops = s.client(p, Some(OPS)).await;
+    // The unary call's refusal, for the stream's to match.
+    let t = billing
+        .acquire(job, "b", TTL, NOW)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    let unary = ops
+        .checked_write(job, t, b"probe", b"x".to_vec())
+        .await
+        .unwrap_err();
+    let unary = denied_message(unary, job);
+    billing.release(job, "b", t).await.unwrap();
+    for i in 0..tries {
+        let next = ops.get_lease(job).await.unwrap().token + 1;
+        let prefix = format!("race{i}/");
+        let batch: Vec<StreamWrite> = (0..RACE_WRITES)
+            .map(|n| StreamWrite::put(job, next, format!("{prefix}{n}").as_bytes(), b"x".to_vec()))
+            .collect();
+        let (started, on_started) = tokio::sync::oneshot::channel();
+        let attacker = {
+            let ops = ops.clone();
+            tokio::spawn(async move {
+                let mut ws = ops.write_stream().await.unwrap();
+                let mut started = Some(started);
+                let mut told_written = 0;
+                let deadline = std::time::Instant::now() + common::PATIENCE;
+                loop {
+                    match ws.write(&batch).await {
+                        Ok(outcomes) => {
+                            told_written +=
+                                outcomes.iter().filter(|o| o.version().is_some()).count()
+                        }
+                        Err(e) => return (told_written, e),
+                    }
+                    if let Some(tx) = started.take() {
+                        let _ = tx.send(());
+                    }
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the stream was never refused"
+                    );
+                }
+            })
+        };
+        // Once the stream writes, at a point that varies from try to try.
+        let _ = on_started.await;
+        tokio::time::sleep(Duration::from_micros((i as u64 * 7919) % 5000)).await;
+        let granted = billing.acquire(job, "b", TTL, NOW).await.unwrap();
+        assert!(granted.acquired, "{granted:?}");
+        assert_eq!(
+            granted.lease.token, next,
+            "billing is granted the next token"
+        );
+        let (told_written, end) = attacker.await.unwrap();
+        let stored = billing
+            .list_keys(job, prefix.as_bytes())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|k| k.token == next)
+            .count();
+        assert_eq!(
+            (stored, told_written),
+            (0, 0),
+            "try {} of {tries}: ops's writes stored under billing's token {next} \
+             (stored, and reported WRITTEN to ops)",
+            i + 1
+        );
+        assert_eq!(denied_message(end, job), unary, "the stream's refusal");
+        billing.release(job, "b", next).await.unwrap();
+    }
+}
+
+/// [`next_token_race`] on the single node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_write_with_the_next_token_never_lands_under_another_principals_grant() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    next_token_race(&s, &p, 300).await;
+}
+
+/// [`next_token_race`] on an etcd frontend, where each write of a message
+/// is its own transaction, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_stream_write_with_the_next_token_never_lands_under_another_principals_grant() {
+    let s = Setup::new();
+    let args = s.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p = common::etcd::frontend(
+        &common::etcd::shared_endpoints().join(","),
+        &common::etcd::fresh_prefix(),
+        &args,
+    );
+    next_token_race(&s, &p, 5).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plaintext_client_gets_nothing_from_the_tls_port() {
     let s = Setup::new();

@@ -92,7 +92,9 @@ pub struct Statuses {
 #[derive(Debug)]
 pub struct Staged {
     /// Each write's version, or why it was refused (`Fenced`,
-    /// `UnknownToken`, `QuotaExceeded`); another error fails the batch.
+    /// `UnknownToken`, `QuotaExceeded`, and `PermissionDenied` when the
+    /// batch's [`HolderGuard`] refused the live grant's holder); another
+    /// error fails the batch.
     pub outcomes: Vec<Result<u64>>,
     /// What to pass to `durable` before answering.
     pub seq: u64,

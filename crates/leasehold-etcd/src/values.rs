@@ -20,10 +20,16 @@ use super::{contention, txn, EtcdNode, MAX_TRIES};
 impl EtcdNode {
     /// Many writes, made one after the other, each its own transaction
     /// bounded on its own, and durable when this returns (the sequence
-    /// number is 0). A write refused by the fence or a quota is that
-    /// write's outcome; any other error fails the batch, writes before it
-    /// made.
-    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
+    /// number is 0). Each is decided as [`EtcdNode::checked_write`]
+    /// decides one, `guard` (if any) asked on the very read its
+    /// transaction is made against. A write refused by the guard, the
+    /// fence or a quota is that write's outcome; any other error fails
+    /// the batch, writes before it made.
+    pub async fn stage_writes(
+        &self,
+        batch: Vec<Write>,
+        guard: Option<HolderGuard<'_>>,
+    ) -> Result<Staged> {
         let mut outcomes = Vec::with_capacity(batch.len());
         for w in batch {
             outcomes.push(
@@ -31,7 +37,7 @@ impl EtcdNode {
                     .bounded(
                         "WriteStream",
                         Duration::ZERO,
-                        self.checked_write_unbounded(&w.job, w.token, &w.key, w.value, None),
+                        self.checked_write_unbounded(&w.job, w.token, &w.key, w.value, guard),
                     )
                     .await
                 {
@@ -39,7 +45,8 @@ impl EtcdNode {
                     Err(
                         e @ (Error::Fenced { .. }
                         | Error::UnknownToken { .. }
-                        | Error::QuotaExceeded { .. }),
+                        | Error::QuotaExceeded { .. }
+                        | Error::PermissionDenied { .. }),
                     ) => Err(e),
                     Err(e) => return Err(e),
                 },

@@ -86,15 +86,22 @@ impl Node {
 
     /// Many writes in one decision: the state lock is taken once, and the
     /// writes are made in order with the rules of [`Node::checked_write`],
-    /// each on its own (a fenced one does not stop the others). Returns
-    /// each write's new version or why it was refused (`Fenced`,
-    /// `UnknownToken`), and the sequence number to pass to
+    /// `guard` (if any) asked for each of them on the state it is decided
+    /// on, each on its own (a fenced or guarded one does not stop the
+    /// others). Returns each write's new version or why it was refused
+    /// (`Fenced`, `UnknownToken`, `QuotaExceeded`, `PermissionDenied`),
+    /// and the sequence number to pass to
     /// [`Node::durable`] before any of it is shown. Not waiting here lets a
     /// stream decide its next message, in order, while earlier ones wait
     /// for their sync. Fails as a whole when the node is closing or the
     /// store refuses or fails; writes before that one may have been made.
-    pub fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
+    pub fn stage_writes(
+        &self,
+        batch: Vec<Write>,
+        guard: Option<HolderGuard<'_>>,
+    ) -> Result<Staged> {
         self.check_open()?;
+        let guard = guard.map(|g| g as &dyn Fn(&str) -> bool);
         let mut out = Vec::with_capacity(batch.len());
         let mut last = 0;
         let keys: Vec<(&JobName, &[u8])> = batch.iter().map(|w| (&w.job, &w.key[..])).collect();
@@ -114,7 +121,7 @@ impl Node {
             };
             written.insert((w.job.clone(), w.key.clone()));
             let (outcome, seq) =
-                self.write_one(&mut st, &w.job, w.token, &w.key, w.value, existing, None)?;
+                self.write_one(&mut st, &w.job, w.token, &w.key, w.value, existing, guard)?;
             last = last.max(seq);
             out.push(outcome);
         }

@@ -229,11 +229,16 @@ impl Backend {
 
     /// See [`Node::stage_writes`] and [`EtcdNode::stage_writes`] (on etcd,
     /// the writes are made one after the other, each its own transaction,
-    /// and are durable when this returns).
-    pub async fn stage_writes(&self, batch: Vec<Write>) -> Result<Staged> {
+    /// and are durable when this returns). `guard`, as for
+    /// [`Backend::checked_write`], is asked for each write.
+    pub async fn stage_writes(
+        &self,
+        batch: Vec<Write>,
+        guard: Option<HolderGuard<'_>>,
+    ) -> Result<Staged> {
         match self {
-            Backend::Local(n) => n.stage_writes(batch),
-            Backend::Etcd(n) => n.stage_writes(batch).await,
+            Backend::Local(n) => n.stage_writes(batch, guard),
+            Backend::Etcd(n) => n.stage_writes(batch, guard).await,
         }
     }
 

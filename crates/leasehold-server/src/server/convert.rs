@@ -82,8 +82,8 @@ pub fn release_args(
 pub type WriteArgs = crate::backend::Write;
 
 /// Validates a `CheckedWrite` that `caller` may make. (Whether the job's
-/// lease is the caller's is checked against the lease:
-/// [`Caller::check_write`].)
+/// live grant is another principal's is asked by the store, in the
+/// write's decision: [`Caller::held_by_another`].)
 pub fn write_args(l: &Limits, caller: &Caller, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {
     let job = job_arg(l, caller, Action::Write, &r.job)?;
     let token = l.token(r.token)?;

@@ -13,10 +13,26 @@
 //! does to [`super::leases`] for Acquires, and the caller comes from the
 //! auth layer, as everywhere.
 //!
-//! With a policy, a `CheckedWrite` hands the backend a holder guard
-//! (`Caller::held_by_another`), asked of the live grant's holder on the
-//! very state the write is decided on; a `WriteStream` message, refused as
-//! a whole, is checked first with `Caller::check_write`.
+//! **With a policy, every write asks the store who holds the grant of its
+//! token**: a `CheckedWrite`, and each write of a `WriteStream` message,
+//! hands the backend a holder guard (`Caller::held_by_another`), asked of
+//! the live grant's holder on the very state that write is decided on
+//! (under the single node's state lock; on etcd, on the read its
+//! transaction is compared against). A write carrying the token of
+//! another principal's live grant is refused there with PERMISSION_DENIED,
+//! whatever happened before the decision: a check made before it would
+//! pass a write carrying the job's *next* token, which the other principal
+//! may be granted between the check and the write (an etcd message's
+//! writes are made one after the other, so such a window lasted up to
+//! 1,000 round trips). The stream answers such a refusal as the unary call
+//! does, with the same status and message, and ends there: every message
+//! before it is answered first, the other writes of its message are
+//! decided as usual (they may have been made: read them back), and nothing
+//! after it is read. A stream message is also checked before its decision
+//! (`Caller::check_write`, one read of each job's lease): refused there, as
+//! a whole, when a write already carries another principal's live token,
+//! with nothing of it written. That early check is a cheap refusal, not
+//! what keeps the binding: the guard is.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -111,7 +127,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             .await
             .map_err(|e| {
                 status(match e {
-                    Error::PermissionDenied { .. } => caller.refused_write(&w.job),
+                    Error::PermissionDenied { .. } => caller.refused_write(w.job.as_str()),
                     e => counted(&self.metrics, e),
                 })
             })?;
@@ -250,7 +266,8 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
 
 /// With a policy: refuses the writes if any carries the token of a live
 /// grant held by another principal (see `Caller::check_write`). One read
-/// of the lease per job.
+/// of the lease per job, before the decision: an early refusal only, the
+/// store's guard deciding each write (see the module's docs).
 async fn check_bound(node: &Backend, caller: &Caller, writes: &[convert::WriteArgs]) -> Result<()> {
     if !caller.is_policed() {
         return Ok(());
@@ -272,9 +289,13 @@ async fn check_bound(node: &Backend, caller: &Caller, writes: &[convert::WriteAr
 /// request's order. Returns the answer and the sequence number it must
 /// wait for before it is sent.
 ///
-/// With a policy, a message with a write the caller may not make (no
-/// `write` grant on its job, or another principal's lease) is refused as
-/// a whole with PERMISSION_DENIED, before anything of it is written.
+/// With a policy, a message with a write the caller may not make is
+/// refused with PERMISSION_DENIED, worded as `CheckedWrite`'s refusal: as
+/// a whole, before anything of it is written, when the caller has no
+/// `write` grant on a write's job or a write carries the token of a grant
+/// already another principal's; else when the store's guard refuses a
+/// write in the decision, the other writes of the message being decided
+/// as usual.
 async fn stage_batch(
     node: &Backend,
     l: &Limits,
@@ -317,13 +338,23 @@ async fn stage_batch(
         }
     }
     check_bound(node, caller, &batch).await?;
-    let Staged { outcomes, seq } = node.stage_writes(batch).await?;
+    // With a policy, the store also asks whose the live grant is, for each
+    // write, on the state it decides that write on.
+    let guard = |holder: &str| caller.held_by_another(holder);
+    let Staged { outcomes, seq } = node
+        .stage_writes(batch, caller.is_policed().then_some(&guard))
+        .await?;
+    // The job of the first write the guard refused.
+    let mut denied = None;
     for (slot, outcome) in slots.into_iter().zip(outcomes) {
         let res = &mut results[slot];
         match outcome {
             Ok(version) => {
                 res.outcome = Outcome::Written as i32;
                 res.version = version;
+            }
+            Err(Error::PermissionDenied { job, .. }) => {
+                denied.get_or_insert(job);
             }
             Err(e) => {
                 let (outcome, current) = match &e {
@@ -341,6 +372,10 @@ async fn stage_batch(
                 res.message = e.to_string();
             }
         }
+    }
+    if let Some(job) = denied {
+        // As `CheckedWrite` answers it; the stream ends here.
+        return Err(caller.refused_write(&job));
     }
     Ok((
         proto::WriteStreamResponse {

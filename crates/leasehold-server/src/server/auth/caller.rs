@@ -10,7 +10,7 @@ use tonic::codegen::http;
 
 use super::policy::{Action, Auth, Policy, PrincipalLimits, PrincipalLoad};
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView};
+use crate::lease::{HolderId, LeaseState, LeaseView};
 
 /// What authentication reads of the connection a call came on: the client
 /// certificate its handshake verified, and the [`CallerMemo`] it keeps
@@ -288,14 +288,17 @@ impl Caller {
 
     /// Before a fenced write with `token` on the job of `view` (its lease
     /// now): refused when the live grant of that token belongs to another
-    /// principal.
+    /// principal. An early refusal only (a `WriteStream` message's, as a
+    /// whole): the token may become another principal's live grant after
+    /// this check, so the write itself is decided with
+    /// [`Caller::held_by_another`] as the store's guard.
     pub fn check_write(&self, token: u64, view: &LeaseView) -> Result<()> {
         if self.0.is_none() || view.token.0 != token {
             return Ok(());
         }
         if let LeaseState::Held { holder, .. } = &view.state {
             if self.held_by_another(holder.as_str()) {
-                return Err(self.refused_write(&view.job));
+                return Err(self.refused_write(view.job.as_str()));
             }
         }
         Ok(())
@@ -311,10 +314,10 @@ impl Caller {
 
     /// The refusal of a write to `job`, whose live grant is another
     /// principal's: counted and logged.
-    pub fn refused_write(&self, job: &JobName) -> Error {
+    pub fn refused_write(&self, job: &str) -> Error {
         self.denied(
             Action::Write,
-            job.as_str(),
+            job,
             "the job's lease is held by another principal",
         )
     }

@@ -48,11 +48,16 @@
 //! lease even with the right holder string and token, in the same
 //! decision (no check-then-act window), and the binding is stored with
 //! the lease by both backends as part of its holder. A fenced write names
-//! no holder, so its binding is checked against the job's lease before the
-//! write ([`Caller::check_write`]): refused when the live grant of that
-//! very token belongs to another principal. Since a token is never issued
-//! twice, and the write is still refused unless that token is live when it
-//! is decided, the check cannot be raced.
+//! no holder, so the store asks for its binding in the write's decision,
+//! on the very state it is decided on: every `CheckedWrite`, and every
+//! write of a `WriteStream` message, hands the backend
+//! [`Caller::held_by_another`] as its holder guard, and a write carrying
+//! the token of another principal's live grant is refused. A check made
+//! before the decision could be raced: a write carrying the job's next
+//! token passes it, and the other principal may be granted that token
+//! before the write is decided. (`WriteStream` also checks each message
+//! first, [`Caller::check_write`], to refuse it as a whole early; the
+//! guard is what keeps the binding.)
 //!
 //! **A principal's limits** (`[principal.limits]`, or inline as
 //! `limits = { max_in_flight = 50 }`) hold it to a share of the server:
