@@ -2,12 +2,13 @@
 //! process over real gRPC, with certificates and policies the test makes
 //! itself (`common::pki`): no credentials, a wrong token, another
 //! principal's job, another principal's lease with its holder string and
-//! token, a write with a token read through GetLease, plaintext against
-//! the TLS port, expired and wrong-CA client certificates, policy and
-//! certificate reloads on SIGHUP, a policy that does not parse, and a
-//! principal's flood against its own limits (`[principal.limits]`). Each
-//! gets its documented status, and the state is checked after: nothing
-//! changed.
+//! token, a write with a token read through GetLease, a stream of writes
+//! with the job's next token racing another principal's Acquire (on both
+//! backends), plaintext against the TLS port, expired and wrong-CA client
+//! certificates, policy and certificate reloads on SIGHUP, a policy that
+//! does not parse, and a principal's flood against its own limits
+//! (`[principal.limits]`). Each gets its documented status, and the state
+//! is checked after: nothing changed.
 
 use crate::common;
 
