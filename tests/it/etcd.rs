@@ -1307,7 +1307,15 @@ async fn a_waiter_whose_join_fails_is_told_and_leaves_no_key_in_line() {
         cluster.resume(*i);
     }
     cluster.wait_ready(LONG);
+    // The first waiter leaves, and its key goes, before the release: a
+    // release hands the lease to the waiter whose key is first in line,
+    // and a departed waiter granted so would hold it for its whole TTL.
     first.abort();
+    let _ = first.await;
+    common::eventually("b's waiters' keys to leave the line", || async {
+        (b.snapshot().waiters == 0).then_some(())
+    })
+    .await;
     a.release(&job, &h, Token(1)).await.unwrap();
     granted_within(
         &a,
