@@ -135,15 +135,7 @@ impl EtcdCluster {
                     ));
                 }
             }
-            let leaders: Vec<u64> = self
-                .running()
-                .into_iter()
-                .filter_map(|i| self.status(i).map(|(_, l)| l))
-                .collect();
-            if !leaders.is_empty()
-                && leaders.len() == self.running().len()
-                && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
-            {
+            if self.agree_on_a_leader() {
                 return Ok(());
             }
             if t.elapsed() > within {
@@ -197,19 +189,23 @@ impl EtcdCluster {
         m.stopped = false;
     }
 
+    /// Whether every running member answers and knows the same leader.
+    fn agree_on_a_leader(&self) -> bool {
+        let leaders: Vec<u64> = self
+            .running()
+            .into_iter()
+            .filter_map(|i| self.status(i).map(|(_, l)| l))
+            .collect();
+        !leaders.is_empty()
+            && leaders.len() == self.running().len()
+            && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
+    }
+
     /// Waits until every running member knows the same leader.
     pub fn wait_ready(&self, within: Duration) {
         let t = Instant::now();
         loop {
-            let leaders: Vec<u64> = self
-                .running()
-                .into_iter()
-                .filter_map(|i| self.status(i).map(|(_, l)| l))
-                .collect();
-            if !leaders.is_empty()
-                && leaders.len() == self.running().len()
-                && leaders.iter().all(|l| *l != 0 && *l == leaders[0])
-            {
+            if self.agree_on_a_leader() {
                 return;
             }
             assert!(
