@@ -638,10 +638,12 @@ async fn the_rust_client_sends_each_unary_call_in_one_tls_record() {
         c.renew("billing/one", "h", lease.token, TTL).await.unwrap();
     }
     let sent = records.load(Ordering::Relaxed) - before;
-    // A few more for HTTP/2's own frames, or a turn the body missed;
-    // two a call is what it was.
+    // Two a call is what it was. Some more than one a call for HTTP/2's
+    // own frames, or a turn the body missed: more of those on a loaded
+    // machine (a CI run beside other work saw 251 for 200), so the bound is
+    // halfway between one and two a call.
     assert!(
-        (CALLS..CALLS + CALLS / 4).contains(&sent),
+        (CALLS..CALLS + CALLS / 2).contains(&sent),
         "{sent} records for {CALLS} calls"
     );
 }
