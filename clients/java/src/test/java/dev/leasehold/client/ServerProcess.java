@@ -224,13 +224,22 @@ final class ServerProcess implements AutoCloseable {
   }
 
   /**
+   * One client for every scrape, whose pool keeps a connection per admin
+   * port. A client per scrape kept a connection open each until it was
+   * collected: a test polling every 20 ms filled the admin port's 256
+   * connections, and its scrapes were refused.
+   */
+  private static final HttpClient METRICS_CLIENT =
+      HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+
+  /**
    * The text of /metrics, over plain HTTP/1.1 (no h2c upgrade). A request
    * the admin port closed without an answer (a loaded machine, a
    * connection the server let go) is asked again, within {@link #PATIENCE}:
    * a poll waits for a state, and one lost answer is not one.
    */
   String metricsText() throws Exception {
-    HttpClient client = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
+    HttpClient client = METRICS_CLIENT;
     HttpRequest req = HttpRequest.newBuilder(URI.create("http://" + admin + "/metrics"))
         .timeout(Duration.ofSeconds(10)).build();
     long deadline = System.nanoTime() + PATIENCE.toNanos();
