@@ -78,6 +78,18 @@ final class Calls {
     }
   }
 
+  /**
+   * Whether the give-back of call {@code n} (ended), whose grant reached
+   * the client but not its caller, may release that grant: no call for the
+   * pair started since it, and none is on its way.
+   */
+  boolean mayGiveBackUndelivered(String job, String holder, long n) {
+    synchronized (pairs) {
+      Pair p = pairs.get(new Key(job, holder));
+      return p == null || (p.newest == n && p.inFlight == 0);
+    }
+  }
+
   /** The number of pairs kept (for tests). */
   int size() {
     synchronized (pairs) {

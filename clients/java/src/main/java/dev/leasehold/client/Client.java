@@ -317,8 +317,16 @@ public final class Client implements AutoCloseable {
    * {@code join}'s {@link java.util.concurrent.CompletionException} too).
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait) {
-    return async(acquireCall(job, holder, ttl, wait, wait.plus(timeout)),
-        r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())));
+    long[] n = new long[1];
+    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, wait.plus(timeout), a -> n[0] = a);
+    return async(call, r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())), r -> {
+      // The grant reached this client, but its caller had cancelled the
+      // future first and never saw it: give it back, as for a grant that
+      // came after the cancel.
+      if (r.getAcquired() && !wait.isZero()) {
+        giveBackUndelivered(job, holder, n[0], r.getLease().getToken());
+      }
+    });
   }
 
   /** {@link #acquire(String, String, Duration)} as a future: asks without waiting. */
@@ -335,12 +343,23 @@ public final class Client implements AutoCloseable {
    * gRPC's callback thread.
    */
   private <T, R> CompletableFuture<R> async(ListenableFuture<T> call, Function<T, R> map) {
+    return async(call, map, r -> { });
+  }
+
+  /**
+   * {@link #async(ListenableFuture, Function)}, with {@code undelivered}
+   * called with a response that came after the future was completed
+   * another way (cancelled): its caller never saw it.
+   */
+  private <T, R> CompletableFuture<R> async(ListenableFuture<T> call, Function<T, R> map, java.util.function.Consumer<T> undelivered) {
     CompletableFuture<R> out = new CompletableFuture<>();
     Futures.addCallback(call, new FutureCallback<T>() {
       @Override
       public void onSuccess(T r) {
         try {
-          out.complete(map.apply(r));
+          if (!out.complete(map.apply(r))) {
+            undelivered.accept(r);
+          }
         } catch (RuntimeException e) {
           out.completeExceptionally(e);
         }
@@ -397,13 +416,44 @@ public final class Client implements AutoCloseable {
   }
 
   /**
+   * The clean-up of a waiting Acquire, call {@code n} of {@link #calls},
+   * whose grant of {@code token} reached this client after its caller
+   * cancelled the future: gives the lease back if it still is that grant
+   * and no call for the pair started since or is on its way. The grant was
+   * recorded as told when it arrived, but its caller was never told, so
+   * the token told is not in the way here; the server's give-back keeps
+   * the lease if the holder asked again since.
+   */
+  private void giveBackUndelivered(String job, String holder, long n, long token) {
+    CLEANUP.schedule(() -> {
+      try {
+        Lease l = getLease(job);
+        if (holder.equals(l.holder()) && l.token() == token && calls.mayGiveBackUndelivered(job, holder, n)) {
+          call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder()
+              .setJob(job).setHolder(holder).setToken(token).setGiveBack(true).build()));
+          calls.released(job, holder);
+        }
+      } catch (RuntimeException e) {
+        // best effort: the lease runs out on its own
+      }
+    }, GIVE_BACK_AFTER_MS, TimeUnit.MILLISECONDS);
+  }
+
+  /**
    * Acquire as a cancellable future of the raw response (for the Elector).
    * A waiting one that is cancelled or times out gives back a grant it may
    * have been given meanwhile. The future completes once the call's grant
    * is recorded as told, and its call ends however it ends.
    */
   ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout) {
+    return acquireCall(job, holder, ttl, wait, timeout, n -> { });
+  }
+
+  /** {@link #acquireCall}, telling {@code number} the call's number in {@link #calls}. */
+  private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout,
+      java.util.function.LongConsumer number) {
     Calls.Asking asking = calls.start(job, holder);
+    number.accept(asking.n);
     ListenableFuture<AcquireResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
