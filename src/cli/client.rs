@@ -576,25 +576,69 @@ fn describe(l: &Lease) -> String {
     }
 }
 
+/// The leases as a table; with a PRINCIPAL column when the server has a
+/// policy, so that look-alike holder strings of two principals are told
+/// apart.
 fn print_status(leases: &[Lease]) {
-    let w = leases.iter().map(|l| l.job.len()).max().unwrap_or(3).max(3);
-    let hw = leases
-        .iter()
-        .map(|l| l.holder.as_deref().map_or(1, str::len))
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    println!(
-        "{:<w$}  {:<hw$}  {:>8}  REMAINING",
-        "JOB", "HOLDER", "TOKEN"
+    print!("{}", status_table(leases));
+}
+
+fn status_table(leases: &[Lease]) -> String {
+    use std::fmt::Write as _;
+    let width = |f: &dyn Fn(&Lease) -> usize, title: &str| {
+        leases.iter().map(f).max().unwrap_or(0).max(title.len())
+    };
+    let w = width(&|l| l.job.len(), "JOB");
+    let hw = width(&|l| l.holder.as_deref().map_or(1, str::len), "HOLDER");
+    let policed = leases.iter().any(|l| l.principal.is_some());
+    let pw = width(&|l| l.principal.as_deref().map_or(1, str::len), "PRINCIPAL");
+    let mut out = String::new();
+    let principal = |p: &str| match policed {
+        true => format!("{p:<pw$}  "),
+        false => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "{:<w$}  {}{:<hw$}  {:>8}  REMAINING",
+        "JOB",
+        principal("PRINCIPAL"),
+        "HOLDER",
+        "TOKEN"
     );
     for l in leases {
-        println!(
-            "{:<w$}  {:<hw$}  {:>8}  {}",
+        let _ = writeln!(
+            out,
+            "{:<w$}  {}{:<hw$}  {:>8}  {}",
             l.job,
+            principal(l.principal.as_deref().unwrap_or("-")),
             l.holder.as_deref().unwrap_or("-"),
             l.token,
             l.remaining.map_or("-".into(), |d| format!("{d:.1?}"))
         );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_the_principal_when_the_server_has_a_policy() {
+        let l = |job: &str, principal: Option<&str>| Lease {
+            job: job.into(),
+            holder: Some("worker".into()),
+            token: 3,
+            ttl: None,
+            remaining: None,
+            principal: principal.map(Into::into),
+        };
+        let open = status_table(&[l("a", None)]);
+        assert!(open.starts_with("JOB  HOLDER"), "{open}");
+        let t = status_table(&[l("a", Some("billing")), l("b", Some("ops"))]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].starts_with("JOB  PRINCIPAL  HOLDER"), "{t}");
+        assert!(lines[1].starts_with("a    billing    worker"), "{t}");
+        assert!(lines[2].starts_with("b    ops        worker"), "{t}");
     }
 }

@@ -119,6 +119,14 @@ pub struct ServeArgs {
     /// Connections open at once; more are closed on accept.
     #[arg(long, env = "LEASEHOLD_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
+    /// Connections open at once from one client address (an IPv6
+    /// client's /64); more are closed on accept.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 256
+    )]
+    max_connections_per_address: usize,
     /// Calls in flight at once (waiting Acquires included); more are
     /// answered RESOURCE_EXHAUSTED.
     #[arg(long, env = "LEASEHOLD_MAX_IN_FLIGHT", default_value_t = 10_000)]
@@ -224,8 +232,10 @@ pub struct ServeArgs {
     /// bound to the principal that acquired it. Read again on SIGHUP.
     #[arg(long, env = "LEASEHOLD_POLICY")]
     policy: Option<PathBuf>,
-    /// Without --policy, serve on an address other than loopback anyway:
-    /// anyone who reaches the port may take or release any lease.
+    /// Serve on an address other than loopback anyway: without --policy
+    /// (anyone who reaches the port may take or release any lease), or with
+    /// a policy but without TLS (bearer tokens cross the network in clear
+    /// text).
     #[arg(long, env = "LEASEHOLD_INSECURE_ALLOW_REMOTE")]
     insecure_allow_remote: bool,
 }
@@ -244,6 +254,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     // that prints "listening" has accepted all of them.
     for (flag, v) in [
         ("--max-connections", a.max_connections),
+        (
+            "--max-connections-per-address",
+            a.max_connections_per_address,
+        ),
         ("--max-in-flight", a.max_in_flight),
         (
             "--max-in-flight-per-connection",
@@ -278,6 +292,18 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     ] {
         if v.is_zero() {
             bail!("{flag} must be above zero");
+        }
+    }
+    if a.policy.is_some() && a.tls_cert.is_none() && !a.insecure_allow_remote {
+        for (flag, addr) in [("--listen", a.listen), ("--admin-listen", a.admin_listen)] {
+            if !addr.ip().is_loopback() {
+                bail!(
+                    "{flag} {addr} is not a loopback address, and there is a --policy but no \
+                     --tls-cert: bearer tokens would cross the network in clear text, and anyone \
+                     on the path could replay them. Give --tls-cert/--tls-key, or \
+                     --insecure-allow-remote to serve it in clear text anyway"
+                );
+            }
         }
     }
     if a.policy.is_none() && !a.insecure_allow_remote {
@@ -437,6 +463,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         limits,
         drain_timeout: a.drain_timeout,
         max_connections: a.max_connections,
+        max_connections_per_address: a.max_connections_per_address,
         max_in_flight: a.max_in_flight,
         max_in_flight_per_connection: a.max_in_flight_per_connection,
         max_write_rate_per_connection: a.max_write_rate_per_connection,
@@ -535,8 +562,24 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     })
 }
 
+/// Whether an etcd endpoint (`http://host:port`, or `host:port`) is on
+/// this machine: `localhost` or a loopback address.
+fn is_loopback_endpoint(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The etcd flags' TLS files and user, read; the password from
-/// LEASEHOLD_ETCD_PASSWORD.
+/// LEASEHOLD_ETCD_PASSWORD. A user over a clear-text endpoint off this
+/// machine is refused, unless --insecure-allow-remote.
 fn etcd_security(a: &ServeArgs) -> anyhow::Result<etcd::client::Security> {
     let read = |flag: &str, p: &PathBuf| {
         std::fs::read(p).with_context(|| format!("{flag} {}: cannot read it", p.display()))
@@ -552,6 +595,21 @@ fn etcd_security(a: &ServeArgs) -> anyhow::Result<etcd::client::Security> {
     };
     let user = match &a.etcd_user {
         Some(u) => {
+            if let Some(e) = a
+                .etcd_endpoints
+                .iter()
+                .find(|e| !e.starts_with("https://") && !is_loopback_endpoint(e))
+            {
+                if !a.insecure_allow_remote {
+                    bail!(
+                        "--etcd-user {u:?} with the clear-text endpoint {e:?}: the password and \
+                         the token etcd gives for it would cross the network readable by anyone \
+                         on the path. Use https:// endpoints (--etcd-ca), or \
+                         --insecure-allow-remote to send them in clear text anyway"
+                    );
+                }
+                tracing::warn!(endpoint = %e, "--etcd-user over a clear-text endpoint");
+            }
             let password = std::env::var("LEASEHOLD_ETCD_PASSWORD").map_err(|_| {
                 anyhow::anyhow!(
                     "--etcd-user {u:?}: set its password in the LEASEHOLD_ETCD_PASSWORD \
@@ -567,4 +625,31 @@ fn etcd_security(a: &ServeArgs) -> anyhow::Result<etcd::client::Security> {
         identity,
         user,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback_endpoint;
+
+    #[test]
+    fn an_endpoint_is_loopback_only_on_this_machine() {
+        for e in [
+            "http://127.0.0.1:2379",
+            "127.0.0.1:2379",
+            "http://localhost:2379",
+            "http://[::1]:2379",
+            "http://127.0.0.2:2379/",
+        ] {
+            assert!(is_loopback_endpoint(e), "{e}");
+        }
+        for e in [
+            "http://10.0.0.1:2379",
+            "http://etcd-0.etcd:2379",
+            "http://[2001:db8::1]:2379",
+            "http://localhost.example.com:2379",
+            "http://127.0.0.1.example.com:2379",
+        ] {
+            assert!(!is_loopback_endpoint(e), "{e}");
+        }
+    }
 }

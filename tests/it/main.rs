@@ -21,7 +21,8 @@
 //!   leader renews a 2 s lease and never loses it; the limits and budgets.
 //! - `security`: every attack the policy and TLS must stop, on a real
 //!   server process, with certificates made by the tests
-//!   (`common/pki.rs`, rcgen).
+//!   (`common/pki.rs`, rcgen); `attack_script`: all of them, one after
+//!   another, against one server, its victims' state unchanged after each.
 //! - `etcd`: a real 3-member etcd cluster on 127.0.0.1 and several
 //!   frontend processes: one truth across frontends, a frontend or a
 //!   member killed or paused under load, a majority stopped, 10,000
@@ -41,6 +42,7 @@
 mod common;
 
 mod api;
+mod attack_script;
 mod attacks;
 mod bridge_health;
 mod cancel;

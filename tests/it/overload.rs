@@ -704,6 +704,164 @@ async fn connections_that_never_speak_are_closed_after_the_handshake_timeout() {
     );
 }
 
+/// A TCP connection to `to` from the local address `from` (any of
+/// 127.0.0.0/8 is this host's): another client address, on one machine.
+pub(crate) async fn connect_from(
+    from: &str,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let s = tokio::net::TcpSocket::new_v4()?;
+    s.bind(format!("{from}:0").parse().unwrap())?;
+    s.connect(to).await
+}
+
+/// Of `conns`, how many the server has closed: waits until `want` are
+/// (for at most [`common::PATIENCE`]), then looks once more, so that one
+/// closed past `want` is counted too.
+pub(crate) async fn count_closed(conns: &mut [tokio::net::TcpStream], want: usize) -> usize {
+    use tokio::io::AsyncReadExt;
+    let t = Instant::now();
+    let mut closed = vec![false; conns.len()];
+    let mut reached = false;
+    loop {
+        for (s, c) in conns.iter_mut().zip(closed.iter_mut()) {
+            let mut buf = [0u8; 64];
+            if !*c {
+                *c = matches!(
+                    tokio::time::timeout(Duration::from_millis(5), s.read(&mut buf)).await,
+                    Ok(Ok(0) | Err(_))
+                );
+            }
+        }
+        let n = closed.iter().filter(|c| **c).count();
+        if reached || t.elapsed() > common::PATIENCE {
+            return n;
+        }
+        reached = n >= want;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Issue 33, "the admin port can be silenced by anyone who reaches it":
+/// one client address gets at most 16 of the admin port's connections,
+/// and a connection that sends one byte and goes silent, sends half a
+/// request head, or makes a request and then idles is closed after
+/// --handshake-timeout. Meanwhile `/healthz` answers the probe's address
+/// every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_answers_probes_while_another_address_holds_connections() {
+    use tokio::io::AsyncWriteExt;
+    let probe = |admin| async move {
+        let (code, body) = common::admin_request(admin, "/healthz").await;
+        assert_eq!((code, body.as_str()), (200, "ok\n"));
+    };
+    // The cap: with a timeout that outlasts the test, 100 silent
+    // connections from 127.0.0.2 leave 16 open.
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--handshake-timeout", "10m"]);
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let mut s = connect_from("127.0.0.2", p.admin).await.unwrap();
+        let _ = s.write_all(b"G").await;
+        held.push(s);
+    }
+    assert_eq!(
+        count_closed(&mut held, 84).await,
+        84,
+        "not 16 open from one address"
+    );
+    probe(p.admin).await;
+    drop((held, p));
+
+    // The timeouts: each kind of silence is closed.
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &["--handshake-timeout", "1s"]);
+    let mut held = Vec::new();
+    for i in 0..15 {
+        let mut s = connect_from("127.0.0.2", p.admin).await.unwrap();
+        let sent: &[u8] = match i % 3 {
+            0 => b"G",
+            1 => b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+            _ => b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        };
+        s.write_all(sent).await.unwrap();
+        held.push(s);
+    }
+    probe(p.admin).await;
+    for (i, s) in held.iter_mut().enumerate() {
+        assert!(
+            closed_by_server(s, common::PATIENCE).await,
+            "silence of kind {} kept its admin connection open",
+            i % 3
+        );
+    }
+    probe(p.admin).await;
+}
+
+/// Without a policy, the admin pages answer whoever reaches them, but not a
+/// web page of another site that reaches them by DNS rebinding: a request
+/// whose `Host` names another host is refused (421) on every path, and
+/// one to the address or to localhost is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_policy_the_admin_port_serves_no_other_hosts_page() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(dir.path(), &[]);
+    let admin = p.admin;
+    let get = move |path: &'static str, host: String| async move {
+        let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out.split_whitespace().nth(1).unwrap_or_default().to_owned()
+    };
+    for path in ["/", "/api/jobs", "/metrics", "/healthz"] {
+        assert_eq!(
+            get(path, "rebinding.example:9464".into()).await,
+            "421",
+            "{path}"
+        );
+        assert_eq!(get(path, p.admin.to_string()).await, "200", "{path}");
+        assert_eq!(
+            get(path, format!("localhost:{}", p.admin.port())).await,
+            "200",
+            "{path}"
+        );
+    }
+}
+
+/// Issue 33, "anyone can lock every client out of the gRPC port": one client
+/// address gets at most --max-connections-per-address of the gRPC port's
+/// connections, and a client at another address is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_grpc_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = common::ServerProcess::start(
+        dir.path(),
+        &[
+            "--max-connections",
+            "50",
+            "--max-connections-per-address",
+            "10",
+            "--handshake-timeout",
+            "10m",
+        ],
+    );
+    let mut held = Vec::new();
+    for _ in 0..60 {
+        held.push(connect_from("127.0.0.2", p.addr).await.unwrap());
+    }
+    assert_eq!(
+        count_closed(&mut held, 50).await,
+        50,
+        "not 10 open from one address"
+    );
+    let c = Client::connect(&p.url()).await.unwrap();
+    assert_eq!(c.get_lease("j").await.unwrap().token, 0);
+}
+
 /// A connection with no call open for --idle-timeout is closed; one with
 /// an open stream (a watch) is not, however long the stream is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,22 +19,22 @@ use std::time::Duration;
 
 use common::pki::{self, Ca};
 use common::ServerProcess;
-use leasehold::client::{Client, ClientError, Lease, Security, StreamWrite};
+use leasehold::client::{Client, ClientError, KeepAliveRenewal, Lease, Security, StreamWrite};
 use leasehold::proto;
 use tonic::Code;
 use tonic_types::StatusExt;
 
-const TTL: Duration = Duration::from_secs(30);
-const NOW: Duration = Duration::ZERO;
+pub(crate) const TTL: Duration = Duration::from_secs(30);
+pub(crate) const NOW: Duration = Duration::ZERO;
 
-const ADMIN: &str = "admin-secret";
-const BILLING: &str = "billing-secret";
-const OPS: &str = "ops-secret";
+pub(crate) const ADMIN: &str = "admin-secret";
+pub(crate) const BILLING: &str = "billing-secret";
+pub(crate) const OPS: &str = "ops-secret";
 
 /// A policy: `admin` may do everything; `billing` and `ops` may lease,
 /// write and read their own prefix and `shared/`; `billing` is also known
 /// by the client certificate name `billing.workers.internal`.
-fn policy() -> String {
+pub(crate) fn policy() -> String {
     format!(
         r#"
 [[principal]]
@@ -72,17 +72,17 @@ actions = ["lease", "write", "read"]
 }
 
 /// A data dir, a CA, the server's certificate, and a policy file.
-struct Setup {
-    dir: tempfile::TempDir,
-    ca: Ca,
-    ca_file: std::path::PathBuf,
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-    policy: std::path::PathBuf,
+pub(crate) struct Setup {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) ca: Ca,
+    pub(crate) ca_file: std::path::PathBuf,
+    pub(crate) cert: std::path::PathBuf,
+    pub(crate) key: std::path::PathBuf,
+    pub(crate) policy: std::path::PathBuf,
 }
 
 impl Setup {
-    fn new() -> Setup {
+    pub(crate) fn new() -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let ca = Ca::new("security test CA");
         let (cert, key) = ca.issue(&["127.0.0.1", "localhost"], false);
@@ -100,7 +100,7 @@ impl Setup {
         self.dir.path().join("data")
     }
 
-    fn args(&self) -> Vec<String> {
+    pub(crate) fn args(&self) -> Vec<String> {
         let p = |p: &Path| p.display().to_string();
         vec![
             "--tls-cert".into(),
@@ -112,7 +112,7 @@ impl Setup {
         ]
     }
 
-    fn start(&self, extra: &[&str]) -> ServerProcess {
+    pub(crate) fn start(&self, extra: &[&str]) -> ServerProcess {
         let mut args = self.args();
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -128,7 +128,7 @@ impl Setup {
         (p, err)
     }
 
-    async fn client(&self, p: &ServerProcess, token: Option<&str>) -> Client {
+    pub(crate) async fn client(&self, p: &ServerProcess, token: Option<&str>) -> Client {
         Client::connect_with(
             &url(p),
             Security {
@@ -142,11 +142,11 @@ impl Setup {
     }
 }
 
-fn url(p: &ServerProcess) -> String {
+pub(crate) fn url(p: &ServerProcess) -> String {
     format!("https://{}", p.addr)
 }
 
-fn assert_denied(e: ClientError, action: &str, job: &str) {
+pub(crate) fn assert_denied(e: ClientError, action: &str, job: &str) {
     match e {
         ClientError::PermissionDenied {
             action: a,
@@ -361,6 +361,17 @@ async fn another_principals_lease_cannot_be_renewed_released_reacquired_or_kept_
     };
     assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
     assert_eq!(reason(&st), "PERMISSION_DENIED");
+    // A give-back is refused alike, not answered `released: false`.
+    let st = raw
+        .release(proto::ReleaseRequest {
+            job: "shared/x".into(),
+            holder: "h".into(),
+            token,
+            give_back: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(st.code(), Code::PermissionDenied, "{st:?}");
 
     // Nothing changed: still billing's, same token; billing renews it.
     let l = billing.get_lease("shared/x").await.unwrap();
@@ -441,7 +452,7 @@ fn denied_message(e: ClientError, job: &str) -> String {
 /// stopping at the first write that lands: after each, no key of ops's
 /// carries billing's token, ops was told of no such write, and its stream
 /// ended with PERMISSION_DENIED, in the words of a `CheckedWrite`'s.
-async fn next_token_race(s: &Setup, p: &ServerProcess, tries: usize) {
+pub(crate) async fn next_token_race(s: &Setup, p: &ServerProcess, tries: usize) {
     let job = "shared/next-token";
     let billing = s.client(p, Some(BILLING)).await;
     let ops = s.client(p, Some(OPS)).await;
@@ -693,6 +704,436 @@ async fn expired_and_wrong_ca_client_certificates_are_refused_in_the_handshake()
     assert_eq!(l.holder.as_deref(), Some("h"));
 }
 
+/// A client certificate is a principal only by a name it presents
+/// exactly: a SAN equal to one of the principal's `cert_names`, or, in a
+/// certificate without SANs, its common name. A wildcard SAN from the
+/// client CA does not become the first principal with a name it covers,
+/// and a common name beside other SANs is not read, even when it is an
+/// admin's name. A certificate naming two principals is neither, and a name
+/// listed for two principals is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_a_principal_only_by_a_name_it_presents_exactly() {
+    let s = Setup::new();
+    // `root`, first in the file, may do everything.
+    let root = "[[principal]]\nname = \"root\"\ncert_names = [\"root.workers.internal\"]\n\n\
+                [[grant]]\nprincipal = \"root\"\njobs = [\"\"]\nactions = [\"admin\"]\n";
+    std::fs::write(&s.policy, format!("{root}{}", policy())).unwrap();
+    let p = s.start(&["--tls-client-ca", s.ca_file.to_str().unwrap()]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let held = billing.acquire("billing/w", "h", TTL, NOW).await.unwrap();
+    assert!(held.acquired);
+    let with = |cert: (String, String)| {
+        let ca = s.ca.pem();
+        let url = url(&p);
+        async move {
+            Client::connect_with(
+                &url,
+                Security {
+                    ca_pem: Some(ca.into_bytes()),
+                    cert_pem: Some(cert.0.into_bytes()),
+                    key_pem: Some(cert.1.into_bytes()),
+                    ..Security::default()
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let cn = |cn: &'static str| {
+        move |p: &mut rcgen::CertificateParams| {
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn)
+        }
+    };
+    let refused = |e: ClientError, words: &str| match e {
+        ClientError::Unauthenticated(m) => assert!(m.contains(words), "{m}"),
+        other => panic!("expected UNAUTHENTICATED ({words}), got {other:?}"),
+    };
+    // The control: root's own certificate takes a backup.
+    let root_client = with(s.ca.issue(&["root.workers.internal"], true)).await;
+    let mut out = Vec::new();
+    assert!(root_client.backup_to(&mut out).await.unwrap() > 0);
+
+    let attacks = [
+        // A wildcard covering every principal's name.
+        (
+            s.ca.issue_with(&["*.workers.internal"], true, cn("x")),
+            "names no principal",
+        ),
+        // root's name as the common name, beside another SAN.
+        (
+            s.ca.issue_with(
+                &["nobody.elsewhere.internal"],
+                true,
+                cn("root.workers.internal"),
+            ),
+            "names no principal",
+        ),
+        // The names of two principals.
+        (
+            s.ca.issue_with(
+                &["billing.workers.internal", "root.workers.internal"],
+                true,
+                cn("x"),
+            ),
+            "names two principals",
+        ),
+    ];
+    for (cert, words) in attacks {
+        let c = with(cert).await;
+        let mut out = Vec::new();
+        refused(c.backup_to(&mut out).await.unwrap_err(), words);
+        assert!(out.is_empty());
+        refused(
+            c.release("billing/w", "h", held.lease.token)
+                .await
+                .unwrap_err(),
+            words,
+        );
+        refused(c.delete_job("billing/w").await.unwrap_err(), words);
+    }
+    // Nothing changed.
+    let l = billing.get_lease("billing/w").await.unwrap();
+    assert_eq!(
+        (l.token, l.holder.as_deref()),
+        (held.lease.token, Some("h"))
+    );
+    drop(p);
+
+    // One name for two principals: refused at start, naming the line.
+    let twice = format!(
+        "{}{}",
+        root.replace("root.workers.internal", "Billing.Workers.Internal"),
+        policy()
+    );
+    let line = 1 + twice
+        .lines()
+        .position(|l| l.contains("billing.workers.internal"))
+        .unwrap();
+    std::fs::write(&s.policy, &twice).unwrap();
+    let out = Command::new(common::bin())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(s.data())
+        .args(s.args())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("line {line}:"))
+            && err.contains("\"billing.workers.internal\" is also principal \"root\"'s"),
+        "{err}"
+    );
+}
+
+/// Issue 33, "anyone can lock every client out of the gRPC port": with the
+/// server full of TLS connections that carry no credentials, each holding
+/// a health Watch stream, a client with a token still gets in (the oldest
+/// connection on which nothing authenticated is closed to make room), and
+/// keeps its connection and the stream open on it while twice as many
+/// more come without credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_credentials_cannot_lock_a_client_out() {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let s = Setup::new();
+    let p = s.start(&["--max-connections", "20"]);
+    let anonymous = || {
+        let (url, ca) = (url(&p), s.ca.pem());
+        async move { anonymous_watch(url, ca).await }
+    };
+    async fn anonymous_watch(
+        url: String,
+        ca: String,
+    ) -> tonic::Streaming<tonic_health::pb::HealthCheckResponse> {
+        let channel = tonic::transport::Endpoint::from_shared(url)
+            .unwrap()
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(ca)),
+            )
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut w = HealthClient::new(channel)
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        // SERVING, at once; then nothing while it stays so.
+        assert!(w.message().await.unwrap().is_some());
+        w
+    }
+    let mut watchers = Vec::new();
+    for _ in 0..20 {
+        watchers.push(anonymous().await);
+    }
+    // Full. A client with a token gets in, on the place of the oldest.
+    let billing = s.client(&p, Some(BILLING)).await;
+    let held = billing.acquire("billing/e", "h", TTL, NOW).await.unwrap();
+    assert!(held.acquired);
+    let mut events = billing.watch("billing/e").await.unwrap();
+    assert!(events.message().await.unwrap().is_some());
+    for _ in 0..40 {
+        watchers.push(anonymous().await);
+    }
+    // Billing's connection is the one that stayed: its stream still
+    // delivers.
+    billing
+        .release("billing/e", "h", held.lease.token)
+        .await
+        .unwrap();
+    let change = tokio::time::timeout(common::PATIENCE, events.message())
+        .await
+        .expect("the watch stream said nothing")
+        .expect("the watch stream ended");
+    assert!(change.is_some());
+    // Of the 60 without credentials, the 19 newest are open; the rest were
+    // closed to make room.
+    let t = std::time::Instant::now();
+    let mut ended = vec![false; watchers.len()];
+    loop {
+        for (w, e) in watchers.iter_mut().zip(ended.iter_mut()) {
+            if !*e {
+                // A stream that answers (its end, or an error) has ended;
+                // one that says nothing in 5 ms is open.
+                *e = tokio::time::timeout(Duration::from_millis(5), w.message())
+                    .await
+                    .is_ok();
+            }
+        }
+        let n = ended.iter().filter(|e| **e).count();
+        if n >= 41 || t.elapsed() > common::PATIENCE {
+            assert_eq!(ended, [vec![true; 41], vec![false; 19]].concat());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// ListLeases tells a principal nothing of the jobs it may not read: not
+/// their names, in a page token (base64url of the resume point), nor
+/// whether any exist under a prefix (an empty page and token, the same as
+/// for a prefix with no jobs at all). A principal with no `read` grant is
+/// refused the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_reveals_no_job_its_caller_may_not_read() {
+    use base64::Engine as _;
+    let s = Setup::new();
+    let lease_only = "[[principal]]\nname = \"lessee\"\ntoken_sha256 = [\"{}\"]\n\n\
+                      [[grant]]\nprincipal = \"lessee\"\njobs = [\"l/\"]\nactions = [\"lease\"]\n";
+    std::fs::write(
+        &s.policy,
+        format!(
+            "{}{}",
+            policy(),
+            lease_only.replace("{}", &pki::sha256_hex("lessee-secret"))
+        ),
+    )
+    .unwrap();
+    let p = s.start(&[]);
+    let ops = s.client(&p, Some(OPS)).await;
+    let billing = s.client(&p, Some(BILLING)).await;
+    for j in ["ops/secret-a", "ops/secret-b", "aaa-ops-first/x"] {
+        let _ = ops.acquire(j, "h", TTL, NOW).await;
+    }
+    let admin = s.client(&p, Some(ADMIN)).await;
+    admin
+        .acquire("aaa-ops-first/x", "h", TTL, NOW)
+        .await
+        .unwrap();
+    admin.acquire("zzz/last", "h", TTL, NOW).await.unwrap();
+    for j in ["billing/a", "billing/b", "shared/s"] {
+        billing.acquire(j, "h", TTL, NOW).await.unwrap();
+    }
+    let mut raw = raw(&s, &p, BILLING).await;
+    let list = |prefix: &str, token: &str| proto::ListLeasesRequest {
+        prefix: prefix.into(),
+        page_size: 1,
+        page_token: token.into(),
+    };
+    // Page by page, one job a page: billing's own, and tokens that name
+    // only them.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let r = raw
+            .list_leases(list("", &token))
+            .await
+            .unwrap()
+            .into_inner();
+        seen.extend(r.leases.into_iter().map(|l| l.job));
+        token = r.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+        let decoded = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&token)
+            .unwrap();
+        let text = String::from_utf8_lossy(&decoded);
+        assert!(
+            text.contains("billing/") || text.contains("shared/"),
+            "a page token names a job billing may not read: {text:?}"
+        );
+    }
+    assert_eq!(seen, ["billing/a", "billing/b", "shared/s"]);
+    // Under another's prefix, the same answer whether its jobs exist or not.
+    for prefix in ["ops/", "ops/secret", "nothing-here/"] {
+        let r = raw
+            .list_leases(list(prefix, ""))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            r.leases.is_empty() && r.next_page_token.is_empty(),
+            "{prefix}: {r:?}"
+        );
+    }
+    // No `read` grant at all: refused.
+    let lessee = s.client(&p, Some("lessee-secret")).await;
+    assert_denied(lessee.list_leases("").await.unwrap_err(), "read", "");
+}
+
+/// A principal with `lease` but not `read` on a job sees that it is held,
+/// and for how long, but not by whom nor under which token: not in
+/// Acquire's busy reply, nor in a KeepAlive result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_grant_without_read_does_not_show_the_holder_or_the_token() {
+    let s = Setup::new();
+    let racer = "[[principal]]\nname = \"racer\"\ntoken_sha256 = [\"{}\"]\n\n\
+                 [[grant]]\nprincipal = \"racer\"\njobs = [\"shared/\"]\nactions = [\"lease\"]\n";
+    std::fs::write(
+        &s.policy,
+        format!(
+            "{}{}",
+            policy(),
+            racer.replace("{}", &pki::sha256_hex("racer-secret"))
+        ),
+    )
+    .unwrap();
+    let p = s.start(&[]);
+    let billing = s.client(&p, Some(BILLING)).await;
+    let held = billing
+        .acquire("shared/x", "b-holder", TTL, NOW)
+        .await
+        .unwrap();
+    assert!(held.acquired && held.lease.token > 0);
+    let racer = s.client(&p, Some("racer-secret")).await;
+    let busy = racer.acquire("shared/x", "r", TTL, NOW).await.unwrap();
+    assert!(!busy.acquired);
+    assert_eq!(
+        (
+            busy.lease.holder.as_deref(),
+            busy.lease.principal.as_deref(),
+            busy.lease.token
+        ),
+        (None, None, 0),
+        "{busy:?}"
+    );
+    assert!(
+        busy.lease.remaining.is_some_and(|r| r > Duration::ZERO),
+        "{busy:?}"
+    );
+    // A renewal with a token never issued: the result names no token.
+    let mut ka = racer.keep_alive().await.unwrap();
+    // (Its result, or the refusal of the whole message.)
+    let shown = match ka
+        .renew(&[KeepAliveRenewal::new(
+            "shared/x",
+            "r",
+            held.lease.token + 7,
+            TTL,
+        )])
+        .await
+    {
+        Ok(r) => format!("{r:?}"),
+        Err(e) => format!("{e:?}"),
+    };
+    assert!(
+        !shown.contains("b-holder") && !shown.contains("\"billing\""),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(&format!("newest token is {}", held.lease.token)),
+        "{shown}"
+    );
+    // billing, who may read, sees it all.
+    let own = billing
+        .acquire("shared/x", "other", TTL, NOW)
+        .await
+        .unwrap();
+    assert_eq!(own.lease.holder.as_deref(), Some("b-holder"));
+    assert_eq!(own.lease.token, held.lease.token);
+}
+
+/// A KeepAlive message that renews one's own lease and takes another
+/// principal's with its holder string is refused whole: PERMISSION_DENIED,
+/// and one's own renewal in it is not applied either.
+async fn a_mixed_keep_alive(s: &Setup, p: &ServerProcess) {
+    let billing = s.client(p, Some(BILLING)).await;
+    let ops = s.client(p, Some(OPS)).await;
+    let theirs = billing.acquire("shared/mix", "h", TTL, NOW).await.unwrap();
+    let mine = ops.acquire("ops/mix", "o", TTL, NOW).await.unwrap();
+    // The server knows who holds shared/mix without a read (an etcd
+    // frontend's mirror sees it through its watch).
+    eventually(
+        || async {
+            admin_get(s, p, Some(ADMIN))
+                .await
+                .1
+                .contains("leasehold_job_leader{job=\"shared/mix\"} 1")
+        },
+        "the server to know shared/mix is led",
+    )
+    .await;
+    let long = Duration::from_secs(600);
+    let mut ka = ops.keep_alive().await.unwrap();
+    let e = ka
+        .renew(&[
+            KeepAliveRenewal::new("ops/mix", "o", mine.lease.token, long),
+            KeepAliveRenewal::new("shared/mix", "h", theirs.lease.token, long),
+        ])
+        .await
+        .unwrap_err();
+    assert_denied(e, "lease", "shared/mix");
+    let admin = s.client(p, Some(ADMIN)).await;
+    for (job, token) in [
+        ("ops/mix", mine.lease.token),
+        ("shared/mix", theirs.lease.token),
+    ] {
+        let l = admin.get_lease(job).await.unwrap();
+        assert_eq!((l.token, l.ttl), (token, Some(TTL)), "{job} was renewed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_message_that_takes_another_principals_lease_is_refused_whole() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    a_mixed_keep_alive(&s, &p).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_keep_alive_message_that_takes_another_principals_lease_is_refused_whole() {
+    let s = Setup::new();
+    let args = s.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p = common::etcd::frontend(
+        &common::etcd::shared_endpoints().join(","),
+        &common::etcd::fresh_prefix(),
+        &args,
+    );
+    a_mixed_keep_alive(&s, &p).await;
+}
+
 /// Polls `f` until it returns true, for at most [`common::PATIENCE`] (a
 /// signal's effect is not synchronous with its sending).
 async fn eventually<F: std::future::Future<Output = bool>>(mut f: impl FnMut() -> F, what: &str) {
@@ -737,6 +1178,117 @@ async fn a_policy_reload_that_removes_a_grant_refuses_the_next_call() {
     let l = admin.get_lease("shared/r").await.unwrap();
     assert_eq!((l.holder.as_deref(), l.token), (Some("h"), a.lease.token));
     assert_eq!(l.principal.as_deref(), Some("ops"));
+}
+
+/// A policy reload reaches the streams already open. After billing loses
+/// its grant on `billing/`, its WatchLease of a job there ends at once,
+/// and its open KeepAlive and WriteStream are refused their next message
+/// with PERMISSION_DENIED; after ops is removed from the policy, its open
+/// streams get UNAUTHENTICATED. Nothing of a refused message is applied.
+pub(crate) async fn streams_follow_a_reload(s: &Setup, p: &ServerProcess) {
+    let admin = s.client(p, Some(ADMIN)).await;
+    let ttl = Duration::from_secs(30);
+    let long = Duration::from_secs(600);
+    let mut streams = Vec::new();
+    for (secret, job) in [(BILLING, "billing/streamed"), (OPS, "ops/streamed")] {
+        let c = s.client(p, Some(secret)).await;
+        let token = c.acquire(job, "h", ttl, NOW).await.unwrap().lease.token;
+        let mut ka = c.keep_alive().await.unwrap();
+        let mut ws = c.write_stream().await.unwrap();
+        let mut watch = c.watch(job).await.unwrap();
+        assert!(
+            watch.message().await.unwrap().is_some(),
+            "the current lease"
+        );
+        // Each stream works before the reload.
+        let r = ka
+            .renew(&[KeepAliveRenewal::new(job, "h", token, ttl)])
+            .await
+            .unwrap();
+        assert!(r[0].is_renewed(), "{r:?}");
+        ws.write(&[StreamWrite::put(job, token, b"k", b"before".to_vec())])
+            .await
+            .unwrap();
+        streams.push((job, token, ka, ws, watch));
+    }
+    let reload = |text: String| {
+        assert_ne!(text, std::fs::read_to_string(&s.policy).unwrap());
+        std::fs::write(&s.policy, text).unwrap();
+        p.signal(libc::SIGHUP);
+    };
+    let refused = |e: ClientError, code: Code, job: &str| match (code, e) {
+        (Code::PermissionDenied, e) => assert_denied(e, "lease", job),
+        (_, ClientError::Unauthenticated(m)) => assert!(m.contains("reloaded"), "{m}"),
+        (_, e) => panic!("{job}: expected UNAUTHENTICATED, got {e:?}"),
+    };
+    // billing loses billing/ (it keeps shared/); then ops goes altogether.
+    let without_billing =
+        policy().replace(r#"jobs = ["billing/", "shared/"]"#, r#"jobs = ["shared/"]"#);
+    let without_ops = without_billing
+        .replace(
+            "[[principal]]\nname = \"ops\"",
+            "[[principal]]\nname = \"gone\"",
+        )
+        .replace("principal = \"ops\"", "principal = \"gone\"");
+    for (text, (job, token, mut ka, mut ws, mut watch), code) in [
+        (without_billing, streams.remove(0), Code::PermissionDenied),
+        (without_ops, streams.remove(0), Code::Unauthenticated),
+    ] {
+        reload(text);
+        // The watch ends by itself, told why, with no event before.
+        let end = tokio::time::timeout(common::PATIENCE, watch.message())
+            .await
+            .expect("the watch went on after the reload");
+        let status = end.expect_err("the watch delivered after the reload");
+        assert_eq!(status.code(), code, "{status:?}");
+        // The next message of each stream is refused.
+        let e = ka
+            .renew(&[KeepAliveRenewal::new(job, "h", token, long)])
+            .await
+            .unwrap_err();
+        if code == Code::PermissionDenied {
+            assert_denied(e, "lease", job);
+        } else {
+            refused(e, code, job);
+        }
+        let e = ws
+            .write(&[StreamWrite::put(job, token, b"k", b"after".to_vec())])
+            .await
+            .unwrap_err();
+        match (code, e) {
+            (Code::PermissionDenied, ClientError::PermissionDenied { .. }) => {}
+            (Code::Unauthenticated, ClientError::Unauthenticated(_)) => {}
+            (_, e) => panic!("{job}: expected {code:?}, got {e:?}"),
+        }
+        // Nothing of them applied.
+        let l = admin.get_lease(job).await.unwrap();
+        assert_eq!(
+            (l.token, l.ttl),
+            (token, Some(ttl)),
+            "{job}: a refused renewal was applied"
+        );
+        assert_eq!(admin.read(job, b"k").await.unwrap().value, b"before");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_open_across_a_reload_end_when_their_grant_is_gone() {
+    let s = Setup::new();
+    let p = s.start(&[]);
+    streams_follow_a_reload(&s, &p).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_streams_open_across_a_reload_end_when_their_grant_is_gone() {
+    let s = Setup::new();
+    let args = s.args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p = common::etcd::frontend(
+        &common::etcd::shared_endpoints().join(","),
+        &common::etcd::fresh_prefix(),
+        &args,
+    );
+    streams_follow_a_reload(&s, &p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -875,6 +1427,17 @@ async fn metrics_need_admin_and_count_refusals() {
 
 /// GET /metrics on the admin port over TLS, with a bearer token.
 async fn admin_get(s: &Setup, p: &ServerProcess, token: Option<&str>) -> (u16, String) {
+    admin_get_path(s, p, "/metrics", token).await
+}
+
+/// `GET path` on the admin port over TLS, with a bearer token or none:
+/// the status and the body.
+pub(crate) async fn admin_get_path(
+    s: &Setup,
+    p: &ServerProcess,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls;
@@ -899,7 +1462,7 @@ async fn admin_get(s: &Setup, p: &ServerProcess, token: Option<&str>) -> (u16, S
         .await
         .unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    tls.write_all(format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{auth}\r\n").as_bytes())
+    tls.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{auth}\r\n").as_bytes())
         .await
         .unwrap();
     let mut buf = Vec::new();
@@ -929,6 +1492,67 @@ fn without_a_policy_a_remote_address_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("--listen 0.0.0.0:0") && err.contains("--insecure-allow-remote"),
+        "{err}"
+    );
+}
+
+/// A policy off loopback without TLS would send bearer tokens in clear
+/// text, and an etcd user over `http://` off this machine its password:
+/// both are refused at start, naming the flag, unless
+/// --insecure-allow-remote; nothing is created meanwhile.
+#[test]
+fn clear_text_credentials_off_this_machine_are_refused_at_start() {
+    let s = Setup::new();
+    let policy = s.policy.display().to_string();
+    let run = |args: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let out = Command::new(common::bin())
+            .arg("serve")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&data)
+            .env("LEASEHOLD_ETCD_PASSWORD", "secret")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out, data.exists())
+    };
+    let (out, created) = run(&[
+        "--listen",
+        "0.0.0.0:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--policy",
+        &policy,
+    ]);
+    assert!(!out.status.success());
+    assert!(!created, "the data dir was created before the refusal");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--listen 0.0.0.0:0")
+            && err.contains("--tls-cert")
+            && err.contains("--insecure-allow-remote"),
+        "{err}"
+    );
+    let (out, _) = run(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--store",
+        "etcd",
+        "--etcd-endpoints",
+        "http://192.0.2.1:2379",
+        "--etcd-user",
+        "leasehold",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--etcd-user \"leasehold\"")
+            && err.contains("http://192.0.2.1:2379")
+            && err.contains("--insecure-allow-remote"),
         "{err}"
     );
 }
@@ -1184,7 +1808,7 @@ fn limited_policy(limits: &str) -> String {
 
 /// A bearer token on every call of a generated client.
 #[derive(Clone)]
-struct Bearer(tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
+pub(crate) struct Bearer(pub(crate) tonic::metadata::MetadataValue<tonic::metadata::Ascii>);
 
 impl tonic::service::Interceptor for Bearer {
     fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -1193,13 +1817,13 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
-type Raw = proto::leases_client::LeasesClient<
+pub(crate) type Raw = proto::leases_client::LeasesClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
 >;
 
 /// A generated client on a connection of its own, as the principal of
 /// `secret`: for the statuses as they are on the wire.
-async fn raw(s: &Setup, p: &ServerProcess, secret: &str) -> Raw {
+pub(crate) async fn raw(s: &Setup, p: &ServerProcess, secret: &str) -> Raw {
     let channel = tonic::transport::Endpoint::from_shared(url(p))
         .unwrap()
         .tls_config(
@@ -1454,7 +2078,7 @@ async fn admin_read(s: &Setup, p: &ServerProcess, job: &str) -> proto::Lease {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_principal_over_its_watcher_and_waiter_limits_is_refused_while_others_are_served() {
     let s = Setup::new();
-    let limits = "max_watchers = 2\nmax_waiters_per_job = 1";
+    let limits = "max_watchers = 2\nmax_waiters_per_job = 1\nmax_waiters = 2";
     std::fs::write(&s.policy, limited_policy(limits)).unwrap();
     let p = s.start(&[]);
     let billing = s.client(&p, Some(BILLING)).await;
@@ -1517,11 +2141,20 @@ async fn a_principal_over_its_watcher_and_waiter_limits_is_refused_while_others_
         assert!(t.elapsed() < common::PATIENCE);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // On every job: billing's third waiter, on a third job, is refused
+    // (its waiters on many jobs cannot fill the server's line).
+    let held_third = o.acquire(acquire_req("shared/m", "h", 0)).await.unwrap();
+    assert!(held_third.into_inner().acquired);
+    let st = b
+        .acquire(acquire_req("shared/m", "third", 60))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_waiters", 2);
     // Nothing changed: the lease, its token and the line.
     let l = admin_read(&s, &p, "shared/j").await;
     assert_eq!((l.holder.as_str(), l.token), ("owner", held.lease.token));
     assert_eq!(scraped(&s, &p, "leasehold_waiting_acquires").await, 3.0);
-    for limit in ["max_watchers", "max_waiters_per_job"] {
+    for limit in ["max_watchers", "max_waiters_per_job", "max_waiters"] {
         let series = format!("leasehold_quota_exceeded_total{{limit=\"{limit}\"}}");
         assert_eq!(scraped(&s, &p, &series).await, 1.0, "{series}");
     }
@@ -1529,7 +2162,7 @@ async fn a_principal_over_its_watcher_and_waiter_limits_is_refused_while_others_
     // A reload raising the limit lets billing's second waiter in.
     std::fs::write(
         &s.policy,
-        limited_policy("max_watchers = 2\nmax_waiters_per_job = 2"),
+        limited_policy("max_watchers = 2\nmax_waiters_per_job = 2\nmax_waiters = 3"),
     )
     .unwrap();
     p.signal(libc::SIGHUP);

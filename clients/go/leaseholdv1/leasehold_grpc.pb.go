@@ -111,7 +111,10 @@ type LeasesClient interface {
 	// store-wide floor, raised by each deletion). Until then GetLease shows the
 	// job as never granted (token 0). With a policy, this is action `admin`.
 	DeleteJob(ctx context.Context, in *DeleteJobRequest, opts ...grpc.CallOption) (*DeleteJobResponse, error)
-	// ListLeases lists every job the server knows, ordered by job name.
+	// ListLeases lists every job the server knows, ordered by job name. With a
+	// policy, only the jobs the caller may read: it needs a `read` grant
+	// somewhere (PERMISSION_DENIED otherwise), and a page, its
+	// `next_page_token` and an empty page say nothing of the other jobs.
 	ListLeases(ctx context.Context, in *ListLeasesRequest, opts ...grpc.CallOption) (*ListLeasesResponse, error)
 	// GetHistory returns the job's history of leaders, newest first: one
 	// Tenure per token granted (a token's time as leader), with how it
@@ -317,7 +320,10 @@ type LeasesServer interface {
 	// store-wide floor, raised by each deletion). Until then GetLease shows the
 	// job as never granted (token 0). With a policy, this is action `admin`.
 	DeleteJob(context.Context, *DeleteJobRequest) (*DeleteJobResponse, error)
-	// ListLeases lists every job the server knows, ordered by job name.
+	// ListLeases lists every job the server knows, ordered by job name. With a
+	// policy, only the jobs the caller may read: it needs a `read` grant
+	// somewhere (PERMISSION_DENIED otherwise), and a page, its
+	// `next_page_token` and an empty page say nothing of the other jobs.
 	ListLeases(context.Context, *ListLeasesRequest) (*ListLeasesResponse, error)
 	// GetHistory returns the job's history of leaders, newest first: one
 	// Tenure per token granted (a token's time as leader), with how it
@@ -679,7 +685,11 @@ type FencedStoreClient interface {
 	// when a message does not decode (e.g. "writes.job" is not UTF-8),
 	// RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
 	// with reason STORAGE when a sync failed, UNAVAILABLE with reason
-	// SHUTTING_DOWN when the server stops. A message refused with
+	// SHUTTING_DOWN when the server stops. With a policy, also
+	// PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+	// (no `write` grant on its job, or a token of a grant another principal
+	// holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+	// took the caller's grant while the stream was open. A message refused with
 	// INVALID_ARGUMENT changes nothing: every message sent before it is
 	// answered first, and nothing in it or after it is written. When the
 	// stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
@@ -796,7 +806,11 @@ type FencedStoreServer interface {
 	// when a message does not decode (e.g. "writes.job" is not UTF-8),
 	// RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
 	// with reason STORAGE when a sync failed, UNAVAILABLE with reason
-	// SHUTTING_DOWN when the server stops. A message refused with
+	// SHUTTING_DOWN when the server stops. With a policy, also
+	// PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+	// (no `write` grant on its job, or a token of a grant another principal
+	// holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+	// took the caller's grant while the stream was open. A message refused with
 	// INVALID_ARGUMENT changes nothing: every message sent before it is
 	// answered first, and nothing in it or after it is written. When the
 	// stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the

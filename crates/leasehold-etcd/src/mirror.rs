@@ -81,6 +81,17 @@ impl Mirror {
         }
     }
 
+    /// Who holds `job` (the holder as stored), as far as the mirror
+    /// knows: a hint for a refusal made before a decision, never a
+    /// decision.
+    pub fn holder(&self, job: &str) -> Option<String> {
+        let st = self.state.lock().expect("mirror lock");
+        st.jobs
+            .get(job)
+            .filter(|j| j.held)
+            .map(|j| j.last_holder.clone())
+    }
+
     /// How long each of `jobs` has had no leader, as far as the mirror
     /// knows (`None`: led, or not known).
     pub fn vacant_for(&self, jobs: &[&str]) -> Vec<Option<Duration>> {

@@ -86,6 +86,12 @@ impl EtcdNode {
         Ok(decide::view(job, st, remaining, clock::now()))
     }
 
+    /// Who holds `job` (the holder as stored), as this frontend's mirror
+    /// last saw it: for an early refusal only, with no read of etcd.
+    pub fn holder_hint(&self, job: &JobName) -> Option<String> {
+        self.inner.mirror.holder(job.as_str())
+    }
+
     /// The lease of `job`.
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         self.bounded("GetLease", Duration::ZERO, self.lease_unbounded(job))

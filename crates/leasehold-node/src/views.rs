@@ -6,7 +6,7 @@
 use leasehold_backend::Statuses;
 use leasehold_core::clock;
 use leasehold_core::error::Result;
-use leasehold_core::lease::{HistoryEvent, JobName, LeaseView, TenureEnd, Token};
+use leasehold_core::lease::{HistoryEvent, JobName, LeaseState, LeaseView, TenureEnd, Token};
 use leasehold_store::{HistoryPut, Tenure};
 
 use super::{history_put, Node};
@@ -91,6 +91,15 @@ impl Node {
     /// told it lagged, and reads afresh.
     pub fn changes(&self) -> tokio::sync::broadcast::Receiver<JobName> {
         self.inner.changes.subscribe()
+    }
+
+    /// Who holds `job` (the holder as stored) as decided now: for an
+    /// early refusal only.
+    pub fn holder_hint(&self, job: &JobName) -> Option<String> {
+        match self.lease_now(job).state {
+            LeaseState::Held { holder, .. } => Some(holder.as_str().to_owned()),
+            LeaseState::Free(_) => None,
+        }
     }
 
     /// The lease of `job` as decided now, durable or not: for checks made

@@ -6,20 +6,33 @@
 //!
 //! With a policy, `/metrics` answers only a caller with the `admin`
 //! action (a bearer token or a client certificate, as on the gRPC port):
-//! it names every job. `/healthz` stays open, like gRPC health.
+//! it names every job. `/healthz` stays open, like gRPC health, but says
+//! why the store cannot take changes only to such a caller. Without a
+//! policy, a request whose `Host` is a name other than `localhost` is
+//! refused (DNS rebinding).
+//!
+//! Whoever reaches the port must not be able to silence it, since
+//! `/healthz` is what a liveness probe restarts the server on: at most
+//! [`MAX_ADMIN_CONNECTIONS`] connections, [`MAX_ADMIN_CONNECTIONS_PER_ADDRESS`]
+//! of them from one client address (see [`conn`]), and each must send its
+//! first byte within `--handshake-timeout` of its accept and then every
+//! request's whole head within `--handshake-timeout` of the accept or of
+//! the previous response (hyper's header-read timeout), or it is closed.
+//! A connection that sends a byte and goes silent, or trickles its head,
+//! or idles between requests, holds its place for seconds, not forever.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::IncomingStream;
 use axum::Router;
 use tokio::net::TcpListener;
-use tokio_stream::{Stream, StreamExt as _};
+use tokio_stream::StreamExt as _;
+use tower::ServiceExt as _;
 
 use prometheus_client::registry::Registry;
 
@@ -27,12 +40,16 @@ use crate::backend::Backend;
 use crate::lease::Limits;
 use crate::metrics::{self, RpcMetrics};
 use crate::server::auth::{self, Auth};
-use crate::server::conn::{self, Conn, Peer};
+use crate::server::conn::{self, Peer};
 use crate::server::tls::{Port, Tls};
 use crate::status_page::{self, StatusState};
 
 /// Connections open at once on the admin port.
-const MAX_ADMIN_CONNECTIONS: usize = 256;
+pub const MAX_ADMIN_CONNECTIONS: usize = 256;
+
+/// Connections open at once on the admin port from one client address (an
+/// IPv6 client's /64): a scraper and a probe need one or two each.
+pub const MAX_ADMIN_CONNECTIONS_PER_ADDRESS: usize = 16;
 
 #[derive(Clone)]
 struct Admin {
@@ -62,7 +79,8 @@ pub fn router(
             auth: auth.clone(),
             limits,
         });
-    Router::new()
+    let open = auth.is_none();
+    let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics or /healthz\n") })
@@ -71,7 +89,51 @@ pub fn router(
             node,
             auth,
         })
-        .merge(status)
+        .merge(status);
+    match open {
+        true => router.layer(axum::middleware::from_fn(address_hosts_only)),
+        false => router,
+    }
+}
+
+/// Without a policy, the admin pages answer anyone who reaches them; a web
+/// page elsewhere must not be one of those, by DNS rebinding (its own
+/// name, resolved to this address, so that the browser lets it read the
+/// answer). Such a request names the attacker's host in `Host`: only an
+/// address, or `localhost`, is served (or no `Host`, as HTTP/1.0 allows).
+async fn address_hosts_only(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|h| h.to_str().unwrap_or("?"));
+    match host {
+        Some(h) if !is_address_or_localhost(h) => (
+            StatusCode::MISDIRECTED_REQUEST,
+            "without a --policy the admin port answers only requests to an address or to \
+             localhost (Host), so that no other site's page can read it\n",
+        )
+            .into_response(),
+        _ => next.run(req).await,
+    }
+}
+
+/// Whether a `Host` value (with or without a port) is an IP address or
+/// `localhost`.
+fn is_address_or_localhost(host: &str) -> bool {
+    if let Some(v6) = host.strip_prefix('[') {
+        return v6.split_once(']').is_some_and(|(a, port)| {
+            a.parse::<std::net::Ipv6Addr>().is_ok()
+                && (port.is_empty() || port.strip_prefix(':').is_some())
+        });
+    }
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// How the admin port is secured: TLS with the gRPC port's certificates,
@@ -97,7 +159,8 @@ pub struct AdminOptions {
     pub limits: Limits,
 }
 
-/// Serves the admin pages on `listener` until `shutdown`.
+/// Serves the admin pages on `listener` until `shutdown`, then lets the
+/// requests in progress finish.
 pub async fn serve_admin(
     listener: TcpListener,
     node: Backend,
@@ -106,70 +169,94 @@ pub async fn serve_admin(
     options: AdminOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let addr = listener.local_addr().ok();
     let limits = conn::ConnLimits {
         max: MAX_ADMIN_CONNECTIONS,
+        max_per_address: MAX_ADMIN_CONNECTIONS_PER_ADDRESS,
         handshake_timeout: options.handshake_timeout,
         // The first byte of a request.
         preface_bytes: 1,
-        // Scrapers keep their connection between scrapes.
+        // hyper's header-read timeout, below, closes idle connections.
         idle_timeout: None,
+        evict_anonymous: false,
     };
-    let incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
-    let listener = AdminListener { incoming, addr };
+    let mut incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let app = router(
         node,
         rpc,
         security.auth,
         options.metrics_max_jobs,
         options.limits,
-    )
-    .into_make_service_with_connect_info::<Peer>();
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::warn!(error = %e, "the admin port stopped");
-    }
-}
-
-/// The admin port's connections, plain or TLS, from [`conn::incoming`].
-struct AdminListener {
-    incoming: std::pin::Pin<Box<dyn Stream<Item = std::io::Result<Conn>> + Send>>,
-    addr: Option<std::net::SocketAddr>,
-}
-
-impl axum::serve::Listener for AdminListener {
-    type Io = Conn;
-    type Addr = Peer;
-
-    async fn accept(&mut self) -> (Conn, Peer) {
-        loop {
-            match self.incoming.next().await {
-                Some(Ok(c)) => {
-                    let peer = c.peer().clone();
-                    return (c, peer);
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "admin port: accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                None => std::future::pending::<()>().await,
+    );
+    // Each connection's task holds a receiver: the sender's `closed()` is
+    // the last of them ending.
+    let (closing, open) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let next = tokio::select! {
+            c = incoming.next() => c,
+            () = &mut shutdown => break,
+        };
+        match next {
+            Some(Ok(c)) => {
+                tokio::spawn(serve_connection(
+                    c,
+                    app.clone(),
+                    options.handshake_timeout,
+                    open.clone(),
+                ));
             }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "admin port: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            None => break,
         }
     }
-
-    fn local_addr(&self) -> std::io::Result<Peer> {
-        Ok(Peer {
-            remote: self.addr,
-            ..Peer::default()
-        })
-    }
+    drop((incoming, open));
+    let _ = closing.send(());
+    // A response that never ends (an open event stream whose feed outlives
+    // the shutdown) must not hold the process: the requests in progress
+    // get a few seconds.
+    let _ = tokio::time::timeout(ADMIN_DRAIN, closing.closed()).await;
 }
 
-impl Connected<IncomingStream<'_, AdminListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, AdminListener>) -> Peer {
-        stream.remote_addr().clone()
+/// How long the admin port's requests in progress may take at shutdown.
+const ADMIN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves one admin connection, HTTP/1.1, until it closes; on `closing`
+/// news, ends it gracefully (after the request in progress).
+async fn serve_connection(
+    c: conn::Conn,
+    app: Router,
+    header_read_timeout: std::time::Duration,
+    mut closing: tokio::sync::watch::Receiver<()>,
+) {
+    let peer = c.peer().clone();
+    let remote = peer.remote;
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer.clone()));
+            app.clone().oneshot(req)
+        });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(c), service);
+    let mut conn = std::pin::pin!(conn);
+    let ended = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = closing.changed() => None,
+    };
+    let r = match ended {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!(peer = ?remote, error = %e, "admin port: connection ended");
     }
 }
 
@@ -209,14 +296,57 @@ async fn metrics(
     }
 }
 
-/// 200 `ok` while the backend can take changes; 503 with the reason while
-/// it cannot (see [`Backend::store_health`]).
-async fn healthz(State(a): State<Admin>) -> impl IntoResponse {
-    let h = a.node.store_health();
-    let h = h.borrow();
-    if h.is_ok() {
-        (StatusCode::OK, "ok\n".to_owned())
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", *h))
+/// 200 `ok` while the backend can take changes; 503 while it cannot, with
+/// the reason (see [`Backend::store_health`]) for whom may see
+/// `/metrics` (everyone without a policy): the store's error names paths
+/// and addresses that are not for anyone who reaches the port.
+async fn healthz(
+    State(a): State<Admin>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+) -> impl IntoResponse {
+    let reason = {
+        let h = a.node.store_health();
+        let h = h.borrow();
+        if h.is_ok() {
+            return (StatusCode::OK, "ok\n".to_owned());
+        }
+        h.to_string()
+    };
+    let text = match auth::admin_check(a.auth.as_ref(), &headers, Some(&peer)) {
+        Ok(()) => reason,
+        Err(_) => "the store cannot take changes (the reason is for `admin` callers, and in \
+                   the server's log)"
+            .to_owned(),
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, format!("{text}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_address_or_localhost;
+
+    #[test]
+    fn only_addresses_and_localhost_are_hosts_without_a_policy() {
+        for ok in [
+            "127.0.0.1:9464",
+            "127.0.0.1",
+            "10.1.2.3:80",
+            "[::1]:9464",
+            "localhost:9464",
+            "LOCALHOST",
+        ] {
+            assert!(is_address_or_localhost(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:9464",
+            "x",
+            "127.0.0.1.evil.example",
+            "localhost.evil.example:1",
+            "[::1",
+            "",
+        ] {
+            assert!(!is_address_or_localhost(bad), "{bad}");
+        }
     }
 }

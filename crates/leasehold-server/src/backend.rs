@@ -181,6 +181,16 @@ impl Backend {
         }
     }
 
+    /// Who holds `job` (the holder as stored), as far as this server
+    /// knows without a read: the single node's table, an etcd frontend's
+    /// mirror. For an early refusal only; the rules decide.
+    pub fn holder_hint(&self, job: &JobName) -> Option<String> {
+        match self {
+            Backend::Local(n) => n.holder_hint(job),
+            Backend::Etcd(n) => n.holder_hint(job),
+        }
+    }
+
     /// The lease of `job` for a check made before a decision (see
     /// [`Node::lease_now`]): the single node's as decided now, without
     /// waiting for it to be durable; etcd's as read.

@@ -179,7 +179,7 @@ pub struct RpcMetrics {
 /// four) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 11] = [
+pub const REFUSAL_LIMITS: [&str; 12] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
@@ -191,12 +191,15 @@ pub const REFUSAL_LIMITS: [&str; 11] = [
     "--max-jobs",
     "--max-keys-per-job",
     "--max-waiters",
+    "max_waiters",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
 const OVERLOAD_LIMITS: usize = 4;
 
-/// The `reason` label values of `leasehold_auth_denied_total`.
-pub const DENIED_REASONS: [&str; 2] = ["unauthenticated", "permission_denied"];
+/// The `reason` label values of `leasehold_auth_denied_total`:
+/// `throttled` counts the calls refused unread from an address past its
+/// failed authentications.
+pub const DENIED_REASONS: [&str; 3] = ["unauthenticated", "throttled", "permission_denied"];
 /// The `action` label values of `leasehold_auth_denied_total`: the
 /// policy's actions, and `none` for a call refused before it named one.
 pub const DENIED_ACTIONS: [&str; 5] = ["lease", "write", "read", "admin", "none"];

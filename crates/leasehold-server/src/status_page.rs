@@ -98,28 +98,32 @@ pub async fn jobs(
         return bad(&e);
     }
     let mut rows = Vec::new();
-    let mut counted;
-    let mut after: Option<String> = None;
+    let mut counted = true;
     let mut truncated = false;
-    loop {
-        let (page, c) = match s.node.status(&prefix, after.as_deref(), 1000).await {
-            Ok(p) => (p.jobs, p.counted),
-            Err(e) => return unavailable(&e),
-        };
-        counted = c;
-        let n = page.len();
-        after = page.last().map(|r| r.view.job.to_string());
-        rows.extend(
-            page.into_iter()
-                .filter(|r| who.may_read(r.view.job.as_str())),
-        );
-        if n < 1000 {
-            break;
-        }
-        if rows.len() >= MAX_JOBS {
-            rows.truncate(MAX_JOBS);
-            truncated = true;
-            break;
+    // Only the ranges the caller may read are scanned (disjoint, in
+    // order): the page costs what the caller can see, not the store.
+    'ranges: for range in who.read_ranges(&prefix) {
+        let mut after: Option<String> = None;
+        loop {
+            let (page, c) = match s.node.status(&range, after.as_deref(), 1000).await {
+                Ok(p) => (p.jobs, p.counted),
+                Err(e) => return unavailable(&e),
+            };
+            counted = c;
+            let n = page.len();
+            after = page.last().map(|r| r.view.job.to_string());
+            rows.extend(
+                page.into_iter()
+                    .filter(|r| who.may_read(r.view.job.as_str())),
+            );
+            if rows.len() >= MAX_JOBS {
+                truncated = true;
+                rows.truncate(MAX_JOBS);
+                break 'ranges;
+            }
+            if n < 1000 {
+                break;
+            }
         }
     }
     let mut out = String::with_capacity(64 + rows.len() * 160);
@@ -254,27 +258,43 @@ pub async fn events(
 /// every [`COALESCE`].
 fn feed(
     node: Backend,
-    who: Caller,
+    mut who: Caller,
     prefix: String,
     mut rx: tokio::sync::broadcast::Receiver<JobName>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     use tokio::sync::broadcast::error::RecvError;
     let (tx, out) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
+        let mut reloads = who.reloads();
         loop {
             let mut changed = BTreeSet::new();
             let mut lagged = false;
             // A page closed while nothing changes ends its task too.
             let first = tokio::select! {
-                r = rx.recv() => r,
+                r = rx.recv() => Some(r),
+                // A reload: looked at below.
+                Some(()) = async {
+                    match &mut reloads {
+                        Some(r) => r.changed().await.ok(),
+                        None => std::future::pending().await,
+                    }
+                } => None,
                 _ = tx.closed() => return,
             };
+            // The page's caller under the policy in force now: a caller
+            // that may no longer see the page loses its stream (the
+            // browser's reconnection is then refused).
+            match who.current() {
+                Ok(c) if c.reads_something() => who = c,
+                _ => return,
+            }
             match first {
-                Ok(j) => {
+                None => continue,
+                Some(Ok(j)) => {
                     changed.insert(j);
                 }
-                Err(RecvError::Lagged(_)) => lagged = true,
-                Err(RecvError::Closed) => return,
+                Some(Err(RecvError::Lagged(_))) => lagged = true,
+                Some(Err(RecvError::Closed)) => return,
             }
             // What else changes within the window goes in the same batch.
             let until = tokio::time::Instant::now() + COALESCE;

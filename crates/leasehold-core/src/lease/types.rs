@@ -234,7 +234,9 @@ impl Limits {
     }
 
     /// Validates a job name: 1 to `max_name_bytes` bytes, no control
-    /// characters.
+    /// characters, and no format characters (Unicode category Cf: bidi
+    /// controls, zero-width spaces and joiners), which would let two
+    /// different names look alike on a page or in a log.
     pub fn job(&self, s: &str) -> Result<JobName> {
         self.name("job", s).map(|s| JobName(s.into()))
     }
@@ -255,6 +257,17 @@ impl Limits {
             return Err(Error::invalid(
                 field,
                 format!("must not contain control characters (found {c:?})"),
+            ));
+        }
+        if let Some(c) = s.chars().find(|c| is_format(*c)) {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "must not contain invisible format characters such as bidi controls or \
+                     zero-width spaces (found U+{:04X}): two names that look alike must be \
+                     the same name",
+                    c as u32
+                ),
             ));
         }
         Ok(s.to_owned())
@@ -366,6 +379,34 @@ mod tests {
     }
 
     #[test]
+    fn names_with_invisible_format_characters_are_refused() {
+        let l = Limits::default();
+        // A right-to-left override, a zero-width space and joiner, a
+        // byte-order mark, a tag character.
+        for c in [
+            '\u{202E}',
+            '\u{200B}',
+            '\u{200D}',
+            '\u{FEFF}',
+            '\u{E0041}',
+            '\u{2066}',
+        ] {
+            let e = l.holder(&format!("worker{c}1")).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                text.contains("holder") && text.contains("format characters"),
+                "{text}"
+            );
+            assert!(text.contains(&format!("U+{:04X}", c as u32)), "{text}");
+            assert!(l.job(&format!("billing/{c}x")).is_err());
+        }
+        // Letters of any script stay good names.
+        for ok in ["billing/é", "ジョブ", "עבודה/1", "работа"] {
+            assert!(l.job(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn ttl_range_is_inclusive() {
         let l = Limits::default();
         assert!(l.ttl(Some(Duration::from_millis(100))).is_ok());
@@ -436,4 +477,36 @@ mod name_tests {
             }
         }
     }
+}
+
+/// Unicode's format characters (general category Cf, as of Unicode 15.1):
+/// invisible, and some reorder the text around them.
+const FORMAT: &[(u32, u32)] = &[
+    (0x00AD, 0x00AD),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x180E, 0x180E),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x2064),
+    (0x2066, 0x206F),
+    (0xFEFF, 0xFEFF),
+    (0xFFF9, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0001, 0xE0001),
+    (0xE0020, 0xE007F),
+];
+
+/// Whether `c` is a format character ([`FORMAT`]).
+fn is_format(c: char) -> bool {
+    let c = c as u32;
+    FORMAT.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
 }

@@ -46,7 +46,7 @@ impl proto::admin_server::Admin for AdminService {
         req: Request<proto::BackupRequest>,
     ) -> Result<Response<Self::BackupStream>, Status> {
         Caller::of(&req)
-            .authorize(Action::Admin, "")
+            .and_then(|c| c.authorize(Action::Admin, ""))
             .map_err(|e| to_status(&e))?;
         let node =
             match &self.node {

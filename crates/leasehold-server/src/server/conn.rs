@@ -5,8 +5,20 @@
 //! the cap, a new connection is accepted and closed at once (a client sees
 //! the connection reset and can try another server or back off), so an
 //! unbounded number of idle or hostile connections cannot exhaust file
-//! descriptors or memory. Refusals are counted and logged as one line per
-//! 10 s, not one per connect (a flood of connects would flood the log).
+//! descriptors or memory. A second, smaller cap counts the connections of
+//! each client address (an IPv4 address, or an IPv6 /64, which one host
+//! is commonly given whole), so that one host cannot take every place.
+//! Refusals are counted and logged as one line per 10 s for each cap, not
+//! one per connect (a flood of connects would flood the log).
+//!
+//! With a policy, a connection on which no call has authenticated yet
+//! (health checks, reflection, a wrong token, or nothing at all) does not
+//! keep its place against one that comes later: at the cap, the oldest
+//! such connection is closed, and its place given to the new one. A client
+//! with credentials authenticates on its first call, milliseconds after
+//! its connect, and from then on keeps its place; connections without
+//! credentials, however many and however busy with streams, cannot lock
+//! it out.
 //!
 //! A connection must finish its TLS handshake (with TLS) and send its
 //! first bytes (the 24-byte HTTP/2 client preface on the gRPC port) within
@@ -25,13 +37,14 @@
 //! the connection reaches the server only once its handshake is done, with
 //! its client certificate (if any) in its [`Peer`].
 
+use std::collections::{HashMap, VecDeque};
 use std::future::Future as _;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -56,6 +69,9 @@ pub struct ConnLimits {
     /// Connections open at once (`--max-connections`); more are closed on
     /// accept.
     pub max: usize,
+    /// Connections open at once from one client address
+    /// (`--max-connections-per-address`); more are closed on accept.
+    pub max_per_address: usize,
     /// From accept to the TLS handshake done and the first
     /// `preface_bytes` read (`--handshake-timeout`).
     pub handshake_timeout: Duration,
@@ -65,6 +81,10 @@ pub struct ConnLimits {
     /// A connection with no call open for this long is closed
     /// (`--idle-timeout`); `None` keeps idle connections open.
     pub idle_timeout: Option<Duration>,
+    /// At the cap, close the oldest connection on which no call has
+    /// authenticated to make room (with a policy), rather than refuse the
+    /// new one.
+    pub evict_anonymous: bool,
 }
 
 /// The length of HTTP/2's client connection preface
@@ -183,7 +203,11 @@ impl ConnLoad {
 pub struct Conn {
     stream: Io,
     peer: Peer,
-    _permit: OwnedSemaphorePermit,
+    place: Arc<Place>,
+    _address: Option<AddressPlace>,
+    /// No call on it has authenticated yet, and the server may take its
+    /// place ([`ConnLimits::evict_anonymous`]).
+    evictable: bool,
     /// Until the preface is read: the deadline, and the bytes still to come.
     preface: Option<(Pin<Box<Sleep>>, usize)>,
     /// The idle timeout and its timer (re-armed while calls are open).
@@ -224,6 +248,10 @@ impl auth::Connection for Peer {
     fn caller_memo(&self) -> &CallerMemo {
         &self.caller
     }
+
+    fn remote_ip(&self) -> Option<IpAddr> {
+        self.remote.map(|a| a.ip())
+    }
 }
 
 impl Connected for Conn {
@@ -243,6 +271,7 @@ impl Conn {
     /// Arms the deadlines of `limits`, counted from `deadline` (the
     /// handshake's, from the accept).
     fn with_deadlines(mut self, limits: &ConnLimits, deadline: tokio::time::Instant) -> Conn {
+        self.evictable = limits.evict_anonymous;
         if limits.preface_bytes > 0 {
             self.preface = Some((
                 Box::pin(tokio::time::sleep_until(deadline)),
@@ -259,6 +288,21 @@ impl Conn {
     /// come in time, an end of file when the connection has been idle too
     /// long (hyper then closes it). Registers the timers' wake-ups.
     fn deadline(&mut self, cx: &mut Context<'_>) -> Option<io::Result<()>> {
+        if self.evictable {
+            if self.peer.caller.is_known() {
+                self.evictable = false;
+            } else if self.place.evicted(cx) {
+                tracing::info!(
+                    peer = ?self.peer.remote,
+                    "closed: no call authenticated on it, and its place under --max-connections \
+                     went to a newer connection"
+                );
+                return Some(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "closed to make room: no call authenticated",
+                )));
+            }
+        }
         if let Some((sleep, _)) = &mut self.preface {
             if sleep.as_mut().poll(cx).is_ready() {
                 tracing::info!(peer = ?self.peer.remote, "closed: nothing sent within --handshake-timeout");
@@ -401,7 +445,7 @@ fn secured(
                 c = plain.next() => c,
                 _ = tx.closed() => return,
             };
-            let (tcp, permit, load, deadline) = match conn {
+            let (tcp, place, peer, deadline) = match conn {
                 None => return,
                 Some(Err(e)) => {
                     if tx.send(Err(e)).await.is_err() {
@@ -412,18 +456,19 @@ fn secured(
                 Some(Ok((
                     Conn {
                         stream: Io::Plain(tcp),
-                        _permit,
+                        place,
+                        _address,
                         peer,
                         ..
                     },
                     deadline,
-                ))) => (tcp, _permit, peer.load, deadline),
+                ))) => (tcp, (place, _address), peer, deadline),
                 Some(Ok(_)) => unreachable!("plain() yields plain connections"),
             };
             let acceptor = tls.acceptor(port);
             let tx = tx.clone();
             tokio::spawn(async move {
-                let remote = tcp.peer_addr().ok();
+                let remote = peer.remote;
                 match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
                         let certs = stream
@@ -433,13 +478,10 @@ fn secured(
                             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
                         let conn = Conn {
                             stream: Io::Tls(Box::new(stream)),
-                            peer: Peer {
-                                remote,
-                                certs,
-                                load,
-                                caller: Arc::default(),
-                            },
-                            _permit: permit,
+                            peer: Peer { certs, ..peer },
+                            place: place.0,
+                            _address: place.1,
+                            evictable: false,
                             preface: None,
                             idle: None,
                             tls_idle: false,
@@ -471,57 +513,276 @@ fn plain(
 ) -> impl Stream<Item = io::Result<(Conn, tokio::time::Instant)>> + Send {
     let max = limits.max;
     let permits = Arc::new(Semaphore::new(max));
-    let refused = Arc::new(AtomicU64::new(0));
-    tokio::spawn(log_refusals(Arc::downgrade(&refused), max));
+    let addresses = Arc::new(Addresses::default());
+    let anonymous = Arc::new(Anonymous::default());
+    let refused = Arc::new(Refused::default());
+    tokio::spawn(log_refusals(Arc::downgrade(&refused), limits));
     TcpListenerStream::new(listener).filter_map(move |s| {
         let stream = match s {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let deadline = clock::tokio_now() + limits.handshake_timeout;
-                let _ = stream.set_nodelay(true);
-                let peer = Peer {
-                    remote: stream.peer_addr().ok(),
-                    certs: None,
-                    load: Arc::default(),
-                    caller: Arc::default(),
-                };
-                Some(Ok((
-                    Conn {
-                        stream: Io::Plain(stream),
-                        peer,
-                        _permit: permit,
-                        preface: None,
-                        idle: None,
-                        tls_idle: false,
-                    },
-                    deadline,
-                )))
-            }
-            Err(_) => {
-                refused.fetch_add(1, Ordering::Relaxed);
-                None // dropped: closed at once
-            }
+        let remote = stream.peer_addr().ok();
+        let address = match remote {
+            Some(a) => match addresses.take(a.ip(), limits.max_per_address) {
+                Some(place) => Some(place),
+                None => {
+                    refused.per_address.fetch_add(1, Ordering::Relaxed);
+                    return None; // dropped: closed at once
+                }
+            },
+            None => None,
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => match limits
+                .evict_anonymous
+                .then(|| anonymous.evict_oldest())
+                .flatten()
+            {
+                Some(permit) => {
+                    refused.evicted.fetch_add(1, Ordering::Relaxed);
+                    permit
+                }
+                None => {
+                    refused.total.fetch_add(1, Ordering::Relaxed);
+                    return None; // dropped: closed at once
+                }
+            },
+        };
+        let deadline = clock::tokio_now() + limits.handshake_timeout;
+        let _ = stream.set_nodelay(true);
+        let peer = Peer {
+            remote,
+            certs: None,
+            load: Arc::default(),
+            caller: Arc::default(),
+        };
+        let place = Arc::new(Place {
+            permit: std::sync::Mutex::new(Some(permit)),
+            evicted: AtomicBool::new(false),
+            waker: std::sync::Mutex::new(None),
+        });
+        if limits.evict_anonymous {
+            anonymous.push(&place, &peer.caller, max);
         }
+        Some(Ok((
+            Conn {
+                stream: Io::Plain(stream),
+                peer,
+                place,
+                _address: address,
+                evictable: false,
+                preface: None,
+                idle: None,
+                tls_idle: false,
+            },
+            deadline,
+        )))
     })
 }
 
+/// A connection's place under `--max-connections`: its permit, which the
+/// server takes back from a connection no call has authenticated on to
+/// give it to a newer one ([`Anonymous`]).
+struct Place {
+    permit: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    evicted: AtomicBool,
+    /// The connection's reader, woken when its place is taken.
+    waker: std::sync::Mutex<Option<Waker>>,
+}
+
+impl Place {
+    /// Whether the place was taken; if not, registers `cx` to be woken
+    /// when it is.
+    fn evicted(&self, cx: &Context<'_>) -> bool {
+        if self.evicted.load(Ordering::Acquire) {
+            return true;
+        }
+        {
+            let mut w = self.waker.lock().unwrap_or_else(|e| e.into_inner());
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        // Set before the waker is taken: seen here, or woken.
+        self.evicted.load(Ordering::Acquire)
+    }
+}
+
+/// The connections accepted with a policy, oldest first, whose places may
+/// be taken while no call on them has authenticated.
+#[derive(Default)]
+struct Anonymous(std::sync::Mutex<VecDeque<(Weak<Place>, Arc<CallerMemo>)>>);
+
+impl Anonymous {
+    fn push(&self, place: &Arc<Place>, caller: &Arc<CallerMemo>, max: usize) {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Closed and authenticated connections leave at the front, when
+        // a place is wanted; a server below its cap wants none, so they
+        // are also swept out here, now and then.
+        if q.len() >= 2 * max + 64 {
+            q.retain(|(p, c)| p.strong_count() > 0 && !c.is_known());
+        }
+        q.push_back((Arc::downgrade(place), caller.clone()));
+    }
+
+    /// Takes the place of the oldest open connection on which no call has
+    /// authenticated, and tells it to close.
+    fn evict_oldest(&self) -> Option<OwnedSemaphorePermit> {
+        let mut q = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((place, caller)) = q.pop_front() {
+            let Some(place) = place.upgrade() else {
+                continue;
+            };
+            if caller.is_known() {
+                continue; // for good: it keeps its place
+            }
+            let permit = place
+                .permit
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            place.evicted.store(true, Ordering::Release);
+            if let Some(w) = place.waker.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                w.wake();
+            }
+            if permit.is_some() {
+                return permit;
+            }
+        }
+        None
+    }
+}
+
+/// The connections open from each client address, for
+/// [`ConnLimits::max_per_address`].
+#[derive(Default)]
+struct Addresses(std::sync::Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection's place in its address's count, given back on drop.
+struct AddressPlace {
+    addresses: Arc<Addresses>,
+    key: IpAddr,
+}
+
+impl Addresses {
+    /// Takes a place for a connection from `ip`, unless `max` are open.
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<AddressPlace> {
+        let key = address_key(ip);
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(key).or_insert(0);
+        if *n >= max {
+            if *n == 0 {
+                open.remove(&key);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(AddressPlace {
+            addresses: self.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for AddressPlace {
+    fn drop(&mut self) {
+        let mut open = self.addresses.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// What a client address counts as: an IPv4 address (an IPv4-mapped IPv6
+/// one too), or an IPv6 address's /64, since a host commonly has a whole
+/// /64 and could otherwise open each connection from an address of its
+/// own.
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
+    }
+}
+
+/// Connections refused at accept since the last log line, by cap, and
+/// those closed to make room ([`Anonymous`]).
+#[derive(Default)]
+struct Refused {
+    total: AtomicU64,
+    per_address: AtomicU64,
+    evicted: AtomicU64,
+}
+
 /// Every [`REFUSAL_LOG_INTERVAL`], logs how many connections were refused
-/// at the cap since the last line, if any; ends with the listener.
-async fn log_refusals(refused: std::sync::Weak<AtomicU64>, max: usize) {
+/// at each cap since the last line, if any; ends with the listener.
+async fn log_refusals(refused: std::sync::Weak<Refused>, limits: ConnLimits) {
     loop {
         tokio::time::sleep(REFUSAL_LOG_INTERVAL).await;
         let Some(refused) = refused.upgrade() else {
             return;
         };
-        let n = refused.swap(0, Ordering::Relaxed);
+        let secs = REFUSAL_LOG_INTERVAL.as_secs();
+        let n = refused.total.swap(0, Ordering::Relaxed);
         if n > 0 {
             tracing::warn!(
-                "refused {n} connections over --max-connections ({max}) in the last {}s",
-                REFUSAL_LOG_INTERVAL.as_secs()
+                "refused {n} connections over --max-connections ({}) in the last {secs}s",
+                limits.max
             );
         }
+        let n = refused.evicted.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            tracing::warn!(
+                "closed {n} connections on which no call had authenticated, to make room at \
+                 the connection cap ({}) in the last {secs}s",
+                limits.max
+            );
+        }
+        let n = refused.per_address.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            tracing::warn!(
+                "refused {n} connections over the cap per client address \
+                 (--max-connections-per-address, {}) in the last {secs}s",
+                limits.max_per_address
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_counts_as_itself_or_its_ipv6_slash_64() {
+        let key = |s: &str| address_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+    }
+
+    #[test]
+    fn an_address_has_at_most_its_places_and_gets_them_back() {
+        let a = Arc::new(Addresses::default());
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let other: IpAddr = "10.0.0.2".parse().unwrap();
+        let held: Vec<_> = (0..3).map(|_| a.take(ip, 3).unwrap()).collect();
+        assert!(a.take(ip, 3).is_none());
+        assert!(a.take(other, 3).is_some(), "another address has its own");
+        drop(held);
+        assert!(
+            a.0.lock().unwrap().is_empty(),
+            "nothing is kept for a gone address"
+        );
+        assert!(a.take(ip, 3).is_some());
     }
 }

@@ -141,6 +141,30 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
     }
 }
 
+/// [`lease`] as `caller` may see it: whole when the grant is its own
+/// principal's or it may `read` the job; else without the holder, the
+/// principal and the token. A `lease` grant alone tells that a job is
+/// held, and for how long, not by whom or under which token.
+pub fn lease_for(caller: &Caller, v: &LeaseView) -> proto::Lease {
+    let mut l = lease(v);
+    if !may_see(caller, v) {
+        l.holder.clear();
+        l.principal.clear();
+        l.token = 0;
+    }
+    l
+}
+
+/// Whether `caller` may see who holds `v` and under which token: the grant
+/// is its own principal's, or it may `read` the job.
+pub fn may_see(caller: &Caller, v: &LeaseView) -> bool {
+    let own = match &v.state {
+        LeaseState::Held { holder, .. } => !caller.held_by_another(holder.as_str()),
+        LeaseState::Free(_) => false,
+    };
+    own || caller.may_read(v.job.as_str())
+}
+
 /// A stored tenure as the proto `Tenure`: the holder as its client sent
 /// it, the principal it was bound to, wall-clock times.
 pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {

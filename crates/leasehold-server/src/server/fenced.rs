@@ -107,7 +107,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::CheckedWriteRequest>,
     ) -> Result<Response<proto::CheckedWriteResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let pacing = Pacing::of(&req);
         let bytes = write_bytes(req.get_ref());
         let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
@@ -140,7 +140,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<Streaming<proto::WriteStreamRequest>>,
     ) -> Result<Response<Self::WriteStreamStream>, Status> {
-        let caller = Caller::of(&req);
+        let mut caller = Caller::of(&req).map_err(status)?;
         let pacing = Pacing::of(&req);
         let mut inbound = req.into_inner();
         let node = self.node.clone();
@@ -177,9 +177,16 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 };
                 let bytes = msg.writes.iter().map(write_bytes).sum();
                 paced(&pacing, bytes).await;
-                let staged = stage_batch(&node, &limits, &metrics, &caller, msg)
-                    .await
-                    .map_err(status);
+                // Each message under the policy in force now: after a
+                // reload that took the grant, the stream ends.
+                let staged = match caller.current() {
+                    Ok(c) => {
+                        caller = c;
+                        stage_batch(&node, &limits, &metrics, &caller, msg).await
+                    }
+                    Err(e) => Err(e),
+                }
+                .map_err(status);
                 let end = staged.is_err();
                 if staged_tx.send(staged).await.is_err() || end {
                     return;
@@ -214,7 +221,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::ReadRequest>,
     ) -> Result<Response<proto::ReadResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let (job, key) =
             convert::read_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
         let rec = self.node.read(&job, &key).await.map_err(status)?;
@@ -233,7 +240,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         &self,
         req: Request<proto::ListKeysRequest>,
     ) -> Result<Response<proto::ListKeysResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let r = req.into_inner();
         let l = &self.limits;
         let job = convert::job_arg(l, &caller, Action::Read, &r.job).map_err(status)?;

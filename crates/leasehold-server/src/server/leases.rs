@@ -43,10 +43,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::backend::{Acquired, Backend, ReleaseIfDropped, Renewal};
 use crate::error::{Error, Result};
-use crate::lease::{JobName, Limits};
+use crate::lease::{JobName, LeaseState, Limits};
 use crate::metrics::RpcMetrics;
 use crate::proto;
-use crate::server::auth::{Action, Caller, PrincipalLoad};
+use crate::server::auth::{self, Action, Caller, PrincipalLoad};
 use crate::server::convert::{self, duration, lease};
 use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
@@ -153,8 +153,18 @@ impl Quotas {
             job: job.clone(),
             server: None,
             principal: mine,
+            principal_counted: false,
             counted: false,
         };
+        // The principal's own share of --max-waiters, so that one
+        // principal's waiters on many jobs cannot fill the server's line.
+        if let (Some((limits, load)), Some(_)) = (caller.share(), &place.principal) {
+            let max = limits.max_waiters.unwrap_or(self.max_waiters);
+            if !try_take(&load.waiters, max) {
+                return Err(caller.over_limit("max_waiters", max, true));
+            }
+            place.principal_counted = true;
+        }
         if !join(&self.waiting, job, self.max_waiters_per_job) {
             return Err(Error::QuotaExceeded {
                 limit: "--max-waiters-per-job",
@@ -225,6 +235,9 @@ struct WaiterPlace {
     server: Option<Arc<Quotas>>,
     /// Its principal's load, once it has a place in the principal's line.
     principal: Option<Arc<PrincipalLoad>>,
+    /// Whether it counts under its principal's `max_waiters` (only with
+    /// `principal`).
+    principal_counted: bool,
     /// Whether it counts under `--max-waiters` (only with `server`).
     counted: bool,
 }
@@ -239,6 +252,9 @@ impl Drop for WaiterPlace {
         }
         if let Some(load) = &self.principal {
             leave(&load.waiting, &self.job);
+            if self.principal_counted {
+                load.waiters.fetch_sub(1, Ordering::AcqRel);
+            }
         }
     }
 }
@@ -278,22 +294,41 @@ pub const DEFAULT_WATCH_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The channel holds two: one event, and always room for the status.
 fn relay(
     mut events: mpsc::Receiver<Result<(crate::backend::EventKind, crate::lease::LeaseView)>>,
-    place: WatcherPlace,
+    watcher: Watcher,
     stall: Duration,
     metrics: Arc<RpcMetrics>,
 ) -> mpsc::Receiver<Result<proto::LeaseEvent, Status>> {
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(async move {
         // The place is the watch's for as long as this runs.
-        let _place = place;
+        let Watcher {
+            place: _place,
+            mut caller,
+            job,
+        } = watcher;
+        let mut reloads = caller.reloads();
         loop {
             let ev = tokio::select! {
                 ev = events.recv() => match ev {
-                    Some(ev) => ev,
+                    Some(ev) => ev.map(Some),
                     None => return,
                 },
+                // A reload: the watch goes on only while the caller may
+                // still read the job.
+                Some(()) = reloaded(&mut reloads) => Ok(None),
                 // The client went away (the response stream was dropped).
                 _ = tx.closed() => return,
+            };
+            let still = caller.current().and_then(|c| {
+                caller = c;
+                caller.authorize(Action::Read, job.as_str())
+            });
+            if let Err(e) = still {
+                let _ = tx.send(Err(status(e))).await;
+                return;
+            }
+            let Some(ev) = ev.transpose() else {
+                continue;
             };
             let ev = ev
                 .map(|(kind, view)| proto::LeaseEvent {
@@ -318,6 +353,21 @@ fn relay(
 }
 type RenewalStream = Pin<Box<dyn Stream<Item = Result<proto::KeepAliveResponse, Status>> + Send>>;
 
+/// A `WatchLease` stream's place among the watchers, and whose it is.
+struct Watcher {
+    place: WatcherPlace,
+    caller: Caller,
+    job: crate::lease::JobName,
+}
+
+/// The next reload of the policy; never without one.
+async fn reloaded(reloads: &mut Option<tokio::sync::watch::Receiver<()>>) -> Option<()> {
+    match reloads {
+        Some(r) => r.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
 /// The most renewals one `KeepAliveRequest` may carry.
 pub const MAX_KEEP_ALIVE_RENEWALS: usize = 1000;
 
@@ -327,7 +377,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let (job, holder, ttl, wait) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
@@ -375,7 +425,7 @@ impl proto::leases_server::Leases for LeasesService {
             .map_err(status)?;
         let mut resp = Response::new(proto::AcquireResponse {
             acquired,
-            lease: Some(lease(&view)),
+            lease: Some(convert::lease_for(&caller, &view)),
         });
         if fresh {
             // Released at once if the reply never reaches the client.
@@ -392,7 +442,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let (job, holder, token, ttl) =
             convert::renew_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
@@ -410,7 +460,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::ReleaseRequest>,
     ) -> Result<Response<proto::ReleaseResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let (job, holder, token) =
             convert::release_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let released = match req.get_ref().give_back {
@@ -418,6 +468,22 @@ impl proto::leases_server::Leases for LeasesService {
             false => self.node.release(&job, &holder, token).await,
         }
         .map_err(|e| status(caller.refine(Action::Lease, e)))?;
+        if !released && caller.is_policed() {
+            // A give-back answers `released: false` where a release fails
+            // LEASE_LOST; when the lease is another principal's, both are
+            // refused alike.
+            let view = self.node.lease(&job).await.map_err(status)?;
+            if let LeaseState::Held { holder: h, .. } = &view.state {
+                if caller.held_by_another(h.as_str()) {
+                    let lost = Error::LeaseLost {
+                        job: job.to_string(),
+                        current_holder: Some(h.as_str().to_owned()),
+                        current: view.token,
+                    };
+                    return Err(status(caller.refine(Action::Lease, lost)));
+                }
+            }
+        }
         Ok(Response::new(proto::ReleaseResponse { released }))
     }
 
@@ -425,7 +491,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::GetLeaseRequest>,
     ) -> Result<Response<proto::Lease>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
         let view = self.node.lease(&job).await.map_err(status)?;
@@ -436,7 +502,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::DeleteJobRequest>,
     ) -> Result<Response<proto::DeleteJobResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let job = convert::job_arg(&self.limits, &caller, Action::Admin, &req.get_ref().job)
             .map_err(status)?;
         let deleted = self.node.delete_job(&job).await.map_err(status)?;
@@ -447,22 +513,36 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::ListLeasesRequest>,
     ) -> Result<Response<proto::ListLeasesResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let r = req.into_inner();
         self.limits.job_prefix(&r.prefix).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
+        if !caller.reads_something() {
+            // A listing is reading: a principal with no `read` grant
+            // anywhere is refused it (PERMISSION_DENIED, action read).
+            caller.authorize(Action::Read, &r.prefix).map_err(status)?;
+        }
         let after = page::leases_after(&r.prefix, &r.page_token).map_err(status)?;
-        let views = self
-            .node
-            .leases(&r.prefix, after.as_deref(), limit)
-            .await
-            .map_err(status)?;
+        // Only the ranges the caller may read are scanned, so the page
+        // token names a job it may read.
+        let mut views = Vec::new();
+        for range in caller.read_ranges(&r.prefix) {
+            // A resume point before the range is its start: a listing
+            // resumes within the range, or after it.
+            let after = after.as_deref().filter(|a| *a >= range.as_str());
+            views.extend(
+                self.node
+                    .leases(&range, after, limit)
+                    .await
+                    .map_err(status)?,
+            );
+        }
+        views.sort_by(|a, b| a.job.as_str().cmp(b.job.as_str()));
+        views.truncate(limit);
         let next_page_token = match views.last() {
             Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
             _ => String::new(),
         };
-        // Only the jobs the caller may read: a page may come out short
-        // (even empty) with a next page still to read.
         Ok(Response::new(proto::ListLeasesResponse {
             leases: views
                 .iter()
@@ -477,7 +557,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::GetHistoryRequest>,
     ) -> Result<Response<proto::GetHistoryResponse>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let r = req.into_inner();
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
@@ -505,15 +585,18 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<proto::WatchLeaseRequest>,
     ) -> Result<Response<Self::WatchLeaseStream>, Status> {
-        let caller = Caller::of(&req);
+        let caller = Caller::of(&req).map_err(status)?;
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
         let place = self.quotas.watcher(&caller).map_err(status)?;
-        let events = self.node.watch(job);
+        let events = self.node.watch(job.clone());
         let stall = self.quotas.watch_stall_timeout;
         let metrics = self.quotas.metrics.clone();
         Ok(Response::new(Box::pin(ReceiverStream::new(relay(
-            events, place, stall, metrics,
+            events,
+            Watcher { place, caller, job },
+            stall,
+            metrics,
         )))))
     }
 
@@ -523,7 +606,7 @@ impl proto::leases_server::Leases for LeasesService {
         &self,
         req: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let caller = Caller::of(&req);
+        let mut caller = Caller::of(&req).map_err(status)?;
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -552,9 +635,16 @@ impl proto::leases_server::Leases for LeasesService {
                         return;
                     }
                 };
-                let reply = keep_alive_batch(&node, &limits, &caller, msg)
-                    .await
-                    .map_err(status);
+                // Each message under the policy in force now: after a
+                // reload that took the grant, the stream ends.
+                let reply = match caller.current() {
+                    Ok(c) => {
+                        caller = c;
+                        keep_alive_batch(&node, &limits, &caller, msg).await
+                    }
+                    Err(e) => Err(e),
+                }
+                .map_err(status);
                 let end = reply.is_err();
                 if tx.send(reply).await.is_err() || end {
                     return;
@@ -594,6 +684,24 @@ async fn keep_alive_batch(
         for r in &req.renewals {
             if let Ok(job) = l.job(&r.job) {
                 caller.authorize(Action::Lease, job.as_str())?;
+            }
+        }
+        // An entry that takes another principal's lease with its holder
+        // string refuses the whole message before any of it is applied
+        // (the rules refuse that entry in the decision too, but only
+        // after the entries before it were renewed).
+        for r in &req.renewals {
+            let Ok(job) = l.job(&r.job) else { continue };
+            let Some(stored) = node.holder_hint(&job) else {
+                continue;
+            };
+            if caller.held_by_another(&stored) && auth::unbind(&stored).1 == r.holder {
+                let lost = Error::LeaseLost {
+                    job: job.to_string(),
+                    current_holder: Some(stored),
+                    current: crate::lease::Token(0),
+                };
+                return Err(caller.refine(Action::Lease, lost));
             }
         }
     }
@@ -651,8 +759,15 @@ async fn keep_alive_batch(
                     Error::UnknownToken { .. } => Outcome::UnknownToken,
                     _ => Outcome::LeaseLost,
                 } as i32;
-                res.lease = Some(lease(&view));
-                res.message = e.to_string();
+                res.lease = Some(convert::lease_for(caller, &view));
+                res.message = match e {
+                    // Not the job's newest token, to a caller who may not
+                    // see it.
+                    Error::UnknownToken { job, token, .. } if !convert::may_see(caller, &view) => {
+                        format!("token {token} was never issued for job {job:?}")
+                    }
+                    e => e.to_string(),
+                };
             }
         }
     }

@@ -81,6 +81,9 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Connections open at once; more are closed on accept.
     pub max_connections: usize,
+    /// Connections open at once from one client address (an IPv6
+    /// client's /64); more are closed on accept.
+    pub max_connections_per_address: usize,
     /// Calls in flight at once, across connections, in each budget
     /// (renewals have their own); more are answered RESOURCE_EXHAUSTED,
     /// reason OVERLOADED ([`layers::Admission`]). Also each principal's,
@@ -147,6 +150,7 @@ impl Default for Config {
             limits: Limits::default(),
             drain_timeout: Duration::from_secs(10),
             max_connections: 4096,
+            max_connections_per_address: 256,
             max_in_flight: 10_000,
             max_in_flight_per_connection: 1_000,
             max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
@@ -255,9 +259,11 @@ pub async fn run(
 
     let limits = conn::ConnLimits {
         max: config.max_connections,
+        max_per_address: config.max_connections_per_address,
         handshake_timeout: config.handshake_timeout,
         preface_bytes: conn::HTTP2_PREFACE_BYTES,
         idle_timeout: Some(config.idle_timeout),
+        evict_anonymous: config.auth.is_some(),
     };
     let incoming = conn::incoming(
         listener,

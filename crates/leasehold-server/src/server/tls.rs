@@ -67,7 +67,6 @@ pub enum Port {
 }
 
 /// The TLS configuration of both ports, reloadable.
-#[derive(Debug)]
 pub struct Tls {
     files: TlsFiles,
     current: RwLock<Loaded>,
@@ -75,12 +74,21 @@ pub struct Tls {
     seen: Mutex<Vec<Option<SystemTime>>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 struct Loaded {
     grpc: Arc<ServerConfig>,
     admin: Arc<ServerConfig>,
     /// The files' modification times when they were read.
     stamps: Vec<Option<SystemTime>>,
+}
+
+/// The files only: nothing of the loaded keys.
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tls {

@@ -25,6 +25,10 @@ pub trait Connection {
     /// Where the connection keeps the caller its last call was
     /// authenticated as.
     fn caller_memo(&self) -> &CallerMemo;
+
+    /// The client's address, which failed authentications are counted
+    /// against; `None` if not known.
+    fn remote_ip(&self) -> Option<std::net::IpAddr>;
 }
 
 impl Auth {
@@ -50,14 +54,27 @@ impl Auth {
             }
             current.clone()
         };
+        let credential;
+        let remote = conn.and_then(|c| c.remote_ip());
         let principal = match header {
             Some(v) => {
+                credential = Credential::Token(v.clone());
                 let secret = bearer(v.as_bytes()).ok_or_else(|| {
                     self.unauthenticated("the authorization header is not `Bearer SECRET`")
                 })?;
-                policy
-                    .by_token(secret)
-                    .ok_or_else(|| self.unauthenticated("the bearer token matches no principal"))?
+                // A secret proven before costs a lookup; any other a
+                // SHA-256 of up to 16 KiB, which an address past its
+                // failures is not given.
+                match policy.proven(secret) {
+                    Some(p) => p,
+                    None => {
+                        self.throttle(remote)?;
+                        policy.by_token(secret).ok_or_else(|| {
+                            self.failed(remote);
+                            self.unauthenticated("the bearer token matches no principal")
+                        })?
+                    }
+                }
             }
             None => {
                 let cert = conn.and_then(|c| c.client_cert()).ok_or_else(|| {
@@ -66,8 +83,11 @@ impl Auth {
                              or a client certificate",
                     )
                 })?;
-                policy.by_cert(cert).ok_or_else(|| {
-                    self.unauthenticated("the client certificate names no principal")
+                credential = Credential::Cert(cert.clone());
+                self.throttle(remote)?;
+                policy.by_cert(cert).map_err(|why| {
+                    self.failed(remote);
+                    self.unauthenticated(why)
                 })?
             }
         };
@@ -77,6 +97,7 @@ impl Auth {
             load: principal.load.clone(),
             policy,
             auth: self.clone(),
+            credential,
         })));
         if let Some(m) = memo {
             m.set(header, &caller);
@@ -84,10 +105,11 @@ impl Auth {
         Ok(caller)
     }
 
-    fn unauthenticated(&self, why: &'static str) -> Error {
+    fn unauthenticated(&self, why: impl Into<String>) -> Error {
+        let why = why.into();
         self.metrics.denied("unauthenticated", "none");
-        self.log("", why);
-        Error::Unauthenticated(why.to_owned())
+        self.log("", &why);
+        Error::Unauthenticated(why)
     }
 }
 
@@ -126,6 +148,13 @@ impl CallerMemo {
         (same && Arc::ptr_eq(&known.policy, policy)).then(|| caller.clone())
     }
 
+    /// Whether a call on the connection has been authenticated (under
+    /// any policy): a connection without one may be closed to make room
+    /// for another at `--max-connections` (`server/conn.rs`).
+    pub fn is_known(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
     fn set(&self, header: Option<&http::HeaderValue>, caller: &Caller) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((header.cloned(), caller.clone()));
     }
@@ -146,6 +175,18 @@ struct Known {
     /// The policy as it was when the call arrived.
     policy: Arc<Policy>,
     auth: Arc<Auth>,
+    /// What the caller was found by, to look it up again after a reload
+    /// ([`Caller::current`]).
+    credential: Credential,
+}
+
+/// What a caller was authenticated by.
+#[derive(Clone)]
+enum Credential {
+    /// The `authorization` header.
+    Token(http::HeaderValue),
+    /// The client certificate.
+    Cert(CertificateDer<'static>),
 }
 
 /// Separates the principal from the client's holder string in a bound
@@ -159,13 +200,57 @@ impl Caller {
     }
 
     /// The caller of `req`: the one [`AuthLayer`](super::AuthLayer) put
-    /// there, or an open caller on a server without a policy (where no
-    /// layer puts one).
-    pub fn of<T>(req: &tonic::Request<T>) -> Caller {
-        req.extensions()
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or_default()
+    /// there (an open one on a server without a policy). A call that did
+    /// not pass the layer has none, and is refused: it fails closed.
+    pub fn of<T>(req: &tonic::Request<T>) -> Result<Caller> {
+        req.extensions().get::<Caller>().cloned().ok_or_else(|| {
+            tracing::error!("a call reached its handler without passing authentication");
+            Error::Unauthenticated("the call was not authenticated".to_owned())
+        })
+    }
+
+    /// The caller as the policy in force now knows it, for a stream that
+    /// outlives a reload: itself while the policy is still the one it was
+    /// found under (a read lock and a comparison); after a reload, its
+    /// credentials looked up again, and its principal's new grants and
+    /// limits. UNAUTHENTICATED when they name no principal any more, or
+    /// another one.
+    pub fn current(&self) -> Result<Caller> {
+        let Some(k) = &self.0 else {
+            return Ok(self.clone());
+        };
+        let now = {
+            let now = k.auth.policy.read().unwrap_or_else(|e| e.into_inner());
+            if Arc::ptr_eq(&now, &k.policy) {
+                return Ok(self.clone());
+            }
+            now.clone()
+        };
+        let principal = match &k.credential {
+            Credential::Token(v) => bearer(v.as_bytes()).and_then(|s| now.by_token(s)),
+            Credential::Cert(c) => now.by_cert(c).ok(),
+        };
+        match principal {
+            Some(p) if p.name == k.principal => Ok(Caller(Some(Arc::new(Known {
+                principal: p.name.clone(),
+                limits: p.limits,
+                load: p.load.clone(),
+                policy: now,
+                auth: k.auth.clone(),
+                credential: k.credential.clone(),
+            })))),
+            _ => Err(k.auth.unauthenticated(format!(
+                "the policy was reloaded, and these credentials no longer name principal {:?}",
+                &*k.principal
+            ))),
+        }
+    }
+
+    /// Changes when the policy is reloaded, for a stream to look at its
+    /// caller again ([`Caller::current`]) while it has nothing else to do;
+    /// `None` without a policy.
+    pub fn reloads(&self) -> Option<tokio::sync::watch::Receiver<()>> {
+        self.0.as_ref().map(|k| k.auth.reloads())
     }
 
     /// The caller's principal, if the server has a policy.
@@ -193,6 +278,20 @@ impl Caller {
         self.0
             .as_ref()
             .is_none_or(|k| k.policy.reads_something(&k.principal))
+    }
+
+    /// The job-name prefixes a listing of `prefix` must scan to find every
+    /// job the caller may read there, and no other: `prefix` itself for a
+    /// caller allowed everything (no policy, or `admin`), else its `read`
+    /// grants narrowed to `prefix`, disjoint and in order; none when it may
+    /// read nothing there. A listing that scans only these costs what the
+    /// caller can see, and learns nothing of the other jobs: not their
+    /// names (in a page token), nor whether any exist (from an empty page).
+    pub fn read_ranges(&self, prefix: &str) -> Vec<String> {
+        match &self.0 {
+            None => vec![prefix.to_owned()],
+            Some(k) => k.policy.read_ranges(&k.principal, prefix),
+        }
     }
 
     /// Whether the caller may read `job` (for filtering listings; not
@@ -382,6 +481,15 @@ mod tests {
     use super::super::policy::tests::POLICY;
     use super::*;
 
+    #[test]
+    fn a_call_that_did_not_pass_authentication_is_refused() {
+        let req = tonic::Request::new(());
+        assert!(matches!(Caller::of(&req), Err(Error::Unauthenticated(_))));
+        let mut req = tonic::Request::new(());
+        req.extensions_mut().insert(Caller::open());
+        assert!(Caller::of(&req).unwrap().principal().is_none());
+    }
+
     /// A connection without a client certificate.
     #[derive(Debug, Default)]
     struct Plain(CallerMemo);
@@ -394,6 +502,44 @@ mod tests {
         fn caller_memo(&self) -> &CallerMemo {
             &self.0
         }
+
+        fn remote_ip(&self) -> Option<std::net::IpAddr> {
+            Some(std::net::Ipv4Addr::new(10, 0, 0, 1).into())
+        }
+    }
+
+    #[test]
+    fn an_address_past_its_failures_is_refused_unread_but_a_proven_secret_is_not() {
+        use super::super::policy::MAX_FAILURES;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, POLICY).unwrap();
+        let auth = Auth::load(path, Arc::default()).unwrap();
+        let header = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::AUTHORIZATION, v.parse().unwrap());
+            h
+        };
+        // "test" is billing's secret; proven once.
+        assert!(auth
+            .authenticate(&header("Bearer test"), Some(&Plain::default()))
+            .is_ok());
+        for _ in 0..MAX_FAILURES {
+            let e = auth.authenticate(&header("Bearer wrong"), Some(&Plain::default()));
+            assert!(e
+                .err()
+                .unwrap()
+                .to_string()
+                .contains("matches no principal"));
+        }
+        let e = auth.authenticate(&header("Bearer wrong"), Some(&Plain::default()));
+        let e = e.err().unwrap().to_string();
+        assert!(e.contains("failed authentications from 10.0.0.1"), "{e}");
+        // A new connection from the same address with the proven secret is
+        // served without the hash.
+        assert!(auth
+            .authenticate(&header("Bearer test"), Some(&Plain::default()))
+            .is_ok());
     }
 
     #[test]

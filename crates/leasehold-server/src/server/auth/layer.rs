@@ -22,8 +22,9 @@ fn is_open(path: &str) -> bool {
 
 /// Authenticates every call (see the module docs): puts the
 /// [`Caller`](super::Caller) into its extensions, or answers
-/// UNAUTHENTICATED. Without a policy it lets every call through, and the
-/// handlers see an open [`Caller`](super::Caller).
+/// UNAUTHENTICATED. Without a policy it lets every call through with an
+/// open [`Caller`](super::Caller). A handler finds no caller only on a
+/// call that did not pass here, and refuses it.
 ///
 /// `C` is the type of the connection's state that the server puts into
 /// every request's extensions, read as a [`Connection`].
@@ -95,7 +96,9 @@ where
     }
 
     fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
-        if let Some(auth) = self.auth.as_ref().filter(|_| !is_open(req.uri().path())) {
+        if self.auth.is_none() {
+            req.extensions_mut().insert(super::Caller::open());
+        } else if let Some(auth) = self.auth.as_ref().filter(|_| !is_open(req.uri().path())) {
             let conn = req.extensions().get::<C>();
             match auth.authenticate(req.headers(), conn) {
                 Ok(caller) => {

@@ -1,9 +1,10 @@
 //! Who may do what: principals, their credentials, and their grants.
 //!
 //! A policy (`serve --policy FILE`, TOML) names **principals**, each known
-//! by client-certificate names (a DNS subject alternative name, or the
-//! subject's common name, of a certificate that `--tls-client-ca`
-//! verified) and/or bearer tokens (kept
+//! by client-certificate names (a subject alternative name, DNS or URI,
+//! matched exactly, or the common name of a certificate without SANs,
+//! that `--tls-client-ca` verified; see `Policy::by_cert`) and/or bearer
+//! tokens (kept
 //! as the SHA-256 of the secret), and **grants**: a principal may do a set
 //! of actions on the jobs whose names start with a prefix.
 //!

@@ -3810,7 +3810,12 @@ export const LeasesService = {
     responseSerialize: (value: DeleteJobResponse): Buffer => Buffer.from(DeleteJobResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DeleteJobResponse => DeleteJobResponse.decode(value),
   },
-  /** ListLeases lists every job the server knows, ordered by job name. */
+  /**
+   * ListLeases lists every job the server knows, ordered by job name. With a
+   * policy, only the jobs the caller may read: it needs a `read` grant
+   * somewhere (PERMISSION_DENIED otherwise), and a page, its
+   * `next_page_token` and an empty page say nothing of the other jobs.
+   */
   listLeases: {
     path: "/leasehold.v1.Leases/ListLeases" as const,
     requestStream: false as const,
@@ -3949,7 +3954,12 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * job as never granted (token 0). With a policy, this is action `admin`.
    */
   deleteJob: handleUnaryCall<DeleteJobRequest, DeleteJobResponse>;
-  /** ListLeases lists every job the server knows, ordered by job name. */
+  /**
+   * ListLeases lists every job the server knows, ordered by job name. With a
+   * policy, only the jobs the caller may read: it needs a `read` grant
+   * somewhere (PERMISSION_DENIED otherwise), and a page, its
+   * `next_page_token` and an empty page say nothing of the other jobs.
+   */
   listLeases: handleUnaryCall<ListLeasesRequest, ListLeasesResponse>;
   /**
    * GetHistory returns the job's history of leaders, newest first: one
@@ -4123,7 +4133,12 @@ export interface LeasesClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DeleteJobResponse) => void,
   ): ClientUnaryCall;
-  /** ListLeases lists every job the server knows, ordered by job name. */
+  /**
+   * ListLeases lists every job the server knows, ordered by job name. With a
+   * policy, only the jobs the caller may read: it needs a `read` grant
+   * somewhere (PERMISSION_DENIED otherwise), and a page, its
+   * `next_page_token` and an empty page say nothing of the other jobs.
+   */
   listLeases(
     request: ListLeasesRequest,
     callback: (error: ServiceError | null, response: ListLeasesResponse) => void,
@@ -4287,7 +4302,11 @@ export const FencedStoreService = {
    * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. A message refused with
+   * SHUTTING_DOWN when the server stops. With a policy, also
+   * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+   * (no `write` grant on its job, or a token of a grant another principal
+   * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+   * took the caller's grant while the stream was open. A message refused with
    * INVALID_ARGUMENT changes nothing: every message sent before it is
    * answered first, and nothing in it or after it is written. When the
    * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
@@ -4377,7 +4396,11 @@ export interface FencedStoreServer extends UntypedServiceImplementation {
    * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. A message refused with
+   * SHUTTING_DOWN when the server stops. With a policy, also
+   * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+   * (no `write` grant on its job, or a token of a grant another principal
+   * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+   * took the caller's grant while the stream was open. A message refused with
    * INVALID_ARGUMENT changes nothing: every message sent before it is
    * answered first, and nothing in it or after it is written. When the
    * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
@@ -4457,7 +4480,11 @@ export interface FencedStoreClient extends Client {
    * when a message does not decode (e.g. "writes.job" is not UTF-8),
    * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
    * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-   * SHUTTING_DOWN when the server stops. A message refused with
+   * SHUTTING_DOWN when the server stops. With a policy, also
+   * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+   * (no `write` grant on its job, or a token of a grant another principal
+   * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+   * took the caller's grant while the stream was open. A message refused with
    * INVALID_ARGUMENT changes nothing: every message sent before it is
    * answered first, and nothing in it or after it is written. When the
    * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the

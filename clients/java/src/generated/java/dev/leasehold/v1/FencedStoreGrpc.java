@@ -257,7 +257,11 @@ public final class FencedStoreGrpc {
      * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. A message refused with
+     * SHUTTING_DOWN when the server stops. With a policy, also
+     * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+     * (no `write` grant on its job, or a token of a grant another principal
+     * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+     * took the caller's grant while the stream was open. A message refused with
      * INVALID_ARGUMENT changes nothing: every message sent before it is
      * answered first, and nothing in it or after it is written. When the
      * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
@@ -379,7 +383,11 @@ public final class FencedStoreGrpc {
      * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. A message refused with
+     * SHUTTING_DOWN when the server stops. With a policy, also
+     * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+     * (no `write` grant on its job, or a token of a grant another principal
+     * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+     * took the caller's grant while the stream was open. A message refused with
      * INVALID_ARGUMENT changes nothing: every message sent before it is
      * answered first, and nothing in it or after it is written. When the
      * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the
@@ -488,7 +496,11 @@ public final class FencedStoreGrpc {
      * when a message does not decode (e.g. "writes.job" is not UTF-8),
      * RESOURCE_EXHAUSTED with reason DISK_FULL on a full disk, UNAVAILABLE
      * with reason STORAGE when a sync failed, UNAVAILABLE with reason
-     * SHUTTING_DOWN when the server stops. A message refused with
+     * SHUTTING_DOWN when the server stops. With a policy, also
+     * PERMISSION_DENIED, as CheckedWrite, for a write the caller may not make
+     * (no `write` grant on its job, or a token of a grant another principal
+     * holds), and UNAUTHENTICATED or PERMISSION_DENIED when a policy reload
+     * took the caller's grant while the stream was open. A message refused with
      * INVALID_ARGUMENT changes nothing: every message sent before it is
      * answered first, and nothing in it or after it is written. When the
      * stream ends with UNAVAILABLE or RESOURCE_EXHAUSTED, the writes of the

@@ -437,7 +437,10 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
-     * ListLeases lists every job the server knows, ordered by job name.
+     * ListLeases lists every job the server knows, ordered by job name. With a
+     * policy, only the jobs the caller may read: it needs a `read` grant
+     * somewhere (PERMISSION_DENIED otherwise), and a page, its
+     * `next_page_token` and an empty page say nothing of the other jobs.
      * </pre>
      */
     default void listLeases(dev.leasehold.v1.ListLeasesRequest request,
@@ -630,7 +633,10 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
-     * ListLeases lists every job the server knows, ordered by job name.
+     * ListLeases lists every job the server knows, ordered by job name. With a
+     * policy, only the jobs the caller may read: it needs a `read` grant
+     * somewhere (PERMISSION_DENIED otherwise), and a page, its
+     * `next_page_token` and an empty page say nothing of the other jobs.
      * </pre>
      */
     public void listLeases(dev.leasehold.v1.ListLeasesRequest request,
@@ -808,7 +814,10 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
-     * ListLeases lists every job the server knows, ordered by job name.
+     * ListLeases lists every job the server knows, ordered by job name. With a
+     * policy, only the jobs the caller may read: it needs a `read` grant
+     * somewhere (PERMISSION_DENIED otherwise), and a page, its
+     * `next_page_token` and an empty page say nothing of the other jobs.
      * </pre>
      */
     public dev.leasehold.v1.ListLeasesResponse listLeases(dev.leasehold.v1.ListLeasesRequest request) throws io.grpc.StatusException {
@@ -986,7 +995,10 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
-     * ListLeases lists every job the server knows, ordered by job name.
+     * ListLeases lists every job the server knows, ordered by job name. With a
+     * policy, only the jobs the caller may read: it needs a `read` grant
+     * somewhere (PERMISSION_DENIED otherwise), and a page, its
+     * `next_page_token` and an empty page say nothing of the other jobs.
      * </pre>
      */
     public dev.leasehold.v1.ListLeasesResponse listLeases(dev.leasehold.v1.ListLeasesRequest request) {
@@ -1133,7 +1145,10 @@ public final class LeasesGrpc {
 
     /**
      * <pre>
-     * ListLeases lists every job the server knows, ordered by job name.
+     * ListLeases lists every job the server knows, ordered by job name. With a
+     * policy, only the jobs the caller may read: it needs a `read` grant
+     * somewhere (PERMISSION_DENIED otherwise), and a page, its
+     * `next_page_token` and an empty page say nothing of the other jobs.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.ListLeasesResponse> listLeases(
