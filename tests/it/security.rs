@@ -119,6 +119,18 @@ impl Setup {
         ServerProcess::start(&self.data(), &args)
     }
 
+    /// An etcd frontend with this setup's TLS and policy, on the shared
+    /// cluster under a fresh prefix.
+    pub(crate) fn start_on_etcd(&self) -> ServerProcess {
+        let args = self.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::etcd::frontend(
+            &common::etcd::shared_endpoints().join(","),
+            &common::etcd::fresh_prefix(),
+            &args,
+        )
+    }
+
     /// Started with the server's log piped, for tests that read it.
     fn start_logged(&self) -> (ServerProcess, std::process::ChildStderr) {
         let mut cmd = common::serve_command(&self.data());
@@ -543,13 +555,7 @@ async fn a_stream_write_with_the_next_token_never_lands_under_another_principals
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_a_stream_write_with_the_next_token_never_lands_under_another_principals_grant() {
     let s = Setup::new();
-    let args = s.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let p = common::etcd::frontend(
-        &common::etcd::shared_endpoints().join(","),
-        &common::etcd::fresh_prefix(),
-        &args,
-    );
+    let p = s.start_on_etcd();
     next_token_race(&s, &p, 5).await;
 }
 
@@ -1124,13 +1130,7 @@ async fn a_keep_alive_message_that_takes_another_principals_lease_is_refused_who
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_a_keep_alive_message_that_takes_another_principals_lease_is_refused_whole() {
     let s = Setup::new();
-    let args = s.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let p = common::etcd::frontend(
-        &common::etcd::shared_endpoints().join(","),
-        &common::etcd::fresh_prefix(),
-        &args,
-    );
+    let p = s.start_on_etcd();
     a_mixed_keep_alive(&s, &p).await;
 }
 
@@ -1281,13 +1281,7 @@ async fn streams_open_across_a_reload_end_when_their_grant_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_etcd_streams_open_across_a_reload_end_when_their_grant_is_gone() {
     let s = Setup::new();
-    let args = s.args();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let p = common::etcd::frontend(
-        &common::etcd::shared_endpoints().join(","),
-        &common::etcd::fresh_prefix(),
-        &args,
-    );
+    let p = s.start_on_etcd();
     streams_follow_a_reload(&s, &p).await;
 }
 
