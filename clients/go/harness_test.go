@@ -117,7 +117,60 @@ func startSecureServer(t *testing.T) (*server, string) {
 	return s, pki
 }
 
-func (s *server) signal(sig syscall.Signal) { _ = s.cmd.Process.Signal(sig) }
+// signal sends sig to the server; SIGSTOP returns once it has stopped
+// (waitStopped).
+func (s *server) signal(sig syscall.Signal) {
+	_ = s.cmd.Process.Signal(sig)
+	if sig == syscall.SIGSTOP {
+		waitStopped(s.cmd.Process.Pid)
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped, as
+// /proc/PID/task/*/stat says (state T), or the process is gone. kill(2)
+// returns once SIGSTOP is sent, not once it has taken effect: the process
+// stops when one of its threads takes the signal, and on a loaded machine
+// another of its threads may answer one more call first. A test that
+// pauses the server means "no answer from now on".
+func waitStopped(pid int) {
+	tasks := fmt.Sprintf("/proc/%d/task", pid)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		entries, err := os.ReadDir(tasks)
+		if err != nil {
+			return // gone
+		}
+		var states []string
+		stopped := true
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(tasks, e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			rest := string(b)
+			if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+				rest = rest[i+1:]
+			}
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				continue
+			}
+			states = append(states, f[0])
+			switch f[0] {
+			case "T", "t", "Z", "X":
+			default:
+				stopped = false
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			panic(fmt.Sprintf("process %d did not stop within 30 s of SIGSTOP: its threads' states %v", pid, states))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
 
 // kill SIGKILLs the server and reaps it.
 func (s *server) kill() {

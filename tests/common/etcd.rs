@@ -288,7 +288,7 @@ impl EtcdCluster {
         self.spawn(i, "existing");
     }
 
-    /// SIGSTOPs member `i`.
+    /// SIGSTOPs member `i`; returns once it has stopped.
     pub fn pause(&mut self, i: usize) {
         super::signal(self.pid(i), libc::SIGSTOP);
         self.members[i].stopped = true;

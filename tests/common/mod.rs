@@ -452,10 +452,10 @@ impl ServerProcess {
         .await
     }
 
+    /// Sends `sig` to the server; SIGSTOP returns once it has stopped
+    /// ([`signal`]).
     pub fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child's pid.
-        let r = unsafe { libc::kill(self.pid(), sig) };
-        assert_eq!(r, 0, "kill({}, {sig})", self.pid());
+        signal(self.pid() as u32, sig);
     }
 
     /// SIGKILL, and reap.
@@ -489,11 +489,44 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Sends `sig` to a process.
+/// Sends `sig` to a process. SIGSTOP returns only once every thread of
+/// it has stopped ([`wait_stopped`]).
 pub fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.
     let r = unsafe { libc::kill(pid as i32, sig) };
     assert_eq!(r, 0, "kill({pid}, {sig})");
+    if sig == libc::SIGSTOP {
+        wait_stopped(pid);
+    }
+}
+
+/// Waits until every thread of process `pid` is stopped, as
+/// `/proc/{pid}/task/*/stat` says (state `T`), or the process is gone.
+/// kill(2) returns once SIGSTOP is sent, not once it has taken effect: the
+/// process stops when one of its threads takes the signal, and on a loaded
+/// machine that thread may wait for a CPU while another of its threads
+/// answers one more call, or acknowledges one more proposal. A test that
+/// pauses a process means "nothing from it from now on".
+pub fn wait_stopped(pid: u32) {
+    let tasks = format!("/proc/{pid}/task");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let Ok(dir) = std::fs::read_dir(&tasks) else {
+            return; // gone
+        };
+        let states: Vec<char> = dir
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("stat")).ok())
+            .filter_map(|stat| stat.rsplit_once(')')?.1.trim_start().chars().next())
+            .collect();
+        if states.iter().all(|s| matches!(s, 'T' | 't' | 'Z' | 'X')) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not stop within 30 s of SIGSTOP: its threads' states {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 /// A plain HTTP/1.0 GET on the admin port, so the tests need no HTTP

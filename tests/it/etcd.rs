@@ -879,9 +879,9 @@ async fn a_departed_waiter_whose_delete_failed_leaves_the_line_when_etcd_is_back
         waiter,
     } = one_in_line().await;
     let l = Limits::default();
-    // Every member paused: the waiter goes, and its key's delete fails.
-    // (With one member left, a delete sent just as the others stop could
-    // still be applied; with none, nothing can be, whoever leads.)
+    // Every member paused (each pause returns once the member has
+    // stopped): the waiter goes, and no member can apply its key's delete,
+    // whoever leads, so the delete fails.
     for i in 0..3 {
         cluster.pause(i);
     }

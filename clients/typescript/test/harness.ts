@@ -4,7 +4,7 @@
  * once both listeners are bound.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { get } from "node:http";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -111,8 +111,12 @@ export class Server {
     });
   }
 
+  /** Sends `sig` to the server; SIGSTOP returns once it has stopped ({@link waitStopped}). */
   signal(sig: NodeJS.Signals): void {
     this.proc.kill(sig);
+    if (sig === "SIGSTOP" && this.proc.pid !== undefined) {
+      waitStopped(this.proc.pid);
+    }
   }
 
   /** The sum of a metric's samples on /metrics. */
@@ -210,4 +214,43 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let jobs = 0;
 export function uniqueJob(prefix: string): string {
   return `${prefix}-${jobs++}`;
+}
+
+/**
+ * Waits until every thread of process `pid` is stopped, as
+ * /proc/PID/task/{@literal *}/stat says (state T), or the process is gone.
+ * kill(2) returns once SIGSTOP is sent, not once it has taken effect: the
+ * process stops when one of its threads takes the signal, and on a loaded
+ * machine another of its threads may answer one more call first. A test
+ * that pauses the server means "no answer from now on".
+ */
+export function waitStopped(pid: number): void {
+  const tasks = `/proc/${pid}/task`;
+  const deadline = Date.now() + 30_000;
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    let entries: string[];
+    try {
+      entries = readdirSync(tasks);
+    } catch {
+      return; // gone
+    }
+    const states: string[] = [];
+    for (const t of entries) {
+      try {
+        const stat = readFileSync(`${tasks}/${t}/stat`, "utf8");
+        const state = stat.slice(stat.lastIndexOf(")") + 1).trim().split(/\s+/)[0];
+        if (state) states.push(state);
+      } catch {
+        // the thread ended
+      }
+    }
+    if (states.every((s) => ["T", "t", "Z", "X"].includes(s))) {
+      return;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`process ${pid} did not stop within 30 s of SIGSTOP: its threads' states ${states.join(",")}`);
+    }
+    Atomics.wait(nap, 0, 0, 2);
+  }
 }

@@ -216,10 +216,50 @@ final class ServerProcess implements AutoCloseable {
   }
 
   /** Sends a signal (STOP, CONT, TERM...) with the shell's kill builtin. */
+  /** Sends {@code sig} ("STOP", "CONT"...); STOP returns once the server has stopped ({@link #waitStopped}). */
   void signal(String sig) throws Exception {
     Process p = new ProcessBuilder("sh", "-c", "kill -" + sig + " " + process.pid()).inheritIO().start();
     if (p.waitFor() != 0) {
       throw new IllegalStateException("kill -" + sig + " failed");
+    }
+    if (sig.equals("STOP")) {
+      waitStopped(process.pid());
+    }
+  }
+
+  /**
+   * Waits until every thread of process {@code pid} is stopped, as
+   * /proc/PID/task/{@literal *}/stat says (state T), or the process is gone.
+   * kill(2) returns once SIGSTOP is sent, not once it has taken effect: the
+   * process stops when one of its threads takes the signal, and on a loaded
+   * machine another of its threads may answer one more call first. A test
+   * that pauses the server means "no answer from now on".
+   */
+  static void waitStopped(long pid) throws Exception {
+    Path tasks = Paths.get("/proc", Long.toString(pid), "task");
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (true) {
+      java.util.List<String> states = new java.util.ArrayList<>();
+      try (java.util.stream.Stream<Path> ts = Files.list(tasks)) {
+        for (Path t : (Iterable<Path>) ts::iterator) {
+          try {
+            String stat = Files.readString(t.resolve("stat"));
+            String[] rest = stat.substring(stat.lastIndexOf(')') + 1).trim().split("\\s+");
+            states.add(rest[0]);
+          } catch (IOException e) {
+            // the thread ended
+          }
+        }
+      } catch (IOException e) {
+        return; // gone
+      }
+      if (states.stream().allMatch(s -> s.equals("T") || s.equals("t") || s.equals("Z") || s.equals("X"))) {
+        return;
+      }
+      if (System.nanoTime() > deadline) {
+        throw new IllegalStateException("process " + pid + " did not stop within 30 s of SIGSTOP: its threads' states " + states);
+      }
+      Thread.sleep(2);
     }
   }
 
