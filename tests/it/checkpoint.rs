@@ -33,14 +33,13 @@
 //! must join the points.
 
 use crate::common;
-use crate::faults::inject;
+use crate::faults::{inject, Injected};
 use crate::integrity::{check, copy_dir, load, try_start, verify, History};
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::Ordering;
 
 use common::{bin, ServerProcess};
 use leasehold::client::Client;
@@ -131,13 +130,7 @@ fn args(dir: &Path, syscall: &str, file: Option<&str>, action: &str, n: u32) -> 
     a
 }
 
-fn strace(
-    server: &ServerProcess,
-    args: &[String],
-) -> (
-    std::process::Child,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
+fn strace(server: &ServerProcess, args: &[String]) -> (std::process::Child, Injected) {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     inject(server, &a)
 }
@@ -251,7 +244,7 @@ async fn a_checkpoint_failed_at_any_call_heals_and_never_lets_a_token_repeat() {
             let backed_up = backup(&s.url(), &dir.with_extension("lhb"));
             // Detached: the disk answers again.
             detach(st);
-            if injected.load(Ordering::SeqCst) == 0 {
+            if injected.total() == 0 {
                 assert!(backed_up, "{what}: nothing failed, yet the backup did");
                 s.kill9();
                 break;

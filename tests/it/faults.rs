@@ -11,7 +11,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -362,10 +362,7 @@ async fn a_failed_store_is_unhealthy_until_reopened_and_reads_work_at_once() {
     };
     // The sync failed, and then reopens did, three times: the store stays
     // failed, and must not wedge.
-    wait_for("reopens that fail too", || async {
-        injected.load(Ordering::SeqCst) >= 4
-    })
-    .await;
+    wait_for("reopens that fail too", || async { injected.so_far() >= 4 }).await;
     wait_for(
         "gRPC health NOT_SERVING while the store is failed",
         || async { grpc_health(&server, "").await == NOT_SERVING },
@@ -808,7 +805,7 @@ async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
         let key = format!("k{}", i % 64).into_bytes();
         async move {
             let _ = c.checked_write("j", 1, &key, vec![1; 64 * 1024]).await;
-            injected.load(Ordering::SeqCst) >= 5
+            injected.so_far() >= 5
         }
     })
     .await;
@@ -839,12 +836,8 @@ async fn a_burst_of_write_errors_inside_sled_heals_without_a_restart() {
 
 /// strace attached to `server` (every thread) with `args` (its `-e
 /// trace=`, `-e inject=`, `-P` filters), once attached; and the count of
-/// the calls it has failed so far, which strace reports on its standard
-/// error.
-pub(crate) fn inject(
-    server: &ServerProcess,
-    args: &[&str],
-) -> (std::process::Child, Arc<AtomicUsize>) {
+/// the calls it has failed, which strace reports on its standard error.
+pub(crate) fn inject(server: &ServerProcess, args: &[&str]) -> (std::process::Child, Injected) {
     let mut strace = Command::new("strace")
         .arg("-f")
         .args(args)
@@ -853,7 +846,7 @@ pub(crate) fn inject(
         .stderr(Stdio::piped())
         .spawn()
         .expect("strace is needed (scripts/test installs it)");
-    let injected = Arc::new(AtomicUsize::new(0));
+    let injected = Injected::default();
     let (attached_tx, attached) = std::sync::mpsc::channel();
     std::thread::spawn({
         use std::io::BufRead;
@@ -865,11 +858,43 @@ pub(crate) fn inject(
                     let _ = attached_tx.send(());
                 }
                 if line.contains("(INJECTED)") {
-                    injected.fetch_add(1, Ordering::SeqCst);
+                    injected.count.fetch_add(1, Ordering::SeqCst);
                 }
             }
+            injected.ended.store(true, Ordering::SeqCst);
         }
     });
     attached.recv().expect("strace attaches");
     (strace, injected)
+}
+
+/// The calls strace has failed, as read from its standard error by a
+/// thread of [`inject`]'s.
+#[derive(Clone, Default)]
+pub(crate) struct Injected {
+    count: Arc<AtomicUsize>,
+    /// strace's standard error has ended: every line it wrote is counted.
+    ended: Arc<AtomicBool>,
+}
+
+impl Injected {
+    /// The calls failed so far, as far as the reader has got.
+    pub(crate) fn so_far(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Every call strace failed, once it has exited and the reader has
+    /// read its last line: an exited strace's count may still be on its
+    /// way in the pipe.
+    pub(crate) fn total(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.ended.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < deadline,
+                "strace's output did not end within 30 s (has it exited?)"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.so_far()
+    }
 }
