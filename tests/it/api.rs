@@ -1429,6 +1429,7 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
                     holder: None,
                     token: Token(u64::MAX - 1),
                     ttl: Duration::from_secs(5),
+                    owner: None,
                 },
                 &[],
                 0,

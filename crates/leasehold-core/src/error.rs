@@ -125,8 +125,8 @@ pub enum Error {
         /// The principal whose own limit it is; `None` for the server's.
         principal: Option<String>,
     },
-    /// A limit on state was reached (`--max-waiters-per-job`,
-    /// `--max-watchers`, or a principal's `max_waiters_per_job`,
+    /// A limit on state was reached (`--max-jobs`, `--max-waiters-per-job`,
+    /// `--max-watchers`, or a principal's `max_jobs`, `max_waiters_per_job`,
     /// `max_watchers`). Nothing was changed. Retrying helps only once the
     /// state shrinks (waiters leave the line, watchers end).
     QuotaExceeded {

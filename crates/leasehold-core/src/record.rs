@@ -77,37 +77,67 @@ pub struct Tenure {
 // layout can be told apart from this one.
 
 const LEASE_V1: u8 = 1;
+const LEASE_V2: u8 = 2;
 const VALUE_V1: u8 = 1;
 
-/// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`.
+/// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`,
+/// or, for a job with an owner, `[2, token u64, ttl_ms u64, held u8,
+/// owner_len u16, owner..., holder...]`. A store without a policy keeps
+/// writing the first form, which every release reads.
 pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
     let holder = r.holder.as_ref().map_or("", |h| h.as_str());
-    let mut b = Vec::with_capacity(18 + holder.len());
-    b.push(LEASE_V1);
+    let owner = r.owner.as_deref().unwrap_or_default();
+    let mut b = Vec::with_capacity(20 + owner.len() + holder.len());
+    b.push(if r.owner.is_some() { LEASE_V2 } else { LEASE_V1 });
     b.extend_from_slice(&r.token.0.to_le_bytes());
     b.extend_from_slice(&(r.ttl.as_millis() as u64).to_le_bytes());
     b.push(r.holder.is_some() as u8);
+    if r.owner.is_some() {
+        // A principal's name is at most 128 bytes (the policy's limit).
+        let len = u16::try_from(owner.len()).expect("a principal's name fits in u16");
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(owner.as_bytes());
+    }
     b.extend_from_slice(holder.as_bytes());
     b
 }
 
-/// Decodes what [`encode_lease`] wrote.
+/// Decodes what [`encode_lease`] wrote, in either form.
 pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
     let bad = || Error::storage(format!("corrupt lease record ({} bytes)", b.len()));
-    if b.len() < 18 || b[0] != LEASE_V1 {
+    if b.len() < 18 || !(b[0] == LEASE_V1 || b[0] == LEASE_V2) {
         return Err(bad());
     }
     let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
     let ttl = Duration::from_millis(u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?));
-    let holder = match b[17] {
+    let held = b[17];
+    let (owner, rest) = match b[0] {
+        LEASE_V2 => {
+            let len = b.get(18..20).ok_or_else(bad)?;
+            let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+            let name = b.get(20..20 + len).ok_or_else(bad)?;
+            let name = std::str::from_utf8(name).map_err(|_| bad())?;
+            if name.is_empty() {
+                return Err(bad());
+            }
+            (Some(name.into()), &b[20 + len..])
+        }
+        _ => (None, &b[18..]),
+    };
+    let holder = match held {
         0 => None,
         1 => {
-            let s = std::str::from_utf8(&b[18..]).map_err(|_| bad())?;
+            let s = std::str::from_utf8(rest).map_err(|_| bad())?;
             Some(HolderId::from_trusted(s.to_owned()))
         }
         _ => return Err(bad()),
     };
-    Ok(LeaseRecord { holder, token, ttl })
+    Ok(LeaseRecord {
+        holder,
+        token,
+        ttl,
+        owner,
+    })
 }
 
 /// Encodes a value record: `[1, token u64, version u64, present u8, value...]`.
@@ -376,11 +406,25 @@ mod tests {
                 holder: Some(l.holder("w@1").unwrap()),
                 token: Token(u64::MAX),
                 ttl: Duration::from_millis(1500),
+                owner: None,
             },
             LeaseRecord {
                 holder: None,
                 token: Token(3),
                 ttl: Duration::ZERO,
+                owner: None,
+            },
+            LeaseRecord {
+                holder: Some(HolderId::from_trusted("billing\u{1f}w@1".into())),
+                token: Token(7),
+                ttl: Duration::from_millis(2500),
+                owner: Some("billing".into()),
+            },
+            LeaseRecord {
+                holder: None,
+                token: Token(8),
+                ttl: Duration::ZERO,
+                owner: Some("ops team".into()),
             },
         ] {
             assert_eq!(decode_lease(&encode_lease(&r)).unwrap(), r);
@@ -399,7 +443,20 @@ mod tests {
         ] {
             assert_eq!(decode_value(&encode_value(&r)).unwrap(), r);
         }
-        assert!(decode_lease(b"\x02garbage-garbage-garbage").is_err());
+        assert!(decode_lease(b"\x03garbage-garbage-garbage").is_err());
+        // An owner cut short, or empty, is damage.
+        let owned = encode_lease(&LeaseRecord {
+            holder: None,
+            token: Token(8),
+            ttl: Duration::ZERO,
+            owner: Some("billing".into()),
+        });
+        for cut in 18..owned.len() {
+            assert!(decode_lease(&owned[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut empty = owned[..18].to_vec();
+        empty.extend_from_slice(&0u16.to_le_bytes());
+        assert!(decode_lease(&empty).is_err());
         assert!(decode_value(b"").is_err());
     }
 

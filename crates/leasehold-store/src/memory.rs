@@ -344,6 +344,7 @@ mod tests {
             holder: None,
             token: Token(token),
             ttl: Duration::from_secs(5),
+            owner: None,
         }
     }
 

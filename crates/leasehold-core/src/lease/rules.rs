@@ -5,7 +5,8 @@
 //! re-check it. **Both ask these functions, and only these, so the rules
 //! cannot drift apart**: who gets the lease next ([`may_grant`]), whether
 //! a write is admitted ([`admit_write`]: the holder guard, then the
-//! fence), the next token, a refused renewal, a repeated release, and how
+//! fence), whether a principal may create one more job
+//! ([`admit_new_job`]), the next token, a refused renewal, a repeated release, and how
 //! long a lease lasts and what token a renewal answers. The table's
 //! property tests against the model (`model.rs`) exercise them, and the
 //! tests below check each one against a plain statement of the rule.
@@ -168,6 +169,24 @@ impl WriteRefusal {
                 cause,
             },
         }
+    }
+}
+
+/// Whether `holder` may create a job (its `Acquire` names a job that does
+/// not exist): not when the principal it is bound to already owns
+/// `max_owned` jobs, its own `max_jobs` (`owned` counts the jobs it
+/// created and nobody deleted, [`HolderId::principal`]). A holder bound
+/// to no principal, or a principal without a `max_jobs` of its own, is
+/// held only to the server's `--max-jobs`, which each backend checks
+/// against its own count.
+pub fn admit_new_job(holder: &HolderId, owned: usize, max_owned: Option<usize>) -> Result<()> {
+    match (holder.principal(), max_owned) {
+        (Some(p), Some(max)) if owned >= max => Err(Error::QuotaExceeded {
+            limit: "max_jobs",
+            max,
+            principal: Some(p.to_owned()),
+        }),
+        _ => Ok(()),
     }
 }
 

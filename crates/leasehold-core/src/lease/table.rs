@@ -22,15 +22,18 @@
 
 mod job;
 mod line;
+mod owners;
 mod views;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
 use crate::lease::{HolderId, JobName, Token};
 use job::{Holding, Job};
+use owners::Owners;
 pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
 
 /// The durable part of a job's lease: what the store keeps.
@@ -47,6 +50,10 @@ pub struct LeaseRecord {
     /// The TTL to restore a held lease with: the longest TTL granted or
     /// renewed since the record was last written.
     pub ttl: Duration,
+    /// The principal that created the job (the one its first holder was
+    /// bound to, [`HolderId::principal`]), whose `max_jobs` it counts
+    /// against until it is deleted; `None` on a server without a policy.
+    pub owner: Option<Arc<str>>,
 }
 
 /// Identifies one waiting `Acquire` in a job's first-come-first-served queue.
@@ -165,6 +172,8 @@ pub struct LeaseTable {
     faults: Faults,
     /// Every grant's token is above these (see [`Floors`]).
     floors: Floors,
+    /// Each job's owner, and how many jobs each principal owns.
+    owners: Owners,
 }
 
 /// The tokens below which no grant goes, kept by the store.
@@ -225,6 +234,7 @@ impl LeaseTable {
         let mut jobs = Vec::with_capacity(records.size_hint().0);
         for (name, rec) in records {
             let mut job = Job::new(now, floor);
+            job.owner = table.owners.add(rec.owner.as_deref());
             let below = rec.token < floor;
             job.token = rec.token.max(floor);
             job.stored_ttl = rec.ttl;
@@ -275,6 +285,7 @@ impl LeaseTable {
         let t = LeaseTable::restore(records, floors, now);
         self.jobs = t.jobs;
         self.floors = t.floors;
+        self.owners = t.owners;
     }
 
     /// Saves one job's state, to undo a decision whose change could not be
@@ -291,9 +302,18 @@ impl LeaseTable {
     /// Undoes everything since `c` was taken (for its job).
     pub fn rollback(&mut self, c: Checkpoint) {
         match c.job {
-            Some(job) => self.jobs.insert(c.name, job),
-            None => self.jobs.remove(&c.name),
-        };
+            Some(job) => {
+                self.jobs.insert(c.name, job);
+            }
+            // A job the decision created is forgotten with its owner's
+            // count (a job that was there keeps its owner: no decision
+            // changes it).
+            None => {
+                if let Some(created) = self.jobs.remove(&c.name) {
+                    self.owners.remove(created.owner);
+                }
+            }
+        }
         self.stats = c.stats;
     }
 
@@ -314,10 +334,13 @@ impl LeaseTable {
         let stats = &mut self.stats;
         let faults = self.faults;
         let floor = self.floors.new_job();
-        let job = self
-            .jobs
-            .entry(name.clone())
-            .or_insert_with(|| Job::new(now, floor));
+        let owners = &mut self.owners;
+        let job = self.jobs.entry(name.clone()).or_insert_with(|| {
+            let mut job = Job::new(now, floor);
+            job.owner = owners.add(holder.principal());
+            job
+        });
+        let owners = &self.owners;
         job.settle(now, stats, faults);
         let mut fx = Effects::default();
 
@@ -345,7 +368,7 @@ impl LeaseTable {
                 }
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
-                    fx.persist = Some(job.record());
+                    fx.persist = Some(job.record(owners));
                 }
                 if let Some(id) = waiter {
                     fx.wake.extend(job.leave_queue(id));
@@ -360,7 +383,7 @@ impl LeaseTable {
             fx.wake.extend(job.first_in_line());
         }
         job.grant(holder, ttl, now, stats, &mut fx);
-        fx.persist = Some(job.record());
+        fx.persist = Some(job.record(owners));
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
     }
@@ -383,6 +406,7 @@ impl LeaseTable {
     ) -> Result<(LeaseView, Effects)> {
         let stats = &mut self.stats;
         let faults = self.faults;
+        let owners = &self.owners;
         let Some(job) = self.jobs.get_mut(name) else {
             stats.renew_losses += 1;
             return Err(rules::unknown_or_lost(name, None, Token::NONE, token));
@@ -403,13 +427,13 @@ impl LeaseTable {
                 }
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
-                    fx.persist = Some(job.record());
+                    fx.persist = Some(job.record(owners));
                 }
                 let answered = rules::renewed_token(job.token, faults);
                 if answered != job.token {
                     // The broken rule "renew-bumps-token".
                     job.token = answered;
-                    fx.persist = Some(job.record());
+                    fx.persist = Some(job.record(owners));
                 }
                 stats.renewals += 1;
                 Ok((job.view(name, now), fx))
@@ -440,6 +464,7 @@ impl LeaseTable {
     ) -> Result<Effects> {
         let stats = &mut self.stats;
         let faults = self.faults;
+        let owners = &self.owners;
         let Some(job) = self.jobs.get_mut(name) else {
             return Err(rules::unknown_or_lost(name, None, Token::NONE, token));
         };
@@ -470,7 +495,7 @@ impl LeaseTable {
                     fx.wake.push(w.id);
                     fx.wake.extend(job.first_in_line());
                 }
-                fx.persist = Some(job.record());
+                fx.persist = Some(job.record(owners));
                 fx.changed = true;
                 Ok(fx)
             }
@@ -621,7 +646,9 @@ impl LeaseTable {
             });
         }
         let token = job.token;
+        let owner = job.owner;
         self.jobs.remove(name);
+        self.owners.remove(owner);
         self.floors.new_jobs = self.floors.new_jobs.max(token);
         Ok(Some(token))
     }
@@ -657,6 +684,12 @@ impl LeaseTable {
     /// Whether no job is known.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+    }
+
+    /// The number of jobs `principal` created that are not deleted: what
+    /// its `max_jobs` counts ([`rules::admit_new_job`]).
+    pub fn owned_by(&self, principal: &str) -> usize {
+        self.owners.owned(principal)
     }
 }
 

@@ -159,6 +159,18 @@ macro_rules! name_type {
 name_type!(JobName);
 name_type!(HolderId);
 
+/// Separates the principal from the client's holder string in a holder
+/// bound to its principal (a server with a policy stores every holder so).
+/// A control character, which no validated name contains.
+pub const BIND: char = '\u{1f}';
+
+impl HolderId {
+    /// The principal this holder is bound to, if it is bound (see [`BIND`]).
+    pub fn principal(&self) -> Option<&str> {
+        self.0.split_once(BIND).map(|(p, _)| p)
+    }
+}
+
 /// The limits on every request field. Configurable at start-up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {

@@ -88,6 +88,7 @@ fn the_first_read_of_every_lease_after_a_start_is_sled_and_the_log() {
         holder: Some(l.holder("w").unwrap()),
         token: Token(token),
         ttl: std::time::Duration::from_secs(9),
+        owner: None,
     };
     let (a, b, c) = (
         l.job("a").unwrap(),
@@ -168,6 +169,7 @@ fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
         holder: Some(l.holder("w").unwrap()),
         token: Token(3),
         ttl: std::time::Duration::from_secs(9),
+        owner: None,
     };
     s.put_lease(&job, &lease, &[], 0).unwrap();
     s.sync().unwrap();
@@ -200,6 +202,7 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
         holder: None,
         token: Token(t),
         ttl: std::time::Duration::from_secs(9),
+        owner: None,
     };
     {
         let s = SledStore::open(dir.path()).unwrap();
@@ -309,6 +312,7 @@ fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
         holder: Some(l.holder("w").unwrap()),
         token: Token(7),
         ttl: std::time::Duration::from_secs(9),
+        owner: None,
     };
     s.put_lease(&job, &lease, &[], 0).unwrap();
     s.put_value(&job, b"k1", &val(7, 1, Some("synced")))

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::line::Waiter;
+use super::owners::Owners;
 use super::views::Vacancy;
 use super::{Effects, HistoryEvent, LeaseRecord, Stats, TenureEnd, WaiterId};
 use crate::lease::rules::{self, Faults};
@@ -49,6 +50,9 @@ pub(super) struct Job {
     /// An opaque number the caller attaches to the job's last change (its
     /// durability sequence number).
     pub(super) stamp: u64,
+    /// The principal that created the job, by its number in the table's
+    /// [`Owners`]; 0 for none.
+    pub(super) owner: u32,
     /// What few jobs have: `None` when it is all empty. Boxed, so that a
     /// plain held lease does not carry its room (a `Job` is 168 bytes with
     /// it boxed, 240 without).
@@ -80,6 +84,7 @@ impl Job {
             vacant_since: now,
             vacancy: Vacancy::Never,
             stamp: 0,
+            owner: 0,
             rare: None,
         }
     }
@@ -139,11 +144,12 @@ impl Job {
         }
     }
 
-    pub(super) fn record(&self) -> LeaseRecord {
+    pub(super) fn record(&self, owners: &Owners) -> LeaseRecord {
         LeaseRecord {
             holder: self.holding.as_ref().map(|h| h.holder.clone()),
             token: self.token,
             ttl: self.stored_ttl,
+            owner: owners.name(self.owner),
         }
     }
 

@@ -40,7 +40,8 @@ fn first_grant_is_token_one_and_persisted() {
         Some(LeaseRecord {
             holder: Some(who("a")),
             token: Token(1),
-            ttl: TTL
+            ttl: TTL,
+            owner: None,
         })
     );
     assert!(fx.changed);
@@ -184,7 +185,8 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
         Some(LeaseRecord {
             holder: Some(who("b")),
             token: Token(2),
-            ttl: TTL
+            ttl: TTL,
+            owner: None,
         }),
         "one record covers the release and the grant"
     );
@@ -404,6 +406,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
                 holder: Some(who("a")),
                 token: Token(7),
                 ttl: TTL,
+                owner: None,
             },
         ),
         (
@@ -412,6 +415,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
                 holder: None,
                 token: Token(3),
                 ttl: TTL,
+                owner: None,
             },
         ),
     ];
@@ -442,6 +446,7 @@ fn every_grant_is_above_the_floor() {
             holder: Some(who("a")),
             token: Token(7),
             ttl: TTL,
+            owner: None,
         },
     )];
     let mut t = LeaseTable::restore(
@@ -540,6 +545,7 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
             holder: Some(who("b")),
             token: Token(2),
             ttl: TTL,
+            owner: None,
         },
     )];
     let mut t = LeaseTable::restore(
@@ -569,6 +575,7 @@ fn the_last_token_is_issued_once_then_grants_are_refused() {
             holder: None,
             token: Token(u64::MAX - 1),
             ttl: TTL,
+            owner: None,
         },
     )];
     let mut t = LeaseTable::restore(recs, Floors::default(), t0);
@@ -839,6 +846,7 @@ fn a_restored_holding_is_never_given_back() {
         holder: Some(who("a")),
         token: Token(7),
         ttl: TTL,
+        owner: None,
     };
     let mut t = LeaseTable::restore([(job("j"), rec)], Floors::default(), t0);
     assert_eq!(
@@ -857,4 +865,73 @@ fn a_job_stays_small() {
         "a Job is {} bytes",
         std::mem::size_of::<Job>()
     );
+}
+
+fn bound(principal: &str, holder: &str) -> HolderId {
+    HolderId::from_trusted(format!("{principal}{}{holder}", crate::lease::BIND))
+}
+
+#[test]
+fn a_job_counts_against_the_principal_that_created_it_until_it_is_deleted() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let (a, fx) = t.acquire(&job("a1"), &bound("billing", "w"), TTL, t0, None);
+    let token = granted(&a).unwrap();
+    assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
+    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None);
+    let _ = t.acquire(&job("free"), &who("w"), TTL, t0, None);
+    assert_eq!(t.owned_by("billing"), 2);
+    assert_eq!(t.owned_by("ops"), 0);
+
+    // Held by another principal, the job stays billing's, in its record too.
+    let fx = t
+        .release(&job("a1"), &bound("billing", "w"), token, t0)
+        .unwrap();
+    assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
+    let (_, fx) = t.acquire(&job("a1"), &bound("ops", "x"), TTL, t0, None);
+    assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
+    assert_eq!((t.owned_by("billing"), t.owned_by("ops")), (2, 0));
+
+    // A job a decision created and the store refused is forgotten with
+    // its count; a job that was there keeps it.
+    let c = t.checkpoint(&job("a3"));
+    let _ = t.acquire(&job("a3"), &bound("billing", "w"), TTL, t0, None);
+    assert_eq!(t.owned_by("billing"), 3);
+    t.rollback(c);
+    assert_eq!(t.owned_by("billing"), 2);
+    let c = t.checkpoint(&job("a2"));
+    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None);
+    t.rollback(c);
+    assert_eq!(t.owned_by("billing"), 2);
+
+    // Deleted: the room comes back.
+    let later = t0 + TTL + ms(1);
+    assert!(t.delete(&job("a2"), later).unwrap().is_some());
+    assert_eq!(t.owned_by("billing"), 1);
+
+    // Restored from the records, the counts are the same.
+    let records: Vec<_> = ["a1", "free"]
+        .iter()
+        .map(|j| (job(j), t.jobs[&job(j)].record(&t.owners)))
+        .collect();
+    let r = LeaseTable::restore(records, Floors::default(), later);
+    assert_eq!((r.owned_by("billing"), r.owned_by("ops")), (1, 0));
+    assert_eq!(r.len(), 2);
+}
+
+#[test]
+fn a_principal_at_its_max_jobs_may_not_create_another() {
+    let b = bound("billing", "w");
+    assert!(rules::admit_new_job(&b, 1, Some(2)).is_ok());
+    match rules::admit_new_job(&b, 2, Some(2)) {
+        Err(Error::QuotaExceeded {
+            limit: "max_jobs",
+            max: 2,
+            principal: Some(p),
+        }) => assert_eq!(p, "billing"),
+        other => panic!("{other:?}"),
+    }
+    // No limit of its own, or no principal: the server's --max-jobs only.
+    assert!(rules::admit_new_job(&b, 5, None).is_ok());
+    assert!(rules::admit_new_job(&who("w"), 5, Some(2)).is_ok());
 }

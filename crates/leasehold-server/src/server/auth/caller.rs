@@ -189,9 +189,7 @@ enum Credential {
     Cert(CertificateDer<'static>),
 }
 
-/// Separates the principal from the client's holder string in a bound
-/// holder. A control character, which no validated holder contains.
-const BIND: char = '\u{1f}';
+use leasehold_core::lease::BIND;
 
 impl Caller {
     /// A caller on a server without a policy: allowed everything.
