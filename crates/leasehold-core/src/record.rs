@@ -88,7 +88,11 @@ pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
     let holder = r.holder.as_ref().map_or("", |h| h.as_str());
     let owner = r.owner.as_deref().unwrap_or_default();
     let mut b = Vec::with_capacity(20 + owner.len() + holder.len());
-    b.push(if r.owner.is_some() { LEASE_V2 } else { LEASE_V1 });
+    b.push(if r.owner.is_some() {
+        LEASE_V2
+    } else {
+        LEASE_V1
+    });
     b.extend_from_slice(&r.token.0.to_le_bytes());
     b.extend_from_slice(&(r.ttl.as_millis() as u64).to_le_bytes());
     b.push(r.holder.is_some() as u8);

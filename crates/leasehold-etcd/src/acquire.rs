@@ -12,7 +12,7 @@ use tokio::time::{sleep_until, Instant};
 use leasehold_backend::{Acquired, ReleaseIfDropped};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::rules::MayGrant;
+use leasehold_core::lease::rules::{self, MayGrant};
 use leasehold_core::lease::{HolderId, JobName, LeaseView, Token};
 
 use super::keys::JobState;
@@ -41,21 +41,38 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
+        self.acquire_as(job, holder, ttl, wait, None).await
+    }
+
+    /// [`EtcdNode::acquire`] by a holder whose principal may own at most
+    /// `max_owned` jobs (its policy's `max_jobs`): a new job is refused
+    /// when it owns that many ([`rules::admit_new_job`]). The count is a
+    /// key per principal that the creating grant compares and puts, so it
+    /// is exact across frontends.
+    pub async fn acquire_as(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+        max_owned: Option<usize>,
+    ) -> Result<Acquired> {
         self.bounded(
             "Acquire",
             wait,
-            self.acquire_unbounded(job, holder, ttl, wait),
+            self.acquire_unbounded(job, holder, ttl, wait, max_owned),
         )
         .await
     }
 
-    /// The work of [`EtcdNode::acquire`], which bounds it.
+    /// The work of [`EtcdNode::acquire_as`], which bounds it.
     async fn acquire_unbounded(
         &self,
         job: &JobName,
         holder: &HolderId,
         ttl: Duration,
         wait: Duration,
+        max_owned: Option<usize>,
     ) -> Result<Acquired> {
         self.check_open()?;
         self.check_ttl(ttl)?;
@@ -116,7 +133,10 @@ impl EtcdNode {
                 }
                 let done = match (step, &read.job.holder) {
                     (MayGrant::Extend, Some(h)) => self.extend(job, h, ttl).await?,
-                    _ => self.grant(job, holder, ttl, &read.job, place).await?,
+                    _ => {
+                        self.grant(job, holder, ttl, &read.job, place, max_owned)
+                            .await?
+                    }
                 };
                 if let Some(view) = done {
                     if let Some(mut w) = waiting.take() {
@@ -185,6 +205,7 @@ impl EtcdNode {
         ttl: Duration,
         st: &JobState,
         place: Option<&Place>,
+        max_owned: Option<usize>,
     ) -> Result<Option<LeaseView>> {
         // A new job: counted and above the new-job floor, both in `meta`,
         // which the grant compares and puts. This frontend's new jobs take
@@ -205,6 +226,16 @@ impl EtcdNode {
                 Some(m)
             }
         };
+        // A new job is its first holder's principal's, counted in that
+        // principal's key, compared and put by the grant too.
+        let owned = match (st.token.is_none(), holder.principal()) {
+            (true, Some(p)) => {
+                let owned = self.owned(p).await?;
+                rules::admit_new_job(holder, owned.jobs as usize, max_owned)?;
+                Some((p, owned))
+            }
+            _ => None,
+        };
         let floor = meta.map_or(Token::NONE, |m| m.rec.new_job_floor);
         // Refused before anything is created in etcd.
         let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl)?;
@@ -220,6 +251,9 @@ impl EtcdNode {
         );
         if let Some(m) = meta {
             txn::count_new_job(&self.inner.keys, &mut req, &m);
+        }
+        if let Some((p, owned)) = owned {
+            txn::count_owned(&self.inner.keys, &mut req, p, owned, owned.jobs + 1);
         }
         let keep = self.inner.limits.history_per_job as u64;
         // A job created (again): its earlier life's tenures are kept, the

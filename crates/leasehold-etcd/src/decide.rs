@@ -104,6 +104,12 @@ pub fn grant(
             token,
             released: false,
             holder: holder.to_string(),
+            // A new job is its first holder's principal's; an existing one
+            // keeps its owner.
+            owner: match &st.token {
+                Some(t) => t.owner.clone(),
+                None => holder.principal().map(str::to_owned),
+            },
         },
     ))
 }
@@ -339,6 +345,7 @@ mod tests {
                 token: Token(token),
                 released,
                 holder: last.into(),
+                owner: None,
             }),
             token_mod: 7,
             holder,
@@ -467,7 +474,8 @@ mod tests {
             TokenRec {
                 token: Token(4),
                 released: false,
-                holder: "a".into()
+                holder: "a".into(),
+                owner: None,
             }
         );
         assert_eq!(

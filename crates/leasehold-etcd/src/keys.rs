@@ -14,7 +14,10 @@
 //!
 //! Store-wide, two keys: `settings`, what every frontend on the prefix
 //! must share ([`super::SharedSettings`]), and `meta`, the [`MetaRec`]: the
-//! new-job token floor and the number of jobs. A `DeleteJob` deletes the job's `j/` and `v/`
+//! new-job token floor and the number of jobs. Per principal, `o/{principal}`:
+//! the number of jobs it created and nobody deleted (its `max_jobs`), put
+//! by the same transactions as `meta`; a job's creator is in its token
+//! record. A `DeleteJob` deletes the job's `j/` and `v/`
 //! keys and raises the floor in one transaction; the grant that creates
 //! a job (its token key does not exist) reads the floor, and compares and
 //! puts `meta` in its transaction. Grants on existing jobs never touch it.
@@ -82,6 +85,16 @@ impl Keys {
     pub fn health_probe(&self) -> Vec<u8> {
         let mut k = self.prefix.clone();
         k.extend_from_slice(b"health");
+        k
+    }
+
+    /// The count of the jobs `principal` created and nobody deleted (its
+    /// `max_jobs`): a decimal number, put by the grant that creates one of
+    /// them and by `DeleteJob`, each comparing it unchanged since read.
+    pub fn owned(&self, principal: &str) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"o/");
+        k.extend_from_slice(principal.as_bytes());
         k
     }
 
@@ -353,7 +366,8 @@ impl HolderRec {
 }
 
 /// The token key's value: the job's newest token, whether its holder
-/// released it, and who that holder was.
+/// released it, who that holder was, and the principal that created the
+/// job, if any (whose `max_jobs` it counts against, see [`Keys::owned`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRec {
     /// The newest token issued. Only ever goes up.
@@ -363,30 +377,49 @@ pub struct TokenRec {
     pub released: bool,
     /// The holder of `token`.
     pub holder: String,
+    /// The principal that created the job; `None` without a policy. Every
+    /// later record of the job carries it on.
+    pub owner: Option<String>,
 }
 
 impl TokenRec {
-    /// `{token} {g|r} {holder}`.
+    /// `{token} {g|r} {holder}`, or with an owner
+    /// `{token} {g|r}+{owner length} {owner} {holder}`. Without a policy
+    /// the first form, which every release reads.
     pub fn encode(&self) -> Vec<u8> {
         let state = if self.released { 'r' } else { 'g' };
-        format!("{} {state} {}", self.token.0, self.holder).into_bytes()
+        match &self.owner {
+            None => format!("{} {state} {}", self.token.0, self.holder),
+            Some(o) => format!("{} {state}+{} {o} {}", self.token.0, o.len(), self.holder),
+        }
+        .into_bytes()
     }
 
     /// The inverse of [`TokenRec::encode`].
     pub fn decode(b: &[u8]) -> Result<TokenRec> {
-        let s = std::str::from_utf8(b).map_err(|_| corrupt("token record", b))?;
-        let mut it = s.splitn(3, ' ');
-        let (Some(t), Some(state), Some(holder)) = (it.next(), it.next(), it.next()) else {
-            return Err(corrupt("token record", b));
+        let bad = || corrupt("token record", b);
+        let s = std::str::from_utf8(b).map_err(|_| bad())?;
+        let (t, rest) = s.split_once(' ').ok_or_else(bad)?;
+        let (state, rest) = rest.split_at_checked(1).ok_or_else(bad)?;
+        let (owner, holder) = match rest.strip_prefix('+') {
+            None => (None, rest.strip_prefix(' ').ok_or_else(bad)?),
+            Some(rest) => {
+                let (len, rest) = rest.split_once(' ').ok_or_else(bad)?;
+                let len: usize = len.parse().map_err(|_| bad())?;
+                let owner = rest.get(..len).filter(|o| !o.is_empty()).ok_or_else(bad)?;
+                let holder = rest[len..].strip_prefix(' ').ok_or_else(bad)?;
+                (Some(owner.to_owned()), holder)
+            }
         };
         Ok(TokenRec {
-            token: Token(t.parse().map_err(|_| corrupt("token record", b))?),
+            token: Token(t.parse().map_err(|_| bad())?),
             released: match state {
                 "r" => true,
                 "g" => false,
-                _ => return Err(corrupt("token record", b)),
+                _ => return Err(bad()),
             },
             holder: holder.to_owned(),
+            owner,
         })
     }
 }
@@ -425,6 +458,27 @@ pub struct Meta {
     /// The key's mod revision, for the comparison; 0 when it does not
     /// exist yet.
     pub mod_revision: i64,
+}
+
+/// A principal's count of the jobs it owns ([`Keys::owned`]) as read, and
+/// the key's mod revision (0 when absent: it owns none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owned {
+    /// The jobs it created and nobody deleted.
+    pub jobs: u64,
+    /// The key's mod revision, for the comparison.
+    pub mod_revision: i64,
+}
+
+impl Owned {
+    /// Decodes the count's value: a decimal number.
+    pub fn decode(b: &[u8], mod_revision: i64) -> Result<Owned> {
+        let jobs = std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| corrupt("count of owned jobs", b))?;
+        Ok(Owned { jobs, mod_revision })
+    }
 }
 
 /// Which of a job's keys a key is.
@@ -674,9 +728,38 @@ mod tests {
             token: Token(9),
             released: true,
             holder: "a b".into(),
+            owner: None,
         };
         assert_eq!(TokenRec::decode(&t.encode()).unwrap(), t);
-        assert!(TokenRec::decode(b"9 x h").is_err());
+        assert_eq!(t.encode(), b"9 r a b", "without an owner, the old form");
+        for owner in ["ops team", "b", "x+1 2"] {
+            let t = TokenRec {
+                owner: Some(owner.into()),
+                released: false,
+                ..t.clone()
+            };
+            assert_eq!(TokenRec::decode(&t.encode()).unwrap(), t);
+        }
+        for bad in [
+            &b"9 x h"[..],
+            b"9 g",
+            b"9 gh",
+            b"9 g+ ops h",
+            b"9 g+0  h",
+            b"9 g+9 ops h",
+            b"9 g+3 opsh",
+            b"9 g+-3 ops h",
+        ] {
+            assert!(TokenRec::decode(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            Owned::decode(b"12", 5).unwrap(),
+            Owned {
+                jobs: 12,
+                mod_revision: 5
+            }
+        );
+        assert!(Owned::decode(b"x", 5).is_err());
         for value in [Some(b"v".to_vec()), None, Some(Vec::new())] {
             let r = ValueRecord {
                 token: Token(3),
@@ -725,6 +808,7 @@ mod tests {
             token: Token(token),
             released,
             holder: holder.into(),
+            owner: None,
         }
     }
 

@@ -2,7 +2,9 @@
 //! and the new-job floor. A frontend writes it at start-up when its
 //! prefix has none; a grant that creates a job compares and puts it
 //! (`acquire`); `DeleteJob` raises the floor in it, in the deletion's own
-//! transaction, so that a job created again never repeats a token. Kept
+//! transaction, so that a job created again never repeats a token. Each
+//! principal's count of the jobs it created (`max_jobs`) is put by the
+//! same two transactions. Kept
 //! apart so that the record and every writer of it but the grant read
 //! together.
 
@@ -13,7 +15,7 @@ use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{JobName, TenureEnd, Token};
 
 use super::client::{self, range_req};
-use super::keys::{self, Meta, MetaRec};
+use super::keys::{self, Meta, MetaRec, Owned};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
 
 impl EtcdNode {
@@ -31,6 +33,20 @@ impl EtcdNode {
                 mod_revision: kv.mod_revision,
             }),
             None => Ok(Meta::default()),
+        }
+    }
+
+    /// Reads `principal`'s count of the jobs it owns ([`keys::Keys::owned`]).
+    pub(super) async fn owned(&self, principal: &str) -> Result<Owned> {
+        let r = self.failed(
+            self.inner
+                .etcd
+                .range(range_req(self.inner.keys.owned(principal), Vec::new(), 0))
+                .await,
+        )?;
+        match r.kvs.first() {
+            Some(kv) => Owned::decode(&kv.value, kv.mod_revision),
+            None => Ok(Owned::default()),
         }
     }
 
@@ -118,6 +134,14 @@ impl EtcdNode {
                 jobs: meta.rec.jobs.saturating_sub(1),
             };
             let mut req = txn::delete_job(k, job.as_str(), &read.job, &meta, &rec);
+            // Its owner's room back.
+            if let Some(owner) = &t.owner {
+                let owned = self.owned(owner).await?;
+                if owned.mod_revision != 0 {
+                    let to = owned.jobs.saturating_sub(1);
+                    txn::count_owned(k, &mut req, owner, owned, to);
+                }
+            }
             // A tenure that ran out unrecorded ends with the deletion.
             if self.inner.limits.history_per_job > 0 && !t.released && t.token > Token::NONE {
                 req.success.push(txn::history_end_if_absent(

@@ -321,6 +321,7 @@ mod tests {
             token: Token(token),
             released: false,
             holder: holder.into(),
+            owner: None,
         };
         let h = HolderRec {
             token: Token(token),
@@ -338,6 +339,7 @@ mod tests {
             token: Token(token),
             released: true,
             holder: holder.into(),
+            owner: None,
         };
         [put(k.token(job), t.encode()), gone(k, job)]
     }
@@ -416,6 +418,7 @@ mod tests {
                     token: Token(7),
                     released: true,
                     holder: "a".into(),
+                    owner: None,
                 }
                 .encode(),
             ),

@@ -72,11 +72,11 @@ impl EtcdNode {
                 let (h, mut req) = match (release, untold_only) {
                     (Ok(Release::Delete(h)), false) => (
                         h,
-                        txn::release(&self.inner.keys, job.as_str(), h, holder, token),
+                        txn::release(&self.inner.keys, job.as_str(), &read.job, h, holder, token),
                     ),
                     (Ok(Release::Delete(h)), true) if h.version == 1 => (
                         h,
-                        txn::give_back(&self.inner.keys, job.as_str(), h, holder, token),
+                        txn::give_back(&self.inner.keys, job.as_str(), &read.job, h, holder, token),
                     ),
                     (Err(e), false) => return Err(e),
                     _ => return Ok(false),

@@ -16,7 +16,7 @@ use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vac
 use super::client::range_req;
 use super::decide::{self, Extend, Proof};
 use super::health::no_space_health;
-use super::keys::{self, Holding};
+use super::keys::{self, Holding, JobState};
 use super::{contention, is_no_space, txn, EtcdNode, MAX_TRIES};
 
 impl EtcdNode {
@@ -134,6 +134,7 @@ impl EtcdNode {
     async fn bump(
         &self,
         job: &JobName,
+        st: &JobState,
         h: &Holding,
         ttl: Duration,
         bumped: Token,
@@ -147,6 +148,7 @@ impl EtcdNode {
             token: bumped,
             released: false,
             holder: h.rec.holder.clone(),
+            owner: st.token.as_ref().and_then(|t| t.owner.clone()),
         };
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let req = txn::bump_token(&self.inner.keys, job.as_str(), h, &rec, &token_rec, lease);
@@ -205,7 +207,7 @@ impl EtcdNode {
                     let answered = rules::renewed_token(h.rec.token, self.faults());
                     let done = match answered == h.rec.token {
                         true => self.extend(job, h, ttl).await?,
-                        false => self.bump(job, h, ttl, answered).await?,
+                        false => self.bump(job, &read.job, h, ttl, answered).await?,
                     };
                     if let Some(view) = done {
                         c.renewals.fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,7 @@ use super::client::{
     value_is, version_is,
 };
 use super::keys::{
-    encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, TokenRec,
+    encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, Owned, TokenRec,
 };
 use super::queue::{grant_compares, Place};
 use leasehold_core::lease::{HolderId, JobName, TenureEnd, Token};
@@ -67,6 +67,18 @@ pub fn count_new_job(keys: &Keys, req: &mut pb::TxnRequest, m: &Meta) {
         ..m.rec
     };
     req.success.push(put_op(mk, rec.encode(), 0));
+}
+
+/// Adds to `req` the change of `principal`'s count of the jobs it owns
+/// ([`Keys::owned`]) from `read` to `to`, if it is unchanged since it was
+/// read (`read.mod_revision` 0: it did not exist).
+pub fn count_owned(keys: &Keys, req: &mut pb::TxnRequest, principal: &str, read: Owned, to: u64) {
+    let ok = keys.owned(principal);
+    req.compare.push(match read.mod_revision {
+        0 => create_is(ok.clone(), 0),
+        rev => mod_is(ok.clone(), rev),
+    });
+    req.success.push(put_op(ok, to.to_string().into_bytes(), 0));
 }
 
 /// Deletes a job read as `st` (its token key was there, its holder key
@@ -181,11 +193,12 @@ pub fn told_again_by_deletion(keys: &Keys, job: &str, h: &Holding) -> pb::TxnReq
 pub fn give_back(
     keys: &Keys,
     job: &str,
+    st: &JobState,
     h: &Holding,
     holder: &HolderId,
     token: Token,
 ) -> pb::TxnRequest {
-    let mut req = release(keys, job, h, holder, token);
+    let mut req = release(keys, job, st, h, holder, token);
     let uk = keys.untold(job);
     req.compare.push(version_is(keys.holder(job), 1));
     req.compare
@@ -211,11 +224,14 @@ pub fn untold_gone(r: &pb::TxnResponse, token: Token) -> bool {
     }
 }
 
-/// Releases the holding `h` of (`holder`, `token`): marks the token record
-/// released and deletes the holder key, if it is still exactly `h`.
+/// Releases the holding `h` of (`holder`, `token`) of a job read as `st`:
+/// marks the token record released and deletes the holder key, if it is
+/// still exactly `h` (so the job is the one read: a job is deleted and
+/// created again only while nobody holds it, and its owner stays).
 pub fn release(
     keys: &Keys,
     job: &str,
+    st: &JobState,
     h: &Holding,
     holder: &HolderId,
     token: Token,
@@ -225,6 +241,7 @@ pub fn release(
         token,
         released: true,
         holder: holder.to_string(),
+        owner: st.token.as_ref().and_then(|t| t.owner.clone()),
     };
     pb::TxnRequest {
         compare: still(hk.clone(), h),
@@ -428,6 +445,7 @@ mod tests {
             token: Token(4),
             released: false,
             holder: "a".into(),
+            owner: None,
         };
         let t0 = grant(&k, "j", &st, None, &h.rec, &t, 99);
         let c: Vec<_> = t0.compare.iter().map(cmp).collect();
@@ -487,12 +505,13 @@ mod tests {
             ),
         ];
         let a = Limits::default().holder("a").unwrap();
-        let r = release(&k, "j", &h, &a, Token(4));
+        let r = release(&k, "j", &JobState::default(), &h, &a, Token(4));
         assert_eq!(r.compare.iter().map(cmp).collect::<Vec<_>>(), still);
         let released = TokenRec {
             token: Token(4),
             released: true,
             holder: "a".into(),
+            owner: None,
         };
         assert_eq!(
             r.success.iter().map(op).collect::<Vec<_>>(),
@@ -534,7 +553,7 @@ mod tests {
             [("delete", k.untold("j"), Vec::new(), 0)]
         );
         let a = Limits::default().holder("a").unwrap();
-        let g = give_back(&k, "j", &h, &a, Token(4));
+        let g = give_back(&k, "j", &JobState::default(), &h, &a, Token(4));
         let c: Vec<_> = g.compare.iter().map(cmp).collect();
         assert_eq!(
             c[c.len() - 1],

@@ -230,6 +230,7 @@ mod tests {
             token: Token(token),
             released: false,
             holder: holder.into(),
+            owner: None,
         };
         vec![
             put(k.token("j"), t.encode(), 0, rev),
@@ -251,6 +252,7 @@ mod tests {
             token: Token(token),
             released: true,
             holder: holder.into(),
+            owner: None,
         };
         vec![
             put(k.token("j"), t.encode(), 0, rev),

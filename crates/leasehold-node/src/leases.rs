@@ -13,6 +13,7 @@ use tokio::time::sleep_until;
 use leasehold_backend::{Acquired, ReleaseIfDropped, RenewOutcome, Renewal};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules;
 use leasehold_core::lease::{
     Acquire, Effects, HistoryEvent, HolderId, JobName, LeaseView, TenureEnd, Token, WaiterId,
 };
@@ -42,12 +43,33 @@ impl Node {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
+        self.acquire_as(job, holder, ttl, wait, None).await
+    }
+
+    /// [`Node::acquire`] by a holder whose principal may own at most
+    /// `max_owned` jobs (its policy's `max_jobs`): a new job is refused
+    /// when it owns that many ([`rules::admit_new_job`]), decided under
+    /// the state lock with the count the table keeps, so it is exact.
+    pub async fn acquire_as(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+        max_owned: Option<usize>,
+    ) -> Result<Acquired> {
         self.check_open()?;
         let give_up = clock::now() + wait;
         let limits = self.inner.limits;
         let (res, seq, changed) = self.decide(job, |t, now| {
-            if !t.contains(job) && t.len() >= limits.max_jobs {
-                return (Err(limits.too_many_jobs()), Effects::default());
+            if !t.contains(job) {
+                if t.len() >= limits.max_jobs {
+                    return (Err(limits.too_many_jobs()), Effects::default());
+                }
+                let owned = holder.principal().map_or(0, |p| t.owned_by(p));
+                if let Err(e) = rules::admit_new_job(holder, owned, max_owned) {
+                    return (Err(e), Effects::default());
+                }
             }
             let (a, fx) = t.acquire(job, holder, ttl, now, None);
             (Ok(a), fx)

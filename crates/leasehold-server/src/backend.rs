@@ -75,9 +75,22 @@ impl Backend {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
+        self.acquire_as(job, holder, ttl, wait, None).await
+    }
+
+    /// [`Backend::acquire`] by a holder whose principal may own at most
+    /// `max_owned` jobs (its policy's `max_jobs`); see [`Node::acquire_as`].
+    pub async fn acquire_as(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        wait: Duration,
+        max_owned: Option<usize>,
+    ) -> Result<Acquired> {
         match self {
-            Backend::Local(n) => n.acquire(job, holder, ttl, wait).await,
-            Backend::Etcd(n) => n.acquire(job, holder, ttl, wait).await,
+            Backend::Local(n) => n.acquire_as(job, holder, ttl, wait, max_owned).await,
+            Backend::Etcd(n) => n.acquire_as(job, holder, ttl, wait, max_owned).await,
         }
     }
 

@@ -179,7 +179,7 @@ pub struct RpcMetrics {
 /// four) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 12] = [
+pub const REFUSAL_LIMITS: [&str; 13] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
@@ -192,6 +192,7 @@ pub const REFUSAL_LIMITS: [&str; 12] = [
     "--max-keys-per-job",
     "--max-waiters",
     "max_waiters",
+    "max_jobs",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
 const OVERLOAD_LIMITS: usize = 4;

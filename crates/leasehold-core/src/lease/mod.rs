@@ -57,4 +57,6 @@ pub use table::{
     Acquire, Checkpoint, Effects, Floors, HistoryEvent, JobStatus, Leadership, LeaseRecord,
     LeaseState, LeaseTable, LeaseView, Stats, TenureEnd, Vacancy, WaiterId,
 };
-pub use types::{too_long, HolderId, BIND, JobName, Limits, Token, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+pub use types::{
+    too_long, HolderId, JobName, Limits, Token, BIND, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE,
+};

@@ -407,13 +407,15 @@ impl proto::leases_server::Leases for LeasesService {
             // calls in flight.
             admitted.leave_budget();
         }
+        // The principal's own max_jobs, if the Acquire creates a job.
+        let max_owned = caller.share().and_then(|(limits, _)| limits.max_jobs);
         let Acquired {
             acquired,
             fresh,
             lease: view,
         } = self
             .node
-            .acquire(&job, &holder, ttl, wait)
+            .acquire_as(&job, &holder, ttl, wait, max_owned)
             .await
             .map_err(|e| status(self.quotas.exceeded(e)))?;
         if let (Some(Err(e)), false) = (place, acquired) {

@@ -40,7 +40,10 @@ impl Owners {
 
     /// Counts one job less for owner `id` (nothing for 0).
     pub(super) fn remove(&mut self, id: u32) {
-        if let Some((_, n)) = id.checked_sub(1).and_then(|i| self.by_id.get_mut(i as usize)) {
+        if let Some((_, n)) = id
+            .checked_sub(1)
+            .and_then(|i| self.by_id.get_mut(i as usize))
+        {
             *n = n.saturating_sub(1);
         }
     }

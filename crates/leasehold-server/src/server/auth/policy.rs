@@ -126,6 +126,10 @@ pub struct PrincipalLimits {
     pub max_waiters_per_job: Option<usize>,
     /// Its Acquires waiting at once, on every job (`--max-waiters`).
     pub max_waiters: Option<usize>,
+    /// The jobs it created and nobody deleted (`--max-jobs`). A job counts
+    /// against the principal whose Acquire created it, whoever holds it
+    /// later, until `DeleteJob` deletes it.
+    pub max_jobs: Option<usize>,
 }
 
 /// What one principal has open on this server, counted against its
@@ -176,6 +180,7 @@ struct LimitsEntry {
     max_watchers: Option<toml::Spanned<i64>>,
     max_waiters_per_job: Option<toml::Spanned<i64>>,
     max_waiters: Option<toml::Spanned<i64>>,
+    max_jobs: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -292,6 +297,7 @@ impl Policy {
                     &l.max_waiters_per_job,
                 )?,
                 max_waiters: limit("max_waiters", "--max-waiters", &l.max_waiters)?,
+                max_jobs: limit("max_jobs", "--max-jobs", &l.max_jobs)?,
             };
             principals.push(Principal {
                 name: name.as_str().into(),
@@ -976,7 +982,7 @@ max_waiters_per_job = 3
 
 [[principal]]
 name = "ops"
-limits = { max_watchers = 7 }
+limits = { max_watchers = 7, max_jobs = 2 }
 "#;
 
     fn limits_of(p: &Policy, name: &str) -> PrincipalLimits {
@@ -997,12 +1003,14 @@ limits = { max_watchers = 7 }
                 max_watchers: None,
                 max_waiters_per_job: Some(3),
                 max_waiters: None,
+                max_jobs: None,
             }
         );
         assert_eq!(
             limits_of(&p, "ops"),
             PrincipalLimits {
                 max_watchers: Some(7),
+                max_jobs: Some(2),
                 ..PrincipalLimits::default()
             }
         );
@@ -1036,6 +1044,13 @@ limits = { max_watchers = 7 }
                 "max_watchers = 0",
                 12,
                 "principal \"ops\": limits.max_watchers",
+            ),
+            (
+                "max_jobs = 2",
+                "max_jobs = 0",
+                12,
+                "principal \"ops\": limits.max_jobs = 0: must be 1 to 10000000 (leave it out \
+                 for the server's --max-jobs)",
             ),
             (
                 "max_in_flight = 50",
