@@ -33,6 +33,7 @@ fn main() {
             holder: Some(holder.clone()),
             token: Token(i + 1),
             ttl: Duration::from_secs(10),
+            owner: None,
         };
         store.put_lease(&job, &rec, &[], 0).unwrap();
         let t = Instant::now();

@@ -546,6 +546,7 @@ async fn setup_raw(
                     token: RAW_TOKEN,
                     released: false,
                     holder: HOLDER.into(),
+                    owner: None,
                 };
                 let rec = ValueRecord {
                     token: RAW_TOKEN,

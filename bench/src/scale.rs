@@ -99,6 +99,7 @@ pub fn seed(dir: &Path, n: usize) -> Res<()> {
                 holder: Some(h.clone()),
                 token: Token(1),
                 ttl: TTL,
+                owner: None,
             },
             &[],
             0,

@@ -1408,6 +1408,7 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
             token: Token(u64::MAX - 1),
             released: true,
             holder: "old@1".into(),
+            owner: None,
         };
         let req = leasehold::etcd::client::pb::TxnRequest {
             compare: vec![],

@@ -12,8 +12,8 @@
 //! serves it: tokens and their steps, expiry, handover to the first waiter,
 //! fencing, refusals, deletion, history, the views, batched renewals and
 //! writes (`renew_many`, `stage_writes` then `durable`, with a holder
-//! guard asked for each write), watches and the give-back of a grant
-//! nobody was told of. TTLs are whole seconds on etcd (its granularity),
+//! guard asked for each write), watches, the give-back of a grant
+//! nobody was told of, and a principal's own count of the jobs it created. TTLs are whole seconds on etcd (its granularity),
 //! shorter on the single node.
 
 use crate::common;
@@ -727,6 +727,70 @@ async fn give_back_releases_only_a_grant_not_asked_for_since(b: Backend) {
     assert_eq!(b.lease(&j).await.unwrap().holder(), Some(&a));
 }
 
+/// A holder bound to `principal`, as a server with a policy stores it.
+fn bound(principal: &str, name: &str) -> HolderId {
+    HolderId::from_trusted(format!("{principal}{}{name}", leasehold::lease::BIND))
+}
+
+/// A principal's own `max_jobs`: a new job is refused at it, naming the
+/// principal and the limit, and nothing is created; jobs that exist are
+/// granted (its own, and another principal's); another principal and an
+/// unbound holder are not held to it; a deleted job's room comes back.
+async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
+    let (billing, ops) = (bound("billing", "w"), bound("ops", "w"));
+    let max = Some(2);
+    for j in ["b1", "b2"] {
+        let a = b
+            .acquire_as(&job(j), &billing, LONG, NOW, max)
+            .await
+            .unwrap();
+        assert!(a.acquired, "{a:?}");
+    }
+    let refused = b.acquire_as(&job("b3"), &billing, LONG, NOW, max).await;
+    match refused {
+        Err(Error::QuotaExceeded {
+            limit: "max_jobs",
+            max: 2,
+            principal: Some(p),
+        }) => assert_eq!(p, "billing"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.lease(&job("b3")).await.unwrap().token, Token::NONE);
+    // Jobs that exist: billing's own, and one ops created and released.
+    let again = b.acquire_as(&job("b1"), &billing, LONG, NOW, max).await;
+    assert!(again.unwrap().acquired);
+    let o = b
+        .acquire_as(&job("o1"), &ops, LONG, NOW, max)
+        .await
+        .unwrap();
+    assert!(b.release(&job("o1"), &ops, o.lease.token).await.unwrap());
+    let taken = b.acquire_as(&job("o1"), &billing, LONG, NOW, max).await;
+    assert!(taken.unwrap().acquired);
+    // ops created one (o1), and creates its second; an unbound holder
+    // counts against nobody.
+    let o2 = b
+        .acquire_as(&job("o2"), &ops, LONG, NOW, max)
+        .await
+        .unwrap();
+    assert!(o2.acquired);
+    let free = b
+        .acquire_as(&job("free"), &holder("w"), LONG, NOW, max)
+        .await;
+    assert!(free.unwrap().acquired);
+
+    // Deleted: its room comes back, once.
+    let t = b.lease(&job("b2")).await.unwrap().token;
+    assert!(b.release(&job("b2"), &billing, t).await.unwrap());
+    assert_eq!(b.delete_job(&job("b2")).await, Ok(true));
+    let a = b.acquire_as(&job("b3"), &billing, LONG, NOW, max).await;
+    assert!(a.unwrap().acquired);
+    let refused = b.acquire_as(&job("b4"), &billing, LONG, NOW, max).await;
+    assert!(
+        matches!(refused, Err(Error::QuotaExceeded { .. })),
+        "{refused:?}"
+    );
+}
+
 /// One test per scenario and backend: `conformance::<backend>::<scenario>`.
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {
@@ -762,4 +826,5 @@ conformance!(
     staged_writes_ask_the_guard_of_each_write,
     watch_tells_changes_in_order_and_nothing_of_renewals,
     give_back_releases_only_a_grant_not_asked_for_since,
+    a_principals_max_jobs_counts_the_jobs_it_created,
 );

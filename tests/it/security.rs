@@ -122,13 +122,24 @@ impl Setup {
     /// An etcd frontend with this setup's TLS and policy, on the shared
     /// cluster under a fresh prefix.
     pub(crate) fn start_on_etcd(&self) -> ServerProcess {
+        self.start_on_etcd_prefix(&common::etcd::fresh_prefix())
+    }
+
+    /// An etcd frontend with this setup's TLS and policy, on the shared
+    /// cluster under `prefix`.
+    fn start_on_etcd_prefix(&self, prefix: &str) -> ServerProcess {
         let args = self.args();
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::etcd::frontend(
-            &common::etcd::shared_endpoints().join(","),
-            &common::etcd::fresh_prefix(),
-            &args,
-        )
+        common::etcd::frontend(&common::etcd::shared_endpoints().join(","), prefix, &args)
+    }
+
+    /// The single node on this setup's data dir, or, with `prefix`, an
+    /// etcd frontend under it: started again, the same store.
+    fn start_at(&self, prefix: Option<&str>) -> ServerProcess {
+        match prefix {
+            None => self.start(&[]),
+            Some(prefix) => self.start_on_etcd_prefix(prefix),
+        }
     }
 
     /// Started with the server's log piped, for tests that read it.
@@ -2199,4 +2210,121 @@ async fn a_principal_over_its_watcher_and_waiter_limits_is_refused_while_others_
     for c in &line {
         c.abort();
     }
+}
+
+/// Whether an Acquire was answered and granted.
+#[track_caller]
+fn granted(r: Result<tonic::Response<proto::AcquireResponse>, tonic::Status>) -> bool {
+    r.unwrap().into_inner().acquired
+}
+
+/// The isolation issue, a principal's own `max_jobs`: billing, with
+/// `max_jobs = 2`, is refused a third new job with QUOTA_EXCEEDED naming
+/// the principal and the limit, and nothing is created; it may still take
+/// jobs that exist (its own, and one ops created), and ops creates jobs
+/// past billing's limit. The count survives a restart (the node SIGKILLed
+/// and started again; on etcd another frontend on the same prefix), a
+/// `DeleteJob` of one of billing's jobs gives its room back, and a reload
+/// raising the limit lets one more in.
+async fn a_principal_at_its_max_jobs_may_not_create_another(prefix: Option<&str>) {
+    let s = Setup::new();
+    std::fs::write(&s.policy, limited_policy("max_jobs = 2")).unwrap();
+    let p = s.start_at(prefix);
+    let mut b = raw(&s, &p, BILLING).await;
+    let mut o = raw(&s, &p, OPS).await;
+    let a = b.acquire(acquire_req("billing/a", "h", 0)).await;
+    let a_token = a.unwrap().into_inner().lease.unwrap().token;
+    assert!(granted(b.acquire(acquire_req("shared/b", "h", 0)).await));
+    let st = b
+        .acquire(acquire_req("billing/c", "h", 0))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_jobs", 2);
+
+    // Jobs that exist: its own again, and one ops created and released.
+    assert!(granted(b.acquire(acquire_req("billing/a", "h", 0)).await));
+    let theirs = o.acquire(acquire_req("shared/o", "x", 0)).await.unwrap();
+    let token = theirs.into_inner().lease.unwrap().token;
+    o.release(proto::ReleaseRequest {
+        job: "shared/o".into(),
+        holder: "x".into(),
+        token,
+        give_back: false,
+    })
+    .await
+    .unwrap();
+    assert!(granted(b.acquire(acquire_req("shared/o", "h", 0)).await));
+    // ops is held to its own count, not billing's.
+    for j in ["ops/1", "ops/2", "ops/3"] {
+        assert!(granted(o.acquire(acquire_req(j, "x", 0)).await), "{j}");
+    }
+    let admin = s.client(&p, Some(ADMIN)).await;
+    assert_eq!(admin.get_lease("billing/c").await.unwrap().token, 0);
+    let series = r#"leasehold_quota_exceeded_total{limit="max_jobs"}"#;
+    assert_eq!(scraped(&s, &p, series).await, 1.0);
+
+    // Started again on the same store: still two jobs of billing's.
+    p.kill9();
+    let p = s.start_at(prefix);
+    let mut b = raw(&s, &p, BILLING).await;
+    let st = b
+        .acquire(acquire_req("billing/c", "h", 0))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_jobs", 2);
+
+    // A deleted job's room comes back, once.
+    b.release(proto::ReleaseRequest {
+        job: "billing/a".into(),
+        holder: "h".into(),
+        token: a_token,
+        give_back: false,
+    })
+    .await
+    .unwrap();
+    let admin = s.client(&p, Some(ADMIN)).await;
+    assert!(admin.delete_job("billing/a").await.unwrap());
+    assert!(granted(b.acquire(acquire_req("billing/c", "h", 0)).await));
+    let st = b
+        .acquire(acquire_req("billing/d", "h", 0))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_jobs", 2);
+
+    // A reload raising the limit lets one more in, and no more.
+    std::fs::write(&s.policy, limited_policy("max_jobs = 3")).unwrap();
+    p.signal(libc::SIGHUP);
+    let t = std::time::Instant::now();
+    loop {
+        match b.acquire(acquire_req("billing/d", "h", 0)).await {
+            Ok(r) => {
+                assert!(r.into_inner().acquired);
+                break;
+            }
+            Err(st) => {
+                assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_jobs", 2);
+                assert!(
+                    t.elapsed() < common::PATIENCE,
+                    "the reloaded max_jobs did not let billing/d in"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let st = b
+        .acquire(acquire_req("billing/e", "h", 0))
+        .await
+        .unwrap_err();
+    assert_principal_limit(&st, "QUOTA_EXCEEDED", "billing", "max_jobs", 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_at_its_max_jobs_may_not_create_another_job() {
+    a_principal_at_its_max_jobs_may_not_create_another(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_principal_at_its_max_jobs_may_not_create_another_job() {
+    let prefix = common::etcd::fresh_prefix();
+    a_principal_at_its_max_jobs_may_not_create_another(Some(&prefix)).await;
 }
