@@ -200,7 +200,8 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_WATCH_STALL_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
     watch_stall_timeout: Duration,
     /// Jobs at once; an Acquire that would create one more is refused with
-    /// QUOTA_EXCEEDED. `leasehold delete-job` gives room back.
+    /// QUOTA_EXCEEDED. `leasehold delete-job` gives room back. With a
+    /// policy, a principal's `max_jobs` limits the jobs it created.
     #[arg(long, env = "LEASEHOLD_MAX_JOBS", default_value_t = 1_000_000)]
     max_jobs: usize,
     /// Keys of one job's fenced store, deleted keys included (a delete
