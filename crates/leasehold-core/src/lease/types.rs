@@ -271,7 +271,9 @@ impl Limits {
                 format!("must not contain control characters (found {c:?})"),
             ));
         }
-        if let Some(c) = s.chars().find(|c| is_format(*c)) {
+        // No ASCII character is a format character: most names are
+        // ASCII, and every renewal validates two of them.
+        if let Some(c) = s.chars().find(|c| !c.is_ascii() && is_format(*c)) {
             return Err(Error::invalid(
                 field,
                 format!(
@@ -388,6 +390,19 @@ mod tests {
         assert!(e.to_string().contains("256"), "{e}");
         assert!(l.job("a\nb").is_err());
         assert_eq!(l.job(&"x".repeat(256)).unwrap().as_str().len(), 256);
+    }
+
+    #[test]
+    fn the_format_character_search_agrees_with_a_scan_of_every_range() {
+        assert!(FORMAT
+            .windows(2)
+            .all(|w| w[0].0 <= w[0].1 && w[0].1 < w[1].0));
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let scan = FORMAT
+                .iter()
+                .any(|&(lo, hi)| (lo..=hi).contains(&(c as u32)));
+            assert_eq!(is_format(c), scan, "U+{:04X}", c as u32);
+        }
     }
 
     #[test]
@@ -517,8 +532,10 @@ const FORMAT: &[(u32, u32)] = &[
     (0xE0020, 0xE007F),
 ];
 
-/// Whether `c` is a format character ([`FORMAT`]).
+/// Whether `c` is a format character ([`FORMAT`], sorted and disjoint:
+/// one binary search).
 fn is_format(c: char) -> bool {
     let c = c as u32;
-    FORMAT.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
+    let i = FORMAT.partition_point(|&(_, hi)| hi < c);
+    FORMAT.get(i).is_some_and(|&(lo, _)| lo <= c)
 }
