@@ -73,7 +73,8 @@ async fn every_attack_against_one_server_is_refused_and_changes_nothing() {
          [[grant]]\nprincipal = \"root\"\njobs = [\"\"]\nactions = [\"admin\"]\n\n\
          [[principal]]\nname = \"racer\"\ntoken_sha256 = [\"{}\"]\n\n\
          [[grant]]\nprincipal = \"racer\"\njobs = [\"shared/\"]\nactions = [\"lease\"]\n\n\
-         [[principal]]\nname = \"lessee\"\ntoken_sha256 = [\"{}\"]\n\n\
+         [[principal]]\nname = \"lessee\"\ntoken_sha256 = [\"{}\"]\n\
+         limits = {{ max_jobs = 3 }}\n\n\
          [[grant]]\nprincipal = \"lessee\"\njobs = [\"l/\"]\nactions = [\"lease\"]\n",
         pki::sha256_hex(RACER),
         pki::sha256_hex(LESSEE)
@@ -332,6 +333,23 @@ async fn every_attack_against_one_server_is_refused_and_changes_nothing() {
         "the gRPC port filled without credentials",
         victims(&admin).await,
     );
+
+    // One principal's flood of new jobs stops at its own max_jobs, and
+    // the others still create theirs (Medium 8).
+    for i in 0..3 {
+        let job = format!("l/{i}");
+        assert!(lessee.acquire(&job, "f", TTL, NOW).await.unwrap().acquired);
+    }
+    let e = lessee.acquire("l/3", "f", TTL, NOW).await.unwrap_err();
+    assert!(
+        matches!(&e, ClientError::QuotaExceeded { message, .. }
+            if message.contains("principal \"lessee\": max_jobs 3")),
+        "{e:?}"
+    );
+    assert_eq!(admin.get_lease("l/3").await.unwrap().token, 0);
+    let theirs = billing.acquire("billing/new", "w", TTL, NOW).await.unwrap();
+    assert!(theirs.acquired);
+    unchanged("a flood of new jobs", victims(&admin).await);
 
     // A reload that takes grants away reaches the streams already open
     // (Medium 5). Last: it rewrites the policy.
