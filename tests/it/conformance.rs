@@ -729,7 +729,7 @@ async fn give_back_releases_only_a_grant_not_asked_for_since(b: Backend) {
 
 /// A holder bound to `principal`, as a server with a policy stores it.
 fn bound(principal: &str, name: &str) -> HolderId {
-    HolderId::from_trusted(format!("{principal}{}{name}", leasehold::lease::BIND))
+    holder(name).bound_to(principal)
 }
 
 /// A principal's own `max_jobs`: a new job is refused at it, naming the

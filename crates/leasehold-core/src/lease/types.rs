@@ -165,6 +165,17 @@ name_type!(HolderId);
 pub const BIND: char = '\u{1f}';
 
 impl HolderId {
+    /// This holder bound to `principal`, as a server with a policy stores
+    /// it: `{principal}`, [`BIND`], `{holder}`.
+    pub fn bound_to(&self, principal: &str) -> HolderId {
+        // Not `format!`: this runs on every call with a policy.
+        let mut s = String::with_capacity(principal.len() + BIND.len_utf8() + self.0.len());
+        s.push_str(principal);
+        s.push(BIND);
+        s.push_str(&self.0);
+        HolderId(s)
+    }
+
     /// The principal this holder is bound to, if it is bound (see [`BIND`]).
     pub fn principal(&self) -> Option<&str> {
         self.0.split_once(BIND).map(|(p, _)| p)

@@ -868,7 +868,7 @@ fn a_job_stays_small() {
 }
 
 fn bound(principal: &str, holder: &str) -> HolderId {
-    HolderId::from_trusted(format!("{principal}{}{holder}", crate::lease::BIND))
+    who(holder).bound_to(principal)
 }
 
 #[test]

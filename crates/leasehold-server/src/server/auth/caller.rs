@@ -10,7 +10,7 @@ use tonic::codegen::http;
 
 use super::policy::{Action, Auth, Policy, PrincipalLimits, PrincipalLoad};
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, LeaseState, LeaseView};
+use crate::lease::{HolderId, LeaseState, LeaseView, BIND};
 
 /// What authentication reads of the connection a call came on: the client
 /// certificate its handshake verified, and the [`CallerMemo`] it keeps
@@ -189,8 +189,6 @@ enum Credential {
     Cert(CertificateDer<'static>),
 }
 
-use leasehold_core::lease::BIND;
-
 impl Caller {
     /// A caller on a server without a policy: allowed everything.
     pub fn open() -> Caller {
@@ -320,16 +318,7 @@ impl Caller {
     pub fn bind(&self, holder: HolderId) -> HolderId {
         match &self.0 {
             None => holder,
-            Some(k) => {
-                // Not `format!`: this runs on every call with a policy.
-                let mut s = String::with_capacity(
-                    k.principal.len() + BIND.len_utf8() + holder.as_str().len(),
-                );
-                s.push_str(&k.principal);
-                s.push(BIND);
-                s.push_str(holder.as_str());
-                HolderId::from_trusted(s)
-            }
+            Some(k) => holder.bound_to(&k.principal),
         }
     }
 
