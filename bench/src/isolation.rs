@@ -64,6 +64,9 @@ use tonic::transport::{Channel, Endpoint};
 use crate::proc::{cpu_seconds, rss_bytes, Server};
 use crate::sys::Res;
 
+#[path = "floods.rs"]
+mod floods;
+
 /// `leasehold-bench isolation`'s flags.
 #[derive(clap::Args)]
 pub struct IsolationArgs {
@@ -85,11 +88,12 @@ pub struct IsolationArgs {
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
     /// What to run, comma separated: waiters, silent, jobs, watchers,
-    /// writes, metrics.
+    /// writes, pipelined, unread, settings, ping, slow-readers, listings,
+    /// metrics.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "waiters,silent,jobs,watchers,writes,metrics"
+        default_value = "waiters,silent,jobs,watchers,writes,pipelined,unread,settings,ping,slow-readers,listings,metrics"
     )]
     only: Vec<String>,
     /// The most distinct keys the write flood creates; after that it
@@ -134,7 +138,10 @@ pub async fn run(a: IsolationArgs) -> Res<()> {
     std::fs::create_dir_all(&dir)?;
     let mut rows = Vec::new();
     let mut memory = Vec::new();
-    for name in ["waiters", "silent", "jobs", "watchers", "writes"] {
+    let names = ["waiters", "silent", "jobs", "watchers", "writes"]
+        .into_iter()
+        .chain(floods::NAMES);
+    for name in names {
         if !a.only.iter().any(|o| o == name) {
             continue;
         }
@@ -566,7 +573,8 @@ fn describe(a: &IsolationArgs, name: &str) -> String {
             scaled(a, 40_000),
             watcher_conns(a)
         ),
-        _ => "64 KiB `CheckedWrite`s of distinct keys into one job, 32 in flight".to_owned(),
+        "writes" => "64 KiB `CheckedWrite`s of distinct keys into one job, 32 in flight".to_owned(),
+        other => floods::describe(other, a.scale),
     }
 }
 
@@ -611,7 +619,8 @@ async fn start_attack(
             let keys = a.write_keys;
             tokio::spawn(async move { writes(&url, keys, rx, t0).await })
         }
-        other => return Err(format!("unknown attack {other}").into()),
+        other => floods::start(other, &url, a.scale, rx, ready_tx)
+            .ok_or_else(|| format!("unknown attack {other}"))?,
     };
     Ok(Running { stop, ready, task })
 }

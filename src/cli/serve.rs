@@ -160,6 +160,19 @@ pub struct ServeArgs {
         default_value_t = leasehold::server::DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION
     )]
     max_acquire_rate_per_connection: u64,
+    /// Frames that carry no call (SETTINGS, PING, RST_STREAM, PRIORITY,
+    /// CONTINUATION) and streams the server has to refuse or reset, that
+    /// one connection may cost per second, two seconds' worth at once.
+    /// Over it the connection's bytes wait (slowed); after 2 s of that its
+    /// new calls but renewals are refused (OVERLOADED); after 5 s it is
+    /// sent away with GOAWAY ENHANCE_YOUR_CALM, and its address's next
+    /// connections wait before they are read.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_FRAME_RATE_PER_CONNECTION",
+        default_value_t = leasehold::server::frames::DEFAULT_MAX_FRAME_RATE
+    )]
+    max_frame_rate_per_connection: u32,
     /// A connection that has not finished its TLS handshake and sent the
     /// HTTP/2 preface (on the admin port: the first byte of a request) this
     /// long after it was accepted is closed.
@@ -280,6 +293,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         (
             "--max-streams-per-connection",
             a.max_streams_per_connection as usize,
+        ),
+        (
+            "--max-frame-rate-per-connection",
+            a.max_frame_rate_per_connection as usize,
         ),
     ] {
         if v == 0 {
@@ -469,6 +486,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_in_flight_per_connection: a.max_in_flight_per_connection,
         max_write_rate_per_connection: a.max_write_rate_per_connection,
         max_acquire_rate_per_connection: a.max_acquire_rate_per_connection,
+        max_frame_rate_per_connection: a.max_frame_rate_per_connection,
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,

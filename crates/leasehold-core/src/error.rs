@@ -252,6 +252,17 @@ impl fmt::Display for Error {
                 write!(f, "permission denied: {action} on job {job:?}: {why}")
             }
             Error::Overloaded {
+                limit: limit @ "--max-frame-rate-per-connection",
+                max,
+                ..
+            } => write!(
+                f,
+                "overloaded: this connection has sent more than {max} frames a second that \
+                 carry no call (SETTINGS, PING, RST_STREAM) or opened streams past the \
+                 stream limit, for seconds ({limit}); nothing was changed; slow down, or \
+                 the connection is closed"
+            ),
+            Error::Overloaded {
                 limit,
                 max,
                 principal,

@@ -178,6 +178,8 @@ pub async fn serve_admin(
         // hyper's header-read timeout, below, closes idle connections.
         idle_timeout: None,
         evict_anonymous: false,
+        // HTTP/1: no frames.
+        frame_rate: None,
     };
     let mut incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let app = router(

@@ -176,14 +176,15 @@ pub struct RpcMetrics {
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
-/// four) and `leasehold_quota_exceeded_total` (the rest): the flags, and
+/// five) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 13] = [
+pub const REFUSAL_LIMITS: [&str; 14] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
     "--watch-stall-timeout",
+    "--max-frame-rate-per-connection",
     "--max-watchers",
     "--max-waiters-per-job",
     "max_watchers",
@@ -195,7 +196,7 @@ pub const REFUSAL_LIMITS: [&str; 13] = [
     "max_jobs",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
-const OVERLOAD_LIMITS: usize = 4;
+const OVERLOAD_LIMITS: usize = 5;
 
 /// The `reason` label values of `leasehold_auth_denied_total`:
 /// `throttled` counts the calls refused unread from an address past its
@@ -387,6 +388,24 @@ impl EncodeMetric for Refusals {
         };
         for i in range {
             self.rpc.refused[i].encode(encoder.encode_family(&[("limit", REFUSAL_LIMITS[i])])?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// `leasehold_flood_steps_total{step}`: connections that reached each step
+/// of the frame budget's ladder ([`crate::server::frames`]).
+#[derive(Debug)]
+struct FloodSteps;
+
+impl EncodeMetric for FloodSteps {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (step, n) in crate::server::frames::STEPS.get() {
+            ConstCounter::new(n).encode(encoder.encode_family(&[("step", step)])?)?;
         }
         Ok(())
     }
@@ -643,6 +662,12 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
         "leasehold_acquire_pacing_seconds",
         "Time Acquires waited for their connection's Acquire rate, all together",
         rpc.paced_acquires_seconds.clone(),
+    );
+    r.register(
+        "leasehold_flood_steps",
+        "Connections over --max-frame-rate-per-connection, by the step they reached: slowed (their \
+         bytes waited), refused (their calls were refused) and goaway (sent away)",
+        FloodSteps,
     );
     r.register(
         "leasehold_quota_exceeded",

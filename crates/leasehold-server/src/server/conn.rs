@@ -57,6 +57,7 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use super::auth::{self, CallerMemo};
+use super::frames::{self, Step};
 use super::tls::{Port, Tls};
 use crate::clock;
 
@@ -85,6 +86,10 @@ pub struct ConnLimits {
     /// authenticated to make room (with a policy), rather than refuse the
     /// new one.
     pub evict_anonymous: bool,
+    /// The budget of frames that carry no call, per connection and second
+    /// (`--max-frame-rate-per-connection`, [`super::frames`]): HTTP/2
+    /// ports only.
+    pub frame_rate: Option<u32>,
 }
 
 /// The length of HTTP/2's client connection preface
@@ -105,6 +110,9 @@ pub struct ConnLoad {
     writes_paid_until: std::sync::Mutex<Instant>,
     /// The same for its Acquires (see [`ConnLoad::pace_acquire`]).
     acquires_paid_until: std::sync::Mutex<Instant>,
+    /// Over its frame budget long enough that its new calls are refused
+    /// ([`super::frames::Step::Refused`]): the budget, or 0.
+    refusing: std::sync::atomic::AtomicU32,
 }
 
 impl Default for ConnLoad {
@@ -116,6 +124,7 @@ impl Default for ConnLoad {
             touched: AtomicU64::new(0),
             writes_paid_until: std::sync::Mutex::new(born),
             acquires_paid_until: std::sync::Mutex::new(born),
+            refusing: std::sync::atomic::AtomicU32::new(0),
         }
     }
 }
@@ -177,6 +186,13 @@ impl ConnLoad {
         self.touch();
     }
 
+    /// Whether the connection's new calls (but renewals) are refused: it
+    /// has been over its frame budget for [`super::frames::REFUSE_AFTER`].
+    /// Returns the budget it is over (frames a second).
+    pub fn refusing(&self) -> Option<u32> {
+        Some(self.refusing.load(Ordering::Relaxed)).filter(|r| *r > 0)
+    }
+
     /// Calls open now, both budgets together.
     pub fn open(&self) -> usize {
         self.open.iter().map(|n| n.load(Ordering::Acquire)).sum()
@@ -215,6 +231,29 @@ pub struct Conn {
     /// The TLS stream's last read was Pending: it holds no plaintext and
     /// no whole record, and waits for bytes from the socket.
     tls_idle: bool,
+    /// Its frame budget, on an HTTP/2 port.
+    frames: Option<Box<FrameGuard>>,
+}
+
+/// A connection's frame budget ([`super::frames`]) and what enforces it.
+struct FrameGuard {
+    /// The client's frames, after its preface.
+    client: frames::Cursor,
+    /// The server's frames.
+    server: frames::Cursor,
+    meter: frames::Meter,
+    /// The budget, frames a second.
+    rate: u32,
+    /// Reads wait until then.
+    pause: Option<Pin<Box<Sleep>>>,
+    /// The highest stream the client opened.
+    last_stream: u32,
+    /// The GOAWAY being sent, and how much of it is out.
+    goaway: Option<([u8; 17], usize)>,
+    /// When the connection reached the last step, for a client whose
+    /// connection cannot take a GOAWAY (it reads nothing).
+    goaway_since: Option<Instant>,
+    address: Option<Arc<Addresses>>,
 }
 
 enum Io {
@@ -281,6 +320,33 @@ impl Conn {
         self.idle = limits
             .idle_timeout
             .map(|d| (d, Box::pin(tokio::time::sleep(d))));
+        if let Some(rate) = limits.frame_rate {
+            let now = clock::now();
+            let addresses = self._address.as_ref().map(|a| a.addresses.clone());
+            let mut pause = None;
+            if let (Some(a), Some(remote)) = (&addresses, self.peer.remote) {
+                // An address whose connections were sent away for floods
+                // waits before each new one is read: a reconnect loop is
+                // slowed.
+                let strikes = a.strikes(remote.ip(), now);
+                if strikes > 0 {
+                    frames::STEPS.slowed.fetch_add(1, Ordering::Relaxed);
+                    let wait = (frames::PENALTY_PER_STRIKE * strikes).min(frames::MAX_PENALTY);
+                    pause = Some(Box::pin(tokio::time::sleep(wait)));
+                }
+            }
+            self.frames = Some(Box::new(FrameGuard {
+                client: frames::Cursor::new(limits.preface_bytes),
+                server: frames::Cursor::new(0),
+                meter: frames::Meter::new(rate, now),
+                rate,
+                pause,
+                last_stream: 0,
+                goaway: None,
+                goaway_since: None,
+                address: addresses,
+            }));
+        }
         self
     }
 
@@ -348,6 +414,11 @@ impl AsyncRead for Conn {
         if let Some(r) = this.deadline(cx) {
             return Poll::Ready(r);
         }
+        if let Some(g) = this.frames.as_deref_mut() {
+            if let Some(r) = g.before_read(&mut this.stream, &this.peer, cx) {
+                return r;
+            }
+        }
         let before = buf.filled().len();
         let r = match &mut this.stream {
             Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
@@ -368,6 +439,9 @@ impl AsyncRead for Conn {
                 r
             }
         };
+        if let (Poll::Ready(Ok(())), Some(g)) = (&r, this.frames.as_deref_mut()) {
+            g.read(&buf.filled()[before..]);
+        }
         if let (Poll::Ready(Ok(())), Some((_, left))) = (&r, &mut this.preface) {
             *left = left.saturating_sub(buf.filled().len() - before);
             if *left == 0 {
@@ -378,13 +452,155 @@ impl AsyncRead for Conn {
     }
 }
 
+impl FrameGuard {
+    /// Before a read: whether the connection must wait, or is closed.
+    fn before_read(
+        &mut self,
+        io: &mut Io,
+        peer: &Peer,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<io::Result<()>>> {
+        if self.goaway.is_some() {
+            return Some(match self.send_goaway(io, cx) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(_) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "sent away: over --max-frame-rate-per-connection",
+                ))),
+            });
+        }
+        if let Some(p) = &mut self.pause {
+            if p.as_mut().poll(cx).is_pending() {
+                return Some(Poll::Pending);
+            }
+            self.pause = None;
+        }
+        let now = clock::now();
+        let (step, wait) = self.meter.step(now, &frames::STEPS);
+        let rate = if step >= Step::Refused { self.rate } else { 0 };
+        peer.load.refusing.store(rate, Ordering::Relaxed);
+        if step == Step::Goaway {
+            let since = *self.goaway_since.get_or_insert(now);
+            if self.server.at_boundary() {
+                self.strike(peer, "over --max-frame-rate-per-connection: sent away");
+                self.goaway = Some((
+                    frames::goaway(self.last_stream, frames::ENHANCE_YOUR_CALM),
+                    0,
+                ));
+                return self.before_read(io, peer, cx);
+            }
+            if now.saturating_duration_since(since) > frames::GOAWAY_GRACE {
+                // It reads nothing, so the server's last frame never went
+                // out whole: no GOAWAY can follow it.
+                self.strike(peer, "over --max-frame-rate-per-connection: closed");
+                return Some(Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "closed: over --max-frame-rate-per-connection",
+                ))));
+            }
+        }
+        if wait.is_zero() {
+            return None;
+        }
+        let mut pause = Box::pin(tokio::time::sleep(wait));
+        if pause.as_mut().poll(cx).is_ready() {
+            return None;
+        }
+        self.pause = Some(pause);
+        Some(Poll::Pending)
+    }
+
+    /// Follows the client's bytes just read, and charges them.
+    fn read(&mut self, bytes: &[u8]) {
+        let (mut cost, mut last) = (0.0, self.last_stream);
+        self.client.follow(bytes, |f| {
+            cost += frames::client_cost(&f);
+            if f.kind == frames::HEADERS {
+                last = last.max(f.stream);
+            }
+        });
+        self.last_stream = last;
+        self.meter.charge(cost, clock::now());
+    }
+
+    /// Follows the server's bytes just written, and charges the client for
+    /// the streams refused; a GOAWAY that blames the client (h2's own, for
+    /// too many streams refused or reset) counts against its address.
+    fn wrote(&mut self, bufs: &[io::IoSlice<'_>], mut n: usize, peer: &Peer) {
+        let (mut cost, mut blamed) = (0.0, false);
+        for b in bufs {
+            if n == 0 {
+                break;
+            }
+            let k = n.min(b.len());
+            self.server.follow(&b[..k], |f| {
+                cost += frames::server_cost(&f);
+                blamed |= frames::is_goaway_for_cause(&f);
+            });
+            n -= k;
+        }
+        self.meter.charge(cost, clock::now());
+        if blamed && self.goaway.is_none() {
+            frames::STEPS.goaway.fetch_add(1, Ordering::Relaxed);
+            self.strike(
+                peer,
+                "sent away by HTTP/2 (GOAWAY): too many streams refused or reset",
+            );
+        }
+    }
+
+    /// Writes what is left of the GOAWAY, then flushes.
+    fn send_goaway(&mut self, io: &mut Io, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let Some((frame, sent)) = &mut self.goaway else {
+            return Poll::Ready(Ok(()));
+        };
+        while *sent < frame.len() {
+            match both!(io, s => Pin::new(s).poll_write(cx, &frame[*sent..])) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(k)) => *sent += k,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        both!(io, s => Pin::new(s).poll_flush(cx))
+    }
+
+    /// Counts a connection sent away against its address.
+    fn strike(&self, peer: &Peer, why: &'static str) {
+        if let (Some(a), Some(remote)) = (&self.address, peer.remote) {
+            a.strike(remote.ip(), clock::now(), why);
+        }
+    }
+}
+
+impl Conn {
+    /// Before the server writes: once a GOAWAY of the frame budget's has
+    /// begun, it goes out whole and nothing follows it.
+    fn may_write(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<usize>>> {
+        let g = self.frames.as_deref_mut()?;
+        g.goaway.as_ref()?;
+        Some(match g.send_goaway(&mut self.stream, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into())),
+        })
+    }
+}
+
 impl AsyncWrite for Conn {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_write(cx, buf))
+        let this = self.get_mut();
+        if let Some(r) = this.may_write(cx) {
+            return r;
+        }
+        let r = both!(&mut this.stream, s => Pin::new(s).poll_write(cx, buf));
+        if let (Poll::Ready(Ok(n)), Some(g)) = (&r, this.frames.as_deref_mut()) {
+            g.wrote(&[io::IoSlice::new(buf)], *n, &this.peer);
+        }
+        r
     }
 
     fn poll_write_vectored(
@@ -392,7 +608,15 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        both!(&mut self.get_mut().stream, s => Pin::new(s).poll_write_vectored(cx, bufs))
+        let this = self.get_mut();
+        if let Some(r) = this.may_write(cx) {
+            return r;
+        }
+        let r = both!(&mut this.stream, s => Pin::new(s).poll_write_vectored(cx, bufs));
+        if let (Poll::Ready(Ok(n)), Some(g)) = (&r, this.frames.as_deref_mut()) {
+            g.wrote(bufs, *n, &this.peer);
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -485,6 +709,7 @@ fn secured(
                             preface: None,
                             idle: None,
                             tls_idle: false,
+                            frames: None,
                         };
                         let _ = tx.send(Ok(conn.with_deadlines(&limits, deadline))).await;
                     }
@@ -576,6 +801,7 @@ fn plain(
                 preface: None,
                 idle: None,
                 tls_idle: false,
+                frames: None,
             },
             deadline,
         )))
@@ -656,9 +882,22 @@ impl Anonymous {
 }
 
 /// The connections open from each client address, for
-/// [`ConnLimits::max_per_address`].
+/// [`ConnLimits::max_per_address`], and the addresses whose connections
+/// were sent away for floods ([`super::frames`]).
 #[derive(Default)]
-struct Addresses(std::sync::Mutex<HashMap<IpAddr, usize>>);
+struct Addresses(
+    std::sync::Mutex<HashMap<IpAddr, usize>>,
+    std::sync::Mutex<HashMap<IpAddr, Strikes>>,
+);
+
+/// The times an address's connections were sent away.
+struct Strikes {
+    n: u32,
+    last: Instant,
+    /// When one was last logged, and how many since.
+    logged: Option<Instant>,
+    unlogged: u64,
+}
 
 /// One connection's place in its address's count, given back on drop.
 struct AddressPlace {
@@ -683,6 +922,52 @@ impl Addresses {
             addresses: self.clone(),
             key,
         })
+    }
+}
+
+impl Addresses {
+    /// How many times `ip`'s connections were sent away in the
+    /// [`frames::STRIKE_MEMORY`] before `now`.
+    fn strikes(&self, ip: IpAddr, now: Instant) -> u32 {
+        let s = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        s.get(&address_key(ip))
+            .filter(|s| now.saturating_duration_since(s.last) < frames::STRIKE_MEMORY)
+            .map_or(0, |s| s.n)
+    }
+
+    /// Counts a connection of `ip`'s sent away (`why`), and logs it: at
+    /// most one line per address per [`REFUSAL_LOG_INTERVAL`], with the
+    /// number left out since the last.
+    fn strike(&self, ip: IpAddr, now: Instant, why: &'static str) {
+        let key = address_key(ip);
+        let mut all = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        if all.len() >= 4096 {
+            all.retain(|_, s| now.saturating_duration_since(s.last) < frames::STRIKE_MEMORY);
+        }
+        let s = all.entry(key).or_insert(Strikes {
+            n: 0,
+            last: now,
+            logged: None,
+            unlogged: 0,
+        });
+        if now.saturating_duration_since(s.last) >= frames::STRIKE_MEMORY {
+            s.n = 0;
+        }
+        s.n = s.n.saturating_add(1);
+        s.last = now;
+        s.unlogged += 1;
+        if s.logged
+            .is_none_or(|t| now.saturating_duration_since(t) >= REFUSAL_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                address = %key,
+                connections = s.unlogged,
+                "{why} ({} connection(s) of this address since the last line)",
+                s.unlogged
+            );
+            s.logged = Some(now);
+            s.unlogged = 0;
+        }
     }
 }
 

@@ -519,6 +519,14 @@ where
         let budget = budget(req.uri().path());
         let conn = match req.extensions().get::<Peer>() {
             Some(peer) => {
+                if let Some(rate) = peer.load.refusing().filter(|_| budget != RENEWALS) {
+                    let refused = self.shared.refuse(Error::Overloaded {
+                        limit: "--max-frame-rate-per-connection",
+                        max: rate as usize,
+                        principal: None,
+                    });
+                    return Box::pin(async move { Ok(refused.into_http()) });
+                }
                 if !peer.load.try_open(budget, self.shared.per_connection) {
                     let refused = self.shared.refuse(Error::Overloaded {
                         limit: "--max-in-flight-per-connection",

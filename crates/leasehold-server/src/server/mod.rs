@@ -47,6 +47,7 @@ pub mod backup;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
+pub mod frames;
 pub mod grpc_status;
 pub mod layers;
 pub mod leases;
@@ -102,6 +103,11 @@ pub struct Config {
     /// flood of new jobs on one connection cannot take the cores from
     /// everyone's renewals. Renewals are never paced.
     pub max_acquire_rate_per_connection: u64,
+    /// The frames that carry no call (SETTINGS, PING, RST_STREAM, ...) and
+    /// the streams refused, that one connection may cost per second, two
+    /// seconds' worth at once; over it the connection is slowed, then its
+    /// calls refused, then sent away ([`frames`]).
+    pub max_frame_rate_per_connection: u32,
     /// From accept to the TLS handshake done and the HTTP/2 preface read;
     /// a connection that takes longer is closed.
     pub handshake_timeout: Duration,
@@ -144,6 +150,14 @@ pub const DEFAULT_MAX_WRITE_RATE_PER_CONNECTION: u64 = 16 << 20;
 /// electors on one connection gets them all at once.
 pub const DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION: u64 = 2_000;
 
+/// Streams a connection may have refused or reset by the server (opened
+/// past the stream limit, or malformed) before it is closed with GOAWAY
+/// ENHANCE_YOUR_CALM. hyper's own default, set here because tonic passes
+/// none and so turns the limit off: a client that pipelines requests past
+/// the limit made the server refuse millions of streams, holding gigabytes
+/// and stalling renewals on other connections for seconds.
+pub const H2_MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -155,6 +169,7 @@ impl Default for Config {
             max_in_flight_per_connection: 1_000,
             max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
             max_acquire_rate_per_connection: DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
+            max_frame_rate_per_connection: frames::DEFAULT_MAX_FRAME_RATE,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
@@ -264,6 +279,7 @@ pub async fn run(
         preface_bytes: conn::HTTP2_PREFACE_BYTES,
         idle_timeout: Some(config.idle_timeout),
         evict_anonymous: config.auth.is_some(),
+        frame_rate: Some(config.max_frame_rate_per_connection),
     };
     let incoming = conn::incoming(
         listener,
@@ -284,6 +300,7 @@ pub async fn run(
     );
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
+        .http2_max_local_error_reset_streams(Some(H2_MAX_LOCAL_ERROR_RESETS))
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
