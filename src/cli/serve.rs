@@ -173,6 +173,21 @@ pub struct ServeArgs {
         default_value_t = leasehold::server::frames::DEFAULT_MAX_FRAME_RATE
     )]
     max_frame_rate_per_connection: u32,
+    /// Bytes of large answers (Read, ListKeys, GetHistory) held for
+    /// clients that have not read them yet, all connections together; one
+    /// connection may hold a sixteenth (at least 4 MiB). An answer over
+    /// either is refused, OVERLOADED: a client that never reads cannot
+    /// make the server hold more.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_QUEUED_RESPONSE_BYTES",
+        default_value_t = leasehold::server::DEFAULT_MAX_QUEUED_RESPONSE_BYTES
+    )]
+    max_queued_response_bytes: usize,
+    /// A connection that holds answers and reads no byte of them for this
+    /// long is closed, giving their memory back.
+    #[arg(long, env = "LEASEHOLD_RESPONSE_STALL_TIMEOUT", value_parser = parse_duration, default_value = "30s")]
+    response_stall_timeout: Duration,
     /// A connection that has not finished its TLS handshake and sent the
     /// HTTP/2 preface (on the admin port: the first byte of a request) this
     /// long after it was accepted is closed.
@@ -298,6 +313,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             "--max-frame-rate-per-connection",
             a.max_frame_rate_per_connection as usize,
         ),
+        ("--max-queued-response-bytes", a.max_queued_response_bytes),
     ] {
         if v == 0 {
             bail!("{flag} must be at least 1");
@@ -307,6 +323,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ("--handshake-timeout", a.handshake_timeout),
         ("--idle-timeout", a.idle_timeout),
         ("--watch-stall-timeout", a.watch_stall_timeout),
+        ("--response-stall-timeout", a.response_stall_timeout),
     ] {
         if v.is_zero() {
             bail!("{flag} must be above zero");
@@ -487,6 +504,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_write_rate_per_connection: a.max_write_rate_per_connection,
         max_acquire_rate_per_connection: a.max_acquire_rate_per_connection,
         max_frame_rate_per_connection: a.max_frame_rate_per_connection,
+        max_queued_response_bytes: a.max_queued_response_bytes,
+        response_stall_timeout: a.response_stall_timeout,
         handshake_timeout: a.handshake_timeout,
         idle_timeout: a.idle_timeout,
         max_streams_per_connection: a.max_streams_per_connection,

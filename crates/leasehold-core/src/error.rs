@@ -263,6 +263,15 @@ impl fmt::Display for Error {
                  the connection is closed"
             ),
             Error::Overloaded {
+                limit: limit @ "--max-queued-response-bytes",
+                max,
+                ..
+            } => write!(
+                f,
+                "overloaded: answers of {max} bytes wait for clients that have not read them \
+                 ({limit}); nothing was changed; retry with backoff"
+            ),
+            Error::Overloaded {
                 limit,
                 max,
                 principal,

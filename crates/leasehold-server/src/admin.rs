@@ -180,6 +180,7 @@ pub async fn serve_admin(
         evict_anonymous: false,
         // HTTP/1: no frames.
         frame_rate: None,
+        response_stall_timeout: None,
     };
     let mut incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let app = router(

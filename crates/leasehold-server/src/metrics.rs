@@ -176,15 +176,16 @@ pub struct RpcMetrics {
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
-/// five) and `leasehold_quota_exceeded_total` (the rest): the flags, and
+/// six) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 14] = [
+pub const REFUSAL_LIMITS: [&str; 15] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
     "--watch-stall-timeout",
     "--max-frame-rate-per-connection",
+    "--max-queued-response-bytes",
     "--max-watchers",
     "--max-waiters-per-job",
     "max_watchers",
@@ -196,7 +197,7 @@ pub const REFUSAL_LIMITS: [&str; 14] = [
     "max_jobs",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
-const OVERLOAD_LIMITS: usize = 5;
+const OVERLOAD_LIMITS: usize = 6;
 
 /// The `reason` label values of `leasehold_auth_denied_total`:
 /// `throttled` counts the calls refused unread from an address past its

@@ -90,6 +90,10 @@ pub struct ConnLimits {
     /// (`--max-frame-rate-per-connection`, [`super::frames`]): HTTP/2
     /// ports only.
     pub frame_rate: Option<u32>,
+    /// A connection that holds answers ([`super::layers::Queued`]) and
+    /// takes none of their bytes for this long is closed
+    /// (`--response-stall-timeout`); `None` on the admin port.
+    pub response_stall_timeout: Option<Duration>,
 }
 
 /// The length of HTTP/2's client connection preface
@@ -113,6 +117,11 @@ pub struct ConnLoad {
     /// Over its frame budget long enough that its new calls are refused
     /// ([`super::frames::Step::Refused`]): the budget, or 0.
     refusing: std::sync::atomic::AtomicU32,
+    /// Bytes of large answers held for the client ([`super::layers::Queued`]).
+    queued: AtomicUsize,
+    /// Nanoseconds after `born` when the server last wrote to it, or when
+    /// it last began to hold answers, whichever is later.
+    progress: AtomicU64,
 }
 
 impl Default for ConnLoad {
@@ -125,6 +134,8 @@ impl Default for ConnLoad {
             writes_paid_until: std::sync::Mutex::new(born),
             acquires_paid_until: std::sync::Mutex::new(born),
             refusing: std::sync::atomic::AtomicU32::new(0),
+            queued: AtomicUsize::new(0),
+            progress: AtomicU64::new(0),
         }
     }
 }
@@ -193,6 +204,46 @@ impl ConnLoad {
         Some(self.refusing.load(Ordering::Relaxed)).filter(|r| *r > 0)
     }
 
+    /// Counts `n` more bytes of answers held for the client, unless that
+    /// would make more than `max`.
+    pub fn queue(&self, n: usize, max: usize) -> bool {
+        let before = self.queued.fetch_add(n, Ordering::AcqRel);
+        if before + n > max && before > 0 {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            return false;
+        }
+        if before == 0 {
+            self.made_progress();
+        }
+        true
+    }
+
+    /// Gives back bytes counted by [`ConnLoad::queue`].
+    pub fn unqueue(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes of answers held for the client now.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    fn made_progress(&self) {
+        let nanos = clock::now().saturating_duration_since(self.born).as_nanos();
+        self.progress
+            .store(nanos.min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// How long the connection has held answers without taking a byte;
+    /// `None` while it holds none.
+    fn stalled_for(&self) -> Option<Duration> {
+        if self.queued() == 0 {
+            return None;
+        }
+        let last = self.born + Duration::from_nanos(self.progress.load(Ordering::Relaxed));
+        Some(clock::now().saturating_duration_since(last))
+    }
+
     /// Calls open now, both budgets together.
     pub fn open(&self) -> usize {
         self.open.iter().map(|n| n.load(Ordering::Acquire)).sum()
@@ -228,6 +279,9 @@ pub struct Conn {
     preface: Option<(Pin<Box<Sleep>>, usize)>,
     /// The idle timeout and its timer (re-armed while calls are open).
     idle: Option<(Duration, Pin<Box<Sleep>>)>,
+    /// The response stall timeout and its timer, armed while it holds
+    /// answers.
+    stall: Option<(Duration, Option<Pin<Box<Sleep>>>)>,
     /// The TLS stream's last read was Pending: it holds no plaintext and
     /// no whole record, and waits for bytes from the socket.
     tls_idle: bool,
@@ -320,6 +374,7 @@ impl Conn {
         self.idle = limits
             .idle_timeout
             .map(|d| (d, Box::pin(tokio::time::sleep(d))));
+        self.stall = limits.response_stall_timeout.map(|d| (d, None));
         if let Some(rate) = limits.frame_rate {
             let now = clock::now();
             let addresses = self._address.as_ref().map(|a| a.addresses.clone());
@@ -376,6 +431,30 @@ impl Conn {
                     io::ErrorKind::TimedOut,
                     "no preface within --handshake-timeout",
                 )));
+            }
+        }
+        if let Some((timeout, sleep)) = &mut self.stall {
+            match self.peer.load.stalled_for() {
+                None => *sleep = None,
+                Some(d) if d >= *timeout => {
+                    tracing::info!(
+                        peer = ?self.peer.remote,
+                        held = self.peer.load.queued(),
+                        "closed: took no byte of its answers for --response-stall-timeout"
+                    );
+                    return Some(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "took no byte of its answers within --response-stall-timeout",
+                    )));
+                }
+                Some(d) => {
+                    let at = clock::tokio_now() + (*timeout - d);
+                    let s = sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    if s.deadline() != at {
+                        s.as_mut().reset(at);
+                    }
+                    let _ = s.as_mut().poll(cx);
+                }
             }
         }
         if let Some((idle, sleep)) = &mut self.idle {
@@ -574,6 +653,16 @@ impl FrameGuard {
 }
 
 impl Conn {
+    /// After the server wrote `n` bytes of `bufs`.
+    fn wrote(&mut self, bufs: &[io::IoSlice<'_>], n: usize) {
+        if n > 0 && self.stall.is_some() && self.peer.load.queued() > 0 {
+            self.peer.load.made_progress();
+        }
+        if let Some(g) = self.frames.as_deref_mut() {
+            g.wrote(bufs, n, &self.peer);
+        }
+    }
+
     /// Before the server writes: once a GOAWAY of the frame budget's has
     /// begun, it goes out whole and nothing follows it.
     fn may_write(&mut self, cx: &mut Context<'_>) -> Option<Poll<io::Result<usize>>> {
@@ -597,8 +686,8 @@ impl AsyncWrite for Conn {
             return r;
         }
         let r = both!(&mut this.stream, s => Pin::new(s).poll_write(cx, buf));
-        if let (Poll::Ready(Ok(n)), Some(g)) = (&r, this.frames.as_deref_mut()) {
-            g.wrote(&[io::IoSlice::new(buf)], *n, &this.peer);
+        if let Poll::Ready(Ok(n)) = &r {
+            this.wrote(&[io::IoSlice::new(buf)], *n);
         }
         r
     }
@@ -613,8 +702,8 @@ impl AsyncWrite for Conn {
             return r;
         }
         let r = both!(&mut this.stream, s => Pin::new(s).poll_write_vectored(cx, bufs));
-        if let (Poll::Ready(Ok(n)), Some(g)) = (&r, this.frames.as_deref_mut()) {
-            g.wrote(bufs, *n, &this.peer);
+        if let Poll::Ready(Ok(n)) = &r {
+            this.wrote(bufs, *n);
         }
         r
     }
@@ -710,6 +799,7 @@ fn secured(
                             idle: None,
                             tls_idle: false,
                             frames: None,
+                            stall: None,
                         };
                         let _ = tx.send(Ok(conn.with_deadlines(&limits, deadline))).await;
                     }
@@ -802,6 +892,7 @@ fn plain(
                 idle: None,
                 tls_idle: false,
                 frames: None,
+                stall: None,
             },
             deadline,
         )))

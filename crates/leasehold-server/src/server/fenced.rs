@@ -50,7 +50,7 @@ use crate::proto;
 use crate::server::auth::{Action, Caller};
 use crate::server::grpc_status::status;
 use crate::server::pacing::Pacing;
-use crate::server::{convert, page, wire};
+use crate::server::{bulk, convert, layers, page, wire};
 
 /// The most writes one `WriteStreamRequest` may carry.
 pub const MAX_STREAM_WRITES: usize = 1000;
@@ -225,7 +225,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let (job, key) =
             convert::read_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
         let rec = self.node.read(&job, &key).await.map_err(status)?;
-        Ok(Response::new(match rec {
+        Ok(layers::queued(match rec {
             Some(rec) => proto::ReadResponse {
                 found: rec.value.is_some(),
                 value: rec.value.unwrap_or_default(),
@@ -247,16 +247,19 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         l.key_prefix(&r.prefix).map_err(status)?;
         let limit = l.page_size(r.page_size).map_err(status)?;
         let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token).map_err(status)?;
-        let list = self
-            .node
-            .keys(&job, &r.prefix, after.as_deref(), limit)
-            .await
-            .map_err(status)?;
+        let (node, prefix) = (self.node.clone(), r.prefix.clone());
+        let list = bulk::run(async move {
+            node.keys(&job, &prefix, after.as_deref(), limit)
+                .await
+                .map(|l| (job, l))
+        })
+        .await;
+        let (job, list) = list.map_err(status)?;
         let next_page_token = match list.last() {
             Some((k, _)) if list.len() == limit => page::keys_token(job.as_str(), &r.prefix, k),
             _ => Vec::new(),
         };
-        Ok(Response::new(proto::ListKeysResponse {
+        Ok(layers::queued(proto::ListKeysResponse {
             keys: list
                 .into_iter()
                 .map(|(key, rec)| proto::KeyInfo {

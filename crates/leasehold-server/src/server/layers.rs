@@ -323,18 +323,25 @@ struct Budgets {
     max: usize,
     per_connection: usize,
     metrics: Arc<RpcMetrics>,
+    queue: Arc<ResponseQueue>,
 }
 
 impl Admission {
     /// Caps of `max` calls in flight per budget, `per_connection` of them
     /// on one connection, refusals counted in `metrics`.
-    pub fn new(max: usize, per_connection: usize, metrics: Arc<RpcMetrics>) -> Self {
+    pub fn new(
+        max: usize,
+        per_connection: usize,
+        queue: Arc<ResponseQueue>,
+        metrics: Arc<RpcMetrics>,
+    ) -> Self {
         Admission {
             shared: Arc::new(Budgets {
                 inflight: Default::default(),
                 max,
                 per_connection,
                 metrics,
+                queue,
             }),
         }
     }
@@ -540,12 +547,26 @@ where
             None => None,
         };
         let mut inner = take_ready(&mut self.inner);
+        let shared = self.shared.clone();
         Box::pin(async move {
             let resp = inner.call(req).await?;
-            let (parts, body) = resp.into_parts();
+            let (mut parts, body) = resp.into_parts();
+            let mut queued = None;
+            if let (Some(Queued(n)), Some(ConnSlot(load, _))) =
+                (parts.extensions.remove::<Queued>(), &conn)
+            {
+                match shared.queue.take(load, n) {
+                    Ok(slot) => queued = Some(slot),
+                    Err(e) => return Ok(shared.refuse(e).into_http()),
+                }
+            }
             Ok(http::Response::from_parts(
                 parts,
-                Body::new(Held { body, _conn: conn }),
+                Body::new(Held {
+                    body,
+                    _conn: conn,
+                    _queued: queued,
+                }),
             ))
         })
     }
@@ -601,10 +622,92 @@ where
 }
 
 /// A response body that holds its call's place in the connection's budget
-/// until it is done or dropped.
+/// (and the bytes it queues, [`Queued`]) until it is done or dropped.
 struct Held<B> {
     body: B,
     _conn: Option<ConnSlot>,
+    _queued: Option<QueuedSlot>,
+}
+
+/// The size of a large answer (a `Read`'s value, a page of keys or of
+/// history), which a handler puts in its response's extensions
+/// ([`queued`]): until the client has taken it, it is memory the server
+/// holds for that client. [`ConnShare`] counts it against the connection's
+/// share and the server's cap of such bytes (`--max-queued-response-bytes`)
+/// and refuses the answer, OVERLOADED, when either is full; the
+/// transport closes a connection that takes none of its answers' bytes for
+/// `--response-stall-timeout` ([`super::conn`]), which gives them back.
+#[derive(Clone, Copy, Debug)]
+pub struct Queued(pub usize);
+
+/// `msg` as a response that counts as [`Queued`].
+pub fn queued<T: prost::Message>(msg: T) -> tonic::Response<T> {
+    let n = msg.encoded_len();
+    let mut r = tonic::Response::new(msg);
+    r.extensions_mut().insert(Queued(n));
+    r
+}
+
+/// The server's cap on bytes queued for clients, and what is queued.
+#[derive(Debug)]
+pub struct ResponseQueue {
+    max: usize,
+    per_connection: usize,
+    used: AtomicUsize,
+}
+
+/// The share of [`ResponseQueue`] one connection may hold: a sixteenth,
+/// at least 4 MiB (a 64 KiB value sixty-four times over).
+pub fn per_connection_queue(max: usize) -> usize {
+    (max / 16).max(4 << 20).min(max)
+}
+
+impl ResponseQueue {
+    /// A cap of `max` bytes.
+    pub fn new(max: usize) -> Self {
+        ResponseQueue {
+            max,
+            per_connection: per_connection_queue(max),
+            used: AtomicUsize::new(0),
+        }
+    }
+
+    /// Bytes queued now, all connections together.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(self: &Arc<Self>, load: &Arc<ConnLoad>, n: usize) -> Result<QueuedSlot, Error> {
+        if !load.queue(n, self.per_connection) {
+            return Err(Error::Overloaded {
+                limit: "--max-queued-response-bytes",
+                max: self.per_connection,
+                principal: None,
+            });
+        }
+        let before = self.used.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.max {
+            self.used.fetch_sub(n, Ordering::AcqRel);
+            load.unqueue(n);
+            return Err(Error::Overloaded {
+                limit: "--max-queued-response-bytes",
+                max: self.max,
+                principal: None,
+            });
+        }
+        Ok(QueuedSlot(self.clone(), load.clone(), n))
+    }
+}
+
+/// Bytes counted in a [`ResponseQueue`] and a connection's share, given
+/// back on drop.
+struct QueuedSlot(Arc<ResponseQueue>, Arc<ConnLoad>, usize);
+
+impl Drop for QueuedSlot {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(self.2, Ordering::AcqRel);
+        self.1.unqueue(self.2);
+    }
 }
 
 impl<B> http_body::Body for Held<B>
@@ -622,6 +725,7 @@ where
         if let Poll::Ready(None) = &frame {
             // Done: the place comes back now, not when hyper drops us.
             self._conn = None;
+            self._queued = None;
         }
         frame
     }

@@ -52,7 +52,7 @@ use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
 use crate::server::layers::{Admitted, Undelivered};
 use crate::server::pacing::Pacing;
-use crate::server::{page, wire};
+use crate::server::{bulk, layers, page, wire};
 
 /// Serves `leasehold.v1.Leases`.
 pub struct LeasesService {
@@ -532,9 +532,9 @@ impl proto::leases_server::Leases for LeasesService {
             // A resume point before the range is its start: a listing
             // resumes within the range, or after it.
             let after = after.as_deref().filter(|a| *a >= range.as_str());
+            let (node, after) = (self.node.clone(), after.map(str::to_owned));
             views.extend(
-                self.node
-                    .leases(&range, after, limit)
+                bulk::run(async move { node.leases(&range, after.as_deref(), limit).await })
                     .await
                     .map_err(status)?,
             );
@@ -564,18 +564,21 @@ impl proto::leases_server::Leases for LeasesService {
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
         let before = page::history_before(job.as_str(), &r.page_token).map_err(status)?;
-        let tenures = self
-            .node
-            .history(&job, before.map(crate::lease::Token), limit)
-            .await
-            .map_err(status)?;
+        let node = self.node.clone();
+        let (job, tenures) = bulk::run(async move {
+            node.history(&job, before.map(crate::lease::Token), limit)
+                .await
+                .map(|t| (job, t))
+        })
+        .await
+        .map_err(status)?;
         let next_page_token = match tenures.last() {
             Some(t) if tenures.len() == limit && t.token.0 > 1 => {
                 page::history_token(job.as_str(), t.token.0)
             }
             _ => String::new(),
         };
-        Ok(Response::new(proto::GetHistoryResponse {
+        Ok(layers::queued(proto::GetHistoryResponse {
             tenures: tenures.iter().map(convert::tenure).collect(),
             next_page_token,
         }))

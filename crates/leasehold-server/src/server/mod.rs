@@ -44,6 +44,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod bulk;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
@@ -108,6 +109,14 @@ pub struct Config {
     /// seconds' worth at once; over it the connection is slowed, then its
     /// calls refused, then sent away ([`frames`]).
     pub max_frame_rate_per_connection: u32,
+    /// Bytes of large answers (`Read`s, pages of keys and history) the
+    /// server holds for clients that have not taken them yet, all
+    /// connections together; one connection may hold a sixteenth (at least
+    /// 4 MiB). An answer over either is refused, OVERLOADED.
+    pub max_queued_response_bytes: usize,
+    /// A connection that holds answers and takes no byte of them for this
+    /// long is closed, which gives their bytes back.
+    pub response_stall_timeout: Duration,
     /// From accept to the TLS handshake done and the HTTP/2 preface read;
     /// a connection that takes longer is closed.
     pub handshake_timeout: Duration,
@@ -158,6 +167,9 @@ pub const DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION: u64 = 2_000;
 /// and stalling renewals on other connections for seconds.
 pub const H2_MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
+/// The default of `--max-queued-response-bytes`: 256 MiB.
+pub const DEFAULT_MAX_QUEUED_RESPONSE_BYTES: usize = 256 << 20;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -170,6 +182,8 @@ impl Default for Config {
             max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
             max_acquire_rate_per_connection: DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
             max_frame_rate_per_connection: frames::DEFAULT_MAX_FRAME_RATE,
+            max_queued_response_bytes: DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
+            response_stall_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
@@ -280,6 +294,7 @@ pub async fn run(
         idle_timeout: Some(config.idle_timeout),
         evict_anonymous: config.auth.is_some(),
         frame_rate: Some(config.max_frame_rate_per_connection),
+        response_stall_timeout: Some(config.response_stall_timeout),
     };
     let incoming = conn::incoming(
         listener,
@@ -291,6 +306,7 @@ pub async fn run(
     let admission = layers::Admission::new(
         config.max_in_flight,
         config.max_in_flight_per_connection,
+        Arc::new(layers::ResponseQueue::new(config.max_queued_response_bytes)),
         rpc_metrics.clone(),
     );
     let pacing = pacing::layer(
