@@ -26,9 +26,9 @@ const RENEW_EVERY: Duration = Duration::from_millis(500);
 const LEADING: Duration = Duration::from_secs(20);
 
 /// What the leader saw: renewals made, and every renewal that failed.
-struct Led {
-    renewed: u32,
-    failed: Vec<String>,
+pub(crate) struct Led {
+    pub(crate) renewed: u32,
+    pub(crate) failed: Vec<String>,
 }
 
 /// A leader on its own connection: acquires `led`, then renews it every
@@ -37,7 +37,11 @@ struct Led {
 /// [`common::PATIENCE`] more); then stops the attack. Asserts that every
 /// renewal succeeded with the same token, and that the lease is still the
 /// leader's.
-async fn leader_holds_through<F>(p: &ServerProcess, met: impl Fn() -> bool, attack: F) -> Led
+pub(crate) async fn leader_holds_through<F>(
+    p: &ServerProcess,
+    met: impl Fn() -> bool,
+    attack: F,
+) -> Led
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {

@@ -55,6 +55,7 @@ mod etcd;
 mod etcd_secure;
 mod etcd_settings;
 mod faults;
+mod floods;
 mod give_back;
 mod health_probe;
 mod history;
