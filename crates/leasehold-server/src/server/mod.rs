@@ -167,6 +167,17 @@ pub const DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION: u64 = 2_000;
 /// and stalling renewals on other connections for seconds.
 pub const H2_MAX_LOCAL_ERROR_RESETS: usize = 1024;
 
+/// Streams a client may reset before the server has accepted them, at
+/// once, before GOAWAY ENHANCE_YOUR_CALM (rapid reset): h2's default, set
+/// here so that it is one on purpose.
+pub const H2_MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// The largest header list a request may have (SETTINGS_MAX_HEADER_LIST_SIZE).
+pub const H2_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// The largest frame the server reads (HTTP/2's default).
+pub const H2_MAX_FRAME_BYTES: u32 = 16 << 10;
+/// Each stream's and each connection's flow-control window.
+pub const H2_WINDOW_BYTES: u32 = 1 << 20;
+
 /// The default of `--max-queued-response-bytes`: 256 MiB.
 pub const DEFAULT_MAX_QUEUED_RESPONSE_BYTES: usize = 256 << 20;
 
@@ -317,6 +328,11 @@ pub async fn run(
     let serve = Server::builder()
         .max_concurrent_streams(config.max_streams_per_connection)
         .http2_max_local_error_reset_streams(Some(H2_MAX_LOCAL_ERROR_RESETS))
+        .http2_max_pending_accept_reset_streams(Some(H2_MAX_PENDING_ACCEPT_RESETS))
+        .http2_max_header_list_size(H2_MAX_HEADER_LIST_BYTES)
+        .max_frame_size(H2_MAX_FRAME_BYTES)
+        .initial_stream_window_size(H2_WINDOW_BYTES)
+        .initial_connection_window_size(H2_WINDOW_BYTES)
         .http2_keepalive_interval(Some(config.keepalive))
         .http2_keepalive_timeout(Some(config.keepalive))
         .layer(layers::RpcMetricsLayer::new(rpc_metrics.clone()))
