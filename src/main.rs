@@ -83,7 +83,12 @@ fn main() -> ExitCode {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
                 let default = if matches!(cli.command, Command::Serve(_)) {
-                    "info"
+                    // h2 warns once for every connection it sends away (a
+                    // rapid reset, too many refused streams): a flood of
+                    // connections would flood the log. The server logs
+                    // those itself, one line per address per 10 s
+                    // (`server::conn`).
+                    "info,h2=error"
                 } else {
                     "warn"
                 };
