@@ -258,7 +258,7 @@ impl Steps {
 }
 
 /// One connection's budget: a bucket of `rate` a second, holding at most
-/// [`BURST_SECONDS`] of it.
+/// two seconds of it.
 #[derive(Debug)]
 pub struct Meter {
     rate: f64,
