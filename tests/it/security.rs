@@ -2328,3 +2328,125 @@ async fn on_etcd_a_principal_at_its_max_jobs_may_not_create_another_job() {
     let prefix = common::etcd::fresh_prefix();
     a_principal_at_its_max_jobs_may_not_create_another(Some(&prefix)).await;
 }
+
+/// A principal's `max_queued_response_kib` holds the answers kept for all
+/// its connections together: with its window at zero (it reads no byte of
+/// any answer), 300 KiB holds four 64 KiB values, and the next `Read` is
+/// refused at once, OVERLOADED, naming the principal and the field;
+/// another principal is answered meanwhile, and the refusal is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_holds_at_most_its_max_queued_response_kib_of_unread_answers() {
+    let s = Setup::new();
+    std::fs::write(&s.policy, limited_policy("max_queued_response_kib = 300")).unwrap();
+    let p = s.start(&[]);
+    let writer = s.client(&p, Some(BILLING)).await;
+    let l = writer.acquire("billing/big", "w", TTL, NOW).await.unwrap();
+    writer
+        .checked_write("billing/big", l.lease.token, b"v", vec![7; 64 * 1024])
+        .await
+        .unwrap();
+    // A connection of billing's that takes no byte of its answers.
+    let channel = tonic::transport::Endpoint::from_shared(url(&p))
+        .unwrap()
+        .tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
+        )
+        .unwrap()
+        .initial_stream_window_size(0)
+        .connect()
+        .await
+        .unwrap();
+    let bearer = Bearer(format!("Bearer {BILLING}").parse().unwrap());
+    let stalled = proto::fenced_store_client::FencedStoreClient::with_interceptor(channel, bearer);
+    let read = || {
+        let mut c = stalled.clone();
+        tokio::spawn(async move {
+            c.read(proto::ReadRequest {
+                job: "billing/big".into(),
+                key: b"v".to_vec(),
+            })
+            .await
+        })
+    };
+    let series = r#"leasehold_overloaded_total{limit="max_queued_response_kib"}"#;
+    // One read at a time: each is held (no answer in half a second) until
+    // the four hold their 256 KiB and a bit; the fifth is refused at once.
+    let mut held = Vec::new();
+    let st = loop {
+        let mut r = read();
+        match tokio::time::timeout(Duration::from_millis(500), &mut r).await {
+            Ok(r) => break r.unwrap().unwrap_err(),
+            Err(_) => held.push(r),
+        }
+        assert!(held.len() <= 4, "more than four reads held");
+    };
+    assert_eq!(held.len(), 4, "{st:?}");
+    assert_principal_limit(&st, "OVERLOADED", "billing", "max_queued_response_kib", 300);
+    assert_eq!(scraped(&s, &p, series).await, 1.0);
+    // Another principal is not held to billing's share.
+    let ops = s.client(&p, Some(OPS)).await;
+    let l = ops.acquire("ops/big", "w", TTL, NOW).await.unwrap();
+    ops.checked_write("ops/big", l.lease.token, b"v", vec![7; 64 * 1024])
+        .await
+        .unwrap();
+    assert_eq!(
+        ops.read("ops/big", b"v").await.unwrap().value.len(),
+        64 * 1024
+    );
+    for h in held {
+        h.abort();
+    }
+}
+
+/// A principal's `max_frame_rate` counts the frames that carry no call on
+/// all its connections together: two connections of billing's that ping
+/// every millisecond stay under the server's budget for each, yet
+/// together spend billing's, and their calls are then refused,
+/// OVERLOADED, naming the principal and the field; ops, on a connection
+/// of its own, is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principals_connections_share_its_max_frame_rate() {
+    let s = Setup::new();
+    std::fs::write(&s.policy, limited_policy("max_frame_rate = 50")).unwrap();
+    let p = s.start(&["--max-frame-rate-per-connection", "100000"]);
+    let pinging = || async {
+        let channel = tonic::transport::Endpoint::from_shared(url(&p))
+            .unwrap()
+            .tls_config(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
+            )
+            .unwrap()
+            .http2_keep_alive_interval(Duration::from_millis(1))
+            .keep_alive_while_idle(true)
+            .connect()
+            .await
+            .unwrap();
+        let bearer = Bearer(format!("Bearer {BILLING}").parse().unwrap());
+        proto::leases_client::LeasesClient::with_interceptor(channel, bearer)
+    };
+    let mut a = pinging().await;
+    let mut b = pinging().await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let get = |job: &str| proto::GetLeaseRequest { job: job.into() };
+    let t = std::time::Instant::now();
+    let st = loop {
+        let ra = a.get_lease(get("billing/x")).await;
+        let rb = b.get_lease(get("billing/y")).await;
+        if let Some(st) = [ra.err(), rb.err()].into_iter().flatten().next() {
+            break st;
+        }
+        assert!(
+            t.elapsed() < common::PATIENCE,
+            "billing's calls were never refused"
+        );
+        // Another principal is not held to billing's budget.
+        ops.get_lease("ops/x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_principal_limit(&st, "OVERLOADED", "billing", "max_frame_rate", 50);
+    ops.get_lease("ops/x").await.unwrap();
+    let series = r#"leasehold_overloaded_total{limit="max_frame_rate"}"#;
+    assert!(scraped(&s, &p, series).await >= 1.0);
+}

@@ -252,24 +252,27 @@ impl fmt::Display for Error {
                 write!(f, "permission denied: {action} on job {job:?}: {why}")
             }
             Error::Overloaded {
-                limit: limit @ "--max-frame-rate-per-connection",
+                limit: limit @ ("--max-frame-rate-per-connection" | "max_frame_rate"),
                 max,
-                ..
+                principal,
             } => write!(
                 f,
-                "overloaded: this connection has sent more than {max} frames a second that \
-                 carry no call (SETTINGS, PING, RST_STREAM) or opened streams past the \
-                 stream limit, for seconds ({limit}); nothing was changed; slow down, or \
-                 the connection is closed"
+                "overloaded: more than {max} frames a second that carry no call (SETTINGS, \
+                 PING, RST_STREAM) or streams opened past the stream limit, for seconds ({}); \
+                 nothing was changed; slow down, or the connection is closed",
+                Limit(limit, *max, principal)
             ),
             Error::Overloaded {
-                limit: limit @ "--max-queued-response-bytes",
+                limit: limit @ ("--max-queued-response-bytes" | "max_queued_response_kib"),
                 max,
-                ..
+                principal,
             } => write!(
                 f,
-                "overloaded: answers of {max} bytes wait for clients that have not read them \
-                 ({limit}); nothing was changed; retry with backoff"
+                "overloaded: the answers held for clients that have not read them are at \
+                 their limit of {max} {} ({}); nothing was changed; read the answers, or \
+                 retry with backoff",
+                if *limit == "max_queued_response_kib" { "KiB" } else { "bytes" },
+                Limit(limit, *max, principal)
             ),
             Error::Overloaded {
                 limit,

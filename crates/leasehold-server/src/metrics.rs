@@ -176,16 +176,18 @@ pub struct RpcMetrics {
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
-/// six) and `leasehold_quota_exceeded_total` (the rest): the flags, and
+/// eight) and `leasehold_quota_exceeded_total` (the rest): the flags, and
 /// the policy's fields for the limits a principal has of its own
 /// (`[principal.limits]`), all principals together.
-pub const REFUSAL_LIMITS: [&str; 15] = [
+pub const REFUSAL_LIMITS: [&str; 17] = [
     "--max-in-flight",
     "--max-in-flight-per-connection",
     "max_in_flight",
     "--watch-stall-timeout",
     "--max-frame-rate-per-connection",
     "--max-queued-response-bytes",
+    "max_frame_rate",
+    "max_queued_response_kib",
     "--max-watchers",
     "--max-waiters-per-job",
     "max_watchers",
@@ -197,7 +199,7 @@ pub const REFUSAL_LIMITS: [&str; 15] = [
     "max_jobs",
 ];
 /// How many of [`REFUSAL_LIMITS`] are `leasehold_overloaded_total`'s.
-const OVERLOAD_LIMITS: usize = 6;
+const OVERLOAD_LIMITS: usize = 8;
 
 /// The `reason` label values of `leasehold_auth_denied_total`:
 /// `throttled` counts the calls refused unread from an address past its

@@ -96,6 +96,9 @@ pub struct ConnLimits {
     pub response_stall_timeout: Option<Duration>,
 }
 
+/// In [`ConnLoad::refusing`]: the budget is the principal's.
+const PRINCIPALS_BUDGET: u64 = 1 << 63;
+
 /// The length of HTTP/2's client connection preface
 /// (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`).
 pub const HTTP2_PREFACE_BYTES: usize = 24;
@@ -115,8 +118,9 @@ pub struct ConnLoad {
     /// The same for its Acquires (see [`ConnLoad::pace_acquire`]).
     acquires_paid_until: std::sync::Mutex<Instant>,
     /// Over its frame budget long enough that its new calls are refused
-    /// ([`super::frames::Step::Refused`]): the budget, or 0.
-    refusing: std::sync::atomic::AtomicU32,
+    /// ([`super::frames::Step::Refused`]): the budget, with
+    /// [`PRINCIPALS_BUDGET`] set when it is its principal's; or 0.
+    refusing: AtomicU64,
     /// Bytes of large answers held for the client ([`super::layers::Queued`]).
     queued: AtomicUsize,
     /// Nanoseconds after `born` when the server last wrote to it, or when
@@ -133,7 +137,7 @@ impl Default for ConnLoad {
             touched: AtomicU64::new(0),
             writes_paid_until: std::sync::Mutex::new(born),
             acquires_paid_until: std::sync::Mutex::new(born),
-            refusing: std::sync::atomic::AtomicU32::new(0),
+            refusing: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
             progress: AtomicU64::new(0),
         }
@@ -199,9 +203,11 @@ impl ConnLoad {
 
     /// Whether the connection's new calls (but renewals) are refused: it
     /// has been over its frame budget for [`super::frames::REFUSE_AFTER`].
-    /// Returns the budget it is over (frames a second).
-    pub fn refusing(&self) -> Option<u32> {
-        Some(self.refusing.load(Ordering::Relaxed)).filter(|r| *r > 0)
+    /// Returns the budget it is over (frames a second), and whether it is
+    /// its principal's (`max_frame_rate`) rather than the connection's.
+    pub fn refusing(&self) -> Option<(u64, bool)> {
+        let r = self.refusing.load(Ordering::Relaxed);
+        (r > 0).then_some((r & !PRINCIPALS_BUDGET, r & PRINCIPALS_BUDGET != 0))
     }
 
     /// Counts `n` more bytes of answers held for the client, unless that
@@ -298,6 +304,11 @@ struct FrameGuard {
     meter: frames::Meter,
     /// The budget, frames a second.
     rate: u32,
+    /// The principal's budget across its connections (its
+    /// `max_frame_rate`), once a call has authenticated, and when it was
+    /// last looked up.
+    principal: Option<(u32, Arc<auth::PrincipalLoad>)>,
+    principal_at: Option<Instant>,
     /// Reads wait until then.
     pause: Option<Pin<Box<Sleep>>>,
     /// The highest stream the client opened.
@@ -395,6 +406,8 @@ impl Conn {
                 server: frames::Cursor::new(0),
                 meter: frames::Meter::new(rate, now),
                 rate,
+                principal: None,
+                principal_at: None,
                 pause,
                 last_stream: 0,
                 goaway: None,
@@ -519,7 +532,7 @@ impl AsyncRead for Conn {
             }
         };
         if let (Poll::Ready(Ok(())), Some(g)) = (&r, this.frames.as_deref_mut()) {
-            g.read(&buf.filled()[before..]);
+            g.read(&buf.filled()[before..], &this.peer);
         }
         if let (Poll::Ready(Ok(())), Some((_, left))) = (&r, &mut this.preface) {
             *left = left.saturating_sub(buf.filled().len() - before);
@@ -555,9 +568,24 @@ impl FrameGuard {
             self.pause = None;
         }
         let now = clock::now();
-        let (step, wait) = self.meter.step(now, &frames::STEPS);
-        let rate = if step >= Step::Refused { self.rate } else { 0 };
-        peer.load.refusing.store(rate, Ordering::Relaxed);
+        let (mut step, mut wait) = self.meter.step(now, &frames::STEPS);
+        let mut refusing = u64::from(self.rate);
+        if let Some((_, load)) = &self.principal {
+            if load.frames_over.load(Ordering::Relaxed) {
+                let mut m = load.frames.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(m) = m.as_mut() {
+                    let (s, w) = m.step(now, &frames::STEPS);
+                    if s > step {
+                        refusing = m.rate() as u64 | PRINCIPALS_BUDGET;
+                    }
+                    step = step.max(s);
+                    wait = wait.max(w);
+                    load.frames_over.store(m.empty(), Ordering::Relaxed);
+                }
+            }
+        }
+        let refusing = if step >= Step::Refused { refusing } else { 0 };
+        peer.load.refusing.store(refusing, Ordering::Relaxed);
         if step == Step::Goaway {
             let since = *self.goaway_since.get_or_insert(now);
             if self.server.at_boundary() {
@@ -590,7 +618,7 @@ impl FrameGuard {
     }
 
     /// Follows the client's bytes just read, and charges them.
-    fn read(&mut self, bytes: &[u8]) {
+    fn read(&mut self, bytes: &[u8], peer: &Peer) {
         let (mut cost, mut last) = (0.0, self.last_stream);
         self.client.follow(bytes, |f| {
             cost += frames::client_cost(&f);
@@ -599,7 +627,35 @@ impl FrameGuard {
             }
         });
         self.last_stream = last;
-        self.meter.charge(cost, clock::now());
+        let now = clock::now();
+        self.meter.charge(cost, now);
+        if cost > 0.0 {
+            self.charge_principal(cost, now, peer);
+        }
+    }
+
+    /// Charges the connection's principal too, if its policy gives it a
+    /// budget across its connections (looked up again at most once a
+    /// second, so that a reload applies).
+    fn charge_principal(&mut self, cost: f64, now: Instant, peer: &Peer) {
+        if self
+            .principal_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+        {
+            self.principal_at = Some(now);
+            self.principal = peer
+                .caller
+                .frame_budget()
+                .map(|(rate, load)| (rate.min(u32::MAX as usize) as u32, load));
+        }
+        let Some((rate, load)) = &self.principal else {
+            return;
+        };
+        let mut m = load.frames.lock().unwrap_or_else(|e| e.into_inner());
+        let m = m.get_or_insert_with(|| frames::Meter::new(*rate, now));
+        m.set_rate(*rate);
+        m.charge(cost, now);
+        load.frames_over.store(m.empty(), Ordering::Relaxed);
     }
 
     /// Follows the server's bytes just written, and charges the client for

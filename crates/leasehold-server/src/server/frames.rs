@@ -296,6 +296,26 @@ impl Meter {
         }
     }
 
+    /// Sets the rate (a policy reload may change a principal's).
+    pub fn set_rate(&mut self, rate: u32) {
+        let rate = f64::from(rate.max(1));
+        if rate != self.rate {
+            self.rate = rate;
+            self.burst = rate * BURST_SECONDS;
+            self.level = self.level.min(self.burst);
+        }
+    }
+
+    /// The rate, frames a second.
+    pub fn rate(&self) -> u32 {
+        self.rate as u32
+    }
+
+    /// Whether the budget is spent.
+    pub fn empty(&self) -> bool {
+        self.level < 0.0
+    }
+
     /// Charges `cost` at `now`.
     pub fn charge(&mut self, cost: f64, now: Instant) {
         if cost > 0.0 {

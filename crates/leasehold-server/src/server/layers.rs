@@ -526,11 +526,16 @@ where
         let budget = budget(req.uri().path());
         let conn = match req.extensions().get::<Peer>() {
             Some(peer) => {
-                if let Some(rate) = peer.load.refusing().filter(|_| budget != RENEWALS) {
+                if let Some((rate, principal)) = peer.load.refusing().filter(|_| budget != RENEWALS)
+                {
                     let refused = self.shared.refuse(Error::Overloaded {
-                        limit: "--max-frame-rate-per-connection",
+                        limit: if principal {
+                            "max_frame_rate"
+                        } else {
+                            "--max-frame-rate-per-connection"
+                        },
                         max: rate as usize,
-                        principal: None,
+                        principal: principal.then(|| peer.caller.principal()).flatten(),
                     });
                     return Box::pin(async move { Ok(refused.into_http()) });
                 }
@@ -552,11 +557,15 @@ where
             let resp = inner.call(req).await?;
             let (mut parts, body) = resp.into_parts();
             let mut queued = None;
+            let principal = parts
+                .extensions
+                .remove::<PrincipalQueued>()
+                .and_then(|p| p.0.lock().unwrap_or_else(|e| e.into_inner()).take());
             if let (Some(Queued(n)), Some(ConnSlot(load, _))) =
                 (parts.extensions.remove::<Queued>(), &conn)
             {
                 match shared.queue.take(load, n) {
-                    Ok(slot) => queued = Some(slot),
+                    Ok(slot) => queued = Some((slot, principal)),
                     Err(e) => return Ok(shared.refuse(e).into_http()),
                 }
             }
@@ -602,11 +611,28 @@ where
         // Only an Acquire may wait, and give its place up early: every
         // other call (renewals above all) keeps its place in the future.
         if req.uri().path() != "/leasehold.v1.Leases/Acquire" {
+            let caller = req.extensions().get::<Caller>().cloned();
+            let shared = self.shared.clone();
             let mut inner = take_ready(&mut self.inner);
             return Box::pin(async move {
-                let resp = inner.call(req).await;
+                let mut resp = inner.call(req).await?;
                 drop((principal, slot));
-                resp
+                if let (Some(caller), Some(&Queued(n))) =
+                    (caller, resp.extensions().get::<Queued>())
+                {
+                    // The principal's share of the answers held; the
+                    // connection's and the server's are taken outside.
+                    match shared.queue.take_for(&caller, n) {
+                        Ok(Some(held)) => {
+                            resp.extensions_mut().insert(PrincipalQueued(Arc::new(
+                                std::sync::Mutex::new(Some(held)),
+                            )));
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Ok(shared.refuse(e).into_http()),
+                    }
+                }
+                Ok(resp)
             });
         }
         let admitted = Admitted(Arc::new(std::sync::Mutex::new(Some(slot))));
@@ -626,7 +652,7 @@ where
 struct Held<B> {
     body: B,
     _conn: Option<ConnSlot>,
-    _queued: Option<QueuedSlot>,
+    _queued: Option<(QueuedSlot, Option<PrincipalQueuedSlot>)>,
 }
 
 /// The size of a large answer (a `Read`'s value, a page of keys or of
@@ -677,6 +703,32 @@ impl ResponseQueue {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Counts `n` bytes against `caller`'s principal, with a policy: its
+    /// `max_queued_response_kib`, else a quarter of the server's cap.
+    fn take_for(&self, caller: &Caller, n: usize) -> Result<Option<PrincipalQueuedSlot>, Error> {
+        let Some((limits, load)) = caller.share() else {
+            return Ok(None);
+        };
+        let (max, field) = match limits.max_queued_response_kib {
+            Some(kib) => (kib.saturating_mul(1024), true),
+            None => ((self.max / 4).max(self.per_connection), false),
+        };
+        let before = load.queued.fetch_add(n, Ordering::AcqRel);
+        if before + n > max && before > 0 {
+            load.queued.fetch_sub(n, Ordering::AcqRel);
+            return Err(if field {
+                caller.over_limit("max_queued_response_kib", max / 1024, false)
+            } else {
+                Error::Overloaded {
+                    limit: "--max-queued-response-bytes",
+                    max,
+                    principal: caller.principal().map(str::to_owned),
+                }
+            });
+        }
+        Ok(Some(PrincipalQueuedSlot(load.clone(), n)))
+    }
+
     fn take(self: &Arc<Self>, load: &Arc<ConnLoad>, n: usize) -> Result<QueuedSlot, Error> {
         if !load.queue(n, self.per_connection) {
             return Err(Error::Overloaded {
@@ -696,6 +748,21 @@ impl ResponseQueue {
             });
         }
         Ok(QueuedSlot(self.clone(), load.clone(), n))
+    }
+}
+
+/// Bytes counted against a principal's `max_queued_response_kib`, put in
+/// a response's extensions by [`Budget`] for [`ConnShare`] to keep with its
+/// body.
+#[derive(Clone)]
+struct PrincipalQueued(Arc<std::sync::Mutex<Option<PrincipalQueuedSlot>>>);
+
+/// Bytes counted in a principal's load, given back on drop.
+struct PrincipalQueuedSlot(Arc<PrincipalLoad>, usize);
+
+impl Drop for PrincipalQueuedSlot {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(self.1, Ordering::AcqRel);
     }
 }
 

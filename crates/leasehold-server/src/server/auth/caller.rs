@@ -134,6 +134,21 @@ impl std::fmt::Debug for CallerMemo {
 }
 
 impl CallerMemo {
+    /// The kept caller's principal, if any.
+    pub fn principal(&self) -> Option<String> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.as_ref()?.1.principal().map(str::to_owned)
+    }
+
+    /// The kept caller's principal's budget of frames across its
+    /// connections (its `max_frame_rate`) and its load, if it has one.
+    pub fn frame_budget(&self) -> Option<(usize, Arc<PrincipalLoad>)> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, caller) = memo.as_ref()?;
+        let (limits, load) = caller.share()?;
+        Some((limits.max_frame_rate?, load.clone()))
+    }
+
     /// The kept caller, if it was found for exactly `header` under
     /// `policy`.
     fn get(&self, policy: &Arc<Policy>, header: Option<&http::HeaderValue>) -> Option<Caller> {

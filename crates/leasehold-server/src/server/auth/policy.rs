@@ -130,6 +130,15 @@ pub struct PrincipalLimits {
     /// against the principal whose Acquire created it, whoever holds it
     /// later, until `DeleteJob` deletes it.
     pub max_jobs: Option<usize>,
+    /// Frames that carry no call (and streams refused) a second across all
+    /// its connections, as `--max-frame-rate-per-connection` counts them
+    /// for each ([`crate::server::frames`]); left out, each connection has
+    /// its own budget alone.
+    pub max_frame_rate: Option<usize>,
+    /// KiB of large answers held for all its connections until they read
+    /// them ([`crate::server::layers::Queued`]); left out, a quarter of
+    /// `--max-queued-response-bytes`.
+    pub max_queued_response_kib: Option<usize>,
 }
 
 /// What one principal has open on this server, counted against its
@@ -146,6 +155,12 @@ pub struct PrincipalLoad {
     pub waiting: Mutex<HashMap<JobName, usize>>,
     /// Acquires waiting, on every job.
     pub waiters: AtomicUsize,
+    /// Bytes of large answers held for its connections.
+    pub queued: AtomicUsize,
+    /// Its frame budget across its connections (with `max_frame_rate`).
+    pub frames: Mutex<Option<crate::server::frames::Meter>>,
+    /// The budget is empty: its connections' reads ask it before reading.
+    pub frames_over: std::sync::atomic::AtomicBool,
 }
 
 /// The largest value a principal's limit may have: far beyond what one
@@ -181,6 +196,8 @@ struct LimitsEntry {
     max_waiters_per_job: Option<toml::Spanned<i64>>,
     max_waiters: Option<toml::Spanned<i64>>,
     max_jobs: Option<toml::Spanned<i64>>,
+    max_frame_rate: Option<toml::Spanned<i64>>,
+    max_queued_response_kib: Option<toml::Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -298,6 +315,16 @@ impl Policy {
                 )?,
                 max_waiters: limit("max_waiters", "--max-waiters", &l.max_waiters)?,
                 max_jobs: limit("max_jobs", "--max-jobs", &l.max_jobs)?,
+                max_frame_rate: limit(
+                    "max_frame_rate",
+                    "--max-frame-rate-per-connection on each connection alone",
+                    &l.max_frame_rate,
+                )?,
+                max_queued_response_kib: limit(
+                    "max_queued_response_kib",
+                    "quarter of --max-queued-response-bytes",
+                    &l.max_queued_response_kib,
+                )?,
             };
             principals.push(Principal {
                 name: name.as_str().into(),
@@ -1004,6 +1031,8 @@ limits = { max_watchers = 7, max_jobs = 2 }
                 max_waiters_per_job: Some(3),
                 max_waiters: None,
                 max_jobs: None,
+                max_frame_rate: None,
+                max_queued_response_kib: None,
             }
         );
         assert_eq!(
