@@ -60,6 +60,12 @@
 //! first, [`Caller::check_write`], to refuse it as a whole early; the
 //! guard is what keeps the binding.)
 //!
+//! `max_frame_rate` and `max_queued_response_kib` are the principal's
+//! shares of the transport's budgets: the frame budget (`server/conn.rs`,
+//! `server/frames.rs`, charged once a call on the connection has
+//! authenticated) and the answers held for clients that do not read
+//! (`server/layers.rs`); over either, OVERLOADED.
+//!
 //! **A principal's limits** (`[principal.limits]`, or inline as
 //! `limits = { max_in_flight = 50 }`) hold it to a share of the server:
 //! each field left out is the server's flag of the same name
