@@ -26,6 +26,10 @@
 //!   flight on one connection, for the whole window (after `--write-keys`
 //!   distinct keys the same keys are written again, to bound the disk).
 //!
+//! - the floods below gRPC of issue 41 (`pipelined`, `unread`,
+//!   `settings`, `ping`, `slow-readers`) and the listing loops
+//!   (`listings`): see `floods.rs`.
+//!
 //! Refusals (RESOURCE_EXHAUSTED: OVERLOADED or QUOTA_EXCEEDED) are what
 //! the limits are for; they are counted by the flag the server names.
 //!
