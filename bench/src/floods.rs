@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{connection, dur, Tally};
+use super::{attacker_lease, connection, Tally};
 use crate::sys::Res;
 
 /// The attacks this module runs, in the order `--only` lists them.
@@ -333,16 +333,7 @@ async fn frames(
 /// `keys`, 64 writes in flight.
 async fn fill(url: &str, job: &str, keys: usize, value: Vec<u8>) -> Res<()> {
     let ch = connection(url).await?;
-    let r = LeasesClient::new(ch.clone())
-        .acquire(lh::AcquireRequest {
-            job: job.into(),
-            holder: "attacker@bench".into(),
-            ttl: Some(dur(Duration::from_secs(24 * 3600))),
-            wait: None,
-        })
-        .await?
-        .into_inner();
-    let token = r.lease.ok_or("no lease")?.token;
+    let token = attacker_lease(&ch, job).await?;
     let next = Arc::new(AtomicU64::new(0));
     let value = Arc::new(value);
     let mut tasks = JoinSet::new();

@@ -1194,16 +1194,7 @@ async fn writes(
 ) -> Res<Tally> {
     let ch = connection(url).await?;
     let job = "attack/store";
-    let r = LeasesClient::new(ch.clone())
-        .acquire(lh::AcquireRequest {
-            job: job.into(),
-            holder: "attacker@bench".into(),
-            ttl: Some(dur(Duration::from_secs(24 * 3600))),
-            wait: None,
-        })
-        .await?
-        .into_inner();
-    let token = r.lease.ok_or("no lease")?.token;
+    let token = attacker_lease(&ch, job).await?;
     let tally = Tally::default();
     let next = Arc::new(AtomicU64::new(0));
     let value = Arc::new(vec![0x5au8; 64 * 1024]);
@@ -1262,6 +1253,20 @@ async fn writes(
         n * 64 / 1024,
     );
     Ok(tally)
+}
+
+/// The attacker's lease on `job`, for a day: its token.
+async fn attacker_lease(ch: &Channel, job: &str) -> Res<u64> {
+    let r = LeasesClient::new(ch.clone())
+        .acquire(lh::AcquireRequest {
+            job: job.into(),
+            holder: "attacker@bench".into(),
+            ttl: Some(dur(Duration::from_secs(24 * 3600))),
+            wait: None,
+        })
+        .await?
+        .into_inner();
+    Ok(r.lease.ok_or("no lease")?.token)
 }
 
 fn dur(d: Duration) -> prost_types::Duration {

@@ -121,6 +121,18 @@ fn peak_rss(p: &ServerProcess) -> (Arc<AtomicBool>, tokio::task::JoinHandle<u64>
     (stop, task)
 }
 
+/// [`leader_holds_through`] while the server's RSS is sampled; returns
+/// the peak.
+async fn peak_while_led<F>(p: &ServerProcess, met: impl Fn() -> bool, attack: F) -> u64
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (stop, sampler) = peak_rss(p);
+    leader_holds_through(p, met, attack).await;
+    stop.store(true, Ordering::Relaxed);
+    sampler.await.unwrap()
+}
+
 /// A counter on `/metrics` with one label, 0 when absent.
 async fn counter(p: &ServerProcess, series: &str) -> f64 {
     let (_, m) = admin_request(p.admin, "/metrics").await;
@@ -186,10 +198,7 @@ async fn pipelined_flood(place: Place) {
             }
         }
     };
-    let sampler = peak_rss(&p);
-    leader_holds_through(&p, met, attack).await;
-    sampler.0.store(true, Ordering::Relaxed);
-    let peak = sampler.1.await.unwrap();
+    let peak = peak_while_led(&p, met, attack).await;
     println!(
         "pipelined: {} connections sent away; RSS {} MiB before, {} MiB at the peak",
         sent_away.load(Ordering::Relaxed),
@@ -351,10 +360,7 @@ async fn slow_readers_of_large_values_hold_at_most_the_cap_and_are_closed_when_s
             }
         }
     };
-    let sampler = peak_rss(&p);
-    leader_holds_through(&p, met, attack).await;
-    sampler.0.store(true, Ordering::Relaxed);
-    let peak = sampler.1.await.unwrap();
+    let peak = peak_while_led(&p, met, attack).await;
     println!(
         "slow readers: RSS {} MiB before, {} MiB at the peak (cap {} MiB)",
         base >> 20,

@@ -203,16 +203,7 @@ async fn no_credentials_or_a_wrong_token_is_unauthenticated_and_changes_nothing(
         assert!(matches!(e, ClientError::Unauthenticated(_)), "{e:?}");
     }
     // The status and reason on the wire.
-    let channel = tonic::transport::Endpoint::from_shared(url(&p))
-        .unwrap()
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
-        )
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = endpoint(&s, &p).connect().await.unwrap();
     let st = proto::leases_client::LeasesClient::new(channel.clone())
         .get_lease(proto::GetLeaseRequest {
             job: "billing/a".into(),
@@ -351,16 +342,7 @@ async fn another_principals_lease_cannot_be_renewed_released_reacquired_or_kept_
         "shared/x",
     );
     // KeepAlive: the stream ends with PERMISSION_DENIED.
-    let channel = tonic::transport::Endpoint::from_shared(url(&p))
-        .unwrap()
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
-        )
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = endpoint(&s, &p).connect().await.unwrap();
     let mut raw = proto::leases_client::LeasesClient::with_interceptor(
         channel,
         |mut r: tonic::Request<()>| {
@@ -1826,19 +1808,21 @@ pub(crate) type Raw = proto::leases_client::LeasesClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>,
 >;
 
-/// A generated client on a connection of its own, as the principal of
-/// `secret`: for the statuses as they are on the wire.
-pub(crate) async fn raw(s: &Setup, p: &ServerProcess, secret: &str) -> Raw {
-    let channel = tonic::transport::Endpoint::from_shared(url(p))
+/// An endpoint of `p`'s TLS port that trusts the test CA.
+pub(crate) fn endpoint(s: &Setup, p: &ServerProcess) -> tonic::transport::Endpoint {
+    tonic::transport::Endpoint::from_shared(url(p))
         .unwrap()
         .tls_config(
             tonic::transport::ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
         )
         .unwrap()
-        .connect()
-        .await
-        .unwrap();
+}
+
+/// A generated client on a connection of its own, as the principal of
+/// `secret`: for the statuses as they are on the wire.
+pub(crate) async fn raw(s: &Setup, p: &ServerProcess, secret: &str) -> Raw {
+    let channel = endpoint(s, p).connect().await.unwrap();
     let bearer = Bearer(format!("Bearer {secret}").parse().unwrap());
     proto::leases_client::LeasesClient::with_interceptor(channel, bearer)
 }
@@ -2346,13 +2330,7 @@ async fn a_principal_holds_at_most_its_max_queued_response_kib_of_unread_answers
         .await
         .unwrap();
     // A connection of billing's that takes no byte of its answers.
-    let channel = tonic::transport::Endpoint::from_shared(url(&p))
-        .unwrap()
-        .tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
-        )
-        .unwrap()
+    let channel = endpoint(&s, &p)
         .initial_stream_window_size(0)
         .connect()
         .await
@@ -2411,13 +2389,7 @@ async fn a_principals_connections_share_its_max_frame_rate() {
     std::fs::write(&s.policy, limited_policy("max_frame_rate = 50")).unwrap();
     let p = s.start(&["--max-frame-rate-per-connection", "100000"]);
     let pinging = || async {
-        let channel = tonic::transport::Endpoint::from_shared(url(&p))
-            .unwrap()
-            .tls_config(
-                tonic::transport::ClientTlsConfig::new()
-                    .ca_certificate(tonic::transport::Certificate::from_pem(s.ca.pem())),
-            )
-            .unwrap()
+        let channel = endpoint(&s, &p)
             .http2_keep_alive_interval(Duration::from_millis(1))
             .keep_alive_while_idle(true)
             .connect()
