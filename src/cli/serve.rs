@@ -209,6 +209,12 @@ pub struct ServeArgs {
     /// QUOTA_EXCEEDED. Deleting the job gives the room back.
     #[arg(long, env = "LEASEHOLD_MAX_KEYS_PER_JOB", default_value_t = 10_000)]
     max_keys_per_job: usize,
+    /// Single node: rewrite the store, reclaiming its disk space, whenever
+    /// the data dir grows past this many times its live data (plus the
+    /// write-ahead log's fixed size and 4 MiB); checked at each checkpoint
+    /// and at start-up. 0 never reclaims.
+    #[arg(long, env = "LEASEHOLD_RECLAIM_RATIO", default_value_t = leasehold::store::sled::DEFAULT_RATIO)]
+    reclaim_ratio: f64,
     /// Tenures kept in each job's history of leaders (`leasehold history`,
     /// GetHistory): those of its newest tokens. 0 keeps none.
     #[arg(long, env = "LEASEHOLD_HISTORY_PER_JOB", default_value_t = 100)]
@@ -286,6 +292,9 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             bail!("{flag} must be at least 1");
         }
     }
+    if let Err(why) = leasehold::store::sled::check_ratio(a.reclaim_ratio) {
+        bail!("--reclaim-ratio {why}");
+    }
     for (flag, v) in [
         ("--handshake-timeout", a.handshake_timeout),
         ("--idle-timeout", a.idle_timeout),
@@ -343,7 +352,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
-            let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
+            let store = SledStore::open_reclaiming(&a.data_dir, a.reclaim_ratio)
+                .context("cannot open the store")?;
             let node =
                 Node::open_with(Arc::new(store), state_limits).context("cannot load the store")?;
             #[cfg(feature = "fault-injection")]
