@@ -278,7 +278,13 @@ fn value(rng: &mut Rng) -> Vec<u8> {
     vec![b; n]
 }
 
-async fn writer(url: &str, w: usize, keys: usize, t: &Tally, stop: &std::sync::atomic::AtomicBool) -> Res<()> {
+async fn writer(
+    url: &str,
+    w: usize,
+    keys: usize,
+    t: &Tally,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Res<()> {
     let client = Client::connect(url).await?;
     let job = format!("soak-writer-{w}");
     let got = client
@@ -302,7 +308,12 @@ async fn writer(url: &str, w: usize, keys: usize, t: &Tally, stop: &std::sync::a
     Ok(())
 }
 
-async fn deleter(url: &str, jobs: usize, t: &Tally, stop: &std::sync::atomic::AtomicBool) -> Res<()> {
+async fn deleter(
+    url: &str,
+    jobs: usize,
+    t: &Tally,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Res<()> {
     let client = Client::connect(url).await?;
     let mut rng = Rng::new(0xde1e7e);
     let mut n = 0usize;

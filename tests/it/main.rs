@@ -63,6 +63,7 @@ mod keepalive;
 mod large_values;
 mod lifecycle;
 mod overload;
+mod reclaim;
 mod rolling_restart;
 mod run_singleton;
 mod security;

@@ -104,8 +104,7 @@ impl Open {
             })?;
         // sled's flush writes its log and any blob files; the blobs are
         // made durable before the log that points to them.
-        self.live
-            .fetch_add(grown as u64, Ordering::AcqRel);
+        self.live.fetch_add(grown as u64, Ordering::AcqRel);
         self.db.flush().map_err(Error::storage)?;
         sync_blobs(&self.blobs).map_err(Error::storage)?;
         self.log.sync_data().map_err(Error::storage)?;

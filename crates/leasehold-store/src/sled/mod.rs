@@ -72,9 +72,9 @@ mod store;
 mod tests;
 
 pub(crate) use open::open_sled;
-pub use reclaim::{check_ratio, store_bytes, DEFAULT_RATIO, MAX_RATIO, MIN_RATIO};
-pub(crate) use reclaim::ASIDE as RECLAIM_ASIDE;
 pub use open::{damage_advice, inspect, Inspection, Problem};
+pub(crate) use reclaim::ASIDE as RECLAIM_ASIDE;
+pub use reclaim::{check_ratio, store_bytes, DEFAULT_RATIO, MAX_RATIO, MIN_RATIO};
 pub(crate) use space::free_bytes;
 use space::RESERVE;
 

@@ -43,9 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use super::checkpoint::{sync_blobs, CHECKPOINT_KEY, TREE_LEASES, TREE_VALUES};
-use super::open::{
-    wait_until_unlocked, write_marker, MARKER_KEY, MARKER_VALUE, UNLOCK_WAIT,
-};
+use super::open::{wait_until_unlocked, write_marker, MARKER_KEY, MARKER_VALUE, UNLOCK_WAIT};
 use super::{no_panic, open_sled, Open, SledStore, WAL_FILE};
 use crate::datadir;
 use crate::manifest::{self, record_hash, Checkpoint};
@@ -340,11 +338,14 @@ fn copy_store(o: &Open, c: &Checkpoint, new: &Path, wal_capacity: u64) -> Result
     next.unix_ms = leasehold_core::clock::wall_unix_ms();
     {
         let (db, leases, values, log) = open_sled(new)?;
-        db.insert(MARKER_KEY, MARKER_VALUE).map_err(Error::storage)?;
+        db.insert(MARKER_KEY, MARKER_VALUE)
+            .map_err(Error::storage)?;
         let mut found = Checkpoint::default();
         let mut records = 0u64;
-        for (tree, from, to) in [(TREE_LEASES, &o.leases, &leases), (TREE_VALUES, &o.values, &values)]
-        {
+        for (tree, from, to) in [
+            (TREE_LEASES, &o.leases, &leases),
+            (TREE_VALUES, &o.values, &values),
+        ] {
             let mut batch = sled::Batch::default();
             let mut batched = 0usize;
             for kv in from.iter() {
@@ -379,14 +380,20 @@ fn copy_store(o: &Open, c: &Checkpoint, new: &Path, wal_capacity: u64) -> Result
             .map_err(Error::storage)?;
         db.flush().map_err(Error::storage)?;
         sync_blobs(&new.join("blobs")).map_err(|e| io("sync", &new.join("blobs"), e))?;
-        log.sync_data().map_err(|e| io("sync", &new.join("db"), e))?;
+        log.sync_data()
+            .map_err(|e| io("sync", &new.join("db"), e))?;
         drop((leases, values, db));
     }
     wait_until_unlocked(&new.join("db"), UNLOCK_WAIT)?;
     let wal_path: PathBuf = new.join(WAL_FILE);
     // `Wal::create` takes the file's size, header included.
-    Wal::create(&wal_path, wal_capacity + crate::wal::HEADER, c.store_id, next.generation)
-        .map_err(|e| io("create", &wal_path, e))?;
+    Wal::create(
+        &wal_path,
+        wal_capacity + crate::wal::HEADER,
+        c.store_id,
+        next.generation,
+    )
+    .map_err(|e| io("create", &wal_path, e))?;
     manifest::write(new, &next).map_err(|e| io("write", &new.join(manifest::FILE), e))?;
     write_marker(new)?;
     std::fs::File::open(new)
