@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// frontend's waiters hold up the line). Whole seconds.
     #[arg(long, env = "LEASEHOLD_ETCD_SESSION_TTL", value_parser = parse_duration, default_value = "5s")]
     etcd_session_ttl: Duration,
+    /// With --store etcd: compact etcd's history this often, up to the
+    /// revision read one period before, so that etcd's space follows live
+    /// data. 0 never compacts (for an etcd that compacts itself).
+    #[arg(long, env = "LEASEHOLD_ETCD_COMPACT_EVERY", value_parser = parse_duration, default_value = "5m")]
+    etcd_compact_every: Duration,
     /// With --store etcd: the CA (PEM) that signed the etcd members'
     /// certificates; the endpoints are then https://.
     #[arg(long, env = "LEASEHOLD_ETCD_CA")]
@@ -295,6 +300,12 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if let Err(why) = leasehold::store::sled::check_ratio(a.reclaim_ratio) {
         bail!("--reclaim-ratio {why}");
     }
+    if !a.etcd_compact_every.is_zero() && a.etcd_compact_every < Duration::from_secs(1) {
+        bail!(
+            "--etcd-compact-every is {:?}: it must be 0 (never compact) or at least 1s",
+            a.etcd_compact_every
+        );
+    }
     for (flag, v) in [
         ("--handshake-timeout", a.handshake_timeout),
         ("--idle-timeout", a.idle_timeout),
@@ -368,6 +379,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 prefix: a.etcd_prefix.clone(),
                 timeout: a.etcd_timeout,
                 session_ttl: a.etcd_session_ttl,
+                compact_every: a.etcd_compact_every,
                 security: etcd_security(&a)?,
                 limits: state_limits,
             };

@@ -352,3 +352,53 @@ async fn a_reclaim_killed_at_any_rename_never_lets_a_token_repeat() {
     verify(&s.url(), &h).await;
     s.kill9();
 }
+
+/// etcd mode: a frontend compacts etcd's history (`--etcd-compact-every`),
+/// so that etcd's space follows live data too. After writes that make
+/// revisions, an older revision becomes unreadable (etcd answers that it
+/// was compacted), while every live value still reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_frontend_compacts_etcds_history() {
+    use common::etcd::{fresh_prefix, frontend, EtcdCluster};
+    let cluster = EtcdCluster::start(1);
+    cluster.wait_ready(common::PATIENCE);
+    let s = frontend(
+        &cluster.endpoints_arg(),
+        &fresh_prefix(),
+        &["--etcd-compact-every", "1s"],
+    );
+    let c = Client::connect(&s.url()).await.unwrap();
+    let token = c
+        .acquire("job", "w", HOUR, Duration::ZERO)
+        .await
+        .unwrap()
+        .lease
+        .token;
+    for i in 0..20u8 {
+        c.checked_write("job", token, b"k", vec![i; 1024])
+            .await
+            .unwrap();
+    }
+    let etcdctl = |args: &[&str]| {
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", cluster.endpoint(0)))
+            .args(args)
+            .output()
+            .expect("etcdctl is needed (scripts/test installs it)")
+    };
+    // A revision from before the writes: readable until compacted.
+    let old = "2";
+    common::eventually(
+        "the frontend compacts etcd's history past revision 2",
+        || {
+            let out = etcdctl(&["get", "--prefix", "", "--rev", old]);
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            async move { err.contains("compacted").then_some(()) }
+        },
+    )
+    .await;
+    let v = c.read("job", b"k").await.unwrap();
+    assert_eq!(v.value, vec![19u8; 1024]);
+    assert_eq!(v.version, 20);
+}
