@@ -70,6 +70,11 @@
 //! applied. Health is NOT_SERVING from the first refusal, or the first
 //! probe that finds the alarm, until a probe finds it gone.
 //!
+//! So that churn does not get there, each frontend compacts etcd's
+//! history every `--etcd-compact-every` (five minutes), up to the revision
+//! it read one period before (module `compact`): etcd's space
+//! then follows live data, not the bytes ever written.
+//!
 //! # Waiting, first come, first served, across frontends
 //!
 //! A waiting `Acquire` puts a key of its own under the job's waiters'

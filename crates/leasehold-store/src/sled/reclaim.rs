@@ -346,8 +346,16 @@ fn copy_store(o: &Open, c: &Checkpoint, new: &Path, wal_capacity: u64) -> Result
             (TREE_LEASES, &o.leases, &leases),
             (TREE_VALUES, &o.values, &values),
         ] {
-            let mut batch = sled::Batch::default();
-            let mut batched = 0usize;
+            // The tree's shape first, every key with an empty value, then
+            // the values: sled rewrites a leaf whole at every split and
+            // every tenth change, so values inserted as the tree grows are
+            // written about three times over (a new sled of 6.5 MB of 1 to
+            // 64 KiB values took 19 MB); set into leaves that no longer
+            // split, each is written about once (6.7 MB).
+            for k in from.iter().keys() {
+                to.insert(k.map_err(Error::storage)?, &[][..])
+                    .map_err(Error::storage)?;
+            }
             for kv in from.iter() {
                 let (k, v) = kv.map_err(Error::storage)?;
                 found.digest = found.digest.wrapping_add(record_hash(tree, &k, &v));
@@ -355,19 +363,12 @@ fn copy_store(o: &Open, c: &Checkpoint, new: &Path, wal_capacity: u64) -> Result
                     TREE_LEASES => found.leases += 1,
                     _ => found.values += 1,
                 }
-                batched += k.len() + v.len();
-                batch.insert(k, v);
+                to.insert(k, v).map_err(Error::storage)?;
                 records += 1;
-                if batched >= 4 << 20 {
-                    to.apply_batch(std::mem::take(&mut batch))
-                        .map_err(Error::storage)?;
-                    batched = 0;
-                }
                 if records % PROGRESS_RECORDS == 0 {
                     tracing::info!(records, "reclaiming disk space: records copied");
                 }
             }
-            to.apply_batch(batch).map_err(Error::storage)?;
         }
         if (found.leases, found.values, found.digest) != (c.leases, c.values, c.digest) {
             return Err(Error::storage(format!(
