@@ -236,6 +236,9 @@ impl SledStore {
         );
         // 1. A checkpoint, then the copy, holding the log.
         let copied = self.write(|o| {
+            // A backup that reads sled is ended rather than waited for, as
+            // for a checkpoint the log needs.
+            o.preempt.store(true, Ordering::Release);
             let mut wal = o.wal.lock().expect("wal lock");
             self.checkpoint_open(o, &mut wal)?;
             let c = o.ckpt.lock().expect("checkpoint lock").clone();
@@ -261,6 +264,10 @@ impl SledStore {
         // 2. The switch, with no sync in between: if one logged a batch
         // since the copy, its records are not in the copy, and the
         // reclaim is given up (the next checkpoint may try again).
+        let _ = self.with(|o| {
+            o.preempt.store(true, Ordering::Release);
+            Ok(())
+        });
         let mut guard = self.open.write().expect("store lock");
         let unchanged = guard.as_ref().is_some_and(|o| {
             let wal = o.wal.lock().expect("wal lock");
