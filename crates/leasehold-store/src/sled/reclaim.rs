@@ -165,7 +165,8 @@ fn threshold(ratio: f64, live: u64, wal: u64) -> u64 {
 }
 
 impl SledStore {
-    /// Sets the ratio of [`reclaim`](self) (0: never reclaim). Refused
+    /// Sets the ratio past which the store is rewritten (0: never reclaim; see
+    /// [`SledStore::reclaim_if_due`]). Refused
     /// outside 0 and [`MIN_RATIO`] to [`MAX_RATIO`].
     pub fn set_reclaim_ratio(&self, ratio: f64) -> Result<()> {
         check_ratio(ratio).map_err(|why| Error::InvalidArgument {
