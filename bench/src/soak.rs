@@ -170,8 +170,12 @@ pub async fn run(a: SoakArgs) -> Res<()> {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in &rows {
+        let ratio = match r.live {
+            0 => String::new(),
+            _ => format!("{:.1}", r.ratio()),
+        };
         println!(
-            "| {} | {:.0} | {:.0} | {} | {} | {:.1} | {:.2} | {:.1} |",
+            "| {} | {:.0} | {:.0} | {} | {} | {:.1} | {:.2} | {ratio} |",
             r.what,
             r.secs,
             mb(r.written),
@@ -179,7 +183,6 @@ pub async fn run(a: SoakArgs) -> Res<()> {
             r.deletes,
             mb(r.dir),
             mb(r.live),
-            r.ratio()
         );
     }
     println!(
