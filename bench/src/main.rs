@@ -19,6 +19,7 @@ mod proc;
 mod report;
 mod run;
 mod scale;
+mod soak;
 mod sys;
 mod waiters;
 
@@ -126,6 +127,10 @@ enum Command {
     /// resigning, to the next leader's first acknowledged CheckedWrite
     /// (bench/src/failover.rs).
     Failover(failover::FailoverArgs),
+    /// Whether the data dir follows live data: churn with large values and
+    /// DeleteJob against one server, the data dir's size over time
+    /// (bench/src/soak.rs).
+    Soak(soak::SoakArgs),
     /// One Elector driven over stdin (started by `failover` itself).
     #[command(hide = true)]
     FailoverWorker(failover::WorkerArgs),
@@ -225,6 +230,7 @@ fn main() -> Res<()> {
         Command::Seed { data_dir, leases } => scale::seed(&data_dir, leases),
         Command::Failover(a) => rt.block_on(failover::run(a)),
         Command::FailoverWorker(a) => rt.block_on(failover::worker(a)),
+        Command::Soak(a) => rt.block_on(soak::run(a)),
     }
 }
 

@@ -61,6 +61,11 @@ pub struct ServeArgs {
     /// frontend's waiters hold up the line). Whole seconds.
     #[arg(long, env = "LEASEHOLD_ETCD_SESSION_TTL", value_parser = parse_duration, default_value = "5s")]
     etcd_session_ttl: Duration,
+    /// With --store etcd: compact etcd's history this often, up to the
+    /// revision read one period before, so that etcd's space follows live
+    /// data. 0 never compacts (for an etcd that compacts itself).
+    #[arg(long, env = "LEASEHOLD_ETCD_COMPACT_EVERY", value_parser = parse_duration, default_value = "5m")]
+    etcd_compact_every: Duration,
     /// With --store etcd: the CA (PEM) that signed the etcd members'
     /// certificates; the endpoints are then https://.
     #[arg(long, env = "LEASEHOLD_ETCD_CA")]
@@ -237,6 +242,12 @@ pub struct ServeArgs {
     /// QUOTA_EXCEEDED. Deleting the job gives the room back.
     #[arg(long, env = "LEASEHOLD_MAX_KEYS_PER_JOB", default_value_t = 10_000)]
     max_keys_per_job: usize,
+    /// Single node: rewrite the store, reclaiming its disk space, whenever
+    /// the data dir grows past this many times its live data (plus the
+    /// write-ahead log's fixed size and 4 MiB); checked at each checkpoint
+    /// and at start-up. 0 never reclaims.
+    #[arg(long, env = "LEASEHOLD_RECLAIM_RATIO", default_value_t = leasehold::store::sled::DEFAULT_RATIO)]
+    reclaim_ratio: f64,
     /// Tenures kept in each job's history of leaders (`leasehold history`,
     /// GetHistory): those of its newest tokens. 0 keeps none.
     #[arg(long, env = "LEASEHOLD_HISTORY_PER_JOB", default_value_t = 100)]
@@ -319,6 +330,15 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             bail!("{flag} must be at least 1");
         }
     }
+    if let Err(why) = leasehold::store::sled::check_ratio(a.reclaim_ratio) {
+        bail!("--reclaim-ratio {why}");
+    }
+    if !a.etcd_compact_every.is_zero() && a.etcd_compact_every < Duration::from_secs(1) {
+        bail!(
+            "--etcd-compact-every is {:?}: it must be 0 (never compact) or at least 1s",
+            a.etcd_compact_every
+        );
+    }
     for (flag, v) in [
         ("--handshake-timeout", a.handshake_timeout),
         ("--idle-timeout", a.idle_timeout),
@@ -377,7 +397,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     };
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
-            let store = SledStore::open(&a.data_dir).context("cannot open the store")?;
+            let store = SledStore::open_reclaiming(&a.data_dir, a.reclaim_ratio)
+                .context("cannot open the store")?;
             let node =
                 Node::open_with(Arc::new(store), state_limits).context("cannot load the store")?;
             #[cfg(feature = "fault-injection")]
@@ -392,6 +413,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 prefix: a.etcd_prefix.clone(),
                 timeout: a.etcd_timeout,
                 session_ttl: a.etcd_session_ttl,
+                compact_every: a.etcd_compact_every,
                 security: etcd_security(&a)?,
                 limits: state_limits,
             };

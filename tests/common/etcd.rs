@@ -392,6 +392,7 @@ pub fn frontend_config(endpoints: Vec<String>, prefix: &str) -> leasehold::etcd:
         session_ttl: MIN_TTL,
         security: Default::default(),
         limits: Default::default(),
+        compact_every: Default::default(),
     }
 }
 

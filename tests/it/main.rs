@@ -34,6 +34,10 @@
 //! - `rolling_restart`: two `leasehold run` workers restarted in turn with
 //!   SIGTERM, never a leaderless poll of `/metrics`; `health_probe`:
 //!   `leasehold health` on both ports, as in the image.
+//! - `reclaim`: disk space follows live data: churn with large values and
+//!   DeleteJob stays within 4x its live data (and outgrows it with reclaim
+//!   off); a start's reclaim SIGKILLed at each of its renames; an etcd
+//!   frontend compacting etcd's history.
 //! - `api`: the whole API; the test command runs it again with
 //!   `LEASEHOLD_TEST_BACKEND=etcd` (every test server an etcd frontend) and
 //!   with `LEASEHOLD_TEST_SECURE=1` (TLS and a policy everywhere).
@@ -64,6 +68,7 @@ mod keepalive;
 mod large_values;
 mod lifecycle;
 mod overload;
+mod reclaim;
 mod rolling_restart;
 mod run_singleton;
 mod security;

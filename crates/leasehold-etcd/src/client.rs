@@ -501,6 +501,37 @@ impl Etcd {
         .await
     }
 
+    /// Compacts etcd's history up to `revision`: every older revision of
+    /// every key is forgotten, and its space free for etcd to use again.
+    /// Retried until the deadline (compacting twice is compacting once:
+    /// etcd refuses a revision already compacted, which is not an error
+    /// here).
+    pub async fn compact(&self, revision: i64) -> Result<()> {
+        let r = self
+            .retry("compact", |ch| {
+                let mut kv = KvClient::new(ch);
+                async move {
+                    kv.compact(pb::CompactionRequest {
+                        revision,
+                        physical: false,
+                    })
+                    .await
+                    .map(|_| ())
+                }
+            })
+            .await;
+        match r {
+            Err(Error::Storage(m)) if m.contains("compacted") => Ok(()),
+            r => r,
+        }
+    }
+
+    /// etcd's current revision, from a linearizable read of `key`.
+    pub async fn revision(&self, key: Vec<u8>) -> Result<i64> {
+        let r = self.range(range_req(key, Vec::new(), 1)).await?;
+        Ok(r.header.map_or(0, |h| h.revision))
+    }
+
     /// A new etcd lease of `ttl` seconds: its id and the TTL etcd granted
     /// (etcd raises a TTL below its minimum to the minimum).
     pub async fn grant(&self, ttl: i64) -> Result<(i64, i64)> {

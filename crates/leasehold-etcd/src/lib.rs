@@ -70,6 +70,11 @@
 //! applied. Health is NOT_SERVING from the first refusal, or the first
 //! probe that finds the alarm, until a probe finds it gone.
 //!
+//! So that churn does not get there, each frontend compacts etcd's
+//! history every `--etcd-compact-every` (five minutes), up to the revision
+//! it read one period before (module `compact`): etcd's space
+//! then follows live data, not the bytes ever written.
+//!
 //! # Waiting, first come, first served, across frontends
 //!
 //! A waiting `Acquire` puts a key of its own under the job's waiters'
@@ -204,6 +209,7 @@
 
 mod acquire;
 pub mod client;
+mod compact;
 mod decide;
 mod faults;
 mod health;
@@ -261,6 +267,10 @@ pub struct Config {
     pub security: client::Security,
     /// `--max-jobs` and `--max-keys-per-job`.
     pub limits: StateLimits,
+    /// `--etcd-compact-every`: how often the frontend compacts etcd's
+    /// history, up to the revision it read one period before (see
+    /// `compact`). Zero never compacts.
+    pub compact_every: Duration,
 }
 
 impl Default for Config {
@@ -272,6 +282,7 @@ impl Default for Config {
             session_ttl: Duration::from_secs(5),
             security: client::Security::default(),
             limits: StateLimits::default(),
+            compact_every: compact::DEFAULT_EVERY,
         }
     }
 }
@@ -406,6 +417,10 @@ impl EtcdNode {
         let sweeper = tokio::spawn(queue::Orphans::sweep(node.clone()));
         let prober = tokio::spawn(node.clone().probe_health());
         let keeper = tokio::spawn(node.clone().keep_session());
+        if !config.compact_every.is_zero() {
+            let compactor = tokio::spawn(node.clone().compact_history(config.compact_every));
+            node.inner.tasks.lock().expect("tasks lock").push(compactor);
+        }
         let mirror = tokio::spawn(node.inner.mirror.clone().run(
             node.inner.etcd.clone(),
             node.inner.keys.clone(),

@@ -54,8 +54,9 @@ pub const SWITCH_FILE: &str = "leasehold.switch";
 const SWITCH_FIRST_LINE: &str = "leasehold-switch 1";
 /// Where a new store is written before the switch.
 pub const NEW_PREFIX: &str = ".new-";
-/// Where the old files of a data dir go: restore's and recover's.
-pub const ASIDE_PREFIXES: [&str; 2] = ["replaced-", "damaged-"];
+/// Where the old files of a data dir go: restore's and recover's, and a
+/// reclaim's of disk space (removed once the switch is done).
+pub const ASIDE_PREFIXES: [&str; 3] = ["replaced-", "damaged-", crate::sled::RECLAIM_ASIDE];
 
 /// Whether the entry `name` of a data dir belongs to the store (as opposed
 /// to the lock, a switch, or a folder set aside or being written).

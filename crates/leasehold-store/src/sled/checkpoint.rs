@@ -57,8 +57,10 @@ impl Open {
         let base = self.ckpt.lock().expect("checkpoint lock").clone();
         let generation = self.manifest_generation.load(Ordering::Acquire) + 1;
         let meta: &sled::Tree = &self.db;
-        let next = (&self.leases, &self.values, meta)
+        let (next, grown) = (&self.leases, &self.values, meta)
             .transaction(|(lt, vt, mt)| {
+                // Bytes of keys and values sled holds, up or down.
+                let mut grown = 0i64;
                 let mut c = base.clone();
                 c.generation = generation;
                 c.unix_ms = leasehold_core::clock::wall_unix_ms();
@@ -68,6 +70,7 @@ impl Open {
                     for (k, v) in map {
                         if v.is_empty() {
                             if let Some(old) = t.remove(k.as_slice())? {
+                                grown -= (k.len() + old.len()) as i64;
                                 c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old));
                                 match tree {
                                     TREE_LEASES => c.leases -= 1,
@@ -76,8 +79,10 @@ impl Open {
                             }
                             continue;
                         }
+                        grown += (k.len() + v.len()) as i64;
                         match t.insert(k.as_slice(), v.as_slice())? {
                             Some(old) => {
+                                grown -= (k.len() + old.len()) as i64;
                                 c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old))
                             }
                             None if tree == TREE_LEASES => c.leases += 1,
@@ -92,15 +97,16 @@ impl Open {
                     }
                 }
                 mt.insert(CHECKPOINT_KEY, c.encode())?;
-                Ok(c)
+                Ok((c, grown))
             })
             .map_err(|e: sled::transaction::TransactionError<()>| {
                 Error::storage(format!("checkpoint into sled: {e:?}"))
             })?;
         // sled's flush writes its log and any blob files; the blobs are
         // made durable before the log that points to them.
+        self.live.fetch_add(grown as u64, Ordering::AcqRel);
         self.db.flush().map_err(Error::storage)?;
-        self.sync_blobs().map_err(Error::storage)?;
+        sync_blobs(&self.blobs).map_err(Error::storage)?;
         self.log.sync_data().map_err(Error::storage)?;
         wal.reset(next.generation)
             .map_err(|e| Error::storage(format!("cannot reset {}: {e}", wal.path().display())))?;
@@ -115,28 +121,29 @@ impl Open {
         *self.ckpt.lock().expect("checkpoint lock") = next;
         Ok(l.upto)
     }
+}
 
-    fn sync_blobs(&self) -> std::io::Result<()> {
-        let entries = match std::fs::read_dir(&self.blobs) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+/// Makes the blob files in `blobs` durable, and their directory entries.
+pub(super) fn sync_blobs(blobs: &std::path::Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(blobs) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut any = false;
+    for entry in entries {
+        // sled deletes a blob file once no page refers to it, from its
+        // own threads and at any time: one gone since the listing holds
+        // nothing that needs syncing.
+        match File::open(entry?.path()) {
+            Ok(f) => f.sync_data()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
-        };
-        let mut any = false;
-        for entry in entries {
-            // sled deletes a blob file once no page refers to it, from its
-            // own threads and at any time: one gone since the listing holds
-            // nothing that needs syncing.
-            match File::open(entry?.path()) {
-                Ok(f) => f.sync_data()?,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-            any = true;
         }
-        if any {
-            File::open(&self.blobs)?.sync_all()?;
-        }
-        Ok(())
+        any = true;
     }
+    if any {
+        File::open(blobs)?.sync_all()?;
+    }
+    Ok(())
 }

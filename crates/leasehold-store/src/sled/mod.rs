@@ -65,6 +65,7 @@
 
 mod checkpoint;
 mod open;
+mod reclaim;
 mod space;
 mod store;
 #[cfg(test)]
@@ -72,6 +73,8 @@ mod tests;
 
 pub(crate) use open::open_sled;
 pub use open::{damage_advice, inspect, Inspection, Problem};
+pub(crate) use reclaim::ASIDE as RECLAIM_ASIDE;
+pub use reclaim::{check_ratio, store_bytes, DEFAULT_RATIO, MAX_RATIO, MIN_RATIO};
 pub(crate) use space::free_bytes;
 use space::RESERVE;
 
@@ -122,6 +125,8 @@ pub struct SledStore {
     pending: Mutex<Pending>,
     /// The last `statvfs` of the data dir: when, and the free bytes.
     space: Mutex<Option<(std::time::Instant, u64)>>,
+    /// When to rewrite the store to reclaim disk space (`reclaim.rs`).
+    reclaim: reclaim::Reclaim,
 }
 
 /// One put on its way: logged by `sync`, applied to sled by a checkpoint.
@@ -175,6 +180,9 @@ struct Open {
     logged: Mutex<Logged>,
     /// What the last checkpoint made durable (sled's record of it).
     ckpt: Mutex<Checkpoint>,
+    /// Bytes of the keys and values sled holds: the live data, which a
+    /// reclaim compares the data dir's size with (`reclaim.rs`).
+    live: AtomicU64,
     /// The generation the manifest names. A checkpoint is always this
     /// plus one: one that failed after sled's part is done again under
     /// the same generation, so that failed checkpoints in a row never
@@ -243,6 +251,17 @@ impl SledStore {
     /// created or read, or is in use by another process: an empty store
     /// would reset every token.
     pub fn open(dir: &Path) -> Result<SledStore> {
+        SledStore::open_reclaiming(dir, DEFAULT_RATIO)
+    }
+
+    /// [`SledStore::open`], rewriting the store to reclaim disk space when
+    /// its data dir grows past `ratio` times its live data (0: never; see
+    /// [`SledStore::reclaim_if_due`]), at start-up too.
+    pub fn open_reclaiming(dir: &Path, ratio: f64) -> Result<SledStore> {
+        check_ratio(ratio).map_err(|why| Error::InvalidArgument {
+            field: "reclaim_ratio".into(),
+            message: why,
+        })?;
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::storage(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
@@ -250,6 +269,7 @@ impl SledStore {
         if let Some(done) = datadir::finish_switch(dir)? {
             tracing::warn!(dir = %dir.display(), "{done}");
         }
+        reclaim::remove_leftovers(dir);
         let open = no_panic(|| Open::checked(dir)).map_err(|e| match free_bytes(dir) {
             // Not damage: only space is missing.
             Ok(free) if free < RESERVE => Error::storage(format!(
@@ -271,6 +291,11 @@ impl SledStore {
             read_epoch: AtomicU64::new(0),
             pending: Mutex::new(Pending::default()),
             space: Mutex::new(None),
+            reclaim: reclaim::Reclaim::new(ratio),
+        })
+        .and_then(|store| {
+            store.reclaim_if_due()?;
+            Ok(store)
         })
     }
 

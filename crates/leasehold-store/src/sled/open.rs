@@ -31,10 +31,10 @@ const WAL_MIN: u64 = 64 * 1024;
 /// A file beside sled's own, written once the store holds leasehold's
 /// marker record; data dirs made before the manifest existed are
 /// recognised by it.
-const MARKER_FILE: &str = "leasehold.store";
+pub(super) const MARKER_FILE: &str = "leasehold.store";
 /// The marker record, in sled's default tree.
-const MARKER_KEY: &[u8] = b"leasehold/format";
-const MARKER_VALUE: &[u8] = b"1";
+pub(super) const MARKER_KEY: &[u8] = b"leasehold/format";
+pub(super) const MARKER_VALUE: &[u8] = b"1";
 
 /// One thing wrong with a data dir: the file, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +63,9 @@ pub struct Inspection {
     pub sled: Option<Checkpoint>,
     /// What sled holds, counted and hashed record by record.
     pub found: Checkpoint,
+    /// The bytes of sled's keys and values, counted record by record: the
+    /// live data a reclaim compares the data dir with.
+    pub live_bytes: u64,
     /// The log's generation, if it could be read.
     pub wal_generation: Option<u64>,
     /// Records in the log that a start would replay.
@@ -280,6 +283,7 @@ impl Open {
                     }
                 };
                 found.digest = found.digest.wrapping_add(record_hash(tree, &k, &v));
+                ins.live_bytes += (k.len() + v.len()) as u64;
                 if tree == TREE_LEASES {
                     found.leases += 1;
                     match decode_lease(&v) {
@@ -469,6 +473,7 @@ impl Open {
                     .map_or(base.generation, |m| m.generation),
             ),
             ckpt: Mutex::new(base),
+            live: AtomicU64::new(ins.live_bytes),
             gate: RwLock::new(()),
             preempt: AtomicBool::new(false),
             held_since: Mutex::new(None),
@@ -565,7 +570,7 @@ pub(super) fn wait_until_unlocked(db: &Path, limit: std::time::Duration) -> Resu
 }
 
 /// Writes the marker file durably (file, then directory entry).
-fn write_marker(dir: &Path) -> Result<()> {
+pub(super) fn write_marker(dir: &Path) -> Result<()> {
     let p = dir.join(MARKER_FILE);
     let f = File::create(&p)
         .map_err(|e| Error::storage(format!("cannot write {}: {e}", p.display())))?;

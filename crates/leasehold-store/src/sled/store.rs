@@ -319,10 +319,10 @@ impl Store for SledStore {
     }
 
     fn checkpoint_if_due(&self) -> Result<()> {
-        self.write(|o| {
+        let checkpointed = self.write(|o| {
             let mut wal = o.wal.lock().expect("wal lock");
             if wal.used() * 2 <= wal.capacity() {
-                return Ok(());
+                return Ok(false);
             }
             // Not while a backup reads sled, as long as the log has room:
             // the flusher must not wait for a backup. Past three quarters,
@@ -335,11 +335,16 @@ impl Store for SledStore {
                 {
                     o.preempt.store(true, Ordering::Release);
                 } else {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
-            self.checkpoint_open(o, &mut wal)
-        })
+            self.checkpoint_open(o, &mut wal)?;
+            Ok(true)
+        })?;
+        if checkpointed {
+            self.reclaim_if_due()?;
+        }
+        Ok(())
     }
 
     fn checkpoint_due(&self) -> bool {
@@ -440,6 +445,10 @@ impl Store for SledStore {
         // data dir until they are done: wait for them, or the open below
         // takes our own past for another process.
         wait_until_unlocked(&self.dir.join("db"), UNLOCK_WAIT)?;
+        // A reclaim that failed during its switch left it to finish.
+        if let Some(done) = crate::datadir::finish_switch(&self.dir)? {
+            tracing::warn!(dir = %self.dir.display(), "{done}");
+        }
         let discard = *self.discard.lock().expect("discard lock");
         if let Some((generation, from)) = discard {
             let path = self.dir.join(WAL_FILE);
