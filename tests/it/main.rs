@@ -19,6 +19,10 @@
 //!   small tmpfs filled, the wall clock moved with libfaketime.
 //! - `attacks`, `overload`: each flood of the isolation issue while a
 //!   leader renews a 2 s lease and never loses it; the limits and budgets.
+//!   `floods`: the floods below gRPC, in raw HTTP/2 frames (requests
+//!   pipelined past the stream limit, on both backends; a PING flood;
+//!   slow readers of large values): each sent away or capped, the
+//!   server's memory bounded, the leader's lease kept.
 //! - `security`: every attack the policy and TLS must stop, on a real
 //!   server process, with certificates made by the tests
 //!   (`common/pki.rs`, rcgen); `attack_script`: all of them, one after
