@@ -66,5 +66,6 @@ mod overload;
 mod rolling_restart;
 mod run_singleton;
 mod security;
+mod status_flood;
 mod tools;
 mod write_stream;

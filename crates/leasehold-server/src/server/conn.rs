@@ -85,6 +85,9 @@ pub struct ConnLimits {
     /// authenticated to make room (with a policy), rather than refuse the
     /// new one.
     pub evict_anonymous: bool,
+    /// Sent (best effort, never waited for) to a connection refused at a
+    /// cap before it is closed: the admin port's HTTP 503.
+    pub refusal: Option<&'static [u8]>,
 }
 
 /// The length of HTTP/2's client connection preface
@@ -528,6 +531,7 @@ fn plain(
                 Some(place) => Some(place),
                 None => {
                     refused.per_address.fetch_add(1, Ordering::Relaxed);
+                    refuse(&stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -546,6 +550,7 @@ fn plain(
                 }
                 None => {
                     refused.total.fetch_add(1, Ordering::Relaxed);
+                    refuse(&stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -652,6 +657,14 @@ impl Anonymous {
             }
         }
         None
+    }
+}
+
+/// Writes `refusal` to a connection about to be closed at a cap, if it
+/// fits in the socket's buffer now (a fresh socket's always does).
+fn refuse(stream: &tokio::net::TcpStream, refusal: Option<&[u8]>) {
+    if let Some(r) = refusal {
+        let _ = stream.try_write(r);
     }
 }
 

@@ -158,7 +158,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
-            max_watchers: 100_000,
+            max_watchers: 10_000,
             max_waiters_per_job: 10_000,
             watch_stall_timeout: leases::DEFAULT_WATCH_STALL_TIMEOUT,
             max_waiters: leases::DEFAULT_MAX_WAITERS,
@@ -264,6 +264,7 @@ pub async fn run(
         preface_bytes: conn::HTTP2_PREFACE_BYTES,
         idle_timeout: Some(config.idle_timeout),
         evict_anonymous: config.auth.is_some(),
+        refusal: None,
     };
     let incoming = conn::incoming(
         listener,
