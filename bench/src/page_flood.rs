@@ -85,7 +85,9 @@ macro_rules! say {
 pub async fn run(a: Isolation2Args) -> Res<()> {
     crate::isolation::raise_fd_limit();
     let t0 = Instant::now();
-    let dir = a.work_dir.join(format!("isolation2-{}", std::process::id()));
+    let dir = a
+        .work_dir
+        .join(format!("isolation2-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut pages = Vec::new();
     let mut churns = Vec::new();
@@ -103,8 +105,16 @@ pub async fn run(a: Isolation2Args) -> Res<()> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     if !pages.is_empty() {
-        println!("page-json: {} jobs, {} loops of /api/jobs{}", a.page_jobs, a.loops,
-            if a.spread_addresses { ", one address each" } else { ", one address" });
+        println!(
+            "page-json: {} jobs, {} loops of /api/jobs{}",
+            a.page_jobs,
+            a.loops,
+            if a.spread_addresses {
+                ", one address each"
+            } else {
+                ", one address"
+            }
+        );
         println!("| run | renew p50 / p99 / max, baseline | under attack | p99 ratio | lease lost | RSS before → peak | answers | served | slowed / refused (metrics) |");
         println!("|---|---|---|---|---|---|---|---|---|");
         for (i, r) in pages.iter().enumerate() {
@@ -112,8 +122,13 @@ pub async fn run(a: Isolation2Args) -> Res<()> {
         }
     }
     if !churns.is_empty() {
-        println!("churn-memory: {} jobs a round, {} s idle", a.churn_jobs, a.idle);
-        println!("| run | RSS start | after round 1 | idle | after round 2 (held) | idle | jobs left |");
+        println!(
+            "churn-memory: {} jobs a round, {} s idle",
+            a.churn_jobs, a.idle
+        );
+        println!(
+            "| run | RSS start | after round 1 | idle | after round 2 (held) | idle | jobs left |"
+        );
         println!("|---|---|---|---|---|---|---|");
         for (i, r) in churns.iter().enumerate() {
             println!("| {} | {} |", i + 1, r.line().replace("; ", " | "));
@@ -209,7 +224,14 @@ impl PageRow {
             self.rss_peak >> 20,
             self.answers
                 .iter()
-                .map(|(c, n)| format!("{n}×{}", if *c == 0 { "closed".to_owned() } else { c.to_string() }))
+                .map(|(c, n)| format!(
+                    "{n}×{}",
+                    if *c == 0 {
+                        "closed".to_owned()
+                    } else {
+                        c.to_string()
+                    }
+                ))
                 .collect::<Vec<_>>()
                 .join(", "),
             self.bytes as f64 / self.secs / (1 << 20) as f64,
@@ -256,7 +278,9 @@ async fn renew_window(
         tokio::time::sleep_until(next).await;
         next += ttl / 3;
         let t = Instant::now();
-        let r = c.renew("isolation/leader", "leader@bench", token, ttl).await;
+        let r = c
+            .renew("isolation/leader", "leader@bench", token, ttl)
+            .await;
         lat.push(t.elapsed());
         match r {
             Ok(l) if l.token == token => {}
@@ -346,14 +370,14 @@ async fn page_json(a: &Isolation2Args, data: &Path, t0: Instant) -> Res<PageRow>
     if failed > 0 {
         return Err(format!("{failed} of the jobs were not created").into());
     }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_before = rss_bytes(pid)?;
     let ttl = Duration::from_secs(2);
     let leader = client(&server.addr, Some(ttl)).await?;
     let got = leader
         .acquire("isolation/leader", "leader@bench", ttl, Duration::ZERO)
         .await?;
     let token = got.lease.token;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_before = rss_bytes(pid)?;
     let secs = Duration::from_secs_f64(a.seconds);
     say!(t0, "page-json: baseline, {secs:?}");
     let (base, lost_base) = renew_window(&leader, token, ttl, secs).await;
@@ -410,11 +434,17 @@ async fn page_json(a: &Isolation2Args, data: &Path, t0: Instant) -> Res<PageRow>
         let _ = l.await;
     }
     let _ = sampler.await;
-    let metrics = crate::isolation::scrape(&admin.to_string()).await.unwrap_or_default();
+    let (_, metrics) = get(admin, None, "/metrics").await;
     let value = |name: &str| {
         metrics
             .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
             .unwrap_or(0.0)
     };
     let row = PageRow {
@@ -466,7 +496,7 @@ fn mib(b: u64) -> f64 {
 async fn churn_memory(a: &Isolation2Args, data: &Path, t0: Instant) -> Res<ChurnRow> {
     let server = start_server(a, data)?;
     let pid = server.pid();
-    let admin = server.admin.clone().ok_or("no admin address")?;
+    let admin: SocketAddr = server.admin.clone().ok_or("no admin address")?.parse()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let start = rss_bytes(pid)?;
     let n = a.churn_jobs;
@@ -488,7 +518,10 @@ async fn churn_memory(a: &Isolation2Args, data: &Path, t0: Instant) -> Res<Churn
     say!(t0, "churn-memory: {} s idle", a.idle);
     tokio::time::sleep(Duration::from_secs(a.idle)).await;
     let idle1 = rss_bytes(pid)?;
-    say!(t0, "churn-memory: {n} jobs held at once, then released and deleted");
+    say!(
+        t0,
+        "churn-memory: {n} jobs held at once, then released and deleted"
+    );
     let tokens = Arc::new(Mutex::new(vec![0u64; n]));
     let t = tokens.clone();
     each(&server.addr, n, 4, 256, move |c, i| {
@@ -518,10 +551,15 @@ async fn churn_memory(a: &Isolation2Args, data: &Path, t0: Instant) -> Res<Churn
     say!(t0, "churn-memory: {} s idle", a.idle);
     tokio::time::sleep(Duration::from_secs(a.idle)).await;
     let idle2 = rss_bytes(pid)?;
-    let metrics = crate::isolation::scrape(&admin).await.unwrap_or_default();
+    let (_, metrics) = get(admin, None, "/metrics").await;
     let jobs_left = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("leasehold_jobs ")?.trim().parse::<f64>().ok())
+        .find_map(|l| {
+            l.strip_prefix("leasehold_jobs ")?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
         .unwrap_or(f64::NAN);
     server.stop();
     let _ = std::fs::remove_dir_all(data);

@@ -387,3 +387,27 @@ async fn a_thousand_subscribers_are_all_answered_and_healthz_answers() {
     drop(held);
     p.stop();
 }
+
+/// A connection past the admin port's cap per address is answered 503
+/// before it is closed (not closed without a word), and another address
+/// is served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_admin_ports_cap_is_answered_503() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ServerProcess::start(dir.path(), &["--handshake-timeout", "1m"]);
+    // The admin port's cap per address is 16: 16 silent connections.
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.5:0".parse().unwrap()).unwrap();
+        held.push(sock.connect(p.admin).await.unwrap());
+    }
+    // Past it: answered, then closed.
+    let (code, text, _) = subscribe(p.admin, "127.0.0.5").await;
+    assert_eq!(code, 503, "{text}");
+    assert!(text.contains("too many connections"), "{text}");
+    let (code, body) = common::admin_request(p.admin, "/healthz").await;
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    drop(held);
+    p.stop();
+}

@@ -531,7 +531,7 @@ fn plain(
                 Some(place) => Some(place),
                 None => {
                     refused.per_address.fetch_add(1, Ordering::Relaxed);
-                    refuse(&stream, limits.refusal);
+                    refuse(stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -550,7 +550,7 @@ fn plain(
                 }
                 None => {
                     refused.total.fetch_add(1, Ordering::Relaxed);
-                    refuse(&stream, limits.refusal);
+                    refuse(stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -660,13 +660,36 @@ impl Anonymous {
     }
 }
 
-/// Writes `refusal` to a connection about to be closed at a cap, if it
-/// fits in the socket's buffer now (a fresh socket's always does).
-fn refuse(stream: &tokio::net::TcpStream, refusal: Option<&[u8]>) {
-    if let Some(r) = refusal {
-        let _ = stream.try_write(r);
+/// Answers a connection refused at a cap with `refusal`, if it has one:
+/// written at once (a fresh socket's buffer always takes it), then the
+/// write side closed, and what the client sends read and dropped for up
+/// to a second, so that its request does not turn the close into a reset
+/// that loses the answer. At most [`MAX_LINGERING`] wait so at once;
+/// past that a refused connection is closed at once, as without one.
+fn refuse(stream: tokio::net::TcpStream, refusal: Option<&'static [u8]>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    static LINGERING: AtomicUsize = AtomicUsize::new(0);
+    let Some(r) = refusal else { return };
+    let _ = stream.try_write(r);
+    if LINGERING.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING {
+        LINGERING.fetch_sub(1, Ordering::AcqRel);
+        return;
     }
+    tokio::spawn(async move {
+        let mut s = stream;
+        let _ = s.shutdown().await;
+        let mut buf = [0u8; 1024];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while let Ok(1..) = s.read(&mut buf).await {}
+        })
+        .await;
+        LINGERING.fetch_sub(1, Ordering::AcqRel);
+    });
 }
+
+/// Refused connections that wait at once for their client to read the
+/// refusal ([`refuse`]).
+const MAX_LINGERING: usize = 256;
 
 /// The connections open from each client address, for
 /// [`ConnLimits::max_per_address`].
