@@ -182,8 +182,9 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_METRICS_MAX_JOBS", default_value_t = 1_000)]
     metrics_max_jobs: usize,
     /// WatchLease streams open at once; more are refused with
-    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED. Each costs about 17 KB
-    /// of memory (its stream, its HTTP/2 buffers): 10,000 is about 170 MB.
+    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED. Each costs 13 to 18 KB
+    /// of memory (its stream, its HTTP/2 buffers): 10,000 is at most about
+    /// 180 MB.
     #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 10_000)]
     max_watchers: usize,
     /// Bytes a second of status page JSON (/api/jobs, /api/job) each client
