@@ -166,7 +166,7 @@ pub async fn run(a: IsolationArgs) -> Res<()> {
 
 /// Lets this process (and the servers it starts) open as many files as
 /// the hard limit allows: 5,000 connections need 5,000 descriptors.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit on this process with a valid struct.
     unsafe {
         let mut r = libc::rlimit {

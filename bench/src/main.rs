@@ -15,6 +15,7 @@ mod failover;
 mod faults;
 mod fleet;
 mod isolation;
+mod page_flood;
 mod proc;
 mod report;
 mod run;
@@ -97,6 +98,9 @@ enum Command {
     /// back after a cancel, /metrics with a million jobs
     /// (bench/src/isolation.rs).
     Isolation(isolation::IsolationArgs),
+    /// The second isolation pass: the status page's JSON flooded, memory
+    /// after churn (bench/src/page_flood.rs).
+    Isolation2(page_flood::Isolation2Args),
     /// The single node's restart on a data dir of N held leases (written
     /// straight into the store): the time from start to listening, next to
     /// an empty data dir's, and that the leases are still held after it.
@@ -208,6 +212,7 @@ fn main() -> Res<()> {
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
         Command::Auth(a) => rt.block_on(auth::run(a)),
         Command::Isolation(a) => rt.block_on(isolation::run(a)),
+        Command::Isolation2(a) => rt.block_on(page_flood::run(a)),
         Command::Restart {
             leasehold_bin,
             work_dir,

@@ -18,6 +18,7 @@ use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
 use leasehold::node::Node;
+use leasehold::read_budget::BudgetLimits;
 use leasehold::server;
 use leasehold::server::auth::Auth;
 use leasehold::server::tls::{Tls, TlsFiles};
@@ -214,9 +215,24 @@ pub struct ServeArgs {
     #[arg(long, env = "LEASEHOLD_METRICS_MAX_JOBS", default_value_t = 1_000)]
     metrics_max_jobs: usize,
     /// WatchLease streams open at once; more are refused with
-    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED.
-    #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 100_000)]
+    /// RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED. Each costs 13 to 18 KB
+    /// of memory (its stream, its HTTP/2 buffers): 10,000 is at most about
+    /// 180 MB.
+    #[arg(long, env = "LEASEHOLD_MAX_WATCHERS", default_value_t = 10_000)]
     max_watchers: usize,
+    /// Bytes a second of status page JSON (/api/jobs, /api/job) each client
+    /// (address, or principal with a policy) may read; past its burst an
+    /// answer is held back, then refused with 429.
+    #[arg(long, env = "LEASEHOLD_ADMIN_READ_RATE", default_value_t = leasehold::read_budget::DEFAULT_RATE)]
+    admin_read_rate: u64,
+    /// Bytes of status page JSON a client may read at once before
+    /// --admin-read-rate applies.
+    #[arg(long, env = "LEASEHOLD_ADMIN_READ_BURST", default_value_t = leasehold::read_budget::DEFAULT_BURST)]
+    admin_read_burst: u64,
+    /// The status page's event streams (/api/events) open at once, on the
+    /// whole admin port (4 per client); more are answered 503.
+    #[arg(long, env = "LEASEHOLD_MAX_EVENT_STREAMS", default_value_t = leasehold::read_budget::DEFAULT_MAX_EVENT_STREAMS)]
+    max_event_streams: usize,
     /// Acquires waiting on one job at once; one more is granted if the
     /// lease is free, else refused with QUOTA_EXCEEDED.
     #[arg(long, env = "LEASEHOLD_MAX_WAITERS_PER_JOB", default_value_t = 10_000)]
@@ -338,6 +354,14 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             "--etcd-compact-every is {:?}: it must be 0 (never compact) or at least 1s",
             a.etcd_compact_every
         );
+    }
+    let budget = BudgetLimits {
+        rate: a.admin_read_rate,
+        burst: a.admin_read_burst,
+        max_event_streams: a.max_event_streams,
+    };
+    if let Err(e) = budget.validate() {
+        bail!("{e}");
     }
     for (flag, v) in [
         ("--handshake-timeout", a.handshake_timeout),
@@ -471,6 +495,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         metrics_max_jobs: a.metrics_max_jobs,
         handshake_timeout: a.handshake_timeout,
         limits: limits.clone(),
+        budget,
     };
     let admin_task = tokio::spawn(serve_admin(
         admin,

@@ -76,5 +76,6 @@ mod reclaim;
 mod rolling_restart;
 mod run_singleton;
 mod security;
+mod status_flood;
 mod tools;
 mod write_stream;

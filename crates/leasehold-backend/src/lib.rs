@@ -34,6 +34,7 @@ use leasehold_core::lease::{HolderId, JobName, JobStatus, LeaseView, Stats, Toke
 
 pub mod health;
 pub mod jobs;
+pub mod room;
 
 pub use health::StoreHealth;
 pub use jobs::{JobsShown, Picker};

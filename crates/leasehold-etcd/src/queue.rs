@@ -178,6 +178,7 @@ impl WatchMap {
     fn prune(&mut self) {
         if self.by_job.len() >= self.prune_at {
             self.by_job.retain(|_, w| w.strong_count() > 0);
+            leasehold_backend::room::give_back_room(&mut self.by_job);
             self.prune_at = (self.by_job.len() * 2).max(PRUNE_MIN);
         }
     }

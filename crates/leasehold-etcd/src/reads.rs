@@ -94,6 +94,7 @@ where
                             let mut newest = all.lock().expect("shared reads lock");
                             if newest.get::<K>(&key).is_some_and(|q| Arc::ptr_eq(q, &p)) {
                                 newest.remove::<K>(&key);
+                                leasehold_backend::room::give_back_room(&mut *newest);
                             }
                         }
                         p.answer.send_replace(Some(r));

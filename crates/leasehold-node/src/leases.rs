@@ -348,6 +348,7 @@ impl Node {
                 return Err(e);
             }
             st.keys.remove(job);
+            leasehold_backend::room::give_back_room(&mut st.keys);
             self.inner.commit.stage()
         };
         self.inner.commit.wait(seq).await?;

@@ -101,6 +101,7 @@ impl Node {
                         Some(s) if s.receiver_count() > 1 => {}
                         Some(_) => {
                             w.remove(&job);
+                            leasehold_backend::room::give_back_room(&mut *w);
                             return;
                         }
                         None => return,

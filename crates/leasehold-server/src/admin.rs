@@ -39,13 +39,17 @@ use prometheus_client::registry::Registry;
 use crate::backend::Backend;
 use crate::lease::Limits;
 use crate::metrics::{self, RpcMetrics};
+use crate::read_budget::{BudgetLimits, ReadBudget};
 use crate::server::auth::{self, Auth};
 use crate::server::conn::{self, Peer};
 use crate::server::tls::{Port, Tls};
 use crate::status_page::{self, StatusState};
 
-/// Connections open at once on the admin port.
-pub const MAX_ADMIN_CONNECTIONS: usize = 256;
+/// Connections open at once on the admin port: more than the status
+/// page's event streams ([`crate::read_budget::DEFAULT_MAX_EVENT_STREAMS`])
+/// by far, so that a crowd of subscribers, each answered 503 past that
+/// cap, leaves room for `/healthz`.
+pub const MAX_ADMIN_CONNECTIONS: usize = 1024;
 
 /// Connections open at once on the admin port from one client address (an
 /// IPv6 client's /64): a scraper and a probe need one or two each.
@@ -68,7 +72,10 @@ pub fn router(
     auth: Option<Arc<Auth>>,
     metrics_max_jobs: usize,
     limits: Limits,
+    budget: Arc<ReadBudget>,
 ) -> Router {
+    let mut registry = metrics::registry(node.clone(), rpc, metrics_max_jobs);
+    budget.register(&mut registry);
     let status = Router::new()
         .route("/", get(status_page::page))
         .route("/api/jobs", get(status_page::jobs))
@@ -78,6 +85,7 @@ pub fn router(
             node: node.clone(),
             auth: auth.clone(),
             limits,
+            budget,
         });
     let open = auth.is_none();
     let router = Router::new()
@@ -85,7 +93,7 @@ pub fn router(
         .route("/healthz", get(healthz))
         .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics or /healthz\n") })
         .with_state(Admin {
-            registry: Arc::new(metrics::registry(node.clone(), rpc, metrics_max_jobs)),
+            registry: Arc::new(registry),
             node,
             auth,
         })
@@ -157,6 +165,9 @@ pub struct AdminOptions {
     pub handshake_timeout: std::time::Duration,
     /// Input limits (the status page's job names).
     pub limits: Limits,
+    /// What the status page's readers may cost (`--admin-read-rate`,
+    /// `--admin-read-burst`, `--max-event-streams`).
+    pub budget: BudgetLimits,
 }
 
 /// Serves the admin pages on `listener` until `shutdown`, then lets the
@@ -181,6 +192,8 @@ pub async fn serve_admin(
         // HTTP/1: no frames.
         frame_rate: None,
         response_stall_timeout: None,
+        // A client over a cap is told so, in HTTP, before the close.
+        refusal: Some(REFUSAL),
     };
     let mut incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
     let app = router(
@@ -189,6 +202,7 @@ pub async fn serve_admin(
         security.auth,
         options.metrics_max_jobs,
         options.limits,
+        ReadBudget::new(options.budget),
     );
     // Each connection's task holds a receiver: the sender's `closed()` is
     // the last of them ending.
@@ -222,6 +236,12 @@ pub async fn serve_admin(
     // get a few seconds.
     let _ = tokio::time::timeout(ADMIN_DRAIN, closing.closed()).await;
 }
+
+/// What a connection over [`MAX_ADMIN_CONNECTIONS`] or
+/// [`MAX_ADMIN_CONNECTIONS_PER_ADDRESS`] is sent before it is closed.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nRetry-After: 5\r\nConnection: close\r\nContent-Length: 69\r\n\r\n\
+too many connections to the admin port (or from this address); retry\n";
 
 /// How long the admin port's requests in progress may take at shutdown.
 const ADMIN_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -328,6 +348,18 @@ async fn healthz(
 #[cfg(test)]
 mod tests {
     use super::is_address_or_localhost;
+
+    #[test]
+    fn the_refusal_is_one_whole_http_answer() {
+        let text = std::str::from_utf8(super::REFUSAL).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .unwrap();
+        assert_eq!(len.parse::<usize>().unwrap(), body.len());
+    }
 
     #[test]
     fn only_addresses_and_localhost_are_hosts_without_a_policy() {

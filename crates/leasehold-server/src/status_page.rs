@@ -5,7 +5,7 @@
 //! | path | what |
 //! |---|---|
 //! | `/` | the page |
-//! | `/api/jobs?prefix=P` | every job (up to [`MAX_JOBS`]): leader, token, time left, leaderless time, waiters, fenced writes |
+//! | `/api/jobs?prefix=P&after=J&limit=N` | a page of jobs (up to [`MAX_PAGE_JOBS`] and about [`MAX_PAGE_BYTES`]), in name order after the cursor `J`: leader, token, time left, leaderless time, waiters, fenced writes; `next` is the following page's cursor |
 //! | `/api/job?name=J` | one job: its row, its history ([`crate::backend::Backend::history`]), its first [`MAX_KEYS`] keys with version and token |
 //! | `/api/events?prefix=P` | server-sent events: `data: [rows]` for the jobs that changed (a grant, a release, a fenced write), at most every [`COALESCE`]; `event: reload` when the stream fell behind |
 //!
@@ -37,14 +37,22 @@ use crate::backend::Backend;
 use crate::clock;
 use crate::error::Error;
 use crate::lease::{JobName, JobStatus, LeaseState, Limits, TenureEnd};
+use crate::read_budget::{
+    Admission, Client, ReadBudget, StreamPlace, MAX_EVENT_STREAMS_PER_CLIENT,
+};
 use crate::server::auth::{self, Auth, Caller};
 use crate::server::conn::Peer;
 
 /// The page.
 const PAGE: &str = include_str!("status/index.html");
 
-/// The most jobs `/api/jobs` lists (the page says when there were more).
-pub const MAX_JOBS: usize = 50_000;
+/// The most jobs one page of `/api/jobs` lists (and its default `limit`).
+pub const MAX_PAGE_JOBS: usize = 1000;
+/// A page of `/api/jobs` ends at the first row past this many bytes.
+pub const MAX_PAGE_BYTES: usize = 256 << 10;
+/// The most rows one page of `/api/jobs` looks at (those the caller may
+/// not read included) before it ends with a cursor.
+pub const MAX_SCANNED: usize = 4 * MAX_PAGE_JOBS;
 /// The most keys `/api/job` lists.
 pub const MAX_KEYS: usize = 200;
 /// The most tenures `/api/job` lists.
@@ -61,6 +69,8 @@ pub struct StatusState {
     pub auth: Option<Arc<Auth>>,
     /// Input limits, for the job name of `/api/job`.
     pub limits: Limits,
+    /// What its readers may cost.
+    pub budget: Arc<ReadBudget>,
 }
 
 /// `GET /`.
@@ -82,7 +92,16 @@ pub async fn page(
         .into_response()
 }
 
-/// `GET /api/jobs`.
+/// `GET /api/jobs?prefix=P&after=J&limit=N`: one page of the job list.
+///
+/// **A page costs what it returns, not what the server holds**: at most
+/// `limit` (at most [`MAX_PAGE_JOBS`], the default) jobs and about
+/// [`MAX_PAGE_BYTES`] of JSON, read from the backend one bounded page at a
+/// time from the cursor on, and at most [`MAX_SCANNED`] rows looked at. The
+/// answer's `next` is the cursor of the following page (`after=`), `null`
+/// at the end. Every answer is charged to its client's byte budget
+/// ([`crate::read_budget`]): past it the answer is slowed, then refused
+/// with 429.
 pub async fn jobs(
     State(s): State<StatusState>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -93,53 +112,107 @@ pub async fn jobs(
         Ok(c) => c,
         Err(r) => return r,
     };
+    let client = Client::of(who.principal(), peer.remote.map(|a| a.ip()));
+    if let Admission::Refused(after) = s.budget.admit(&client) {
+        return over_budget(after);
+    }
     let prefix = query(&uri, "prefix").unwrap_or_default();
     if let Err(e) = s.limits.job_prefix(&prefix) {
         return bad(&e);
     }
-    let mut rows = Vec::new();
+    let after = query(&uri, "after").filter(|a| !a.is_empty());
+    if let Some(a) = &after {
+        if let Err(e) = s.limits.job(a) {
+            return bad(&e);
+        }
+    }
+    let limit = match query(&uri, "limit") {
+        None => MAX_PAGE_JOBS,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=MAX_PAGE_JOBS).contains(&n) => n,
+            _ => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!("limit: must be 1 to {MAX_PAGE_JOBS} jobs, got {l:?}\n"),
+                )
+                    .into_response()
+            }
+        },
+    };
     let mut counted = true;
-    let mut truncated = false;
+    let mut out = String::with_capacity(MAX_PAGE_BYTES + 1024);
+    let _ = write!(out, "{{\"now_ms\":{},", clock::wall_unix_ms());
+    let head = out.len();
+    out.push_str("\"jobs\":[");
+    let mut listed = 0usize;
+    let mut scanned = 0usize;
+    // The cursor: the last job looked at (listed or not).
+    let mut last: Option<String> = None;
+    let mut full = false;
     // Only the ranges the caller may read are scanned (disjoint, in
     // order): the page costs what the caller can see, not the store.
     'ranges: for range in who.read_ranges(&prefix) {
-        let mut after: Option<String> = None;
+        // A cursor past this range's start starts inside it (or past its
+        // end); one before it starts at its beginning.
+        let mut from = after.clone().filter(|a| a.as_str() >= range.as_str());
         loop {
-            let (page, c) = match s.node.status(&range, after.as_deref(), 1000).await {
-                Ok(p) => (p.jobs, p.counted),
+            let want = (limit - listed).min(MAX_SCANNED - scanned).clamp(1, 1000);
+            let page = match s.node.status(&range, from.as_deref(), want).await {
+                Ok(p) => {
+                    counted = p.counted;
+                    p.jobs
+                }
                 Err(e) => return unavailable(&e),
             };
-            counted = c;
             let n = page.len();
-            after = page.last().map(|r| r.view.job.to_string());
-            rows.extend(
-                page.into_iter()
-                    .filter(|r| who.may_read(r.view.job.as_str())),
-            );
-            if rows.len() >= MAX_JOBS {
-                truncated = true;
-                rows.truncate(MAX_JOBS);
-                break 'ranges;
+            for r in page {
+                scanned += 1;
+                if who.may_read(r.view.job.as_str()) {
+                    if listed > 0 {
+                        out.push(',');
+                    }
+                    row(&mut out, &r);
+                    listed += 1;
+                }
+                from = Some(r.view.job.to_string());
+                last.clone_from(&from);
+                if listed >= limit || scanned >= MAX_SCANNED || out.len() >= MAX_PAGE_BYTES {
+                    full = true;
+                    break 'ranges;
+                }
             }
-            if n < 1000 {
+            if n < want {
                 break;
             }
         }
     }
-    let mut out = String::with_capacity(64 + rows.len() * 160);
-    let _ = write!(
-        out,
-        "{{\"now_ms\":{},\"counted\":{counted},\"truncated\":{truncated},\"jobs\":[",
-        clock::wall_unix_ms()
-    );
-    for (i, r) in rows.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        row(&mut out, r);
+    out.push_str("],\"next\":");
+    match (full, &last) {
+        (true, Some(l)) => string(&mut out, l),
+        _ => out.push_str("null"),
     }
-    out.push_str("]}");
+    out.push('}');
+    // `counted` is known once the backend answered: it goes first.
+    out.insert_str(head, &format!("\"counted\":{counted},"));
+    s.budget.charge(&client, out.len() as u64).await;
     json(out)
+}
+
+/// 429, with when to come back.
+fn over_budget(after: Duration) -> Response {
+    let secs = after.as_secs() + 1;
+    let mut r = (
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "this client has read more of the status page than --admin-read-rate allows \
+             (with a burst of --admin-read-burst); retry in {secs} s\n"
+        ),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
 }
 
 /// `GET /api/job?name=J`.
@@ -153,6 +226,10 @@ pub async fn job(
         Ok(c) => c,
         Err(r) => return r,
     };
+    let client = Client::of(who.principal(), peer.remote.map(|a| a.ip()));
+    if let Admission::Refused(after) = s.budget.admit(&client) {
+        return over_budget(after);
+    }
     let name = query(&uri, "name").unwrap_or_default();
     let job = match s.limits.job(&name) {
         Ok(j) => j,
@@ -230,6 +307,7 @@ pub async fn job(
         );
     }
     let _ = write!(out, "],\"keys_truncated\":{}}}", keys.len() >= MAX_KEYS);
+    s.budget.charge(&client, out.len() as u64).await;
     json(out)
 }
 
@@ -248,8 +326,25 @@ pub async fn events(
     if let Err(e) = s.limits.job_prefix(&prefix) {
         return bad(&e);
     }
+    let client = Client::of(who.principal(), peer.remote.map(|a| a.ip()));
+    let Some(place) = s.budget.stream(&client) else {
+        let mut r = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "too many event streams: at most {} open at once (--max-event-streams), {} per \
+                 client; retry later\n",
+                s.budget.limits().max_event_streams,
+                MAX_EVENT_STREAMS_PER_CLIENT
+            ),
+        )
+            .into_response();
+        let h = r.headers_mut();
+        h.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return r;
+    };
     let rx = s.node.changes();
-    Sse::new(feed(s.node.clone(), who, prefix, rx))
+    Sse::new(feed(s.node.clone(), who, prefix, rx, place))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
@@ -261,10 +356,13 @@ fn feed(
     mut who: Caller,
     prefix: String,
     mut rx: tokio::sync::broadcast::Receiver<JobName>,
+    place: StreamPlace,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     use tokio::sync::broadcast::error::RecvError;
     let (tx, out) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
+        // The stream's place, given back when its task ends.
+        let _place = place;
         let mut reloads = who.reloads();
         loop {
             let mut changed = BTreeSet::new();

@@ -94,6 +94,9 @@ pub struct ConnLimits {
     /// takes none of their bytes for this long is closed
     /// (`--response-stall-timeout`); `None` on the admin port.
     pub response_stall_timeout: Option<Duration>,
+    /// Sent (best effort, never waited for) to a connection refused at a
+    /// cap before it is closed: the admin port's HTTP 503.
+    pub refusal: Option<&'static [u8]>,
 }
 
 /// In [`ConnLoad::refusing`]: the budget is the principal's.
@@ -899,6 +902,7 @@ fn plain(
                 Some(place) => Some(place),
                 None => {
                     refused.per_address.fetch_add(1, Ordering::Relaxed);
+                    refuse(stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -917,6 +921,7 @@ fn plain(
                 }
                 None => {
                     refused.total.fetch_add(1, Ordering::Relaxed);
+                    refuse(stream, limits.refusal);
                     return None; // dropped: closed at once
                 }
             },
@@ -1027,6 +1032,37 @@ impl Anonymous {
         None
     }
 }
+
+/// Answers a connection refused at a cap with `refusal`, if it has one:
+/// written at once (a fresh socket's buffer always takes it), then the
+/// write side closed, and what the client sends read and dropped for up
+/// to a second, so that its request does not turn the close into a reset
+/// that loses the answer. At most [`MAX_LINGERING`] wait so at once;
+/// past that a refused connection is closed at once, as without one.
+fn refuse(stream: tokio::net::TcpStream, refusal: Option<&'static [u8]>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    static LINGERING: AtomicUsize = AtomicUsize::new(0);
+    let Some(r) = refusal else { return };
+    let _ = stream.try_write(r);
+    if LINGERING.fetch_add(1, Ordering::AcqRel) >= MAX_LINGERING {
+        LINGERING.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    tokio::spawn(async move {
+        let mut s = stream;
+        let _ = s.shutdown().await;
+        let mut buf = [0u8; 1024];
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            while let Ok(1..) = s.read(&mut buf).await {}
+        })
+        .await;
+        LINGERING.fetch_sub(1, Ordering::AcqRel);
+    });
+}
+
+/// Refused connections that wait at once for their client to read the
+/// refusal ([`refuse`]).
+const MAX_LINGERING: usize = 256;
 
 /// The connections open from each client address, for
 /// [`ConnLimits::max_per_address`], and the addresses whose connections

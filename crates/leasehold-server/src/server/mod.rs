@@ -198,7 +198,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             max_streams_per_connection: 1024,
-            max_watchers: 100_000,
+            max_watchers: 10_000,
             max_waiters_per_job: 10_000,
             watch_stall_timeout: leases::DEFAULT_WATCH_STALL_TIMEOUT,
             max_waiters: leases::DEFAULT_MAX_WAITERS,
@@ -306,6 +306,7 @@ pub async fn run(
         evict_anonymous: config.auth.is_some(),
         frame_rate: Some(config.max_frame_rate_per_connection),
         response_stall_timeout: Some(config.response_stall_timeout),
+        refusal: None,
     };
     let incoming = conn::incoming(
         listener,

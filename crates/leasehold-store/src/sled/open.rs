@@ -488,11 +488,20 @@ impl Open {
     }
 }
 
+/// The most of its pages sled keeps in memory (its page cache).
+pub(crate) const SLED_CACHE_BYTES: u64 = 32 << 20;
+
 /// Opens sled in `dir`, with leasehold's settings.
 pub(crate) fn open_sled(dir: &Path) -> Result<(sled::Db, sled::Tree, sled::Tree, File)> {
     let db = sled::Config::new()
         .path(dir)
         .segment_size(SEGMENT_SIZE)
+        // sled keeps up to this much of its pages in memory, and gives
+        // nothing back below it: at its own default (1 GiB) a burst of
+        // jobs created and deleted left hundreds of MiB held for good.
+        // The lease table lives in the node's memory anyway; sled's pages
+        // are read at start-up, by checkpoints, and for keys and history.
+        .cache_capacity(SLED_CACHE_BYTES)
         // Every change is flushed by a checkpoint; a background flusher
         // would only add I/O.
         .flush_every_ms(None)
