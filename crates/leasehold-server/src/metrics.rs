@@ -744,6 +744,7 @@ mod tests {
             &["reason", "action"],
         ),
         ("leasehold_overloaded_total", "counter", &["limit"]),
+        ("leasehold_flood_steps_total", "counter", &["step"]),
         ("leasehold_quota_exceeded_total", "counter", &["limit"]),
         ("leasehold_writes_paced_total", "counter", &[]),
         ("leasehold_write_pacing_seconds_total", "counter", &[]),
