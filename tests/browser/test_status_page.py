@@ -194,6 +194,9 @@ def test_with_a_policy_the_page_needs_read_and_shows_only_what_the_caller_may_re
         page.goto(base + "/")
         expect(page.locator("#rows tr")).to_have_count(1)
         expect(page.locator("#rows tr")).to_contain_text("bob/job")
+        # The page lists the jobs first, then opens its event stream: a
+        # change made before the stream is open is not sent to it.
+        expect(page.locator("#live")).to_have_text("live", timeout=LIVE_MS)
         # A grant bob may not read sends bob nothing; one he may read does.
         c.release("alice/job", "a", 1)
         c.acquire("alice/job", "a2", LONG)
