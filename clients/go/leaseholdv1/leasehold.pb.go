@@ -199,7 +199,9 @@ const (
 	Tenure_END_EXPIRED Tenure_End = 2
 	// It ran out, and another holder was granted the job.
 	Tenure_END_TAKEN_OVER Tenure_End = 3
-	// It ran out, and the job was then deleted.
+	// It ran out, and the job was then deleted. Not sent any more:
+	// DeleteJob removes the job's history with it. A client may still
+	// meet it from an older server.
 	Tenure_END_DELETED Tenure_End = 4
 	// `leasehold restore` released it: every lease is released by a
 	// restore, and this tenure's end had not been recorded before.

@@ -256,8 +256,9 @@ impl EtcdNode {
             txn::count_owned(&self.inner.keys, &mut req, p, owned, owned.jobs + 1);
         }
         let keep = self.inner.limits.history_per_job as u64;
-        // A job created (again): its earlier life's tenures are kept, the
-        // newest `keep - 1` of them (one read, at creation only).
+        // A job created: tenures of an earlier life, if any (DeleteJob
+        // removes them now; older servers kept them), are kept, the newest
+        // `keep - 1` of them (one read, at creation only).
         let older_out = match st.token {
             None if keep > 0 => self.history_past(job, keep - 1).await?,
             _ => Vec::new(),

@@ -804,6 +804,14 @@ pub fn create_is(key: Vec<u8>, rev: i64) -> pb::Compare {
     equal(key, CompareTarget::Create, TargetUnion::CreateRevision(rev))
 }
 
+/// `key` exists.
+pub fn exists(key: Vec<u8>) -> pb::Compare {
+    pb::Compare {
+        result: CompareResult::Greater as i32,
+        ..create_is(key, 0)
+    }
+}
+
 /// `key`'s mod revision is `rev` (0: the key does not exist).
 pub fn mod_is(key: Vec<u8>, rev: i64) -> pb::Compare {
     equal(key, CompareTarget::Mod, TargetUnion::ModRevision(rev))

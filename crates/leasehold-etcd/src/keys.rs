@@ -10,7 +10,7 @@
 //! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |
 //! | `u/{job}\0` | "untold": the token (8 bytes, big-endian) of a grant whose holder has not asked again since; put by the grant's transaction | the grant's own etcd lease | by the holder's first repeated `Acquire` or `Renew` (a deletes-only transaction, which etcd takes even when out of space), or with the lease |
-//! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's, the deletion's, or, for an expiry, by the first frontend that sees the holder key go); the token is 8 bytes, big-endian; the record is the one the single node stores ([`leasehold_core::record::encode_history`]) | none | by the grant `--history-per-job` tokens later |
+//! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's or, for an expiry, by the first frontend that sees the holder key go, while the grant is there); the token is 8 bytes, big-endian; the record is the one the single node stores ([`leasehold_core::record::encode_history`]) | none | by the grant `--history-per-job` tokens later, or with the job by DeleteJob |
 //!
 //! Store-wide, two keys: `settings`, what every frontend on the prefix
 //! must share ([`super::SharedSettings`]), and `meta`, the [`MetaRec`]: the
@@ -116,6 +116,13 @@ impl Keys {
     /// The prefix of the job's history keys.
     pub fn history_prefix(&self, job: &str) -> Vec<u8> {
         self.key(b"h/", job, b"")
+    }
+
+    /// The range of every history key of the job.
+    pub fn history_range(&self, job: &str) -> (Vec<u8>, Vec<u8>) {
+        let start = self.history_prefix(job);
+        let end = prefix_end(&start);
+        (start, end)
     }
 
     /// The key of the grant (`part` 0) or end (`part` 1) of the job's

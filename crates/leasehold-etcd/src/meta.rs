@@ -10,9 +10,8 @@
 
 use std::time::Duration;
 
-use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{JobName, TenureEnd, Token};
+use leasehold_core::lease::{JobName, Token};
 
 use super::client::{self, range_req};
 use super::keys::{self, Meta, MetaRec, Owned};
@@ -94,8 +93,8 @@ impl EtcdNode {
         Ok(())
     }
 
-    /// Deletes `job` and its keys, if its lease is not live and nobody
-    /// waits for it; returns whether there was such a job. One
+    /// Deletes `job`, its keys and its history, if its lease is not live
+    /// and nobody waits for it; returns whether there was such a job. One
     /// transaction deletes the job's keys and raises the new-job floor to
     /// the job's newest token, comparing that the holder key is still
     /// absent and the token key and `meta` unchanged since they were read.
@@ -141,16 +140,6 @@ impl EtcdNode {
                     let to = owned.jobs.saturating_sub(1);
                     txn::count_owned(k, &mut req, owner, owned, to);
                 }
-            }
-            // A tenure that ran out unrecorded ends with the deletion.
-            if self.inner.limits.history_per_job > 0 && !t.released && t.token > Token::NONE {
-                req.success.push(txn::history_end_if_absent(
-                    k,
-                    job,
-                    t.token,
-                    TenureEnd::Deleted,
-                    clock::wall_unix_ms(),
-                ));
             }
             if self.failed(self.inner.etcd.txn(req).await)?.succeeded {
                 tracing::info!(job = %job, "job deleted");

@@ -242,8 +242,11 @@ fn record_expiry(etcd: Etcd, keys: Keys, job: String, token: Token) {
             TenureEnd::Expired,
             leasehold_core::clock::wall_unix_ms(),
         );
+        // Only while the tenure's grant is recorded: not after the job was
+        // deleted (with its history), nor once the grant is trimmed.
+        let grant = keys.history(job.as_str(), token, 0);
         let req = pb::TxnRequest {
-            compare: Vec::new(),
+            compare: vec![super::client::exists(grant)],
             success: vec![op],
             failure: Vec::new(),
         };

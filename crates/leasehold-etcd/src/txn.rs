@@ -82,7 +82,8 @@ pub fn count_owned(keys: &Keys, req: &mut pb::TxnRequest, principal: &str, read:
 }
 
 /// Deletes a job read as `st` (its token key was there, its holder key
-/// absent): its holder and token keys and every value key, and puts
+/// absent): its holder and token keys, every value key and its history,
+/// and puts
 /// `meta` as `rec` (the floor raised to the job's token, one job less), if
 /// the holder key is still absent, the token key unchanged, and `meta`
 /// unchanged since it was read as `m`.
@@ -96,6 +97,7 @@ pub fn delete_job(
     let (hk, tk, mk) = (keys.holder(job), keys.token(job), keys.meta());
     let (js, je) = keys.job_range(job);
     let (vs, ve) = keys.values_range(job, b"", None);
+    let (hs, he) = keys.history_range(job);
     pb::TxnRequest {
         compare: vec![
             create_is(hk, 0),
@@ -108,6 +110,7 @@ pub fn delete_job(
         success: vec![
             delete_range_op(js, je),
             delete_range_op(vs, ve),
+            delete_range_op(hs, he),
             put_op(mk, rec.encode(), 0),
         ],
         failure: Vec::new(),

@@ -14,11 +14,9 @@ use leasehold_backend::{Acquired, ReleaseIfDropped, RenewOutcome, Renewal};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
-use leasehold_core::lease::{
-    Acquire, Effects, HistoryEvent, HolderId, JobName, LeaseView, TenureEnd, Token, WaiterId,
-};
+use leasehold_core::lease::{Acquire, Effects, HolderId, JobName, LeaseView, Token, WaiterId};
 
-use super::{history_put, Node};
+use super::Node;
 
 /// Whether a renewal moved a live lease's deadline from `before` to the
 /// earlier `after`.
@@ -309,35 +307,21 @@ impl Node {
         Ok(changed)
     }
 
-    /// Deletes `job` and its keys, if it has no live lease and nobody
-    /// waits for it ([`Error::JobInUse`] otherwise); returns whether there
-    /// was such a job. **A job created again under the name gets tokens
-    /// above every token the deleted one issued**: the deletion and the
-    /// raised new-job floor are one change in the store.
+    /// Deletes `job`, its keys and its history, if it has no live lease
+    /// and nobody waits for it ([`Error::JobInUse`] otherwise); returns
+    /// whether there was such a job. **A job created again under the name
+    /// gets tokens above every token the deleted one issued**: the
+    /// deletion and the raised new-job floor are one change in the store.
     pub async fn delete_job(&self, job: &JobName) -> Result<bool> {
         self.check_open()?;
         let seq = {
             let mut st = self.lock();
             let undo = st.table.checkpoint(job);
             let now = clock::now();
-            // A tenure that ran out unrecorded ends with the deletion.
-            let end = st.table.unrecorded_end(job, now);
             let Some(token) = st.table.delete(job, now)? else {
                 return Ok(false);
             };
-            let stored = match end {
-                Some((t, at)) if self.inner.limits.history_per_job > 0 => {
-                    let e = HistoryEvent::Ended {
-                        token: t,
-                        how: TenureEnd::Deleted,
-                        at,
-                    };
-                    let put = history_put(&e, now, clock::wall_unix_ms());
-                    self.inner.store.put_history(job, &[put])
-                }
-                _ => Ok(()),
-            };
-            if let Err(e) = stored.and_then(|()| self.inner.store.delete_job(job, token)) {
+            if let Err(e) = self.inner.store.delete_job(job, token) {
                 match &e {
                     Error::NoSpace { .. } => {
                         st.table.rollback(undo);

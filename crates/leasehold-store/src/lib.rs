@@ -128,11 +128,12 @@ pub trait Store: Send + Sync + 'static {
     fn put_history(&self, job: &JobName, history: &[HistoryPut]) -> Result<()>;
     /// Stages a value record (a tombstone when its value is `None`).
     fn put_value(&self, job: &JobName, key: &[u8], record: &ValueRecord) -> Result<()>;
-    /// Forgets `job`: its lease record and every value record of it
-    /// (tombstones included; its history stays), and raises the new-job
+    /// Forgets `job`: its lease record, every value record of it
+    /// (tombstones included) and its history, and raises the new-job
     /// floor of [`Store::floors`] to at least `floor`, **as one change:
     /// after a crash, the deletion and the new floor are both there, or
-    /// neither**. Returns how many value records it removed.
+    /// neither**. Returns how many value records it removed (tombstones
+    /// included, history not).
     fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize>;
 
     // ---- The barrier and the way back ----

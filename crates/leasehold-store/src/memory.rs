@@ -79,10 +79,14 @@ impl Records {
 
     /// Every store key of `job`'s values, tombstones included.
     fn value_keys(&self, job: &JobName) -> Vec<Vec<u8>> {
-        let prefix = value_key(job, b"");
+        self.keys_under(&value_key(job, b""))
+    }
+
+    /// Every store key that starts with `prefix`.
+    fn keys_under(&self, prefix: &[u8]) -> Vec<Vec<u8>> {
         self.values
-            .range(prefix.clone()..)
-            .take_while(|(k, _)| k.starts_with(&prefix))
+            .range(prefix.to_vec()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
             .collect()
     }
@@ -215,7 +219,10 @@ impl Store for MemoryStore {
         self.stage(|r| {
             let keys = r.value_keys(job);
             removed = keys.len();
-            let mut puts: Vec<Put> = keys.into_iter().map(|k| Put::Value(k, None)).collect();
+            let history = r.keys_under(&history_prefix(job));
+            let mut puts: Vec<Put> = (keys.into_iter().chain(history))
+                .map(|k| Put::Value(k, None))
+                .collect();
             puts.push(Put::Lease(job.as_str().to_owned(), None));
             puts.push(Put::NewJobFloor(floor));
             puts
@@ -436,7 +443,10 @@ mod tests {
         assert_eq!(s.delete_job(&a, Token(7)).unwrap(), 4);
         assert_eq!(s.count_keys(&a).unwrap(), 0);
         assert!(s.leases().unwrap().is_empty());
-        assert_eq!(s.history(&a, None, 10).unwrap().len(), 1, "history stays");
+        assert!(
+            s.history(&a, None, 10).unwrap().is_empty(),
+            "history goes too"
+        );
         assert_eq!(s.count_keys(&b).unwrap(), 1);
         assert_eq!(s.floors().new_jobs, Token::NONE, "not synced yet");
         s.sync().unwrap();

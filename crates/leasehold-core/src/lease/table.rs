@@ -88,7 +88,8 @@ pub enum TenureEnd {
     Expired,
     /// It ran out, and another holder was granted the job.
     TakenOver,
-    /// It ran out, and the job was then deleted.
+    /// It ran out, and the job was then deleted: written by older
+    /// servers only (DeleteJob now removes the history), still read.
     Deleted,
     /// `leasehold restore` released it (its end was not recorded before).
     Restored,
@@ -655,8 +656,7 @@ impl LeaseTable {
 
     /// The end of `job`'s last tenure if it ran out and the history has
     /// not recorded that yet (nobody was granted the job since): its token
-    /// and its deadline. A reader of the history shows it as ended; a
-    /// deletion records it ([`TenureEnd::Deleted`]).
+    /// and its deadline. A reader of the history shows it as ended.
     pub fn unrecorded_end(&self, name: &JobName, now: Instant) -> Option<(Token, Instant)> {
         let job = self.jobs.get(name)?;
         match &job.holding {

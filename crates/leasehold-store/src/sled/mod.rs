@@ -369,7 +369,13 @@ impl SledStore {
     /// Every value key of `job`, tombstones included: sled's, and the
     /// overlay's over them (a removal there takes a key out).
     fn value_keys(&self, job: &JobName) -> Result<BTreeSet<Vec<u8>>> {
-        let prefix = value_key(job, b"");
+        self.keys_under(&value_key(job, b""))
+    }
+
+    /// Every key of the values tree that starts with `prefix`, the staged
+    /// changes applied.
+    fn keys_under(&self, prefix: &[u8]) -> Result<BTreeSet<Vec<u8>>> {
+        let prefix = prefix.to_vec();
         // The overlay after sled: an entry that leaves the overlay in
         // between was applied to sled before it left, and is seen twice at
         // worst.

@@ -92,13 +92,20 @@ impl Store for SledStore {
 
     fn delete_job(&self, job: &JobName, floor: Token) -> Result<usize> {
         let keys = self.value_keys(job)?;
-        self.ensure_space(64 + keys.iter().map(|k| k.len() + 16).sum::<usize>())?;
+        let history = self.keys_under(&history_prefix(job))?;
+        self.ensure_space(
+            64 + keys
+                .iter()
+                .chain(&history)
+                .map(|k| k.len() + 16)
+                .sum::<usize>(),
+        )?;
         // One staging, under one hold of the pending lock: a sync logs
         // these puts in one batch, which a crash keeps whole or not at all.
         self.write(|_| {
             let mut p = self.pending();
             let n = keys.len();
-            for k in keys {
+            for k in keys.into_iter().chain(history) {
                 p.push(Kind::Value, k, REMOVED);
             }
             p.push(Kind::Lease, job.as_str().as_bytes().to_vec(), REMOVED);

@@ -3,7 +3,7 @@
 //! make of it.
 
 use super::*;
-use crate::{decode_value, value_key, Store, ValueRecord};
+use crate::{decode_value, value_key, HistoryPut, Store, ValueRecord};
 use leasehold_core::lease::{Limits, Token};
 
 fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
@@ -214,10 +214,20 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
         }
         s.put_value(&x, b"gone", &val(7, 2, None)).unwrap();
         s.put_value(&y, b"k0", &val(2, 1, Some("y"))).unwrap();
+        let grant = |t| HistoryPut::Grant {
+            token: Token(t),
+            holder: l.holder("h").unwrap(),
+            at_unix_ms: 1,
+            ttl: std::time::Duration::from_secs(9),
+        };
+        s.put_history(&x, &[grant(6)]).unwrap();
+        s.put_history(&y, &[grant(2)]).unwrap();
         s.sync().unwrap();
         s.checkpoint().unwrap();
-        // One more, only in the overlay and the log.
+        // One more of each, only in the overlay and the log.
         s.put_value(&x, b"k9", &val(7, 1, Some("v"))).unwrap();
+        s.put_history(&x, &[grant(7)]).unwrap();
+        assert_eq!(s.history(&x, None, 10).unwrap().len(), 2);
         s.sync().unwrap();
         assert_eq!(
             s.delete_job(&x, Token(7)).unwrap(),
@@ -229,6 +239,8 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
         assert!(keys(&s, &x, None, 100).is_empty());
         assert_eq!(s.count_keys(&x).unwrap(), 0);
         assert_eq!(s.count_keys(&y).unwrap(), 1);
+        assert_eq!(s.history(&x, None, 10).unwrap(), vec![], "history too");
+        assert_eq!(s.history(&y, None, 10).unwrap().len(), 1);
         s.sync().unwrap();
         assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
         // No checkpoint: the restart replays the log.
@@ -243,8 +255,11 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
     assert_eq!(s.leases().unwrap(), vec![(y.clone(), lease(2))]);
     assert_eq!(s.get_value(&x, b"k0").unwrap(), None);
     assert_eq!(keys(&s, &y, None, 100), vec!["k0=y"]);
+    assert_eq!(s.history(&x, None, 10).unwrap(), vec![]);
+    assert_eq!(s.history(&y, None, 10).unwrap().len(), 1);
     let c = s.last_checkpoint().unwrap();
-    assert_eq!((c.leases, c.values, c.new_job_floor), (1, 1, 7));
+    // y's value and its history's one record.
+    assert_eq!((c.leases, c.values, c.new_job_floor), (1, 2, 7));
     assert!(c.max_token >= 7);
     drop(s);
     // The checkpointed state passes the start-up checks again.

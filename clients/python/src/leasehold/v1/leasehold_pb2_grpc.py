@@ -135,8 +135,8 @@ class LeasesServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteJob(self, request, context):
-        """DeleteJob removes a job and every key of its fenced store, to give their
-        room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+        """DeleteJob removes a job, every key of its fenced store and its history
+        of leaders, to give their room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
         job's lease is live or an Acquire waits for it; nothing changes then.
         A job that does not exist is not an error (`deleted` is false).
 
@@ -165,9 +165,10 @@ class LeasesServicer:
         ended. The server keeps the tenures of each job's newest tokens
         (`leasehold serve --history-per-job`, default 100), stored with the
         same durability as the grants themselves: a tenure a client was told
-        of is in the history, whatever crashes. A job's history outlives its
-        deletion, and continues if the job is created again. A job with no
-        history has an empty one (not an error). With a policy, this is
+        of is in the history, whatever crashes. DeleteJob removes the job's
+        history with it, so that jobs created and deleted without end leave
+        nothing behind (read it first if it matters). A job with no history
+        has an empty one (not an error). With a policy, this is
         action `read`.
 
         Its times are on the server's wall clock, for people (a post-mortem

@@ -438,7 +438,11 @@ export enum Tenure_End {
   END_EXPIRED = 2,
   /** END_TAKEN_OVER - It ran out, and another holder was granted the job. */
   END_TAKEN_OVER = 3,
-  /** END_DELETED - It ran out, and the job was then deleted. */
+  /**
+   * END_DELETED - It ran out, and the job was then deleted. Not sent any more:
+   * DeleteJob removes the job's history with it. A client may still
+   * meet it from an older server.
+   */
   END_DELETED = 4,
   /**
    * END_RESTORED - `leasehold restore` released it: every lease is released by a
@@ -3791,8 +3795,8 @@ export const LeasesService = {
     responseDeserialize: (value: Buffer): Lease => Lease.decode(value),
   },
   /**
-   * DeleteJob removes a job and every key of its fenced store, to give their
-   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * DeleteJob removes a job, every key of its fenced store and its history
+   * of leaders, to give their room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
    * job's lease is live or an Acquire waits for it; nothing changes then.
    * A job that does not exist is not an error (`deleted` is false).
    *
@@ -3831,9 +3835,10 @@ export const LeasesService = {
    * ended. The server keeps the tenures of each job's newest tokens
    * (`leasehold serve --history-per-job`, default 100), stored with the
    * same durability as the grants themselves: a tenure a client was told
-   * of is in the history, whatever crashes. A job's history outlives its
-   * deletion, and continues if the job is created again. A job with no
-   * history has an empty one (not an error). With a policy, this is
+   * of is in the history, whatever crashes. DeleteJob removes the job's
+   * history with it, so that jobs created and deleted without end leave
+   * nothing behind (read it first if it matters). A job with no history
+   * has an empty one (not an error). With a policy, this is
    * action `read`.
    *
    * Its times are on the server's wall clock, for people (a post-mortem
@@ -3943,8 +3948,8 @@ export interface LeasesServer extends UntypedServiceImplementation {
    */
   getLease: handleUnaryCall<GetLeaseRequest, Lease>;
   /**
-   * DeleteJob removes a job and every key of its fenced store, to give their
-   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * DeleteJob removes a job, every key of its fenced store and its history
+   * of leaders, to give their room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
    * job's lease is live or an Acquire waits for it; nothing changes then.
    * A job that does not exist is not an error (`deleted` is false).
    *
@@ -3967,9 +3972,10 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * ended. The server keeps the tenures of each job's newest tokens
    * (`leasehold serve --history-per-job`, default 100), stored with the
    * same durability as the grants themselves: a tenure a client was told
-   * of is in the history, whatever crashes. A job's history outlives its
-   * deletion, and continues if the job is created again. A job with no
-   * history has an empty one (not an error). With a policy, this is
+   * of is in the history, whatever crashes. DeleteJob removes the job's
+   * history with it, so that jobs created and deleted without end leave
+   * nothing behind (read it first if it matters). A job with no history
+   * has an empty one (not an error). With a policy, this is
    * action `read`.
    *
    * Its times are on the server's wall clock, for people (a post-mortem
@@ -4108,8 +4114,8 @@ export interface LeasesClient extends Client {
     callback: (error: ServiceError | null, response: Lease) => void,
   ): ClientUnaryCall;
   /**
-   * DeleteJob removes a job and every key of its fenced store, to give their
-   * room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
+   * DeleteJob removes a job, every key of its fenced store and its history
+   * of leaders, to give their room back. Refused with FAILED_PRECONDITION, reason JOB_IN_USE, while the
    * job's lease is live or an Acquire waits for it; nothing changes then.
    * A job that does not exist is not an error (`deleted` is false).
    *
@@ -4160,9 +4166,10 @@ export interface LeasesClient extends Client {
    * ended. The server keeps the tenures of each job's newest tokens
    * (`leasehold serve --history-per-job`, default 100), stored with the
    * same durability as the grants themselves: a tenure a client was told
-   * of is in the history, whatever crashes. A job's history outlives its
-   * deletion, and continues if the job is created again. A job with no
-   * history has an empty one (not an error). With a policy, this is
+   * of is in the history, whatever crashes. DeleteJob removes the job's
+   * history with it, so that jobs created and deleted without end leave
+   * nothing behind (read it first if it matters). A job with no history
+   * has an empty one (not an error). With a policy, this is
    * action `read`.
    *
    * Its times are on the server's wall clock, for people (a post-mortem

@@ -96,7 +96,9 @@ private static final long serialVersionUID = 0L;
     END_TAKEN_OVER(3),
     /**
      * <pre>
-     * It ran out, and the job was then deleted.
+     * It ran out, and the job was then deleted. Not sent any more:
+     * DeleteJob removes the job's history with it. A client may still
+     * meet it from an older server.
      * </pre>
      *
      * <code>END_DELETED = 4;</code>
@@ -167,7 +169,9 @@ private static final long serialVersionUID = 0L;
     public static final int END_TAKEN_OVER_VALUE = 3;
     /**
      * <pre>
-     * It ran out, and the job was then deleted.
+     * It ran out, and the job was then deleted. Not sent any more:
+     * DeleteJob removes the job's history with it. A client may still
+     * meet it from an older server.
      * </pre>
      *
      * <code>END_DELETED = 4;</code>
