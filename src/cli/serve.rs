@@ -225,6 +225,10 @@ pub struct ServeArgs {
     /// answer is held back, then refused with 429.
     #[arg(long, env = "LEASEHOLD_ADMIN_READ_RATE", default_value_t = leasehold::read_budget::DEFAULT_RATE)]
     admin_read_rate: u64,
+    /// Bytes a second of status page JSON all clients together may read;
+    /// past four of their bursts, answers are held back, then refused.
+    #[arg(long, env = "LEASEHOLD_ADMIN_READ_RATE_TOTAL", default_value_t = leasehold::read_budget::DEFAULT_TOTAL_RATE)]
+    admin_read_rate_total: u64,
     /// Bytes of status page JSON a client may read at once before
     /// --admin-read-rate applies.
     #[arg(long, env = "LEASEHOLD_ADMIN_READ_BURST", default_value_t = leasehold::read_budget::DEFAULT_BURST)]
@@ -358,6 +362,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     let budget = BudgetLimits {
         rate: a.admin_read_rate,
         burst: a.admin_read_burst,
+        total_rate: a.admin_read_rate_total,
         max_event_streams: a.max_event_streams,
     };
     if let Err(e) = budget.validate() {

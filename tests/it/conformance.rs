@@ -307,6 +307,7 @@ async fn checked_writes_are_fenced_by_the_live_token(b: Backend) {
         .keys(&j, b"", None, 10)
         .await
         .unwrap()
+        .keys
         .into_iter()
         .map(|(k, _)| k)
         .collect();
@@ -357,7 +358,7 @@ async fn delete_job_forgets_the_job_and_never_reuses_a_token(b: Backend) {
     assert_eq!(b.delete_job(&j).await, Ok(true));
     assert_eq!(b.delete_job(&j).await, Ok(false), "nothing left to delete");
     assert_eq!(b.read(&j, b"k").await.unwrap(), None);
-    assert!(b.keys(&j, b"", None, 10).await.unwrap().is_empty());
+    assert!(b.keys(&j, b"", None, 10).await.unwrap().keys.is_empty());
     assert_eq!(b.lease(&j).await.unwrap().holder(), None);
 
     let again = b.acquire(&j, &a, LONG, NOW).await.unwrap();

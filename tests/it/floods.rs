@@ -394,3 +394,77 @@ async fn slow_readers_of_large_values_hold_at_most_the_cap_and_are_closed_when_s
     .await;
     assert_eq!(v.value.len(), 64 * 1024);
 }
+
+/// A listing page costs what it returns: on a job of 80 values of 60 KiB
+/// (4.8 MB) and deleted keys, a ListKeys of page size 1,000 reads at most
+/// its 4 MiB budget, so the first page stops early with a token, and the
+/// pages, token to token, list every live key once, in order, with each
+/// value's size and none of the deleted ones.
+async fn pages_bounded_in_bytes(place: Place) {
+    let p = place.start(&[]);
+    let c = leasehold::client::Client::connect(&p.url()).await.unwrap();
+    let g = c
+        .acquire("big", "w", Duration::from_secs(600), Duration::ZERO)
+        .await
+        .unwrap();
+    let t = g.lease.token;
+    let size = 60 << 10;
+    for i in 0..80 {
+        let k = format!("v/{i:03}");
+        c.checked_write("big", t, k.as_bytes(), vec![i as u8; size])
+            .await
+            .unwrap();
+        let gone = format!("v/{i:03}-gone");
+        c.checked_write("big", t, gone.as_bytes(), vec![1; size])
+            .await
+            .unwrap();
+        c.delete("big", t, gone.as_bytes()).await.unwrap();
+    }
+    let mut store =
+        proto::fenced_store_client::FencedStoreClient::new(common::channel(&p.url()).await);
+    let (mut keys, mut pages, mut token) = (Vec::new(), Vec::new(), Vec::new());
+    loop {
+        let r = store
+            .list_keys(proto::ListKeysRequest {
+                job: "big".into(),
+                prefix: b"v/".to_vec(),
+                page_size: 1000,
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        pages.push(r.keys.len());
+        for k in r.keys {
+            assert_eq!(k.size as usize, size, "{k:?}");
+            keys.push(String::from_utf8(k.key).unwrap());
+        }
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+        assert!(pages.len() < 100, "the pages never end: {pages:?}");
+    }
+    let want: Vec<String> = (0..80).map(|i| format!("v/{i:03}")).collect();
+    assert_eq!(keys, want, "pages {pages:?}");
+    // The record that crosses the line is the page's last.
+    let budget = leasehold::store::LIST_PAGE_BYTES / size + 1;
+    assert!(
+        pages[0] <= budget,
+        "the first page read past 4 MiB: {pages:?}"
+    );
+    assert!(pages.len() >= 2, "{pages:?}");
+    // The client library follows the tokens the same way.
+    assert_eq!(c.list_keys("big", b"v/").await.unwrap().len(), 80);
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_page_reads_at_most_its_budget() {
+    pages_bounded_in_bytes(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_listing_page_reads_at_most_its_budget() {
+    pages_bounded_in_bytes(Place::etcd()).await;
+}

@@ -144,6 +144,135 @@ pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
     })
 }
 
+/// What a listing tells of a live key: its value record without the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueMeta {
+    /// The token of the write that stored it.
+    pub token: Token,
+    /// Its version.
+    pub version: u64,
+    /// The value's size in bytes.
+    pub size: u32,
+}
+
+/// Decodes the head of a value record that [`encode_value`] wrote, without
+/// copying its value: `None` for a tombstone.
+pub fn decode_value_meta(b: &[u8]) -> Result<Option<ValueMeta>> {
+    let bad = || Error::storage(format!("corrupt value record ({} bytes)", b.len()));
+    if b.len() < 18 || b[0] != VALUE_V1 {
+        return Err(bad());
+    }
+    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
+    let version = u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?);
+    match b[17] {
+        0 => Ok(None),
+        1 => Ok(Some(ValueMeta {
+            token,
+            version,
+            size: (b.len() - 18) as u32,
+        })),
+        _ => Err(bad()),
+    }
+}
+
+/// One page of a job's keys, as a store lists them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPage {
+    /// The live keys, in order, with what is known of their values.
+    pub keys: Vec<(Vec<u8>, ValueMeta)>,
+    /// The last key the page looked at (live or deleted) when it stopped
+    /// before the end of the range, at its limit or its [`ListBudget`]:
+    /// the next page starts after it. `None` on the last page.
+    pub resume_after: Option<Vec<u8>>,
+}
+
+/// The most of the records one page of keys reads before it stops.
+pub const LIST_PAGE_BYTES: usize = 4 << 20;
+/// The longest one page of keys looks before it stops.
+pub const LIST_PAGE_TIME: std::time::Duration = std::time::Duration::from_millis(50);
+/// What each record costs a page beyond its bytes.
+const LIST_RECORD_COST: usize = 64;
+
+/// What one page of a key listing may still read: **a page costs at most
+/// [`LIST_PAGE_BYTES`] of records (deleted keys' tombstones and live
+/// values, each at least [`LIST_RECORD_COST`]) and [`LIST_PAGE_TIME`]**,
+/// whatever the job holds; a listing that has more hands back where it
+/// stopped, and the caller asks again. Every page looks at one record at
+/// least, so a listing always moves on.
+#[derive(Debug)]
+pub struct ListBudget {
+    bytes: usize,
+    until: std::time::Instant,
+}
+
+impl Default for ListBudget {
+    fn default() -> Self {
+        ListBudget::new(LIST_PAGE_BYTES, LIST_PAGE_TIME)
+    }
+}
+
+impl ListBudget {
+    /// A budget of `bytes` and `time` from now.
+    pub fn new(bytes: usize, time: std::time::Duration) -> ListBudget {
+        ListBudget {
+            bytes,
+            until: std::time::Instant::now() + time,
+        }
+    }
+
+    /// Charges a record of `len` bytes (key and record) that the page
+    /// looked at; false once the page must stop after it.
+    pub fn charge(&mut self, len: usize) -> bool {
+        self.bytes = self.bytes.saturating_sub(len + LIST_RECORD_COST);
+        self.bytes > 0 && std::time::Instant::now() < self.until
+    }
+}
+
+/// Builds one [`KeyPage`] from the records of a range, in key order: the
+/// one rule of where a page stops, for every store.
+#[derive(Debug)]
+pub struct KeyPager {
+    page: KeyPage,
+    limit: usize,
+    budget: ListBudget,
+}
+
+impl KeyPager {
+    /// A page of at most `limit` live keys, within `budget`.
+    pub fn new(limit: usize, budget: ListBudget) -> KeyPager {
+        KeyPager {
+            page: KeyPage::default(),
+            limit,
+            budget,
+        }
+    }
+
+    /// Looks at the record of user key `key`, `len` bytes with its key
+    /// (`None`: a tombstone). False once the page is full or its budget
+    /// spent: the caller stops, and the next page starts after `key`.
+    pub fn look(&mut self, key: &[u8], meta: Option<ValueMeta>, len: usize) -> bool {
+        if let Some(m) = meta {
+            self.page.keys.push((key.to_vec(), m));
+        }
+        if self.page.keys.len() >= self.limit || !self.budget.charge(len) {
+            self.page.resume_after = Some(key.to_vec());
+            return false;
+        }
+        true
+    }
+
+    /// [`KeyPager::look`] at an encoded value record.
+    pub fn look_encoded(&mut self, key: &[u8], record: &[u8]) -> Result<bool> {
+        let meta = decode_value_meta(record)?;
+        Ok(self.look(key, meta, key.len() + record.len()))
+    }
+
+    /// The page, once the caller stopped or the range ended.
+    pub fn finish(self) -> KeyPage {
+        self.page
+    }
+}
+
 /// Encodes a value record: `[1, token u64, version u64, present u8, value...]`.
 pub fn encode_value(r: &ValueRecord) -> Vec<u8> {
     let v = r.value.as_deref().unwrap_or_default();
@@ -547,5 +676,72 @@ mod tests {
             Some(Token(7))
         );
         assert_eq!(history_token(&history_prefix(&job), n), None);
+    }
+
+    /// A page stops at its limit of live keys, or once its budget of bytes
+    /// is spent (tombstones count), after at least one record, and says
+    /// where the next starts; the meta of a record is its head, the value
+    /// not copied.
+    #[test]
+    fn a_key_page_stops_at_its_limit_or_budget() {
+        let live = |v: &[u8]| {
+            encode_value(&ValueRecord {
+                token: Token(3),
+                version: 2,
+                value: Some(v.to_vec()),
+            })
+        };
+        let gone = encode_value(&ValueRecord {
+            token: Token(3),
+            version: 5,
+            value: None,
+        });
+        let meta = ValueMeta {
+            token: Token(3),
+            version: 2,
+            size: 4,
+        };
+        assert_eq!(decode_value_meta(&live(b"four")).unwrap(), Some(meta));
+        assert_eq!(decode_value_meta(&gone).unwrap(), None);
+        assert!(decode_value_meta(&gone[..10]).is_err());
+
+        let hour = Duration::from_secs(3600);
+        // The limit: two live keys, the tombstone between them skipped.
+        let mut p = KeyPager::new(2, ListBudget::new(1 << 20, hour));
+        assert!(p.look_encoded(b"a", &live(b"four")).unwrap());
+        assert!(p.look_encoded(b"b", &gone).unwrap());
+        assert!(!p.look_encoded(b"c", &live(b"four")).unwrap());
+        let page = p.finish();
+        let keys: Vec<&[u8]> = page.keys.iter().map(|(k, _)| &k[..]).collect();
+        assert_eq!(keys, [b"a", b"c"]);
+        assert_eq!(page.resume_after.as_deref(), Some(&b"c"[..]));
+
+        // The budget: tombstones alone spend it; the page has no key, and
+        // resumes after the last it looked at.
+        let mut p = KeyPager::new(1000, ListBudget::new(500, hour));
+        let mut looked = 0;
+        while p
+            .look_encoded(format!("g{looked:02}").as_bytes(), &gone)
+            .unwrap()
+        {
+            looked += 1;
+        }
+        let page = p.finish();
+        assert!(page.keys.is_empty());
+        assert!((4..6).contains(&looked), "{looked}");
+        assert_eq!(
+            page.resume_after,
+            Some(format!("g{looked:02}").into_bytes())
+        );
+
+        // A record larger than the whole budget is still listed.
+        let mut p = KeyPager::new(1000, ListBudget::new(10, hour));
+        assert!(!p.look_encoded(b"big", &live(&[0; 100])).unwrap());
+        assert_eq!(p.finish().keys.len(), 1);
+
+        // A range that ends first: no resume.
+        let mut p = KeyPager::new(10, ListBudget::default());
+        assert!(p.look_encoded(b"a", &live(b"x")).unwrap());
+        assert_eq!(p.finish().resume_after, None);
     }
 }

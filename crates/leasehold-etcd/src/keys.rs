@@ -43,7 +43,7 @@ use std::time::Duration;
 use super::client::pb;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{Token, Vacancy};
-use leasehold_core::record::ValueRecord;
+use leasehold_core::record::{ValueMeta, ValueRecord};
 
 /// The key layout under one prefix.
 #[derive(Debug, Clone)]
@@ -644,6 +644,19 @@ pub fn decode_value(b: &[u8]) -> Result<ValueRecord> {
         version,
         value: (b[16] == 1).then(|| b[17..].to_vec()),
     })
+}
+
+/// The head of an [`encode_value`] record, without copying its value:
+/// `None` for a tombstone.
+pub fn decode_value_meta(b: &[u8]) -> Result<Option<ValueMeta>> {
+    if b.len() < 17 || b[16] > 1 {
+        return Err(corrupt("value record", b));
+    }
+    Ok((b[16] == 1).then(|| ValueMeta {
+        token: Token(u64::from_be_bytes(b[..8].try_into().expect("8 bytes"))),
+        version: u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
+        size: (b.len() - 17) as u32,
+    }))
 }
 
 /// The bytes that every encoded value whose token is at most `token`

@@ -10,11 +10,15 @@ use leasehold_backend::{HolderGuard, Staged, Write};
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::WriteRefusal;
 use leasehold_core::lease::{JobName, Token};
-use leasehold_core::record::ValueRecord;
+use leasehold_core::record::{KeyPage, KeyPager, ListBudget, ValueRecord};
+
+/// The most keys one read of a listing asks etcd for: at most 64 values of
+/// 64 KiB, 4 MiB, in one answer.
+const LIST_CHUNK: usize = 64;
 
 use super::client::{range_req, ranges};
 use super::decide::{self, Refused};
-use super::keys::decode_value;
+use super::keys::{decode_value, decode_value_meta};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
 
 impl EtcdNode {
@@ -167,15 +171,16 @@ impl EtcdNode {
         r.kvs.first().map(|kv| decode_value(&kv.value)).transpose()
     }
 
-    /// Up to `limit` live keys of `job` starting with `prefix`, after
-    /// `after`; deleted keys are skipped.
+    /// One page of `job`'s live keys starting with `prefix`, after
+    /// `after`: at most `limit`, within a [`ListBudget`] of its own
+    /// (deleted keys are looked at, and skipped).
     pub async fn keys(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+    ) -> Result<KeyPage> {
         self.bounded(
             "ListKeys",
             Duration::ZERO,
@@ -184,41 +189,40 @@ impl EtcdNode {
         .await
     }
 
-    /// The work of [`EtcdNode::keys`], which bounds it.
+    /// The work of [`EtcdNode::keys`], which bounds it. The range is read
+    /// in chunks of at most [`LIST_CHUNK`] keys at one revision, so that
+    /// no answer of etcd's is much larger than the page's budget.
     async fn keys_unbounded(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+    ) -> Result<KeyPage> {
         let k = &self.inner.keys;
         let (mut start, end) = k.values_range(job.as_str(), prefix, after);
-        let mut out = Vec::new();
+        let mut pager = KeyPager::new(limit, ListBudget::default());
         let mut revision = 0;
         loop {
-            let mut req = range_req(start.clone(), end.clone(), (limit - out.len()) as i64);
+            let mut req = range_req(start.clone(), end.clone(), LIST_CHUNK.min(limit) as i64);
             req.revision = revision;
             let r = self.failed(self.inner.etcd.range(req).await)?;
             if revision == 0 {
                 revision = r.header.as_ref().map_or(0, |h| h.revision);
             }
             for kv in &r.kvs {
-                let rec = decode_value(&kv.value)?;
-                if rec.value.is_some() {
-                    let user = k
-                        .value_user_key(job.as_str(), &kv.key)
-                        .unwrap_or_default()
-                        .to_vec();
-                    out.push((user, rec));
+                let user = k.value_user_key(job.as_str(), &kv.key).unwrap_or_default();
+                let meta = decode_value_meta(&kv.value)?;
+                if !pager.look(user, meta, kv.key.len() + kv.value.len()) {
+                    return Ok(pager.finish());
                 }
             }
             match r.kvs.last() {
-                Some(last) if r.more && out.len() < limit => {
+                Some(last) if r.more => {
                     start = last.key.clone();
                     start.push(0);
                 }
-                _ => return Ok(out),
+                _ => return Ok(pager.finish()),
             }
         }
     }

@@ -9,7 +9,7 @@ use leasehold_backend::{HolderGuard, Staged, Write};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{JobName, Token};
-use leasehold_store::{recheck_value, ValueRecord};
+use leasehold_store::{recheck_value, KeyPage, ListBudget, ValueRecord};
 
 use super::{Node, State};
 
@@ -232,15 +232,19 @@ impl Node {
         Ok(rec)
     }
 
-    /// Up to `limit` live keys of `job` starting with `prefix`, after `after`.
+    /// One page of `job`'s live keys starting with `prefix`, after
+    /// `after`: at most `limit`, within a [`ListBudget`] of its own.
     pub async fn keys(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
-        let list = self.inner.store.list_values(job, prefix, after, limit)?;
+    ) -> Result<KeyPage> {
+        let list = self
+            .inner
+            .store
+            .list_keys(job, prefix, after, limit, ListBudget::default())?;
         let seq = self.staged_after_read();
         self.inner.commit.wait(seq).await?;
         Ok(list)

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
 use crate::lease::{HolderId, JobName, LeaseView, Token};
-use crate::record::{Tenure, ValueRecord};
+use crate::record::{KeyPage, Tenure, ValueRecord};
 use leasehold_etcd::EtcdNode;
 use leasehold_node::commit::SyncStats;
 use leasehold_node::Node;
@@ -288,7 +288,7 @@ impl Backend {
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+    ) -> Result<KeyPage> {
         match self {
             Backend::Local(n) => n.keys(job, prefix, after, limit).await,
             Backend::Etcd(n) => n.keys(job, prefix, after, limit).await,

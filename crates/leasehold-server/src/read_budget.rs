@@ -6,8 +6,12 @@
 //! (at least [`MIN_CHARGE`] bytes), against a rate of
 //! `--admin-read-rate` bytes a second with a burst of
 //! `--admin-read-burst` bytes: a generic cell rate algorithm, one instant
-//! per client (when its debt is paid). A client within its burst is
-//! answered at once. Past it, **a client is first slowed**: its answer
+//! per client (when its debt is paid). **All clients together are held to
+//! `--admin-read-rate-total`** (with [`TOTAL_BURSTS`] bursts at once), so
+//! that readers from many addresses cannot take the server's time from
+//! its leaders either; no one client can take more than its own share of
+//! that. A client within its burst, and within the total's, is answered at
+//! once. Past it, **a client is first slowed**: its answer
 //! waits until its debt is back within the burst, up to [`MAX_DELAY`];
 //! **then refused**: a request that would wait longer is answered 429 with
 //! `Retry-After`, before any work is done. Each step is counted on
@@ -45,6 +49,13 @@ pub const MIN_CHARGE: u64 = 4096;
 /// The default of `--admin-read-rate`: bytes a second per client.
 pub const DEFAULT_RATE: u64 = 4 << 20;
 
+/// The default of `--admin-read-rate-total`: bytes a second, all clients
+/// together (eight clients at their full rate).
+pub const DEFAULT_TOTAL_RATE: u64 = 32 << 20;
+
+/// The total's burst, in clients' bursts.
+pub const TOTAL_BURSTS: u64 = 4;
+
 /// The default of `--admin-read-burst`: bytes a client may read at once
 /// (the whole job list of about 60,000 jobs, once).
 pub const DEFAULT_BURST: u64 = 16 << 20;
@@ -65,6 +76,8 @@ pub enum Client {
     Address(IpAddr),
     /// A connection whose address is unknown: all of them together.
     Unknown,
+    /// Every client together (`--admin-read-rate-total`).
+    All,
 }
 
 impl Client {
@@ -97,6 +110,8 @@ pub struct BudgetLimits {
     pub rate: u64,
     /// Bytes a client may read at once (`--admin-read-burst`).
     pub burst: u64,
+    /// Bytes a second, all clients together (`--admin-read-rate-total`).
+    pub total_rate: u64,
     /// Event streams open at once (`--max-event-streams`).
     pub max_event_streams: usize,
 }
@@ -106,6 +121,7 @@ impl Default for BudgetLimits {
         BudgetLimits {
             rate: DEFAULT_RATE,
             burst: DEFAULT_BURST,
+            total_rate: DEFAULT_TOTAL_RATE,
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
         }
     }
@@ -116,6 +132,12 @@ impl BudgetLimits {
     pub fn validate(&self) -> Result<(), String> {
         if self.rate == 0 {
             return Err("--admin-read-rate must be at least 1 (bytes a second)".into());
+        }
+        if self.total_rate < self.rate {
+            return Err(format!(
+                "--admin-read-rate-total must be at least --admin-read-rate ({}), got {}",
+                self.rate, self.total_rate
+            ));
         }
         if self.burst < MIN_CHARGE {
             return Err(format!(
@@ -205,52 +227,60 @@ impl ReadBudget {
         );
     }
 
-    /// The burst as time: how far ahead a client's debt may run unslowed.
-    fn burst(&self) -> Duration {
-        self.cost(self.limits.burst)
+    /// The rate (bytes a second) and the burst (as time: how far ahead a
+    /// debt may run unslowed) of `client`'s account.
+    fn account(&self, client: &Client) -> (u64, Duration) {
+        let (rate, burst) = match client {
+            Client::All => (self.limits.total_rate, TOTAL_BURSTS * self.limits.burst),
+            _ => (self.limits.rate, self.limits.burst),
+        };
+        (rate, cost(rate, burst))
     }
 
-    fn cost(&self, bytes: u64) -> Duration {
-        Duration::from_secs_f64(bytes.max(MIN_CHARGE) as f64 / self.limits.rate as f64)
+    /// How far `client`'s debt, paid at `at`, is past its burst at `now`.
+    fn over(&self, client: &Client, at: Instant, now: Instant) -> Duration {
+        at.saturating_duration_since(now)
+            .saturating_sub(self.account(client).1)
     }
 
-    /// Whether `client` may be served now: refused when its debt is
-    /// already past the burst by more than [`MAX_DELAY`].
+    /// Whether `client` may be served now: refused when its debt, or all
+    /// clients' together, is already past its burst by more than
+    /// [`MAX_DELAY`].
     pub fn admit(&self, client: &Client) -> Admission {
         let now = clock::tokio_now();
-        let paid = self.lock().at.get(client).copied();
-        match paid {
-            Some(at) => {
-                let over = at
-                    .saturating_duration_since(now)
-                    .saturating_sub(self.burst());
-                if over > MAX_DELAY {
-                    self.refused.inc();
-                    Admission::Refused(over - MAX_DELAY)
-                } else {
-                    Admission::Go
-                }
-            }
-            None => Admission::Go,
+        let over = {
+            let c = self.lock();
+            [client, &Client::All]
+                .into_iter()
+                .filter_map(|who| c.at.get(who).map(|at| self.over(who, *at, now)))
+                .max()
+                .unwrap_or_default()
+        };
+        if over > MAX_DELAY {
+            self.refused.inc();
+            Admission::Refused(over - MAX_DELAY)
+        } else {
+            Admission::Go
         }
     }
 
-    /// Charges `client` for `bytes` and waits while its debt is past the
-    /// burst (at most [`MAX_DELAY`]), counting the wait.
+    /// Charges `client`, and all clients together, for `bytes`, and waits
+    /// while either debt is past its burst (at most [`MAX_DELAY`]),
+    /// counting the wait.
     pub async fn charge(&self, client: &Client, bytes: u64) {
         let now = clock::tokio_now();
-        let cost = self.cost(bytes);
-        let at = {
+        let wait = {
             let mut c = self.lock();
             c.sweep(now);
-            let at = c.at.entry(client.clone()).or_insert(now);
-            *at = (*at).max(now) + cost;
-            *at
+            let mut wait = Duration::ZERO;
+            for who in [client, &Client::All] {
+                let rate = self.account(who).0;
+                let at = c.at.entry(who.clone()).or_insert(now);
+                *at = (*at).max(now) + cost(rate, bytes);
+                wait = wait.max(self.over(who, *at, now));
+            }
+            wait.min(MAX_DELAY)
         };
-        let wait = at
-            .saturating_duration_since(now)
-            .saturating_sub(self.burst())
-            .min(MAX_DELAY);
         if !wait.is_zero() {
             self.slowed.inc();
             self.slowed_seconds.inc_by(wait.as_secs_f64());
@@ -287,6 +317,11 @@ impl ReadBudget {
     }
 }
 
+/// What `bytes` cost at `rate` bytes a second (at least [`MIN_CHARGE`]).
+fn cost(rate: u64, bytes: u64) -> Duration {
+    Duration::from_secs_f64(bytes.max(MIN_CHARGE) as f64 / rate as f64)
+}
+
 impl Clients {
     /// Forgets the clients whose debt is paid, once the table has doubled
     /// since the last sweep: amortised, never a walk per request.
@@ -294,7 +329,7 @@ impl Clients {
         if self.at.len() < 64 || self.at.len() < 2 * self.swept_at {
             return;
         }
-        self.at.retain(|_, at| *at > now);
+        self.at.retain(|who, at| *at > now || *who == Client::All);
         if self.at.capacity() > 4 * self.at.len().max(16) {
             self.at.shrink_to(2 * self.at.len());
         }
@@ -339,6 +374,7 @@ mod tests {
         let b = ReadBudget::new(BudgetLimits {
             rate: 1 << 20,
             burst: 4 << 20,
+            total_rate: 64 << 20,
             max_event_streams: 2,
         });
         let c = client(1);
@@ -374,6 +410,47 @@ mod tests {
         // A debt paid is forgotten.
         b.lock().at.insert(c.clone(), clock::tokio_now());
         assert_eq!(b.admit(&c), Admission::Go);
+    }
+
+    #[tokio::test]
+    async fn all_clients_together_are_held_to_the_total() {
+        let b = ReadBudget::new(BudgetLimits {
+            rate: 1 << 20,
+            burst: 1 << 20,
+            total_rate: 2 << 20,
+            max_event_streams: 2,
+        });
+        // Four clients, each within its own burst, fill the total's
+        // (four bursts: 4 MiB, two seconds at 2 MiB/s).
+        for n in 1..=4 {
+            assert_eq!(b.admit(&client(n)), Admission::Go);
+            b.charge(&client(n), 1 << 20).await;
+        }
+        assert_eq!(b.slowed.get(), 0);
+        // A fifth, its own account clear, waits for the total: 1 MiB past
+        // its burst is half a second.
+        let t = clock::tokio_now();
+        b.charge(&client(5), 1 << 20).await;
+        assert!(
+            t.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(b.slowed.get(), 1);
+        assert!(b.lock().at[&client(5)] <= clock::tokio_now() + Duration::from_millis(600));
+        // Far past the total, a new client is refused before any work;
+        // the total is never forgotten by a sweep.
+        let at = clock::tokio_now() + Duration::from_secs(10);
+        b.lock().at.insert(Client::All, at);
+        assert!(matches!(b.admit(&client(6)), Admission::Refused(d) if d > Duration::from_secs(5)));
+        let now = clock::tokio_now();
+        for n in 0..100 {
+            let c = Client::of(None, Some(IpAddr::from([10, 0, 1, n])));
+            b.lock().at.insert(c, now);
+        }
+        b.lock().sweep(now + Duration::from_secs(60));
+        assert_eq!(b.lock().at.len(), 1, "only the total is kept");
+        assert!(b.lock().at.contains_key(&Client::All));
     }
 
     #[test]
@@ -415,5 +492,12 @@ mod tests {
             e.contains("--admin-read-burst") && e.contains("4096"),
             "{e}"
         );
+        let e = BudgetLimits {
+            total_rate: 1,
+            ..BudgetLimits::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("--admin-read-rate-total"), "{e}");
     }
 }

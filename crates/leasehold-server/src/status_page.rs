@@ -205,7 +205,8 @@ fn over_budget(after: Duration) -> Response {
         StatusCode::TOO_MANY_REQUESTS,
         format!(
             "this client has read more of the status page than --admin-read-rate allows \
-             (with a burst of --admin-read-burst); retry in {secs} s\n"
+             (with a burst of --admin-read-burst), or all clients together more than \
+             --admin-read-rate-total; retry in {secs} s\n"
         ),
     )
         .into_response();
@@ -246,7 +247,7 @@ pub async fn job(
         Ok(h) => h,
         Err(e) => return unavailable(&e),
     };
-    let keys = match s.node.keys(&job, b"", None, MAX_KEYS).await {
+    let page = match s.node.keys(&job, b"", None, MAX_KEYS).await {
         Ok(k) => k,
         Err(e) => return unavailable(&e),
     };
@@ -292,7 +293,7 @@ pub async fn job(
         }
     }
     out.push_str("],\"keys\":[");
-    for (i, (k, v)) in keys.iter().enumerate() {
+    for (i, (k, v)) in page.keys.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -301,12 +302,11 @@ pub async fn job(
         let _ = write!(
             out,
             ",\"version\":{},\"token\":{},\"bytes\":{}}}",
-            v.version,
-            v.token.0,
-            v.value.as_ref().map_or(0, Vec::len)
+            v.version, v.token.0, v.size
         );
     }
-    let _ = write!(out, "],\"keys_truncated\":{}}}", keys.len() >= MAX_KEYS);
+    let more = page.resume_after.is_some();
+    let _ = write!(out, "],\"keys_truncated\":{more}}}");
     s.budget.charge(&client, out.len() as u64).await;
     json(out)
 }

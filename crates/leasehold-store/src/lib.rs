@@ -59,7 +59,8 @@ use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
 // crate; re-exported here, where the store's users have always found them.
 pub use leasehold_core::record::{
     decode_history, decode_lease, decode_value, encode_history, encode_lease, encode_value,
-    history_key, history_prefix, value_key, HistoryPut, Tenure, ValueRecord, HISTORY_MARK,
+    history_key, history_prefix, value_key, HistoryPut, KeyPage, KeyPager, ListBudget, Tenure,
+    ValueMeta, ValueRecord, HISTORY_MARK, LIST_PAGE_BYTES, LIST_PAGE_TIME,
 };
 
 mod backup;
@@ -174,15 +175,18 @@ pub trait Store: Send + Sync + 'static {
     fn floors(&self) -> Floors;
     /// The record under (job, key), if any (tombstones included).
     fn get_value(&self, job: &JobName, key: &[u8]) -> Result<Option<ValueRecord>>;
-    /// Up to `limit` live (not deleted) records of `job` whose key starts
-    /// with `prefix`, after key `after`, in key order.
-    fn list_values(
+    /// One page of `job`'s live (not deleted) keys that start with
+    /// `prefix`, after key `after`, in key order: at most `limit` keys,
+    /// and no more records looked at (deleted keys included) than `budget`
+    /// allows ([`KeyPager`] decides where it stops).
+    fn list_keys(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>>;
+        budget: ListBudget,
+    ) -> Result<KeyPage>;
     /// Up to `limit` tenures of `job` with a token below `before` (all when
     /// `None`), newest first.
     fn history(&self, job: &JobName, before: Option<Token>, limit: usize) -> Result<Vec<Tenure>>;

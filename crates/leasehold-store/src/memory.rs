@@ -28,8 +28,8 @@ use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
 
 use crate::{
-    decode_history, encode_history, history_key, history_prefix, value_key, HistoryPut, Store,
-    Tenure, ValueRecord,
+    decode_history, encode_history, history_key, history_prefix, value_key, HistoryPut, KeyPage,
+    KeyPager, ListBudget, Store, Tenure, ValueMeta, ValueRecord,
 };
 use leasehold_core::record::trimmed_history;
 
@@ -287,29 +287,35 @@ impl Store for MemoryStore {
             .cloned())
     }
 
-    fn list_values(
+    fn list_keys(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        budget: ListBudget,
+    ) -> Result<KeyPage> {
         let base = value_key(job, b"").len();
         let scan_prefix = value_key(job, prefix);
         let start = match after.map(|a| value_key(job, a)) {
             Some(a) if a >= scan_prefix => Bound::Excluded(a),
             _ => Bound::Included(scan_prefix.clone()),
         };
-        Ok(self
-            .lock()
-            .visible
-            .values
-            .range((start, Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(&scan_prefix))
-            .filter(|(_, r)| r.value.is_some())
-            .take(limit)
-            .map(|(k, r)| (k[base..].to_vec(), r.clone()))
-            .collect())
+        let mut pager = KeyPager::new(limit, budget);
+        let g = self.lock();
+        let range = g.visible.values.range((start, Bound::Unbounded));
+        for (k, r) in range.take_while(|(k, _)| k.starts_with(&scan_prefix)) {
+            let meta = r.value.as_ref().map(|v| ValueMeta {
+                token: r.token,
+                version: r.version,
+                size: v.len() as u32,
+            });
+            let len = k.len() + 18 + r.value.as_ref().map_or(0, Vec::len);
+            if !pager.look(&k[base..], meta, len) {
+                break;
+            }
+        }
+        Ok(pager.finish())
     }
 
     fn history(&self, job: &JobName, before: Option<Token>, limit: usize) -> Result<Vec<Tenure>> {
@@ -429,8 +435,9 @@ mod tests {
         s.put_value(&a, b"p2", &val(1, 2, None)).unwrap();
         s.put_value(&b, b"p9", &val(1, 1, Some("b"))).unwrap();
         let keys = |after: Option<&[u8]>, limit| -> Vec<String> {
-            s.list_values(&a, b"p", after, limit)
+            s.list_keys(&a, b"p", after, limit, ListBudget::default())
                 .unwrap()
+                .keys
                 .into_iter()
                 .map(|(k, _)| String::from_utf8(k).unwrap())
                 .collect()

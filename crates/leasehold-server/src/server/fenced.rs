@@ -255,18 +255,19 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         })
         .await;
         let (job, list) = list.map_err(status)?;
-        let next_page_token = match list.last() {
-            Some((k, _)) if list.len() == limit => page::keys_token(job.as_str(), &r.prefix, k),
-            _ => Vec::new(),
+        let next_page_token = match &list.resume_after {
+            Some(k) => page::keys_token(job.as_str(), &r.prefix, k),
+            None => Vec::new(),
         };
         Ok(layers::queued(proto::ListKeysResponse {
             keys: list
+                .keys
                 .into_iter()
-                .map(|(key, rec)| proto::KeyInfo {
+                .map(|(key, m)| proto::KeyInfo {
                     key,
-                    token: rec.token.0,
-                    version: rec.version,
-                    size: rec.value.map_or(0, |v| v.len() as u32),
+                    token: m.token.0,
+                    version: m.version,
+                    size: m.size,
                 })
                 .collect(),
             next_page_token,

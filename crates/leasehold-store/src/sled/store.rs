@@ -14,8 +14,13 @@ use super::{no_panic, Open, Pending, SledStore, WAL_FILE};
 use crate::wal::{self, Kind, Record};
 use crate::{
     decode_history, decode_lease, decode_value, encode_history, encode_lease, encode_value,
-    history_key, history_prefix, value_key, HistoryPut, Store, Tenure, ValueRecord,
+    history_key, history_prefix, value_key, HistoryPut, KeyPage, KeyPager, ListBudget, Store,
+    Tenure, ValueRecord,
 };
+
+/// How many of the staged changes past a page's limit a listing copies:
+/// removals and tombstones among them take no place in the page.
+const LIST_OVERLAY_SLACK: usize = 1024;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
 use leasehold_core::record::trimmed_history;
@@ -222,13 +227,14 @@ impl Store for SledStore {
         self.stage(Kind::Value, value_key(job, key), encode_value(record))
     }
 
-    fn list_values(
+    fn list_keys(
         &self,
         job: &JobName,
         prefix: &[u8],
         after: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, ValueRecord)>> {
+        budget: ListBudget,
+    ) -> Result<KeyPage> {
         use std::ops::Bound;
         let base = value_key(job, b"").len();
         let scan_prefix = value_key(job, prefix);
@@ -237,14 +243,18 @@ impl Store for SledStore {
             _ => Bound::Included(scan_prefix.clone()),
         };
         // The overlay first, then sled: an entry that leaves the overlay in
-        // between was applied to sled before it left.
+        // between was applied to sled before it left. Only the part of the
+        // overlay a page can reach is copied.
         let overlay: Vec<(Vec<u8>, Vec<u8>)> = self
             .pending()
             .overlay
             .range((start.clone(), Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(&scan_prefix))
+            .take(limit.saturating_add(LIST_OVERLAY_SLACK))
             .map(|(k, (_, v))| (k.clone(), v.clone()))
             .collect();
+        let overlay_cut = overlay.last().map(|(k, _)| k.clone());
+        let overlay_full = overlay.len() >= limit.saturating_add(LIST_OVERLAY_SLACK);
         let mut overlay = overlay.into_iter().peekable();
         let guard = self.open.read().expect("store lock");
         let o = guard
@@ -253,44 +263,57 @@ impl Store for SledStore {
         let mut sled = o
             .values
             .range((start, Bound::Unbounded))
-            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v)).map_err(Error::storage))
+            .map(|kv| kv.map_err(Error::storage))
             .take_while(|kv| {
                 kv.as_ref()
                     .map_or(true, |(k, _)| k.starts_with(&scan_prefix))
             })
             .peekable();
-        let mut out = Vec::new();
-        while out.len() < limit {
+        let mut pager = KeyPager::new(limit, budget);
+        loop {
             // Merge the two key-ordered runs; the overlay wins a tie.
             let from_sled = match (overlay.peek(), sled.peek()) {
                 (None, None) => break,
                 (Some(_), None) => false,
-                (None, Some(_)) => true,
-                (Some((ko, _)), Some(Ok((ks, _)))) => ks < ko,
+                (None, Some(Ok((ks, _)))) => {
+                    // Past the copied part of a full overlay, what the
+                    // overlay holds is unknown: the page stops there.
+                    if overlay_full && overlay_cut.as_deref().is_some_and(|c| &ks[..] > c) {
+                        break;
+                    }
+                    true
+                }
+                (None, Some(Err(_))) => true,
+                (Some((ko, _)), Some(Ok((ks, _)))) => ks[..] < ko[..],
                 (_, Some(Err(_))) => true,
             };
-            let (k, v) = if from_sled {
+            let more = if from_sled {
                 let (k, v) = sled.next().expect("peeked")?;
-                (k, v.to_vec())
+                pager.look_encoded(&k[base..], &v)?
             } else {
                 let (k, v) = overlay.next().expect("peeked");
                 if sled
                     .peek()
-                    .is_some_and(|kv| kv.as_ref().is_ok_and(|(ks, _)| *ks == k))
+                    .is_some_and(|kv| kv.as_ref().is_ok_and(|(ks, _)| ks[..] == k[..]))
                 {
                     sled.next();
                 }
-                (k, v)
+                match v.is_empty() {
+                    // Removed (a deleted job's key): as if not there.
+                    true => true,
+                    false => pager.look_encoded(&k[base..], &v)?,
+                }
             };
-            if v.is_empty() {
-                continue;
-            }
-            let rec = decode_value(&v)?;
-            if rec.value.is_some() {
-                out.push((k[base..].to_vec(), rec));
+            if !more {
+                break;
             }
         }
-        Ok(out)
+        let mut page = pager.finish();
+        if page.resume_after.is_none() && overlay_full && overlay.peek().is_none() {
+            // Stopped at the overlay's cut: resume after it.
+            page.resume_after = overlay_cut.map(|k| k[base..].to_vec());
+        }
+        Ok(page)
     }
 
     fn sync(&self) -> Result<()> {

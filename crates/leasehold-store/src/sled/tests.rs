@@ -3,7 +3,7 @@
 //! make of it.
 
 use super::*;
-use crate::{decode_value, value_key, HistoryPut, Store, ValueRecord};
+use crate::{decode_value, value_key, HistoryPut, ListBudget, Store, ValueRecord};
 use leasehold_core::lease::{Limits, Token};
 
 fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
@@ -14,11 +14,20 @@ fn val(token: u64, version: u64, v: Option<&str>) -> ValueRecord {
     }
 }
 
+/// A budget no test page reaches.
+fn unlimited() -> ListBudget {
+    ListBudget::new(usize::MAX, std::time::Duration::from_secs(3600))
+}
+
 fn keys(s: &SledStore, job: &JobName, after: Option<&[u8]>, limit: usize) -> Vec<String> {
-    s.list_values(job, b"k", after, limit)
+    s.list_keys(job, b"k", after, limit, unlimited())
         .unwrap()
+        .keys
         .into_iter()
-        .map(|(k, r)| {
+        .map(|(k, m)| {
+            let r = s.get_value(job, &k).unwrap().unwrap();
+            assert_eq!((m.token, m.version), (r.token, r.version));
+            assert_eq!(m.size as usize, r.value.as_ref().unwrap().len());
             format!(
                 "{}={}",
                 String::from_utf8(k).unwrap(),
@@ -379,7 +388,68 @@ fn a_full_log_checkpoints_into_sled() {
     drop(s);
     let s = SledStore::open(dir.path()).unwrap();
     assert_eq!(
-        s.list_values(&job, b"", None, 10_000).unwrap().len() as u64,
+        s.list_keys(&job, b"", None, 10_000, unlimited())
+            .unwrap()
+            .keys
+            .len() as u64,
         n + cap / (60 * 1024) + 2
     );
+}
+
+/// Pages of keys within a small budget, token to token, over records in
+/// sled and in the overlay (staged, not yet applied), with tombstones in
+/// both and a deleted job's keys among them: every live key once, in
+/// order; no deleted one.
+#[test]
+fn key_pages_within_a_budget_list_every_live_key_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Limits::default();
+    let (x, y) = (l.job("x").unwrap(), l.job("x2").unwrap());
+    let s = SledStore::open(dir.path()).unwrap();
+    let mut want = Vec::new();
+    for i in 0..300 {
+        let k = format!("k{i:03}");
+        // Every third key deleted, every seventh left for the overlay.
+        let v = (i % 3 != 0).then_some("v");
+        if i % 7 != 0 {
+            s.put_value(&x, k.as_bytes(), &val(1, 1, v)).unwrap();
+        }
+        if v.is_some() {
+            want.push(k);
+        }
+    }
+    s.put_value(&y, b"k000", &val(1, 1, Some("other job")))
+        .unwrap();
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    for i in (0..300).step_by(7) {
+        let v = (i % 3 != 0).then_some("v");
+        s.put_value(&x, format!("k{i:03}").as_bytes(), &val(1, 1, v))
+            .unwrap();
+    }
+    // And one live key in sled deleted in the overlay.
+    s.put_value(&x, b"k001", &val(1, 2, None)).unwrap();
+    want.retain(|k| k != "k001");
+    let mut got = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    let mut pages = 0;
+    loop {
+        let budget = ListBudget::new(1000, std::time::Duration::from_secs(3600));
+        let page = s
+            .list_keys(&x, b"k", after.as_deref(), 1000, budget)
+            .unwrap();
+        got.extend(
+            page.keys
+                .into_iter()
+                .map(|(k, _)| String::from_utf8(k).unwrap()),
+        );
+        pages += 1;
+        match page.resume_after {
+            Some(k) => after = Some(k),
+            None => break,
+        }
+        assert!(pages < 1000);
+    }
+    assert_eq!(got, want);
+    assert!(pages > 10, "a budget of 1,000 bytes: {pages} pages");
 }

@@ -756,7 +756,13 @@ export interface KeyInfo {
 }
 
 export interface ListKeysResponse {
-  /** Live keys only: deleted keys are not listed. */
+  /**
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
+   */
   keys: KeyInfo[];
   /**
    * Pass as `page_token` to get the next page; empty on the last page.

@@ -55,7 +55,11 @@ private static final long serialVersionUID = 0L;
   private java.util.List<dev.leasehold.v1.KeyInfo> keys_;
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -66,7 +70,11 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -78,7 +86,11 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -89,7 +101,11 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -100,7 +116,11 @@ private static final long serialVersionUID = 0L;
   }
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -517,7 +537,11 @@ private static final long serialVersionUID = 0L;
 
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -531,7 +555,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -545,7 +573,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -559,7 +591,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -580,7 +616,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -598,7 +638,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -618,7 +662,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -639,7 +687,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -657,7 +709,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -675,7 +731,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -694,7 +754,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -711,7 +775,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -728,7 +796,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -739,7 +811,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -753,7 +829,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -768,7 +848,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -779,7 +863,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -791,7 +879,11 @@ private static final long serialVersionUID = 0L;
     }
     /**
      * <pre>
-     * Live keys only: deleted keys are not listed.
+     * Live keys only: deleted keys are not listed. A page costs the server
+     * what it returns, not what the job holds: it stops once it has looked
+     * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+     * ms, so it may hold fewer than `page_size` keys, or none, and still not
+     * be the last. Keep asking while `next_page_token` is not empty.
      * </pre>
      *
      * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>

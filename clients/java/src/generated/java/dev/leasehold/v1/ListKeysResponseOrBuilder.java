@@ -12,7 +12,11 @@ public interface ListKeysResponseOrBuilder extends
 
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -21,7 +25,11 @@ public interface ListKeysResponseOrBuilder extends
       getKeysList();
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -29,7 +37,11 @@ public interface ListKeysResponseOrBuilder extends
   dev.leasehold.v1.KeyInfo getKeys(int index);
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -37,7 +49,11 @@ public interface ListKeysResponseOrBuilder extends
   int getKeysCount();
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
@@ -46,7 +62,11 @@ public interface ListKeysResponseOrBuilder extends
       getKeysOrBuilderList();
   /**
    * <pre>
-   * Live keys only: deleted keys are not listed.
+   * Live keys only: deleted keys are not listed. A page costs the server
+   * what it returns, not what the job holds: it stops once it has looked
+   * at 4 MiB of records (values and deleted keys' tombstones) or for 50
+   * ms, so it may hold fewer than `page_size` keys, or none, and still not
+   * be the last. Keep asking while `next_page_token` is not empty.
    * </pre>
    *
    * <code>repeated .leasehold.v1.KeyInfo keys = 1;</code>
