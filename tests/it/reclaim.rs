@@ -84,24 +84,7 @@ async fn churn(url: &str, keys: usize, log: &Path, rewrites: usize, max_rounds: 
                 .await
                 .unwrap();
         }
-        let job = format!("gone-{}", round % 8);
-        let a = c
-            .acquire(&job, "churner", HOUR, Duration::ZERO)
-            .await
-            .unwrap();
-        assert!(a.acquired);
-        for k in 0..3 {
-            c.checked_write(
-                &job,
-                a.lease.token,
-                format!("x{k}").as_bytes(),
-                vec![1; 60 * 1024],
-            )
-            .await
-            .unwrap();
-        }
-        c.release(&job, "churner", a.lease.token).await.unwrap();
-        assert!(c.delete_job(&job).await.unwrap());
+        churn_a_deleted_job(&c, round).await;
         if round > 0 && reclaims(log) >= rewrites {
             return live;
         }
@@ -112,6 +95,25 @@ async fn churn(url: &str, keys: usize, log: &Path, rewrites: usize, max_rounds: 
         max_rounds * keys * 60 * 1024 / 1_000_000,
         reclaims(log)
     );
+}
+
+/// One job of round `round` created, given three values of 60 KiB,
+/// released and deleted.
+async fn churn_a_deleted_job(c: &Client, round: usize) {
+    let job = format!("gone-{}", round % 8);
+    let a = c
+        .acquire(&job, "churner", HOUR, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(a.acquired);
+    for k in 0..3 {
+        let key = format!("x{k}");
+        c.checked_write(&job, a.lease.token, key.as_bytes(), vec![1; 60 * 1024])
+            .await
+            .unwrap();
+    }
+    c.release(&job, "churner", a.lease.token).await.unwrap();
+    assert!(c.delete_job(&job).await.unwrap());
 }
 
 /// The churn of issue 41, small: 160 keys of 60 KiB live (about 10 MB),
@@ -234,20 +236,7 @@ async fn due_template(root: &Path) -> (PathBuf, History) {
             .await
             .unwrap();
         }
-        let job = format!("gone-{}", rounds % 8);
-        let a = c.acquire(&job, "j", HOUR, Duration::ZERO).await.unwrap();
-        for k in 0..3 {
-            c.checked_write(
-                &job,
-                a.lease.token,
-                format!("x{k}").as_bytes(),
-                vec![1; 60 * 1024],
-            )
-            .await
-            .unwrap();
-        }
-        c.release(&job, "j", a.lease.token).await.unwrap();
-        assert!(c.delete_job(&job).await.unwrap());
+        churn_a_deleted_job(&c, rounds).await;
     }
     eprintln!("template: {rounds} rounds, {} bytes", store_bytes(&dir));
     s.kill9();
