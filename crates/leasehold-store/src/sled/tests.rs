@@ -453,3 +453,53 @@ fn key_pages_within_a_budget_list_every_live_key_once() {
     assert_eq!(got, want);
     assert!(pages > 10, "a budget of 1,000 bytes: {pages} pages");
 }
+
+/// Pages over more staged changes than a page copies (its limit and
+/// `LIST_OVERLAY_SLACK`), among keys in sled: each page stops where its
+/// copy of the overlay ends, and the pages list every live key once.
+#[test]
+fn key_pages_over_a_large_overlay_list_every_live_key_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let z = Limits::default().job("z").unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    for i in (0..3000).step_by(2) {
+        s.put_value(&z, format!("k{i:04}").as_bytes(), &val(1, 1, Some("v")))
+            .unwrap();
+    }
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    // Staged only: the odd keys, and every tenth even key deleted.
+    for i in (1..3000).step_by(2) {
+        s.put_value(&z, format!("k{i:04}").as_bytes(), &val(1, 1, Some("v")))
+            .unwrap();
+    }
+    for i in (0..3000).step_by(20) {
+        s.put_value(&z, format!("k{i:04}").as_bytes(), &val(1, 2, None))
+            .unwrap();
+    }
+    let want: Vec<String> = (0..3000)
+        .filter(|i| i % 20 != 0)
+        .map(|i| format!("k{i:04}"))
+        .collect();
+    for limit in [10, 1000] {
+        let (mut got, mut after, mut pages) = (Vec::new(), None::<Vec<u8>>, 0);
+        loop {
+            let page = s
+                .list_keys(&z, b"k", after.as_deref(), limit, unlimited())
+                .unwrap();
+            assert!(page.keys.len() <= limit);
+            got.extend(
+                page.keys
+                    .into_iter()
+                    .map(|(k, _)| String::from_utf8(k).unwrap()),
+            );
+            pages += 1;
+            match page.resume_after {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+            assert!(pages < 10_000);
+        }
+        assert_eq!(got, want, "limit {limit}");
+    }
+}
