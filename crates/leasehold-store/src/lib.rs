@@ -95,7 +95,7 @@ pub mod wal;
 /// - **The barrier and the way back** ([`Store::sync`],
 ///   [`Store::reopen`]; [`Store::needs_reopen`], provided).
 /// - **Reads** ([`Store::leases`], [`Store::floors`], [`Store::get_value`],
-///   [`Store::list_values`], [`Store::history`], [`Store::count_keys`];
+///   [`Store::list_keys`], [`Store::history`], [`Store::count_keys`];
 ///   [`Store::recovered`], provided): they see every staged change, durable or not,
 ///   so a caller must not show what it read before a sync covers it. A
 ///   read error changes nothing.
