@@ -1339,6 +1339,292 @@ async fn a_waiter_whose_join_fails_is_told_and_leaves_no_key_in_line() {
     .await;
 }
 
+/// A waiter's join that etcd applies only after the waiter has left puts
+/// no key in line. The frontend's join goes to a member that keeps it
+/// unread (as a paused member's socket does) while the frontend, finding
+/// the member stalled, gives the join up, fails the call and withdraws the
+/// key through the other endpoint; then the member gets what it kept,
+/// but the stream's reset (as a member resumed may read a request and run
+/// it before the reset behind it), and runs the join. (Once, a CI run's
+/// join after etcd's majority came back blocked the line for good: the
+/// key's delete had been applied before the late put.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_etcd_applies_after_its_waiter_left_puts_no_key_in_line() {
+    use leasehold::etcd::client::{pb, Etcd};
+    use leasehold::etcd::keys::{prefix_end, Keys};
+    use leasehold::etcd::EtcdNode;
+    use leasehold::lease::Limits;
+
+    let cluster = EtcdCluster::start(1);
+    let proxy = HoldingProxy::to(&cluster.endpoint(0)).await;
+    let prefix = fresh_prefix();
+    // The session outlives the hold, which its keep-alives wait out too.
+    let config = |endpoints| leasehold::etcd::Config {
+        session_ttl: Duration::from_secs(10),
+        ..common::etcd::frontend_config(endpoints, &prefix)
+    };
+    let a = EtcdNode::open(config(cluster.endpoints())).await.unwrap();
+    // b calls the member through the proxy, and directly once the proxy
+    // stalls.
+    let b = EtcdNode::open(config(vec![proxy.url(), cluster.endpoint(0)]))
+        .await
+        .unwrap();
+    let l = Limits::default();
+    let job = l.job("j").unwrap();
+    let got = a
+        .acquire(&job, &l.holder("h").unwrap(), IN_LINE_TTL, NOW)
+        .await;
+    assert!(got.unwrap().acquired);
+    let first = {
+        let (b, job, w) = (b.clone(), job.clone(), l.holder("w").unwrap());
+        tokio::spawn(async move { b.acquire(&job, &w, IN_LINE_TTL, LONG).await })
+    };
+    common::eventually("the first waiter in line", || async {
+        (b.snapshot().waiters == 1).then_some(())
+    })
+    .await;
+    proxy.hold();
+    // Joined on the first waiter's read: the join is the call the member
+    // keeps.
+    let noted = b.joined_on_noted_reads();
+    let r = b
+        .acquire(&job, &l.holder("w2").unwrap(), IN_LINE_TTL, LONG)
+        .await;
+    assert!(
+        matches!(r, Err(leasehold::error::Error::Storage(_))),
+        "a join given up must fail the call: {r:?}"
+    );
+    assert_eq!(b.joined_on_noted_reads(), noted + 1);
+    let etcd = Etcd::connect(&cluster.endpoints(), LONG).unwrap();
+    let values = |start: Vec<u8>| {
+        let etcd = etcd.clone();
+        async move {
+            let end = prefix_end(&start);
+            let r = etcd
+                .range(pb::RangeRequest {
+                    key: start,
+                    range_end: end,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            r.kvs
+                .into_iter()
+                .map(|kv| String::from_utf8_lossy(&kv.value).into_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let keys = Keys::new(&prefix);
+    let guards = format!("{prefix}g/").into_bytes();
+    common::eventually("the given-up join withdrawn", || async {
+        let withdrawn = !values(guards.clone()).await.is_empty();
+        (withdrawn && b.orphaned_waiter_keys() == 0).then_some(())
+    })
+    .await;
+    proxy.release().await;
+    let (line, _) = keys.waiters_range("j");
+    assert_eq!(
+        values(line).await,
+        ["w"],
+        "the line holds the first waiter, and nobody else"
+    );
+    assert!(!first.is_finished(), "the first waiter waits on");
+    first.abort();
+}
+
+/// A TCP proxy to one etcd member that passes everything until held; then
+/// it keeps what the frontend sends (the member hears nothing, as when
+/// paused, and the connection stays open) until released, when the member
+/// gets all of it but the resets of the calls held: each is then run,
+/// though the frontend has given it up.
+struct HoldingProxy {
+    addr: std::net::SocketAddr,
+    state: Arc<Mutex<Held>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+/// What a [`HoldingProxy`] is doing.
+#[derive(Default)]
+struct Held {
+    holding: bool,
+    released: bool,
+    /// The calls whose requests were held (by connection and stream) that
+    /// the member has not answered yet.
+    streams: HashSet<(usize, u32)>,
+}
+
+impl HoldingProxy {
+    const DATA: u8 = 0;
+    const HEADERS: u8 = 1;
+    const RST_STREAM: u8 = 3;
+    const END_STREAM: u8 = 1;
+
+    async fn to(member: &str) -> HoldingProxy {
+        let member = member.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(Mutex::new(Held::default()));
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let (st, ch) = (state.clone(), changed.clone());
+        tokio::spawn(async move {
+            let mut conn = 0;
+            while let Ok((client, _)) = listener.accept().await {
+                conn += 1;
+                let server = tokio::net::TcpStream::connect(&member).await.unwrap();
+                // As the frontend's own connections: a frame written
+                // waits for no acknowledgement of the one before.
+                for s in [&client, &server] {
+                    s.set_nodelay(true).unwrap();
+                }
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(Self::to_member(conn, cr, sw, st.clone(), ch.clone()));
+                tokio::spawn(Self::from_member(conn, sr, cw, st.clone(), ch.clone()));
+            }
+        });
+        HoldingProxy {
+            addr,
+            state,
+            changed,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn hold(&self) {
+        self.state.lock().unwrap().holding = true;
+    }
+
+    /// Lets the member have what was held, and waits until it has
+    /// answered every call held.
+    async fn release(&self) {
+        self.state.lock().unwrap().released = true;
+        self.changed.notify_waiters();
+        let t = Instant::now();
+        loop {
+            let told = self.changed.notified();
+            if self.state.lock().unwrap().streams.is_empty() {
+                return;
+            }
+            assert!(
+                t.elapsed() < LONG,
+                "the member never answered the calls held"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(50), told).await;
+        }
+    }
+
+    /// One HTTP/2 frame: its header (9 bytes) and payload.
+    async fn frame(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt as _;
+        let mut f = vec![0u8; 9];
+        r.read_exact(&mut f).await.ok()?;
+        let len = u32::from_be_bytes([0, f[0], f[1], f[2]]) as usize;
+        f.resize(9 + len, 0);
+        r.read_exact(&mut f[9..]).await.ok()?;
+        Some(f)
+    }
+
+    fn stream(f: &[u8]) -> u32 {
+        u32::from_be_bytes([f[5], f[6], f[7], f[8]]) & 0x7fff_ffff
+    }
+
+    async fn to_member(
+        conn: usize,
+        mut cr: tokio::net::tcp::OwnedReadHalf,
+        mut sw: tokio::net::tcp::OwnedWriteHalf,
+        state: Arc<Mutex<Held>>,
+        changed: Arc<tokio::sync::Notify>,
+    ) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut preface = [0u8; 24];
+        if cr.read_exact(&mut preface).await.is_err() || sw.write_all(&preface).await.is_err() {
+            return;
+        }
+        // Frames are read on their own task, so that none is cut in two
+        // when the release comes.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(f) = Self::frame(&mut cr).await {
+                if tx.send(f).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut kept = Vec::new();
+        loop {
+            let told = changed.notified();
+            tokio::pin!(told);
+            told.as_mut().enable();
+            let released = state.lock().unwrap().released;
+            if released
+                && !kept.is_empty()
+                && sw.write_all(&std::mem::take(&mut kept)).await.is_err()
+            {
+                return;
+            }
+            let f = tokio::select! {
+                f = rx.recv() => f,
+                _ = &mut told => continue,
+            };
+            let Some(f) = f else {
+                // The frontend closed the connection: what was held still
+                // goes once released, and the member's side stays open
+                // for its answers.
+                if released {
+                    std::future::pending::<()>().await;
+                }
+                told.await;
+                continue;
+            };
+            let (kind, id) = (f[3], Self::stream(&f));
+            let pass = {
+                let mut st = state.lock().unwrap();
+                if kind == Self::RST_STREAM && st.streams.contains(&(conn, id)) {
+                    false
+                } else if st.holding && !st.released {
+                    // A call whose request ends here waits for its answer
+                    // (the long-lived streams, watches and keep-alives,
+                    // never end theirs).
+                    let ends = kind == Self::DATA || kind == Self::HEADERS;
+                    if ends && f[4] & Self::END_STREAM != 0 {
+                        st.streams.insert((conn, id));
+                    }
+                    kept.extend_from_slice(&f);
+                    false
+                } else {
+                    true
+                }
+            };
+            if pass && sw.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn from_member(
+        conn: usize,
+        mut sr: tokio::net::tcp::OwnedReadHalf,
+        mut cw: tokio::net::tcp::OwnedWriteHalf,
+        state: Arc<Mutex<Held>>,
+        changed: Arc<tokio::sync::Notify>,
+    ) {
+        use tokio::io::AsyncWriteExt as _;
+        while let Some(f) = Self::frame(&mut sr).await {
+            let (kind, flags, id) = (f[3], f[4], Self::stream(&f));
+            let ends = kind == Self::RST_STREAM
+                || ((kind == Self::DATA || kind == Self::HEADERS) && flags & Self::END_STREAM != 0);
+            if ends && state.lock().unwrap().streams.remove(&(conn, id)) {
+                changed.notify_waiters();
+            }
+            // The frontend may have gone: the member is still listened to.
+            let _ = cw.write_all(&f).await;
+        }
+    }
+}
+
 /// Every new job's grant compares and puts the one store-wide `meta` key
 /// (the count of jobs, the new-job floor), so jobs created at once through
 /// one frontend race for it: each must still be created, none refused for

@@ -327,9 +327,10 @@ async fn a_stalled_backup_reader_never_stalls_changes() {
     let (c, token) = bulk(&s.url(), 256).await;
     let value = vec![7u8; 64 * 1024];
     let out = root.path().join("b.lhb");
-    let mut backup = backup_under_way(&s.url(), &out).await;
+    let (mut backup, gate) = backup_under_way(&s, &out).await;
     let pid = backup.id();
     common::signal(pid, libc::SIGSTOP);
+    gate.open();
     // Twice the log's size, written while the reader is stopped: each write
     // is acknowledged (the store ends the backup when it needs the
     // checkpoint the backup holds back).
@@ -370,7 +371,7 @@ async fn a_killed_backup_leaves_no_file() {
     let before = entries(root.path());
     let s = ServerProcess::start(&root.path().join("template"), &[]);
     bulk(&s.url(), 64).await;
-    let mut backup = backup_under_way(&s.url(), &root.path().join("killed.lhb")).await;
+    let (mut backup, _gate) = backup_under_way(&s, &root.path().join("killed.lhb")).await;
     backup.kill().unwrap();
     backup.wait().unwrap();
     assert_eq!(entries(root.path()), before, "a file was left behind");
@@ -397,22 +398,100 @@ async fn bulk(url: &str, n: usize) -> (Client, u64) {
     (c, a.lease.token)
 }
 
-/// `leasehold backup` of the server at `url` into `out`, once it has
-/// written its first bytes (its standard error piped).
-async fn backup_under_way(url: &str, out: &Path) -> std::process::Child {
-    let backup = Command::new(bin())
-        .args(["backup", "--server", url, "--out"])
-        .arg(out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = backup.id();
-    common::eventually("the backup under way", || async move {
-        (backup_bytes(pid) > 0).then_some(())
-    })
-    .await;
-    backup
+/// `leasehold backup` of the server `s` into `out`, once it has written its
+/// first bytes (its standard error piped), and the [`Gate`] it reaches the
+/// server through, closed: the backup has its first chunks, and can
+/// neither finish nor fail until the gate is opened. (A backup of a few
+/// MiB, looked for every few milliseconds, could be written, linked under
+/// its name and gone between two looks.)
+///
+/// A backup that the store ended before it wrote anything is not under
+/// way, and another is started: a reclaim of disk space, which may follow
+/// the writes a test has just made, ends a backup that was reading when
+/// it started.
+async fn backup_under_way(s: &ServerProcess, out: &Path) -> (std::process::Child, Gate) {
+    let t = std::time::Instant::now();
+    loop {
+        let gate = Gate::to(s.addr).await;
+        let mut backup = Command::new(bin())
+            .args(["backup", "--server", &gate.url(), "--out"])
+            .arg(out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = backup.id();
+        loop {
+            if backup_bytes(pid) > 0 {
+                return (backup, gate);
+            }
+            if let Some(status) = backup.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(&mut backup.stderr.take().unwrap(), &mut err)
+                    .unwrap();
+                assert!(
+                    err.contains("the backup was ended"),
+                    "the backup ended before it wrote anything ({status}): {err}"
+                );
+                break;
+            }
+            assert!(
+                t.elapsed() < common::PATIENCE,
+                "waited {:?} for a backup under way, in vain",
+                common::PATIENCE
+            );
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    }
+}
+
+/// A TCP proxy to a server that passes on everything its clients send, but
+/// of what the server sends, only the first [`Gate::PASSES`] bytes of each
+/// connection until it is opened.
+struct Gate {
+    addr: std::net::SocketAddr,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Gate {
+    /// What passes before the gate is opened: the start of a backup's
+    /// stream, a few of its 256 KiB chunks, whatever the framing.
+    const PASSES: u64 = 1 << 20;
+
+    async fn to(server: std::net::SocketAddr) -> Gate {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, _) = tokio::sync::watch::channel(false);
+        let opened = open.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(server).await else {
+                    return;
+                };
+                let mut opened = opened.subscribe();
+                let (mut cr, mut cw) = client.into_split();
+                let (sr, mut sw) = server.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt as _;
+                    let mut first = sr.take(Self::PASSES);
+                    tokio::io::copy(&mut first, &mut cw).await?;
+                    let _ = opened.wait_for(|o| *o).await;
+                    tokio::io::copy(&mut first.into_inner(), &mut cw).await
+                });
+            }
+        });
+        Gate { addr, open }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Lets everything through from now on.
+    fn open(&self) {
+        self.open.send_replace(true);
+    }
 }
 
 /// The names in `dir`, sorted.

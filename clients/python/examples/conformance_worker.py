@@ -34,6 +34,20 @@ def main() -> int:
     p.add_argument("--ttl-ms", type=int, default=1000)
     args = p.parse_args()
 
+    # SIGTERM ends the command loop below, wherever it is: the handler
+    # raises there, and what follows the loop resigns and says "bye". Until
+    # the loop runs, SIGTERM is blocked (kept pending, not lost): it may
+    # come as soon as the campaign reaches the server, before start() has
+    # returned, and raised inside start() it would end the process with a
+    # traceback, never resigning nor saying "bye". The threads started
+    # meanwhile (gRPC's, the elector's) inherit the block, so it is
+    # delivered to this one once unblocked.
+    def on_term(signum, frame):
+        raise Shutdown()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
     client = leasehold.Client(args.server)
     last_token = [None]  # the token we last led with, kept after losing
 
@@ -46,14 +60,10 @@ def main() -> int:
 
     elector = leasehold.Elector(client, args.job, args.name, args.ttl_ms / 1000, on_elected=elected, on_lost=lost)
     say(f"holder {elector.holder}")
-
-    def on_term(signum, frame):
-        raise Shutdown()
-
-    signal.signal(signal.SIGTERM, on_term)
     elector.start()
     twins = []  # (elector, [last token]): two more electors, one name, one process
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         for line in sys.stdin:
             cmd, _, arg = line.strip().partition(" ")
             if cmd == "quit":

@@ -22,6 +22,12 @@
 //! a job (its token key does not exist) reads the floor, and compares and
 //! puts `meta` in its transaction. Grants on existing jobs never touch it.
 //!
+//! Per batch of waiter keys whose put failed with its outcome unknown,
+//! `g/{batch}`: empty, bound to the frontend's session lease, put when
+//! the batch is withdrawn. The batch's transaction requires it absent, so
+//! that etcd, should the transaction reach it only then (held by a member
+//! that was paused, say), applies none of it after the withdrawal.
+//!
 //! A job name never contains a control character, so `\0` ends it: the
 //! range `[j/{job}\0, j/{job}\x01)` holds exactly the job's own two keys,
 //! and no other job's name can start with `{job}\0`. Job keys sort by job
@@ -310,6 +316,16 @@ impl Keys {
     pub fn value_user_key<'a>(&self, job: &str, key: &'a [u8]) -> Option<&'a [u8]> {
         let head = self.value(job, b"");
         key.strip_prefix(head.as_slice())
+    }
+
+    /// The key whose absence a batch of waiter keys' put requires (`id` is
+    /// the batch's): put when the batch, its outcome unknown, is withdrawn,
+    /// so that etcd can no longer apply it (see `queue::Joins`).
+    pub fn join_guard(&self, id: &str) -> Vec<u8> {
+        let mut k = self.prefix.clone();
+        k.extend_from_slice(b"g/");
+        k.extend_from_slice(id.as_bytes());
+        k
     }
 
     /// A waiter's key.

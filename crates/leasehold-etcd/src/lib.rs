@@ -102,7 +102,10 @@
 //! when the job changes. **A departing waiter's delete is sent only after
 //! its put is answered**, so it cannot overtake the put and leave the key
 //! behind, and the key of a waiter whose call is gone is deleted again and
-//! again until etcd confirms it (`queue::Orphans`). The line is *counted*
+//! again until etcd confirms it (`queue::Orphans`); **a put whose outcome
+//! is unknown is withdrawn, not just deleted**, so that etcd cannot apply
+//! it after the delete (a paused member may hold it for that long). The
+//! line is *counted*
 //! with the job's read; who is first is read (which costs etcd a read of
 //! every waiter key) only when the job is free. Plain reads of one job,
 //! and questions of how long a lease has left, are shared by the calls
@@ -392,7 +395,7 @@ impl EtcdNode {
         let waiters = Arc::new(AtomicUsize::new(0));
         let node = EtcdNode {
             inner: Arc::new(Inner {
-                joins: queue::Joins::spawn(etcd.clone(), waiters.clone()),
+                joins: queue::Joins::spawn(etcd.clone(), keys.clone(), waiters.clone()),
                 etcd,
                 keys: Keys::new(&config.prefix),
                 min_ttl,

@@ -15,6 +15,17 @@
 //! before it. The grant deletes the waiter's key in the same transaction;
 //! a waiter that gives up deletes its key when its [`Waiting`] is dropped.
 //!
+//! A put whose outcome is unknown (no answer in time, the member it went
+//! to stalled) may still be applied by etcd after its waiter is gone, even
+//! after the key's delete: a member that was paused holds the request, and
+//! proposes it once it runs again. A key put so would stay first in line
+//! for as long as its frontend lives, and nobody could be granted the job.
+//! So each batch's transaction requires a key of its own absent
+//! ([`super::keys::Keys::join_guard`]), and a key whose put's outcome is
+//! unknown is taken out of line by a transaction that puts that key and
+//! deletes the waiter's ([`Orphans`]): once it is applied, the batch can
+//! no longer be.
+//!
 //! Waiters that join (or leave) while others' keys are being put go in
 //! together, in one transaction ([`Joins`]): ten thousand waiters arriving
 //! at once cost etcd about a hundred proposals, not ten thousand. Keys put together
@@ -378,10 +389,10 @@ impl Drop for Waiting {
                     // A delete sent before the put is answered could
                     // overtake it; the key would then stay.
                     if slot.outcome().await.is_err() {
-                        // The put may have happened: take it out of line
-                        // again, however long that takes.
+                        // The put may have happened, or may yet: withdraw
+                        // it, however long that takes.
                         inner.waiters.fetch_add(1, Ordering::AcqRel);
-                        inner.orphans.add(key);
+                        inner.orphans.add(key, Some(slot));
                         return;
                     }
                     match inner.joins.delete(key.clone()).await {
@@ -390,7 +401,7 @@ impl Drop for Waiting {
                         }
                         Err(e) => {
                             tracing::warn!(error = %e, "could not delete a departed waiter's key; trying again until it is gone");
-                            inner.orphans.add(key);
+                            inner.orphans.add(key, None);
                         }
                     }
                 });
@@ -399,7 +410,7 @@ impl Drop for Waiting {
                 if !matches!(slot.now(), Some(Ok(_))) {
                     inner.waiters.fetch_add(1, Ordering::AcqRel);
                 }
-                inner.orphans.add(key);
+                inner.orphans.add(key, Some(slot));
             }
         }
     }
@@ -410,6 +421,9 @@ impl Drop for Waiting {
 #[derive(Default)]
 pub(super) struct JoinSlot {
     outcome: std::sync::Mutex<Option<Result<i64>>>,
+    /// The key whose absence the put's transaction requires
+    /// ([`super::keys::Keys::join_guard`]), once the put is sent.
+    guard: std::sync::OnceLock<Vec<u8>>,
     /// Told once the outcome is known.
     done: Notify,
     /// Told once the outcome is known to be an error.
@@ -465,7 +479,9 @@ impl JoinSlot {
 /// them within `--etcd-session-ttl`.
 #[derive(Default)]
 pub(super) struct Orphans {
-    keys: std::sync::Mutex<std::collections::BTreeSet<Vec<u8>>>,
+    /// Each key, and the slot of the put that made it unless that put is
+    /// known to have been applied.
+    keys: std::sync::Mutex<std::collections::BTreeMap<Vec<u8>, Option<Arc<JoinSlot>>>>,
     added: tokio::sync::Notify,
 }
 
@@ -473,9 +489,10 @@ pub(super) struct Orphans {
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Orphans {
-    /// Hands a key to the sweep.
-    pub(super) fn add(&self, key: Vec<u8>) {
-        self.keys.lock().expect("orphans lock").insert(key);
+    /// Hands a key to the sweep, with the slot of the put that made it
+    /// unless that put is known to have been applied.
+    pub(super) fn add(&self, key: Vec<u8>, put: Option<Arc<JoinSlot>>) {
+        self.keys.lock().expect("orphans lock").insert(key, put);
         self.added.notify_one();
     }
 
@@ -494,16 +511,44 @@ impl Orphans {
                 _ = tokio::time::sleep(SWEEP_EVERY) => {}
                 _ = closing.wait_for(|c| *c) => return,
             }
-            let keys: Vec<Vec<u8>> = inner
+            let keys: Vec<(Vec<u8>, Option<Arc<JoinSlot>>)> = inner
                 .orphans
                 .keys
                 .lock()
                 .expect("orphans lock")
                 .iter()
-                .cloned()
+                .map(|(k, p)| (k.clone(), p.clone()))
                 .collect();
-            for key in keys {
-                if inner.etcd.delete(key.clone()).await.is_ok() {
+            for (key, put) in keys {
+                let how = match put.as_ref().map(|p| (p.now(), p.guard.get())) {
+                    // Its put not answered yet: a delete now could
+                    // overtake it.
+                    Some((None, _)) => continue,
+                    // Refused by an etcd out of space, which applied
+                    // nothing: there is no key, nor will there be.
+                    Some((Some(Err(e)), _)) if super::is_no_space(&e) => Gone::Already,
+                    // Its outcome unknown: withdrawn, so that etcd can no
+                    // longer apply it.
+                    Some((Some(Err(_)), Some(guard))) => Gone::Withdrawn(guard.clone()),
+                    // Applied (or never sent): deleted.
+                    _ => Gone::Deleted,
+                };
+                let gone = match how {
+                    Gone::Already => Ok(()),
+                    Gone::Deleted => inner.etcd.delete(key.clone()).await,
+                    Gone::Withdrawn(guard) => {
+                        let req = pb::TxnRequest {
+                            compare: Vec::new(),
+                            success: vec![
+                                put_op(guard, Vec::new(), inner.session.id()),
+                                delete_op(key.clone()),
+                            ],
+                            failure: Vec::new(),
+                        };
+                        inner.etcd.txn(req).await.map(|_| ())
+                    }
+                };
+                if gone.is_ok() {
                     inner
                         .orphans
                         .keys
@@ -516,6 +561,17 @@ impl Orphans {
             }
         }
     }
+}
+
+/// How an orphaned waiter key leaves the line.
+enum Gone {
+    /// Its put was refused: there is nothing to take out.
+    Already,
+    /// Its put was applied: the key is deleted.
+    Deleted,
+    /// Its put's outcome is unknown: the key is deleted, and the put's
+    /// guard (the key given) put in the same transaction.
+    Withdrawn(Vec<u8>),
 }
 
 /// Waiter keys put or deleted at most this many to a transaction.
@@ -557,9 +613,9 @@ impl Joins {
     /// `waiters` counts the keys put. The channel is unbounded: what
     /// waits in it is bounded by the waiters' quota, and a join that waited
     /// for room would cost its waiter a wake.
-    pub(super) fn spawn(etcd: Etcd, waiters: Arc<AtomicUsize>) -> Joins {
+    pub(super) fn spawn(etcd: Etcd, keys: Keys, waiters: Arc<AtomicUsize>) -> Joins {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(Self::run(etcd, rx, waiters));
+        tokio::spawn(Self::run(etcd, keys, rx, waiters));
         Joins { tx }
     }
 
@@ -590,7 +646,12 @@ impl Joins {
         rx.await.map_err(|_| gone())?
     }
 
-    async fn run(etcd: Etcd, mut rx: mpsc::UnboundedReceiver<Join>, waiters: Arc<AtomicUsize>) {
+    async fn run(
+        etcd: Etcd,
+        keys: Keys,
+        mut rx: mpsc::UnboundedReceiver<Join>,
+        waiters: Arc<AtomicUsize>,
+    ) {
         let slots = Arc::new(Semaphore::new(JOINS_IN_FLIGHT));
         loop {
             // A slot first: changes that arrive while every slot is taken
@@ -607,18 +668,37 @@ impl Joins {
                 }
             }
             let (etcd, waiters) = (etcd.clone(), waiters.clone());
+            // The batch's guard, when it puts keys: its transaction
+            // requires it absent, and a withdrawal puts it (see `Orphans`).
+            let guard = batch
+                .iter()
+                .any(|j| matches!(j.reply, Reply::Slot(_)))
+                .then(|| keys.join_guard(&uuid::Uuid::new_v4().simple().to_string()));
             tokio::spawn(async move {
                 let (ops, replies): (Vec<_>, Vec<_>) =
                     batch.into_iter().map(|j| (j.op, j.reply)).unzip();
+                let mut compare = Vec::new();
+                if let Some(g) = &guard {
+                    compare.push(create_is(g.clone(), 0));
+                    for reply in &replies {
+                        if let Reply::Slot(slot) = reply {
+                            let _ = slot.guard.set(g.clone());
+                        }
+                    }
+                }
                 let req = pb::TxnRequest {
-                    compare: Vec::new(),
+                    compare,
                     success: ops,
                     failure: Vec::new(),
                 };
-                let r = etcd
-                    .join_txn(req)
-                    .await
-                    .map(|r| r.header.map_or(0, |h| h.revision));
+                let r = etcd.join_txn(req).await.and_then(|r| match r.succeeded {
+                    true => Ok(r.header.map_or(0, |h| h.revision)),
+                    // Only a withdrawn batch's guard is ever put, and
+                    // nobody withdraws a batch before its outcome is known.
+                    false => Err(Error::Storage(
+                        "a batch of waiter keys was withdrawn before etcd applied it".into(),
+                    )),
+                });
                 for reply in replies {
                     match reply {
                         Reply::Call(tx) => {

@@ -36,7 +36,9 @@
 //!
 //! The copy holds the log, so writes wait for it (decisions do not): its
 //! time is logged at INFO, with its progress every [`PROGRESS_RECORDS`]
-//! records. A reclaim that fails (no room for the copy, say) is logged at
+//! records. A backup reading sled when a rewrite starts is ended, as for a
+//! checkpoint the log needs; one asked for during a rewrite starts once it
+//! is over. A reclaim that fails (no room for the copy, say) is logged at
 //! WARN and changes nothing; the next checkpoint may try again.
 
 use std::path::{Path, PathBuf};
@@ -146,6 +148,11 @@ pub(super) struct Reclaim {
     /// No reclaim before then: [`BUSY_SHARE`] of the time at most goes on
     /// rewrites, however fast the churn.
     pub(super) not_before: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Held by a rewrite from its first step to its switch, and by a
+    /// backup from its start until it holds the gate that checkpoints wait
+    /// on: a backup asked for during a rewrite starts after it, on the
+    /// rewritten store (see [`SledStore::reclaim_now`]).
+    pub(super) running: std::sync::Mutex<()>,
 }
 
 /// The most of its time the store spends rewriting itself: after a
@@ -162,6 +169,7 @@ impl Reclaim {
             floor: 0.into(),
             done: 0.into(),
             not_before: std::sync::Mutex::new(None),
+            running: std::sync::Mutex::new(()),
         }
     }
 
@@ -241,7 +249,16 @@ impl SledStore {
     }
 
     /// Rewrites the store now (see the module's docs).
+    ///
+    /// A backup reading sled when the rewrite starts is ended rather than
+    /// waited for, as for a checkpoint the log needs (step 1). A backup
+    /// asked for meanwhile waits for the rewrite (or its giving up) and
+    /// then reads the store in place: started during the copy, its own
+    /// checkpoint would move the log and give the rewrite up, and its read
+    /// would hold the switch back (and, the switch waiting for the store's
+    /// lock, every other use of the store) for as long as its reader takes.
     pub fn reclaim_now(&self, size: u64, live: u64) -> Result<()> {
+        let _running = self.reclaim.running.lock().expect("reclaim lock");
         let started = leasehold_core::clock::now();
         let ms = leasehold_core::clock::wall_unix_ms();
         let new_name = format!("{}{NEW_NAME}{ms}", datadir::NEW_PREFIX);
@@ -283,11 +300,9 @@ impl SledStore {
         let copy_took = leasehold_core::clock::now().saturating_duration_since(started);
         // 2. The switch, with no sync in between: if one logged a batch
         // since the copy, its records are not in the copy, and the
-        // reclaim is given up (the next checkpoint may try again).
-        let _ = self.with(|o| {
-            o.preempt.store(true, Ordering::Release);
-            Ok(())
-        });
+        // reclaim is given up (the next checkpoint may try again). No
+        // backup reads sled now (see above), so the store's lock is
+        // not held for one.
         let mut guard = self.open.write().expect("store lock");
         let unchanged = guard.as_ref().is_some_and(|o| {
             let wal = o.wal.lock().expect("wal lock");

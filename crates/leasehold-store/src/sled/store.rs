@@ -394,9 +394,15 @@ impl Store for SledStore {
     }
 
     fn backup(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        // Not during a reclaim of disk space: started after it, on the
+        // rewritten store (see `reclaim_now`).
+        let running = self.reclaim.running.lock().expect("reclaim lock");
         self.write(|o| self.checkpoint_open(o, &mut o.wal.lock().expect("wal lock")))?;
         self.with(|o| {
             let _gate = o.gate.read().expect("gate lock");
+            // Holding the gate: a reclaim that starts from here on ends
+            // this backup with its first checkpoint.
+            drop(running);
             let mut out = Preemptible {
                 out,
                 preempt: &o.preempt,

@@ -503,3 +503,46 @@ fn key_pages_over_a_large_overlay_list_every_live_key_once() {
         assert_eq!(got, want, "limit {limit}");
     }
 }
+
+/// A backup asked for while a reclaim of disk space copies the store waits
+/// for the reclaim, then reads the rewritten store whole: neither is given
+/// up. (Run during the copy, the backup's own checkpoint would move the
+/// log and give the reclaim up, and the reclaim would end the backup or
+/// hold its switch, and with it the whole store, until the backup's
+/// reader was done.)
+#[test]
+fn a_backup_asked_for_during_a_reclaim_waits_for_it_and_neither_is_given_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = std::sync::Arc::new(SledStore::open(dir.path()).unwrap());
+    let job = Limits::default().job("j").unwrap();
+    // Enough that the copy takes a while.
+    let big = "x".repeat(32 * 1024);
+    let n = 400;
+    for i in 0..n {
+        let k = format!("k{i:04}");
+        s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+            .unwrap();
+        if i % 50 == 49 {
+            s.sync().unwrap();
+            s.checkpoint().unwrap();
+        }
+    }
+    s.sync().unwrap();
+    let reclaim = {
+        let s = s.clone();
+        std::thread::spawn(move || s.reclaim_now(0, 0))
+    };
+    // The copy is under way once its folder is in the data dir.
+    while crate::datadir::leftovers(dir.path()).is_empty() && !reclaim.is_finished() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let mut out = Vec::new();
+    s.backup(&mut out).expect("the backup");
+    reclaim.join().unwrap().expect("the reclaim");
+    assert_eq!(s.reclaims(), 1, "the reclaim was given up");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let file = elsewhere.path().join("b.lhb");
+    std::fs::write(&file, &out).unwrap();
+    let b = crate::backup::read_backup(&file).unwrap();
+    assert_eq!(b.records.len(), n, "every value in the backup");
+}
