@@ -195,7 +195,7 @@ const LIST_RECORD_COST: usize = 64;
 
 /// What one page of a key listing may still read: **a page costs at most
 /// [`LIST_PAGE_BYTES`] of records (deleted keys' tombstones and live
-/// values, each at least [`LIST_RECORD_COST`]) and [`LIST_PAGE_TIME`]**,
+/// values, each at least 64 bytes) and [`LIST_PAGE_TIME`]**,
 /// whatever the job holds; a listing that has more hands back where it
 /// stopped, and the caller asks again. Every page looks at one record at
 /// least, so a listing always moves on.
