@@ -17,13 +17,13 @@ use crate::{
     history_key, history_prefix, value_key, HistoryPut, KeyPage, KeyPager, ListBudget, Store,
     Tenure, ValueRecord,
 };
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
+use leasehold_core::record::trimmed_history;
 
 /// How many of the staged changes past a page's limit a listing copies:
 /// removals and tombstones among them take no place in the page.
 const LIST_OVERLAY_SLACK: usize = 1024;
-use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{Floors, JobName, LeaseRecord, Token};
-use leasehold_core::record::trimmed_history;
 
 /// History changes as the value tree stores them: key, encoded record.
 fn encoded_history(job: &JobName, history: &[HistoryPut]) -> Vec<(Vec<u8>, Vec<u8>)> {
