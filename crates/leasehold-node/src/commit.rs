@@ -218,6 +218,10 @@ impl SyncCounters {
 /// it blocks its runtime worker for that long.
 const LEAD_MAX_SYNC: Duration = Duration::from_micros(500);
 
+/// How long the flusher waits, after the last sync of a burst, with
+/// nothing else to do, before it settles the store ([`Store::settle`]).
+pub const SETTLE_AFTER: Duration = Duration::from_secs(5);
+
 /// Whether the runtime has another worker to run tasks while this one
 /// blocks in a sync.
 fn other_workers() -> bool {
@@ -565,9 +569,12 @@ fn flusher(shared: &Shared) {
     enum Next {
         Sync,
         Settle,
+        Idle,
         Stop,
     }
     let store = shared.store.as_ref();
+    // The syncs the last settle covered: a burst since waits to be.
+    let mut settled = 0;
     loop {
         let next = {
             let mut r = shared.requests.lock().expect("requests lock");
@@ -588,6 +595,21 @@ fn flusher(shared: &Shared) {
                     }
                 }
                 r.sleeping = true;
+                if r.synced > settled && !r.syncing && !r.held {
+                    let (g, waited) = shared
+                        .wake
+                        .wait_timeout(r, SETTLE_AFTER)
+                        .expect("requests lock");
+                    r = g;
+                    r.sleeping = false;
+                    let quiet = r.wanted <= r.synced && !r.checkpoint && !r.stop;
+                    if waited.timed_out() && quiet && !r.syncing && !r.held {
+                        settled = r.synced;
+                        r.settling = true;
+                        break Next::Idle;
+                    }
+                    continue;
+                }
                 r = shared.wake.wait(r).expect("requests lock");
                 r.sleeping = false;
             }
@@ -600,6 +622,14 @@ fn flusher(shared: &Shared) {
                     tracing::warn!(error = %e, "checkpoint at shutdown failed; the next start replays the log");
                 }
                 return;
+            }
+            Next::Idle => {
+                if let Err(e) = store.settle() {
+                    shared.on_failure.failed("checkpoint", &e);
+                }
+                let mut r = shared.requests.lock().expect("requests lock");
+                r.settling = false;
+                shared.finished(&mut r);
             }
             Next::Sync if sync_once(shared, true) => continue,
             Next::Sync | Next::Settle => {
@@ -798,5 +828,49 @@ mod tests {
             .map(|k| version(&reopened, &format!("k{k}")))
             .collect();
         assert_eq!(after, newest);
+    }
+
+    /// A burst of writes that leaves no checkpoint due is checkpointed once
+    /// the flusher has had nothing to do for [`SETTLE_AFTER`]; then the
+    /// flusher sleeps again, and a new write is synced as usual.
+    #[test]
+    fn an_idle_store_is_settled_after_a_burst() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SledStore::open(dir.path()).unwrap());
+        let commit = GroupCommit::start(store.clone(), Arc::new(Recovery::default()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let generation = || store.last_checkpoint().unwrap().generation;
+        let start = generation();
+        rt.block_on(async {
+            for v in 1..=3 {
+                let seq = put(&*store, &commit, "k", v);
+                commit.wait(seq).await.unwrap();
+            }
+        });
+        assert!(!store.checkpoint_due(), "a burst too small to be due");
+        assert_eq!(generation(), start, "no checkpoint yet");
+        let t = std::time::Instant::now();
+        while generation() == start {
+            assert!(
+                t.elapsed() < SETTLE_AFTER * 4,
+                "never settled after {:?}",
+                t.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(t.elapsed() >= SETTLE_AFTER / 2, "settled during the burst");
+        // Settled once: nothing new, no new checkpoint.
+        let settled = generation();
+        std::thread::sleep(SETTLE_AFTER + Duration::from_secs(1));
+        assert_eq!(generation(), settled, "settled again with nothing to do");
+        rt.block_on(async {
+            let seq = put(&*store, &commit, "k", 4);
+            commit.wait(seq).await.unwrap();
+        });
+        assert_eq!(version(&*store, "k"), Some(4));
+        commit.stop();
     }
 }

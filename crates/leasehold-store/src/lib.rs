@@ -212,6 +212,15 @@ pub trait Store: Send + Sync + 'static {
     fn checkpoint_if_due(&self) -> Result<()> {
         Ok(())
     }
+    /// The server is idle (no change for a while): a checkpoint of what
+    /// the log holds, even if none is due, then what else a checkpoint
+    /// may lead to (a reclaim of disk space), so that what a burst of
+    /// changes left (the log's records held in memory, dead pages)
+    /// does not wait for the next burst. Never waits for a backup. The
+    /// group committer calls it once after each burst.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
     /// Whether [`Store::checkpoint_if_due`] has work to do after the syncs
     /// so far: a sync run away from the flusher asks, and hands the work
     /// over.

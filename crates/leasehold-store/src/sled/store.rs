@@ -377,6 +377,23 @@ impl Store for SledStore {
         Ok(())
     }
 
+    fn settle(&self) -> Result<()> {
+        let checkpointed = self.write(|o| {
+            let mut wal = o.wal.lock().expect("wal lock");
+            // Nothing logged, or a backup reads sled: the next burst's
+            // checkpoint will do.
+            if wal.used() == 0 || o.gate.try_write().is_err() {
+                return Ok(false);
+            }
+            self.checkpoint_open(o, &mut wal)?;
+            Ok(true)
+        })?;
+        if checkpointed {
+            self.reclaim_if_due()?;
+        }
+        Ok(())
+    }
+
     fn checkpoint_due(&self) -> bool {
         self.with(|o| {
             let wal = o.wal.lock().expect("wal lock");
