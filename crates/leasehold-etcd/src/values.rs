@@ -12,14 +12,14 @@ use leasehold_core::lease::rules::WriteRefusal;
 use leasehold_core::lease::{JobName, Token};
 use leasehold_core::record::{KeyPage, KeyPager, ListBudget, ValueRecord};
 
-/// The most keys one read of a listing asks etcd for: at most 64 values of
-/// 64 KiB, 4 MiB, in one answer.
-const LIST_CHUNK: usize = 64;
-
 use super::client::{range_req, ranges};
 use super::decide::{self, Refused};
 use super::keys::{decode_value, decode_value_meta};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
+
+/// The most keys one read of a listing asks etcd for: at most 64 values of
+/// 64 KiB, 4 MiB, in one answer.
+const LIST_CHUNK: usize = 64;
 
 impl EtcdNode {
     /// Many writes, made one after the other, each its own transaction
