@@ -156,6 +156,16 @@ pub struct ServeArgs {
         default_value_t = leasehold::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION
     )]
     max_write_rate_per_connection: u64,
+    /// Bytes of listings' answers (ListKeys, GetHistory and ListLeases
+    /// pages) one connection may read per second, a second's worth at once;
+    /// more wait (slowed, not refused), so that loops of listings cannot
+    /// take the cores from other callers' renewals.
+    #[arg(
+        long,
+        env = "LEASEHOLD_MAX_LISTING_RATE_PER_CONNECTION",
+        default_value_t = leasehold::server::DEFAULT_MAX_LISTING_RATE_PER_CONNECTION
+    )]
+    max_listing_rate_per_connection: u64,
     /// Acquires one connection may make per second, a second's worth at
     /// once; more wait (slowed, not refused), so that one client's flood of
     /// new jobs cannot take the cores from other callers' renewals.
@@ -335,6 +345,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         (
             "--max-acquire-rate-per-connection",
             a.max_acquire_rate_per_connection as usize,
+        ),
+        (
+            "--max-listing-rate-per-connection",
+            a.max_listing_rate_per_connection as usize,
         ),
         (
             "--max-streams-per-connection",
@@ -554,6 +568,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_in_flight: a.max_in_flight,
         max_in_flight_per_connection: a.max_in_flight_per_connection,
         max_write_rate_per_connection: a.max_write_rate_per_connection,
+        max_listing_rate_per_connection: a.max_listing_rate_per_connection,
         max_acquire_rate_per_connection: a.max_acquire_rate_per_connection,
         max_frame_rate_per_connection: a.max_frame_rate_per_connection,
         max_queued_response_bytes: a.max_queued_response_bytes,

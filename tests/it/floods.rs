@@ -468,3 +468,45 @@ async fn a_listing_page_reads_at_most_its_budget() {
 async fn on_etcd_a_listing_page_reads_at_most_its_budget() {
     pages_bounded_in_bytes(Place::etcd()).await;
 }
+
+/// Listings on one connection are paced to
+/// `--max-listing-rate-per-connection` (here 8 KiB/s, a second's worth at
+/// once): an answer of about 24 KiB waits for the rate and is still sent
+/// whole, the wait is counted, and a small listing on another connection,
+/// within its own rate, does not wait.
+async fn listings_paced_per_connection(place: Place) {
+    let p = place.start(&["--max-listing-rate-per-connection", "8192"]);
+    let c = leasehold::client::Client::connect(&p.url()).await.unwrap();
+    let g = c
+        .acquire("many", "w", Duration::from_secs(600), Duration::ZERO)
+        .await
+        .unwrap();
+    for i in 0..400 {
+        let k = format!("key/{i:05}/{}", "x".repeat(40));
+        c.checked_write("many", g.lease.token, k.as_bytes(), vec![1])
+            .await
+            .unwrap();
+    }
+    assert_eq!(counter(&p, "leasehold_listings_paced_total").await, 0.0);
+    assert_eq!(c.list_keys("many", b"key/").await.unwrap().len(), 400);
+    let paced = counter(&p, "leasehold_listings_paced_total").await;
+    assert!(paced >= 1.0, "no listing was paced");
+    assert!(counter(&p, "leasehold_listing_pacing_seconds_total").await > 0.5);
+    let other = leasehold::client::Client::connect(&p.url()).await.unwrap();
+    assert_eq!(
+        other.list_keys("many", b"key/0000").await.unwrap().len(),
+        10
+    );
+    assert_eq!(counter(&p, "leasehold_listings_paced_total").await, paced);
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_are_paced_per_connection() {
+    listings_paced_per_connection(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_listings_are_paced_per_connection() {
+    listings_paced_per_connection(Place::etcd()).await;
+}

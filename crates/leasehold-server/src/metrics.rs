@@ -173,6 +173,11 @@ pub struct RpcMetrics {
     /// (`leasehold_acquire_pacing_seconds_total`).
     paced_acquires: Counter,
     paced_acquires_seconds: Counter<f64, AtomicU64>,
+    /// Listings that waited for their connection's listing rate
+    /// (`leasehold_listings_paced_total`), and how long
+    /// (`leasehold_listing_pacing_seconds_total`).
+    paced_listings: Counter,
+    paced_listings_seconds: Counter<f64, AtomicU64>,
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
@@ -219,6 +224,8 @@ impl Default for RpcMetrics {
             paced_seconds: Counter::default(),
             paced_acquires: Counter::default(),
             paced_acquires_seconds: Counter::default(),
+            paced_listings: Counter::default(),
+            paced_listings_seconds: Counter::default(),
         }
     }
 }
@@ -285,6 +292,18 @@ impl RpcMetrics {
     pub fn paced_acquire(&self, wait: Duration) {
         self.paced_acquires.inc();
         self.paced_acquires_seconds.inc_by(wait.as_secs_f64());
+    }
+
+    /// Counts a listing whose answer waited `wait` for its connection's
+    /// listing rate.
+    pub fn paced_listing(&self, wait: Duration) {
+        self.paced_listings.inc();
+        self.paced_listings_seconds.inc_by(wait.as_secs_f64());
+    }
+
+    /// Listings that waited for their connection's listing rate so far.
+    pub fn paced_listings(&self) -> u64 {
+        self.paced_listings.get()
     }
 
     /// Acquires that waited for their connection's Acquire rate so far.
@@ -667,6 +686,16 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
         rpc.paced_acquires_seconds.clone(),
     );
     r.register(
+        "leasehold_listings_paced",
+        "Listings (ListKeys, GetHistory, ListLeases pages) that waited for their connection's listing rate (--max-listing-rate-per-connection)",
+        rpc.paced_listings.clone(),
+    );
+    r.register(
+        "leasehold_listing_pacing_seconds",
+        "Time listings waited for their connection's listing rate, all together",
+        rpc.paced_listings_seconds.clone(),
+    );
+    r.register(
         "leasehold_flood_steps",
         "Connections over --max-frame-rate-per-connection, by the step they reached: slowed (their \
          bytes waited), refused (their calls were refused) and goaway (sent away)",
@@ -750,6 +779,8 @@ mod tests {
         ("leasehold_write_pacing_seconds_total", "counter", &[]),
         ("leasehold_acquires_paced_total", "counter", &[]),
         ("leasehold_acquire_pacing_seconds_total", "counter", &[]),
+        ("leasehold_listings_paced_total", "counter", &[]),
+        ("leasehold_listing_pacing_seconds_total", "counter", &[]),
     ];
 
     /// A sample line's name and label names, in order.

@@ -120,6 +120,8 @@ pub struct ConnLoad {
     writes_paid_until: std::sync::Mutex<Instant>,
     /// The same for its Acquires (see [`ConnLoad::pace_acquire`]).
     acquires_paid_until: std::sync::Mutex<Instant>,
+    /// The same for its listings' answers (see [`ConnLoad::pace_listing`]).
+    listings_paid_until: std::sync::Mutex<Instant>,
     /// Over its frame budget long enough that its new calls are refused
     /// ([`super::frames::Step::Refused`]): the budget, with
     /// [`PRINCIPALS_BUDGET`] set when it is its principal's; or 0.
@@ -140,6 +142,7 @@ impl Default for ConnLoad {
             touched: AtomicU64::new(0),
             writes_paid_until: std::sync::Mutex::new(born),
             acquires_paid_until: std::sync::Mutex::new(born),
+            listings_paid_until: std::sync::Mutex::new(born),
             refusing: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
             progress: AtomicU64::new(0),
@@ -185,6 +188,17 @@ impl ConnLoad {
     /// the other connections' renewals. Renewals are never paced.
     pub fn pace_acquire(&self, rate: u64) -> Duration {
         pace(&self.acquires_paid_until, 1, rate)
+    }
+
+    /// Charges a listing's answer of `bytes` (a page of `ListKeys`,
+    /// `GetHistory` or `ListLeases`) to the connection's listing rate
+    /// (`--max-listing-rate-per-connection`, bytes per second) and returns
+    /// how long the answer must wait first, as [`ConnLoad::pace_write`]
+    /// does for writes: loops of listings on one connection are slowed to
+    /// the rate, so that their pages cannot take the cores from the other
+    /// connections' renewals.
+    pub fn pace_listing(&self, bytes: u64, rate: u64) -> Duration {
+        pace(&self.listings_paid_until, bytes, rate)
     }
 
     /// Takes one of `max` places of budget `class` (0 or 1), or says no.

@@ -241,6 +241,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         req: Request<proto::ListKeysRequest>,
     ) -> Result<Response<proto::ListKeysResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
+        let pacing = Pacing::of(&req);
         let r = req.into_inner();
         let l = &self.limits;
         let job = convert::job_arg(l, &caller, Action::Read, &r.job).map_err(status)?;
@@ -259,7 +260,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             Some(k) => page::keys_token(job.as_str(), &r.prefix, k),
             None => Vec::new(),
         };
-        Ok(layers::queued(proto::ListKeysResponse {
+        let answer = proto::ListKeysResponse {
             keys: list
                 .keys
                 .into_iter()
@@ -271,7 +272,8 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 })
                 .collect(),
             next_page_token,
-        }))
+        };
+        Ok(layers::queued(pacing.listed(answer).await))
     }
 }
 

@@ -516,6 +516,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::ListLeasesRequest>,
     ) -> Result<Response<proto::ListLeasesResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
+        let pacing = Pacing::of(&req);
         let r = req.into_inner();
         self.limits.job_prefix(&r.prefix).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
@@ -545,14 +546,15 @@ impl proto::leases_server::Leases for LeasesService {
             Some(v) if views.len() == limit => page::leases_token(&r.prefix, v.job.as_str()),
             _ => String::new(),
         };
-        Ok(Response::new(proto::ListLeasesResponse {
+        let answer = proto::ListLeasesResponse {
             leases: views
                 .iter()
                 .filter(|v| caller.may_read(v.job.as_str()))
                 .map(lease)
                 .collect(),
             next_page_token,
-        }))
+        };
+        Ok(Response::new(pacing.listed(answer).await))
     }
 
     async fn get_history(
@@ -560,6 +562,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::GetHistoryRequest>,
     ) -> Result<Response<proto::GetHistoryResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
+        let pacing = Pacing::of(&req);
         let r = req.into_inner();
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
         let limit = self.limits.page_size(r.page_size).map_err(status)?;
@@ -578,10 +581,11 @@ impl proto::leases_server::Leases for LeasesService {
             }
             _ => String::new(),
         };
-        Ok(layers::queued(proto::GetHistoryResponse {
+        let answer = proto::GetHistoryResponse {
             tenures: tenures.iter().map(convert::tenure).collect(),
             next_page_token,
-        }))
+        };
+        Ok(layers::queued(pacing.listed(answer).await))
     }
 
     type WatchLeaseStream = EventStream;

@@ -99,6 +99,12 @@ pub struct Config {
     /// wait ([`pacing::Pacing::write`]), so that a flood of writes on
     /// one connection cannot take the cores from everyone's renewals.
     pub max_write_rate_per_connection: u64,
+    /// The bytes of listings' answers (`ListKeys`, `GetHistory`,
+    /// `ListLeases` pages) one connection may read per second, a second's
+    /// worth at once; more wait ([`pacing::Pacing::listing`]), so that
+    /// loops of listings on one connection cannot take the cores from
+    /// everyone's renewals.
+    pub max_listing_rate_per_connection: u64,
     /// The `Acquire`s one connection may make per second, a second's worth
     /// at once; more wait ([`pacing::Pacing::acquire`]), so that a
     /// flood of new jobs on one connection cannot take the cores from
@@ -154,6 +160,10 @@ pub struct Config {
 /// largest values a second (the store holds small state).
 pub const DEFAULT_MAX_WRITE_RATE_PER_CONNECTION: u64 = 16 << 20;
 
+/// `--max-listing-rate-per-connection`'s default: 4 MiB/s, fifty pages of
+/// a thousand keys of 64 bytes a second.
+pub const DEFAULT_MAX_LISTING_RATE_PER_CONNECTION: u64 = 4 << 20;
+
 /// `--max-acquire-rate-per-connection`'s default: 2,000 a second. An
 /// elector makes one Acquire per campaign, and a process starting 2,000
 /// electors on one connection gets them all at once.
@@ -191,6 +201,7 @@ impl Default for Config {
             max_in_flight: 10_000,
             max_in_flight_per_connection: 1_000,
             max_write_rate_per_connection: DEFAULT_MAX_WRITE_RATE_PER_CONNECTION,
+            max_listing_rate_per_connection: DEFAULT_MAX_LISTING_RATE_PER_CONNECTION,
             max_acquire_rate_per_connection: DEFAULT_MAX_ACQUIRE_RATE_PER_CONNECTION,
             max_frame_rate_per_connection: frames::DEFAULT_MAX_FRAME_RATE,
             max_queued_response_bytes: DEFAULT_MAX_QUEUED_RESPONSE_BYTES,
@@ -324,6 +335,7 @@ pub async fn run(
     let pacing = pacing::layer(
         config.max_acquire_rate_per_connection,
         config.max_write_rate_per_connection,
+        config.max_listing_rate_per_connection,
         rpc_metrics.clone(),
     );
     let serve = Server::builder()

@@ -35,6 +35,8 @@ struct Rates {
     acquire: u64,
     /// Bytes (keys and values) written a second per connection.
     write: u64,
+    /// Bytes of listings' answers a second per connection.
+    listing: u64,
     metrics: Arc<RpcMetrics>,
 }
 
@@ -82,19 +84,47 @@ impl Pacing {
         }
         wait
     }
+
+    /// Charges a listing's answer of `bytes` to the connection's listing
+    /// rate and returns how long it must wait before it is sent
+    /// ([`ConnLoad::pace_listing`]); a wait is counted in
+    /// `leasehold_listings_paced_total`.
+    pub fn listing(&self, bytes: u64) -> Duration {
+        let Some((load, rates)) = &self.0 else {
+            return Duration::ZERO;
+        };
+        let wait = load.pace_listing(bytes, rates.listing);
+        if !wait.is_zero() {
+            rates.metrics.paced_listing(wait);
+        }
+        wait
+    }
+
+    /// Charges a listing's answer `msg` by its encoded size, waits as long
+    /// as [`Pacing::listing`] says, and hands it back to be sent.
+    pub async fn listed<T: prost::Message>(&self, msg: T) -> T {
+        let wait = self.listing(msg.encoded_len() as u64);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        msg
+    }
 }
 
 /// The layer that puts each call's [`Pacing`] into its extensions, from
-/// its connection's [`Peer`]: `acquire_rate` Acquires and `write_rate`
-/// bytes a second per connection, paced time counted in `metrics`.
+/// its connection's [`Peer`]: `acquire_rate` Acquires, `write_rate` bytes
+/// written and `listing_rate` bytes of listings a second per connection,
+/// paced time counted in `metrics`.
 pub fn layer(
     acquire_rate: u64,
     write_rate: u64,
+    listing_rate: u64,
     metrics: Arc<RpcMetrics>,
 ) -> MapRequestLayer<impl Fn(http::Request<Body>) -> http::Request<Body> + Clone + Send + Sync> {
     let rates = Arc::new(Rates {
         acquire: acquire_rate,
         write: write_rate,
+        listing: listing_rate,
         metrics,
     });
     MapRequestLayer::new(move |mut req: http::Request<Body>| {
@@ -119,7 +149,7 @@ mod tests {
         if let Some(peer) = peer {
             req.extensions_mut().insert(peer);
         }
-        let svc = layer(1, 1000, Arc::default()).layer(tower::service_fn(
+        let svc = layer(1, 1000, 2000, Arc::default()).layer(tower::service_fn(
             |req: http::Request<Body>| async move { Ok::<_, std::convert::Infallible>(req) },
         ));
         tonic::Request::from_http(svc.oneshot(req).await.unwrap())
@@ -138,6 +168,9 @@ mod tests {
         assert_eq!(pacing.write(1000), Duration::ZERO);
         assert!(pacing.write(500) > Duration::ZERO);
         assert_eq!(metrics.paced_writes(), 1);
+        assert_eq!(pacing.listing(2000), Duration::ZERO);
+        assert!(pacing.listing(100) > Duration::ZERO);
+        assert_eq!(metrics.paced_listings(), 1);
         // Another call on the same connection shares its accounts.
         assert!(Pacing::of(&req).acquire() > Duration::ZERO);
     }
