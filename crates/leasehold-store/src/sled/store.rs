@@ -40,6 +40,25 @@ fn encoded_history(job: &JobName, history: &[HistoryPut]) -> Vec<(Vec<u8>, Vec<u
 /// its records (no encoded lease or value record is empty).
 const REMOVED: Vec<u8> = Vec::new();
 
+impl SledStore {
+    /// A checkpoint if `due` says so (holding the log, which it reads),
+    /// then a reclaim of disk space if one is due.
+    fn checkpoint_when(&self, due: impl FnOnce(&Open, &wal::Wal) -> bool) -> Result<()> {
+        let checkpointed = self.write(|o| {
+            let mut wal = o.wal.lock().expect("wal lock");
+            if !due(o, &wal) {
+                return Ok(false);
+            }
+            self.checkpoint_open(o, &mut wal)?;
+            Ok(true)
+        })?;
+        if checkpointed {
+            self.reclaim_if_due()?;
+        }
+        Ok(())
+    }
+}
+
 impl Store for SledStore {
     fn leases(&self) -> Result<Vec<(JobName, LeaseRecord)>> {
         let decode = |k: &[u8], v: &[u8]| {
@@ -349,10 +368,9 @@ impl Store for SledStore {
     }
 
     fn checkpoint_if_due(&self) -> Result<()> {
-        let checkpointed = self.write(|o| {
-            let mut wal = o.wal.lock().expect("wal lock");
+        self.checkpoint_when(|o, wal| {
             if wal.used() * 2 <= wal.capacity() {
-                return Ok(false);
+                return false;
             }
             // Not while a backup reads sled, as long as the log has room:
             // the flusher must not wait for a backup. Past three quarters,
@@ -365,33 +383,17 @@ impl Store for SledStore {
                 {
                     o.preempt.store(true, Ordering::Release);
                 } else {
-                    return Ok(false);
+                    return false;
                 }
             }
-            self.checkpoint_open(o, &mut wal)?;
-            Ok(true)
-        })?;
-        if checkpointed {
-            self.reclaim_if_due()?;
-        }
-        Ok(())
+            true
+        })
     }
 
     fn settle(&self) -> Result<()> {
-        let checkpointed = self.write(|o| {
-            let mut wal = o.wal.lock().expect("wal lock");
-            // Nothing logged, or a backup reads sled: the next burst's
-            // checkpoint will do.
-            if wal.used() == 0 || o.gate.try_write().is_err() {
-                return Ok(false);
-            }
-            self.checkpoint_open(o, &mut wal)?;
-            Ok(true)
-        })?;
-        if checkpointed {
-            self.reclaim_if_due()?;
-        }
-        Ok(())
+        // Nothing logged, or a backup reads sled: the next burst's
+        // checkpoint will do.
+        self.checkpoint_when(|o, wal| wal.used() > 0 && o.gate.try_write().is_ok())
     }
 
     fn checkpoint_due(&self) -> bool {

@@ -396,6 +396,34 @@ fn a_full_log_checkpoints_into_sled() {
     );
 }
 
+/// Every page of `job`'s keys under `k`, each of at most `limit` keys
+/// within `budget()`, one after the other: the keys, and the pages.
+fn all_pages(
+    s: &SledStore,
+    job: &JobName,
+    limit: usize,
+    budget: impl Fn() -> ListBudget,
+) -> (Vec<String>, usize) {
+    let (mut got, mut after, mut pages) = (Vec::new(), None::<Vec<u8>>, 0);
+    loop {
+        let page = s
+            .list_keys(job, b"k", after.as_deref(), limit, budget())
+            .unwrap();
+        assert!(page.keys.len() <= limit);
+        got.extend(
+            page.keys
+                .into_iter()
+                .map(|(k, _)| String::from_utf8(k).unwrap()),
+        );
+        pages += 1;
+        match page.resume_after {
+            Some(k) => after = Some(k),
+            None => return (got, pages),
+        }
+        assert!(pages < 10_000);
+    }
+}
+
 /// Pages of keys within a small budget, token to token, over records in
 /// sled and in the overlay (staged, not yet applied), with tombstones in
 /// both and a deleted job's keys among them: every live key once, in
@@ -430,26 +458,8 @@ fn key_pages_within_a_budget_list_every_live_key_once() {
     // And one live key in sled deleted in the overlay.
     s.put_value(&x, b"k001", &val(1, 2, None)).unwrap();
     want.retain(|k| k != "k001");
-    let mut got = Vec::new();
-    let mut after: Option<Vec<u8>> = None;
-    let mut pages = 0;
-    loop {
-        let budget = ListBudget::new(1000, std::time::Duration::from_secs(3600));
-        let page = s
-            .list_keys(&x, b"k", after.as_deref(), 1000, budget)
-            .unwrap();
-        got.extend(
-            page.keys
-                .into_iter()
-                .map(|(k, _)| String::from_utf8(k).unwrap()),
-        );
-        pages += 1;
-        match page.resume_after {
-            Some(k) => after = Some(k),
-            None => break,
-        }
-        assert!(pages < 1000);
-    }
+    let budget = || ListBudget::new(1000, std::time::Duration::from_secs(3600));
+    let (got, pages) = all_pages(&s, &x, 1000, budget);
     assert_eq!(got, want);
     assert!(pages > 10, "a budget of 1,000 bytes: {pages} pages");
 }
@@ -482,24 +492,7 @@ fn key_pages_over_a_large_overlay_list_every_live_key_once() {
         .map(|i| format!("k{i:04}"))
         .collect();
     for limit in [10, 1000] {
-        let (mut got, mut after, mut pages) = (Vec::new(), None::<Vec<u8>>, 0);
-        loop {
-            let page = s
-                .list_keys(&z, b"k", after.as_deref(), limit, unlimited())
-                .unwrap();
-            assert!(page.keys.len() <= limit);
-            got.extend(
-                page.keys
-                    .into_iter()
-                    .map(|(k, _)| String::from_utf8(k).unwrap()),
-            );
-            pages += 1;
-            match page.resume_after {
-                Some(k) => after = Some(k),
-                None => break,
-            }
-            assert!(pages < 10_000);
-        }
+        let (got, _) = all_pages(&s, &z, limit, unlimited);
         assert_eq!(got, want, "limit {limit}");
     }
 }
