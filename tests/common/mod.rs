@@ -489,6 +489,13 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Sends `sig` to every process of the group `pgid` leads.
+pub fn signal_group(pgid: u32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    let r = unsafe { libc::kill(-(pgid as i32), sig) };
+    assert_eq!(r, 0, "kill(-{pgid}, {sig})");
+}
+
 /// Sends `sig` to a process. SIGSTOP returns only once every thread of
 /// it has stopped ([`wait_stopped`]).
 pub fn signal(pid: u32, sig: i32) {

@@ -7,7 +7,7 @@ use crate::common;
 use crate::integrity::{check, copy_dir, load, try_start, verify, History};
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -265,6 +265,8 @@ fn killed_at_rename(dir: &Path, n: u32) -> bool {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        // A group of its own, the server in it: killed together below.
+        .process_group(0)
         .spawn()
         .expect("strace is needed (scripts/test installs it)");
     let mut line = String::new();
@@ -276,8 +278,9 @@ fn killed_at_rename(dir: &Path, n: u32) -> bool {
         assert!(status.code().is_some() || status.signal().is_some());
         return true;
     }
-    // Listening: the start made fewer renames than `n`.
-    let _ = child.kill();
+    // Listening: the start made fewer renames than `n`. strace and the
+    // server both go: a strace killed alone lets its tracee run on.
+    common::signal_group(child.id(), libc::SIGKILL);
     let _ = child.wait();
     false
 }
