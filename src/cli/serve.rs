@@ -275,7 +275,9 @@ pub struct ServeArgs {
     /// Single node: rewrite the store, reclaiming its disk space, whenever
     /// the data dir grows past this many times its live data (plus the
     /// write-ahead log's fixed size and 4 MiB); checked at each checkpoint
-    /// and at start-up. 0 never reclaims.
+    /// and at start-up. Also rewrite it, giving back memory, when it
+    /// settles after a burst of churn more than 4 times its live data.
+    /// 0 never does either.
     #[arg(long, env = "LEASEHOLD_RECLAIM_RATIO", default_value_t = leasehold::store::sled::DEFAULT_RATIO)]
     reclaim_ratio: f64,
     /// Tenures kept in each job's history of leaders (`leasehold history`,

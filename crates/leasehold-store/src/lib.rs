@@ -214,10 +214,13 @@ pub trait Store: Send + Sync + 'static {
     }
     /// The server is idle (no change for a while): a checkpoint of what
     /// the log holds, even if none is due, then what else a checkpoint
-    /// may lead to (a reclaim of disk space), so that what a burst of
-    /// changes left (the log's records held in memory, dead pages)
-    /// does not wait for the next burst. Never waits for a backup. The
-    /// group committer calls it once after each burst.
+    /// may lead to (a reclaim of disk space), and the memory a burst of
+    /// churn left given back (sled: a rewrite of the store when it took
+    /// in far more than its live data, then its deferred frees run), so
+    /// that what a burst of changes left (the log's records held in
+    /// memory, dead pages, old tree nodes) does not wait for the next
+    /// burst. Never waits for a backup, nor ends one. The group committer
+    /// calls it once after each burst.
     fn settle(&self) -> Result<()> {
         Ok(())
     }

@@ -57,10 +57,12 @@ impl Open {
         let base = self.ckpt.lock().expect("checkpoint lock").clone();
         let generation = self.manifest_generation.load(Ordering::Acquire) + 1;
         let meta: &sled::Tree = &self.db;
-        let (next, grown) = (&self.leases, &self.values, meta)
+        let (next, grown, touched) = (&self.leases, &self.values, meta)
             .transaction(|(lt, vt, mt)| {
-                // Bytes of keys and values sled holds, up or down.
+                // Bytes of keys and values sled holds, up or down, and
+                // bytes put or removed.
                 let mut grown = 0i64;
+                let mut touched = 0u64;
                 let mut c = base.clone();
                 c.generation = generation;
                 c.unix_ms = leasehold_core::clock::wall_unix_ms();
@@ -71,6 +73,7 @@ impl Open {
                         if v.is_empty() {
                             if let Some(old) = t.remove(k.as_slice())? {
                                 grown -= (k.len() + old.len()) as i64;
+                                touched += (k.len() + old.len()) as u64;
                                 c.digest = c.digest.wrapping_sub(record_hash(tree, k, &old));
                                 match tree {
                                     TREE_LEASES => c.leases -= 1,
@@ -80,6 +83,7 @@ impl Open {
                             continue;
                         }
                         grown += (k.len() + v.len()) as i64;
+                        touched += (k.len() + v.len()) as u64;
                         match t.insert(k.as_slice(), v.as_slice())? {
                             Some(old) => {
                                 grown -= (k.len() + old.len()) as i64;
@@ -97,7 +101,7 @@ impl Open {
                     }
                 }
                 mt.insert(CHECKPOINT_KEY, c.encode())?;
-                Ok((c, grown))
+                Ok((c, grown, touched))
             })
             .map_err(|e: sled::transaction::TransactionError<()>| {
                 Error::storage(format!("checkpoint into sled: {e:?}"))
@@ -105,6 +109,7 @@ impl Open {
         // sled's flush writes its log and any blob files; the blobs are
         // made durable before the log that points to them.
         self.live.fetch_add(grown as u64, Ordering::AcqRel);
+        self.absorbed.fetch_add(touched, Ordering::AcqRel);
         self.db.flush().map_err(Error::storage)?;
         sync_blobs(&self.blobs).map_err(Error::storage)?;
         self.log.sync_data().map_err(Error::storage)?;

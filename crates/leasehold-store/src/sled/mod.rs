@@ -183,6 +183,10 @@ struct Open {
     /// Bytes of the keys and values sled holds: the live data, which a
     /// reclaim compares the data dir's size with (`reclaim.rs`).
     live: AtomicU64,
+    /// Bytes of keys and values that checkpoints put into (or removed
+    /// from) this sled since it was opened: the churn it has taken in,
+    /// which a settle compares with the live data (`reclaim.rs`).
+    absorbed: AtomicU64,
     /// The generation the manifest names. A checkpoint is always this
     /// plus one: one that failed after sled's part is done again under
     /// the same generation, so that failed checkpoints in a row never

@@ -474,6 +474,7 @@ impl Open {
             ),
             ckpt: Mutex::new(base),
             live: AtomicU64::new(ins.live_bytes),
+            absorbed: AtomicU64::new(0),
             gate: RwLock::new(()),
             preempt: AtomicBool::new(false),
             held_since: Mutex::new(None),

@@ -40,6 +40,22 @@
 //! checkpoint the log needs; one asked for during a rewrite starts once it
 //! is over. A reclaim that fails (no room for the copy, say) is logged at
 //! WARN and changes nothing; the next checkpoint may try again.
+//!
+//! **Memory after churn.** The same rewrite gives back the memory a burst
+//! of churn left in sled. Every change a checkpoint applies makes new
+//! versions of sled's tree nodes; the old ones wait for epoch-based
+//! reclamation, and the survivors are scattered among the burst's pages,
+//! so that no allocator can hand those pages back (BENCHMARKS.md,
+//! "churn-memory": 200,000 jobs held at once and then deleted left 186 to
+//! 199 MiB on an idle server with no job). So when the store settles
+//! after a burst ([`SledStore::settle_memory`]), a store whose sleds have
+//! taken in more than [`CHURN_RATIO`] times its live data, and more than
+//! [`CHURN_FLOOR`], since the last such rewrite (reclaims of disk space
+//! in between do not count: the burst goes on around them) is rewritten
+//! the same way (the
+//! copy costs what the live data does, and nothing waits for it on an
+//! idle server), and the garbage that the closed sled left waiting for
+//! its epoch is then freed ([`drain_deferred`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -143,6 +159,14 @@ pub(super) struct Reclaim {
     /// No reclaim below this size: set after a rewrite that could not get
     /// under the threshold, so that the next waits for real growth.
     pub(super) floor: std::sync::atomic::AtomicU64,
+    /// The churn taken in by the sleds closed by rewrites since the last
+    /// settle's rewrite: a reclaim of disk space in the middle of a burst
+    /// leaves the burst's garbage, and the new sled's nodes scattered
+    /// among the rest of it, so it does not count as giving memory back.
+    pub(super) carried: std::sync::atomic::AtomicU64,
+    /// The least churn a settle rewrites for ([`CHURN_FLOOR`]; lower in
+    /// tests).
+    pub(super) churn_floor: std::sync::atomic::AtomicU64,
     /// Rewrites done, for tests and metrics.
     pub(super) done: std::sync::atomic::AtomicU64,
     /// No reclaim before then: [`BUSY_SHARE`] of the time at most goes on
@@ -167,6 +191,8 @@ impl Reclaim {
         Reclaim {
             ratio: ratio.to_bits().into(),
             floor: 0.into(),
+            churn_floor: CHURN_FLOOR.into(),
+            carried: 0.into(),
             done: 0.into(),
             not_before: std::sync::Mutex::new(None),
             running: std::sync::Mutex::new(()),
@@ -175,6 +201,34 @@ impl Reclaim {
 
     fn ratio(&self) -> f64 {
         f64::from_bits(self.ratio.load(Ordering::Relaxed))
+    }
+}
+
+/// When a settled store is rewritten to give back memory: a sled that
+/// has taken in more than this many times its live data since it was
+/// opened (see the module's docs).
+pub const CHURN_RATIO: u64 = 4;
+
+/// And more than this many bytes: sled's page cache bound, below which a
+/// burst's pages are few.
+pub const CHURN_FLOOR: u64 = super::open::SLED_CACHE_BYTES;
+
+/// How many epochs [`drain_deferred`] goes through: each frees up to 8
+/// bags of 64 deferred frees, so 65,536 of them free up to 33 million,
+/// far more than one burst leaves. Measured: 17 to 121 ms after a burst of
+/// 200,000 jobs.
+const DRAIN_EPOCHS: usize = 1 << 16;
+
+/// Frees what sled's tree left waiting for epoch-based reclamation (old
+/// node versions, and a closed sled's nodes): crossbeam's collector frees
+/// a few bags at a time, and only when a thread pins, so after a burst
+/// that outran it the garbage waits for the next burst, holding memory.
+/// Each round pins, hands this thread's bag over and collects. sled uses
+/// crossbeam-epoch's default collector, the one pinned here (one crate
+/// in the build: the same major version).
+pub(super) fn drain_deferred() {
+    for _ in 0..DRAIN_EPOCHS {
+        crossbeam_epoch::pin().flush();
     }
 }
 
@@ -200,6 +254,14 @@ impl SledStore {
     /// it was opened.
     pub fn reclaims(&self) -> u64 {
         self.reclaim.done.load(Ordering::Relaxed)
+    }
+
+    /// Sets the least churn a settle rewrites the store for
+    /// ([`CHURN_FLOOR`] unless set): for tests, which cannot churn that
+    /// much quickly.
+    #[doc(hidden)]
+    pub fn set_churn_floor(&self, bytes: u64) {
+        self.reclaim.churn_floor.store(bytes, Ordering::Relaxed);
     }
 
     /// The live data: bytes of every key and value the store holds in sled.
@@ -244,6 +306,63 @@ impl SledStore {
         Ok(())
     }
 
+    /// After a burst, once the store has settled: rewrites the store if
+    /// the churn its sleds took in since the last such rewrite (or the
+    /// start) is more than
+    /// [`CHURN_RATIO`] times the live data and more than [`CHURN_FLOOR`]
+    /// (unless reclaims are off, or a backup is reading the store),
+    /// then frees what sled left waiting for its epoch. See the module's
+    /// docs. Returns whether it rewrote the store.
+    pub fn settle_memory(&self) -> Result<bool> {
+        let rewrote = self.rewrite_if_churned()?;
+        drain_deferred();
+        Ok(rewrote)
+    }
+
+    fn rewrite_if_churned(&self) -> Result<bool> {
+        if self.reclaim.ratio() == 0.0 || self.needs_reopen_now() {
+            return Ok(false);
+        }
+        // Not held back by a recent reclaim ([`BUSY_SHARE`]): the store
+        // is idle, and the copy costs what the live data does, at most a
+        // quarter of what the churn since the last one wrote.
+        let now = std::time::Instant::now();
+        let (live, absorbed, backup) = self.with(|o| {
+            Ok((
+                o.live.load(Ordering::Acquire),
+                o.absorbed.load(Ordering::Acquire) + self.reclaim.carried.load(Ordering::Acquire),
+                o.gate.try_write().is_err(),
+            ))
+        })?;
+        let floor = self.reclaim.churn_floor.load(Ordering::Relaxed);
+        // A settle never ends a backup: the next one will do.
+        if backup || absorbed <= live.saturating_mul(CHURN_RATIO).max(floor) {
+            return Ok(false);
+        }
+        let why = format!(
+            "giving back memory: sled took in {:.1} MB of changes since the start or the last \
+             rewrite for memory, against {:.1} MB of live data; rewriting the store",
+            absorbed as f64 / 1e6,
+            live as f64 / 1e6
+        );
+        let before = self.reclaims();
+        self.rewrite(
+            store_bytes(&self.dir),
+            live,
+            &why,
+            "gave back memory: the store was rewritten",
+        )?;
+        *self.reclaim.not_before.lock().expect("reclaim lock") =
+            Some(now + now.elapsed().div_f64(BUSY_SHARE));
+        let rewrote = self.reclaims() > before;
+        if rewrote {
+            // What the closed sleds took in is gone with them (rewrites
+            // run one at a time, on the group committer's thread).
+            self.reclaim.carried.store(0, Ordering::Release);
+        }
+        Ok(rewrote)
+    }
+
     fn needs_reopen_now(&self) -> bool {
         self.failed.lock().expect("failed lock").is_some()
     }
@@ -258,6 +377,18 @@ impl SledStore {
     /// would hold the switch back (and, the switch waiting for the store's
     /// lock, every other use of the store) for as long as its reader takes.
     pub fn reclaim_now(&self, size: u64, live: u64) -> Result<()> {
+        self.rewrite(
+            size,
+            live,
+            "reclaiming disk space: the data dir has outgrown its live data; rewriting the store \
+             (writes wait for the copy)",
+            "reclaimed disk space: the store was rewritten",
+        )
+    }
+
+    /// Rewrites the store now, logging `why` at INFO first and `done` at
+    /// the end.
+    fn rewrite(&self, size: u64, live: u64, why: &str, done: &str) -> Result<()> {
         let _running = self.reclaim.running.lock().expect("reclaim lock");
         let started = leasehold_core::clock::now();
         let ms = leasehold_core::clock::wall_unix_ms();
@@ -268,8 +399,7 @@ impl SledStore {
             dir = %self.dir.display(),
             size_mb = size as f64 / 1e6,
             live_mb = live as f64 / 1e6,
-            "reclaiming disk space: the data dir has outgrown its live data; rewriting the store \
-             (writes wait for the copy)"
+            "{why}"
         );
         // 1. A checkpoint, then the copy, holding the log.
         let copied = self.write(|o| {
@@ -316,6 +446,11 @@ impl SledStore {
         }
         self.read_epoch.fetch_add(1, Ordering::AcqRel);
         let old = guard.take();
+        if let Some(o) = &old {
+            self.reclaim
+                .carried
+                .fetch_add(o.absorbed.load(Ordering::Acquire), Ordering::AcqRel);
+        }
         if let Err(e) = no_panic(move || {
             drop(old);
             Ok(())
@@ -359,7 +494,7 @@ impl SledStore {
             total_ms = leasehold_core::clock::now()
                 .saturating_duration_since(started)
                 .as_millis() as u64,
-            "reclaimed disk space: the store was rewritten"
+            "{done}"
         );
         Ok(())
     }

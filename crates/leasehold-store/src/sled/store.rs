@@ -393,7 +393,8 @@ impl Store for SledStore {
     fn settle(&self) -> Result<()> {
         // Nothing logged, or a backup reads sled: the next burst's
         // checkpoint will do.
-        self.checkpoint_when(|o, wal| wal.used() > 0 && o.gate.try_write().is_ok())
+        self.checkpoint_when(|o, wal| wal.used() > 0 && o.gate.try_write().is_ok())?;
+        self.settle_memory().map(|_| ())
     }
 
     fn checkpoint_due(&self) -> bool {

@@ -539,3 +539,91 @@ fn a_backup_asked_for_during_a_reclaim_waits_for_it_and_neither_is_given_up() {
     let b = crate::backup::read_backup(&file).unwrap();
     assert_eq!(b.records.len(), n, "every value in the backup");
 }
+
+/// A settle after churn rewrites a store whose sled took in more than
+/// `CHURN_RATIO` times its live data (past the floor), keeping every live
+/// record, and only once: the rewritten sled starts with no churn. With
+/// reclaims off, or below the ratio, it does not.
+#[test]
+fn a_settle_after_churn_rewrites_the_store_once_and_keeps_what_is_live() {
+    let big = "x".repeat(1024);
+    let churn = |s: &SledStore, job: &JobName, keep: usize| {
+        // 200 values of 1 KiB written and deleted, `keep` written and kept.
+        for round in 0..2 {
+            for i in 0..200 {
+                let k = format!("gone{i:03}");
+                let v = (round == 0).then_some(big.as_str());
+                s.put_value(job, k.as_bytes(), &val(1, round + 1, v))
+                    .unwrap();
+            }
+            s.sync().unwrap();
+            s.checkpoint().unwrap();
+        }
+        for i in 0..keep {
+            let k = format!("kept{i:03}");
+            s.put_value(job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+        }
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+    };
+    let job = Limits::default().job("j").unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    s.set_churn_floor(64 * 1024);
+    churn(&s, &job, 10);
+    s.settle().unwrap();
+    assert_eq!(s.reclaims(), 1, "the churned store is rewritten");
+    let kept = keys(&s, &job, None, 1000);
+    assert_eq!(kept.len(), 10, "every live value kept: {kept:?}");
+    assert!(kept.iter().all(|k| k.starts_with("kept")));
+    s.settle().unwrap();
+    assert_eq!(s.reclaims(), 1, "the rewritten sled has taken in no churn");
+    drop(s);
+    let s = SledStore::open(dir.path()).unwrap();
+    assert_eq!(
+        keys(&s, &job, None, 1000).len(),
+        10,
+        "kept across a restart"
+    );
+    drop(s);
+
+    // A reclaim of disk space in the middle of the churn does not count
+    // as giving the memory back.
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    s.set_churn_floor(64 * 1024);
+    churn(&s, &job, 0);
+    s.reclaim_now(0, 0).unwrap();
+    assert_eq!(s.reclaims(), 1);
+    // After it, 10 KiB only: under the floor alone.
+    for i in 0..10 {
+        let k = format!("kept{i:03}");
+        s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
+            .unwrap();
+    }
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+    s.settle().unwrap();
+    assert_eq!(s.reclaims(), 2, "the churn before the reclaim counts too");
+    drop(s);
+
+    // Reclaims off: never rewritten.
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    s.set_churn_floor(64 * 1024);
+    s.set_reclaim_ratio(0.0).unwrap();
+    churn(&s, &job, 10);
+    s.settle().unwrap();
+    assert_eq!(s.reclaims(), 0, "reclaims are off");
+    drop(s);
+
+    // Live data past a quarter of the churn: not rewritten.
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    s.set_churn_floor(64 * 1024);
+    churn(&s, &job, 150);
+    s.settle().unwrap();
+    assert_eq!(s.reclaims(), 0, "the churn is under 4 times the live data");
+}
