@@ -54,6 +54,11 @@ enum Command {
     /// lost. SIGINT and SIGTERM are passed on to CMD. CMD never sees this
     /// command's credentials (LEASEHOLD_AUTH_TOKEN and the TLS files'
     /// variables are removed from its environment).
+    ///
+    /// CMD runs under a watchdog process that stops its group if this
+    /// process dies, and by the lease's deadline (SIGTERM at deadline
+    /// minus --kill-grace, SIGKILL at the deadline) if this process is
+    /// paused. Whatever is left of CMD's group when it exits is killed.
     Run {
         #[command(flatten)]
         conn: Conn,
@@ -75,10 +80,25 @@ enum Command {
     #[command(flatten)]
     Data(DataCommand),
     Health(HealthArgs),
+    /// The watchdog `run` starts its command under (`cli/guard.rs`); not
+    /// for direct use.
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// Time between SIGTERM and SIGKILL.
+        #[arg(long, value_parser = parse_duration)]
+        grace: Duration,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guard { grace, cmd } = &cli.command {
+        // One thread, no runtime: see `cli/guard.rs`.
+        return cli::guard::guard(*grace, cmd);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
@@ -123,6 +143,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Client(c) => c.run().await,
         Command::Data(d) => d.run().await,
         Command::Health(h) => cli::health::health(h).await,
+        Command::Guard { .. } => unreachable!("the guard runs before the runtime starts"),
         Command::Run {
             conn,
             job,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 pub mod client;
 pub mod data;
+pub mod guard;
 pub mod health;
 pub mod run;
 pub mod serve;

@@ -10,7 +10,10 @@ use leasehold::client::Elector;
 
 use crate::cli::client::{connect, Conn, AUTH_TOKEN_ENV};
 
+use crate::cli::guard::monotonic_ns;
 use crate::EXIT_LEASE_LOST;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 pub async fn run_singleton(
     conn: &Conn,
@@ -35,8 +38,15 @@ pub async fn run_singleton(
         "leasehold run: leading job={job} token={token} holder={}",
         elector.holder()
     );
-    let mut child = tokio::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
+    let mut deadlines = elector.deadline();
+    // The command runs under the guard, which stops it at the lease's
+    // deadline even if this process is paused, and at once if it dies.
+    let mut guard = tokio::process::Command::new(self_exe())
+        .arg("__guard")
+        .arg("--grace")
+        .arg(format!("{}ms", grace.as_millis()))
+        .arg("--")
+        .args(cmd)
         .env("LEASEHOLD_TOKEN", token.to_string())
         .env("LEASEHOLD_JOB", job)
         .env("LEASEHOLD_HOLDER", elector.holder())
@@ -47,45 +57,82 @@ pub async fn run_singleton(
         .env_remove("LEASEHOLD_CA")
         .env_remove("LEASEHOLD_CERT")
         .env_remove("LEASEHOLD_KEY")
-        // Its own process group, so that stopping it stops everything it
-        // started.
-        .process_group(0)
-        .kill_on_drop(true)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
-        .with_context(|| format!("cannot start {:?}", cmd[0]))?;
-    let pgid = child.id().context("child exited at once")? as i32;
+        .context("cannot start the command's guard")?;
+    let mut to_guard = guard.stdin.take().context("the guard's stdin")?;
+    let mut from_guard = BufReader::new(guard.stdout.take().context("the guard's stdout")?).lines();
+    let first = *deadlines.borrow_and_update();
+    // A deadline the guard cannot be told is one it acts on: past it, or
+    // with no deadline, the command is stopped.
+    let line = first.map_or_else(|| "S".to_owned(), |d| format!("D {}", monotonic_of(d)));
+    let _ = to_guard.write_all(format!("{line}\n").as_bytes()).await;
 
-    let outcome = tokio::select! {
-        status = child.wait() => {
-            let status = status?;
-            elector.resign().await;
-            return Ok(exit_code_of(status));
+    let mut deadline_passed = false;
+    let mut guard_out_open = true;
+    let outcome = loop {
+        tokio::select! {
+            status = guard.wait() => {
+                let status = status?;
+                if deadline_passed {
+                    eprintln!("leasehold run: lease on {job} (token {token}) reached its deadline; the command was stopped");
+                    elector.resign().await;
+                    return Ok(ExitCode::from(EXIT_LEASE_LOST));
+                }
+                elector.resign().await;
+                return Ok(exit_code_of(status));
+            }
+            line = from_guard.next_line(), if guard_out_open => match line {
+                Ok(Some(l)) if l == "T" => deadline_passed = true,
+                Ok(Some(_)) => {}
+                _ => guard_out_open = false,
+            },
+            changed = deadlines.changed() => {
+                let now = changed.ok().and_then(|()| *deadlines.borrow_and_update());
+                if let Some(d) = now {
+                    let _ = to_guard.write_all(format!("D {}\n", monotonic_of(d)).as_bytes()).await;
+                }
+            }
+            _ = elector.lost() => {
+                eprintln!("leasehold run: lease on {job} lost (token {token}); stopping the command");
+                break ExitCode::from(EXIT_LEASE_LOST);
+            }
+            _ = term.recv() => break ExitCode::from(143),
+            _ = int.recv() => break ExitCode::from(130),
         }
-        _ = elector.lost() => {
-            eprintln!("leasehold run: lease on {job} lost (token {token}); stopping the command");
-            ExitCode::from(EXIT_LEASE_LOST)
-        }
-        _ = term.recv() => ExitCode::from(143),
-        _ = int.recv() => ExitCode::from(130),
     };
-    stop_group(pgid, &mut child, grace).await;
+    // Stop: the guard sends SIGTERM to the command's group, then SIGKILL
+    // after the grace (never past the deadline), and exits when it is
+    // gone.
+    let _ = to_guard.write_all(b"S\n").await;
+    let _ = guard.wait().await;
     elector.resign().await;
     Ok(outcome)
 }
 
-/// SIGTERM to the process group, then SIGKILL after `grace`.
-async fn stop_group(pgid: i32, child: &mut tokio::process::Child, grace: Duration) {
-    // SAFETY: kill(2) with a negative pid signals the process group we
-    // created for the child; it has no memory-safety preconditions.
-    unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = child.wait().await;
+/// This binary, for the guard: `/proc/self/exe` names it even if the file
+/// was replaced since (an upgrade while it runs).
+fn self_exe() -> std::path::PathBuf {
+    let proc = std::path::PathBuf::from("/proc/self/exe");
+    if proc.exists() {
+        proc
+    } else {
+        std::env::current_exe().unwrap_or(proc)
     }
 }
 
-fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+/// `at` as CLOCK_MONOTONIC nanoseconds, the clock the guard reads.
+fn monotonic_of(at: tokio::time::Instant) -> u64 {
+    let now = tokio::time::Instant::now();
+    let mono = monotonic_ns();
+    match at.checked_duration_since(now) {
+        Some(ahead) => mono.saturating_add(ahead.as_nanos() as u64),
+        None => mono.saturating_sub(now.duration_since(at).as_nanos() as u64),
+    }
+}
+
+pub(crate) fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),

@@ -395,3 +395,124 @@ async fn acquire_warns_when_it_renews_a_grant_it_did_not_know_it_held() {
     );
     assert!(!err.contains("warning"), "a new grant warned: {err}");
 }
+
+/// Waits for `pidfile`, while the runner runs; returns the pid in it.
+fn wait_pid(runner: &mut Runner, pidfile: &Path) -> i32 {
+    let deadline = Instant::now() + STEP;
+    loop {
+        if let Some(pid) = read_trimmed(pidfile) {
+            return pid.parse().unwrap();
+        }
+        assert!(
+            runner.running(),
+            "leasehold run exited before its command started"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the command did not start within {STEP:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A runner SIGKILLed takes its command with it, and everything the
+/// command started: its guard stops the command's process group as soon as
+/// the runner's pipe closes, long before the lease (10 s) could pass to
+/// another runner. (Before the guard, the command was re-parented to PID
+/// 1 and ran on beside the next leader's copy.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_runner_takes_its_command_and_its_children_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let (pidfile, childfile) = (dir.path().join("pid"), dir.path().join("child"));
+    // The command starts a child of its own, then waits.
+    let script = format!(
+        "sleep 600 & echo $! > '{}'; echo $$ > '{}'; wait",
+        childfile.display(),
+        pidfile.display()
+    );
+    let mut runner = Runner::start(&server.url(), "10s", "jobK", &script);
+    let pid = wait_pid(&mut runner, &pidfile);
+    runner.cmd_pid = Some(pid);
+    let child: i32 = read_trimmed(&childfile).unwrap().parse().unwrap();
+    assert!(!is_dead(pid) && !is_dead(child));
+
+    common::signal(runner.child.id(), libc::SIGKILL);
+    let killed = Instant::now();
+    while !(is_dead(pid) && is_dead(child)) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the command (alive: {}) or its child (alive: {}) outlived its SIGKILLed runner by 5 s, \
+             half the lease's TTL",
+            !is_dead(pid),
+            !is_dead(child)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    println!(
+        "command and child gone {:?} after the runner's SIGKILL",
+        killed.elapsed()
+    );
+}
+
+/// A runner SIGSTOPped cannot act, and its command is stopped anyway by
+/// the lease's deadline: its guard sends SIGTERM at `deadline - grace` and
+/// SIGKILL at the deadline. A second runner waiting for the job is granted
+/// it only after that, so at no moment do the two commands run together.
+/// The first runner, continued, exits 75.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_runners_command_is_gone_before_the_next_one_starts() {
+    const TTL: Duration = Duration::from_secs(3);
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    // The first command ignores SIGTERM: only the SIGKILL at the deadline
+    // stops it.
+    let script = |f: &Path| {
+        format!(
+            "trap '' TERM; echo $$ > '{}'; while :; do sleep 0.05; done",
+            f.display()
+        )
+    };
+    let mut a = Runner::start(&server.url(), "3s", "jobS", &script(&first));
+    let pid_a = wait_pid(&mut a, &first);
+    a.cmd_pid = Some(pid_a);
+    let mut b = Runner::start(&server.url(), "3s", "jobS", &script(&second));
+    server.wait_for_waiters(1).await;
+
+    common::signal(a.child.id(), libc::SIGSTOP);
+    let stopped = Instant::now();
+    let pid_b = loop {
+        let a_dead = is_dead(pid_a);
+        if let Some(pid) = read_trimmed(&second) {
+            assert!(
+                a_dead,
+                "the second command started while the stopped runner's command still ran"
+            );
+            break pid.parse::<i32>().unwrap();
+        }
+        assert!(
+            a_dead || stopped.elapsed() < TTL + Duration::from_secs(1),
+            "the stopped runner's command outlived its lease's deadline by a second"
+        );
+        assert!(
+            stopped.elapsed() < TTL + STEP,
+            "the second runner was never granted the job"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    b.cmd_pid = Some(pid_b);
+    println!(
+        "second command started {:?} after the first runner's SIGSTOP",
+        stopped.elapsed()
+    );
+
+    common::signal(a.child.id(), libc::SIGCONT);
+    let status = a.wait_exit(STEP);
+    assert_eq!(
+        status.code(),
+        Some(75),
+        "the stopped runner lost its lease: {status}"
+    );
+    assert!(b.running(), "the second runner leads on");
+}

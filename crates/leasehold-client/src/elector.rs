@@ -63,6 +63,7 @@ impl Role {
 pub struct Elector {
     holder: String,
     role: watch::Receiver<Role>,
+    deadline: watch::Receiver<Option<Instant>>,
     error: Arc<OnceLock<ClientError>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
@@ -77,6 +78,7 @@ impl Elector {
     pub fn start(client: Client, job: &str, name: &str, ttl: Duration) -> Elector {
         let holder = elector_holder(name);
         let (tx, role) = watch::channel(Role::Follower);
+        let (deadline_tx, deadline) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
         let error = Arc::new(OnceLock::new());
         let task = match check_elector_args(Some(job), name, ttl) {
@@ -91,6 +93,7 @@ impl Elector {
                     holder: holder.clone(),
                     ttl,
                     role: tx,
+                    deadline: deadline_tx,
                     error: error.clone(),
                 };
                 Some(tokio::spawn(campaign.run(stop_rx)))
@@ -99,6 +102,7 @@ impl Elector {
         Elector {
             holder,
             role,
+            deadline,
             error,
             stop: Some(stop_tx),
             task,
@@ -124,6 +128,16 @@ impl Elector {
     /// A receiver that sees every change of role.
     pub fn watch(&self) -> watch::Receiver<Role> {
         self.role.clone()
+    }
+
+    /// A receiver of our lease's conservative deadline while we lead (see
+    /// the module docs): set before the role says we lead, moved on by
+    /// each renewal, `None` once we step down. A supervisor that must stop
+    /// work before anyone else can be granted the lease, even while this
+    /// process is paused, reads it (`leasehold run` hands it to a watchdog
+    /// process).
+    pub fn deadline(&self) -> watch::Receiver<Option<Instant>> {
+        self.deadline.clone()
     }
 
     /// Waits until we lead; returns the token. Returns the error that
@@ -189,6 +203,8 @@ struct Campaign {
     holder: String,
     ttl: Duration,
     role: watch::Sender<Role>,
+    /// Our deadline while we lead.
+    deadline: watch::Sender<Option<Instant>>,
     /// Set, before the campaign ends, to an error that stopped it.
     error: Arc<OnceLock<ClientError>>,
 }
@@ -284,6 +300,7 @@ impl Campaign {
         warnings: &mut Warnings,
     ) -> bool {
         let mut deadline = sent + self.ttl;
+        self.deadline.send_replace(Some(deadline));
         self.role.send_replace(Role::Leader { token });
         tracing::info!(job = %self.job, token, "elected");
         let every = self.ttl / 3;
@@ -305,6 +322,7 @@ impl Campaign {
             match r {
                 Ok(Ok(_)) => {
                     deadline = sent + self.ttl;
+                    self.deadline.send_replace(Some(deadline));
                     next = sent + every;
                     retry.reset();
                 }
@@ -330,6 +348,7 @@ impl Campaign {
             }
         }
         tracing::warn!(job = %self.job, token, "stepped down");
+        self.deadline.send_replace(None);
         self.role.send_replace(Role::Follower);
         false
     }
@@ -338,6 +357,7 @@ impl Campaign {
     /// the lease runs out on its own, so a server that cannot answer does
     /// not hold up shutdown for longer than that (and at least a moment).
     async fn resign(&self, token: u64, deadline: Instant) -> bool {
+        self.deadline.send_replace(None);
         self.role.send_replace(Role::Follower);
         let until = deadline.max(tokio_now() + Duration::from_millis(200));
         match timeout_at(until, self.client.release(&self.job, &self.holder, token)).await {
