@@ -308,10 +308,9 @@ impl SledStore {
 
     /// After a burst, once the store has settled: rewrites the store if
     /// the churn its sleds took in since the last such rewrite (or the
-    /// start) is more than
-    /// [`CHURN_RATIO`] times the live data and more than [`CHURN_FLOOR`]
-    /// (unless reclaims are off, or a backup is reading the store),
-    /// then frees what sled left waiting for its epoch. See the module's
+    /// start) is more than `CHURN_RATIO` (4) times the live data and more
+    /// than `CHURN_FLOOR` (32 MiB), unless reclaims are off or a backup is
+    /// reading the store; then frees what sled left waiting for its epoch. See the module's
     /// docs. Returns whether it rewrote the store.
     pub fn settle_memory(&self) -> Result<bool> {
         let rewrote = self.rewrite_if_churned()?;
