@@ -10,8 +10,8 @@ use leasehold::client::Elector;
 
 use crate::cli::client::{connect, Conn, AUTH_TOKEN_ENV};
 
+use crate::cli::guard::monotonic_ns;
 use crate::EXIT_LEASE_LOST;
-use leasehold::clock::monotonic_ns;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
