@@ -71,6 +71,7 @@ pub async fn run_singleton(
 
     let mut deadline_passed = false;
     let mut guard_out_open = true;
+    let mut deadlines_open = true;
     let outcome = loop {
         tokio::select! {
             status = guard.wait() => {
@@ -88,7 +89,8 @@ pub async fn run_singleton(
                 Ok(Some(_)) => {}
                 _ => guard_out_open = false,
             },
-            changed = deadlines.changed() => {
+            changed = deadlines.changed(), if deadlines_open => {
+                deadlines_open = changed.is_ok();
                 let now = changed.ok().and_then(|()| *deadlines.borrow_and_update());
                 if let Some(d) = now {
                     let _ = to_guard.write_all(format!("D {}\n", monotonic_of(d)).as_bytes()).await;
