@@ -8,7 +8,9 @@
 //! (`leasehold __guard`, the same binary), which starts the command in a
 //! process group of its own and watches two things:
 //!
-//! - **Its stdin, a pipe that only the runner holds.** The runner writes
+//! - **Its file descriptor 3 ([`CHANNEL_FD`]), a pipe that only the
+//!   runner holds** (stdin, stdout and stderr are the runner's, and the
+//!   command's, as before). The runner writes
 //!   the lease's deadline there (`D <ns>`: CLOCK_MONOTONIC nanoseconds,
 //!   the clock every process on the machine shares), again after every
 //!   renewal, and `S` to stop the command. End of file means the runner
@@ -22,15 +24,15 @@
 //!
 //! A stop is SIGTERM to the group, then SIGKILL after the grace (never
 //! later than the deadline); once the command's first process has exited,
-//! whatever is left of its group is killed. The guard tells the runner
-//! what happened on its stdout (`P <pgid>` when the command started,
-//! `T` when the deadline stopped it) and exits with the command's status.
+//! whatever is left of its group is killed. The guard exits with the
+//! command's status (75 if it never started it: a deadline already past,
+//! or a stop before the command started); the runner knows the deadline
+//! it sent, so it knows when that was what stopped the command.
 //! It ignores SIGINT, SIGTERM and SIGHUP (a terminal's Ctrl-C reaches the
 //! runner, which says `S`), and the command gets SIGKILL if the guard
 //! itself dies (`PR_SET_PDEATHSIG`; the guard is one thread, so that
 //! signal is sent exactly when it exits).
 
-use std::io::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -47,7 +49,10 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// What the runner said last, read from stdin.
+/// The runner's end of the channel in the guard: the read end of a pipe.
+pub const CHANNEL_FD: i32 = 3;
+
+/// What the runner said last, read from the channel.
 #[derive(Default)]
 struct Input {
     buf: Vec<u8>,
@@ -58,11 +63,12 @@ struct Input {
 }
 
 impl Input {
-    /// Reads what stdin has (it is ready), and applies every whole line.
+    /// Reads what the channel has (it is ready), and applies every whole
+    /// line.
     fn read(&mut self) {
         let mut chunk = [0u8; 512];
         // SAFETY: read(2) into a buffer of the length given.
-        let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
+        let n = unsafe { libc::read(CHANNEL_FD, chunk.as_mut_ptr().cast(), chunk.len()) };
         if n <= 0 {
             if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
                 self.eof = true;
@@ -86,12 +92,13 @@ impl Input {
     }
 }
 
-/// Waits up to `timeout` for stdin (if `stdin`) or the command (`pidfd`,
-/// if the kernel gives one) to be ready; returns whether stdin is.
-fn wait(stdin: bool, pidfd: Option<i32>, timeout: Duration) -> bool {
+/// Waits up to `timeout` for the channel (if `channel`) or the command
+/// (`pidfd`, if the kernel gives one) to be ready; returns whether the
+/// channel is.
+fn wait(channel: bool, pidfd: Option<i32>, timeout: Duration) -> bool {
     let mut fds = [
         libc::pollfd {
-            fd: if stdin { 0 } else { -1 },
+            fd: if channel { CHANNEL_FD } else { -1 },
             events: libc::POLLIN,
             revents: 0,
         },
@@ -114,19 +121,22 @@ fn signal_group(pgid: i32, sig: libc::c_int) {
     unsafe { libc::kill(-pgid, sig) };
 }
 
-/// Say `line` to the runner; it may be gone, which changes nothing.
-fn tell(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
-}
-
 /// Runs the guard (see the module docs); `cmd` is the command and its
 /// arguments, started with the guard's own environment.
 pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: ignoring a signal has no preconditions.
         unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+    // The channel must be open, and the command must not inherit it (it
+    // would hold the pipe open, or read the runner's lines).
+    // SAFETY: fcntl(2) on a descriptor number; it fails if none is open.
+    if unsafe { libc::fcntl(CHANNEL_FD, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        eprintln!(
+            "leasehold: `__guard` runs under `leasehold run`, which hands it the lease's deadline \
+             on file descriptor {CHANNEL_FD}; that descriptor is not open"
+        );
+        return ExitCode::from(2);
     }
     let grace_ns = grace.as_nanos().min(u64::MAX as u128) as u64;
     // The first deadline comes before the command starts: it never runs
@@ -140,7 +150,6 @@ pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
     }
     let first = input.deadline.unwrap_or(0);
     if input.stop || input.eof || monotonic_ns() >= first.saturating_sub(grace_ns) {
-        tell("T");
         return ExitCode::from(crate::EXIT_LEASE_LOST);
     }
     let mut command = std::process::Command::new(&cmd[0]);
@@ -165,7 +174,6 @@ pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
         }
     };
     let pgid = child.id() as i32;
-    tell(&format!("P {pgid}"));
     // SAFETY: pidfd_open(2) on our own child; -1 if the kernel has none.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pgid, 0) } as i32;
     let pidfd = (pidfd >= 0).then_some(pidfd);
@@ -181,9 +189,6 @@ pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
         let deadline = input.deadline.unwrap_or(0);
         if input.stop || input.eof {
             kill_at = kill_at.min(now.saturating_add(grace_ns));
-        }
-        if !termed && now >= deadline.saturating_sub(grace_ns) && !(input.stop || input.eof) {
-            tell("T");
         }
         if !termed && (input.stop || input.eof || now >= deadline.saturating_sub(grace_ns)) {
             signal_group(pgid, libc::SIGTERM);

@@ -10,10 +10,10 @@ use leasehold::client::Elector;
 
 use crate::cli::client::{connect, Conn, AUTH_TOKEN_ENV};
 
-use crate::cli::guard::monotonic_ns;
+use crate::cli::guard::{monotonic_ns, CHANNEL_FD};
 use crate::EXIT_LEASE_LOST;
-use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 pub async fn run_singleton(
     conn: &Conn,
@@ -41,7 +41,11 @@ pub async fn run_singleton(
     let mut deadlines = elector.deadline();
     // The command runs under the guard, which stops it at the lease's
     // deadline even if this process is paused, and at once if it dies.
-    let mut guard = tokio::process::Command::new(self_exe())
+    // The guard reads the deadlines from a pipe on its descriptor
+    // CHANNEL_FD; stdin, stdout and stderr stay the command's.
+    let (channel, mut to_guard) = channel().context("cannot make the guard's pipe")?;
+    let mut command = tokio::process::Command::new(self_exe());
+    command
         .arg("__guard")
         .arg("--grace")
         .arg(format!("{}ms", grace.as_millis()))
@@ -56,27 +60,54 @@ pub async fn run_singleton(
         .env_remove("LEASEHOLD_AUTH_TOKEN_FILE")
         .env_remove("LEASEHOLD_CA")
         .env_remove("LEASEHOLD_CERT")
-        .env_remove("LEASEHOLD_KEY")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .env_remove("LEASEHOLD_KEY");
+    let raw = channel.as_raw_fd();
+    // SAFETY: between fork and exec, only dup2 and fcntl, which are
+    // async-signal-safe. dup2 onto the same number would keep the
+    // close-on-exec flag, so that case clears it instead.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = if raw == CHANNEL_FD {
+                libc::fcntl(raw, libc::F_SETFD, 0) == 0
+            } else {
+                libc::dup2(raw, CHANNEL_FD) == CHANNEL_FD
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut guard = command
         .spawn()
         .context("cannot start the command's guard")?;
-    let mut to_guard = guard.stdin.take().context("the guard's stdin")?;
-    let mut from_guard = BufReader::new(guard.stdout.take().context("the guard's stdout")?).lines();
-    let first = *deadlines.borrow_and_update();
-    // A deadline the guard cannot be told is one it acts on: past it, or
-    // with no deadline, the command is stopped.
-    let line = first.map_or_else(|| "S".to_owned(), |d| format!("D {}", monotonic_of(d)));
-    let _ = to_guard.write_all(format!("{line}\n").as_bytes()).await;
+    drop(channel);
+    let mut told = 0u64;
+    let mut tell = |line: &str| {
+        // Non-blocking: a guard that does not read (stopped) loses a line
+        // rather than stopping us; the next deadline follows.
+        let _ = to_guard.write_all(format!("{line}\n").as_bytes());
+    };
+    // A deadline the guard cannot be told is one it acts on: with none,
+    // the command is stopped before it starts.
+    match *deadlines.borrow_and_update() {
+        Some(d) => {
+            told = monotonic_of(d);
+            tell(&format!("D {told}"));
+        }
+        None => tell("S"),
+    }
 
-    let mut deadline_passed = false;
-    let mut guard_out_open = true;
     let mut deadlines_open = true;
     let outcome = loop {
         tokio::select! {
             status = guard.wait() => {
                 let status = status?;
-                if deadline_passed {
+                // The guard stops the command at `deadline - grace`: if
+                // that has come, the deadline is what ended it.
+                let grace_ns = grace.as_nanos() as u64;
+                if monotonic_ns() >= told.saturating_sub(grace_ns) {
                     eprintln!("leasehold run: lease on {job} (token {token}) reached its deadline; the command was stopped");
                     elector.resign().await;
                     return Ok(ExitCode::from(EXIT_LEASE_LOST));
@@ -84,16 +115,12 @@ pub async fn run_singleton(
                 elector.resign().await;
                 return Ok(exit_code_of(status));
             }
-            line = from_guard.next_line(), if guard_out_open => match line {
-                Ok(Some(l)) if l == "T" => deadline_passed = true,
-                Ok(Some(_)) => {}
-                _ => guard_out_open = false,
-            },
             changed = deadlines.changed(), if deadlines_open => {
                 deadlines_open = changed.is_ok();
                 let now = changed.ok().and_then(|()| *deadlines.borrow_and_update());
                 if let Some(d) = now {
-                    let _ = to_guard.write_all(format!("D {}\n", monotonic_of(d)).as_bytes()).await;
+                    told = monotonic_of(d);
+                    tell(&format!("D {told}"));
                 }
             }
             _ = elector.lost() => {
@@ -107,10 +134,27 @@ pub async fn run_singleton(
     // Stop: the guard sends SIGTERM to the command's group, then SIGKILL
     // after the grace (never past the deadline), and exits when it is
     // gone.
-    let _ = to_guard.write_all(b"S\n").await;
+    tell("S");
     let _ = guard.wait().await;
     elector.resign().await;
     Ok(outcome)
+}
+
+/// A pipe for the guard: the read end (close-on-exec, moved to
+/// `CHANNEL_FD` in the guard) and the write end, non-blocking.
+fn channel() -> std::io::Result<(OwnedFd, std::fs::File)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just opened both, and nothing else owns them.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on the descriptor we own.
+    if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((read, std::fs::File::from(write)))
 }
 
 /// This binary, for the guard: `/proc/self/exe` names it even if the file

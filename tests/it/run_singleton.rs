@@ -516,3 +516,47 @@ async fn a_stopped_runners_command_is_gone_before_the_next_one_starts() {
     );
     assert!(b.running(), "the second runner leads on");
 }
+
+/// The command reads the runner's stdin and writes to its stdout, as if
+/// it were run directly: the watchdog between them talks to the runner on
+/// a descriptor of its own, which the command does not get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_has_the_runners_stdin_and_stdout_and_not_the_watchdogs_pipe() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let mut child = Command::new(common::bin())
+        .args(["run", "--server", &server.url(), "--ttl", "10s", "jobIO"])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"got $line\"; ls /proc/self/fd",
+        ])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "leasehold run: {}", out.status);
+    let out = String::from_utf8_lossy(&out.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("got hello"), "stdout: {out}");
+    let fds: Vec<&str> = lines.collect();
+    // The same as `ls` run here directly (this process may have inherited
+    // descriptors of its own, cargo's jobserver): with the watchdog's
+    // descriptor 3 inherited too, the directory `ls` reads would be
+    // another number.
+    let direct = Command::new("sh")
+        .args(["-c", "ls /proc/self/fd"])
+        .output()
+        .unwrap();
+    let direct = String::from_utf8_lossy(&direct.stdout);
+    let direct: Vec<&str> = direct.lines().collect();
+    assert_eq!(
+        fds, direct,
+        "the command's descriptors, and those of `ls` run directly"
+    );
+}
