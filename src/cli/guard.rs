@@ -200,7 +200,7 @@ pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
         if now >= kill_at {
             signal_group(pgid, libc::SIGKILL);
         }
-        // Sleep until the next thing to do, or stdin, or the command.
+        // Sleep until the next thing to do, the channel, or the command.
         let next = if termed {
             kill_at
         } else {
