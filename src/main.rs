@@ -70,7 +70,9 @@ enum Command {
         /// Lease lifetime.
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         ttl: Duration,
-        /// Time between SIGTERM and SIGKILL when stopping CMD; default ttl/3.
+        /// Time between SIGTERM and SIGKILL when stopping CMD; default
+        /// ttl/3, at most ttl/2 (at a paused runner's deadline, CMD gets
+        /// SIGTERM this long before it).
         #[arg(long, value_parser = parse_duration)]
         kill_grace: Option<Duration>,
         /// The command and its arguments.
@@ -152,8 +154,20 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             kill_grace,
             cmd,
         } => {
-            cli::run::run_singleton(&conn, &job, &name, ttl, kill_grace.unwrap_or(ttl / 3), &cmd)
-                .await
+            let grace = kill_grace.unwrap_or(ttl / 3);
+            // The command gets SIGTERM at the deadline minus the grace;
+            // renewals come every ttl/3, so a grace past half the TTL
+            // would stop the command before a renewal could move the
+            // deadline.
+            if grace > ttl / 2 {
+                anyhow::bail!(
+                    "--kill-grace {grace:?} is more than half of --ttl {ttl:?}: the command gets \
+                     SIGTERM at the lease's deadline minus the grace, and a renewal comes every \
+                     third of the TTL; use at most {:?}",
+                    ttl / 2
+                );
+            }
+            cli::run::run_singleton(&conn, &job, &name, ttl, grace, &cmd).await
         }
     }
 }

@@ -560,3 +560,21 @@ async fn the_command_has_the_runners_stdin_and_stdout_and_not_the_watchdogs_pipe
         "the command's descriptors, and those of `ls` run directly"
     );
 }
+
+/// A `--kill-grace` over half the TTL is refused before anything starts,
+/// naming the flag and the limit: the command would get SIGTERM at the
+/// deadline minus the grace, before a renewal could move the deadline.
+#[test]
+fn a_kill_grace_over_half_the_ttl_is_refused_naming_the_limit() {
+    let out = Command::new(common::bin())
+        .args(["run", "--server", "http://127.0.0.1:9", "--ttl", "3s"])
+        .args(["--kill-grace", "2s", "jobG", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(
+        err.contains("--kill-grace 2s") && err.contains("at most 1.5s"),
+        "the error names the flag and the limit: {err}"
+    );
+}
