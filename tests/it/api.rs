@@ -877,7 +877,9 @@ async fn page_tokens_the_server_did_not_issue_are_refused() {
         token = r.next_page_token;
     }
     assert_eq!(jobs, ["p/0", "p/1", "p/2", "p/3", "p/4"]);
-    assert_eq!(lease_tokens.len(), 2);
+    // Two tokens for five jobs in pages of two; more if a page was cut
+    // short by its time budget (a loaded machine: `record::ListBudget`).
+    assert!(lease_tokens.len() >= 2, "{lease_tokens:?}");
     let (mut keys, mut key_tokens, mut token) = (Vec::new(), Vec::new(), Vec::new());
     loop {
         let r = store
@@ -894,7 +896,7 @@ async fn page_tokens_the_server_did_not_issue_are_refused() {
     }
     let want: Vec<Vec<u8>> = (0..5).map(|i| format!("k/{i}").into_bytes()).collect();
     assert_eq!(keys, want);
-    assert_eq!(key_tokens.len(), 2);
+    assert!(key_tokens.len() >= 2, "{key_tokens:?}");
 
     // One character changed, anywhere, is caught.
     let flip = |t: &[u8], at: usize| {
