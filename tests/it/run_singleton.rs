@@ -578,3 +578,33 @@ fn a_kill_grace_over_half_the_ttl_is_refused_naming_the_limit() {
         "the error names the flag and the limit: {err}"
     );
 }
+
+/// The watchdog started by hand, without the pipe `run` gives it on
+/// descriptor 3, refuses to start the command, naming the descriptor.
+#[test]
+fn the_watchdog_without_its_channel_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let mut guard = Command::new(common::bin());
+    guard
+        .args(["__guard", "--grace", "1s", "--", "touch"])
+        .arg(&marker)
+        .stdin(Stdio::null());
+    // Descriptor 3 closed whatever this process inherited there.
+    // SAFETY: close(2) between fork and exec is async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        guard.pre_exec(|| {
+            libc::close(3);
+            Ok(())
+        });
+    }
+    let out = guard.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        err.contains("file descriptor 3"),
+        "the error names the descriptor: {err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}

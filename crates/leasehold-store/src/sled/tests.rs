@@ -547,8 +547,18 @@ fn a_backup_asked_for_during_a_reclaim_waits_for_it_and_neither_is_given_up() {
 #[test]
 fn a_settle_after_churn_rewrites_the_store_once_and_keeps_what_is_live() {
     let big = "x".repeat(1024);
-    let churn = |s: &SledStore, job: &JobName, keep: usize| {
-        // 200 values of 1 KiB written and deleted, `keep` written and kept.
+    // `n` values of 1 KiB written and kept, then a checkpoint.
+    let keep = |s: &SledStore, job: &JobName, n: usize| {
+        for i in 0..n {
+            let k = format!("kept{i:03}");
+            s.put_value(job, k.as_bytes(), &val(1, 1, Some(&big)))
+                .unwrap();
+        }
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+    };
+    let churn = |s: &SledStore, job: &JobName, kept: usize| {
+        // 200 values of 1 KiB written and deleted, `kept` written and kept.
         for round in 0..2 {
             for i in 0..200 {
                 let k = format!("gone{i:03}");
@@ -559,13 +569,7 @@ fn a_settle_after_churn_rewrites_the_store_once_and_keeps_what_is_live() {
             s.sync().unwrap();
             s.checkpoint().unwrap();
         }
-        for i in 0..keep {
-            let k = format!("kept{i:03}");
-            s.put_value(job, k.as_bytes(), &val(1, 1, Some(&big)))
-                .unwrap();
-        }
-        s.sync().unwrap();
-        s.checkpoint().unwrap();
+        keep(s, job, kept);
     };
     let job = Limits::default().job("j").unwrap();
 
@@ -598,13 +602,7 @@ fn a_settle_after_churn_rewrites_the_store_once_and_keeps_what_is_live() {
     s.reclaim_now(0, 0).unwrap();
     assert_eq!(s.reclaims(), 1);
     // After it, 10 KiB only: under the floor alone.
-    for i in 0..10 {
-        let k = format!("kept{i:03}");
-        s.put_value(&job, k.as_bytes(), &val(1, 1, Some(&big)))
-            .unwrap();
-    }
-    s.sync().unwrap();
-    s.checkpoint().unwrap();
+    keep(&s, &job, 10);
     s.settle().unwrap();
     assert_eq!(s.reclaims(), 2, "the churn before the reclaim counts too");
     drop(s);
