@@ -421,6 +421,8 @@ fn end_name(t: &Tenure) -> &'static str {
         Some(End::Deleted) => "deleted",
         Some(End::Restored) => "restored",
         Some(End::Recovered) => "recovered",
+        Some(End::ConnectionClosed) => "connection closed",
+        Some(End::Transferred) => "transferred",
         Some(End::Unspecified) => "?",
     }
 }

@@ -377,6 +377,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         holder: holder.into(),
         ttl,
         wait,
+        bind_to_stream: false,
     };
     let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         job: job.into(),
@@ -664,6 +665,7 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
             nanos: 0,
         }),
         wait: None,
+        bind_to_stream: false,
     };
     let st = leases
         .acquire(acquire("x".repeat(100_000), "b".into()))
@@ -709,6 +711,7 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
         holder: holder.into(),
         ttl,
         wait: None,
+        bind_to_stream: false,
     };
     let renew = |job: &str, holder: &str| proto::RenewRequest {
         job: job.into(),
@@ -1041,6 +1044,7 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
             token: 1,
             ttl: ttl(secs),
         }],
+        bind_to_stream: false,
     };
     let msgs = vec![
         renewal("a", 20).encode_to_vec(),

@@ -170,6 +170,7 @@ async fn a_flood_of_new_jobs_stops_at_max_jobs_and_costs_a_leader_nothing() {
                             nanos: 0,
                         }),
                         wait: None,
+                        bind_to_stream: false,
                     };
                     match raw.acquire(req).await {
                         Ok(_) => c.fetch_add(1, Ordering::Relaxed),

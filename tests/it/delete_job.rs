@@ -199,6 +199,7 @@ async fn limits_on_jobs_and_keys(place: Place) {
             nanos: 0,
         }),
         wait: None,
+        bind_to_stream: false,
     };
     quota(
         raw.acquire(acquire_d.clone()).await.unwrap_err(),

@@ -210,6 +210,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
                 holder: "a".into(),
                 ttl: Some(ms(bad)),
                 wait: None,
+                bind_to_stream: false,
             })
             .await
             .unwrap_err();
@@ -228,6 +229,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
             holder: "a".into(),
             ttl: Some(ms(3000)),
             wait: None,
+            bind_to_stream: false,
         })
         .await
         .unwrap()
@@ -654,6 +656,7 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             holder: "b".into(),
             ttl: d(30),
             wait: None,
+            bind_to_stream: false,
         }),
         l2.renew(proto::RenewRequest {
             job: "j".into(),

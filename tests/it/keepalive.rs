@@ -214,6 +214,7 @@ async fn bad_input_in_one_entry_is_rejected_with_the_field_named() {
             raw_renewal(&long, "me@1", t, Some(TTL)),
             raw_renewal("ok0", "me@1", t, Some(Duration::from_secs(20))),
         ],
+        bind_to_stream: false,
     })
     .await
     .unwrap();
@@ -255,9 +256,13 @@ async fn requests_are_answered_in_order_and_an_oversized_message_ends_the_stream
         } else {
             vec![raw_renewal("p0", "me@1", t, Some(TTL))]
         };
-        tx.send(proto::KeepAliveRequest { id, renewals })
-            .await
-            .unwrap();
+        tx.send(proto::KeepAliveRequest {
+            id,
+            renewals,
+            bind_to_stream: false,
+        })
+        .await
+        .unwrap();
     }
     for id in [1, 2, 3] {
         let r = rx.message().await.unwrap().unwrap();
@@ -269,9 +274,13 @@ async fn requests_are_answered_in_order_and_an_oversized_message_ends_the_stream
     let renewals = (0..1001)
         .map(|_| raw_renewal("p0", "m", t, Some(TTL)))
         .collect();
-    tx.send(proto::KeepAliveRequest { id: 4, renewals })
-        .await
-        .unwrap();
+    tx.send(proto::KeepAliveRequest {
+        id: 4,
+        renewals,
+        bind_to_stream: false,
+    })
+    .await
+    .unwrap();
     let st = rx.message().await.unwrap_err();
     assert_eq!(st.code(), Code::InvalidArgument);
     let d = st.get_error_details();
@@ -320,6 +329,7 @@ async fn a_message_too_large_ends_the_stream_after_the_answers_before_it() {
         tx.send(proto::KeepAliveRequest {
             id,
             renewals: vec![raw_renewal("big0", "me@1", t, Some(secs(10 * id)))],
+            bind_to_stream: false,
         })
         .await
         .unwrap();
@@ -330,6 +340,7 @@ async fn a_message_too_large_ends_the_stream_after_the_answers_before_it() {
         renewals: (0..300)
             .map(|_| raw_renewal("big0", &long, t, Some(secs(30))))
             .collect(),
+        bind_to_stream: false,
     })
     .await
     .unwrap();
@@ -339,6 +350,7 @@ async fn a_message_too_large_ends_the_stream_after_the_answers_before_it() {
         .send(proto::KeepAliveRequest {
             id: 4,
             renewals: vec![raw_renewal("big0", "me@1", t, Some(secs(40)))],
+            bind_to_stream: false,
         })
         .await;
     for id in [1, 2] {
@@ -373,7 +385,14 @@ async fn a_message_that_does_not_decode_ends_the_stream_naming_the_field() {
     let c = s.client().await;
     let t = acquire_many(&c, "utf", "me@1", 1).await[0];
     let secs = Duration::from_secs;
-    let msg = |id, renewals| proto::KeepAliveRequest { id, renewals }.encode_to_vec();
+    let msg = |id, renewals| {
+        proto::KeepAliveRequest {
+            id,
+            renewals,
+            bind_to_stream: false,
+        }
+        .encode_to_vec()
+    };
     let msgs = vec![
         msg(1, vec![raw_renewal("utf0", "me@1", t, Some(secs(20)))]),
         raw::not_utf8(
@@ -424,6 +443,7 @@ async fn shutdown_ends_the_stream_with_shutting_down() {
     tx.send(proto::KeepAliveRequest {
         id: 1,
         renewals: vec![raw_renewal("s0", "me@1", t, Some(TTL))],
+        bind_to_stream: false,
     })
     .await
     .unwrap();

@@ -37,6 +37,7 @@ async fn a_request_deadline_ends_a_waiting_acquire_and_frees_its_place() {
             seconds: 60,
             nanos: 0,
         }),
+        bind_to_stream: false,
     });
     req.set_timeout(Duration::from_millis(300));
     let t = Instant::now();
@@ -109,6 +110,7 @@ async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again(
                         nanos: 0,
                     }),
                     wait: None,
+                    bind_to_stream: false,
                 })
                 .await
             }));
@@ -365,6 +367,7 @@ fn flood(
                     seconds: 60,
                     nanos: 0,
                 }),
+                bind_to_stream: false,
             };
             tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
         })
@@ -1042,6 +1045,7 @@ async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes()
                 seconds: 30,
                 nanos: 0,
             }),
+            bind_to_stream: false,
         })
         .await
         .unwrap_err();
@@ -1125,6 +1129,7 @@ async fn open_streams_count_in_their_connections_share() {
                 nanos: 0,
             }),
         }],
+        bind_to_stream: false,
     })
     .await
     .unwrap();

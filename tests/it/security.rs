@@ -359,6 +359,7 @@ async fn another_principals_lease_cannot_be_renewed_released_reacquired_or_kept_
             token,
             ttl: Some(leasehold::proto::to_proto_duration(TTL)),
         }],
+        bind_to_stream: false,
     };
     let st = match raw.keep_alive(tokio_stream::iter(vec![req])).await {
         Err(st) => st,
@@ -1839,6 +1840,7 @@ fn acquire_req(job: &str, holder: &str, wait_secs: i64) -> proto::AcquireRequest
             seconds: wait_secs,
             nanos: 0,
         }),
+        bind_to_stream: false,
     }
 }
 

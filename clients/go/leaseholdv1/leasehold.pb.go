@@ -121,6 +121,10 @@ const (
 	// (status FAILED_PRECONDITION). Nothing was deleted. Retry once the lease
 	// is released or has expired and nobody waits.
 	ErrorReason_ERROR_REASON_JOB_IN_USE ErrorReason = 13
+	// TransferLease named a successor that has no Acquire waiting on the
+	// job, or nobody waits (status FAILED_PRECONDITION). Nothing changed:
+	// the caller still leads. Retry once a successor waits, or release.
+	ErrorReason_ERROR_REASON_NO_SUCCESSOR ErrorReason = 14
 )
 
 // Enum value maps for ErrorReason.
@@ -140,6 +144,7 @@ var (
 		11: "ERROR_REASON_OVERLOADED",
 		12: "ERROR_REASON_QUOTA_EXCEEDED",
 		13: "ERROR_REASON_JOB_IN_USE",
+		14: "ERROR_REASON_NO_SUCCESSOR",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -156,6 +161,7 @@ var (
 		"ERROR_REASON_OVERLOADED":        11,
 		"ERROR_REASON_QUOTA_EXCEEDED":    12,
 		"ERROR_REASON_JOB_IN_USE":        13,
+		"ERROR_REASON_NO_SUCCESSOR":      14,
 	}
 )
 
@@ -208,6 +214,11 @@ const (
 	Tenure_END_RESTORED Tenure_End = 5
 	// `leasehold recover` released it, likewise.
 	Tenure_END_RECOVERED Tenure_End = 6
+	// The grant was bound to its connection (`bind_to_stream`), and the
+	// client's end of that connection closed or reset.
+	Tenure_END_CONNECTION_CLOSED Tenure_End = 7
+	// The holder handed it to a waiting successor (TransferLease).
+	Tenure_END_TRANSFERRED Tenure_End = 8
 )
 
 // Enum value maps for Tenure_End.
@@ -220,15 +231,19 @@ var (
 		4: "END_DELETED",
 		5: "END_RESTORED",
 		6: "END_RECOVERED",
+		7: "END_CONNECTION_CLOSED",
+		8: "END_TRANSFERRED",
 	}
 	Tenure_End_value = map[string]int32{
-		"END_UNSPECIFIED": 0,
-		"END_RELEASED":    1,
-		"END_EXPIRED":     2,
-		"END_TAKEN_OVER":  3,
-		"END_DELETED":     4,
-		"END_RESTORED":    5,
-		"END_RECOVERED":   6,
+		"END_UNSPECIFIED":       0,
+		"END_RELEASED":          1,
+		"END_EXPIRED":           2,
+		"END_TAKEN_OVER":        3,
+		"END_DELETED":           4,
+		"END_RESTORED":          5,
+		"END_RECOVERED":         6,
+		"END_CONNECTION_CLOSED": 7,
+		"END_TRANSFERRED":       8,
 	}
 )
 
@@ -256,7 +271,7 @@ func (x Tenure_End) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Tenure_End.Descriptor instead.
 func (Tenure_End) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type LeaseEvent_Kind int32
@@ -267,7 +282,9 @@ const (
 	LeaseEvent_KIND_CURRENT LeaseEvent_Kind = 1
 	// A grant to a new holder, or a new token.
 	LeaseEvent_KIND_ACQUIRED LeaseEvent_Kind = 2
-	// The holder released the lease.
+	// The holder released the lease, or its connection closed (a grant
+	// bound with `bind_to_stream`). A transfer is one ACQUIRED event: the
+	// lease is never free in between.
 	LeaseEvent_KIND_RELEASED LeaseEvent_Kind = 3
 	// The lease ran out without being renewed.
 	LeaseEvent_KIND_EXPIRED LeaseEvent_Kind = 4
@@ -315,7 +332,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type WriteResult_Outcome int32
@@ -385,7 +402,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -450,7 +467,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type Lease struct {
@@ -559,7 +576,22 @@ type AcquireRequest struct {
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Optional. How long to wait for the lease to free up. Unset or zero
 	// answers at once. At most the server's configured maximum (default 1 h).
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// Optional. Bind the grant to this call's connection: when the client's
+	// end of the connection closes or resets (a FIN or RST from the client,
+	// as its kernel sends when its process dies) while the grant is still
+	// `holder`'s with its token, the lease is released at once, the first
+	// waiting Acquire is granted the next token, and the history records the
+	// tenure's end as CONNECTION_CLOSED. A connection that merely goes
+	// silent (a partition, a paused process, a half-open socket, a proxy
+	// that keeps the connection open) releases nothing: the lease runs for
+	// its TTL as usual. Nor does a connection the server closes itself (its
+	// idle timeout, its shutdown), or a stream that ends with an error while
+	// its connection lives on. The trade: a live leader whose connection is
+	// cut (a proxy or load balancer that closes it, a client library that
+	// reconnects) loses its lease at once; its writes are then fenced.
+	// A later bind of the same lease, on another connection, moves it there.
+	BindToStream  bool `protobuf:"varint,5,opt,name=bind_to_stream,json=bindToStream,proto3" json:"bind_to_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +652,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetBindToStream() bool {
+	if x != nil {
+		return x.BindToStream
+	}
+	return false
 }
 
 type AcquireResponse struct {
@@ -913,6 +952,136 @@ func (x *ReleaseResponse) GetReleased() bool {
 	return false
 }
 
+type TransferLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The job.
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Required. The live holder, handing the lease over.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Required. The token of its grant.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// Optional. The holder to hand over to, which must have an Acquire
+	// waiting on the job. Empty: the first waiter in line.
+	ToHolder string `protobuf:"bytes,4,opt,name=to_holder,json=toHolder,proto3" json:"to_holder,omitempty"`
+	// Optional. The successor's lease lifetime, within the server's
+	// configured TTL range. Unset: the TTL the lease has now (its last grant
+	// or renewal).
+	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaseRequest) Reset() {
+	*x = TransferLeaseRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaseRequest) ProtoMessage() {}
+
+func (x *TransferLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaseRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TransferLeaseRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *TransferLeaseRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *TransferLeaseRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *TransferLeaseRequest) GetToHolder() string {
+	if x != nil {
+		return x.ToHolder
+	}
+	return ""
+}
+
+func (x *TransferLeaseRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type TransferLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The successor's grant: its holder, token (the caller's token + 1) and
+	// TTL.
+	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaseResponse) Reset() {
+	*x = TransferLeaseResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaseResponse) ProtoMessage() {}
+
+func (x *TransferLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaseResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferLeaseResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 type GetLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -922,7 +1091,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1103,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1116,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetLeaseRequest) GetJob() string {
@@ -966,7 +1135,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1147,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1160,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1011,7 +1180,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1192,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1205,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteJobResponse) GetDeleted() bool {
@@ -1064,7 +1233,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1245,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1258,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1129,7 +1298,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1310,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1323,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1187,7 +1356,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1368,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1381,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetHistoryRequest) GetJob() string {
@@ -1248,7 +1417,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1429,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1442,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetHistoryResponse) GetTenures() []*Tenure {
@@ -1311,7 +1480,7 @@ type Tenure struct {
 
 func (x *Tenure) Reset() {
 	*x = Tenure{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1492,7 @@ func (x *Tenure) String() string {
 func (*Tenure) ProtoMessage() {}
 
 func (x *Tenure) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1505,7 @@ func (x *Tenure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
 func (*Tenure) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Tenure) GetToken() uint64 {
@@ -1397,7 +1566,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1578,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1591,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1443,7 +1612,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1624,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1637,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1504,7 +1673,7 @@ type CheckedWriteRequest struct {
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1685,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1698,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -1578,7 +1747,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1759,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1772,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -1628,7 +1797,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1809,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1822,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -1683,7 +1852,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1864,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1877,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -1745,7 +1914,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1926,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1939,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -1818,7 +1987,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1999,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +2012,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -1875,7 +2044,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2056,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2069,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -1951,7 +2120,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2132,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2145,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -2020,7 +2189,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2201,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2214,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -2095,7 +2264,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2276,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2289,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -2147,14 +2316,19 @@ type KeepAliveRequest struct {
 	// The leases to renew, at most 1000. Each entry is checked and decided
 	// on its own. Empty is allowed and answered with an empty response
 	// (a cheap liveness probe of the stream).
-	Renewals      []*KeepAliveRenewal `protobuf:"bytes,2,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	Renewals []*KeepAliveRenewal `protobuf:"bytes,2,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	// Optional. Bind each lease renewed by this message to the connection
+	// that carries this stream, as AcquireRequest.bind_to_stream does: it is
+	// released at once when the client's end of the connection closes or
+	// resets, not when it goes silent, and not when only this stream ends.
+	BindToStream  bool `protobuf:"varint,3,opt,name=bind_to_stream,json=bindToStream,proto3" json:"bind_to_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2166,7 +2340,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2179,7 +2353,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -2194,6 +2368,13 @@ func (x *KeepAliveRequest) GetRenewals() []*KeepAliveRenewal {
 		return x.Renewals
 	}
 	return nil
+}
+
+func (x *KeepAliveRequest) GetBindToStream() bool {
+	if x != nil {
+		return x.BindToStream
+	}
+	return false
 }
 
 // One lease to renew: the fields of RenewRequest, with the same rules.
@@ -2214,7 +2395,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2407,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2420,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -2283,7 +2464,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2476,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2489,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -2347,7 +2528,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2540,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2553,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2421,12 +2602,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\x96\x01\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\xbc\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"X\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12$\n" +
+	"\x0ebind_to_stream\x18\x05 \x01(\bR\fbindToStream\"X\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12)\n" +
 	"\x05lease\x18\x02 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"{\n" +
@@ -2443,7 +2625,15 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1b\n" +
 	"\tgive_back\x18\x04 \x01(\bR\bgiveBack\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased\"#\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xa0\x01\n" +
+	"\x14TransferLeaseRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1b\n" +
+	"\tto_holder\x18\x04 \x01(\tR\btoHolder\x12+\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"B\n" +
+	"\x15TransferLeaseResponse\x12)\n" +
+	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"#\n" +
 	"\x0fGetLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"$\n" +
 	"\x10DeleteJobRequest\x12\x10\n" +
@@ -2465,7 +2655,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x12GetHistoryResponse\x12.\n" +
 	"\atenures\x18\x01 \x03(\v2\x14.leasehold.v1.TenureR\atenures\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa9\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd9\x03\n" +
 	"\x06Tenure\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
@@ -2474,7 +2664,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12*\n" +
 	"\x03end\x18\x06 \x01(\x0e2\x18.leasehold.v1.Tenure.EndR\x03end\x125\n" +
-	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\x87\x01\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xb7\x01\n" +
 	"\x03End\x12\x13\n" +
 	"\x0fEND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fEND_RELEASED\x10\x01\x12\x0f\n" +
@@ -2482,7 +2672,9 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0eEND_TAKEN_OVER\x10\x03\x12\x0f\n" +
 	"\vEND_DELETED\x10\x04\x12\x10\n" +
 	"\fEND_RESTORED\x10\x05\x12\x11\n" +
-	"\rEND_RECOVERED\x10\x06\"%\n" +
+	"\rEND_RECOVERED\x10\x06\x12\x19\n" +
+	"\x15END_CONNECTION_CLOSED\x10\a\x12\x13\n" +
+	"\x0fEND_TRANSFERRED\x10\b\"%\n" +
 	"\x11WatchLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"\xd2\x01\n" +
 	"\n" +
@@ -2543,10 +2735,11 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\rR\x04size\"e\n" +
 	"\x10ListKeysResponse\x12)\n" +
 	"\x04keys\x18\x01 \x03(\v2\x15.leasehold.v1.KeyInfoR\x04keys\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\fR\rnextPageToken\"^\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\fR\rnextPageToken\"\x84\x01\n" +
 	"\x10KeepAliveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12:\n" +
-	"\brenewals\x18\x02 \x03(\v2\x1e.leasehold.v1.KeepAliveRenewalR\brenewals\"\x7f\n" +
+	"\brenewals\x18\x02 \x03(\v2\x1e.leasehold.v1.KeepAliveRenewalR\brenewals\x12$\n" +
+	"\x0ebind_to_stream\x18\x03 \x01(\bR\fbindToStream\"\x7f\n" +
 	"\x10KeepAliveRenewal\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2566,7 +2759,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xbe\x03\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xdd\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -2582,11 +2775,13 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x12\x1b\n" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f\x12\x1b\n" +
-	"\x17ERROR_REASON_JOB_IN_USE\x10\r2\xa7\x05\n" +
+	"\x17ERROR_REASON_JOB_IN_USE\x10\r\x12\x1d\n" +
+	"\x19ERROR_REASON_NO_SUCCESSOR\x10\x0e2\x81\x06\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +
-	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12>\n" +
+	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12X\n" +
+	"\rTransferLease\x12\".leasehold.v1.TransferLeaseRequest\x1a#.leasehold.v1.TransferLeaseResponse\x12>\n" +
 	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x13.leasehold.v1.Lease\x12L\n" +
 	"\tDeleteJob\x12\x1e.leasehold.v1.DeleteJobRequest\x1a\x1f.leasehold.v1.DeleteJobResponse\x12O\n" +
 	"\n" +
@@ -2616,7 +2811,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: leasehold.v1.ErrorReason
 	(Tenure_End)(0),               // 1: leasehold.v1.Tenure.End
@@ -2630,89 +2825,95 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*RenewResponse)(nil),         // 9: leasehold.v1.RenewResponse
 	(*ReleaseRequest)(nil),        // 10: leasehold.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),       // 11: leasehold.v1.ReleaseResponse
-	(*GetLeaseRequest)(nil),       // 12: leasehold.v1.GetLeaseRequest
-	(*DeleteJobRequest)(nil),      // 13: leasehold.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 14: leasehold.v1.DeleteJobResponse
-	(*ListLeasesRequest)(nil),     // 15: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 16: leasehold.v1.ListLeasesResponse
-	(*GetHistoryRequest)(nil),     // 17: leasehold.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),    // 18: leasehold.v1.GetHistoryResponse
-	(*Tenure)(nil),                // 19: leasehold.v1.Tenure
-	(*WatchLeaseRequest)(nil),     // 20: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),            // 21: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),   // 22: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil),  // 23: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),    // 24: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),   // 25: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),           // 26: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),           // 27: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),          // 28: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),       // 29: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),               // 30: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),      // 31: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),      // 32: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),      // 33: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),     // 34: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),       // 35: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),   // 36: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 37: google.protobuf.Timestamp
+	(*TransferLeaseRequest)(nil),  // 12: leasehold.v1.TransferLeaseRequest
+	(*TransferLeaseResponse)(nil), // 13: leasehold.v1.TransferLeaseResponse
+	(*GetLeaseRequest)(nil),       // 14: leasehold.v1.GetLeaseRequest
+	(*DeleteJobRequest)(nil),      // 15: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),     // 16: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),     // 17: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),    // 18: leasehold.v1.ListLeasesResponse
+	(*GetHistoryRequest)(nil),     // 19: leasehold.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),    // 20: leasehold.v1.GetHistoryResponse
+	(*Tenure)(nil),                // 21: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),     // 22: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),            // 23: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),   // 24: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),  // 25: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),    // 26: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),   // 27: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),           // 28: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),           // 29: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),          // 30: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),       // 31: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),               // 32: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),      // 33: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),      // 34: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),      // 35: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),     // 36: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),       // 37: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	36, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	36, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	36, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	38, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	38, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	38, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	36, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	5,  // 7: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	19, // 8: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
-	37, // 9: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
-	36, // 10: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
-	1,  // 11: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
-	37, // 12: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
-	5,  // 13: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
-	2,  // 14: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	22, // 15: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	26, // 16: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
-	3,  // 17: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	30, // 18: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	33, // 19: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	36, // 20: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	35, // 21: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	4,  // 22: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	5,  // 23: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	6,  // 24: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 25: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	10, // 26: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	12, // 27: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	13, // 28: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	15, // 29: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	17, // 30: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
-	20, // 31: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	32, // 32: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	22, // 33: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	24, // 34: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	27, // 35: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	29, // 36: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	7,  // 37: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 38: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	11, // 39: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	5,  // 40: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	14, // 41: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	16, // 42: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	18, // 43: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
-	21, // 44: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	34, // 45: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	23, // 46: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	25, // 47: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	28, // 48: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	31, // 49: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	37, // [37:50] is the sub-list for method output_type
-	24, // [24:37] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	38, // 7: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 8: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	5,  // 9: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	21, // 10: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	39, // 11: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	38, // 12: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	1,  // 13: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
+	39, // 14: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	5,  // 15: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	2,  // 16: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
+	24, // 17: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	28, // 18: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	3,  // 19: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	32, // 20: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	35, // 21: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	38, // 22: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	37, // 23: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	4,  // 24: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	5,  // 25: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	6,  // 26: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 27: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	10, // 28: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	12, // 29: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
+	14, // 30: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	15, // 31: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	17, // 32: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	19, // 33: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	22, // 34: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	34, // 35: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	24, // 36: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	26, // 37: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	29, // 38: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	31, // 39: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	7,  // 40: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 41: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	11, // 42: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	13, // 43: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
+	5,  // 44: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	16, // 45: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	18, // 46: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	20, // 47: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	23, // 48: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	36, // 49: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	25, // 50: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	27, // 51: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	30, // 52: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	33, // 53: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	40, // [40:54] is the sub-list for method output_type
+	26, // [26:40] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2726,7 +2927,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -56,15 +56,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Leases_Acquire_FullMethodName    = "/leasehold.v1.Leases/Acquire"
-	Leases_Renew_FullMethodName      = "/leasehold.v1.Leases/Renew"
-	Leases_Release_FullMethodName    = "/leasehold.v1.Leases/Release"
-	Leases_GetLease_FullMethodName   = "/leasehold.v1.Leases/GetLease"
-	Leases_DeleteJob_FullMethodName  = "/leasehold.v1.Leases/DeleteJob"
-	Leases_ListLeases_FullMethodName = "/leasehold.v1.Leases/ListLeases"
-	Leases_GetHistory_FullMethodName = "/leasehold.v1.Leases/GetHistory"
-	Leases_WatchLease_FullMethodName = "/leasehold.v1.Leases/WatchLease"
-	Leases_KeepAlive_FullMethodName  = "/leasehold.v1.Leases/KeepAlive"
+	Leases_Acquire_FullMethodName       = "/leasehold.v1.Leases/Acquire"
+	Leases_Renew_FullMethodName         = "/leasehold.v1.Leases/Renew"
+	Leases_Release_FullMethodName       = "/leasehold.v1.Leases/Release"
+	Leases_TransferLease_FullMethodName = "/leasehold.v1.Leases/TransferLease"
+	Leases_GetLease_FullMethodName      = "/leasehold.v1.Leases/GetLease"
+	Leases_DeleteJob_FullMethodName     = "/leasehold.v1.Leases/DeleteJob"
+	Leases_ListLeases_FullMethodName    = "/leasehold.v1.Leases/ListLeases"
+	Leases_GetHistory_FullMethodName    = "/leasehold.v1.Leases/GetHistory"
+	Leases_WatchLease_FullMethodName    = "/leasehold.v1.Leases/WatchLease"
+	Leases_KeepAlive_FullMethodName     = "/leasehold.v1.Leases/KeepAlive"
 )
 
 // LeasesClient is the client API for Leases service.
@@ -87,6 +88,11 @@ type LeasesClient interface {
 	// deadline itself; it never polls.
 	//
 	// A grant is on stable storage before the reply.
+	//
+	// With `bind_to_stream`, the grant is bound to the caller's connection
+	// (see AcquireRequest.bind_to_stream): it is released at once when the
+	// client's end of that connection closes or resets, as when its process
+	// dies.
 	Acquire(ctx context.Context, in *AcquireRequest, opts ...grpc.CallOption) (*AcquireResponse, error)
 	// Renew extends a live lease held by `holder` with `token` by `ttl`,
 	// counted from now. Anything else (the lease expired, another holder,
@@ -98,6 +104,23 @@ type LeasesClient interface {
 	// Releasing a lease that is no longer held by `holder` with `token` fails
 	// with FAILED_PRECONDITION, reason LEASE_LOST, and changes nothing.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
+	// TransferLease hands the live lease of `holder` with `token` to a
+	// waiting Acquire, in one durable decision: the successor is granted
+	// the next token (`token` + 1) with no moment when the job is free, and
+	// its waiting Acquire returns at once. The successor is the first
+	// waiter in line whose holder is `to_holder`, or the first waiter in
+	// line when `to_holder` is empty.
+	//
+	//   - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+	//     nothing changes (the caller still leads).
+	//   - The lease is not `holder`'s with `token` (expired, released, moved
+	//     on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+	//     reason LEASE_LOST, as Renew would answer, and nothing changes.
+	//
+	// The history records the tenure's end as TRANSFERRED, and watchers see
+	// the successor's grant (ACQUIRED). With a policy, this is action
+	// `lease`, and the lease must be the caller's principal's.
+	TransferLease(ctx context.Context, in *TransferLeaseRequest, opts ...grpc.CallOption) (*TransferLeaseResponse, error)
 	// GetLease returns the job's lease. A job never granted has token 0; a job
 	// that is free keeps its last token and has an empty holder.
 	GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*Lease, error)
@@ -205,6 +228,16 @@ func (c *leasesClient) Release(ctx context.Context, in *ReleaseRequest, opts ...
 	return out, nil
 }
 
+func (c *leasesClient) TransferLease(ctx context.Context, in *TransferLeaseRequest, opts ...grpc.CallOption) (*TransferLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferLeaseResponse)
+	err := c.cc.Invoke(ctx, Leases_TransferLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesClient) GetLease(ctx context.Context, in *GetLeaseRequest, opts ...grpc.CallOption) (*Lease, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Lease)
@@ -297,6 +330,11 @@ type LeasesServer interface {
 	// deadline itself; it never polls.
 	//
 	// A grant is on stable storage before the reply.
+	//
+	// With `bind_to_stream`, the grant is bound to the caller's connection
+	// (see AcquireRequest.bind_to_stream): it is released at once when the
+	// client's end of that connection closes or resets, as when its process
+	// dies.
 	Acquire(context.Context, *AcquireRequest) (*AcquireResponse, error)
 	// Renew extends a live lease held by `holder` with `token` by `ttl`,
 	// counted from now. Anything else (the lease expired, another holder,
@@ -308,6 +346,23 @@ type LeasesServer interface {
 	// Releasing a lease that is no longer held by `holder` with `token` fails
 	// with FAILED_PRECONDITION, reason LEASE_LOST, and changes nothing.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
+	// TransferLease hands the live lease of `holder` with `token` to a
+	// waiting Acquire, in one durable decision: the successor is granted
+	// the next token (`token` + 1) with no moment when the job is free, and
+	// its waiting Acquire returns at once. The successor is the first
+	// waiter in line whose holder is `to_holder`, or the first waiter in
+	// line when `to_holder` is empty.
+	//
+	//   - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+	//     nothing changes (the caller still leads).
+	//   - The lease is not `holder`'s with `token` (expired, released, moved
+	//     on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+	//     reason LEASE_LOST, as Renew would answer, and nothing changes.
+	//
+	// The history records the tenure's end as TRANSFERRED, and watchers see
+	// the successor's grant (ACQUIRED). With a policy, this is action
+	// `lease`, and the lease must be the caller's principal's.
+	TransferLease(context.Context, *TransferLeaseRequest) (*TransferLeaseResponse, error)
 	// GetLease returns the job's lease. A job never granted has token 0; a job
 	// that is free keeps its last token and has an empty holder.
 	GetLease(context.Context, *GetLeaseRequest) (*Lease, error)
@@ -393,6 +448,9 @@ func (UnimplementedLeasesServer) Renew(context.Context, *RenewRequest) (*RenewRe
 }
 func (UnimplementedLeasesServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
+}
+func (UnimplementedLeasesServer) TransferLease(context.Context, *TransferLeaseRequest) (*TransferLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLease not implemented")
 }
 func (UnimplementedLeasesServer) GetLease(context.Context, *GetLeaseRequest) (*Lease, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLease not implemented")
@@ -483,6 +541,24 @@ func _Leases_Release_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LeasesServer).Release(ctx, req.(*ReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Leases_TransferLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).TransferLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_TransferLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).TransferLease(ctx, req.(*TransferLeaseRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -595,6 +671,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Leases_Release_Handler,
+		},
+		{
+			MethodName: "TransferLease",
+			Handler:    _Leases_TransferLease_Handler,
 		},
 		{
 			MethodName: "GetLease",

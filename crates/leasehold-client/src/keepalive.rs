@@ -120,7 +120,11 @@ pub struct KeepAlive {
 impl Batch for proto::KeepAliveRequest {
     type Entry = proto::KeepAliveRenewal;
     fn new(id: u64, renewals: Vec<Self::Entry>) -> Self {
-        proto::KeepAliveRequest { id, renewals }
+        proto::KeepAliveRequest {
+            id,
+            renewals,
+            bind_to_stream: false,
+        }
     }
     fn into_parts(self) -> (u64, Vec<Self::Entry>) {
         (self.id, self.renewals)

@@ -596,6 +596,7 @@ impl Client {
             holder: holder.into(),
             ttl: Some(to_proto_duration(ttl)),
             wait: Some(to_proto_duration(wait)),
+            bind_to_stream: false,
         });
         let (r, asking) = match wait.is_zero() {
             true => (call.await, asking),

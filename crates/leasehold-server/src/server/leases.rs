@@ -489,6 +489,13 @@ impl proto::leases_server::Leases for LeasesService {
         Ok(Response::new(proto::ReleaseResponse { released }))
     }
 
+    async fn transfer_lease(
+        &self,
+        _req: Request<proto::TransferLeaseRequest>,
+    ) -> Result<Response<proto::TransferLeaseResponse>, Status> {
+        Err(Status::unimplemented("TransferLease"))
+    }
+
     async fn get_lease(
         &self,
         req: Request<proto::GetLeaseRequest>,

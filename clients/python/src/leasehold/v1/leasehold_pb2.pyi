@@ -27,6 +27,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_OVERLOADED: _ClassVar[ErrorReason]
     ERROR_REASON_QUOTA_EXCEEDED: _ClassVar[ErrorReason]
     ERROR_REASON_JOB_IN_USE: _ClassVar[ErrorReason]
+    ERROR_REASON_NO_SUCCESSOR: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_LEASE_LOST: ErrorReason
 ERROR_REASON_FENCED: ErrorReason
@@ -41,6 +42,7 @@ ERROR_REASON_PERMISSION_DENIED: ErrorReason
 ERROR_REASON_OVERLOADED: ErrorReason
 ERROR_REASON_QUOTA_EXCEEDED: ErrorReason
 ERROR_REASON_JOB_IN_USE: ErrorReason
+ERROR_REASON_NO_SUCCESSOR: ErrorReason
 
 class Lease(_message.Message):
     __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal")
@@ -59,16 +61,18 @@ class Lease(_message.Message):
     def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("job", "holder", "ttl", "wait")
+    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
+    BIND_TO_STREAM_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    bind_to_stream: bool
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease")
@@ -113,6 +117,26 @@ class ReleaseResponse(_message.Message):
     RELEASED_FIELD_NUMBER: _ClassVar[int]
     released: bool
     def __init__(self, released: _Optional[bool] = ...) -> None: ...
+
+class TransferLeaseRequest(_message.Message):
+    __slots__ = ("job", "holder", "token", "to_holder", "ttl")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TO_HOLDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    holder: str
+    token: int
+    to_holder: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., to_holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class TransferLeaseResponse(_message.Message):
+    __slots__ = ("lease",)
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease: Lease
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class GetLeaseRequest(_message.Message):
     __slots__ = ("job",)
@@ -179,6 +203,8 @@ class Tenure(_message.Message):
         END_DELETED: _ClassVar[Tenure.End]
         END_RESTORED: _ClassVar[Tenure.End]
         END_RECOVERED: _ClassVar[Tenure.End]
+        END_CONNECTION_CLOSED: _ClassVar[Tenure.End]
+        END_TRANSFERRED: _ClassVar[Tenure.End]
     END_UNSPECIFIED: Tenure.End
     END_RELEASED: Tenure.End
     END_EXPIRED: Tenure.End
@@ -186,6 +212,8 @@ class Tenure(_message.Message):
     END_DELETED: Tenure.End
     END_RESTORED: Tenure.End
     END_RECOVERED: Tenure.End
+    END_CONNECTION_CLOSED: Tenure.End
+    END_TRANSFERRED: Tenure.End
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
@@ -345,12 +373,14 @@ class ListKeysResponse(_message.Message):
     def __init__(self, keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ..., next_page_token: _Optional[bytes] = ...) -> None: ...
 
 class KeepAliveRequest(_message.Message):
-    __slots__ = ("id", "renewals")
+    __slots__ = ("id", "renewals", "bind_to_stream")
     ID_FIELD_NUMBER: _ClassVar[int]
     RENEWALS_FIELD_NUMBER: _ClassVar[int]
+    BIND_TO_STREAM_FIELD_NUMBER: _ClassVar[int]
     id: int
     renewals: _containers.RepeatedCompositeFieldContainer[KeepAliveRenewal]
-    def __init__(self, id: _Optional[int] = ..., renewals: _Optional[_Iterable[_Union[KeepAliveRenewal, _Mapping]]] = ...) -> None: ...
+    bind_to_stream: bool
+    def __init__(self, id: _Optional[int] = ..., renewals: _Optional[_Iterable[_Union[KeepAliveRenewal, _Mapping]]] = ..., bind_to_stream: _Optional[bool] = ...) -> None: ...
 
 class KeepAliveRenewal(_message.Message):
     __slots__ = ("job", "holder", "token", "ttl")

@@ -50,6 +50,11 @@ class LeasesStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
+        self.TransferLease = channel.unary_unary(
+                '/leasehold.v1.Leases/TransferLease',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseResponse.FromString,
+                _registered_method=True)
         self.GetLease = channel.unary_unary(
                 '/leasehold.v1.Leases/GetLease',
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetLeaseRequest.SerializeToString,
@@ -101,6 +106,11 @@ class LeasesServicer:
         deadline itself; it never polls.
 
         A grant is on stable storage before the reply.
+
+        With `bind_to_stream`, the grant is bound to the caller's connection
+        (see AcquireRequest.bind_to_stream): it is released at once when the
+        client's end of that connection closes or resets, as when its process
+        dies.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,6 +131,28 @@ class LeasesServicer:
         waiting Acquire is granted, and the next grant carries a higher token.
         Releasing a lease that is no longer held by `holder` with `token` fails
         with FAILED_PRECONDITION, reason LEASE_LOST, and changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransferLease(self, request, context):
+        """TransferLease hands the live lease of `holder` with `token` to a
+        waiting Acquire, in one durable decision: the successor is granted
+        the next token (`token` + 1) with no moment when the job is free, and
+        its waiting Acquire returns at once. The successor is the first
+        waiter in line whose holder is `to_holder`, or the first waiter in
+        line when `to_holder` is empty.
+
+        - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+        nothing changes (the caller still leads).
+        - The lease is not `holder`'s with `token` (expired, released, moved
+        on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+        reason LEASE_LOST, as Renew would answer, and nothing changes.
+
+        The history records the tenure's end as TRANSFERRED, and watchers see
+        the successor's grant (ACQUIRED). With a policy, this is action
+        `lease`, and the lease must be the caller's principal's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -241,6 +273,11 @@ def add_LeasesServicer_to_server(servicer, server):
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.SerializeToString,
             ),
+            'TransferLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLease,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseResponse.SerializeToString,
+            ),
             'GetLease': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLease,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetLeaseRequest.FromString,
@@ -354,6 +391,33 @@ class Leases:
             '/leasehold.v1.Leases/Release',
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.ReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Leases/TransferLease',
+            leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.TransferLeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

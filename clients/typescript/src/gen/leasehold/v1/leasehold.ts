@@ -151,6 +151,12 @@ export enum ErrorReason {
    * is released or has expired and nobody waits.
    */
   ERROR_REASON_JOB_IN_USE = 13,
+  /**
+   * ERROR_REASON_NO_SUCCESSOR - TransferLease named a successor that has no Acquire waiting on the
+   * job, or nobody waits (status FAILED_PRECONDITION). Nothing changed:
+   * the caller still leads. Retry once a successor waits, or release.
+   */
+  ERROR_REASON_NO_SUCCESSOR = 14,
   UNRECOGNIZED = -1,
 }
 
@@ -198,6 +204,9 @@ export function errorReasonFromJSON(object: any): ErrorReason {
     case 13:
     case "ERROR_REASON_JOB_IN_USE":
       return ErrorReason.ERROR_REASON_JOB_IN_USE;
+    case 14:
+    case "ERROR_REASON_NO_SUCCESSOR":
+      return ErrorReason.ERROR_REASON_NO_SUCCESSOR;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -235,6 +244,8 @@ export function errorReasonToJSON(object: ErrorReason): string {
       return "ERROR_REASON_QUOTA_EXCEEDED";
     case ErrorReason.ERROR_REASON_JOB_IN_USE:
       return "ERROR_REASON_JOB_IN_USE";
+    case ErrorReason.ERROR_REASON_NO_SUCCESSOR:
+      return "ERROR_REASON_NO_SUCCESSOR";
     case ErrorReason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -289,7 +300,26 @@ export interface AcquireRequest {
    * Optional. How long to wait for the lease to free up. Unset or zero
    * answers at once. At most the server's configured maximum (default 1 h).
    */
-  wait: Duration | undefined;
+  wait:
+    | Duration
+    | undefined;
+  /**
+   * Optional. Bind the grant to this call's connection: when the client's
+   * end of the connection closes or resets (a FIN or RST from the client,
+   * as its kernel sends when its process dies) while the grant is still
+   * `holder`'s with its token, the lease is released at once, the first
+   * waiting Acquire is granted the next token, and the history records the
+   * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+   * silent (a partition, a paused process, a half-open socket, a proxy
+   * that keeps the connection open) releases nothing: the lease runs for
+   * its TTL as usual. Nor does a connection the server closes itself (its
+   * idle timeout, its shutdown), or a stream that ends with an error while
+   * its connection lives on. The trade: a live leader whose connection is
+   * cut (a proxy or load balancer that closes it, a client library that
+   * reconnects) loses its lease at once; its writes are then fenced.
+   * A later bind of the same lease, on another connection, moves it there.
+   */
+  bindToStream: boolean;
 }
 
 export interface AcquireResponse {
@@ -338,6 +368,34 @@ export interface ReleaseResponse {
    * already (a repeated release), or was kept (`give_back`).
    */
   released: boolean;
+}
+
+export interface TransferLeaseRequest {
+  /** Required. The job. */
+  job: string;
+  /** Required. The live holder, handing the lease over. */
+  holder: string;
+  /** Required. The token of its grant. */
+  token: bigint;
+  /**
+   * Optional. The holder to hand over to, which must have an Acquire
+   * waiting on the job. Empty: the first waiter in line.
+   */
+  toHolder: string;
+  /**
+   * Optional. The successor's lease lifetime, within the server's
+   * configured TTL range. Unset: the TTL the lease has now (its last grant
+   * or renewal).
+   */
+  ttl: Duration | undefined;
+}
+
+export interface TransferLeaseResponse {
+  /**
+   * The successor's grant: its holder, token (the caller's token + 1) and
+   * TTL.
+   */
+  lease: Lease | undefined;
 }
 
 export interface GetLeaseRequest {
@@ -451,6 +509,13 @@ export enum Tenure_End {
   END_RESTORED = 5,
   /** END_RECOVERED - `leasehold recover` released it, likewise. */
   END_RECOVERED = 6,
+  /**
+   * END_CONNECTION_CLOSED - The grant was bound to its connection (`bind_to_stream`), and the
+   * client's end of that connection closed or reset.
+   */
+  END_CONNECTION_CLOSED = 7,
+  /** END_TRANSFERRED - The holder handed it to a waiting successor (TransferLease). */
+  END_TRANSFERRED = 8,
   UNRECOGNIZED = -1,
 }
 
@@ -477,6 +542,12 @@ export function tenure_EndFromJSON(object: any): Tenure_End {
     case 6:
     case "END_RECOVERED":
       return Tenure_End.END_RECOVERED;
+    case 7:
+    case "END_CONNECTION_CLOSED":
+      return Tenure_End.END_CONNECTION_CLOSED;
+    case 8:
+    case "END_TRANSFERRED":
+      return Tenure_End.END_TRANSFERRED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -500,6 +571,10 @@ export function tenure_EndToJSON(object: Tenure_End): string {
       return "END_RESTORED";
     case Tenure_End.END_RECOVERED:
       return "END_RECOVERED";
+    case Tenure_End.END_CONNECTION_CLOSED:
+      return "END_CONNECTION_CLOSED";
+    case Tenure_End.END_TRANSFERRED:
+      return "END_TRANSFERRED";
     case Tenure_End.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -522,7 +597,11 @@ export enum LeaseEvent_Kind {
   KIND_CURRENT = 1,
   /** KIND_ACQUIRED - A grant to a new holder, or a new token. */
   KIND_ACQUIRED = 2,
-  /** KIND_RELEASED - The holder released the lease. */
+  /**
+   * KIND_RELEASED - The holder released the lease, or its connection closed (a grant
+   * bound with `bind_to_stream`). A transfer is one ACQUIRED event: the
+   * lease is never free in between.
+   */
   KIND_RELEASED = 3,
   /** KIND_EXPIRED - The lease ran out without being renewed. */
   KIND_EXPIRED = 4,
@@ -787,6 +866,13 @@ export interface KeepAliveRequest {
    * (a cheap liveness probe of the stream).
    */
   renewals: KeepAliveRenewal[];
+  /**
+   * Optional. Bind each lease renewed by this message to the connection
+   * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+   * released at once when the client's end of the connection closes or
+   * resets, not when it goes silent, and not when only this stream ends.
+   */
+  bindToStream: boolean;
 }
 
 /** One lease to renew: the fields of RenewRequest, with the same rules. */
@@ -1043,7 +1129,7 @@ export const Lease: MessageFns<Lease> = {
 };
 
 function createBaseAcquireRequest(): AcquireRequest {
-  return { job: "", holder: "", ttl: undefined, wait: undefined };
+  return { job: "", holder: "", ttl: undefined, wait: undefined, bindToStream: false };
 }
 
 export const AcquireRequest: MessageFns<AcquireRequest> = {
@@ -1059,6 +1145,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.wait !== undefined) {
       Duration.encode(message.wait, writer.uint32(34).fork()).join();
+    }
+    if (message.bindToStream !== false) {
+      writer.uint32(40).bool(message.bindToStream);
     }
     return writer;
   },
@@ -1108,6 +1197,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.wait = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.bindToStream = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1126,6 +1223,11 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
       holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
       ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
       wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      bindToStream: isSet(object.bindToStream)
+        ? globalThis.Boolean(object.bindToStream)
+        : isSet(object.bind_to_stream)
+        ? globalThis.Boolean(object.bind_to_stream)
+        : false,
     };
   },
 
@@ -1142,6 +1244,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.wait !== undefined) {
       obj.wait = Duration.toJSON(message.wait);
+    }
+    if (message.bindToStream !== false) {
+      obj.bindToStream = message.bindToStream;
     }
     return obj;
   },
@@ -1553,6 +1658,191 @@ export const ReleaseResponse: MessageFns<ReleaseResponse> = {
     const obj: any = {};
     if (message.released !== false) {
       obj.released = message.released;
+    }
+    return obj;
+  },
+};
+
+function createBaseTransferLeaseRequest(): TransferLeaseRequest {
+  return { job: "", holder: "", token: 0n, toHolder: "", ttl: undefined };
+}
+
+export const TransferLeaseRequest: MessageFns<TransferLeaseRequest> = {
+  encode(message: TransferLeaseRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== "") {
+      writer.uint32(10).string(message.job);
+    }
+    if (message.holder !== "") {
+      writer.uint32(18).string(message.holder);
+    }
+    if (message.token !== 0n) {
+      if (BigInt.asUintN(64, message.token) !== message.token) {
+        throw new globalThis.Error("value provided for field message.token of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.token);
+    }
+    if (message.toHolder !== "") {
+      writer.uint32(34).string(message.toHolder);
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TransferLeaseRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTransferLeaseRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.token = reader.uint64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.toHolder = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TransferLeaseRequest {
+    return {
+      job: isSet(object.job) ? globalThis.String(object.job) : "",
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      token: isSet(object.token) ? BigInt(object.token) : 0n,
+      toHolder: isSet(object.toHolder)
+        ? globalThis.String(object.toHolder)
+        : isSet(object.to_holder)
+        ? globalThis.String(object.to_holder)
+        : "",
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+    };
+  },
+
+  toJSON(message: TransferLeaseRequest): unknown {
+    const obj: any = {};
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.token !== 0n) {
+      obj.token = message.token.toString();
+    }
+    if (message.toHolder !== "") {
+      obj.toHolder = message.toHolder;
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    return obj;
+  },
+};
+
+function createBaseTransferLeaseResponse(): TransferLeaseResponse {
+  return { lease: undefined };
+}
+
+export const TransferLeaseResponse: MessageFns<TransferLeaseResponse> = {
+  encode(message: TransferLeaseResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.lease !== undefined) {
+      Lease.encode(message.lease, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): TransferLeaseResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseTransferLeaseResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.lease = Lease.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): TransferLeaseResponse {
+    return { lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined };
+  },
+
+  toJSON(message: TransferLeaseResponse): unknown {
+    const obj: any = {};
+    if (message.lease !== undefined) {
+      obj.lease = Lease.toJSON(message.lease);
     }
     return obj;
   },
@@ -3342,7 +3632,7 @@ export const ListKeysResponse: MessageFns<ListKeysResponse> = {
 };
 
 function createBaseKeepAliveRequest(): KeepAliveRequest {
-  return { id: 0n, renewals: [] };
+  return { id: 0n, renewals: [], bindToStream: false };
 }
 
 export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
@@ -3355,6 +3645,9 @@ export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
     }
     for (const v of message.renewals) {
       KeepAliveRenewal.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.bindToStream !== false) {
+      writer.uint32(24).bool(message.bindToStream);
     }
     return writer;
   },
@@ -3388,6 +3681,14 @@ export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
             message.renewals.push(KeepAliveRenewal.decode(reader, reader.uint32()));
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.bindToStream = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3406,6 +3707,11 @@ export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
       renewals: globalThis.Array.isArray(object?.renewals)
         ? object.renewals.map((e: any) => KeepAliveRenewal.fromJSON(e))
         : [],
+      bindToStream: isSet(object.bindToStream)
+        ? globalThis.Boolean(object.bindToStream)
+        : isSet(object.bind_to_stream)
+        ? globalThis.Boolean(object.bind_to_stream)
+        : false,
     };
   },
 
@@ -3416,6 +3722,9 @@ export const KeepAliveRequest: MessageFns<KeepAliveRequest> = {
     }
     if (message.renewals?.length) {
       obj.renewals = message.renewals.map((e) => KeepAliveRenewal.toJSON(e));
+    }
+    if (message.bindToStream !== false) {
+      obj.bindToStream = message.bindToStream;
     }
     return obj;
   },
@@ -3747,6 +4056,11 @@ export const LeasesService = {
    * deadline itself; it never polls.
    *
    * A grant is on stable storage before the reply.
+   *
+   * With `bind_to_stream`, the grant is bound to the caller's connection
+   * (see AcquireRequest.bind_to_stream): it is released at once when the
+   * client's end of that connection closes or resets, as when its process
+   * dies.
    */
   acquire: {
     path: "/leasehold.v1.Leases/Acquire" as const,
@@ -3786,6 +4100,34 @@ export const LeasesService = {
     requestDeserialize: (value: Buffer): ReleaseRequest => ReleaseRequest.decode(value),
     responseSerialize: (value: ReleaseResponse): Buffer => Buffer.from(ReleaseResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReleaseResponse => ReleaseResponse.decode(value),
+  },
+  /**
+   * TransferLease hands the live lease of `holder` with `token` to a
+   * waiting Acquire, in one durable decision: the successor is granted
+   * the next token (`token` + 1) with no moment when the job is free, and
+   * its waiting Acquire returns at once. The successor is the first
+   * waiter in line whose holder is `to_holder`, or the first waiter in
+   * line when `to_holder` is empty.
+   *
+   * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+   *   nothing changes (the caller still leads).
+   * - The lease is not `holder`'s with `token` (expired, released, moved
+   *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+   *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+   *
+   * The history records the tenure's end as TRANSFERRED, and watchers see
+   * the successor's grant (ACQUIRED). With a policy, this is action
+   * `lease`, and the lease must be the caller's principal's.
+   */
+  transferLease: {
+    path: "/leasehold.v1.Leases/TransferLease" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: TransferLeaseRequest): Buffer => Buffer.from(TransferLeaseRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): TransferLeaseRequest => TransferLeaseRequest.decode(value),
+    responseSerialize: (value: TransferLeaseResponse): Buffer =>
+      Buffer.from(TransferLeaseResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): TransferLeaseResponse => TransferLeaseResponse.decode(value),
   },
   /**
    * GetLease returns the job's lease. A job never granted has token 0; a job
@@ -3932,6 +4274,11 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * deadline itself; it never polls.
    *
    * A grant is on stable storage before the reply.
+   *
+   * With `bind_to_stream`, the grant is bound to the caller's connection
+   * (see AcquireRequest.bind_to_stream): it is released at once when the
+   * client's end of that connection closes or resets, as when its process
+   * dies.
    */
   acquire: handleUnaryCall<AcquireRequest, AcquireResponse>;
   /**
@@ -3948,6 +4295,25 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * with FAILED_PRECONDITION, reason LEASE_LOST, and changes nothing.
    */
   release: handleUnaryCall<ReleaseRequest, ReleaseResponse>;
+  /**
+   * TransferLease hands the live lease of `holder` with `token` to a
+   * waiting Acquire, in one durable decision: the successor is granted
+   * the next token (`token` + 1) with no moment when the job is free, and
+   * its waiting Acquire returns at once. The successor is the first
+   * waiter in line whose holder is `to_holder`, or the first waiter in
+   * line when `to_holder` is empty.
+   *
+   * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+   *   nothing changes (the caller still leads).
+   * - The lease is not `holder`'s with `token` (expired, released, moved
+   *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+   *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+   *
+   * The history records the tenure's end as TRANSFERRED, and watchers see
+   * the successor's grant (ACQUIRED). With a policy, this is action
+   * `lease`, and the lease must be the caller's principal's.
+   */
+  transferLease: handleUnaryCall<TransferLeaseRequest, TransferLeaseResponse>;
   /**
    * GetLease returns the job's lease. A job never granted has token 0; a job
    * that is free keeps its last token and has an empty holder.
@@ -4045,6 +4411,11 @@ export interface LeasesClient extends Client {
    * deadline itself; it never polls.
    *
    * A grant is on stable storage before the reply.
+   *
+   * With `bind_to_stream`, the grant is bound to the caller's connection
+   * (see AcquireRequest.bind_to_stream): it is released at once when the
+   * client's end of that connection closes or resets, as when its process
+   * dies.
    */
   acquire(
     request: AcquireRequest,
@@ -4102,6 +4473,39 @@ export interface LeasesClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReleaseResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * TransferLease hands the live lease of `holder` with `token` to a
+   * waiting Acquire, in one durable decision: the successor is granted
+   * the next token (`token` + 1) with no moment when the job is free, and
+   * its waiting Acquire returns at once. The successor is the first
+   * waiter in line whose holder is `to_holder`, or the first waiter in
+   * line when `to_holder` is empty.
+   *
+   * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+   *   nothing changes (the caller still leads).
+   * - The lease is not `holder`'s with `token` (expired, released, moved
+   *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+   *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+   *
+   * The history records the tenure's end as TRANSFERRED, and watchers see
+   * the successor's grant (ACQUIRED). With a policy, this is action
+   * `lease`, and the lease must be the caller's principal's.
+   */
+  transferLease(
+    request: TransferLeaseRequest,
+    callback: (error: ServiceError | null, response: TransferLeaseResponse) => void,
+  ): ClientUnaryCall;
+  transferLease(
+    request: TransferLeaseRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: TransferLeaseResponse) => void,
+  ): ClientUnaryCall;
+  transferLease(
+    request: TransferLeaseRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: TransferLeaseResponse) => void,
   ): ClientUnaryCall;
   /**
    * GetLease returns the job's lease. A job never granted has token 0; a job

@@ -226,6 +226,34 @@ private static final long serialVersionUID = 0L;
     return wait_ == null ? com.google.protobuf.Duration.getDefaultInstance() : wait_;
   }
 
+  public static final int BIND_TO_STREAM_FIELD_NUMBER = 5;
+  private boolean bindToStream_ = false;
+  /**
+   * <pre>
+   * Optional. Bind the grant to this call's connection: when the client's
+   * end of the connection closes or resets (a FIN or RST from the client,
+   * as its kernel sends when its process dies) while the grant is still
+   * `holder`'s with its token, the lease is released at once, the first
+   * waiting Acquire is granted the next token, and the history records the
+   * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+   * silent (a partition, a paused process, a half-open socket, a proxy
+   * that keeps the connection open) releases nothing: the lease runs for
+   * its TTL as usual. Nor does a connection the server closes itself (its
+   * idle timeout, its shutdown), or a stream that ends with an error while
+   * its connection lives on. The trade: a live leader whose connection is
+   * cut (a proxy or load balancer that closes it, a client library that
+   * reconnects) loses its lease at once; its writes are then fenced.
+   * A later bind of the same lease, on another connection, moves it there.
+   * </pre>
+   *
+   * <code>bool bind_to_stream = 5;</code>
+   * @return The bindToStream.
+   */
+  @java.lang.Override
+  public boolean getBindToStream() {
+    return bindToStream_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -252,6 +280,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000002) != 0)) {
       output.writeMessage(4, getWait());
     }
+    if (bindToStream_ != false) {
+      output.writeBool(5, bindToStream_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -269,6 +300,10 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000002) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(4, getWait());
+    }
+    if (bindToStream_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(5, bindToStream_);
     }
     return size;
   }
@@ -308,6 +343,8 @@ private static final long serialVersionUID = 0L;
       if (!getWait()
           .equals(other.getWait())) return false;
     }
+    if (getBindToStream()
+        != other.getBindToStream()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -331,6 +368,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + WAIT_FIELD_NUMBER;
       hash = (53 * hash) + getWait().hashCode();
     }
+    hash = (37 * hash) + BIND_TO_STREAM_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getBindToStream());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -481,6 +521,7 @@ private static final long serialVersionUID = 0L;
         waitBuilder_.dispose();
         waitBuilder_ = null;
       }
+      bindToStream_ = false;
       return this;
     }
 
@@ -533,6 +574,9 @@ private static final long serialVersionUID = 0L;
             : waitBuilder_.build();
         to_bitField0_ |= 0x00000002;
       }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.bindToStream_ = bindToStream_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -563,6 +607,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasWait()) {
         mergeWait(other.getWait());
+      }
+      if (other.getBindToStream() != false) {
+        setBindToStream(other.getBindToStream());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -614,6 +661,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000008;
               break;
             } // case 34
+            case 40: {
+              bindToStream_ = input.readBool();
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 40
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1141,6 +1193,89 @@ private static final long serialVersionUID = 0L;
         wait_ = null;
       }
       return waitBuilder_;
+    }
+
+    private boolean bindToStream_ ;
+    /**
+     * <pre>
+     * Optional. Bind the grant to this call's connection: when the client's
+     * end of the connection closes or resets (a FIN or RST from the client,
+     * as its kernel sends when its process dies) while the grant is still
+     * `holder`'s with its token, the lease is released at once, the first
+     * waiting Acquire is granted the next token, and the history records the
+     * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+     * silent (a partition, a paused process, a half-open socket, a proxy
+     * that keeps the connection open) releases nothing: the lease runs for
+     * its TTL as usual. Nor does a connection the server closes itself (its
+     * idle timeout, its shutdown), or a stream that ends with an error while
+     * its connection lives on. The trade: a live leader whose connection is
+     * cut (a proxy or load balancer that closes it, a client library that
+     * reconnects) loses its lease at once; its writes are then fenced.
+     * A later bind of the same lease, on another connection, moves it there.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 5;</code>
+     * @return The bindToStream.
+     */
+    @java.lang.Override
+    public boolean getBindToStream() {
+      return bindToStream_;
+    }
+    /**
+     * <pre>
+     * Optional. Bind the grant to this call's connection: when the client's
+     * end of the connection closes or resets (a FIN or RST from the client,
+     * as its kernel sends when its process dies) while the grant is still
+     * `holder`'s with its token, the lease is released at once, the first
+     * waiting Acquire is granted the next token, and the history records the
+     * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+     * silent (a partition, a paused process, a half-open socket, a proxy
+     * that keeps the connection open) releases nothing: the lease runs for
+     * its TTL as usual. Nor does a connection the server closes itself (its
+     * idle timeout, its shutdown), or a stream that ends with an error while
+     * its connection lives on. The trade: a live leader whose connection is
+     * cut (a proxy or load balancer that closes it, a client library that
+     * reconnects) loses its lease at once; its writes are then fenced.
+     * A later bind of the same lease, on another connection, moves it there.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 5;</code>
+     * @param value The bindToStream to set.
+     * @return This builder for chaining.
+     */
+    public Builder setBindToStream(boolean value) {
+
+      bindToStream_ = value;
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. Bind the grant to this call's connection: when the client's
+     * end of the connection closes or resets (a FIN or RST from the client,
+     * as its kernel sends when its process dies) while the grant is still
+     * `holder`'s with its token, the lease is released at once, the first
+     * waiting Acquire is granted the next token, and the history records the
+     * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+     * silent (a partition, a paused process, a half-open socket, a proxy
+     * that keeps the connection open) releases nothing: the lease runs for
+     * its TTL as usual. Nor does a connection the server closes itself (its
+     * idle timeout, its shutdown), or a stream that ends with an error while
+     * its connection lives on. The trade: a live leader whose connection is
+     * cut (a proxy or load balancer that closes it, a client library that
+     * reconnects) loses its lease at once; its writes are then fenced.
+     * A later bind of the same lease, on another connection, moves it there.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 5;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearBindToStream() {
+      bitField0_ = (bitField0_ & ~0x00000010);
+      bindToStream_ = false;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.AcquireRequest)

@@ -108,4 +108,27 @@ public interface AcquireRequestOrBuilder extends
    * <code>.google.protobuf.Duration wait = 4;</code>
    */
   com.google.protobuf.DurationOrBuilder getWaitOrBuilder();
+
+  /**
+   * <pre>
+   * Optional. Bind the grant to this call's connection: when the client's
+   * end of the connection closes or resets (a FIN or RST from the client,
+   * as its kernel sends when its process dies) while the grant is still
+   * `holder`'s with its token, the lease is released at once, the first
+   * waiting Acquire is granted the next token, and the history records the
+   * tenure's end as CONNECTION_CLOSED. A connection that merely goes
+   * silent (a partition, a paused process, a half-open socket, a proxy
+   * that keeps the connection open) releases nothing: the lease runs for
+   * its TTL as usual. Nor does a connection the server closes itself (its
+   * idle timeout, its shutdown), or a stream that ends with an error while
+   * its connection lives on. The trade: a live leader whose connection is
+   * cut (a proxy or load balancer that closes it, a client library that
+   * reconnects) loses its lease at once; its writes are then fenced.
+   * A later bind of the same lease, on another connection, moves it there.
+   * </pre>
+   *
+   * <code>bool bind_to_stream = 5;</code>
+   * @return The bindToStream.
+   */
+  boolean getBindToStream();
 }

@@ -153,6 +153,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_JOB_IN_USE = 13;</code>
    */
   ERROR_REASON_JOB_IN_USE(13),
+  /**
+   * <pre>
+   * TransferLease named a successor that has no Acquire waiting on the
+   * job, or nobody waits (status FAILED_PRECONDITION). Nothing changed:
+   * the caller still leads. Retry once a successor waits, or release.
+   * </pre>
+   *
+   * <code>ERROR_REASON_NO_SUCCESSOR = 14;</code>
+   */
+  ERROR_REASON_NO_SUCCESSOR(14),
   UNRECOGNIZED(-1),
   ;
 
@@ -302,6 +312,16 @@ public enum ErrorReason
    * <code>ERROR_REASON_JOB_IN_USE = 13;</code>
    */
   public static final int ERROR_REASON_JOB_IN_USE_VALUE = 13;
+  /**
+   * <pre>
+   * TransferLease named a successor that has no Acquire waiting on the
+   * job, or nobody waits (status FAILED_PRECONDITION). Nothing changed:
+   * the caller still leads. Retry once a successor waits, or release.
+   * </pre>
+   *
+   * <code>ERROR_REASON_NO_SUCCESSOR = 14;</code>
+   */
+  public static final int ERROR_REASON_NO_SUCCESSOR_VALUE = 14;
 
 
   public final int getNumber() {
@@ -342,6 +362,7 @@ public enum ErrorReason
       case 11: return ERROR_REASON_OVERLOADED;
       case 12: return ERROR_REASON_QUOTA_EXCEEDED;
       case 13: return ERROR_REASON_JOB_IN_USE;
+      case 14: return ERROR_REASON_NO_SUCCESSOR;
       default: return null;
     }
   }

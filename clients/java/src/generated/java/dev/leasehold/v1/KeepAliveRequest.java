@@ -141,6 +141,24 @@ private static final long serialVersionUID = 0L;
     return renewals_.get(index);
   }
 
+  public static final int BIND_TO_STREAM_FIELD_NUMBER = 3;
+  private boolean bindToStream_ = false;
+  /**
+   * <pre>
+   * Optional. Bind each lease renewed by this message to the connection
+   * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+   * released at once when the client's end of the connection closes or
+   * resets, not when it goes silent, and not when only this stream ends.
+   * </pre>
+   *
+   * <code>bool bind_to_stream = 3;</code>
+   * @return The bindToStream.
+   */
+  @java.lang.Override
+  public boolean getBindToStream() {
+    return bindToStream_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -161,6 +179,9 @@ private static final long serialVersionUID = 0L;
     for (int i = 0; i < renewals_.size(); i++) {
       output.writeMessage(2, renewals_.get(i));
     }
+    if (bindToStream_ != false) {
+      output.writeBool(3, bindToStream_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -178,6 +199,10 @@ private static final long serialVersionUID = 0L;
           }
           size += 1 * count;
         }
+    if (bindToStream_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(3, bindToStream_);
+    }
     return size;
   }
   @java.lang.Override
@@ -206,6 +231,8 @@ private static final long serialVersionUID = 0L;
         != other.getId()) return false;
     if (!getRenewalsList()
         .equals(other.getRenewalsList())) return false;
+    if (getBindToStream()
+        != other.getBindToStream()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -224,6 +251,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + RENEWALS_FIELD_NUMBER;
       hash = (53 * hash) + getRenewalsList().hashCode();
     }
+    hash = (37 * hash) + BIND_TO_STREAM_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getBindToStream());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -367,6 +397,7 @@ private static final long serialVersionUID = 0L;
         renewalsBuilder_.clear();
       }
       bitField0_ = (bitField0_ & ~0x00000002);
+      bindToStream_ = false;
       return this;
     }
 
@@ -416,6 +447,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000001) != 0)) {
         result.id_ = id_;
       }
+      if (((from_bitField0_ & 0x00000004) != 0)) {
+        result.bindToStream_ = bindToStream_;
+      }
     }
 
     @java.lang.Override
@@ -458,6 +492,9 @@ private static final long serialVersionUID = 0L;
             renewalsBuilder_.addAllMessages(other.renewals_);
           }
         }
+      }
+      if (other.getBindToStream() != false) {
+        setBindToStream(other.getBindToStream());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -503,6 +540,11 @@ private static final long serialVersionUID = 0L;
               }
               break;
             } // case 18
+            case 24: {
+              bindToStream_ = input.readBool();
+              bitField0_ |= 0x00000004;
+              break;
+            } // case 24
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -916,6 +958,59 @@ private static final long serialVersionUID = 0L;
         renewals_ = null;
       }
       return renewalsBuilder_;
+    }
+
+    private boolean bindToStream_ ;
+    /**
+     * <pre>
+     * Optional. Bind each lease renewed by this message to the connection
+     * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+     * released at once when the client's end of the connection closes or
+     * resets, not when it goes silent, and not when only this stream ends.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 3;</code>
+     * @return The bindToStream.
+     */
+    @java.lang.Override
+    public boolean getBindToStream() {
+      return bindToStream_;
+    }
+    /**
+     * <pre>
+     * Optional. Bind each lease renewed by this message to the connection
+     * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+     * released at once when the client's end of the connection closes or
+     * resets, not when it goes silent, and not when only this stream ends.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 3;</code>
+     * @param value The bindToStream to set.
+     * @return This builder for chaining.
+     */
+    public Builder setBindToStream(boolean value) {
+
+      bindToStream_ = value;
+      bitField0_ |= 0x00000004;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. Bind each lease renewed by this message to the connection
+     * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+     * released at once when the client's end of the connection closes or
+     * resets, not when it goes silent, and not when only this stream ends.
+     * </pre>
+     *
+     * <code>bool bind_to_stream = 3;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearBindToStream() {
+      bitField0_ = (bitField0_ & ~0x00000004);
+      bindToStream_ = false;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.KeepAliveRequest)

@@ -75,4 +75,17 @@ public interface KeepAliveRequestOrBuilder extends
    */
   dev.leasehold.v1.KeepAliveRenewalOrBuilder getRenewalsOrBuilder(
       int index);
+
+  /**
+   * <pre>
+   * Optional. Bind each lease renewed by this message to the connection
+   * that carries this stream, as AcquireRequest.bind_to_stream does: it is
+   * released at once when the client's end of the connection closes or
+   * resets, not when it goes silent, and not when only this stream ends.
+   * </pre>
+   *
+   * <code>bool bind_to_stream = 3;</code>
+   * @return The bindToStream.
+   */
+  boolean getBindToStream();
 }

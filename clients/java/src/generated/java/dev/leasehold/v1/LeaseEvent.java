@@ -76,7 +76,9 @@ private static final long serialVersionUID = 0L;
     KIND_ACQUIRED(2),
     /**
      * <pre>
-     * The holder released the lease.
+     * The holder released the lease, or its connection closed (a grant
+     * bound with `bind_to_stream`). A transfer is one ACQUIRED event: the
+     * lease is never free in between.
      * </pre>
      *
      * <code>KIND_RELEASED = 3;</code>
@@ -124,7 +126,9 @@ private static final long serialVersionUID = 0L;
     public static final int KIND_ACQUIRED_VALUE = 2;
     /**
      * <pre>
-     * The holder released the lease.
+     * The holder released the lease, or its connection closed (a grant
+     * bound with `bind_to_stream`). A transfer is one ACQUIRED event: the
+     * lease is never free in between.
      * </pre>
      *
      * <code>KIND_RELEASED = 3;</code>

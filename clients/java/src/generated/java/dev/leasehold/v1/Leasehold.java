@@ -62,6 +62,16 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_ReleaseResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_TransferLeaseRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_TransferLeaseRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_TransferLeaseResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_TransferLeaseResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_GetLeaseRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -196,122 +206,132 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
       "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
       "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
-      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"~\n\016AcquireR" +
-      "equest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003t" +
-      "tl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004w" +
-      "ait\030\004 \001(\0132\031.google.protobuf.Duration\"G\n\017" +
-      "AcquireResponse\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lea" +
-      "se\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014RenewRe" +
-      "quest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005to" +
-      "ken\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf" +
-      ".Duration\"3\n\rRenewResponse\022\"\n\005lease\030\001 \001(" +
-      "\0132\023.leasehold.v1.Lease\"O\n\016ReleaseRequest" +
-      "\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003" +
-      " \001(\004\022\021\n\tgive_back\030\004 \001(\010\"#\n\017ReleaseRespon" +
-      "se\022\020\n\010released\030\001 \001(\010\"\036\n\017GetLeaseRequest\022" +
-      "\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRequest\022\013\n\003job\030" +
-      "\001 \001(\t\"$\n\021DeleteJobResponse\022\017\n\007deleted\030\001 " +
-      "\001(\010\"J\n\021ListLeasesRequest\022\016\n\006prefix\030\001 \001(\t" +
-      "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
-      "R\n\022ListLeasesResponse\022#\n\006leases\030\001 \003(\0132\023." +
-      "leasehold.v1.Lease\022\027\n\017next_page_token\030\002 " +
-      "\001(\t\"G\n\021GetHistoryRequest\022\013\n\003job\030\001 \001(\t\022\021\n" +
-      "\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"T\n\022" +
-      "GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024.le" +
-      "asehold.v1.Tenure\022\027\n\017next_page_token\030\002 \001" +
-      "(\t\"\361\002\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holder\030\002" +
-      " \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngranted_at\030\004 " +
-      "\001(\0132\032.google.protobuf.Timestamp\022&\n\003ttl\030\005" +
-      " \001(\0132\031.google.protobuf.Duration\022%\n\003end\030\006" +
-      " \001(\0162\030.leasehold.v1.Tenure.End\022,\n\010ended_" +
-      "at\030\007 \001(\0132\032.google.protobuf.Timestamp\"\207\001\n" +
-      "\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEASE" +
-      "D\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER\020\003" +
-      "\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021\n\rE" +
-      "ND_RECOVERED\020\006\" \n\021WatchLeaseRequest\022\013\n\003j" +
-      "ob\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023" +
-      ".leasehold.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.leas" +
-      "ehold.v1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KIND" +
-      "_UNSPECIFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND" +
-      "_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_E" +
-      "XPIRED\020\004\"]\n\023CheckedWriteRequest\022\013\n\003job\030\001" +
-      " \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005valu" +
-      "e\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\"\'\n\024CheckedWriteR" +
-      "esponse\022\017\n\007version\030\001 \001(\004\"S\n\022WriteStreamR" +
-      "equest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.lea" +
-      "sehold.v1.CheckedWriteRequest\"M\n\023WriteSt" +
-      "reamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(" +
-      "\0132\031.leasehold.v1.WriteResult\"\254\002\n\013WriteRe" +
-      "sult\0222\n\007outcome\030\001 \001(\0162!.leasehold.v1.Wri" +
-      "teResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcur" +
-      "rent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007messa" +
-      "ge\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIF" +
-      "IED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCOME_FE" +
-      "NCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUT" +
-      "COME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_QUOTA" +
-      "_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t\022" +
-      "\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001 " +
-      "\001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007ver" +
-      "sion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 \001" +
-      "(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n" +
-      "\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(" +
-      "\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004siz" +
-      "e\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003(" +
-      "\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_to" +
-      "ken\030\002 \001(\014\"P\n\020KeepAliveRequest\022\n\n\002id\030\001 \001(" +
-      "\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.KeepA" +
-      "liveRenewal\"f\n\020KeepAliveRenewal\022\013\n\003job\030\001" +
-      " \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003t" +
-      "tl\030\004 \001(\0132\031.google.protobuf.Duration\"O\n\021K" +
-      "eepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007results\030" +
-      "\002 \003(\0132\035.leasehold.v1.KeepAliveResult\"\245\002\n" +
-      "\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcome" +
-      "\030\002 \001(\0162%.leasehold.v1.KeepAliveResult.Ou" +
-      "tcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1.Leas" +
-      "e\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210\001\n\007Ou" +
-      "tcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOM" +
-      "E_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025O" +
-      "UTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALI" +
-      "D_ARGUMENT\020\004*\276\003\n\013ErrorReason\022\034\n\030ERROR_RE" +
-      "ASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE" +
-      "_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERRO" +
-      "R_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REA" +
-      "SON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STOR" +
-      "AGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n" +
-      "\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASO" +
-      "N_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNA" +
-      "UTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSIO" +
-      "N_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022" +
-      "\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERRO" +
-      "R_REASON_JOB_IN_USE\020\r2\247\005\n\006Leases\022F\n\007Acqu" +
-      "ire\022\034.leasehold.v1.AcquireRequest\032\035.leas" +
-      "ehold.v1.AcquireResponse\022@\n\005Renew\022\032.leas" +
-      "ehold.v1.RenewRequest\032\033.leasehold.v1.Ren" +
-      "ewResponse\022F\n\007Release\022\034.leasehold.v1.Rel" +
-      "easeRequest\032\035.leasehold.v1.ReleaseRespon" +
-      "se\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseRe" +
-      "quest\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022" +
-      "\036.leasehold.v1.DeleteJobRequest\032\037.leaseh" +
-      "old.v1.DeleteJobResponse\022O\n\nListLeases\022\037" +
-      ".leasehold.v1.ListLeasesRequest\032 .leaseh" +
-      "old.v1.ListLeasesResponse\022O\n\nGetHistory\022" +
-      "\037.leasehold.v1.GetHistoryRequest\032 .lease" +
-      "hold.v1.GetHistoryResponse\022I\n\nWatchLease" +
-      "\022\037.leasehold.v1.WatchLeaseRequest\032\030.leas" +
-      "ehold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.lea" +
-      "sehold.v1.KeepAliveRequest\032\037.leasehold.v" +
-      "1.KeepAliveResponse(\0010\0012\306\002\n\013FencedStore\022" +
-      "U\n\014CheckedWrite\022!.leasehold.v1.CheckedWr" +
-      "iteRequest\032\".leasehold.v1.CheckedWriteRe" +
-      "sponse\022V\n\013WriteStream\022 .leasehold.v1.Wri" +
-      "teStreamRequest\032!.leasehold.v1.WriteStre" +
-      "amResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.Re" +
-      "adRequest\032\032.leasehold.v1.ReadResponse\022I\n" +
-      "\010ListKeys\022\035.leasehold.v1.ListKeysRequest" +
-      "\032\036.leasehold.v1.ListKeysResponseBW\n\020dev." +
-      "leasehold.v1P\001ZAgithub.com/leasehold/lea" +
-      "sehold/clients/go/leaseholdv1;leaseholdv" +
-      "1b\006proto3"
+      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"\226\001\n\016Acquire" +
+      "Request\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003" +
+      "ttl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004" +
+      "wait\030\004 \001(\0132\031.google.protobuf.Duration\022\026\n" +
+      "\016bind_to_stream\030\005 \001(\010\"G\n\017AcquireResponse" +
+      "\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.leas" +
+      "ehold.v1.Lease\"b\n\014RenewRequest\022\013\n\003job\030\001 " +
+      "\001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003tt" +
+      "l\030\004 \001(\0132\031.google.protobuf.Duration\"3\n\rRe" +
+      "newResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v" +
+      "1.Lease\"O\n\016ReleaseRequest\022\013\n\003job\030\001 \001(\t\022\016" +
+      "\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tgive_ba" +
+      "ck\030\004 \001(\010\"#\n\017ReleaseResponse\022\020\n\010released\030" +
+      "\001 \001(\010\"}\n\024TransferLeaseRequest\022\013\n\003job\030\001 \001" +
+      "(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tto_" +
+      "holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.google.proto" +
+      "buf.Duration\";\n\025TransferLeaseResponse\022\"\n" +
+      "\005lease\030\001 \001(\0132\023.leasehold.v1.Lease\"\036\n\017Get" +
+      "LeaseRequest\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRe" +
+      "quest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobResponse\022" +
+      "\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n" +
+      "\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage" +
+      "_token\030\003 \001(\t\"R\n\022ListLeasesResponse\022#\n\006le" +
+      "ases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n\017next_" +
+      "page_token\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n" +
+      "\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_to" +
+      "ken\030\003 \001(\t\"T\n\022GetHistoryResponse\022%\n\007tenur" +
+      "es\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017next_p" +
+      "age_token\030\002 \001(\t\"\241\003\n\006Tenure\022\r\n\005token\030\001 \001(" +
+      "\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\n" +
+      "granted_at\030\004 \001(\0132\032.google.protobuf.Times" +
+      "tamp\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Dura" +
+      "tion\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.Tenure." +
+      "End\022,\n\010ended_at\030\007 \001(\0132\032.google.protobuf." +
+      "Timestamp\"\267\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020" +
+      "\n\014END_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END" +
+      "_TAKEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RE" +
+      "STORED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNE" +
+      "CTION_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020\010\" \n\021W" +
+      "atchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001\n\nLeaseE" +
+      "vent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Lease" +
+      "\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.LeaseEvent" +
+      ".Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014K" +
+      "IND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIND" +
+      "_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"]\n\023Checked" +
+      "WriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004" +
+      "\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006delete\030\005" +
+      " \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007version\030" +
+      "\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001 \001(\004\022" +
+      "1\n\006writes\030\002 \003(\0132!.leasehold.v1.CheckedWr" +
+      "iteRequest\"M\n\023WriteStreamResponse\022\n\n\002id\030" +
+      "\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold.v1.Wr" +
+      "iteResult\"\254\002\n\013WriteResult\0222\n\007outcome\030\001 \001" +
+      "(\0162!.leasehold.v1.WriteResult.Outcome\022\017\n" +
+      "\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n" +
+      "\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcom" +
+      "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_WR" +
+      "ITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTCOME_U" +
+      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
+      "NT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n\013Read" +
+      "Request\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014Rea" +
+      "dResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022" +
+      "\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListK" +
+      "eysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022" +
+      "\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D" +
+      "\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n" +
+      "\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeys" +
+      "Response\022#\n\004keys\030\001 \003(\0132\025.leasehold.v1.Ke" +
+      "yInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020KeepAl" +
+      "iveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\013" +
+      "2\036.leasehold.v1.KeepAliveRenewal\022\026\n\016bind" +
+      "_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewal\022\013\n\003" +
+      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
+      "\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Duration" +
+      "\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007res" +
+      "ults\030\002 \003(\0132\035.leasehold.v1.KeepAliveResul" +
+      "t\"\245\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007ou" +
+      "tcome\030\002 \001(\0162%.leasehold.v1.KeepAliveResu" +
+      "lt.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1" +
+      ".Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210" +
+      "\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017O" +
+      "UTCOME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002" +
+      "\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_I" +
+      "NVALID_ARGUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERR" +
+      "OR_REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_" +
+      "LEASE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n" +
+      "\035ERROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERRO" +
+      "R_REASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON" +
+      "_STORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN" +
+      "\020\006\022\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_" +
+      "REASON_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASO" +
+      "N_UNAUTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERM" +
+      "ISSION_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOAD" +
+      "ED\020\013\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n" +
+      "\027ERROR_REASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REAS" +
+      "ON_NO_SUCCESSOR\020\0162\201\006\n\006Leases\022F\n\007Acquire\022" +
+      "\034.leasehold.v1.AcquireRequest\032\035.leasehol" +
+      "d.v1.AcquireResponse\022@\n\005Renew\022\032.leasehol" +
+      "d.v1.RenewRequest\032\033.leasehold.v1.RenewRe" +
+      "sponse\022F\n\007Release\022\034.leasehold.v1.Release" +
+      "Request\032\035.leasehold.v1.ReleaseResponse\022X" +
+      "\n\rTransferLease\022\".leasehold.v1.TransferL" +
+      "easeRequest\032#.leasehold.v1.TransferLease" +
+      "Response\022>\n\010GetLease\022\035.leasehold.v1.GetL" +
+      "easeRequest\032\023.leasehold.v1.Lease\022L\n\tDele" +
+      "teJob\022\036.leasehold.v1.DeleteJobRequest\032\037." +
+      "leasehold.v1.DeleteJobResponse\022O\n\nListLe" +
+      "ases\022\037.leasehold.v1.ListLeasesRequest\032 ." +
+      "leasehold.v1.ListLeasesResponse\022O\n\nGetHi" +
+      "story\022\037.leasehold.v1.GetHistoryRequest\032 " +
+      ".leasehold.v1.GetHistoryResponse\022I\n\nWatc" +
+      "hLease\022\037.leasehold.v1.WatchLeaseRequest\032" +
+      "\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAlive" +
+      "\022\036.leasehold.v1.KeepAliveRequest\032\037.lease" +
+      "hold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fenced" +
+      "Store\022U\n\014CheckedWrite\022!.leasehold.v1.Che" +
+      "ckedWriteRequest\032\".leasehold.v1.CheckedW" +
+      "riteResponse\022V\n\013WriteStream\022 .leasehold." +
+      "v1.WriteStreamRequest\032!.leasehold.v1.Wri" +
+      "teStreamResponse(\0010\001\022=\n\004Read\022\031.leasehold" +
+      ".v1.ReadRequest\032\032.leasehold.v1.ReadRespo" +
+      "nse\022I\n\010ListKeys\022\035.leasehold.v1.ListKeysR" +
+      "equest\032\036.leasehold.v1.ListKeysResponseBW" +
+      "\n\020dev.leasehold.v1P\001ZAgithub.com/leaseho" +
+      "ld/leasehold/clients/go/leaseholdv1;leas" +
+      "eholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -330,7 +350,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireRequest_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", });
+        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", });
     internal_static_leasehold_v1_AcquireResponse_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_leasehold_v1_AcquireResponse_fieldAccessorTable = new
@@ -361,146 +381,158 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReleaseResponse_descriptor,
         new java.lang.String[] { "Released", });
-    internal_static_leasehold_v1_GetLeaseRequest_descriptor =
+    internal_static_leasehold_v1_TransferLeaseRequest_descriptor =
       getDescriptor().getMessageType(7);
+    internal_static_leasehold_v1_TransferLeaseRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_TransferLeaseRequest_descriptor,
+        new java.lang.String[] { "Job", "Holder", "Token", "ToHolder", "Ttl", });
+    internal_static_leasehold_v1_TransferLeaseResponse_descriptor =
+      getDescriptor().getMessageType(8);
+    internal_static_leasehold_v1_TransferLeaseResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_TransferLeaseResponse_descriptor,
+        new java.lang.String[] { "Lease", });
+    internal_static_leasehold_v1_GetLeaseRequest_descriptor =
+      getDescriptor().getMessageType(9);
     internal_static_leasehold_v1_GetLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_DeleteJobRequest_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(10);
     internal_static_leasehold_v1_DeleteJobRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_DeleteJobResponse_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(11);
     internal_static_leasehold_v1_DeleteJobResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobResponse_descriptor,
         new java.lang.String[] { "Deleted", });
     internal_static_leasehold_v1_ListLeasesRequest_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(12);
     internal_static_leasehold_v1_ListLeasesRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesRequest_descriptor,
         new java.lang.String[] { "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_ListLeasesResponse_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(13);
     internal_static_leasehold_v1_ListLeasesResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesResponse_descriptor,
         new java.lang.String[] { "Leases", "NextPageToken", });
     internal_static_leasehold_v1_GetHistoryRequest_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(14);
     internal_static_leasehold_v1_GetHistoryRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryRequest_descriptor,
         new java.lang.String[] { "Job", "PageSize", "PageToken", });
     internal_static_leasehold_v1_GetHistoryResponse_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(15);
     internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryResponse_descriptor,
         new java.lang.String[] { "Tenures", "NextPageToken", });
     internal_static_leasehold_v1_Tenure_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(16);
     internal_static_leasehold_v1_Tenure_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Tenure_descriptor,
         new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", });
     internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(17);
     internal_static_leasehold_v1_WatchLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WatchLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_LeaseEvent_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(18);
     internal_static_leasehold_v1_LeaseEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_LeaseEvent_descriptor,
         new java.lang.String[] { "Lease", "Kind", });
     internal_static_leasehold_v1_CheckedWriteRequest_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(19);
     internal_static_leasehold_v1_CheckedWriteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteRequest_descriptor,
         new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", });
     internal_static_leasehold_v1_CheckedWriteResponse_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
     internal_static_leasehold_v1_WriteStreamRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamRequest_descriptor,
         new java.lang.String[] { "Id", "Writes", });
     internal_static_leasehold_v1_WriteStreamResponse_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_WriteResult_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteResult_descriptor,
         new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
     internal_static_leasehold_v1_ReadRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(26);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(27);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(28);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(29);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
-        new java.lang.String[] { "Id", "Renewals", });
+        new java.lang.String[] { "Id", "Renewals", "BindToStream", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(30);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(31);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(32);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,

@@ -108,6 +108,37 @@ public final class LeasesGrpc {
     return getReleaseMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.TransferLeaseRequest,
+      dev.leasehold.v1.TransferLeaseResponse> getTransferLeaseMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "TransferLease",
+      requestType = dev.leasehold.v1.TransferLeaseRequest.class,
+      responseType = dev.leasehold.v1.TransferLeaseResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.TransferLeaseRequest,
+      dev.leasehold.v1.TransferLeaseResponse> getTransferLeaseMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.TransferLeaseRequest, dev.leasehold.v1.TransferLeaseResponse> getTransferLeaseMethod;
+    if ((getTransferLeaseMethod = LeasesGrpc.getTransferLeaseMethod) == null) {
+      synchronized (LeasesGrpc.class) {
+        if ((getTransferLeaseMethod = LeasesGrpc.getTransferLeaseMethod) == null) {
+          LeasesGrpc.getTransferLeaseMethod = getTransferLeaseMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.TransferLeaseRequest, dev.leasehold.v1.TransferLeaseResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "TransferLease"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.TransferLeaseRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.TransferLeaseResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LeasesMethodDescriptorSupplier("TransferLease"))
+              .build();
+        }
+      }
+    }
+    return getTransferLeaseMethod;
+  }
+
   private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.GetLeaseRequest,
       dev.leasehold.v1.Lease> getGetLeaseMethod;
 
@@ -374,6 +405,10 @@ public final class LeasesGrpc {
      * of it. A waiting Acquire is woken by the release or by the expiry
      * deadline itself; it never polls.
      * A grant is on stable storage before the reply.
+     * With `bind_to_stream`, the grant is bound to the caller's connection
+     * (see AcquireRequest.bind_to_stream): it is released at once when the
+     * client's end of that connection closes or resets, as when its process
+     * dies.
      * </pre>
      */
     default void acquire(dev.leasehold.v1.AcquireRequest request,
@@ -405,6 +440,29 @@ public final class LeasesGrpc {
     default void release(dev.leasehold.v1.ReleaseRequest request,
         io.grpc.stub.StreamObserver<dev.leasehold.v1.ReleaseResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getReleaseMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * TransferLease hands the live lease of `holder` with `token` to a
+     * waiting Acquire, in one durable decision: the successor is granted
+     * the next token (`token` + 1) with no moment when the job is free, and
+     * its waiting Acquire returns at once. The successor is the first
+     * waiter in line whose holder is `to_holder`, or the first waiter in
+     * line when `to_holder` is empty.
+     * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+     *   nothing changes (the caller still leads).
+     * - The lease is not `holder`'s with `token` (expired, released, moved
+     *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+     *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+     * The history records the tenure's end as TRANSFERRED, and watchers see
+     * the successor's grant (ACQUIRED). With a policy, this is action
+     * `lease`, and the lease must be the caller's principal's.
+     * </pre>
+     */
+    default void transferLease(dev.leasehold.v1.TransferLeaseRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.TransferLeaseResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getTransferLeaseMethod(), responseObserver);
     }
 
     /**
@@ -566,6 +624,10 @@ public final class LeasesGrpc {
      * of it. A waiting Acquire is woken by the release or by the expiry
      * deadline itself; it never polls.
      * A grant is on stable storage before the reply.
+     * With `bind_to_stream`, the grant is bound to the caller's connection
+     * (see AcquireRequest.bind_to_stream): it is released at once when the
+     * client's end of that connection closes or resets, as when its process
+     * dies.
      * </pre>
      */
     public void acquire(dev.leasehold.v1.AcquireRequest request,
@@ -600,6 +662,30 @@ public final class LeasesGrpc {
         io.grpc.stub.StreamObserver<dev.leasehold.v1.ReleaseResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getReleaseMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * TransferLease hands the live lease of `holder` with `token` to a
+     * waiting Acquire, in one durable decision: the successor is granted
+     * the next token (`token` + 1) with no moment when the job is free, and
+     * its waiting Acquire returns at once. The successor is the first
+     * waiter in line whose holder is `to_holder`, or the first waiter in
+     * line when `to_holder` is empty.
+     * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+     *   nothing changes (the caller still leads).
+     * - The lease is not `holder`'s with `token` (expired, released, moved
+     *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+     *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+     * The history records the tenure's end as TRANSFERRED, and watchers see
+     * the successor's grant (ACQUIRED). With a policy, this is action
+     * `lease`, and the lease must be the caller's principal's.
+     * </pre>
+     */
+    public void transferLease(dev.leasehold.v1.TransferLeaseRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.TransferLeaseResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getTransferLeaseMethod(), getCallOptions()), request, responseObserver);
     }
 
     /**
@@ -753,6 +839,10 @@ public final class LeasesGrpc {
      * of it. A waiting Acquire is woken by the release or by the expiry
      * deadline itself; it never polls.
      * A grant is on stable storage before the reply.
+     * With `bind_to_stream`, the grant is bound to the caller's connection
+     * (see AcquireRequest.bind_to_stream): it is released at once when the
+     * client's end of that connection closes or resets, as when its process
+     * dies.
      * </pre>
      */
     public dev.leasehold.v1.AcquireResponse acquire(dev.leasehold.v1.AcquireRequest request) throws io.grpc.StatusException {
@@ -784,6 +874,29 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.ReleaseResponse release(dev.leasehold.v1.ReleaseRequest request) throws io.grpc.StatusException {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getReleaseMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * TransferLease hands the live lease of `holder` with `token` to a
+     * waiting Acquire, in one durable decision: the successor is granted
+     * the next token (`token` + 1) with no moment when the job is free, and
+     * its waiting Acquire returns at once. The successor is the first
+     * waiter in line whose holder is `to_holder`, or the first waiter in
+     * line when `to_holder` is empty.
+     * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+     *   nothing changes (the caller still leads).
+     * - The lease is not `holder`'s with `token` (expired, released, moved
+     *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+     *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+     * The history records the tenure's end as TRANSFERRED, and watchers see
+     * the successor's grant (ACQUIRED). With a policy, this is action
+     * `lease`, and the lease must be the caller's principal's.
+     * </pre>
+     */
+    public dev.leasehold.v1.TransferLeaseResponse transferLease(dev.leasehold.v1.TransferLeaseRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getTransferLeaseMethod(), getCallOptions(), request);
     }
 
     /**
@@ -935,6 +1048,10 @@ public final class LeasesGrpc {
      * of it. A waiting Acquire is woken by the release or by the expiry
      * deadline itself; it never polls.
      * A grant is on stable storage before the reply.
+     * With `bind_to_stream`, the grant is bound to the caller's connection
+     * (see AcquireRequest.bind_to_stream): it is released at once when the
+     * client's end of that connection closes or resets, as when its process
+     * dies.
      * </pre>
      */
     public dev.leasehold.v1.AcquireResponse acquire(dev.leasehold.v1.AcquireRequest request) {
@@ -966,6 +1083,29 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.ReleaseResponse release(dev.leasehold.v1.ReleaseRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getReleaseMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * TransferLease hands the live lease of `holder` with `token` to a
+     * waiting Acquire, in one durable decision: the successor is granted
+     * the next token (`token` + 1) with no moment when the job is free, and
+     * its waiting Acquire returns at once. The successor is the first
+     * waiter in line whose holder is `to_holder`, or the first waiter in
+     * line when `to_holder` is empty.
+     * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+     *   nothing changes (the caller still leads).
+     * - The lease is not `holder`'s with `token` (expired, released, moved
+     *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+     *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+     * The history records the tenure's end as TRANSFERRED, and watchers see
+     * the successor's grant (ACQUIRED). With a policy, this is action
+     * `lease`, and the lease must be the caller's principal's.
+     * </pre>
+     */
+    public dev.leasehold.v1.TransferLeaseResponse transferLease(dev.leasehold.v1.TransferLeaseRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getTransferLeaseMethod(), getCallOptions(), request);
     }
 
     /**
@@ -1081,6 +1221,10 @@ public final class LeasesGrpc {
      * of it. A waiting Acquire is woken by the release or by the expiry
      * deadline itself; it never polls.
      * A grant is on stable storage before the reply.
+     * With `bind_to_stream`, the grant is bound to the caller's connection
+     * (see AcquireRequest.bind_to_stream): it is released at once when the
+     * client's end of that connection closes or resets, as when its process
+     * dies.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.AcquireResponse> acquire(
@@ -1115,6 +1259,30 @@ public final class LeasesGrpc {
         dev.leasehold.v1.ReleaseRequest request) {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getReleaseMethod(), getCallOptions()), request);
+    }
+
+    /**
+     * <pre>
+     * TransferLease hands the live lease of `holder` with `token` to a
+     * waiting Acquire, in one durable decision: the successor is granted
+     * the next token (`token` + 1) with no moment when the job is free, and
+     * its waiting Acquire returns at once. The successor is the first
+     * waiter in line whose holder is `to_holder`, or the first waiter in
+     * line when `to_holder` is empty.
+     * - No such waiter: FAILED_PRECONDITION, reason NO_SUCCESSOR, and
+     *   nothing changes (the caller still leads).
+     * - The lease is not `holder`'s with `token` (expired, released, moved
+     *   on, or handed over by a concurrent transfer): FAILED_PRECONDITION,
+     *   reason LEASE_LOST, as Renew would answer, and nothing changes.
+     * The history records the tenure's end as TRANSFERRED, and watchers see
+     * the successor's grant (ACQUIRED). With a policy, this is action
+     * `lease`, and the lease must be the caller's principal's.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.TransferLeaseResponse> transferLease(
+        dev.leasehold.v1.TransferLeaseRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getTransferLeaseMethod(), getCallOptions()), request);
     }
 
     /**
@@ -1189,12 +1357,13 @@ public final class LeasesGrpc {
   private static final int METHODID_ACQUIRE = 0;
   private static final int METHODID_RENEW = 1;
   private static final int METHODID_RELEASE = 2;
-  private static final int METHODID_GET_LEASE = 3;
-  private static final int METHODID_DELETE_JOB = 4;
-  private static final int METHODID_LIST_LEASES = 5;
-  private static final int METHODID_GET_HISTORY = 6;
-  private static final int METHODID_WATCH_LEASE = 7;
-  private static final int METHODID_KEEP_ALIVE = 8;
+  private static final int METHODID_TRANSFER_LEASE = 3;
+  private static final int METHODID_GET_LEASE = 4;
+  private static final int METHODID_DELETE_JOB = 5;
+  private static final int METHODID_LIST_LEASES = 6;
+  private static final int METHODID_GET_HISTORY = 7;
+  private static final int METHODID_WATCH_LEASE = 8;
+  private static final int METHODID_KEEP_ALIVE = 9;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1224,6 +1393,10 @@ public final class LeasesGrpc {
         case METHODID_RELEASE:
           serviceImpl.release((dev.leasehold.v1.ReleaseRequest) request,
               (io.grpc.stub.StreamObserver<dev.leasehold.v1.ReleaseResponse>) responseObserver);
+          break;
+        case METHODID_TRANSFER_LEASE:
+          serviceImpl.transferLease((dev.leasehold.v1.TransferLeaseRequest) request,
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.TransferLeaseResponse>) responseObserver);
           break;
         case METHODID_GET_LEASE:
           serviceImpl.getLease((dev.leasehold.v1.GetLeaseRequest) request,
@@ -1287,6 +1460,13 @@ public final class LeasesGrpc {
               dev.leasehold.v1.ReleaseRequest,
               dev.leasehold.v1.ReleaseResponse>(
                 service, METHODID_RELEASE)))
+        .addMethod(
+          getTransferLeaseMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.leasehold.v1.TransferLeaseRequest,
+              dev.leasehold.v1.TransferLeaseResponse>(
+                service, METHODID_TRANSFER_LEASE)))
         .addMethod(
           getGetLeaseMethod(),
           io.grpc.stub.ServerCalls.asyncUnaryCall(
@@ -1380,6 +1560,7 @@ public final class LeasesGrpc {
               .addMethod(getAcquireMethod())
               .addMethod(getRenewMethod())
               .addMethod(getReleaseMethod())
+              .addMethod(getTransferLeaseMethod())
               .addMethod(getGetLeaseMethod())
               .addMethod(getDeleteJobMethod())
               .addMethod(getListLeasesMethod())

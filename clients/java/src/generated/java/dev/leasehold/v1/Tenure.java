@@ -121,6 +121,23 @@ private static final long serialVersionUID = 0L;
      * <code>END_RECOVERED = 6;</code>
      */
     END_RECOVERED(6),
+    /**
+     * <pre>
+     * The grant was bound to its connection (`bind_to_stream`), and the
+     * client's end of that connection closed or reset.
+     * </pre>
+     *
+     * <code>END_CONNECTION_CLOSED = 7;</code>
+     */
+    END_CONNECTION_CLOSED(7),
+    /**
+     * <pre>
+     * The holder handed it to a waiting successor (TransferLease).
+     * </pre>
+     *
+     * <code>END_TRANSFERRED = 8;</code>
+     */
+    END_TRANSFERRED(8),
     UNRECOGNIZED(-1),
     ;
 
@@ -194,6 +211,23 @@ private static final long serialVersionUID = 0L;
      * <code>END_RECOVERED = 6;</code>
      */
     public static final int END_RECOVERED_VALUE = 6;
+    /**
+     * <pre>
+     * The grant was bound to its connection (`bind_to_stream`), and the
+     * client's end of that connection closed or reset.
+     * </pre>
+     *
+     * <code>END_CONNECTION_CLOSED = 7;</code>
+     */
+    public static final int END_CONNECTION_CLOSED_VALUE = 7;
+    /**
+     * <pre>
+     * The holder handed it to a waiting successor (TransferLease).
+     * </pre>
+     *
+     * <code>END_TRANSFERRED = 8;</code>
+     */
+    public static final int END_TRANSFERRED_VALUE = 8;
 
 
     public final int getNumber() {
@@ -227,6 +261,8 @@ private static final long serialVersionUID = 0L;
         case 4: return END_DELETED;
         case 5: return END_RESTORED;
         case 6: return END_RECOVERED;
+        case 7: return END_CONNECTION_CLOSED;
+        case 8: return END_TRANSFERRED;
         default: return null;
       }
     }
