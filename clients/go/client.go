@@ -114,10 +114,18 @@ func (c *Client) Close() error {
 // Holders are unique per elector, so the lease is never someone else's.
 // The error then matches context.Canceled or context.DeadlineExceeded
 // (see ContextError).
-func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration) (Acquired, error) {
+//
+// Options: BindToStream(true) binds the grant to this client's
+// connection.
+func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration, opts ...AcquireOption) (Acquired, error) {
+	var o acquireOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	call := c.calls.start(job, holder)
 	defer call.end()
-	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
+	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait),
+		BindToStream: o.bindToStream})
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
 			call.end()
@@ -153,6 +161,31 @@ func (c *Client) Release(ctx context.Context, job, holder string, token uint64) 
 	}
 	c.calls.released(job, holder)
 	return nil
+}
+
+// TransferLease hands our live lease (holder with token) to a waiting
+// Acquire, in one step: the successor is granted token+1 with no moment
+// when the job is free, and its waiting Acquire returns at once. The
+// successor is the first waiter in line whose holder is toHolder, or the
+// first waiter in line when toHolder is "". ttl is the successor's lease
+// lifetime; 0 keeps the TTL the lease has now. It returns the successor's
+// lease.
+//
+// With no such waiter it fails with a *NoSuccessorError (ErrNoSuccessor)
+// and nothing changes: we still lead. When the lease is not holder's with
+// token any more (expired, released, handed over already) it fails with a
+// *LeaseLostError (ErrLeaseLost), as Renew would.
+func (c *Client) TransferLease(ctx context.Context, job, holder string, token uint64, toHolder string, ttl time.Duration) (Lease, error) {
+	req := &pb.TransferLeaseRequest{Job: job, Holder: holder, Token: token, ToHolder: toHolder}
+	if ttl > 0 {
+		req.Ttl = dur(ttl)
+	}
+	r, err := c.leases.TransferLease(ctx, req)
+	if err != nil {
+		return Lease{}, callError(ctx, err)
+	}
+	c.calls.released(job, holder)
+	return leaseFromPb(r.GetLease()), nil
 }
 
 // GetLease returns the lease of job (token 0, no holder, if never granted).

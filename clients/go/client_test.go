@@ -285,10 +285,11 @@ func TestDecodingOfEveryReason(t *testing.T) {
 		{codes.ResourceExhausted, "OVERLOADED", leasehold.ErrOverloaded},
 		{codes.ResourceExhausted, "QUOTA_EXCEEDED", leasehold.ErrQuotaExceeded},
 		{codes.FailedPrecondition, "JOB_IN_USE", leasehold.ErrJobInUse},
+		{codes.FailedPrecondition, "NO_SUCCESSOR", leasehold.ErrNoSuccessor},
 	}
 	all := []error{leasehold.ErrLeaseLost, leasehold.ErrFenced, leasehold.ErrInvalidArgument, leasehold.ErrUnknownToken,
 		leasehold.ErrStorage, leasehold.ErrShuttingDown, leasehold.ErrDiskFull, leasehold.ErrOverloaded,
-		leasehold.ErrQuotaExceeded, leasehold.ErrJobInUse}
+		leasehold.ErrQuotaExceeded, leasehold.ErrJobInUse, leasehold.ErrNoSuccessor}
 	for _, tc := range cases {
 		err := leasehold.FromError(mk(tc.code, tc.reason, "leasehold"))
 		for _, s := range all {
@@ -315,6 +316,11 @@ func TestDecodingOfEveryReason(t *testing.T) {
 	if err := leasehold.FromError(mk(codes.ResourceExhausted, "OVERLOADED", "leasehold")); !errors.As(err, &busy) ||
 		busy.Limit != "--max-watchers" || busy.Max != 7 || !leasehold.Retryable(err) {
 		t.Errorf("overloaded: %#v", err)
+	}
+	var none *leasehold.NoSuccessorError
+	if err := leasehold.FromError(mk(codes.FailedPrecondition, "NO_SUCCESSOR", "leasehold")); !errors.As(err, &none) ||
+		none.Message != "m" || leasehold.Retryable(err) || !strings.Contains(err.Error(), "NO_SUCCESSOR") {
+		t.Errorf("no successor: %#v", err)
 	}
 	if err := leasehold.FromError(mk(codes.Unavailable, "FENCED", "other")); errors.Is(err, leasehold.ErrFenced) || !errors.Is(err, leasehold.ErrUnavailable) {
 		t.Errorf("another domain: %#v", err)

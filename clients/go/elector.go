@@ -59,7 +59,21 @@ type ElectorConfig struct {
 	Callbacks LeaderCallbacks
 	// Logger for warnings; slog.Default() when nil.
 	Logger *slog.Logger
+	// BindToStream binds every grant of the campaign to the client's
+	// connection (each Acquire is made with BindToStream(true)): when this
+	// process dies, or the client is closed, the server releases the lease
+	// at once and the next elector leads without waiting out the TTL. A
+	// paused process or a partition releases nothing (the TTL runs as
+	// usual). The trade: a live leader whose connection is cut (a proxy
+	// that closes it, a reconnect) loses its lease at once; its writes
+	// are then fenced, and it steps down at its next renewal. Default
+	// false.
+	BindToStream bool
 }
+
+// ErrNotLeader: Elector.Transfer was called while the elector does not
+// lead. The server was not called.
+var ErrNotLeader = errors.New("leasehold: not the leader")
 
 // Elector campaigns for one job. Run drives it: it campaigns with a
 // waiting Acquire (a release hands over at once), renews every TTL/3, and
@@ -76,6 +90,9 @@ type ElectorConfig struct {
 // until Run's context is done; then it releases the lease (bounded) and
 // returns.
 //
+// Transfer hands the leadership to a waiting elector (or Acquire) at
+// once, with no moment without a leader.
+//
 // What no elector can notice is its own process being paused (GC,
 // SIGSTOP): carry the token into every write, so a stale leader is fenced.
 type Elector struct {
@@ -90,8 +107,14 @@ type Elector struct {
 
 	// The current term's leader context, and the callbacks of the last
 	// term (each term's callbacks wait for the previous term's).
+	term       context.Context
 	cancelTerm context.CancelFunc
 	termDone   chan struct{}
+
+	// transfers carries Transfer's requests to the goroutine that leads,
+	// which makes them between its renewals: a renewal never races with a
+	// transfer.
+	transfers chan transferRequest
 
 	// OnNewLeader's state: the last token reported, and the reports not
 	// yet delivered (in order; newLeaders wakes the goroutine that
@@ -125,7 +148,8 @@ func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
 		log = slog.Default()
 	}
 	log = log.With("job", cfg.Job)
-	return &Elector{client: client, cfg: cfg, log: log, newLeaders: make(chan struct{}, 1)}, nil
+	return &Elector{client: client, cfg: cfg, log: log, newLeaders: make(chan struct{}, 1),
+		transfers: make(chan transferRequest)}, nil
 }
 
 // Holder returns our holder identity.
@@ -203,7 +227,8 @@ func (e *Elector) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, t.campaignWait+e.cfg.TTL)
-		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait)
+		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait,
+			BindToStream(e.cfg.BindToStream))
 		timedOut := actx.Err() != nil
 		cancel()
 		if ctx.Err() != nil {
@@ -259,8 +284,8 @@ func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (tim
 	return at, true
 }
 
-// lead leads until the lease is lost (false) or ctx is done (releases;
-// true).
+// lead leads until the lease is lost or handed over (false) or ctx is
+// done (releases; true).
 func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 	t := timingFor(e.cfg.TTL)
 	retry := renewBackoff(e.cfg.TTL)
@@ -272,8 +297,11 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 		if deadline.Before(wake) {
 			wake = deadline
 		}
-		if !sleepCtx(ctx, time.Until(wake)) {
+		switch e.sleepLeading(ctx, token, wake, deadline) {
+		case stopped:
 			return e.resign(token, deadline)
+		case handedOver:
+			return false
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
@@ -308,6 +336,109 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 	return false
 }
 
+// How sleepLeading ended.
+const (
+	woke       = iota // the time came
+	stopped           // Run's ctx is done
+	handedOver        // a Transfer ended this leadership
+)
+
+// sleepLeading waits until wake while leading with token, making the
+// transfers Transfer asks for meanwhile.
+func (e *Elector) sleepLeading(ctx context.Context, token uint64, wake, deadline time.Time) int {
+	timer := time.NewTimer(time.Until(wake))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return stopped
+		case <-timer.C:
+			return woke
+		case req := <-e.transfers:
+			if e.transfer(req, token, deadline) {
+				return handedOver
+			}
+		}
+	}
+}
+
+// transferRequest is one call of Transfer, for the leadership with token.
+type transferRequest struct {
+	ctx   context.Context
+	token uint64
+	to    string
+	reply chan transferResult // buffered: the leading goroutine never blocks
+}
+
+type transferResult struct {
+	lease Lease
+	err   error
+}
+
+// Transfer hands our leadership to a waiting holder: the first in line
+// when to is "", else the waiting holder to (an Elector's Holder()). It
+// calls TransferLease with the token we lead with (the TTL unchanged):
+// the successor is granted the next token at once, and we step down as
+// on a loss (the leader context is cancelled, OnStoppedLeading follows),
+// then campaign again, our waiting Acquire queued behind the successor,
+// unless Run is being stopped. It returns the successor's lease.
+//
+// With no such waiter it returns a *NoSuccessorError (ErrNoSuccessor) and
+// we go on leading. If the lease was lost meanwhile it returns a
+// *LeaseLostError (ErrLeaseLost) and we step down. Any other error (the
+// server unreachable, ctx done) leaves us leading: if the transfer was
+// made nevertheless, the next renewal finds the lease lost. When we do
+// not lead, it returns ErrNotLeader without calling the server.
+//
+// The transfer is made by the goroutine that runs Run, between renewals,
+// so a renewal of the old token never races with it: the end of the
+// leadership is reported once.
+func (e *Elector) Transfer(ctx context.Context, to string) (Lease, error) {
+	e.mu.Lock()
+	token, term := e.token, e.term
+	leading := token != 0 && time.Now().Before(e.deadline)
+	e.mu.Unlock()
+	if !leading {
+		return Lease{}, ErrNotLeader
+	}
+	req := transferRequest{ctx: ctx, token: token, to: to, reply: make(chan transferResult, 1)}
+	select {
+	case e.transfers <- req:
+	case <-term.Done():
+		return Lease{}, ErrNotLeader
+	case <-ctx.Done():
+		return Lease{}, &ContextError{Err: ctx.Err()}
+	}
+	r := <-req.reply
+	return r.lease, r.err
+}
+
+// transfer makes req while leading with token until deadline; true when
+// the leadership ended (handed over, or found lost).
+func (e *Elector) transfer(req transferRequest, token uint64, deadline time.Time) bool {
+	if req.token != token || !time.Now().Before(deadline) {
+		req.reply <- transferResult{err: ErrNotLeader}
+		return false
+	}
+	ctx, cancel := context.WithDeadline(req.ctx, deadline)
+	l, err := e.client.TransferLease(ctx, e.cfg.Job, e.cfg.Holder, token, req.to, 0)
+	cancel()
+	switch {
+	case err == nil:
+		e.log.Info("handed over", "token", token, "to", l.Holder, "successor_token", l.Token)
+		e.setFollower(token)
+		e.observe(l.Holder, l.Token)
+	case errors.Is(err, ErrLeaseLost):
+		e.log.Warn("lease lost", "token", token, "error", err)
+		e.setFollower(token)
+	default:
+		req.reply <- transferResult{err: err}
+		return false
+	}
+	req.reply <- transferResult{lease: l, err: err}
+	return true
+}
+
 // resign steps down and releases, bounded: past our deadline the lease
 // runs out on its own.
 func (e *Elector) resign(token uint64, deadline time.Time) bool {
@@ -337,6 +468,7 @@ func (e *Elector) setLeader(token uint64, deadline time.Time) {
 	e.mu.Lock()
 	e.token = token
 	e.deadline = deadline
+	e.term = termCtx
 	e.cancelTerm = cancel
 	prev := e.termDone
 	done := make(chan struct{})

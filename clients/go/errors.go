@@ -53,8 +53,8 @@ func tagged(msg string, r pb.ErrorReason) string {
 // ErrDiskFull, ErrOverloaded and ErrShuttingDown errors also match
 // ErrUnavailable. Use errors.As with *FencedError, *LeaseLostError,
 // *InvalidArgumentError, *UnknownTokenError, *UnauthenticatedError,
-// *PermissionDeniedError, *QuotaExceededError, *JobInUseError or
-// *UnavailableError for the details.
+// *PermissionDeniedError, *QuotaExceededError, *JobInUseError,
+// *NoSuccessorError or *UnavailableError for the details.
 var (
 	ErrLeaseLost       = errors.New("leasehold: lease lost")
 	ErrFenced          = errors.New("leasehold: fenced")
@@ -73,6 +73,10 @@ var (
 	// ErrJobInUse: DeleteJob of a job whose lease is live or that an
 	// Acquire waits for (reason JOB_IN_USE); a *JobInUseError.
 	ErrJobInUse = errors.New("leasehold: job in use")
+	// ErrNoSuccessor: TransferLease found no waiting Acquire to hand the
+	// lease to (reason NO_SUCCESSOR); a *NoSuccessorError. The caller
+	// still leads.
+	ErrNoSuccessor = errors.New("leasehold: no successor")
 	// ErrUnauthenticated: the server's policy does not know the caller.
 	ErrUnauthenticated = errors.New("leasehold: unauthenticated")
 	// ErrPermissionDenied: the caller's principal may not do this.
@@ -209,6 +213,21 @@ func (e *JobInUseError) Error() string {
 func (e *JobInUseError) Is(target error) bool       { return target == ErrJobInUse }
 func (e *JobInUseError) GRPCStatus() *status.Status { return e.status }
 
+// NoSuccessorError: TransferLease (or Elector.Transfer) named a
+// successor that has no Acquire waiting on the job, or nobody waits
+// (reason NO_SUCCESSOR, code FAILED_PRECONDITION). Nothing changed: the
+// caller still leads. Retry once a successor waits, or release.
+type NoSuccessorError struct {
+	Message string
+	status  *status.Status
+}
+
+func (e *NoSuccessorError) Error() string {
+	return tagged(e.Message, pb.ErrorReason_ERROR_REASON_NO_SUCCESSOR)
+}
+func (e *NoSuccessorError) Is(target error) bool       { return target == ErrNoSuccessor }
+func (e *NoSuccessorError) GRPCStatus() *status.Status { return e.status }
+
 // UnavailableError: the server could not be reached or could not answer
 // (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, a transport failure), or
 // refused for a reason retrying later can fix: Reason STORAGE (the store
@@ -318,6 +337,8 @@ func FromError(err error) error {
 		return &QuotaExceededError{Message: msg, Limit: meta["limit"], Max: num("max"), status: s}
 	case pb.ErrorReason_ERROR_REASON_JOB_IN_USE:
 		return &JobInUseError{Message: msg, status: s}
+	case pb.ErrorReason_ERROR_REASON_NO_SUCCESSOR:
+		return &NoSuccessorError{Message: msg, status: s}
 	}
 	switch s.Code() {
 	case codes.InvalidArgument:

@@ -42,7 +42,13 @@ type worker struct {
 
 func startWorker(t *testing.T, exe string, args ...string) *worker {
 	t.Helper()
-	w := &worker{cmd: exec.Command(exe, args...), exited: make(chan struct{})}
+	return startCmd(t, exec.Command(exe, args...))
+}
+
+// startCmd starts cmd (its Stdin set by the caller, if any) as a worker.
+func startCmd(t *testing.T, cmd *exec.Cmd) *worker {
+	t.Helper()
+	w := &worker{cmd: cmd, exited: make(chan struct{})}
 	w.cmd.Stderr = os.Stderr
 	dieWithTest(w.cmd)
 	out, err := w.cmd.StdoutPipe()

@@ -58,6 +58,31 @@ type Acquired struct {
 	Lease Lease
 }
 
+// AcquireOption is an option of Client.Acquire.
+type AcquireOption func(*acquireOptions)
+
+type acquireOptions struct {
+	bindToStream bool
+}
+
+// BindToStream(true) binds the grant to the client's connection
+// (AcquireRequest.bind_to_stream): when this end of the connection closes
+// or resets (Client.Close, or the process dies and its kernel closes the
+// socket), the server releases the lease at once and the first waiting
+// Acquire is granted the next token; the job's history records the
+// tenure's end as CONNECTION_CLOSED. A connection that merely goes silent
+// (a paused process, a partition) releases nothing: the lease runs for
+// its TTL as usual.
+//
+// The trade: a live holder whose connection is cut (a proxy or load
+// balancer that closes it, the connection breaking and grpc-go
+// reconnecting, grpc-go closing a connection idle past its idle timeout)
+// loses its lease at once, and its writes are then fenced. The default is
+// false.
+func BindToStream(on bool) AcquireOption {
+	return func(o *acquireOptions) { o.bindToStream = on }
+}
+
 // Value is a stored value.
 type Value struct {
 	// Found is false when never written or deleted.

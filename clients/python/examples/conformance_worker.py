@@ -4,6 +4,9 @@ stdout. Also a complete example of a worker: lead, write fenced by the
 token, release on SIGTERM.
 
     python conformance_worker.py --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
+
+``--bind`` builds the worker's elector with ``bind_to_stream=True``: if the
+process dies, the server releases its lease at once.
 """
 
 import argparse
@@ -32,6 +35,7 @@ def main() -> int:
     p.add_argument("--job", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--ttl-ms", type=int, default=1000)
+    p.add_argument("--bind", action="store_true", help="bind the elector's grants to its connection")
     args = p.parse_args()
 
     # SIGTERM ends the command loop below, wherever it is: the handler
@@ -58,7 +62,9 @@ def main() -> int:
     def lost(token: int) -> None:
         say(f"lost token={token}")
 
-    elector = leasehold.Elector(client, args.job, args.name, args.ttl_ms / 1000, on_elected=elected, on_lost=lost)
+    elector = leasehold.Elector(
+        client, args.job, args.name, args.ttl_ms / 1000, on_elected=elected, on_lost=lost, bind_to_stream=args.bind
+    )
     say(f"holder {elector.holder}")
     elector.start()
     twins = []  # (elector, [last token]): two more electors, one name, one process
@@ -70,6 +76,10 @@ def main() -> int:
                 break
             if cmd == "write":
                 say(write(client, args.job, last_token[0], arg))
+            elif cmd == "transfer":
+                say(transfer(elector, None))
+            elif cmd == "transfer-to":
+                say(transfer(elector, arg))
             elif cmd == "bad":
                 say(f"bad {arg} {bad(client, args.job, elector.holder, last_token[0], arg)}")
             elif cmd == "twin" and not twins:
@@ -129,6 +139,23 @@ def write(client: leasehold.Client, job: str, token, value: str) -> str:
         return f"write fenced current={e.current_token}"
     except leasehold.LeaseholdError as e:
         return f"write error {type(e).__name__} {e}"
+
+
+def transfer(elector: leasehold.Elector, to) -> str:
+    """Hands the leadership to the first waiter (``to`` None) or to ``to``.
+    The elector then reports the loss (``lost token=N``) and campaigns
+    again behind the successor."""
+    try:
+        lease = elector.transfer(to)
+        return f"transfer ok token={lease.token}"
+    except leasehold.NoSuccessor:
+        return "transfer no-successor"
+    except leasehold.LeaseLost:
+        return "transfer lost"
+    except leasehold.NotLeader:
+        return "transfer not-leader"
+    except leasehold.LeaseholdError as e:
+        return f"transfer error {type(e).__name__} {e}"
 
 
 def bad(client: leasehold.Client, job: str, holder: str, token, case: str) -> str:

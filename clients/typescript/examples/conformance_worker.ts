@@ -4,10 +4,22 @@
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM.
  *
- *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]
+ *
+ * `--bind` builds its elector with `bindToStream` (not the twins').
  */
 import { createInterface } from "node:readline";
-import { Client, Elector, Fenced, InvalidArgument, LeaseholdError, UnknownToken } from "../src";
+import {
+  Client,
+  Elector,
+  Fenced,
+  InvalidArgument,
+  LeaseholdError,
+  LeaseLost,
+  NoSuccessor,
+  NotLeader,
+  UnknownToken,
+} from "../src";
 
 function flag(name: string, fallback?: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -16,12 +28,17 @@ function flag(name: string, fallback?: string): string {
   return v;
 }
 
+/** Whether the flag `--name` (one without a value) was given. */
+function has(name: string): boolean {
+  return process.argv.includes(`--${name}`);
+}
+
 const say = (line: string) => process.stdout.write(line + "\n");
 
 async function main(): Promise<void> {
   const job = flag("job");
   const client = new Client(flag("server"));
-  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")));
+  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")), { bindToStream: has("bind") });
   let lastToken: bigint | undefined; // the token we last led with, kept after losing
 
   elector.on("elected", (token) => {
@@ -56,6 +73,8 @@ async function main(): Promise<void> {
       if (cmd === "quit") return shutdown();
       if (cmd === "write") say(await write(client, job, lastToken, arg));
       else if (cmd === "bad") say(`bad ${arg} ${await bad(client, job, elector.holder, lastToken, arg)}`);
+      else if (cmd === "transfer") say(await transfer(elector));
+      else if (cmd === "transfer-to") say(await transfer(elector, arg));
       else if (cmd === "twin") {
         if (twins.length === 0) twins = startTwins(client, arg, flag("name"), Number(flag("ttl-ms", "1000")));
       } else if (cmd === "twin-write") {
@@ -103,6 +122,19 @@ async function write(client: Client, job: string, token: bigint | undefined, val
     if (e instanceof Fenced) return `write fenced current=${e.currentToken}`;
     if (e instanceof LeaseholdError) return `write error ${e.name} ${e.message}`;
     throw e;
+  }
+}
+
+/** Hands the elector's leadership to the first waiter, or to `to`. */
+async function transfer(elector: Elector, to?: string): Promise<string> {
+  try {
+    return `transfer ok token=${(await elector.transfer(to)).token}`;
+  } catch (e) {
+    if (e instanceof NoSuccessor) return "transfer no-successor";
+    if (e instanceof LeaseLost) return "transfer lost";
+    if (e instanceof NotLeader) return "transfer not-leader";
+    const message = e instanceof LeaseholdError ? `${e.name} ${e.message}` : String(e);
+    return `transfer error ${message.replace(/\s+/g, " ")}`;
   }
 }
 

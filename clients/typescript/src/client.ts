@@ -166,6 +166,22 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** Options of `Client.acquire`: the per-call options, and how to hold the grant. */
+export interface AcquireOptions extends CallOptions {
+  /**
+   * Binds the grant to this client's connection (default false): when the
+   * client's end of the connection closes or resets, as when its process
+   * dies (its kernel sends FIN or RST), the server releases the lease at
+   * once and the first waiter is granted the next token; the job's history
+   * records the tenure's end as `END_CONNECTION_CLOSED`. A connection that
+   * merely goes silent (the process paused, a partition) releases nothing:
+   * the lease runs for its TTL as usual. The trade: a live holder whose
+   * connection is cut (a proxy that closes it, a reconnect of the channel)
+   * loses its lease at once, and its writes are then fenced.
+   */
+  bindToStream?: boolean;
+}
+
 /** Options of `Client.observe`. */
 export interface ObserveOptions {
   /**
@@ -366,8 +382,12 @@ export class Client {
    * `renew` of this client for the job and holder started since or is on
    * its way, not a token one of them was told, and not once the holder
    * asked again from anywhere (the server's `giveBack` release).
+   *
+   * With `opts.bindToStream` the grant is bound to this client's
+   * connection: released at once when it closes or resets (see
+   * `AcquireOptions.bindToStream`).
    */
-  async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: CallOptions): Promise<Acquired> {
+  async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: AcquireOptions): Promise<Acquired> {
     const asking = this.calls.start(job, holder);
     try {
       let r: pb.AcquireResponse;
@@ -375,7 +395,7 @@ export class Client {
         r = await this.unary(
           this.leases,
           this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
-          { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs) },
+          { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs), bindToStream: opts?.bindToStream ?? false },
           opts,
           waitMs,
         );
@@ -447,6 +467,38 @@ export class Client {
       opts,
     );
     this.calls.released(job, holder);
+  }
+
+  /**
+   * Hands our live lease (`holder` with `token`) to a waiting Acquire, in
+   * one step: the successor is granted `token + 1` with no moment when the
+   * job is free, and its waiting Acquire returns at once. The successor is
+   * the first waiter in line whose holder is `toHolder`, or the first in
+   * line when `toHolder` is undefined (or empty). Its TTL is `ttlMs`, or
+   * when undefined the TTL the lease has now. Resolves to the successor's
+   * lease.
+   *
+   * Rejects with `NoSuccessor` when no such waiter waits (nothing changed:
+   * we still lead), and with `LeaseLost` when the lease is no longer
+   * `holder`'s with `token` (nothing changed either).
+   */
+  async transferLease(
+    job: string,
+    holder: string,
+    token: bigint,
+    toHolder?: string,
+    ttlMs?: number,
+    opts?: CallOptions,
+  ): Promise<Lease> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.transferLease as UnaryMethod<pb.TransferLeaseRequest, pb.TransferLeaseResponse>,
+      { job, holder, token, toHolder: toHolder ?? "", ttl: ttlMs === undefined ? undefined : toDuration(ttlMs) },
+      opts,
+    );
+    // Nothing told for `holder` is live any more, as after a release.
+    this.calls.released(job, holder);
+    return leaseFromPb(r.lease);
   }
 
   /** The lease of `job` (token 0n and no holder if never granted). */

@@ -31,13 +31,21 @@
  * elector stops, `error` holds the error, `"error"` is emitted with it (when
  * there is a listener: an unheard `"error"` would crash the process) and
  * `elected()` rejects with it.
+ *
+ * `transfer(to?)` hands the leadership to a waiting elector (or any
+ * waiting Acquire) at once, with the next token: the elector reports the
+ * end of its leadership (`"lost"`) and campaigns again, behind the
+ * successor. With the option `bindToStream`, every Acquire of its
+ * campaign binds the grant to the client's connection: the server
+ * releases the lease at once when that connection closes or resets (the
+ * process died), rather than after the TTL.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
 import { abortError, Backoff, Warnings } from "./retry";
-import { electorHolder } from "./types";
+import { electorHolder, type Lease } from "./types";
 
 export interface ElectorOptions {
   /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
@@ -48,6 +56,18 @@ export interface ElectorOptions {
    * gets every failed attempt.
    */
   logger?: ElectorLogger;
+  /**
+   * Binds every grant of the campaign to the client's connection (default
+   * false; `AcquireOptions.bindToStream`): when the client's end of the
+   * connection closes or resets, as when this process dies, the server
+   * releases the lease at once and the next elector is granted the next
+   * token, instead of after the TTL. Silence (the process paused, a
+   * partition) releases nothing: the TTL and this elector's own deadline
+   * apply as always. The trade: a live leader whose connection is cut (a
+   * proxy that closes it, a reconnect of the channel) loses its lease at
+   * once; it steps down on its next renewal, and its writes are fenced.
+   */
+  bindToStream?: boolean;
 }
 
 export interface ElectorLogger {
@@ -83,6 +103,24 @@ function refused(e: unknown): e is InvalidArgument | Unauthenticated | Permissio
 
 class Stopped extends Error {}
 class TimedOut extends Error {}
+/** The tenure the lead loop runs was ended by `transfer()`. */
+class Ended extends Error {}
+
+/**
+ * `Elector.transfer()` while the elector does not lead: no call was made.
+ */
+export class NotLeader extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "NotLeader";
+  }
+}
+
+/** One leadership: its token, and what ends it early (a transfer, or a loss the transfer learned of). */
+interface Tenure {
+  token: bigint;
+  ended: AbortController;
+}
 
 /** (one waiting Acquire's wait, renew period), as the Rust Elector; retries back off as `Backoff` says. */
 function timing(ttlMs: number) {
@@ -104,6 +142,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly finishedPromise = new Promise<void>((resolve) => (this.resolveFinished = resolve));
   private readonly log: ElectorLogger;
   private readonly warnings = new Warnings();
+  private readonly bindToStream: boolean;
+  /** The tenure `lead` runs now, if any. */
+  private tenure: Tenure | undefined;
 
   constructor(
     private readonly client: Client,
@@ -118,6 +159,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
     if (!(ttlMs > 0)) throw new RangeError("ttlMs must be positive");
     this.holder = options.holder ?? electorHolder(name);
     this.log = options.logger ?? { warn: (m) => console.warn(`leasehold elector: ${m}`) };
+    this.bindToStream = options.bindToStream ?? false;
   }
 
   /** The token we lead with; undefined when not leading or past our deadline. */
@@ -215,6 +257,50 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.finish();
   }
 
+  /**
+   * Hands the leadership to a waiting Acquire: the first in line, or the
+   * first whose holder is `to` (another elector's `holder`). The successor
+   * is granted our token + 1 at once, with no moment when the job is free;
+   * its TTL is ours. Resolves to the successor's lease once this elector
+   * has reported the end of its leadership (`"lost"` with its token, as for
+   * any loss); it then campaigns again, its waiting Acquire behind the
+   * successor, unless it is resigning.
+   *
+   * Rejects with `NotLeader` when it does not lead (no call is made); with
+   * `NoSuccessor` when no such Acquire waits, and it goes on leading; with
+   * `LeaseLost` when the lease was no longer ours, and it steps down
+   * (`"lost"`); with any other error of the call (`Unavailable`...), and it
+   * goes on leading as its renewals allow.
+   */
+  async transfer(to?: string): Promise<Lease> {
+    const token = this.token;
+    const tenure = this.tenure;
+    if (token === undefined || tenure === undefined || tenure.token !== token || this.stop.signal.aborted) {
+      throw new NotLeader(`not leading ${this.job}: nothing to transfer`);
+    }
+    let successor: Lease;
+    try {
+      successor = await this.client.transferLease(this.job, this.holder, token, to);
+    } catch (e) {
+      if (e instanceof LeaseLost) {
+        this.log.warn(`${this.job}: lease lost (token ${token}) on transfer: ${e.message}`);
+        this.endTenure(tenure);
+      }
+      throw e;
+    }
+    this.endTenure(tenure);
+    return successor;
+  }
+
+  /**
+   * Reports the end of `tenure` (once: a renewal that learned of it first
+   * has reported it) and wakes its lead loop, which returns to campaigning.
+   */
+  private endTenure(tenure: Tenure): void {
+    this.setFollower(tenure.token);
+    tenure.ended.abort();
+  }
+
   private finish() {
     if (this.finished) return;
     this.finished = true;
@@ -229,18 +315,27 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  /** Awaits `p` until `deadline`; throws Stopped or TimedOut first. */
-  private until<T>(start: (signal: AbortSignal) => Promise<T>, deadline: number): Promise<T> {
+  /**
+   * Awaits `p` until `deadline`; throws Stopped or TimedOut first, or
+   * Ended once `ended` (a tenure's) is aborted.
+   */
+  private until<T>(start: (signal: AbortSignal) => Promise<T>, deadline: number, ended?: AbortSignal): Promise<T> {
     const ac = new AbortController();
     return new Promise<T>((resolve, reject) => {
       const done = () => {
         clearTimeout(timer);
         this.stop.signal.removeEventListener("abort", onStop);
+        ended?.removeEventListener("abort", onEnded);
       };
       const onStop = () => {
         done();
         ac.abort();
         reject(new Stopped());
+      };
+      const onEnded = () => {
+        done();
+        ac.abort();
+        reject(new Ended());
       };
       const timer = setTimeout(() => {
         done();
@@ -248,7 +343,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
         reject(new TimedOut());
       }, Math.max(0, deadline - now()));
       if (this.stop.signal.aborted) return onStop();
+      if (ended?.aborted) return onEnded();
       this.stop.signal.addEventListener("abort", onStop, { once: true });
+      ended?.addEventListener("abort", onEnded, { once: true });
       start(ac.signal).then(
         (v) => {
           done();
@@ -262,11 +359,13 @@ export class Elector extends EventEmitter<ElectorEvents> {
     });
   }
 
-  private sleepUntil(when: number): Promise<void> {
+  private sleepUntil(when: number, ended?: AbortSignal): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
     return this.until(
-      () => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, when - now()))),
+      () => new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, when - now())))),
       when + 1000,
-    );
+      ended,
+    ).finally(() => clearTimeout(timer));
   }
 
   private async run(): Promise<void> {
@@ -280,7 +379,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
         try {
           acquired = await this.until(
             (signal) =>
-              this.client.acquire(this.job, this.holder, this.ttlMs, campaignWait, { timeoutMs: limit, signal }),
+              this.client.acquire(this.job, this.holder, this.ttlMs, campaignWait, {
+                timeoutMs: limit,
+                signal,
+                bindToStream: this.bindToStream,
+              }),
             sent + limit,
           );
         } catch (e) {
@@ -345,17 +448,35 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  /** Leads until lost (false) or told to stop (releases; true). */
+  /**
+   * Leads until lost or transferred (false) or told to stop (releases;
+   * true).
+   */
   private async lead(token: bigint, sent: number): Promise<boolean> {
+    const tenure: Tenure = { token, ended: new AbortController() };
+    this.tenure = tenure;
+    try {
+      return await this.leadTenure(tenure, sent);
+    } finally {
+      if (this.tenure === tenure) this.tenure = undefined;
+    }
+  }
+
+  private async leadTenure(tenure: Tenure, sent: number): Promise<boolean> {
+    const { token } = tenure;
+    const ended = tenure.ended.signal;
     const { every } = timing(this.ttlMs);
     const retry = Backoff.renew(this.ttlMs);
     let deadline = sent + this.ttlMs;
     this.setLeader(token, deadline);
     let next = sent + every;
     for (;;) {
+      // Ended by transfer(), which reported it: campaign again.
+      if (ended.aborted) return false;
       try {
-        await this.sleepUntil(Math.min(next, deadline));
-      } catch {
+        await this.sleepUntil(Math.min(next, deadline), ended);
+      } catch (e) {
+        if (e instanceof Ended) return false;
         return this.resignLease(token, deadline);
       }
       const at = now();
@@ -367,8 +488,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
         await this.until(
           (signal) => this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: deadline - at, signal }),
           deadline,
+          ended,
         );
       } catch (e) {
+        if (e instanceof Ended) return false;
         if (e instanceof Stopped) return this.resignLease(token, deadline);
         if (e instanceof TimedOut) {
           this.log.warn(`${this.job}: renew of token ${token} did not answer before the deadline`);

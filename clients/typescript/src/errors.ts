@@ -24,6 +24,7 @@
  * ├── PermissionDenied   the principal may not do this; .action and .job
  * ├── QuotaExceeded      a limit on state (jobs, keys, watchers, waiters); .limit and .max
  * ├── JobInUse           deleteJob of a job whose lease is live or awaited
+ * ├── NoSuccessor        transferLease with no such waiter; the caller still leads
  * └── Unavailable        unreachable or not answering; retryable
  *     ├── StorageError   the store could not make a change durable
  *     ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -173,6 +174,14 @@ export class QuotaExceeded extends LeaseholdError {
  */
 export class JobInUse extends LeaseholdError {}
 
+/**
+ * `transferLease` found no successor (NO_SUCCESSOR, FAILED_PRECONDITION):
+ * nobody waits for the job, or the holder named is not waiting. Nothing
+ * changed: the caller still leads. Retry once a successor waits, or
+ * release.
+ */
+export class NoSuccessor extends LeaseholdError {}
+
 /** The server could not be reached or could not answer; retryable. */
 export class Unavailable extends LeaseholdError {
   override readonly retryable: boolean = true;
@@ -234,6 +243,7 @@ const BY_REASON = new Map<ErrorReason, ErrorClass>([
   [ErrorReason.ERROR_REASON_OVERLOADED, Overloaded],
   [ErrorReason.ERROR_REASON_QUOTA_EXCEEDED, QuotaExceeded],
   [ErrorReason.ERROR_REASON_JOB_IN_USE, JobInUse],
+  [ErrorReason.ERROR_REASON_NO_SUCCESSOR, NoSuccessor],
 ]);
 
 const UNAVAILABLE_CODES = new Set<Code>([Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.UNKNOWN]);

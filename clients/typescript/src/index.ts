@@ -19,8 +19,8 @@
  * ```
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
-export type { CallOptions, ClientConfig, ObserveOptions } from "./client";
-export { Elector } from "./elector";
+export type { AcquireOptions, CallOptions, ClientConfig, ObserveOptions } from "./client";
+export { Elector, NotLeader } from "./elector";
 export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
 export {
   DiskFull,
@@ -33,6 +33,7 @@ export {
   JobInUse,
   LeaseholdError,
   LeaseLost,
+  NoSuccessor,
   Overloaded,
   PermissionDenied,
   QuotaExceeded,

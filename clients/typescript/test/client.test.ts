@@ -12,6 +12,7 @@ import {
   JobInUse,
   LeaseholdError,
   LeaseLost,
+  NoSuccessor,
   Overloaded,
   processHolder,
   QuotaExceeded,
@@ -249,6 +250,7 @@ test("decoding of every reason", () => {
     [Code.RESOURCE_EXHAUSTED, "OVERLOADED", Overloaded],
     [Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", QuotaExceeded],
     [Code.FAILED_PRECONDITION, "JOB_IN_USE", JobInUse],
+    [Code.FAILED_PRECONDITION, "NO_SUCCESSOR", NoSuccessor],
   ] as const;
   for (const [code, reason, cls] of cases) {
     const e = fromStatus(code, "m", md(code, reason));

@@ -155,6 +155,15 @@ pub enum Error {
         /// Why: who holds it, or how many wait.
         why: String,
     },
+    /// `TransferLease` found no successor: nobody waits for the job, or
+    /// the named holder does not. Nothing was changed: the caller still
+    /// leads. Retrying helps once a successor waits.
+    NoSuccessor {
+        /// The job.
+        job: String,
+        /// The holder named as successor, if one was.
+        to: Option<String>,
+    },
     /// The server is shutting down. Retrying against a server that is up
     /// can help.
     ShuttingDown,
@@ -300,6 +309,15 @@ impl fmt::Display for Error {
             Error::JobInUse { job, why } => {
                 write!(f, "job {job:?} is in use ({why}); nothing was deleted")
             }
+            Error::NoSuccessor { job, to: Some(to) } => write!(
+                f,
+                "no successor: {to:?} has no Acquire waiting on job {job:?}; nothing changed, \
+                 the lease is still yours"
+            ),
+            Error::NoSuccessor { job, to: None } => write!(
+                f,
+                "no successor: nobody waits for job {job:?}; nothing changed, the lease is still yours"
+            ),
             Error::ShuttingDown => f.write_str("the server is shutting down"),
             Error::Serve(cause) => write!(f, "server failure: {cause}"),
         }

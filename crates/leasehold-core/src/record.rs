@@ -371,6 +371,8 @@ pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord)
                 TenureEnd::Deleted => 4,
                 TenureEnd::Restored => 5,
                 TenureEnd::Recovered => 6,
+                TenureEnd::ConnectionClosed => 7,
+                TenureEnd::Transferred => 8,
             });
             b.extend_from_slice(&at_unix_ms.to_le_bytes());
             (*token, 1, b)
@@ -431,6 +433,8 @@ pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>>
                     4 => TenureEnd::Deleted,
                     5 => TenureEnd::Restored,
                     6 => TenureEnd::Recovered,
+                    7 => TenureEnd::ConnectionClosed,
+                    8 => TenureEnd::Transferred,
                     _ => return Err(bad()),
                 };
                 let at = u64::from_le_bytes(v[2..10].try_into().map_err(|_| bad())?);

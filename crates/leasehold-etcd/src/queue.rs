@@ -115,6 +115,17 @@ pub fn first_read(keys: &Keys, job: &str, revision: i64) -> pb::RangeRequest {
     first
 }
 
+/// The read of the whole line with each waiter's holder (its key's
+/// value), first in line first: for a transfer, which must find a named
+/// successor (rare, so reading every waiter is fine there).
+pub fn line_by_age(keys: &Keys, job: &str) -> pb::RangeRequest {
+    let (ws, we) = keys.waiters_range(job);
+    let mut r = range_req(ws, we, 0);
+    r.sort_order = pb::range_request::SortOrder::Ascend as i32;
+    r.sort_target = pb::range_request::SortTarget::Create as i32;
+    r
+}
+
 /// Where a queued `Acquire` stands: its key and the key's create revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {

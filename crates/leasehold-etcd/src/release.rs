@@ -1,4 +1,6 @@
-//! The end of a holding: `Release`, and the give-back of a grant whose
+//! The end of a holding: `Release`, the release of a bound lease whose
+//! connection closed (`release_bound`), the hand-over to a waiting
+//! successor (`transfer`), and the give-back of a grant whose
 //! caller may never have learned of it (`give_back`,
 //! `release_undelivered`). One transaction compares the holder key, marks
 //! the token released and records the tenure's end; then the etcd lease
@@ -7,11 +9,13 @@
 use std::time::Duration;
 
 use leasehold_core::clock;
-use leasehold_core::error::Result;
-use leasehold_core::lease::{HolderId, JobName, TenureEnd, Token};
+use leasehold_core::error::{Error, Result};
+use leasehold_core::lease::rules;
+use leasehold_core::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
 use leasehold_core::record::HistoryPut;
 
 use super::decide::{self, Release};
+use super::queue::{self, Place};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
 
 impl EtcdNode {
@@ -43,13 +47,22 @@ impl EtcdNode {
     /// moves past (see `Node::give_back` for the rule). Returns whether it
     /// did.
     pub async fn give_back(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
-        self.end_holding(job, holder, token, true).await
+        self.end_holding(job, holder, token, true, TenureEnd::Released)
+            .await
     }
 
     /// Releases a lease; the first waiter (on any frontend) is woken by
     /// etcd's watch and takes it.
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
-        self.end_holding(job, holder, token, false).await
+        self.end_holding(job, holder, token, false, TenureEnd::Released)
+            .await
+    }
+
+    /// Releases a lease bound to a connection whose client end closed, as
+    /// [`EtcdNode::release`] does, its end recorded as `connection closed`.
+    pub async fn release_bound(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.end_holding(job, holder, token, false, TenureEnd::ConnectionClosed)
+            .await
     }
 
     /// Ends the holding of (`holder`, `token`) and marks its token
@@ -63,6 +76,7 @@ impl EtcdNode {
         holder: &HolderId,
         token: Token,
         untold_only: bool,
+        how: TenureEnd,
     ) -> Result<bool> {
         self.bounded("Release", Duration::ZERO, async {
             self.check_open()?;
@@ -84,7 +98,7 @@ impl EtcdNode {
                 if self.inner.limits.history_per_job > 0 {
                     let end = HistoryPut::End {
                         token,
-                        how: TenureEnd::Released,
+                        how,
                         at_unix_ms: clock::wall_unix_ms(),
                     };
                     req.success
@@ -105,6 +119,107 @@ impl EtcdNode {
                 }
             }
             Err(contention("Release"))
+        })
+        .await
+    }
+
+    /// Hands the live lease of (`holder`, `token`) to a waiting Acquire on
+    /// any frontend: the first waiter in line whose holder is `to` (as its
+    /// client named it), or the first in line. One transaction compares
+    /// the holder key, the token counter and the successor's waiter key,
+    /// and puts the successor's grant (the next token, on a new etcd lease
+    /// of `ttl`, the holding's own when `None`), deletes its waiter key and
+    /// records the tenure's end and the grant: **the holder key is never
+    /// absent in between**. The successor's Acquire, woken by its job's
+    /// watch, finds the lease its own. Then the old etcd lease is revoked.
+    pub async fn transfer(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        to: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseView> {
+        if let Some(ttl) = ttl {
+            self.check_ttl(ttl)?;
+        }
+        self.bounded("TransferLease", Duration::ZERO, async {
+            self.check_open()?;
+            for _ in 0..MAX_TRIES {
+                let read = self.read_job(job, None).await?;
+                let st = &read.job;
+                let h = match decide::release(job, st, holder, token)? {
+                    Release::Delete(h) => h,
+                    // Released or ran out: no longer ours to hand over.
+                    Release::Done => {
+                        return Err(rules::unknown_or_lost(job, None, st.token(), token))
+                    }
+                };
+                let ttl = ttl.unwrap_or(h.rec.ttl);
+                let line = self.failed(self.inner.etcd.range(queue::line_by_age(&self.inner.keys, job.as_str())).await)?;
+                let successor = line.kvs.iter().find_map(|kv| {
+                    let who = String::from_utf8(kv.value.clone()).ok()?;
+                    let who = HolderId::from_trusted(who);
+                    let named = to.is_none_or(|t| who.unbound() == t);
+                    (named && &who != holder).then(|| (who, kv.key.clone(), kv.create_revision))
+                });
+                let Some((next, key, rev)) = successor else {
+                    return Err(Error::NoSuccessor {
+                        job: job.to_string(),
+                        to: to.map(str::to_owned),
+                    });
+                };
+                let (holder_rec, token_rec) = decide::grant(job, st, Token::NONE, &next, ttl)?;
+                let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
+                let mut req = txn::transfer(
+                    &self.inner.keys,
+                    job.as_str(),
+                    st,
+                    h,
+                    &Place { key, rev },
+                    &holder_rec,
+                    &token_rec,
+                    lease,
+                );
+                let keep = self.inner.limits.history_per_job as u64;
+                if keep > 0 {
+                    let now = clock::wall_unix_ms();
+                    let end = HistoryPut::End {
+                        token,
+                        how: TenureEnd::Transferred,
+                        at_unix_ms: now,
+                    };
+                    req.success
+                        .push(txn::history_put(&self.inner.keys, job, &end));
+                    // The tenure's end is the one just put, not an expiry.
+                    let mut ended = st.clone();
+                    if let Some(t) = ended.token.as_mut() {
+                        t.released = true;
+                    }
+                    req.success.extend(txn::grant_history(
+                        &self.inner.keys,
+                        job,
+                        &ended,
+                        holder_rec.token,
+                        &next,
+                        ttl,
+                        keep,
+                        now,
+                        &[],
+                    ));
+                }
+                let r = self.failed(self.inner.etcd.txn(req).await);
+                let succeeded = matches!(&r, Ok(r) if r.succeeded);
+                let old = if succeeded { h.lease } else { lease };
+                if let Err(e) = self.inner.etcd.revoke(old).await {
+                    tracing::debug!(error = %e, "revoke after a transfer failed; the etcd lease runs out on its own");
+                }
+                r?;
+                if succeeded {
+                    return Ok(decide::granted(job, &holder_rec, clock::now()));
+                }
+            }
+            Err(contention("TransferLease"))
         })
         .await
     }

@@ -52,6 +52,43 @@ pub fn grant(
     }
 }
 
+/// A transfer of the live holding `h` to the waiter at `place`, granted
+/// with `holder_rec` and `token_rec` on the new etcd lease `lease`: the
+/// holder key is still exactly `h`, the token counter unchanged since `st`
+/// was read, and the successor's waiter key still the one read. The
+/// holder key is put again (never deleted, so the job is never free in
+/// between), with a new untold key, and the waiter key is deleted.
+#[allow(clippy::too_many_arguments)]
+pub fn transfer(
+    keys: &Keys,
+    job: &str,
+    st: &JobState,
+    h: &Holding,
+    place: &Place,
+    holder_rec: &HolderRec,
+    token_rec: &TokenRec,
+    lease: i64,
+) -> pb::TxnRequest {
+    let (hk, tk) = (keys.holder(job), keys.token(job));
+    let mut compare = still(hk.clone(), h);
+    compare.push(mod_is(tk.clone(), st.token_mod));
+    compare.push(create_is(place.key.clone(), place.rev));
+    pb::TxnRequest {
+        compare,
+        success: vec![
+            put_op(tk, token_rec.encode(), 0),
+            put_op(hk, holder_rec.encode(), lease),
+            put_op(
+                keys.untold(job),
+                holder_rec.token.0.to_be_bytes().to_vec(),
+                lease,
+            ),
+            delete_op(place.key.clone()),
+        ],
+        failure: Vec::new(),
+    }
+}
+
 /// Adds to a grant's transaction `req` the creation of its job: `meta`
 /// unchanged since it was read as `m` (so the new-job floor the token was
 /// chosen above, and the count the quota was checked against, hold), and

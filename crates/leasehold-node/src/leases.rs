@@ -14,7 +14,9 @@ use leasehold_backend::{Acquired, ReleaseIfDropped, RenewOutcome, Renewal};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
-use leasehold_core::lease::{Acquire, Effects, HolderId, JobName, LeaseView, Token, WaiterId};
+use leasehold_core::lease::{
+    Acquire, Effects, HolderId, JobName, LeaseView, TenureEnd, Token, WaiterId,
+};
 
 use super::Node;
 
@@ -305,6 +307,47 @@ impl Node {
         r?;
         self.publish_when_durable(job, seq, changed).await?;
         Ok(changed)
+    }
+
+    /// Releases a lease bound to a connection whose client end closed:
+    /// [`Node::release`], with the tenure's end recorded as
+    /// `connection closed`. Returns whether it released (false when the
+    /// lease had moved on already).
+    pub async fn release_bound(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        self.check_open()?;
+        let (r, seq, changed) = self.decide(job, |t, now| {
+            match t.release_as(job, holder, token, now, TenureEnd::ConnectionClosed) {
+                Ok(fx) => (Ok(()), fx),
+                Err(e) => (Err(e), Effects::default()),
+            }
+        })?;
+        r?;
+        self.publish_when_durable(job, seq, changed).await?;
+        Ok(changed)
+    }
+
+    /// Hands the live lease of (`holder`, `token`) to a waiting Acquire
+    /// (`to`, or the first in line), granted the next token in the same
+    /// durable change; see
+    /// [`LeaseTable::transfer`](leasehold_core::lease::LeaseTable::transfer).
+    /// Returns the successor's lease.
+    pub async fn transfer(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        to: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseView> {
+        self.check_open()?;
+        let (r, seq, changed) =
+            self.decide(job, |t, now| match t.transfer(job, holder, token, to, ttl, now) {
+                Ok((view, fx)) => (Ok(view), fx),
+                Err(e) => (Err(e), Effects::default()),
+            })?;
+        let view = r?;
+        self.publish_when_durable(job, seq, changed).await?;
+        Ok(view)
     }
 
     /// Deletes `job`, its keys and its history, if it has no live lease

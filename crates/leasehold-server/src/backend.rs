@@ -141,6 +141,29 @@ impl Backend {
         }
     }
 
+    /// See [`Node::release_bound`].
+    pub async fn release_bound(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+        match self {
+            Backend::Local(n) => n.release_bound(job, holder, token).await,
+            Backend::Etcd(n) => n.release_bound(job, holder, token).await,
+        }
+    }
+
+    /// See [`Node::transfer`].
+    pub async fn transfer(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        to: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<LeaseView> {
+        match self {
+            Backend::Local(n) => n.transfer(job, holder, token, to, ttl).await,
+            Backend::Etcd(n) => n.transfer(job, holder, token, to, ttl).await,
+        }
+    }
+
     /// See [`Node::lease`].
     pub async fn lease(&self, job: &JobName) -> Result<LeaseView> {
         match self {

@@ -286,6 +286,8 @@ pub async fn job(
                     TenureEnd::Deleted => "deleted",
                     TenureEnd::Restored => "restored",
                     TenureEnd::Recovered => "recovered",
+                    TenureEnd::ConnectionClosed => "connection closed",
+                    TenureEnd::Transferred => "transferred",
                 };
                 let _ = write!(out, ",\"end\":\"{how}\",\"ended_ms\":{at}}}");
             }

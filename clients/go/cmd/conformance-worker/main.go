@@ -3,7 +3,7 @@
 // job, driven over stdin, reporting on stdout. Also a complete example of
 // a worker: lead, write fenced by the token, release on SIGTERM.
 //
-//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
+//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]
 package main
 
 import (
@@ -37,6 +37,7 @@ func main() {
 	job := flag.String("job", "", "the job to lead")
 	name := flag.String("name", "worker", "name for the holder identity")
 	ttlMs := flag.Int("ttl-ms", 1000, "lease TTL in milliseconds")
+	bind := flag.Bool("bind", false, "bind the elector's grants to its connection (BindToStream)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
@@ -50,6 +51,7 @@ func main() {
 	var lastToken uint64 // the token we last led with, kept after losing
 	elector, err := leasehold.NewElector(client, leasehold.ElectorConfig{
 		Job: *job, Name: *name, TTL: time.Duration(*ttlMs) * time.Millisecond,
+		BindToStream: *bind,
 		Callbacks: leasehold.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, token uint64) {
 				mu.Lock()
@@ -88,6 +90,10 @@ func main() {
 				say("%s", write(client, *job, token, arg))
 			case "bad":
 				say("bad %s %s", arg, bad(client, *job, elector.Holder(), token, arg))
+			case "transfer":
+				say("transfer %s", transfer(elector, ""))
+			case "transfer-to":
+				say("transfer %s", transfer(elector, arg))
 			case "twin":
 				mu.Lock()
 				if twins == nil {
@@ -195,6 +201,27 @@ func write(c *leasehold.Client, job string, token uint64, value string) string {
 		return fmt.Sprintf("write fenced current=%d", f.CurrentToken)
 	default:
 		return fmt.Sprintf("write error %T %v", err, err)
+	}
+}
+
+// transfer hands the elector's leadership to the first waiter, or to the
+// waiting holder to; the elector reports the end of its leadership as a
+// loss ("lost token=N").
+func transfer(e *leasehold.Elector, to string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := e.Transfer(ctx, to)
+	switch {
+	case err == nil:
+		return fmt.Sprintf("ok token=%d", l.Token)
+	case errors.Is(err, leasehold.ErrNoSuccessor):
+		return "no-successor"
+	case errors.Is(err, leasehold.ErrLeaseLost):
+		return "lost"
+	case errors.Is(err, leasehold.ErrNotLeader):
+		return "not-leader"
+	default:
+		return fmt.Sprintf("error %v", err)
 	}
 }
 

@@ -133,8 +133,12 @@ def channel_security(
 
 
 # Request builders, shared with the asyncio client.
-def acquire_request(job: str, holder: str, ttl: float, wait: float) -> pb.AcquireRequest:
-    return pb.AcquireRequest(job=job, holder=holder, ttl=to_duration(ttl), wait=to_duration(wait))
+def acquire_request(
+    job: str, holder: str, ttl: float, wait: float, bind_to_stream: bool = False
+) -> pb.AcquireRequest:
+    return pb.AcquireRequest(
+        job=job, holder=holder, ttl=to_duration(ttl), wait=to_duration(wait), bind_to_stream=bind_to_stream
+    )
 
 
 def renew_request(job: str, holder: str, token: int, ttl: float) -> pb.RenewRequest:
@@ -143,6 +147,17 @@ def renew_request(job: str, holder: str, token: int, ttl: float) -> pb.RenewRequ
 
 def release_request(job: str, holder: str, token: int, give_back: bool = False) -> pb.ReleaseRequest:
     return pb.ReleaseRequest(job=job, holder=holder, token=token, give_back=give_back)
+
+
+def transfer_request(
+    job: str, holder: str, token: int, to_holder: Optional[str], ttl: Optional[float]
+) -> pb.TransferLeaseRequest:
+    """A ``TransferLeaseRequest``: ``to_holder`` ``None`` (or empty) for the
+    first waiter in line, ``ttl`` ``None`` for the lease's current TTL."""
+    r = pb.TransferLeaseRequest(job=job, holder=holder, token=token, to_holder=to_holder or "")
+    if ttl is not None:
+        r.ttl.CopyFrom(to_duration(ttl))
+    return r
 
 
 def write_request(job: str, token: int, key: Bytes, value: Bytes, delete: bool) -> pb.CheckedWriteRequest:

@@ -37,6 +37,7 @@ from ._wire import (
     key_from_pb,
     release_request,
     renew_request,
+    transfer_request,
     split_writes,
     stream_closed_error,
     stream_timeout_error,
@@ -374,9 +375,17 @@ class AsyncClient:
             raise errors.from_call_error(e, started, t) from None
 
     async def acquire(
-        self, job: str, holder: str, ttl: float, wait: float = 0.0, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        holder: str,
+        ttl: float,
+        wait: float = 0.0,
+        *,
+        timeout: Optional[float] = None,
+        bind_to_stream: bool = False,
     ) -> Acquired:
-        """As :meth:`leasehold.Client.acquire`. A waiting Acquire (``wait >
+        """As :meth:`leasehold.Client.acquire` (``bind_to_stream=True`` binds
+        the grant to this client's connection). A waiting Acquire (``wait >
         0``) that is cancelled (``asyncio.CancelledError``) or times out
         (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
         a grant it may have been given meanwhile: a task reads the lease
@@ -389,7 +398,9 @@ class AsyncClient:
         t = wait + self._timeout if timeout is None else timeout
         with self._calls.start(job, holder) as asking:
             try:
-                r = await self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+                r = await self._call(
+                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream), t
+                )
             except (asyncio.CancelledError, errors.DeadlineExceeded):
                 if wait > 0:
                     asking.end()
@@ -439,6 +450,26 @@ class AsyncClient:
     async def release(self, job: str, holder: str, token: int, *, timeout: Optional[float] = None) -> None:
         await self._call(self._leases.Release, release_request(job, holder, token), timeout)
         self._calls.released(job, holder)
+
+    async def transfer_lease(
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        to_holder: Optional[str] = None,
+        ttl: Optional[float] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> Lease:
+        """As :meth:`leasehold.Client.transfer_lease`: hands our live lease
+        to the first waiter (``to_holder`` ``None``) or to the waiting
+        ``to_holder``, with ``token + 1``; the successor's lease. Raises
+        :class:`~leasehold.NoSuccessor` or :class:`~leasehold.LeaseLost`."""
+        r = await self._call(
+            self._leases.TransferLease, transfer_request(job, holder, token, to_holder, ttl), timeout
+        )
+        self._calls.released(job, holder)
+        return lease_from_pb(r.lease)
 
     async def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         return lease_from_pb(await self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
@@ -515,6 +546,10 @@ class _Stopped(Exception):
     pass
 
 
+class _Ended(Exception):
+    """The leadership ended meanwhile: handed over by ``transfer()``."""
+
+
 class AsyncElector:
     """The asyncio :class:`~leasehold.Elector`: one task campaigns for
     ``job`` as ``name@<uuid>`` (a UUID made for this elector), renews at
@@ -530,6 +565,10 @@ class AsyncElector:
     :class:`~leasehold.Unauthenticated`, :class:`~leasehold.PermissionDenied`)
     is not retried: the elector stops, :attr:`error` holds the error and
     :meth:`wait_elected` raises it.
+
+    ``bind_to_stream=True`` binds every grant of the campaign to the
+    client's connection, and :meth:`transfer` hands the leadership to a
+    waiting elector, as for :class:`~leasehold.Elector`.
     """
 
     def __init__(
@@ -542,11 +581,15 @@ class AsyncElector:
         holder: Optional[str] = None,
         on_elected: Optional[AsyncTokenCallback] = None,
         on_lost: Optional[AsyncTokenCallback] = None,
+        bind_to_stream: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
+        self._bind = bool(bind_to_stream)
+        # Set when the leadership of the moment ends (a new one per term).
+        self._ended: Optional[asyncio.Event] = None
         self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
@@ -567,6 +610,12 @@ class AsyncElector:
     @property
     def job(self) -> str:
         return self._job
+
+    @property
+    def bind_to_stream(self) -> bool:
+        """Whether the campaign's grants are bound to the client's
+        connection."""
+        return self._bind
 
     @property
     def token(self) -> Optional[int]:
@@ -621,6 +670,29 @@ class AsyncElector:
             except asyncio.TimeoutError:
                 return False
 
+    async def transfer(self, to: Optional[str] = None, *, timeout: Optional[float] = None) -> Lease:
+        """As :meth:`leasehold.Elector.transfer`: hands the leadership to the
+        first waiter in line, or to the waiting holder ``to``, with our
+        token + 1; returns the successor's lease. Then reports the end of
+        our leadership as a loss (``on_lost``, :meth:`wait_lost`) and
+        campaigns again behind the successor, unless resigning.
+
+        Raises :class:`~leasehold.NotLeader` when not leading (nothing is
+        sent), :class:`~leasehold.NoSuccessor` (we still lead), or
+        :class:`~leasehold.LeaseLost` (the elector steps down)."""
+        token = self.token
+        if token is None:
+            raise errors.NotLeader(f"{self._job}: not leading, nothing to transfer")
+        try:
+            lease = await self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
+        except errors.LeaseLost as e:
+            log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
+            await self._set_follower(token)
+            raise
+        log.info("%s: handed token %d over to %s (token %d)", self._job, token, lease.holder, lease.token)
+        await self._set_follower(token)
+        return lease
+
     async def resign(self) -> None:
         """Stops campaigning, releases the lease if held (bounded by our
         deadline, at least 200 ms), and waits for the callbacks."""
@@ -648,29 +720,38 @@ class AsyncElector:
             async with self._changed:
                 self._changed.notify_all()
 
-    async def _until(self, aw: Awaitable, deadline: float):
-        """Awaits ``aw`` until ``deadline``; raises _Stopped if told to stop
+    async def _until(self, aw: Awaitable, deadline: float, ended: Optional[asyncio.Event] = None):
+        """Awaits ``aw`` until ``deadline``; raises _Ended if ``ended`` is
+        set first (the leadership was handed over), _Stopped if told to stop
         first, asyncio.TimeoutError at the deadline."""
         assert self._stop is not None
         task = asyncio.ensure_future(aw)
         stop = asyncio.ensure_future(self._stop.wait())
+        waits = {task, stop}
+        end = asyncio.ensure_future(ended.wait()) if ended is not None else None
+        if end is not None:
+            waits.add(end)
         try:
             done, _ = await asyncio.wait(
-                {task, stop}, timeout=max(deadline - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED
+                waits, timeout=max(deadline - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             stop.cancel()
+            if end is not None:
+                end.cancel()
         if task in done:
             return task.result()
         task.cancel()
+        if ended is not None and ended.is_set():
+            raise _Ended()
         if stop in done or self._stop.is_set():
             raise _Stopped()
         raise asyncio.TimeoutError()
 
-    async def _sleep_until(self, when: float) -> None:
-        """Sleeps until ``when``; raises _Stopped if told to stop first."""
+    async def _sleep_until(self, when: float, ended: Optional[asyncio.Event] = None) -> None:
+        """Sleeps until ``when``; raises _Ended or _Stopped as :meth:`_until`."""
         try:
-            await self._until(asyncio.sleep(max(when - time.monotonic(), 0)), when + 1.0)
+            await self._until(asyncio.sleep(max(when - time.monotonic(), 0)), when + 1.0, ended)
         except asyncio.TimeoutError:
             pass
 
@@ -683,7 +764,14 @@ class AsyncElector:
                 limit = campaign_wait + self._ttl
                 try:
                     a = await self._until(
-                        self._client.acquire(self._job, self._holder, self._ttl, campaign_wait, timeout=limit),
+                        self._client.acquire(
+                            self._job,
+                            self._holder,
+                            self._ttl,
+                            campaign_wait,
+                            timeout=limit,
+                            bind_to_stream=self._bind,
+                        ),
                         sent + limit,
                     )
                 except _Stopped:
@@ -712,6 +800,8 @@ class AsyncElector:
                     continue
                 if await self._lead(token, anchor):
                     return
+                if self._stop is not None and self._stop.is_set():
+                    return  # handed over by transfer() while resigning
         except Exception:
             log.exception("elector for %s failed", self._job)
             if self._token is not None:
@@ -735,11 +825,13 @@ class AsyncElector:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
-        await self._set_leader(token, deadline)
+        ended = await self._set_leader(token, deadline)
         nxt = sent + every
         while True:
             try:
-                await self._sleep_until(min(nxt, deadline))
+                await self._sleep_until(min(nxt, deadline), ended)
+            except _Ended:  # handed over by transfer(), which reported it
+                return False
             except _Stopped:
                 return await self._resign_lease(token, deadline)
             now = time.monotonic()
@@ -748,15 +840,20 @@ class AsyncElector:
                 break
             try:
                 await self._until(
-                    self._client.renew(self._job, self._holder, token, self._ttl, timeout=deadline - now), deadline
+                    self._client.renew(self._job, self._holder, token, self._ttl, timeout=deadline - now),
+                    deadline,
+                    ended,
                 )
+            except _Ended:
+                return False
             except _Stopped:
                 return await self._resign_lease(token, deadline)
             except asyncio.TimeoutError:
                 log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
                 break
             except (errors.LeaseLost,) + REFUSALS as e:
-                log.warning("%s: lease lost (token %d): %s", self._job, token, e)
+                if self._token == token:  # else transfer() handed it over: not a loss of its own
+                    log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             except errors.LeaseholdError as e:
                 self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)
@@ -771,7 +868,8 @@ class AsyncElector:
         return False
 
     async def _resign_lease(self, token: int, deadline: float) -> bool:
-        await self._set_follower(token)
+        if not await self._set_follower(token):
+            return True  # transfer() handed it over meanwhile: nothing to release
         until = max(deadline, time.monotonic() + 0.2)
         try:
             await self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
@@ -800,17 +898,26 @@ class AsyncElector:
             self._callback_tasks.add(t)
             t.add_done_callback(self._callback_tasks.discard)
 
-    async def _set_leader(self, token: int, deadline: float) -> None:
+    async def _set_leader(self, token: int, deadline: float) -> asyncio.Event:
+        """Leads with ``token``; the event set when that leadership ends."""
         self._token = token
         self._deadline = deadline
+        ended = self._ended = asyncio.Event()
         log.info("%s: elected with token %d", self._job, token)
         await self._notify()
         self._callback(self._on_elected, token)
+        return ended
 
-    async def _set_follower(self, token: int) -> None:
+    async def _set_follower(self, token: int) -> bool:
+        """Reports the end of the leadership with ``token``, once: True if
+        this call did (so that a renewal's LEASE_LOST after a transfer is
+        not a second loss)."""
         if self._token != token:
-            return
+            return False
         self._token = None
+        if self._ended is not None:
+            self._ended.set()
         log.info("%s: stepped down from token %d", self._job, token)
         await self._notify()
         self._callback(self._on_lost, token)
+        return True

@@ -33,6 +33,7 @@ from ._wire import (  # noqa: F401 (re-exported)
     acquire_request,
     renew_request,
     release_request,
+    transfer_request,
     write_request,
     split_writes,
     write_outcomes,
@@ -359,12 +360,30 @@ class Client:
     # Leases
 
     def acquire(
-        self, job: str, holder: str, ttl: float, wait: float = 0.0, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        holder: str,
+        ttl: float,
+        wait: float = 0.0,
+        *,
+        timeout: Optional[float] = None,
+        bind_to_stream: bool = False,
     ) -> Acquired:
         """Asks for the lease on ``job``; waits up to ``wait`` seconds for it
         to free up. ``timeout`` defaults to ``wait`` plus the client's
         timeout; when it passes the call raises
         :class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``.
+
+        ``bind_to_stream=True`` binds the grant to this client's connection:
+        when the connection closes or resets (this process dies, or the
+        channel is closed) the server releases the lease at once and grants
+        the first waiter; a connection that merely goes silent (a pause, a
+        partition) keeps it for its TTL. The trade: a connection cut while
+        the holder lives (a proxy closing it, a reconnect) ends the lease
+        at once too, and its writes are then fenced. gRPC may share one
+        connection between the channels of a process to one target (its
+        global subchannel pool): closing one of them closes the connection
+        only once no other uses it.
 
         A waiting Acquire (``wait > 0``) that times out gives back a grant
         it may have been given meanwhile: the server releases a grant whose
@@ -379,7 +398,7 @@ class Client:
         t = wait + self._timeout if timeout is None else timeout
         with self._calls.start(job, holder) as asking:
             try:
-                r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait), t)
+                r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream), t)
             except errors.DeadlineExceeded:
                 if wait > 0:
                     asking.end()
@@ -389,7 +408,9 @@ class Client:
                 asking.told(r.lease.token)
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
 
-    def acquire_future(self, job: str, holder: str, ttl: float, wait: float, timeout: float) -> grpc.Future:
+    def acquire_future(
+        self, job: str, holder: str, ttl: float, wait: float, timeout: float, *, bind_to_stream: bool = False
+    ) -> grpc.Future:
         """``acquire`` as a cancellable ``grpc.Future`` of the raw response
         (used by the Elector). Its exception is a raw ``grpc.RpcError``.
 
@@ -398,7 +419,9 @@ class Client:
         one a caller was told it holds (see :meth:`acquire`)."""
         asking = self._calls.start(job, holder)
         try:
-            fut = self._leases.Acquire.future(acquire_request(job, holder, ttl, wait), timeout=timeout)
+            fut = self._leases.Acquire.future(
+                acquire_request(job, holder, ttl, wait, bind_to_stream), timeout=timeout
+            )
         except BaseException:
             asking.end()
             raise
@@ -490,6 +513,32 @@ class Client:
         """Releases our lease; the first waiter is granted at once."""
         self._call(self._leases.Release, release_request(job, holder, token), timeout)
         self._calls.released(job, holder)
+
+    def transfer_lease(
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        to_holder: Optional[str] = None,
+        ttl: Optional[float] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> Lease:
+        """Hands our live lease (``holder`` with ``token``) to a waiting
+        Acquire, in one step: the successor is granted ``token + 1`` with no
+        moment when the job is free, and its waiting Acquire returns at once.
+        The successor is the first waiter in line whose holder is
+        ``to_holder``, or the first in line when ``to_holder`` is ``None``;
+        its lease lasts ``ttl`` seconds (``None``: the TTL the lease has
+        now). Returns the successor's lease.
+
+        Raises :class:`~leasehold.NoSuccessor` when no such waiter waits
+        (nothing changed: we still lead), :class:`~leasehold.LeaseLost` when
+        the lease is not ``holder``'s with ``token`` any more (nothing
+        changed)."""
+        r = self._call(self._leases.TransferLease, transfer_request(job, holder, token, to_holder, ttl), timeout)
+        self._calls.released(job, holder)
+        return lease_from_pb(r.lease)
 
     def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         """The lease of ``job`` (token 0 and no holder if never granted)."""

@@ -1,5 +1,5 @@
 """The thread-based :class:`Elector`: campaign for a job, renew at ttl/3,
-step down on loss, release on shutdown.
+step down on loss, release on shutdown, hand over with :meth:`Elector.transfer`.
 
 One background thread owns the lease. It campaigns with a waiting
 ``Acquire`` (so a release hands over at once), renews every ``ttl / 3``,
@@ -36,7 +36,7 @@ from . import errors
 from ._retry import Backoff, Warnings
 from .client import Client
 from ._wire import REFUSALS, campaign_timing  # noqa: F401 (re-exported)
-from .types import check_elector_args, elector_holder
+from .types import Lease, check_elector_args, elector_holder
 
 log = logging.getLogger("leasehold.elector")
 
@@ -45,6 +45,7 @@ TokenCallback = Callable[[int], None]
 _STOP = "stop"
 _TIMEOUT = "timeout"
 _DONE = "done"
+_ENDED = "ended"
 
 
 class _Dispatcher:
@@ -91,6 +92,12 @@ class Elector:
     and :meth:`wait_lost` can be used instead of, or as well as, callbacks.
     After losing, the elector campaigns again until :meth:`resign`.
 
+    ``bind_to_stream=True`` binds every grant of the campaign to the
+    client's connection (see :meth:`leasehold.Client.acquire`): if this
+    process dies, the server releases the lease at once and the next
+    elector takes over without waiting out the TTL. :meth:`transfer` hands
+    the leadership to a waiting elector, with no gap.
+
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here. A campaign the server refuses with an error asking
     again cannot fix (:class:`~leasehold.InvalidArgument`, such as a TTL over
@@ -109,11 +116,13 @@ class Elector:
         holder: Optional[str] = None,
         on_elected: Optional[TokenCallback] = None,
         on_lost: Optional[TokenCallback] = None,
+        bind_to_stream: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
+        self._bind = bool(bind_to_stream)
         self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
@@ -137,6 +146,12 @@ class Elector:
     @property
     def job(self) -> str:
         return self._job
+
+    @property
+    def bind_to_stream(self) -> bool:
+        """Whether the campaign's grants are bound to the client's
+        connection."""
+        return self._bind
 
     @property
     def token(self) -> Optional[int]:
@@ -187,6 +202,38 @@ class Elector:
                 return True
             return self._cond.wait_for(lambda: self._token != token, timeout)
 
+    def transfer(self, to: Optional[str] = None, *, timeout: Optional[float] = None) -> Lease:
+        """Hands the leadership to a waiting elector (or any waiting
+        Acquire): the first in line, or the one whose holder is ``to``. It
+        is granted our token + 1 at once, with no moment when the job is
+        free. Returns the successor's :class:`~leasehold.Lease`.
+
+        Then this elector reports the end of its leadership as it reports a
+        loss (``on_lost``, :meth:`wait_lost`, :attr:`is_leader` ``False``)
+        and campaigns again, queued behind the successor (unless it is
+        resigning).
+
+        Raises :class:`~leasehold.NotLeader` when not leading (nothing is
+        sent); :class:`~leasehold.NoSuccessor` when nobody (or not ``to``)
+        waits, and we still lead; :class:`~leasehold.LeaseLost` when the
+        lease was no longer ours, and the elector steps down (reports the
+        loss). Another error (``Unavailable``...) leaves the outcome
+        unknown: the elector goes on as leader, and its next renewal finds
+        out (a transfer that was made ends the leadership then).
+        ``timeout`` defaults to the client's."""
+        token = self.token
+        if token is None:
+            raise errors.NotLeader(f"{self._job}: not leading, nothing to transfer")
+        try:
+            lease = self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
+        except errors.LeaseLost as e:
+            log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
+            self._set_follower(token)
+            raise
+        log.info("%s: handed token %d over to %s (token %d)", self._job, token, lease.holder, lease.token)
+        self._set_follower(token)
+        return lease
+
     def resign(self, timeout: Optional[float] = None) -> None:
         """Stops campaigning, releases the lease if held, and waits for that
         (and for the callbacks). The release is bounded by our deadline
@@ -220,7 +267,9 @@ class Elector:
             while not self._stopped:
                 sent = time.monotonic()
                 limit = campaign_wait + self._ttl
-                fut = self._client.acquire_future(self._job, self._holder, self._ttl, campaign_wait, limit)
+                fut = self._client.acquire_future(
+                    self._job, self._holder, self._ttl, campaign_wait, limit, bind_to_stream=self._bind
+                )
                 outcome = self._wait(fut, sent + limit)
                 if outcome == _STOP:
                     self._release_if_granted()
@@ -283,6 +332,21 @@ class Elector:
         with self._cond:
             self._cond.notify_all()
 
+    def _sleep_leading(self, token: int, when: float) -> Optional[str]:
+        """Sleeps until ``when`` while we lead with ``token``: ``_ENDED``
+        as soon as that leadership ended (:meth:`transfer`), else ``_STOP``
+        if told to stop, else ``None`` at ``when``."""
+        with self._cond:
+            while True:
+                if self._token != token:
+                    return _ENDED
+                if self._stopped:
+                    return _STOP
+                left = when - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
     def _sleep_until(self, when: float) -> bool:
         """Sleeps until ``when``; True if told to stop meanwhile."""
         with self._cond:
@@ -309,15 +373,18 @@ class Elector:
             return None
 
     def _lead(self, token: int, sent: float) -> bool:
-        """Leads until the lease is lost (False) or we are told to stop
-        (releases; True)."""
+        """Leads until the lease is lost or handed over (False) or we are
+        told to stop (releases; True)."""
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
         self._set_leader(token, deadline)
         nxt = sent + every
         while True:
-            if self._sleep_until(min(nxt, deadline)):
+            woke = self._sleep_leading(token, min(nxt, deadline))
+            if woke == _ENDED:  # handed over by transfer(), which reported it
+                return False
+            if woke == _STOP:
                 return self._resign_lease(token, deadline)
             now = time.monotonic()
             if now >= deadline:
@@ -341,7 +408,10 @@ class Elector:
                 continue
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
             if isinstance(e, (errors.LeaseLost,) + REFUSALS):
-                log.warning("%s: lease lost (token %d): %s", self._job, token, e)
+                with self._cond:
+                    ours = self._token == token
+                if ours:  # else transfer() handed it over: not a loss of its own
+                    log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)
             nxt = time.monotonic() + retry.next_before(deadline)
@@ -349,7 +419,8 @@ class Elector:
         return False
 
     def _resign_lease(self, token: int, deadline: float) -> bool:
-        self._set_follower(token)
+        if not self._set_follower(token):
+            return True  # transfer() handed it over meanwhile: nothing to release
         until = max(deadline, time.monotonic() + 0.2)
         try:
             self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
@@ -378,13 +449,17 @@ class Elector:
             cb = self._on_elected
             self._dispatcher.submit(lambda: cb(token))
 
-    def _set_follower(self, token: int) -> None:
+    def _set_follower(self, token: int) -> bool:
+        """Reports the end of the leadership with ``token``, once: True if
+        this call did (so that a renewal's LEASE_LOST after a transfer is
+        not a second loss)."""
         with self._cond:
             if self._token != token:
-                return
+                return False
             self._token = None
             self._cond.notify_all()
         log.info("%s: stepped down from token %d", self._job, token)
         if self._dispatcher is not None and self._on_lost is not None:
             cb = self._on_lost
             self._dispatcher.submit(lambda: cb(token))
+        return True

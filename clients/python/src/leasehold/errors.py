@@ -26,6 +26,8 @@ Hierarchy::
     ├── PermissionDenied   the principal may not do this; .action and .job
     ├── QuotaExceeded      a limit on state (jobs, keys, watchers, waiters); .limit and .max
     ├── JobInUse           delete_job of a job whose lease is live or awaited
+    ├── NoSuccessor        transfer_lease with nobody (or not that holder) waiting
+    ├── NotLeader          Elector.transfer() while not leading (nothing was sent)
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
         ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -198,6 +200,23 @@ class JobInUse(LeaseholdError):
     waits."""
 
 
+class NoSuccessor(LeaseholdError):
+    """``transfer_lease`` (or ``Elector.transfer()``) found no successor
+    (reason NO_SUCCESSOR, status FAILED_PRECONDITION): nobody waits for the
+    job, or the holder named has no Acquire waiting. Nothing changed: the
+    caller still leads. Retry once a successor waits, or release."""
+
+
+class NotLeader(LeaseholdError):
+    """``Elector.transfer()`` (or ``AsyncElector.transfer()``) while the
+    elector does not lead: campaigning, past its own deadline, or stopped.
+    Raised by the client; nothing was sent to the server (status code
+    FAILED_PRECONDITION, no reason)."""
+
+    def __init__(self, message: str = "not leading") -> None:
+        super().__init__(message, code=grpc.StatusCode.FAILED_PRECONDITION)
+
+
 class Unavailable(LeaseholdError):
     """The server could not be reached or could not answer (UNAVAILABLE,
     DEADLINE_EXCEEDED, CANCELLED, a transport failure). The outcome of a
@@ -266,6 +285,7 @@ _BY_REASON = {
     pb.ERROR_REASON_OVERLOADED: Overloaded,
     pb.ERROR_REASON_QUOTA_EXCEEDED: QuotaExceeded,
     pb.ERROR_REASON_JOB_IN_USE: JobInUse,
+    pb.ERROR_REASON_NO_SUCCESSOR: NoSuccessor,
 }
 
 _UNAVAILABLE_CODES = {

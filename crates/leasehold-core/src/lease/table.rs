@@ -95,6 +95,11 @@ pub enum TenureEnd {
     Restored,
     /// `leasehold recover` released it (its end was not recorded before).
     Recovered,
+    /// It was bound to its holder's connection, and the client's end of
+    /// that connection closed or reset (its process is gone).
+    ConnectionClosed,
+    /// Its holder handed it to a waiting successor (`TransferLease`).
+    Transferred,
 }
 
 /// A change to a job's history of leaders, for the caller to keep.
@@ -151,8 +156,11 @@ pub struct Stats {
     pub takeovers: u64,
     /// Leases that ran out without being renewed or released.
     pub expiries: u64,
-    /// Voluntary releases.
+    /// Voluntary releases, and bound leases released as their
+    /// connections closed.
     pub releases: u64,
+    /// Leases handed to a waiting successor (`TransferLease`).
+    pub transfers: u64,
     /// Renewals that extended a lease (unary or on a stream).
     pub renewals: u64,
     /// Renewals refused with LEASE_LOST.
@@ -463,6 +471,19 @@ impl LeaseTable {
         token: Token,
         now: Instant,
     ) -> Result<Effects> {
+        self.release_as(name, holder, token, now, TenureEnd::Released)
+    }
+
+    /// [`LeaseTable::release`], with the tenure's end recorded as `how`
+    /// (a release, or a bound lease whose connection closed).
+    pub fn release_as(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        now: Instant,
+        how: TenureEnd,
+    ) -> Result<Effects> {
         let stats = &mut self.stats;
         let faults = self.faults;
         let owners = &self.owners;
@@ -479,7 +500,7 @@ impl LeaseTable {
                 stats.releases += 1;
                 fx.history.push(HistoryEvent::Ended {
                     token,
-                    how: TenureEnd::Released,
+                    how,
                     at: now,
                 });
                 // Hand over at once: the first waiter is granted in this
@@ -517,6 +538,80 @@ impl LeaseTable {
                 token,
             )),
         }
+    }
+
+    /// Hands the live lease of `holder` with `token` to a waiting
+    /// `Acquire`: the first in line whose holder is `to` (as its client
+    /// named it), or the first in line. **The successor is granted the
+    /// next token in the same decision as the tenure's end, so the job is
+    /// never free in between**, for `ttl` (the holding's own when `None`),
+    /// and is woken; its call then completes as a live holder's Acquire
+    /// does. Fails with [`Error::LeaseLost`] (or `UnknownToken`) as
+    /// [`LeaseTable::renew`] would, and with [`Error::NoSuccessor`] when
+    /// nobody (or not `to`) waits; nothing changes then.
+    pub fn transfer(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        to: Option<&str>,
+        ttl: Option<Duration>,
+        now: Instant,
+    ) -> Result<(LeaseView, Effects)> {
+        let stats = &mut self.stats;
+        let faults = self.faults;
+        let owners = &self.owners;
+        let Some(job) = self.jobs.get_mut(name) else {
+            return Err(rules::unknown_or_lost(name, None, Token::NONE, token));
+        };
+        job.settle(now, stats, faults);
+        let held_ttl = match &job.holding {
+            Some(h) if &h.holder == holder && job.token == token => h.ttl,
+            h => {
+                return Err(rules::unknown_or_lost(
+                    name,
+                    h.as_ref().map(|h| h.holder.to_string()),
+                    job.token,
+                    token,
+                ))
+            }
+        };
+        if job.exhausted() {
+            return Err(Error::TokensExhausted {
+                job: name.to_string(),
+            });
+        }
+        // The holder's own waiting Acquire (another call of the same
+        // elector) is no successor: it would be granted what it holds.
+        let Some(pos) = job
+            .waiters()
+            .position(|w| &w.holder != holder && to.is_none_or(|t| w.holder.unbound() == t))
+        else {
+            return Err(Error::NoSuccessor {
+                job: name.to_string(),
+                to: to.map(str::to_owned),
+            });
+        };
+        let w = job.take_waiter(pos);
+        let mut fx = Effects::default();
+        job.end_holding();
+        stats.transfers += 1;
+        fx.history.push(HistoryEvent::Ended {
+            token,
+            how: TenureEnd::Transferred,
+            at: now,
+        });
+        job.grant(&w.holder, ttl.unwrap_or(held_ttl), now, stats, &mut fx);
+        if let Some(h) = &mut job.holding {
+            h.handed_to = Some(w.id);
+        }
+        fx.wake.push(w.id);
+        if pos == 0 {
+            fx.wake.extend(job.first_in_line());
+        }
+        fx.persist = Some(job.record(owners));
+        fx.changed = true;
+        Ok((job.view(name, now), fx))
     }
 
     /// Gives back the grant of `token` to `holder` whose caller was never

@@ -180,6 +180,12 @@ impl HolderId {
     pub fn principal(&self) -> Option<&str> {
         self.0.split_once(BIND).map(|(p, _)| p)
     }
+
+    /// The holder as its client named it: without the principal it is
+    /// bound to, if any.
+    pub fn unbound(&self) -> &str {
+        self.0.split_once(BIND).map_or(self.0.as_str(), |(_, h)| h)
+    }
 }
 
 /// The limits on every request field. Configurable at start-up.

@@ -57,6 +57,7 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use super::auth::{self, CallerMemo};
+use super::bound::ConnBinds;
 use super::frames::{self, Step};
 use super::tls::{Port, Tls};
 use crate::clock;
@@ -310,6 +311,7 @@ pub struct Conn {
     tls_idle: bool,
     /// Its frame budget, on an HTTP/2 port.
     frames: Option<Box<FrameGuard>>,
+    _binds: EndBinds,
 }
 
 /// A connection's frame budget ([`super::frames`]) and what enforces it.
@@ -359,6 +361,9 @@ pub struct Peer {
     /// The caller its last call was authenticated as (see
     /// [`auth::CallerMemo`]).
     pub caller: Arc<CallerMemo>,
+    /// The leases bound to the connection, and whether its client closed
+    /// it ([`super::bound`]).
+    pub binds: Arc<ConnBinds>,
 }
 
 impl auth::Connection for Peer {
@@ -548,6 +553,15 @@ impl AsyncRead for Conn {
                 r
             }
         };
+        match &r {
+            // The end of the stream from the client (it had room to read
+            // into): the client closed its end.
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
+                this.peer.binds.peer_closed()
+            }
+            Poll::Ready(Err(e)) if closed_by_peer(e) => this.peer.binds.peer_closed(),
+            _ => {}
+        }
         if let (Poll::Ready(Ok(())), Some(g)) = (&r, this.frames.as_deref_mut()) {
             g.read(&buf.filled()[before..], &this.peer);
         }
@@ -558,6 +572,30 @@ impl AsyncRead for Conn {
             }
         }
         r
+    }
+}
+
+/// Whether an error of the socket (not one of ours: those are returned
+/// before the socket is read) says that the client closed or reset the
+/// connection. A timeout is silence, not a close.
+fn closed_by_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            // TLS: the TCP connection ended without a close_notify.
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+/// Ends a connection's bindings when the connection is dropped
+/// ([`ConnBinds::ended`]; harmless before any call was made on it).
+struct EndBinds(Arc<ConnBinds>);
+
+impl Drop for EndBinds {
+    fn drop(&mut self) {
+        self.0.ended();
     }
 }
 
@@ -759,8 +797,10 @@ impl AsyncWrite for Conn {
             return r;
         }
         let r = both!(&mut this.stream, s => Pin::new(s).poll_write(cx, buf));
-        if let Poll::Ready(Ok(n)) = &r {
-            this.wrote(&[io::IoSlice::new(buf)], *n);
+        match &r {
+            Poll::Ready(Ok(n)) => this.wrote(&[io::IoSlice::new(buf)], *n),
+            Poll::Ready(Err(e)) if closed_by_peer(e) => this.peer.binds.peer_closed(),
+            _ => {}
         }
         r
     }
@@ -775,8 +815,10 @@ impl AsyncWrite for Conn {
             return r;
         }
         let r = both!(&mut this.stream, s => Pin::new(s).poll_write_vectored(cx, bufs));
-        if let Poll::Ready(Ok(n)) = &r {
-            this.wrote(bufs, *n);
+        match &r {
+            Poll::Ready(Ok(n)) => this.wrote(bufs, *n),
+            Poll::Ready(Err(e)) if closed_by_peer(e) => this.peer.binds.peer_closed(),
+            _ => {}
         }
         r
     }
@@ -863,6 +905,7 @@ fn secured(
                             .peer_certificates()
                             .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
                         let conn = Conn {
+                            _binds: EndBinds(peer.binds.clone()),
                             stream: Io::Tls(Box::new(stream)),
                             peer: Peer { certs, ..peer },
                             place: place.0,
@@ -947,6 +990,7 @@ fn plain(
             certs: None,
             load: Arc::default(),
             caller: Arc::default(),
+            binds: Arc::default(),
         };
         let place = Arc::new(Place {
             permit: std::sync::Mutex::new(Some(permit)),
@@ -958,6 +1002,7 @@ fn plain(
         }
         Some(Ok((
             Conn {
+                _binds: EndBinds(peer.binds.clone()),
                 stream: Io::Plain(stream),
                 peer,
                 place,

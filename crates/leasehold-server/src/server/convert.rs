@@ -78,6 +78,42 @@ pub fn release_args(
     ))
 }
 
+/// A validated `TransferLease`: (job, holder bound to the caller, token,
+/// the successor as its client names it, the successor's TTL).
+pub type TransferArgs = (JobName, HolderId, Token, Option<String>, Option<Duration>);
+
+/// Validates a `TransferLease`.
+pub fn transfer_args(
+    l: &Limits,
+    caller: &Caller,
+    r: &proto::TransferLeaseRequest,
+) -> Result<TransferArgs> {
+    let to = match r.to_holder.is_empty() {
+        true => None,
+        false => Some(l.holder(&r.to_holder).map_err(|e| rename(e, "to_holder"))?),
+    };
+    let ttl = match r.ttl {
+        None => None,
+        Some(_) => Some(l.ttl(duration("ttl", r.ttl)?)?),
+    };
+    Ok((
+        job_arg(l, caller, Action::Lease, &r.job)?,
+        caller.bind(l.holder(&r.holder)?),
+        l.token(r.token)?,
+        to.map(|h| h.to_string()),
+        ttl,
+    ))
+}
+
+/// `e` naming `field` when it names a field (a check made for one field
+/// and applied to another of the same kind).
+fn rename(e: Error, field: &'static str) -> Error {
+    match e {
+        Error::InvalidArgument { message, .. } => Error::invalid(field, message),
+        e => e,
+    }
+}
+
 /// A validated `CheckedWrite`.
 pub type WriteArgs = crate::backend::Write;
 
@@ -185,6 +221,8 @@ pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {
                 TenureEnd::Deleted => End::Deleted,
                 TenureEnd::Restored => End::Restored,
                 TenureEnd::Recovered => End::Recovered,
+                TenureEnd::ConnectionClosed => End::ConnectionClosed,
+                TenureEnd::Transferred => End::Transferred,
             },
             Some(at(ms)),
         ),

@@ -35,6 +35,7 @@ pub const DOMAIN: &str = "leasehold";
 /// | `Overloaded` | RESOURCE_EXHAUSTED | OVERLOADED |
 /// | `QuotaExceeded` | RESOURCE_EXHAUSTED | QUOTA_EXCEEDED |
 /// | `JobInUse` | FAILED_PRECONDITION | JOB_IN_USE |
+/// | `NoSuccessor` | FAILED_PRECONDITION | NO_SUCCESSOR |
 /// | `SlowWatcher` | RESOURCE_EXHAUSTED | OVERLOADED |
 /// | `ShuttingDown` | UNAVAILABLE | SHUTTING_DOWN |
 ///
@@ -69,7 +70,9 @@ pub fn to_status(e: &Error) -> Status {
             meta.insert("current_token".to_owned(), current.to_string());
             Code::FailedPrecondition
         }
-        Error::TokensExhausted { .. } | Error::JobInUse { .. } => Code::FailedPrecondition,
+        Error::TokensExhausted { .. } | Error::JobInUse { .. } | Error::NoSuccessor { .. } => {
+            Code::FailedPrecondition
+        }
         Error::NoSpace { free, needed } => {
             meta.insert("free_bytes".to_owned(), free.to_string());
             meta.insert("needed_bytes".to_owned(), needed.to_string());
@@ -134,6 +137,7 @@ pub fn reason(e: &Error) -> ErrorReason {
         Error::Overloaded { .. } => ErrorReason::Overloaded,
         Error::QuotaExceeded { .. } => ErrorReason::QuotaExceeded,
         Error::JobInUse { .. } => ErrorReason::JobInUse,
+        Error::NoSuccessor { .. } => ErrorReason::NoSuccessor,
         Error::SlowWatcher { .. } => ErrorReason::Overloaded,
         Error::ShuttingDown | Error::Serve(_) => ErrorReason::ShuttingDown,
     }

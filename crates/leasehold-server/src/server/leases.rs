@@ -43,10 +43,12 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::backend::{Acquired, Backend, ReleaseIfDropped, Renewal};
 use crate::error::{Error, Result};
-use crate::lease::{JobName, LeaseState, Limits};
+use crate::lease::{HolderId, JobName, LeaseState, Limits, Token};
 use crate::metrics::RpcMetrics;
 use crate::proto;
 use crate::server::auth::{self, Action, Caller, PrincipalLoad};
+use crate::server::bound::{Bindings, ConnBinds};
+use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
 use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
@@ -59,6 +61,7 @@ pub struct LeasesService {
     node: Backend,
     limits: Limits,
     quotas: Arc<Quotas>,
+    bindings: Arc<Bindings>,
 }
 
 /// Limits on the state calls hold while they are open: watches, and
@@ -262,11 +265,19 @@ impl Drop for WaiterPlace {
 impl LeasesService {
     /// A service over `node`, checking requests against `limits` and
     /// `quotas`.
-    pub fn new(node: Backend, limits: Limits, quotas: Arc<Quotas>) -> Self {
+    pub fn new(node: Backend, limits: Limits, quotas: Arc<Quotas>, bindings: Arc<Bindings>) -> Self {
         LeasesService {
             node,
             limits,
             quotas,
+            bindings,
+        }
+    }
+
+    /// Binds the grant to the connection `req` came on.
+    fn bind<T>(&self, req: &Request<T>, job: &JobName, holder: &HolderId, token: Token) {
+        if let Some(peer) = req.extensions().get::<Peer>() {
+            self.bindings.bind(&peer.binds, job, holder, token);
         }
     }
 }
@@ -425,6 +436,9 @@ impl proto::leases_server::Leases for LeasesService {
         caller
             .check_acquired(acquired, &sent, &view)
             .map_err(status)?;
+        if acquired && req.get_ref().bind_to_stream {
+            self.bind(&req, &job, &holder, view.token);
+        }
         let mut resp = Response::new(proto::AcquireResponse {
             acquired,
             lease: Some(convert::lease_for(&caller, &view)),
@@ -470,6 +484,9 @@ impl proto::leases_server::Leases for LeasesService {
             false => self.node.release(&job, &holder, token).await,
         }
         .map_err(|e| status(caller.refine(Action::Lease, e)))?;
+        if released {
+            self.bindings.unbind(&job, &holder, token);
+        }
         if !released && caller.is_policed() {
             // A give-back answers `released: false` where a release fails
             // LEASE_LOST; when the lease is another principal's, both are
@@ -491,9 +508,24 @@ impl proto::leases_server::Leases for LeasesService {
 
     async fn transfer_lease(
         &self,
-        _req: Request<proto::TransferLeaseRequest>,
+        req: Request<proto::TransferLeaseRequest>,
     ) -> Result<Response<proto::TransferLeaseResponse>, Status> {
-        Err(Status::unimplemented("TransferLease"))
+        let caller = Caller::of(&req).map_err(status)?;
+        let (job, holder, token, to, ttl) =
+            convert::transfer_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
+        let ttl = match ttl {
+            Some(t) => Some(self.node.check_ttl(t).map_err(status)?),
+            None => None,
+        };
+        let view = self
+            .node
+            .transfer(&job, &holder, token, to.as_deref(), ttl)
+            .await
+            .map_err(|e| status(caller.refine(Action::Lease, e)))?;
+        self.bindings.unbind(&job, &holder, token);
+        Ok(Response::new(proto::TransferLeaseResponse {
+            lease: Some(convert::lease_for(&caller, &view)),
+        }))
     }
 
     async fn get_lease(
@@ -623,6 +655,10 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<Streaming<proto::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
         let mut caller = Caller::of(&req).map_err(status)?;
+        let binds = req
+            .extensions()
+            .get::<Peer>()
+            .map(|p| (self.bindings.clone(), p.binds.clone()));
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
@@ -656,7 +692,8 @@ impl proto::leases_server::Leases for LeasesService {
                 let reply = match caller.current() {
                     Ok(c) => {
                         caller = c;
-                        keep_alive_batch(&node, &limits, &caller, msg).await
+                        let bind = binds.as_ref().filter(|_| msg.bind_to_stream);
+                        keep_alive_batch(&node, &limits, &caller, msg, bind).await
                     }
                     Err(e) => Err(e),
                 }
@@ -679,11 +716,14 @@ impl proto::leases_server::Leases for LeasesService {
 /// `lease` is refused as a whole (PERMISSION_DENIED, nothing renewed), and
 /// so is one that tried to renew a lease held by another principal (that
 /// lease untouched: the rules refused it, as the holders differ).
+/// With `bind` (the message asked for it), each lease renewed is bound to
+/// the stream's connection ([`super::bound`]).
 async fn keep_alive_batch(
     node: &Backend,
     l: &Limits,
     caller: &Caller,
     req: proto::KeepAliveRequest,
+    bind: Option<&(Arc<Bindings>, Arc<ConnBinds>)>,
 ) -> Result<proto::KeepAliveResponse> {
     use proto::keep_alive_result::Outcome;
     if req.renewals.len() > MAX_KEEP_ALIVE_RENEWALS {
@@ -759,10 +799,13 @@ async fn keep_alive_batch(
         }
     }
     let outcomes = node.renew_many(&batch).await?;
-    for (slot, outcome) in slots.into_iter().zip(outcomes) {
+    for ((slot, outcome), renewal) in slots.into_iter().zip(outcomes).zip(&batch) {
         let res = &mut results[slot];
         match outcome {
             Ok(view) => {
+                if let Some((bindings, conn)) = bind {
+                    bindings.bind(conn, &renewal.job, &renewal.holder, renewal.token);
+                }
                 res.outcome = Outcome::Renewed as i32;
                 res.lease = Some(lease(&view));
             }

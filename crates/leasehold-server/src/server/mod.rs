@@ -44,6 +44,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod bound;
 pub mod bulk;
 pub mod conn;
 pub mod convert;
@@ -254,7 +255,7 @@ pub async fn run(
     show_health(&reporter, serving).await;
     let (closing_tx, closing_rx) = watch::channel(false);
     let trim_task = tokio::spawn(memory::give_back(closing_rx.clone()));
-    let health_task = tokio::spawn(report_health(reporter, store_health, closing_rx));
+    let health_task = tokio::spawn(report_health(reporter, store_health, closing_rx.clone()));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
@@ -280,10 +281,12 @@ pub async fn run(
     quotas.watch_stall_timeout = config.watch_stall_timeout;
     quotas.max_waiters = config.max_waiters;
     let quotas = Arc::new(quotas);
+    let bindings = bound::Bindings::new(node.clone(), closing_rx.clone());
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
         quotas,
+        bindings,
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(

@@ -53,6 +53,17 @@ impl Job {
         w
     }
 
+    /// Takes the waiter at `pos` in line out of it.
+    pub(super) fn take_waiter(&mut self, pos: usize) -> Waiter {
+        let w = self
+            .rare
+            .as_deref_mut()
+            .and_then(|r| r.waiters.remove(pos))
+            .expect("a waiter at pos");
+        self.shrink_line();
+        w
+    }
+
     /// Removes `id` from the queue; returns the waiter to wake if the front
     /// changed.
     pub(super) fn leave_queue(&mut self, id: WaiterId) -> Option<WaiterId> {

@@ -935,3 +935,148 @@ fn a_principal_at_its_max_jobs_may_not_create_another() {
     assert!(rules::admit_new_job(&b, 5, None).is_ok());
     assert!(rules::admit_new_job(&who("w"), 5, Some(2)).is_ok());
 }
+
+#[test]
+fn a_transfer_hands_the_lease_to_the_first_waiter_with_the_next_token_and_no_gap() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let w1 = t.enqueue(&j, &who("b"), ms(20_000), t0);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let (view, fx) = t
+        .transfer(&j, &who("a"), Token(1), None, None, t0 + ms(5))
+        .unwrap();
+    assert_eq!(view.holder(), Some(&who("b")));
+    assert_eq!(view.token, Token(2));
+    // The holding's own TTL when none is given, not the waiter's.
+    assert_eq!(view.deadline(), Some(t0 + ms(5) + TTL));
+    assert_eq!(fx.wake, vec![w1, w2], "b was granted; c is now first");
+    assert!(fx.changed);
+    assert_eq!(
+        fx.history,
+        vec![
+            HistoryEvent::Ended {
+                token: Token(1),
+                how: TenureEnd::Transferred,
+                at: t0 + ms(5)
+            },
+            HistoryEvent::Granted {
+                token: Token(2),
+                holder: who("b"),
+                ttl: TTL
+            },
+        ]
+    );
+    assert_eq!(fx.persist.unwrap().holder, Some(who("b")));
+    // The woken waiter's call finds the lease its own, and its grant is
+    // not "asked again" (it could still be given back).
+    let (a, _) = t.acquire(&j, &who("b"), ms(20_000), t0 + ms(6), Some(w1));
+    assert_eq!(granted(&a), Some(Token(2)));
+    assert_eq!(t.stats().transfers, 1);
+    // The old holder's token is stale now.
+    assert!(matches!(
+        t.renew(&j, &who("a"), Token(1), TTL, t0 + ms(7)),
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+#[test]
+fn a_transfer_to_a_named_holder_passes_the_others_in_line_who_keep_their_places() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let (view, fx) = t
+        .transfer(&j, &who("a"), Token(1), Some("c"), Some(ms(3_000)), t0)
+        .unwrap();
+    assert_eq!(view.holder(), Some(&who("c")));
+    assert_eq!(view.deadline(), Some(t0 + ms(3_000)));
+    assert_eq!(fx.wake, vec![w2], "b keeps its place, first in line");
+    // b is next when c releases.
+    let fx = t.release(&j, &who("c"), Token(2), t0 + ms(1)).unwrap();
+    assert_eq!(fx.wake, vec![w1]);
+    assert_eq!(t.view(&j, t0 + ms(1)).holder(), Some(&who("b")));
+}
+
+#[test]
+fn a_transfer_with_no_successor_or_a_stale_token_changes_nothing() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let before = t.view(&j, t0);
+    // Nobody waits.
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(1), None, None, t0),
+        Err(Error::NoSuccessor { to: None, .. })
+    ));
+    // The named holder does not wait; the one who does is not it; the
+    // holder's own waiting call is no successor.
+    let _w = t.enqueue(&j, &who("b"), TTL, t0);
+    let _own = t.enqueue(&j, &who("a"), TTL, t0);
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(1), Some("z"), None, t0),
+        Err(Error::NoSuccessor { to: Some(_), .. })
+    ));
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(1), Some("a"), None, t0),
+        Err(Error::NoSuccessor { .. })
+    ));
+    // A stale token, another holder, an unknown job.
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(7), None, None, t0),
+        Err(Error::UnknownToken { .. })
+    ));
+    assert!(matches!(
+        t.transfer(&j, &who("b"), Token(1), None, None, t0),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(t
+        .transfer(&job("other"), &who("a"), Token(1), None, None, t0)
+        .is_err());
+    assert_eq!(t.view(&j, t0), before);
+    // Expired first: lost, though a waiter waits.
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(1), None, None, t0 + TTL),
+        Err(Error::LeaseLost { .. })
+    ));
+}
+
+#[test]
+fn two_transfers_at_once_hand_over_once() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.enqueue(&j, &who("b"), TTL, t0);
+    let _ = t.enqueue(&j, &who("c"), TTL, t0);
+    assert!(t.transfer(&j, &who("a"), Token(1), None, None, t0).is_ok());
+    assert!(matches!(
+        t.transfer(&j, &who("a"), Token(1), Some("c"), None, t0),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert_eq!(t.view(&j, t0).holder(), Some(&who("b")));
+    assert_eq!(t.view(&j, t0).token, Token(2));
+}
+
+#[test]
+fn a_bound_lease_released_as_its_connection_closed_says_so_in_the_history() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let w = t.enqueue(&j, &who("b"), TTL, t0);
+    let fx = t
+        .release_as(&j, &who("a"), Token(1), t0 + ms(1), TenureEnd::ConnectionClosed)
+        .unwrap();
+    assert_eq!(fx.wake, vec![w]);
+    assert!(fx.history.contains(&HistoryEvent::Ended {
+        token: Token(1),
+        how: TenureEnd::ConnectionClosed,
+        at: t0 + ms(1)
+    }));
+    assert_eq!(t.view(&j, t0 + ms(1)).token, Token(2));
+}

@@ -23,6 +23,8 @@ import dev.leasehold.v1.ReadResponse;
 import dev.leasehold.v1.ReleaseRequest;
 import dev.leasehold.v1.RenewRequest;
 import dev.leasehold.v1.RenewResponse;
+import dev.leasehold.v1.TransferLeaseRequest;
+import dev.leasehold.v1.TransferLeaseResponse;
 import dev.leasehold.v1.WatchLeaseRequest;
 import io.grpc.Channel;
 import io.grpc.Grpc;
@@ -249,9 +251,9 @@ public final class Client implements AutoCloseable {
     }
   }
 
-  static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait) {
+  static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
     return AcquireRequest.newBuilder().setJob(job).setHolder(holder)
-        .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).build();
+        .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).setBindToStream(bindToStream).build();
   }
 
   static RenewRequest renewRequest(String job, String holder, long token, Duration ttl) {
@@ -278,10 +280,26 @@ public final class Client implements AutoCloseable {
    * Acquire keeps the lease it is granted.
    */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait) {
+    return acquire(job, holder, ttl, wait, false);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration)}, with the grant
+   * bound to this client's connection when {@code bindToStream} is true
+   * ({@code AcquireRequest.bind_to_stream}): when the client's end of the
+   * connection closes or resets (its process dies, {@link #close()}), the
+   * server releases the lease at once and grants the first waiter the next
+   * token, instead of waiting out the TTL. Silence (a partition, a paused
+   * process) releases nothing: the TTL runs as usual. The trade: a live
+   * holder whose connection is cut (a proxy that closes it, the channel
+   * reconnecting or going idle) loses the lease at once, and its writes are
+   * then fenced.
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
     Calls.Asking asking = calls.start(job, holder);
     AcquireResponse r;
     try {
-      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait)));
+      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream)));
       if (r.getAcquired()) {
         asking.told(r.getLease().getToken());
       }
@@ -317,8 +335,17 @@ public final class Client implements AutoCloseable {
    * {@code join}'s {@link java.util.concurrent.CompletionException} too).
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait) {
+    return acquireAsync(job, holder, ttl, wait, false);
+  }
+
+  /**
+   * {@link #acquireAsync(String, String, Duration, Duration)}, with the
+   * grant bound to this client's connection when {@code bindToStream} is
+   * true: see {@link #acquire(String, String, Duration, Duration, boolean)}.
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
     long[] n = new long[1];
-    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, wait.plus(timeout), a -> n[0] = a);
+    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, bindToStream, wait.plus(timeout), a -> n[0] = a);
     return async(call, r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())), r -> {
       // The grant reached this client, but its caller had cancelled the
       // future first and never saw it: give it back, as for a grant that
@@ -445,19 +472,20 @@ public final class Client implements AutoCloseable {
    * have been given meanwhile. The future completes once the call's grant
    * is recorded as told, and its call ends however it ends.
    */
-  ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout) {
-    return acquireCall(job, holder, ttl, wait, timeout, n -> { });
+  ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      Duration timeout) {
+    return acquireCall(job, holder, ttl, wait, bindToStream, timeout, n -> { });
   }
 
   /** {@link #acquireCall}, telling {@code number} the call's number in {@link #calls}. */
-  private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, Duration timeout,
-      java.util.function.LongConsumer number) {
+  private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      Duration timeout, java.util.function.LongConsumer number) {
     Calls.Asking asking = calls.start(job, holder);
     number.accept(asking.n);
     ListenableFuture<AcquireResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-          .acquire(acquireRequest(job, holder, ttl, wait)), r -> {
+          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream)), r -> {
             if (r.getAcquired()) {
               asking.told(r.getLease().getToken());
             }
@@ -551,6 +579,68 @@ public final class Client implements AutoCloseable {
   void release(String job, String holder, long token, Duration timeout) {
     call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).build()));
     calls.released(job, holder);
+  }
+
+  static TransferLeaseRequest transferRequest(String job, String holder, long token, String toHolder, Duration ttl) {
+    TransferLeaseRequest.Builder b = TransferLeaseRequest.newBuilder().setJob(job).setHolder(holder).setToken(token);
+    if (toHolder != null) {
+      b.setToHolder(toHolder);
+    }
+    if (ttl != null) {
+      b.setTtl(Durations.toProto(ttl));
+    }
+    return b.build();
+  }
+
+  /**
+   * Hands our live lease (held by {@code holder} with {@code token}) to a
+   * waiting Acquire, in one step: the successor is granted the next token
+   * ({@code token + 1}) with no moment when the job is free, and its waiting
+   * Acquire returns at once. The successor is the first waiter in line
+   * whose holder is {@code toHolder}, or the first waiter in line when
+   * {@code toHolder} is null or empty; its TTL is {@code ttl}, or when null
+   * the TTL the lease has now. Returns the successor's lease.
+   *
+   * @throws NoSuccessorException when no such waiter waits; nothing changed,
+   *     we still lead
+   * @throws LeaseLostException when the lease is not {@code holder}'s with
+   *     {@code token} (expired, released, moved on); nothing changed
+   */
+  public Lease transferLease(String job, String holder, long token, String toHolder, Duration ttl) {
+    return transferLease(job, holder, token, toHolder, ttl, timeout);
+  }
+
+  /**
+   * {@link #transferLease(String, String, long, String, Duration)} to the
+   * first waiter in line, with the lease's current TTL.
+   */
+  public Lease transferLease(String job, String holder, long token) {
+    return transferLease(job, holder, token, null, null);
+  }
+
+  /**
+   * {@link #transferLease(String, String, long, String, Duration)} as a
+   * future of the successor's lease; fails with the same exceptions
+   * ({@link NoSuccessorException}, {@link LeaseLostException}...), and
+   * {@code cancel(true)} cancels the call (the transfer may or may not have
+   * been made).
+   */
+  public CompletableFuture<Lease> transferLeaseAsync(String job, String holder, long token, String toHolder, Duration ttl) {
+    return async(deadline(leasesFuture).transferLease(transferRequest(job, holder, token, toHolder, ttl)), r -> {
+      calls.released(job, holder);
+      return Lease.fromProto(r.getLease());
+    });
+  }
+
+  /** {@link #transferLease(String, String, long)} as a future. */
+  public CompletableFuture<Lease> transferLeaseAsync(String job, String holder, long token) {
+    return transferLeaseAsync(job, holder, token, null, null);
+  }
+
+  Lease transferLease(String job, String holder, long token, String toHolder, Duration ttl, Duration timeout) {
+    TransferLeaseResponse r = call(leases, timeout, s -> s.transferLease(transferRequest(job, holder, token, toHolder, ttl)));
+    calls.released(job, holder);
+    return Lease.fromProto(r.getLease());
   }
 
   /** How many (job, holder) pairs this client keeps for its give-backs (for tests). */

@@ -63,6 +63,14 @@ import org.slf4j.LoggerFactory;
  * {@code --max-name-bytes}; {@link UnauthenticatedException};
  * {@link PermissionDeniedException}) is not retried: the elector stops,
  * {@link #error()} holds the exception and {@link #awaitElected} throws it.
+ *
+ * <p>{@link #transfer(String)} hands the lead to a waiting elector at once
+ * (the successor's token is ours plus one, and the job is never free in
+ * between); the elector reports the end of its lead as a loss and campaigns
+ * again, behind the successor. {@link Builder#bindToStream(boolean)} binds
+ * every grant of the campaign to the client's connection, so that the
+ * server releases it at once when this process dies (its connection
+ * closes), instead of waiting out the TTL.
  */
 public final class Elector implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(Elector.class);
@@ -71,6 +79,7 @@ public final class Elector implements AutoCloseable {
   private final String job;
   private final String holder;
   private final Duration ttl;
+  private final boolean bindToStream;
   private final LongConsumer onElected;
   private final LongConsumer onLost;
 
@@ -81,6 +90,7 @@ public final class Elector implements AutoCloseable {
   private LeaseholdException refusal;
   private long token; // 0: not leading
   private long deadline; // System.nanoTime() when leading
+  private long transferring; // the token a transfer() is handing over; 0: none
   private Thread thread;
   private final ExecutorService callbacks;
   private final Retry.Warnings warnings = new Retry.Warnings();
@@ -90,6 +100,7 @@ public final class Elector implements AutoCloseable {
     this.job = b.job;
     this.holder = b.holder != null ? b.holder : electorHolder(b.name);
     this.ttl = b.ttl;
+    this.bindToStream = b.bindToStream;
     this.onElected = b.onElected;
     this.onLost = b.onLost;
     this.callbacks = Executors.newSingleThreadExecutor(r -> {
@@ -125,6 +136,7 @@ public final class Elector implements AutoCloseable {
     private final String name;
     private String holder;
     private Duration ttl = Duration.ofSeconds(10);
+    private boolean bindToStream;
     private LongConsumer onElected = t -> {};
     private LongConsumer onLost = t -> {};
 
@@ -146,6 +158,23 @@ public final class Elector implements AutoCloseable {
         throw new IllegalArgumentException("ttl must be positive");
       }
       this.ttl = ttl;
+      return this;
+    }
+
+    /**
+     * Binds every grant of the campaign to the client's connection
+     * ({@code AcquireRequest.bind_to_stream}; default false): when the
+     * client's end of the connection closes or resets, as when this process
+     * dies or the client is closed, the server releases the lease at once
+     * and grants the next waiter, instead of waiting out the TTL. A
+     * connection that merely goes silent (a partition, a paused process)
+     * releases nothing. The trade: a live leader whose connection is cut (a
+     * proxy that closes it, a channel that reconnects) loses its lease at
+     * once, and its writes are then fenced; the elector learns of it from
+     * its next renewal and campaigns again.
+     */
+    public Builder bindToStream(boolean bind) {
+      this.bindToStream = bind;
       return this;
     }
 
@@ -276,6 +305,67 @@ public final class Elector implements AutoCloseable {
   }
 
   /**
+   * {@link #transfer(String)} to the first waiter in line.
+   */
+  public Lease transfer() {
+    return transfer(null);
+  }
+
+  /**
+   * Hands the lead to a waiting Acquire ({@link Client#transferLease}, with
+   * the token we lead with and the lease's current TTL): to the first
+   * waiter whose holder is {@code toOrNull} (another elector's
+   * {@link #holder()}), or to the first waiter in line when it is null or
+   * empty. The successor is granted our token plus one at once, with no
+   * moment when the job is free. On success this elector reports the end
+   * of its lead as a loss ({@code onLost}, {@link #awaitLost}), then
+   * campaigns again, behind the successor, unless it is being closed.
+   * Returns the successor's lease.
+   *
+   * <p>A renewal racing with the transfer reports nothing more: the lead
+   * ends once, whichever learns of it first.
+   *
+   * @throws IllegalStateException when not leading (nothing is sent)
+   * @throws NoSuccessorException when no such waiter waits: nothing
+   *     changed, we still lead
+   * @throws LeaseLostException when the lease was no longer ours: the
+   *     elector steps down (reports the loss) and campaigns again
+   */
+  public Lease transfer(String toOrNull) {
+    long t;
+    lock.lock();
+    try {
+      if (token == 0 || System.nanoTime() - deadline >= 0) {
+        throw new IllegalStateException(job + ": not leading, nothing to transfer");
+      }
+      t = token;
+      transferring = t;
+    } finally {
+      lock.unlock();
+    }
+    Lease successor;
+    try {
+      successor = client.transferLease(job, holder, t, toOrNull, null);
+    } catch (LeaseLostException e) {
+      LOG.warn("{}: transfer of token {}: lease lost: {}", job, t, e.getMessage());
+      setFollower(t);
+      throw e;
+    } finally {
+      lock.lock();
+      try {
+        if (transferring == t) {
+          transferring = 0;
+        }
+      } finally {
+        lock.unlock();
+      }
+    }
+    LOG.debug("{}: transferred token {} to {} (token {})", job, t, successor.holder(), successor.token());
+    setFollower(t);
+    return successor;
+  }
+
+  /**
    * Stops campaigning, releases the lease if held, and waits for that and
    * for the callbacks. The release is bounded by our deadline (at least
    * 200 ms): past it the lease runs out on its own.
@@ -326,6 +416,9 @@ public final class Elector implements AutoCloseable {
 
   private enum Outcome { DONE, STOP, TIMEOUT }
 
+  /** How a sleep while leading ended. */
+  private enum Wake { TIME, STOP, ENDED }
+
   private long ttlNanos() {
     return ttl.toNanos();
   }
@@ -352,7 +445,7 @@ public final class Elector implements AutoCloseable {
         long sent = System.nanoTime();
         long limit = campaignWait + ttlNanos();
         ListenableFuture<AcquireResponse> f =
-            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), Duration.ofNanos(limit));
+            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), bindToStream, Duration.ofNanos(limit));
         Outcome o = await(f, sent + limit);
         if (o == Outcome.STOP) {
           releaseIfGranted();
@@ -493,6 +586,51 @@ public final class Elector implements AutoCloseable {
   }
 
   /**
+   * Sleeps until {@code until} while leading with {@code t}: STOP if told to
+   * stop meanwhile, ENDED if that lead ended meanwhile (a transfer).
+   */
+  private Wake sleepLeading(long t, long until) throws InterruptedException {
+    lock.lock();
+    try {
+      while (true) {
+        if (stopped) {
+          return Wake.STOP;
+        }
+        if (token != t) {
+          return Wake.ENDED;
+        }
+        long left = until - System.nanoTime();
+        if (left <= 0) {
+          return Wake.TIME;
+        }
+        changed.awaitNanos(left);
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Whether we no longer lead with {@code t}: a transfer ended it (and reported it). */
+  private boolean ended(long t) {
+    lock.lock();
+    try {
+      return token != t;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Whether a transfer of {@code t} is on its way. */
+  private boolean transferring(long t) {
+    lock.lock();
+    try {
+      return transferring == t;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
    * The instant our lease's TTL may be counted from: at or before the
    * server granted or last renewed it. A waiting Acquire may have been
    * granted long after it was sent; then a Renew sent now confirms the
@@ -521,8 +659,12 @@ public final class Elector implements AutoCloseable {
     long next = sent + every;
     while (true) {
       long wake = next - until < 0 ? next : until;
-      if (sleepUntil(wake)) {
+      Wake w = sleepLeading(t, wake);
+      if (w == Wake.STOP) {
         return resign(t, until);
+      }
+      if (w == Wake.ENDED) {
+        return false; // transferred: reported by transfer()
       }
       long now = System.nanoTime();
       if (now - until >= 0) {
@@ -534,6 +676,9 @@ public final class Elector implements AutoCloseable {
       if (o == Outcome.STOP) {
         return resign(t, until);
       }
+      if (ended(t)) {
+        return false; // transferred while the renewal was on its way: its answer means nothing now
+      }
       if (o == Outcome.TIMEOUT) {
         LOG.warn("{}: renew of token {} did not answer before the deadline", job, t);
         break;
@@ -543,7 +688,13 @@ public final class Elector implements AutoCloseable {
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
         if (le instanceof LeaseLostException || refused(le)) {
-          LOG.warn("{}: lease lost (token {}): {}", job, t, le.getMessage());
+          if (transferring(t)) {
+            // A transfer of t, on its way, has handed the lease over: the
+            // end of the lead, reported once (here or by transfer()).
+            LOG.debug("{}: renew of token {} refused during its transfer: {}", job, t, le.getMessage());
+          } else {
+            LOG.warn("{}: lease lost (token {}): {}", job, t, le.getMessage());
+          }
           break;
         }
         retryWarning(job + ": renew of token " + t + " failed, retrying: " + le);
@@ -569,7 +720,9 @@ public final class Elector implements AutoCloseable {
   }
 
   private boolean resign(long t, long until) {
-    setFollower(t);
+    if (!setFollower(t)) {
+      return true; // no longer ours (transferred): nothing to release
+    }
     long bound = Math.max(until - System.nanoTime(), TimeUnit.MILLISECONDS.toNanos(200));
     try {
       client.release(job, holder, t, Duration.ofNanos(bound));
@@ -608,11 +761,12 @@ public final class Elector implements AutoCloseable {
     dispatch(onElected, t);
   }
 
-  private void setFollower(long t) {
+  /** Ends the lead with {@code t} and reports it, once; false when it had already ended. */
+  private boolean setFollower(long t) {
     lock.lock();
     try {
       if (token != t) {
-        return;
+        return false;
       }
       token = 0;
       changed.signalAll();
@@ -621,6 +775,7 @@ public final class Elector implements AutoCloseable {
     }
     LOG.debug("{}: stepped down from token {}", job, t);
     dispatch(onLost, t);
+    return true;
   }
 
   private void dispatch(LongConsumer f, long t) {

@@ -104,6 +104,8 @@ public final class Errors {
         return new QuotaExceededException(message, code, reason, meta, t);
       case ERROR_REASON_JOB_IN_USE:
         return new JobInUseException(message, code, reason, meta, t);
+      case ERROR_REASON_NO_SUCCESSOR:
+        return new NoSuccessorException(message, code, reason, meta, t);
       default:
         break;
     }

@@ -19,6 +19,7 @@ import java.util.OptionalLong;
  * ├── PermissionDeniedException   the principal may not do this; action() and job()
  * ├── QuotaExceededException      a limit on state (jobs, keys, watchers, waiters); limit() and max()
  * ├── JobInUseException           deleteJob of a job whose lease is live or awaited
+ * ├── NoSuccessorException        transferLease with no such waiter; the caller still leads
  * └── UnavailableException        unreachable or not answering; retryable
  *     ├── StorageException        the store could not make a change durable
  *     ├── DiskFullException       the server's disk is (nearly) full; reads go on

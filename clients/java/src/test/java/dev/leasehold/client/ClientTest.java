@@ -255,7 +255,8 @@ class ClientTest {
         new Case(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", PermissionDeniedException.class),
         new Case(Status.Code.RESOURCE_EXHAUSTED, "OVERLOADED", OverloadedException.class),
         new Case(Status.Code.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED", QuotaExceededException.class),
-        new Case(Status.Code.FAILED_PRECONDITION, "JOB_IN_USE", JobInUseException.class));
+        new Case(Status.Code.FAILED_PRECONDITION, "JOB_IN_USE", JobInUseException.class),
+        new Case(Status.Code.FAILED_PRECONDITION, "NO_SUCCESSOR", NoSuccessorException.class));
     Consumer<Case> check = c -> {
       LeaseholdException e = Errors.from(status(c.code, c.reason, "leasehold"));
       assertSame(c.cls, e.getClass(), c.reason);

@@ -362,6 +362,30 @@ final class ServerProcess implements AutoCloseable {
     });
   }
 
+  /**
+   * The job's history of leaders, newest first (one page), through the
+   * generated stub: the client has no call for it.
+   */
+  java.util.List<dev.leasehold.v1.Tenure> history(String job) throws InterruptedException {
+    io.grpc.ManagedChannel channel = io.grpc.ManagedChannelBuilder.forTarget(target).usePlaintext().build();
+    try {
+      return dev.leasehold.v1.LeasesGrpc.newBlockingStub(channel).withDeadlineAfter(10, TimeUnit.SECONDS)
+          .getHistory(dev.leasehold.v1.GetHistoryRequest.newBuilder().setJob(job).build()).getTenuresList();
+    } finally {
+      channel.shutdownNow().awaitTermination(5, TimeUnit.SECONDS);
+    }
+  }
+
+  /** How the tenure of {@code token} ended, in the job's history (null: not in it). */
+  dev.leasehold.v1.Tenure.End tenureEnd(String job, long token) throws InterruptedException {
+    for (dev.leasehold.v1.Tenure t : history(job)) {
+      if (t.getToken() == token) {
+        return t.getEnd();
+      }
+    }
+    return null;
+  }
+
   /** Bounded polling for an external state change. */
   static void waitUntil(Duration timeout, String what, BooleanSupplier pred) throws InterruptedException {
     long end = System.nanoTime() + timeout.toNanos();

@@ -4,7 +4,9 @@ import dev.leasehold.client.Client;
 import dev.leasehold.client.Elector;
 import dev.leasehold.client.FencedException;
 import dev.leasehold.client.InvalidArgumentException;
+import dev.leasehold.client.LeaseLostException;
 import dev.leasehold.client.LeaseholdException;
+import dev.leasehold.client.NoSuccessorException;
 import dev.leasehold.client.UnknownTokenException;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -22,7 +24,10 @@ import java.util.concurrent.atomic.AtomicLong;
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM (in a shutdown hook).
  *
- * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000</pre>
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]</pre>
+ *
+ * <p>{@code --bind} builds the worker's elector with
+ * {@code bindToStream(true)} (the twins are not).
  */
 public final class ConformanceWorker {
   private ConformanceWorker() {}
@@ -37,8 +42,14 @@ public final class ConformanceWorker {
     // scenario reads stdout only, and wants stderr quiet but for errors.
     System.setProperty("org.slf4j.simpleLogger.log.dev.leasehold.client", "error");
     Map<String, String> args = new HashMap<>();
-    for (int i = 0; i + 1 < argv.length; i += 2) {
-      args.put(argv[i].replaceFirst("^--", ""), argv[i + 1]);
+    boolean bind = false;
+    for (int i = 0; i < argv.length; i++) {
+      String name = argv[i].replaceFirst("^--", "");
+      if (name.equals("bind")) {
+        bind = true; // a flag, without a value
+      } else if (i + 1 < argv.length) {
+        args.put(name, argv[++i]);
+      }
     }
     String job = args.get("job");
     Client client = Client.connect(args.getOrDefault("server", Client.DEFAULT_TARGET));
@@ -50,6 +61,7 @@ public final class ConformanceWorker {
           say("elected token=" + Long.toUnsignedString(t));
         })
         .onLost(t -> say("lost token=" + Long.toUnsignedString(t)))
+        .bindToStream(bind)
         .build();
     say("holder " + elector.holder());
 
@@ -92,6 +104,10 @@ public final class ConformanceWorker {
         say(write(client, job, lastToken.get(), arg));
       } else if (cmd.equals("bad")) {
         say("bad " + arg + " " + bad(client, job, elector.holder(), lastToken.get(), arg));
+      } else if (cmd.equals("transfer")) {
+        say(transfer(elector, null));
+      } else if (cmd.equals("transfer-to")) {
+        say(transfer(elector, arg));
       } else if (cmd.equals("twin")) {
         synchronized (twins) {
           if (twins.isEmpty()) {
@@ -131,6 +147,25 @@ public final class ConformanceWorker {
       say("twin holder " + i + " " + twins.get(i).holder());
     }
     twins.forEach(Elector::start);
+  }
+
+  /**
+   * Hands the elector's lead to the first waiter ({@code to} null) or to
+   * the waiting holder {@code to}; the elector reports the loss itself
+   * ({@code lost token=N}).
+   */
+  static String transfer(Elector elector, String to) {
+    try {
+      return "transfer ok token=" + Long.toUnsignedString(elector.transfer(to).token());
+    } catch (IllegalStateException e) {
+      return "transfer not-leader";
+    } catch (NoSuccessorException e) {
+      return "transfer no-successor";
+    } catch (LeaseLostException e) {
+      return "transfer lost";
+    } catch (LeaseholdException e) {
+      return "transfer error " + e;
+    }
   }
 
   static String write(Client client, String job, long token, String value) {

@@ -1,0 +1,196 @@
+//! Leases bound to their holder's connection (`bind_to_stream`).
+//!
+//! When a leader's process dies, its kernel closes its TCP connections at
+//! once: a FIN, or a RST if data was unread. A grant bound to the
+//! connection its Acquire (or a `KeepAlive` message asking for it) came
+//! on is then released at once, where it would otherwise be held for its
+//! TTL, and the first waiter is granted the next token in the same
+//! decision. The history records the tenure's end as `connection closed`.
+//!
+//! **Only the client's own close releases**: a read that finds the end of
+//! the stream, or a reset, from the client ([`ConnBinds::peer_closed`]).
+//! A connection that goes silent (a partition, a paused process, a
+//! half-open socket, a proxy holding the TCP connection) releases
+//! nothing: the lease runs its TTL. Nor does a connection the server
+//! closes (its idle timeout, a flood's GOAWAY, its shutdown), nor a
+//! stream that ends with an error while its connection lives on.
+//! **Nothing is released once the server is shutting down**: clients
+//! close their connections in answer to its GOAWAY, and the leases they
+//! hold must outlive the restart.
+//!
+//! The release is the holder's own (holder and token compared), so a
+//! binding can never end anyone else's lease: a lease that moved on, was
+//! released, or was bound again on another connection of this server is
+//! left alone. A binding lives in this server's memory only; in etcd mode,
+//! only the frontend that took the call knows of it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::watch;
+
+use crate::backend::Backend;
+use crate::lease::{HolderId, JobName, Token};
+
+/// One connection's side of its bindings: whether its client closed it,
+/// and the jobs bound to it. Shared by every call on the connection (in
+/// its [`super::conn::Peer`]); the connection ends them when it is dropped
+/// ([`ConnBinds::ended`]).
+#[derive(Debug)]
+pub struct ConnBinds {
+    id: u64,
+    peer_closed: AtomicBool,
+    jobs: Mutex<Option<(Weak<Bindings>, HashSet<JobName>)>>,
+}
+
+impl Default for ConnBinds {
+    fn default() -> ConnBinds {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        ConnBinds {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            peer_closed: AtomicBool::new(false),
+            jobs: Mutex::new(None),
+        }
+    }
+}
+
+impl ConnBinds {
+    /// The client's end closed or reset the connection: a read found its
+    /// end, or the socket reported a reset.
+    pub fn peer_closed(&self) {
+        self.peer_closed.store(true, Ordering::Release);
+    }
+
+    /// The connection is gone: its bound leases are released if the
+    /// client closed it, and forgotten otherwise.
+    pub fn ended(&self) {
+        let taken = self.jobs.lock().expect("binds lock").take();
+        if let Some((bindings, jobs)) = taken {
+            if let Some(b) = bindings.upgrade() {
+                b.closed(self.id, jobs, self.peer_closed.load(Ordering::Acquire));
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Bound {
+    conn: u64,
+    holder: HolderId,
+    token: Token,
+}
+
+/// Every lease bound on this server, by job: the connection it is bound
+/// to, and the grant (holder and token) a close releases.
+pub struct Bindings {
+    jobs: Mutex<HashMap<JobName, Bound>>,
+    backend: Backend,
+    closing: watch::Receiver<bool>,
+}
+
+impl Bindings {
+    /// Bindings whose releases go to `backend`, none once `closing` is
+    /// true.
+    pub fn new(backend: Backend, closing: watch::Receiver<bool>) -> Arc<Bindings> {
+        Arc::new(Bindings {
+            jobs: Mutex::new(HashMap::new()),
+            backend,
+            closing,
+        })
+    }
+
+    /// Binds the grant of `token` to `holder` on `job` to the connection
+    /// of `conn`, moving it from any other connection.
+    pub fn bind(
+        self: &Arc<Self>,
+        conn: &ConnBinds,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) {
+        {
+            let mut mine = conn.jobs.lock().expect("binds lock");
+            let (_, jobs) = mine.get_or_insert_with(|| (Arc::downgrade(self), HashSet::new()));
+            if !jobs.contains(job) {
+                jobs.insert(job.clone());
+            }
+        }
+        let bound = Bound {
+            conn: conn.id,
+            holder: holder.clone(),
+            token,
+        };
+        self.jobs
+            .lock()
+            .expect("bindings lock")
+            .insert(job.clone(), bound);
+    }
+
+    /// Forgets the binding of (`holder`, `token`) on `job`, if it is the
+    /// one bound: the lease was released or handed over.
+    pub fn unbind(&self, job: &JobName, holder: &HolderId, token: Token) {
+        let mut jobs = self.jobs.lock().expect("bindings lock");
+        if jobs
+            .get(job)
+            .is_some_and(|b| &b.holder == holder && b.token == token)
+        {
+            jobs.remove(job);
+        }
+    }
+
+    /// How many leases are bound right now.
+    pub fn len(&self) -> usize {
+        self.jobs.lock().expect("bindings lock").len()
+    }
+
+    /// Whether no lease is bound.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The connection `conn` ended: its bindings are forgotten, and with
+    /// `release` (its client closed it) their leases released.
+    fn closed(&self, conn: u64, jobs: HashSet<JobName>, release: bool) {
+        let mut ended = Vec::new();
+        {
+            let mut bound = self.jobs.lock().expect("bindings lock");
+            for job in jobs {
+                if bound.get(&job).is_some_and(|b| b.conn == conn) {
+                    if let Some(b) = bound.remove(&job) {
+                        ended.push((job, b));
+                    }
+                }
+            }
+            let (len, cap) = (bound.len(), bound.capacity());
+            if cap > 64 && len < cap / 4 {
+                bound.shrink_to(len * 2);
+            }
+        }
+        if !release || ended.is_empty() || *self.closing.borrow() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for (job, b) in ended {
+            let backend = self.backend.clone();
+            rt.spawn(async move {
+                match backend.release_bound(&job, &b.holder, b.token).await {
+                    Ok(true) => tracing::info!(
+                        job = %job,
+                        token = b.token.0,
+                        "released a lease bound to a connection its client closed"
+                    ),
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(
+                        job = %job,
+                        token = b.token.0,
+                        error = %e,
+                        "a lease bound to a closed connection was not released (it had moved on)"
+                    ),
+                }
+            });
+        }
+    }
+}
