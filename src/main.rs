@@ -59,6 +59,13 @@ enum Command {
     /// process dies, and by the lease's deadline (SIGTERM at deadline
     /// minus --kill-grace, SIGKILL at the deadline) if this process is
     /// paused. Whatever is left of CMD's group when it exits is killed.
+    ///
+    /// The lease is bound to this process's connection: if this process
+    /// dies, the server hands the lease to the next waiting runner at once
+    /// (after the watchdog has stopped CMD), not after the TTL. On SIGTERM
+    /// or SIGINT while leading, CMD is stopped first, then the lease is
+    /// handed to the next waiting runner (token + 1, no moment without a
+    /// leader), or released when none waits.
     Run {
         #[command(flatten)]
         conn: Conn,
@@ -75,6 +82,15 @@ enum Command {
         /// SIGTERM this long before it).
         #[arg(long, value_parser = parse_duration)]
         kill_grace: Option<Duration>,
+        /// Do not bind the lease to this process's connection: if this
+        /// process dies, the next runner waits out the TTL (a proxy that
+        /// cuts connections then costs no leadership).
+        #[arg(long)]
+        no_bind: bool,
+        /// On SIGTERM or SIGINT, release the lease instead of handing it
+        /// to the next waiting runner.
+        #[arg(long)]
+        no_handover: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -152,6 +168,8 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             name,
             ttl,
             kill_grace,
+            no_bind,
+            no_handover,
             cmd,
         } => {
             let grace = kill_grace.unwrap_or(ttl / 3);
@@ -167,7 +185,13 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                     ttl / 2
                 );
             }
-            cli::run::run_singleton(&conn, &job, &name, ttl, grace, &cmd).await
+            let opts = cli::run::RunOptions {
+                ttl,
+                grace,
+                bind: !no_bind,
+                handover: !no_handover,
+            };
+            cli::run::run_singleton(&conn, &job, &name, opts, &cmd).await
         }
     }
 }

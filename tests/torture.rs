@@ -304,6 +304,8 @@ fn outcome_of(e: &ClientError) -> Outcome {
         // Over a limit on state: nothing changed.
         ClientError::QuotaExceeded { .. } => Outcome::Fail("QUOTA_EXCEEDED".into()),
         ClientError::JobInUse(_) => Outcome::Fail("JOB_IN_USE".into()),
+        ClientError::NoSuccessor(_) => Outcome::Fail("NO_SUCCESSOR".into()),
+        ClientError::NotLeader => Outcome::Fail("NOT_LEADER".into()),
         // The change may or may not have happened.
         ClientError::Unavailable(_) | ClientError::Other(_) => Outcome::Unknown,
     }

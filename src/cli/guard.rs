@@ -14,7 +14,12 @@
 //!   the lease's deadline there (`D <ns>`: CLOCK_MONOTONIC nanoseconds,
 //!   the clock every process on the machine shares), again after every
 //!   renewal, and `S` to stop the command. End of file means the runner
-//!   is gone: the command is stopped at once.
+//!   is gone: the command's group is killed at once (SIGKILL, no grace),
+//!   since the runner's lease, bound to its connection, is handed to the
+//!   next runner as soon as the server sees that connection close. The
+//!   runner's pipe and its socket close together as it dies; the guard's
+//!   SIGKILL takes microseconds, the hand-over a network round trip, a
+//!   sync and the next runner's start of its own guard and command.
 //! - **The deadline itself.** The guard sends SIGTERM to the command's
 //!   group at `deadline - grace` and SIGKILL at the deadline, whatever the
 //!   runner does. The deadline is the elector's conservative one (the
@@ -187,8 +192,13 @@ pub fn guard(grace: Duration, cmd: &[String]) -> ExitCode {
         }
         let now = monotonic_ns();
         let deadline = input.deadline.unwrap_or(0);
-        if input.stop || input.eof {
+        if input.stop {
             kill_at = kill_at.min(now.saturating_add(grace_ns));
+        }
+        // The runner is gone: its lease, bound to its connection, may be
+        // granted elsewhere within milliseconds, so no grace.
+        if input.eof {
+            kill_at = kill_at.min(now);
         }
         if !termed && (input.stop || input.eof || now >= deadline.saturating_sub(grace_ns)) {
             signal_group(pgid, libc::SIGTERM);

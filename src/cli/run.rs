@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
-use leasehold::client::Elector;
+use leasehold::client::{ClientError, Elector, ElectorOptions};
 
 use crate::cli::client::{connect, Conn, AUTH_TOKEN_ENV};
 
@@ -15,20 +15,40 @@ use crate::EXIT_LEASE_LOST;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
+/// How `leasehold run` runs.
+pub struct RunOptions {
+    /// The lease's TTL.
+    pub ttl: Duration,
+    /// From SIGTERM to SIGKILL when the command is stopped.
+    pub grace: Duration,
+    /// Bind the lease to our connection (`bind_to_stream`).
+    pub bind: bool,
+    /// On SIGTERM or SIGINT, hand the lease to the next waiting runner.
+    pub handover: bool,
+}
+
 pub async fn run_singleton(
     conn: &Conn,
     job: &str,
     name: &str,
-    ttl: Duration,
-    grace: Duration,
+    opts: RunOptions,
     cmd: &[String],
 ) -> anyhow::Result<ExitCode> {
     use tokio::signal::unix::{signal, SignalKind};
+    let RunOptions {
+        ttl,
+        grace,
+        bind,
+        handover,
+    } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let mut elector = Elector::start(client, job, name, ttl);
+    let options = ElectorOptions {
+        bind_to_stream: bind,
+    };
+    let mut elector = Elector::start_with(client, job, name, ttl, options);
     let token = tokio::select! {
         t = elector.elected() => t.context("campaign stopped")?,
         _ = term.recv() => { elector.resign().await; return Ok(ExitCode::from(143)) }
@@ -136,6 +156,20 @@ pub async fn run_singleton(
     // gone.
     tell("S");
     let _ = guard.wait().await;
+    // Stopped by a signal: hand over to the next runner, once our command
+    // is gone (never before: two would run).
+    let signalled = outcome == ExitCode::from(143) || outcome == ExitCode::from(130);
+    if handover && signalled && elector.role().token().is_some() {
+        match elector.transfer(None).await {
+            Ok(next) => eprintln!(
+                "leasehold run: handed job={job} to {} (token {})",
+                next.holder.as_deref().unwrap_or("?"),
+                next.token
+            ),
+            Err(ClientError::NoSuccessor(_)) => {}
+            Err(e) => eprintln!("leasehold run: hand-over failed ({e}); releasing"),
+        }
+    }
     elector.resign().await;
     Ok(outcome)
 }

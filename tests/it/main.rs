@@ -65,6 +65,7 @@ mod etcd_settings;
 mod faults;
 mod floods;
 mod give_back;
+mod handover;
 mod health_probe;
 mod history;
 mod integrity;

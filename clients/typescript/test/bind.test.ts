@@ -96,49 +96,76 @@ describe("bindToStream against the real server", () => {
     await server.stop();
   });
 
-  test("a bound grant is released at once when its client's connection closes", async () => {
+  test("a bound grant is released at once when its connection closes, as when its process dies", async () => {
     const job = uniqueJob("bound");
+    const proxy = await Proxy.start(server.target);
+    const bound = new Client(proxy.target);
+    try {
+      const held = await bound.acquire(job, "a", TTL, 0, { bindToStream: true });
+      assert.deepEqual([held.acquired, held.lease.token], [true, 1n]);
+      assert.equal((await client.getLease(job)).holder, "a");
+      // The connection's end at the server is closed (a FIN), as the
+      // kernel closes a dead process's connections.
+      const t = performance.now();
+      proxy.cut();
+      await waitUntil(async () => (await client.getLease(job)).holder === undefined, TTL / 3, "the release");
+      console.log(`free ${Math.round(performance.now() - t)} ms after the connection closed (TTL ${TTL} ms)`);
+      assert.equal((await client.getLease(job)).token, 1n);
+      assert.deepEqual(
+        (await history(raw, job)).map((x) => [x.token, x.holder, x.end]),
+        [[1n, "a", pb.Tenure_End.END_CONNECTION_CLOSED]],
+      );
+
+      // With a waiter: it is granted the next token at once. The client
+      // reconnects through the proxy for its next call.
+      const again = await bound.acquire(job, "a", TTL, 0, { bindToStream: true });
+      assert.equal(again.lease.token, 2n);
+      const waiting = client.acquire(job, "b", TTL, PATIENCE);
+      await server.waitWaiters(1);
+      const t2 = performance.now();
+      proxy.cut();
+      const granted = await waiting;
+      assert.deepEqual([granted.acquired, granted.lease.holder, granted.lease.token], [true, "b", 3n]);
+      assert.ok(performance.now() - t2 < TTL / 3, "the waiter was granted on the close, not the expiry");
+      assert.equal((await history(raw, job))[1]?.end, pb.Tenure_End.END_CONNECTION_CLOSED);
+      await client.release(job, "b", 3n);
+    } finally {
+      bound.close();
+      proxy.close();
+    }
+  });
+
+  test("a bound grant is released at once when its client is closed", async () => {
+    const job = uniqueJob("closed");
     const bound = new Client(server.target, OWN_CONNECTION);
     const held = await bound.acquire(job, "a", TTL, 0, { bindToStream: true });
     assert.deepEqual([held.acquired, held.lease.token], [true, 1n]);
-    assert.equal((await client.getLease(job)).holder, "a");
     const t = performance.now();
     bound.close();
     await waitUntil(async () => (await client.getLease(job)).holder === undefined, TTL / 3, "the release");
-    const freed = performance.now() - t;
-    console.log(`free ${Math.round(freed)} ms after the connection closed (TTL ${TTL} ms)`);
-    assert.equal((await client.getLease(job)).token, 1n);
-    const tenures = await history(raw, job);
+    console.log(`free ${Math.round(performance.now() - t)} ms after the client was closed (TTL ${TTL} ms)`);
     assert.deepEqual(
-      tenures.map((x) => [x.token, x.holder, x.end]),
+      (await history(raw, job)).map((x) => [x.token, x.holder, x.end]),
       [[1n, "a", pb.Tenure_End.END_CONNECTION_CLOSED]],
     );
-
-    // With a waiter: it is granted the next token at once.
-    const bound2 = new Client(server.target, OWN_CONNECTION);
-    const again = await bound2.acquire(job, "a", TTL, 0, { bindToStream: true });
-    assert.equal(again.lease.token, 2n);
-    const waiting = client.acquire(job, "b", TTL, PATIENCE);
-    await server.waitWaiters(1);
-    const t2 = performance.now();
-    bound2.close();
-    const granted = await waiting;
-    assert.deepEqual([granted.acquired, granted.lease.holder, granted.lease.token], [true, "b", 3n]);
-    assert.ok(performance.now() - t2 < TTL / 3, "the waiter was granted on the close, not the expiry");
-    assert.equal((await history(raw, job))[1]?.end, pb.Tenure_End.END_CONNECTION_CLOSED);
-    await client.release(job, "b", 3n);
   });
 
-  test("an unbound grant outlives its client's connection", async () => {
+  test("an unbound grant outlives its connection", async () => {
     const job = uniqueJob("unbound");
-    const own = new Client(server.target, OWN_CONNECTION);
-    const held = await own.acquire(job, "a", TTL);
-    own.close();
-    // A bound grant is released within milliseconds of the close.
-    await sleep(2000);
-    const lease = await client.getLease(job);
-    assert.deepEqual([lease.holder, lease.token], ["a", held.lease.token]);
-    await client.release(job, "a", held.lease.token);
+    const proxy = await Proxy.start(server.target);
+    const own = new Client(proxy.target);
+    try {
+      const held = await own.acquire(job, "a", TTL);
+      proxy.cut();
+      // A bound grant is released within milliseconds of the close.
+      await sleep(2000);
+      const lease = await client.getLease(job);
+      assert.deepEqual([lease.holder, lease.token], ["a", held.lease.token]);
+      await client.release(job, "a", held.lease.token);
+    } finally {
+      own.close();
+      proxy.close();
+    }
   });
 
   test("an Elector with bindToStream leads, renews, transfers and resigns like any elector", async () => {

@@ -128,8 +128,9 @@ describe("transfer against the real server", () => {
           [1n, a.holder, pb.Tenure_End.END_TRANSFERRED],
         ],
       );
-      // A campaigns again, behind B: B's resign hands the job back to it.
-      await server.waitWaiters(1);
+      // A campaigns again at once (not on its next renewal, 10 s on),
+      // behind B: B's resign hands the job back to it.
+      await server.waitWaiters(1, ttl / 6);
       await b.resign();
       assert.equal(await a.elected({ timeoutMs: PATIENCE }), 3n);
       assert.deepEqual(ea, ["elected 1", "lost 1", "elected 3"]);
@@ -231,6 +232,38 @@ describe("transfer against the real server", () => {
       ],
     );
     await client.release(job, "b", 2n);
+  });
+
+  test("a transfer of a lease no longer ours is LeaseLost: the elector steps down and campaigns again", async () => {
+    const job = uniqueJob("stale");
+    // Renewals every 10 s: the transfer learns of the theft first.
+    const ttl = 30_000;
+    const e = new Elector(client, job, "e", ttl, { logger: quiet });
+    const events = record(e);
+    try {
+      e.start();
+      assert.equal(await e.elected({ timeoutMs: PATIENCE }), 1n);
+      // Hand the lease to a waiting thief behind the elector's back.
+      const thief = client.acquire(job, "thief", 60_000, PATIENCE);
+      await server.waitWaiters(1);
+      await client.release(job, e.holder, 1n);
+      assert.equal((await thief).lease.token, 2n);
+      assert.equal(e.token, 1n, "it has not noticed yet");
+      await assert.rejects(e.transfer(), (err: unknown) => {
+        assert.ok(err instanceof LeaseLost, String(err));
+        assert.equal(err.currentToken, 2n);
+        return true;
+      });
+      assert.deepEqual(events, ["elected 1", "lost 1"]);
+      assert.equal(e.isLeader, false);
+      // It campaigns again: granted when the thief lets go.
+      await server.waitWaiters(1);
+      await client.release(job, "thief", 2n);
+      assert.equal(await e.elected({ timeoutMs: PATIENCE }), 3n);
+      assert.deepEqual(events, ["elected 1", "lost 1", "elected 3"]);
+    } finally {
+      await e.resign();
+    }
   });
 
   test("a follower's transfer() is NotLeader", async () => {

@@ -28,14 +28,34 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, timeout_at, Instant};
 
 use crate::clock::tokio_now;
 use crate::retry::{campaign_backoff, renew_backoff, Warnings};
 
-use super::{check_elector_args, elector_holder, Client, ClientError};
+use super::{check_elector_args, elector_holder, AcquireOptions, Client, ClientError, Lease};
+
+/// How an [`Elector`] campaigns ([`Elector::start_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ElectorOptions {
+    /// Bind each grant to the client's connection
+    /// ([`AcquireOptions::bind_to_stream`]): when this process dies, its
+    /// kernel closes the connection and the server hands the lease to the
+    /// next waiter at once, instead of after the TTL. A pause or a
+    /// partition still keeps the lease for its TTL. The trade: a
+    /// connection cut by a proxy, or a reconnect, ends the leadership at
+    /// once (the elector then sees LEASE_LOST on its next renewal and
+    /// campaigns again; writes made with the old token are fenced).
+    pub bind_to_stream: bool,
+}
+
+/// A transfer asked of the campaign, and where its answer goes.
+struct Transfer {
+    to: Option<String>,
+    reply: oneshot::Sender<Result<Lease, ClientError>>,
+}
 
 /// The elector's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +86,7 @@ pub struct Elector {
     deadline: watch::Receiver<Option<Instant>>,
     error: Arc<OnceLock<ClientError>>,
     stop: Option<oneshot::Sender<()>>,
+    transfers: mpsc::Sender<Transfer>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -76,7 +97,19 @@ impl Elector {
     /// An empty job or name, or a zero TTL, is refused at once: the elector
     /// does not campaign, and [`Elector::elected`] returns the error.
     pub fn start(client: Client, job: &str, name: &str, ttl: Duration) -> Elector {
+        Elector::start_with(client, job, name, ttl, ElectorOptions::default())
+    }
+
+    /// [`Elector::start`], with options (see [`ElectorOptions`]).
+    pub fn start_with(
+        client: Client,
+        job: &str,
+        name: &str,
+        ttl: Duration,
+        options: ElectorOptions,
+    ) -> Elector {
         let holder = elector_holder(name);
+        let (transfers, transfers_rx) = mpsc::channel(1);
         let (tx, role) = watch::channel(Role::Follower);
         let (deadline_tx, deadline) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -95,8 +128,9 @@ impl Elector {
                     role: tx,
                     deadline: deadline_tx,
                     error: error.clone(),
+                    options,
                 };
-                Some(tokio::spawn(campaign.run(stop_rx)))
+                Some(tokio::spawn(campaign.run(stop_rx, transfers_rx)))
             }
         };
         Elector {
@@ -105,8 +139,33 @@ impl Elector {
             deadline,
             error,
             stop: Some(stop_tx),
+            transfers,
             task,
         }
+    }
+
+    /// Hands our lease to a waiting elector: `to` (its holder), or the
+    /// first in line. The successor is granted the next token with no
+    /// moment when the job is free. On success our leadership ends as a
+    /// loss does (the role says [`Role::Follower`] before this returns),
+    /// and the elector campaigns again, behind the successor; returns the
+    /// successor's lease. [`ClientError::NoSuccessor`] when nobody (or not
+    /// `to`) waits: we still lead. [`ClientError::LeaseLost`]: we had lost
+    /// it already, and step down. [`ClientError::NotLeader`] when we do not
+    /// lead (nothing is asked of the server).
+    pub async fn transfer(&self, to: Option<&str>) -> Result<Lease, ClientError> {
+        if self.role().token().is_none() {
+            return Err(ClientError::NotLeader);
+        }
+        let (reply, answer) = oneshot::channel();
+        let t = Transfer {
+            to: to.map(str::to_owned),
+            reply,
+        };
+        if self.transfers.send(t).await.is_err() {
+            return Err(ClientError::NotLeader);
+        }
+        answer.await.unwrap_or(Err(ClientError::NotLeader))
     }
 
     /// Our holder identity: `name@uuid`, the UUID this elector's own.
@@ -207,10 +266,11 @@ struct Campaign {
     deadline: watch::Sender<Option<Instant>>,
     /// Set, before the campaign ends, to an error that stopped it.
     error: Arc<OnceLock<ClientError>>,
+    options: ElectorOptions,
 }
 
 impl Campaign {
-    async fn run(self, mut stop: oneshot::Receiver<()>) {
+    async fn run(self, mut stop: oneshot::Receiver<()>, mut transfers: mpsc::Receiver<Transfer>) {
         let mut backoff = campaign_backoff(self.ttl);
         let mut warnings = Warnings::new();
         // Wait for the lease in long polls; a release hands over at once.
@@ -218,9 +278,21 @@ impl Campaign {
         loop {
             let sent = tokio_now();
             // Bounded, so a server that stopped answering is asked again.
-            let acquired = tokio::select! {
-                _ = &mut stop => return,
-                r = timeout_at(sent + campaign_wait + self.ttl, self.client.acquire(&self.job, &self.holder, self.ttl, campaign_wait)) => r,
+            let options = AcquireOptions {
+                bind_to_stream: self.options.bind_to_stream,
+            };
+            let acquire =
+                self.client
+                    .acquire_with(&self.job, &self.holder, self.ttl, campaign_wait, options);
+            tokio::pin!(acquire);
+            let acquired = loop {
+                tokio::select! {
+                    _ = &mut stop => return,
+                    Some(t) = transfers.recv() => {
+                        let _ = t.reply.send(Err(ClientError::NotLeader));
+                    }
+                    r = timeout_at(sent + campaign_wait + self.ttl, &mut acquire) => break r,
+                }
             };
             match acquired {
                 Ok(Ok(a)) if a.acquired => {
@@ -229,7 +301,10 @@ impl Campaign {
                     let Some(anchor) = self.anchor(token, sent).await else {
                         continue;
                     };
-                    if self.lead(token, anchor, &mut stop, &mut warnings).await {
+                    if self
+                        .lead(token, anchor, &mut stop, &mut transfers, &mut warnings)
+                        .await
+                    {
                         return;
                     }
                 }
@@ -297,6 +372,7 @@ impl Campaign {
         token: u64,
         sent: Instant,
         stop: &mut oneshot::Receiver<()>,
+        transfers: &mut mpsc::Receiver<Transfer>,
         warnings: &mut Warnings,
     ) -> bool {
         let mut deadline = sent + self.ttl;
@@ -306,10 +382,38 @@ impl Campaign {
         let every = self.ttl / 3;
         let mut retry = renew_backoff(self.ttl);
         let mut next = sent + every;
+        let mut handed: Option<(oneshot::Sender<_>, Lease)> = None;
         loop {
             tokio::select! {
                 _ = &mut *stop => return self.resign(token, deadline).await,
                 _ = sleep_until(next.min(deadline)) => {}
+                Some(t) = transfers.recv() => {
+                    let r = timeout_at(
+                        deadline,
+                        self.client.transfer_lease(&self.job, &self.holder, token, t.to.as_deref(), None),
+                    )
+                    .await
+                    .unwrap_or_else(|_| Err(ClientError::Unavailable("the transfer timed out at our deadline".into())));
+                    match r {
+                        Ok(lease) => {
+                            tracing::info!(job = %self.job, token, to = ?lease.holder, "handed over");
+                            handed = Some((t.reply, lease));
+                            break;
+                        }
+                        // Still ours: nobody to hand it to, or the call
+                        // failed before our deadline.
+                        Err(e @ (ClientError::NoSuccessor(_) | ClientError::Unavailable(_)))
+                            if tokio_now() < deadline =>
+                        {
+                            let _ = t.reply.send(Err(e));
+                            continue;
+                        }
+                        Err(e) => {
+                            let _ = t.reply.send(Err(e));
+                            break;
+                        }
+                    }
+                }
             }
             if tokio_now() >= deadline {
                 break;
@@ -347,9 +451,14 @@ impl Campaign {
                 Err(_) => break, // the deadline passed while renewing
             }
         }
-        tracing::warn!(job = %self.job, token, "stepped down");
         self.deadline.send_replace(None);
         self.role.send_replace(Role::Follower);
+        match handed {
+            Some((reply, lease)) => {
+                let _ = reply.send(Ok(lease));
+            }
+            None => tracing::warn!(job = %self.job, token, "stepped down"),
+        }
         false
     }
 

@@ -71,7 +71,7 @@ use leasehold_proto::fenced_store_client::FencedStoreClient;
 use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
-pub use elector::{Elector, Role};
+pub use elector::{Elector, ElectorOptions, Role};
 pub use elector_set::ElectorSet;
 pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
@@ -170,6 +170,12 @@ pub enum ClientError {
     /// `DeleteJob` on a job whose lease is live or that an Acquire waits for
     /// (reason JOB_IN_USE). Nothing was deleted.
     JobInUse(String),
+    /// `TransferLease` found no successor waiting (reason NO_SUCCESSOR):
+    /// nothing changed, the caller still leads.
+    NoSuccessor(String),
+    /// [`Elector::transfer`] while the elector does not lead: nothing was
+    /// asked of the server.
+    NotLeader,
     /// The server could not be reached or could not answer (UNAVAILABLE,
     /// DEADLINE_EXCEEDED, a transport failure). The outcome of a change is
     /// unknown; retrying can help.
@@ -212,6 +218,8 @@ impl fmt::Display for ClientError {
             }
             ClientError::QuotaExceeded { message, .. } => write!(f, "{message} (QUOTA_EXCEEDED)"),
             ClientError::JobInUse(m) => write!(f, "{m} (JOB_IN_USE)"),
+            ClientError::NoSuccessor(m) => write!(f, "{m} (NO_SUCCESSOR)"),
+            ClientError::NotLeader => f.write_str("the elector does not lead: nothing to transfer"),
             ClientError::Unavailable(m) => write!(f, "unavailable: {m}"),
             ClientError::Other(s) => write!(f, "{}: {}", s.code(), s.message()),
         }
@@ -254,6 +262,7 @@ impl From<Status> for ClientError {
                 max: meta("max").and_then(|m| m.parse().ok()),
             },
             (_, Some(proto::ErrorReason::JobInUse)) => ClientError::JobInUse(message),
+            (_, Some(proto::ErrorReason::NoSuccessor)) => ClientError::NoSuccessor(message),
             (
                 _,
                 Some(
@@ -379,6 +388,18 @@ pub struct Acquired {
     pub acquired: bool,
     /// Our lease when acquired, else the current holder's.
     pub lease: Lease,
+}
+
+/// Options of [`Client::acquire_with`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// Bind the grant to this client's connection: when the connection's
+    /// client end closes or resets (the process died, or the client
+    /// closed it), the server releases the lease at once and the next
+    /// waiter is granted. Silence (a pause, a partition) keeps the TTL. The
+    /// trade: a live leader whose connection is cut (a proxy, a reconnect)
+    /// loses its lease at once, and its writes are then fenced.
+    pub bind_to_stream: bool,
 }
 
 /// A stored value, as [`Client::read`] returns it.
@@ -589,6 +610,20 @@ impl Client {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired, ClientError> {
+        self.acquire_with(job, holder, ttl, wait, AcquireOptions::default())
+            .await
+    }
+
+    /// [`Client::acquire`], with options: `bind_to_stream` binds the grant
+    /// to this client's connection (see [`AcquireOptions`]).
+    pub async fn acquire_with(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+        wait: Duration,
+        options: AcquireOptions,
+    ) -> Result<Acquired, ClientError> {
         let asking = self.calls.start(job, holder);
         let mut leases = self.leases.clone();
         let call = leases.acquire(proto::AcquireRequest {
@@ -596,7 +631,7 @@ impl Client {
             holder: holder.into(),
             ttl: Some(to_proto_duration(ttl)),
             wait: Some(to_proto_duration(wait)),
-            bind_to_stream: false,
+            bind_to_stream: options.bind_to_stream,
         });
         let (r, asking) = match wait.is_zero() {
             true => (call.await, asking),
@@ -655,6 +690,36 @@ impl Client {
             .await?;
         self.calls.released(job, holder);
         Ok(())
+    }
+
+    /// Hands our live lease (`holder` with `token`) to a waiting Acquire:
+    /// `to`, or the first waiter in line. The successor gets the next
+    /// token with no moment when the job is free; returns its lease.
+    /// [`ClientError::NoSuccessor`] when nobody (or not `to`) waits, and
+    /// [`ClientError::LeaseLost`] when the lease is no longer ours: nothing
+    /// changes then. `ttl`: the successor's, or the lease's own when `None`.
+    pub async fn transfer_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        token: u64,
+        to: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<Lease, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .transfer_lease(proto::TransferLeaseRequest {
+                job: job.into(),
+                holder: holder.into(),
+                token,
+                to_holder: to.unwrap_or_default().into(),
+                ttl: ttl.map(to_proto_duration),
+            })
+            .await?
+            .into_inner();
+        self.calls.released(job, holder);
+        Ok(r.lease.unwrap_or_default().into())
     }
 
     /// The lease of `job`.

@@ -59,19 +59,20 @@ impl Refused {
 /// caller only if nobody is ahead (an `Acquire` that has not queued only
 /// when nobody waits, a queued one only when it is first), and to nobody
 /// once the job has issued its last token. A queued `Acquire` whose key
-/// is gone lost its place: [`Refused::LostPlace`].
+/// is gone lost its place: [`Refused::LostPlace`], unless the lease is
+/// its holder's now (a transfer granted it, deleting the key).
 pub fn acquire(
     st: &JobState,
     line: &Line,
     holder: &HolderId,
     waiting: Option<i64>,
 ) -> std::result::Result<MayGrant, Refused> {
+    let live = st.holder.as_ref().map(|h| h.rec.holder.as_str());
     if let Some(rev) = waiting {
-        if line.mine != Some(rev) {
+        if line.mine != Some(rev) && live != Some(holder.as_str()) {
             return Err(Refused::LostPlace);
         }
     }
-    let live = st.holder.as_ref().map(|h| h.rec.holder.as_str());
     Ok(rules::may_grant(
         live,
         holder,

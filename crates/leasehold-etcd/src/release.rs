@@ -60,7 +60,12 @@ impl EtcdNode {
 
     /// Releases a lease bound to a connection whose client end closed, as
     /// [`EtcdNode::release`] does, its end recorded as `connection closed`.
-    pub async fn release_bound(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+    pub async fn release_bound(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) -> Result<bool> {
         self.end_holding(job, holder, token, false, TenureEnd::ConnectionClosed)
             .await
     }

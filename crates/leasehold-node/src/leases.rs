@@ -313,7 +313,12 @@ impl Node {
     /// [`Node::release`], with the tenure's end recorded as
     /// `connection closed`. Returns whether it released (false when the
     /// lease had moved on already).
-    pub async fn release_bound(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
+    pub async fn release_bound(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) -> Result<bool> {
         self.check_open()?;
         let (r, seq, changed) = self.decide(job, |t, now| {
             match t.release_as(job, holder, token, now, TenureEnd::ConnectionClosed) {
@@ -340,11 +345,12 @@ impl Node {
         ttl: Option<Duration>,
     ) -> Result<LeaseView> {
         self.check_open()?;
-        let (r, seq, changed) =
-            self.decide(job, |t, now| match t.transfer(job, holder, token, to, ttl, now) {
+        let (r, seq, changed) = self.decide(job, |t, now| {
+            match t.transfer(job, holder, token, to, ttl, now) {
                 Ok((view, fx)) => (Ok(view), fx),
                 Err(e) => (Err(e), Effects::default()),
-            })?;
+            }
+        })?;
         let view = r?;
         self.publish_when_durable(job, seq, changed).await?;
         Ok(view)

@@ -590,6 +590,8 @@ class AsyncElector:
         self._bind = bool(bind_to_stream)
         # Set when the leadership of the moment ends (a new one per term).
         self._ended: Optional[asyncio.Event] = None
+        # The token a transfer() is handing over, while its call is on its way.
+        self._handing: Optional[int] = None
         self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
@@ -683,12 +685,15 @@ class AsyncElector:
         token = self.token
         if token is None:
             raise errors.NotLeader(f"{self._job}: not leading, nothing to transfer")
+        self._handing = token
         try:
             lease = await self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
         except errors.LeaseLost as e:
             log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
             await self._set_follower(token)
             raise
+        finally:
+            self._handing = None
         log.info("%s: handed token %d over to %s (token %d)", self._job, token, lease.holder, lease.token)
         await self._set_follower(token)
         return lease
@@ -852,7 +857,7 @@ class AsyncElector:
                 log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
                 break
             except (errors.LeaseLost,) + REFUSALS as e:
-                if self._token == token:  # else transfer() handed it over: not a loss of its own
+                if self._token == token and self._handing != token:  # else transfer() is handing it over
                     log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             except errors.LeaseholdError as e:

@@ -25,6 +25,7 @@ from ._wire import (  # noqa: F401 (re-exported)
     MAX_WRITES_PER_MESSAGE,
     MAX_MESSAGE_BYTES,
     GIVE_BACK_AFTER,
+    RECONNECT_OPTIONS,
     normalize_target,
     _read_pem,
     _BearerToken,

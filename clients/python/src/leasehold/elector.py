@@ -131,6 +131,8 @@ class Elector:
         self._finished = False
         self._token: Optional[int] = None
         self._deadline = 0.0
+        # The token a transfer() is handing over, while its call is on its way.
+        self._handing: Optional[int] = None
         self._error: Optional[errors.LeaseholdError] = None
         self._thread: Optional[threading.Thread] = None
         self._dispatcher = _Dispatcher() if (on_elected or on_lost) else None
@@ -224,12 +226,17 @@ class Elector:
         token = self.token
         if token is None:
             raise errors.NotLeader(f"{self._job}: not leading, nothing to transfer")
+        with self._cond:
+            self._handing = token
         try:
             lease = self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
         except errors.LeaseLost as e:
             log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
             self._set_follower(token)
             raise
+        finally:
+            with self._cond:
+                self._handing = None
         log.info("%s: handed token %d over to %s (token %d)", self._job, token, lease.holder, lease.token)
         self._set_follower(token)
         return lease
@@ -409,8 +416,8 @@ class Elector:
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
             if isinstance(e, (errors.LeaseLost,) + REFUSALS):
                 with self._cond:
-                    ours = self._token == token
-                if ours:  # else transfer() handed it over: not a loss of its own
+                    ours = self._token == token and self._handing != token
+                if ours:  # else transfer() is handing it over: not a loss of its own
                     log.warning("%s: lease lost (token %d): %s", self._job, token, e)
                 break
             self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)

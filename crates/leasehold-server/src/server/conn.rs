@@ -674,14 +674,21 @@ impl FrameGuard {
 
     /// Follows the client's bytes just read, and charges them.
     fn read(&mut self, bytes: &[u8], peer: &Peer) {
-        let (mut cost, mut last) = (0.0, self.last_stream);
+        let (mut cost, mut last, mut goaway) = (0.0, self.last_stream, false);
         self.client.follow(bytes, |f| {
             cost += frames::client_cost(&f);
             if f.kind == frames::HEADERS {
                 last = last.max(f.stream);
             }
+            goaway |= f.kind == frames::GOAWAY;
         });
         self.last_stream = last;
+        if goaway {
+            // A client closing its connection says GOAWAY, then closes its
+            // socket; the server may end the connection on the GOAWAY,
+            // before it reads that close.
+            peer.binds.peer_closed();
+        }
         let now = clock::now();
         self.meter.charge(cost, now);
         if cost > 0.0 {

@@ -36,7 +36,8 @@ pub const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
+/// GOAWAY: a peer closing the connection.
+pub const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 /// The ACK flag of SETTINGS and PING.
 const ACK: u8 = 0x1;

@@ -265,7 +265,12 @@ impl Drop for WaiterPlace {
 impl LeasesService {
     /// A service over `node`, checking requests against `limits` and
     /// `quotas`.
-    pub fn new(node: Backend, limits: Limits, quotas: Arc<Quotas>, bindings: Arc<Bindings>) -> Self {
+    pub fn new(
+        node: Backend,
+        limits: Limits,
+        quotas: Arc<Quotas>,
+        bindings: Arc<Bindings>,
+    ) -> Self {
         LeasesService {
             node,
             limits,

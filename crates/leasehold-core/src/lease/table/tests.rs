@@ -1070,7 +1070,13 @@ fn a_bound_lease_released_as_its_connection_closed_says_so_in_the_history() {
     let _ = t.acquire(&j, &who("a"), TTL, t0, None);
     let w = t.enqueue(&j, &who("b"), TTL, t0);
     let fx = t
-        .release_as(&j, &who("a"), Token(1), t0 + ms(1), TenureEnd::ConnectionClosed)
+        .release_as(
+            &j,
+            &who("a"),
+            Token(1),
+            t0 + ms(1),
+            TenureEnd::ConnectionClosed,
+        )
         .unwrap();
     assert_eq!(fx.wake, vec![w]);
     assert!(fx.history.contains(&HistoryEvent::Ended {

@@ -292,6 +292,56 @@ class TransferTest {
   }
 
   /**
+   * A renewal refused because of the transfer (sent after the server
+   * handed the lease over, answered LEASE_LOST) reaches the elector with
+   * the transfer's own answer: the lead ends once, reported once, whichever
+   * the elector takes in first. The proxy holds the server's replies to the
+   * leader back until both are on their way.
+   */
+  @Test
+  void aRenewalRefusedAroundTheTransferReportsNothingMore() throws Exception {
+    String job = ClientTest.job("refused");
+    // Renewals every 2 s; its deadline, 6 s after the last, is far enough
+    // for the replies held back to come first.
+    Duration ttl = Duration.ofSeconds(6);
+    ElectorTest.Recorder ra = new ElectorTest.Recorder();
+    ElectorTest.Recorder rb = new ElectorTest.Recorder();
+    try (TcpProxy proxy = new TcpProxy(server.target);
+         Client viaProxy = Client.connect(proxy.target());
+         Elector a = ra.attach(Elector.builder(viaProxy, job, "a").ttl(ttl)).start()) {
+      assertEquals(1, a.awaitElected(PATIENCE).getAsLong());
+      try (Elector b = rb.attach(Elector.builder(client, job, "b").ttl(ttl)).start()) {
+        server.waitWaiters(1);
+        double refused = server.metric("leasehold_renew_losses_total");
+        proxy.holdReplies(true);
+        CompletableFuture<Lease> transfer = CompletableFuture.supplyAsync(a::transfer);
+        assertEquals(2, b.awaitElected(PATIENCE).getAsLong()); // the server has handed over
+        // a's next renewal of token 1 is refused; it does not know yet.
+        ServerProcess.waitUntil(PATIENCE, "a's renewal refused", () -> {
+          try {
+            return server.metric("leasehold_renew_losses_total") > refused;
+          } catch (Exception e) {
+            throw new RuntimeException(e);
+          }
+        });
+        assertEquals(1, a.token().orElse(-1), "a learnt of the transfer with the replies held back");
+        proxy.holdReplies(false);
+        Lease successor = transfer.get(PATIENCE.toSeconds(), TimeUnit.SECONDS);
+        assertEquals(b.holder(), successor.holder());
+        assertEquals(2, successor.token());
+        assertTrue(a.awaitLost(PATIENCE));
+        // It campaigns again, behind b, and reports nothing more while b
+        // renews.
+        server.waitWaiters(1);
+        double renewals = server.metric("leasehold_renewals_total");
+        server.waitRenewals(renewals + 2, () -> assertEquals(2, b.token().orElse(-1), "b lost the lead"));
+        assertEquals(List.of("elected 1", "lost 1"), ra.get());
+        assertEquals(List.of("elected 2"), rb.get());
+      }
+    }
+  }
+
+  /**
    * Transfers back and forth between two electors, at random moments
    * against their renewals (every 500 ms): whatever races with what, each
    * elector reports each lead once, elected then lost, and no token is led
