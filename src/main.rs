@@ -91,6 +91,12 @@ enum Command {
         /// to the next waiting runner.
         #[arg(long)]
         no_handover: bool,
+        /// Campaign as a preferred candidate: queued ahead of runners that
+        /// are not, and a leader that is not preferred is told that one
+        /// waits (electors configured to yield then hand over; a runner
+        /// hands over on SIGTERM, never on its own).
+        #[arg(long)]
+        preferred: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -170,6 +176,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             kill_grace,
             no_bind,
             no_handover,
+            preferred,
             cmd,
         } => {
             let grace = kill_grace.unwrap_or(ttl / 3);
@@ -190,6 +197,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                 grace,
                 bind: !no_bind,
                 handover: !no_handover,
+                preferred,
             };
             cli::run::run_singleton(&conn, &job, &name, opts, &cmd).await
         }

@@ -25,6 +25,8 @@ pub struct RunOptions {
     pub bind: bool,
     /// On SIGTERM or SIGINT, hand the lease to the next waiting runner.
     pub handover: bool,
+    /// Campaign as a preferred candidate.
+    pub preferred: bool,
 }
 
 pub async fn run_singleton(
@@ -40,13 +42,18 @@ pub async fn run_singleton(
         grace,
         bind,
         handover,
+        preferred,
     } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // Never yields on its own: its command must stop before a hand-over,
+    // which a SIGTERM does.
     let options = ElectorOptions {
         bind_to_stream: bind,
+        preferred,
+        yield_to_preferred: false,
     };
     let mut elector = Elector::start_with(client, job, name, ttl, options);
     let token = tokio::select! {

@@ -378,6 +378,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         ttl,
         wait,
         bind_to_stream: false,
+        preferred: false,
     };
     let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         job: job.into(),
@@ -666,6 +667,7 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
         }),
         wait: None,
         bind_to_stream: false,
+        preferred: false,
     };
     let st = leases
         .acquire(acquire("x".repeat(100_000), "b".into()))
@@ -712,6 +714,7 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
         ttl,
         wait: None,
         bind_to_stream: false,
+        preferred: false,
     };
     let renew = |job: &str, holder: &str| proto::RenewRequest {
         job: job.into(),

@@ -147,7 +147,7 @@ async fn grant_and_renewal_keep_the_token(b: Backend) {
     assert_eq!(g.lease.holder(), Some(&a));
     assert_eq!(ttl_of(&g.lease), Some(LONG));
 
-    let r = b.renew(&j, &a, Token(1), LONGER).await.unwrap();
+    let r = b.renew(&j, &a, Token(1), LONGER).await.unwrap().lease;
     assert_eq!(r.token, Token(1));
     assert_eq!(r.holder(), Some(&a));
     assert_eq!(ttl_of(&r), Some(LONGER), "the renewal's TTL");
@@ -476,7 +476,7 @@ async fn renew_many_decides_each_renewal_on_its_own(b: Backend) {
     let out = b.renew_many(&batch).await.unwrap();
     assert_eq!(out.len(), batch.len(), "one outcome per renewal, in order");
     for i in [0, 4] {
-        let v = out[i].as_ref().expect("the holder's own renewal");
+        let v = &out[i].as_ref().expect("the holder's own renewal").lease;
         assert_eq!((v.token, v.holder()), (t_mine, Some(&a)), "renewal {i}");
         assert_eq!(ttl_of(v), Some(LONGER), "renewal {i}");
     }
@@ -742,12 +742,14 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     let max = Some(2);
     for j in ["b1", "b2"] {
         let a = b
-            .acquire_as(&job(j), &billing, LONG, NOW, max)
+            .acquire_as(&job(j), &billing, LONG, NOW, max, false)
             .await
             .unwrap();
         assert!(a.acquired, "{a:?}");
     }
-    let refused = b.acquire_as(&job("b3"), &billing, LONG, NOW, max).await;
+    let refused = b
+        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false)
+        .await;
     match refused {
         Err(Error::QuotaExceeded {
             limit: "max_jobs",
@@ -758,24 +760,28 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     }
     assert_eq!(b.lease(&job("b3")).await.unwrap().token, Token::NONE);
     // Jobs that exist: billing's own, and one ops created and released.
-    let again = b.acquire_as(&job("b1"), &billing, LONG, NOW, max).await;
+    let again = b
+        .acquire_as(&job("b1"), &billing, LONG, NOW, max, false)
+        .await;
     assert!(again.unwrap().acquired);
     let o = b
-        .acquire_as(&job("o1"), &ops, LONG, NOW, max)
+        .acquire_as(&job("o1"), &ops, LONG, NOW, max, false)
         .await
         .unwrap();
     assert!(b.release(&job("o1"), &ops, o.lease.token).await.unwrap());
-    let taken = b.acquire_as(&job("o1"), &billing, LONG, NOW, max).await;
+    let taken = b
+        .acquire_as(&job("o1"), &billing, LONG, NOW, max, false)
+        .await;
     assert!(taken.unwrap().acquired);
     // ops created one (o1), and creates its second; an unbound holder
     // counts against nobody.
     let o2 = b
-        .acquire_as(&job("o2"), &ops, LONG, NOW, max)
+        .acquire_as(&job("o2"), &ops, LONG, NOW, max, false)
         .await
         .unwrap();
     assert!(o2.acquired);
     let free = b
-        .acquire_as(&job("free"), &holder("w"), LONG, NOW, max)
+        .acquire_as(&job("free"), &holder("w"), LONG, NOW, max, false)
         .await;
     assert!(free.unwrap().acquired);
 
@@ -783,9 +789,13 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     let t = b.lease(&job("b2")).await.unwrap().token;
     assert!(b.release(&job("b2"), &billing, t).await.unwrap());
     assert_eq!(b.delete_job(&job("b2")).await, Ok(true));
-    let a = b.acquire_as(&job("b3"), &billing, LONG, NOW, max).await;
+    let a = b
+        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false)
+        .await;
     assert!(a.unwrap().acquired);
-    let refused = b.acquire_as(&job("b4"), &billing, LONG, NOW, max).await;
+    let refused = b
+        .acquire_as(&job("b4"), &billing, LONG, NOW, max, false)
+        .await;
     assert!(
         matches!(refused, Err(Error::QuotaExceeded { .. })),
         "{refused:?}"

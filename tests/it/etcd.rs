@@ -211,6 +211,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
                 ttl: Some(ms(bad)),
                 wait: None,
                 bind_to_stream: false,
+                preferred: false,
             })
             .await
             .unwrap_err();
@@ -230,6 +231,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
             ttl: Some(ms(3000)),
             wait: None,
             bind_to_stream: false,
+            preferred: false,
         })
         .await
         .unwrap()
@@ -657,6 +659,7 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             ttl: d(30),
             wait: None,
             bind_to_stream: false,
+            preferred: false,
         }),
         l2.renew(proto::RenewRequest {
             job: "j".into(),

@@ -5,8 +5,9 @@
 //! connection; `TransferLease` hands a lease to a named or the first
 //! waiter, refuses with NO_SUCCESSOR or LEASE_LOST and changes nothing,
 //! and hands over once when two transfers (or a transfer and the expiry)
-//! race; `leasehold run` hands over on SIGTERM. Each tenure's end is
-//! checked in the history.
+//! race; `leasehold run` hands over on SIGTERM; a preferred candidate
+//! waits ahead of the others and the holder is told of it. Each tenure's
+//! end is checked in the history.
 
 use crate::common;
 
@@ -240,6 +241,7 @@ async fn an_error_status_on_a_live_connection_keeps_the_lease(place: Place) {
             Duration::ZERO,
             AcquireOptions {
                 bind_to_stream: true,
+                ..AcquireOptions::default()
             },
         )
         .await
@@ -456,6 +458,7 @@ async fn elector_transfer(place: Place) {
     let ttl = Duration::from_secs(6);
     let opts = ElectorOptions {
         bind_to_stream: true,
+        ..ElectorOptions::default()
     };
     let mut first = Elector::start_with(client(&p).await, "el", "one", ttl, opts);
     let t1 = first.elected().await.unwrap();
@@ -531,4 +534,93 @@ async fn run_hands_over_on_sigterm_to_the_next_runner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_hands_over_on_sigterm_to_the_next_runner_on_etcd() {
     run_hands_over_on_sigterm(Place::etcd()).await;
+}
+
+/// A preferred candidate waits ahead of the others, and the holder that
+/// is not preferred is told so in its renewals; an elector configured to
+/// yield hands over at its next renewal, and a preferred leader is told
+/// nothing.
+async fn preferred_leader(place: Place) {
+    let p = place.start(&[]);
+    let c = client(&p).await;
+    let ttl = Duration::from_secs(30);
+    let job = "pref";
+    let a = c.acquire(job, "a", ttl, Duration::ZERO).await.unwrap();
+    let t1 = a.lease.token;
+    let b = wait_for(&p, job, "b", ttl);
+    p.wait_for_waiters(1).await;
+    assert!(
+        !c.renew_lease(job, "a", t1, ttl)
+            .await
+            .unwrap()
+            .successor_waiting
+    );
+    // A preferred candidate comes after b, and is served before it.
+    let (url, j) = (p.url(), job.to_owned());
+    let pref = tokio::spawn(async move {
+        let c = Client::connect(&url).await.unwrap();
+        let opts = AcquireOptions {
+            preferred: true,
+            ..AcquireOptions::default()
+        };
+        let a = c.acquire_with(&j, "p", ttl, LONG, opts).await.unwrap();
+        std::mem::forget(c);
+        a
+    });
+    p.wait_for_waiters(2).await;
+    let r = c.renew_lease(job, "a", t1, ttl).await.unwrap();
+    assert!(
+        r.successor_waiting,
+        "the holder is told a preferred candidate waits"
+    );
+    c.release(job, "a", t1).await.unwrap();
+    let got = pref.await.unwrap();
+    assert!(got.acquired);
+    assert_eq!(
+        got.lease.token,
+        t1 + 1,
+        "the preferred candidate was served before b"
+    );
+    // A preferred holder is told nothing, whoever waits.
+    let r = c.renew_lease(job, "p", t1 + 1, ttl).await.unwrap();
+    assert!(!r.successor_waiting);
+    c.release(job, "p", t1 + 1).await.unwrap();
+    assert_eq!(b.await.unwrap().0.lease.token, t1 + 2);
+
+    // Electors: one that yields hands over to a preferred one at its
+    // next renewal (every ttl/3).
+    let ettl = Duration::from_secs(3);
+    let yielding = ElectorOptions {
+        yield_to_preferred: true,
+        ..ElectorOptions::default()
+    };
+    let mut plain = Elector::start_with(client(&p).await, "el-pref", "plain", ettl, yielding);
+    let t = plain.elected().await.unwrap();
+    let preferred = ElectorOptions {
+        preferred: true,
+        ..ElectorOptions::default()
+    };
+    let mut chosen = Elector::start_with(client(&p).await, "el-pref", "chosen", ettl, preferred);
+    assert_eq!(chosen.elected().await.unwrap(), t + 1);
+    assert_eq!(end_of(&c, "el-pref", t).await, Some(End::Transferred));
+    // The one that yielded campaigns again, behind it, and is not handed
+    // the lease back.
+    p.wait_for_waiters(1).await;
+    tokio::time::sleep(ettl).await;
+    assert_eq!(chosen.role(), Role::Leader { token: t + 1 });
+    assert_eq!(plain.role(), Role::Follower);
+    chosen.resign().await;
+    assert_eq!(plain.elected().await.unwrap(), t + 2);
+    plain.resign().await;
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_candidate_is_served_first_and_the_holder_told() {
+    preferred_leader(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preferred_candidate_is_served_first_and_the_holder_told_on_etcd() {
+    preferred_leader(Place::etcd()).await;
 }

@@ -38,6 +38,7 @@ async fn a_request_deadline_ends_a_waiting_acquire_and_frees_its_place() {
             nanos: 0,
         }),
         bind_to_stream: false,
+        preferred: false,
     });
     req.set_timeout(Duration::from_millis(300));
     let t = Instant::now();
@@ -111,6 +112,7 @@ async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again(
                     }),
                     wait: None,
                     bind_to_stream: false,
+                    preferred: false,
                 })
                 .await
             }));
@@ -368,6 +370,7 @@ fn flood(
                     nanos: 0,
                 }),
                 bind_to_stream: false,
+                preferred: false,
             };
             tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
         })
@@ -1046,6 +1049,7 @@ async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes()
                 nanos: 0,
             }),
             bind_to_stream: false,
+            preferred: false,
         })
         .await
         .unwrap_err();

@@ -3,9 +3,9 @@
 //! SIGTERM, through real processes.
 //!
 //! The sequence (README, "Rolling restarts"): SIGTERM the leader's runner;
-//! it stops its command and releases the lease; the server grants it at
-//! once to the waiting peer's Acquire, in the same decision; the peer
-//! starts its command. The restarted worker queues behind the new leader
+//! it stops its command and hands the lease to the waiting peer
+//! (TransferLease: the peer's Acquire is granted the next token in the
+//! same decision); the peer starts its command. The restarted worker queues behind the new leader
 //! (its Acquire waits: `leasehold_waiting_acquires` is 1 again) before the
 //! next worker is stopped.
 //!
@@ -254,10 +254,11 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
         "polls found the job without a leader: {seen:?}"
     );
 
-    // Handed over twice by release, never taken over by expiry.
+    // Handed over twice by transfer, never taken over by expiry.
     let m = metrics(admin).await;
     assert_eq!(job_metric(&m, "leasehold_job_token"), Some(3.0), "{m}");
-    assert_eq!(common::metric(&m, "leasehold_releases_total"), Some(2.0));
+    assert_eq!(common::metric(&m, "leasehold_transfers_total"), Some(2.0));
+    assert_eq!(common::metric(&m, "leasehold_releases_total"), Some(0.0));
     assert_eq!(common::metric(&m, "leasehold_expiries_total"), Some(0.0));
     drop((a, b));
 }

@@ -1841,6 +1841,7 @@ fn acquire_req(job: &str, holder: &str, wait_secs: i64) -> proto::AcquireRequest
             nanos: 0,
         }),
         bind_to_stream: false,
+        preferred: false,
     }
 }
 

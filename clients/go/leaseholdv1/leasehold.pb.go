@@ -590,8 +590,21 @@ type AcquireRequest struct {
 	// its connection lives on. The trade: a live leader whose connection is
 	// cut (a proxy or load balancer that closes it, a client library that
 	// reconnects) loses its lease at once; its writes are then fenced.
-	// A later bind of the same lease, on another connection, moves it there.
-	BindToStream  bool `protobuf:"varint,5,opt,name=bind_to_stream,json=bindToStream,proto3" json:"bind_to_stream,omitempty"`
+	// A later bind of the same lease, on another connection of the same
+	// server (or etcd frontend), moves it there.
+	BindToStream bool `protobuf:"varint,5,opt,name=bind_to_stream,json=bindToStream,proto3" json:"bind_to_stream,omitempty"`
+	// Optional. Ask as a preferred candidate. Waiting Acquires that say
+	// `preferred` are queued ahead of those that do not; within each class
+	// the line stays first come, first served. While a preferred Acquire
+	// waits and the live grant was not made to a preferred one, the holder
+	// is told so in every RenewResponse and KeepAliveResult
+	// (`successor_waiting`), so that it can hand over (TransferLease to the
+	// first waiter, or Release) at a point that suits it. Nothing is taken
+	// from the holder: the lease changes hands only as before. A grant whose
+	// Acquire said `preferred` is a preferred holder's; that is kept with
+	// the lease on etcd, and on the single node until the server restarts
+	// (a lease restored after a restart is not preferred).
+	Preferred     bool `protobuf:"varint,6,opt,name=preferred,proto3" json:"preferred,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -657,6 +670,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 func (x *AcquireRequest) GetBindToStream() bool {
 	if x != nil {
 		return x.BindToStream
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetPreferred() bool {
+	if x != nil {
+		return x.Preferred
 	}
 	return false
 }
@@ -787,10 +807,13 @@ func (x *RenewRequest) GetTtl() *durationpb.Duration {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// A preferred Acquire waits for the job, and this grant is not a
+	// preferred one (see AcquireRequest.preferred): hand over when it suits.
+	SuccessorWaiting bool `protobuf:"varint,2,opt,name=successor_waiting,json=successorWaiting,proto3" json:"successor_waiting,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
@@ -828,6 +851,13 @@ func (x *RenewResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *RenewResponse) GetSuccessorWaiting() bool {
+	if x != nil {
+		return x.SuccessorWaiting
+	}
+	return false
 }
 
 type ReleaseRequest struct {
@@ -2521,9 +2551,11 @@ type KeepAliveResult struct {
 	Field string `protobuf:"bytes,4,opt,name=field,proto3" json:"field,omitempty"`
 	// Not RENEWED: a human-readable explanation, naming the limit or the
 	// current holder and token. Branch on `outcome`, not on this text.
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// RENEWED only: as RenewResponse.successor_waiting.
+	SuccessorWaiting bool `protobuf:"varint,6,opt,name=successor_waiting,json=successorWaiting,proto3" json:"successor_waiting,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *KeepAliveResult) Reset() {
@@ -2591,6 +2623,13 @@ func (x *KeepAliveResult) GetMessage() string {
 	return ""
 }
 
+func (x *KeepAliveResult) GetSuccessorWaiting() bool {
+	if x != nil {
+		return x.SuccessorWaiting
+	}
+	return false
+}
+
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
@@ -2602,13 +2641,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\xbc\x01\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\xda\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12$\n" +
-	"\x0ebind_to_stream\x18\x05 \x01(\bR\fbindToStream\"X\n" +
+	"\x0ebind_to_stream\x18\x05 \x01(\bR\fbindToStream\x12\x1c\n" +
+	"\tpreferred\x18\x06 \x01(\bR\tpreferred\"X\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12)\n" +
 	"\x05lease\x18\x02 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"{\n" +
@@ -2616,9 +2656,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\":\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"g\n" +
 	"\rRenewResponse\x12)\n" +
-	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"m\n" +
+	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x12+\n" +
+	"\x11successor_waiting\x18\x02 \x01(\bR\x10successorWaiting\"m\n" +
 	"\x0eReleaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2747,13 +2788,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\\\n" +
 	"\x11KeepAliveResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
-	"\aresults\x18\x02 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xca\x02\n" +
+	"\aresults\x18\x02 \x03(\v2\x1d.leasehold.v1.KeepAliveResultR\aresults\"\xf7\x02\n" +
 	"\x0fKeepAliveResult\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12?\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2%.leasehold.v1.KeepAliveResult.OutcomeR\aoutcome\x12)\n" +
 	"\x05lease\x18\x03 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x12\x14\n" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x88\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12+\n" +
+	"\x11successor_waiting\x18\x06 \x01(\bR\x10successorWaiting\"\x88\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +

@@ -176,9 +176,20 @@ pub fn held_by_another(job: &JobName) -> Error {
     leasehold_core::lease::rules::held_by_another(job)
 }
 
+/// A renewal's answer: our lease, and whether a preferred candidate waits
+/// for it while it is not a preferred grant (the holder is told, to hand
+/// over when it suits it).
+#[derive(Debug, Clone)]
+pub struct Renewed {
+    /// Our lease, renewed.
+    pub lease: LeaseView,
+    /// A preferred Acquire waits, and our grant is not a preferred one.
+    pub successor_waiting: bool,
+}
+
 /// The outcome of one renewal in a batch: our renewed lease, or why not
 /// (`LeaseLost` or `UnknownToken`) with the job's current lease.
-pub type RenewOutcome = std::result::Result<LeaseView, (Error, LeaseView)>;
+pub type RenewOutcome = std::result::Result<Renewed, (Error, LeaseView)>;
 
 /// Limits on what a backend keeps (`--max-jobs`, `--max-keys-per-job`).
 /// Over one, a change that would grow past it is refused with

@@ -49,6 +49,13 @@ pub struct ElectorOptions {
     /// once (the elector then sees LEASE_LOST on its next renewal and
     /// campaigns again; writes made with the old token are fenced).
     pub bind_to_stream: bool,
+    /// Campaign as a preferred candidate: queued ahead of electors that
+    /// are not, and a leader that is not preferred is told that we wait.
+    pub preferred: bool,
+    /// When a preferred candidate waits and we are not preferred, hand
+    /// the lease to it at our next renewal (as [`Elector::transfer`] to
+    /// the first in line), then campaign again behind it.
+    pub yield_to_preferred: bool,
 }
 
 /// A transfer asked of the campaign, and where its answer goes.
@@ -280,6 +287,7 @@ impl Campaign {
             // Bounded, so a server that stopped answering is asked again.
             let options = AcquireOptions {
                 bind_to_stream: self.options.bind_to_stream,
+                preferred: self.options.preferred,
             };
             let acquire =
                 self.client
@@ -383,6 +391,7 @@ impl Campaign {
         let mut retry = renew_backoff(self.ttl);
         let mut next = sent + every;
         let mut handed: Option<(oneshot::Sender<_>, Lease)> = None;
+        let mut yielded = false;
         loop {
             tokio::select! {
                 _ = &mut *stop => return self.resign(token, deadline).await,
@@ -421,14 +430,37 @@ impl Campaign {
             let sent = tokio_now();
             let r = tokio::select! {
                 _ = &mut *stop => return self.resign(token, deadline).await,
-                r = timeout_at(deadline, self.client.renew(&self.job, &self.holder, token, self.ttl)) => r,
+                r = timeout_at(deadline, self.client.renew_lease(&self.job, &self.holder, token, self.ttl)) => r,
             };
             match r {
-                Ok(Ok(_)) => {
+                Ok(Ok(renewed)) => {
                     deadline = sent + self.ttl;
                     self.deadline.send_replace(Some(deadline));
                     next = sent + every;
                     retry.reset();
+                    if renewed.successor_waiting && self.options.yield_to_preferred {
+                        // Our safe point: just renewed, nothing in flight.
+                        let r = timeout_at(
+                            deadline,
+                            self.client
+                                .transfer_lease(&self.job, &self.holder, token, None, None),
+                        )
+                        .await;
+                        match r {
+                            Ok(Ok(to)) => {
+                                tracing::info!(job = %self.job, token, to = ?to.holder, "handed over to a preferred candidate");
+                                yielded = true;
+                                break;
+                            }
+                            Ok(Err(ClientError::LeaseLost { .. })) => break,
+                            // It left, or the call failed: still ours; the
+                            // next renewal says again.
+                            Ok(Err(e)) => {
+                                tracing::debug!(job = %self.job, token, error = %e, "hand-over to a preferred candidate failed")
+                            }
+                            Err(_) => break,
+                        }
+                    }
                 }
                 Ok(Err(ClientError::LeaseLost { message, .. })) => {
                     tracing::warn!(job = %self.job, token, %message, "lease lost");
@@ -457,6 +489,7 @@ impl Campaign {
             Some((reply, lease)) => {
                 let _ = reply.send(Ok(lease));
             }
+            None if yielded => {}
             None => tracing::warn!(job = %self.job, token, "stepped down"),
         }
         false

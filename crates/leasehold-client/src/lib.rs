@@ -400,6 +400,20 @@ pub struct AcquireOptions {
     /// trade: a live leader whose connection is cut (a proxy, a reconnect)
     /// loses its lease at once, and its writes are then fenced.
     pub bind_to_stream: bool,
+    /// Ask as a preferred candidate: queued ahead of the waiters that are
+    /// not, and the live holder, if it is not preferred, is told
+    /// ([`Renewed::successor_waiting`]) so that it can hand over.
+    pub preferred: bool,
+}
+
+/// The answer to [`Client::renew_lease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewed {
+    /// Our lease, renewed.
+    pub lease: Lease,
+    /// A preferred candidate waits for the job, and our grant is not a
+    /// preferred one: hand over (transfer) when it suits.
+    pub successor_waiting: bool,
 }
 
 /// A stored value, as [`Client::read`] returns it.
@@ -632,6 +646,7 @@ impl Client {
             ttl: Some(to_proto_duration(ttl)),
             wait: Some(to_proto_duration(wait)),
             bind_to_stream: options.bind_to_stream,
+            preferred: options.preferred,
         });
         let (r, asking) = match wait.is_zero() {
             true => (call.await, asking),
@@ -660,6 +675,17 @@ impl Client {
         token: u64,
         ttl: Duration,
     ) -> Result<Lease, ClientError> {
+        Ok(self.renew_lease(job, holder, token, ttl).await?.lease)
+    }
+
+    /// [`Client::renew`], with whether a preferred candidate waits.
+    pub async fn renew_lease(
+        &self,
+        job: &str,
+        holder: &str,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<Renewed, ClientError> {
         let asking = self.calls.start(job, holder);
         let r = self
             .leases
@@ -674,7 +700,10 @@ impl Client {
             .into_inner();
         let lease: Lease = r.lease.unwrap_or_default().into();
         asking.told(lease.token);
-        Ok(lease)
+        Ok(Renewed {
+            lease,
+            successor_waiting: r.successor_waiting,
+        })
     }
 
     /// Releases our lease.

@@ -41,14 +41,15 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None).await
+        self.acquire_as(job, holder, ttl, wait, None, false).await
     }
 
     /// [`EtcdNode::acquire`] by a holder whose principal may own at most
     /// `max_owned` jobs (its policy's `max_jobs`): a new job is refused
     /// when it owns that many ([`rules::admit_new_job`]). The count is a
     /// key per principal that the creating grant compares and puts, so it
-    /// is exact across frontends.
+    /// is exact across frontends. `preferred`: asks as a preferred
+    /// candidate (its waiter key under `p/`, ahead of the others).
     pub async fn acquire_as(
         &self,
         job: &JobName,
@@ -56,11 +57,12 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
         max_owned: Option<usize>,
+        preferred: bool,
     ) -> Result<Acquired> {
         self.bounded(
             "Acquire",
             wait,
-            self.acquire_unbounded(job, holder, ttl, wait, max_owned),
+            self.acquire_unbounded(job, holder, ttl, wait, max_owned, preferred),
         )
         .await
     }
@@ -73,6 +75,7 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
         max_owned: Option<usize>,
+        preferred: bool,
     ) -> Result<Acquired> {
         self.check_open()?;
         self.check_ttl(ttl)?;
@@ -134,7 +137,7 @@ impl EtcdNode {
                 let done = match (step, &read.job.holder) {
                     (MayGrant::Extend, Some(h)) => self.extend(job, h, ttl).await?,
                     _ => {
-                        self.grant(job, holder, ttl, &read.job, place, max_owned)
+                        self.grant(job, holder, ttl, &read.job, place, max_owned, preferred)
                             .await?
                     }
                 };
@@ -167,7 +170,7 @@ impl EtcdNode {
                 // once, and a join changes nothing for anyone. (Reading
                 // again here cost ten thousand waiters joining at once ten
                 // thousand more reads.)
-                waiting = Some(self.enqueue(job, holder)?);
+                waiting = Some(self.enqueue(job, holder, preferred)?);
             }
             // The job's shared watch; a new one when the one running started
             // after our read (read again first).
@@ -206,6 +209,7 @@ impl EtcdNode {
         st: &JobState,
         place: Option<&Place>,
         max_owned: Option<usize>,
+        preferred: bool,
     ) -> Result<Option<LeaseView>> {
         // A new job: counted and above the new-job floor, both in `meta`,
         // which the grant compares and puts. This frontend's new jobs take
@@ -251,6 +255,13 @@ impl EtcdNode {
         );
         if let Some(m) = meta {
             txn::count_new_job(&self.inner.keys, &mut req, &m);
+        }
+        if place.map_or(preferred, |p| p.preferred) {
+            req.success.push(txn::preferred_grant(
+                &self.inner.keys,
+                job.as_str(),
+                holder_rec.token,
+            ));
         }
         if let Some((p, owned)) = owned {
             txn::count_owned(&self.inner.keys, &mut req, p, owned, owned.jobs + 1);

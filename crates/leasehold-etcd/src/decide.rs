@@ -82,6 +82,15 @@ pub fn acquire(
     ))
 }
 
+/// Whether the holder of the live grant in `st` is to be told that a
+/// preferred candidate waits: one does (`line`), and the grant is not the
+/// newest preferred one's (see `Keys::preferred_grant`).
+pub fn successor_waiting(st: &JobState, line: &Line) -> bool {
+    st.holder
+        .as_ref()
+        .is_some_and(|h| line.preferred > 0 && line.preferred_grant != h.rec.token.0)
+}
+
 /// The records a grant to `holder` puts: the holder key's, and the token
 /// counter's with the next token.
 ///
@@ -358,6 +367,7 @@ mod tests {
             waiting: i64::from(first.is_some()),
             first,
             mine,
+            ..Line::default()
         }
     }
 

@@ -9,6 +9,8 @@
 //! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | by `DeleteJob` only, which raises the new-job floor to its token in the same transaction |
 //! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |
+//! | `p/{job}\0{id}` | the same, for a preferred candidate: the line is `p/` first, then `w/`, each by create revision | the frontend's session lease | as `w/` |
+//! | `r/{job}\0` | the token (8 bytes, big-endian) of the newest grant to a preferred candidate, put by that grant's (or transfer's) transaction | none | by `DeleteJob` |
 //! | `u/{job}\0` | "untold": the token (8 bytes, big-endian) of a grant whose holder has not asked again since; put by the grant's transaction | the grant's own etcd lease | by the holder's first repeated `Acquire` or `Renew` (a deletes-only transaction, which etcd takes even when out of space), or with the lease |
 //! | `h/{job}\0{token}{0 or 1}` | the job's history: a tenure's grant (0, put by the grant's transaction) and end (1, by the release's or, for an expiry, by the first frontend that sees the holder key go, while the grant is there); the token is 8 bytes, big-endian; the record is the one the single node stores ([`leasehold_core::record::encode_history`]) | none | by the grant `--history-per-job` tokens later, or with the job by DeleteJob |
 //!
@@ -328,16 +330,44 @@ impl Keys {
         k
     }
 
-    /// A waiter's key.
-    pub fn waiter(&self, job: &str, id: &str) -> Vec<u8> {
-        self.key(b"w/", job, id.as_bytes())
+    /// A waiter's key: under `p/` for a preferred candidate, `w/` for
+    /// the others.
+    pub fn waiter(&self, job: &str, id: &str, preferred: bool) -> Vec<u8> {
+        self.key(class(preferred), job, id.as_bytes())
     }
 
-    /// The range of the job's waiters.
+    /// The range of the job's waiters that are not preferred.
     pub fn waiters_range(&self, job: &str) -> (Vec<u8>, Vec<u8>) {
-        let start = self.key(b"w/", job, b"");
+        self.line_range(job, false)
+    }
+
+    /// The range of the job's waiters of one class.
+    pub fn line_range(&self, job: &str, preferred: bool) -> (Vec<u8>, Vec<u8>) {
+        let start = self.key(class(preferred), job, b"");
         let end = prefix_end(&start);
         (start, end)
+    }
+
+    /// Whether a waiter's key is a preferred candidate's.
+    pub fn is_preferred_waiter(&self, key: &[u8]) -> bool {
+        key.strip_prefix(self.prefix.as_slice())
+            .is_some_and(|k| k.starts_with(b"p/"))
+    }
+
+    /// The job's preferred-grant key: the token (8 bytes, big-endian) of
+    /// the newest grant made to a preferred candidate, put by that grant's
+    /// transaction, with no etcd lease (the holder is preferred while its
+    /// token is this one). Outside the `j/` range.
+    pub fn preferred_grant(&self, job: &str) -> Vec<u8> {
+        self.key(b"r/", job, b"")
+    }
+}
+
+/// The key space of a class of waiters.
+fn class(preferred: bool) -> &'static [u8] {
+    match preferred {
+        true => b"p/",
+        false => b"w/",
     }
 }
 

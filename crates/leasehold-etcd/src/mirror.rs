@@ -271,6 +271,11 @@ fn apply(st: &mut State, keys: &Keys, ev: &pb::Event) -> Option<(String, Token)>
         Ok(Record::Token { rec: t, .. }) => {
             if t.token > j.token {
                 stats.grants += 1;
+                // A new token while the holder key is there: a transfer,
+                // which puts the successor's holder key over the old one.
+                if j.held && !j.released && j.token > Token::NONE {
+                    stats.transfers += 1;
+                }
                 if !j.last_holder.is_empty() && j.last_holder != t.holder {
                     stats.takeovers += 1;
                 }

@@ -50,8 +50,13 @@ use leasehold_core::lease::{HolderId, JobName};
 /// The job's line as read with its keys, at the same revision.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Line {
-    /// How many wait.
+    /// How many wait, of both classes.
     pub waiting: i64,
+    /// How many of them are preferred candidates (`p/`).
+    pub preferred: i64,
+    /// The token of the newest grant to a preferred candidate
+    /// ([`super::keys::Keys::preferred_grant`]; 0 for none).
+    pub preferred_grant: u64,
     /// The create revision of the first waiter in line, once asked for
     /// ([`first_read`]; `None` when nobody waits, or not asked yet).
     pub first: Option<i64>,
@@ -64,12 +69,20 @@ impl Line {
     /// The line from the answers to [`line_reads`], in order. Who is first
     /// is not known yet: [`Line::with_first`].
     pub fn from_ranges(mut answers: impl Iterator<Item = pb::RangeResponse>) -> Line {
-        let waiting = answers.next().map_or(0, |r| r.count);
+        let preferred = answers.next().map_or(0, |r| r.count);
+        let preferred_grant = answers
+            .next()
+            .and_then(|r| r.kvs.first().map(|kv| kv.value.clone()))
+            .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+            .map_or(0, u64::from_be_bytes);
+        let waiting = answers.next().map_or(0, |r| r.count) + preferred;
         let mine = answers
             .next()
             .and_then(|r| r.kvs.first().map(|kv| kv.create_revision));
         Line {
             waiting,
+            preferred,
+            preferred_grant,
             first: None,
             mine,
         }
@@ -91,10 +104,16 @@ impl Line {
 /// when the job is free ([`first_read`]): a busy job's waiters need not
 /// know, and renewals, writes and watches never do.
 pub fn line_reads(keys: &Keys, job: &str, mine: Option<&[u8]>) -> Vec<pb::RangeRequest> {
-    let (ws, we) = keys.waiters_range(job);
-    let mut count = range_req(ws, we, 0);
-    count.count_only = true;
-    let mut reads = vec![count];
+    let count = |(s, e)| {
+        let mut r = range_req(s, e, 0);
+        r.count_only = true;
+        r
+    };
+    let mut reads = vec![
+        count(keys.line_range(job, true)),
+        range_req(keys.preferred_grant(job), Vec::new(), 0),
+        count(keys.line_range(job, false)),
+    ];
     if let Some(m) = mine {
         let mut r = range_req(m.to_vec(), Vec::new(), 0);
         r.keys_only = true;
@@ -104,26 +123,16 @@ pub fn line_reads(keys: &Keys, job: &str, mine: Option<&[u8]>) -> Vec<pb::RangeR
 }
 
 /// The read of the first waiter in line (the smallest create revision,
-/// keys only) at `revision`, the revision of the rest of the caller's read.
-pub fn first_read(keys: &Keys, job: &str, revision: i64) -> pb::RangeRequest {
-    let (ws, we) = keys.waiters_range(job);
+/// keys only; among the preferred candidates when `line` has any) at
+/// `revision`, the revision of the rest of the caller's read.
+pub fn first_read(keys: &Keys, job: &str, line: &Line, revision: i64) -> pb::RangeRequest {
+    let (ws, we) = keys.line_range(job, line.preferred > 0);
     let mut first = range_req(ws, we, 1);
     first.sort_order = pb::range_request::SortOrder::Ascend as i32;
     first.sort_target = pb::range_request::SortTarget::Create as i32;
     first.keys_only = true;
     first.revision = revision;
     first
-}
-
-/// The read of the whole line with each waiter's holder (its key's
-/// value), first in line first: for a transfer, which must find a named
-/// successor (rare, so reading every waiter is fine there).
-pub fn line_by_age(keys: &Keys, job: &str) -> pb::RangeRequest {
-    let (ws, we) = keys.waiters_range(job);
-    let mut r = range_req(ws, we, 0);
-    r.sort_order = pb::range_request::SortOrder::Ascend as i32;
-    r.sort_target = pb::range_request::SortTarget::Create as i32;
-    r
 }
 
 /// Where a queued `Acquire` stands: its key and the key's create revision.
@@ -133,20 +142,44 @@ pub struct Place {
     pub key: Vec<u8>,
     /// Its create revision: the place in line.
     pub rev: i64,
+    /// A preferred candidate's (under `p/`).
+    pub preferred: bool,
 }
 
 /// The grant transaction's comparisons of the line. Without a place:
-/// nobody waits. With one: our key is still ours, and every waiter's key
-/// was created at our revision or later (so nobody is ahead).
+/// nobody waits, in either class. With one: our key is still ours, and
+/// every waiter's key of our class was created at our revision or later
+/// (so nobody is ahead), and, for a waiter that is not preferred, no
+/// preferred candidate waits.
 pub fn grant_compares(keys: &Keys, job: &str, place: Option<&Place>) -> Vec<pb::Compare> {
-    let (ws, we) = keys.waiters_range(job);
+    let (ws, we) = keys.line_range(job, false);
+    let (ps, pe) = keys.line_range(job, true);
     match place {
-        None => vec![range_empty(ws, we)],
+        None => vec![range_empty(ps, pe), range_empty(ws, we)],
+        Some(p) if p.preferred => vec![
+            create_is(p.key.clone(), p.rev),
+            range_created_since(ps, pe, p.rev),
+        ],
         Some(p) => vec![
             create_is(p.key.clone(), p.rev),
+            range_empty(ps, pe),
             range_created_since(ws, we, p.rev),
         ],
     }
+}
+
+/// The reads of the whole line with each waiter's holder (its key's
+/// value): the preferred candidates, then the others, each first in line
+/// first. For a transfer, which must find a named successor (rare, so
+/// reading every waiter is fine there).
+pub fn line_by_age(keys: &Keys, job: &str) -> [pb::RangeRequest; 2] {
+    [true, false].map(|preferred| {
+        let (s, e) = keys.line_range(job, preferred);
+        let mut r = range_req(s, e, 0);
+        r.sort_order = pb::range_request::SortOrder::Ascend as i32;
+        r.sort_target = pb::range_request::SortTarget::Create as i32;
+        r
+    })
 }
 
 /// The ranges whose changes can make it a waiter's turn: the job's keys (a
@@ -155,15 +188,16 @@ pub fn grant_compares(keys: &Keys, job: &str, place: Option<&Place>) -> Vec<pb::
 /// a waiter's key is never put again, so a put in the line changes nothing
 /// for anyone in it: etcd leaves those out (ten thousand joins used to send
 /// every watching frontend ten thousand events to decode and drop).
-pub fn wake_ranges(keys: &Keys, job: &str) -> [WatchRange; 2] {
-    let (start, end) = keys.waiters_range(job);
+pub fn wake_ranges(keys: &Keys, job: &str) -> [WatchRange; 3] {
+    let deletes = |(start, end)| WatchRange {
+        start,
+        end,
+        deletes_only: true,
+    };
     [
         WatchRange::all(keys.job_range(job)),
-        WatchRange {
-            start,
-            end,
-            deletes_only: true,
-        },
+        deletes(keys.line_range(job, true)),
+        deletes(keys.line_range(job, false)),
     ]
 }
 
@@ -732,9 +766,14 @@ impl Joins {
 impl EtcdNode {
     /// Puts our waiter key, last in line, bound to the session lease,
     /// without waiting for etcd's answer ([`Waiting::placed`] waits).
-    pub(super) fn enqueue(&self, job: &JobName, holder: &HolderId) -> Result<Waiting> {
+    pub(super) fn enqueue(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        preferred: bool,
+    ) -> Result<Waiting> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let key = self.inner.keys.waiter(job.as_str(), &id);
+        let key = self.inner.keys.waiter(job.as_str(), &id, preferred);
         let session = self.inner.session.id();
         let slot =
             self.inner
@@ -742,7 +781,11 @@ impl EtcdNode {
                 .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)?;
         Ok(Waiting {
             node: self.clone(),
-            place: Place { key, rev: 0 },
+            place: Place {
+                key,
+                rev: 0,
+                preferred,
+            },
             slot,
             granted: false,
         })
@@ -833,11 +876,12 @@ mod tests {
     #[test]
     fn the_grant_passes_nobody_who_queued_before() {
         let k = Keys::new("lh/");
-        let w = |id: &str, rev: i64| (k.waiter("j", id), rev);
+        let w = |id: &str, rev: i64| (k.waiter("j", id, false), rev);
         let (a, b, c) = (w("a", 10), w("b", 12), w("c", 15));
         let place = |(key, rev): &(Vec<u8>, i64)| Place {
             key: key.clone(),
             rev: *rev,
+            preferred: k.is_preferred_waiter(key),
         };
         // Only the first in line may be granted.
         let line = [a.clone(), b.clone(), c.clone()];
@@ -851,32 +895,63 @@ mod tests {
         assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&a))), &line));
         // Without a place: only when nobody waits, on this job.
         assert!(!all_hold(&grant_compares(&k, "j", None), &line));
-        let elsewhere = [(k.waiter("j2", "x"), 3), (k.waiter("i", "y"), 4)];
+        let elsewhere = [
+            (k.waiter("j2", "x", false), 3),
+            (k.waiter("i", "y", true), 4),
+        ];
         assert!(all_hold(&grant_compares(&k, "j", None), &elsewhere));
         assert!(all_hold(&grant_compares(&k, "j", None), &[]));
         // Other jobs' waiters are not in our line.
-        let mixed = [(k.waiter("j2", "x"), 3), b.clone()];
+        let mixed = [(k.waiter("j2", "x", false), 3), b.clone()];
         assert!(all_hold(&grant_compares(&k, "j", Some(&place(&b))), &mixed));
+        // A preferred candidate, though it came later, is ahead of every
+        // waiter that is not; among the preferred, the first came first.
+        let p = |id: &str, rev: i64| (k.waiter("j", id, true), rev);
+        let (p1, p2) = (p("p1", 20), p("p2", 22));
+        let line = [b.clone(), c.clone(), p1.clone(), p2.clone()];
+        assert!(all_hold(&grant_compares(&k, "j", Some(&place(&p1))), &line));
+        assert!(!all_hold(
+            &grant_compares(&k, "j", Some(&place(&p2))),
+            &line
+        ));
+        assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
+        assert!(!all_hold(&grant_compares(&k, "j", None), &[p1.clone()]));
+        // Once the preferred have gone, the others' line is as it was.
+        let line = [b.clone(), c.clone()];
+        assert!(all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
     }
 
     #[test]
     fn the_line_is_counted_and_its_first_read_by_create_revision_keys_only() {
         let k = Keys::new("lh/");
         let (ws, we) = k.waiters_range("j");
+        let (ps, pe) = k.line_range("j", true);
         let reads = line_reads(&k, "j", None);
-        assert_eq!(reads.len(), 1);
-        assert_eq!((&reads[0].key, &reads[0].range_end), (&ws, &we));
+        assert_eq!(reads.len(), 3);
+        assert_eq!((&reads[0].key, &reads[0].range_end), (&ps, &pe));
         assert!(reads[0].count_only);
-        let mine = k.waiter("j", "me");
+        assert_eq!(reads[1].key, k.preferred_grant("j"));
+        assert_eq!((&reads[2].key, &reads[2].range_end), (&ws, &we));
+        assert!(reads[2].count_only);
+        let mine = k.waiter("j", "me", false);
         let reads = line_reads(&k, "j", Some(&mine));
-        assert_eq!(reads.len(), 2);
+        assert_eq!(reads.len(), 4);
         assert_eq!(
-            (&reads[1].key, reads[1].range_end.is_empty()),
+            (&reads[3].key, reads[3].range_end.is_empty()),
             (&mine, true)
         );
-        assert!(reads[1].keys_only);
-        let first = first_read(&k, "j", 42);
+        assert!(reads[3].keys_only);
+        let first = first_read(&k, "j", &Line::default(), 42);
         assert_eq!((&first.key, &first.range_end, first.limit), (&ws, &we, 1));
+        let some_preferred = Line {
+            preferred: 1,
+            ..Line::default()
+        };
+        let first_preferred = first_read(&k, "j", &some_preferred, 42);
+        assert_eq!(
+            (&first_preferred.key, &first_preferred.range_end),
+            (&ps, &pe)
+        );
         assert_eq!(first.revision, 42);
         assert_eq!(
             first.sort_target,
@@ -905,23 +980,34 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let line = Line::from_ranges([count(2), answer(Some(9))].into_iter());
+        let marker = |token: u64| pb::RangeResponse {
+            kvs: vec![pb::KeyValue {
+                value: token.to_be_bytes().to_vec(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let line = Line::from_ranges([count(1), marker(7), count(2), answer(Some(9))].into_iter());
         assert_eq!(
             line,
             Line {
-                waiting: 2,
+                waiting: 3,
+                preferred: 1,
+                preferred_grant: 7,
                 first: None,
                 mine: Some(9)
             }
         );
         assert_eq!(line.with_first(answer(Some(4))).first, Some(4));
-        assert_eq!(Line::from_ranges([count(0)].into_iter()), Line::default());
         assert_eq!(
-            Line::from_ranges([count(1), answer(None)].into_iter()),
+            Line::from_ranges([count(0), answer(None), count(0)].into_iter()),
+            Line::default()
+        );
+        assert_eq!(
+            Line::from_ranges([count(0), answer(None), count(1), answer(None)].into_iter()),
             Line {
                 waiting: 1,
-                first: None,
-                mine: None
+                ..Line::default()
             }
         );
     }
@@ -929,13 +1015,21 @@ mod tests {
     #[test]
     fn a_waiter_is_woken_by_its_job_and_its_line_only() {
         let k = Keys::new("lh/");
-        let [job, line] = wake_ranges(&k, "j");
+        let [job, preferred, line] = wake_ranges(&k, "j");
         assert!(job.contains(&k.holder("j")) && job.contains(&k.token("j")));
         assert!(!job.deletes_only, "a grant, a release or an expiry");
-        assert!(line.contains(&k.waiter("j", "x")));
-        assert!(line.deletes_only, "a join changes nobody's turn");
-        for other in [k.holder("j2"), k.waiter("j2", "x"), k.value("j", b"k")] {
-            assert!(!job.contains(&other) && !line.contains(&other));
+        assert!(line.contains(&k.waiter("j", "x", false)));
+        assert!(preferred.contains(&k.waiter("j", "x", true)));
+        assert!(
+            line.deletes_only && preferred.deletes_only,
+            "a join changes nobody's turn"
+        );
+        for other in [
+            k.holder("j2"),
+            k.waiter("j2", "x", true),
+            k.value("j", b"k"),
+        ] {
+            assert!(!job.contains(&other) && !line.contains(&other) && !preferred.contains(&other));
         }
     }
 }

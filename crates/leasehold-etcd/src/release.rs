@@ -14,6 +14,7 @@ use leasehold_core::lease::rules;
 use leasehold_core::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
 use leasehold_core::record::HistoryPut;
 
+use super::client::{pb, ranges};
 use super::decide::{self, Release};
 use super::queue::{self, Place};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
@@ -161,8 +162,11 @@ impl EtcdNode {
                     }
                 };
                 let ttl = ttl.unwrap_or(h.rec.ttl);
-                let line = self.failed(self.inner.etcd.range(queue::line_by_age(&self.inner.keys, job.as_str())).await)?;
-                let successor = line.kvs.iter().find_map(|kv| {
+                let reads = queue::line_by_age(&self.inner.keys, job.as_str()).to_vec();
+                let line = self.failed(self.inner.etcd.read_txn(reads).await)?;
+                let line: Vec<pb::KeyValue> =
+                    ranges(line).into_iter().flat_map(|r| r.kvs).collect();
+                let successor = line.iter().find_map(|kv| {
                     let who = String::from_utf8(kv.value.clone()).ok()?;
                     let who = HolderId::from_trusted(who);
                     let named = to.is_none_or(|t| who.unbound() == t);
@@ -181,7 +185,11 @@ impl EtcdNode {
                     job.as_str(),
                     st,
                     h,
-                    &Place { key, rev },
+                    &Place {
+                        preferred: self.inner.keys.is_preferred_waiter(&key),
+                        key,
+                        rev,
+                    },
                     &holder_rec,
                     &token_rec,
                     lease,

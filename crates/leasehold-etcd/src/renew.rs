@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use leasehold_backend::{RenewOutcome, Renewal};
+use leasehold_backend::{RenewOutcome, Renewal, Renewed};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
@@ -168,7 +168,7 @@ impl EtcdNode {
         holder: &HolderId,
         token: Token,
         ttl: Duration,
-    ) -> Result<LeaseView> {
+    ) -> Result<Renewed> {
         self.bounded(
             "Renew",
             Duration::ZERO,
@@ -184,7 +184,7 @@ impl EtcdNode {
         holder: &HolderId,
         token: Token,
         ttl: Duration,
-    ) -> Result<LeaseView> {
+    ) -> Result<Renewed> {
         self.check_open()?;
         self.check_ttl(ttl)?;
         self.renew_one(job, holder, token, ttl)
@@ -211,7 +211,10 @@ impl EtcdNode {
                     };
                     if let Some(view) = done {
                         c.renewals.fetch_add(1, Ordering::Relaxed);
-                        return Ok(Ok(view));
+                        return Ok(Ok(Renewed {
+                            successor_waiting: decide::successor_waiting(&read.job, &read.line),
+                            lease: view,
+                        }));
                     }
                 }
                 Err(lost) => {

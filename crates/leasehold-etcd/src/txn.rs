@@ -73,20 +73,30 @@ pub fn transfer(
     let mut compare = still(hk.clone(), h);
     compare.push(mod_is(tk.clone(), st.token_mod));
     compare.push(create_is(place.key.clone(), place.rev));
+    let mut success = vec![
+        put_op(tk, token_rec.encode(), 0),
+        put_op(hk, holder_rec.encode(), lease),
+        put_op(
+            keys.untold(job),
+            holder_rec.token.0.to_be_bytes().to_vec(),
+            lease,
+        ),
+        delete_op(place.key.clone()),
+    ];
+    if place.preferred {
+        success.push(preferred_grant(keys, job, holder_rec.token));
+    }
     pb::TxnRequest {
         compare,
-        success: vec![
-            put_op(tk, token_rec.encode(), 0),
-            put_op(hk, holder_rec.encode(), lease),
-            put_op(
-                keys.untold(job),
-                holder_rec.token.0.to_be_bytes().to_vec(),
-                lease,
-            ),
-            delete_op(place.key.clone()),
-        ],
+        success,
         failure: Vec::new(),
     }
+}
+
+/// The put that marks the grant of `token` as a preferred candidate's
+/// (see `Keys::preferred_grant`).
+pub fn preferred_grant(keys: &Keys, job: &str, token: Token) -> pb::RequestOp {
+    put_op(keys.preferred_grant(job), token.0.to_be_bytes().to_vec(), 0)
 }
 
 /// Adds to a grant's transaction `req` the creation of its job: `meta`
@@ -148,6 +158,7 @@ pub fn delete_job(
             delete_range_op(js, je),
             delete_range_op(vs, ve),
             delete_range_op(hs, he),
+            delete_op(keys.preferred_grant(job)),
             put_op(mk, rec.encode(), 0),
         ],
         failure: Vec::new(),
@@ -515,8 +526,9 @@ mod tests {
         assert!(t0.failure.is_empty());
 
         let place = Place {
-            key: k.waiter("j", "me"),
+            key: k.waiter("j", "me", false),
             rev: 30,
+            preferred: false,
         };
         let t1 = grant(&k, "j", &st, Some(&place), &h.rec, &t, 99);
         assert_eq!(t1.compare[2..], grant_compares(&k, "j", Some(&place))[..]);

@@ -57,7 +57,7 @@ impl EtcdNode {
     /// `read`'s line with its first waiter, read at `read`'s revision (see
     /// [`queue::first_read`]).
     pub(super) async fn first_in_line(&self, job: &JobName, read: &Read) -> Result<Line> {
-        let req = queue::first_read(&self.inner.keys, job.as_str(), read.revision);
+        let req = queue::first_read(&self.inner.keys, job.as_str(), &read.line, read.revision);
         let r = self.failed(self.inner.etcd.range(req).await)?;
         Ok(read.line.with_first(r))
     }

@@ -117,7 +117,7 @@ mod tests {
                 } else {
                     Duration::from_millis(1)
                 };
-                let _ = st.table.acquire(&job, &holder, ttl, now, None);
+                let _ = st.table.acquire(&job, &holder, ttl, now, None, false);
             }
         }
         std::thread::sleep(Duration::from_millis(5));

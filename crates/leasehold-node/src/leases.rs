@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio::time::sleep_until;
 
-use leasehold_backend::{Acquired, ReleaseIfDropped, RenewOutcome, Renewal};
+use leasehold_backend::{Acquired, ReleaseIfDropped, RenewOutcome, Renewal, Renewed};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
@@ -43,13 +43,15 @@ impl Node {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None).await
+        self.acquire_as(job, holder, ttl, wait, None, false).await
     }
 
     /// [`Node::acquire`] by a holder whose principal may own at most
     /// `max_owned` jobs (its policy's `max_jobs`): a new job is refused
     /// when it owns that many ([`rules::admit_new_job`]), decided under
     /// the state lock with the count the table keeps, so it is exact.
+    /// `preferred`: asks as a preferred candidate (queued ahead of the
+    /// others; see `LeaseTable::enqueue`).
     pub async fn acquire_as(
         &self,
         job: &JobName,
@@ -57,6 +59,7 @@ impl Node {
         ttl: Duration,
         wait: Duration,
         max_owned: Option<usize>,
+        preferred: bool,
     ) -> Result<Acquired> {
         self.check_open()?;
         let give_up = clock::now() + wait;
@@ -71,7 +74,7 @@ impl Node {
                     return (Err(e), Effects::default());
                 }
             }
-            let (a, fx) = t.acquire(job, holder, ttl, now, None);
+            let (a, fx) = t.acquire(job, holder, ttl, now, None, preferred);
             (Ok(a), fx)
         })?;
         let busy = match res? {
@@ -106,7 +109,7 @@ impl Node {
         let notify = Arc::new(Notify::new());
         let (id, generation) = {
             let mut st = self.lock();
-            let id = st.table.enqueue(job, holder, ttl, clock::now());
+            let id = st.table.enqueue(job, holder, ttl, clock::now(), preferred);
             st.wakers.insert(id, notify.clone());
             (id, st.generation)
         };
@@ -126,8 +129,9 @@ impl Node {
                         .into(),
                 ));
             }
-            let (res, seq, changed) =
-                self.decide(job, |t, now| t.acquire(job, holder, ttl, now, Some(id)))?;
+            let (res, seq, changed) = self.decide(job, |t, now| {
+                t.acquire(job, holder, ttl, now, Some(id), preferred)
+            })?;
             match res {
                 Acquire::Granted(view) => {
                     // A release may have handed the lease to us already
@@ -237,21 +241,27 @@ impl Node {
         holder: &HolderId,
         token: Token,
         ttl: Duration,
-    ) -> Result<LeaseView> {
+    ) -> Result<Renewed> {
         self.check_open()?;
         let (r, seq, _) = self.decide(job, |t, now| {
             let before = t.view(job, now).deadline();
             match t.renew(job, holder, token, ttl, now) {
-                Ok((view, fx)) => (Ok((earlier(view.deadline(), before), view)), fx),
+                Ok((view, fx)) => {
+                    let renewed = Renewed {
+                        successor_waiting: t.successor_waiting(job),
+                        lease: view,
+                    };
+                    (Ok((earlier(renewed.lease.deadline(), before), renewed)), fx)
+                }
                 Err(e) => (Err(e), Effects::default()),
             }
         })?;
-        let (earlier, view) = r?;
+        let (earlier, renewed) = r?;
         if earlier {
             self.deadline_moved_earlier(job);
         }
         self.inner.commit.wait(seq).await?;
-        Ok(view)
+        Ok(renewed)
     }
 
     /// Renews many leases in one decision: the state lock is taken once,
@@ -281,7 +291,10 @@ impl Node {
                             st.table.set_stamp(&r.job, s);
                         }
                         st.wake(&fx.wake);
-                        out.push(Ok(view));
+                        out.push(Ok(Renewed {
+                            successor_waiting: st.table.successor_waiting(&r.job),
+                            lease: view,
+                        }));
                     }
                     Err(e) => out.push(Err((e, st.table.view(&r.job, now)))),
                 }

@@ -30,7 +30,7 @@ use leasehold_node::Node;
 
 pub use leasehold_backend::{
     held_by_another, Acquired, EventKind, HolderGuard, JobsShown, Picker, ReleaseIfDropped,
-    RenewOutcome, Renewal, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
+    RenewOutcome, Renewal, Renewed, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
     CHANGES_BUFFERED,
 };
 
@@ -75,7 +75,7 @@ impl Backend {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None).await
+        self.acquire_as(job, holder, ttl, wait, None, false).await
     }
 
     /// [`Backend::acquire`] by a holder whose principal may own at most
@@ -87,10 +87,17 @@ impl Backend {
         ttl: Duration,
         wait: Duration,
         max_owned: Option<usize>,
+        preferred: bool,
     ) -> Result<Acquired> {
         match self {
-            Backend::Local(n) => n.acquire_as(job, holder, ttl, wait, max_owned).await,
-            Backend::Etcd(n) => n.acquire_as(job, holder, ttl, wait, max_owned).await,
+            Backend::Local(n) => {
+                n.acquire_as(job, holder, ttl, wait, max_owned, preferred)
+                    .await
+            }
+            Backend::Etcd(n) => {
+                n.acquire_as(job, holder, ttl, wait, max_owned, preferred)
+                    .await
+            }
         }
     }
 
@@ -118,7 +125,7 @@ impl Backend {
         holder: &HolderId,
         token: Token,
         ttl: Duration,
-    ) -> Result<LeaseView> {
+    ) -> Result<Renewed> {
         match self {
             Backend::Local(n) => n.renew(job, holder, token, ttl).await,
             Backend::Etcd(n) => n.renew(job, holder, token, ttl).await,

@@ -547,7 +547,16 @@ impl Collector for SnapshotCollector {
                 "Leases that ran out without renewal or release.",
                 s.expiries,
             ),
-            ("leasehold_releases", "Voluntary releases.", s.releases),
+            (
+                "leasehold_releases",
+                "Voluntary releases, and leases bound to a connection its client closed.",
+                s.releases,
+            ),
+            (
+                "leasehold_transfers",
+                "Leases handed to a waiting successor (TransferLease).",
+                s.transfers,
+            ),
             (
                 "leasehold_renewals",
                 "Renewals that extended a lease: Renew calls and KeepAlive stream entries.",
@@ -748,6 +757,7 @@ mod tests {
         ("leasehold_takeovers_total", "counter", &[]),
         ("leasehold_expiries_total", "counter", &[]),
         ("leasehold_releases_total", "counter", &[]),
+        ("leasehold_transfers_total", "counter", &[]),
         ("leasehold_renewals_total", "counter", &[]),
         ("leasehold_renew_losses_total", "counter", &[]),
         ("leasehold_writes_total", "counter", &[]),

@@ -160,7 +160,7 @@ pub fn check(ops: &[Op]) -> Result<(), String> {
                     Some(_) => None,
                     None => Some(m.token + 1),
                 };
-                let (a, fx) = table.acquire(&name(j), &holder(h), ms(ttl_ms), now, None);
+                let (a, fx) = table.acquire(&name(j), &holder(h), ms(ttl_ms), now, None, false);
                 ensure!(
                     granted(&a) == expect,
                     "step {i} {op:?}: got {a:?}, model {expect:?}"

@@ -259,6 +259,8 @@ impl LeaseTable {
                 // Nothing is given back across a restart.
                 told_again: true,
                 handed_to: None,
+                // Not stored: a restored lease is nobody's preferred one.
+                preferred: false,
             });
             if job.holding.is_none() && rec.token != Token::NONE {
                 job.vacancy = Vacancy::Released;
@@ -331,7 +333,9 @@ impl LeaseTable {
     /// Granted when the lease is free (or expired) and nobody is queued
     /// ahead of `waiter`, or when `holder` already holds it live. A grant to
     /// a free lease issues the next token; a live holder keeps its token and
-    /// is extended. `waiter` is `Some` for a queued, waiting `Acquire`.
+    /// is extended. `waiter` is `Some` for a queued, waiting `Acquire`;
+    /// `preferred` says whether the Acquire asks as a preferred candidate
+    /// (a queued one was queued as such).
     pub fn acquire(
         &mut self,
         name: &JobName,
@@ -339,6 +343,7 @@ impl LeaseTable {
         ttl: Duration,
         now: Instant,
         waiter: Option<WaiterId>,
+        preferred: bool,
     ) -> (Acquire, Effects) {
         let stats = &mut self.stats;
         let faults = self.faults;
@@ -387,11 +392,12 @@ impl LeaseTable {
         }
 
         // Free, and our turn: nobody queued ahead of us.
+        let mut preferred = preferred;
         if waiter.is_some() {
-            job.pop_first();
+            preferred = job.pop_first().is_some_and(|w| w.preferred);
             fx.wake.extend(job.first_in_line());
         }
-        job.grant(holder, ttl, now, stats, &mut fx);
+        job.grant(holder, ttl, preferred, now, stats, &mut fx);
         fx.persist = Some(job.record(owners));
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -510,7 +516,7 @@ impl LeaseTable {
                     // Nobody can be granted: wake the line to be told so.
                     fx.wake.extend(job.waiters().map(|w| w.id));
                 } else if let Some(w) = job.pop_first() {
-                    job.grant(&w.holder, w.ttl, now, stats, &mut fx);
+                    job.grant(&w.holder, w.ttl, w.preferred, now, stats, &mut fx);
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);
                     }
@@ -601,7 +607,14 @@ impl LeaseTable {
             how: TenureEnd::Transferred,
             at: now,
         });
-        job.grant(&w.holder, ttl.unwrap_or(held_ttl), now, stats, &mut fx);
+        job.grant(
+            &w.holder,
+            ttl.unwrap_or(held_ttl),
+            w.preferred,
+            now,
+            stats,
+            &mut fx,
+        );
         if let Some(h) = &mut job.holding {
             h.handed_to = Some(w.id);
         }

@@ -431,7 +431,7 @@ impl proto::leases_server::Leases for LeasesService {
             lease: view,
         } = self
             .node
-            .acquire_as(&job, &holder, ttl, wait, max_owned)
+            .acquire_as(&job, &holder, ttl, wait, max_owned, req.get_ref().preferred)
             .await
             .map_err(|e| status(self.quotas.exceeded(e)))?;
         if let (Some(Err(e)), false) = (place, acquired) {
@@ -467,13 +467,14 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, token, ttl) =
             convert::renew_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
-        let view = self
+        let renewed = self
             .node
             .renew(&job, &holder, token, ttl)
             .await
             .map_err(|e| status(caller.refine(Action::Lease, e)))?;
         Ok(Response::new(proto::RenewResponse {
-            lease: Some(lease(&view)),
+            lease: Some(lease(&renewed.lease)),
+            successor_waiting: renewed.successor_waiting,
         }))
     }
 
@@ -799,6 +800,7 @@ async fn keep_alive_batch(
                     lease: None,
                     field,
                     message: e.to_string(),
+                    successor_waiting: false,
                 });
             }
         }
@@ -807,12 +809,13 @@ async fn keep_alive_batch(
     for ((slot, outcome), renewal) in slots.into_iter().zip(outcomes).zip(&batch) {
         let res = &mut results[slot];
         match outcome {
-            Ok(view) => {
+            Ok(renewed) => {
                 if let Some((bindings, conn)) = bind {
                     bindings.bind(conn, &renewal.job, &renewal.holder, renewal.token);
                 }
                 res.outcome = Outcome::Renewed as i32;
-                res.lease = Some(lease(&view));
+                res.lease = Some(lease(&renewed.lease));
+                res.successor_waiting = renewed.successor_waiting;
             }
             Err((e, view)) => {
                 let e = match caller.refine(Action::Lease, e) {

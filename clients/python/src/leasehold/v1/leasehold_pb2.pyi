@@ -61,18 +61,20 @@ class Lease(_message.Message):
     def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream")
+    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     BIND_TO_STREAM_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
     bind_to_stream: bool
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ...) -> None: ...
+    preferred: bool
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ..., preferred: _Optional[bool] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease")
@@ -95,10 +97,12 @@ class RenewRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
-    __slots__ = ("lease",)
+    __slots__ = ("lease", "successor_waiting")
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_WAITING_FIELD_NUMBER: _ClassVar[int]
     lease: Lease
-    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
+    successor_waiting: bool
+    def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., successor_waiting: _Optional[bool] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("job", "holder", "token", "give_back")
@@ -403,7 +407,7 @@ class KeepAliveResponse(_message.Message):
     def __init__(self, id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[KeepAliveResult, _Mapping]]] = ...) -> None: ...
 
 class KeepAliveResult(_message.Message):
-    __slots__ = ("job", "outcome", "lease", "field", "message")
+    __slots__ = ("job", "outcome", "lease", "field", "message", "successor_waiting")
     class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OUTCOME_UNSPECIFIED: _ClassVar[KeepAliveResult.Outcome]
@@ -421,9 +425,11 @@ class KeepAliveResult(_message.Message):
     LEASE_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SUCCESSOR_WAITING_FIELD_NUMBER: _ClassVar[int]
     job: str
     outcome: KeepAliveResult.Outcome
     lease: Lease
     field: str
     message: str
-    def __init__(self, job: _Optional[str] = ..., outcome: _Optional[_Union[KeepAliveResult.Outcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., field: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    successor_waiting: bool
+    def __init__(self, job: _Optional[str] = ..., outcome: _Optional[_Union[KeepAliveResult.Outcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., successor_waiting: _Optional[bool] = ...) -> None: ...

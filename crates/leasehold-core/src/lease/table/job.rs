@@ -29,6 +29,8 @@ pub(super) struct Holding {
     /// The waiter a release handed the lease to: its own call's completion
     /// is not the holder asking again.
     pub(super) handed_to: Option<WaiterId>,
+    /// Granted to a preferred candidate (`AcquireRequest.preferred`).
+    pub(super) preferred: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +64,10 @@ pub(super) struct Job {
 /// The parts of a [`Job`] that most jobs do not use at any one time.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Rare {
+    /// The waiters that are not preferred, first in line first.
     pub(super) waiters: VecDeque<Waiter>,
+    /// The preferred waiters, ahead of the others.
+    pub(super) preferred: VecDeque<Waiter>,
     /// The token and deadline of a holding that ran out and whose end is
     /// not in the history yet: the next grant (or the job's deletion)
     /// records it, in its own durable change.
@@ -98,6 +103,7 @@ impl Job {
     pub(super) fn tidy(&mut self) {
         if self.rare.as_deref().is_some_and(|r| {
             r.waiters.is_empty()
+                && r.preferred.is_empty()
                 && r.expired_unrecorded.is_none()
                 && r.fenced == 0
                 && r.last_fenced.is_none()
@@ -166,6 +172,7 @@ impl Job {
         &mut self,
         holder: &HolderId,
         ttl: Duration,
+        preferred: bool,
         now: Instant,
         stats: &mut Stats,
         fx: &mut Effects,
@@ -200,6 +207,7 @@ impl Job {
             deadline: now + ttl,
             told_again: false,
             handed_to: None,
+            preferred,
         });
         self.stored_ttl = ttl;
     }

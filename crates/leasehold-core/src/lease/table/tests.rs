@@ -33,7 +33,7 @@ fn granted(a: &Acquire) -> Option<Token> {
 fn first_grant_is_token_one_and_persisted() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let (a, fx) = t.acquire(&job("j"), &who("a"), TTL, t0, None);
+    let (a, fx) = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(1)));
     assert_eq!(
         fx.persist,
@@ -51,8 +51,8 @@ fn first_grant_is_token_one_and_persisted() {
 fn second_holder_sees_holder_and_token() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
-    let (a, fx) = t.acquire(&job("j"), &who("b"), TTL, t0 + ms(1), None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
+    let (a, fx) = t.acquire(&job("j"), &who("b"), TTL, t0 + ms(1), None, false);
     match a {
         Acquire::Busy { view, .. } => {
             assert_eq!(view.holder(), Some(&who("a")));
@@ -67,7 +67,7 @@ fn second_holder_sees_holder_and_token() {
 fn renewal_keeps_token_and_extends_and_needs_no_flush() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     let (v, fx) = t
         .renew(&job("j"), &who("a"), Token(1), TTL, t0 + ms(9_000))
         .unwrap();
@@ -75,7 +75,7 @@ fn renewal_keeps_token_and_extends_and_needs_no_flush() {
     assert_eq!(v.deadline(), Some(t0 + ms(19_000)));
     assert_eq!(fx.persist, None, "same TTL: no write on the hot path");
     // Past the old deadline, still held.
-    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + ms(15_000), None);
+    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + ms(15_000), None, false);
     assert_eq!(granted(&a), None);
 }
 
@@ -83,7 +83,7 @@ fn renewal_keeps_token_and_extends_and_needs_no_flush() {
 fn renewal_with_longer_ttl_is_persisted() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     let (_, fx) = t
         .renew(&job("j"), &who("a"), Token(1), TTL * 2, t0)
         .unwrap();
@@ -100,9 +100,9 @@ fn renewal_that_moves_the_deadline_earlier_wakes_the_first_in_line() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL * 6, t0, None);
-    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
-    let _w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL * 6, t0, None, false);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let _w2 = t.enqueue(&j, &who("c"), TTL, t0, false);
     // A later deadline: the first in line's timer fires early and finds
     // the lease held; nobody needs waking.
     let (_, fx) = t
@@ -116,7 +116,7 @@ fn renewal_that_moves_the_deadline_earlier_wakes_the_first_in_line() {
         .unwrap();
     assert_eq!(v.deadline(), Some(t0 + ms(302)));
     assert_eq!(fx.wake, vec![w1]);
-    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(302), Some(w1));
+    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(302), Some(w1), false);
     assert_eq!(granted(&a), Some(Token(2)));
 }
 
@@ -124,7 +124,7 @@ fn renewal_that_moves_the_deadline_earlier_wakes_the_first_in_line() {
 fn expiry_then_regrant_bumps_token_even_for_same_holder() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     let err = t
         .renew(&job("j"), &who("a"), Token(1), TTL, t0 + TTL)
         .unwrap_err();
@@ -138,7 +138,7 @@ fn expiry_then_regrant_bumps_token_even_for_same_holder() {
         ),
         "{err:?}"
     );
-    let (a, _) = t.acquire(&job("j"), &who("a"), TTL, t0 + TTL, None);
+    let (a, _) = t.acquire(&job("j"), &who("a"), TTL, t0 + TTL, None, false);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(t.stats().expiries, 1);
     assert_eq!(t.stats().takeovers, 0);
@@ -148,10 +148,10 @@ fn expiry_then_regrant_bumps_token_even_for_same_holder() {
 fn takeover_after_expiry_is_token_plus_one() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
-    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + TTL - ms(1), None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
+    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + TTL - ms(1), None, false);
     assert_eq!(granted(&a), None, "one millisecond early is too early");
-    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + TTL, None);
+    let (a, _) = t.acquire(&job("j"), &who("b"), TTL, t0 + TTL, None, false);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(t.stats().takeovers, 1);
 }
@@ -160,8 +160,8 @@ fn takeover_after_expiry_is_token_plus_one() {
 fn reacquire_by_live_holder_keeps_token() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
-    let (a, fx) = t.acquire(&job("j"), &who("a"), TTL, t0 + ms(5), None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
+    let (a, fx) = t.acquire(&job("j"), &who("a"), TTL, t0 + ms(5), None, false);
     assert_eq!(granted(&a), Some(Token(1)));
     assert!(!fx.changed);
 }
@@ -171,9 +171,9 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
-    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0, false);
     let fx = t.release(&j, &who("a"), Token(1), t0 + ms(1)).unwrap();
     assert_eq!(
         fx.wake,
@@ -192,13 +192,13 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
     );
     assert_eq!(t.view(&j, t0 + ms(1)).holder(), Some(&who("b")));
     // The woken waiter finds the lease is its own.
-    let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + ms(2), Some(w1));
+    let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + ms(2), Some(w1), false);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(fx.persist, None);
     // Nobody jumps the queue: c is next, not a newcomer.
     let fx = t.release(&j, &who("b"), Token(2), t0 + ms(3)).unwrap();
     assert_eq!(fx.wake, vec![w2]);
-    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + ms(4), None);
+    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + ms(4), None, false);
     assert_eq!(granted(&a), None);
 }
 
@@ -207,19 +207,19 @@ fn free_lease_goes_to_first_waiter_not_a_newcomer() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
-    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0, false);
     // a expires; the first waiter's timer wakes it.
-    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + TTL, None);
+    let (a, _) = t.acquire(&j, &who("z"), TTL, t0 + TTL, None, false);
     assert_eq!(
         granted(&a),
         None,
         "a newcomer that does not wait cannot jump the queue"
     );
-    let (a, _) = t.acquire(&j, &who("c"), TTL, t0 + TTL, Some(w2));
+    let (a, _) = t.acquire(&j, &who("c"), TTL, t0 + TTL, Some(w2), false);
     assert_eq!(granted(&a), None, "the second in line cannot go first");
-    let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + TTL, Some(w1));
+    let (a, fx) = t.acquire(&j, &who("b"), TTL, t0 + TTL, Some(w1), false);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(fx.wake, vec![w2], "the next in line arms its timer");
 }
@@ -229,7 +229,7 @@ fn release_is_idempotent_and_refuses_others() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert!(matches!(
         t.release(&j, &who("b"), Token(1), t0),
         Err(Error::LeaseLost { .. })
@@ -243,7 +243,7 @@ fn release_is_idempotent_and_refuses_others() {
         t.release(&j, &who("a"), Token(1), t0).unwrap(),
         Effects::default()
     );
-    let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert_eq!(
         granted(&a),
         Some(Token(2)),
@@ -256,10 +256,10 @@ fn dequeue_of_first_wakes_next() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let w1 = t.enqueue(&j, &who("a"), TTL, t0);
-    let w2 = t.enqueue(&j, &who("b"), TTL, t0);
+    let w1 = t.enqueue(&j, &who("a"), TTL, t0, false);
+    let w2 = t.enqueue(&j, &who("b"), TTL, t0, false);
     assert_eq!(t.dequeue(&j, w2).wake, vec![]);
-    let w3 = t.enqueue(&j, &who("c"), TTL, t0);
+    let w3 = t.enqueue(&j, &who("c"), TTL, t0, false);
     assert_eq!(t.dequeue(&j, w1).wake, vec![w3]);
 }
 
@@ -273,7 +273,7 @@ fn departures_anywhere_in_two_interleaved_lines_keep_both_in_order() {
     let mut lines: [Vec<WaiterId>; 2] = [Vec::new(), Vec::new()];
     for i in 0..200 {
         let l = usize::from(i % 3 == 0);
-        lines[l].push(t.enqueue(&names[l], &who(&format!("w{i}")), TTL, t0));
+        lines[l].push(t.enqueue(&names[l], &who(&format!("w{i}")), TTL, t0, false));
     }
     for l in 0..2 {
         let (name, other_first) = (&names[l], lines[1 - l][0]);
@@ -306,10 +306,10 @@ fn fence_rejects_paused_leader_before_successor_writes() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("bridge_health");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
     t.check_write(&j, Token(1), None, t0 + ms(1)).unwrap();
     // a is paused past its TTL; b takes over and has not written anything.
-    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + TTL, None);
+    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + TTL, None, false);
     assert_eq!(granted(&a), Some(Token(2)));
     let err = t
         .check_write(&j, Token(1), Some(Token(1)), t0 + TTL + ms(1))
@@ -332,7 +332,7 @@ fn a_guard_refuses_the_live_holders_writes_before_the_fence() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
     let refuse_a = |h: &str| h == "a";
     // Even on a key a higher token wrote: the guard answers first.
     assert!(matches!(
@@ -366,7 +366,7 @@ fn fence_rejects_expired_and_released_and_unknown_tokens() {
         t.check_write(&j, Token(1), None, t0),
         Err(Error::UnknownToken { .. })
     ));
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert!(matches!(
         t.check_write(&j, Token(2), None, t0),
         Err(Error::UnknownToken { .. })
@@ -378,7 +378,7 @@ fn fence_rejects_expired_and_released_and_unknown_tokens() {
             ..
         })
     ));
-    let _ = t.acquire(&j, &who("a"), TTL, t0 + TTL, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0 + TTL, None, false);
     assert!(matches!(
         t.check_write(&j, Token(2), Some(Token(3)), t0 + TTL),
         Err(Error::Fenced {
@@ -420,7 +420,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
         ),
     ];
     let mut t = LeaseTable::restore(recs, Floors::default(), t0);
-    let (a, _) = t.acquire(&job("held"), &who("b"), TTL, t0 + TTL - ms(1), None);
+    let (a, _) = t.acquire(&job("held"), &who("b"), TTL, t0 + TTL - ms(1), None, false);
     assert_eq!(
         granted(&a),
         None,
@@ -429,7 +429,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
     let _ = t
         .renew(&job("held"), &who("a"), Token(7), TTL, t0 + ms(5))
         .unwrap();
-    let (a, _) = t.acquire(&job("free"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("free"), &who("b"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(4)));
 }
 
@@ -458,12 +458,12 @@ fn every_grant_is_above_the_floor() {
         t0,
     );
     assert!(t.renew(&job("kept"), &who("a"), Token(7), TTL, t0).is_err());
-    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
-    let (a, _) = t.acquire(&job("lost"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("lost"), &who("b"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
-    let id = t.enqueue(&job("queued"), &who("c"), TTL, t0);
-    let (a, _) = t.acquire(&job("queued"), &who("c"), TTL, t0, Some(id));
+    let id = t.enqueue(&job("queued"), &who("c"), TTL, t0, false);
+    let (a, _) = t.acquire(&job("queued"), &who("c"), TTL, t0, Some(id), false);
     assert_eq!(granted(&a), Some(Token((1 << 32) + 1)));
     t.reload(
         Vec::new(),
@@ -473,7 +473,7 @@ fn every_grant_is_above_the_floor() {
         },
         t0,
     );
-    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("kept"), &who("b"), TTL, t0, None, false);
     assert_eq!(
         granted(&a),
         Some(Token((1 << 40) + 1)),
@@ -489,11 +489,11 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     for _ in 0..7 {
-        let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+        let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None, false);
         let tok = granted(&a).unwrap();
         let _ = t.release(&job("x"), &who("a"), tok, t0).unwrap();
     }
-    let (a, _) = t.acquire(&job("other"), &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("other"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(1)));
 
     let err = t.delete(&job("other"), t0).unwrap_err();
@@ -502,9 +502,9 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
         t.contains(&job("other")),
         "a refused delete changes nothing"
     );
-    let (a, _) = t.acquire(&job("x"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("x"), &who("b"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(8)));
-    let id = t.enqueue(&job("x"), &who("c"), TTL, t0);
+    let id = t.enqueue(&job("x"), &who("c"), TTL, t0, false);
     assert!(
         matches!(
             t.delete(&job("x"), t0 + TTL * 2),
@@ -522,16 +522,16 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
         "deleting twice is no error"
     );
     assert_eq!(t.floors().new_jobs, Token(8));
-    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(9)), "never a token issued before");
-    let (a, _) = t.acquire(&job("brand-new"), &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("brand-new"), &who("a"), TTL, t0, None, false);
     assert_eq!(
         granted(&a),
         Some(Token(9)),
         "a new job starts above the floor too"
     );
     let _ = t.release(&job("other"), &who("a"), Token(1), t0).unwrap();
-    let (a, _) = t.acquire(&job("other"), &who("b"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("other"), &who("b"), TTL, t0, None, false);
     assert_eq!(
         granted(&a),
         Some(Token(2)),
@@ -560,7 +560,7 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
         t.renew(&job("other"), &who("b"), Token(2), TTL, t0).is_ok(),
         "a live lease below the new-job floor stays live"
     );
-    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("x"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(9)));
 }
 
@@ -579,15 +579,15 @@ fn the_last_token_is_issued_once_then_grants_are_refused() {
         },
     )];
     let mut t = LeaseTable::restore(recs, Floors::default(), t0);
-    let (a, _) = t.acquire(&job("old"), &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("old"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token::LAST));
-    let id = t.enqueue(&job("old"), &who("b"), TTL, t0);
+    let id = t.enqueue(&job("old"), &who("b"), TTL, t0, false);
     let fx = t.release(&job("old"), &who("a"), Token::LAST, t0).unwrap();
     assert!(fx.wake.contains(&id), "the line is told");
-    let (a, fx) = t.acquire(&job("old"), &who("b"), TTL, t0, Some(id));
+    let (a, fx) = t.acquire(&job("old"), &who("b"), TTL, t0, Some(id), false);
     assert!(matches!(a, Acquire::Exhausted(_)), "{a:?}");
     assert_eq!(fx.persist, None, "nothing changed");
-    let (a, _) = t.acquire(&job("old"), &who("c"), TTL, t0, None);
+    let (a, _) = t.acquire(&job("old"), &who("c"), TTL, t0, None, false);
     assert!(matches!(a, Acquire::Exhausted(_)), "{a:?}");
     assert_eq!(t.view(&job("old"), t0).token, Token::LAST);
 }
@@ -597,7 +597,7 @@ fn list_pages_by_prefix() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     for n in ["a/1", "a/2", "a/3", "b/1"] {
-        let _ = t.acquire(&job(n), &who("h"), TTL, t0, None);
+        let _ = t.acquire(&job(n), &who("h"), TTL, t0, None, false);
     }
     let p1 = t.list("a/", None, 2, t0);
     assert_eq!(
@@ -616,7 +616,7 @@ fn list_pages_by_prefix() {
 fn leadership_reports_vacancy_time() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None);
+    let _ = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     let l: Vec<_> = t.leadership(t0 + ms(1)).collect();
     assert_eq!(l[0].1, Leadership::Led { token: Token(1) });
     let l: Vec<_> = t.leadership(t0 + TTL + ms(500)).collect();
@@ -681,8 +681,8 @@ proptest! {
 fn settle_leadership_counts_expiries_and_reports_what_leadership_does() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let _ = t.acquire(&job("a"), &who("x"), TTL, t0, None);
-    let _ = t.acquire(&job("b"), &who("y"), TTL * 3, t0, None);
+    let _ = t.acquire(&job("a"), &who("x"), TTL, t0, None, false);
+    let _ = t.acquire(&job("b"), &who("y"), TTL * 3, t0, None, false);
     let now = t0 + TTL + ms(500);
     let want: Vec<_> = t.leadership(now).map(|(j, l)| (j.clone(), l)).collect();
     let got: Vec<_> = t
@@ -714,12 +714,12 @@ fn history_events_mark_every_tenure() {
         holder: who(h),
         ttl: TTL,
     };
-    let (_, fx) = t.acquire(&j, &who("a"), TTL, t0, None);
+    let (_, fx) = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert_eq!(fx.history, vec![granted_to("a", 1)]);
     let (_, fx) = t.renew(&j, &who("a"), Token(1), TTL, t0 + ms(5)).unwrap();
     assert!(fx.history.is_empty(), "a renewal is not a tenure");
     // A release hands over to the first waiter in the same decision.
-    let w = t.enqueue(&j, &who("b"), TTL, t0 + ms(6));
+    let w = t.enqueue(&j, &who("b"), TTL, t0 + ms(6), false);
     let fx = t.release(&j, &who("a"), Token(1), t0 + ms(10)).unwrap();
     assert_eq!(
         fx.history,
@@ -743,7 +743,7 @@ fn history_events_mark_every_tenure() {
         Some((Token(2), deadline))
     );
     // Another holder takes it: b's tenure was taken over, at its deadline.
-    let (_, fx) = t.acquire(&j, &who("c"), TTL, deadline + ms(50), None);
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, deadline + ms(50), None, false);
     assert_eq!(
         fx.history,
         vec![
@@ -758,7 +758,7 @@ fn history_events_mark_every_tenure() {
     assert_eq!(t.unrecorded_end(&j, deadline + ms(60)), None);
     // c runs out and comes back: expired, then a new tenure of c's.
     let later = deadline + ms(50) + TTL;
-    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(1), None);
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(1), None, false);
     assert_eq!(
         fx.history,
         vec![
@@ -771,7 +771,7 @@ fn history_events_mark_every_tenure() {
         ]
     );
     // The live holder asking again extends: nothing new.
-    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(2), None);
+    let (_, fx) = t.acquire(&j, &who("c"), TTL, later + ms(2), None, false);
     assert!(fx.history.is_empty());
 }
 
@@ -781,7 +781,7 @@ fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
     let j = job("j");
     let t0 = Instant::now();
     // Never asked again: given back, as a release (history included).
-    let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None);
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(1)));
     let fx = t.give_back(&j, &who("a"), Token(1), t0 + ms(1));
     assert!(fx.changed);
@@ -790,9 +790,9 @@ fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
     assert_eq!(t.view(&j, t0 + ms(1)).holder(), None);
     // Asked again with a repeated Acquire (whose answer may have told it
     // that it leads): kept, and nothing changes.
-    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(2), None);
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(2), None, false);
     assert_eq!(granted(&a), Some(Token(2)));
-    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(3), None);
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(3), None, false);
     assert_eq!(granted(&a), Some(Token(2)), "a re-grant, same token");
     assert_eq!(
         t.give_back(&j, &who("a"), Token(2), t0 + ms(4)),
@@ -801,7 +801,7 @@ fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
     assert_eq!(t.view(&j, t0 + ms(4)).holder(), Some(&who("a")));
     // Asked again with a Renew: kept.
     let _ = t.release(&j, &who("a"), Token(2), t0 + ms(5)).unwrap();
-    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(6), None);
+    let (a, _) = t.acquire(&j, &who("a"), TTL, t0 + ms(6), None, false);
     assert_eq!(granted(&a), Some(Token(3)));
     let _ = t.renew(&j, &who("a"), Token(3), TTL, t0 + ms(7)).unwrap();
     assert_eq!(
@@ -819,13 +819,13 @@ fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
     assert_eq!(t.view(&j, t0 + ms(9)).holder(), Some(&who("a")));
     // A grant handed over to a waiter by a release, never asked for again:
     // given back, and handed on to the next in line.
-    let wb = t.enqueue(&j, &who("b"), TTL, t0 + ms(10));
-    let wc = t.enqueue(&j, &who("c"), TTL, t0 + ms(10));
+    let wb = t.enqueue(&j, &who("b"), TTL, t0 + ms(10), false);
+    let wc = t.enqueue(&j, &who("c"), TTL, t0 + ms(10), false);
     let fx = t.release(&j, &who("a"), Token(3), t0 + ms(11)).unwrap();
     assert_eq!(fx.wake, vec![wb, wc]);
     assert_eq!(t.view(&j, t0 + ms(11)).holder(), Some(&who("b")));
     // The woken waiter's own call completes: that is not asking again.
-    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(11), Some(wb));
+    let (a, _) = t.acquire(&j, &who("b"), TTL, t0 + ms(11), Some(wb), false);
     assert_eq!(granted(&a), Some(Token(4)));
     let fx = t.give_back(&j, &who("b"), Token(4), t0 + ms(12));
     assert!(fx.changed);
@@ -875,11 +875,11 @@ fn bound(principal: &str, holder: &str) -> HolderId {
 fn a_job_counts_against_the_principal_that_created_it_until_it_is_deleted() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
-    let (a, fx) = t.acquire(&job("a1"), &bound("billing", "w"), TTL, t0, None);
+    let (a, fx) = t.acquire(&job("a1"), &bound("billing", "w"), TTL, t0, None, false);
     let token = granted(&a).unwrap();
     assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
-    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None);
-    let _ = t.acquire(&job("free"), &who("w"), TTL, t0, None);
+    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None, false);
+    let _ = t.acquire(&job("free"), &who("w"), TTL, t0, None, false);
     assert_eq!(t.owned_by("billing"), 2);
     assert_eq!(t.owned_by("ops"), 0);
 
@@ -888,19 +888,19 @@ fn a_job_counts_against_the_principal_that_created_it_until_it_is_deleted() {
         .release(&job("a1"), &bound("billing", "w"), token, t0)
         .unwrap();
     assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
-    let (_, fx) = t.acquire(&job("a1"), &bound("ops", "x"), TTL, t0, None);
+    let (_, fx) = t.acquire(&job("a1"), &bound("ops", "x"), TTL, t0, None, false);
     assert_eq!(fx.persist.unwrap().owner.as_deref(), Some("billing"));
     assert_eq!((t.owned_by("billing"), t.owned_by("ops")), (2, 0));
 
     // A job a decision created and the store refused is forgotten with
     // its count; a job that was there keeps it.
     let c = t.checkpoint(&job("a3"));
-    let _ = t.acquire(&job("a3"), &bound("billing", "w"), TTL, t0, None);
+    let _ = t.acquire(&job("a3"), &bound("billing", "w"), TTL, t0, None, false);
     assert_eq!(t.owned_by("billing"), 3);
     t.rollback(c);
     assert_eq!(t.owned_by("billing"), 2);
     let c = t.checkpoint(&job("a2"));
-    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None);
+    let _ = t.acquire(&job("a2"), &bound("billing", "w"), TTL, t0, None, false);
     t.rollback(c);
     assert_eq!(t.owned_by("billing"), 2);
 
@@ -941,9 +941,9 @@ fn a_transfer_hands_the_lease_to_the_first_waiter_with_the_next_token_and_no_gap
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w1 = t.enqueue(&j, &who("b"), ms(20_000), t0);
-    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let w1 = t.enqueue(&j, &who("b"), ms(20_000), t0, false);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0, false);
     let (view, fx) = t
         .transfer(&j, &who("a"), Token(1), None, None, t0 + ms(5))
         .unwrap();
@@ -971,7 +971,7 @@ fn a_transfer_hands_the_lease_to_the_first_waiter_with_the_next_token_and_no_gap
     assert_eq!(fx.persist.unwrap().holder, Some(who("b")));
     // The woken waiter's call finds the lease its own, and its grant is
     // not "asked again" (it could still be given back).
-    let (a, _) = t.acquire(&j, &who("b"), ms(20_000), t0 + ms(6), Some(w1));
+    let (a, _) = t.acquire(&j, &who("b"), ms(20_000), t0 + ms(6), Some(w1), false);
     assert_eq!(granted(&a), Some(Token(2)));
     assert_eq!(t.stats().transfers, 1);
     // The old holder's token is stale now.
@@ -986,9 +986,9 @@ fn a_transfer_to_a_named_holder_passes_the_others_in_line_who_keep_their_places(
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w1 = t.enqueue(&j, &who("b"), TTL, t0);
-    let w2 = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let w1 = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let w2 = t.enqueue(&j, &who("c"), TTL, t0, false);
     let (view, fx) = t
         .transfer(&j, &who("a"), Token(1), Some("c"), Some(ms(3_000)), t0)
         .unwrap();
@@ -1006,7 +1006,7 @@ fn a_transfer_with_no_successor_or_a_stale_token_changes_nothing() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
     let before = t.view(&j, t0);
     // Nobody waits.
     assert!(matches!(
@@ -1015,8 +1015,8 @@ fn a_transfer_with_no_successor_or_a_stale_token_changes_nothing() {
     ));
     // The named holder does not wait; the one who does is not it; the
     // holder's own waiting call is no successor.
-    let _w = t.enqueue(&j, &who("b"), TTL, t0);
-    let _own = t.enqueue(&j, &who("a"), TTL, t0);
+    let _w = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let _own = t.enqueue(&j, &who("a"), TTL, t0, false);
     assert!(matches!(
         t.transfer(&j, &who("a"), Token(1), Some("z"), None, t0),
         Err(Error::NoSuccessor { to: Some(_), .. })
@@ -1050,9 +1050,9 @@ fn two_transfers_at_once_hand_over_once() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let _ = t.enqueue(&j, &who("b"), TTL, t0);
-    let _ = t.enqueue(&j, &who("c"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let _ = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let _ = t.enqueue(&j, &who("c"), TTL, t0, false);
     assert!(t.transfer(&j, &who("a"), Token(1), None, None, t0).is_ok());
     assert!(matches!(
         t.transfer(&j, &who("a"), Token(1), Some("c"), None, t0),
@@ -1067,8 +1067,8 @@ fn a_bound_lease_released_as_its_connection_closed_says_so_in_the_history() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
     let j = job("j");
-    let _ = t.acquire(&j, &who("a"), TTL, t0, None);
-    let w = t.enqueue(&j, &who("b"), TTL, t0);
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let w = t.enqueue(&j, &who("b"), TTL, t0, false);
     let fx = t
         .release_as(
             &j,
@@ -1085,4 +1085,53 @@ fn a_bound_lease_released_as_its_connection_closed_says_so_in_the_history() {
         at: t0 + ms(1)
     }));
     assert_eq!(t.view(&j, t0 + ms(1)).token, Token(2));
+}
+
+#[test]
+fn preferred_candidates_wait_ahead_of_the_others_first_come_first_served_in_each_class() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let b = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let c = t.enqueue(&j, &who("c"), TTL, t0, false);
+    assert!(!t.successor_waiting(&j), "nobody preferred waits");
+    let p = t.enqueue(&j, &who("p"), TTL, t0, true);
+    let q = t.enqueue(&j, &who("q"), TTL, t0, true);
+    assert!(t.successor_waiting(&j), "a preferred candidate waits");
+    // The first preferred leaving wakes the next preferred, not b.
+    assert_eq!(t.dequeue(&j, p).wake, vec![q]);
+    // A release hands over to q, the only preferred left: a preferred
+    // holder is told nothing, though a preferred candidate comes.
+    let fx = t.release(&j, &who("a"), Token(1), t0).unwrap();
+    assert_eq!(fx.wake, vec![q, b]);
+    assert_eq!(t.view(&j, t0).holder(), Some(&who("q")));
+    let r = t.enqueue(&j, &who("r"), TTL, t0, true);
+    assert!(!t.successor_waiting(&j), "the holder is preferred itself");
+    // Then r (preferred), then b and c in their order.
+    let fx = t.release(&j, &who("q"), Token(2), t0).unwrap();
+    assert_eq!(fx.wake, vec![r, b]);
+    let fx = t.release(&j, &who("r"), Token(3), t0).unwrap();
+    assert_eq!(fx.wake, vec![b, c]);
+    assert_eq!(t.view(&j, t0).holder(), Some(&who("b")));
+    assert_eq!(t.view(&j, t0).token, Token(4));
+}
+
+#[test]
+fn a_transfer_to_the_first_in_line_hands_over_to_a_preferred_candidate() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    let _b = t.enqueue(&j, &who("b"), TTL, t0, false);
+    let p = t.enqueue(&j, &who("p"), TTL, t0, true);
+    let (view, fx) = t.transfer(&j, &who("a"), Token(1), None, None, t0).unwrap();
+    assert_eq!(view.holder(), Some(&who("p")));
+    assert_eq!(fx.wake[0], p);
+    assert!(!t.successor_waiting(&j));
+    // A preferred Acquire that is granted at once makes a preferred holder.
+    let k = job("k");
+    let _ = t.acquire(&k, &who("p"), TTL, t0, None, true);
+    let _ = t.enqueue(&k, &who("q"), TTL, t0, true);
+    assert!(!t.successor_waiting(&k));
 }

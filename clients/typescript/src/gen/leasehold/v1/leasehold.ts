@@ -317,9 +317,24 @@ export interface AcquireRequest {
    * its connection lives on. The trade: a live leader whose connection is
    * cut (a proxy or load balancer that closes it, a client library that
    * reconnects) loses its lease at once; its writes are then fenced.
-   * A later bind of the same lease, on another connection, moves it there.
+   * A later bind of the same lease, on another connection of the same
+   * server (or etcd frontend), moves it there.
    */
   bindToStream: boolean;
+  /**
+   * Optional. Ask as a preferred candidate. Waiting Acquires that say
+   * `preferred` are queued ahead of those that do not; within each class
+   * the line stays first come, first served. While a preferred Acquire
+   * waits and the live grant was not made to a preferred one, the holder
+   * is told so in every RenewResponse and KeepAliveResult
+   * (`successor_waiting`), so that it can hand over (TransferLease to the
+   * first waiter, or Release) at a point that suits it. Nothing is taken
+   * from the holder: the lease changes hands only as before. A grant whose
+   * Acquire said `preferred` is a preferred holder's; that is kept with
+   * the lease on etcd, and on the single node until the server restarts
+   * (a lease restored after a restart is not preferred).
+   */
+  preferred: boolean;
 }
 
 export interface AcquireResponse {
@@ -342,7 +357,14 @@ export interface RenewRequest {
 }
 
 export interface RenewResponse {
-  lease: Lease | undefined;
+  lease:
+    | Lease
+    | undefined;
+  /**
+   * A preferred Acquire waits for the job, and this grant is not a
+   * preferred one (see AcquireRequest.preferred): hand over when it suits.
+   */
+  successorWaiting: boolean;
 }
 
 export interface ReleaseRequest {
@@ -921,6 +943,8 @@ export interface KeepAliveResult {
    * current holder and token. Branch on `outcome`, not on this text.
    */
   message: string;
+  /** RENEWED only: as RenewResponse.successor_waiting. */
+  successorWaiting: boolean;
 }
 
 export enum KeepAliveResult_Outcome {
@@ -1129,7 +1153,7 @@ export const Lease: MessageFns<Lease> = {
 };
 
 function createBaseAcquireRequest(): AcquireRequest {
-  return { job: "", holder: "", ttl: undefined, wait: undefined, bindToStream: false };
+  return { job: "", holder: "", ttl: undefined, wait: undefined, bindToStream: false, preferred: false };
 }
 
 export const AcquireRequest: MessageFns<AcquireRequest> = {
@@ -1148,6 +1172,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.bindToStream !== false) {
       writer.uint32(40).bool(message.bindToStream);
+    }
+    if (message.preferred !== false) {
+      writer.uint32(48).bool(message.preferred);
     }
     return writer;
   },
@@ -1205,6 +1232,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.bindToStream = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.preferred = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1228,6 +1263,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         : isSet(object.bind_to_stream)
         ? globalThis.Boolean(object.bind_to_stream)
         : false,
+      preferred: isSet(object.preferred) ? globalThis.Boolean(object.preferred) : false,
     };
   },
 
@@ -1247,6 +1283,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.bindToStream !== false) {
       obj.bindToStream = message.bindToStream;
+    }
+    if (message.preferred !== false) {
+      obj.preferred = message.preferred;
     }
     return obj;
   },
@@ -1436,13 +1475,16 @@ export const RenewRequest: MessageFns<RenewRequest> = {
 };
 
 function createBaseRenewResponse(): RenewResponse {
-  return { lease: undefined };
+  return { lease: undefined, successorWaiting: false };
 }
 
 export const RenewResponse: MessageFns<RenewResponse> = {
   encode(message: RenewResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.lease !== undefined) {
       Lease.encode(message.lease, writer.uint32(10).fork()).join();
+    }
+    if (message.successorWaiting !== false) {
+      writer.uint32(16).bool(message.successorWaiting);
     }
     return writer;
   },
@@ -1468,6 +1510,14 @@ export const RenewResponse: MessageFns<RenewResponse> = {
             message.lease = Lease.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.successorWaiting = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1481,13 +1531,23 @@ export const RenewResponse: MessageFns<RenewResponse> = {
   },
 
   fromJSON(object: any): RenewResponse {
-    return { lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined };
+    return {
+      lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
+      successorWaiting: isSet(object.successorWaiting)
+        ? globalThis.Boolean(object.successorWaiting)
+        : isSet(object.successor_waiting)
+        ? globalThis.Boolean(object.successor_waiting)
+        : false,
+    };
   },
 
   toJSON(message: RenewResponse): unknown {
     const obj: any = {};
     if (message.lease !== undefined) {
       obj.lease = Lease.toJSON(message.lease);
+    }
+    if (message.successorWaiting !== false) {
+      obj.successorWaiting = message.successorWaiting;
     }
     return obj;
   },
@@ -3919,7 +3979,7 @@ export const KeepAliveResponse: MessageFns<KeepAliveResponse> = {
 };
 
 function createBaseKeepAliveResult(): KeepAliveResult {
-  return { job: "", outcome: 0, lease: undefined, field: "", message: "" };
+  return { job: "", outcome: 0, lease: undefined, field: "", message: "", successorWaiting: false };
 }
 
 export const KeepAliveResult: MessageFns<KeepAliveResult> = {
@@ -3938,6 +3998,9 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
     }
     if (message.message !== "") {
       writer.uint32(42).string(message.message);
+    }
+    if (message.successorWaiting !== false) {
+      writer.uint32(48).bool(message.successorWaiting);
     }
     return writer;
   },
@@ -3995,6 +4058,14 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
             message.message = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.successorWaiting = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4014,6 +4085,11 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
       lease: isSet(object.lease) ? Lease.fromJSON(object.lease) : undefined,
       field: isSet(object.field) ? globalThis.String(object.field) : "",
       message: isSet(object.message) ? globalThis.String(object.message) : "",
+      successorWaiting: isSet(object.successorWaiting)
+        ? globalThis.Boolean(object.successorWaiting)
+        : isSet(object.successor_waiting)
+        ? globalThis.Boolean(object.successor_waiting)
+        : false,
     };
   },
 
@@ -4033,6 +4109,9 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
     }
     if (message.message !== "") {
       obj.message = message.message;
+    }
+    if (message.successorWaiting !== false) {
+      obj.successorWaiting = message.successorWaiting;
     }
     return obj;
   },

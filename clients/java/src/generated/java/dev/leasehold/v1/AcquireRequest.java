@@ -243,7 +243,8 @@ private static final long serialVersionUID = 0L;
    * its connection lives on. The trade: a live leader whose connection is
    * cut (a proxy or load balancer that closes it, a client library that
    * reconnects) loses its lease at once; its writes are then fenced.
-   * A later bind of the same lease, on another connection, moves it there.
+   * A later bind of the same lease, on another connection of the same
+   * server (or etcd frontend), moves it there.
    * </pre>
    *
    * <code>bool bind_to_stream = 5;</code>
@@ -252,6 +253,31 @@ private static final long serialVersionUID = 0L;
   @java.lang.Override
   public boolean getBindToStream() {
     return bindToStream_;
+  }
+
+  public static final int PREFERRED_FIELD_NUMBER = 6;
+  private boolean preferred_ = false;
+  /**
+   * <pre>
+   * Optional. Ask as a preferred candidate. Waiting Acquires that say
+   * `preferred` are queued ahead of those that do not; within each class
+   * the line stays first come, first served. While a preferred Acquire
+   * waits and the live grant was not made to a preferred one, the holder
+   * is told so in every RenewResponse and KeepAliveResult
+   * (`successor_waiting`), so that it can hand over (TransferLease to the
+   * first waiter, or Release) at a point that suits it. Nothing is taken
+   * from the holder: the lease changes hands only as before. A grant whose
+   * Acquire said `preferred` is a preferred holder's; that is kept with
+   * the lease on etcd, and on the single node until the server restarts
+   * (a lease restored after a restart is not preferred).
+   * </pre>
+   *
+   * <code>bool preferred = 6;</code>
+   * @return The preferred.
+   */
+  @java.lang.Override
+  public boolean getPreferred() {
+    return preferred_;
   }
 
   private byte memoizedIsInitialized = -1;
@@ -283,6 +309,9 @@ private static final long serialVersionUID = 0L;
     if (bindToStream_ != false) {
       output.writeBool(5, bindToStream_);
     }
+    if (preferred_ != false) {
+      output.writeBool(6, preferred_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -304,6 +333,10 @@ private static final long serialVersionUID = 0L;
     if (bindToStream_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(5, bindToStream_);
+    }
+    if (preferred_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(6, preferred_);
     }
     return size;
   }
@@ -345,6 +378,8 @@ private static final long serialVersionUID = 0L;
     }
     if (getBindToStream()
         != other.getBindToStream()) return false;
+    if (getPreferred()
+        != other.getPreferred()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -371,6 +406,9 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + BIND_TO_STREAM_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getBindToStream());
+    hash = (37 * hash) + PREFERRED_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getPreferred());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -522,6 +560,7 @@ private static final long serialVersionUID = 0L;
         waitBuilder_ = null;
       }
       bindToStream_ = false;
+      preferred_ = false;
       return this;
     }
 
@@ -577,6 +616,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000010) != 0)) {
         result.bindToStream_ = bindToStream_;
       }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.preferred_ = preferred_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -610,6 +652,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getBindToStream() != false) {
         setBindToStream(other.getBindToStream());
+      }
+      if (other.getPreferred() != false) {
+        setPreferred(other.getPreferred());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -666,6 +711,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000010;
               break;
             } // case 40
+            case 48: {
+              preferred_ = input.readBool();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 48
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1211,7 +1261,8 @@ private static final long serialVersionUID = 0L;
      * its connection lives on. The trade: a live leader whose connection is
      * cut (a proxy or load balancer that closes it, a client library that
      * reconnects) loses its lease at once; its writes are then fenced.
-     * A later bind of the same lease, on another connection, moves it there.
+     * A later bind of the same lease, on another connection of the same
+     * server (or etcd frontend), moves it there.
      * </pre>
      *
      * <code>bool bind_to_stream = 5;</code>
@@ -1236,7 +1287,8 @@ private static final long serialVersionUID = 0L;
      * its connection lives on. The trade: a live leader whose connection is
      * cut (a proxy or load balancer that closes it, a client library that
      * reconnects) loses its lease at once; its writes are then fenced.
-     * A later bind of the same lease, on another connection, moves it there.
+     * A later bind of the same lease, on another connection of the same
+     * server (or etcd frontend), moves it there.
      * </pre>
      *
      * <code>bool bind_to_stream = 5;</code>
@@ -1265,7 +1317,8 @@ private static final long serialVersionUID = 0L;
      * its connection lives on. The trade: a live leader whose connection is
      * cut (a proxy or load balancer that closes it, a client library that
      * reconnects) loses its lease at once; its writes are then fenced.
-     * A later bind of the same lease, on another connection, moves it there.
+     * A later bind of the same lease, on another connection of the same
+     * server (or etcd frontend), moves it there.
      * </pre>
      *
      * <code>bool bind_to_stream = 5;</code>
@@ -1274,6 +1327,80 @@ private static final long serialVersionUID = 0L;
     public Builder clearBindToStream() {
       bitField0_ = (bitField0_ & ~0x00000010);
       bindToStream_ = false;
+      onChanged();
+      return this;
+    }
+
+    private boolean preferred_ ;
+    /**
+     * <pre>
+     * Optional. Ask as a preferred candidate. Waiting Acquires that say
+     * `preferred` are queued ahead of those that do not; within each class
+     * the line stays first come, first served. While a preferred Acquire
+     * waits and the live grant was not made to a preferred one, the holder
+     * is told so in every RenewResponse and KeepAliveResult
+     * (`successor_waiting`), so that it can hand over (TransferLease to the
+     * first waiter, or Release) at a point that suits it. Nothing is taken
+     * from the holder: the lease changes hands only as before. A grant whose
+     * Acquire said `preferred` is a preferred holder's; that is kept with
+     * the lease on etcd, and on the single node until the server restarts
+     * (a lease restored after a restart is not preferred).
+     * </pre>
+     *
+     * <code>bool preferred = 6;</code>
+     * @return The preferred.
+     */
+    @java.lang.Override
+    public boolean getPreferred() {
+      return preferred_;
+    }
+    /**
+     * <pre>
+     * Optional. Ask as a preferred candidate. Waiting Acquires that say
+     * `preferred` are queued ahead of those that do not; within each class
+     * the line stays first come, first served. While a preferred Acquire
+     * waits and the live grant was not made to a preferred one, the holder
+     * is told so in every RenewResponse and KeepAliveResult
+     * (`successor_waiting`), so that it can hand over (TransferLease to the
+     * first waiter, or Release) at a point that suits it. Nothing is taken
+     * from the holder: the lease changes hands only as before. A grant whose
+     * Acquire said `preferred` is a preferred holder's; that is kept with
+     * the lease on etcd, and on the single node until the server restarts
+     * (a lease restored after a restart is not preferred).
+     * </pre>
+     *
+     * <code>bool preferred = 6;</code>
+     * @param value The preferred to set.
+     * @return This builder for chaining.
+     */
+    public Builder setPreferred(boolean value) {
+
+      preferred_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. Ask as a preferred candidate. Waiting Acquires that say
+     * `preferred` are queued ahead of those that do not; within each class
+     * the line stays first come, first served. While a preferred Acquire
+     * waits and the live grant was not made to a preferred one, the holder
+     * is told so in every RenewResponse and KeepAliveResult
+     * (`successor_waiting`), so that it can hand over (TransferLease to the
+     * first waiter, or Release) at a point that suits it. Nothing is taken
+     * from the holder: the lease changes hands only as before. A grant whose
+     * Acquire said `preferred` is a preferred holder's; that is kept with
+     * the lease on etcd, and on the single node until the server restarts
+     * (a lease restored after a restart is not preferred).
+     * </pre>
+     *
+     * <code>bool preferred = 6;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearPreferred() {
+      bitField0_ = (bitField0_ & ~0x00000020);
+      preferred_ = false;
       onChanged();
       return this;
     }

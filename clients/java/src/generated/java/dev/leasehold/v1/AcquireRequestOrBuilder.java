@@ -124,11 +124,32 @@ public interface AcquireRequestOrBuilder extends
    * its connection lives on. The trade: a live leader whose connection is
    * cut (a proxy or load balancer that closes it, a client library that
    * reconnects) loses its lease at once; its writes are then fenced.
-   * A later bind of the same lease, on another connection, moves it there.
+   * A later bind of the same lease, on another connection of the same
+   * server (or etcd frontend), moves it there.
    * </pre>
    *
    * <code>bool bind_to_stream = 5;</code>
    * @return The bindToStream.
    */
   boolean getBindToStream();
+
+  /**
+   * <pre>
+   * Optional. Ask as a preferred candidate. Waiting Acquires that say
+   * `preferred` are queued ahead of those that do not; within each class
+   * the line stays first come, first served. While a preferred Acquire
+   * waits and the live grant was not made to a preferred one, the holder
+   * is told so in every RenewResponse and KeepAliveResult
+   * (`successor_waiting`), so that it can hand over (TransferLease to the
+   * first waiter, or Release) at a point that suits it. Nothing is taken
+   * from the holder: the lease changes hands only as before. A grant whose
+   * Acquire said `preferred` is a preferred holder's; that is kept with
+   * the lease on etcd, and on the single node until the server restarts
+   * (a lease restored after a restart is not preferred).
+   * </pre>
+   *
+   * <code>bool preferred = 6;</code>
+   * @return The preferred.
+   */
+  boolean getPreferred();
 }

@@ -452,6 +452,21 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int SUCCESSOR_WAITING_FIELD_NUMBER = 6;
+  private boolean successorWaiting_ = false;
+  /**
+   * <pre>
+   * RENEWED only: as RenewResponse.successor_waiting.
+   * </pre>
+   *
+   * <code>bool successor_waiting = 6;</code>
+   * @return The successorWaiting.
+   */
+  @java.lang.Override
+  public boolean getSuccessorWaiting() {
+    return successorWaiting_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -481,6 +496,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(message_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 5, message_);
     }
+    if (successorWaiting_ != false) {
+      output.writeBool(6, successorWaiting_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -501,6 +519,10 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(message_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(5, message_);
+    }
+    if (successorWaiting_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(6, successorWaiting_);
     }
     return size;
   }
@@ -538,6 +560,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getField())) return false;
     if (!getMessage()
         .equals(other.getMessage())) return false;
+    if (getSuccessorWaiting()
+        != other.getSuccessorWaiting()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -561,6 +585,9 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getField().hashCode();
     hash = (37 * hash) + MESSAGE_FIELD_NUMBER;
     hash = (53 * hash) + getMessage().hashCode();
+    hash = (37 * hash) + SUCCESSOR_WAITING_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getSuccessorWaiting());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -711,6 +738,7 @@ private static final long serialVersionUID = 0L;
       }
       field_ = "";
       message_ = "";
+      successorWaiting_ = false;
       return this;
     }
 
@@ -763,6 +791,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000010) != 0)) {
         result.message_ = message_;
       }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.successorWaiting_ = successorWaiting_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -798,6 +829,9 @@ private static final long serialVersionUID = 0L;
         message_ = other.message_;
         bitField0_ |= 0x00000010;
         onChanged();
+      }
+      if (other.getSuccessorWaiting() != false) {
+        setSuccessorWaiting(other.getSuccessorWaiting());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -852,6 +886,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000010;
               break;
             } // case 42
+            case 48: {
+              successorWaiting_ = input.readBool();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 48
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1378,6 +1417,50 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       message_ = value;
       bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+
+    private boolean successorWaiting_ ;
+    /**
+     * <pre>
+     * RENEWED only: as RenewResponse.successor_waiting.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 6;</code>
+     * @return The successorWaiting.
+     */
+    @java.lang.Override
+    public boolean getSuccessorWaiting() {
+      return successorWaiting_;
+    }
+    /**
+     * <pre>
+     * RENEWED only: as RenewResponse.successor_waiting.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 6;</code>
+     * @param value The successorWaiting to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSuccessorWaiting(boolean value) {
+
+      successorWaiting_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * RENEWED only: as RenewResponse.successor_waiting.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 6;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSuccessorWaiting() {
+      bitField0_ = (bitField0_ & ~0x00000020);
+      successorWaiting_ = false;
       onChanged();
       return this;
     }

@@ -117,4 +117,14 @@ public interface KeepAliveResultOrBuilder extends
    */
   com.google.protobuf.ByteString
       getMessageBytes();
+
+  /**
+   * <pre>
+   * RENEWED only: as RenewResponse.successor_waiting.
+   * </pre>
+   *
+   * <code>bool successor_waiting = 6;</code>
+   * @return The successorWaiting.
+   */
+  boolean getSuccessorWaiting();
 }

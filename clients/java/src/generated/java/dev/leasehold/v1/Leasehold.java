@@ -206,132 +206,134 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
       "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
       "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
-      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"\226\001\n\016Acquire" +
+      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"\251\001\n\016Acquire" +
       "Request\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003" +
       "ttl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004" +
       "wait\030\004 \001(\0132\031.google.protobuf.Duration\022\026\n" +
-      "\016bind_to_stream\030\005 \001(\010\"G\n\017AcquireResponse" +
-      "\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.leas" +
-      "ehold.v1.Lease\"b\n\014RenewRequest\022\013\n\003job\030\001 " +
-      "\001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003tt" +
-      "l\030\004 \001(\0132\031.google.protobuf.Duration\"3\n\rRe" +
-      "newResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v" +
-      "1.Lease\"O\n\016ReleaseRequest\022\013\n\003job\030\001 \001(\t\022\016" +
-      "\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tgive_ba" +
-      "ck\030\004 \001(\010\"#\n\017ReleaseResponse\022\020\n\010released\030" +
-      "\001 \001(\010\"}\n\024TransferLeaseRequest\022\013\n\003job\030\001 \001" +
-      "(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tto_" +
-      "holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.google.proto" +
-      "buf.Duration\";\n\025TransferLeaseResponse\022\"\n" +
-      "\005lease\030\001 \001(\0132\023.leasehold.v1.Lease\"\036\n\017Get" +
-      "LeaseRequest\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRe" +
-      "quest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobResponse\022" +
-      "\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n" +
-      "\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage" +
-      "_token\030\003 \001(\t\"R\n\022ListLeasesResponse\022#\n\006le" +
-      "ases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n\017next_" +
-      "page_token\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n" +
-      "\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_to" +
-      "ken\030\003 \001(\t\"T\n\022GetHistoryResponse\022%\n\007tenur" +
-      "es\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017next_p" +
-      "age_token\030\002 \001(\t\"\241\003\n\006Tenure\022\r\n\005token\030\001 \001(" +
-      "\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\n" +
-      "granted_at\030\004 \001(\0132\032.google.protobuf.Times" +
-      "tamp\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Dura" +
-      "tion\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.Tenure." +
-      "End\022,\n\010ended_at\030\007 \001(\0132\032.google.protobuf." +
-      "Timestamp\"\267\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020" +
-      "\n\014END_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END" +
-      "_TAKEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RE" +
-      "STORED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNE" +
-      "CTION_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020\010\" \n\021W" +
-      "atchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001\n\nLeaseE" +
-      "vent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Lease" +
-      "\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.LeaseEvent" +
-      ".Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014K" +
-      "IND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIND" +
-      "_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"]\n\023Checked" +
-      "WriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004" +
-      "\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006delete\030\005" +
-      " \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007version\030" +
-      "\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001 \001(\004\022" +
-      "1\n\006writes\030\002 \003(\0132!.leasehold.v1.CheckedWr" +
-      "iteRequest\"M\n\023WriteStreamResponse\022\n\n\002id\030" +
-      "\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold.v1.Wr" +
-      "iteResult\"\254\002\n\013WriteResult\0222\n\007outcome\030\001 \001" +
-      "(\0162!.leasehold.v1.WriteResult.Outcome\022\017\n" +
-      "\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n" +
-      "\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcom" +
-      "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_WR" +
-      "ITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTCOME_U" +
-      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
-      "NT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n\013Read" +
-      "Request\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014Rea" +
-      "dResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022" +
-      "\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListK" +
-      "eysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022" +
-      "\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D" +
-      "\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n" +
-      "\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeys" +
-      "Response\022#\n\004keys\030\001 \003(\0132\025.leasehold.v1.Ke" +
-      "yInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020KeepAl" +
-      "iveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\013" +
-      "2\036.leasehold.v1.KeepAliveRenewal\022\026\n\016bind" +
-      "_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewal\022\013\n\003" +
-      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
-      "\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Duration" +
-      "\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007res" +
-      "ults\030\002 \003(\0132\035.leasehold.v1.KeepAliveResul" +
-      "t\"\245\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007ou" +
-      "tcome\030\002 \001(\0162%.leasehold.v1.KeepAliveResu" +
-      "lt.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1" +
-      ".Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\210" +
-      "\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017O" +
-      "UTCOME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002" +
-      "\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_I" +
-      "NVALID_ARGUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERR" +
-      "OR_REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_" +
-      "LEASE_LOST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n" +
-      "\035ERROR_REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERRO" +
-      "R_REASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON" +
-      "_STORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN" +
-      "\020\006\022\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_" +
-      "REASON_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASO" +
-      "N_UNAUTHENTICATED\020\t\022\"\n\036ERROR_REASON_PERM" +
-      "ISSION_DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOAD" +
-      "ED\020\013\022\037\n\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n" +
-      "\027ERROR_REASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REAS" +
-      "ON_NO_SUCCESSOR\020\0162\201\006\n\006Leases\022F\n\007Acquire\022" +
-      "\034.leasehold.v1.AcquireRequest\032\035.leasehol" +
-      "d.v1.AcquireResponse\022@\n\005Renew\022\032.leasehol" +
-      "d.v1.RenewRequest\032\033.leasehold.v1.RenewRe" +
-      "sponse\022F\n\007Release\022\034.leasehold.v1.Release" +
-      "Request\032\035.leasehold.v1.ReleaseResponse\022X" +
-      "\n\rTransferLease\022\".leasehold.v1.TransferL" +
-      "easeRequest\032#.leasehold.v1.TransferLease" +
-      "Response\022>\n\010GetLease\022\035.leasehold.v1.GetL" +
-      "easeRequest\032\023.leasehold.v1.Lease\022L\n\tDele" +
-      "teJob\022\036.leasehold.v1.DeleteJobRequest\032\037." +
-      "leasehold.v1.DeleteJobResponse\022O\n\nListLe" +
-      "ases\022\037.leasehold.v1.ListLeasesRequest\032 ." +
-      "leasehold.v1.ListLeasesResponse\022O\n\nGetHi" +
-      "story\022\037.leasehold.v1.GetHistoryRequest\032 " +
-      ".leasehold.v1.GetHistoryResponse\022I\n\nWatc" +
-      "hLease\022\037.leasehold.v1.WatchLeaseRequest\032" +
-      "\030.leasehold.v1.LeaseEvent0\001\022P\n\tKeepAlive" +
-      "\022\036.leasehold.v1.KeepAliveRequest\032\037.lease" +
-      "hold.v1.KeepAliveResponse(\0010\0012\306\002\n\013Fenced" +
-      "Store\022U\n\014CheckedWrite\022!.leasehold.v1.Che" +
-      "ckedWriteRequest\032\".leasehold.v1.CheckedW" +
-      "riteResponse\022V\n\013WriteStream\022 .leasehold." +
-      "v1.WriteStreamRequest\032!.leasehold.v1.Wri" +
-      "teStreamResponse(\0010\001\022=\n\004Read\022\031.leasehold" +
-      ".v1.ReadRequest\032\032.leasehold.v1.ReadRespo" +
-      "nse\022I\n\010ListKeys\022\035.leasehold.v1.ListKeysR" +
-      "equest\032\036.leasehold.v1.ListKeysResponseBW" +
-      "\n\020dev.leasehold.v1P\001ZAgithub.com/leaseho" +
-      "ld/leasehold/clients/go/leaseholdv1;leas" +
-      "eholdv1b\006proto3"
+      "\016bind_to_stream\030\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010" +
+      "\"G\n\017AcquireResponse\022\020\n\010acquired\030\001 \001(\010\022\"\n" +
+      "\005lease\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014Ren" +
+      "ewRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r" +
+      "\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.prot" +
+      "obuf.Duration\"N\n\rRenewResponse\022\"\n\005lease\030" +
+      "\001 \001(\0132\023.leasehold.v1.Lease\022\031\n\021successor_" +
+      "waiting\030\002 \001(\010\"O\n\016ReleaseRequest\022\013\n\003job\030\001" +
+      " \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tg" +
+      "ive_back\030\004 \001(\010\"#\n\017ReleaseResponse\022\020\n\010rel" +
+      "eased\030\001 \001(\010\"}\n\024TransferLeaseRequest\022\013\n\003j" +
+      "ob\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022" +
+      "\021\n\tto_holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.google" +
+      ".protobuf.Duration\";\n\025TransferLeaseRespo" +
+      "nse\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Lease\"" +
+      "\036\n\017GetLeaseRequest\022\013\n\003job\030\001 \001(\t\"\037\n\020Delet" +
+      "eJobRequest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobRes" +
+      "ponse\022\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesRequ" +
+      "est\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022" +
+      "\n\npage_token\030\003 \001(\t\"R\n\022ListLeasesResponse" +
+      "\022#\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n" +
+      "\017next_page_token\030\002 \001(\t\"G\n\021GetHistoryRequ" +
+      "est\022\013\n\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\np" +
+      "age_token\030\003 \001(\t\"T\n\022GetHistoryResponse\022%\n" +
+      "\007tenures\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017" +
+      "next_page_token\030\002 \001(\t\"\241\003\n\006Tenure\022\r\n\005toke" +
+      "n\030\001 \001(\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001" +
+      "(\t\022.\n\ngranted_at\030\004 \001(\0132\032.google.protobuf" +
+      ".Timestamp\022&\n\003ttl\030\005 \001(\0132\031.google.protobu" +
+      "f.Duration\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.T" +
+      "enure.End\022,\n\010ended_at\030\007 \001(\0132\032.google.pro" +
+      "tobuf.Timestamp\"\267\001\n\003End\022\023\n\017END_UNSPECIFI" +
+      "ED\020\000\022\020\n\014END_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022" +
+      "\022\n\016END_TAKEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014" +
+      "END_RESTORED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END" +
+      "_CONNECTION_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020" +
+      "\010\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001\n\n" +
+      "LeaseEvent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1" +
+      ".Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.Leas" +
+      "eEvent.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020" +
+      "\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021" +
+      "\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"]\n\023C" +
+      "heckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005token" +
+      "\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006de" +
+      "lete\030\005 \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007ve" +
+      "rsion\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030" +
+      "\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.Che" +
+      "ckedWriteRequest\"M\n\023WriteStreamResponse\022" +
+      "\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold" +
+      ".v1.WriteResult\"\254\002\n\013WriteResult\0222\n\007outco" +
+      "me\030\001 \001(\0162!.leasehold.v1.WriteResult.Outc" +
+      "ome\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 " +
+      "\001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007" +
+      "Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTC" +
+      "OME_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUT" +
+      "COME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_" +
+      "ARGUMENT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'" +
+      "\n\013ReadRequest\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"" +
+      "L\n\014ReadResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030" +
+      "\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n" +
+      "\017ListKeysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030" +
+      "\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004" +
+      " \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 " +
+      "\001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020Li" +
+      "stKeysResponse\022#\n\004keys\030\001 \003(\0132\025.leasehold" +
+      ".v1.KeyInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020" +
+      "KeepAliveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals" +
+      "\030\002 \003(\0132\036.leasehold.v1.KeepAliveRenewal\022\026" +
+      "\n\016bind_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenew" +
+      "al\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token" +
+      "\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Du" +
+      "ration\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022" +
+      ".\n\007results\030\002 \003(\0132\035.leasehold.v1.KeepAliv" +
+      "eResult\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t" +
+      "\0226\n\007outcome\030\002 \001(\0162%.leasehold.v1.KeepAli" +
+      "veResult.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leaseh" +
+      "old.v1.Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005" +
+      " \001(\t\022\031\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outc" +
+      "ome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_" +
+      "RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUT" +
+      "COME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_" +
+      "ARGUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REAS" +
+      "ON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_L" +
+      "OST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_" +
+      "REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASO" +
+      "N_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAG" +
+      "E\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026E" +
+      "RROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_" +
+      "TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUT" +
+      "HENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_" +
+      "DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n" +
+      "\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_" +
+      "REASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_S" +
+      "UCCESSOR\020\0162\201\006\n\006Leases\022F\n\007Acquire\022\034.lease" +
+      "hold.v1.AcquireRequest\032\035.leasehold.v1.Ac" +
+      "quireResponse\022@\n\005Renew\022\032.leasehold.v1.Re" +
+      "newRequest\032\033.leasehold.v1.RenewResponse\022" +
+      "F\n\007Release\022\034.leasehold.v1.ReleaseRequest" +
+      "\032\035.leasehold.v1.ReleaseResponse\022X\n\rTrans" +
+      "ferLease\022\".leasehold.v1.TransferLeaseReq" +
+      "uest\032#.leasehold.v1.TransferLeaseRespons" +
+      "e\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseReq" +
+      "uest\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036" +
+      ".leasehold.v1.DeleteJobRequest\032\037.leaseho" +
+      "ld.v1.DeleteJobResponse\022O\n\nListLeases\022\037." +
+      "leasehold.v1.ListLeasesRequest\032 .leaseho" +
+      "ld.v1.ListLeasesResponse\022O\n\nGetHistory\022\037" +
+      ".leasehold.v1.GetHistoryRequest\032 .leaseh" +
+      "old.v1.GetHistoryResponse\022I\n\nWatchLease\022" +
+      "\037.leasehold.v1.WatchLeaseRequest\032\030.lease" +
+      "hold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leas" +
+      "ehold.v1.KeepAliveRequest\032\037.leasehold.v1" +
+      ".KeepAliveResponse(\0010\0012\306\002\n\013FencedStore\022U" +
+      "\n\014CheckedWrite\022!.leasehold.v1.CheckedWri" +
+      "teRequest\032\".leasehold.v1.CheckedWriteRes" +
+      "ponse\022V\n\013WriteStream\022 .leasehold.v1.Writ" +
+      "eStreamRequest\032!.leasehold.v1.WriteStrea" +
+      "mResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.Rea" +
+      "dRequest\032\032.leasehold.v1.ReadResponse\022I\n\010" +
+      "ListKeys\022\035.leasehold.v1.ListKeysRequest\032" +
+      "\036.leasehold.v1.ListKeysResponseBW\n\020dev.l" +
+      "easehold.v1P\001ZAgithub.com/leasehold/leas" +
+      "ehold/clients/go/leaseholdv1;leaseholdv1" +
+      "b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -350,7 +352,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireRequest_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", });
+        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", });
     internal_static_leasehold_v1_AcquireResponse_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_leasehold_v1_AcquireResponse_fieldAccessorTable = new
@@ -368,7 +370,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_RenewResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_RenewResponse_descriptor,
-        new java.lang.String[] { "Lease", });
+        new java.lang.String[] { "Lease", "SuccessorWaiting", });
     internal_static_leasehold_v1_ReleaseRequest_descriptor =
       getDescriptor().getMessageType(5);
     internal_static_leasehold_v1_ReleaseRequest_fieldAccessorTable = new
@@ -536,7 +538,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,
-        new java.lang.String[] { "Job", "Outcome", "Lease", "Field", "Message", });
+        new java.lang.String[] { "Job", "Outcome", "Lease", "Field", "Message", "SuccessorWaiting", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();

@@ -75,6 +75,22 @@ private static final long serialVersionUID = 0L;
     return lease_ == null ? dev.leasehold.v1.Lease.getDefaultInstance() : lease_;
   }
 
+  public static final int SUCCESSOR_WAITING_FIELD_NUMBER = 2;
+  private boolean successorWaiting_ = false;
+  /**
+   * <pre>
+   * A preferred Acquire waits for the job, and this grant is not a
+   * preferred one (see AcquireRequest.preferred): hand over when it suits.
+   * </pre>
+   *
+   * <code>bool successor_waiting = 2;</code>
+   * @return The successorWaiting.
+   */
+  @java.lang.Override
+  public boolean getSuccessorWaiting() {
+    return successorWaiting_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -92,6 +108,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(1, getLease());
     }
+    if (successorWaiting_ != false) {
+      output.writeBool(2, successorWaiting_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -99,6 +118,10 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(1, getLease());
+    }
+    if (successorWaiting_ != false) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBoolSize(2, successorWaiting_);
     }
     return size;
   }
@@ -129,6 +152,8 @@ private static final long serialVersionUID = 0L;
       if (!getLease()
           .equals(other.getLease())) return false;
     }
+    if (getSuccessorWaiting()
+        != other.getSuccessorWaiting()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -144,6 +169,9 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + LEASE_FIELD_NUMBER;
       hash = (53 * hash) + getLease().hashCode();
     }
+    hash = (37 * hash) + SUCCESSOR_WAITING_FIELD_NUMBER;
+    hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+        getSuccessorWaiting());
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -286,6 +314,7 @@ private static final long serialVersionUID = 0L;
         leaseBuilder_.dispose();
         leaseBuilder_ = null;
       }
+      successorWaiting_ = false;
       return this;
     }
 
@@ -326,6 +355,9 @@ private static final long serialVersionUID = 0L;
             : leaseBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000002) != 0)) {
+        result.successorWaiting_ = successorWaiting_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -343,6 +375,9 @@ private static final long serialVersionUID = 0L;
       if (other == dev.leasehold.v1.RenewResponse.getDefaultInstance()) return this;
       if (other.hasLease()) {
         mergeLease(other.getLease());
+      }
+      if (other.getSuccessorWaiting() != false) {
+        setSuccessorWaiting(other.getSuccessorWaiting());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -377,6 +412,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000001;
               break;
             } // case 10
+            case 16: {
+              successorWaiting_ = input.readBool();
+              bitField0_ |= 0x00000002;
+              break;
+            } // case 16
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -513,6 +553,53 @@ private static final long serialVersionUID = 0L;
         lease_ = null;
       }
       return leaseBuilder_;
+    }
+
+    private boolean successorWaiting_ ;
+    /**
+     * <pre>
+     * A preferred Acquire waits for the job, and this grant is not a
+     * preferred one (see AcquireRequest.preferred): hand over when it suits.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 2;</code>
+     * @return The successorWaiting.
+     */
+    @java.lang.Override
+    public boolean getSuccessorWaiting() {
+      return successorWaiting_;
+    }
+    /**
+     * <pre>
+     * A preferred Acquire waits for the job, and this grant is not a
+     * preferred one (see AcquireRequest.preferred): hand over when it suits.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 2;</code>
+     * @param value The successorWaiting to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSuccessorWaiting(boolean value) {
+
+      successorWaiting_ = value;
+      bitField0_ |= 0x00000002;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * A preferred Acquire waits for the job, and this grant is not a
+     * preferred one (see AcquireRequest.preferred): hand over when it suits.
+     * </pre>
+     *
+     * <code>bool successor_waiting = 2;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSuccessorWaiting() {
+      bitField0_ = (bitField0_ & ~0x00000002);
+      successorWaiting_ = false;
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.RenewResponse)

@@ -24,4 +24,15 @@ public interface RenewResponseOrBuilder extends
    * <code>.leasehold.v1.Lease lease = 1;</code>
    */
   dev.leasehold.v1.LeaseOrBuilder getLeaseOrBuilder();
+
+  /**
+   * <pre>
+   * A preferred Acquire waits for the job, and this grant is not a
+   * preferred one (see AcquireRequest.preferred): hand over when it suits.
+   * </pre>
+   *
+   * <code>bool successor_waiting = 2;</code>
+   * @return The successorWaiting.
+   */
+  boolean getSuccessorWaiting();
 }
