@@ -23,6 +23,17 @@
 //!   earlier than the server's end) to that write: the handover itself.
 //! - `--resign`: the leader calls `Elector::resign` (which releases the
 //!   lease). Measured: the call to the standby's acknowledged write.
+//! - `--kill-bound`: as `--kill`, with every Elector's lease bound to its
+//!   connection (`bind_to_stream`): the server releases it as soon as it
+//!   sees the killed process's connection close, not at the TTL.
+//! - `--stop-bound`: as `--kill-bound`, but the leader is SIGSTOPped (its
+//!   connection goes silent, not closed): the lease must not be freed
+//!   before its TTL. Measured as `--kill` is; the stopped worker is killed
+//!   once the standby has written.
+//! - `--transfer`: the leader calls `Elector::transfer` (TransferLease to
+//!   the standby, waiting in line). Measured: the call to the standby's
+//!   acknowledged write, next to `--resign` (release, then the waiter's
+//!   grant) and `--kill` (a TTL's wait).
 //!
 //! The standby, now leading, is the next run's leader, and a fresh worker
 //! is started as its standby: one process start per run.
@@ -40,7 +51,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-use leasehold::client::{Client, Elector, EventKind};
+use leasehold::client::{Client, Elector, ElectorOptions, EventKind};
 
 use crate::faults::{frontend, Cluster};
 use crate::proc::Server;
@@ -60,6 +71,16 @@ const KILL_SLACK: Duration = Duration::from_millis(50);
 /// The goal for a resign: p99 within this.
 const RESIGN_GOAL: Duration = Duration::from_millis(10);
 
+/// The goal for a transfer: p99 within this.
+const TRANSFER_GOAL: Duration = Duration::from_millis(10);
+
+/// The goal for a kill of a bound leader: p99 within this on the single
+/// node...
+const BOUND_GOAL: Duration = Duration::from_millis(50);
+
+/// ... and in etcd mode.
+const BOUND_GOAL_ETCD: Duration = Duration::from_millis(250);
+
 #[derive(clap::Args)]
 pub struct FailoverArgs {
     /// The release `leasehold` binary (the server, or the etcd frontend).
@@ -74,6 +95,17 @@ pub struct FailoverArgs {
     /// Measure a clean resign of the leader's Elector.
     #[arg(long)]
     resign: bool,
+    /// Measure a SIGKILL of a leader whose lease is bound to its
+    /// connection.
+    #[arg(long)]
+    kill_bound: bool,
+    /// Measure a SIGSTOP of a leader whose lease is bound to its
+    /// connection (silent, not closed: the TTL still holds).
+    #[arg(long)]
+    stop_bound: bool,
+    /// Measure a transfer from the leader to the waiting standby.
+    #[arg(long)]
+    transfer: bool,
     /// Runs of each (mode, TTL).
     #[arg(long, default_value_t = 50)]
     runs: usize,
@@ -115,6 +147,9 @@ pub struct WorkerArgs {
     name: String,
     #[arg(long)]
     ttl_ms: u64,
+    /// Bind the Elector's lease to its connection.
+    #[arg(long)]
+    bind: bool,
 }
 
 /// `2s`, `10s`, `1500ms`.
@@ -157,14 +192,19 @@ fn say(line: &str) {
 /// The worker's side. Lines out: `ready` (connected, campaigning);
 /// `wrote TOKEN ELECTED_NS ACKED_NS` (led, and the first write was
 /// acknowledged); `renewed SENT_NS ACKED_NS`; `resigned CALLED_NS
-/// RETURNED_NS`; `lost` (the Elector stepped down unasked); `error ...`.
-/// Lines in: `renew`, `resign`. Exits when stdin closes.
+/// RETURNED_NS`; `transferred CALLED_NS RETURNED_NS`; `lost` (the Elector
+/// stepped down unasked); `error ...`. Lines in: `renew`, `resign`,
+/// `transfer`. Exits when stdin closes.
 pub async fn worker(a: WorkerArgs) -> Res<()> {
     let ttl = Duration::from_millis(a.ttl_ms);
     let client = Client::connect(&a.addr).await?;
     // One call, so that the connection is up before the campaign starts.
     client.get_lease(&a.job).await?;
-    let mut elector = Elector::start(client.clone(), &a.job, &a.name, ttl);
+    let options = ElectorOptions {
+        bind_to_stream: a.bind,
+        ..ElectorOptions::default()
+    };
+    let mut elector = Elector::start_with(client.clone(), &a.job, &a.name, ttl, options);
     say("ready");
     let mut stdin = BufReader::new(tokio::io::stdin()).lines();
     let token = tokio::select! {
@@ -201,6 +241,16 @@ pub async fn worker(a: WorkerArgs) -> Res<()> {
                     while stdin.next_line().await?.is_some() {}
                     return Ok(());
                 }
+                Some("transfer") => {
+                    let called = mono_ns();
+                    match elector.transfer(None).await {
+                        Ok(_) => say(&format!("transferred {called} {}", mono_ns())),
+                        Err(e) => say(&format!("error transfer: {e}")),
+                    }
+                    elector.resign().await;
+                    while stdin.next_line().await?.is_some() {}
+                    return Ok(());
+                }
                 Some(other) => say(&format!("error unknown command {other:?}")),
             },
             r = role.changed(), if leading => {
@@ -230,7 +280,7 @@ struct Wrote {
 
 impl Worker {
     /// Starts a worker and waits until it campaigns.
-    async fn spawn(addr: &str, job: &str, ttl: Duration, name: &str) -> Res<Worker> {
+    async fn spawn(addr: &str, job: &str, ttl: Duration, name: &str, bind: bool) -> Res<Worker> {
         // This very binary, even if a build has replaced the file since.
         let mut cmd = Command::new("/proc/self/exe");
         cmd.args([
@@ -244,6 +294,7 @@ impl Worker {
         ])
         .arg("--ttl-ms")
         .arg(ttl.as_millis().to_string())
+        .args(bind.then_some("--bind"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -310,10 +361,15 @@ impl Worker {
 
     /// SIGKILL; the moment just before it.
     fn kill(&self) -> u64 {
+        self.signal(libc::SIGKILL)
+    }
+
+    /// `sig`; the moment just before it.
+    fn signal(&self, sig: i32) -> u64 {
         let pid = self.child.id().unwrap_or(0) as i32;
         let at = mono_ns();
         // SAFETY: kill(2) on our own child, not yet reaped.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        unsafe { libc::kill(pid, sig) };
         at
     }
 
@@ -333,6 +389,9 @@ impl Worker {
 enum Mode {
     Kill,
     Resign,
+    KillBound,
+    StopBound,
+    Transfer,
 }
 
 impl Mode {
@@ -340,7 +399,15 @@ impl Mode {
         match self {
             Mode::Kill => "kill",
             Mode::Resign => "resign",
+            Mode::KillBound => "kill, bound",
+            Mode::StopBound => "stop, bound",
+            Mode::Transfer => "transfer",
         }
+    }
+
+    /// Whether the workers bind their leases.
+    fn bound(self) -> bool {
+        matches!(self, Mode::KillBound | Mode::StopBound)
     }
 }
 
@@ -394,7 +461,25 @@ impl Row {
 
     fn goal(&self) -> (String, bool) {
         let t = self.sorted(|s| s.total);
+        let within = |goal: Duration| {
+            (
+                format!("p99 ≤ {} ms", goal.as_millis()),
+                pct(&t, 0.99) <= goal.as_nanos() as u64,
+            )
+        };
         match self.mode {
+            Mode::KillBound if self.backend.starts_with("etcd") => within(BOUND_GOAL_ETCD),
+            Mode::KillBound => within(BOUND_GOAL),
+            Mode::Transfer => within(TRANSFER_GOAL),
+            // Silent, not closed: never freed before its TTL (less the
+            // slack the kill's goal allows either way).
+            Mode::StopBound => {
+                let floor = self.ttl.saturating_sub(KILL_SLACK).as_nanos() as u64;
+                (
+                    format!("min ≥ T − {} ms", KILL_SLACK.as_millis()),
+                    t.first().is_some_and(|&m| m >= floor),
+                )
+            }
             Mode::Kill => {
                 let limit = (self.ttl + KILL_SLACK).as_nanos() as u64;
                 (
@@ -418,8 +503,19 @@ pub async fn run(a: FailoverArgs) -> Res<()> {
     if a.resign {
         modes.push(Mode::Resign);
     }
+    if a.kill_bound {
+        modes.push(Mode::KillBound);
+    }
+    if a.stop_bound {
+        modes.push(Mode::StopBound);
+    }
+    if a.transfer {
+        modes.push(Mode::Transfer);
+    }
     if modes.is_empty() {
-        return Err("say --kill, --resign or both".into());
+        return Err(
+            "say which to measure: --kill, --resign, --kill-bound, --stop-bound, --transfer".into(),
+        );
     }
     if a.runs == 0 {
         return Err("--runs must be at least 1".into());
@@ -542,9 +638,10 @@ async fn series(
     let job = format!(
         "failover-{}-{}-{}ms",
         std::process::id(),
-        mode.label(),
+        mode.label().replace(", ", "-"),
         ttl.as_millis()
     );
+    let bind = mode.bound();
     // A handover takes at most about T; give it room.
     let within = ttl * 2 + Duration::from_secs(10);
     eprintln!("{} T = {:?}: {} runs", mode.label(), ttl, a.runs);
@@ -567,9 +664,9 @@ async fn series(
             }
         })
     };
-    let mut leader = Worker::spawn(addr, &job, ttl, &next_name()).await?;
+    let mut leader = Worker::spawn(addr, &job, ttl, &next_name(), bind).await?;
     let mut last_token = leader.wrote(within).await?.token;
-    let mut standby = Worker::spawn(addr, &job, ttl, &next_name()).await?;
+    let mut standby = Worker::spawn(addr, &job, ttl, &next_name(), bind).await?;
     let mut samples = Vec::new();
     for run in 1..=a.runs {
         // The settle, and a random moment more, so that runs do not keep
@@ -578,19 +675,31 @@ async fn series(
         tokio::time::sleep(SETTLE + jitter).await;
         let hist0 = sync_histogram(admin).await;
         let (from, lease_end, released) = match mode {
-            Mode::Kill => match a.phase {
+            Mode::Kill | Mode::KillBound | Mode::StopBound => match a.phase {
                 Phase::Renewed => {
                     leader.send("renew").await?;
                     let v = leader.expect("renewed", within).await?;
-                    let at = leader.kill();
+                    let at = match mode {
+                        Mode::StopBound => leader.signal(libc::SIGSTOP),
+                        _ => leader.kill(),
+                    };
                     (at, Some(v[1] + ttl.as_nanos() as u64), None)
                 }
                 Phase::Random => {
                     let cycle = (ttl / 3).as_micros() as usize;
                     tokio::time::sleep(Duration::from_micros(rng.below(cycle) as u64)).await;
-                    (leader.kill(), None, None)
+                    let at = match mode {
+                        Mode::StopBound => leader.signal(libc::SIGSTOP),
+                        _ => leader.kill(),
+                    };
+                    (at, None, None)
                 }
             },
+            Mode::Transfer => {
+                leader.send("transfer").await?;
+                let v = leader.expect("transferred", within).await?;
+                (v[0], None, Some(v[1].saturating_sub(v[0])))
+            }
             Mode::Resign => {
                 leader.send("resign").await?;
                 let v = leader.expect("resigned", within).await?;
@@ -648,13 +757,18 @@ async fn series(
         samples.push(s);
         let old = std::mem::replace(&mut leader, standby);
         match mode {
-            Mode::Kill => {
+            Mode::Kill | Mode::KillBound => {
                 let mut old = old;
                 let _ = old.child.wait().await;
             }
-            Mode::Resign => old.finish().await,
+            Mode::StopBound => {
+                let mut old = old;
+                old.kill();
+                let _ = old.child.wait().await;
+            }
+            Mode::Resign | Mode::Transfer => old.finish().await,
         }
-        standby = Worker::spawn(addr, &job, ttl, &next_name()).await?;
+        standby = Worker::spawn(addr, &job, ttl, &next_name(), bind).await?;
     }
     leader.finish().await;
     standby.finish().await;

@@ -104,6 +104,7 @@ pub async fn setup_leasehold(addr: &str, shape: Shape) -> Res<Vec<Vec<(String, u
                         holder: fleet_holder(h),
                         ttl: Some(dur(shape.ttl)),
                         wait: None,
+                        ..Default::default()
                     })
                     .await?
                     .into_inner();
@@ -183,7 +184,12 @@ pub async fn run_leasehold(
                                 ttl: Some(dur(shape.ttl)),
                             })
                             .collect();
-                        tx.send(lh::KeepAliveRequest { id: 0, renewals }).await?;
+                        tx.send(lh::KeepAliveRequest {
+                            id: 0,
+                            renewals,
+                            bind_to_stream: false,
+                        })
+                        .await?;
                         let r = rx.message().await?.ok_or("stream ended")?;
                         done = r
                             .results

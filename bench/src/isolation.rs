@@ -856,6 +856,7 @@ async fn waiters(
                 holder: "attacker@bench".into(),
                 ttl: Some(dur(Duration::from_secs(24 * 3600))),
                 wait: None,
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -877,6 +878,7 @@ async fn waiters(
                     holder: format!("waiter-{i}@bench"),
                     ttl: Some(dur(Duration::from_secs(60))),
                     wait: Some(dur(Duration::from_secs(3600))),
+                    ..Default::default()
                 })
                 .await;
             match r {
@@ -1031,6 +1033,7 @@ async fn jobs(url: &str, n: usize, mut stop: watch::Receiver<bool>, t0: Instant)
                         holder: "attacker@bench".into(),
                         ttl: Some(dur(Duration::from_secs(60))),
                         wait: None,
+                        ..Default::default()
                     })
                     .await;
                 match r {
@@ -1263,6 +1266,7 @@ async fn attacker_lease(ch: &Channel, job: &str) -> Res<u64> {
             holder: "attacker@bench".into(),
             ttl: Some(dur(Duration::from_secs(24 * 3600))),
             wait: None,
+            ..Default::default()
         })
         .await?
         .into_inner();
@@ -1370,6 +1374,7 @@ async fn metrics_page(a: &IsolationArgs, dir: &Path, t0: Instant) -> Res<Metrics
                         holder: "metrics@bench".into(),
                         ttl: Some(dur(Duration::from_millis(100))),
                         wait: None,
+                        ..Default::default()
                     })
                     .await?;
                     if i % 100_000 == 99_999 {

@@ -235,6 +235,7 @@ pub async fn setup(a: &Addrs) -> Res<Setup> {
                 holder: HOLDER.into(),
                 ttl: Some(dur(TTL)),
                 wait: None,
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -547,6 +548,7 @@ impl Conn {
                         holder: holder.clone(),
                         ttl: Some(dur(TTL)),
                         wait: None,
+                        ..Default::default()
                     })
                     .await?
                     .into_inner();
@@ -579,7 +581,12 @@ impl Conn {
                         }
                     })
                     .collect();
-                tx.send(lh::KeepAliveRequest { id: 0, renewals }).await?;
+                tx.send(lh::KeepAliveRequest {
+                    id: 0,
+                    renewals,
+                    bind_to_stream: false,
+                })
+                .await?;
                 let r = rx.message().await?.ok_or("keep-alive stream ended")?;
                 let ok = r
                     .results

@@ -7,9 +7,11 @@ its spec), run against each language's worker and a real
            [--results results.json]
 
 ``workers.json`` maps a language to the argv of its worker (the flags
-``--server --job --name --ttl-ms`` are appended). Server-side state is
-checked with the Rust ``leasehold`` CLI, the reference implementation, so
-that no client under test checks itself. Standard library only.
+``--server --job --name --ttl-ms`` are appended, then ``--bind``,
+``--preferred`` or ``--yield`` where a step needs them). Server-side state
+is checked with the Rust ``leasehold`` CLI, the reference implementation,
+and the server's /metrics, so that no client under test checks itself.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ STEPS = [
     (5, "bad input gets the typed invalid-argument error naming the field"),
     (6, "two electors with one name in one process are two holders: one leads, the old token is fenced"),
     (7, "leader and waiter SIGTERMed together (cancel at release): the job is never left held"),
+    (8, "a bound leader that dies (SIGKILL) hands over at once, not after the TTL"),
+    (9, "transfer: no successor keeps the lease; to the first waiter, or to a named one; a follower is refused"),
+    (10, "a yielding leader hands over to a preferred candidate at its next renewal, and does not get it back"),
 ]
 TWIN_JOB = "conformance-twin"
 #: Step 7: its job, its rounds, and a TTL long enough that a grant left
@@ -53,6 +58,23 @@ TWIN_JOB = "conformance-twin"
 CANCEL_JOB = "conformance-cancel"
 CANCEL_ROUNDS = 5
 CANCEL_TTL_MS = 30_000
+#: Steps 8 and 9: their job, and a TTL long enough that a hand-over by
+#: expiry cannot pass for one by the connection's close.
+BIND_JOB = "conformance-bind"
+BIND_TTL_MS = 5000
+#: Step 10: its job and TTL (the yielder renews, and so may hand over,
+#: every TTL/3).
+PREFERRED_JOB = "conformance-preferred"
+PREFERRED_TTL_MS = 1500
+#: Step 10 runs only where the workers have --yield (worker A's language)
+#: and --preferred (worker B's); elsewhere it is skipped, saying why. A
+#: language listed here must have them: a worker that refuses them fails
+#: the step.
+PREFERRED_REQUIRED: Tuple[str, ...] = ()
+
+
+class StepSkipped(Exception):
+    pass
 
 
 class StepFailed(AssertionError):

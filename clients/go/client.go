@@ -116,7 +116,8 @@ func (c *Client) Close() error {
 // (see ContextError).
 //
 // Options: BindToStream(true) binds the grant to this client's
-// connection.
+// connection; Preferred(true) asks as a preferred candidate, queued ahead
+// of the waiters that are not.
 func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration, opts ...AcquireOption) (Acquired, error) {
 	var o acquireOptions
 	for _, opt := range opts {
@@ -125,7 +126,7 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 	call := c.calls.start(job, holder)
 	defer call.end()
 	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait),
-		BindToStream: o.bindToStream})
+		BindToStream: o.bindToStream, Preferred: o.preferred})
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
 			call.end()
@@ -141,17 +142,27 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 }
 
 // Renew extends our live lease by ttl from now. It fails with
-// ErrLeaseLost when the lease is not ours any more.
+// ErrLeaseLost when the lease is not ours any more. RenewLease also says
+// whether a preferred candidate waits.
 func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Lease, error) {
+	r, err := c.RenewLease(ctx, job, holder, token, ttl)
+	return r.Lease, err
+}
+
+// RenewLease is Renew, with the whole answer: the lease, and
+// SuccessorWaiting, true while a preferred candidate (an Acquire with
+// Preferred(true)) waits and our grant is not a preferred one. Nothing is
+// taken from us: hand over with TransferLease when it suits.
+func (c *Client) RenewLease(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Renewed, error) {
 	call := c.calls.start(job, holder)
 	defer call.end()
 	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl)})
 	if err != nil {
-		return Lease{}, callError(ctx, err)
+		return Renewed{}, callError(ctx, err)
 	}
 	l := leaseFromPb(r.GetLease())
 	call.told(l.Token)
-	return l, nil
+	return Renewed{Lease: l, SuccessorWaiting: r.GetSuccessorWaiting()}, nil
 }
 
 // Release steps down; the first waiter is granted at once.

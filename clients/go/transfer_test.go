@@ -44,13 +44,13 @@ func tenureEnd(t *testing.T, s *server, job string, token uint64) pb.Tenure_End 
 	return 0
 }
 
-// waitAcquire is a waiting Acquire in its own goroutine.
-func waitAcquire(c *leasehold.Client, job, holder string, ttl time.Duration) <-chan leasehold.Acquired {
+// waitAcquire is a waiting Acquire in its own goroutine, with opts.
+func waitAcquire(c *leasehold.Client, job, holder string, ttl time.Duration, opts ...leasehold.AcquireOption) <-chan leasehold.Acquired {
 	got := make(chan leasehold.Acquired, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
 		defer cancel()
-		a, _ := c.Acquire(ctx, job, holder, ttl, patience)
+		a, _ := c.Acquire(ctx, job, holder, ttl, patience, opts...)
 		got <- a
 	}()
 	return got

@@ -63,6 +63,7 @@ type AcquireOption func(*acquireOptions)
 
 type acquireOptions struct {
 	bindToStream bool
+	preferred    bool
 }
 
 // BindToStream(true) binds the grant to the client's connection
@@ -81,6 +82,29 @@ type acquireOptions struct {
 // false.
 func BindToStream(on bool) AcquireOption {
 	return func(o *acquireOptions) { o.bindToStream = on }
+}
+
+// Preferred(true) asks as a preferred candidate
+// (AcquireRequest.preferred): a waiting Acquire that says preferred is
+// queued ahead of those that do not (within each class the line stays
+// first come, first served). While it waits and the live grant is not a
+// preferred one, the holder is told so in every renewal
+// (Renewed.SuccessorWaiting), so that it can hand over (TransferLease to
+// the first in line) when it suits it. Nothing is taken from the holder:
+// the lease changes hands only as before. The default is false.
+func Preferred(on bool) AcquireOption {
+	return func(o *acquireOptions) { o.preferred = on }
+}
+
+// Renewed is the answer to RenewLease.
+type Renewed struct {
+	// Lease is our lease, renewed.
+	Lease Lease
+	// SuccessorWaiting: a preferred candidate (an Acquire with
+	// Preferred(true)) waits for the job, and our grant is not a
+	// preferred one. Nothing is taken from us: hand over (TransferLease to
+	// the first in line, "") when it suits.
+	SuccessorWaiting bool
 }
 
 // Value is a stored value.

@@ -6,7 +6,11 @@ token, release on SIGTERM.
     python conformance_worker.py --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000
 
 ``--bind`` builds the worker's elector with ``bind_to_stream=True``: if the
-process dies, the server releases its lease at once.
+process dies, the server releases its lease at once. ``--preferred`` builds
+it with ``preferred=True`` (it campaigns as a preferred candidate),
+``--yield`` with ``yield_to_preferred=True`` (it hands over to a waiting
+preferred candidate at its next renewal: ``lost token=N``, then campaigns
+again).
 """
 
 import argparse
@@ -36,6 +40,13 @@ def main() -> int:
     p.add_argument("--name", required=True)
     p.add_argument("--ttl-ms", type=int, default=1000)
     p.add_argument("--bind", action="store_true", help="bind the elector's grants to its connection")
+    p.add_argument("--preferred", action="store_true", help="campaign as a preferred candidate")
+    p.add_argument(
+        "--yield",
+        dest="yield_to_preferred",
+        action="store_true",
+        help="hand over to a waiting preferred candidate at the next renewal",
+    )
     args = p.parse_args()
 
     # SIGTERM ends the command loop below, wherever it is: the handler
@@ -63,7 +74,15 @@ def main() -> int:
         say(f"lost token={token}")
 
     elector = leasehold.Elector(
-        client, args.job, args.name, args.ttl_ms / 1000, on_elected=elected, on_lost=lost, bind_to_stream=args.bind
+        client,
+        args.job,
+        args.name,
+        args.ttl_ms / 1000,
+        on_elected=elected,
+        on_lost=lost,
+        bind_to_stream=args.bind,
+        preferred=args.preferred,
+        yield_to_preferred=args.yield_to_preferred,
     )
     say(f"holder {elector.holder}")
     elector.start()

@@ -4,9 +4,10 @@
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM.
  *
- *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]
  *
- * `--bind` builds its elector with `bindToStream` (not the twins').
+ * `--bind` builds its elector with `bindToStream`, `--preferred` with
+ * `preferred` and `--yield` with `yieldToPreferred` (not the twins').
  */
 import { createInterface } from "node:readline";
 import {
@@ -38,7 +39,11 @@ const say = (line: string) => process.stdout.write(line + "\n");
 async function main(): Promise<void> {
   const job = flag("job");
   const client = new Client(flag("server"));
-  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")), { bindToStream: has("bind") });
+  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")), {
+    bindToStream: has("bind"),
+    preferred: has("preferred"),
+    yieldToPreferred: has("yield"),
+  });
   let lastToken: bigint | undefined; // the token we last led with, kept after losing
 
   elector.on("elected", (token) => {

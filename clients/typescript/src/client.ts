@@ -30,6 +30,7 @@ import {
   type LeaseChange,
   type LeaseEvent,
   leaseFromPb,
+  type RenewedLease,
   toDuration,
   type Value,
 } from "./types";
@@ -180,6 +181,17 @@ export interface AcquireOptions extends CallOptions {
    * loses its lease at once, and its writes are then fenced.
    */
   bindToStream?: boolean;
+  /**
+   * Asks as a preferred candidate (default false): while it waits, it is
+   * queued ahead of the waiting Acquires that are not preferred (first
+   * come, first served within each class), and the live holder, unless
+   * its own grant was a preferred one, is told so on every renewal
+   * (`RenewedLease.successorWaiting`), so that it can hand over
+   * (`transferLease`) when it suits it. Nothing is taken from the holder:
+   * the lease changes hands only by release, transfer or expiry, as
+   * always.
+   */
+  preferred?: boolean;
 }
 
 /** Options of `Client.observe`. */
@@ -385,7 +397,9 @@ export class Client {
    *
    * With `opts.bindToStream` the grant is bound to this client's
    * connection: released at once when it closes or resets (see
-   * `AcquireOptions.bindToStream`).
+   * `AcquireOptions.bindToStream`). With `opts.preferred` it asks as a
+   * preferred candidate: queued ahead of the others, and the holder is
+   * told that it waits (see `AcquireOptions.preferred`).
    */
   async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: AcquireOptions): Promise<Acquired> {
     const asking = this.calls.start(job, holder);
@@ -395,7 +409,14 @@ export class Client {
         r = await this.unary(
           this.leases,
           this.leases.acquire as UnaryMethod<pb.AcquireRequest, pb.AcquireResponse>,
-          { job, holder, ttl: toDuration(ttlMs), wait: toDuration(waitMs), bindToStream: opts?.bindToStream ?? false },
+          {
+            job,
+            holder,
+            ttl: toDuration(ttlMs),
+            wait: toDuration(waitMs),
+            bindToStream: opts?.bindToStream ?? false,
+            preferred: opts?.preferred ?? false,
+          },
           opts,
           waitMs,
         );
@@ -440,8 +461,14 @@ export class Client {
     }, GIVE_BACK_AFTER_MS);
   }
 
-  /** Renews our live lease; rejects with LeaseLost when it is not ours. */
-  async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: CallOptions): Promise<Lease> {
+  /**
+   * Renews our live lease; rejects with LeaseLost when it is not ours.
+   * Resolves to the renewed lease, with `successorWaiting`: true while a
+   * preferred candidate waits for the job and our grant is not a
+   * preferred one (see `AcquireOptions.preferred`): hand over
+   * (`transferLease`) when it suits.
+   */
+  async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: CallOptions): Promise<RenewedLease> {
     const asking = this.calls.start(job, holder);
     try {
       const r = await this.unary(
@@ -452,7 +479,7 @@ export class Client {
       );
       const lease = leaseFromPb(r.lease);
       asking.told(lease.token);
-      return lease;
+      return { ...lease, successorWaiting: r.successorWaiting };
     } finally {
       asking.end();
     }

@@ -39,13 +39,21 @@
  * campaign binds the grant to the client's connection: the server
  * releases the lease at once when that connection closes or resets (the
  * process died), rather than after the TTL.
+ *
+ * With the option `preferred`, every Acquire of its campaign asks as a
+ * preferred candidate: it waits ahead of the electors that are not
+ * preferred, and a leader that is not preferred is told so on its
+ * renewals. With `yieldToPreferred`, a leader so told hands over right
+ * after that renewal, its safe point: it transfers to the first in line
+ * (as `transfer()` does, reporting `"lost"`), then campaigns again behind
+ * the successor. Nothing is taken from an elector that does not yield.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
 import { abortError, Backoff, Warnings } from "./retry";
-import { electorHolder, type Lease } from "./types";
+import { electorHolder, type Lease, type RenewedLease } from "./types";
 
 export interface ElectorOptions {
   /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
@@ -68,6 +76,30 @@ export interface ElectorOptions {
    * once; it steps down on its next renewal, and its writes are fenced.
    */
   bindToStream?: boolean;
+  /**
+   * Campaigns as a preferred candidate (default false;
+   * `AcquireOptions.preferred`): every Acquire of the campaign waits ahead
+   * of the Acquires that are not preferred (first come, first served
+   * within each class), and a leader whose grant was not a preferred one
+   * is told on each renewal that we wait (`RenewedLease.successorWaiting`).
+   * It hands over only if it yields (`yieldToPreferred`), a `transfer()`
+   * or a release; otherwise we are granted the lease when it frees up, as
+   * always, ahead of the others. A grant we win is a preferred one: no
+   * other preferred candidate's waiting is reported to us.
+   */
+  preferred?: boolean;
+  /**
+   * Yields to a preferred candidate (default false): when a renewal's
+   * answer says that one waits (`RenewedLease.successorWaiting`), the
+   * elector hands over right after that renewal, its safe point: it
+   * transfers the lease to the first in line, exactly as `transfer()`
+   * does (`"lost"` with its token; the successor leads with token + 1),
+   * then campaigns again, behind the successor. If the candidate left
+   * meanwhile (`NoSuccessor`) it goes on leading, and if the lease was no
+   * longer ours (`LeaseLost`) it steps down as on any loss. A leader
+   * without this option is told too, and keeps the lease.
+   */
+  yieldToPreferred?: boolean;
 }
 
 export interface ElectorLogger {
@@ -143,6 +175,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly log: ElectorLogger;
   private readonly warnings = new Warnings();
   private readonly bindToStream: boolean;
+  private readonly preferred: boolean;
+  private readonly yieldToPreferred: boolean;
   /** The tenure `lead` runs now, if any. */
   private tenure: Tenure | undefined;
 
@@ -160,6 +194,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.holder = options.holder ?? electorHolder(name);
     this.log = options.logger ?? { warn: (m) => console.warn(`leasehold elector: ${m}`) };
     this.bindToStream = options.bindToStream ?? false;
+    this.preferred = options.preferred ?? false;
+    this.yieldToPreferred = options.yieldToPreferred ?? false;
   }
 
   /** The token we lead with; undefined when not leading or past our deadline. */
@@ -278,9 +314,20 @@ export class Elector extends EventEmitter<ElectorEvents> {
     if (token === undefined || tenure === undefined || tenure.token !== token || this.stop.signal.aborted) {
       throw new NotLeader(`not leading ${this.job}: nothing to transfer`);
     }
+    return this.handOver(tenure, to);
+  }
+
+  /**
+   * The transfer of `tenure`'s lease, for `transfer()` and for a yield to
+   * a preferred candidate: on success, and on `LeaseLost`, the tenure is
+   * ended (reported once, its lead loop woken); on any other error it
+   * goes on.
+   */
+  private async handOver(tenure: Tenure, to?: string, opts?: { timeoutMs?: number }): Promise<Lease> {
+    const { token } = tenure;
     let successor: Lease;
     try {
-      successor = await this.client.transferLease(this.job, this.holder, token, to);
+      successor = await this.client.transferLease(this.job, this.holder, token, to, undefined, opts);
     } catch (e) {
       if (e instanceof LeaseLost) {
         this.log.warn(`${this.job}: lease lost (token ${token}) on transfer: ${e.message}`);
@@ -290,6 +337,28 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
     this.endTenure(tenure);
     return successor;
+  }
+
+  /**
+   * After a renewal that said a preferred candidate waits: hands the lease
+   * to the first in line (`handOver`). True when the tenure ended (handed
+   * over, or lost); false when it goes on: the candidate left
+   * (`NoSuccessor`) or the call failed, and the next renewal says again.
+   * The call is bounded by our `deadline`.
+   */
+  private async yieldLead(tenure: Tenure, deadline: number): Promise<boolean> {
+    try {
+      const successor = await this.handOver(tenure, undefined, { timeoutMs: Math.max(1, deadline - now()) });
+      this.log.debug?.(`${this.job}: handed token ${tenure.token} over to preferred ${successor.holder} (token ${successor.token})`);
+      return true;
+    } catch (e) {
+      if (e instanceof LeaseLost) return true;
+      if (e instanceof LeaseholdError) {
+        this.log.debug?.(`${this.job}: hand-over of token ${tenure.token} to a preferred candidate failed: ${e.message}`);
+        return tenure.ended.signal.aborted;
+      }
+      throw e;
+    }
   }
 
   /**
@@ -383,6 +452,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
                 timeoutMs: limit,
                 signal,
                 bindToStream: this.bindToStream,
+                preferred: this.preferred,
               }),
             sent + limit,
           );
@@ -484,8 +554,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
         this.log.warn(`${this.job}: token ${token} reached its deadline without a renewal`);
         break;
       }
+      let renewed: RenewedLease;
       try {
-        await this.until(
+        renewed = await this.until(
           (signal) => this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: deadline - at, signal }),
           deadline,
           ended,
@@ -509,6 +580,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
       next = at + every;
       retry.reset();
       if (this.leading === token) this.deadline = deadline;
+      // Our safe point: just renewed, nothing else in flight. Resigning,
+      // we release instead (on the next turn).
+      if (renewed.successorWaiting && this.yieldToPreferred && !this.stop.signal.aborted) {
+        if (await this.yieldLead(tenure, deadline)) return false;
+      }
     }
     this.setFollower(token);
     return false;

@@ -54,7 +54,7 @@ export type {
   Written,
 } from "./writestream";
 export { EventKind, electorHolder, processHolder } from "./types";
-export type { Acquired, Bytes, KeyInfo, Lease, LeaseChange, LeaseEvent, Value } from "./types";
+export type { Acquired, Bytes, KeyInfo, Lease, LeaseChange, LeaseEvent, RenewedLease, Value } from "./types";
 export { VERSION } from "./version";
 /** The generated messages and grpc-js service clients. */
 export * as v1 from "./gen/leasehold/v1/leasehold";

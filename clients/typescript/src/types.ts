@@ -38,6 +38,17 @@ export interface Lease {
   principal: string | undefined;
 }
 
+/** The answer to `renew`: our lease, renewed, and whether a preferred candidate waits. */
+export interface RenewedLease extends Lease {
+  /**
+   * A preferred candidate waits for the job (`AcquireOptions.preferred`)
+   * and our grant is not a preferred one: hand over (`transferLease` to
+   * the first in line) when it suits. Nothing is taken from us: we lead
+   * until we release, transfer or let the lease expire.
+   */
+  successorWaiting: boolean;
+}
+
 /** The answer to `acquire`. */
 export interface Acquired {
   /** Whether we hold the lease now. */

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { credentials, type ServiceError } from "@grpc/grpc-js";
-import { Client, Elector, LeaseholdError, LeaseLost, NoSuccessor, NotLeader, type Lease } from "../src";
+import { Client, Elector, LeaseholdError, LeaseLost, NoSuccessor, NotLeader, type Lease, type RenewedLease } from "../src";
 import * as pb from "../src/gen/leasehold/v1/leasehold";
 import { PATIENCE, Server, sleep, uniqueJob, waitUntil } from "./harness";
 
@@ -56,7 +56,7 @@ class HeldClient extends Client {
     token: bigint,
     ttlMs: number,
     opts?: Parameters<Client["renew"]>[4],
-  ): Promise<Lease> {
+  ): Promise<RenewedLease> {
     const hold = this.holdRenew;
     if (hold?.at === "send") {
       this.renewsHeld++;

@@ -3,7 +3,7 @@
 // job, driven over stdin, reporting on stdout. Also a complete example of
 // a worker: lead, write fenced by the token, release on SIGTERM.
 //
-//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]
+//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]
 package main
 
 import (
@@ -38,6 +38,8 @@ func main() {
 	name := flag.String("name", "worker", "name for the holder identity")
 	ttlMs := flag.Int("ttl-ms", 1000, "lease TTL in milliseconds")
 	bind := flag.Bool("bind", false, "bind the elector's grants to its connection (BindToStream)")
+	preferred := flag.Bool("preferred", false, "campaign as a preferred candidate (Preferred)")
+	yield := flag.Bool("yield", false, "hand over to a waiting preferred candidate at the next renewal (YieldToPreferred)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 
@@ -51,7 +53,7 @@ func main() {
 	var lastToken uint64 // the token we last led with, kept after losing
 	elector, err := leasehold.NewElector(client, leasehold.ElectorConfig{
 		Job: *job, Name: *name, TTL: time.Duration(*ttlMs) * time.Millisecond,
-		BindToStream: *bind,
+		BindToStream: *bind, Preferred: *preferred, YieldToPreferred: *yield,
 		Callbacks: leasehold.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, token uint64) {
 				mu.Lock()

@@ -134,10 +134,15 @@ def channel_security(
 
 # Request builders, shared with the asyncio client.
 def acquire_request(
-    job: str, holder: str, ttl: float, wait: float, bind_to_stream: bool = False
+    job: str, holder: str, ttl: float, wait: float, bind_to_stream: bool = False, preferred: bool = False
 ) -> pb.AcquireRequest:
     return pb.AcquireRequest(
-        job=job, holder=holder, ttl=to_duration(ttl), wait=to_duration(wait), bind_to_stream=bind_to_stream
+        job=job,
+        holder=holder,
+        ttl=to_duration(ttl),
+        wait=to_duration(wait),
+        bind_to_stream=bind_to_stream,
+        preferred=preferred,
     )
 
 

@@ -55,6 +55,7 @@ from .types import (
     KeyInfo,
     Lease,
     LeaseEvent,
+    Renewed,
     StreamWrite,
     Value,
     WriteOutcome,
@@ -383,9 +384,12 @@ class AsyncClient:
         *,
         timeout: Optional[float] = None,
         bind_to_stream: bool = False,
+        preferred: bool = False,
     ) -> Acquired:
         """As :meth:`leasehold.Client.acquire` (``bind_to_stream=True`` binds
-        the grant to this client's connection). A waiting Acquire (``wait >
+        the grant to this client's connection; ``preferred=True`` queues it
+        ahead of the Acquires that are not preferred, and tells a holder
+        that is not preferred that it waits). A waiting Acquire (``wait >
         0``) that is cancelled (``asyncio.CancelledError``) or times out
         (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
         a grant it may have been given meanwhile: a task reads the lease
@@ -399,7 +403,7 @@ class AsyncClient:
         with self._calls.start(job, holder) as asking:
             try:
                 r = await self._call(
-                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream), t
+                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), t
                 )
             except (asyncio.CancelledError, errors.DeadlineExceeded):
                 if wait > 0:
@@ -441,11 +445,18 @@ class AsyncClient:
         return AsyncLock(self, job, ttl, timeout=timeout, name=name)
 
     async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
+        return (await self.renew_lease(job, holder, token, ttl, timeout=timeout)).lease
+
+    async def renew_lease(
+        self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None
+    ) -> Renewed:
+        """As :meth:`leasehold.Client.renew_lease`: :meth:`renew`, with
+        whether a preferred candidate waits (``successor_waiting``)."""
         with self._calls.start(job, holder) as asking:
             r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
             lease = lease_from_pb(r.lease)
             asking.told(lease.token)
-        return lease
+        return Renewed(lease=lease, successor_waiting=r.successor_waiting)
 
     async def release(self, job: str, holder: str, token: int, *, timeout: Optional[float] = None) -> None:
         await self._call(self._leases.Release, release_request(job, holder, token), timeout)
@@ -568,7 +579,10 @@ class AsyncElector:
 
     ``bind_to_stream=True`` binds every grant of the campaign to the
     client's connection, and :meth:`transfer` hands the leadership to a
-    waiting elector, as for :class:`~leasehold.Elector`.
+    waiting elector, as for :class:`~leasehold.Elector`; so do
+    ``preferred=True`` (campaign as a preferred candidate) and
+    ``yield_to_preferred=True`` (hand over to a waiting preferred candidate
+    at the next renewal, then campaign again behind it).
     """
 
     def __init__(
@@ -582,12 +596,16 @@ class AsyncElector:
         on_elected: Optional[AsyncTokenCallback] = None,
         on_lost: Optional[AsyncTokenCallback] = None,
         bind_to_stream: bool = False,
+        preferred: bool = False,
+        yield_to_preferred: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
         self._bind = bool(bind_to_stream)
+        self._preferred = bool(preferred)
+        self._yield = bool(yield_to_preferred)
         # Set when the leadership of the moment ends (a new one per term).
         self._ended: Optional[asyncio.Event] = None
         # The token a transfer() is handing over, while its call is on its way.
@@ -618,6 +636,17 @@ class AsyncElector:
         """Whether the campaign's grants are bound to the client's
         connection."""
         return self._bind
+
+    @property
+    def preferred(self) -> bool:
+        """Whether the campaign's Acquires ask as a preferred candidate."""
+        return self._preferred
+
+    @property
+    def yield_to_preferred(self) -> bool:
+        """Whether this elector hands over to a waiting preferred candidate
+        at its next renewal."""
+        return self._yield
 
     @property
     def token(self) -> Optional[int]:
@@ -776,6 +805,7 @@ class AsyncElector:
                             campaign_wait,
                             timeout=limit,
                             bind_to_stream=self._bind,
+                            preferred=self._preferred,
                         ),
                         sent + limit,
                     )
@@ -844,8 +874,8 @@ class AsyncElector:
                 log.warning("%s: token %d reached its deadline without a renewal", self._job, token)
                 break
             try:
-                await self._until(
-                    self._client.renew(self._job, self._holder, token, self._ttl, timeout=deadline - now),
+                renewed = await self._until(
+                    self._client.renew_lease(self._job, self._holder, token, self._ttl, timeout=deadline - now),
                     deadline,
                     ended,
                 )
@@ -869,8 +899,30 @@ class AsyncElector:
             retry.reset()
             if self._token == token:
                 self._deadline = deadline
+            if self._yield and renewed.successor_waiting and await self._yield_lease(token, deadline):
+                return False
         await self._set_follower(token)
         return False
+
+    async def _yield_lease(self, token: int, deadline: float) -> bool:
+        """As :meth:`leasehold.Elector._yield_lease`: right after a renewal
+        whose answer says a preferred candidate waits, hands the lease to
+        the first in line by :meth:`transfer`. True when the leadership
+        ended (handed over, or lost); False when we still lead."""
+        log.info("%s: a preferred candidate waits: handing token %d over", self._job, token)
+        try:
+            await self.transfer(timeout=max(deadline - time.monotonic(), 0.001))
+            return True
+        except errors.LeaseLost:
+            return True  # transfer() stepped down and reported the loss
+        except errors.NotLeader:
+            return self._token != token  # ended meanwhile, or past our deadline
+        except errors.NoSuccessor:
+            log.info("%s: the preferred candidate left: still leading with token %d", self._job, token)
+            return False
+        except errors.LeaseholdError as e:
+            self._warnings.warn("%s: hand-over of token %d to a preferred candidate failed: %s", self._job, token, e)
+            return False
 
     async def _resign_lease(self, token: int, deadline: float) -> bool:
         if not await self._set_follower(token):

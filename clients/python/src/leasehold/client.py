@@ -50,6 +50,7 @@ from .types import (
     KeyInfo,
     Lease,
     LeaseEvent,
+    Renewed,
     StreamWrite,
     Value,
     WriteOutcome,
@@ -369,6 +370,7 @@ class Client:
         *,
         timeout: Optional[float] = None,
         bind_to_stream: bool = False,
+        preferred: bool = False,
     ) -> Acquired:
         """Asks for the lease on ``job``; waits up to ``wait`` seconds for it
         to free up. ``timeout`` defaults to ``wait`` plus the client's
@@ -386,6 +388,14 @@ class Client:
         global subchannel pool): closing one of them closes the connection
         only once no other uses it.
 
+        ``preferred=True`` asks as a preferred candidate: while waiting, it
+        is queued ahead of the Acquires that are not preferred (first come,
+        first served within each class), and a live holder that is not
+        preferred is told so by its renewals (:meth:`renew_lease`'s
+        ``successor_waiting``), so that it can hand over when it suits it.
+        Nothing is taken from the holder: the lease changes hands only by a
+        release, a transfer or its expiry.
+
         A waiting Acquire (``wait > 0``) that times out gives back a grant
         it may have been given meanwhile: the server releases a grant whose
         reply it could not deliver, and for a reply that was on its way, a
@@ -399,7 +409,9 @@ class Client:
         t = wait + self._timeout if timeout is None else timeout
         with self._calls.start(job, holder) as asking:
             try:
-                r = self._call(self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream), t)
+                r = self._call(
+                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), t
+                )
             except errors.DeadlineExceeded:
                 if wait > 0:
                     asking.end()
@@ -410,7 +422,15 @@ class Client:
         return Acquired(acquired=r.acquired, lease=lease_from_pb(r.lease))
 
     def acquire_future(
-        self, job: str, holder: str, ttl: float, wait: float, timeout: float, *, bind_to_stream: bool = False
+        self,
+        job: str,
+        holder: str,
+        ttl: float,
+        wait: float,
+        timeout: float,
+        *,
+        bind_to_stream: bool = False,
+        preferred: bool = False,
     ) -> grpc.Future:
         """``acquire`` as a cancellable ``grpc.Future`` of the raw response
         (used by the Elector). Its exception is a raw ``grpc.RpcError``.
@@ -421,7 +441,7 @@ class Client:
         asking = self._calls.start(job, holder)
         try:
             fut = self._leases.Acquire.future(
-                acquire_request(job, holder, ttl, wait, bind_to_stream), timeout=timeout
+                acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), timeout=timeout
             )
         except BaseException:
             asking.end()
@@ -485,14 +505,26 @@ class Client:
     def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises
         :class:`~leasehold.LeaseLost` when it is not ours any more."""
+        return self.renew_lease(job, holder, token, ttl, timeout=timeout).lease
+
+    def renew_lease(
+        self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None
+    ) -> Renewed:
+        """:meth:`renew`, with whether a preferred candidate waits: a
+        :class:`~leasehold.Renewed` whose ``successor_waiting`` is true
+        while an ``acquire(..., preferred=True)`` waits for the job and our
+        grant is not a preferred one. Nothing is taken from us: hand over
+        (:meth:`transfer_lease` to the first waiter, who is then the
+        preferred one) or release when it suits."""
         with self._calls.start(job, holder) as asking:
             r = self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
             lease = lease_from_pb(r.lease)
             asking.told(lease.token)
-        return lease
+        return Renewed(lease=lease, successor_waiting=r.successor_waiting)
 
     def renew_future(self, job: str, holder: str, token: int, ttl: float, timeout: float) -> grpc.Future:
-        """``renew`` as a cancellable ``grpc.Future`` of the raw response."""
+        """``renew`` as a cancellable ``grpc.Future`` of the raw response
+        (its ``successor_waiting`` as :meth:`renew_lease`'s)."""
         asking = self._calls.start(job, holder)
         try:
             fut = self._leases.Renew.future(renew_request(job, holder, token, ttl), timeout=timeout)

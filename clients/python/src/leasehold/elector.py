@@ -1,5 +1,6 @@
 """The thread-based :class:`Elector`: campaign for a job, renew at ttl/3,
-step down on loss, release on shutdown, hand over with :meth:`Elector.transfer`.
+step down on loss, release on shutdown, hand over with :meth:`Elector.transfer`
+(or at a renewal, to a preferred candidate, with ``yield_to_preferred``).
 
 One background thread owns the lease. It campaigns with a waiting
 ``Acquire`` (so a release hands over at once), renews every ``ttl / 3``,
@@ -98,6 +99,20 @@ class Elector:
     elector takes over without waiting out the TTL. :meth:`transfer` hands
     the leadership to a waiting elector, with no gap.
 
+    ``preferred=True`` campaigns as a preferred candidate: every Acquire of
+    the campaign is queued ahead of those that are not preferred, and a
+    leader that is not preferred is told that it waits.
+    ``yield_to_preferred=True`` makes this elector, when it leads with a
+    grant that is not preferred, hand over to a preferred candidate at its
+    next renewal (right after a renewal whose answer says one waits): as
+    :meth:`transfer` to the first in line, reporting the end of its
+    leadership as a transfer does, then campaigning again behind the
+    successor. If the candidate left meanwhile (``NoSuccessor``) it goes
+    on leading; if the lease was lost (``LeaseLost``) it steps down as
+    usual. An elector that does not yield is never made to: a preferred
+    candidate waits as any other until the lease is released, handed over
+    or expires.
+
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here. A campaign the server refuses with an error asking
     again cannot fix (:class:`~leasehold.InvalidArgument`, such as a TTL over
@@ -117,12 +132,16 @@ class Elector:
         on_elected: Optional[TokenCallback] = None,
         on_lost: Optional[TokenCallback] = None,
         bind_to_stream: bool = False,
+        preferred: bool = False,
+        yield_to_preferred: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
         self._job = job
         self._ttl = float(ttl)
         self._bind = bool(bind_to_stream)
+        self._preferred = bool(preferred)
+        self._yield = bool(yield_to_preferred)
         self._holder = holder or elector_holder(name)
         self._on_elected = on_elected
         self._on_lost = on_lost
@@ -154,6 +173,17 @@ class Elector:
         """Whether the campaign's grants are bound to the client's
         connection."""
         return self._bind
+
+    @property
+    def preferred(self) -> bool:
+        """Whether the campaign's Acquires ask as a preferred candidate."""
+        return self._preferred
+
+    @property
+    def yield_to_preferred(self) -> bool:
+        """Whether this elector hands over to a waiting preferred candidate
+        at its next renewal."""
+        return self._yield
 
     @property
     def token(self) -> Optional[int]:
@@ -275,7 +305,13 @@ class Elector:
                 sent = time.monotonic()
                 limit = campaign_wait + self._ttl
                 fut = self._client.acquire_future(
-                    self._job, self._holder, self._ttl, campaign_wait, limit, bind_to_stream=self._bind
+                    self._job,
+                    self._holder,
+                    self._ttl,
+                    campaign_wait,
+                    limit,
+                    bind_to_stream=self._bind,
+                    preferred=self._preferred,
                 )
                 outcome = self._wait(fut, sent + limit)
                 if outcome == _STOP:
@@ -381,7 +417,9 @@ class Elector:
 
     def _lead(self, token: int, sent: float) -> bool:
         """Leads until the lease is lost or handed over (False) or we are
-        told to stop (releases; True)."""
+        told to stop (releases; True). With ``yield_to_preferred``, a
+        renewal that says a preferred candidate waits is followed at once
+        by the hand-over (:meth:`_yield_lease`)."""
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
@@ -412,6 +450,8 @@ class Elector:
                 with self._cond:
                     if self._token == token:
                         self._deadline = deadline
+                if self._yield and fut.result().successor_waiting and self._yield_lease(token, deadline):
+                    return False
                 continue
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
             if isinstance(e, (errors.LeaseLost,) + REFUSALS):
@@ -424,6 +464,30 @@ class Elector:
             nxt = time.monotonic() + retry.next_before(deadline)
         self._set_follower(token)
         return False
+
+    def _yield_lease(self, token: int, deadline: float) -> bool:
+        """Our safe point, right after a renewal whose answer says a
+        preferred candidate waits (nothing of ours is in flight): hands the
+        lease to the first in line by :meth:`transfer`, which reports the
+        end of the leadership. True when the leadership ended (handed over,
+        or the lease was lost); False when we still lead: the candidate left
+        (``NoSuccessor``), or the call failed and the next renewal tells
+        (bounded by our deadline: past it we step down as usual)."""
+        log.info("%s: a preferred candidate waits: handing token %d over", self._job, token)
+        try:
+            self.transfer(timeout=max(deadline - time.monotonic(), 0.001))
+            return True
+        except errors.LeaseLost:
+            return True  # transfer() stepped down and reported the loss
+        except errors.NotLeader:
+            with self._cond:  # ended meanwhile (a transfer() of the caller's), or past our deadline
+                return self._token != token
+        except errors.NoSuccessor:
+            log.info("%s: the preferred candidate left: still leading with token %d", self._job, token)
+            return False
+        except errors.LeaseholdError as e:
+            self._warnings.warn("%s: hand-over of token %d to a preferred candidate failed: %s", self._job, token, e)
+            return False
 
     def _resign_lease(self, token: int, deadline: float) -> bool:
         if not self._set_follower(token):

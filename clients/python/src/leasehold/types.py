@@ -83,6 +83,19 @@ class Acquired:
 
 
 @dataclass(frozen=True)
+class Renewed:
+    """The answer to ``renew_lease``."""
+
+    #: Our lease, renewed.
+    lease: Lease
+    #: A preferred candidate (an ``acquire(..., preferred=True)``) waits for
+    #: the job, and our grant is not a preferred one: hand over
+    #: (``transfer_lease``) or release when it suits. Nothing is taken from
+    #: us meanwhile.
+    successor_waiting: bool = False
+
+
+@dataclass(frozen=True)
 class Value:
     """A stored value, as ``read`` returns it."""
 

@@ -251,9 +251,11 @@ public final class Client implements AutoCloseable {
     }
   }
 
-  static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
+  static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      boolean preferred) {
     return AcquireRequest.newBuilder().setJob(job).setHolder(holder)
-        .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).setBindToStream(bindToStream).build();
+        .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).setBindToStream(bindToStream)
+        .setPreferred(preferred).build();
   }
 
   static RenewRequest renewRequest(String job, String holder, long token, Duration ttl) {
@@ -296,10 +298,26 @@ public final class Client implements AutoCloseable {
    * then fenced.
    */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
+    return acquire(job, holder, ttl, wait, bindToStream, false);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration, boolean)}, asking as
+   * a preferred candidate when {@code preferred} is true
+   * ({@code AcquireRequest.preferred}): while it waits it is queued ahead of
+   * the waiting Acquires that are not preferred (first come, first served
+   * within each class), and the live holder, unless its own grant was a
+   * preferred one, is told so by its renewals
+   * ({@link Renewed#successorWaiting()}, from {@link #renewLease}), so that
+   * it can hand over ({@link #transferLease}) when it suits it. Nothing is
+   * taken from the holder: the lease changes hands only by its release,
+   * transfer or expiry, as for any waiter.
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream, boolean preferred) {
     Calls.Asking asking = calls.start(job, holder);
     AcquireResponse r;
     try {
-      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream)));
+      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred)));
       if (r.getAcquired()) {
         asking.told(r.getLease().getToken());
       }
@@ -344,8 +362,19 @@ public final class Client implements AutoCloseable {
    * true: see {@link #acquire(String, String, Duration, Duration, boolean)}.
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream) {
+    return acquireAsync(job, holder, ttl, wait, bindToStream, false);
+  }
+
+  /**
+   * {@link #acquireAsync(String, String, Duration, Duration, boolean)},
+   * asking as a preferred candidate when {@code preferred} is true: see
+   * {@link #acquire(String, String, Duration, Duration, boolean, boolean)}.
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      boolean preferred) {
     long[] n = new long[1];
-    ListenableFuture<AcquireResponse> call = acquireCall(job, holder, ttl, wait, bindToStream, wait.plus(timeout), a -> n[0] = a);
+    ListenableFuture<AcquireResponse> call =
+        acquireCall(job, holder, ttl, wait, bindToStream, preferred, wait.plus(timeout), a -> n[0] = a);
     return async(call, r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())), r -> {
       // The grant reached this client, but its caller had cancelled the
       // future first and never saw it: give it back, as for a grant that
@@ -473,19 +502,19 @@ public final class Client implements AutoCloseable {
    * is recorded as told, and its call ends however it ends.
    */
   ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      Duration timeout) {
-    return acquireCall(job, holder, ttl, wait, bindToStream, timeout, n -> { });
+      boolean preferred, Duration timeout) {
+    return acquireCall(job, holder, ttl, wait, bindToStream, preferred, timeout, n -> { });
   }
 
   /** {@link #acquireCall}, telling {@code number} the call's number in {@link #calls}. */
   private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      Duration timeout, java.util.function.LongConsumer number) {
+      boolean preferred, Duration timeout, java.util.function.LongConsumer number) {
     Calls.Asking asking = calls.start(job, holder);
     number.accept(asking.n);
     ListenableFuture<AcquireResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream)), r -> {
+          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred)), r -> {
             if (r.getAcquired()) {
               asking.told(r.getLease().getToken());
             }
@@ -551,12 +580,37 @@ public final class Client implements AutoCloseable {
     return async(renewCall(job, holder, token, ttl, timeout), r -> Lease.fromProto(r.getLease()));
   }
 
+  /**
+   * {@link #renew(String, String, long, Duration)}, with whether a
+   * preferred candidate waits for the job while our grant is not a
+   * preferred one ({@link Renewed#successorWaiting()},
+   * {@code RenewResponse.successor_waiting}): hand over
+   * ({@link #transferLease(String, String, long)}) when it suits, or keep
+   * leading; nothing is taken from us.
+   */
+  public Renewed renewLease(String job, String holder, long token, Duration ttl) {
+    return renewLease(job, holder, token, ttl, timeout);
+  }
+
+  /**
+   * {@link #renewLease(String, String, long, Duration)} as a future; fails
+   * with the same exceptions ({@link LeaseLostException}...), and
+   * {@code cancel(true)} cancels the call.
+   */
+  public CompletableFuture<Renewed> renewLeaseAsync(String job, String holder, long token, Duration ttl) {
+    return async(renewCall(job, holder, token, ttl, timeout), Renewed::fromProto);
+  }
+
   Lease renew(String job, String holder, long token, Duration ttl, Duration timeout) {
+    return renewLease(job, holder, token, ttl, timeout).lease();
+  }
+
+  Renewed renewLease(String job, String holder, long token, Duration ttl, Duration timeout) {
     Calls.Asking asking = calls.start(job, holder);
     try {
       RenewResponse r = call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl)));
       asking.told(r.getLease().getToken());
-      return Lease.fromProto(r.getLease());
+      return Renewed.fromProto(r);
     } finally {
       asking.end();
     }

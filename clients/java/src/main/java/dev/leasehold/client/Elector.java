@@ -2,6 +2,7 @@ package dev.leasehold.client;
 
 import com.google.common.util.concurrent.ListenableFuture;
 import dev.leasehold.v1.AcquireResponse;
+import dev.leasehold.v1.RenewResponse;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.OptionalLong;
@@ -71,6 +72,14 @@ import org.slf4j.LoggerFactory;
  * every grant of the campaign to the client's connection, so that the
  * server releases it at once when this process dies (its connection
  * closes), instead of waiting out the TTL.
+ *
+ * <p>{@link Builder#preferred(boolean)} campaigns as a preferred candidate:
+ * queued ahead of the campaigners that are not, and a leader that is not
+ * preferred is told that it waits. {@link Builder#yieldToPreferred(boolean)}
+ * makes this elector, told so at a renewal, hand its lead to the first in
+ * line right after that renewal (as {@link #transfer()} does), then
+ * campaign again behind it. Nothing is taken from a leader that does not
+ * yield: it leads on until it releases, transfers or loses its lease.
  */
 public final class Elector implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(Elector.class);
@@ -80,6 +89,8 @@ public final class Elector implements AutoCloseable {
   private final String holder;
   private final Duration ttl;
   private final boolean bindToStream;
+  private final boolean preferred;
+  private final boolean yieldToPreferred;
   private final LongConsumer onElected;
   private final LongConsumer onLost;
 
@@ -101,6 +112,8 @@ public final class Elector implements AutoCloseable {
     this.holder = b.holder != null ? b.holder : electorHolder(b.name);
     this.ttl = b.ttl;
     this.bindToStream = b.bindToStream;
+    this.preferred = b.preferred;
+    this.yieldToPreferred = b.yieldToPreferred;
     this.onElected = b.onElected;
     this.onLost = b.onLost;
     this.callbacks = Executors.newSingleThreadExecutor(r -> {
@@ -137,6 +150,8 @@ public final class Elector implements AutoCloseable {
     private String holder;
     private Duration ttl = Duration.ofSeconds(10);
     private boolean bindToStream;
+    private boolean preferred;
+    private boolean yieldToPreferred;
     private LongConsumer onElected = t -> {};
     private LongConsumer onLost = t -> {};
 
@@ -175,6 +190,41 @@ public final class Elector implements AutoCloseable {
      */
     public Builder bindToStream(boolean bind) {
       this.bindToStream = bind;
+      return this;
+    }
+
+    /**
+     * Campaigns as a preferred candidate ({@code AcquireRequest.preferred}
+     * on every Acquire of the campaign; default false): while it waits it is
+     * queued ahead of the campaigners that are not preferred (first come,
+     * first served within each class), and the leader, unless it was itself
+     * elected as a preferred one, is told at each renewal that a preferred
+     * candidate waits. Nothing is taken from the leader: this elector is
+     * elected when the leader hands over (a yielding elector does so at its
+     * next renewal: {@link #yieldToPreferred(boolean)}), releases, or loses
+     * its lease.
+     */
+    public Builder preferred(boolean preferred) {
+      this.preferred = preferred;
+      return this;
+    }
+
+    /**
+     * Yields to a preferred candidate (default false): when a renewal's
+     * answer says that a preferred candidate waits (our grant not being a
+     * preferred one), the elector hands its lead over right after that
+     * renewal, its safe point, to the first in line (a
+     * {@link Elector#transfer()}: the successor leads with our token plus
+     * one, the job never free in between), reports the end of its lead as
+     * a transfer does ({@code onLost}, {@link Elector#awaitLost}), and
+     * campaigns again, behind the successor. If the candidate left before
+     * the hand-over ({@link NoSuccessorException}) it keeps leading; if the
+     * lease was no longer ours it steps down as on any loss. An elector
+     * that is itself {@link #preferred(boolean) preferred} is never told,
+     * so it never yields.
+     */
+    public Builder yieldToPreferred(boolean yield) {
+      this.yieldToPreferred = yield;
       return this;
     }
 
@@ -339,13 +389,29 @@ public final class Elector implements AutoCloseable {
         throw new IllegalStateException(job + ": not leading, nothing to transfer");
       }
       t = token;
+    } finally {
+      lock.unlock();
+    }
+    return handOver(t, toOrNull, null);
+  }
+
+  /**
+   * The transfer of our lead with {@code t} (to {@code toOrNull}, or the
+   * first in line), bounded by {@code timeout} (null: the client's); on
+   * success, and on LEASE_LOST, the lead ends and is reported, once.
+   */
+  private Lease handOver(long t, String toOrNull, Duration timeout) {
+    lock.lock();
+    try {
       transferring = t;
     } finally {
       lock.unlock();
     }
     Lease successor;
     try {
-      successor = client.transferLease(job, holder, t, toOrNull, null);
+      successor = timeout == null
+          ? client.transferLease(job, holder, t, toOrNull, null)
+          : client.transferLease(job, holder, t, toOrNull, null, timeout);
     } catch (LeaseLostException e) {
       LOG.warn("{}: transfer of token {}: lease lost: {}", job, t, e.getMessage());
       setFollower(t);
@@ -445,7 +511,7 @@ public final class Elector implements AutoCloseable {
         long sent = System.nanoTime();
         long limit = campaignWait + ttlNanos();
         ListenableFuture<AcquireResponse> f =
-            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), bindToStream, Duration.ofNanos(limit));
+            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), bindToStream, preferred, Duration.ofNanos(limit));
         Outcome o = await(f, sent + limit);
         if (o == Outcome.STOP) {
           releaseIfGranted();
@@ -671,7 +737,7 @@ public final class Elector implements AutoCloseable {
         LOG.warn("{}: token {} reached its deadline without a renewal", job, t);
         break;
       }
-      ListenableFuture<?> f = client.renewCall(job, holder, t, ttl, Duration.ofNanos(until - now));
+      ListenableFuture<RenewResponse> f = client.renewCall(job, holder, t, ttl, Duration.ofNanos(until - now));
       Outcome o = await(f, until);
       if (o == Outcome.STOP) {
         return resign(t, until);
@@ -683,8 +749,9 @@ public final class Elector implements AutoCloseable {
         LOG.warn("{}: renew of token {} did not answer before the deadline", job, t);
         break;
       }
+      RenewResponse renewed;
       try {
-        f.get();
+        renewed = f.get();
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
         if (le instanceof LeaseLostException || refused(le)) {
@@ -714,9 +781,41 @@ public final class Elector implements AutoCloseable {
       } finally {
         lock.unlock();
       }
+      if (yieldToPreferred && renewed.getSuccessorWaiting() && yieldLead(t, until)) {
+        return false; // handed over (or lost): reported by handOver()
+      }
     }
     setFollower(t);
     return false;
+  }
+
+  /**
+   * Right after a renewal of {@code t} that said a preferred candidate
+   * waits, our safe point (nothing of ours in flight): hands the lead to
+   * the first in line, bounded by our deadline. True when the lead ended
+   * (handed over, or found lost), and was reported; false when we still
+   * lead (the candidate left, or the call failed: the next renewal says
+   * again, or finds the lease lost).
+   */
+  private boolean yieldLead(long t, long until) {
+    long left = until - System.nanoTime();
+    if (left <= 0) {
+      return false; // the loop steps down at its deadline
+    }
+    try {
+      Lease successor = handOver(t, null, Duration.ofNanos(left));
+      LOG.info("{}: handed token {} over to the preferred candidate {} (token {})", job, t, successor.holder(),
+          successor.token());
+      return true;
+    } catch (NoSuccessorException e) {
+      LOG.debug("{}: the preferred candidate left before the hand-over: leading on with token {}", job, t);
+      return false;
+    } catch (LeaseLostException e) {
+      return true; // handOver() stepped down
+    } catch (LeaseholdException e) {
+      LOG.debug("{}: hand-over of token {} to a preferred candidate failed: {}", job, t, e.toString());
+      return false;
+    }
   }
 
   private boolean resign(long t, long until) {

@@ -24,10 +24,12 @@ import java.util.concurrent.atomic.AtomicLong;
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM (in a shutdown hook).
  *
- * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind]</pre>
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]</pre>
  *
  * <p>{@code --bind} builds the worker's elector with
- * {@code bindToStream(true)} (the twins are not).
+ * {@code bindToStream(true)}, {@code --preferred} with
+ * {@code preferred(true)}, {@code --yield} with
+ * {@code yieldToPreferred(true)} (the twins have none of them).
  */
 public final class ConformanceWorker {
   private ConformanceWorker() {}
@@ -43,10 +45,17 @@ public final class ConformanceWorker {
     System.setProperty("org.slf4j.simpleLogger.log.dev.leasehold.client", "error");
     Map<String, String> args = new HashMap<>();
     boolean bind = false;
+    boolean preferred = false;
+    boolean yield = false;
     for (int i = 0; i < argv.length; i++) {
       String name = argv[i].replaceFirst("^--", "");
+      // Flags, without a value.
       if (name.equals("bind")) {
-        bind = true; // a flag, without a value
+        bind = true;
+      } else if (name.equals("preferred")) {
+        preferred = true;
+      } else if (name.equals("yield")) {
+        yield = true;
       } else if (i + 1 < argv.length) {
         args.put(name, argv[++i]);
       }
@@ -62,6 +71,8 @@ public final class ConformanceWorker {
         })
         .onLost(t -> say("lost token=" + Long.toUnsignedString(t)))
         .bindToStream(bind)
+        .preferred(preferred)
+        .yieldToPreferred(yield)
         .build();
     say("holder " + elector.holder());
 
