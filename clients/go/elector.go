@@ -342,7 +342,7 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 				e.deadline = deadline
 			}
 			e.mu.Unlock()
-			if r.SuccessorWaiting && e.cfg.YieldToPreferred && false {
+			if r.SuccessorWaiting && e.cfg.YieldToPreferred {
 				// Our safe point: just renewed, nothing in flight.
 				_, ended, err := e.handOver(ctx, token, "", deadline)
 				switch {

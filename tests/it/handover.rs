@@ -5,7 +5,8 @@
 //! connection; `TransferLease` hands a lease to a named or the first
 //! waiter, refuses with NO_SUCCESSOR or LEASE_LOST and changes nothing,
 //! and hands over once when two transfers (or a transfer and the expiry)
-//! race; `leasehold run` hands over on SIGTERM; a preferred candidate
+//! race; a leader behind a dropped route (a network namespace) keeps its
+//! lease for the TTL; `leasehold run` hands over on SIGTERM; a preferred candidate
 //! waits ahead of the others and the holder is told of it. Each tenure's
 //! end is checked in the history.
 
@@ -623,4 +624,132 @@ async fn a_preferred_candidate_is_served_first_and_the_holder_told() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preferred_candidate_is_served_first_and_the_holder_told_on_etcd() {
     preferred_leader(Place::etcd()).await;
+}
+
+/// A network namespace joined to this one by a veth pair, for a client
+/// whose route can be dropped: removed on drop. `None` where namespaces
+/// cannot be made (not root, or a sandbox that forbids them).
+struct Netns {
+    name: String,
+    host_if: String,
+    host_ip: String,
+}
+
+impl Netns {
+    fn make() -> Option<Netns> {
+        let id = std::process::id() % 10_000;
+        let n = Netns {
+            name: format!("lh{id}"),
+            host_if: format!("lhh{id}"),
+            host_ip: format!("10.231.{}.1", id % 250),
+        };
+        let peer_if = format!("lhn{id}");
+        let peer_ip = format!("10.231.{}.2", id % 250);
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let ns = n.name.as_str();
+        let ok = ip(&["netns", "add", ns])
+            && ip(&["link", "add", &n.host_if, "type", "veth", "peer", "name", &peer_if])
+            && ip(&["link", "set", &peer_if, "netns", ns])
+            && ip(&["addr", "add", &format!("{}/30", n.host_ip), "dev", &n.host_if])
+            && ip(&["link", "set", &n.host_if, "up"])
+            && ip(&["netns", "exec", ns, "ip", "addr", "add", &format!("{peer_ip}/30"), "dev", &peer_if])
+            && ip(&["netns", "exec", ns, "ip", "link", "set", &peer_if, "up"])
+            && ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
+        ok.then_some(n)
+    }
+
+    /// Drops the route: the host's end of the pair goes down, and packets
+    /// between the namespaces stop, with no FIN and no RST.
+    fn drop_route(&self) {
+        let s = Command::new("ip")
+            .args(["link", "set", &self.host_if, "down"])
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// A TCP relay on `listen` to `to`, both ways, until the test ends.
+async fn relay(listen: &str, to: std::net::SocketAddr) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind(listen).await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut a, _)) = l.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut b) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A bound leader whose route is dropped (a real partition, made in a
+/// network namespace): its connection goes silent, not closed, and its
+/// lease is kept for the TTL, then taken over by expiry.
+async fn partitioned_bound_leader_keeps_its_lease(place: Place) {
+    let Some(ns) = Netns::make() else {
+        println!("SKIPPED: no network namespace can be made here (needs root and `ip netns`)");
+        return;
+    };
+    let p = place.start(&[]);
+    let c = client(&p).await;
+    let server: std::net::SocketAddr = p.url().trim_start_matches("http://").parse().unwrap();
+    let hop = relay(&format!("{}:0", ns.host_ip), server).await;
+    let mut r = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(common::bin())
+        .args(["run", "--server", &format!("http://{hop}"), "--ttl", "4s", "--name", "r"])
+        .args(["cut", "--", "sleep", "1000"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let token = held_by_runner(&c, "cut").await;
+    let waiter = wait_for(&p, "cut", "next", Duration::from_secs(4));
+    p.wait_for_waiters(1).await;
+    ns.drop_route();
+    let dropped = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let l = c.get_lease("cut").await.unwrap();
+    assert_eq!(l.token, token, "the partitioned leader's lease was taken early");
+    let (a, at) = waiter.await.unwrap();
+    assert_eq!(a.lease.token, token + 1);
+    println!("route dropped: the lease passed on after {:?} (TTL 4 s)", at - dropped);
+    assert!(at - dropped >= Duration::from_secs(2));
+    assert_eq!(end_of(&c, "cut", token).await, Some(End::TakenOver));
+    let _ = r.kill();
+    let _ = r.wait();
+    drop(ns);
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_bound_leader_keeps_its_lease_for_the_ttl() {
+    partitioned_bound_leader_keeps_its_lease(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_bound_leader_keeps_its_lease_for_the_ttl_on_etcd() {
+    partitioned_bound_leader_keeps_its_lease(Place::etcd()).await;
 }

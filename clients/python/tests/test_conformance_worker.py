@@ -1,9 +1,11 @@
-"""examples/conformance_worker.py's transfer commands and ``--bind``
-(clients/conformance/README.md has the protocol), with real worker
-processes against the real server: ``transfer`` and ``transfer-to``
-answer ``ok token=N``, ``no-successor``, ``not-leader`` or ``lost``, the
-old leader prints its ``lost`` line, and a ``--bind`` leader killed with
-SIGKILL is replaced at once, not after its TTL.
+"""examples/conformance_worker.py's transfer commands, ``--bind``,
+``--preferred`` and ``--yield`` (clients/conformance/README.md has the
+protocol), with real worker processes against the real server:
+``transfer`` and ``transfer-to`` answer ``ok token=N``, ``no-successor``,
+``not-leader`` or ``lost``, the old leader prints its ``lost`` line, a
+``--bind`` leader killed with SIGKILL is replaced at once, not after its
+TTL, and a ``--yield`` leader hands over to a ``--preferred`` worker at its
+next renewal.
 
 The workers run with the ``leasehold`` package installed, as a user runs
 them (clients/test.sh installs it), not from this source tree."""
@@ -26,11 +28,11 @@ PATIENCE = 30.0
 TTL_MS = 30_000
 
 
-def start(server, job, name, *flags):
+def start(server, job, name, *flags, ttl_ms=TTL_MS):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     w = harness.LineProcess(
         [sys.executable, str(WORKER), "--server", server.target, "--job", job, "--name", name,
-         "--ttl-ms", str(TTL_MS), *flags],
+         "--ttl-ms", str(ttl_ms), *flags],
         name, env=env,
     )
     _, line = w.expect(lambda l: l.startswith("holder "), PATIENCE, "the holder line")
@@ -120,3 +122,32 @@ def test_a_worker_without_bind_keeps_its_lease_after_sigkill(server, client, job
     l = client.get_lease(job)
     assert (l.holder, l.token) == (a.holder, 1), "an unbound lease runs for its TTL"
     client.release(job, a.holder, 1)
+
+
+def test_a_yielding_worker_hands_over_to_a_preferred_one(server, client, job, workers):
+    ttl_ms = 1500  # renewals every 0.5 s: the hand-over comes at the next one
+    a = start(server, job, "a", "--yield", ttl_ms=ttl_ms)
+    workers.append(a)
+    a.expect(lambda l: l == "elected token=1", PATIENCE, "a elected")
+    b = start(server, job, "b", "--preferred", ttl_ms=ttl_ms)
+    workers.append(b)
+    b.expect(lambda l: l == "elected token=2", PATIENCE, "b elected")
+    a.expect(lambda l: l == "lost token=1", PATIENCE, "a's loss")
+    assert tenure_end(server, job, 1) == pb.Tenure.END_TRANSFERRED
+
+    # a campaigns again, behind b, and is not handed the lease back.
+    server.wait_waiters(1)
+    time.sleep(ttl_ms / 1000)
+    l = client.get_lease(job)
+    assert (l.holder, l.token) == (b.holder, 2)
+    assert answer(b, "write x") == "write ok version=1"
+    b.send("quit")
+    expect_all(b, ["lost token=2", "bye"])
+    assert b.wait(PATIENCE) == 0
+    a.expect(lambda l: l == "elected token=3", PATIENCE, "a elected again")
+    assert [l for l in a.lines.seen if l.startswith(("elected", "lost"))] == [
+        "elected token=1", "lost token=1", "elected token=3"
+    ]
+    a.send("quit")
+    expect_all(a, ["lost token=3", "bye"])
+    assert a.wait(PATIENCE) == 0

@@ -347,14 +347,16 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * The call is bounded by our `deadline`.
    */
   private async yieldLead(tenure: Tenure, deadline: number): Promise<boolean> {
+    const { token } = tenure;
     try {
-      const successor = await this.handOver(tenure, undefined, { timeoutMs: Math.max(1, deadline - now()) });
-      this.log.debug?.(`${this.job}: handed token ${tenure.token} over to preferred ${successor.holder} (token ${successor.token})`);
+      const to = await this.handOver(tenure, undefined, { timeoutMs: Math.max(1, deadline - now()) });
+      this.log.debug?.(`${this.job}: handed token ${token} over to a preferred candidate, ${to.holder} (token ${to.token})`);
       return true;
     } catch (e) {
       if (e instanceof LeaseLost) return true;
       if (e instanceof LeaseholdError) {
-        this.log.debug?.(`${this.job}: hand-over of token ${tenure.token} to a preferred candidate failed: ${e.message}`);
+        this.log.debug?.(`${this.job}: hand-over of token ${token} to a preferred candidate failed: ${e.message}`);
+        // Still ours, unless a transfer() ended it meanwhile.
         return tenure.ended.signal.aborted;
       }
       throw e;

@@ -32,9 +32,14 @@ for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
   });
 }
 
-/** Starts `cmd` as a child of this test file (see `children`); stdout piped. */
-export function spawnChild(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): ChildProcess {
-  const proc = spawn(cmd, args, { ...opts, stdio: ["ignore", "pipe", "pipe"] });
+/** Starts `cmd` as a child of this test file (see `children`); stdout piped, and stdin with `stdin: "pipe"`. */
+export function spawnChild(
+  cmd: string,
+  args: string[],
+  opts: { cwd?: string; env?: NodeJS.ProcessEnv; stdin?: "ignore" | "pipe" } = {},
+): ChildProcess {
+  const { stdin = "ignore", ...rest } = opts;
+  const proc = spawn(cmd, args, { ...rest, stdio: [stdin, "pipe", "pipe"] });
   children.add(proc);
   proc.once("exit", () => children.delete(proc));
   proc.stderr!.pipe(process.stderr, { end: false });

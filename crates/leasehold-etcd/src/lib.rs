@@ -50,6 +50,17 @@
 //! - **Release**: one transaction compares the holder key's exact value and
 //!   lease, marks the token record released and deletes the holder key;
 //!   then the etcd lease is revoked.
+//! - **Transfer**: one transaction compares the holder key's exact value
+//!   and lease, the token counter, and the successor's waiter key, then
+//!   puts the successor's holder key (the next token, on a new etcd
+//!   lease) over the old one, the token record, the untold key, and
+//!   deletes the waiter key: the holder key is never absent, so no
+//!   frontend ever sees the job free. The successor's waiting Acquire,
+//!   woken by the watch, finds the lease its own. The old etcd lease is
+//!   revoked after. A release of a lease bound to a connection whose
+//!   client closed it is a Release, its end recorded as
+//!   `connection closed`; the binding itself lives in the frontend that
+//!   took the call (`server::bound`).
 //! - **CheckedWrite**: one transaction compares that the holder key holds
 //!   exactly (holder, token) (so the lease is live and the token is the
 //!   job's newest), that the key's stored token is `<=` ours (a byte-wise
@@ -78,7 +89,11 @@
 //! # Waiting, first come, first served, across frontends
 //!
 //! A waiting `Acquire` puts a key of its own under the job's waiters'
-//! prefix, bound to its frontend's session lease (so a frontend that dies
+//! prefix (`w/`, or `p/` for a preferred candidate: the line is every
+//! `p/` key, then every `w/` key, each class by create revision; a grant
+//! to a preferred candidate also puts its token under `r/`, so that a
+//! renewal can tell its holder whether a preferred candidate waits for a
+//! grant that is not one), bound to its frontend's session lease (so a frontend that dies
 //! leaves no waiter behind for longer than the session TTL). Its place in
 //! line is the key's create revision, which etcd orders globally, as in
 //! etcd's election recipe. A waiter may be granted only when every

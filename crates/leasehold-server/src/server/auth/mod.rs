@@ -27,7 +27,7 @@
 //!
 //! | action | calls |
 //! |---|---|
-//! | `lease` | Acquire, Renew, Release, KeepAlive |
+//! | `lease` | Acquire, Renew, Release, TransferLease, KeepAlive |
 //! | `write` | CheckedWrite, WriteStream |
 //! | `read` | GetLease, ListLeases, WatchLease, Read, ListKeys |
 //! | `admin` | all of the above on every job, DeleteJob, `Admin.Backup`, the admin port's `/metrics` |

@@ -23,7 +23,7 @@ use crate::metrics::RpcMetrics;
 /// What a grant allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Acquire, Renew, Release, KeepAlive.
+    /// Acquire, Renew, Release, TransferLease, KeepAlive.
     Lease,
     /// CheckedWrite, WriteStream.
     Write,

@@ -245,6 +245,11 @@ class BindToStreamTest {
     private final List<Boolean> taken = new ArrayList<>();
 
     Worker(String name, String target, String job, String... flags) throws IOException {
+      this(name, target, job, TTL, flags);
+    }
+
+    /** A worker whose elector's TTL is {@code ttl}. */
+    Worker(String name, String target, String job, Duration ttl, String... flags) throws IOException {
       this.name = name;
       // Surefire runs the tests from a manifest-only jar: the real class path
       // is in this property.
@@ -253,7 +258,7 @@ class BindToStreamTest {
           Paths.get(System.getProperty("java.home"), "bin", "java").toString(),
           "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", cp.replace(' ', File.pathSeparatorChar),
           "dev.leasehold.examples.ConformanceWorker",
-          "--server", target, "--job", job, "--name", name, "--ttl-ms", Long.toString(TTL.toMillis())));
+          "--server", target, "--job", job, "--name", name, "--ttl-ms", Long.toString(ttl.toMillis())));
       cmd.addAll(List.of(flags));
       process = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
       stdin = new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8);
