@@ -66,15 +66,6 @@ BIND_TTL_MS = 5000
 #: every TTL/3).
 PREFERRED_JOB = "conformance-preferred"
 PREFERRED_TTL_MS = 1500
-#: Step 10 runs only where the workers have --yield (worker A's language)
-#: and --preferred (worker B's); elsewhere it is skipped, saying why. A
-#: language listed here must have them: a worker that refuses them fails
-#: the step.
-PREFERRED_REQUIRED: Tuple[str, ...] = ()
-
-
-class StepSkipped(Exception):
-    pass
 
 
 class StepFailed(AssertionError):
@@ -169,27 +160,6 @@ class Worker(harness.LineProcess):
         return [l for l in self.lines.seen if l.startswith("elected")]
 
 
-def flag_refused(argv: List[str], flag: str, label: str, server: harness.ServerProcess) -> Optional[str]:
-    """Why the worker cannot be run with ``flag`` (it exits before its
-    holder line, as on an unknown flag), or None when it runs with it."""
-    w = harness.LineProcess(
-        [*argv, "--server", server.target, "--job", "conformance-probe", "--name", label, "--ttl-ms", str(TTL_MS), flag],
-        label,
-        cwd=str(harness.ROOT),
-    )
-    try:
-        while True:
-            _, line = w.lines.next(STEP)
-            if line is None:
-                return f"its worker does not take {flag} (it exited with {w.wait(STEP)})"
-            if line.startswith("holder "):
-                return None
-    except TimeoutError:
-        return f"its worker printed no holder line with {flag} within {STEP}s"
-    finally:
-        w.kill()
-
-
 def first_elected(workers: List[Worker], timeout: float) -> Tuple[Worker, float, str]:
     """The first worker to print an ``elected`` line, reading both."""
     deadline = time.monotonic() + timeout
@@ -207,8 +177,8 @@ def first_elected(workers: List[Worker], timeout: float) -> Tuple[Worker, float,
             raise StepFailed(f"nobody elected within {timeout}s: " + "; ".join(f"{w.name}: {w.lines.seen}" for w in workers))
 
 
-def scenario(argv_a: List[str], argv_b: List[str], label: str, langs: Tuple[str, str]) -> Dict[int, str]:
-    """Runs the scenario once; {step: "pass" | "FAIL: why" | "skip: why"}."""
+def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]:
+    """Runs the scenario once; {step: "pass" | "FAIL: why"}."""
     results: Dict[int, str] = {}
     server = harness.ServerProcess()
     cli = Cli(server)
@@ -453,58 +423,51 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str, langs: Tuple[str,
         #     lease at the yielder's next renewal, token 2; the yielder
         #     campaigns again and gets nothing back while it leads.
         current = 10
-        why = []
-        for lang, argv, flag in ((langs[0], argv_a, "--yield"), (langs[1], argv_b, "--preferred")):
-            if lang not in PREFERRED_REQUIRED:
-                refused = flag_refused(argv, flag, f"{label}-probe", server)
-                if refused:
-                    why.append(f"{lang}: {refused}")
-        if why:
-            results[10] = "skip: " + "; ".join(dict.fromkeys(why))
-        else:
-            yielder = Worker(argv_a, f"{label}-yield", server, PREFERRED_JOB, PREFERRED_TTL_MS, ("--yield",))
-            workers.append(yielder)
-            _, line = yielder.expect(lambda l: l.startswith("elected"), STEP, "the yielder's election")
-            check(line == "elected token=1", f"first election on {PREFERRED_JOB}: {line!r}")
-            check(cli.lease(PREFERRED_JOB) == (yielder.holder, 1), f"server says {cli.lease(PREFERRED_JOB)}")
-            plain = Worker(argv_b, f"{label}-plain", server, PREFERRED_JOB, PREFERRED_TTL_MS)
-            workers.append(plain)
-            server.wait_waiters(1, STEP)
-            # Two renewals with a waiter that is not preferred: no hand-over.
-            renewals = server.metric("leasehold_renewals_total")
-            harness.wait_until(
-                lambda: server.metric("leasehold_renewals_total") >= renewals + 2, STEP, "two renewals by the yielder"
-            )
-            check(cli.lease(PREFERRED_JOB) == (yielder.holder, 1), f"it yielded to a plain waiter: {cli.lease(PREFERRED_JOB)}")
-            preferred = Worker(argv_b, f"{label}-preferred", server, PREFERRED_JOB, PREFERRED_TTL_MS, ("--preferred",))
-            workers.append(preferred)
-            server.wait_waiters(2, STEP)
-            queued = time.monotonic()
-            elected_at, line = preferred.expect(lambda l: l.startswith("elected"), STEP, "the preferred one's election")
-            took = elected_at - queued
-            check(line == "elected token=2", f"the preferred candidate: {line!r}")
-            check(
-                took < PREFERRED_TTL_MS / 1000,
-                f"elected {took:.3f}s after it queued: more than a TTL ({PREFERRED_TTL_MS} ms; renewals every TTL/3)",
-            )
-            yielder.saw("lost token=1")
-            check(cli.lease(PREFERRED_JOB) == (preferred.holder, 2), f"server says {cli.lease(PREFERRED_JOB)}")
-            check(cli.how(PREFERRED_JOB, 1) == "transferred", f"token 1 ended: {cli.how(PREFERRED_JOB, 1)!r}")
-            check(not plain.elected_lines(), f"the plain waiter was elected: {plain.lines.seen}")
-            # The yielder campaigns again, behind the plain waiter; three
-            # renewals of the preferred leader (a TTL) change nothing.
-            server.wait_waiters(2, STEP)
-            renewals = server.metric("leasehold_renewals_total")
-            harness.wait_until(
-                lambda: server.metric("leasehold_renewals_total") >= renewals + 3,
-                STEP,
-                "three renewals by the preferred leader",
-            )
-            check(cli.lease(PREFERRED_JOB) == (preferred.holder, 2), f"the lease moved on: {cli.lease(PREFERRED_JOB)}")
-            check(yielder.elected_lines() == ["elected token=1"], f"the yielder got it back: {yielder.lines.seen}")
-            check(not plain.elected_lines(), f"the plain waiter was elected: {plain.lines.seen}")
-            check(server.metric("leasehold_waiting_acquires") >= 2, "the yielder stopped campaigning")
-            results[10] = f"pass (elected {took * 1000:.0f} ms after it queued, TTL {PREFERRED_TTL_MS} ms)"
+        yielder = Worker(argv_a, f"{label}-yield", server, PREFERRED_JOB, PREFERRED_TTL_MS, ("--yield",))
+        workers.append(yielder)
+        _, line = yielder.expect(lambda l: l.startswith("elected"), STEP, "the yielder's election")
+        check(line == "elected token=1", f"first election on {PREFERRED_JOB}: {line!r}")
+        check(cli.lease(PREFERRED_JOB) == (yielder.holder, 1), f"server says {cli.lease(PREFERRED_JOB)}")
+        plain = Worker(argv_b, f"{label}-plain", server, PREFERRED_JOB, PREFERRED_TTL_MS)
+        workers.append(plain)
+        server.wait_waiters(1, STEP)
+        # Two renewals with a waiter that is not preferred: no hand-over.
+        renewals = server.metric("leasehold_renewals_total")
+        harness.wait_until(
+            lambda: server.metric("leasehold_renewals_total") >= renewals + 2, STEP, "two renewals by the yielder"
+        )
+        check(
+            cli.lease(PREFERRED_JOB) == (yielder.holder, 1), f"it yielded to a plain waiter: {cli.lease(PREFERRED_JOB)}"
+        )
+        preferred = Worker(argv_b, f"{label}-preferred", server, PREFERRED_JOB, PREFERRED_TTL_MS, ("--preferred",))
+        workers.append(preferred)
+        server.wait_waiters(2, STEP)
+        queued = time.monotonic()
+        elected_at, line = preferred.expect(lambda l: l.startswith("elected"), STEP, "the preferred one's election")
+        took = elected_at - queued
+        check(line == "elected token=2", f"the preferred candidate: {line!r}")
+        check(
+            took < PREFERRED_TTL_MS / 1000,
+            f"elected {took:.3f}s after it queued: more than a TTL ({PREFERRED_TTL_MS} ms; renewals every TTL/3)",
+        )
+        yielder.saw("lost token=1")
+        check(cli.lease(PREFERRED_JOB) == (preferred.holder, 2), f"server says {cli.lease(PREFERRED_JOB)}")
+        check(cli.how(PREFERRED_JOB, 1) == "transferred", f"token 1 ended: {cli.how(PREFERRED_JOB, 1)!r}")
+        check(not plain.elected_lines(), f"the plain waiter was elected: {plain.lines.seen}")
+        # The yielder campaigns again, behind the plain waiter; three
+        # renewals of the preferred leader (a TTL) change nothing.
+        server.wait_waiters(2, STEP)
+        renewals = server.metric("leasehold_renewals_total")
+        harness.wait_until(
+            lambda: server.metric("leasehold_renewals_total") >= renewals + 3,
+            STEP,
+            "three renewals by the preferred leader",
+        )
+        check(cli.lease(PREFERRED_JOB) == (preferred.holder, 2), f"the lease moved on: {cli.lease(PREFERRED_JOB)}")
+        check(yielder.elected_lines() == ["elected token=1"], f"the yielder got it back: {yielder.lines.seen}")
+        check(not plain.elected_lines(), f"the plain waiter was elected: {plain.lines.seen}")
+        check(server.metric("leasehold_waiting_acquires") >= 2, "the yielder stopped campaigning")
+        results[10] = f"pass (elected {took * 1000:.0f} ms after it queued, TTL {PREFERRED_TTL_MS} ms)"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
@@ -529,33 +492,30 @@ def main() -> int:
     p.add_argument("--results", help="write the results here as JSON")
     args = p.parse_args()
     workers = json.loads(Path(args.workers).read_text())
-    runs = [(lang, (lang, lang)) for lang in (args.lang or list(workers))]
+    runs = [(lang, workers[lang], workers[lang]) for lang in (args.lang or list(workers))]
     for pair in args.mixed:
         x, y = pair.split(":")
-        runs.append((f"{x}+{y}", (x, y)))
+        runs.append((f"{x}+{y}", workers[x], workers[y]))
 
     table: Dict[str, Dict[int, str]] = {}
-    for label, (x, y) in runs:
+    for label, argv_a, argv_b in runs:
         t = time.monotonic()
-        table[label] = scenario(workers[x], workers[y], label, (x, y))
+        table[label] = scenario(argv_a, argv_b, label)
         print(f"conformance {label}: {time.monotonic() - t:.1f}s", flush=True)
         for n, title in STEPS:
             print(f"  {n}. {title}: {table[label][n]}", flush=True)
 
-    def mark(v: str) -> str:
-        return "pass" if v.startswith("pass") else "skip" if v.startswith("skip") else "FAIL"
-
-    marks = [mark(v) for r in table.values() for v in r.values()]
-    passed, skipped, failed = (marks.count(m) for m in ("pass", "skip", "FAIL"))
+    failed = sum(1 for r in table.values() for v in r.values() if not v.startswith("pass"))
+    passed = sum(1 for r in table.values() for v in r.values() if v.startswith("pass"))
     print()
     print("| language | " + " | ".join(f"{n}" for n, _ in STEPS) + " |")
     print("|---|" + "---|" * len(STEPS))
     for label, r in table.items():
-        print(f"| {label} | " + " | ".join(mark(r[n]) for n, _ in STEPS) + " |")
+        print(f"| {label} | " + " | ".join("pass" if r[n].startswith("pass") else "FAIL" for n, _ in STEPS) + " |")
     print()
     if args.results:
         Path(args.results).write_text(json.dumps(table, indent=2) + "\n")
-    print(f"conformance: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    print(f"conformance: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
 

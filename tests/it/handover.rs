@@ -637,14 +637,16 @@ struct Netns {
 
 impl Netns {
     fn make() -> Option<Netns> {
-        let id = std::process::id() % 10_000;
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 16;
+        let id = (std::process::id() % 4000) * 16 + k;
         let n = Netns {
             name: format!("lh{id}"),
             host_if: format!("lhh{id}"),
-            host_ip: format!("10.231.{}.1", id % 250),
+            host_ip: format!("10.{}.{}.1", 200 + k, id % 250),
         };
         let peer_if = format!("lhn{id}");
-        let peer_ip = format!("10.231.{}.2", id % 250);
+        let peer_ip = format!("10.{}.{}.2", 200 + k, id % 250);
         let ip = |args: &[&str]| {
             Command::new("ip")
                 .args(args)
@@ -654,11 +656,29 @@ impl Netns {
         };
         let ns = n.name.as_str();
         let ok = ip(&["netns", "add", ns])
-            && ip(&["link", "add", &n.host_if, "type", "veth", "peer", "name", &peer_if])
+            && ip(&[
+                "link", "add", &n.host_if, "type", "veth", "peer", "name", &peer_if,
+            ])
             && ip(&["link", "set", &peer_if, "netns", ns])
-            && ip(&["addr", "add", &format!("{}/30", n.host_ip), "dev", &n.host_if])
+            && ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", n.host_ip),
+                "dev",
+                &n.host_if,
+            ])
             && ip(&["link", "set", &n.host_if, "up"])
-            && ip(&["netns", "exec", ns, "ip", "addr", "add", &format!("{peer_ip}/30"), "dev", &peer_if])
+            && ip(&[
+                "netns",
+                "exec",
+                ns,
+                "ip",
+                "addr",
+                "add",
+                &format!("{peer_ip}/30"),
+                "dev",
+                &peer_if,
+            ])
             && ip(&["netns", "exec", ns, "ip", "link", "set", &peer_if, "up"])
             && ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
         ok.then_some(n)
@@ -719,7 +739,15 @@ async fn partitioned_bound_leader_keeps_its_lease(place: Place) {
     let mut r = Command::new("ip")
         .args(["netns", "exec", &ns.name])
         .arg(common::bin())
-        .args(["run", "--server", &format!("http://{hop}"), "--ttl", "4s", "--name", "r"])
+        .args([
+            "run",
+            "--server",
+            &format!("http://{hop}"),
+            "--ttl",
+            "4s",
+            "--name",
+            "r",
+        ])
         .args(["cut", "--", "sleep", "1000"])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -732,10 +760,16 @@ async fn partitioned_bound_leader_keeps_its_lease(place: Place) {
     let dropped = Instant::now();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let l = c.get_lease("cut").await.unwrap();
-    assert_eq!(l.token, token, "the partitioned leader's lease was taken early");
+    assert_eq!(
+        l.token, token,
+        "the partitioned leader's lease was taken early"
+    );
     let (a, at) = waiter.await.unwrap();
     assert_eq!(a.lease.token, token + 1);
-    println!("route dropped: the lease passed on after {:?} (TTL 4 s)", at - dropped);
+    println!(
+        "route dropped: the lease passed on after {:?} (TTL 4 s)",
+        at - dropped
+    );
     assert!(at - dropped >= Duration::from_secs(2));
     assert_eq!(end_of(&c, "cut", token).await, Some(End::TakenOver));
     let _ = r.kill();

@@ -196,6 +196,7 @@ class PreferredTest {
         server.waitRenewals(renewals + 3, () -> assertEquals(1, a.token().orElse(-1), "a lost the lead: " + ra.get()));
         assertEquals(List.of("elected 1"), ra.get());
         assertEquals(List.of(), rb.get());
+        assertFalse(b.isLeader());
         assertEquals(a.holder(), client.getLease(ejob).holder());
       }
     }
