@@ -201,6 +201,7 @@ impl EtcdNode {
 
     /// Grants the free lease to `holder` with the next token, in one
     /// transaction; `None` when the job changed since `st` was read.
+    #[allow(clippy::too_many_arguments)]
     async fn grant(
         &self,
         job: &JobName,

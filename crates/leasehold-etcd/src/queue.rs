@@ -915,7 +915,10 @@ mod tests {
             &line
         ));
         assert!(!all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
-        assert!(!all_hold(&grant_compares(&k, "j", None), &[p1.clone()]));
+        assert!(!all_hold(
+            &grant_compares(&k, "j", None),
+            std::slice::from_ref(&p1)
+        ));
         // Once the preferred have gone, the others' line is as it was.
         let line = [b.clone(), c.clone()];
         assert!(all_hold(&grant_compares(&k, "j", Some(&place(&b))), &line));
