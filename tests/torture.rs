@@ -4,6 +4,7 @@
 //! The harness starts `leasehold serve` as a child process on a fixed port
 //! and several worker processes (this same binary, re-run with `--worker`)
 //! that do random `Acquire` (with and without wait), `Renew`, `Release`,
+//! `TransferLease` (to the first waiter, who may be on any worker),
 //! `CheckedWrite` (with live and with stale tokens) and `Read` on a few
 //! jobs and keys, with short TTLs. Meanwhile a nemesis SIGKILLs and restarts
 //! the server, SIGSTOPs and SIGCONTs it, and SIGSTOPs and SIGCONTs workers.
@@ -182,6 +183,8 @@ enum Kind {
     Acquire,
     Renew,
     Release,
+    /// TransferLease to the first waiter in line.
+    Transfer,
     Write,
     Read,
 }
@@ -221,6 +224,7 @@ impl Op {
             Kind::Acquire => "acquire",
             Kind::Renew => "renew",
             Kind::Release => "release",
+            Kind::Transfer => "transfer",
             Kind::Write => "write",
             Kind::Read => "read",
         };
@@ -270,6 +274,7 @@ impl Op {
                 "acquire" => Kind::Acquire,
                 "renew" => Kind::Renew,
                 "release" => Kind::Release,
+                "transfer" => Kind::Transfer,
                 "write" => Kind::Write,
                 "read" => Kind::Read,
                 _ => return None,
@@ -486,7 +491,32 @@ fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                         }
                     }
                 }
-                (Some((hj, token, _)), 20..=29) => {
+                (Some((hj, token, _)), 20..=23) => {
+                    // A hand-over to whoever waits first (often nobody).
+                    op.kind = Kind::Transfer;
+                    op.job = hj.clone();
+                    op.token = *token;
+                    op.invoke = mono_ns();
+                    let r = c.transfer_lease(hj, &holder, *token, None, None).await;
+                    op.complete = mono_ns();
+                    match r {
+                        Ok(next) => {
+                            op.version = next.token;
+                            old_tokens.push((hj.clone(), *token));
+                            held = None;
+                        }
+                        // Nobody waits: still ours.
+                        Err(ClientError::NoSuccessor(_)) => {
+                            op.outcome = Outcome::Fail("NO_SUCCESSOR".into())
+                        }
+                        Err(e) => {
+                            op.outcome = outcome_of(&e);
+                            old_tokens.push((hj.clone(), *token));
+                            held = None;
+                        }
+                    }
+                }
+                (Some((hj, token, _)), 24..=29) => {
                     op.kind = Kind::Release;
                     op.job = hj.clone();
                     op.token = *token;
@@ -905,9 +935,13 @@ fn run(o: &Opts) -> i32 {
         .iter()
         .filter(|o| o.outcome == Outcome::Fail("FENCED".into()))
         .count();
+    let handed = ops
+        .iter()
+        .filter(|o| o.kind == Kind::Transfer && o.outcome == Outcome::Ok)
+        .count();
     println!(
-        "torture: {} ops ({ok} ok, {unknown} unknown), {grants} grants, {accepted} accepted writes, \
-         {fenced} fenced; {kills} kills, {server_pauses} server pauses, {worker_pauses} worker pauses{}; \
+        "torture: {} ops ({ok} ok, {unknown} unknown), {grants} grants ({handed} by transfer), \
+         {accepted} accepted writes, {fenced} fenced; {kills} kills, {server_pauses} server pauses, {worker_pauses} worker pauses{}; \
          {} violations",
         ops.len(),
         etcd_summary(&cluster, &etcd_faults),
@@ -1068,15 +1102,29 @@ fn check(ops: &[Op]) -> Vec<String> {
         }
     }
 
+    // A transfer hands over the next token, never another.
+    for t in ops.iter().filter(ok).filter(|o| o.kind == Kind::Transfer) {
+        if t.version != t.token + 1 {
+            v.push(format!(
+                "{}: transfer of token {} by {} granted token {}, not the next",
+                t.job, t.token, t.holder, t.version
+            ));
+        }
+    }
+
     // 2. No early takeover.
     let promises: Vec<&Op> = ops
         .iter()
         .filter(ok)
         .filter(|o| (o.kind == Kind::Acquire && o.flag) || o.kind == Kind::Renew)
         .collect();
+    // A transfer that did not fail ended the holding as a release does.
     let releases: Vec<&Op> = ops
         .iter()
-        .filter(|o| o.kind == Kind::Release && !matches!(o.outcome, Outcome::Fail(_)))
+        .filter(|o| {
+            matches!(o.kind, Kind::Release | Kind::Transfer)
+                && !matches!(o.outcome, Outcome::Fail(_))
+        })
         .collect();
     for g in &grants {
         for p in promises
