@@ -1,6 +1,6 @@
 //! A rolling restart of `leasehold run` workers leaves the job leaderless
-//! for no TTL: two workers for one job, restarted one after the other with
-//! SIGTERM, through real processes.
+//! for no TTL: three workers for one job, restarted one after the other
+//! with SIGTERM, through real processes.
 //!
 //! The sequence (README, "Rolling restarts"): SIGTERM the leader's runner;
 //! it stops its command and hands the lease to the waiting peer
@@ -172,15 +172,22 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
     let (url, admin) = (server.url(), server.admin);
     let waiting =
         |n: f64| move |m: &str| common::metric(m, "leasehold_waiting_acquires") == Some(n);
-    let logs: Vec<_> = (0..4)
-        .map(|i| dir.path().join(format!("w{i}.log")))
-        .collect();
+    let log = |i: usize| dir.path().join(format!("w{i}.log"));
 
-    // Worker a leads (token 1); worker b waits for the lease.
-    let a = Worker::start(&url, "a", &logs[0]);
-    wait_started(&[&logs[0]], 1).await;
-    let b = Worker::start(&url, "b", &logs[1]);
-    wait_metrics(admin, "b waits", waiting(1.0)).await;
+    // Three workers: a leads (token 1); b, then c, wait for the lease.
+    let names = ["a", "b", "c"];
+    let mut line: std::collections::VecDeque<(usize, Worker, std::path::PathBuf)> =
+        Default::default();
+    for (i, name) in names.iter().enumerate() {
+        let l = log(i);
+        line.push_back((i, Worker::start(&url, name, &l), l));
+        match i {
+            0 => {
+                wait_started(&[&log(0)], 1).await;
+            }
+            _ => wait_metrics(admin, "the worker waits", waiting(i as f64)).await,
+        }
+    }
 
     // Poll the job's leaderless time through the whole roll.
     let done = Arc::new(AtomicBool::new(false));
@@ -210,42 +217,40 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
     });
     wait_for_polls(&polls, 20).await;
 
-    // Restart a: b leads (token 2); a, restarted, waits.
-    let sent = Instant::now();
-    assert_eq!(a.terminate(), Some(143));
-    let b_start = wait_started(&[&logs[1]], 2).await;
-    let first = sent.elapsed();
-    let a = Worker::start(&url, "a", &logs[2]);
-    wait_metrics(admin, "the restarted a waits", waiting(1.0)).await;
-    wait_for_polls(&polls, 20).await;
-
-    // Restart b: a leads (token 3); b, restarted, waits.
-    let sent = Instant::now();
-    assert_eq!(b.terminate(), Some(143));
-    let a_start = wait_started(&[&logs[2]], 3).await;
-    let second = sent.elapsed();
-    let b = Worker::start(&url, "b", &logs[3]);
-    wait_metrics(admin, "the restarted b waits", waiting(1.0)).await;
-    wait_for_polls(&polls, 20).await;
+    // Restart each in turn: the leader is stopped, the first in line
+    // leads with the next token, and the stopped one, restarted, waits at
+    // the back.
+    let (mut gaps, mut sigterm_to_start) = (Vec::new(), Vec::new());
+    let mut next_log = names.len();
+    for round in 0..names.len() {
+        let token = round as u64 + 2;
+        let (i, leader, leader_log) = line.pop_front().unwrap();
+        let next = line.front().unwrap().2.clone();
+        let sent = Instant::now();
+        assert_eq!(leader.terminate(), Some(143));
+        let started = wait_started(&[&next], token).await;
+        sigterm_to_start.push(sent.elapsed());
+        let stopped = *events(&leader_log).1.last().expect("the old command's stop");
+        gaps.push(Duration::from_nanos((started - stopped) as u64));
+        let l = log(next_log);
+        next_log += 1;
+        line.push_back((i, Worker::start(&url, names[i], &l), l));
+        wait_metrics(admin, "the restarted worker waits", waiting(2.0)).await;
+        wait_for_polls(&polls, 20).await;
+    }
 
     done.store(true, Ordering::Relaxed);
     let seen = poller.await.unwrap();
-
-    // The commands' own gap: from the old command's exit to the new one's
-    // start (what a job's work sees; the lease itself never lapsed).
-    let a_stop = events(&logs[0]).1[0];
-    let b_stop = events(&logs[1]).1[0];
-    let gap = |stop: u128, start: u128| Duration::from_nanos((start - stop) as u64);
     println!(
-        "rolling restart: {} polls of /metrics, {} without a leader; most leaderless time read {:?}, \
-         longest interval between polls {:?}; command gaps (old command's exit to new one's start) \
-         {:?} and {:?}; SIGTERM to the new command's start {first:?} and {second:?}",
+        "rolling restart of three workers: {} polls of /metrics, {} without a leader; most \
+         leaderless time read {:?}, longest interval between polls {:?}; command gaps (old \
+         command's exit to new one's start) {gaps:?}, the longest {:?}; SIGTERM to the new \
+         command's start {sigterm_to_start:?}",
         seen.polls,
         seen.vacant_polls,
         seen.max_leaderless,
         seen.max_interval,
-        gap(a_stop, b_start),
-        gap(b_stop, a_start),
+        gaps.iter().max().unwrap(),
     );
     assert!(seen.polls > 50, "too few polls: {seen:?}");
     assert_eq!(
@@ -254,11 +259,11 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
         "polls found the job without a leader: {seen:?}"
     );
 
-    // Handed over twice by transfer, never taken over by expiry.
+    // Handed over three times by transfer, never taken over by expiry.
     let m = metrics(admin).await;
-    assert_eq!(job_metric(&m, "leasehold_job_token"), Some(3.0), "{m}");
-    assert_eq!(common::metric(&m, "leasehold_transfers_total"), Some(2.0));
+    assert_eq!(job_metric(&m, "leasehold_job_token"), Some(4.0), "{m}");
+    assert_eq!(common::metric(&m, "leasehold_transfers_total"), Some(3.0));
     assert_eq!(common::metric(&m, "leasehold_releases_total"), Some(0.0));
     assert_eq!(common::metric(&m, "leasehold_expiries_total"), Some(0.0));
-    drop((a, b));
+    drop(line);
 }
