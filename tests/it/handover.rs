@@ -787,3 +787,56 @@ async fn a_partitioned_bound_leader_keeps_its_lease_for_the_ttl() {
 async fn a_partitioned_bound_leader_keeps_its_lease_for_the_ttl_on_etcd() {
     partitioned_bound_leader_keeps_its_lease(Place::etcd()).await;
 }
+
+/// A bound leader with a long TTL is idle between its renewals, longer
+/// than the server's `--idle-timeout`: the server closes its connection,
+/// which releases nothing, and the binding waits for the holder's next
+/// renewal, on its new connection, and is bound there: that connection's
+/// close then releases the lease.
+async fn idle_closed_binding_follows_the_renewal(place: Place) {
+    let p = place.start(&["--idle-timeout", "1s"]);
+    let c = client(&p).await;
+    let ttl = Duration::from_secs(30);
+    let mine = client(&p).await;
+    let opts = AcquireOptions {
+        bind_to_stream: true,
+        ..AcquireOptions::default()
+    };
+    let a = mine
+        .acquire_with("idle", "me", ttl, Duration::ZERO, opts)
+        .await
+        .unwrap();
+    let token = a.lease.token;
+    // Idle past the timeout: the server closes the connection.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let l = c.get_lease("idle").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token),
+        (Some("me"), token),
+        "a close by the server released it"
+    );
+    // The renewal reconnects, and the binding follows it.
+    mine.renew("idle", "me", token, ttl).await.unwrap();
+    drop(mine);
+    common::eventually("the bound lease is released", || async {
+        c.get_lease("idle")
+            .await
+            .unwrap()
+            .holder
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(end_of(&c, "idle", token).await, Some(End::ConnectionClosed));
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_whose_connection_the_server_closed_follows_the_next_renewal() {
+    idle_closed_binding_follows_the_renewal(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_whose_connection_the_server_closed_follows_the_next_renewal_on_etcd() {
+    idle_closed_binding_follows_the_renewal(Place::etcd()).await;
+}

@@ -230,7 +230,10 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
         assert_eq!(leader.terminate(), Some(143));
         let started = wait_started(&[&next], token).await;
         sigterm_to_start.push(sent.elapsed());
-        let stopped = *events(&leader_log).1.last().expect("the old command's stop");
+        let stopped = *events(&leader_log)
+            .1
+            .last()
+            .expect("the old command's stop");
         gaps.push(Duration::from_nanos((started - stopped) as u64));
         let l = log(next_log);
         next_log += 1;

@@ -18,6 +18,12 @@
 //! close their connections in answer to its GOAWAY, and the leases they
 //! hold must outlive the restart.
 //!
+//! A connection the server closes (its idle timeout: a leader with a long
+//! TTL renews every third of it, and may be idle for longer) leaves its
+//! bindings waiting, attached to no connection: the holder's next renewal
+//! of the same grant, on whatever connection it comes, binds it there
+//! ([`Bindings::renewed`]), so that a long TTL does not lose the binding.
+//!
 //! The release is the holder's own (holder and token compared), so a
 //! binding can never end anyone else's lease: a lease that moved on, was
 //! released, or was bound again on another connection of this server is
@@ -46,6 +52,7 @@ pub struct ConnBinds {
 
 impl Default for ConnBinds {
     fn default() -> ConnBinds {
+        // From 1: 0 is UNATTACHED.
         static NEXT: AtomicU64 = AtomicU64::new(1);
         ConnBinds {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
@@ -74,6 +81,10 @@ impl ConnBinds {
     }
 }
 
+/// In [`Bound::conn`]: attached to no connection (its own was closed by
+/// the server) until the holder's next renewal.
+const UNATTACHED: u64 = 0;
+
 #[derive(Debug, Clone)]
 struct Bound {
     conn: u64,
@@ -85,6 +96,9 @@ struct Bound {
 /// to, and the grant (holder and token) a close releases.
 pub struct Bindings {
     jobs: Mutex<HashMap<JobName, Bound>>,
+    /// How many bindings wait unattached: renewals skip the lock when
+    /// none does.
+    unattached: AtomicU64,
     backend: Backend,
     closing: watch::Receiver<bool>,
 }
@@ -95,6 +109,7 @@ impl Bindings {
     pub fn new(backend: Backend, closing: watch::Receiver<bool>) -> Arc<Bindings> {
         Arc::new(Bindings {
             jobs: Mutex::new(HashMap::new()),
+            unattached: AtomicU64::new(0),
             backend,
             closing,
         })
@@ -121,21 +136,49 @@ impl Bindings {
             holder: holder.clone(),
             token,
         };
-        self.jobs
+        let old = self
+            .jobs
             .lock()
             .expect("bindings lock")
             .insert(job.clone(), bound);
+        if old.is_some_and(|b| b.conn == UNATTACHED) {
+            self.unattached.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The grant of `token` to `holder` on `job` was renewed on the
+    /// connection of `conn`: a binding of it that waits unattached (its
+    /// connection was closed by the server) is bound there.
+    pub fn renewed(
+        self: &Arc<Self>,
+        conn: &ConnBinds,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+    ) {
+        if self.unattached.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let waiting = self
+            .jobs
+            .lock()
+            .expect("bindings lock")
+            .get(job)
+            .is_some_and(|b| b.conn == UNATTACHED && &b.holder == holder && b.token == token);
+        if waiting {
+            self.bind(conn, job, holder, token);
+        }
     }
 
     /// Forgets the binding of (`holder`, `token`) on `job`, if it is the
     /// one bound: the lease was released or handed over.
     pub fn unbind(&self, job: &JobName, holder: &HolderId, token: Token) {
         let mut jobs = self.jobs.lock().expect("bindings lock");
-        if jobs
+        let ours = jobs
             .get(job)
-            .is_some_and(|b| &b.holder == holder && b.token == token)
-        {
-            jobs.remove(job);
+            .is_some_and(|b| &b.holder == holder && b.token == token);
+        if ours && jobs.remove(job).is_some_and(|b| b.conn == UNATTACHED) {
+            self.unattached.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -149,17 +192,26 @@ impl Bindings {
         self.len() == 0
     }
 
-    /// The connection `conn` ended: its bindings are forgotten, and with
-    /// `release` (its client closed it) their leases released.
+    /// The connection `conn` ended: with `release` (its client closed it)
+    /// its bindings are forgotten and their leases released; otherwise
+    /// (the server closed it) they wait, unattached, for their holders'
+    /// next renewals ([`Bindings::renewed`]).
     fn closed(&self, conn: u64, jobs: HashSet<JobName>, release: bool) {
         let mut ended = Vec::new();
         {
             let mut bound = self.jobs.lock().expect("bindings lock");
             for job in jobs {
-                if bound.get(&job).is_some_and(|b| b.conn == conn) {
-                    if let Some(b) = bound.remove(&job) {
-                        ended.push((job, b));
+                match bound.get_mut(&job) {
+                    Some(b) if b.conn == conn && !release => {
+                        b.conn = UNATTACHED;
+                        self.unattached.fetch_add(1, Ordering::Relaxed);
                     }
+                    Some(b) if b.conn == conn => {
+                        if let Some(b) = bound.remove(&job) {
+                            ended.push((job, b));
+                        }
+                    }
+                    _ => {}
                 }
             }
             let (len, cap) = (bound.len(), bound.capacity());

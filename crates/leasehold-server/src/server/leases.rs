@@ -472,6 +472,9 @@ impl proto::leases_server::Leases for LeasesService {
             .renew(&job, &holder, token, ttl)
             .await
             .map_err(|e| status(caller.refine(Action::Lease, e)))?;
+        if let Some(peer) = req.extensions().get::<Peer>() {
+            self.bindings.renewed(&peer.binds, &job, &holder, token);
+        }
         Ok(Response::new(proto::RenewResponse {
             lease: Some(lease(&renewed.lease)),
             successor_waiting: renewed.successor_waiting,
@@ -698,8 +701,7 @@ impl proto::leases_server::Leases for LeasesService {
                 let reply = match caller.current() {
                     Ok(c) => {
                         caller = c;
-                        let bind = binds.as_ref().filter(|_| msg.bind_to_stream);
-                        keep_alive_batch(&node, &limits, &caller, msg, bind).await
+                        keep_alive_batch(&node, &limits, &caller, msg, binds.as_ref()).await
                     }
                     Err(e) => Err(e),
                 }
@@ -722,8 +724,9 @@ impl proto::leases_server::Leases for LeasesService {
 /// `lease` is refused as a whole (PERMISSION_DENIED, nothing renewed), and
 /// so is one that tried to renew a lease held by another principal (that
 /// lease untouched: the rules refused it, as the holders differ).
-/// With `bind` (the message asked for it), each lease renewed is bound to
-/// the stream's connection ([`super::bound`]).
+/// Each lease renewed is bound to the stream's connection
+/// ([`super::bound`]) when the message asks for it, and a binding of it
+/// that waits unattached is bound there anyway.
 async fn keep_alive_batch(
     node: &Backend,
     l: &Limits,
@@ -732,6 +735,7 @@ async fn keep_alive_batch(
     bind: Option<&(Arc<Bindings>, Arc<ConnBinds>)>,
 ) -> Result<proto::KeepAliveResponse> {
     use proto::keep_alive_result::Outcome;
+    let req_bind = req.bind_to_stream;
     if req.renewals.len() > MAX_KEEP_ALIVE_RENEWALS {
         return Err(Error::invalid(
             "renewals",
@@ -810,8 +814,14 @@ async fn keep_alive_batch(
         let res = &mut results[slot];
         match outcome {
             Ok(renewed) => {
-                if let Some((bindings, conn)) = bind {
-                    bindings.bind(conn, &renewal.job, &renewal.holder, renewal.token);
+                match bind {
+                    Some((bindings, conn)) if req_bind => {
+                        bindings.bind(conn, &renewal.job, &renewal.holder, renewal.token)
+                    }
+                    Some((bindings, conn)) => {
+                        bindings.renewed(conn, &renewal.job, &renewal.holder, renewal.token)
+                    }
+                    None => {}
                 }
                 res.outcome = Outcome::Renewed as i32;
                 res.lease = Some(lease(&renewed.lease));

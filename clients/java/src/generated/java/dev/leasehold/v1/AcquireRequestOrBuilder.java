@@ -121,7 +121,8 @@ public interface AcquireRequestOrBuilder extends
    * that keeps the connection open) releases nothing: the lease runs for
    * its TTL as usual. Nor does a connection the server closes itself (its
    * idle timeout, its shutdown), or a stream that ends with an error while
-   * its connection lives on. The trade: a live leader whose connection is
+   * its connection lives on; after an idle timeout, the binding moves to
+   * the connection of the holder's next renewal of the grant. The trade: a live leader whose connection is
    * cut (a proxy or load balancer that closes it, a client library that
    * reconnects) loses its lease at once; its writes are then fenced.
    * A later bind of the same lease, on another connection of the same
