@@ -221,8 +221,7 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
     // leads with the next token, and the stopped one, restarted, waits at
     // the back.
     let (mut gaps, mut sigterm_to_start) = (Vec::new(), Vec::new());
-    let mut next_log = names.len();
-    for round in 0..names.len() {
+    for (round, next_log) in (0..names.len()).zip(names.len()..) {
         let token = round as u64 + 2;
         let (i, leader, leader_log) = line.pop_front().unwrap();
         let next = line.front().unwrap().2.clone();
@@ -236,7 +235,6 @@ async fn a_rolling_restart_leaves_the_job_leaderless_under_100ms() {
             .expect("the old command's stop");
         gaps.push(Duration::from_nanos((started - stopped) as u64));
         let l = log(next_log);
-        next_log += 1;
         line.push_back((i, Worker::start(&url, names[i], &l), l));
         wait_metrics(admin, "the restarted worker waits", waiting(2.0)).await;
         wait_for_polls(&polls, 20).await;
