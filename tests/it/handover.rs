@@ -122,6 +122,30 @@ async fn a_killed_bound_leader_hands_over_at_once_on_etcd() {
     killed_bound_leader_hands_over_at_once(Place::etcd()).await;
 }
 
+/// The runner's lease on `job` (`token`, TTL 4 s), whose connection went
+/// silent at `since`, is still its own 1.5 s later, then passes to the
+/// waiter by expiry (at least 2 s after `since`: its last renewal, every
+/// third of the TTL, came before); the history says so. Returns how long
+/// after `since` it passed.
+async fn kept_for_the_ttl(
+    c: &Client,
+    job: &str,
+    token: u64,
+    since: Instant,
+    waiter: tokio::task::JoinHandle<(leasehold::client::Acquired, Instant)>,
+) -> Duration {
+    tokio::time::sleep_until((since + Duration::from_millis(1500)).into()).await;
+    let l = c.get_lease(job).await.unwrap();
+    assert_eq!(l.token, token, "the silent leader's lease was taken early");
+    assert!(l.holder.as_deref().is_some_and(|h| h.starts_with("r@")));
+    let (a, at) = waiter.await.unwrap();
+    assert_eq!(a.lease.token, token + 1);
+    let took = at - since;
+    assert!(took >= Duration::from_secs(2), "taken after {took:?}");
+    assert_eq!(end_of(c, job, token).await, Some(End::TakenOver));
+    took
+}
+
 /// A SIGSTOPped leader's connection is silent, not closed: its bound
 /// lease is kept for the TTL, then taken over by expiry.
 async fn stopped_bound_leader_keeps_its_lease_for_the_ttl(place: Place) {
@@ -133,21 +157,7 @@ async fn stopped_bound_leader_keeps_its_lease_for_the_ttl(place: Place) {
     p.wait_for_waiters(1).await;
     common::signal(r.id(), libc::SIGSTOP);
     common::wait_stopped(r.id());
-    let stopped = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let l = c.get_lease("stopped").await.unwrap();
-    assert_eq!(l.token, token, "the silent leader's lease was taken early");
-    assert!(l.holder.as_deref().is_some_and(|h| h.starts_with("r@")));
-    let (a, at) = waiter.await.unwrap();
-    assert_eq!(a.lease.token, token + 1);
-    // Its last renewal came before the stop: at least a TTL's worth of
-    // it, less the renewal interval, was left.
-    assert!(
-        at - stopped >= Duration::from_secs(2),
-        "taken after {:?}",
-        at - stopped
-    );
-    assert_eq!(end_of(&c, "stopped", token).await, Some(End::TakenOver));
+    kept_for_the_ttl(&c, "stopped", token, Instant::now(), waiter).await;
     common::signal(r.id(), libc::SIGCONT);
     let _ = r.kill();
     let _ = r.wait();
@@ -757,21 +767,8 @@ async fn partitioned_bound_leader_keeps_its_lease(place: Place) {
     let waiter = wait_for(&p, "cut", "next", Duration::from_secs(4));
     p.wait_for_waiters(1).await;
     ns.drop_route();
-    let dropped = Instant::now();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let l = c.get_lease("cut").await.unwrap();
-    assert_eq!(
-        l.token, token,
-        "the partitioned leader's lease was taken early"
-    );
-    let (a, at) = waiter.await.unwrap();
-    assert_eq!(a.lease.token, token + 1);
-    println!(
-        "route dropped: the lease passed on after {:?} (TTL 4 s)",
-        at - dropped
-    );
-    assert!(at - dropped >= Duration::from_secs(2));
-    assert_eq!(end_of(&c, "cut", token).await, Some(End::TakenOver));
+    let took = kept_for_the_ttl(&c, "cut", token, Instant::now(), waiter).await;
+    println!("route dropped: the lease passed on after {took:?} (TTL 4 s)");
     let _ = r.kill();
     let _ = r.wait();
     drop(ns);

@@ -30,18 +30,9 @@ pub fn grant(
     lease: i64,
 ) -> pb::TxnRequest {
     let (hk, tk) = (keys.holder(job), keys.token(job));
-    let mut compare = vec![create_is(hk.clone(), 0), mod_is(tk.clone(), st.token_mod)];
+    let mut compare = vec![create_is(hk, 0), mod_is(tk, st.token_mod)];
     compare.extend(grant_compares(keys, job, place));
-    let mut success = vec![
-        put_op(tk, token_rec.encode(), 0),
-        put_op(hk, holder_rec.encode(), lease),
-        // Untold until the holder asks again ([`told_again`]).
-        put_op(
-            keys.untold(job),
-            holder_rec.token.0.to_be_bytes().to_vec(),
-            lease,
-        ),
-    ];
+    let mut success = grant_puts(keys, job, holder_rec, token_rec, lease).to_vec();
     if let Some(p) = place {
         success.push(delete_op(p.key.clone()));
     }
@@ -50,6 +41,27 @@ pub fn grant(
         success,
         failure: Vec::new(),
     }
+}
+
+/// What every grant puts: the token counter's record, the holder key on
+/// the grant's etcd lease, and the grant's untold key (on that lease too:
+/// untold until the holder asks again, [`told_again`]).
+fn grant_puts(
+    keys: &Keys,
+    job: &str,
+    holder_rec: &HolderRec,
+    token_rec: &TokenRec,
+    lease: i64,
+) -> [pb::RequestOp; 3] {
+    [
+        put_op(keys.token(job), token_rec.encode(), 0),
+        put_op(keys.holder(job), holder_rec.encode(), lease),
+        put_op(
+            keys.untold(job),
+            holder_rec.token.0.to_be_bytes().to_vec(),
+            lease,
+        ),
+    ]
 }
 
 /// A transfer of the live holding `h` to the waiter at `place`, granted
@@ -69,20 +81,11 @@ pub fn transfer(
     token_rec: &TokenRec,
     lease: i64,
 ) -> pb::TxnRequest {
-    let (hk, tk) = (keys.holder(job), keys.token(job));
-    let mut compare = still(hk.clone(), h);
-    compare.push(mod_is(tk.clone(), st.token_mod));
+    let mut compare = still(keys.holder(job), h);
+    compare.push(mod_is(keys.token(job), st.token_mod));
     compare.push(create_is(place.key.clone(), place.rev));
-    let mut success = vec![
-        put_op(tk, token_rec.encode(), 0),
-        put_op(hk, holder_rec.encode(), lease),
-        put_op(
-            keys.untold(job),
-            holder_rec.token.0.to_be_bytes().to_vec(),
-            lease,
-        ),
-        delete_op(place.key.clone()),
-    ];
+    let mut success = grant_puts(keys, job, holder_rec, token_rec, lease).to_vec();
+    success.push(delete_op(place.key.clone()));
     if place.preferred {
         success.push(preferred_grant(keys, job, holder_rec.token));
     }

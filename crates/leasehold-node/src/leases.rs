@@ -311,15 +311,8 @@ impl Node {
 
     /// Releases a lease; the first waiter is granted at once.
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
-        self.check_open()?;
-        let (r, seq, changed) =
-            self.decide(job, |t, now| match t.release(job, holder, token, now) {
-                Ok(fx) => (Ok(()), fx),
-                Err(e) => (Err(e), Effects::default()),
-            })?;
-        r?;
-        self.publish_when_durable(job, seq, changed).await?;
-        Ok(changed)
+        self.end_holding(job, holder, token, TenureEnd::Released)
+            .await
     }
 
     /// Releases a lease bound to a connection whose client end closed:
@@ -332,9 +325,22 @@ impl Node {
         holder: &HolderId,
         token: Token,
     ) -> Result<bool> {
+        self.end_holding(job, holder, token, TenureEnd::ConnectionClosed)
+            .await
+    }
+
+    /// Ends the holding of (`holder`, `token`), its end recorded as `how`;
+    /// the first waiter is granted at once. Returns whether it ended one.
+    async fn end_holding(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        how: TenureEnd,
+    ) -> Result<bool> {
         self.check_open()?;
         let (r, seq, changed) = self.decide(job, |t, now| {
-            match t.release_as(job, holder, token, now, TenureEnd::ConnectionClosed) {
+            match t.release_as(job, holder, token, now, how) {
                 Ok(fx) => (Ok(()), fx),
                 Err(e) => (Err(e), Effects::default()),
             }
