@@ -996,7 +996,9 @@ type TransferLeaseRequest struct {
 	ToHolder string `protobuf:"bytes,4,opt,name=to_holder,json=toHolder,proto3" json:"to_holder,omitempty"`
 	// Optional. The successor's lease lifetime, within the server's
 	// configured TTL range. Unset: the TTL the lease has now (its last grant
-	// or renewal).
+	// or renewal). The successor's waiting Acquire, as it returns, extends
+	// the grant to the TTL it asked for, as any Acquire of a live holder
+	// does.
 	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

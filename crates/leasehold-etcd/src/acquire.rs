@@ -121,14 +121,32 @@ impl EtcdNode {
                     Err(e) => return Err(e),
                 };
             }
-            let place = waiting.as_ref().map(|w| &w.place);
-            let step = decide::acquire(&read.job, &read.line, holder, place.map(|p| p.rev))
+            let rev = waiting.as_ref().map(|w| w.place.rev);
+            let step = decide::acquire(&read.job, &read.line, holder, rev)
                 .map_err(|r| r.error(job, Token::NONE, read.job.token()))?;
             if step == MayGrant::Exhausted {
                 return Err(Error::TokensExhausted {
                     job: job.to_string(),
                 });
             }
+            // Our key gone and the lease ours: a transfer granted it to us
+            // (its transaction deleted the key). A grant made for us, as
+            // our own grant transaction would have made it: untold until
+            // we ask again, given back if this call goes away. (With
+            // another TTL than ours, it is extended to ours below.)
+            if let (MayGrant::Extend, Some(h)) = (step, read.job.holder.as_ref()) {
+                if rev.is_some() && read.line.mine != rev && h.rec.ttl == ttl {
+                    if let Some(mut w) = waiting.take() {
+                        w.granted = true;
+                    }
+                    return Ok(Acquired {
+                        acquired: true,
+                        fresh: true,
+                        lease: decide::granted(job, &h.rec, clock::now()),
+                    });
+                }
+            }
+            let place = waiting.as_ref().map(|w| &w.place);
             if !matches!(step, MayGrant::Busy { .. }) {
                 tries += 1;
                 if tries > MAX_TRIES {

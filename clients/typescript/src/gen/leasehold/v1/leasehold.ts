@@ -408,7 +408,9 @@ export interface TransferLeaseRequest {
   /**
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    */
   ttl: Duration | undefined;
 }

@@ -216,7 +216,9 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -230,7 +232,9 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -244,7 +248,9 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1001,7 +1007,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1014,7 +1022,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1031,7 +1041,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1053,7 +1065,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1073,7 +1087,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1100,7 +1116,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1119,7 +1137,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1133,7 +1153,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -1150,7 +1172,9 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * Optional. The successor's lease lifetime, within the server's
      * configured TTL range. Unset: the TTL the lease has now (its last grant
-     * or renewal).
+     * or renewal). The successor's waiting Acquire, as it returns, extends
+     * the grant to the TTL it asked for, as any Acquire of a live holder
+     * does.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 5;</code>

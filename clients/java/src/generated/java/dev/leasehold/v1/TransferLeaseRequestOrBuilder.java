@@ -86,7 +86,9 @@ public interface TransferLeaseRequestOrBuilder extends
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -97,7 +99,9 @@ public interface TransferLeaseRequestOrBuilder extends
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
@@ -108,7 +112,9 @@ public interface TransferLeaseRequestOrBuilder extends
    * <pre>
    * Optional. The successor's lease lifetime, within the server's
    * configured TTL range. Unset: the TTL the lease has now (its last grant
-   * or renewal).
+   * or renewal). The successor's waiting Acquire, as it returns, extends
+   * the grant to the TTL it asked for, as any Acquire of a live holder
+   * does.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 5;</code>
