@@ -132,6 +132,27 @@ pub enum ClientCommand {
         #[arg(long)]
         token: u64,
     },
+    /// Hand a live lease to a waiting Acquire (TransferLease): `--to`, or
+    /// the first waiter in line. The successor gets the next token with
+    /// no moment when the job is free; prints its lease.
+    Transfer {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// The holder identity the lease was acquired with.
+        #[arg(long)]
+        holder: String,
+        /// The token of the grant.
+        #[arg(long)]
+        token: u64,
+        /// The waiting holder to hand it to; the first in line if not given.
+        #[arg(long)]
+        to: Option<String>,
+        /// The successor's lifetime; the lease's own if not given.
+        #[arg(long, value_parser = parse_duration)]
+        ttl: Option<Duration>,
+    },
     /// Delete a job and its keys, when its lease is not live and nobody
     /// waits for it. A job created again later gets tokens above its old
     /// ones. With a policy, needs action `admin`.
@@ -279,6 +300,21 @@ impl ClientCommand {
             } => {
                 connect(&conn).await?.release(&job, &holder, token).await?;
                 println!("released job={job} token={token}");
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::Transfer {
+                conn,
+                job,
+                holder,
+                token,
+                to,
+                ttl,
+            } => {
+                let l = connect(&conn)
+                    .await?
+                    .transfer_lease(&job, &holder, token, to.as_deref(), ttl)
+                    .await?;
+                println!("transferred {}", describe(&l));
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::DeleteJob { conn, job } => {

@@ -837,3 +837,40 @@ async fn a_binding_whose_connection_the_server_closed_follows_the_next_renewal()
 async fn a_binding_whose_connection_the_server_closed_follows_the_next_renewal_on_etcd() {
     idle_closed_binding_follows_the_renewal(Place::etcd()).await;
 }
+
+/// `leasehold transfer`: hands over and prints the successor's lease;
+/// with nobody waiting, says NO_SUCCESSOR and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_transfers_and_says_when_nobody_waits() {
+    let p = Place::local().start(&[]);
+    let c = client(&p).await;
+    let ttl = Duration::from_secs(30);
+    let a = c.acquire("cli", "a", ttl, Duration::ZERO).await.unwrap();
+    let cli = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(["transfer", "--server", &p.url(), "cli", "--holder"])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let token = a.lease.token.to_string();
+    let (code, _, err) = cli(&["a", "--token", &token]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("NO_SUCCESSOR"), "{err}");
+    let waiter = wait_for(&p, "cli", "next", ttl);
+    p.wait_for_waiters(1).await;
+    let (code, out, err) = cli(&["a", "--token", &token, "--to", "next"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("holder=next") && out.contains(&format!("token={}", a.lease.token + 1)),
+        "{out}"
+    );
+    assert_eq!(waiter.await.unwrap().0.lease.token, a.lease.token + 1);
+    // The old token is stale now: LEASE_LOST, exit 4 as for any lost lease.
+    let (code, _, err) = cli(&["a", "--token", &token]);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(err.contains("LEASE_LOST"), "{err}");
+    p.stop();
+}
