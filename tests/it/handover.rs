@@ -58,16 +58,59 @@ fn wait_for(
     })
 }
 
-/// `leasehold run` leading `job` with `extra` flags, its command a sleep.
-fn runner(p: &ServerProcess, job: &str, ttl: &str, extra: &[&str]) -> Child {
-    Command::new(common::bin())
-        .args(["run", "--server", &p.url(), "--ttl", ttl, "--name", "r"])
+/// A `leasehold run` process, killed (with its command) if a test fails.
+struct Runner {
+    child: Child,
+    /// A file its command creates when it starts: the runner leads, and
+    /// knows it.
+    started: tempfile::TempPath,
+}
+
+impl Runner {
+    fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait()
+    }
+
+    /// Waits until its command has started.
+    async fn leads(&self) {
+        common::eventually("the runner's command starts", || async {
+            std::fs::metadata(&self.started).is_ok().then_some(())
+        })
+        .await
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `leasehold run` leading `job` with `extra` flags, its command a sleep
+/// that first marks it started.
+fn runner(p: &ServerProcess, job: &str, ttl: &str, extra: &[&str]) -> Runner {
+    runner_via(Command::new(common::bin()), &p.url(), job, ttl, extra)
+}
+
+/// [`runner`] run by `cmd` (this binary, or a wrapper of it), on `url`.
+fn runner_via(mut cmd: Command, url: &str, job: &str, ttl: &str, extra: &[&str]) -> Runner {
+    let started = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+    std::fs::remove_file(&started).unwrap();
+    let script = format!("touch '{}'; exec sleep 1000", started.display());
+    let child = cmd
+        .args(["run", "--server", url, "--ttl", ttl, "--name", "r"])
         .args(extra)
-        .args([job, "--", "sleep", "1000"])
+        .args([job, "--", "sh", "-c", &script])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .spawn()
-        .expect("start leasehold run")
+        .expect("start leasehold run");
+    Runner { child, started }
 }
 
 async fn held_by_runner(c: &Client, job: &str) -> u64 {
@@ -91,6 +134,7 @@ async fn killed_bound_leader_hands_over_at_once(place: Place) {
     let ttl = Duration::from_secs(30);
     let mut r = runner(&p, "killed", "30s", &[]);
     let token = held_by_runner(&c, "killed").await;
+    r.leads().await;
     let waiter = wait_for(&p, "killed", "next", ttl);
     p.wait_for_waiters(1).await;
     let killed = Instant::now();
@@ -151,16 +195,16 @@ async fn kept_for_the_ttl(
 async fn stopped_bound_leader_keeps_its_lease_for_the_ttl(place: Place) {
     let p = place.start(&[]);
     let c = client(&p).await;
-    let mut r = runner(&p, "stopped", "4s", &[]);
+    let r = runner(&p, "stopped", "4s", &[]);
     let token = held_by_runner(&c, "stopped").await;
+    r.leads().await;
     let waiter = wait_for(&p, "stopped", "next", Duration::from_secs(4));
     p.wait_for_waiters(1).await;
     common::signal(r.id(), libc::SIGSTOP);
     common::wait_stopped(r.id());
     kept_for_the_ttl(&c, "stopped", token, Instant::now(), waiter).await;
     common::signal(r.id(), libc::SIGCONT);
-    let _ = r.kill();
-    let _ = r.wait();
+    drop(r);
     p.stop();
 }
 
@@ -516,6 +560,7 @@ async fn run_hands_over_on_sigterm(place: Place) {
     let c = client(&p).await;
     let mut a = runner(&p, "deploy", "30s", &[]);
     let token = held_by_runner(&c, "deploy").await;
+    a.leads().await;
     let mut b = runner(&p, "deploy", "30s", &["--no-handover"]);
     p.wait_for_waiters(1).await;
     common::signal(a.id(), libc::SIGTERM);
@@ -527,13 +572,16 @@ async fn run_hands_over_on_sigterm(place: Place) {
     assert_eq!(end_of(&c, "deploy", token).await, Some(End::Transferred));
     // With --no-handover, a release instead (which the next runner
     // is granted from).
-    let mut d = runner(&p, "deploy", "30s", &[]);
+    // (Once b knows that it leads: a SIGTERM before that stops its
+    // campaign, whose grant is given back or released with its
+    // connection instead.)
+    b.leads().await;
+    let d = runner(&p, "deploy", "30s", &[]);
     p.wait_for_waiters(1).await;
     common::signal(b.id(), libc::SIGTERM);
     assert_eq!(b.wait().unwrap().code(), Some(143));
     assert_eq!(end_of(&c, "deploy", token + 1).await, Some(End::Released));
-    let _ = d.kill();
-    let _ = d.wait();
+    drop(d);
     p.stop();
 }
 
@@ -746,31 +794,17 @@ async fn partitioned_bound_leader_keeps_its_lease(place: Place) {
     let c = client(&p).await;
     let server: std::net::SocketAddr = p.url().trim_start_matches("http://").parse().unwrap();
     let hop = relay(&format!("{}:0", ns.host_ip), server).await;
-    let mut r = Command::new("ip")
-        .args(["netns", "exec", &ns.name])
-        .arg(common::bin())
-        .args([
-            "run",
-            "--server",
-            &format!("http://{hop}"),
-            "--ttl",
-            "4s",
-            "--name",
-            "r",
-        ])
-        .args(["cut", "--", "sleep", "1000"])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut in_ns = Command::new("ip");
+    in_ns.args(["netns", "exec", &ns.name]).arg(common::bin());
+    let r = runner_via(in_ns, &format!("http://{hop}"), "cut", "4s", &[]);
     let token = held_by_runner(&c, "cut").await;
+    r.leads().await;
     let waiter = wait_for(&p, "cut", "next", Duration::from_secs(4));
     p.wait_for_waiters(1).await;
     ns.drop_route();
     let took = kept_for_the_ttl(&c, "cut", token, Instant::now(), waiter).await;
     println!("route dropped: the lease passed on after {took:?} (TTL 4 s)");
-    let _ = r.kill();
-    let _ = r.wait();
+    drop(r);
     drop(ns);
     p.stop();
 }
