@@ -908,3 +908,80 @@ async fn the_cli_transfers_and_says_when_nobody_waits() {
     assert!(err.contains("LEASE_LOST"), "{err}");
     p.stop();
 }
+
+/// A lease acquired unbound, then renewed over a KeepAlive stream that
+/// asks to bind, is bound to the stream's connection; an ElectorSet with
+/// `bind_to_stream` binds every lease it holds.
+async fn keep_alive_binds(place: Place) {
+    let p = place.start(&[]);
+    let c = client(&p).await;
+    let ttl = Duration::from_secs(30);
+    let a = c.acquire("ka", "me", ttl, Duration::ZERO).await.unwrap();
+    let renewer = client(&p).await;
+    let mut ka = renewer.keep_alive_with(true).await.unwrap();
+    let out = ka
+        .renew(&[leasehold::client::KeepAliveRenewal::new(
+            "ka",
+            "me",
+            a.lease.token,
+            ttl,
+        )])
+        .await
+        .unwrap();
+    assert!(out[0].is_renewed());
+    drop((ka, renewer));
+    common::eventually(
+        "the lease renewed on a binding stream is released",
+        || async {
+            c.get_lease("ka")
+                .await
+                .unwrap()
+                .holder
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        end_of(&c, "ka", a.lease.token).await,
+        Some(End::ConnectionClosed)
+    );
+
+    let opts = leasehold::client::ElectorSetOptions {
+        bind_to_stream: true,
+        ..Default::default()
+    };
+    let mut set = leasehold::client::ElectorSet::start_with(client(&p).await, "set", ttl, opts);
+    let mut roles: Vec<_> = ["s1", "s2"].iter().map(|j| set.campaign(j)).collect();
+    for r in &mut roles {
+        r.wait_for(|r| r.token().is_some()).await.unwrap();
+    }
+    let led = set.leading();
+    drop(set);
+    for (job, token) in led {
+        common::eventually(
+            "the set's lease is released with its connection",
+            || async {
+                c.get_lease(&job)
+                    .await
+                    .unwrap()
+                    .holder
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+        assert_eq!(end_of(&c, &job, token).await, Some(End::ConnectionClosed));
+    }
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_stream_and_an_elector_set_bind_their_leases() {
+    keep_alive_binds(Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_stream_and_an_elector_set_bind_their_leases_on_etcd() {
+    keep_alive_binds(Place::etcd()).await;
+}

@@ -45,7 +45,20 @@ use crate::clock::tokio_now;
 use crate::retry::{campaign_backoff, renew_backoff, Warnings};
 
 use super::keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
-use super::{check_elector_args, elector_holder, Client, ClientError, Role};
+use super::{check_elector_args, elector_holder, AcquireOptions, Client, ClientError, Role};
+
+/// How an [`ElectorSet`] campaigns ([`ElectorSet::start_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ElectorSetOptions {
+    /// Bind every lease to the client's connection: its campaigns'
+    /// Acquires and its KeepAlive stream ask for it (see
+    /// [`crate::ElectorOptions::bind_to_stream`] for what it trades).
+    pub bind_to_stream: bool,
+    /// Campaign as a preferred candidate for every job (see
+    /// [`crate::ElectorOptions::preferred`]). The set never yields on its
+    /// own: hand a job over with [`Client::transfer_lease`].
+    pub preferred: bool,
+}
 
 /// Campaigns for several jobs and renews the leases it holds over one
 /// stream; see the module docs.
@@ -61,6 +74,7 @@ struct Shared {
     name: String,
     holder: String,
     ttl: Duration,
+    options: ElectorSetOptions,
     held: Mutex<HashMap<String, Held>>,
     /// The error that stopped each job's campaign, if one did.
     errors: Mutex<HashMap<String, ClientError>>,
@@ -102,11 +116,22 @@ impl ElectorSet {
     /// set, and `ttl` for every lease. Add jobs with
     /// [`ElectorSet::campaign`].
     pub fn start(client: Client, name: &str, ttl: Duration) -> ElectorSet {
+        ElectorSet::start_with(client, name, ttl, ElectorSetOptions::default())
+    }
+
+    /// [`ElectorSet::start`], with options (see [`ElectorSetOptions`]).
+    pub fn start_with(
+        client: Client,
+        name: &str,
+        ttl: Duration,
+        options: ElectorSetOptions,
+    ) -> ElectorSet {
         let shared = Arc::new(Shared {
             client,
             name: name.to_owned(),
             holder: elector_holder(name),
             ttl,
+            options,
             held: Mutex::new(HashMap::new()),
             errors: Mutex::new(HashMap::new()),
         });
@@ -229,7 +254,10 @@ async fn campaign(
             _ = stop.wait_for(|s| *s) => return,
             r = timeout_at(
                 sent + campaign_wait + ttl,
-                shared.client.acquire(&job, &shared.holder, ttl, campaign_wait),
+                shared.client.acquire_with(&job, &shared.holder, ttl, campaign_wait, AcquireOptions {
+                    bind_to_stream: shared.options.bind_to_stream,
+                    preferred: shared.options.preferred,
+                }),
             ) => r,
         };
         match acquired {
@@ -349,7 +377,12 @@ async fn renew_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         let sent = tokio_now();
         let result = timeout_at(earliest.max(sent + Duration::from_millis(10)), async {
             if stream.is_none() {
-                stream = Some(shared.client.keep_alive().await?);
+                stream = Some(
+                    shared
+                        .client
+                        .keep_alive_with(shared.options.bind_to_stream)
+                        .await?,
+                );
             }
             stream.as_mut().expect("opened").renew(&batch).await
         });

@@ -144,13 +144,21 @@ impl Batch for proto::KeepAliveResponse {
 impl Client {
     /// Opens a `KeepAlive` stream: renew many leases per message.
     pub async fn keep_alive(&self) -> Result<KeepAlive, ClientError> {
+        self.keep_alive_with(false).await
+    }
+
+    /// [`Client::keep_alive`]; with `bind_to_stream`, every lease it renews
+    /// is bound to this client's connection (`KeepAliveRequest.bind_to_stream`):
+    /// released at once when the connection's client end closes or resets,
+    /// not when it goes silent (see [`crate::AcquireOptions`]).
+    pub async fn keep_alive_with(&self, bind_to_stream: bool) -> Result<KeepAlive, ClientError> {
+        use tokio_stream::StreamExt as _;
         let (tx, rx) = mpsc::channel(64);
-        let responses = self
-            .leases
-            .clone()
-            .keep_alive(ReceiverStream::new(rx))
-            .await?
-            .into_inner();
+        let requests = ReceiverStream::new(rx).map(move |mut r: proto::KeepAliveRequest| {
+            r.bind_to_stream = bind_to_stream;
+            r
+        });
+        let responses = self.leases.clone().keep_alive(requests).await?.into_inner();
         Ok(KeepAlive {
             pipe: Pipe::new(tx, responses, "keep-alive"),
         })

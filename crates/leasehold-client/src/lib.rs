@@ -72,7 +72,7 @@ use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
 pub use elector::{Elector, ElectorOptions, Role};
-pub use elector_set::ElectorSet;
+pub use elector_set::{ElectorSet, ElectorSetOptions};
 pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
 pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
