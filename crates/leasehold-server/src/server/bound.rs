@@ -23,6 +23,9 @@
 //! bindings waiting, attached to no connection: the holder's next renewal
 //! of the same grant, on whatever connection it comes, binds it there
 //! ([`Bindings::renewed`]), so that a long TTL does not lose the binding.
+//! One that waits longer than the longest TTL (`--max-ttl`) belongs to a
+//! lease that has ended, and is dropped: jobs deleted or abandoned leave
+//! nothing behind.
 //!
 //! The release is the holder's own (holder and token compared), so a
 //! binding can never end anyone else's lease: a lease that moved on, was
@@ -33,10 +36,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use crate::backend::Backend;
+use crate::clock;
 use crate::lease::{HolderId, JobName, Token};
 
 /// One connection's side of its bindings: whether its client closed it,
@@ -90,6 +95,8 @@ struct Bound {
     conn: u64,
     holder: HolderId,
     token: Token,
+    /// Since when it waits unattached.
+    unattached_since: Option<Instant>,
 }
 
 /// Every lease bound on this server, by job: the connection it is bound
@@ -99,17 +106,34 @@ pub struct Bindings {
     /// How many bindings wait unattached: renewals skip the lock when
     /// none does.
     unattached: AtomicU64,
+    /// No lease lives longer than this without a renewal: a binding that
+    /// waits unattached for longer is dropped.
+    max_ttl: Duration,
+    /// How many may wait unattached before the next look for ones to drop
+    /// (twice as many as the last look left, so that looks cost amortised
+    /// O(1) each).
+    look_at: AtomicU64,
     backend: Backend,
     closing: watch::Receiver<bool>,
 }
 
+/// Unattached bindings there may be before the first look for ones to
+/// drop.
+const LOOK_MIN: u64 = 64;
+
 impl Bindings {
     /// Bindings whose releases go to `backend`, none once `closing` is
-    /// true.
-    pub fn new(backend: Backend, closing: watch::Receiver<bool>) -> Arc<Bindings> {
+    /// true; no lease lives past `max_ttl` without a renewal.
+    pub fn new(
+        backend: Backend,
+        closing: watch::Receiver<bool>,
+        max_ttl: Duration,
+    ) -> Arc<Bindings> {
         Arc::new(Bindings {
             jobs: Mutex::new(HashMap::new()),
             unattached: AtomicU64::new(0),
+            max_ttl,
+            look_at: AtomicU64::new(LOOK_MIN),
             backend,
             closing,
         })
@@ -135,6 +159,7 @@ impl Bindings {
             conn: conn.id,
             holder: holder.clone(),
             token,
+            unattached_since: None,
         };
         let old = self
             .jobs
@@ -182,6 +207,27 @@ impl Bindings {
         }
     }
 
+    /// Drops the bindings that have waited unattached for longer than any
+    /// lease can live without a renewal.
+    fn drop_ended(&self, bound: &mut HashMap<JobName, Bound>) {
+        let now = clock::now();
+        let max_ttl = self.max_ttl;
+        let before = bound.len();
+        bound.retain(|_, b| {
+            b.unattached_since
+                .is_none_or(|t| now.saturating_duration_since(t) <= max_ttl)
+        });
+        let dropped = (before - bound.len()) as u64;
+        let left = self.unattached.fetch_sub(dropped, Ordering::Relaxed) - dropped;
+        self.look_at
+            .store((left * 2).max(LOOK_MIN), Ordering::Relaxed);
+    }
+
+    /// How many bindings wait unattached.
+    pub fn unattached(&self) -> u64 {
+        self.unattached.load(Ordering::Relaxed)
+    }
+
     /// How many leases are bound right now.
     pub fn len(&self) -> usize {
         self.jobs.lock().expect("bindings lock").len()
@@ -204,6 +250,7 @@ impl Bindings {
                 match bound.get_mut(&job) {
                     Some(b) if b.conn == conn && !release => {
                         b.conn = UNATTACHED;
+                        b.unattached_since = Some(clock::now());
                         self.unattached.fetch_add(1, Ordering::Relaxed);
                     }
                     Some(b) if b.conn == conn => {
@@ -213,6 +260,9 @@ impl Bindings {
                     }
                     _ => {}
                 }
+            }
+            if self.unattached.load(Ordering::Relaxed) >= self.look_at.load(Ordering::Relaxed) {
+                self.drop_ended(&mut bound);
             }
             let (len, cap) = (bound.len(), bound.capacity());
             if cap > 64 && len < cap / 4 {
@@ -244,5 +294,53 @@ impl Bindings {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Limits;
+    use leasehold_node::Node;
+    use leasehold_store::memory::MemoryStore;
+
+    /// Bindings whose connections the server closed wait for a renewal;
+    /// once there are enough of them, those older than the longest TTL are
+    /// dropped, and the count of those that wait follows.
+    #[tokio::test]
+    async fn unattached_bindings_older_than_the_longest_ttl_are_dropped() {
+        let node = Node::open(Arc::new(MemoryStore::new())).unwrap();
+        let (_tx, closing) = watch::channel(false);
+        let max_ttl = Duration::from_millis(50);
+        let b = Bindings::new(node.into(), closing, max_ttl);
+        let l = Limits::default();
+        let holder = l.holder("h").unwrap();
+        let close = |name: &str| {
+            let conn = ConnBinds::default();
+            b.bind(&conn, &l.job(name).unwrap(), &holder, Token(1));
+            // The server closes it: the binding waits, unattached.
+            conn.ended();
+        };
+        for i in 0..LOOK_MIN - 1 {
+            close(&format!("j{i}"));
+        }
+        assert_eq!(b.unattached(), LOOK_MIN - 1, "below the threshold: kept");
+        std::thread::sleep(max_ttl * 2);
+        // The close that reaches the threshold drops every binding older
+        // than the longest TTL; its own, just made, is kept.
+        close("last");
+        assert_eq!((b.unattached(), b.len()), (1, 1));
+        // A binding that waits is kept below the threshold, and a renewal
+        // on a new connection takes it back.
+        let job = l.job("last").unwrap();
+        let again = ConnBinds::default();
+        // A renewal of another grant takes nothing.
+        b.renewed(&again, &job, &holder, Token(9));
+        assert_eq!((b.unattached(), b.len()), (1, 1));
+        b.renewed(&again, &job, &holder, Token(1));
+        assert_eq!((b.unattached(), b.len()), (0, 1));
+        // Released: forgotten.
+        b.unbind(&job, &holder, Token(1));
+        assert!(b.is_empty());
     }
 }

@@ -281,7 +281,7 @@ pub async fn run(
     quotas.watch_stall_timeout = config.watch_stall_timeout;
     quotas.max_waiters = config.max_waiters;
     let quotas = Arc::new(quotas);
-    let bindings = bound::Bindings::new(node.clone(), closing_rx.clone());
+    let bindings = bound::Bindings::new(node.clone(), closing_rx.clone(), config.limits.max_ttl);
     let leases = proto::leases_server::LeasesServer::new(leases::LeasesService::new(
         node.clone(),
         config.limits.clone(),
