@@ -30,6 +30,7 @@ fn main() {
     for i in 0..rounds {
         // Interleave the two, so that both see the same disk weather.
         let rec = LeaseRecord {
+            issued: Default::default(),
             holder: Some(holder.clone()),
             token: Token(i + 1),
             ttl: Duration::from_secs(10),

@@ -28,7 +28,7 @@ pub use leasehold_etcd as etcd;
 #[cfg(feature = "server")]
 pub use leasehold_node as node;
 #[cfg(feature = "server")]
-pub use leasehold_server::{admin, backend, metrics, read_budget, server};
+pub use leasehold_server::{admin, backend, metrics, proofs, read_budget, server};
 #[cfg(feature = "server")]
 pub use leasehold_store as store;
 

@@ -538,6 +538,7 @@ async fn setup_raw(
                 }
                 let job = &names[i];
                 let holder = HolderRec {
+                    issued: Default::default(),
                     token: RAW_TOKEN,
                     ttl: TTL,
                     holder: HOLDER.into(),

@@ -349,6 +349,7 @@ async fn fill(url: &str, job: &str, keys: usize, value: Vec<u8>) -> Res<()> {
                     return Ok::<_, tonic::Status>(());
                 }
                 c.checked_write(lh::CheckedWriteRequest {
+                    proof: Default::default(),
                     job: job.clone(),
                     token,
                     key: format!("key-{i:08}").into_bytes(),

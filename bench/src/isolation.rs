@@ -1212,6 +1212,7 @@ async fn writes(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let req = lh::CheckedWriteRequest {
+                    proof: Default::default(),
                     job: job.into(),
                     token,
                     key: format!("key-{:08}", i % max_keys.max(1)).into_bytes(),

@@ -96,6 +96,7 @@ pub fn seed(dir: &Path, n: usize) -> Res<()> {
         store.put_lease(
             &job,
             &LeaseRecord {
+                issued: Default::default(),
                 holder: Some(h.clone()),
                 token: Token(1),
                 ttl: TTL,

@@ -354,6 +354,7 @@ pub enum Conn {
 /// The write workload's fenced write of job `j`'s key on leasehold.
 fn lh_write(j: usize, s: &Setup, value: &[u8]) -> lh::CheckedWriteRequest {
     lh::CheckedWriteRequest {
+        proof: Default::default(),
         job: job(j),
         token: s.lh_tokens[j],
         key: b"k".to_vec(),
@@ -387,6 +388,7 @@ pub fn preallocated(path: &std::path::Path) -> Res<std::fs::File> {
 pub fn write_request_bytes() -> usize {
     use prost::Message;
     lh::CheckedWriteRequest {
+        proof: Default::default(),
         job: job(JOBS - 1),
         token: 1,
         key: b"k".to_vec(),

@@ -208,6 +208,19 @@ func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
 	return leaseFromPb(r), nil
 }
 
+// SigningKeys returns the server's public keys, which verify grants'
+// proofs (Lease.Proof) with VerifyProof: the first signs new grants, every
+// one listed verifies. Empty when the server signs nothing (etcd mode
+// without --signing-key). The same set is served as a JWKS at GET /keys
+// on the admin port.
+func (c *Client) SigningKeys(ctx context.Context) (KeySet, error) {
+	r, err := c.leases.GetSigningKeys(ctx, &pb.GetSigningKeysRequest{})
+	if err != nil {
+		return KeySet{}, callError(ctx, err)
+	}
+	return KeySetFrom(r)
+}
+
 // DeleteJob deletes job and every key of its fenced store, if its lease is
 // not live and no Acquire waits for it (a *JobInUseError, ErrJobInUse,
 // otherwise). It reports whether there was such a job. A job created again
@@ -275,17 +288,24 @@ func (c *Client) Watch(ctx context.Context, job string) (*Watch, error) {
 
 // CheckedWrite stores value under (job, key), fenced by token, and returns
 // the key's new version. It fails with ErrFenced when token is not the
-// job's live token.
-func (c *Client) CheckedWrite(ctx context.Context, job string, token uint64, key, value []byte) (uint64, error) {
-	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Value: value})
+// job's live token. WithProof(lease.Proof) fences it with the grant's
+// proof instead (token may then be 0).
+func (c *Client) CheckedWrite(ctx context.Context, job string, token uint64, key, value []byte, opts ...WriteOption) (uint64, error) {
+	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Value: value}, opts)
 }
 
 // Delete deletes (job, key), fenced by token, and returns the new version.
-func (c *Client) Delete(ctx context.Context, job string, token uint64, key []byte) (uint64, error) {
-	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Delete: true})
+// WithProof fences it with a grant's proof instead, as for CheckedWrite.
+func (c *Client) Delete(ctx context.Context, job string, token uint64, key []byte, opts ...WriteOption) (uint64, error) {
+	return c.write(ctx, &pb.CheckedWriteRequest{Job: job, Token: token, Key: key, Delete: true}, opts)
 }
 
-func (c *Client) write(ctx context.Context, req *pb.CheckedWriteRequest) (uint64, error) {
+func (c *Client) write(ctx context.Context, req *pb.CheckedWriteRequest, opts []WriteOption) (uint64, error) {
+	var o writeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	req.Proof = o.proof
 	r, err := c.store.CheckedWrite(ctx, req)
 	if err != nil {
 		return 0, callError(ctx, err)

@@ -15,7 +15,8 @@ type LeaderCallbacks struct {
 	// OnStartedLeading runs in its own goroutine when we become leader with
 	// token. ctx is cancelled the moment we stop leading (lost, our own
 	// deadline passed, or Run's context is done): return promptly then.
-	// Carry token into every write.
+	// Carry token into every write (or the grant's proof, Elector.Proof,
+	// to storage that verifies proofs).
 	OnStartedLeading func(ctx context.Context, token uint64)
 	// OnStoppedLeading is called when leadership with token ended, after
 	// OnStartedLeading for that token has returned.
@@ -121,6 +122,7 @@ type Elector struct {
 
 	mu       sync.Mutex
 	token    uint64 // 0 when not leading
+	proof    string // the proof of the grant we lead with
 	deadline time.Time
 	warned   warnings
 
@@ -184,6 +186,20 @@ func (e *Elector) Token() (uint64, bool) {
 		return e.token, true
 	}
 	return 0, false
+}
+
+// Proof returns the proof of the grant we lead with (Lease.Proof: the
+// server's signed statement that it issued our token), and whether we
+// lead, as Token does. The proof is "" when the server signs nothing.
+// Storage that leasehold does not own verifies it with VerifyProof; it
+// proves that the token was issued, not that we still lead.
+func (e *Elector) Proof() (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.token != 0 && time.Now().Before(e.deadline) {
+		return e.proof, true
+	}
+	return "", false
 }
 
 // IsLeader reports whether we lead now.
@@ -278,7 +294,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		if e.lead(ctx, a.Lease.Token, anchor) {
+		if e.lead(ctx, a.Lease.Token, a.Lease.Proof, anchor) {
 			return nil
 		}
 	}
@@ -303,13 +319,13 @@ func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (tim
 	return at, true
 }
 
-// lead leads until the lease is lost or handed over (false) or ctx is
-// done (releases; true).
-func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
+// lead leads with token (and its proof) until the lease is lost or handed
+// over (false) or ctx is done (releases; true).
+func (e *Elector) lead(ctx context.Context, token uint64, proof string, sent time.Time) bool {
 	t := timingFor(e.cfg.TTL)
 	retry := renewBackoff(e.cfg.TTL)
 	deadline := sent.Add(e.cfg.TTL)
-	e.setLeader(token, deadline)
+	e.setLeader(token, proof, deadline)
 	next := sent.Add(t.every)
 	for {
 		wake := next
@@ -340,6 +356,9 @@ func (e *Elector) lead(ctx context.Context, token uint64, sent time.Time) bool {
 			e.mu.Lock()
 			if e.token == token {
 				e.deadline = deadline
+				// The same proof, unless the server signed the grant again
+				// (its key rotated out).
+				e.proof = r.Lease.Proof
 			}
 			e.mu.Unlock()
 			if r.SuccessorWaiting && e.cfg.YieldToPreferred {
@@ -508,10 +527,11 @@ func (e *Elector) releaseIfGranted() {
 	}
 }
 
-func (e *Elector) setLeader(token uint64, deadline time.Time) {
+func (e *Elector) setLeader(token uint64, proof string, deadline time.Time) {
 	termCtx, cancel := context.WithCancel(context.Background())
 	e.mu.Lock()
 	e.token = token
+	e.proof = proof
 	e.deadline = deadline
 	e.term = termCtx
 	e.cancelTerm = cancel
@@ -544,6 +564,7 @@ func (e *Elector) setFollower(token uint64) {
 		return
 	}
 	e.token = 0
+	e.proof = ""
 	cancel := e.cancelTerm
 	e.cancelTerm = nil
 	e.mu.Unlock()

@@ -48,6 +48,16 @@ type Lease struct {
 	// Principal is the principal of the server's policy that holds the
 	// lease; "" without a policy or when free.
 	Principal string
+	// Proof is the grant's proof: a statement signed by the server (a JWS,
+	// docs/proofs.md) that it issued Token of Job to Holder. Storage that leasehold does not
+	// own verifies it with VerifyProof and the keys of Client.SigningKeys
+	// before comparing tokens; CheckedWrite takes it instead of the token
+	// (WithProof). It proves that the token was issued, not that the lease
+	// is still live. The same for every answer about one grant (renewals
+	// keep it); "" when the job is free, when the caller may not see the
+	// token, or when the server signs nothing (etcd mode without
+	// --signing-key).
+	Proof string
 }
 
 // Acquired is the answer to Acquire.
@@ -94,6 +104,27 @@ func BindToStream(on bool) AcquireOption {
 // the lease changes hands only as before. The default is false.
 func Preferred(on bool) AcquireOption {
 	return func(o *acquireOptions) { o.preferred = on }
+}
+
+// WriteOption is an option of Client.CheckedWrite and Client.Delete.
+type WriteOption func(*writeOptions)
+
+type writeOptions struct {
+	proof string
+}
+
+// WithProof(proof) fences the write with a grant's proof (Lease.Proof)
+// instead of its token (CheckedWriteRequest.proof): the server verifies
+// the proof with its own keys, takes the token from it and fences the
+// write exactly as with that token. The token argument may then be 0; if
+// it is not, it must be the proof's. The proof's job must be the write's.
+// So a service that is not the holder can forward the holder's write
+// (it needs write on the job; the grant's principal must be the
+// proof's). A proof that does not verify is an *InvalidArgumentError
+// (Field "proof"); a valid proof of a token that is not the job's live
+// one is a *FencedError, as with the token.
+func WithProof(proof string) WriteOption {
+	return func(o *writeOptions) { o.proof = proof }
 }
 
 // Renewed is the answer to RenewLease.
@@ -165,6 +196,7 @@ func leaseFromPb(l *pb.Lease) Lease {
 		TTL:       l.GetTtl().AsDuration(),
 		Remaining: l.GetRemaining().AsDuration(),
 		Principal: l.GetPrincipal(),
+		Proof:     l.GetProof(),
 	}
 }
 

@@ -21,6 +21,14 @@
 --    refuses the stale leader's inserts of rows that do not exist yet, and
 --    orders each write strictly before or after a take-over.
 --
+-- 4. Proofs (optional; README.md, "Only issued tokens: proofs"): a grant's
+--    proof (Lease.proof), verified in the application with
+--    leasehold.proof.verify before the take-over and the write, so that a
+--    token nobody issued (2^63 - 1, say) can neither raise the fence nor
+--    write. The proof is kept beside the fence and each row (the `proof`
+--    columns) so that an auditor can verify it again later; NULL where the
+--    token came without one.
+--
 -- Tokens are leasehold's uint64 fencing tokens, stored as bigint (tokens
 -- stay far below 2^63). Idempotent: safe to run more than once.
 
@@ -29,8 +37,12 @@
 CREATE TABLE IF NOT EXISTS leasehold_fence (
     job      text        PRIMARY KEY,
     token    bigint      NOT NULL CHECK (token > 0),
-    taken_at timestamptz NOT NULL DEFAULT now()
+    taken_at timestamptz NOT NULL DEFAULT now(),
+    -- The proof the take-over came with (a JWS; docs/proofs.md), or NULL.
+    proof    text
 );
+-- A database made before proofs: the column, added once.
+ALTER TABLE leasehold_fence ADD COLUMN IF NOT EXISTS proof text;
 
 -- leasehold_take_over(job, token, VARIADIC tables): call in its own
 -- transaction when an Elector reports leadership with `token`, before doing
@@ -53,7 +65,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     INSERT INTO leasehold_fence AS f (job, token) VALUES (p_job, p_token)
-    ON CONFLICT (job) DO UPDATE SET token = EXCLUDED.token, taken_at = now()
+    ON CONFLICT (job) DO UPDATE SET token = EXCLUDED.token, taken_at = now(), proof = NULL
         WHERE f.token <= EXCLUDED.token;
     IF NOT FOUND THEN
         RETURN false;  -- a higher token took over here already
@@ -90,26 +102,32 @@ CREATE TABLE IF NOT EXISTS bridge_status (
     key         text   NOT NULL,
     value       text   NOT NULL,
     fence_token bigint NOT NULL CHECK (fence_token > 0),
+    -- The proof of the last write's token, or NULL (written with a bare
+    -- token). fence_token may be above the proof's token: a take-over
+    -- raised it since.
+    proof       text,
     PRIMARY KEY (job, key)
 );
+ALTER TABLE bridge_status ADD COLUMN IF NOT EXISTS proof text;
 
 -- The fenced upsert, as a prepared statement ($1 job, $2 key, $3 value,
--- $4 token). 1 row: written. 0 rows: fenced -- the job's fence holds
--- another token (a newer leader took over, or we never called
--- leasehold_take_over), or the row was written with a higher token. The
--- SELECT's FOR SHARE lock on the fence row orders the write against any
--- take-over: one waiting for the other, never interleaved.
+-- $4 token, $5 the token's proof or NULL). 1 row: written. 0 rows: fenced
+-- -- the job's fence holds another token (a newer leader took over, or we
+-- never called leasehold_take_over), or the row was written with a higher
+-- token. The SELECT's FOR SHARE lock on the fence row orders the write
+-- against any take-over: one waiting for the other, never interleaved.
 --
---   INSERT INTO bridge_status AS t (job, key, value, fence_token)
---   SELECT $1, $2, $3, $4
+--   INSERT INTO bridge_status AS t (job, key, value, fence_token, proof)
+--   SELECT $1, $2, $3, $4, $5
 --     FROM leasehold_fence AS f
 --    WHERE f.job = $1 AND f.token = $4
 --      FOR SHARE OF f
 --   ON CONFLICT (job, key) DO UPDATE
---      SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token
+--      SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token, proof = EXCLUDED.proof
 --    WHERE t.fence_token <= EXCLUDED.fence_token;
 --
--- The same, as a function returning whether the write landed.
+-- The same, as a function returning whether the write landed (without a
+-- proof: the row's proof is cleared).
 CREATE OR REPLACE FUNCTION bridge_status_put(p_job text, p_key text, p_value text, p_token bigint)
 RETURNS boolean LANGUAGE sql AS $$
     WITH written AS (
@@ -119,7 +137,7 @@ RETURNS boolean LANGUAGE sql AS $$
          WHERE f.job = p_job AND f.token = p_token
            FOR SHARE OF f
         ON CONFLICT (job, key) DO UPDATE
-           SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token
+           SET value = EXCLUDED.value, fence_token = EXCLUDED.fence_token, proof = NULL
          WHERE t.fence_token <= EXCLUDED.fence_token
         RETURNING 1
     )

@@ -13,6 +13,7 @@ use clap::Args;
 use tokio::net::TcpListener;
 
 use leasehold::admin::{serve_admin, AdminOptions, AdminSecurity};
+use leasehold::proofs::Proofs;
 use leasehold::backend::{Backend, StateLimits};
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
@@ -100,6 +101,18 @@ pub struct ServeArgs {
     /// Where the embedded store keeps its files (--store sled).
     #[arg(long, env = "LEASEHOLD_DATA_DIR", default_value = "./leasehold-data")]
     data_dir: PathBuf,
+    /// An Ed25519 private key (PKCS#8 PEM, as `openssl genpkey -algorithm
+    /// ed25519` writes it) that signs grants' proofs. Repeat it to rotate:
+    /// the first signs, all verify (GET /keys, GetSigningKeys). etcd
+    /// frontends share theirs this way; without one they sign nothing. The
+    /// single node also lists its data dir's own key, after these.
+    #[arg(long = "signing-key", value_name = "FILE")]
+    signing_keys: Vec<PathBuf>,
+    /// Make a new signing key in a data dir that holds a store but no key
+    /// (one from before signed grants, or whose key is lost for good).
+    /// Proofs made under a lost key no longer verify.
+    #[arg(long)]
+    new_signing_key: bool,
     /// Shortest lease TTL accepted; default 100ms on sled, etcd's minimum
     /// lease TTL (2s by default) on etcd.
     #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration)]
@@ -440,6 +453,18 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_keys_per_job: a.max_keys_per_job,
         history_per_job: a.history_per_job,
     };
+    let proofs = Arc::new(
+        Proofs::load(
+            &a.signing_keys,
+            matches!(a.store, StoreKind::Sled).then_some(a.data_dir.as_path()),
+            a.new_signing_key,
+        )
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("cannot load the signing keys")?,
+    );
+    if proofs.keys().keys.is_empty() {
+        tracing::warn!("no --signing-key: grants carry no proof, and GetSigningKeys lists no key");
+    }
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
             let store = SledStore::open_reclaiming(&a.data_dir, a.reclaim_ratio)
@@ -517,6 +542,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         handshake_timeout: a.handshake_timeout,
         limits: limits.clone(),
         budget,
+        proofs: proofs.clone(),
     };
     let admin_task = tokio::spawn(serve_admin(
         admin,
@@ -585,6 +611,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         keepalive: a.keepalive,
         tls,
         auth,
+        proofs,
     };
     server::run(listener, node, config, rpc, shutdown).await?;
     let _ = stop_tx.send(true);

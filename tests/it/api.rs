@@ -381,6 +381,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         preferred: false,
     };
     let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: job.into(),
         token,
         key,
@@ -590,6 +591,7 @@ async fn limits_are_configurable_and_oversized_messages_are_refused_at_decode() 
         proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let st = raw
         .checked_write(proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: "j".into(),
             token: 1,
             key: b"k".to_vec(),
@@ -638,6 +640,7 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
         proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let mut leases = proto::leases_client::LeasesClient::new(common::channel(&s.url()).await);
     let write = |key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: "j".into(),
         token: 1,
         key,
@@ -791,6 +794,7 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
             "/leasehold.v1.FencedStore/CheckedWrite",
             "job",
             proto::CheckedWriteRequest {
+                proof: Default::default(),
                 job: BAD.into(),
                 token: 1,
                 key: b"k".to_vec(),
@@ -1001,6 +1005,7 @@ async fn streams_refused_mid_way_end_with_the_error_and_count_it() {
     let mut store =
         proto::fenced_store_client::FencedStoreClient::new(common::channel(&s.url()).await);
     let write = |key: &str, value: Vec<u8>| proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: "j".into(),
         token: 1,
         key: key.into(),
@@ -1436,6 +1441,7 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
             .put_lease(
                 &l.job(job).unwrap(),
                 &LeaseRecord {
+                    issued: Default::default(),
                     holder: None,
                     token: Token(u64::MAX - 1),
                     ttl: Duration::from_secs(5),

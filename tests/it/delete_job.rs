@@ -224,6 +224,7 @@ async fn limits_on_jobs_and_keys(place: Place) {
 
     // Keys.
     let write = |key: &str| proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: "a".into(),
         token: 1,
         key: key.as_bytes().to_vec(),

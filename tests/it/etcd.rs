@@ -675,6 +675,7 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             give_back: false,
         }),
         store.checked_write(proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: "j".into(),
             token: 1,
             key: b"k".to_vec(),
@@ -822,6 +823,7 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
     );
     // "c": a holder key with no etcd lease.
     let rec = HolderRec {
+        issued: Default::default(),
         token: Token(1),
         ttl,
         holder: "forever".into(),
@@ -1875,6 +1877,7 @@ async fn etcd_out_of_space_is_not_serving_and_changes_answer_disk_full() {
         .unwrap();
     let st = store
         .checked_write(proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: "j".into(),
             token,
             key: b"k".to_vec(),

@@ -126,6 +126,7 @@ async fn a_full_disk_refuses_writes_keeps_serving_reads_and_recovers() {
         .unwrap();
     let st = raw
         .checked_write(leasehold::proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: "j".into(),
             token: 1,
             key: b"k".to_vec(),

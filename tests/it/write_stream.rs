@@ -116,6 +116,7 @@ async fn a_message_over_the_limit_ends_the_stream_and_changes_nothing() {
         .unwrap()
         .into_inner();
     let w = |i: usize| proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: "j".into(),
         token: t,
         key: format!("k{i}").into_bytes(),
@@ -189,6 +190,7 @@ fn assert_invalid(st: &tonic::Status, field: &str, words: &[&str]) {
 
 fn put(t: u64, key: &str, value: Vec<u8>) -> proto::CheckedWriteRequest {
     proto::CheckedWriteRequest {
+        proof: Default::default(),
         job: "j".into(),
         token: t,
         key: key.into(),

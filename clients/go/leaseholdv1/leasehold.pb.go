@@ -271,7 +271,7 @@ func (x Tenure_End) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Tenure_End.Descriptor instead.
 func (Tenure_End) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type LeaseEvent_Kind int32
@@ -332,7 +332,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type WriteResult_Outcome int32
@@ -402,7 +402,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -467,7 +467,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35, 0}
 }
 
 type Lease struct {
@@ -488,7 +488,18 @@ type Lease struct {
 	// The principal (of the server's policy) that acquired the current grant:
 	// only that principal may renew, release or re-acquire it, or write with
 	// its token. Empty when the job is free, or the server has no policy.
-	Principal     string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+	// server, stating job, token, principal, holder, when the token was
+	// granted (wall clock) and the TTL it was granted with. Storage that
+	// leasehold does not own verifies it with the keys of GetSigningKeys
+	// before comparing tokens, so that a token nobody issued is refused.
+	// It proves that the token was issued, not that it is still live. The
+	// same for every answer about one grant (renewals keep it); a new grant
+	// has a new one. Empty when the job is free, when the caller may not
+	// see the token, or when the server has no signing key (etcd mode
+	// without --signing-key). The format: docs/proofs.md.
+	Proof         string `protobuf:"bytes,7,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -565,6 +576,170 @@ func (x *Lease) GetPrincipal() string {
 	return ""
 }
 
+func (x *Lease) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
+}
+
+type GetSigningKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSigningKeysRequest) Reset() {
+	*x = GetSigningKeysRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSigningKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSigningKeysRequest) ProtoMessage() {}
+
+func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
+func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
+}
+
+type GetSigningKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The keys as a JWKS (RFC 7517): {"keys":[{"kty":"OKP","crv":"Ed25519",
+	// "alg":"EdDSA","use":"sig","kid":...,"x":...}]}. What every client's
+	// verify helper takes. `{"keys":[]}` when the server signs nothing.
+	Jwks string `protobuf:"bytes,1,opt,name=jwks,proto3" json:"jwks,omitempty"`
+	// The same keys, the signing one first.
+	Keys          []*SigningKey `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSigningKeysResponse) Reset() {
+	*x = GetSigningKeysResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSigningKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSigningKeysResponse) ProtoMessage() {}
+
+func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
+func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetSigningKeysResponse) GetJwks() string {
+	if x != nil {
+		return x.Jwks
+	}
+	return ""
+}
+
+func (x *GetSigningKeysResponse) GetKeys() []*SigningKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+// One public key of the server's key set.
+type SigningKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key id: the RFC 7638 thumbprint, as the proofs' `kid` header.
+	Kid string `protobuf:"bytes,1,opt,name=kid,proto3" json:"kid,omitempty"`
+	// The 32-byte Ed25519 public key.
+	PublicKey []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// Whether this key signs new grants (the first one); the others only
+	// verify proofs made before a rotation.
+	Signing       bool `protobuf:"varint,3,opt,name=signing,proto3" json:"signing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SigningKey) Reset() {
+	*x = SigningKey{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SigningKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SigningKey) ProtoMessage() {}
+
+func (x *SigningKey) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SigningKey.ProtoReflect.Descriptor instead.
+func (*SigningKey) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SigningKey) GetKid() string {
+	if x != nil {
+		return x.Kid
+	}
+	return ""
+}
+
+func (x *SigningKey) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *SigningKey) GetSigning() bool {
+	if x != nil {
+		return x.Signing
+	}
+	return false
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required. The job to lead.
@@ -612,7 +787,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +799,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[1]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +812,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireRequest) GetJob() string {
@@ -695,7 +870,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +882,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[2]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +895,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -751,7 +926,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +938,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[3]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +951,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewRequest) GetJob() string {
@@ -819,7 +994,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1006,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[4]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1019,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenewResponse) GetLease() *Lease {
@@ -881,7 +1056,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1068,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[5]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +1081,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReleaseRequest) GetJob() string {
@@ -948,7 +1123,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1135,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[6]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1148,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReleaseResponse) GetReleased() bool {
@@ -1006,7 +1181,7 @@ type TransferLeaseRequest struct {
 
 func (x *TransferLeaseRequest) Reset() {
 	*x = TransferLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1193,7 @@ func (x *TransferLeaseRequest) String() string {
 func (*TransferLeaseRequest) ProtoMessage() {}
 
 func (x *TransferLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[7]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1206,7 @@ func (x *TransferLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaseRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeaseRequest) GetJob() string {
@@ -1080,7 +1255,7 @@ type TransferLeaseResponse struct {
 
 func (x *TransferLeaseResponse) Reset() {
 	*x = TransferLeaseResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1267,7 @@ func (x *TransferLeaseResponse) String() string {
 func (*TransferLeaseResponse) ProtoMessage() {}
 
 func (x *TransferLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[8]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1280,7 @@ func (x *TransferLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaseResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TransferLeaseResponse) GetLease() *Lease {
@@ -1124,7 +1299,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1136,7 +1311,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[9]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1149,7 +1324,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetLeaseRequest) GetJob() string {
@@ -1168,7 +1343,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1355,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[10]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1368,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1213,7 +1388,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1400,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[11]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1413,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteJobResponse) GetDeleted() bool {
@@ -1266,7 +1441,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1453,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[12]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1466,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1331,7 +1506,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1518,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1531,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1389,7 +1564,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1576,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1589,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetHistoryRequest) GetJob() string {
@@ -1450,7 +1625,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1637,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1650,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetHistoryResponse) GetTenures() []*Tenure {
@@ -1513,7 +1688,7 @@ type Tenure struct {
 
 func (x *Tenure) Reset() {
 	*x = Tenure{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1700,7 @@ func (x *Tenure) String() string {
 func (*Tenure) ProtoMessage() {}
 
 func (x *Tenure) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1713,7 @@ func (x *Tenure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
 func (*Tenure) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tenure) GetToken() uint64 {
@@ -1599,7 +1774,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1786,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1799,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1645,7 +1820,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1832,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1845,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1699,14 +1874,22 @@ type CheckedWriteRequest struct {
 	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	// Delete the key instead of writing it. The key's highest token is kept,
 	// so a stale writer cannot bring a deleted key back.
-	Delete        bool `protobuf:"varint,5,opt,name=delete,proto3" json:"delete,omitempty"`
+	Delete bool `protobuf:"varint,5,opt,name=delete,proto3" json:"delete,omitempty"`
+	// Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+	// server verifies it with its own keys, takes the token from it, and
+	// fences the write exactly as with that token; the proof's job must be
+	// `job`, and if `token` is set too it must be the proof's. The caller
+	// needs `write` on the job; the grant's principal must be the proof's.
+	// So a service that is not the holder can forward the holder's write.
+	// A proof that does not verify is INVALID_ARGUMENT naming the field.
+	Proof         string `protobuf:"bytes,6,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1901,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1914,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -1769,6 +1952,13 @@ func (x *CheckedWriteRequest) GetDelete() bool {
 	return false
 }
 
+func (x *CheckedWriteRequest) GetProof() string {
+	if x != nil {
+		return x.Proof
+	}
+	return ""
+}
+
 type CheckedWriteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key's new version: 1 for its first write, then one more per
@@ -1780,7 +1970,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1982,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1995,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -1830,7 +2020,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2032,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2045,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -1885,7 +2075,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2087,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2100,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -1947,7 +2137,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2149,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2162,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -2020,7 +2210,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2222,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2235,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -2077,7 +2267,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2279,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2292,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -2153,7 +2343,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2355,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2368,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -2222,7 +2412,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2424,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2437,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -2297,7 +2487,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2499,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2512,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -2361,7 +2551,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2563,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2576,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -2428,7 +2618,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2630,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2643,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -2497,7 +2687,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2699,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2712,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -2563,7 +2753,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2765,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2778,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2637,14 +2827,25 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x01\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
-	"\tprincipal\x18\x06 \x01(\tR\tprincipal\"\xda\x01\n" +
+	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05proof\x18\a \x01(\tR\x05proof\"\x17\n" +
+	"\x15GetSigningKeysRequest\"Z\n" +
+	"\x16GetSigningKeysResponse\x12\x12\n" +
+	"\x04jwks\x18\x01 \x01(\tR\x04jwks\x12,\n" +
+	"\x04keys\x18\x02 \x03(\v2\x18.leasehold.v1.SigningKeyR\x04keys\"W\n" +
+	"\n" +
+	"SigningKey\x12\x10\n" +
+	"\x03kid\x18\x01 \x01(\tR\x03kid\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x18\n" +
+	"\asigning\x18\x03 \x01(\bR\asigning\"\xda\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -2730,13 +2931,14 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\fKIND_CURRENT\x10\x01\x12\x11\n" +
 	"\rKIND_ACQUIRED\x10\x02\x12\x11\n" +
 	"\rKIND_RELEASED\x10\x03\x12\x10\n" +
-	"\fKIND_EXPIRED\x10\x04\"}\n" +
+	"\fKIND_EXPIRED\x10\x04\"\x93\x01\n" +
 	"\x13CheckedWriteRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12\x16\n" +
-	"\x06delete\x18\x05 \x01(\bR\x06delete\"0\n" +
+	"\x06delete\x18\x05 \x01(\bR\x06delete\x12\x14\n" +
+	"\x05proof\x18\x06 \x01(\tR\x05proof\"0\n" +
 	"\x14CheckedWriteResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\"_\n" +
 	"\x12WriteStreamRequest\x12\x0e\n" +
@@ -2821,7 +3023,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f\x12\x1b\n" +
 	"\x17ERROR_REASON_JOB_IN_USE\x10\r\x12\x1d\n" +
-	"\x19ERROR_REASON_NO_SUCCESSOR\x10\x0e2\x81\x06\n" +
+	"\x19ERROR_REASON_NO_SUCCESSOR\x10\x0e2\xde\x06\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +
@@ -2835,7 +3037,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"GetHistory\x12\x1f.leasehold.v1.GetHistoryRequest\x1a .leasehold.v1.GetHistoryResponse\x12I\n" +
 	"\n" +
 	"WatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n" +
-	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x012\xc6\x02\n" +
+	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x01\x12[\n" +
+	"\x0eGetSigningKeys\x12#.leasehold.v1.GetSigningKeysRequest\x1a$.leasehold.v1.GetSigningKeysResponse2\xc6\x02\n" +
 	"\vFencedStore\x12U\n" +
 	"\fCheckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n" +
 	"\vWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x010\x01\x12=\n" +
@@ -2856,109 +3059,115 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
-	(ErrorReason)(0),              // 0: leasehold.v1.ErrorReason
-	(Tenure_End)(0),               // 1: leasehold.v1.Tenure.End
-	(LeaseEvent_Kind)(0),          // 2: leasehold.v1.LeaseEvent.Kind
-	(WriteResult_Outcome)(0),      // 3: leasehold.v1.WriteResult.Outcome
-	(KeepAliveResult_Outcome)(0),  // 4: leasehold.v1.KeepAliveResult.Outcome
-	(*Lease)(nil),                 // 5: leasehold.v1.Lease
-	(*AcquireRequest)(nil),        // 6: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 7: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 8: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),         // 9: leasehold.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 10: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 11: leasehold.v1.ReleaseResponse
-	(*TransferLeaseRequest)(nil),  // 12: leasehold.v1.TransferLeaseRequest
-	(*TransferLeaseResponse)(nil), // 13: leasehold.v1.TransferLeaseResponse
-	(*GetLeaseRequest)(nil),       // 14: leasehold.v1.GetLeaseRequest
-	(*DeleteJobRequest)(nil),      // 15: leasehold.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),     // 16: leasehold.v1.DeleteJobResponse
-	(*ListLeasesRequest)(nil),     // 17: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),    // 18: leasehold.v1.ListLeasesResponse
-	(*GetHistoryRequest)(nil),     // 19: leasehold.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),    // 20: leasehold.v1.GetHistoryResponse
-	(*Tenure)(nil),                // 21: leasehold.v1.Tenure
-	(*WatchLeaseRequest)(nil),     // 22: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),            // 23: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),   // 24: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil),  // 25: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),    // 26: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),   // 27: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),           // 28: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),           // 29: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),          // 30: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),       // 31: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),               // 32: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),      // 33: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),      // 34: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),      // 35: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),     // 36: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),       // 37: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(ErrorReason)(0),               // 0: leasehold.v1.ErrorReason
+	(Tenure_End)(0),                // 1: leasehold.v1.Tenure.End
+	(LeaseEvent_Kind)(0),           // 2: leasehold.v1.LeaseEvent.Kind
+	(WriteResult_Outcome)(0),       // 3: leasehold.v1.WriteResult.Outcome
+	(KeepAliveResult_Outcome)(0),   // 4: leasehold.v1.KeepAliveResult.Outcome
+	(*Lease)(nil),                  // 5: leasehold.v1.Lease
+	(*GetSigningKeysRequest)(nil),  // 6: leasehold.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil), // 7: leasehold.v1.GetSigningKeysResponse
+	(*SigningKey)(nil),             // 8: leasehold.v1.SigningKey
+	(*AcquireRequest)(nil),         // 9: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 10: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 11: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),          // 12: leasehold.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 13: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 14: leasehold.v1.ReleaseResponse
+	(*TransferLeaseRequest)(nil),   // 15: leasehold.v1.TransferLeaseRequest
+	(*TransferLeaseResponse)(nil),  // 16: leasehold.v1.TransferLeaseResponse
+	(*GetLeaseRequest)(nil),        // 17: leasehold.v1.GetLeaseRequest
+	(*DeleteJobRequest)(nil),       // 18: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),      // 19: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),      // 20: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 21: leasehold.v1.ListLeasesResponse
+	(*GetHistoryRequest)(nil),      // 22: leasehold.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),     // 23: leasehold.v1.GetHistoryResponse
+	(*Tenure)(nil),                 // 24: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),      // 25: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),             // 26: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),    // 27: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),   // 28: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),     // 29: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),    // 30: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),            // 31: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),            // 32: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),           // 33: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),        // 34: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),                // 35: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),       // 36: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),       // 37: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),       // 38: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),      // 39: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),        // 40: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	38, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	38, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	38, // 2: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 4: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	38, // 5: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 6: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	38, // 7: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 8: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	5,  // 9: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	21, // 10: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
-	39, // 11: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
-	38, // 12: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
-	1,  // 13: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
-	39, // 14: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
-	5,  // 15: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
-	2,  // 16: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	24, // 17: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	28, // 18: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
-	3,  // 19: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	32, // 20: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	35, // 21: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	38, // 22: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	37, // 23: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	4,  // 24: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	5,  // 25: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	6,  // 26: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 27: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	10, // 28: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	12, // 29: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
-	14, // 30: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	15, // 31: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	17, // 32: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	19, // 33: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
-	22, // 34: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	34, // 35: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	24, // 36: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	26, // 37: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	29, // 38: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	31, // 39: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	7,  // 40: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 41: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	11, // 42: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	13, // 43: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
-	5,  // 44: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	16, // 45: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	18, // 46: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	20, // 47: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
-	23, // 48: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	36, // 49: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	25, // 50: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	27, // 51: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	30, // 52: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	33, // 53: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	40, // [40:54] is the sub-list for method output_type
-	26, // [26:40] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	41, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	41, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	8,  // 2: leasehold.v1.GetSigningKeysResponse.keys:type_name -> leasehold.v1.SigningKey
+	41, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	5,  // 5: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
+	41, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 7: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
+	41, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	5,  // 9: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	5,  // 10: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	24, // 11: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	42, // 12: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	41, // 13: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	1,  // 14: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
+	42, // 15: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	5,  // 16: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	2,  // 17: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
+	27, // 18: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	31, // 19: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	3,  // 20: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	35, // 21: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	38, // 22: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	41, // 23: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	40, // 24: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	4,  // 25: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	5,  // 26: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	9,  // 27: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	11, // 28: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	13, // 29: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	15, // 30: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
+	17, // 31: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	18, // 32: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	20, // 33: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	22, // 34: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	25, // 35: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	37, // 36: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	6,  // 37: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
+	27, // 38: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	29, // 39: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	32, // 40: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	34, // 41: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	10, // 42: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	12, // 43: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	14, // 44: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	16, // 45: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
+	5,  // 46: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	19, // 47: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	21, // 48: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	23, // 49: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	26, // 50: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	39, // 51: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	7,  // 52: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
+	28, // 53: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	30, // 54: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	33, // 55: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	36, // 56: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	42, // [42:57] is the sub-list for method output_type
+	27, // [27:42] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -2972,7 +3181,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

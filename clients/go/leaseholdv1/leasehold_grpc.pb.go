@@ -56,16 +56,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Leases_Acquire_FullMethodName       = "/leasehold.v1.Leases/Acquire"
-	Leases_Renew_FullMethodName         = "/leasehold.v1.Leases/Renew"
-	Leases_Release_FullMethodName       = "/leasehold.v1.Leases/Release"
-	Leases_TransferLease_FullMethodName = "/leasehold.v1.Leases/TransferLease"
-	Leases_GetLease_FullMethodName      = "/leasehold.v1.Leases/GetLease"
-	Leases_DeleteJob_FullMethodName     = "/leasehold.v1.Leases/DeleteJob"
-	Leases_ListLeases_FullMethodName    = "/leasehold.v1.Leases/ListLeases"
-	Leases_GetHistory_FullMethodName    = "/leasehold.v1.Leases/GetHistory"
-	Leases_WatchLease_FullMethodName    = "/leasehold.v1.Leases/WatchLease"
-	Leases_KeepAlive_FullMethodName     = "/leasehold.v1.Leases/KeepAlive"
+	Leases_Acquire_FullMethodName        = "/leasehold.v1.Leases/Acquire"
+	Leases_Renew_FullMethodName          = "/leasehold.v1.Leases/Renew"
+	Leases_Release_FullMethodName        = "/leasehold.v1.Leases/Release"
+	Leases_TransferLease_FullMethodName  = "/leasehold.v1.Leases/TransferLease"
+	Leases_GetLease_FullMethodName       = "/leasehold.v1.Leases/GetLease"
+	Leases_DeleteJob_FullMethodName      = "/leasehold.v1.Leases/DeleteJob"
+	Leases_ListLeases_FullMethodName     = "/leasehold.v1.Leases/ListLeases"
+	Leases_GetHistory_FullMethodName     = "/leasehold.v1.Leases/GetHistory"
+	Leases_WatchLease_FullMethodName     = "/leasehold.v1.Leases/WatchLease"
+	Leases_KeepAlive_FullMethodName      = "/leasehold.v1.Leases/KeepAlive"
+	Leases_GetSigningKeys_FullMethodName = "/leasehold.v1.Leases/GetSigningKeys"
 )
 
 // LeasesClient is the client API for Leases service.
@@ -188,6 +189,10 @@ type LeasesClient interface {
 	// and nothing in it or after it is done. Closing the sending side ends
 	// the stream, with OK, once every response has been sent.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+	// (RFC 7517) and as a list. The first signs new grants; every one listed
+	// verifies. Also served at GET /keys on the admin port. Needs no grant.
+	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
 }
 
 type leasesClient struct {
@@ -310,6 +315,16 @@ func (c *leasesClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
 
+func (c *leasesClient) GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSigningKeysResponse)
+	err := c.cc.Invoke(ctx, Leases_GetSigningKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeasesServer is the server API for Leases service.
 // All implementations must embed UnimplementedLeasesServer
 // for forward compatibility.
@@ -430,6 +445,10 @@ type LeasesServer interface {
 	// and nothing in it or after it is done. Closing the sending side ends
 	// the stream, with OK, once every response has been sent.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+	// (RFC 7517) and as a list. The first signs new grants; every one listed
+	// verifies. Also served at GET /keys on the admin port. Needs no grant.
+	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
 	mustEmbedUnimplementedLeasesServer()
 }
 
@@ -469,6 +488,9 @@ func (UnimplementedLeasesServer) WatchLease(*WatchLeaseRequest, grpc.ServerStrea
 }
 func (UnimplementedLeasesServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
+}
+func (UnimplementedLeasesServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
 }
 func (UnimplementedLeasesServer) mustEmbedUnimplementedLeasesServer() {}
 func (UnimplementedLeasesServer) testEmbeddedByValue()                {}
@@ -653,6 +675,24 @@ func _Leases_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Leases_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
 
+func _Leases_GetSigningKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSigningKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).GetSigningKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_GetSigningKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).GetSigningKeys(ctx, req.(*GetSigningKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Leases_ServiceDesc is the grpc.ServiceDesc for Leases service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -691,6 +731,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHistory",
 			Handler:    _Leases_GetHistory_Handler,
+		},
+		{
+			MethodName: "GetSigningKeys",
+			Handler:    _Leases_GetSigningKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

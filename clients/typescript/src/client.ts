@@ -18,6 +18,7 @@ import {
   type ServiceError,
 } from "@grpc/grpc-js";
 import { fromServiceError, LeaseholdError } from "./errors";
+import { KeySet } from "./proof";
 import { abortError } from "./retry";
 import * as pb from "./gen/leasehold/v1/leasehold";
 import {
@@ -192,6 +193,20 @@ export interface AcquireOptions extends CallOptions {
    * always.
    */
   preferred?: boolean;
+}
+
+/** Options of `Client.checkedWrite` and `Client.delete`: the per-call options, and a proof. */
+export interface WriteOptions extends CallOptions {
+  /**
+   * A grant's proof (`Lease.proof`), instead of the token: the server
+   * verifies it with its own keys, takes the token from it and fences the
+   * write exactly as with that token. Pass the token as `0n` (or the
+   * proof's token: another one is refused). The proof's job must be the
+   * write's; one that does not verify is refused with `InvalidArgument`
+   * (`field` "proof"). So a service that is not the holder can forward
+   * the holder's write.
+   */
+  proof?: string;
 }
 
 /** Options of `Client.observe`. */
@@ -555,6 +570,23 @@ export class Client {
     return r.deleted;
   }
 
+  /**
+   * The server's public keys, that verify grants' proofs (`Lease.proof`,
+   * with `verifyProof`): the first signs new grants, every one verifies.
+   * Empty when the server signs nothing. Cache them, and fetch them again
+   * when a proof names a key they do not list (`ProofErrorKind.UnknownKey`):
+   * the server's keys rotated.
+   */
+  async getSigningKeys(opts?: CallOptions): Promise<KeySet> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.getSigningKeys as UnaryMethod<pb.GetSigningKeysRequest, pb.GetSigningKeysResponse>,
+      {},
+      opts,
+    );
+    return KeySet.fromResponse(r);
+  }
+
   /** Every lease whose job starts with `prefix`, all pages. */
   async listLeases(prefix = "", opts?: CallOptions): Promise<Lease[]> {
     const out: Lease[] = [];
@@ -620,13 +652,17 @@ export class Client {
     }
   }
 
-  /** Writes `value` under (job, key), fenced by `token`; the new version. */
-  async checkedWrite(job: string, token: bigint, key: Bytes, value: Bytes, opts?: CallOptions): Promise<bigint> {
+  /**
+   * Writes `value` under (job, key), fenced by `token`; the new version.
+   * With `opts.proof`, fenced by the token of that grant's proof instead
+   * (`token` may then be `0n`; see `WriteOptions.proof`).
+   */
+  async checkedWrite(job: string, token: bigint, key: Bytes, value: Bytes, opts?: WriteOptions): Promise<bigint> {
     return this.write(job, token, key, value, false, opts);
   }
 
-  /** Deletes (job, key), fenced by `token`; the new version. */
-  async delete(job: string, token: bigint, key: Bytes, opts?: CallOptions): Promise<bigint> {
+  /** Deletes (job, key), fenced by `token` (or `opts.proof`'s, as `checkedWrite`); the new version. */
+  async delete(job: string, token: bigint, key: Bytes, opts?: WriteOptions): Promise<bigint> {
     return this.write(job, token, key, Buffer.alloc(0), true, opts);
   }
 
@@ -636,12 +672,12 @@ export class Client {
     key: Bytes,
     value: Bytes,
     del: boolean,
-    opts?: CallOptions,
+    opts?: WriteOptions,
   ): Promise<bigint> {
     const r = await this.unary(
       this.store,
       this.store.checkedWrite as UnaryMethod<pb.CheckedWriteRequest, pb.CheckedWriteResponse>,
-      { job, token, key: asBytes(key), value: asBytes(value), delete: del },
+      { job, token, key: asBytes(key), value: asBytes(value), delete: del, proof: opts?.proof ?? "" },
       opts,
     );
     return r.version;

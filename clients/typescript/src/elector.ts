@@ -2,7 +2,8 @@
  * The `Elector`: campaign for a job, renew at ttl/3, step down on loss,
  * release on shutdown. An EventEmitter:
  *
- * - `"elected"` (token: bigint) when it becomes leader,
+ * - `"elected"` (token: bigint, proof: string | undefined) when it becomes
+ *   leader, with the grant's proof (`Lease.proof`),
  * - `"lost"` (token: bigint) when it stops leading with that token.
  *
  * It campaigns with a waiting Acquire (a release hands over at once),
@@ -116,7 +117,8 @@ export interface ElectedOptions {
 }
 
 export interface ElectorEvents {
-  elected: [token: bigint];
+  /** We lead with `token`; `proof` is its grant's proof (`Lease.proof`), undefined if the server signs nothing. */
+  elected: [token: bigint, proof: string | undefined];
   lost: [token: bigint];
   /** The campaign stopped on an error retrying cannot fix. */
   error: [error: LeaseholdError];
@@ -167,6 +169,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly stop = new AbortController();
   private loop: Promise<void> | undefined;
   private leading: bigint | undefined;
+  /** The proof of the grant of `leading`. */
+  private leadingProof: string | undefined;
   private deadline = 0;
   private finished = false;
   private refusal: LeaseholdError | undefined;
@@ -201,6 +205,15 @@ export class Elector extends EventEmitter<ElectorEvents> {
   /** The token we lead with; undefined when not leading or past our deadline. */
   get token(): bigint | undefined {
     return this.leading !== undefined && now() < this.deadline ? this.leading : undefined;
+  }
+
+  /**
+   * The proof of the grant we lead with (`Lease.proof`: `verifyProof`
+   * checks it; `checkedWrite`'s `proof` option writes with it); undefined
+   * when `token` is, or when the server signs nothing.
+   */
+  get proof(): string | undefined {
+    return this.token !== undefined ? this.leadingProof : undefined;
   }
 
   get isLeader(): boolean {
@@ -378,9 +391,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.resolveFinished();
   }
 
-  private safeEmit(event: "elected" | "lost", token: bigint) {
+  private safeEmit(event: "elected" | "lost", token: bigint, proof?: string) {
     try {
-      this.emit(event, token);
+      if (event === "elected") this.emit(event, token, proof);
+      else this.emit(event, token);
     } catch (e) {
       this.log.warn(`${event} listener threw: ${e}`);
     }
@@ -490,9 +504,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
         backoff.reset();
         if (!acquired.acquired) continue;
         const token = acquired.lease.token;
-        const anchor = await this.anchor(token, sent);
+        const anchor = await this.anchor(token, sent, acquired.lease.proof);
         if (anchor === undefined) continue;
-        if (await this.lead(token, anchor)) return;
+        if (await this.lead(token, anchor.at, anchor.proof)) return;
       }
     } catch (e) {
       this.log.warn(`elector for ${this.job} failed: ${(e as Error).stack ?? e}`);
@@ -506,14 +520,19 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * The instant our lease's TTL may be counted from: at or before the
    * server granted or last renewed it. A waiting Acquire may have been
    * granted long after it was sent; then a Renew sent now confirms the
-   * lease and gives a fresh anchor. Undefined when it cannot.
+   * lease and gives a fresh anchor. Undefined when it cannot. With the
+   * grant's proof: `proof`, or the confirming renewal's.
    */
-  private async anchor(token: bigint, sent: number): Promise<number | undefined> {
-    if (now() < sent + this.ttlMs / 10) return sent;
+  private async anchor(
+    token: bigint,
+    sent: number,
+    proof: string | undefined,
+  ): Promise<{ at: number; proof: string | undefined } | undefined> {
+    if (now() < sent + this.ttlMs / 10) return { at: sent, proof };
     const at = now();
     try {
-      await this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: this.ttlMs / 2 });
-      return at;
+      const renewed = await this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: this.ttlMs / 2 });
+      return { at, proof: renewed.proof ?? proof };
     } catch (e) {
       this.log.warn(`${this.job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
       return undefined;
@@ -524,23 +543,23 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * Leads until lost or transferred (false) or told to stop (releases;
    * true).
    */
-  private async lead(token: bigint, sent: number): Promise<boolean> {
+  private async lead(token: bigint, sent: number, proof: string | undefined): Promise<boolean> {
     const tenure: Tenure = { token, ended: new AbortController() };
     this.tenure = tenure;
     try {
-      return await this.leadTenure(tenure, sent);
+      return await this.leadTenure(tenure, sent, proof);
     } finally {
       if (this.tenure === tenure) this.tenure = undefined;
     }
   }
 
-  private async leadTenure(tenure: Tenure, sent: number): Promise<boolean> {
+  private async leadTenure(tenure: Tenure, sent: number, proof: string | undefined): Promise<boolean> {
     const { token } = tenure;
     const ended = tenure.ended.signal;
     const { every } = timing(this.ttlMs);
     const retry = Backoff.renew(this.ttlMs);
     let deadline = sent + this.ttlMs;
-    this.setLeader(token, deadline);
+    this.setLeader(token, deadline, proof);
     let next = sent + every;
     for (;;) {
       // Ended by transfer(), which reported it: campaign again.
@@ -581,7 +600,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
       deadline = at + this.ttlMs;
       next = at + every;
       retry.reset();
-      if (this.leading === token) this.deadline = deadline;
+      if (this.leading === token) {
+        this.deadline = deadline;
+        // The same proof, unless the server's signing key rotated.
+        if (renewed.proof !== undefined) this.leadingProof = renewed.proof;
+      }
       // Our safe point: just renewed, nothing else in flight. Resigning,
       // we release instead (on the next turn).
       if (renewed.successorWaiting && this.yieldToPreferred && !this.stop.signal.aborted) {
@@ -620,15 +643,17 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  private setLeader(token: bigint, deadline: number) {
+  private setLeader(token: bigint, deadline: number, proof: string | undefined) {
     this.leading = token;
+    this.leadingProof = proof;
     this.deadline = deadline;
-    this.safeEmit("elected", token);
+    this.safeEmit("elected", token, proof);
   }
 
   private setFollower(token: bigint) {
     if (this.leading !== token) return;
     this.leading = undefined;
+    this.leadingProof = undefined;
     this.safeEmit("lost", token);
   }
 }

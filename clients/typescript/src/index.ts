@@ -1,7 +1,8 @@
 /**
  * leasehold for TypeScript / Node.js: a promise-based `Client`, the
  * `Elector` (an EventEmitter), the `WriteStream` for many fenced writes
- * over one stream, and typed errors, on @grpc/grpc-js with
+ * over one stream, `verifyProof` for a grant's signed proof (`Lease.proof`,
+ * docs/proofs.md), and typed errors, on @grpc/grpc-js with
  * types generated from proto/leasehold/v1/leasehold.proto by ts-proto.
  *
  * ```ts
@@ -19,7 +20,7 @@
  * ```
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
-export type { AcquireOptions, CallOptions, ClientConfig, ObserveOptions } from "./client";
+export type { AcquireOptions, CallOptions, ClientConfig, ObserveOptions, WriteOptions } from "./client";
 export { Elector, NotLeader } from "./elector";
 export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
 export {
@@ -43,6 +44,8 @@ export {
   Unavailable,
   UnknownToken,
 } from "./errors";
+export { KeySet, ProofError, ProofErrorKind, verifyProof } from "./proof";
+export type { Jwk, Jwks, ProofCheck, ProofClaims } from "./proof";
 export { WriteStream } from "./writestream";
 export type {
   FencedWrite,

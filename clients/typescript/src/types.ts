@@ -36,6 +36,15 @@ export interface Lease {
   remainingMs: number | undefined;
   /** The principal of the server's policy that holds the lease; undefined without a policy or when free. */
   principal: string | undefined;
+  /**
+   * The grant's proof: a token the server signed, stating that it issued
+   * `token` of `job` to `holder` (`verifyProof` checks it, with the keys
+   * of `Client.getSigningKeys`). The same for every answer about one grant
+   * (renewals keep it); a new grant has a new one. It proves the token was
+   * issued, not that the lease is still live. Undefined when the job is
+   * free, or the server signs nothing. docs/proofs.md.
+   */
+  proof: string | undefined;
 }
 
 /** The answer to `renew`: our lease, renewed, and whether a preferred candidate waits. */
@@ -122,6 +131,7 @@ export function leaseFromPb(l: pb.Lease | undefined): Lease {
     ttlMs: toMs(l?.ttl),
     remainingMs: toMs(l?.remaining),
     principal: l?.principal || undefined,
+    proof: l?.proof || undefined,
   };
 }
 

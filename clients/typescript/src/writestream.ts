@@ -45,6 +45,11 @@ export interface StreamWrite {
   value?: Bytes;
   /** Delete the key; `value` is then ignored. */
   delete?: boolean;
+  /**
+   * A grant's proof (`Lease.proof`) instead of the token, as
+   * `WriteOptions.proof` of `Client.checkedWrite`: `token` may then be `0n`.
+   */
+  proof?: string;
 }
 
 /** The key was stored durably (WRITTEN). */
@@ -119,6 +124,7 @@ function toPb(w: StreamWrite): pb.CheckedWriteRequest {
     key: asBytes(w.key),
     value: del ? Buffer.alloc(0) : asBytes(w.value!),
     delete: del,
+    proof: w.proof ?? "",
   };
 }
 
@@ -140,7 +146,8 @@ export function encodedLength(w: pb.CheckedWriteRequest): number {
     (w.token === 0n ? 0 : 1 + varintLength(w.token)) +
     bytesField(w.key.length) +
     bytesField(w.value.length) +
-    (w.delete ? 2 : 0)
+    (w.delete ? 2 : 0) +
+    bytesField(Buffer.byteLength(w.proof, "utf8"))
   );
 }
 

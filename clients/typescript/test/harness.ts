@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 
-const ROOT = resolve(__dirname, "..", "..", "..", "..");
+/** The repository's root. */
+export const ROOT = resolve(__dirname, "..", "..", "..", "..");
 
 /**
  * Every child process a test file started and has not seen exit. They die

@@ -247,6 +247,7 @@ describe("WriteStream against the real server", () => {
         key: Buffer.from("x"),
         value: Buffer.from("x"),
         delete: false,
+        proof: "",
       }));
       call.write({ id: 1000n, writes: tooMany });
       let first: unknown;
@@ -273,6 +274,7 @@ test("splitting: at most 1000 writes and about 48 KiB per message", () => {
     key: Buffer.from("k"),
     value: Buffer.alloc(n),
     delete: false,
+    proof: "",
   });
   assert.deepEqual(splitWrites([]), [[]]);
   assert.deepEqual(
@@ -290,8 +292,9 @@ test("splitting: at most 1000 writes and about 48 KiB per message", () => {
   for (const x of [
     w(0),
     w(200),
-    { job: "ünïcode", token: (1n << 64n) - 1n, key: Buffer.alloc(300), value: Buffer.alloc(70_000), delete: false },
-    { job: "", token: 0n, key: Buffer.alloc(0), value: Buffer.alloc(0), delete: true },
+    { job: "ünïcode", token: (1n << 64n) - 1n, key: Buffer.alloc(300), value: Buffer.alloc(70_000), delete: false, proof: "" },
+    { job: "", token: 0n, key: Buffer.alloc(0), value: Buffer.alloc(0), delete: true, proof: "" },
+    { job: "j", token: 0n, key: Buffer.from("k"), value: Buffer.from("v"), delete: false, proof: "e".repeat(300) },
   ]) {
     assert.equal(encodedLength(x), pb.CheckedWriteRequest.encode(x).finish().length);
   }

@@ -866,6 +866,7 @@ impl Client {
             .store
             .clone()
             .checked_write(proto::CheckedWriteRequest {
+                proof: Default::default(),
                 job: job.into(),
                 token,
                 key: key.to_vec(),

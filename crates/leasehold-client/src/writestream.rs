@@ -64,6 +64,7 @@ impl StreamWrite {
 
     fn to_proto(&self) -> proto::CheckedWriteRequest {
         proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: self.job.clone(),
             token: self.token,
             key: self.key.clone(),

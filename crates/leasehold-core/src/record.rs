@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseRecord, TenureEnd, Token};
+use crate::lease::{HolderId, Issued, JobName, LeaseRecord, TenureEnd, Token};
 
 /// What is stored under (job, key).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,17 +78,24 @@ pub struct Tenure {
 
 const LEASE_V1: u8 = 1;
 const LEASE_V2: u8 = 2;
+const LEASE_V3: u8 = 3;
 const VALUE_V1: u8 = 1;
 
 /// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`,
 /// or, for a job with an owner, `[2, token u64, ttl_ms u64, held u8,
-/// owner_len u16, owner..., holder...]`. A store without a policy keeps
-/// writing the first form, which every release reads.
+/// owner_len u16, owner..., holder...]`; a held lease whose grant is
+/// dated ([`Issued`]) is `[3, token u64, ttl_ms u64, 1, issued_unix_ms
+/// u64, issued_ttl_ms u64, owner_len u16, owner..., holder...]`, its owner
+/// empty when it has none. A store without a policy keeps writing the
+/// first form for released leases, which every release reads.
 pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
     let holder = r.holder.as_ref().map_or("", |h| h.as_str());
     let owner = r.owner.as_deref().unwrap_or_default();
-    let mut b = Vec::with_capacity(20 + owner.len() + holder.len());
-    b.push(if r.owner.is_some() {
+    let dated = r.holder.is_some() && r.issued != Issued::default();
+    let mut b = Vec::with_capacity(36 + owner.len() + holder.len());
+    b.push(if dated {
+        LEASE_V3
+    } else if r.owner.is_some() {
         LEASE_V2
     } else {
         LEASE_V1
@@ -96,7 +103,11 @@ pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
     b.extend_from_slice(&r.token.0.to_le_bytes());
     b.extend_from_slice(&(r.ttl.as_millis() as u64).to_le_bytes());
     b.push(r.holder.is_some() as u8);
-    if r.owner.is_some() {
+    if dated {
+        b.extend_from_slice(&r.issued.at_unix_ms.to_le_bytes());
+        b.extend_from_slice(&r.issued.ttl_ms.to_le_bytes());
+    }
+    if dated || r.owner.is_some() {
         // A principal's name is at most 128 bytes (the policy's limit).
         let len = u16::try_from(owner.len()).expect("a principal's name fits in u16");
         b.extend_from_slice(&len.to_le_bytes());
@@ -109,22 +120,39 @@ pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
 /// Decodes what [`encode_lease`] wrote, in either form.
 pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
     let bad = || Error::storage(format!("corrupt lease record ({} bytes)", b.len()));
-    if b.len() < 18 || !(b[0] == LEASE_V1 || b[0] == LEASE_V2) {
+    let u64_at = |i: usize| -> Result<u64> {
+        let s = b.get(i..i + 8).ok_or_else(bad)?;
+        Ok(u64::from_le_bytes(s.try_into().map_err(|_| bad())?))
+    };
+    if b.len() < 18 || !matches!(b[0], LEASE_V1 | LEASE_V2 | LEASE_V3) {
         return Err(bad());
     }
-    let token = Token(u64::from_le_bytes(b[1..9].try_into().map_err(|_| bad())?));
-    let ttl = Duration::from_millis(u64::from_le_bytes(b[9..17].try_into().map_err(|_| bad())?));
+    let token = Token(u64_at(1)?);
+    let ttl = Duration::from_millis(u64_at(9)?);
     let held = b[17];
+    let (issued, at) = match b[0] {
+        LEASE_V3 if held == 1 => (
+            Issued {
+                at_unix_ms: u64_at(18)?,
+                ttl_ms: u64_at(26)?,
+            },
+            34,
+        ),
+        LEASE_V3 => return Err(bad()),
+        _ => (Issued::default(), 18),
+    };
     let (owner, rest) = match b[0] {
-        LEASE_V2 => {
-            let len = b.get(18..20).ok_or_else(bad)?;
+        LEASE_V2 | LEASE_V3 => {
+            let len = b.get(at..at + 2).ok_or_else(bad)?;
             let len = u16::from_le_bytes([len[0], len[1]]) as usize;
-            let name = b.get(20..20 + len).ok_or_else(bad)?;
+            let name = b.get(at + 2..at + 2 + len).ok_or_else(bad)?;
             let name = std::str::from_utf8(name).map_err(|_| bad())?;
-            if name.is_empty() {
-                return Err(bad());
-            }
-            (Some(name.into()), &b[20 + len..])
+            let owner = match (b[0], name.is_empty()) {
+                (LEASE_V2, true) => return Err(bad()),
+                (_, true) => None,
+                (_, false) => Some(name.into()),
+            };
+            (owner, &b[at + 2 + len..])
         }
         _ => (None, &b[18..]),
     };
@@ -141,6 +169,7 @@ pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
         token,
         ttl,
         owner,
+        issued,
     })
 }
 
@@ -540,24 +569,28 @@ mod tests {
         let l = Limits::default();
         for r in [
             LeaseRecord {
+                issued: Default::default(),
                 holder: Some(l.holder("w@1").unwrap()),
                 token: Token(u64::MAX),
                 ttl: Duration::from_millis(1500),
                 owner: None,
             },
             LeaseRecord {
+                issued: Default::default(),
                 holder: None,
                 token: Token(3),
                 ttl: Duration::ZERO,
                 owner: None,
             },
             LeaseRecord {
+                issued: Default::default(),
                 holder: Some(HolderId::from_trusted("billing\u{1f}w@1".into())),
                 token: Token(7),
                 ttl: Duration::from_millis(2500),
                 owner: Some("billing".into()),
             },
             LeaseRecord {
+                issued: Default::default(),
                 holder: None,
                 token: Token(8),
                 ttl: Duration::ZERO,
@@ -583,6 +616,7 @@ mod tests {
         assert!(decode_lease(b"\x03garbage-garbage-garbage").is_err());
         // An owner cut short, or empty, is damage.
         let owned = encode_lease(&LeaseRecord {
+            issued: Default::default(),
             holder: None,
             token: Token(8),
             ttl: Duration::ZERO,

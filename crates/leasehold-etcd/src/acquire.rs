@@ -261,7 +261,8 @@ impl EtcdNode {
         };
         let floor = meta.map_or(Token::NONE, |m| m.rec.new_job_floor);
         // Refused before anything is created in etcd.
-        let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl)?;
+        let wall = clock::wall_unix_ms();
+        let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl, wall)?;
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let mut req = txn::grant(
             &self.inner.keys,
@@ -301,7 +302,7 @@ impl EtcdNode {
             holder,
             ttl,
             keep,
-            clock::wall_unix_ms(),
+            wall,
             &older_out,
         ));
         if self.faults().ack_before_sync() {

@@ -23,7 +23,7 @@ use super::keys::{HolderRec, Holding, JobState, TokenRec};
 use super::queue::Line;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::{self, MayGrant, WriteRefusal};
-use leasehold_core::lease::{Faults, HolderId, JobName, LeaseState, LeaseView, Token};
+use leasehold_core::lease::{Faults, HolderId, Issued, JobName, LeaseState, LeaseView, Token};
 
 /// Why a decision of this module refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +102,7 @@ pub fn grant(
     floor: Token,
     holder: &HolderId,
     ttl: Duration,
+    wall_unix_ms: u64,
 ) -> Result<(HolderRec, TokenRec)> {
     let token = rules::next_token(job, st.token().max(floor))?;
     Ok((
@@ -109,6 +110,7 @@ pub fn grant(
             token,
             ttl,
             holder: holder.to_string(),
+            issued: Issued::new(wall_unix_ms, ttl),
         },
         TokenRec {
             token,
@@ -288,6 +290,7 @@ pub fn held(rec: &HolderRec, remaining: Duration, now: Instant) -> LeaseState {
     let remaining = remaining.min(rec.ttl);
     LeaseState::Held {
         holder: HolderId::from_trusted(rec.holder.clone()),
+        issued: rec.issued,
         ttl: rec.ttl,
         deadline: now + remaining,
         remaining,
@@ -339,6 +342,7 @@ mod tests {
     fn state(token: u64, last: &str, released: bool, holder: Option<&str>) -> JobState {
         let holder = holder.map(|h| {
             let rec = HolderRec {
+                issued: Default::default(),
                 token: Token(token),
                 ttl: TTL,
                 holder: h.into(),
@@ -477,6 +481,7 @@ mod tests {
             Token::NONE,
             &who("a"),
             TTL,
+            1_700_000_000_000,
         )
         .unwrap();
         assert_eq!((h.token, h.ttl, h.holder.as_str()), (Token(4), TTL, "a"));
@@ -490,7 +495,7 @@ mod tests {
             }
         );
         assert_eq!(
-            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL)
+            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL, 0)
                 .unwrap()
                 .0
                 .token,
@@ -498,7 +503,7 @@ mod tests {
         );
         // A new job starts above the new-job floor.
         assert_eq!(
-            grant(&job(), &JobState::default(), Token(7), &who("a"), TTL)
+            grant(&job(), &JobState::default(), Token(7), &who("a"), TTL, 0)
                 .unwrap()
                 .0
                 .token,
@@ -507,7 +512,7 @@ mod tests {
         // The last token is issued once; then a grant is refused.
         let last = state(u64::MAX - 1, "b", true, None);
         assert_eq!(
-            grant(&job(), &last, Token::NONE, &who("a"), TTL)
+            grant(&job(), &last, Token::NONE, &who("a"), TTL, 0)
                 .unwrap()
                 .0
                 .token,
@@ -515,7 +520,7 @@ mod tests {
         );
         let spent = state(u64::MAX, "b", true, None);
         assert!(matches!(
-            grant(&job(), &spent, Token::NONE, &who("a"), TTL),
+            grant(&job(), &spent, Token::NONE, &who("a"), TTL, 0),
             Err(Error::TokensExhausted { .. })
         ));
     }
@@ -705,6 +710,7 @@ mod tests {
                 ttl,
                 remaining,
                 deadline,
+                ..
             } => {
                 assert_eq!((holder.as_str(), ttl, remaining), ("a", TTL, TTL));
                 assert_eq!(deadline, now + TTL);

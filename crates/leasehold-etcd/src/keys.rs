@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use super::client::pb;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{Token, Vacancy};
+use leasehold_core::lease::{Issued, Token, Vacancy};
 use leasehold_core::record::{ValueMeta, ValueRecord};
 
 /// The key layout under one prefix.
@@ -395,25 +395,52 @@ pub struct HolderRec {
     pub ttl: Duration,
     /// The holder.
     pub holder: String,
+    /// When the token was granted and with which TTL (its proof's facts);
+    /// zero in records written before it was kept.
+    pub issued: Issued,
 }
 
 impl HolderRec {
-    /// `{token} {ttl seconds} {holder}`.
+    /// `{token} {ttl seconds} {holder}`, then, when the grant is dated,
+    /// `\0{issued unix ms} {issued ttl ms}` (a holder never contains a
+    /// control character, so `\0` ends it).
     pub fn encode(&self) -> Vec<u8> {
-        format!("{} {} {}", self.token.0, self.ttl.as_secs(), self.holder).into_bytes()
+        let mut s = format!("{} {} {}", self.token.0, self.ttl.as_secs(), self.holder);
+        if self.issued != Issued::default() {
+            use std::fmt::Write;
+            let _ = write!(s, "\0{} {}", self.issued.at_unix_ms, self.issued.ttl_ms);
+        }
+        s.into_bytes()
     }
 
     /// The inverse of [`HolderRec::encode`].
     pub fn decode(b: &[u8]) -> Result<HolderRec> {
         let s = std::str::from_utf8(b).map_err(|_| corrupt("holder record", b))?;
         let mut it = s.splitn(3, ' ');
-        let (Some(t), Some(ttl), Some(holder)) = (it.next(), it.next(), it.next()) else {
+        let (Some(t), Some(ttl), Some(rest)) = (it.next(), it.next(), it.next()) else {
             return Err(corrupt("holder record", b));
+        };
+        let (holder, issued) = match rest.split_once('\0') {
+            None => (rest, Issued::default()),
+            Some((holder, issued)) => {
+                let (at, ttl_ms) = issued
+                    .split_once(' ')
+                    .and_then(|(a, t)| Some((a.parse().ok()?, t.parse().ok()?)))
+                    .ok_or_else(|| corrupt("holder record", b))?;
+                (
+                    holder,
+                    Issued {
+                        at_unix_ms: at,
+                        ttl_ms,
+                    },
+                )
+            }
         };
         Ok(HolderRec {
             token: Token(t.parse().map_err(|_| corrupt("holder record", b))?),
             ttl: Duration::from_secs(ttl.parse().map_err(|_| corrupt("holder record", b))?),
             holder: holder.to_owned(),
+            issued,
         })
     }
 }
@@ -785,6 +812,7 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let h = HolderRec {
+            issued: Default::default(),
             token: Token(7),
             ttl: Duration::from_secs(5),
             holder: "w 1@x".into(),
@@ -863,6 +891,7 @@ mod tests {
 
     fn holder_rec(token: u64, holder: &str) -> HolderRec {
         HolderRec {
+            issued: Default::default(),
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),

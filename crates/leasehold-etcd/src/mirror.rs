@@ -332,6 +332,7 @@ mod tests {
             owner: None,
         };
         let h = HolderRec {
+            issued: Default::default(),
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),

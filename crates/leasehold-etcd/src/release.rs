@@ -178,7 +178,9 @@ impl EtcdNode {
                         to: to.map(str::to_owned),
                     });
                 };
-                let (holder_rec, token_rec) = decide::grant(job, st, Token::NONE, &next, ttl)?;
+                let wall = clock::wall_unix_ms();
+                let (holder_rec, token_rec) =
+                    decide::grant(job, st, Token::NONE, &next, ttl, wall)?;
                 let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
                 let mut req = txn::transfer(
                     &self.inner.keys,
@@ -196,7 +198,7 @@ impl EtcdNode {
                 );
                 let keep = self.inner.limits.history_per_job as u64;
                 if keep > 0 {
-                    let now = clock::wall_unix_ms();
+                    let now = wall;
                     let end = HistoryPut::End {
                         token,
                         how: TenureEnd::Transferred,

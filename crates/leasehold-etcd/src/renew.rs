@@ -143,6 +143,7 @@ impl EtcdNode {
             token: bumped,
             ttl,
             holder: h.rec.holder.clone(),
+            issued: h.rec.issued,
         };
         let token_rec = keys::TokenRec {
             token: bumped,

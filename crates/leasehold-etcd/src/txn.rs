@@ -449,6 +449,7 @@ mod tests {
 
     fn holding(token: u64, holder: &str) -> Holding {
         let rec = HolderRec {
+            issued: Default::default(),
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),

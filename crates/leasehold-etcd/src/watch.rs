@@ -240,6 +240,7 @@ mod tests {
 
     fn holder_put(k: &Keys, token: u64, holder: &str, ttl: Duration, rev: i64) -> pb::Event {
         let h = HolderRec {
+            issued: Default::default(),
             token: Token(token),
             ttl,
             holder: holder.into(),

@@ -335,16 +335,17 @@ impl Node {
             .nearly_full()
             .then(|| st.table.checkpoint(job));
         let now = clock::now();
+        let wall = clock::wall_unix_ms();
+        st.table.set_wall_clock(wall);
         let (r, fx) = f(&mut st.table, now);
         let seq = match &fx.persist {
             Some(rec) => {
-                // Most persisted decisions add no history (a renewal that
-                // raised the TTL): no clock read for them.
+                // A grant's history entry and its `Issued` share one wall
+                // clock reading.
                 let history: Vec<HistoryPut> = match self.inner.limits.history_per_job {
                     _ if fx.history.is_empty() => Vec::new(),
                     0 => Vec::new(),
                     _ => {
-                        let wall = clock::wall_unix_ms();
                         fx.history
                             .iter()
                             .map(|e| history_put(e, now, wall))

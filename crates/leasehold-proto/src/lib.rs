@@ -11,6 +11,8 @@ use std::time::Duration;
 
 tonic::include_proto!("leasehold.v1");
 
+pub mod proof;
+
 /// The encoded file descriptor set, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("leasehold_descriptor");
 

@@ -39,6 +39,7 @@ use prometheus_client::registry::Registry;
 use crate::backend::Backend;
 use crate::lease::Limits;
 use crate::metrics::{self, RpcMetrics};
+use crate::proofs::Proofs;
 use crate::read_budget::{BudgetLimits, ReadBudget};
 use crate::server::auth::{self, Auth};
 use crate::server::conn::{self, Peer};
@@ -73,6 +74,7 @@ pub fn router(
     metrics_max_jobs: usize,
     limits: Limits,
     budget: Arc<ReadBudget>,
+    proofs: Arc<Proofs>,
 ) -> Router {
     let mut registry = metrics::registry(node.clone(), rpc, metrics_max_jobs);
     budget.register(&mut registry);
@@ -91,13 +93,14 @@ pub fn router(
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics or /healthz\n") })
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics, /healthz or /keys\n") })
         .with_state(Admin {
             registry: Arc::new(registry),
             node,
             auth,
         })
-        .merge(status);
+        .merge(status)
+        .merge(Router::new().route("/keys", get(keys)).with_state(proofs));
     match open {
         true => router.layer(axum::middleware::from_fn(address_hosts_only)),
         false => router,
@@ -168,6 +171,21 @@ pub struct AdminOptions {
     /// What the status page's readers may cost (`--admin-read-rate`,
     /// `--admin-read-burst`, `--max-event-streams`).
     pub budget: BudgetLimits,
+    /// The signing keys, served at `/keys`.
+    pub proofs: Arc<Proofs>,
+}
+
+/// `GET /keys`: the public keys that verify grants' proofs, as a JWKS
+/// (RFC 7517). Public, like any JWKS: it needs no grant.
+async fn keys(State(proofs): State<Arc<Proofs>>) -> axum::response::Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/jwk-set+json"),
+            (header::CACHE_CONTROL, "max-age=60"),
+        ],
+        proofs.jwks().to_owned(),
+    )
+        .into_response()
 }
 
 /// Serves the admin pages on `listener` until `shutdown`, then lets the
@@ -203,6 +221,7 @@ pub async fn serve_admin(
         options.metrics_max_jobs,
         options.limits,
         ReadBudget::new(options.budget),
+        options.proofs,
     );
     // Each connection's task holds a receiver: the sender's `closed()` is
     // the last of them ending.

@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod backend;
 pub mod metrics;
+pub mod proofs;
 pub mod read_budget;
 pub mod server;
 pub mod status_page;

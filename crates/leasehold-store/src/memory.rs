@@ -354,6 +354,7 @@ mod tests {
 
     fn lease(token: u64) -> LeaseRecord {
         LeaseRecord {
+            issued: Default::default(),
             holder: None,
             token: Token(token),
             ttl: Duration::from_secs(5),

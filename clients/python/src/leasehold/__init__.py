@@ -20,6 +20,11 @@ fences the writes).
 ``client.write_stream()`` opens a :class:`WriteStream` for many fenced
 writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 
+``leasehold.proof.verify(lease.proof, client.signing_keys(), job=...)``
+checks a grant's proof, the server's signed statement that it issued the
+token, for storage that leasehold does not own (needs the
+``leasehold[proof]`` extra).
+
 ``leasehold.aio`` has the asyncio variants (``AsyncClient``,
 ``AsyncWriteStream``, ``AsyncElector``); ``leasehold.v1`` the generated
 protobuf and gRPC modules.
@@ -43,6 +48,8 @@ from .errors import (
     NotLeader,
     Overloaded,
     PermissionDenied,
+    ProofError,
+    ProofErrorKind,
     QuotaExceeded,
     ShuttingDown,
     StorageError,
@@ -51,6 +58,8 @@ from .errors import (
     DeadlineExceeded,
     UnknownToken,
 )
+from . import proof
+from .proof import KeySet, ProofClaims
 from .types import (
     Acquired,
     EventKind,
@@ -87,6 +96,7 @@ __all__ = [
     "InvalidArgument",
     "JobInUse",
     "KeyInfo",
+    "KeySet",
     "Lease",
     "LeaseEvent",
     "LeaseLost",
@@ -95,6 +105,9 @@ __all__ = [
     "NoSuccessor",
     "NotLeader",
     "Overloaded",
+    "ProofClaims",
+    "ProofError",
+    "ProofErrorKind",
     "QuotaExceeded",
     "Renewed",
     "ShuttingDown",
@@ -111,4 +124,5 @@ __all__ = [
     "WriteOutcomeKind",
     "WriteStream",
     "process_holder",
+    "proof",
 ]

@@ -165,9 +165,19 @@ def transfer_request(
     return r
 
 
-def write_request(job: str, token: int, key: Bytes, value: Bytes, delete: bool) -> pb.CheckedWriteRequest:
+def write_request(
+    job: str, token: Optional[int], key: Bytes, value: Bytes, delete: bool, proof: Optional[str] = None
+) -> pb.CheckedWriteRequest:
+    """A ``CheckedWriteRequest``. With a ``proof`` (a grant's
+    ``Lease.proof``) the server takes the token from it: ``token`` may then
+    be ``None`` or 0, and must otherwise be the proof's. Without one a
+    ``None`` token is a ``ValueError``."""
+    if token is None:
+        if not proof:
+            raise ValueError("a write needs a token, or a proof")
+        token = 0
     return pb.CheckedWriteRequest(
-        job=job, token=token, key=as_bytes(key), value=as_bytes(value), delete=delete
+        job=job, token=token, key=as_bytes(key), value=as_bytes(value), delete=delete, proof=proof or ""
     )
 
 

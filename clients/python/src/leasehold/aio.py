@@ -49,6 +49,7 @@ from ._wire import (
 )
 from ._retry import Backoff, Warnings
 from .lock import DEFAULT_LOCK_NAME, AsyncLock
+from .proof import KeySet
 from .types import (
     Acquired,
     Bytes,
@@ -517,14 +518,39 @@ class AsyncClient:
         finally:
             call.cancel()
 
+    async def signing_keys(self, *, timeout: Optional[float] = None) -> KeySet:
+        """As :meth:`leasehold.Client.signing_keys`: the server's public
+        keys, a :class:`~leasehold.proof.KeySet` for
+        :func:`leasehold.proof.verify`."""
+        return KeySet.from_pb(await self._call(self._leases.GetSigningKeys, pb.GetSigningKeysRequest(), timeout))
+
     async def checked_write(
-        self, job: str, token: int, key: Bytes, value: Bytes, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        token: Optional[int],
+        key: Bytes,
+        value: Bytes,
+        *,
+        proof: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> int:
-        r = await self._call(self._store.CheckedWrite, write_request(job, token, key, value, False), timeout)
+        """As :meth:`leasehold.Client.checked_write`: ``proof`` (a grant's
+        ``Lease.proof``) may stand in for the token (``None`` or 0)."""
+        r = await self._call(
+            self._store.CheckedWrite, write_request(job, token, key, value, False, proof), timeout
+        )
         return r.version
 
-    async def delete(self, job: str, token: int, key: Bytes, *, timeout: Optional[float] = None) -> int:
-        r = await self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True), timeout)
+    async def delete(
+        self,
+        job: str,
+        token: Optional[int],
+        key: Bytes,
+        *,
+        proof: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> int:
+        r = await self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True, proof), timeout)
         return r.version
 
     def write_stream(self) -> AsyncWriteStream:
@@ -614,6 +640,7 @@ class AsyncElector:
         self._on_elected = on_elected
         self._on_lost = on_lost
         self._token: Optional[int] = None
+        self._proof: Optional[str] = None
         self._deadline = 0.0
         self._changed: Optional[asyncio.Condition] = None
         self._stop: Optional[asyncio.Event] = None
@@ -653,6 +680,14 @@ class AsyncElector:
         """The token we lead with, or ``None`` (also past our own deadline)."""
         if self._token is not None and time.monotonic() < self._deadline:
             return self._token
+        return None
+
+    @property
+    def proof(self) -> Optional[str]:
+        """As :attr:`leasehold.Elector.proof`: the proof of the grant we
+        lead with, whenever :attr:`token` is set; else ``None``."""
+        if self._token is not None and time.monotonic() < self._deadline:
+            return self._proof
         return None
 
     @property
@@ -833,7 +868,7 @@ class AsyncElector:
                 anchor = await self._anchor(token, sent)
                 if anchor is None:
                     continue
-                if await self._lead(token, anchor):
+                if await self._lead(token, anchor, a.lease.proof):
                     return
                 if self._stop is not None and self._stop.is_set():
                     return  # handed over by transfer() while resigning
@@ -856,11 +891,11 @@ class AsyncElector:
             log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
             return None
 
-    async def _lead(self, token: int, sent: float) -> bool:
+    async def _lead(self, token: int, sent: float, proof: Optional[str] = None) -> bool:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
-        ended = await self._set_leader(token, deadline)
+        ended = await self._set_leader(token, deadline, proof)
         nxt = sent + every
         while True:
             try:
@@ -899,6 +934,8 @@ class AsyncElector:
             retry.reset()
             if self._token == token:
                 self._deadline = deadline
+                # The same proof, unless it was made again under a new signing key.
+                self._proof = renewed.lease.proof or self._proof
             if self._yield and renewed.successor_waiting and await self._yield_lease(token, deadline):
                 return False
         await self._set_follower(token)
@@ -955,9 +992,10 @@ class AsyncElector:
             self._callback_tasks.add(t)
             t.add_done_callback(self._callback_tasks.discard)
 
-    async def _set_leader(self, token: int, deadline: float) -> asyncio.Event:
+    async def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> asyncio.Event:
         """Leads with ``token``; the event set when that leadership ends."""
         self._token = token
+        self._proof = proof
         self._deadline = deadline
         ended = self._ended = asyncio.Event()
         log.info("%s: elected with token %d", self._job, token)
@@ -972,6 +1010,7 @@ class AsyncElector:
         if self._token != token:
             return False
         self._token = None
+        self._proof = None
         if self._ended is not None:
             self._ended.set()
         log.info("%s: stepped down from token %d", self._job, token)

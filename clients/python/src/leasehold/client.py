@@ -44,6 +44,7 @@ from ._wire import (  # noqa: F401 (re-exported)
     key_from_pb,
 )
 from .lock import DEFAULT_LOCK_NAME, Lock
+from .proof import KeySet
 from .types import (
     Acquired,
     Bytes,
@@ -604,19 +605,55 @@ class Client:
         holder or token. ``timeout`` (default: none) bounds the whole watch."""
         return Watch(self._leases.WatchLease(pb.WatchLeaseRequest(job=job), timeout=timeout))
 
+    def signing_keys(self, *, timeout: Optional[float] = None) -> KeySet:
+        """The server's public keys, which verify grants' proofs
+        (``Lease.proof``): a :class:`~leasehold.proof.KeySet`, for
+        :func:`leasehold.proof.verify`. The first signs new grants; every
+        one listed verifies. Empty when the server signs nothing. The same
+        JWKS is served at ``GET /keys`` on the admin port."""
+        return KeySet.from_pb(self._call(self._leases.GetSigningKeys, pb.GetSigningKeysRequest(), timeout))
+
     # Fenced store
 
     def checked_write(
-        self, job: str, token: int, key: Bytes, value: Bytes, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        token: Optional[int],
+        key: Bytes,
+        value: Bytes,
+        *,
+        proof: Optional[str] = None,
+        timeout: Optional[float] = None,
     ) -> int:
         """Writes ``value`` under (job, key), fenced by ``token``; returns the
         key's new version. Raises :class:`~leasehold.Fenced` when ``token``
-        is not the job's live token."""
-        return self._call(self._store.CheckedWrite, write_request(job, token, key, value, False), timeout).version
+        is not the job's live token.
 
-    def delete(self, job: str, token: int, key: Bytes, *, timeout: Optional[float] = None) -> int:
-        """Deletes (job, key), fenced by ``token``; returns the new version."""
-        return self._call(self._store.CheckedWrite, write_request(job, token, key, b"", True), timeout).version
+        ``proof`` (a grant's ``Lease.proof``) may stand in for the token:
+        the server verifies it with its own keys and fences the write with
+        the proof's token, so a service that is not the holder can forward
+        the holder's write. ``token`` may then be ``None`` (or 0); if given,
+        it must be the proof's. A proof that does not verify, or is for
+        another job, raises :class:`~leasehold.InvalidArgument` (``field``
+        ``"proof"``)."""
+        return self._call(
+            self._store.CheckedWrite, write_request(job, token, key, value, False, proof), timeout
+        ).version
+
+    def delete(
+        self,
+        job: str,
+        token: Optional[int],
+        key: Bytes,
+        *,
+        proof: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> int:
+        """Deletes (job, key), fenced by ``token`` (or by ``proof``, as
+        :meth:`checked_write`); returns the new version."""
+        return self._call(
+            self._store.CheckedWrite, write_request(job, token, key, b"", True, proof), timeout
+        ).version
 
     def write_stream(self) -> WriteStream:
         """Opens a :class:`WriteStream`: fenced writes, one or many per

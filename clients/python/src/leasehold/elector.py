@@ -149,6 +149,7 @@ class Elector:
         self._stopped = False
         self._finished = False
         self._token: Optional[int] = None
+        self._proof: Optional[str] = None
         self._deadline = 0.0
         # The token a transfer() is handing over, while its call is on its way.
         self._handing: Optional[int] = None
@@ -192,6 +193,19 @@ class Elector:
         with self._cond:
             if self._token is not None and time.monotonic() < self._deadline:
                 return self._token
+            return None
+
+    @property
+    def proof(self) -> Optional[str]:
+        """The proof of the grant we lead with (``Lease.proof``: the server's
+        signed statement of our job, token and holder, for storage that
+        checks it with :func:`leasehold.proof.verify`), whenever
+        :attr:`token` is set; ``None`` when not leading, or when the server
+        signs nothing. It proves the token was issued, not that we still
+        lead: storage still compares tokens."""
+        with self._cond:
+            if self._token is not None and time.monotonic() < self._deadline:
+                return self._proof
             return None
 
     @property
@@ -340,7 +354,7 @@ class Elector:
                 anchor = self._anchor(token, sent)
                 if anchor is None:
                     continue
-                if self._lead(token, anchor):
+                if self._lead(token, anchor, r.lease.proof or None):
                     return
         except Exception:  # never die silently: step down and stop
             log.exception("elector for %s failed", self._job)
@@ -415,7 +429,7 @@ class Elector:
             log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
             return None
 
-    def _lead(self, token: int, sent: float) -> bool:
+    def _lead(self, token: int, sent: float, proof: Optional[str] = None) -> bool:
         """Leads until the lease is lost or handed over (False) or we are
         told to stop (releases; True). With ``yield_to_preferred``, a
         renewal that says a preferred candidate waits is followed at once
@@ -423,7 +437,7 @@ class Elector:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
-        self._set_leader(token, deadline)
+        self._set_leader(token, deadline, proof)
         nxt = sent + every
         while True:
             woke = self._sleep_leading(token, min(nxt, deadline))
@@ -450,6 +464,8 @@ class Elector:
                 with self._cond:
                     if self._token == token:
                         self._deadline = deadline
+                        # The same proof, unless it was made again under a new signing key.
+                        self._proof = fut.result().lease.proof or self._proof
                 if self._yield and fut.result().successor_waiting and self._yield_lease(token, deadline):
                     return False
                 continue
@@ -510,9 +526,10 @@ class Elector:
         except errors.LeaseholdError:
             pass
 
-    def _set_leader(self, token: int, deadline: float) -> None:
+    def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> None:
         with self._cond:
             self._token = token
+            self._proof = proof
             self._deadline = deadline
             self._cond.notify_all()
         log.info("%s: elected with token %d", self._job, token)
@@ -528,6 +545,7 @@ class Elector:
             if self._token != token:
                 return False
             self._token = None
+            self._proof = None
             self._cond.notify_all()
         log.info("%s: stepped down from token %d", self._job, token)
         if self._dispatcher is not None and self._on_lost is not None:

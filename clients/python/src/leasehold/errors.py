@@ -28,6 +28,7 @@ Hierarchy::
     ├── JobInUse           delete_job of a job whose lease is live or awaited
     ├── NoSuccessor        transfer_lease with nobody (or not that holder) waiting
     ├── NotLeader          Elector.transfer() while not leading (nothing was sent)
+    ├── ProofError         a grant's proof refused by leasehold.proof.verify; .kind says why
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
         ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -37,6 +38,7 @@ Hierarchy::
 
 from __future__ import annotations
 
+import enum
 import time
 from typing import Iterable, Mapping, Optional, Tuple
 
@@ -215,6 +217,42 @@ class NotLeader(LeaseholdError):
 
     def __init__(self, message: str = "not leading") -> None:
         super().__init__(message, code=grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class ProofErrorKind(enum.Enum):
+    """Why :func:`leasehold.proof.verify` refused a proof: the classes of
+    refusal of docs/proofs.md (the values are their names there)."""
+
+    #: Not three unpadded base64url parts, a header or claims that are not
+    #: a JSON object of the documented types, an ``iss`` other than
+    #: ``leasehold``, or a token that is not a decimal u64 above 0.
+    MALFORMED = "malformed"
+    #: An ``alg`` other than ``EdDSA`` or a ``typ`` other than
+    #: ``leasehold-proof+jwt``.
+    UNSUPPORTED = "unsupported"
+    #: A ``kid`` that names no Ed25519 key of the key set: a key rotated
+    #: out, or another server's.
+    UNKNOWN_KEY = "unknown key"
+    #: The signature does not verify: forged, or altered.
+    BAD_SIGNATURE = "bad signature"
+    #: A proof for another job than the one expected.
+    WRONG_JOB = "wrong job"
+    #: A proof for another token than the one expected.
+    WRONG_TOKEN = "wrong token"
+
+
+class ProofError(LeaseholdError, ValueError):
+    """A grant's proof was refused by :func:`leasehold.proof.verify`, in
+    this process (nothing was sent to a server; status code
+    INVALID_ARGUMENT, no reason). :attr:`kind` says why; branch on it, never
+    on the message. Also a ``ValueError``."""
+
+    def __init__(self, kind: ProofErrorKind, message: str) -> None:
+        super().__init__(f"proof refused ({kind.value}): {message}", code=grpc.StatusCode.INVALID_ARGUMENT)
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Unavailable(LeaseholdError):

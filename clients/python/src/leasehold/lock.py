@@ -94,6 +94,7 @@ class _State:
         self._timeout = _check_timeout(timeout)
         self._holder = elector_holder(name)
         self._token: Optional[int] = None
+        self._proof: Optional[str] = None
         self._deadline = 0.0
         self._lost: Optional[errors.LeaseholdError] = None
         self._acquired = False
@@ -119,6 +120,14 @@ class _State:
         (``None`` before). It stays set after the lease is lost or
         released: writes made with it then are fenced."""
         return self._token
+
+    @property
+    def proof(self) -> Optional[str]:
+        """The proof of our grant (``Lease.proof``, for storage that checks
+        it with :func:`leasehold.proof.verify`), set with :attr:`token`;
+        ``None`` before, or when the server signs nothing. It proves the
+        token was issued, not that the lease is still held."""
+        return self._proof
 
     @property
     def is_held(self) -> bool:
@@ -250,6 +259,7 @@ class Lock(_State):
                                     self._job, token, e)
                         anchor = None
                 if anchor is not None:
+                    self._proof = r.lease.proof or None
                     self._hold(token, anchor)
                     return self
             if end is not None and time.monotonic() >= end:
@@ -436,6 +446,7 @@ class AsyncLock(_State):
                                     self._job, token, e)
                         anchor = None
                 if anchor is not None:
+                    self._proof = a.lease.proof
                     self._token = token
                     self._deadline = anchor + self._ttl
                     log.debug("lock on %s: acquired with token %d", self._job, token)

@@ -70,6 +70,15 @@ class Lease:
     #: The principal of the server's policy that holds the lease, or
     #: ``None`` (no policy, or the job is free).
     principal: Optional[str] = None
+    #: The grant's proof: a compact JWS, signed by the server, stating job,
+    #: token, holder and principal (docs/proofs.md). Storage that leasehold
+    #: does not own checks it with :func:`leasehold.proof.verify` and the
+    #: keys of :meth:`~leasehold.Client.signing_keys`; it proves that the
+    #: token was issued, not that the lease is still live. The same for
+    #: every answer about one grant (renewals keep it). ``None`` when the
+    #: job is free, the caller may not see the token, or the server signs
+    #: nothing.
+    proof: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +277,7 @@ def lease_from_pb(msg: pb.Lease) -> Lease:
         ttl=_seconds(msg, "ttl"),
         remaining=_seconds(msg, "remaining"),
         principal=msg.principal or None,
+        proof=msg.proof or None,
     )
 
 

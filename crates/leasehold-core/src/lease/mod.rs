@@ -54,7 +54,7 @@ mod types;
 
 pub use rules::Faults;
 pub use table::{
-    Acquire, Checkpoint, Effects, Floors, HistoryEvent, JobStatus, Leadership, LeaseRecord,
+    Acquire, Checkpoint, Effects, Floors, HistoryEvent, Issued, JobStatus, Leadership, LeaseRecord,
     LeaseState, LeaseTable, LeaseView, Stats, TenureEnd, Vacancy, WaiterId,
 };
 pub use types::{

@@ -54,6 +54,33 @@ pub struct LeaseRecord {
     /// bound to, [`HolderId::principal`]), whose `max_jobs` it counts
     /// against until it is deleted; `None` on a server without a policy.
     pub owner: Option<Arc<str>>,
+    /// When the held token was granted, and with which TTL: what its proof
+    /// states. Zero when released, and in records written before it was
+    /// kept.
+    pub issued: Issued,
+}
+
+/// When a token was granted (wall clock) and the TTL it was granted with:
+/// the grant's own facts, which its signed proof states and which a
+/// renewal does not change. Kept with the lease on both backends, so that
+/// every answer about one grant, before and after a restart, carries the
+/// same proof. For people and signatures only: no rule reads it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Issued {
+    /// Milliseconds since the Unix epoch; 0 when unknown.
+    pub at_unix_ms: u64,
+    /// The TTL at grant, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl Issued {
+    /// A grant at `at_unix_ms` with `ttl`.
+    pub fn new(at_unix_ms: u64, ttl: Duration) -> Issued {
+        Issued {
+            at_unix_ms,
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 /// Identifies one waiting `Acquire` in a job's first-come-first-served queue.
@@ -183,6 +210,10 @@ pub struct LeaseTable {
     floors: Floors,
     /// Each job's owner, and how many jobs each principal owns.
     owners: Owners,
+    /// The wall clock of the decision being taken, in milliseconds since
+    /// the Unix epoch, as the caller set it ([`LeaseTable::set_wall_clock`]):
+    /// grants record it in their [`Issued`].
+    wall_unix_ms: u64,
 }
 
 /// The tokens below which no grant goes, kept by the store.
@@ -215,6 +246,14 @@ impl LeaseTable {
     /// An empty table.
     pub fn new() -> LeaseTable {
         LeaseTable::default()
+    }
+
+    /// Sets the wall clock of the decisions that follow, in milliseconds
+    /// since the Unix epoch: grants record it as when their token was
+    /// issued ([`Issued`]). The table reads no clock; the caller sets this
+    /// before each decision, as it passes `now`.
+    pub fn set_wall_clock(&mut self, unix_ms: u64) {
+        self.wall_unix_ms = unix_ms;
     }
 
     /// Rebuilds the table from stored records after a (re)start.
@@ -254,6 +293,7 @@ impl LeaseTable {
             job.last_holder = last;
             job.holding = held.map(|holder| Holding {
                 holder,
+                issued: rec.issued,
                 ttl: rec.ttl,
                 deadline: now + rec.ttl,
                 // Nothing is given back across a restart.
@@ -345,6 +385,7 @@ impl LeaseTable {
         waiter: Option<WaiterId>,
         preferred: bool,
     ) -> (Acquire, Effects) {
+        let wall = self.wall_unix_ms;
         let stats = &mut self.stats;
         let faults = self.faults;
         let floor = self.floors.new_job();
@@ -397,7 +438,7 @@ impl LeaseTable {
             preferred = job.pop_first().is_some_and(|w| w.preferred);
             fx.wake.extend(job.first_in_line());
         }
-        job.grant(holder, ttl, preferred, now, stats, &mut fx);
+        job.grant(holder, ttl, preferred, now, wall, stats, &mut fx);
         fx.persist = Some(job.record(owners));
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -490,6 +531,7 @@ impl LeaseTable {
         now: Instant,
         how: TenureEnd,
     ) -> Result<Effects> {
+        let wall = self.wall_unix_ms;
         let stats = &mut self.stats;
         let faults = self.faults;
         let owners = &self.owners;
@@ -516,7 +558,7 @@ impl LeaseTable {
                     // Nobody can be granted: wake the line to be told so.
                     fx.wake.extend(job.waiters().map(|w| w.id));
                 } else if let Some(w) = job.pop_first() {
-                    job.grant(&w.holder, w.ttl, w.preferred, now, stats, &mut fx);
+                    job.grant(&w.holder, w.ttl, w.preferred, now, wall, stats, &mut fx);
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);
                     }
@@ -564,6 +606,7 @@ impl LeaseTable {
         ttl: Option<Duration>,
         now: Instant,
     ) -> Result<(LeaseView, Effects)> {
+        let wall = self.wall_unix_ms;
         let stats = &mut self.stats;
         let faults = self.faults;
         let owners = &self.owners;
@@ -612,6 +655,7 @@ impl LeaseTable {
             ttl.unwrap_or(held_ttl),
             w.preferred,
             now,
+            wall,
             stats,
             &mut fx,
         );

@@ -121,8 +121,53 @@ pub type WriteArgs = crate::backend::Write;
 /// live grant is another principal's is asked by the store, in the
 /// write's decision: [`Caller::held_by_another`].)
 pub fn write_args(l: &Limits, caller: &Caller, r: proto::CheckedWriteRequest) -> Result<WriteArgs> {
+    write_args_with(l, caller, r, None).map(|(w, _)| w)
+}
+
+/// [`write_args`], where a write may carry a proof instead of a token
+/// (`CheckedWrite`'s, with `proofs` the server's keys): the proof must
+/// verify and be for the write's job, and its token is the write's. With
+/// the principal the proof names, whose the live grant must be.
+pub fn write_args_with(
+    l: &Limits,
+    caller: &Caller,
+    r: proto::CheckedWriteRequest,
+    proofs: Option<&Proofs>,
+) -> Result<(WriteArgs, Option<String>)> {
     let job = job_arg(l, caller, Action::Write, &r.job)?;
-    let token = l.token(r.token)?;
+    let (token, by_proof) = match (r.proof.is_empty(), proofs) {
+        (true, _) => (l.token(r.token)?, None),
+        (false, None) => {
+            return Err(Error::invalid(
+                "proof",
+                "WriteStream takes tokens only: send a write with a proof by CheckedWrite",
+            ))
+        }
+        (false, Some(proofs)) => {
+            if r.proof.len() > MAX_PROOF_BYTES {
+                return Err(Error::invalid(
+                    "proof",
+                    format!("{} bytes, the limit is {MAX_PROOF_BYTES}", r.proof.len()),
+                ));
+            }
+            let c = proofs
+                .verify(&r.proof)
+                .map_err(|e| Error::invalid("proof", e.to_string()))?;
+            if c.job != job.as_str() {
+                return Err(Error::invalid(
+                    "proof",
+                    format!("the proof is for job {:?}, not {:?}", c.job, job.as_str()),
+                ));
+            }
+            if r.token != 0 && r.token != c.token {
+                return Err(Error::invalid(
+                    "token",
+                    format!("{} is not the proof's token {}", r.token, c.token),
+                ));
+            }
+            (l.token(c.token)?, Some(c.principal))
+        }
+    };
     l.key(&r.key)?;
     let value = if r.delete {
         None
@@ -130,13 +175,20 @@ pub fn write_args(l: &Limits, caller: &Caller, r: proto::CheckedWriteRequest) ->
         l.value(&r.value)?;
         Some(r.value)
     };
-    Ok(WriteArgs {
-        job,
-        token,
-        key: r.key,
-        value,
-    })
+    Ok((
+        WriteArgs {
+            job,
+            token,
+            key: r.key,
+            value,
+        },
+        by_proof,
+    ))
 }
+
+/// The longest `CheckedWriteRequest.proof` read: a proof is about 400
+/// bytes with names at their limits.
+pub const MAX_PROOF_BYTES: usize = 4096;
 
 /// A validated `Read`: (job, key).
 pub fn read_args(l: &Limits, caller: &Caller, r: proto::ReadRequest) -> Result<(JobName, Vec<u8>)> {
@@ -146,10 +198,11 @@ pub fn read_args(l: &Limits, caller: &Caller, r: proto::ReadRequest) -> Result<(
 }
 
 pub use crate::proto::to_proto_duration;
+use crate::proofs::Proofs;
 
 /// A lease snapshot as the proto `Lease`: the holder as its client sent
-/// it, and the principal it is bound to.
-pub fn lease(v: &LeaseView) -> proto::Lease {
+/// it, the principal it is bound to, and the grant's proof.
+pub fn lease(v: &LeaseView, proofs: &Proofs) -> proto::Lease {
     let (holder, principal, ttl, remaining) = match &v.state {
         LeaseState::Held {
             holder,
@@ -174,21 +227,23 @@ pub fn lease(v: &LeaseView) -> proto::Lease {
         ttl,
         remaining,
         principal,
+        proof: proofs.of(v),
     }
 }
 
 /// [`lease`] as `caller` may see it: whole when the grant is its own
 /// principal's or it may `read` the job; else without the holder, the
-/// principal and the token. A `lease` grant alone tells that a job is
+/// principal, the token and the proof. A `lease` grant alone tells that a job is
 /// held, and for how long, not by whom or under which token.
-pub fn lease_for(caller: &Caller, v: &LeaseView) -> proto::Lease {
-    let mut l = lease(v);
+pub fn lease_for(caller: &Caller, v: &LeaseView, proofs: &Proofs) -> proto::Lease {
     if !may_see(caller, v) {
+        let mut l = lease(v, &Proofs::none());
         l.holder.clear();
         l.principal.clear();
         l.token = 0;
+        return l;
     }
-    l
+    lease(v, proofs)
 }
 
 /// Whether `caller` may see who holds `v` and under which token: the grant

@@ -65,15 +65,22 @@ pub struct FencedStoreService {
     node: Backend,
     limits: Limits,
     metrics: Arc<RpcMetrics>,
+    proofs: Arc<crate::proofs::Proofs>,
 }
 
 impl FencedStoreService {
     /// A service over `node`, checking requests against `limits`,
     /// counting refusals over `--max-keys-per-job` in `metrics`.
-    pub fn new(node: Backend, limits: Limits, metrics: Arc<RpcMetrics>) -> Self {
+    pub fn new(
+        node: Backend,
+        limits: Limits,
+        metrics: Arc<RpcMetrics>,
+        proofs: Arc<crate::proofs::Proofs>,
+    ) -> Self {
         FencedStoreService {
             node,
             limits,
+            proofs,
             metrics,
         }
     }
@@ -110,11 +117,18 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let caller = Caller::of(&req).map_err(status)?;
         let pacing = Pacing::of(&req);
         let bytes = write_bytes(req.get_ref());
-        let w = convert::write_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
+        let (w, by_proof) =
+            convert::write_args_with(&self.limits, &caller, req.into_inner(), Some(&self.proofs))
+                .map_err(status)?;
         paced(&pacing, bytes).await;
         // With a policy, the store also asks whose the live grant is, on
-        // the state it decides the write on (no read of the lease first).
-        let guard = |holder: &str| caller.held_by_another(holder);
+        // the state it decides the write on (no read of the lease first):
+        // the caller's own principal's, or, for a write forwarded with a
+        // proof, the principal the proof names.
+        let guard = |holder: &str| match &by_proof {
+            None => caller.held_by_another(holder),
+            Some(p) => crate::server::auth::unbind(holder).0.unwrap_or_default() != p.as_str(),
+        };
         let version = self
             .node
             .checked_write(

@@ -49,6 +49,7 @@ use crate::proto;
 use crate::server::auth::{self, Action, Caller, PrincipalLoad};
 use crate::server::bound::{Bindings, ConnBinds};
 use crate::server::conn::Peer;
+use crate::proofs::Proofs;
 use crate::server::convert::{self, duration, lease};
 use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
@@ -62,6 +63,7 @@ pub struct LeasesService {
     limits: Limits,
     quotas: Arc<Quotas>,
     bindings: Arc<Bindings>,
+    proofs: Arc<Proofs>,
 }
 
 /// Limits on the state calls hold while they are open: watches, and
@@ -270,12 +272,14 @@ impl LeasesService {
         limits: Limits,
         quotas: Arc<Quotas>,
         bindings: Arc<Bindings>,
+        proofs: Arc<Proofs>,
     ) -> Self {
         LeasesService {
             node,
             limits,
             quotas,
             bindings,
+            proofs,
         }
     }
 
@@ -284,6 +288,24 @@ impl LeasesService {
         if let Some(peer) = req.extensions().get::<Peer>() {
             self.bindings.bind(&peer.binds, job, holder, token);
         }
+    }
+}
+
+/// The key set as `GetSigningKeys` answers it.
+pub fn signing_keys(proofs: &Proofs) -> proto::GetSigningKeysResponse {
+    proto::GetSigningKeysResponse {
+        jwks: proofs.jwks().to_owned(),
+        keys: proofs
+            .keys()
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| proto::SigningKey {
+                kid: k.kid.clone(),
+                public_key: k.x.to_vec(),
+                signing: i == 0,
+            })
+            .collect(),
     }
 }
 
@@ -313,6 +335,7 @@ fn relay(
     watcher: Watcher,
     stall: Duration,
     metrics: Arc<RpcMetrics>,
+    proofs: Arc<Proofs>,
 ) -> mpsc::Receiver<Result<proto::LeaseEvent, Status>> {
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(async move {
@@ -348,7 +371,7 @@ fn relay(
             };
             let ev = ev
                 .map(|(kind, view)| proto::LeaseEvent {
-                    lease: Some(lease(&view)),
+                    lease: Some(lease(&view, &proofs)),
                     kind: convert::event_kind(kind) as i32,
                 })
                 .map_err(status);
@@ -446,7 +469,7 @@ impl proto::leases_server::Leases for LeasesService {
         }
         let mut resp = Response::new(proto::AcquireResponse {
             acquired,
-            lease: Some(convert::lease_for(&caller, &view)),
+            lease: Some(convert::lease_for(&caller, &view, &self.proofs)),
         });
         if fresh {
             // Released at once if the reply never reaches the client.
@@ -476,7 +499,7 @@ impl proto::leases_server::Leases for LeasesService {
             self.bindings.renewed(&peer.binds, &job, &holder, token);
         }
         Ok(Response::new(proto::RenewResponse {
-            lease: Some(lease(&renewed.lease)),
+            lease: Some(lease(&renewed.lease, &self.proofs)),
             successor_waiting: renewed.successor_waiting,
         }))
     }
@@ -533,7 +556,7 @@ impl proto::leases_server::Leases for LeasesService {
             .map_err(|e| status(caller.refine(Action::Lease, e)))?;
         self.bindings.unbind(&job, &holder, token);
         Ok(Response::new(proto::TransferLeaseResponse {
-            lease: Some(convert::lease_for(&caller, &view)),
+            lease: Some(convert::lease_for(&caller, &view, &self.proofs)),
         }))
     }
 
@@ -545,7 +568,7 @@ impl proto::leases_server::Leases for LeasesService {
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
         let view = self.node.lease(&job).await.map_err(status)?;
-        Ok(Response::new(lease(&view)))
+        Ok(Response::new(lease(&view, &self.proofs)))
     }
 
     async fn delete_job(
@@ -598,7 +621,7 @@ impl proto::leases_server::Leases for LeasesService {
             leases: views
                 .iter()
                 .filter(|v| caller.may_read(v.job.as_str()))
-                .map(lease)
+                .map(|v| lease(v, &self.proofs))
                 .collect(),
             next_page_token,
         };
@@ -654,7 +677,15 @@ impl proto::leases_server::Leases for LeasesService {
             Watcher { place, caller, job },
             stall,
             metrics,
+            self.proofs.clone(),
         )))))
+    }
+
+    async fn get_signing_keys(
+        &self,
+        _req: Request<proto::GetSigningKeysRequest>,
+    ) -> Result<Response<proto::GetSigningKeysResponse>, Status> {
+        Ok(Response::new(signing_keys(&self.proofs)))
     }
 
     type KeepAliveStream = RenewalStream;
@@ -824,7 +855,9 @@ async fn keep_alive_batch(
                     None => {}
                 }
                 res.outcome = Outcome::Renewed as i32;
-                res.lease = Some(lease(&renewed.lease));
+                // KeepAlive's results leave the proof out: a fleet's renewals
+                // stay small (the Acquire's answer and GetLease carry it).
+                res.lease = Some(lease(&renewed.lease, &Proofs::none()));
                 res.successor_waiting = renewed.successor_waiting;
             }
             Err((e, view)) => {
@@ -836,7 +869,7 @@ async fn keep_alive_batch(
                     Error::UnknownToken { .. } => Outcome::UnknownToken,
                     _ => Outcome::LeaseLost,
                 } as i32;
-                res.lease = Some(convert::lease_for(caller, &view));
+                res.lease = Some(convert::lease_for(caller, &view, &Proofs::none()));
                 res.message = match e {
                     // Not the job's newest token, to a caller who may not
                     // see it.

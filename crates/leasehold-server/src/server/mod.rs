@@ -155,6 +155,9 @@ pub struct Config {
     /// The policy (`--policy`): who may do what, and leases bound to their
     /// principals. Without one, every caller may do everything.
     pub auth: Option<Arc<auth::Auth>>,
+    /// The signing keys: grants' proofs, `GetSigningKeys`, and the check
+    /// of `CheckedWriteRequest.proof`.
+    pub proofs: Arc<crate::proofs::Proofs>,
 }
 
 /// `--max-write-rate-per-connection`'s default: 16 MiB/s, 256 of the
@@ -217,6 +220,7 @@ impl Default for Config {
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
+            proofs: Arc::new(crate::proofs::Proofs::none()),
         }
     }
 }
@@ -287,10 +291,16 @@ pub async fn run(
         config.limits.clone(),
         quotas,
         bindings,
+        config.proofs.clone(),
     ))
     .max_decoding_message_size(max);
     let fenced = proto::fenced_store_server::FencedStoreServer::new(
-        fenced::FencedStoreService::new(node.clone(), config.limits.clone(), rpc_metrics.clone()),
+        fenced::FencedStoreService::new(
+            node.clone(),
+            config.limits.clone(),
+            rpc_metrics.clone(),
+            config.proofs.clone(),
+        ),
     )
     .max_decoding_message_size(max);
 

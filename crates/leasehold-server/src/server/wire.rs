@@ -163,6 +163,7 @@ fn field_limit(l: &Limits, message: &str, field: &str) -> Option<usize> {
         ("ListLeasesRequest", "prefix") => Some(l.max_name_bytes),
         (_, "key" | "prefix") => Some(l.max_key_bytes),
         ("CheckedWriteRequest", "value") => Some(l.max_value_bytes),
+        ("CheckedWriteRequest", "proof") => Some(super::convert::MAX_PROOF_BYTES),
         _ => None,
     }
 }
@@ -758,6 +759,7 @@ mod tests {
 
     fn write(value: usize) -> proto::CheckedWriteRequest {
         proto::CheckedWriteRequest {
+            proof: Default::default(),
             job: "j".into(),
             token: 1,
             key: b"k".to_vec(),

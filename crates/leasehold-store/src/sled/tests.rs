@@ -94,6 +94,7 @@ fn the_first_read_of_every_lease_after_a_start_is_sled_and_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let l = Limits::default();
     let lease = |token| LeaseRecord {
+        issued: Default::default(),
         holder: Some(l.holder("w").unwrap()),
         token: Token(token),
         ttl: std::time::Duration::from_secs(9),
@@ -175,6 +176,7 @@ fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
         "fifty logged puts of one key wait as one"
     );
     let lease = LeaseRecord {
+        issued: Default::default(),
         holder: Some(l.holder("w").unwrap()),
         token: Token(3),
         ttl: std::time::Duration::from_secs(9),
@@ -208,6 +210,7 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
     let l = Limits::default();
     let (x, y) = (l.job("x").unwrap(), l.job("y").unwrap());
     let lease = |t| LeaseRecord {
+        issued: Default::default(),
         holder: None,
         token: Token(t),
         ttl: std::time::Duration::from_secs(9),
@@ -333,6 +336,7 @@ fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
     let l = Limits::default();
     let job = l.job("j").unwrap();
     let lease = LeaseRecord {
+        issued: Default::default(),
         holder: Some(l.holder("w").unwrap()),
         token: Token(7),
         ttl: std::time::Duration::from_secs(9),

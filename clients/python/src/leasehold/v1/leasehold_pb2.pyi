@@ -45,20 +45,44 @@ ERROR_REASON_JOB_IN_USE: ErrorReason
 ERROR_REASON_NO_SUCCESSOR: ErrorReason
 
 class Lease(_message.Message):
-    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal")
+    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal", "proof")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     token: int
     ttl: _duration_pb2.Duration
     remaining: _duration_pb2.Duration
     principal: str
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ...) -> None: ...
+    proof: str
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ..., proof: _Optional[str] = ...) -> None: ...
+
+class GetSigningKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSigningKeysResponse(_message.Message):
+    __slots__ = ("jwks", "keys")
+    JWKS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    jwks: str
+    keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
+    def __init__(self, jwks: _Optional[str] = ..., keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
+
+class SigningKey(_message.Message):
+    __slots__ = ("kid", "public_key", "signing")
+    KID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_FIELD_NUMBER: _ClassVar[int]
+    kid: str
+    public_key: bytes
+    signing: bool
+    def __init__(self, kid: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signing: _Optional[bool] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
     __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred")
@@ -261,18 +285,20 @@ class LeaseEvent(_message.Message):
     def __init__(self, lease: _Optional[_Union[Lease, _Mapping]] = ..., kind: _Optional[_Union[LeaseEvent.Kind, str]] = ...) -> None: ...
 
 class CheckedWriteRequest(_message.Message):
-    __slots__ = ("job", "token", "key", "value", "delete")
+    __slots__ = ("job", "token", "key", "value", "delete", "proof")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
+    PROOF_FIELD_NUMBER: _ClassVar[int]
     job: str
     token: int
     key: bytes
     value: bytes
     delete: bool
-    def __init__(self, job: _Optional[str] = ..., token: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ...) -> None: ...
+    proof: str
+    def __init__(self, job: _Optional[str] = ..., token: _Optional[int] = ..., key: _Optional[bytes] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., proof: _Optional[str] = ...) -> None: ...
 
 class CheckedWriteResponse(_message.Message):
     __slots__ = ("version",)

@@ -85,6 +85,11 @@ class LeasesStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
                 _registered_method=True)
+        self.GetSigningKeys = channel.unary_unary(
+                '/leasehold.v1.Leases/GetSigningKeys',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.FromString,
+                _registered_method=True)
 
 
 class LeasesServicer:
@@ -255,6 +260,15 @@ class LeasesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSigningKeys(self, request, context):
+        """The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+        (RFC 7517) and as a list. The first signs new grants; every one listed
+        verifies. Also served at GET /keys on the admin port. Needs no grant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LeasesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -307,6 +321,11 @@ def add_LeasesServicer_to_server(servicer, server):
                     servicer.KeepAlive,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.SerializeToString,
+            ),
+            'GetSigningKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSigningKeys,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -580,6 +599,33 @@ class Leases:
             '/leasehold.v1.Leases/KeepAlive',
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.KeepAliveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSigningKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Leases/GetSigningKeys',
+            leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

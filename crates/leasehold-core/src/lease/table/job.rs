@@ -13,13 +13,15 @@ use std::time::{Duration, Instant};
 use super::line::Waiter;
 use super::owners::Owners;
 use super::views::Vacancy;
-use super::{Effects, HistoryEvent, LeaseRecord, Stats, TenureEnd, WaiterId};
+use super::{Effects, HistoryEvent, Issued, LeaseRecord, Stats, TenureEnd, WaiterId};
 use crate::lease::rules::{self, Faults};
 use crate::lease::{HolderId, Token};
 
 #[derive(Debug, Clone)]
 pub(super) struct Holding {
     pub(super) holder: HolderId,
+    /// When the token was granted, and with which TTL (its proof's facts).
+    pub(super) issued: Issued,
     pub(super) ttl: Duration,
     pub(super) deadline: Instant,
     /// Whether the holder asked again since the grant (a repeated
@@ -156,6 +158,7 @@ impl Job {
             token: self.token,
             ttl: self.stored_ttl,
             owner: owners.name(self.owner),
+            issued: self.holding.as_ref().map_or_else(Issued::default, |h| h.issued),
         }
     }
 
@@ -174,6 +177,7 @@ impl Job {
         ttl: Duration,
         preferred: bool,
         now: Instant,
+        wall_unix_ms: u64,
         stats: &mut Stats,
         fx: &mut Effects,
     ) {
@@ -203,6 +207,7 @@ impl Job {
         self.last_holder = None; // the holding names it
         self.holding = Some(Holding {
             holder: holder.clone(),
+            issued: Issued::new(wall_unix_ms, ttl),
             ttl,
             deadline: now + ttl,
             told_again: false,

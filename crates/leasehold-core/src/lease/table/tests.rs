@@ -38,6 +38,7 @@ fn first_grant_is_token_one_and_persisted() {
     assert_eq!(
         fx.persist,
         Some(LeaseRecord {
+            issued: Default::default(),
             holder: Some(who("a")),
             token: Token(1),
             ttl: TTL,
@@ -183,6 +184,7 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
     assert_eq!(
         fx.persist,
         Some(LeaseRecord {
+            issued: Default::default(),
             holder: Some(who("b")),
             token: Token(2),
             ttl: TTL,
@@ -403,6 +405,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
         (
             job("held"),
             LeaseRecord {
+                issued: Default::default(),
                 holder: Some(who("a")),
                 token: Token(7),
                 ttl: TTL,
@@ -412,6 +415,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
         (
             job("free"),
             LeaseRecord {
+                issued: Default::default(),
                 holder: None,
                 token: Token(3),
                 ttl: TTL,
@@ -443,6 +447,7 @@ fn every_grant_is_above_the_floor() {
     let recs = vec![(
         job("kept"),
         LeaseRecord {
+            issued: Default::default(),
             holder: Some(who("a")),
             token: Token(7),
             ttl: TTL,
@@ -542,6 +547,7 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
     let recs = vec![(
         job("other"),
         LeaseRecord {
+            issued: Default::default(),
             holder: Some(who("b")),
             token: Token(2),
             ttl: TTL,
@@ -572,6 +578,7 @@ fn the_last_token_is_issued_once_then_grants_are_refused() {
     let recs = vec![(
         job("old"),
         LeaseRecord {
+            issued: Default::default(),
             holder: None,
             token: Token(u64::MAX - 1),
             ttl: TTL,
@@ -843,6 +850,7 @@ fn a_give_back_ends_only_a_grant_its_holder_never_asked_for_again() {
 fn a_restored_holding_is_never_given_back() {
     let t0 = Instant::now();
     let rec = LeaseRecord {
+        issued: Default::default(),
         holder: Some(who("a")),
         token: Token(7),
         ttl: TTL,

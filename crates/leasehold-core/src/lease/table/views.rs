@@ -10,7 +10,7 @@ use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use super::job::Job;
-use super::{LeaseTable, Stats};
+use super::{Issued, LeaseTable, Stats};
 use crate::lease::{HolderId, JobName, Token};
 
 /// Why a job has no leader.
@@ -42,6 +42,8 @@ pub enum LeaseState {
     Held {
         /// Who holds it.
         holder: HolderId,
+        /// When its token was granted, and with which TTL.
+        issued: Issued,
         /// The TTL of the last grant or renewal.
         ttl: Duration,
         /// When it expires, on the server's monotonic clock.
@@ -122,6 +124,7 @@ impl Job {
         let state = match &self.holding {
             Some(h) if h.deadline > now => LeaseState::Held {
                 holder: h.holder.clone(),
+                issued: h.issued,
                 ttl: h.ttl,
                 deadline: h.deadline,
                 remaining: h.deadline - now,

@@ -282,6 +282,46 @@ export interface Lease {
    * its token. Empty when the job is free, or the server has no policy.
    */
   principal: string;
+  /**
+   * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+   * server, stating job, token, principal, holder, when the token was
+   * granted (wall clock) and the TTL it was granted with. Storage that
+   * leasehold does not own verifies it with the keys of GetSigningKeys
+   * before comparing tokens, so that a token nobody issued is refused.
+   * It proves that the token was issued, not that it is still live. The
+   * same for every answer about one grant (renewals keep it); a new grant
+   * has a new one. Empty when the job is free, when the caller may not
+   * see the token, or when the server has no signing key (etcd mode
+   * without --signing-key). The format: docs/proofs.md.
+   */
+  proof: string;
+}
+
+export interface GetSigningKeysRequest {
+}
+
+export interface GetSigningKeysResponse {
+  /**
+   * The keys as a JWKS (RFC 7517): {"keys":[{"kty":"OKP","crv":"Ed25519",
+   * "alg":"EdDSA","use":"sig","kid":...,"x":...}]}. What every client's
+   * verify helper takes. `{"keys":[]}` when the server signs nothing.
+   */
+  jwks: string;
+  /** The same keys, the signing one first. */
+  keys: SigningKey[];
+}
+
+/** One public key of the server's key set. */
+export interface SigningKey {
+  /** The key id: the RFC 7638 thumbprint, as the proofs' `kid` header. */
+  kid: string;
+  /** The 32-byte Ed25519 public key. */
+  publicKey: Buffer;
+  /**
+   * Whether this key signs new grants (the first one); the others only
+   * verify proofs made before a rotation.
+   */
+  signing: boolean;
 }
 
 export interface AcquireRequest {
@@ -689,6 +729,16 @@ export interface CheckedWriteRequest {
    * so a stale writer cannot bring a deleted key back.
    */
   delete: boolean;
+  /**
+   * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+   * server verifies it with its own keys, takes the token from it, and
+   * fences the write exactly as with that token; the proof's job must be
+   * `job`, and if `token` is set too it must be the proof's. The caller
+   * needs `write` on the job; the grant's principal must be the proof's.
+   * So a service that is not the holder can forward the holder's write.
+   * A proof that does not verify is INVALID_ARGUMENT naming the field.
+   */
+  proof: string;
 }
 
 export interface CheckedWriteResponse {
@@ -1018,7 +1068,7 @@ export function keepAliveResult_OutcomeToJSON(object: KeepAliveResult_Outcome): 
 }
 
 function createBaseLease(): Lease {
-  return { job: "", holder: "", token: 0n, ttl: undefined, remaining: undefined, principal: "" };
+  return { job: "", holder: "", token: 0n, ttl: undefined, remaining: undefined, principal: "", proof: "" };
 }
 
 export const Lease: MessageFns<Lease> = {
@@ -1043,6 +1093,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.principal !== "") {
       writer.uint32(50).string(message.principal);
+    }
+    if (message.proof !== "") {
+      writer.uint32(58).string(message.proof);
     }
     return writer;
   },
@@ -1108,6 +1161,14 @@ export const Lease: MessageFns<Lease> = {
             message.principal = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.proof = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1128,6 +1189,7 @@ export const Lease: MessageFns<Lease> = {
       ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
       remaining: isSet(object.remaining) ? Duration.fromJSON(object.remaining) : undefined,
       principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
+      proof: isSet(object.proof) ? globalThis.String(object.proof) : "",
     };
   },
 
@@ -1150,6 +1212,222 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.principal !== "") {
       obj.principal = message.principal;
+    }
+    if (message.proof !== "") {
+      obj.proof = message.proof;
+    }
+    return obj;
+  },
+};
+
+function createBaseGetSigningKeysRequest(): GetSigningKeysRequest {
+  return {};
+}
+
+export const GetSigningKeysRequest: MessageFns<GetSigningKeysRequest> = {
+  encode(_: GetSigningKeysRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSigningKeysRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSigningKeysRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(_: any): GetSigningKeysRequest {
+    return {};
+  },
+
+  toJSON(_: GetSigningKeysRequest): unknown {
+    const obj: any = {};
+    return obj;
+  },
+};
+
+function createBaseGetSigningKeysResponse(): GetSigningKeysResponse {
+  return { jwks: "", keys: [] };
+}
+
+export const GetSigningKeysResponse: MessageFns<GetSigningKeysResponse> = {
+  encode(message: GetSigningKeysResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.jwks !== "") {
+      writer.uint32(10).string(message.jwks);
+    }
+    for (const v of message.keys) {
+      SigningKey.encode(v!, writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetSigningKeysResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetSigningKeysResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.jwks = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.keys.push(SigningKey.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetSigningKeysResponse {
+    return {
+      jwks: isSet(object.jwks) ? globalThis.String(object.jwks) : "",
+      keys: globalThis.Array.isArray(object?.keys) ? object.keys.map((e: any) => SigningKey.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: GetSigningKeysResponse): unknown {
+    const obj: any = {};
+    if (message.jwks !== "") {
+      obj.jwks = message.jwks;
+    }
+    if (message.keys?.length) {
+      obj.keys = message.keys.map((e) => SigningKey.toJSON(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseSigningKey(): SigningKey {
+  return { kid: "", publicKey: Buffer.alloc(0), signing: false };
+}
+
+export const SigningKey: MessageFns<SigningKey> = {
+  encode(message: SigningKey, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kid !== "") {
+      writer.uint32(10).string(message.kid);
+    }
+    if (message.publicKey.length !== 0) {
+      writer.uint32(18).bytes(message.publicKey);
+    }
+    if (message.signing !== false) {
+      writer.uint32(24).bool(message.signing);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SigningKey {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSigningKey();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kid = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.publicKey = Buffer.from(reader.bytes());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.signing = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SigningKey {
+    return {
+      kid: isSet(object.kid) ? globalThis.String(object.kid) : "",
+      publicKey: isSet(object.publicKey)
+        ? Buffer.from(bytesFromBase64(object.publicKey))
+        : isSet(object.public_key)
+        ? Buffer.from(bytesFromBase64(object.public_key))
+        : Buffer.alloc(0),
+      signing: isSet(object.signing) ? globalThis.Boolean(object.signing) : false,
+    };
+  },
+
+  toJSON(message: SigningKey): unknown {
+    const obj: any = {};
+    if (message.kid !== "") {
+      obj.kid = message.kid;
+    }
+    if (message.publicKey.length !== 0) {
+      obj.publicKey = base64FromBytes(message.publicKey);
+    }
+    if (message.signing !== false) {
+      obj.signing = message.signing;
     }
     return obj;
   },
@@ -2734,7 +3012,7 @@ export const LeaseEvent: MessageFns<LeaseEvent> = {
 };
 
 function createBaseCheckedWriteRequest(): CheckedWriteRequest {
-  return { job: "", token: 0n, key: Buffer.alloc(0), value: Buffer.alloc(0), delete: false };
+  return { job: "", token: 0n, key: Buffer.alloc(0), value: Buffer.alloc(0), delete: false, proof: "" };
 }
 
 export const CheckedWriteRequest: MessageFns<CheckedWriteRequest> = {
@@ -2756,6 +3034,9 @@ export const CheckedWriteRequest: MessageFns<CheckedWriteRequest> = {
     }
     if (message.delete !== false) {
       writer.uint32(40).bool(message.delete);
+    }
+    if (message.proof !== "") {
+      writer.uint32(50).string(message.proof);
     }
     return writer;
   },
@@ -2813,6 +3094,14 @@ export const CheckedWriteRequest: MessageFns<CheckedWriteRequest> = {
             message.delete = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.proof = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2832,6 +3121,7 @@ export const CheckedWriteRequest: MessageFns<CheckedWriteRequest> = {
       key: isSet(object.key) ? Buffer.from(bytesFromBase64(object.key)) : Buffer.alloc(0),
       value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
       delete: isSet(object.delete) ? globalThis.Boolean(object.delete) : false,
+      proof: isSet(object.proof) ? globalThis.String(object.proof) : "",
     };
   },
 
@@ -2851,6 +3141,9 @@ export const CheckedWriteRequest: MessageFns<CheckedWriteRequest> = {
     }
     if (message.delete !== false) {
       obj.delete = message.delete;
+    }
+    if (message.proof !== "") {
+      obj.proof = message.proof;
     }
     return obj;
   },
@@ -4338,6 +4631,22 @@ export const LeasesService = {
     responseSerialize: (value: KeepAliveResponse): Buffer => Buffer.from(KeepAliveResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): KeepAliveResponse => KeepAliveResponse.decode(value),
   },
+  /**
+   * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+   * (RFC 7517) and as a list. The first signs new grants; every one listed
+   * verifies. Also served at GET /keys on the admin port. Needs no grant.
+   */
+  getSigningKeys: {
+    path: "/leasehold.v1.Leases/GetSigningKeys" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetSigningKeysRequest): Buffer =>
+      Buffer.from(GetSigningKeysRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetSigningKeysRequest => GetSigningKeysRequest.decode(value),
+    responseSerialize: (value: GetSigningKeysResponse): Buffer =>
+      Buffer.from(GetSigningKeysResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetSigningKeysResponse => GetSigningKeysResponse.decode(value),
+  },
 } as const;
 
 export interface LeasesServer extends UntypedServiceImplementation {
@@ -4475,6 +4784,12 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * the stream, with OK, once every response has been sent.
    */
   keepAlive: handleBidiStreamingCall<KeepAliveRequest, KeepAliveResponse>;
+  /**
+   * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+   * (RFC 7517) and as a list. The first signs new grants; every one listed
+   * verifies. Also served at GET /keys on the admin port. Needs no grant.
+   */
+  getSigningKeys: handleUnaryCall<GetSigningKeysRequest, GetSigningKeysResponse>;
 }
 
 export interface LeasesClient extends Client {
@@ -4731,6 +5046,26 @@ export interface LeasesClient extends Client {
     metadata: Metadata,
     options?: Partial<CallOptions>,
   ): ClientDuplexStream<KeepAliveRequest, KeepAliveResponse>;
+  /**
+   * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+   * (RFC 7517) and as a list. The first signs new grants; every one listed
+   * verifies. Also served at GET /keys on the admin port. Needs no grant.
+   */
+  getSigningKeys(
+    request: GetSigningKeysRequest,
+    callback: (error: ServiceError | null, response: GetSigningKeysResponse) => void,
+  ): ClientUnaryCall;
+  getSigningKeys(
+    request: GetSigningKeysRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetSigningKeysResponse) => void,
+  ): ClientUnaryCall;
+  getSigningKeys(
+    request: GetSigningKeysRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetSigningKeysResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const LeasesClient = makeGenericClientConstructor(LeasesService, "leasehold.v1.Leases") as unknown as {

@@ -31,6 +31,7 @@ private static final long serialVersionUID = 0L;
     job_ = "";
     key_ = com.google.protobuf.ByteString.EMPTY;
     value_ = com.google.protobuf.ByteString.EMPTY;
+    proof_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -159,6 +160,65 @@ private static final long serialVersionUID = 0L;
     return delete_;
   }
 
+  public static final int PROOF_FIELD_NUMBER = 6;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object proof_ = "";
+  /**
+   * <pre>
+   * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+   * server verifies it with its own keys, takes the token from it, and
+   * fences the write exactly as with that token; the proof's job must be
+   * `job`, and if `token` is set too it must be the proof's. The caller
+   * needs `write` on the job; the grant's principal must be the proof's.
+   * So a service that is not the holder can forward the holder's write.
+   * A proof that does not verify is INVALID_ARGUMENT naming the field.
+   * </pre>
+   *
+   * <code>string proof = 6;</code>
+   * @return The proof.
+   */
+  @java.lang.Override
+  public java.lang.String getProof() {
+    java.lang.Object ref = proof_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      proof_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+   * server verifies it with its own keys, takes the token from it, and
+   * fences the write exactly as with that token; the proof's job must be
+   * `job`, and if `token` is set too it must be the proof's. The caller
+   * needs `write` on the job; the grant's principal must be the proof's.
+   * So a service that is not the holder can forward the holder's write.
+   * A proof that does not verify is INVALID_ARGUMENT naming the field.
+   * </pre>
+   *
+   * <code>string proof = 6;</code>
+   * @return The bytes for proof.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getProofBytes() {
+    java.lang.Object ref = proof_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      proof_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -188,6 +248,9 @@ private static final long serialVersionUID = 0L;
     if (delete_ != false) {
       output.writeBool(5, delete_);
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 6, proof_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -210,6 +273,9 @@ private static final long serialVersionUID = 0L;
     if (delete_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(5, delete_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(6, proof_);
     }
     return size;
   }
@@ -245,6 +311,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getValue())) return false;
     if (getDelete()
         != other.getDelete()) return false;
+    if (!getProof()
+        .equals(other.getProof())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -268,6 +336,8 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + DELETE_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getDelete());
+    hash = (37 * hash) + PROOF_FIELD_NUMBER;
+    hash = (53 * hash) + getProof().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -404,6 +474,7 @@ private static final long serialVersionUID = 0L;
       key_ = com.google.protobuf.ByteString.EMPTY;
       value_ = com.google.protobuf.ByteString.EMPTY;
       delete_ = false;
+      proof_ = "";
       return this;
     }
 
@@ -452,6 +523,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000010) != 0)) {
         result.delete_ = delete_;
       }
+      if (((from_bitField0_ & 0x00000020) != 0)) {
+        result.proof_ = proof_;
+      }
     }
 
     @java.lang.Override
@@ -482,6 +556,11 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getDelete() != false) {
         setDelete(other.getDelete());
+      }
+      if (!other.getProof().isEmpty()) {
+        proof_ = other.proof_;
+        bitField0_ |= 0x00000020;
+        onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -534,6 +613,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000010;
               break;
             } // case 40
+            case 50: {
+              proof_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000020;
+              break;
+            } // case 50
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -818,6 +902,128 @@ private static final long serialVersionUID = 0L;
     public Builder clearDelete() {
       bitField0_ = (bitField0_ & ~0x00000010);
       delete_ = false;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object proof_ = "";
+    /**
+     * <pre>
+     * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+     * server verifies it with its own keys, takes the token from it, and
+     * fences the write exactly as with that token; the proof's job must be
+     * `job`, and if `token` is set too it must be the proof's. The caller
+     * needs `write` on the job; the grant's principal must be the proof's.
+     * So a service that is not the holder can forward the holder's write.
+     * A proof that does not verify is INVALID_ARGUMENT naming the field.
+     * </pre>
+     *
+     * <code>string proof = 6;</code>
+     * @return The proof.
+     */
+    public java.lang.String getProof() {
+      java.lang.Object ref = proof_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        proof_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+     * server verifies it with its own keys, takes the token from it, and
+     * fences the write exactly as with that token; the proof's job must be
+     * `job`, and if `token` is set too it must be the proof's. The caller
+     * needs `write` on the job; the grant's principal must be the proof's.
+     * So a service that is not the holder can forward the holder's write.
+     * A proof that does not verify is INVALID_ARGUMENT naming the field.
+     * </pre>
+     *
+     * <code>string proof = 6;</code>
+     * @return The bytes for proof.
+     */
+    public com.google.protobuf.ByteString
+        getProofBytes() {
+      java.lang.Object ref = proof_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        proof_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+     * server verifies it with its own keys, takes the token from it, and
+     * fences the write exactly as with that token; the proof's job must be
+     * `job`, and if `token` is set too it must be the proof's. The caller
+     * needs `write` on the job; the grant's principal must be the proof's.
+     * So a service that is not the holder can forward the holder's write.
+     * A proof that does not verify is INVALID_ARGUMENT naming the field.
+     * </pre>
+     *
+     * <code>string proof = 6;</code>
+     * @param value The proof to set.
+     * @return This builder for chaining.
+     */
+    public Builder setProof(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      proof_ = value;
+      bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+     * server verifies it with its own keys, takes the token from it, and
+     * fences the write exactly as with that token; the proof's job must be
+     * `job`, and if `token` is set too it must be the proof's. The caller
+     * needs `write` on the job; the grant's principal must be the proof's.
+     * So a service that is not the holder can forward the holder's write.
+     * A proof that does not verify is INVALID_ARGUMENT naming the field.
+     * </pre>
+     *
+     * <code>string proof = 6;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearProof() {
+      proof_ = getDefaultInstance().getProof();
+      bitField0_ = (bitField0_ & ~0x00000020);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+     * server verifies it with its own keys, takes the token from it, and
+     * fences the write exactly as with that token; the proof's job must be
+     * `job`, and if `token` is set too it must be the proof's. The caller
+     * needs `write` on the job; the grant's principal must be the proof's.
+     * So a service that is not the holder can forward the holder's write.
+     * A proof that does not verify is INVALID_ARGUMENT naming the field.
+     * </pre>
+     *
+     * <code>string proof = 6;</code>
+     * @param value The bytes for proof to set.
+     * @return This builder for chaining.
+     */
+    public Builder setProofBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      proof_ = value;
+      bitField0_ |= 0x00000020;
       onChanged();
       return this;
     }

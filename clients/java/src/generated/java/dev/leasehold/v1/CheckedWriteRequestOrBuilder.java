@@ -70,4 +70,36 @@ public interface CheckedWriteRequestOrBuilder extends
    * @return The delete.
    */
   boolean getDelete();
+
+  /**
+   * <pre>
+   * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+   * server verifies it with its own keys, takes the token from it, and
+   * fences the write exactly as with that token; the proof's job must be
+   * `job`, and if `token` is set too it must be the proof's. The caller
+   * needs `write` on the job; the grant's principal must be the proof's.
+   * So a service that is not the holder can forward the holder's write.
+   * A proof that does not verify is INVALID_ARGUMENT naming the field.
+   * </pre>
+   *
+   * <code>string proof = 6;</code>
+   * @return The proof.
+   */
+  java.lang.String getProof();
+  /**
+   * <pre>
+   * Optional, instead of `token`: a grant's proof (`Lease.proof`). The
+   * server verifies it with its own keys, takes the token from it, and
+   * fences the write exactly as with that token; the proof's job must be
+   * `job`, and if `token` is set too it must be the proof's. The caller
+   * needs `write` on the job; the grant's principal must be the proof's.
+   * So a service that is not the holder can forward the holder's write.
+   * A proof that does not verify is INVALID_ARGUMENT naming the field.
+   * </pre>
+   *
+   * <code>string proof = 6;</code>
+   * @return The bytes for proof.
+   */
+  com.google.protobuf.ByteString
+      getProofBytes();
 }

@@ -31,6 +31,7 @@ private static final long serialVersionUID = 0L;
     job_ = "";
     holder_ = "";
     principal_ = "";
+    proof_ = "";
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -294,6 +295,71 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int PROOF_FIELD_NUMBER = 7;
+  @SuppressWarnings("serial")
+  private volatile java.lang.Object proof_ = "";
+  /**
+   * <pre>
+   * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+   * server, stating job, token, principal, holder, when the token was
+   * granted (wall clock) and the TTL it was granted with. Storage that
+   * leasehold does not own verifies it with the keys of GetSigningKeys
+   * before comparing tokens, so that a token nobody issued is refused.
+   * It proves that the token was issued, not that it is still live. The
+   * same for every answer about one grant (renewals keep it); a new grant
+   * has a new one. Empty when the job is free, when the caller may not
+   * see the token, or when the server has no signing key (etcd mode
+   * without --signing-key). The format: docs/proofs.md.
+   * </pre>
+   *
+   * <code>string proof = 7;</code>
+   * @return The proof.
+   */
+  @java.lang.Override
+  public java.lang.String getProof() {
+    java.lang.Object ref = proof_;
+    if (ref instanceof java.lang.String) {
+      return (java.lang.String) ref;
+    } else {
+      com.google.protobuf.ByteString bs = 
+          (com.google.protobuf.ByteString) ref;
+      java.lang.String s = bs.toStringUtf8();
+      proof_ = s;
+      return s;
+    }
+  }
+  /**
+   * <pre>
+   * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+   * server, stating job, token, principal, holder, when the token was
+   * granted (wall clock) and the TTL it was granted with. Storage that
+   * leasehold does not own verifies it with the keys of GetSigningKeys
+   * before comparing tokens, so that a token nobody issued is refused.
+   * It proves that the token was issued, not that it is still live. The
+   * same for every answer about one grant (renewals keep it); a new grant
+   * has a new one. Empty when the job is free, when the caller may not
+   * see the token, or when the server has no signing key (etcd mode
+   * without --signing-key). The format: docs/proofs.md.
+   * </pre>
+   *
+   * <code>string proof = 7;</code>
+   * @return The bytes for proof.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString
+      getProofBytes() {
+    java.lang.Object ref = proof_;
+    if (ref instanceof java.lang.String) {
+      com.google.protobuf.ByteString b = 
+          com.google.protobuf.ByteString.copyFromUtf8(
+              (java.lang.String) ref);
+      proof_ = b;
+      return b;
+    } else {
+      return (com.google.protobuf.ByteString) ref;
+    }
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -326,6 +392,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(principal_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 6, principal_);
     }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
+      com.google.protobuf.GeneratedMessage.writeString(output, 7, proof_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -350,6 +419,9 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(principal_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(6, principal_);
+    }
+    if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
+      size += com.google.protobuf.GeneratedMessage.computeStringSize(7, proof_);
     }
     return size;
   }
@@ -393,6 +465,8 @@ private static final long serialVersionUID = 0L;
     }
     if (!getPrincipal()
         .equals(other.getPrincipal())) return false;
+    if (!getProof()
+        .equals(other.getProof())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -421,6 +495,8 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + PRINCIPAL_FIELD_NUMBER;
     hash = (53 * hash) + getPrincipal().hashCode();
+    hash = (37 * hash) + PROOF_FIELD_NUMBER;
+    hash = (53 * hash) + getProof().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -573,6 +649,7 @@ private static final long serialVersionUID = 0L;
         remainingBuilder_ = null;
       }
       principal_ = "";
+      proof_ = "";
       return this;
     }
 
@@ -631,6 +708,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.principal_ = principal_;
       }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.proof_ = proof_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -668,6 +748,11 @@ private static final long serialVersionUID = 0L;
       if (!other.getPrincipal().isEmpty()) {
         principal_ = other.principal_;
         bitField0_ |= 0x00000020;
+        onChanged();
+      }
+      if (!other.getProof().isEmpty()) {
+        proof_ = other.proof_;
+        bitField0_ |= 0x00000040;
         onChanged();
       }
       this.mergeUnknownFields(other.getUnknownFields());
@@ -730,6 +815,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 50
+            case 58: {
+              proof_ = input.readStringRequireUtf8();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 58
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1404,6 +1494,143 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       principal_ = value;
       bitField0_ |= 0x00000020;
+      onChanged();
+      return this;
+    }
+
+    private java.lang.Object proof_ = "";
+    /**
+     * <pre>
+     * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+     * server, stating job, token, principal, holder, when the token was
+     * granted (wall clock) and the TTL it was granted with. Storage that
+     * leasehold does not own verifies it with the keys of GetSigningKeys
+     * before comparing tokens, so that a token nobody issued is refused.
+     * It proves that the token was issued, not that it is still live. The
+     * same for every answer about one grant (renewals keep it); a new grant
+     * has a new one. Empty when the job is free, when the caller may not
+     * see the token, or when the server has no signing key (etcd mode
+     * without --signing-key). The format: docs/proofs.md.
+     * </pre>
+     *
+     * <code>string proof = 7;</code>
+     * @return The proof.
+     */
+    public java.lang.String getProof() {
+      java.lang.Object ref = proof_;
+      if (!(ref instanceof java.lang.String)) {
+        com.google.protobuf.ByteString bs =
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        proof_ = s;
+        return s;
+      } else {
+        return (java.lang.String) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+     * server, stating job, token, principal, holder, when the token was
+     * granted (wall clock) and the TTL it was granted with. Storage that
+     * leasehold does not own verifies it with the keys of GetSigningKeys
+     * before comparing tokens, so that a token nobody issued is refused.
+     * It proves that the token was issued, not that it is still live. The
+     * same for every answer about one grant (renewals keep it); a new grant
+     * has a new one. Empty when the job is free, when the caller may not
+     * see the token, or when the server has no signing key (etcd mode
+     * without --signing-key). The format: docs/proofs.md.
+     * </pre>
+     *
+     * <code>string proof = 7;</code>
+     * @return The bytes for proof.
+     */
+    public com.google.protobuf.ByteString
+        getProofBytes() {
+      java.lang.Object ref = proof_;
+      if (ref instanceof String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        proof_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+    /**
+     * <pre>
+     * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+     * server, stating job, token, principal, holder, when the token was
+     * granted (wall clock) and the TTL it was granted with. Storage that
+     * leasehold does not own verifies it with the keys of GetSigningKeys
+     * before comparing tokens, so that a token nobody issued is refused.
+     * It proves that the token was issued, not that it is still live. The
+     * same for every answer about one grant (renewals keep it); a new grant
+     * has a new one. Empty when the job is free, when the caller may not
+     * see the token, or when the server has no signing key (etcd mode
+     * without --signing-key). The format: docs/proofs.md.
+     * </pre>
+     *
+     * <code>string proof = 7;</code>
+     * @param value The proof to set.
+     * @return This builder for chaining.
+     */
+    public Builder setProof(
+        java.lang.String value) {
+      if (value == null) { throw new NullPointerException(); }
+      proof_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+     * server, stating job, token, principal, holder, when the token was
+     * granted (wall clock) and the TTL it was granted with. Storage that
+     * leasehold does not own verifies it with the keys of GetSigningKeys
+     * before comparing tokens, so that a token nobody issued is refused.
+     * It proves that the token was issued, not that it is still live. The
+     * same for every answer about one grant (renewals keep it); a new grant
+     * has a new one. Empty when the job is free, when the caller may not
+     * see the token, or when the server has no signing key (etcd mode
+     * without --signing-key). The format: docs/proofs.md.
+     * </pre>
+     *
+     * <code>string proof = 7;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearProof() {
+      proof_ = getDefaultInstance().getProof();
+      bitField0_ = (bitField0_ & ~0x00000040);
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+     * server, stating job, token, principal, holder, when the token was
+     * granted (wall clock) and the TTL it was granted with. Storage that
+     * leasehold does not own verifies it with the keys of GetSigningKeys
+     * before comparing tokens, so that a token nobody issued is refused.
+     * It proves that the token was issued, not that it is still live. The
+     * same for every answer about one grant (renewals keep it); a new grant
+     * has a new one. Empty when the job is free, when the caller may not
+     * see the token, or when the server has no signing key (etcd mode
+     * without --signing-key). The format: docs/proofs.md.
+     * </pre>
+     *
+     * <code>string proof = 7;</code>
+     * @param value The bytes for proof to set.
+     * @return This builder for chaining.
+     */
+    public Builder setProofBytes(
+        com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      checkByteStringIsUtf8(value);
+      proof_ = value;
+      bitField0_ |= 0x00000040;
       onChanged();
       return this;
     }

@@ -143,4 +143,42 @@ public interface LeaseOrBuilder extends
    */
   com.google.protobuf.ByteString
       getPrincipalBytes();
+
+  /**
+   * <pre>
+   * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+   * server, stating job, token, principal, holder, when the token was
+   * granted (wall clock) and the TTL it was granted with. Storage that
+   * leasehold does not own verifies it with the keys of GetSigningKeys
+   * before comparing tokens, so that a token nobody issued is refused.
+   * It proves that the token was issued, not that it is still live. The
+   * same for every answer about one grant (renewals keep it); a new grant
+   * has a new one. Empty when the job is free, when the caller may not
+   * see the token, or when the server has no signing key (etcd mode
+   * without --signing-key). The format: docs/proofs.md.
+   * </pre>
+   *
+   * <code>string proof = 7;</code>
+   * @return The proof.
+   */
+  java.lang.String getProof();
+  /**
+   * <pre>
+   * The grant's proof: a JWS (compact, EdDSA over Ed25519) signed by the
+   * server, stating job, token, principal, holder, when the token was
+   * granted (wall clock) and the TTL it was granted with. Storage that
+   * leasehold does not own verifies it with the keys of GetSigningKeys
+   * before comparing tokens, so that a token nobody issued is refused.
+   * It proves that the token was issued, not that it is still live. The
+   * same for every answer about one grant (renewals keep it); a new grant
+   * has a new one. Empty when the job is free, when the caller may not
+   * see the token, or when the server has no signing key (etcd mode
+   * without --signing-key). The format: docs/proofs.md.
+   * </pre>
+   *
+   * <code>string proof = 7;</code>
+   * @return The bytes for proof.
+   */
+  com.google.protobuf.ByteString
+      getProofBytes();
 }

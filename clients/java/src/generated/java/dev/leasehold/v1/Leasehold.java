@@ -32,6 +32,21 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_Lease_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_GetSigningKeysRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_GetSigningKeysRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_GetSigningKeysResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_GetSigningKeysResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_SigningKey_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_SigningKey_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_AcquireRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -202,138 +217,145 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     java.lang.String[] descriptorData = {
       "\n\034leasehold/v1/leasehold.proto\022\014leasehol" +
       "d.v1\032\036google/protobuf/duration.proto\032\037go" +
-      "ogle/protobuf/timestamp.proto\"\234\001\n\005Lease\022" +
+      "ogle/protobuf/timestamp.proto\"\253\001\n\005Lease\022" +
       "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
       "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
       "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
-      ".Duration\022\021\n\tprincipal\030\006 \001(\t\"\251\001\n\016Acquire" +
-      "Request\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003" +
-      "ttl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004" +
-      "wait\030\004 \001(\0132\031.google.protobuf.Duration\022\026\n" +
-      "\016bind_to_stream\030\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010" +
-      "\"G\n\017AcquireResponse\022\020\n\010acquired\030\001 \001(\010\022\"\n" +
-      "\005lease\030\002 \001(\0132\023.leasehold.v1.Lease\"b\n\014Ren" +
-      "ewRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r" +
-      "\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.prot" +
-      "obuf.Duration\"N\n\rRenewResponse\022\"\n\005lease\030" +
-      "\001 \001(\0132\023.leasehold.v1.Lease\022\031\n\021successor_" +
-      "waiting\030\002 \001(\010\"O\n\016ReleaseRequest\022\013\n\003job\030\001" +
-      " \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tg" +
-      "ive_back\030\004 \001(\010\"#\n\017ReleaseResponse\022\020\n\010rel" +
-      "eased\030\001 \001(\010\"}\n\024TransferLeaseRequest\022\013\n\003j" +
-      "ob\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022" +
-      "\021\n\tto_holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.google" +
-      ".protobuf.Duration\";\n\025TransferLeaseRespo" +
-      "nse\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Lease\"" +
-      "\036\n\017GetLeaseRequest\022\013\n\003job\030\001 \001(\t\"\037\n\020Delet" +
-      "eJobRequest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobRes" +
-      "ponse\022\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesRequ" +
-      "est\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022" +
-      "\n\npage_token\030\003 \001(\t\"R\n\022ListLeasesResponse" +
-      "\022#\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n" +
-      "\017next_page_token\030\002 \001(\t\"G\n\021GetHistoryRequ" +
-      "est\022\013\n\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\np" +
-      "age_token\030\003 \001(\t\"T\n\022GetHistoryResponse\022%\n" +
-      "\007tenures\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017" +
-      "next_page_token\030\002 \001(\t\"\241\003\n\006Tenure\022\r\n\005toke" +
-      "n\030\001 \001(\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001" +
-      "(\t\022.\n\ngranted_at\030\004 \001(\0132\032.google.protobuf" +
-      ".Timestamp\022&\n\003ttl\030\005 \001(\0132\031.google.protobu" +
-      "f.Duration\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.T" +
-      "enure.End\022,\n\010ended_at\030\007 \001(\0132\032.google.pro" +
-      "tobuf.Timestamp\"\267\001\n\003End\022\023\n\017END_UNSPECIFI" +
-      "ED\020\000\022\020\n\014END_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022" +
-      "\022\n\016END_TAKEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014" +
-      "END_RESTORED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END" +
-      "_CONNECTION_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020" +
-      "\010\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001\n\n" +
-      "LeaseEvent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1" +
-      ".Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.Leas" +
-      "eEvent.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020" +
-      "\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021" +
-      "\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"]\n\023C" +
-      "heckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005token" +
-      "\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006de" +
-      "lete\030\005 \001(\010\"\'\n\024CheckedWriteResponse\022\017\n\007ve" +
-      "rsion\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030" +
-      "\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.Che" +
-      "ckedWriteRequest\"M\n\023WriteStreamResponse\022" +
-      "\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold" +
-      ".v1.WriteResult\"\254\002\n\013WriteResult\0222\n\007outco" +
-      "me\030\001 \001(\0162!.leasehold.v1.WriteResult.Outc" +
-      "ome\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 " +
-      "\001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007" +
-      "Outcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTC" +
-      "OME_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUT" +
-      "COME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_" +
-      "ARGUMENT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'" +
-      "\n\013ReadRequest\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"" +
-      "L\n\014ReadResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030" +
-      "\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n" +
-      "\017ListKeysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030" +
-      "\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004" +
-      " \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 " +
-      "\001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020Li" +
-      "stKeysResponse\022#\n\004keys\030\001 \003(\0132\025.leasehold" +
-      ".v1.KeyInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020" +
-      "KeepAliveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals" +
-      "\030\002 \003(\0132\036.leasehold.v1.KeepAliveRenewal\022\026" +
-      "\n\016bind_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenew" +
-      "al\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token" +
-      "\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Du" +
-      "ration\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022" +
-      ".\n\007results\030\002 \003(\0132\035.leasehold.v1.KeepAliv" +
-      "eResult\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t" +
-      "\0226\n\007outcome\030\002 \001(\0162%.leasehold.v1.KeepAli" +
-      "veResult.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leaseh" +
-      "old.v1.Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005" +
-      " \001(\t\022\031\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outc" +
-      "ome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_" +
-      "RENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUT" +
-      "COME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_" +
-      "ARGUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REAS" +
-      "ON_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_L" +
-      "OST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_" +
-      "REASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASO" +
-      "N_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAG" +
-      "E\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026E" +
-      "RROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_" +
-      "TOKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUT" +
-      "HENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_" +
-      "DENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n" +
-      "\033ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_" +
-      "REASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_S" +
-      "UCCESSOR\020\0162\201\006\n\006Leases\022F\n\007Acquire\022\034.lease" +
-      "hold.v1.AcquireRequest\032\035.leasehold.v1.Ac" +
-      "quireResponse\022@\n\005Renew\022\032.leasehold.v1.Re" +
-      "newRequest\032\033.leasehold.v1.RenewResponse\022" +
-      "F\n\007Release\022\034.leasehold.v1.ReleaseRequest" +
-      "\032\035.leasehold.v1.ReleaseResponse\022X\n\rTrans" +
-      "ferLease\022\".leasehold.v1.TransferLeaseReq" +
-      "uest\032#.leasehold.v1.TransferLeaseRespons" +
-      "e\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseReq" +
-      "uest\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036" +
-      ".leasehold.v1.DeleteJobRequest\032\037.leaseho" +
-      "ld.v1.DeleteJobResponse\022O\n\nListLeases\022\037." +
-      "leasehold.v1.ListLeasesRequest\032 .leaseho" +
-      "ld.v1.ListLeasesResponse\022O\n\nGetHistory\022\037" +
-      ".leasehold.v1.GetHistoryRequest\032 .leaseh" +
-      "old.v1.GetHistoryResponse\022I\n\nWatchLease\022" +
-      "\037.leasehold.v1.WatchLeaseRequest\032\030.lease" +
-      "hold.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leas" +
-      "ehold.v1.KeepAliveRequest\032\037.leasehold.v1" +
-      ".KeepAliveResponse(\0010\0012\306\002\n\013FencedStore\022U" +
-      "\n\014CheckedWrite\022!.leasehold.v1.CheckedWri" +
-      "teRequest\032\".leasehold.v1.CheckedWriteRes" +
-      "ponse\022V\n\013WriteStream\022 .leasehold.v1.Writ" +
-      "eStreamRequest\032!.leasehold.v1.WriteStrea" +
-      "mResponse(\0010\001\022=\n\004Read\022\031.leasehold.v1.Rea" +
-      "dRequest\032\032.leasehold.v1.ReadResponse\022I\n\010" +
-      "ListKeys\022\035.leasehold.v1.ListKeysRequest\032" +
-      "\036.leasehold.v1.ListKeysResponseBW\n\020dev.l" +
-      "easehold.v1P\001ZAgithub.com/leasehold/leas" +
-      "ehold/clients/go/leaseholdv1;leaseholdv1" +
-      "b\006proto3"
+      ".Duration\022\021\n\tprincipal\030\006 \001(\t\022\r\n\005proof\030\007 " +
+      "\001(\t\"\027\n\025GetSigningKeysRequest\"N\n\026GetSigni" +
+      "ngKeysResponse\022\014\n\004jwks\030\001 \001(\t\022&\n\004keys\030\002 \003" +
+      "(\0132\030.leasehold.v1.SigningKey\">\n\nSigningK" +
+      "ey\022\013\n\003kid\030\001 \001(\t\022\022\n\npublic_key\030\002 \001(\014\022\017\n\007s" +
+      "igning\030\003 \001(\010\"\251\001\n\016AcquireRequest\022\013\n\003job\030\001" +
+      " \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003ttl\030\003 \001(\0132\031.goog" +
+      "le.protobuf.Duration\022\'\n\004wait\030\004 \001(\0132\031.goo" +
+      "gle.protobuf.Duration\022\026\n\016bind_to_stream\030" +
+      "\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010\"G\n\017AcquireRespo" +
+      "nse\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.l" +
+      "easehold.v1.Lease\"b\n\014RenewRequest\022\013\n\003job" +
+      "\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n" +
+      "\003ttl\030\004 \001(\0132\031.google.protobuf.Duration\"N\n" +
+      "\rRenewResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehol" +
+      "d.v1.Lease\022\031\n\021successor_waiting\030\002 \001(\010\"O\n" +
+      "\016ReleaseRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002" +
+      " \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tgive_back\030\004 \001(\010\"#" +
+      "\n\017ReleaseResponse\022\020\n\010released\030\001 \001(\010\"}\n\024T" +
+      "ransferLeaseRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006hold" +
+      "er\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tto_holder\030\004 \001" +
+      "(\t\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Durati" +
+      "on\";\n\025TransferLeaseResponse\022\"\n\005lease\030\001 \001" +
+      "(\0132\023.leasehold.v1.Lease\"\036\n\017GetLeaseReque" +
+      "st\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRequest\022\013\n\003j" +
+      "ob\030\001 \001(\t\"$\n\021DeleteJobResponse\022\017\n\007deleted" +
+      "\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n\006prefix\030\001 " +
+      "\001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001" +
+      "(\t\"R\n\022ListLeasesResponse\022#\n\006leases\030\001 \003(\013" +
+      "2\023.leasehold.v1.Lease\022\027\n\017next_page_token" +
+      "\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n\003job\030\001 \001(\t" +
+      "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
+      "T\n\022GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024" +
+      ".leasehold.v1.Tenure\022\027\n\017next_page_token\030" +
+      "\002 \001(\t\"\241\003\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holde" +
+      "r\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngranted_at" +
+      "\030\004 \001(\0132\032.google.protobuf.Timestamp\022&\n\003tt" +
+      "l\030\005 \001(\0132\031.google.protobuf.Duration\022%\n\003en" +
+      "d\030\006 \001(\0162\030.leasehold.v1.Tenure.End\022,\n\010end" +
+      "ed_at\030\007 \001(\0132\032.google.protobuf.Timestamp\"" +
+      "\267\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELE" +
+      "ASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVE" +
+      "R\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021" +
+      "\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNECTION_CLOS" +
+      "ED\020\007\022\023\n\017END_TRANSFERRED\020\010\" \n\021WatchLeaseR" +
+      "equest\022\013\n\003job\030\001 \001(\t\"\305\001\n\nLeaseEvent\022\"\n\005le" +
+      "ase\030\001 \001(\0132\023.leasehold.v1.Lease\022+\n\004kind\030\002" +
+      " \001(\0162\035.leasehold.v1.LeaseEvent.Kind\"f\n\004K" +
+      "ind\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014KIND_CURREN" +
+      "T\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIND_RELEASED\020" +
+      "\003\022\020\n\014KIND_EXPIRED\020\004\"l\n\023CheckedWriteReque" +
+      "st\022\013\n\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 " +
+      "\001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\022\r\n\005pr" +
+      "oof\030\006 \001(\t\"\'\n\024CheckedWriteResponse\022\017\n\007ver" +
+      "sion\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001" +
+      " \001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.Chec" +
+      "kedWriteRequest\"M\n\023WriteStreamResponse\022\n" +
+      "\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold." +
+      "v1.WriteResult\"\254\002\n\013WriteResult\0222\n\007outcom" +
+      "e\030\001 \001(\0162!.leasehold.v1.WriteResult.Outco" +
+      "me\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001" +
+      "(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007O" +
+      "utcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCO" +
+      "ME_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTC" +
+      "OME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_A" +
+      "RGUMENT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n" +
+      "\013ReadRequest\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L" +
+      "\n\014ReadResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002" +
+      " \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017" +
+      "ListKeysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002" +
+      " \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 " +
+      "\001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001" +
+      "(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020Lis" +
+      "tKeysResponse\022#\n\004keys\030\001 \003(\0132\025.leasehold." +
+      "v1.KeyInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020K" +
+      "eepAliveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030" +
+      "\002 \003(\0132\036.leasehold.v1.KeepAliveRenewal\022\026\n" +
+      "\016bind_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewa" +
+      "l\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030" +
+      "\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Dur" +
+      "ation\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022." +
+      "\n\007results\030\002 \003(\0132\035.leasehold.v1.KeepAlive" +
+      "Result\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\022" +
+      "6\n\007outcome\030\002 \001(\0162%.leasehold.v1.KeepAliv" +
+      "eResult.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leaseho" +
+      "ld.v1.Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 " +
+      "\001(\t\022\031\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outco" +
+      "me\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_R" +
+      "ENEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUTC" +
+      "OME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_A" +
+      "RGUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REASO" +
+      "N_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_LO" +
+      "ST\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_R" +
+      "EASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASON" +
+      "_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAGE" +
+      "\020\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026ER" +
+      "ROR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_T" +
+      "OKENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUTH" +
+      "ENTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_D" +
+      "ENIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n\033" +
+      "ERROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_R" +
+      "EASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_SU" +
+      "CCESSOR\020\0162\336\006\n\006Leases\022F\n\007Acquire\022\034.leaseh" +
+      "old.v1.AcquireRequest\032\035.leasehold.v1.Acq" +
+      "uireResponse\022@\n\005Renew\022\032.leasehold.v1.Ren" +
+      "ewRequest\032\033.leasehold.v1.RenewResponse\022F" +
+      "\n\007Release\022\034.leasehold.v1.ReleaseRequest\032" +
+      "\035.leasehold.v1.ReleaseResponse\022X\n\rTransf" +
+      "erLease\022\".leasehold.v1.TransferLeaseRequ" +
+      "est\032#.leasehold.v1.TransferLeaseResponse" +
+      "\022>\n\010GetLease\022\035.leasehold.v1.GetLeaseRequ" +
+      "est\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036." +
+      "leasehold.v1.DeleteJobRequest\032\037.leasehol" +
+      "d.v1.DeleteJobResponse\022O\n\nListLeases\022\037.l" +
+      "easehold.v1.ListLeasesRequest\032 .leasehol" +
+      "d.v1.ListLeasesResponse\022O\n\nGetHistory\022\037." +
+      "leasehold.v1.GetHistoryRequest\032 .leaseho" +
+      "ld.v1.GetHistoryResponse\022I\n\nWatchLease\022\037" +
+      ".leasehold.v1.WatchLeaseRequest\032\030.leaseh" +
+      "old.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.lease" +
+      "hold.v1.KeepAliveRequest\032\037.leasehold.v1." +
+      "KeepAliveResponse(\0010\001\022[\n\016GetSigningKeys\022" +
+      "#.leasehold.v1.GetSigningKeysRequest\032$.l" +
+      "easehold.v1.GetSigningKeysResponse2\306\002\n\013F" +
+      "encedStore\022U\n\014CheckedWrite\022!.leasehold.v" +
+      "1.CheckedWriteRequest\032\".leasehold.v1.Che" +
+      "ckedWriteResponse\022V\n\013WriteStream\022 .lease" +
+      "hold.v1.WriteStreamRequest\032!.leasehold.v" +
+      "1.WriteStreamResponse(\0010\001\022=\n\004Read\022\031.leas" +
+      "ehold.v1.ReadRequest\032\032.leasehold.v1.Read" +
+      "Response\022I\n\010ListKeys\022\035.leasehold.v1.List" +
+      "KeysRequest\032\036.leasehold.v1.ListKeysRespo" +
+      "nseBW\n\020dev.leasehold.v1P\001ZAgithub.com/le" +
+      "asehold/leasehold/clients/go/leaseholdv1" +
+      ";leaseholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -346,195 +368,213 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_Lease_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Lease_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", });
-    internal_static_leasehold_v1_AcquireRequest_descriptor =
+        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", "Proof", });
+    internal_static_leasehold_v1_GetSigningKeysRequest_descriptor =
       getDescriptor().getMessageType(1);
+    internal_static_leasehold_v1_GetSigningKeysRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_GetSigningKeysRequest_descriptor,
+        new java.lang.String[] { });
+    internal_static_leasehold_v1_GetSigningKeysResponse_descriptor =
+      getDescriptor().getMessageType(2);
+    internal_static_leasehold_v1_GetSigningKeysResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_GetSigningKeysResponse_descriptor,
+        new java.lang.String[] { "Jwks", "Keys", });
+    internal_static_leasehold_v1_SigningKey_descriptor =
+      getDescriptor().getMessageType(3);
+    internal_static_leasehold_v1_SigningKey_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_SigningKey_descriptor,
+        new java.lang.String[] { "Kid", "PublicKey", "Signing", });
+    internal_static_leasehold_v1_AcquireRequest_descriptor =
+      getDescriptor().getMessageType(4);
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireRequest_descriptor,
         new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", });
     internal_static_leasehold_v1_AcquireResponse_descriptor =
-      getDescriptor().getMessageType(2);
+      getDescriptor().getMessageType(5);
     internal_static_leasehold_v1_AcquireResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireResponse_descriptor,
         new java.lang.String[] { "Acquired", "Lease", });
     internal_static_leasehold_v1_RenewRequest_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(6);
     internal_static_leasehold_v1_RenewRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_RenewRequest_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_RenewResponse_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(7);
     internal_static_leasehold_v1_RenewResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_RenewResponse_descriptor,
         new java.lang.String[] { "Lease", "SuccessorWaiting", });
     internal_static_leasehold_v1_ReleaseRequest_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(8);
     internal_static_leasehold_v1_ReleaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReleaseRequest_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "GiveBack", });
     internal_static_leasehold_v1_ReleaseResponse_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(9);
     internal_static_leasehold_v1_ReleaseResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReleaseResponse_descriptor,
         new java.lang.String[] { "Released", });
     internal_static_leasehold_v1_TransferLeaseRequest_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(10);
     internal_static_leasehold_v1_TransferLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_TransferLeaseRequest_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "ToHolder", "Ttl", });
     internal_static_leasehold_v1_TransferLeaseResponse_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(11);
     internal_static_leasehold_v1_TransferLeaseResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_TransferLeaseResponse_descriptor,
         new java.lang.String[] { "Lease", });
     internal_static_leasehold_v1_GetLeaseRequest_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(12);
     internal_static_leasehold_v1_GetLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_DeleteJobRequest_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(13);
     internal_static_leasehold_v1_DeleteJobRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_DeleteJobResponse_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(14);
     internal_static_leasehold_v1_DeleteJobResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobResponse_descriptor,
         new java.lang.String[] { "Deleted", });
     internal_static_leasehold_v1_ListLeasesRequest_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(15);
     internal_static_leasehold_v1_ListLeasesRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesRequest_descriptor,
         new java.lang.String[] { "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_ListLeasesResponse_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(16);
     internal_static_leasehold_v1_ListLeasesResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesResponse_descriptor,
         new java.lang.String[] { "Leases", "NextPageToken", });
     internal_static_leasehold_v1_GetHistoryRequest_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(17);
     internal_static_leasehold_v1_GetHistoryRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryRequest_descriptor,
         new java.lang.String[] { "Job", "PageSize", "PageToken", });
     internal_static_leasehold_v1_GetHistoryResponse_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(18);
     internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryResponse_descriptor,
         new java.lang.String[] { "Tenures", "NextPageToken", });
     internal_static_leasehold_v1_Tenure_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(19);
     internal_static_leasehold_v1_Tenure_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Tenure_descriptor,
         new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", });
     internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_WatchLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WatchLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_LeaseEvent_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_LeaseEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_LeaseEvent_descriptor,
         new java.lang.String[] { "Lease", "Kind", });
     internal_static_leasehold_v1_CheckedWriteRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_CheckedWriteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteRequest_descriptor,
-        new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", });
+        new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", "Proof", });
     internal_static_leasehold_v1_CheckedWriteResponse_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
     internal_static_leasehold_v1_WriteStreamRequest_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamRequest_descriptor,
         new java.lang.String[] { "Id", "Writes", });
     internal_static_leasehold_v1_WriteStreamResponse_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_WriteResult_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(26);
     internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteResult_descriptor,
         new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
     internal_static_leasehold_v1_ReadRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(27);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(28);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(29);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(30);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(31);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(32);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
         new java.lang.String[] { "Id", "Renewals", "BindToStream", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(33);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(31);
+      getDescriptor().getMessageType(34);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(32);
+      getDescriptor().getMessageType(35);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,

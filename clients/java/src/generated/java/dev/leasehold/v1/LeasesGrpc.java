@@ -325,6 +325,37 @@ public final class LeasesGrpc {
     return getKeepAliveMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.GetSigningKeysRequest,
+      dev.leasehold.v1.GetSigningKeysResponse> getGetSigningKeysMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "GetSigningKeys",
+      requestType = dev.leasehold.v1.GetSigningKeysRequest.class,
+      responseType = dev.leasehold.v1.GetSigningKeysResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.GetSigningKeysRequest,
+      dev.leasehold.v1.GetSigningKeysResponse> getGetSigningKeysMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.GetSigningKeysRequest, dev.leasehold.v1.GetSigningKeysResponse> getGetSigningKeysMethod;
+    if ((getGetSigningKeysMethod = LeasesGrpc.getGetSigningKeysMethod) == null) {
+      synchronized (LeasesGrpc.class) {
+        if ((getGetSigningKeysMethod = LeasesGrpc.getGetSigningKeysMethod) == null) {
+          LeasesGrpc.getGetSigningKeysMethod = getGetSigningKeysMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.GetSigningKeysRequest, dev.leasehold.v1.GetSigningKeysResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "GetSigningKeys"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.GetSigningKeysRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.GetSigningKeysResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LeasesMethodDescriptorSupplier("GetSigningKeys"))
+              .build();
+        }
+      }
+    }
+    return getGetSigningKeysMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -575,6 +606,18 @@ public final class LeasesGrpc {
         io.grpc.stub.StreamObserver<dev.leasehold.v1.KeepAliveResponse> responseObserver) {
       return io.grpc.stub.ServerCalls.asyncUnimplementedStreamingCall(getKeepAliveMethod(), responseObserver);
     }
+
+    /**
+     * <pre>
+     * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+     * (RFC 7517) and as a list. The first signs new grants; every one listed
+     * verifies. Also served at GET /keys on the admin port. Needs no grant.
+     * </pre>
+     */
+    default void getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetSigningKeysMethod(), responseObserver);
+    }
   }
 
   /**
@@ -804,6 +847,19 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.asyncBidiStreamingCall(
           getChannel().newCall(getKeepAliveMethod(), getCallOptions()), responseObserver);
     }
+
+    /**
+     * <pre>
+     * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+     * (RFC 7517) and as a list. The first signs new grants; every one listed
+     * verifies. Also served at GET /keys on the admin port. Needs no grant.
+     * </pre>
+     */
+    public void getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getGetSigningKeysMethod(), getCallOptions()), request, responseObserver);
+    }
   }
 
   /**
@@ -1013,6 +1069,18 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.blockingBidiStreamingCall(
           getChannel(), getKeepAliveMethod(), getCallOptions());
     }
+
+    /**
+     * <pre>
+     * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+     * (RFC 7517) and as a list. The first signs new grants; every one listed
+     * verifies. Also served at GET /keys on the admin port. Needs no grant.
+     * </pre>
+     */
+    public dev.leasehold.v1.GetSigningKeysResponse getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getGetSigningKeysMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -1186,6 +1254,18 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.blockingServerStreamingCall(
           getChannel(), getWatchLeaseMethod(), getCallOptions(), request);
     }
+
+    /**
+     * <pre>
+     * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+     * (RFC 7517) and as a list. The first signs new grants; every one listed
+     * verifies. Also served at GET /keys on the admin port. Needs no grant.
+     * </pre>
+     */
+    public dev.leasehold.v1.GetSigningKeysResponse getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getGetSigningKeysMethod(), getCallOptions(), request);
+    }
   }
 
   /**
@@ -1352,6 +1432,19 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getGetHistoryMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
+     * (RFC 7517) and as a list. The first signs new grants; every one listed
+     * verifies. Also served at GET /keys on the admin port. Needs no grant.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.GetSigningKeysResponse> getSigningKeys(
+        dev.leasehold.v1.GetSigningKeysRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getGetSigningKeysMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_ACQUIRE = 0;
@@ -1363,7 +1456,8 @@ public final class LeasesGrpc {
   private static final int METHODID_LIST_LEASES = 6;
   private static final int METHODID_GET_HISTORY = 7;
   private static final int METHODID_WATCH_LEASE = 8;
-  private static final int METHODID_KEEP_ALIVE = 9;
+  private static final int METHODID_GET_SIGNING_KEYS = 9;
+  private static final int METHODID_KEEP_ALIVE = 10;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1417,6 +1511,10 @@ public final class LeasesGrpc {
         case METHODID_WATCH_LEASE:
           serviceImpl.watchLease((dev.leasehold.v1.WatchLeaseRequest) request,
               (io.grpc.stub.StreamObserver<dev.leasehold.v1.LeaseEvent>) responseObserver);
+          break;
+        case METHODID_GET_SIGNING_KEYS:
+          serviceImpl.getSigningKeys((dev.leasehold.v1.GetSigningKeysRequest) request,
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -1509,6 +1607,13 @@ public final class LeasesGrpc {
               dev.leasehold.v1.KeepAliveRequest,
               dev.leasehold.v1.KeepAliveResponse>(
                 service, METHODID_KEEP_ALIVE)))
+        .addMethod(
+          getGetSigningKeysMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.leasehold.v1.GetSigningKeysRequest,
+              dev.leasehold.v1.GetSigningKeysResponse>(
+                service, METHODID_GET_SIGNING_KEYS)))
         .build();
   }
 
@@ -1567,6 +1672,7 @@ public final class LeasesGrpc {
               .addMethod(getGetHistoryMethod())
               .addMethod(getWatchLeaseMethod())
               .addMethod(getKeepAliveMethod())
+              .addMethod(getGetSigningKeysMethod())
               .build();
         }
       }

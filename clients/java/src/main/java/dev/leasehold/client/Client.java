@@ -13,6 +13,7 @@ import dev.leasehold.v1.DeleteJobRequest;
 import dev.leasehold.v1.DeleteJobResponse;
 import dev.leasehold.v1.FencedStoreGrpc;
 import dev.leasehold.v1.GetLeaseRequest;
+import dev.leasehold.v1.GetSigningKeysRequest;
 import dev.leasehold.v1.LeasesGrpc;
 import dev.leasehold.v1.ListKeysRequest;
 import dev.leasehold.v1.ListKeysResponse;
@@ -37,6 +38,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.CancellationException;
@@ -717,6 +719,23 @@ public final class Client implements AutoCloseable {
   }
 
   /**
+   * The server's public signing keys ({@code GetSigningKeys}; the admin
+   * port's {@code GET /keys} serves the same JWKS), with which
+   * {@link Proofs#verify} checks a grant's proof ({@link Lease#proof()}).
+   * The first key signs new grants; every one listed verifies. Empty when
+   * the server signs nothing. Needs no grant. Fetch it once and again when a
+   * proof names a key it does not list (a rotation).
+   */
+  public KeySet getSigningKeys() {
+    return KeySet.of(call(leases, timeout, s -> s.getSigningKeys(GetSigningKeysRequest.getDefaultInstance())));
+  }
+
+  /** {@link #getSigningKeys()} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<KeySet> getSigningKeysAsync() {
+    return async(deadline(leasesFuture).getSigningKeys(GetSigningKeysRequest.getDefaultInstance()), KeySet::of);
+  }
+
+  /**
    * Deletes {@code job} and every key of its fenced store, if its lease is not
    * live and no Acquire waits for it ({@link JobInUseException} otherwise).
    * Returns whether there was such a job. A job created again later gets
@@ -771,6 +790,54 @@ public final class Client implements AutoCloseable {
   /** {@link #checkedWrite(String, long, byte[], byte[])} with UTF-8 text. */
   public long checkedWrite(String job, long token, String key, String value) {
     return checkedWrite(job, token, key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /**
+   * {@link #checkedWrite(String, long, byte[], byte[])} with a grant's proof
+   * ({@link Lease#proof()}) instead of its token
+   * ({@code CheckedWriteRequest.proof}): the server verifies the proof with
+   * its own keys, takes the token from it, and fences the write exactly as
+   * with that token. So a service that is not the holder can forward the
+   * holder's write (it needs {@code write} on the job). Throws
+   * {@link FencedException} when the proof's token is not the job's live
+   * one (the lease passed on), and {@link InvalidArgumentException} with
+   * {@code field()} {@code "proof"} when the proof does not verify or is
+   * for another job.
+   */
+  public long checkedWrite(String job, String proof, byte[] key, byte[] value) {
+    return write(CheckedWriteRequest.newBuilder().setJob(job).setProof(Objects.requireNonNull(proof, "proof"))
+        .setKey(ByteString.copyFrom(key)).setValue(ByteString.copyFrom(value)).build());
+  }
+
+  /** {@link #checkedWrite(String, String, byte[], byte[])} with UTF-8 text. */
+  public long checkedWrite(String job, String proof, String key, String value) {
+    return checkedWrite(job, proof, key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /**
+   * {@link #delete(String, long, byte[])} with a grant's proof instead of
+   * its token (see {@link #checkedWrite(String, String, byte[], byte[])}).
+   */
+  public long delete(String job, String proof, byte[] key) {
+    return write(CheckedWriteRequest.newBuilder().setJob(job).setProof(Objects.requireNonNull(proof, "proof"))
+        .setKey(ByteString.copyFrom(key)).setDelete(true).build());
+  }
+
+  /** {@link #checkedWrite(String, String, byte[], byte[])} as a future of the key's new version. */
+  public CompletableFuture<Long> checkedWriteAsync(String job, String proof, byte[] key, byte[] value) {
+    return writeAsync(CheckedWriteRequest.newBuilder().setJob(job).setProof(Objects.requireNonNull(proof, "proof"))
+        .setKey(ByteString.copyFrom(key)).setValue(ByteString.copyFrom(value)).build());
+  }
+
+  /** {@link #checkedWriteAsync(String, String, byte[], byte[])} with UTF-8 text. */
+  public CompletableFuture<Long> checkedWriteAsync(String job, String proof, String key, String value) {
+    return checkedWriteAsync(job, proof, key.getBytes(StandardCharsets.UTF_8), value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /** {@link #delete(String, String, byte[])} as a future of the new version. */
+  public CompletableFuture<Long> deleteAsync(String job, String proof, byte[] key) {
+    return writeAsync(CheckedWriteRequest.newBuilder().setJob(job).setProof(Objects.requireNonNull(proof, "proof"))
+        .setKey(ByteString.copyFrom(key)).setDelete(true).build());
   }
 
   /** Deletes (job, key), fenced by {@code token}; returns the new version. */

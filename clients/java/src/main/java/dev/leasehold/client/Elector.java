@@ -100,6 +100,7 @@ public final class Elector implements AutoCloseable {
   private boolean finished;
   private LeaseholdException refusal;
   private long token; // 0: not leading
+  private String proof; // the proof of the grant of token; null when not leading, or the server signs nothing
   private long deadline; // System.nanoTime() when leading
   private long transferring; // the token a transfer() is handing over; 0: none
   private Thread thread;
@@ -287,6 +288,24 @@ public final class Elector implements AutoCloseable {
     lock.lock();
     try {
       return token != 0 && System.nanoTime() - deadline < 0 ? OptionalLong.of(token) : OptionalLong.empty();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The proof of the grant we lead with ({@link Lease#proof()}): the
+   * server's signed statement that it issued {@link #token()} of this job to
+   * {@link #holder()}, for storage leasehold does not own to check
+   * ({@link Proofs#verify}), or to write with
+   * ({@link Client#checkedWrite(String, String, byte[], byte[])}). Empty
+   * when {@link #token()} is, and when the server signs nothing.
+   */
+  public java.util.Optional<String> proof() {
+    lock.lock();
+    try {
+      return token != 0 && System.nanoTime() - deadline < 0
+          ? java.util.Optional.ofNullable(proof) : java.util.Optional.empty();
     } finally {
       lock.unlock();
     }
@@ -552,7 +571,7 @@ public final class Elector implements AutoCloseable {
         if (anchor == null) {
           continue;
         }
-        if (lead(granted, anchor)) {
+        if (lead(granted, r.getLease().getProof(), anchor)) {
           return;
         }
       }
@@ -717,11 +736,11 @@ public final class Elector implements AutoCloseable {
   }
 
   /** Leads until lost (false) or told to stop (releases; true). */
-  private boolean lead(long t, long sent) throws InterruptedException {
+  private boolean lead(long t, String grantProof, long sent) throws InterruptedException {
     long every = ttlNanos() / 3;
     Retry.Backoff retry = Retry.Backoff.renew(ttlNanos());
     long until = sent + ttlNanos();
-    setLeader(t, until);
+    setLeader(t, grantProof, until);
     long next = sent + every;
     while (true) {
       long wake = next - until < 0 ? next : until;
@@ -777,6 +796,9 @@ public final class Elector implements AutoCloseable {
       try {
         if (token == t) {
           deadline = until;
+          if (!renewed.getLease().getProof().isEmpty()) {
+            proof = renewed.getLease().getProof(); // the same, or made again under a new signing key
+          }
         }
       } finally {
         lock.unlock();
@@ -847,10 +869,11 @@ public final class Elector implements AutoCloseable {
     }
   }
 
-  private void setLeader(long t, long until) {
+  private void setLeader(long t, String grantProof, long until) {
     lock.lock();
     try {
       token = t;
+      proof = grantProof == null || grantProof.isEmpty() ? null : grantProof;
       deadline = until;
       changed.signalAll();
     } finally {
@@ -868,6 +891,7 @@ public final class Elector implements AutoCloseable {
         return false;
       }
       token = 0;
+      proof = null;
       changed.signalAll();
     } finally {
       lock.unlock();

@@ -76,6 +76,19 @@ class SecurityTest {
   }
 
   @Test
+  void aGrantsProofNamesItsPrincipal() throws Exception {
+    String job = ClientTest.job("tls-proof");
+    try (Client c = connect(withCa().token(secret(server.pki, "alice")))) {
+      Lease l = c.acquire(job, "w", LONG).lease();
+      ProofClaims claims = Proofs.verify(l.proof(), c.getSigningKeys(), job, l.token());
+      assertEquals("alice", claims.principal());
+      assertEquals("w", claims.holder());
+      assertEquals(1, c.checkedWrite(job, l.proof(), "k", "v"));
+      c.release(job, "w", l.token());
+    }
+  }
+
+  @Test
   void theCaMayBeGivenAsBytes() throws Exception {
     try (Client c = connect(Security.builder().ca(Files.readAllBytes(file("ca.pem"))).token(secret(server.pki, "alice")))) {
       assertTrue(c.acquire(ClientTest.job("pem"), "w", LONG).acquired());

@@ -1,0 +1,302 @@
+//! The server's signing keys, and the proofs of its grants (`Lease.proof`).
+//!
+//! The format, signing and verifying are `leasehold_proto::proof`'s; this
+//! is where the keys come from and how proofs are made cheaply:
+//!
+//! - **Keys.** The single node keeps its own in its data dir,
+//!   [`KEYS_FILE`] (PKCS#8 PEM blocks, mode 0600; the first signs): made
+//!   on the data dir's first start, brought along by backups and restores.
+//!   **A data dir that holds a store but no key file refuses to start**: a
+//!   new key would leave every proof issued before unverifiable, so making
+//!   one takes `--new-signing-key`. Keys given by `--signing-key FILE`
+//!   (both backends; what etcd frontends share) come first; the data
+//!   dir's stay listed after them.
+//! - **Proofs.** A proof is a function of the grant (job, token, holder,
+//!   [`Issued`]) and the signing key, and Ed25519 is deterministic, so a
+//!   proof is made again rather than stored, and the same grant always has
+//!   the same proof, on every frontend and across restarts. A bounded cache
+//!   keeps the proofs of recent grants, so that renewals and listings do
+//!   not sign again.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::lease::{HolderId, Issued, LeaseState, LeaseView};
+use leasehold_proto::proof::{self, Claims, KeySet, ProofError, Signer};
+
+/// The data dir's key file.
+pub const KEYS_FILE: &str = "signing-keys.pem";
+
+/// Proofs kept in the cache before it starts again (each about 300 bytes
+/// plus its key).
+const CACHE: usize = 16_384;
+
+/// The keys, and the proofs made with them.
+pub struct Proofs {
+    signer: Option<Signer>,
+    keys: KeySet,
+    jwks: String,
+    cache: Mutex<HashMap<(Arc<str>, u64), Arc<str>>>,
+    signed: AtomicU64,
+}
+
+impl std::fmt::Debug for Proofs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proofs").field("keys", &self.keys).finish_non_exhaustive()
+    }
+}
+
+/// The PEM blocks of a key file, each a whole `-----BEGIN PRIVATE KEY-----`
+/// ... `-----END PRIVATE KEY-----` document.
+pub fn pem_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("-----BEGIN ") {
+            cur = Some(String::new());
+        }
+        if let Some(c) = &mut cur {
+            c.push_str(line);
+            c.push('\n');
+        }
+        if line.starts_with("-----END ") {
+            out.extend(cur.take());
+        }
+    }
+    out
+}
+
+fn signers(text: &str, what: &str) -> Result<Vec<Signer>, String> {
+    let blocks = pem_blocks(text);
+    if blocks.is_empty() {
+        return Err(format!("{what} holds no PEM private key"));
+    }
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| Signer::from_pem(b).map_err(|e| format!("{what}, key {}: {e}", i + 1)))
+        .collect()
+}
+
+impl Proofs {
+    /// No keys: grants carry no proof, and the key set is empty.
+    pub fn none() -> Proofs {
+        Proofs::new(Vec::new())
+    }
+
+    /// These keys, the first signing.
+    pub fn new(signers: Vec<Signer>) -> Proofs {
+        let mut keys = KeySet::default();
+        let mut it = signers.into_iter();
+        let signer = it.next();
+        keys.keys.extend(signer.iter().map(|s| s.public().clone()));
+        for s in it {
+            if keys.get(&s.public().kid).is_none() {
+                keys.keys.push(s.public().clone());
+            }
+        }
+        Proofs {
+            jwks: keys.to_jwks(),
+            signer,
+            keys,
+            cache: Mutex::new(HashMap::new()),
+            signed: AtomicU64::new(0),
+        }
+    }
+
+    /// The keys of `files` (`--signing-key`, in order), then, for the
+    /// single node, those of `data_dir`'s key file: made there when the
+    /// data dir holds no store yet, or when `make` (`--new-signing-key`)
+    /// says so; refused when it holds a store without one.
+    pub fn load(files: &[PathBuf], data_dir: Option<&Path>, make: bool) -> Result<Proofs, String> {
+        let mut all = Vec::new();
+        for f in files {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("cannot read --signing-key {}: {e}", f.display()))?;
+            all.extend(signers(&text, &format!("--signing-key {}", f.display()))?);
+        }
+        if let Some(dir) = data_dir {
+            all.extend(data_dir_keys(dir, make)?);
+        }
+        Ok(Proofs::new(all))
+    }
+
+    /// The key set, the signing key first.
+    pub fn keys(&self) -> &KeySet {
+        &self.keys
+    }
+
+    /// The key set as a JWKS.
+    pub fn jwks(&self) -> &str {
+        &self.jwks
+    }
+
+    /// Proofs signed since start (cache misses).
+    pub fn signed(&self) -> u64 {
+        self.signed.load(Ordering::Relaxed)
+    }
+
+    /// The proof of the grant `v` shows, if it is held and there is a
+    /// signing key; else empty.
+    pub fn of(&self, v: &LeaseView) -> String {
+        match &v.state {
+            LeaseState::Held { holder, issued, .. } => {
+                self.proof(v.job.as_str(), v.token.0, holder, *issued).to_string()
+            }
+            LeaseState::Free(_) => String::new(),
+        }
+    }
+
+    /// The proof of token `token` of `job`, granted to `holder` as
+    /// `issued` says; empty without a signing key.
+    pub fn proof(&self, job: &str, token: u64, holder: &HolderId, issued: Issued) -> Arc<str> {
+        let Some(signer) = &self.signer else {
+            return Arc::from("");
+        };
+        // A token is issued once per job: (job, token) names one grant.
+        let key = (Arc::from(job), token);
+        if let Some(p) = self.cache.lock().expect("proof cache").get(&key) {
+            return p.clone();
+        }
+        let (principal, holder) = crate::server::auth::unbind(holder.as_str());
+        let p: Arc<str> = Arc::from(signer.sign(&Claims {
+            job: job.to_owned(),
+            token,
+            principal: principal.unwrap_or_default().to_owned(),
+            holder: holder.to_owned(),
+            issued_at: issued.at_unix_ms / 1000,
+            ttl_ms: issued.ttl_ms,
+            kid: String::new(),
+        }));
+        self.signed.fetch_add(1, Ordering::Relaxed);
+        let mut cache = self.cache.lock().expect("proof cache");
+        if cache.len() >= CACHE {
+            cache.clear();
+        }
+        cache.insert(key, p.clone());
+        p
+    }
+
+    /// Verifies `proof` with this server's keys.
+    pub fn verify(&self, proof: &str) -> Result<Claims, ProofError> {
+        proof::verify(proof, &self.keys)
+    }
+}
+
+/// The keys of the data dir's key file, made if the data dir is new (or
+/// `make`).
+fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {
+    let file = dir.join(KEYS_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => signers(&text, &file.display().to_string()).map_err(|e| {
+            format!(
+                "{e}. The signing key is damaged: restore {KEYS_FILE} from a backup (leasehold \
+                 restore brings it back). A new key would leave every proof issued so far \
+                 unverifiable"
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let has_store = std::fs::read_dir(dir).is_ok_and(|mut d| {
+                d.any(|e| {
+                    e.is_ok_and(|e| {
+                        e.file_name()
+                            .to_str()
+                            .is_some_and(|n| n != KEYS_FILE && leasehold_store_entry(n))
+                    })
+                })
+            });
+            if has_store && !make {
+                return Err(format!(
+                    "{} holds a store but no signing key ({KEYS_FILE} is missing). Restore it from \
+                     a backup, or, if this data dir predates signed grants or its key is lost for \
+                     good, start once with --new-signing-key to make a new one (proofs made under \
+                     the old key will no longer verify)",
+                    dir.display()
+                ));
+            }
+            let pem = Signer::generate_pem()?;
+            write_private(dir, &pem)
+                .map_err(|e| format!("cannot write the signing key {}: {e}", file.display()))?;
+            tracing::info!(file = %file.display(), "made a new signing key for grants' proofs");
+            signers(&pem, &file.display().to_string())
+        }
+        Err(e) => Err(format!("cannot read the signing key {}: {e}", file.display())),
+    }
+}
+
+/// Whether a data dir entry may be a store's: anything but the lock file
+/// and hidden files (a first start finds at most those).
+fn leasehold_store_entry(name: &str) -> bool {
+    !name.starts_with('.') && name != "leasehold.lock"
+}
+
+/// Writes `pem` as the data dir's key file, mode 0600, atomically and
+/// durably (a new file, fsync, rename, fsync of the directory).
+pub fn write_private(dir: &Path, pem: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{KEYS_FILE}.new"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(pem.as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(KEYS_FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_dir_gets_a_key_kept_across_loads_and_a_dir_with_a_store_without_one_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let a = Proofs::load(&[], Some(d.path()), false).unwrap();
+        assert_eq!(a.keys().keys.len(), 1);
+        let mode = std::fs::metadata(d.path().join(KEYS_FILE)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = Proofs::load(&[], Some(d.path()), false).unwrap();
+        assert_eq!(a.keys(), b.keys(), "the same key on the next start");
+
+        std::fs::write(d.path().join("leasehold.manifest"), "x").unwrap();
+        std::fs::remove_file(d.path().join(KEYS_FILE)).unwrap();
+        let e = Proofs::load(&[], Some(d.path()), false).unwrap_err();
+        assert!(e.contains("--new-signing-key"), "{e}");
+        assert!(!d.path().join(KEYS_FILE).exists(), "nothing made");
+        let c = Proofs::load(&[], Some(d.path()), true).unwrap();
+        assert_ne!(c.keys(), a.keys());
+
+        std::fs::write(d.path().join(KEYS_FILE), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+        let e = Proofs::load(&[], Some(d.path()), true).unwrap_err();
+        assert!(e.contains("damaged"), "{e}");
+    }
+
+    #[test]
+    fn given_keys_come_first_and_the_same_grant_has_the_same_proof() {
+        let d = tempfile::tempdir().unwrap();
+        let own = Proofs::load(&[], Some(d.path()), false).unwrap();
+        let f = d.path().join("new.pem");
+        std::fs::write(&f, Signer::generate_pem().unwrap()).unwrap();
+        let both = Proofs::load(std::slice::from_ref(&f), Some(d.path()), false).unwrap();
+        assert_eq!(both.keys().keys.len(), 2);
+        assert_eq!(both.keys().keys[1], own.keys().keys[0]);
+        let h = crate::lease::Limits::default().holder("w").unwrap();
+        let issued = Issued::new(1_700_000_000_123, std::time::Duration::from_secs(5));
+        let p = both.proof("j", 3, &h, issued);
+        assert_eq!(p, both.proof("j", 3, &h, issued));
+        let c = proof::verify_for(&p, both.keys(), "j", Some(3)).unwrap();
+        assert_eq!((c.holder.as_str(), c.issued_at, c.ttl_ms), ("w", 1_700_000_000, 5000));
+        assert_eq!(c.kid, both.keys().keys[0].kid, "the given key signs");
+        assert!(Proofs::none().proof("j", 3, &h, issued).is_empty());
+    }
+}
