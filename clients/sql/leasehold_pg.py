@@ -91,7 +91,7 @@ def _put(conn: psycopg.Connection, job: str, key: str, value: str, token: int, p
 
 #: A key set: a :class:`leasehold.KeySet` (``client.signing_keys()``), or
 #: the JWKS of ``GET /keys`` as a JSON string or the parsed object.
-Keys = Union["lh_proof.KeySet", str, bytes, dict]
+Keys = lh_proof.Keys
 
 
 def verified_claims(keys: Keys, proof: str, job: str) -> lh_proof.ProofClaims:
@@ -112,7 +112,7 @@ def take_over_with_proof(conn: psycopg.Connection, keys: Keys, proof: str, job: 
     first (:func:`verified_claims`): on taking leadership, before any work.
     The fence keeps the proof. False when the database has already seen a
     higher token (nothing changed). Raises :class:`leasehold.ProofError` or
-    ``ValueError`` before touching the database, so a forged proof raises
+    ``ValueError`` before touching the database: a forged proof changes
     nothing there."""
     claims = verified_claims(keys, proof, job)
     with conn.transaction():

@@ -664,6 +664,7 @@ mod tests {
     #[test]
     fn status_shows_the_principal_when_the_server_has_a_policy() {
         let l = |job: &str, principal: Option<&str>| Lease {
+            proof: Default::default(),
             job: job.into(),
             holder: Some("worker".into()),
             token: 3,

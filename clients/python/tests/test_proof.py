@@ -312,6 +312,14 @@ def test_a_checked_write_may_carry_the_proof_instead_of_the_token(server, connec
         with pytest.raises(leasehold.InvalidArgument) as e:
             c.checked_write(job, None, b"k", b"forged", proof=bad)
         assert e.value.field == "proof", str(e.value)
+    other = c.acquire(job + "-other", "o", ttl=TTL).lease
+    with pytest.raises(leasehold.InvalidArgument) as e:
+        c.checked_write(job + "-other", None, b"k", b"wrong job", proof=a.proof)
+    assert e.value.field == "proof", "a proof for another job"
+    with pytest.raises(leasehold.InvalidArgument) as e:
+        c.checked_write(job, a.token + 1, b"k", b"two tokens", proof=a.proof)
+    assert e.value.field == "token", "a token that is not the proof's"
+    c.release(job + "-other", "o", other.token)
     assert c.read(job, b"k").value == b"both"
 
     # The lease passes to another holder: the old proof is fenced.

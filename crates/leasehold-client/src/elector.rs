@@ -25,7 +25,7 @@
 //! deadline), and their warnings are limited to one every 5 s, each with
 //! the count of the ones suppressed since.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -95,6 +95,7 @@ pub struct Elector {
     stop: Option<oneshot::Sender<()>>,
     transfers: mpsc::Sender<Transfer>,
     task: Option<JoinHandle<()>>,
+    proof: Arc<Mutex<Option<(u64, String)>>>,
 }
 
 impl Elector {
@@ -121,6 +122,7 @@ impl Elector {
         let (deadline_tx, deadline) = watch::channel(None);
         let (stop_tx, stop_rx) = oneshot::channel();
         let error = Arc::new(OnceLock::new());
+        let proof = Arc::new(Mutex::new(None));
         let task = match check_elector_args(Some(job), name, ttl) {
             Err(e) => {
                 let _ = error.set(e);
@@ -136,6 +138,7 @@ impl Elector {
                     deadline: deadline_tx,
                     error: error.clone(),
                     options,
+                    proof: proof.clone(),
                 };
                 Some(tokio::spawn(campaign.run(stop_rx, transfers_rx)))
             }
@@ -148,7 +151,17 @@ impl Elector {
             stop: Some(stop_tx),
             transfers,
             task,
+            proof,
         }
+    }
+
+    /// The proof of our grant while we lead (`Lease.proof`: see
+    /// [`crate::proof`]), for storage that leasehold does not own; `None`
+    /// when we do not lead, or the server signs nothing.
+    pub fn proof(&self) -> Option<String> {
+        let token = self.role().token()?;
+        let proof = self.proof.lock().expect("elector proof");
+        proof.as_ref().filter(|(t, _)| *t == token).map(|(_, p)| p.clone())
     }
 
     /// Hands our lease to a waiting elector: `to` (its holder), or the
@@ -274,6 +287,8 @@ struct Campaign {
     /// Set, before the campaign ends, to an error that stopped it.
     error: Arc<OnceLock<ClientError>>,
     options: ElectorOptions,
+    /// The proof of the grant we lead with, and its token.
+    proof: Arc<Mutex<Option<(u64, String)>>>,
 }
 
 impl Campaign {
@@ -306,6 +321,8 @@ impl Campaign {
                 Ok(Ok(a)) if a.acquired => {
                     backoff.reset();
                     let token = a.lease.token;
+                    *self.proof.lock().expect("elector proof") =
+                        a.lease.proof.clone().map(|p| (token, p));
                     let Some(anchor) = self.anchor(token, sent).await else {
                         continue;
                     };

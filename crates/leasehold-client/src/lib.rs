@@ -72,6 +72,9 @@ use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
 pub use elector::{Elector, ElectorOptions, Role};
+/// Grants' proofs: verify one with [`proof::verify_for`] and the keys of
+/// [`Client::signing_keys`] (the format: `docs/proofs.md`).
+pub use leasehold_proto::proof;
 pub use elector_set::{ElectorSet, ElectorSetOptions};
 pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
@@ -309,6 +312,10 @@ pub struct Lease {
     pub remaining: Option<Duration>,
     /// The principal the live grant is bound to (servers with a policy).
     pub principal: Option<String>,
+    /// The live grant's signed proof, for storage that leasehold does not
+    /// own ([`proof::verify_for`]); `None` when free, or when the server
+    /// signs nothing. KeepAlive's results leave it out.
+    pub proof: Option<String>,
 }
 
 /// One token's time as a job's leader, from [`Client::history`].
@@ -377,6 +384,7 @@ impl From<proto::Lease> for Lease {
             ttl: d(l.ttl),
             remaining: d(l.remaining),
             principal: (!l.principal.is_empty()).then_some(l.principal),
+            proof: (!l.proof.is_empty()).then_some(l.proof),
         }
     }
 }
@@ -852,6 +860,45 @@ impl Client {
     /// Deletes (job, key), fenced by `token`. Returns the new version.
     pub async fn delete(&self, job: &str, token: u64, key: &[u8]) -> Result<u64, ClientError> {
         self.write(job, token, key, Vec::new(), true).await
+    }
+
+    /// Writes (job, key) with a grant's proof instead of a token: the
+    /// server verifies it with its own keys and fences the write by the
+    /// proof's token, so a service that is not the holder can forward the
+    /// holder's write. A proof that does not verify, or is for another
+    /// job, is [`ClientError::InvalidArgument`]. Returns the new version.
+    pub async fn checked_write_with_proof(
+        &self,
+        job: &str,
+        proof: &str,
+        key: &[u8],
+        value: Vec<u8>,
+    ) -> Result<u64, ClientError> {
+        let r = self
+            .store
+            .clone()
+            .checked_write(proto::CheckedWriteRequest {
+                job: job.to_owned(),
+                key: key.to_vec(),
+                value,
+                proof: proof.to_owned(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(r.into_inner().version)
+    }
+
+    /// The public keys that verify grants' proofs (`GetSigningKeys`), the
+    /// signing one first.
+    pub async fn signing_keys(&self) -> Result<proof::KeySet, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .get_signing_keys(proto::GetSigningKeysRequest {})
+            .await?
+            .into_inner();
+        proof::KeySet::from_response(&r)
+            .map_err(|e| ClientError::Other(Status::data_loss(format!("GetSigningKeys: {e}"))))
     }
 
     async fn write(

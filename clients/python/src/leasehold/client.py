@@ -633,9 +633,11 @@ class Client:
         the server verifies it with its own keys and fences the write with
         the proof's token, so a service that is not the holder can forward
         the holder's write. ``token`` may then be ``None`` (or 0); if given,
-        it must be the proof's. A proof that does not verify, or is for
+        it must be the proof's (else :class:`~leasehold.InvalidArgument`,
+        ``field`` ``"token"``). A proof that does not verify, or is for
         another job, raises :class:`~leasehold.InvalidArgument` (``field``
-        ``"proof"``)."""
+        ``"proof"``); a valid proof whose token is no longer the live one,
+        :class:`~leasehold.Fenced`."""
         return self._call(
             self._store.CheckedWrite, write_request(job, token, key, value, False, proof), timeout
         ).version

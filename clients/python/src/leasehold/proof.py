@@ -37,7 +37,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .errors import ProofError, ProofErrorKind
 
-__all__ = ["KeySet", "ProofClaims", "ProofError", "ProofErrorKind", "verify", "ALG", "TYP", "ISSUER"]
+__all__ = ["KeySet", "Keys", "ProofClaims", "ProofError", "ProofErrorKind", "verify", "ALG", "TYP", "ISSUER"]
 
 #: The only ``alg`` a proof may name.
 ALG = "EdDSA"
@@ -216,6 +216,8 @@ class KeySet:
         return f"KeySet(kids={self.kids!r})"
 
 
+#: What a key set may be given as: a KeySet, or the JWKS as JSON (str or
+#: bytes) or as the parsed object.
 Keys = Union[KeySet, str, bytes, Mapping[str, Any]]
 
 
