@@ -68,7 +68,22 @@ impl DataCommand {
             DataCommand::Check { data_dir } => {
                 let report = repair::check(&data_dir)?;
                 print!("{report}");
-                Ok(if report.inspection.problems.is_empty() {
+                // The store sees PEM blocks; whether they are keys, the
+                // server's own reading says.
+                let keys_ok = match report.signing_keys {
+                    0 => true,
+                    _ => match leasehold::proofs::read_data_dir_keys(&data_dir) {
+                        Ok(kids) => {
+                            println!("signing key ids   {}", kids.join(", "));
+                            true
+                        }
+                        Err(e) => {
+                            println!("signing keys      DAMAGED: {e}");
+                            false
+                        }
+                    },
+                };
+                Ok(if report.inspection.problems.is_empty() && keys_ok {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE
@@ -145,7 +160,14 @@ impl Unnamed {
                 ) =>
             {
                 let partial = out.with_extension("partial");
-                let file = std::fs::File::create(&partial)
+                // A backup holds the signing keys: readable by its user only.
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&partial)
                     .with_context(|| format!("cannot create {}", partial.display()))?;
                 Ok(Unnamed {
                     file,

@@ -45,11 +45,6 @@ export interface StreamWrite {
   value?: Bytes;
   /** Delete the key; `value` is then ignored. */
   delete?: boolean;
-  /**
-   * A grant's proof (`Lease.proof`) instead of the token, as
-   * `WriteOptions.proof` of `Client.checkedWrite`: `token` may then be `0n`.
-   */
-  proof?: string;
 }
 
 /** The key was stored durably (WRITTEN). */
@@ -124,7 +119,8 @@ function toPb(w: StreamWrite): pb.CheckedWriteRequest {
     key: asBytes(w.key),
     value: del ? Buffer.alloc(0) : asBytes(w.value!),
     delete: del,
-    proof: w.proof ?? "",
+    // The stream takes tokens only: a write with a proof goes by checkedWrite.
+    proof: "",
   };
 }
 

@@ -235,12 +235,6 @@ describe("proofs of a real server's grants", () => {
     assert.deepEqual([v.value.toString(), v.token], ["v1", lease.token]);
     assert.equal(await client.delete(job, 0n, "k", { proof }), 2n);
 
-    const stream = client.writeStream();
-    assert.deepEqual(await stream.write([{ job, token: 0n, key: "s", value: "1", proof }]), [
-      { kind: "written", version: 1n },
-    ]);
-    await stream.close();
-
     await client.release(job, "a", lease.token);
     const b = await client.acquire(job, "b", 30_000);
     await assert.rejects(client.checkedWrite(job, 0n, "k", "stale", { proof }), (e: unknown) => {

@@ -188,6 +188,18 @@ impl Proofs {
     }
 }
 
+/// The key ids of the data dir's key file, read without changing anything
+/// (`leasehold check`): an error names what does not parse.
+pub fn read_data_dir_keys(dir: &Path) -> Result<Vec<String>, String> {
+    let file = dir.join(KEYS_FILE);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    Ok(signers(&text, KEYS_FILE)?
+        .iter()
+        .map(|s| s.public().kid.clone())
+        .collect())
+}
+
 /// The keys of the data dir's key file, made if the data dir is new (or
 /// `make`).
 fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {

@@ -34,13 +34,21 @@ pub struct Backup {
     pub unix_ms: u64,
     /// Every record.
     pub records: Vec<Record>,
+    /// The data dir's signing keys (its `signing-keys.pem`), if it had
+    /// them: a backup holds private keys, and is as secret as the data dir.
+    pub signing_keys: Option<Vec<u8>>,
 }
+
+/// The tree byte of the signing keys' entry: after the records, before the
+/// trailer, counted and digested like them.
+const KEYS_ENTRY: u8 = 3;
 
 /// Writes a backup of `records` (with the checkpoint `c` they belong to)
 /// to `out`, in the self-checking format [`read_backup`] reads.
 pub fn write_backup(
     c: &Checkpoint,
     records: impl Iterator<Item = Result<Record>>,
+    signing_keys: Option<&[u8]>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let mut w = Summed::new(out);
@@ -53,9 +61,18 @@ pub fn write_backup(
     }
     w.write_all(&head).map_err(io)?;
     let (mut count, mut digest) = (0u64, 0u64);
-    for r in records {
-        let r = r?;
-        let tree = r.kind as u8;
+    let keys = signing_keys.map(|k| {
+        Ok(Record {
+            kind: Kind::Lease, // not read: the entry's tree byte is KEYS_ENTRY
+            key: crate::datadir::KEYS_FILE.as_bytes().to_vec(),
+            value: k.to_vec(),
+        })
+    });
+    let entries = records
+        .map(|r| r.map(|r| (r.kind as u8, r)))
+        .chain(keys.map(|k: Result<Record>| k.map(|k| (KEYS_ENTRY, k))));
+    for r in entries {
+        let (tree, r) = r?;
         digest = digest.wrapping_add(record_hash(tree, &r.key, &r.value));
         count += 1;
         let mut b = Vec::with_capacity(9 + r.key.len() + r.value.len());
@@ -101,6 +118,7 @@ pub fn read_backup(file: &Path) -> Result<Backup> {
         floor: n(33),
         unix_ms: n(41),
         records: Vec::new(),
+        signing_keys: None,
     };
     let mut at = head;
     let (mut count, mut digest) = (0u64, 0u64);
@@ -114,8 +132,9 @@ pub fn read_backup(file: &Path) -> Result<Backup> {
             }
             return Ok(b);
         }
+        let tree = kind;
         let kind = match kind {
-            1 => Kind::Lease,
+            1 | KEYS_ENTRY => Kind::Lease,
             2 => Kind::Value,
             _ => return Err(bad("a record of unknown kind")),
         };
@@ -134,13 +153,17 @@ pub fn read_backup(file: &Path) -> Result<Backup> {
         ) else {
             return Err(bad("a record is cut short"));
         };
-        digest = digest.wrapping_add(record_hash(kind as u8, key, value));
+        digest = digest.wrapping_add(record_hash(tree, key, value));
         count += 1;
-        b.records.push(Record {
-            kind,
-            key: key.to_vec(),
-            value: value.to_vec(),
-        });
+        if tree == KEYS_ENTRY {
+            b.signing_keys = Some(value.to_vec());
+        } else {
+            b.records.push(Record {
+                kind,
+                key: key.to_vec(),
+                value: value.to_vec(),
+            });
+        }
         at = start + k + v;
     }
 }

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 pub use crate::backup::{read_backup, write_backup, Backup};
 use crate::datadir::{self, DirLock};
 use crate::manifest::{self, hex, Checkpoint};
-use crate::sled::{inspect, Inspection, SledStore};
+use crate::sled::{inspect, Inspection, Problem, SledStore};
 use crate::wal::{self, Kind, Record, StoreId};
 use crate::{decode_lease, encode_lease, HistoryPut, Store};
 use leasehold_core::error::{Error, Result};
@@ -61,6 +61,8 @@ pub struct Report {
     /// An interrupted `restore` or `recover` that the next start finishes
     /// (the inspection is of the data dir after it).
     pub switched: Option<String>,
+    /// The private keys in the data dir's `signing-keys.pem` (0: none).
+    pub signing_keys: usize,
 }
 
 impl std::fmt::Display for Report {
@@ -108,6 +110,14 @@ impl std::fmt::Display for Report {
             i.found.values
         )?;
         writeln!(f, "highest token     {}", i.max_token)?;
+        if self.signing_keys > 0 {
+            writeln!(
+                f,
+                "signing keys      {} in {} (the first signs grants' proofs)",
+                self.signing_keys,
+                datadir::KEYS_FILE
+            )?;
+        }
         match i.wal_generation {
             Some(g) => writeln!(
                 f,
@@ -157,10 +167,29 @@ pub fn check(dir: &Path) -> Result<Report> {
         .map_err(|e| Error::storage(format!("cannot copy {} to read it: {e}", dir.display())))?;
     // What a start would find: an interrupted switch finished first.
     let switched = datadir::finish_switch(&scratch.copy)?;
-    let inspection = inspect(&scratch.copy)?;
+    let mut inspection = inspect(&scratch.copy)?;
+    let keys = datadir::signing_keys(dir)?;
+    let signing_keys = keys
+        .as_deref()
+        .map_or(0, |k| datadir::pem_blocks(&String::from_utf8_lossy(k)).len());
+    match keys {
+        None if !inspection.fresh => inspection.problems.push(Problem {
+            file: datadir::KEYS_FILE.to_owned(),
+            what: "missing: the server refuses to start without the signing key that made its \
+                   proofs; restore it from a backup (restore brings it back), or start with \
+                   --new-signing-key if it is lost for good"
+                .to_owned(),
+        }),
+        Some(_) if signing_keys == 0 => inspection.problems.push(Problem {
+            file: datadir::KEYS_FILE.to_owned(),
+            what: "holds no PEM private key: damaged".to_owned(),
+        }),
+        _ => {}
+    }
     Ok(Report {
         inspection,
         switched,
+        signing_keys,
     })
 }
 
@@ -456,6 +485,12 @@ pub fn restore(dir: &Path, file: &Path, floor: Option<u64>) -> Result<Outcome> {
         (backup.max_token, false, Vec::new())
     };
     let floor = choose_floor(highest, proven, floor)?;
+    // The backup's signing keys first (added to the data dir's, which stay
+    // first): should the restore stop after this, a start refuses nothing
+    // it would have taken before, and the next restore adds nothing again.
+    if let Some(keys) = &backup.signing_keys {
+        datadir::merge_signing_keys(dir, keys)?;
+    }
     let mut leases = BTreeMap::new();
     let mut values = BTreeMap::new();
     for r in backup.records {

@@ -440,7 +440,8 @@ impl Store for SledStore {
                         })
                     })
                 });
-            crate::backup::write_backup(&c, records, &mut out)
+            let keys = crate::datadir::signing_keys(&o.dir)?;
+            crate::backup::write_backup(&c, records, keys.as_deref(), &mut out)
         })
     }
 
