@@ -63,6 +63,21 @@ def flip(proof: str, part: int) -> str:
     return ".".join(parts)
 
 
+ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def noncanonical(proof: str) -> str:
+    """The proof with the signature's last character changed in its unused
+    bits only: decoders that ignore them read the same bytes."""
+    parts = proof.split(".")
+    s = parts[2]
+    assert len(s) % 4 == 2  # 64 bytes: 86 characters, the last holding 2 bits
+    v = ALPHABET.index(s[-1])
+    parts[2] = s[:-1] + ALPHABET[v | 1]
+    assert base64.urlsafe_b64decode(parts[2] + "==") == base64.urlsafe_b64decode(s + "==")
+    return ".".join(parts)
+
+
 def main():
     a_sk, a_kid, a_jwk, a_pem = key(1)
     b_sk, b_kid, b_jwk, b_pem = key(2)
@@ -116,6 +131,10 @@ def main():
          claims("bridge_health", "7x", "ops", "worker-a@5f0c", 1764892800, 10000)), "ok": False, "error": "malformed"},
         {"name": "token 0", "proof": sign(a_sk, header(a_kid),
          claims("bridge_health", "0", "ops", "worker-a@5f0c", 1764892800, 10000)), "ok": False, "error": "malformed"},
+        {"name": "a token with a leading zero", "proof": sign(a_sk, header(a_kid),
+         claims("bridge_health", "07", "ops", "worker-a@5f0c", 1764892800, 10000)), "ok": False, "error": "malformed"},
+        {"name": "a signature whose last character has non-zero unused bits", "proof": noncanonical(good),
+         "ok": False, "error": "malformed"},
         {"name": "a token above u64", "proof": sign(a_sk, header(a_kid),
          claims("bridge_health", "18446744073709551616", "ops", "w", 1764892800, 10000)), "ok": False,
          "error": "malformed"},

@@ -327,15 +327,16 @@ func parseClaims(b []byte) (ProofClaims, error) {
 	return c, nil
 }
 
-// parseToken reads the token claim: decimal digits only, a u64 above 0.
+// parseToken reads the token claim: decimal digits only, no leading zero,
+// a u64 above 0.
 func parseToken(s string) (uint64, error) {
-	digits := s != ""
+	digits := s != "" && s[0] != '0'
 	for i := 0; i < len(s); i++ {
 		digits = digits && s[i] >= '0' && s[i] <= '9'
 	}
 	t, err := strconv.ParseUint(s, 10, 64)
 	if !digits || err != nil || t == 0 {
-		return 0, proofErr(ProofMalformed, "token %q is not a decimal u64 above 0", s)
+		return 0, proofErr(ProofMalformed, "token %q is not a decimal u64 above 0 without leading zeros", s)
 	}
 	return t, nil
 }
@@ -384,6 +385,8 @@ func b64url(s string) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	// Strict: a last character with unused bits set is refused, so that
+	// one proof has one spelling.
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	return b, err == nil
 }

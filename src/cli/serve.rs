@@ -13,12 +13,12 @@ use clap::Args;
 use tokio::net::TcpListener;
 
 use leasehold::admin::{serve_admin, AdminOptions, AdminSecurity};
-use leasehold::proofs::Proofs;
 use leasehold::backend::{Backend, StateLimits};
 use leasehold::etcd::{self, EtcdNode};
 use leasehold::lease::Limits;
 use leasehold::metrics::RpcMetrics;
 use leasehold::node::Node;
+use leasehold::proofs::Proofs;
 use leasehold::read_budget::BudgetLimits;
 use leasehold::server;
 use leasehold::server::auth::Auth;

@@ -73,6 +73,7 @@ mod keepalive;
 mod large_values;
 mod lifecycle;
 mod overload;
+mod proofs;
 mod reclaim;
 mod rolling_restart;
 mod run_singleton;

@@ -256,9 +256,9 @@ export function verifyProof(proof: string, keys: KeySet | Jwks | string, check: 
   }
   if (c.iss !== "leasehold") throw new ProofError(ProofErrorKind.Malformed, `iss ${JSON.stringify(c.iss)}, not "leasehold"`);
   const raw = c.token as string;
-  const token = /^[0-9]+$/.test(raw) ? BigInt(raw) : -1n;
+  const token = /^[1-9][0-9]*$/.test(raw) ? BigInt(raw) : -1n;
   if (token < 1n || token > MAX_U64) {
-    throw new ProofError(ProofErrorKind.Malformed, `token ${JSON.stringify(raw)} is not a decimal u64 above 0`);
+    throw new ProofError(ProofErrorKind.Malformed, `token ${JSON.stringify(raw)} is not a decimal u64 above 0 without leading zeros`);
   }
   const claims: ProofClaims = {
     job: c.job as string,

@@ -161,7 +161,10 @@ impl Elector {
     pub fn proof(&self) -> Option<String> {
         let token = self.role().token()?;
         let proof = self.proof.lock().expect("elector proof");
-        proof.as_ref().filter(|(t, _)| *t == token).map(|(_, p)| p.clone())
+        proof
+            .as_ref()
+            .filter(|(t, _)| *t == token)
+            .map(|(_, p)| p.clone())
     }
 
     /// Hands our lease to a waiting elector: `to` (its holder), or the

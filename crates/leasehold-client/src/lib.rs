@@ -72,11 +72,11 @@ use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
 pub use elector::{Elector, ElectorOptions, Role};
+pub use elector_set::{ElectorSet, ElectorSetOptions};
+pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 /// Grants' proofs: verify one with [`proof::verify_for`] and the keys of
 /// [`Client::signing_keys`] (the format: `docs/proofs.md`).
 pub use leasehold_proto::proof;
-pub use elector_set::{ElectorSet, ElectorSetOptions};
-pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use proto::lease_event::Kind as EventKind;
 pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 

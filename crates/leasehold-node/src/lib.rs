@@ -345,12 +345,11 @@ impl Node {
                 let history: Vec<HistoryPut> = match self.inner.limits.history_per_job {
                     _ if fx.history.is_empty() => Vec::new(),
                     0 => Vec::new(),
-                    _ => {
-                        fx.history
-                            .iter()
-                            .map(|e| history_put(e, now, wall))
-                            .collect()
-                    }
+                    _ => fx
+                        .history
+                        .iter()
+                        .map(|e| history_put(e, now, wall))
+                        .collect(),
                 };
                 let keep = self.inner.limits.history_per_job as u64;
                 if let Err(e) = self.inner.store.put_lease(job, rec, &history, keep) {

@@ -92,7 +92,12 @@ pub struct ProofError {
 
 impl fmt::Display for ProofError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "proof refused ({}): {}", self.kind.as_str(), self.message)
+        write!(
+            f,
+            "proof refused ({}): {}",
+            self.kind.as_str(),
+            self.message
+        )
     }
 }
 
@@ -128,7 +133,10 @@ pub fn kid_of(x: &[u8; 32]) -> String {
         r#"{{"crv":"Ed25519","kty":"OKP","x":"{}"}}"#,
         URL_SAFE_NO_PAD.encode(x)
     );
-    URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, canonical.as_bytes()))
+    URL_SAFE_NO_PAD.encode(ring::digest::digest(
+        &ring::digest::SHA256,
+        canonical.as_bytes(),
+    ))
 }
 
 /// The public keys that verify proofs; the first one signs new grants.
@@ -164,10 +172,17 @@ impl KeySet {
     /// are skipped; a key whose `kid` is not its thumbprint keeps the
     /// `kid` it was given (proofs name keys by it).
     pub fn from_jwks(jwks: &str) -> Result<KeySet, ProofError> {
-        let v: serde_json::Value = serde_json::from_str(jwks)
-            .or_else(|e| refuse(ProofErrorKind::Malformed, format!("the key set is not JSON: {e}")))?;
+        let v: serde_json::Value = serde_json::from_str(jwks).or_else(|e| {
+            refuse(
+                ProofErrorKind::Malformed,
+                format!("the key set is not JSON: {e}"),
+            )
+        })?;
         let Some(keys) = v.get("keys").and_then(|k| k.as_array()) else {
-            return refuse(ProofErrorKind::Malformed, "the key set has no \"keys\" array");
+            return refuse(
+                ProofErrorKind::Malformed,
+                "the key set has no \"keys\" array",
+            );
         };
         let mut set = KeySet::default();
         for k in keys {
@@ -211,8 +226,8 @@ impl KeySet {
     }
 }
 
-/// Strict base64url without padding: `=` and characters outside the
-/// alphabet are refused.
+/// Strict base64url without padding: `=`, characters outside the
+/// alphabet, and a last character with unused bits set are refused.
 fn b64(s: &str) -> Result<Vec<u8>, ()> {
     if s.contains('=') {
         return Err(());
@@ -261,7 +276,9 @@ impl Signer {
             .trim()
             .strip_prefix(PEM_BEGIN)
             .and_then(|b| b.strip_suffix(PEM_END))
-            .ok_or_else(|| format!("not a PKCS#8 PEM private key (expected {PEM_BEGIN} ... {PEM_END})"))?;
+            .ok_or_else(|| {
+                format!("not a PKCS#8 PEM private key (expected {PEM_BEGIN} ... {PEM_END})")
+            })?;
         let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(b64)
@@ -326,7 +343,12 @@ pub fn verify(proof: &str, keys: &KeySet) -> Result<Claims, ProofError> {
         return refuse(Malformed, "a proof is three base64url parts joined by dots");
     };
     let part = |p: &str, what: &str| {
-        b64(p).or_else(|()| refuse(Malformed, format!("its {what} is not base64url without padding")))
+        b64(p).or_else(|()| {
+            refuse(
+                Malformed,
+                format!("its {what} is not base64url without padding"),
+            )
+        })
     };
     let header = part(h64, "header")?;
     let claims = part(c64, "claims")?;
@@ -337,10 +359,16 @@ pub fn verify(proof: &str, keys: &KeySet) -> Result<Claims, ProofError> {
         .map_or_else(|| refuse(Malformed, "its header is not a JSON object"), Ok)?;
     let hs = |f: &str| header.get(f).and_then(|v| v.as_str());
     if hs("alg") != Some("EdDSA") {
-        return refuse(Unsupported, format!("alg {:?}: only EdDSA is accepted", header.get("alg")));
+        return refuse(
+            Unsupported,
+            format!("alg {:?}: only EdDSA is accepted", header.get("alg")),
+        );
     }
     if hs("typ") != Some(TYP) {
-        return refuse(Unsupported, format!("typ {:?}: only {TYP} is accepted", header.get("typ")));
+        return refuse(
+            Unsupported,
+            format!("typ {:?}: only {TYP} is accepted", header.get("typ")),
+        );
     }
     let Some(kid) = hs("kid") else {
         return refuse(UnknownKey, "its header names no key (kid)");
@@ -351,7 +379,12 @@ pub fn verify(proof: &str, keys: &KeySet) -> Result<Claims, ProofError> {
     let signed = &proof[..h64.len() + 1 + c64.len()];
     signature::UnparsedPublicKey::new(&signature::ED25519, key.x)
         .verify(signed.as_bytes(), &sig)
-        .or_else(|_| refuse(BadSignature, format!("the signature does not verify with key {kid}")))?;
+        .or_else(|_| {
+            refuse(
+                BadSignature,
+                format!("the signature does not verify with key {kid}"),
+            )
+        })?;
     let c: serde_json::Value = serde_json::from_slice(&claims)
         .ok()
         .filter(|v: &serde_json::Value| v.is_object())
@@ -360,20 +393,31 @@ pub fn verify(proof: &str, keys: &KeySet) -> Result<Claims, ProofError> {
         c.get(f)
             .and_then(|v| v.as_str())
             .map(str::to_owned)
-            .map_or_else(|| refuse(Malformed, format!("claim {f} is not a string")), Ok)
+            .map_or_else(
+                || refuse(Malformed, format!("claim {f} is not a string")),
+                Ok,
+            )
     };
     let number = |f: &str| {
-        c.get(f)
-            .and_then(|v| v.as_u64())
-            .map_or_else(|| refuse(Malformed, format!("claim {f} is not a whole number")), Ok)
+        c.get(f).and_then(|v| v.as_u64()).map_or_else(
+            || refuse(Malformed, format!("claim {f} is not a whole number")),
+            Ok,
+        )
     };
     if text("iss")? != ISSUER {
         return refuse(Malformed, format!("claim iss is not {ISSUER:?}"));
     }
     let token = text("token")?;
     let token = match token.parse::<u64>() {
-        Ok(t) if t > 0 && token.bytes().all(|b| b.is_ascii_digit()) => t,
-        _ => return refuse(Malformed, format!("claim token {token:?} is not a decimal token above 0")),
+        Ok(t) if t > 0 && token.bytes().all(|b| b.is_ascii_digit()) && !token.starts_with('0') => t,
+        _ => {
+            return refuse(
+                Malformed,
+                format!(
+                    "claim token {token:?} is not a decimal token above 0 without leading zeros"
+                ),
+            )
+        }
     };
     Ok(Claims {
         job: text("job")?,
@@ -414,7 +458,10 @@ mod tests {
     use super::*;
 
     fn vectors() -> serde_json::Value {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../clients/conformance/proof-vectors.json");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../clients/conformance/proof-vectors.json"
+        );
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
@@ -432,7 +479,10 @@ mod tests {
             let name = case["name"].as_str().unwrap();
             let proof = case["proof"].as_str().unwrap();
             let job = case.get("job").and_then(|j| j.as_str());
-            let token = case.get("token").and_then(|t| t.as_str()).map(|t| t.parse().unwrap());
+            let token = case
+                .get("token")
+                .and_then(|t| t.as_str())
+                .map(|t| t.parse().unwrap());
             let got = match job {
                 Some(j) => verify_for(proof, &keys, j, token),
                 None => verify(proof, &keys).and_then(|c| match token {
@@ -444,7 +494,11 @@ mod tests {
                 let c = got.unwrap_or_else(|e| panic!("{name}: {e}"));
                 let want = &case["claims"];
                 assert_eq!(c.job, want["job"].as_str().unwrap(), "{name}");
-                assert_eq!(c.token.to_string(), want["token"].as_str().unwrap(), "{name}");
+                assert_eq!(
+                    c.token.to_string(),
+                    want["token"].as_str().unwrap(),
+                    "{name}"
+                );
                 assert_eq!(c.principal, want["principal"].as_str().unwrap(), "{name}");
                 assert_eq!(c.holder, want["holder"].as_str().unwrap(), "{name}");
                 assert_eq!(c.issued_at, want["iat"].as_u64().unwrap(), "{name}");
@@ -452,7 +506,11 @@ mod tests {
                 assert_eq!(c.kid, want["kid"].as_str().unwrap(), "{name}");
             } else {
                 let e = got.err().unwrap_or_else(|| panic!("{name}: accepted"));
-                assert_eq!(e.kind.as_str(), case["error"].as_str().unwrap(), "{name}: {e}");
+                assert_eq!(
+                    e.kind.as_str(),
+                    case["error"].as_str().unwrap(),
+                    "{name}: {e}"
+                );
             }
         }
     }
@@ -471,7 +529,10 @@ mod tests {
             ttl_ms: c["ttl_ms"].as_u64().unwrap(),
             kid: String::new(),
         };
-        assert_eq!(signer.sign(&claims), v["signed_by_a"]["proof"].as_str().unwrap());
+        assert_eq!(
+            signer.sign(&claims),
+            v["signed_by_a"]["proof"].as_str().unwrap()
+        );
     }
 
     #[test]
@@ -492,11 +553,23 @@ mod tests {
             kid: signer.public().kid.clone(),
         };
         let proof = signer.sign(&claims);
-        assert_eq!(verify_for(&proof, &again, &claims.job, Some(u64::MAX)).unwrap(), claims);
+        assert_eq!(
+            verify_for(&proof, &again, &claims.job, Some(u64::MAX)).unwrap(),
+            claims
+        );
         let other = Signer::from_pem(&Signer::generate_pem().unwrap()).unwrap();
-        let e = verify(&proof, &KeySet { keys: vec![other.public().clone()] }).unwrap_err();
+        let e = verify(
+            &proof,
+            &KeySet {
+                keys: vec![other.public().clone()],
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.kind, ProofErrorKind::UnknownKey);
-        assert!(Signer::from_pem("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----").is_err());
+        assert!(
+            Signer::from_pem("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----")
+                .is_err()
+        );
         assert!(Signer::from_pem("garbage").is_err());
     }
 }

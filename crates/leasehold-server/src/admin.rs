@@ -93,7 +93,12 @@ pub fn router(
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "try /, /metrics, /healthz or /keys\n") })
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "try /, /metrics, /healthz or /keys\n",
+            )
+        })
         .with_state(Admin {
             registry: Arc::new(registry),
             node,

@@ -46,7 +46,9 @@ pub struct Proofs {
 
 impl std::fmt::Debug for Proofs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Proofs").field("keys", &self.keys).finish_non_exhaustive()
+        f.debug_struct("Proofs")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
     }
 }
 
@@ -145,9 +147,9 @@ impl Proofs {
     /// signing key; else empty.
     pub fn of(&self, v: &LeaseView) -> String {
         match &v.state {
-            LeaseState::Held { holder, issued, .. } => {
-                self.proof(v.job.as_str(), v.token.0, holder, *issued).to_string()
-            }
+            LeaseState::Held { holder, issued, .. } => self
+                .proof(v.job.as_str(), v.token.0, holder, *issued)
+                .to_string(),
             LeaseState::Free(_) => String::new(),
         }
     }
@@ -237,7 +239,10 @@ fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {
             tracing::info!(file = %file.display(), "made a new signing key for grants' proofs");
             signers(&pem, &file.display().to_string())
         }
-        Err(e) => Err(format!("cannot read the signing key {}: {e}", file.display())),
+        Err(e) => Err(format!(
+            "cannot read the signing key {}: {e}",
+            file.display()
+        )),
     }
 }
 
@@ -275,7 +280,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let a = Proofs::load(&[], Some(d.path()), false).unwrap();
         assert_eq!(a.keys().keys.len(), 1);
-        let mode = std::fs::metadata(d.path().join(KEYS_FILE)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(d.path().join(KEYS_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let b = Proofs::load(&[], Some(d.path()), false).unwrap();
         assert_eq!(a.keys(), b.keys(), "the same key on the next start");
@@ -288,7 +296,11 @@ mod tests {
         let c = Proofs::load(&[], Some(d.path()), true).unwrap();
         assert_ne!(c.keys(), a.keys());
 
-        std::fs::write(d.path().join(KEYS_FILE), "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+        std::fs::write(
+            d.path().join(KEYS_FILE),
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
         let e = Proofs::load(&[], Some(d.path()), true).unwrap_err();
         assert!(e.contains("damaged"), "{e}");
     }
@@ -307,7 +319,10 @@ mod tests {
         let p = both.proof("j", 3, &h, issued);
         assert_eq!(p, both.proof("j", 3, &h, issued));
         let c = proof::verify_for(&p, both.keys(), "j", Some(3)).unwrap();
-        assert_eq!((c.holder.as_str(), c.issued_at, c.ttl_ms), ("w", 1_700_000_000, 5000));
+        assert_eq!(
+            (c.holder.as_str(), c.issued_at, c.ttl_ms),
+            ("w", 1_700_000_000, 5000)
+        );
         assert_eq!(c.kid, both.keys().keys[0].kid, "the given key signs");
         assert!(Proofs::none().proof("j", 3, &h, issued).is_empty());
     }

@@ -505,8 +505,12 @@ pub fn merge_signing_keys(dir: &Path, keys: &[u8]) -> Result<usize> {
         }
     }
     if added > 0 {
-        write_private(dir, KEYS_FILE, blocks.concat().as_bytes())
-            .map_err(|e| Error::storage(format!("cannot write {}: {e}", dir.join(KEYS_FILE).display())))?;
+        write_private(dir, KEYS_FILE, blocks.concat().as_bytes()).map_err(|e| {
+            Error::storage(format!(
+                "cannot write {}: {e}",
+                dir.join(KEYS_FILE).display()
+            ))
+        })?;
     }
     Ok(added)
 }

@@ -169,9 +169,9 @@ pub fn check(dir: &Path) -> Result<Report> {
     let switched = datadir::finish_switch(&scratch.copy)?;
     let mut inspection = inspect(&scratch.copy)?;
     let keys = datadir::signing_keys(dir)?;
-    let signing_keys = keys
-        .as_deref()
-        .map_or(0, |k| datadir::pem_blocks(&String::from_utf8_lossy(k)).len());
+    let signing_keys = keys.as_deref().map_or(0, |k| {
+        datadir::pem_blocks(&String::from_utf8_lossy(k)).len()
+    });
     match keys {
         None if !inspection.fresh => inspection.problems.push(Problem {
             file: datadir::KEYS_FILE.to_owned(),

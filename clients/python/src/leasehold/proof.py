@@ -333,8 +333,8 @@ def verify(
     claimed_job = _claim(claims, "job", str)
     raw_token = _claim(claims, "token", str)
     digits = raw_token.lstrip("0")
-    if not _DECIMAL.fullmatch(raw_token) or len(digits) > 20 or not 0 < int(digits or "0") <= _U64_MAX:
-        raise ProofError(ProofErrorKind.MALFORMED, f"the token {raw_token!r} is not a decimal u64 above 0")
+    if not _DECIMAL.fullmatch(raw_token) or raw_token.startswith("0") or len(digits) > 20 or not 0 < int(digits or "0") <= _U64_MAX:
+        raise ProofError(ProofErrorKind.MALFORMED, f"the token {raw_token!r} is not a decimal u64 above 0 without leading zeros")
     out = ProofClaims(
         job=claimed_job,
         token=int(raw_token),

@@ -197,8 +197,8 @@ pub fn read_args(l: &Limits, caller: &Caller, r: proto::ReadRequest) -> Result<(
     Ok((job, r.key))
 }
 
-pub use crate::proto::to_proto_duration;
 use crate::proofs::Proofs;
+pub use crate::proto::to_proto_duration;
 
 /// A lease snapshot as the proto `Lease`: the holder as its client sent
 /// it, the principal it is bound to, and the grant's proof.

@@ -294,15 +294,14 @@ pub async fn run(
         config.proofs.clone(),
     ))
     .max_decoding_message_size(max);
-    let fenced = proto::fenced_store_server::FencedStoreServer::new(
-        fenced::FencedStoreService::new(
+    let fenced =
+        proto::fenced_store_server::FencedStoreServer::new(fenced::FencedStoreService::new(
             node.clone(),
             config.limits.clone(),
             rpc_metrics.clone(),
             config.proofs.clone(),
-        ),
-    )
-    .max_decoding_message_size(max);
+        ))
+        .max_decoding_message_size(max);
 
     // Its one request is empty.
     let admin = proto::admin_server::AdminServer::new(backup::AdminService::new(node.clone()))

@@ -158,7 +158,10 @@ impl Job {
             token: self.token,
             ttl: self.stored_ttl,
             owner: owners.name(self.owner),
-            issued: self.holding.as_ref().map_or_else(Issued::default, |h| h.issued),
+            issued: self
+                .holding
+                .as_ref()
+                .map_or_else(Issued::default, |h| h.issued),
         }
     }
 
