@@ -17,6 +17,7 @@ mod fleet;
 mod isolation;
 mod page_flood;
 mod proc;
+mod proofs;
 mod report;
 mod run;
 mod scale;
@@ -93,6 +94,9 @@ enum Command {
     /// What authentication costs: Renew and CheckedWrite, plain against
     /// TLS + bearer token + policy (bench/src/auth.rs).
     Auth(auth::AuthArgs),
+    /// What signing grants' proofs costs: a grant's and a renewal's server
+    /// CPU with and without signing (bench/src/proofs.rs).
+    Proofs(proofs::ProofArgs),
     /// Whether one misbehaving client can hurt a leader on the same
     /// server: renew latency and lost leases under attack, memory given
     /// back after a cancel, /metrics with a million jobs
@@ -211,6 +215,7 @@ fn main() -> Res<()> {
         Command::EtcdMode(a) => rt.block_on(etcd_mode::run(a)),
         Command::Waiters(a) => rt.block_on(waiters::run(a)),
         Command::Auth(a) => rt.block_on(auth::run(a)),
+        Command::Proofs(a) => rt.block_on(proofs::run(a)),
         Command::Isolation(a) => rt.block_on(isolation::run(a)),
         Command::Isolation2(a) => rt.block_on(page_flood::run(a)),
         Command::Restart {

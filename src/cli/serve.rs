@@ -113,6 +113,11 @@ pub struct ServeArgs {
     /// Proofs made under a lost key no longer verify.
     #[arg(long)]
     new_signing_key: bool,
+    /// Sign nothing: grants carry no proof, the key set is empty, and a
+    /// data dir's key is neither made nor read. For storage that needs no
+    /// proof, or to measure what signing costs.
+    #[arg(long, conflicts_with_all = ["signing_keys", "new_signing_key"])]
+    no_signing: bool,
     /// Shortest lease TTL accepted; default 100ms on sled, etcd's minimum
     /// lease TTL (2s by default) on etcd.
     #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration)]
@@ -453,16 +458,18 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_keys_per_job: a.max_keys_per_job,
         history_per_job: a.history_per_job,
     };
-    let proofs = Arc::new(
+    let proofs = Arc::new(if a.no_signing {
+        Proofs::none()
+    } else {
         Proofs::load(
             &a.signing_keys,
             matches!(a.store, StoreKind::Sled).then_some(a.data_dir.as_path()),
             a.new_signing_key,
         )
         .map_err(|e| anyhow::anyhow!(e))
-        .context("cannot load the signing keys")?,
-    );
-    if proofs.keys().keys.is_empty() {
+        .context("cannot load the signing keys")?
+    });
+    if proofs.keys().keys.is_empty() && !a.no_signing {
         tracing::warn!("no --signing-key: grants carry no proof, and GetSigningKeys lists no key");
     }
     let (node, place): (Backend, String) = match a.store {

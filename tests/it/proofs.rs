@@ -485,3 +485,99 @@ async fn an_etcd_frontend_without_a_key_signs_nothing_and_a_bad_key_refuses_the_
     let e = refused(tmp.path(), &["--signing-key", bad.to_str().unwrap()]);
     assert!(e.contains("--signing-key") && e.contains("bad.pem"), "{e}");
 }
+
+/// With a policy, a write may be forwarded with the holder's proof by a
+/// principal that may write the job but does not hold it: fenced by the
+/// proof's token, and the live grant must be the proof's principal's. A
+/// token alone from that principal is refused, as before; a stale proof is
+/// fenced; a job the forwarder may not write stays refused.
+async fn forwarded_writes(on_etcd: bool) {
+    use crate::security::{assert_denied, Setup, BILLING, OPS};
+    let s = Setup::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let key = key_file(tmp.path(), "k.pem");
+    let k = key.to_str().unwrap();
+    let p = match on_etcd {
+        false => s.start(&[]),
+        true => {
+            let mut args = s.args();
+            args.extend(["--signing-key".to_owned(), k.to_owned()]);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            common::etcd::frontend(
+                &common::etcd::shared_endpoints().join(","),
+                &common::etcd::fresh_prefix(),
+                &args,
+            )
+        }
+    };
+    let billing = s.client(&p, Some(BILLING)).await;
+    let ops = s.client(&p, Some(OPS)).await;
+    let set = billing.signing_keys().await.unwrap();
+    let ttl = common::ttl(Duration::from_secs(3));
+    let a = billing
+        .acquire("shared/f", "b@1", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    let pa = a.lease.proof.unwrap();
+    assert_eq!(proof::verify(&pa, &set).unwrap().principal, "billing");
+
+    // ops, not the holder, forwards billing's write with billing's proof.
+    assert_eq!(
+        ops.checked_write_with_proof("shared/f", &pa, b"k", b"1".to_vec())
+            .await
+            .unwrap(),
+        1
+    );
+    // With the token alone, the grant is another principal's.
+    assert_denied(
+        ops.checked_write("shared/f", a.lease.token, b"k", b"x".to_vec())
+            .await
+            .unwrap_err(),
+        "write",
+        "shared/f",
+    );
+    // A proof does not widen what the forwarder may write.
+    let own = billing
+        .acquire("billing/g", "b@1", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_denied(
+        ops.checked_write_with_proof("billing/g", &own.lease.proof.unwrap(), b"k", b"x".to_vec())
+            .await
+            .unwrap_err(),
+        "write",
+        "billing/g",
+    );
+    // Once ops holds the job, billing's proof is stale: fenced.
+    billing
+        .release("shared/f", "b@1", a.lease.token)
+        .await
+        .unwrap();
+    let o = ops
+        .acquire("shared/f", "o@2", ttl, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(matches!(
+        ops.checked_write_with_proof("shared/f", &pa, b"k", b"late".to_vec())
+            .await,
+        Err(ClientError::Fenced { .. })
+    ));
+    assert_eq!(
+        billing
+            .checked_write_with_proof("shared/f", &o.lease.proof.unwrap(), b"k", b"2".to_vec())
+            .await
+            .unwrap(),
+        2
+    );
+    p.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_forwarded_with_the_holders_proof_is_fenced_by_it() {
+    forwarded_writes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_forwarded_with_the_holders_proof_is_fenced_by_it_on_etcd() {
+    forwarded_writes(true).await;
+}
