@@ -61,6 +61,9 @@ impl Server {
             .args(NO_ACQUIRE_PACING)
             .arg("--data-dir")
             .arg(data_dir)
+            // A data dir seeded by the bench (`scale::seed`) has a store
+            // and no signing key yet.
+            .arg("--new-signing-key")
             .env("RUST_LOG", "warn");
         Server::spawn(cmd, 3)
     }

@@ -2737,7 +2737,8 @@ type KeepAliveResult struct {
 	Outcome KeepAliveResult_Outcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=leasehold.v1.KeepAliveResult_Outcome" json:"outcome,omitempty"`
 	// RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
 	// the job's current lease (holder empty when free). Unset for
-	// INVALID_ARGUMENT.
+	// INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+	// renewals stay small: the Acquire's answer, Renew and GetLease carry it.
 	Lease *Lease `protobuf:"bytes,3,opt,name=lease,proto3" json:"lease,omitempty"`
 	// INVALID_ARGUMENT only: the field at fault, as named in
 	// KeepAliveRenewal ("job", "holder", "token" or "ttl").

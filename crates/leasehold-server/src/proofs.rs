@@ -40,7 +40,9 @@ pub struct Proofs {
     signer: Option<Signer>,
     keys: KeySet,
     jwks: String,
-    cache: Mutex<HashMap<(Arc<str>, u64), Arc<str>>>,
+    /// Per job, the newest grant's token and proof (a token is issued once
+    /// per job, so (job, token) names one grant).
+    cache: Mutex<HashMap<Arc<str>, (u64, Arc<str>)>>,
     signed: AtomicU64,
 }
 
@@ -160,10 +162,10 @@ impl Proofs {
         let Some(signer) = &self.signer else {
             return Arc::from("");
         };
-        // A token is issued once per job: (job, token) names one grant.
-        let key = (Arc::from(job), token);
-        if let Some(p) = self.cache.lock().expect("proof cache").get(&key) {
-            return p.clone();
+        if let Some((t, p)) = self.cache.lock().expect("proof cache").get(job) {
+            if *t == token {
+                return p.clone();
+            }
         }
         let (principal, holder) = crate::server::auth::unbind(holder.as_str());
         let p: Arc<str> = Arc::from(signer.sign(&Claims {
@@ -180,7 +182,7 @@ impl Proofs {
         if cache.len() >= CACHE {
             cache.clear();
         }
-        cache.insert(key, p.clone());
+        cache.insert(Arc::from(job), (token, p.clone()));
         p
     }
 

@@ -981,7 +981,8 @@ export interface KeepAliveResult {
   /**
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    */
   lease:
     | Lease

@@ -316,7 +316,8 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -330,7 +331,8 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -344,7 +346,8 @@ private static final long serialVersionUID = 0L;
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1059,7 +1062,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1072,7 +1076,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1089,7 +1094,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1111,7 +1117,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1131,7 +1138,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1158,7 +1166,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1177,7 +1186,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1191,7 +1201,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -1208,7 +1219,8 @@ private static final long serialVersionUID = 0L;
      * <pre>
      * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
      * the job's current lease (holder empty when free). Unset for
-     * INVALID_ARGUMENT.
+     * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+     * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
      * </pre>
      *
      * <code>.leasehold.v1.Lease lease = 3;</code>

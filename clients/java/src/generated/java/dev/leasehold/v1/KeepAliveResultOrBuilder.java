@@ -45,7 +45,8 @@ public interface KeepAliveResultOrBuilder extends
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -56,7 +57,8 @@ public interface KeepAliveResultOrBuilder extends
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
@@ -67,7 +69,8 @@ public interface KeepAliveResultOrBuilder extends
    * <pre>
    * RENEWED: our lease after the renewal. LEASE_LOST and UNKNOWN_TOKEN:
    * the job's current lease (holder empty when free). Unset for
-   * INVALID_ARGUMENT.
+   * INVALID_ARGUMENT. Its `proof` is always empty, so that a fleet's
+   * renewals stay small: the Acquire's answer, Renew and GetLease carry it.
    * </pre>
    *
    * <code>.leasehold.v1.Lease lease = 3;</code>
