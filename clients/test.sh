@@ -49,6 +49,8 @@ fi
 if want generate; then
   part "generated code is fresh (clients/generate.sh --check)"
   clients/generate.sh --check
+  part "proof vectors are fresh (clients/conformance/proof_vectors.py --check)"
+  "$py" clients/conformance/proof_vectors.py --check
 fi
 
 if want prepare; then

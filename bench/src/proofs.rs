@@ -43,6 +43,13 @@ pub struct ProofArgs {
     /// Concurrent clients (one connection each).
     #[arg(long, default_value_t = 8)]
     clients: usize,
+    /// Calls per second in all, spread over the clients (0: as fast as they
+    /// go). A fixed rate gives both servers the same load, so that the
+    /// server's CPU per call is compared at the same batching: a client
+    /// slowed by the larger answers would otherwise hand the server fewer
+    /// calls per wake-up, each then paying more.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
 }
 
 struct Cell {
@@ -71,10 +78,19 @@ async fn cell(a: &ProofArgs, s: &Server, work: &'static str) -> Res<Cell> {
     let cpu0 = proc::cpu_seconds(s.pid())?;
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
+    let (rate, clients_n) = (a.rate, a.clients);
     for (c, job, token) in clients {
         tasks.spawn(async move {
             let mut n = 0u64;
+            let mut pace = (rate > 0.0).then(|| {
+                let mut i = tokio::time::interval(Duration::from_secs_f64(clients_n as f64 / rate));
+                i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                i
+            });
             while Instant::now() < until {
+                if let Some(p) = pace.as_mut() {
+                    p.tick().await;
+                }
                 if work == "renew" {
                     c.renew(&job, "bench", token, Duration::from_secs(3600))
                         .await?;
