@@ -35,6 +35,9 @@ pub const KEYS_FILE: &str = "signing-keys.pem";
 /// plus its key).
 const CACHE: usize = 16_384;
 
+/// A job's newest proof: its token, and the proof.
+type Cached = (u64, Arc<str>);
+
 /// The keys, and the proofs made with them.
 pub struct Proofs {
     signer: Option<Signer>,
@@ -42,7 +45,7 @@ pub struct Proofs {
     jwks: String,
     /// Per job, the newest grant's token and proof (a token is issued once
     /// per job, so (job, token) names one grant).
-    cache: Mutex<HashMap<Arc<str>, (u64, Arc<str>)>>,
+    cache: Mutex<HashMap<Arc<str>, Cached>>,
     signed: AtomicU64,
 }
 

@@ -361,6 +361,85 @@ pub fn leftovers(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The data dir's signing keys file, if it has one.
+pub fn signing_keys(dir: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(dir.join(KEYS_FILE)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::storage(format!(
+            "cannot read {}: {e}",
+            dir.join(KEYS_FILE).display()
+        ))),
+    }
+}
+
+/// The PEM blocks of a keys file, each whole, in order.
+pub fn pem_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("-----BEGIN ") {
+            cur = Some(String::new());
+        }
+        if let Some(c) = &mut cur {
+            c.push_str(line);
+            c.push('\n');
+        }
+        if line.starts_with("-----END ") {
+            out.extend(cur.take());
+        }
+    }
+    out
+}
+
+/// Adds the keys of `keys` (a backup's) to the data dir's keys file: the
+/// data dir's own keys stay first (the one signing stays the same), the
+/// others are listed after them, so proofs made under either verify. A
+/// data dir without a keys file takes `keys` whole. Written atomically,
+/// mode 0600. Returns how many keys were added.
+pub fn merge_signing_keys(dir: &Path, keys: &[u8]) -> Result<usize> {
+    let incoming = std::str::from_utf8(keys)
+        .map_err(|_| Error::storage("the backup's signing keys are not text".to_owned()))?;
+    let have = signing_keys(dir)?
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let mut blocks = pem_blocks(&have);
+    let mut added = 0;
+    for b in pem_blocks(incoming) {
+        if !blocks.contains(&b) {
+            blocks.push(b);
+            added += 1;
+        }
+    }
+    if added > 0 {
+        write_private(dir, KEYS_FILE, blocks.concat().as_bytes()).map_err(|e| {
+            Error::storage(format!(
+                "cannot write {}: {e}",
+                dir.join(KEYS_FILE).display()
+            ))
+        })?;
+    }
+    Ok(added)
+}
+
+/// Writes `bytes` as `dir/name`, mode 0600: a new file, fsync, rename,
+/// fsync of the directory.
+fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = dir.join(format!(".{name}.new"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(name))?;
+    File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,83 +531,4 @@ mod tests {
         drop(r);
         DirLock::exclusive(d.path(), "leasehold restore").unwrap();
     }
-}
-
-/// The data dir's signing keys file, if it has one.
-pub fn signing_keys(dir: &Path) -> Result<Option<Vec<u8>>> {
-    match std::fs::read(dir.join(KEYS_FILE)) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::storage(format!(
-            "cannot read {}: {e}",
-            dir.join(KEYS_FILE).display()
-        ))),
-    }
-}
-
-/// The PEM blocks of a keys file, each whole, in order.
-pub fn pem_blocks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur: Option<String> = None;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with("-----BEGIN ") {
-            cur = Some(String::new());
-        }
-        if let Some(c) = &mut cur {
-            c.push_str(line);
-            c.push('\n');
-        }
-        if line.starts_with("-----END ") {
-            out.extend(cur.take());
-        }
-    }
-    out
-}
-
-/// Adds the keys of `keys` (a backup's) to the data dir's keys file: the
-/// data dir's own keys stay first (the one signing stays the same), the
-/// others are listed after them, so proofs made under either verify. A
-/// data dir without a keys file takes `keys` whole. Written atomically,
-/// mode 0600. Returns how many keys were added.
-pub fn merge_signing_keys(dir: &Path, keys: &[u8]) -> Result<usize> {
-    let incoming = std::str::from_utf8(keys)
-        .map_err(|_| Error::storage("the backup's signing keys are not text".to_owned()))?;
-    let have = signing_keys(dir)?
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default();
-    let mut blocks = pem_blocks(&have);
-    let mut added = 0;
-    for b in pem_blocks(incoming) {
-        if !blocks.contains(&b) {
-            blocks.push(b);
-            added += 1;
-        }
-    }
-    if added > 0 {
-        write_private(dir, KEYS_FILE, blocks.concat().as_bytes()).map_err(|e| {
-            Error::storage(format!(
-                "cannot write {}: {e}",
-                dir.join(KEYS_FILE).display()
-            ))
-        })?;
-    }
-    Ok(added)
-}
-
-/// Writes `bytes` as `dir/name`, mode 0600: a new file, fsync, rename,
-/// fsync of the directory.
-fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = dir.join(format!(".{name}.new"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, dir.join(name))?;
-    File::open(dir)?.sync_all()
 }

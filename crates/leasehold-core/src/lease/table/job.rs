@@ -174,6 +174,7 @@ impl Job {
     /// Grants the free lease to `holder` with the next token. The caller
     /// checked that there is one ([`Job::exhausted`]). The history gains
     /// the end of an expired tenure not recorded yet, and the grant.
+    #[allow(clippy::too_many_arguments)] // the grant's parts, its two clocks, and its outputs
     pub(super) fn grant(
         &mut self,
         holder: &HolderId,
