@@ -596,9 +596,48 @@ mod tests {
                 ttl: Duration::ZERO,
                 owner: Some("ops team".into()),
             },
+            // Dated grants (v3), with and without an owner.
+            LeaseRecord {
+                issued: Issued::new(1_764_892_800_123, Duration::from_millis(1500)),
+                holder: Some(l.holder("w@1").unwrap()),
+                token: Token(4),
+                ttl: Duration::from_millis(9000),
+                owner: None,
+            },
+            LeaseRecord {
+                issued: Issued::new(1, Duration::from_secs(3600)),
+                holder: Some(HolderId::from_trusted("billing\u{1f}w@1".into())),
+                token: Token(u64::MAX),
+                ttl: Duration::from_secs(3600),
+                owner: Some("billing".into()),
+            },
         ] {
             assert_eq!(decode_lease(&encode_lease(&r)).unwrap(), r);
         }
+        // A released lease keeps the old forms: its grant's date is moot.
+        let released = LeaseRecord {
+            issued: Issued::new(5, Duration::from_secs(1)),
+            holder: None,
+            token: Token(2),
+            ttl: Duration::ZERO,
+            owner: None,
+        };
+        assert_eq!(encode_lease(&released)[0], LEASE_V1);
+        // A dated record cut short is damage, as is one that says released.
+        let dated = encode_lease(&LeaseRecord {
+            issued: Issued::new(7, Duration::from_secs(2)),
+            holder: Some(l.holder("w@1").unwrap()),
+            token: Token(3),
+            ttl: Duration::from_secs(2),
+            owner: None,
+        });
+        assert_eq!(dated[0], LEASE_V3);
+        for cut in 18..36 {
+            assert!(decode_lease(&dated[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut unheld = dated.clone();
+        unheld[17] = 0;
+        assert!(decode_lease(&unheld).is_err());
         for r in [
             ValueRecord {
                 token: Token(2),
@@ -613,7 +652,7 @@ mod tests {
         ] {
             assert_eq!(decode_value(&encode_value(&r)).unwrap(), r);
         }
-        assert!(decode_lease(b"\x03garbage-garbage-garbage").is_err());
+        assert!(decode_lease(b"\x04garbage-garbage-garbage").is_err());
         // An owner cut short, or empty, is damage.
         let owned = encode_lease(&LeaseRecord {
             issued: Default::default(),

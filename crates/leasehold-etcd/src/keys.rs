@@ -818,6 +818,16 @@ mod tests {
             holder: "w 1@x".into(),
         };
         assert_eq!(HolderRec::decode(&h.encode()).unwrap(), h);
+        assert_eq!(h.encode(), b"7 5 w 1@x", "undated: the old form");
+        let dated = HolderRec {
+            issued: Issued::new(1_764_892_800_123, Duration::from_secs(5)),
+            ..h.clone()
+        };
+        assert_eq!(dated.encode(), b"7 5 w 1@x\x001764892800123 5000");
+        assert_eq!(HolderRec::decode(&dated.encode()).unwrap(), dated);
+        for bad in [&b"7 5 w\x00"[..], b"7 5 w\x001", b"7 5 w\x00x 1"] {
+            assert!(HolderRec::decode(bad).is_err(), "{bad:?}");
+        }
         let t = TokenRec {
             token: Token(9),
             released: true,

@@ -58,8 +58,8 @@ pub(super) struct Job {
     /// [`Owners`]; 0 for none.
     pub(super) owner: u32,
     /// What few jobs have: `None` when it is all empty. Boxed, so that a
-    /// plain held lease does not carry its room (a `Job` is 168 bytes with
-    /// it boxed, 240 without).
+    /// plain held lease does not carry its room (a `Job` is 184 bytes with
+    /// it boxed, 256 without; 16 of them the grant's `Issued`).
     pub(super) rare: Option<Box<Rare>>,
 }
 

@@ -33,12 +33,14 @@ fn granted(a: &Acquire) -> Option<Token> {
 fn first_grant_is_token_one_and_persisted() {
     let t0 = Instant::now();
     let mut t = LeaseTable::new();
+    t.set_wall_clock(1_764_892_800_123);
     let (a, fx) = t.acquire(&job("j"), &who("a"), TTL, t0, None, false);
     assert_eq!(granted(&a), Some(Token(1)));
     assert_eq!(
         fx.persist,
         Some(LeaseRecord {
-            issued: Default::default(),
+            // When and with which TTL the token was issued: its proof's.
+            issued: Issued::new(1_764_892_800_123, TTL),
             holder: Some(who("a")),
             token: Token(1),
             ttl: TTL,
@@ -184,7 +186,7 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
     assert_eq!(
         fx.persist,
         Some(LeaseRecord {
-            issued: Default::default(),
+            issued: Issued::new(0, TTL),
             holder: Some(who("b")),
             token: Token(2),
             ttl: TTL,
@@ -869,7 +871,8 @@ fn a_restored_holding_is_never_given_back() {
 #[test]
 fn a_job_stays_small() {
     assert!(
-        std::mem::size_of::<Job>() <= 168,
+        // 168, and 16 for the grant's `Issued` (its proof's facts).
+        std::mem::size_of::<Job>() <= 184,
         "a Job is {} bytes",
         std::mem::size_of::<Job>()
     );
