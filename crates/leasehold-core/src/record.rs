@@ -559,6 +559,28 @@ pub fn trimmed_history<E>(
         .collect())
 }
 
+/// The PEM blocks of a text, each whole (`-----BEGIN ...` to `-----END
+/// ...`, lines trimmed), in order: how the data dir's signing keys file
+/// (`signing-keys.pem`) is read, by the server that signs with it and by
+/// the store that backs it up and merges it.
+pub fn pem_blocks(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("-----BEGIN ") {
+            cur = Some(String::new());
+        }
+        if let Some(c) = &mut cur {
+            c.push_str(line);
+            c.push('\n');
+        }
+        if line.starts_with("-----END ") {
+            out.extend(cur.take());
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

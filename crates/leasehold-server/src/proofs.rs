@@ -57,26 +57,7 @@ impl std::fmt::Debug for Proofs {
     }
 }
 
-/// The PEM blocks of a key file, each a whole `-----BEGIN PRIVATE KEY-----`
-/// ... `-----END PRIVATE KEY-----` document.
-pub fn pem_blocks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur: Option<String> = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with("-----BEGIN ") {
-            cur = Some(String::new());
-        }
-        if let Some(c) = &mut cur {
-            c.push_str(line);
-            c.push('\n');
-        }
-        if line.starts_with("-----END ") {
-            out.extend(cur.take());
-        }
-    }
-    out
-}
+pub use crate::record::pem_blocks;
 
 fn signers(text: &str, what: &str) -> Result<Vec<Signer>, String> {
     let blocks = pem_blocks(text);

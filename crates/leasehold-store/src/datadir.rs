@@ -373,24 +373,7 @@ pub fn signing_keys(dir: &Path) -> Result<Option<Vec<u8>>> {
     }
 }
 
-/// The PEM blocks of a keys file, each whole, in order.
-pub fn pem_blocks(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur: Option<String> = None;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with("-----BEGIN ") {
-            cur = Some(String::new());
-        }
-        if let Some(c) = &mut cur {
-            c.push_str(line);
-            c.push('\n');
-        }
-        if line.starts_with("-----END ") {
-            out.extend(cur.take());
-        }
-    }
-    out
-}
+pub use leasehold_core::record::pem_blocks;
 
 /// Adds the keys of `keys` (a backup's) to the data dir's keys file: the
 /// data dir's own keys stay first (the one signing stays the same), the
