@@ -3,7 +3,7 @@
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
@@ -234,6 +234,30 @@ pub enum ClientCommand {
         #[arg(default_value = "")]
         prefix: String,
     },
+    /// Print the server's signing keys, as a JWKS (what GET /keys serves).
+    SigningKeys {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Verify a grant's proof with the server's signing keys (or a JWKS
+    /// file), and print what it states. Exits 1, saying why, if it is
+    /// refused. A proof proves that the token was issued, not that the
+    /// lease is still live.
+    VerifyProof {
+        #[command(flatten)]
+        conn: Conn,
+        /// The proof (`Lease.proof`); `-` reads it from standard input.
+        proof: String,
+        /// The keys as a JWKS file, instead of asking the server.
+        #[arg(long, value_name = "FILE")]
+        jwks: Option<std::path::PathBuf>,
+        /// The job the proof must be for.
+        #[arg(long)]
+        job: Option<String>,
+        /// The token the proof must state.
+        #[arg(long)]
+        token: Option<u64>,
+    },
 }
 
 impl ClientCommand {
@@ -410,6 +434,59 @@ impl ClientCommand {
                 }
                 std::io::stdout().write_all(&v.value)?;
                 Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::SigningKeys { conn } => {
+                let keys = connect(&conn).await?.signing_keys().await?;
+                println!("{}", keys.to_jwks());
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::VerifyProof {
+                conn,
+                proof,
+                jwks,
+                job,
+                token,
+            } => {
+                use leasehold::client::proof;
+                let proof = match proof.as_str() {
+                    "-" => std::io::read_to_string(std::io::stdin())?.trim().to_owned(),
+                    _ => proof,
+                };
+                let keys = match &jwks {
+                    Some(f) => {
+                        let text = std::fs::read_to_string(f)
+                            .with_context(|| format!("cannot read {}", f.display()))?;
+                        proof::KeySet::from_jwks(&text)
+                            .map_err(|e| anyhow::anyhow!("{}: {}", f.display(), e.message))?
+                    }
+                    None => connect(&conn).await?.signing_keys().await?,
+                };
+                let verdict = match &job {
+                    Some(j) => proof::verify_for(&proof, &keys, j, token),
+                    None => proof::verify(&proof, &keys).and_then(|c| match token {
+                        Some(t) => proof::verify_for(&proof, &keys, &c.job, Some(t)),
+                        None => Ok(c),
+                    }),
+                };
+                match verdict {
+                    Ok(c) => {
+                        println!(
+                            "verified job={:?} token={} holder={:?} principal={:?} issued_at={} ttl={}ms kid={}",
+                            c.job,
+                            c.token,
+                            c.holder,
+                            c.principal,
+                            rfc3339(UNIX_EPOCH + Duration::from_secs(c.issued_at)),
+                            c.ttl_ms,
+                            c.kid
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        println!("refused ({}): {}", e.kind.as_str(), e.message);
+                        Ok(ExitCode::FAILURE)
+                    }
+                }
             }
             ClientCommand::Keys { conn, job, prefix } => {
                 for k in connect(&conn)

@@ -581,3 +581,64 @@ async fn a_write_forwarded_with_the_holders_proof_is_fenced_by_it() {
 async fn a_write_forwarded_with_the_holders_proof_is_fenced_by_it_on_etcd() {
     forwarded_writes(true).await;
 }
+
+/// `leasehold signing-keys` prints the JWKS; `leasehold verify-proof`
+/// prints what a proof states, and refuses (exit 1, saying why) another
+/// job, another token, an altered proof, and a key set without its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_the_keys_and_verifies_a_proof() {
+    let place = Place::local();
+    let p = place.start(&[]);
+    let c = Client::connect(&p.url()).await.unwrap();
+    let a = c.acquire("cj", "a@1", LONG, Duration::ZERO).await.unwrap();
+    let pa = a.lease.proof.unwrap();
+    let url = p.url();
+    let cli = |args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .args(["--server", &url])
+            .output()
+            .unwrap()
+    };
+    let jwks = ok(cli(&["signing-keys"]));
+    assert_eq!(KeySet::from_jwks(&jwks).unwrap(), keys(&p, &c).await);
+    let out = ok(cli(&["verify-proof", &pa, "--job", "cj", "--token", "1"]));
+    assert!(
+        out.starts_with("verified job=\"cj\" token=1 holder=\"a@1\""),
+        "{out}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let other = tmp.path().join("other.json");
+    std::fs::write(&other, r#"{"keys":[]}"#).unwrap();
+    let mut altered = pa.clone();
+    altered.insert(10, 'x');
+    for (args, kind) in [
+        (
+            vec!["verify-proof", pa.as_str(), "--job", "other"],
+            "wrong job",
+        ),
+        (
+            vec!["verify-proof", pa.as_str(), "--token", "2"],
+            "wrong token",
+        ),
+        (vec!["verify-proof", altered.as_str()], "malformed"),
+        (
+            vec![
+                "verify-proof",
+                pa.as_str(),
+                "--jwks",
+                other.to_str().unwrap(),
+            ],
+            "unknown key",
+        ),
+    ] {
+        let out = cli(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.starts_with(&format!("refused ({kind})")),
+            "{args:?}: {said}"
+        );
+    }
+    p.stop();
+}
