@@ -22,7 +22,6 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::lease::{HolderId, Issued, LeaseState, LeaseView};
@@ -46,7 +45,6 @@ pub struct Proofs {
     /// Per job, the newest grant's token and proof (a token is issued once
     /// per job, so (job, token) names one grant).
     cache: Mutex<HashMap<Arc<str>, Cached>>,
-    signed: AtomicU64,
 }
 
 impl std::fmt::Debug for Proofs {
@@ -93,7 +91,6 @@ impl Proofs {
             signer,
             keys,
             cache: Mutex::new(HashMap::new()),
-            signed: AtomicU64::new(0),
         }
     }
 
@@ -122,11 +119,6 @@ impl Proofs {
     /// The key set as a JWKS.
     pub fn jwks(&self) -> &str {
         &self.jwks
-    }
-
-    /// Proofs signed since start (cache misses).
-    pub fn signed(&self) -> u64 {
-        self.signed.load(Ordering::Relaxed)
     }
 
     /// The proof of the grant `v` shows, if it is held and there is a
@@ -161,7 +153,6 @@ impl Proofs {
             ttl_ms: issued.ttl_ms,
             kid: String::new(),
         }));
-        self.signed.fetch_add(1, Ordering::Relaxed);
         let mut cache = self.cache.lock().expect("proof cache");
         if cache.len() >= CACHE {
             cache.clear();
