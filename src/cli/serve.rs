@@ -108,9 +108,9 @@ pub struct ServeArgs {
     /// single node also lists its data dir's own key, after these.
     #[arg(long = "signing-key", value_name = "FILE")]
     signing_keys: Vec<PathBuf>,
-    /// Make a new signing key in a data dir that holds a store but no key
-    /// (one from before signed grants, or whose key is lost for good).
-    /// Proofs made under a lost key no longer verify.
+    /// Make a new signing key in a data dir whose key was made and is lost
+    /// for good (without it, that start is refused). Proofs made under the
+    /// lost key no longer verify.
     #[arg(long)]
     new_signing_key: bool,
     /// Sign nothing: grants carry no proof, the key set is empty, and a
@@ -458,20 +458,6 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_keys_per_job: a.max_keys_per_job,
         history_per_job: a.history_per_job,
     };
-    let proofs = Arc::new(if a.no_signing {
-        Proofs::none()
-    } else {
-        Proofs::load(
-            &a.signing_keys,
-            matches!(a.store, StoreKind::Sled).then_some(a.data_dir.as_path()),
-            a.new_signing_key,
-        )
-        .map_err(|e| anyhow::anyhow!(e))
-        .context("cannot load the signing keys")?
-    });
-    if proofs.keys().keys.is_empty() && !a.no_signing {
-        tracing::warn!("no --signing-key: grants carry no proof, and GetSigningKeys lists no key");
-    }
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
             let store = SledStore::open_reclaiming(&a.data_dir, a.reclaim_ratio)
@@ -530,6 +516,22 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
             )
         }
     };
+    // The keys after the store: a data dir that cannot be opened says so
+    // first, and the store's own refusals come before the key's.
+    let proofs = Arc::new(if a.no_signing {
+        Proofs::none()
+    } else {
+        Proofs::load(
+            &a.signing_keys,
+            matches!(a.store, StoreKind::Sled).then_some(a.data_dir.as_path()),
+            a.new_signing_key,
+        )
+        .map_err(|e| anyhow::anyhow!(e))
+        .context("cannot load the signing keys")?
+    });
+    if proofs.keys().keys.is_empty() && !a.no_signing {
+        tracing::warn!("no --signing-key: grants carry no proof, and GetSigningKeys lists no key");
+    }
     // Bind both listeners before serving, so that "listening" means it.
     let listener = TcpListener::bind(a.listen)
         .await

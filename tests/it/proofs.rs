@@ -364,9 +364,10 @@ fn refused(dir: &Path, extra: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A data dir whose key file is gone or damaged refuses to start, and
-/// `check` says so; nothing makes a key silently. `--new-signing-key`
-/// makes one, on purpose.
+/// A data dir whose key file is gone (its marker says one was made) or
+/// damaged refuses to start, and `check` says so; nothing makes a key
+/// silently. `--new-signing-key` makes one, on purpose; a data dir from
+/// before signed grants gets one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_damaged_key_refuses_the_start() {
     let root = tempfile::tempdir().unwrap();
@@ -380,7 +381,7 @@ async fn a_missing_or_damaged_key_refuses_the_start() {
     std::fs::remove_file(&file).unwrap();
     let e = refused(&d, &[]);
     assert!(
-        e.contains("no signing key") && e.contains("--new-signing-key"),
+        e.contains("signing key is gone") && e.contains("--new-signing-key"),
         "{e}"
     );
     assert!(!file.exists(), "a key was made");
@@ -408,6 +409,20 @@ async fn a_missing_or_damaged_key_refuses_the_start() {
     let p = ServerProcess::start(&d, &["--new-signing-key"]);
     let new = keys(&p, &Client::connect(&p.url()).await.unwrap()).await;
     assert_ne!(new, old);
+    p.stop();
+
+    // A data dir from before signed grants (a store, neither the key nor
+    // its marker) gets a key at its first start of this release.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::remove_file(d.join("signing-keys.made")).unwrap();
+    let p = ServerProcess::start(&d, &[]);
+    assert_eq!(
+        keys(&p, &Client::connect(&p.url()).await.unwrap())
+            .await
+            .keys
+            .len(),
+        1
+    );
     p.stop();
 }
 

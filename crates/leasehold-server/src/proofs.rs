@@ -5,10 +5,12 @@
 //!
 //! - **Keys.** The single node keeps its own in its data dir,
 //!   [`KEYS_FILE`] (PKCS#8 PEM blocks, mode 0600; the first signs): made
-//!   on the data dir's first start, brought along by backups and restores.
-//!   **A data dir that holds a store but no key file refuses to start**: a
-//!   new key would leave every proof issued before unverifiable, so making
-//!   one takes `--new-signing-key`. Keys given by `--signing-key FILE`
+//!   on the data dir's first start (or the first start of this release on
+//!   an older data dir), with a marker, [`KEYS_MARKER`], that stays;
+//!   brought along by backups and restores. **A data dir whose key was
+//!   made and is now missing or damaged refuses to start**: a new key would
+//!   leave every proof issued before unverifiable, so making one takes
+//!   `--new-signing-key`. Keys given by `--signing-key FILE`
 //!   (both backends; what etcd frontends share) come first; the data
 //!   dir's stay listed after them.
 //! - **Proofs.** A proof is a function of the grant (job, token, holder,
@@ -27,8 +29,17 @@ use std::sync::{Arc, Mutex};
 use crate::lease::{HolderId, Issued, LeaseState, LeaseView};
 use leasehold_proto::proof::{self, Claims, KeySet, ProofError, Signer};
 
-/// The data dir's key file.
+/// The data dir's key file (as `leasehold_store::datadir::KEYS_FILE`).
 pub const KEYS_FILE: &str = "signing-keys.pem";
+
+/// Written beside the key file when a key is made, and kept: a data dir
+/// that has it and no key file has lost its key (its start is refused),
+/// where one with neither predates signed grants (a key is made). As
+/// `leasehold_store::datadir::KEYS_MARKER`.
+pub const KEYS_MARKER: &str = "signing-keys.made";
+
+const MARKER_TEXT: &str = "A signing key was made for this data dir: the proofs it signed need \
+                           signing-keys.pem. If that file is lost, restore it from a backup.\n";
 
 /// Proofs kept in the cache before it starts again (each about 300 bytes
 /// plus its key).
@@ -95,9 +106,9 @@ impl Proofs {
     }
 
     /// The keys of `files` (`--signing-key`, in order), then, for the
-    /// single node, those of `data_dir`'s key file: made there when the
-    /// data dir holds no store yet, or when `make` (`--new-signing-key`)
-    /// says so; refused when it holds a store without one.
+    /// single node, those of `data_dir`'s key file: made there when none
+    /// was made before (no [`KEYS_MARKER`]), or when `make`
+    /// (`--new-signing-key`) says so; refused when one was made and is gone.
     pub fn load(files: &[PathBuf], data_dir: Option<&Path>, make: bool) -> Result<Proofs, String> {
         let mut all = Vec::new();
         for f in files {
@@ -192,26 +203,20 @@ fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {
             )
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let has_store = std::fs::read_dir(dir).is_ok_and(|mut d| {
-                d.any(|e| {
-                    e.is_ok_and(|e| {
-                        e.file_name()
-                            .to_str()
-                            .is_some_and(|n| n != KEYS_FILE && leasehold_store_entry(n))
-                    })
-                })
-            });
-            if has_store && !make {
+            // The marker says a key was made here: its proofs are out
+            // there, and a new key would strand them.
+            if dir.join(KEYS_MARKER).exists() && !make {
                 return Err(format!(
-                    "{} holds a store but no signing key ({KEYS_FILE} is missing). Restore it from \
-                     a backup, or, if this data dir predates signed grants or its key is lost for \
-                     good, start once with --new-signing-key to make a new one (proofs made under \
-                     the old key will no longer verify)",
-                    dir.display()
+                    "{} is missing: this data dir's signing key is gone ({KEYS_MARKER} says one \
+                     was made). Restore it from a backup (leasehold restore brings it back), or, \
+                     if it is lost for good, start with --new-signing-key to make a new one \
+                     (proofs made under the old key will no longer verify)",
+                    file.display()
                 ));
             }
             let pem = Signer::generate_pem()?;
-            write_private(dir, &pem)
+            write_private(dir, KEYS_FILE, &pem)
+                .and_then(|()| write_private(dir, KEYS_MARKER, MARKER_TEXT))
                 .map_err(|e| format!("cannot write the signing key {}: {e}", file.display()))?;
             tracing::info!(file = %file.display(), "made a new signing key for grants' proofs");
             signers(&pem, &file.display().to_string())
@@ -223,17 +228,11 @@ fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {
     }
 }
 
-/// Whether a data dir entry may be a store's: anything but the lock file
-/// and hidden files (a first start finds at most those).
-fn leasehold_store_entry(name: &str) -> bool {
-    !name.starts_with('.') && name != "leasehold.lock"
-}
-
-/// Writes `pem` as the data dir's key file, mode 0600, atomically and
+/// Writes `text` as the data dir's file `name`, mode 0600, atomically and
 /// durably (a new file, fsync, rename, fsync of the directory).
-pub fn write_private(dir: &Path, pem: &str) -> std::io::Result<()> {
+pub fn write_private(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{KEYS_FILE}.new"));
+    let tmp = dir.join(format!(".{name}.new"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -241,10 +240,10 @@ pub fn write_private(dir: &Path, pem: &str) -> std::io::Result<()> {
         .mode(0o600)
         .open(&tmp)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(pem.as_bytes())?;
+    f.write_all(text.as_bytes())?;
     f.sync_all()?;
     drop(f);
-    std::fs::rename(&tmp, dir.join(KEYS_FILE))?;
+    std::fs::rename(&tmp, dir.join(name))?;
     std::fs::File::open(dir)?.sync_all()
 }
 
@@ -253,7 +252,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_new_dir_gets_a_key_kept_across_loads_and_a_dir_with_a_store_without_one_is_refused() {
+    fn a_new_dir_gets_a_key_kept_across_loads_and_a_lost_one_is_refused() {
         let d = tempfile::tempdir().unwrap();
         let a = Proofs::load(&[], Some(d.path()), false).unwrap();
         assert_eq!(a.keys().keys.len(), 1);
@@ -265,13 +264,25 @@ mod tests {
         let b = Proofs::load(&[], Some(d.path()), false).unwrap();
         assert_eq!(a.keys(), b.keys(), "the same key on the next start");
 
-        std::fs::write(d.path().join("leasehold.manifest"), "x").unwrap();
+        assert!(d.path().join(KEYS_MARKER).exists());
         std::fs::remove_file(d.path().join(KEYS_FILE)).unwrap();
         let e = Proofs::load(&[], Some(d.path()), false).unwrap_err();
         assert!(e.contains("--new-signing-key"), "{e}");
         assert!(!d.path().join(KEYS_FILE).exists(), "nothing made");
         let c = Proofs::load(&[], Some(d.path()), true).unwrap();
         assert_ne!(c.keys(), a.keys());
+
+        // A data dir from before signed grants: a store, no key, no marker.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(old.path().join("leasehold.manifest"), "x").unwrap();
+        assert_eq!(
+            Proofs::load(&[], Some(old.path()), false)
+                .unwrap()
+                .keys()
+                .keys
+                .len(),
+            1
+        );
 
         std::fs::write(
             d.path().join(KEYS_FILE),

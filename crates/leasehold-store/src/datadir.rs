@@ -64,12 +64,18 @@ pub const ASIDE_PREFIXES: [&str; 3] = ["replaced-", "damaged-", crate::sled::REC
 /// carry it beside the records ([`signing_keys`], [`merge_signing_keys`]).
 pub const KEYS_FILE: &str = "signing-keys.pem";
 
+/// Written beside [`KEYS_FILE`] when a key is made or restored, and kept:
+/// with it and without the key file, the key is lost (a start and `check`
+/// refuse); with neither, the data dir predates signed grants.
+pub const KEYS_MARKER: &str = "signing-keys.made";
+
 /// Whether the entry `name` of a data dir belongs to the store (as opposed
 /// to the lock, a switch, the signing keys, or a folder set aside or being
 /// written).
 pub fn is_store_entry(name: &str) -> bool {
     name != LOCK_FILE
         && name != KEYS_FILE
+        && name != KEYS_MARKER
         && !name.starts_with(".signing-keys")
         && !name.starts_with(SWITCH_FILE)
         && !name.starts_with(NEW_PREFIX)

@@ -117,6 +117,8 @@ impl std::fmt::Display for Report {
                 self.signing_keys,
                 datadir::KEYS_FILE
             )?;
+        } else if !i.fresh {
+            writeln!(f, "signing keys      none in {}", datadir::KEYS_FILE)?;
         }
         match i.wal_generation {
             Some(g) => writeln!(
@@ -173,7 +175,7 @@ pub fn check(dir: &Path) -> Result<Report> {
         datadir::pem_blocks(&String::from_utf8_lossy(k)).len()
     });
     match keys {
-        None if !inspection.fresh => inspection.problems.push(Problem {
+        None if dir.join(datadir::KEYS_MARKER).exists() => inspection.problems.push(Problem {
             file: datadir::KEYS_FILE.to_owned(),
             what: "missing: the server refuses to start without the signing key that made its \
                    proofs; restore it from a backup (restore brings it back), or start with \
