@@ -118,6 +118,12 @@ pub struct ServeArgs {
     /// proof, or to measure what signing costs.
     #[arg(long, conflicts_with_all = ["signing_keys", "new_signing_key"])]
     no_signing: bool,
+    /// Serve the chaos API (`leasehold chaos`, chaos.proto): users' tests
+    /// make a worker lose its lease, stall or be fenced on purpose. For
+    /// test and staging servers. On a listener that is not loopback, only
+    /// callers a --policy grants the action `chaos` may use it.
+    #[arg(long, env = "LEASEHOLD_ENABLE_CHAOS")]
+    enable_chaos: bool,
     /// Shortest lease TTL accepted; default 100ms on sled, etcd's minimum
     /// lease TTL (2s by default) on etcd.
     #[arg(long, env = "LEASEHOLD_MIN_TTL", value_parser = parse_duration)]
@@ -458,6 +464,14 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         max_keys_per_job: a.max_keys_per_job,
         history_per_job: a.history_per_job,
     };
+    // A damaged or lost key refuses the start before the store opens, so
+    // that the data dir is left as it was; a key is made only once the
+    // store opened (a data dir the store refuses gets none).
+    if matches!(a.store, StoreKind::Sled) && !a.no_signing {
+        leasehold::proofs::precheck_data_dir(&a.data_dir, a.new_signing_key)
+            .map_err(|e| anyhow::anyhow!(e))
+            .context("cannot load the signing keys")?;
+    }
     let (node, place): (Backend, String) = match a.store {
         StoreKind::Sled => {
             let store = SledStore::open_reclaiming(&a.data_dir, a.reclaim_ratio)
@@ -532,6 +546,13 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if proofs.keys().keys.is_empty() && !a.no_signing {
         tracing::warn!("no --signing-key: grants carry no proof, and GetSigningKeys lists no key");
     }
+    let chaos = Arc::new(leasehold::server::chaos::ChaosState::default());
+    if a.enable_chaos {
+        tracing::warn!(
+            "--enable-chaos: the chaos API can end, stall and fence any job's lease on purpose; \
+             for test and staging servers"
+        );
+    }
     // Bind both listeners before serving, so that "listening" means it.
     let listener = TcpListener::bind(a.listen)
         .await
@@ -552,6 +573,7 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         limits: limits.clone(),
         budget,
         proofs: proofs.clone(),
+        chaos: chaos.clone(),
     };
     let admin_task = tokio::spawn(serve_admin(
         admin,
@@ -621,6 +643,8 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
         tls,
         auth,
         proofs,
+        enable_chaos: a.enable_chaos,
+        chaos: chaos.clone(),
     };
     server::run(listener, node, config, rpc, shutdown).await?;
     let _ = stop_tx.send(true);

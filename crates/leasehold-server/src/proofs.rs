@@ -178,6 +178,43 @@ impl Proofs {
     }
 }
 
+/// What a start can tell of `dir`'s signing key before its store opens,
+/// changing nothing: a key file that does not parse, or one that is gone
+/// (its marker says it was made) without `make`, refuses the start here,
+/// so that a refused start leaves the data dir as it was.
+pub fn precheck_data_dir(dir: &Path, make: bool) -> Result<(), String> {
+    match std::fs::read_to_string(dir.join(KEYS_FILE)) {
+        Ok(text) => signers(&text, &dir.join(KEYS_FILE).display().to_string())
+            .map(drop)
+            .map_err(damaged),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match dir.join(KEYS_MARKER).exists() && !make {
+                true => Err(lost(&dir.join(KEYS_FILE))),
+                false => Ok(()),
+            }
+        }
+        // Not a directory, unreadable: the store's own opening says why.
+        Err(_) => Ok(()),
+    }
+}
+
+fn damaged(e: String) -> String {
+    format!(
+        "{e}. The signing key is damaged: restore {KEYS_FILE} from a backup (leasehold restore \
+         brings it back). A new key would leave every proof issued so far unverifiable"
+    )
+}
+
+fn lost(file: &Path) -> String {
+    format!(
+        "{} is missing: this data dir's signing key is gone ({KEYS_MARKER} says one was made). \
+         Restore it from a backup (leasehold restore brings it back), or, if it is lost for \
+         good, start with --new-signing-key to make a new one (proofs made under the old key \
+         will no longer verify)",
+        file.display()
+    )
+}
+
 /// The key ids of the data dir's key file, read without changing anything
 /// (`leasehold check`): an error names what does not parse.
 pub fn read_data_dir_keys(dir: &Path) -> Result<Vec<String>, String> {
@@ -195,24 +232,12 @@ pub fn read_data_dir_keys(dir: &Path) -> Result<Vec<String>, String> {
 fn data_dir_keys(dir: &Path, make: bool) -> Result<Vec<Signer>, String> {
     let file = dir.join(KEYS_FILE);
     match std::fs::read_to_string(&file) {
-        Ok(text) => signers(&text, &file.display().to_string()).map_err(|e| {
-            format!(
-                "{e}. The signing key is damaged: restore {KEYS_FILE} from a backup (leasehold \
-                 restore brings it back). A new key would leave every proof issued so far \
-                 unverifiable"
-            )
-        }),
+        Ok(text) => signers(&text, &file.display().to_string()).map_err(damaged),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // The marker says a key was made here: its proofs are out
             // there, and a new key would strand them.
             if dir.join(KEYS_MARKER).exists() && !make {
-                return Err(format!(
-                    "{} is missing: this data dir's signing key is gone ({KEYS_MARKER} says one \
-                     was made). Restore it from a backup (leasehold restore brings it back), or, \
-                     if it is lost for good, start with --new-signing-key to make a new one \
-                     (proofs made under the old key will no longer verify)",
-                    file.display()
-                ));
+                return Err(lost(&file));
             }
             let pem = Signer::generate_pem()?;
             write_private(dir, KEYS_FILE, &pem)
