@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates every client's code from proto/leasehold/v1/leasehold.proto,
+# Regenerates every client's code from proto/leasehold/v1/leasehold.proto and chaos.proto,
 # with the pinned generators of clients/tools.sh (installing them first).
 #
 #   clients/generate.sh           write the generated code into the tree
@@ -39,7 +39,8 @@ inc="$out/include"
 mkdir -p "$inc/google/rpc"
 cp "$site/google/rpc/status.proto" "$site/google/rpc/error_details.proto" "$inc/google/rpc/"
 wkt="$site/grpc_tools/_proto"
-proto=leasehold/v1/leasehold.proto
+# The contract, and the chaos API that every client's test helper calls.
+protos=(leasehold/v1/leasehold.proto leasehold/v1/chaos.proto)
 
 protoc() {
   (cd "$root_dir/proto" && "$py" -m grpc_tools.protoc -I. -I"$inc" -I"$wkt" "$@")
@@ -48,7 +49,7 @@ protoc() {
 # Python: modules land at leasehold/v1/, inside the `leasehold` package.
 mkdir -p "$out/python/src"
 protoc --python_out="$out/python/src" --pyi_out="$out/python/src" \
-  --grpc_python_out="$out/python/src" "$proto"
+  --grpc_python_out="$out/python/src" "${protos[@]}"
 printf '"""Generated from proto/leasehold/v1/leasehold.proto by clients/generate.sh. Do not edit."""\n' \
   >"$out/python/src/leasehold/v1/__init__.py"
 
@@ -58,7 +59,7 @@ mkdir -p "$out/typescript/src/gen"
 protoc --plugin=protoc-gen-ts_proto="$clients_dir/typescript/node_modules/.bin/protoc-gen-ts_proto" \
   --ts_proto_out="$out/typescript/src/gen" \
   --ts_proto_opt=outputServices=grpc-js,env=node,forceLong=bigint,esModuleInterop=true,useOptionals=none,outputPartialMethods=false \
-  "$proto" google/rpc/status.proto google/rpc/error_details.proto
+  "${protos[@]}" google/rpc/status.proto google/rpc/error_details.proto
 
 # Go: package leaseholdv1 inside the clients/go module.
 mkdir -p "$out/go"
@@ -66,7 +67,7 @@ protoc --plugin=protoc-gen-go="$work_dir/bin/protoc-gen-go-$PROTOC_GEN_GO_VERSIO
   --plugin=protoc-gen-go-grpc="$work_dir/bin/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION" \
   --go_out="$out/go" --go_opt=module=github.com/leasehold/leasehold/clients/go \
   --go-grpc_out="$out/go" --go-grpc_opt=module=github.com/leasehold/leasehold/clients/go \
-  "$proto"
+  "${protos[@]}"
 
 # Java: package dev.leasehold.v1, with protoc from Maven (grpcio-tools'
 # protoc has no Java generator) of the same libprotoc version.
@@ -79,7 +80,7 @@ mkdir -p "$out/java/src/generated/java"
 (cd "$root_dir/proto" && "$java_protoc" -I. -I"$wkt" \
   --plugin=protoc-gen-grpc-java="$work_dir/bin/protoc-gen-grpc-java-$PROTOC_GEN_GRPC_JAVA_VERSION" \
   --java_out="$out/java/src/generated/java" --grpc-java_out="$out/java/src/generated/java" \
-  "$proto")
+  "${protos[@]}")
 
 status=0
 for d in "${gen_dirs[@]}"; do

@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         root.join("leasehold/v1/leasehold.proto"),
         root.join("leasehold/v1/admin.proto"),
+        root.join("leasehold/v1/chaos.proto"),
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());

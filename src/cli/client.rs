@@ -234,6 +234,11 @@ pub enum ClientCommand {
         #[arg(default_value = "")]
         prefix: String,
     },
+    /// The chaos API of a server started with --enable-chaos: make a
+    /// worker lose its lease, stall, or be fenced, on purpose, to test
+    /// that it steps down.
+    #[command(subcommand)]
+    Chaos(ChaosCommand),
     /// Print the server's signing keys, as a JWKS (what GET /keys serves).
     SigningKeys {
         #[command(flatten)]
@@ -258,6 +263,104 @@ pub enum ClientCommand {
         #[arg(long)]
         token: Option<u64>,
     },
+}
+
+/// `leasehold chaos ...`.
+#[derive(clap::Subcommand)]
+pub enum ChaosCommand {
+    /// End JOB's live grant now: its holder's next renewal gets LEASE_LOST,
+    /// its writes are fenced, and the first waiter is granted at once.
+    Expire {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+    },
+    /// Pause JOB's holder: its renewals are refused as if late, so its
+    /// grant runs out at its deadline; its Acquires wait for the pause.
+    Pause {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// How long, e.g. 10s (at most 1h).
+        #[arg(long = "for", value_parser = parse_duration)]
+        duration: Duration,
+    },
+    /// Delay every answer about JOB, until cleared.
+    Delay {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// By how much, e.g. 200ms (at most 60s).
+        #[arg(long, value_parser = parse_duration)]
+        by: Duration,
+    },
+    /// Fail JOB's next N fenced writes as FENCED.
+    Fence {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// How many writes.
+        #[arg(long)]
+        writes: u32,
+    },
+    /// Hand JOB's lease to its first waiter now (a forced failover).
+    Transfer {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+    },
+    /// Clear the chaos in force on JOB, or on every job.
+    Clear {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job; every job when left out.
+        job: Option<String>,
+    },
+}
+
+impl ChaosCommand {
+    async fn run(self) -> anyhow::Result<ExitCode> {
+        let (action, conn, job) = match &self {
+            ChaosCommand::Expire { conn, job } => ("expire", conn, Some(job)),
+            ChaosCommand::Pause { conn, job, .. } => ("pause", conn, Some(job)),
+            ChaosCommand::Delay { conn, job, .. } => ("delay", conn, Some(job)),
+            ChaosCommand::Fence { conn, job, .. } => ("fence", conn, Some(job)),
+            ChaosCommand::Transfer { conn, job } => ("transfer", conn, Some(job)),
+            ChaosCommand::Clear { conn, job } => ("clear", conn, job.as_ref()),
+        };
+        let chaos = connect(conn).await?.chaos();
+        let out = match &self {
+            ChaosCommand::Expire { job, .. } => chaos.expire(job).await,
+            ChaosCommand::Pause { job, duration, .. } => chaos.pause(job, *duration).await,
+            ChaosCommand::Delay { job, by, .. } => chaos.delay(job, *by).await,
+            ChaosCommand::Fence { job, writes, .. } => chaos.fence(job, *writes).await,
+            ChaosCommand::Transfer { job, .. } => chaos.transfer(job).await,
+            ChaosCommand::Clear { job, .. } => chaos.clear(job.as_deref()).await,
+        };
+        let out = match out {
+            Err(ClientError::Other(s)) if s.code() == tonic::Code::Unimplemented => {
+                anyhow::bail!(
+                    "{}: the server runs without the chaos API (start it with --enable-chaos)",
+                    conn.server
+                )
+            }
+            r => r?,
+        };
+        let lease = out.lease.as_ref().map(describe).unwrap_or_default();
+        match job {
+            Some(j) => println!("chaos {action} {j}: {lease}"),
+            None => println!("chaos clear: every job"),
+        }
+        if !out.in_force.is_empty() {
+            println!("in force: {}", out.in_force);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 impl ClientCommand {
@@ -435,6 +538,7 @@ impl ClientCommand {
                 std::io::stdout().write_all(&v.value)?;
                 Ok(ExitCode::SUCCESS)
             }
+            ClientCommand::Chaos(c) => c.run().await,
             ClientCommand::SigningKeys { conn } => {
                 let keys = connect(&conn).await?.signing_keys().await?;
                 println!("{}", keys.to_jwks());
@@ -536,6 +640,7 @@ fn end_name(t: &Tenure) -> &'static str {
         Some(End::Recovered) => "recovered",
         Some(End::ConnectionClosed) => "connection closed",
         Some(End::Transferred) => "transferred",
+        Some(End::Chaos) => "ended by chaos",
         Some(End::Unspecified) => "?",
     }
 }

@@ -54,6 +54,7 @@ mod attack_script;
 mod attacks;
 mod bridge_health;
 mod cancel;
+mod chaos;
 mod checkpoint;
 mod conformance;
 mod crash;

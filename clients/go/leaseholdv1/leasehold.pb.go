@@ -219,6 +219,8 @@ const (
 	Tenure_END_CONNECTION_CLOSED Tenure_End = 7
 	// The holder handed it to a waiting successor (TransferLease).
 	Tenure_END_TRANSFERRED Tenure_End = 8
+	// The chaos API ended it on purpose (Chaos.Expire, chaos.proto).
+	Tenure_END_CHAOS Tenure_End = 9
 )
 
 // Enum value maps for Tenure_End.
@@ -233,6 +235,7 @@ var (
 		6: "END_RECOVERED",
 		7: "END_CONNECTION_CLOSED",
 		8: "END_TRANSFERRED",
+		9: "END_CHAOS",
 	}
 	Tenure_End_value = map[string]int32{
 		"END_UNSPECIFIED":       0,
@@ -244,6 +247,7 @@ var (
 		"END_RECOVERED":         6,
 		"END_CONNECTION_CLOSED": 7,
 		"END_TRANSFERRED":       8,
+		"END_CHAOS":             9,
 	}
 )
 
@@ -2901,7 +2905,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
 	"\x12GetHistoryResponse\x12.\n" +
 	"\atenures\x18\x01 \x03(\v2\x14.leasehold.v1.TenureR\atenures\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd9\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe8\x03\n" +
 	"\x06Tenure\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
@@ -2910,7 +2914,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12*\n" +
 	"\x03end\x18\x06 \x01(\x0e2\x18.leasehold.v1.Tenure.EndR\x03end\x125\n" +
-	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xb7\x01\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xc6\x01\n" +
 	"\x03End\x12\x13\n" +
 	"\x0fEND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fEND_RELEASED\x10\x01\x12\x0f\n" +
@@ -2920,7 +2924,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\fEND_RESTORED\x10\x05\x12\x11\n" +
 	"\rEND_RECOVERED\x10\x06\x12\x19\n" +
 	"\x15END_CONNECTION_CLOSED\x10\a\x12\x13\n" +
-	"\x0fEND_TRANSFERRED\x10\b\"%\n" +
+	"\x0fEND_TRANSFERRED\x10\b\x12\r\n" +
+	"\tEND_CHAOS\x10\t\"%\n" +
 	"\x11WatchLeaseRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"\xd2\x01\n" +
 	"\n" +

@@ -42,6 +42,7 @@ mod giveback;
 
 /// The only place the client reads a clock: tokio's (monotonic) clock,
 /// which its timers use.
+pub mod chaos;
 mod clock {
     /// Now, on tokio's clock.
     pub fn tokio_now() -> tokio::time::Instant {
@@ -67,6 +68,7 @@ use tonic_types::StatusExt;
 
 use leasehold_proto as proto;
 use leasehold_proto::admin_client::AdminClient;
+use leasehold_proto::chaos_client::ChaosClient;
 use leasehold_proto::fenced_store_client::FencedStoreClient;
 use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
@@ -501,6 +503,7 @@ pub struct Client {
     leases: LeasesClient<Transport>,
     store: FencedStoreClient<Transport>,
     admin: AdminClient<Transport>,
+    chaos: ChaosClient<Transport>,
     /// Acquires and Renews on their way, and tokens told, per (job,
     /// holder): what a cancelled Acquire's give-back must respect.
     calls: giveback::Calls,
@@ -582,9 +585,16 @@ impl Client {
         Client {
             leases: LeasesClient::with_interceptor(channel.clone(), token.clone()),
             store: FencedStoreClient::with_interceptor(channel.clone(), token.clone()),
-            admin: AdminClient::with_interceptor(channel, token),
+            admin: AdminClient::with_interceptor(channel.clone(), token.clone()),
+            chaos: ChaosClient::with_interceptor(channel, token),
             calls: giveback::Calls::default(),
         }
+    }
+
+    /// The chaos API of a server started with `--enable-chaos`, for tests
+    /// of workers that must step down (see [`chaos`]).
+    pub fn chaos(&self) -> chaos::Chaos {
+        chaos::Chaos::new(self.chaos.clone())
     }
 
     /// Streams a backup of the server's durable state into `out` (see the

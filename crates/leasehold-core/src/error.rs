@@ -102,7 +102,7 @@ pub enum Error {
     /// changed, and nothing of the job is told. Retrying cannot help until
     /// the policy or the holder changes.
     PermissionDenied {
-        /// The action refused: `lease`, `write`, `read` or `admin`.
+        /// The action refused: `lease`, `write`, `read`, `admin` or `chaos`.
         action: &'static str,
         /// The job (empty for an action on no job, such as a backup).
         job: String,

@@ -402,6 +402,7 @@ pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord)
                 TenureEnd::Recovered => 6,
                 TenureEnd::ConnectionClosed => 7,
                 TenureEnd::Transferred => 8,
+                TenureEnd::Chaos => 9,
             });
             b.extend_from_slice(&at_unix_ms.to_le_bytes());
             (*token, 1, b)
@@ -464,6 +465,7 @@ pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>>
                     6 => TenureEnd::Recovered,
                     7 => TenureEnd::ConnectionClosed,
                     8 => TenureEnd::Transferred,
+                    9 => TenureEnd::Chaos,
                     _ => return Err(bad()),
                 };
                 let at = u64::from_le_bytes(v[2..10].try_into().map_err(|_| bad())?);

@@ -71,6 +71,18 @@ impl EtcdNode {
             .await
     }
 
+    /// Ends the holding of (`holder`, `token`) now, its end recorded as
+    /// `how` (the chaos API's expire); the first waiter is granted at once.
+    pub async fn end_lease(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        how: TenureEnd,
+    ) -> Result<bool> {
+        self.end_holding(job, holder, token, false, how).await
+    }
+
     /// Ends the holding of (`holder`, `token`) and marks its token
     /// released; with `untold_only`, only a holding whose holder key is
     /// still at version 1 (a give-back), and nothing else is an error.

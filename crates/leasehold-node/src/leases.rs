@@ -329,6 +329,18 @@ impl Node {
             .await
     }
 
+    /// Ends the holding of (`holder`, `token`) now, its end recorded as
+    /// `how` (the chaos API's expire); the first waiter is granted at once.
+    pub async fn end_lease(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        how: TenureEnd,
+    ) -> Result<bool> {
+        self.end_holding(job, holder, token, how).await
+    }
+
     /// Ends the holding of (`holder`, `token`), its end recorded as `how`;
     /// the first waiter is granted at once. Returns whether it ended one.
     async fn end_holding(

@@ -65,17 +65,23 @@ struct Admin {
     auth: Option<Arc<Auth>>,
 }
 
-/// The admin pages, as a router (for tests, or to nest elsewhere).
-/// At most `metrics_max_jobs` jobs get series of their own on `/metrics`.
+/// The admin pages, as a router (for tests, or to nest elsewhere), with
+/// `options` (at most `metrics_max_jobs` jobs get series of their own on
+/// `/metrics`) and the status page's readers' `budget`.
 pub fn router(
     node: Backend,
     rpc: Arc<RpcMetrics>,
     auth: Option<Arc<Auth>>,
-    metrics_max_jobs: usize,
-    limits: Limits,
+    options: AdminOptions,
     budget: Arc<ReadBudget>,
-    proofs: Arc<Proofs>,
 ) -> Router {
+    let AdminOptions {
+        metrics_max_jobs,
+        limits,
+        proofs,
+        chaos,
+        ..
+    } = options;
     let mut registry = metrics::registry(node.clone(), rpc, metrics_max_jobs);
     budget.register(&mut registry);
     let status = Router::new()
@@ -88,6 +94,7 @@ pub fn router(
             auth: auth.clone(),
             limits,
             budget,
+            chaos,
         });
     let open = auth.is_none();
     let router = Router::new()
@@ -178,6 +185,8 @@ pub struct AdminOptions {
     pub budget: BudgetLimits,
     /// The signing keys, served at `/keys`.
     pub proofs: Arc<Proofs>,
+    /// The chaos in force, shown on the status page.
+    pub chaos: Arc<crate::server::chaos::ChaosState>,
 }
 
 /// `GET /keys`: the public keys that verify grants' proofs, as a JWKS
@@ -219,15 +228,9 @@ pub async fn serve_admin(
         refusal: Some(REFUSAL),
     };
     let mut incoming = conn::incoming(listener, limits, security.tls.map(|t| (t, Port::Admin)));
-    let app = router(
-        node,
-        rpc,
-        security.auth,
-        options.metrics_max_jobs,
-        options.limits,
-        ReadBudget::new(options.budget),
-        options.proofs,
-    );
+    let budget = ReadBudget::new(options.budget);
+    let handshake_timeout = options.handshake_timeout;
+    let app = router(node, rpc, security.auth, options, budget);
     // Each connection's task holds a receiver: the sender's `closed()` is
     // the last of them ending.
     let (closing, open) = tokio::sync::watch::channel(());
@@ -242,7 +245,7 @@ pub async fn serve_admin(
                 tokio::spawn(serve_connection(
                     c,
                     app.clone(),
-                    options.handshake_timeout,
+                    handshake_timeout,
                     open.clone(),
                 ));
             }

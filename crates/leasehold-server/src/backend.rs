@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
-use crate::lease::{HolderId, JobName, LeaseView, Token};
+use crate::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
 use crate::record::{KeyPage, Tenure, ValueRecord};
 use leasehold_etcd::EtcdNode;
 use leasehold_node::commit::SyncStats;
@@ -158,6 +158,20 @@ impl Backend {
         match self {
             Backend::Local(n) => n.release_bound(job, holder, token).await,
             Backend::Etcd(n) => n.release_bound(job, holder, token).await,
+        }
+    }
+
+    /// See [`Node::end_lease`].
+    pub async fn end_lease(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        how: TenureEnd,
+    ) -> Result<bool> {
+        match self {
+            Backend::Local(n) => n.end_lease(job, holder, token, how).await,
+            Backend::Etcd(n) => n.end_lease(job, holder, token, how).await,
         }
     }
 

@@ -160,6 +160,8 @@ pub struct RpcMetrics {
     /// Calls refused by the policy, by reason and action
     /// (`leasehold_auth_denied_total`).
     denied: [[Counter; DENIED_ACTIONS.len()]; DENIED_REASONS.len()],
+    /// Chaos actions taken (`leasehold_chaos_actions_total`), by action.
+    chaos: [Counter; CHAOS_ACTIONS.len()],
     /// Calls refused at a limit, by the limit's flag
     /// (`leasehold_overloaded_total`, `leasehold_quota_exceeded_total`).
     refused: [Counter; REFUSAL_LIMITS.len()],
@@ -212,13 +214,17 @@ const OVERLOAD_LIMITS: usize = 8;
 pub const DENIED_REASONS: [&str; 3] = ["unauthenticated", "throttled", "permission_denied"];
 /// The `action` label values of `leasehold_auth_denied_total`: the
 /// policy's actions, and `none` for a call refused before it named one.
-pub const DENIED_ACTIONS: [&str; 5] = ["lease", "write", "read", "admin", "none"];
+pub const DENIED_ACTIONS: [&str; 6] = ["lease", "write", "read", "admin", "chaos", "none"];
+
+/// The `action` label values of `leasehold_chaos_actions_total`.
+pub const CHAOS_ACTIONS: [&str; 6] = ["expire", "pause", "delay", "fence", "transfer", "clear"];
 
 impl Default for RpcMetrics {
     fn default() -> Self {
         RpcMetrics {
             methods: METHODS.iter().map(|_| MethodStats::default()).collect(),
             denied: Default::default(),
+            chaos: Default::default(),
             refused: Default::default(),
             paced: Counter::default(),
             paced_seconds: Counter::default(),
@@ -256,6 +262,13 @@ impl RpcMetrics {
     /// stream, when it ends, with the status it ended with.
     pub fn ended(&self, method: RpcMethod, code: usize) {
         self.methods[method.0].codes[code.min(CODES - 1)].inc();
+    }
+
+    /// Counts a chaos action, one of [`CHAOS_ACTIONS`].
+    pub fn chaos(&self, action: &str) {
+        if let Some(i) = CHAOS_ACTIONS.iter().position(|x| *x == action) {
+            self.chaos[i].inc();
+        }
     }
 
     /// Counts a call refused by the policy. `reason` and `action` are
@@ -384,6 +397,23 @@ impl EncodeMetric for AuthDenied {
                     n.encode(encoder.encode_family(&[("reason", *reason), ("action", *action)])?)?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// `leasehold_chaos_actions_total{action}`: every action, taken or not.
+#[derive(Debug)]
+struct ChaosActions(Arc<RpcMetrics>);
+
+impl EncodeMetric for ChaosActions {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (action, n) in CHAOS_ACTIONS.iter().zip(&self.0.chaos) {
+            n.encode(encoder.encode_family(&[("action", *action)])?)?;
         }
         Ok(())
     }
@@ -667,6 +697,11 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
         AuthDenied(rpc.clone()),
     );
     r.register(
+        "leasehold_chaos_actions",
+        "Chaos API actions taken (serve --enable-chaos), by action",
+        ChaosActions(rpc.clone()),
+    );
+    r.register(
         "leasehold_overloaded",
         "Calls refused with OVERLOADED, by the limit reached (its flag, or a principal's field)",
         Refusals {
@@ -782,6 +817,7 @@ mod tests {
             "counter",
             &["reason", "action"],
         ),
+        ("leasehold_chaos_actions_total", "counter", &["action"]),
         ("leasehold_overloaded_total", "counter", &["limit"]),
         ("leasehold_flood_steps_total", "counter", &["step"]),
         ("leasehold_quota_exceeded_total", "counter", &["limit"]),

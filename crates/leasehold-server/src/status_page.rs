@@ -71,6 +71,8 @@ pub struct StatusState {
     pub limits: Limits,
     /// What its readers may cost.
     pub budget: Arc<ReadBudget>,
+    /// The chaos API's actions in force (`--enable-chaos`).
+    pub chaos: Arc<crate::server::chaos::ChaosState>,
 }
 
 /// `GET /`.
@@ -259,6 +261,9 @@ pub async fn job(
     }
     out.push_str(",\"name\":");
     string(&mut out, job.as_str());
+    // The chaos API's actions in force on the job, for people.
+    out.push_str(",\"chaos\":");
+    string(&mut out, &s.chaos.in_force(job.as_str()));
     out.push_str(",\"history\":[");
     for (i, t) in history.iter().enumerate() {
         if i > 0 {
@@ -288,6 +293,7 @@ pub async fn job(
                     TenureEnd::Recovered => "recovered",
                     TenureEnd::ConnectionClosed => "connection closed",
                     TenureEnd::Transferred => "transferred",
+                    TenureEnd::Chaos => "ended by chaos",
                 };
                 let _ = write!(out, ",\"end\":\"{how}\",\"ended_ms\":{at}}}");
             }

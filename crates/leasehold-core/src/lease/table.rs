@@ -127,6 +127,8 @@ pub enum TenureEnd {
     ConnectionClosed,
     /// Its holder handed it to a waiting successor (`TransferLease`).
     Transferred,
+    /// The chaos API ended it on purpose (`Chaos.Expire`).
+    Chaos,
 }
 
 /// A change to a job's history of leaders, for the caller to keep.

@@ -278,6 +278,7 @@ pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {
                 TenureEnd::Recovered => End::Recovered,
                 TenureEnd::ConnectionClosed => End::ConnectionClosed,
                 TenureEnd::Transferred => End::Transferred,
+                TenureEnd::Chaos => End::Chaos,
             },
             Some(at(ms)),
         ),

@@ -34,6 +34,7 @@
 //! with nothing of it written. That early check is a cheap refusal, not
 //! what keeps the binding: the guard is.
 
+use crate::server::chaos::ChaosState;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -66,6 +67,7 @@ pub struct FencedStoreService {
     limits: Limits,
     metrics: Arc<RpcMetrics>,
     proofs: Arc<crate::proofs::Proofs>,
+    chaos: Arc<ChaosState>,
 }
 
 impl FencedStoreService {
@@ -76,11 +78,13 @@ impl FencedStoreService {
         limits: Limits,
         metrics: Arc<RpcMetrics>,
         proofs: Arc<crate::proofs::Proofs>,
+        chaos: Arc<ChaosState>,
     ) -> Self {
         FencedStoreService {
             node,
             limits,
             proofs,
+            chaos,
             metrics,
         }
     }
@@ -121,6 +125,10 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
             convert::write_args_with(&self.limits, &caller, req.into_inner(), Some(&self.proofs))
                 .map_err(status)?;
         paced(&pacing, bytes).await;
+        self.chaos.delay(w.job.as_str()).await;
+        if let Some(e) = self.chaos.fence_write(w.job.as_str(), w.token) {
+            return Err(status(counted(&self.metrics, e)));
+        }
         // With a policy, the store also asks whose the live grant is, on
         // the state it decides the write on (no read of the lease first):
         // the caller's own principal's, or, for a write forwarded with a
@@ -160,6 +168,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let node = self.node.clone();
         let limits = self.limits.clone();
         let metrics = self.metrics.clone();
+        let chaos = self.chaos.clone();
         let (tx, rx) = mpsc::channel(16);
         // Pipelined: the reader decides each message as it arrives, in
         // order, taking the node's lock once for all its writes; the
@@ -196,7 +205,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
                 let staged = match caller.current() {
                     Ok(c) => {
                         caller = c;
-                        stage_batch(&node, &limits, &metrics, &caller, msg).await
+                        stage_batch(&node, &limits, &metrics, &caller, msg, &chaos).await
                     }
                     Err(e) => Err(e),
                 }
@@ -238,6 +247,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let caller = Caller::of(&req).map_err(status)?;
         let (job, key) =
             convert::read_args(&self.limits, &caller, req.into_inner()).map_err(status)?;
+        self.chaos.delay(job.as_str()).await;
         let rec = self.node.read(&job, &key).await.map_err(status)?;
         Ok(layers::queued(match rec {
             Some(rec) => proto::ReadResponse {
@@ -259,6 +269,7 @@ impl proto::fenced_store_server::FencedStore for FencedStoreService {
         let r = req.into_inner();
         let l = &self.limits;
         let job = convert::job_arg(l, &caller, Action::Read, &r.job).map_err(status)?;
+        self.chaos.delay(job.as_str()).await;
         l.key_prefix(&r.prefix).map_err(status)?;
         let limit = l.page_size(r.page_size).map_err(status)?;
         let after = page::keys_after(job.as_str(), &r.prefix, &r.page_token).map_err(status)?;
@@ -329,6 +340,7 @@ async fn stage_batch(
     metrics: &RpcMetrics,
     caller: &Caller,
     req: proto::WriteStreamRequest,
+    chaos: &ChaosState,
 ) -> Result<(proto::WriteStreamResponse, u64)> {
     use proto::write_result::Outcome;
     if req.writes.len() > MAX_STREAM_WRITES {
@@ -348,6 +360,19 @@ async fn stage_batch(
     for w in req.writes {
         match convert::write_args(l, caller, w) {
             Err(e @ Error::PermissionDenied { .. }) => return Err(e),
+            Ok(args) if chaos.any() => match chaos.fence_write(args.job.as_str(), args.token) {
+                Some(e) => results.push(proto::WriteResult {
+                    outcome: Outcome::Fenced as i32,
+                    current_token: args.token.0,
+                    message: e.to_string(),
+                    ..Default::default()
+                }),
+                None => {
+                    slots.push(results.len());
+                    batch.push(args);
+                    results.push(proto::WriteResult::default());
+                }
+            },
             Ok(args) => {
                 slots.push(results.len());
                 batch.push(args);

@@ -49,6 +49,7 @@ use crate::proofs::Proofs;
 use crate::proto;
 use crate::server::auth::{self, Action, Caller, PrincipalLoad};
 use crate::server::bound::{Bindings, ConnBinds};
+use crate::server::chaos::ChaosState;
 use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
 use crate::server::grpc_status::status;
@@ -64,6 +65,7 @@ pub struct LeasesService {
     quotas: Arc<Quotas>,
     bindings: Arc<Bindings>,
     proofs: Arc<Proofs>,
+    chaos: Arc<ChaosState>,
 }
 
 /// Limits on the state calls hold while they are open: watches, and
@@ -273,6 +275,7 @@ impl LeasesService {
         quotas: Arc<Quotas>,
         bindings: Arc<Bindings>,
         proofs: Arc<Proofs>,
+        chaos: Arc<ChaosState>,
     ) -> Self {
         LeasesService {
             node,
@@ -280,6 +283,7 @@ impl LeasesService {
             quotas,
             bindings,
             proofs,
+            chaos,
         }
     }
 
@@ -288,6 +292,16 @@ impl LeasesService {
         if let Some(peer) = req.extensions().get::<Peer>() {
             self.bindings.bind(&peer.binds, job, holder, token);
         }
+    }
+}
+
+/// A renewal of `token` refused because the chaos API paused its holder:
+/// LEASE_LOST, as for a renewal that came too late.
+fn paused_renewal(job: &JobName, token: Token) -> Error {
+    Error::LeaseLost {
+        job: job.to_string(),
+        current_holder: None,
+        current: token,
     }
 }
 
@@ -420,6 +434,10 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, ttl, wait) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        // A holder the chaos API paused is heard only once its pause ends.
+        if let Some(until) = self.chaos.paused_until(job.as_str(), &holder) {
+            tokio::time::sleep_until(until.into()).await;
+        }
         // Past its connection's Acquire rate: wait (bad input was refused
         // above, at once). The time paced is taken from the Acquire's own
         // wait, so that the call still answers within the wait it asked
@@ -467,6 +485,7 @@ impl proto::leases_server::Leases for LeasesService {
         if acquired && req.get_ref().bind_to_stream {
             self.bind(&req, &job, &holder, view.token);
         }
+        self.chaos.delay(job.as_str()).await;
         let mut resp = Response::new(proto::AcquireResponse {
             acquired,
             lease: Some(convert::lease_for(&caller, &view, &self.proofs)),
@@ -490,6 +509,11 @@ impl proto::leases_server::Leases for LeasesService {
         let (job, holder, token, ttl) =
             convert::renew_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
+        self.chaos.delay(job.as_str()).await;
+        if self.chaos.paused(job.as_str(), &holder) {
+            // As if it came too late: the grant runs out at its deadline.
+            return Err(status(paused_renewal(&job, token)));
+        }
         let renewed = self
             .node
             .renew(&job, &holder, token, ttl)
@@ -511,6 +535,7 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req).map_err(status)?;
         let (job, holder, token) =
             convert::release_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
+        self.chaos.delay(job.as_str()).await;
         let released = match req.get_ref().give_back {
             true => self.node.give_back(&job, &holder, token).await,
             false => self.node.release(&job, &holder, token).await,
@@ -549,6 +574,7 @@ impl proto::leases_server::Leases for LeasesService {
             Some(t) => Some(self.node.check_ttl(t).map_err(status)?),
             None => None,
         };
+        self.chaos.delay(job.as_str()).await;
         let view = self
             .node
             .transfer(&job, &holder, token, to.as_deref(), ttl)
@@ -567,6 +593,7 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req).map_err(status)?;
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &req.get_ref().job)
             .map_err(status)?;
+        self.chaos.delay(job.as_str()).await;
         let view = self.node.lease(&job).await.map_err(status)?;
         Ok(Response::new(lease(&view, &self.proofs)))
     }
@@ -702,6 +729,7 @@ impl proto::leases_server::Leases for LeasesService {
         let mut inbound = req.into_inner();
         let node = self.node.clone();
         let limits = self.limits.clone();
+        let chaos = self.chaos.clone();
         let (tx, rx) = mpsc::channel(16);
         // One task per stream answers its requests in order; each request
         // takes the node's lock once for all its renewals.
@@ -732,7 +760,7 @@ impl proto::leases_server::Leases for LeasesService {
                 let reply = match caller.current() {
                     Ok(c) => {
                         caller = c;
-                        keep_alive_batch(&node, &limits, &caller, msg, binds.as_ref()).await
+                        keep_alive_batch(&node, &limits, &caller, msg, binds.as_ref(), &chaos).await
                     }
                     Err(e) => Err(e),
                 }
@@ -764,6 +792,7 @@ async fn keep_alive_batch(
     caller: &Caller,
     req: proto::KeepAliveRequest,
     bind: Option<&(Arc<Bindings>, Arc<ConnBinds>)>,
+    chaos: &ChaosState,
 ) -> Result<proto::KeepAliveResponse> {
     use proto::keep_alive_result::Outcome;
     let req_bind = req.bind_to_stream;
@@ -816,6 +845,14 @@ async fn keep_alive_batch(
             })
         })();
         match parsed {
+            Ok(renewal) if chaos.paused(renewal.job.as_str(), &renewal.holder) => {
+                results.push(proto::KeepAliveResult {
+                    job: r.job,
+                    outcome: Outcome::LeaseLost as i32,
+                    message: paused_renewal(&renewal.job, renewal.token).to_string(),
+                    ..Default::default()
+                });
+            }
             Ok(renewal) => {
                 slots.push(results.len());
                 batch.push(renewal);
@@ -839,6 +876,9 @@ async fn keep_alive_batch(
                 });
             }
         }
+    }
+    if let Some(d) = chaos.longest_delay(batch.iter().map(|r| r.job.as_str())) {
+        tokio::time::sleep(d).await;
     }
     let outcomes = node.renew_many(&batch).await?;
     for ((slot, outcome), renewal) in slots.into_iter().zip(outcomes).zip(&batch) {

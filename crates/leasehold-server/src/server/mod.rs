@@ -46,6 +46,7 @@ pub mod auth;
 pub mod backup;
 pub mod bound;
 pub mod bulk;
+pub mod chaos;
 pub mod conn;
 pub mod convert;
 pub mod fenced;
@@ -158,6 +159,10 @@ pub struct Config {
     /// The signing keys: grants' proofs, `GetSigningKeys`, and the check
     /// of `CheckedWriteRequest.proof`.
     pub proofs: Arc<crate::proofs::Proofs>,
+    /// Serve the chaos API (`--enable-chaos`, `chaos.proto`).
+    pub enable_chaos: bool,
+    /// The chaos in force, shared with the status page.
+    pub chaos: Arc<chaos::ChaosState>,
 }
 
 /// `--max-write-rate-per-connection`'s default: 16 MiB/s, 256 of the
@@ -220,6 +225,8 @@ impl Default for Config {
             keepalive: Duration::from_secs(30),
             tls: None,
             auth: None,
+            enable_chaos: false,
+            chaos: Arc::default(),
             proofs: Arc::new(crate::proofs::Proofs::none()),
         }
     }
@@ -292,6 +299,7 @@ pub async fn run(
         quotas,
         bindings,
         config.proofs.clone(),
+        config.chaos.clone(),
     ))
     .max_decoding_message_size(max);
     let fenced =
@@ -300,8 +308,28 @@ pub async fn run(
             config.limits.clone(),
             rpc_metrics.clone(),
             config.proofs.clone(),
+            config.chaos.clone(),
         ))
         .max_decoding_message_size(max);
+
+    // Only with --enable-chaos; on a listener that is not loopback, only
+    // by a policy's grant.
+    let remote = !listener
+        .local_addr()
+        .map_err(Error::serve)?
+        .ip()
+        .is_loopback();
+    let chaos = config.enable_chaos.then(|| {
+        proto::chaos_server::ChaosServer::new(chaos::ChaosService::new(
+            node.clone(),
+            config.limits.clone(),
+            config.chaos.clone(),
+            rpc_metrics.clone(),
+            config.proofs.clone(),
+            remote,
+        ))
+        .max_decoding_message_size(4096)
+    });
 
     // Its one request is empty.
     let admin = proto::admin_server::AdminServer::new(backup::AdminService::new(node.clone()))
@@ -372,6 +400,7 @@ pub async fn run(
         .add_service(leases)
         .add_service(fenced)
         .add_service(admin)
+        .add_optional_service(chaos)
         .serve_with_incoming_shutdown(incoming, signal);
     tokio::pin!(serve);
     let drain_timeout = config.drain_timeout;

@@ -233,6 +233,7 @@ class Tenure(_message.Message):
         END_RECOVERED: _ClassVar[Tenure.End]
         END_CONNECTION_CLOSED: _ClassVar[Tenure.End]
         END_TRANSFERRED: _ClassVar[Tenure.End]
+        END_CHAOS: _ClassVar[Tenure.End]
     END_UNSPECIFIED: Tenure.End
     END_RELEASED: Tenure.End
     END_EXPIRED: Tenure.End
@@ -242,6 +243,7 @@ class Tenure(_message.Message):
     END_RECOVERED: Tenure.End
     END_CONNECTION_CLOSED: Tenure.End
     END_TRANSFERRED: Tenure.End
+    END_CHAOS: Tenure.End
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]

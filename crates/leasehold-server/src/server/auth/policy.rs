@@ -31,6 +31,8 @@ pub enum Action {
     Read,
     /// Everything on every job, backups and the admin port.
     Admin,
+    /// The chaos API on the job (`serve --enable-chaos`).
+    Chaos,
 }
 
 impl Action {
@@ -41,6 +43,7 @@ impl Action {
             Action::Write => "write",
             Action::Read => "read",
             Action::Admin => "admin",
+            Action::Chaos => "chaos",
         }
     }
 
@@ -49,9 +52,15 @@ impl Action {
     }
 
     fn parse(s: &str) -> Option<Action> {
-        [Action::Lease, Action::Write, Action::Read, Action::Admin]
-            .into_iter()
-            .find(|a| a.name() == s)
+        [
+            Action::Lease,
+            Action::Write,
+            Action::Read,
+            Action::Admin,
+            Action::Chaos,
+        ]
+        .into_iter()
+        .find(|a| a.name() == s)
     }
 }
 
@@ -351,7 +360,7 @@ impl Policy {
                     at(
                         a,
                         format!(
-                            "unknown action {:?}: the actions are lease, write, read, admin",
+                            "unknown action {:?}: the actions are lease, write, read, admin, chaos",
                             a.get_ref()
                         ),
                     )

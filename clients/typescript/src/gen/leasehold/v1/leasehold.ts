@@ -581,6 +581,8 @@ export enum Tenure_End {
   END_CONNECTION_CLOSED = 7,
   /** END_TRANSFERRED - The holder handed it to a waiting successor (TransferLease). */
   END_TRANSFERRED = 8,
+  /** END_CHAOS - The chaos API ended it on purpose (Chaos.Expire, chaos.proto). */
+  END_CHAOS = 9,
   UNRECOGNIZED = -1,
 }
 
@@ -613,6 +615,9 @@ export function tenure_EndFromJSON(object: any): Tenure_End {
     case 8:
     case "END_TRANSFERRED":
       return Tenure_End.END_TRANSFERRED;
+    case 9:
+    case "END_CHAOS":
+      return Tenure_End.END_CHAOS;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -640,6 +645,8 @@ export function tenure_EndToJSON(object: Tenure_End): string {
       return "END_CONNECTION_CLOSED";
     case Tenure_End.END_TRANSFERRED:
       return "END_TRANSFERRED";
+    case Tenure_End.END_CHAOS:
+      return "END_CHAOS";
     case Tenure_End.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";

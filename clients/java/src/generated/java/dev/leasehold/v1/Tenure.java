@@ -138,6 +138,14 @@ private static final long serialVersionUID = 0L;
      * <code>END_TRANSFERRED = 8;</code>
      */
     END_TRANSFERRED(8),
+    /**
+     * <pre>
+     * The chaos API ended it on purpose (Chaos.Expire, chaos.proto).
+     * </pre>
+     *
+     * <code>END_CHAOS = 9;</code>
+     */
+    END_CHAOS(9),
     UNRECOGNIZED(-1),
     ;
 
@@ -228,6 +236,14 @@ private static final long serialVersionUID = 0L;
      * <code>END_TRANSFERRED = 8;</code>
      */
     public static final int END_TRANSFERRED_VALUE = 8;
+    /**
+     * <pre>
+     * The chaos API ended it on purpose (Chaos.Expire, chaos.proto).
+     * </pre>
+     *
+     * <code>END_CHAOS = 9;</code>
+     */
+    public static final int END_CHAOS_VALUE = 9;
 
 
     public final int getNumber() {
@@ -263,6 +279,7 @@ private static final long serialVersionUID = 0L;
         case 6: return END_RECOVERED;
         case 7: return END_CONNECTION_CLOSED;
         case 8: return END_TRANSFERRED;
+        case 9: return END_CHAOS;
         default: return null;
       }
     }
