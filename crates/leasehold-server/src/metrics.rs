@@ -878,6 +878,7 @@ mod tests {
         let protos = [
             include_str!("../../../proto/leasehold/v1/leasehold.proto"),
             include_str!("../../../proto/leasehold/v1/admin.proto"),
+            include_str!("../../../proto/leasehold/v1/chaos.proto"),
         ];
         let mut paths = Vec::new();
         for proto in protos {
