@@ -381,3 +381,49 @@ async fn run_with_an_injected_loss_stops_its_command_before_the_lease_passes() {
 async fn run_with_an_injected_loss_stops_its_command_before_the_lease_passes_on_etcd() {
     run_with_an_injected_loss(Place::etcd()).await;
 }
+
+/// `leasehold chaos` takes `--server` like the other client commands, says
+/// what it did and what is in force, and names a bad flag's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_drives_the_chaos_api() {
+    let place = Place::local();
+    let p = place.start(&["--enable-chaos"]);
+    let c = client(&p).await;
+    let a = c.acquire("x", "a@1", LONG, Duration::ZERO).await.unwrap();
+    let url = p.url();
+    let cli = |args: &[&str]| {
+        Command::new(bin())
+            .args(["chaos"])
+            .args(args)
+            .env("LEASEHOLD_SERVER", &url)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["fence", "x", "--writes", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("chaos fence x:") && said.contains("in force: 1 writes to fence"),
+        "{said}"
+    );
+    assert!(matches!(
+        c.checked_write("x", a.lease.token, b"k", b"v".to_vec())
+            .await,
+        Err(ClientError::Fenced { .. })
+    ));
+    let out = cli(&["delay", "x", "--by", "2m"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("by") && err.contains("60s"), "{err}");
+    let out = cli(&["clear"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("every job"));
+    let out = cli(&["expire", "x"]);
+    assert!(out.status.success());
+    assert_eq!(c.get_lease("x").await.unwrap().holder, None);
+    p.stop();
+}
