@@ -1,14 +1,15 @@
 // leasehold's chaos API: for users' own tests, make a worker lose its
 // lease, stall, or be fenced, on purpose, without killing a server.
 //
-// Off unless the server runs with `--enable-chaos`: every call is then
-// FAILED_PRECONDITION with reason CHAOS_DISABLED. On a listener that is
-// not loopback, a call also needs a policy that grants the action `chaos`
-// on the job (PERMISSION_DENIED otherwise; without a policy, refused).
+// Off unless the server runs with `--enable-chaos`: without it the service
+// is not served, and every call is UNIMPLEMENTED. On a listener that is not
+// loopback, a call also needs a policy that grants the action `chaos` on
+// the job (PERMISSION_DENIED otherwise, and always without a policy).
 // Every action is logged at WARN, counted on /metrics
 // (`leasehold_chaos_actions_total{action}`), and shown on the status page
-// while in force; an action that ends a tenure (expire, pause, transfer)
-// is in the job's history (`Tenure.End.END_CHAOS`, or `END_TRANSFERRED`).
+// while in force. The actions that end a tenure are in the job's history:
+// expire (`Tenure.End.END_CHAOS`) and transfer (`END_TRANSFERRED`); a
+// paused grant that runs out ends as an expiry does.
 //
 // Chaos is kept by the server (each etcd frontend its own), in memory:
 // a restart clears it. Every client library carries a small test helper

@@ -1,14 +1,15 @@
 // leasehold's chaos API: for users' own tests, make a worker lose its
 // lease, stall, or be fenced, on purpose, without killing a server.
 //
-// Off unless the server runs with `--enable-chaos`: every call is then
-// FAILED_PRECONDITION with reason CHAOS_DISABLED. On a listener that is
-// not loopback, a call also needs a policy that grants the action `chaos`
-// on the job (PERMISSION_DENIED otherwise; without a policy, refused).
+// Off unless the server runs with `--enable-chaos`: without it the service
+// is not served, and every call is UNIMPLEMENTED. On a listener that is not
+// loopback, a call also needs a policy that grants the action `chaos` on
+// the job (PERMISSION_DENIED otherwise, and always without a policy).
 // Every action is logged at WARN, counted on /metrics
 // (`leasehold_chaos_actions_total{action}`), and shown on the status page
-// while in force; an action that ends a tenure (expire, pause, transfer)
-// is in the job's history (`Tenure.End.END_CHAOS`, or `END_TRANSFERRED`).
+// while in force. The actions that end a tenure are in the job's history:
+// expire (`Tenure.End.END_CHAOS`) and transfer (`END_TRANSFERRED`); a
+// paused grant that runs out ends as an expiry does.
 //
 // Chaos is kept by the server (each etcd frontend its own), in memory:
 // a restart clears it. Every client library carries a small test helper
@@ -52,10 +53,11 @@ type ChaosClient interface {
 	// granted the next token at once. The history records END_CHAOS. When
 	// nobody holds the job nothing changes, and the answer's lease says so.
 	Expire(ctx context.Context, in *ChaosJobRequest, opts ...grpc.CallOption) (*ChaosResponse, error)
-	// Pauses the job's holder for `duration`: its grant ends now as in
-	// Expire (waiters are served at once), and for the duration every Renew,
-	// KeepAlive renewal and Acquire of that holder on the job is refused as
-	// if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+	// Pauses the job's holder for `duration`, as a stalled process: every
+	// Renew and KeepAlive renewal of that holder on the job is refused with
+	// LEASE_LOST as if it came too late, so its grant runs out at its
+	// deadline and goes to the first waiter; its Acquires on the job are
+	// held until the pause ends. When nobody holds the job nothing changes.
 	Pause(ctx context.Context, in *ChaosPauseRequest, opts ...grpc.CallOption) (*ChaosResponse, error)
 	// Delays every answer about the job (Acquire, Renew, Release,
 	// TransferLease, GetLease, CheckedWrite, Read, ListKeys, KeepAlive
@@ -149,10 +151,11 @@ type ChaosServer interface {
 	// granted the next token at once. The history records END_CHAOS. When
 	// nobody holds the job nothing changes, and the answer's lease says so.
 	Expire(context.Context, *ChaosJobRequest) (*ChaosResponse, error)
-	// Pauses the job's holder for `duration`: its grant ends now as in
-	// Expire (waiters are served at once), and for the duration every Renew,
-	// KeepAlive renewal and Acquire of that holder on the job is refused as
-	// if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+	// Pauses the job's holder for `duration`, as a stalled process: every
+	// Renew and KeepAlive renewal of that holder on the job is refused with
+	// LEASE_LOST as if it came too late, so its grant runs out at its
+	// deadline and goes to the first waiter; its Acquires on the job are
+	// held until the pause ends. When nobody holds the job nothing changes.
 	Pause(context.Context, *ChaosPauseRequest) (*ChaosResponse, error)
 	// Delays every answer about the job (Acquire, Renew, Release,
 	// TransferLease, GetLease, CheckedWrite, Read, ListKeys, KeepAlive

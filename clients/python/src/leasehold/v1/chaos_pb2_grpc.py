@@ -80,10 +80,11 @@ class ChaosServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Pause(self, request, context):
-        """Pauses the job's holder for `duration`: its grant ends now as in
-        Expire (waiters are served at once), and for the duration every Renew,
-        KeepAlive renewal and Acquire of that holder on the job is refused as
-        if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+        """Pauses the job's holder for `duration`, as a stalled process: every
+        Renew and KeepAlive renewal of that holder on the job is refused with
+        LEASE_LOST as if it came too late, so its grant runs out at its
+        deadline and goes to the first waiter; its Acquires on the job are
+        held until the pause ends. When nobody holds the job nothing changes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

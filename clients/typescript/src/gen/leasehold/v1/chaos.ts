@@ -29,14 +29,15 @@ export const protobufFileName = "leasehold/v1/chaos.proto";
  * leasehold's chaos API: for users' own tests, make a worker lose its
  * lease, stall, or be fenced, on purpose, without killing a server.
  *
- * Off unless the server runs with `--enable-chaos`: every call is then
- * FAILED_PRECONDITION with reason CHAOS_DISABLED. On a listener that is
- * not loopback, a call also needs a policy that grants the action `chaos`
- * on the job (PERMISSION_DENIED otherwise; without a policy, refused).
+ * Off unless the server runs with `--enable-chaos`: without it the service
+ * is not served, and every call is UNIMPLEMENTED. On a listener that is not
+ * loopback, a call also needs a policy that grants the action `chaos` on
+ * the job (PERMISSION_DENIED otherwise, and always without a policy).
  * Every action is logged at WARN, counted on /metrics
  * (`leasehold_chaos_actions_total{action}`), and shown on the status page
- * while in force; an action that ends a tenure (expire, pause, transfer)
- * is in the job's history (`Tenure.End.END_CHAOS`, or `END_TRANSFERRED`).
+ * while in force. The actions that end a tenure are in the job's history:
+ * expire (`Tenure.End.END_CHAOS`) and transfer (`END_TRANSFERRED`); a
+ * paused grant that runs out ends as an expiry does.
  *
  * Chaos is kept by the server (each etcd frontend its own), in memory:
  * a restart clears it. Every client library carries a small test helper
@@ -524,10 +525,11 @@ export const ChaosService = {
     responseDeserialize: (value: Buffer): ChaosResponse => ChaosResponse.decode(value),
   },
   /**
-   * Pauses the job's holder for `duration`: its grant ends now as in
-   * Expire (waiters are served at once), and for the duration every Renew,
-   * KeepAlive renewal and Acquire of that holder on the job is refused as
-   * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+   * Pauses the job's holder for `duration`, as a stalled process: every
+   * Renew and KeepAlive renewal of that holder on the job is refused with
+   * LEASE_LOST as if it came too late, so its grant runs out at its
+   * deadline and goes to the first waiter; its Acquires on the job are
+   * held until the pause ends. When nobody holds the job nothing changes.
    */
   pause: {
     path: "/leasehold.v1.Chaos/Pause" as const,
@@ -600,10 +602,11 @@ export interface ChaosServer extends UntypedServiceImplementation {
    */
   expire: handleUnaryCall<ChaosJobRequest, ChaosResponse>;
   /**
-   * Pauses the job's holder for `duration`: its grant ends now as in
-   * Expire (waiters are served at once), and for the duration every Renew,
-   * KeepAlive renewal and Acquire of that holder on the job is refused as
-   * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+   * Pauses the job's holder for `duration`, as a stalled process: every
+   * Renew and KeepAlive renewal of that holder on the job is refused with
+   * LEASE_LOST as if it came too late, so its grant runs out at its
+   * deadline and goes to the first waiter; its Acquires on the job are
+   * held until the pause ends. When nobody holds the job nothing changes.
    */
   pause: handleUnaryCall<ChaosPauseRequest, ChaosResponse>;
   /**
@@ -650,10 +653,11 @@ export interface ChaosClient extends Client {
     callback: (error: ServiceError | null, response: ChaosResponse) => void,
   ): ClientUnaryCall;
   /**
-   * Pauses the job's holder for `duration`: its grant ends now as in
-   * Expire (waiters are served at once), and for the duration every Renew,
-   * KeepAlive renewal and Acquire of that holder on the job is refused as
-   * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+   * Pauses the job's holder for `duration`, as a stalled process: every
+   * Renew and KeepAlive renewal of that holder on the job is refused with
+   * LEASE_LOST as if it came too late, so its grant runs out at its
+   * deadline and goes to the first waiter; its Acquires on the job are
+   * held until the pause ends. When nobody holds the job nothing changes.
    */
   pause(
     request: ChaosPauseRequest,

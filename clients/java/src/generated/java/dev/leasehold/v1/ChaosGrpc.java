@@ -276,10 +276,11 @@ public final class ChaosGrpc {
 
     /**
      * <pre>
-     * Pauses the job's holder for `duration`: its grant ends now as in
-     * Expire (waiters are served at once), and for the duration every Renew,
-     * KeepAlive renewal and Acquire of that holder on the job is refused as
-     * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+     * Pauses the job's holder for `duration`, as a stalled process: every
+     * Renew and KeepAlive renewal of that holder on the job is refused with
+     * LEASE_LOST as if it came too late, so its grant runs out at its
+     * deadline and goes to the first waiter; its Acquires on the job are
+     * held until the pause ends. When nobody holds the job nothing changes.
      * </pre>
      */
     default void pause(dev.leasehold.v1.ChaosPauseRequest request,
@@ -376,10 +377,11 @@ public final class ChaosGrpc {
 
     /**
      * <pre>
-     * Pauses the job's holder for `duration`: its grant ends now as in
-     * Expire (waiters are served at once), and for the duration every Renew,
-     * KeepAlive renewal and Acquire of that holder on the job is refused as
-     * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+     * Pauses the job's holder for `duration`, as a stalled process: every
+     * Renew and KeepAlive renewal of that holder on the job is refused with
+     * LEASE_LOST as if it came too late, so its grant runs out at its
+     * deadline and goes to the first waiter; its Acquires on the job are
+     * held until the pause ends. When nobody holds the job nothing changes.
      * </pre>
      */
     public void pause(dev.leasehold.v1.ChaosPauseRequest request,
@@ -469,10 +471,11 @@ public final class ChaosGrpc {
 
     /**
      * <pre>
-     * Pauses the job's holder for `duration`: its grant ends now as in
-     * Expire (waiters are served at once), and for the duration every Renew,
-     * KeepAlive renewal and Acquire of that holder on the job is refused as
-     * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+     * Pauses the job's holder for `duration`, as a stalled process: every
+     * Renew and KeepAlive renewal of that holder on the job is refused with
+     * LEASE_LOST as if it came too late, so its grant runs out at its
+     * deadline and goes to the first waiter; its Acquires on the job are
+     * held until the pause ends. When nobody holds the job nothing changes.
      * </pre>
      */
     public dev.leasehold.v1.ChaosResponse pause(dev.leasehold.v1.ChaosPauseRequest request) throws io.grpc.StatusException {
@@ -557,10 +560,11 @@ public final class ChaosGrpc {
 
     /**
      * <pre>
-     * Pauses the job's holder for `duration`: its grant ends now as in
-     * Expire (waiters are served at once), and for the duration every Renew,
-     * KeepAlive renewal and Acquire of that holder on the job is refused as
-     * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+     * Pauses the job's holder for `duration`, as a stalled process: every
+     * Renew and KeepAlive renewal of that holder on the job is refused with
+     * LEASE_LOST as if it came too late, so its grant runs out at its
+     * deadline and goes to the first waiter; its Acquires on the job are
+     * held until the pause ends. When nobody holds the job nothing changes.
      * </pre>
      */
     public dev.leasehold.v1.ChaosResponse pause(dev.leasehold.v1.ChaosPauseRequest request) {
@@ -646,10 +650,11 @@ public final class ChaosGrpc {
 
     /**
      * <pre>
-     * Pauses the job's holder for `duration`: its grant ends now as in
-     * Expire (waiters are served at once), and for the duration every Renew,
-     * KeepAlive renewal and Acquire of that holder on the job is refused as
-     * if it came too late (Renew: LEASE_LOST; Acquire: UNAVAILABLE).
+     * Pauses the job's holder for `duration`, as a stalled process: every
+     * Renew and KeepAlive renewal of that holder on the job is refused with
+     * LEASE_LOST as if it came too late, so its grant runs out at its
+     * deadline and goes to the first waiter; its Acquires on the job are
+     * held until the pause ends. When nobody holds the job nothing changes.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.ChaosResponse> pause(
