@@ -15,6 +15,7 @@ import harness  # noqa: E402
 
 import leasehold  # noqa: E402
 from leasehold.aio import AsyncClient, AsyncWriteStream  # noqa: E402
+from leasehold.chaos import AsyncChaos  # noqa: E402
 
 _jobs = itertools.count()
 
@@ -67,7 +68,7 @@ class _OnLoop:
                 return await r if inspect.isawaitable(r) else r
 
             r = asyncio.run_coroutine_threadsafe(run(), self._loop).result(60)
-            return _OnLoop(r, self._loop) if isinstance(r, AsyncWriteStream) else r
+            return _OnLoop(r, self._loop) if isinstance(r, (AsyncWriteStream, AsyncChaos)) else r
 
         return call
 

@@ -17,10 +17,12 @@ import {
   status as Code,
   type ServiceError,
 } from "@grpc/grpc-js";
+import { Chaos, type ChaosMethod } from "./chaos";
 import { fromServiceError, LeaseholdError } from "./errors";
 import { KeySet } from "./proof";
 import { abortError } from "./retry";
 import * as pb from "./gen/leasehold/v1/leasehold";
+import { ChaosClient } from "./gen/leasehold/v1/chaos";
 import {
   type Acquired,
   asBytes,
@@ -350,6 +352,7 @@ export class Watch implements AsyncIterable<LeaseEvent> {
 export class Client {
   private readonly leases: pb.LeasesClient;
   private readonly store: pb.FencedStoreClient;
+  private readonly chaosStub: ChaosClient;
   private readonly timeoutMs: number;
   /** Acquires and Renews on their way, and tokens told, per (job, holder). */
   private readonly calls = new Calls();
@@ -363,12 +366,25 @@ export class Client {
       ...options,
       channelOverride: this.leases.getChannel(),
     });
+    this.chaosStub = new ChaosClient(addr, creds, { ...options, channelOverride: this.leases.getChannel() });
     this.timeoutMs = config.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
   /** Closes the channel. */
   close(): void {
     this.leases.close();
+  }
+
+  /**
+   * The chaos API of a server started with `--enable-chaos`, for tests of
+   * workers that must step down: `expire(job)`, `pause(job, durationMs)`,
+   * `delay(job, byMs)`, `fence(job, writes)`, `transfer(job)`,
+   * `clear(job?)` (see `Chaos`). Over this client's channel.
+   */
+  chaos(): Chaos {
+    return new Chaos(<Req, Res>(method: ChaosMethod, req: Req, opts?: CallOptions) =>
+      this.unary(this.chaosStub, this.chaosStub[method] as unknown as UnaryMethod<Req, Res>, req, opts),
+    );
   }
 
   private unary<Req, Res>(

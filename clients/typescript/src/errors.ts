@@ -25,6 +25,7 @@
  * ├── QuotaExceeded      a limit on state (jobs, keys, watchers, waiters); .limit and .max
  * ├── JobInUse           deleteJob of a job whose lease is live or awaited
  * ├── NoSuccessor        transferLease with no such waiter; the caller still leads
+ * ├── ChaosDisabled      a chaos call to a server without --enable-chaos
  * └── Unavailable        unreachable or not answering; retryable
  *     ├── StorageError   the store could not make a change durable
  *     ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -181,6 +182,14 @@ export class JobInUse extends LeaseholdError {}
  * release.
  */
 export class NoSuccessor extends LeaseholdError {}
+
+/**
+ * A call of the chaos API (`client.chaos()`) to a server that does not
+ * serve it (UNIMPLEMENTED): the server must run with `--enable-chaos`
+ * (test and staging servers only). `cause` is the error as the server
+ * sent it.
+ */
+export class ChaosDisabled extends LeaseholdError {}
 
 /** The server could not be reached or could not answer; retryable. */
 export class Unavailable extends LeaseholdError {

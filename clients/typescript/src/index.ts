@@ -2,7 +2,8 @@
  * leasehold for TypeScript / Node.js: a promise-based `Client`, the
  * `Elector` (an EventEmitter), the `WriteStream` for many fenced writes
  * over one stream, `verifyProof` for a grant's signed proof (`Lease.proof`,
- * docs/proofs.md), and typed errors, on @grpc/grpc-js with
+ * docs/proofs.md), `client.chaos()` for tests (the chaos API of a server
+ * run with `--enable-chaos`), and typed errors, on @grpc/grpc-js with
  * types generated from proto/leasehold/v1/leasehold.proto by ts-proto.
  *
  * ```ts
@@ -21,9 +22,12 @@
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
 export type { AcquireOptions, CallOptions, ClientConfig, ObserveOptions, WriteOptions } from "./client";
+export { Chaos } from "./chaos";
+export type { ChaosOutcome } from "./chaos";
 export { Elector, NotLeader } from "./elector";
 export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
 export {
+  ChaosDisabled,
   DiskFull,
   DOMAIN,
   errorInfo,

@@ -25,6 +25,10 @@ checks a grant's proof, the server's signed statement that it issued the
 token, for storage that leasehold does not own (needs the
 ``leasehold[proof]`` extra).
 
+``client.chaos()`` is a test helper over the chaos API of a server
+started with ``--enable-chaos`` (:class:`Chaos`): expire, pause, delay or
+fence a job's holder on purpose, and check that the worker steps down.
+
 ``leasehold.aio`` has the asyncio variants (``AsyncClient``,
 ``AsyncWriteStream``, ``AsyncElector``); ``leasehold.v1`` the generated
 protobuf and gRPC modules.
@@ -33,11 +37,13 @@ protobuf and gRPC modules.
 from importlib import metadata as _metadata
 
 from .aio import AsyncClient, AsyncElector, AsyncWriteStream
+from .chaos import AsyncChaos, Chaos, ChaosOutcome
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
 from .lock import AsyncLock, Lock
 from .errors import (
     DOMAIN,
+    ChaosDisabled,
     DiskFull,
     Fenced,
     InvalidArgument,
@@ -82,10 +88,14 @@ except _metadata.PackageNotFoundError:  # imported from a source tree, not insta
 
 __all__ = [
     "Acquired",
+    "AsyncChaos",
     "AsyncClient",
     "AsyncElector",
     "AsyncLock",
     "AsyncWriteStream",
+    "Chaos",
+    "ChaosDisabled",
+    "ChaosOutcome",
     "Client",
     "DEFAULT_TARGET",
     "DOMAIN",

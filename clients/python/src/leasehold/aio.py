@@ -48,6 +48,7 @@ from ._wire import (
     campaign_timing,
 )
 from ._retry import Backoff, Warnings
+from .chaos import AsyncChaos
 from .lock import DEFAULT_LOCK_NAME, AsyncLock
 from .proof import KeySet
 from .types import (
@@ -66,6 +67,7 @@ from .types import (
     event_from_pb,
     lease_from_pb,
 )
+from .v1 import chaos_pb2_grpc as chaos_grpc
 from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as pb_grpc
 
@@ -343,6 +345,7 @@ class AsyncClient:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        self._chaos = chaos_grpc.ChaosStub(self._channel)
         self._cleanups: "set[asyncio.Task]" = set()
         # Acquires and Renews on their way, and tokens told, per (job,
         # holder): what a cancelled Acquire's give-back must respect.
@@ -523,6 +526,12 @@ class AsyncClient:
         keys, a :class:`~leasehold.proof.KeySet` for
         :func:`leasehold.proof.verify`."""
         return KeySet.from_pb(await self._call(self._leases.GetSigningKeys, pb.GetSigningKeysRequest(), timeout))
+
+    def chaos(self) -> AsyncChaos:
+        """As :meth:`leasehold.Client.chaos`: the chaos API of a server
+        started with ``--enable-chaos``, an :class:`~leasehold.AsyncChaos`
+        whose methods are awaited (``await client.chaos().expire(job)``)."""
+        return AsyncChaos(self._chaos, self._call)
 
     async def checked_write(
         self,

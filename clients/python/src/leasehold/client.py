@@ -18,6 +18,7 @@ import grpc
 
 from . import errors
 from ._giveback import Calls
+from .chaos import Chaos
 from ._wire import (  # noqa: F401 (re-exported)
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT,
@@ -59,6 +60,7 @@ from .types import (
     event_from_pb,
     lease_from_pb,
 )
+from .v1 import chaos_pb2_grpc as chaos_grpc
 from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as pb_grpc
 
@@ -333,6 +335,7 @@ class Client:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        self._chaos = chaos_grpc.ChaosStub(self._channel)
         # Acquires and Renews on their way, and tokens told, per (job,
         # holder): what a cancelled Acquire's give-back must respect.
         self._calls = Calls()
@@ -612,6 +615,21 @@ class Client:
         one listed verifies. Empty when the server signs nothing. The same
         JWKS is served at ``GET /keys`` on the admin port."""
         return KeySet.from_pb(self._call(self._leases.GetSigningKeys, pb.GetSigningKeysRequest(), timeout))
+
+    def chaos(self) -> Chaos:
+        """The chaos API of a server started with ``--enable-chaos`` (test
+        and staging servers only), for tests of workers that must step
+        down: a :class:`~leasehold.Chaos` whose ``expire(job)``,
+        ``pause(job, seconds)``, ``delay(job, seconds)``, ``fence(job,
+        writes)``, ``transfer(job)`` and ``clear(job=None)`` return a
+        :class:`~leasehold.ChaosOutcome` (the job's lease, and what is in
+        force on it)::
+
+            client.chaos().expire("sync")  # the holder's lease ends now
+
+        A server without the chaos API raises
+        :class:`~leasehold.ChaosDisabled`."""
+        return Chaos(self._chaos, self._call)
 
     # Fenced store
 

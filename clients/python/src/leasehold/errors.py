@@ -29,6 +29,7 @@ Hierarchy::
     ├── NoSuccessor        transfer_lease with nobody (or not that holder) waiting
     ├── NotLeader          Elector.transfer() while not leading (nothing was sent)
     ├── ProofError         a grant's proof refused by leasehold.proof.verify; .kind says why
+    ├── ChaosDisabled      a chaos call to a server without --enable-chaos
     └── Unavailable        server unreachable or not answering; retryable
         ├── StorageError   the store could not make a change durable
         ├── DiskFull       the server's disk is (nearly) full; reads go on
@@ -217,6 +218,14 @@ class NotLeader(LeaseholdError):
 
     def __init__(self, message: str = "not leading") -> None:
         super().__init__(message, code=grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class ChaosDisabled(LeaseholdError):
+    """A call of the chaos test helper (:meth:`leasehold.Client.chaos`) to a
+    server that does not serve the chaos API: it was not started with
+    ``--enable-chaos`` (the server answers UNIMPLEMENTED), or predates it.
+    Nothing was changed. Start the test server with ``--enable-chaos``
+    (test and staging servers only)."""
 
 
 class ProofErrorKind(enum.Enum):
