@@ -46,6 +46,7 @@ type Client struct {
 	conn   *grpc.ClientConn
 	leases pb.LeasesClient
 	store  pb.FencedStoreClient
+	chaos  pb.ChaosClient
 	// calls: Acquires and Renews on their way, and tokens told, per (job,
 	// holder): what a cancelled Acquire's give-back must respect.
 	calls *calls
@@ -87,7 +88,8 @@ var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
 
 // New makes a client over an existing connection, which the caller closes.
 func New(conn grpc.ClientConnInterface) *Client {
-	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn), calls: newCalls()}
+	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn),
+		chaos: pb.NewChaosClient(conn), calls: newCalls()}
 }
 
 // Close closes the connection if Dial made it.

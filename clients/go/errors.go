@@ -54,7 +54,8 @@ func tagged(msg string, r pb.ErrorReason) string {
 // ErrUnavailable. Use errors.As with *FencedError, *LeaseLostError,
 // *InvalidArgumentError, *UnknownTokenError, *UnauthenticatedError,
 // *PermissionDeniedError, *QuotaExceededError, *JobInUseError,
-// *NoSuccessorError or *UnavailableError for the details.
+// *NoSuccessorError or *UnavailableError for the details. The Chaos
+// helper's calls also return *ChaosDisabledError (ErrChaosDisabled).
 var (
 	ErrLeaseLost       = errors.New("leasehold: lease lost")
 	ErrFenced          = errors.New("leasehold: fenced")
@@ -164,7 +165,8 @@ func (e *UnauthenticatedError) GRPCStatus() *status.Status { return e.status }
 // the holder changes; nothing was changed.
 type PermissionDeniedError struct {
 	Message string
-	// Action is the action refused: "lease", "write", "read" or "admin".
+	// Action is the action refused: "lease", "write", "read", "admin" or
+	// "chaos".
 	Action string
 	// Job is the job the call was refused on.
 	Job    string
