@@ -48,6 +48,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
+import java.util.function.UnaryOperator;
 
 /**
  * A leasehold client over one gRPC channel. Thread-safe; share one per
@@ -225,6 +226,11 @@ public final class Client implements AutoCloseable {
     } catch (StatusRuntimeException e) {
       throw failed(e);
     }
+  }
+
+  /** {@link #call(io.grpc.stub.AbstractStub, Duration, Function)} with this client's timeout (for {@link Chaos}). */
+  <S extends io.grpc.stub.AbstractStub<S>, R> R call(S stub, Function<S, R> f) {
+    return call(stub, timeout, f);
   }
 
   private RuntimeException failed(Throwable e) {
@@ -410,6 +416,20 @@ public final class Client implements AutoCloseable {
    * another way (cancelled): its caller never saw it.
    */
   private <T, R> CompletableFuture<R> async(ListenableFuture<T> call, Function<T, R> map, java.util.function.Consumer<T> undelivered) {
+    return async(call, map, undelivered, UnaryOperator.identity());
+  }
+
+  /**
+   * {@link #async(ListenableFuture, Function)}, failing with
+   * {@code errors} of the typed exception (for {@link Chaos}, which tells a
+   * server without the chaos API by its error).
+   */
+  <T, R> CompletableFuture<R> asyncMapped(ListenableFuture<T> call, Function<T, R> map, UnaryOperator<LeaseholdException> errors) {
+    return async(call, map, r -> { }, errors);
+  }
+
+  private <T, R> CompletableFuture<R> async(ListenableFuture<T> call, Function<T, R> map, java.util.function.Consumer<T> undelivered,
+      UnaryOperator<LeaseholdException> errors) {
     CompletableFuture<R> out = new CompletableFuture<>();
     Futures.addCallback(call, new FutureCallback<T>() {
       @Override
@@ -433,7 +453,7 @@ public final class Client implements AutoCloseable {
         if (le instanceof UnavailableException) {
           reconnectNow();
         }
-        out.completeExceptionally(le);
+        out.completeExceptionally(errors.apply(le));
       }
     }, MoreExecutors.directExecutor());
     out.whenComplete((r, t) -> {
@@ -444,7 +464,8 @@ public final class Client implements AutoCloseable {
     return out;
   }
 
-  private <S extends io.grpc.stub.AbstractStub<S>> S deadline(S stub) {
+  /** {@code stub} with this client's timeout as its deadline, from now. */
+  <S extends io.grpc.stub.AbstractStub<S>> S deadline(S stub) {
     return stub.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS);
   }
 
@@ -733,6 +754,18 @@ public final class Client implements AutoCloseable {
   /** {@link #getSigningKeys()} as a future; {@code cancel(true)} cancels the call. */
   public CompletableFuture<KeySet> getSigningKeysAsync() {
     return async(deadline(leasesFuture).getSigningKeys(GetSigningKeysRequest.getDefaultInstance()), KeySet::of);
+  }
+
+  /**
+   * The chaos API of a server started with {@code --enable-chaos} (test and
+   * staging servers only), for tests that a worker steps down: expire a
+   * job's lease now, pause its holder, delay answers, fence writes, force a
+   * transfer. Over this client's channel, with its timeout. A server
+   * without the flag throws {@link ChaosDisabledException} on every call.
+   * See {@link Chaos}.
+   */
+  public Chaos chaos() {
+    return new Chaos(this, leases.getChannel());
   }
 
   /**

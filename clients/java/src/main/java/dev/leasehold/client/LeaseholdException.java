@@ -20,6 +20,7 @@ import java.util.OptionalLong;
  * ├── QuotaExceededException      a limit on state (jobs, keys, watchers, waiters); limit() and max()
  * ├── JobInUseException           deleteJob of a job whose lease is live or awaited
  * ├── NoSuccessorException        transferLease with no such waiter; the caller still leads
+ * ├── ChaosDisabledException      a Chaos call to a server without --enable-chaos
  * └── UnavailableException        unreachable or not answering; retryable
  *     ├── StorageException        the store could not make a change durable
  *     ├── DiskFullException       the server's disk is (nearly) full; reads go on
