@@ -1,5 +1,5 @@
 //! The end of a holding: `Release`, the release of a bound lease whose
-//! connection closed (`release_bound`), the hand-over to a waiting
+//! connection closed (`end_lease`), the hand-over to a waiting
 //! successor (`transfer`), and the give-back of a grant whose
 //! caller may never have learned of it (`give_back`,
 //! `release_undelivered`). One transaction compares the holder key, marks
@@ -59,20 +59,10 @@ impl EtcdNode {
             .await
     }
 
-    /// Releases a lease bound to a connection whose client end closed, as
-    /// [`EtcdNode::release`] does, its end recorded as `connection closed`.
-    pub async fn release_bound(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-    ) -> Result<bool> {
-        self.end_holding(job, holder, token, false, TenureEnd::ConnectionClosed)
-            .await
-    }
-
     /// Ends the holding of (`holder`, `token`) now, its end recorded as
-    /// `how` (the chaos API's expire); the first waiter is granted at once.
+    /// `how` (`ConnectionClosed` for a bound lease whose connection closed,
+    /// `Chaos` for the chaos API's expire), as [`EtcdNode::release`] does;
+    /// the first waiter is granted at once.
     pub async fn end_lease(
         &self,
         job: &JobName,

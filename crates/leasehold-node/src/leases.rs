@@ -315,22 +315,10 @@ impl Node {
             .await
     }
 
-    /// Releases a lease bound to a connection whose client end closed:
-    /// [`Node::release`], with the tenure's end recorded as
-    /// `connection closed`. Returns whether it released (false when the
-    /// lease had moved on already).
-    pub async fn release_bound(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-    ) -> Result<bool> {
-        self.end_holding(job, holder, token, TenureEnd::ConnectionClosed)
-            .await
-    }
-
     /// Ends the holding of (`holder`, `token`) now, its end recorded as
-    /// `how` (the chaos API's expire); the first waiter is granted at once.
+    /// `how`: `ConnectionClosed` for a lease bound to a connection whose
+    /// client end closed, `Chaos` for the chaos API's expire. The first
+    /// waiter is granted at once. Returns whether it ended one.
     pub async fn end_lease(
         &self,
         job: &JobName,

@@ -148,19 +148,6 @@ impl Backend {
         }
     }
 
-    /// See [`Node::release_bound`].
-    pub async fn release_bound(
-        &self,
-        job: &JobName,
-        holder: &HolderId,
-        token: Token,
-    ) -> Result<bool> {
-        match self {
-            Backend::Local(n) => n.release_bound(job, holder, token).await,
-            Backend::Etcd(n) => n.release_bound(job, holder, token).await,
-        }
-    }
-
     /// See [`Node::end_lease`].
     pub async fn end_lease(
         &self,

@@ -42,7 +42,7 @@ use tokio::sync::watch;
 
 use crate::backend::Backend;
 use crate::clock;
-use crate::lease::{HolderId, JobName, Token};
+use crate::lease::{HolderId, JobName, TenureEnd, Token};
 
 /// One connection's side of its bindings: whether its client closed it,
 /// and the jobs bound to it. Shared by every call on the connection (in
@@ -278,7 +278,10 @@ impl Bindings {
         for (job, b) in ended {
             let backend = self.backend.clone();
             rt.spawn(async move {
-                match backend.release_bound(&job, &b.holder, b.token).await {
+                match backend
+                    .end_lease(&job, &b.holder, b.token, TenureEnd::ConnectionClosed)
+                    .await
+                {
                     Ok(true) => tracing::info!(
                         job = %job,
                         token = b.token.0,
