@@ -463,8 +463,15 @@ impl ClientCommand {
                 at: None,
                 limit,
             } => {
-                let tenures = connect(&conn).await?.history(&job, limit).await?;
+                let client = connect(&conn).await?;
+                let tenures = client.history(&job, limit).await?;
                 print_history(&tenures);
+                // The chaos API's actions, on a server that has it.
+                if let Ok(events) = client.chaos().events(&job).await {
+                    for e in events.iter().rev() {
+                        println!("chaos {} {}: {}", rfc3339(e.at), e.action, e.detail);
+                    }
+                }
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::History {

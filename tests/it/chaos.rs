@@ -205,6 +205,27 @@ async fn every_action(place: Place) {
         Err(ClientError::InvalidArgument { .. })
     ));
 
+    // The job's history has every action taken on it, newest first.
+    let events = chaos.events("x").await.unwrap();
+    let actions: Vec<&str> = events.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["transfer", "clear", "pause", "clear", "delay", "fence", "expire"],
+        "{events:?}"
+    );
+    assert!(events[6]
+        .detail
+        .contains(&format!("token {} expired", a.lease.token)));
+    let out = Command::new(bin())
+        .args(["history", "x", "--server", &p.url()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("chaos") && said.contains("fence: the next 2 fenced writes fail"),
+        "{said}"
+    );
+
     let (_, metrics) = common::admin_request(p.admin, "/metrics").await;
     for (action, n) in [
         ("expire", 1.0),

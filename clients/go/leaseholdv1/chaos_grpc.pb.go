@@ -7,9 +7,10 @@
 // the job (PERMISSION_DENIED otherwise, and always without a policy).
 // Every action is logged at WARN, counted on /metrics
 // (`leasehold_chaos_actions_total{action}`), and shown on the status page
-// while in force. The actions that end a tenure are in the job's history:
-// expire (`Tenure.End.END_CHAOS`) and transfer (`END_TRANSFERRED`); a
-// paused grant that runs out ends as an expiry does.
+// while in force, and recorded in the job's history: every action in
+// `GetHistoryResponse.chaos` (the last 32 per job, in the server's memory),
+// and a tenure that expire ends as `Tenure.End.END_CHAOS` (transfer's as
+// `END_TRANSFERRED`; a paused grant that runs out ends as an expiry does).
 //
 // Chaos is kept by the server (each etcd frontend its own), in memory:
 // a restart clears it. Every client library carries a small test helper

@@ -275,7 +275,7 @@ func (x Tenure_End) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Tenure_End.Descriptor instead.
 func (Tenure_End) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type LeaseEvent_Kind int32
@@ -336,7 +336,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22, 0}
 }
 
 type WriteResult_Outcome int32
@@ -406,7 +406,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -471,7 +471,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36, 0}
 }
 
 type Lease struct {
@@ -1623,6 +1623,11 @@ type GetHistoryResponse struct {
 	Tenures []*Tenure `protobuf:"bytes,1,rep,name=tenures,proto3" json:"tenures,omitempty"`
 	// Pass as `page_token` to get the older tenures; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The chaos API's actions on the job (chaos.proto, `serve
+	// --enable-chaos`), newest first: the last 32 this server took since it
+	// started (chaos lives in memory, each etcd frontend its own). On the
+	// first page only; empty without chaos.
+	Chaos         []*ChaosEvent `protobuf:"bytes,3,rep,name=chaos,proto3" json:"chaos,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1676,77 @@ func (x *GetHistoryResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *GetHistoryResponse) GetChaos() []*ChaosEvent {
+	if x != nil {
+		return x.Chaos
+	}
+	return nil
+}
+
+// One action of the chaos API on a job.
+type ChaosEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When, on the server's wall clock.
+	At *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// expire, pause, delay, fence, transfer or clear.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// What it did, for people ("token 3 expired on purpose").
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChaosEvent) Reset() {
+	*x = ChaosEvent{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChaosEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChaosEvent) ProtoMessage() {}
+
+func (x *ChaosEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChaosEvent.ProtoReflect.Descriptor instead.
+func (*ChaosEvent) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ChaosEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ChaosEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ChaosEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // One token's time as the job's leader.
 type Tenure struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1692,7 +1768,7 @@ type Tenure struct {
 
 func (x *Tenure) Reset() {
 	*x = Tenure{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1780,7 @@ func (x *Tenure) String() string {
 func (*Tenure) ProtoMessage() {}
 
 func (x *Tenure) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1793,7 @@ func (x *Tenure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
 func (*Tenure) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Tenure) GetToken() uint64 {
@@ -1778,7 +1854,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1866,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1879,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1824,7 +1900,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1912,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1925,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1893,7 +1969,7 @@ type CheckedWriteRequest struct {
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1981,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +1994,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -1974,7 +2050,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2062,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2075,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -2024,7 +2100,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2112,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2125,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -2079,7 +2155,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2167,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2180,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -2141,7 +2217,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2229,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2242,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -2214,7 +2290,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2302,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2315,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -2271,7 +2347,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2359,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2372,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -2347,7 +2423,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2435,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2448,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -2416,7 +2492,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2504,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2517,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -2491,7 +2567,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2579,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2592,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -2555,7 +2631,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2643,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2656,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -2622,7 +2698,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2710,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2723,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -2691,7 +2767,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2779,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2792,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -2758,7 +2834,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2770,7 +2846,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2783,7 +2859,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2902,10 +2978,16 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"l\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x9c\x01\n" +
 	"\x12GetHistoryResponse\x12.\n" +
 	"\atenures\x18\x01 \x03(\v2\x14.leasehold.v1.TenureR\atenures\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe8\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12.\n" +
+	"\x05chaos\x18\x03 \x03(\v2\x18.leasehold.v1.ChaosEventR\x05chaos\"h\n" +
+	"\n" +
+	"ChaosEvent\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xe8\x03\n" +
 	"\x06Tenure\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
@@ -3065,7 +3147,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),               // 0: leasehold.v1.ErrorReason
 	(Tenure_End)(0),                // 1: leasehold.v1.Tenure.End
@@ -3091,89 +3173,92 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*ListLeasesResponse)(nil),     // 21: leasehold.v1.ListLeasesResponse
 	(*GetHistoryRequest)(nil),      // 22: leasehold.v1.GetHistoryRequest
 	(*GetHistoryResponse)(nil),     // 23: leasehold.v1.GetHistoryResponse
-	(*Tenure)(nil),                 // 24: leasehold.v1.Tenure
-	(*WatchLeaseRequest)(nil),      // 25: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),             // 26: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),    // 27: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil),   // 28: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),     // 29: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),    // 30: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),            // 31: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),            // 32: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),           // 33: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),        // 34: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),                // 35: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),       // 36: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),       // 37: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),       // 38: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),      // 39: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),        // 40: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),    // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 42: google.protobuf.Timestamp
+	(*ChaosEvent)(nil),             // 24: leasehold.v1.ChaosEvent
+	(*Tenure)(nil),                 // 25: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),      // 26: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),             // 27: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),    // 28: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),   // 29: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),     // 30: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),    // 31: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),            // 32: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),            // 33: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),           // 34: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),        // 35: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),                // 36: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),       // 37: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),       // 38: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),       // 39: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),      // 40: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),        // 41: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	41, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	41, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	42, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	42, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
 	8,  // 2: leasehold.v1.GetSigningKeysResponse.keys:type_name -> leasehold.v1.SigningKey
-	41, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	42, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 5: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	41, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 7: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	41, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 9: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
 	5,  // 10: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	24, // 11: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
-	42, // 12: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
-	41, // 13: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
-	1,  // 14: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
-	42, // 15: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
-	5,  // 16: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
-	2,  // 17: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	27, // 18: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	31, // 19: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
-	3,  // 20: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	35, // 21: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	38, // 22: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	41, // 23: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	40, // 24: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	4,  // 25: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	5,  // 26: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	9,  // 27: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	11, // 28: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	13, // 29: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 30: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
-	17, // 31: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	18, // 32: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	20, // 33: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	22, // 34: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
-	25, // 35: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	37, // 36: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 37: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
-	27, // 38: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	29, // 39: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	32, // 40: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	34, // 41: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	10, // 42: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	12, // 43: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	14, // 44: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 45: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
-	5,  // 46: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	19, // 47: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	21, // 48: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	23, // 49: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
-	26, // 50: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	39, // 51: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 52: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
-	28, // 53: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	30, // 54: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	33, // 55: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	36, // 56: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	42, // [42:57] is the sub-list for method output_type
-	27, // [27:42] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	25, // 11: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	24, // 12: leasehold.v1.GetHistoryResponse.chaos:type_name -> leasehold.v1.ChaosEvent
+	43, // 13: leasehold.v1.ChaosEvent.at:type_name -> google.protobuf.Timestamp
+	43, // 14: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	42, // 15: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	1,  // 16: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
+	43, // 17: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	5,  // 18: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	2,  // 19: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
+	28, // 20: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	32, // 21: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	3,  // 22: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	36, // 23: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	39, // 24: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	42, // 25: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	41, // 26: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	4,  // 27: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	5,  // 28: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	9,  // 29: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	11, // 30: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	13, // 31: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	15, // 32: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
+	17, // 33: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	18, // 34: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	20, // 35: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	22, // 36: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	26, // 37: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	38, // 38: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	6,  // 39: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
+	28, // 40: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	30, // 41: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	33, // 42: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	35, // 43: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	10, // 44: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	12, // 45: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	14, // 46: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	16, // 47: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
+	5,  // 48: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	19, // 49: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	21, // 50: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	23, // 51: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	27, // 52: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	40, // 53: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	7,  // 54: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
+	29, // 55: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	31, // 56: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	34, // 57: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	37, // 58: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3187,7 +3272,7 @@ func file_leasehold_v1_leasehold_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

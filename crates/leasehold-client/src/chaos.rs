@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use leasehold_proto as proto;
 use leasehold_proto::chaos_client::ChaosClient;
+use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
 use crate::{ClientError, Lease, Transport};
@@ -48,17 +49,60 @@ impl From<proto::ChaosResponse> for ChaosOutcome {
     }
 }
 
+/// One chaos action in a job's history ([`Chaos::events`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChaosEvent {
+    /// When, on the server's wall clock.
+    pub at: std::time::SystemTime,
+    /// `expire`, `pause`, `delay`, `fence`, `transfer` or `clear`.
+    pub action: String,
+    /// What it did, for people.
+    pub detail: String,
+}
+
+impl From<proto::ChaosEvent> for ChaosEvent {
+    fn from(e: proto::ChaosEvent) -> Self {
+        let at = e.at.unwrap_or_default();
+        ChaosEvent {
+            at: std::time::UNIX_EPOCH
+                + Duration::new(at.seconds.max(0) as u64, at.nanos.max(0) as u32),
+            action: e.action,
+            detail: e.detail,
+        }
+    }
+}
+
 /// The chaos API, over a [`crate::Client`]'s connection
 /// ([`crate::Client::chaos`]). A server without `--enable-chaos` answers
 /// every call with `ClientError::Other` (UNIMPLEMENTED).
 #[derive(Clone)]
 pub struct Chaos {
     inner: ChaosClient<Transport>,
+    leases: LeasesClient<Transport>,
 }
 
 impl Chaos {
-    pub(crate) fn new(inner: ChaosClient<Transport>) -> Chaos {
-        Chaos { inner }
+    pub(crate) fn new(inner: ChaosClient<Transport>, leases: LeasesClient<Transport>) -> Chaos {
+        Chaos { inner, leases }
+    }
+
+    /// The chaos actions this server took on `job`, newest first (the
+    /// last 32, from `GetHistory`; kept in the server's memory).
+    pub async fn events(&self, job: &str) -> Result<Vec<ChaosEvent>, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .get_history(proto::GetHistoryRequest {
+                job: job.into(),
+                page_size: 1,
+                page_token: String::new(),
+            })
+            .await?;
+        Ok(r.into_inner()
+            .chaos
+            .into_iter()
+            .map(ChaosEvent::from)
+            .collect())
     }
 
     /// Ends `job`'s live grant now: the holder's next renewal gets

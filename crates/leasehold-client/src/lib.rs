@@ -594,7 +594,7 @@ impl Client {
     /// The chaos API of a server started with `--enable-chaos`, for tests
     /// of workers that must step down (see [`chaos`]).
     pub fn chaos(&self) -> chaos::Chaos {
-        chaos::Chaos::new(self.chaos.clone())
+        chaos::Chaos::new(self.chaos.clone(), self.leases.clone())
     }
 
     /// Streams a backup of the server's durable state into `out` (see the

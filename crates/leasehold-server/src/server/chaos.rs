@@ -84,12 +84,32 @@ impl InForce {
     }
 }
 
-/// The chaos in force, shared by the handlers.
+/// The chaos actions kept per job for its history.
+pub const EVENTS_PER_JOB: usize = 32;
+
+/// The jobs whose chaos actions are kept; past it, the job with the oldest
+/// newest action is forgotten.
+const EVENT_JOBS: usize = 4096;
+
+/// One chaos action, for the job's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// When, in milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+    /// The action.
+    pub action: &'static str,
+    /// What it did.
+    pub detail: String,
+}
+
+/// The chaos in force, shared by the handlers, and the actions taken.
 #[derive(Debug, Default)]
 pub struct ChaosState {
     /// Whether any job has chaos in force: the handlers' fast path.
     any: AtomicBool,
     jobs: Mutex<HashMap<String, InForce>>,
+    /// Per job, its newest actions, oldest first.
+    events: Mutex<HashMap<String, std::collections::VecDeque<Event>>>,
 }
 
 impl ChaosState {
@@ -100,6 +120,38 @@ impl ChaosState {
         jobs.retain(|_, c| !c.is_empty(now));
         self.any.store(!jobs.is_empty(), Ordering::Relaxed);
         t
+    }
+
+    /// Records an action on `job` for its history.
+    pub fn record(&self, job: &str, action: &'static str, detail: String) {
+        let mut events = self.events.lock().expect("chaos events lock");
+        if !events.contains_key(job) && events.len() >= EVENT_JOBS {
+            let oldest = events
+                .iter()
+                .min_by_key(|(_, e)| e.back().map_or(0, |e| e.at_unix_ms))
+                .map(|(j, _)| j.clone());
+            if let Some(j) = oldest {
+                events.remove(&j);
+            }
+        }
+        let list = events.entry(job.to_owned()).or_default();
+        if list.len() == EVENTS_PER_JOB {
+            list.pop_front();
+        }
+        list.push_back(Event {
+            at_unix_ms: crate::clock::wall_unix_ms(),
+            action,
+            detail,
+        });
+    }
+
+    /// The actions taken on `job`, newest first.
+    pub fn events(&self, job: &str) -> Vec<Event> {
+        let events = self.events.lock().expect("chaos events lock");
+        events
+            .get(job)
+            .map(|l| l.iter().rev().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Whether any job has chaos in force.
@@ -254,6 +306,7 @@ impl ChaosService {
     fn done(&self, action: &'static str, job: &JobName, what: String) {
         self.metrics.chaos(action);
         tracing::warn!(job = %job, action, "chaos: {what}");
+        self.state.record(job.as_str(), action, what);
     }
 
     async fn answer(&self, job: &JobName) -> Result<proto::ChaosResponse> {
@@ -407,13 +460,15 @@ impl proto::chaos_server::Chaos for ChaosService {
             if r.job.is_empty() {
                 // Every job: the grant must cover every job.
                 self.permit(&req, "")?;
-                let n = self.state.with(|jobs| {
-                    let n = jobs.len();
-                    jobs.clear();
-                    n
-                });
+                let cleared: Vec<String> = self
+                    .state
+                    .with(|jobs| jobs.drain().map(|(j, _)| j).collect());
+                for job in &cleared {
+                    self.state
+                        .record(job, "clear", "cleared (on every job)".to_owned());
+                }
                 self.metrics.chaos("clear");
-                tracing::warn!(jobs = n, "chaos: cleared on every job");
+                tracing::warn!(jobs = cleared.len(), "chaos: cleared on every job");
                 return Ok(proto::ChaosResponse::default());
             }
             let job = self.job(&req, &r.job)?;

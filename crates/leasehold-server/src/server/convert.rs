@@ -305,6 +305,18 @@ pub fn event_kind(k: EventKind) -> proto::lease_event::Kind {
     }
 }
 
+/// A chaos action as the proto `ChaosEvent`.
+pub fn chaos_event(e: &crate::server::chaos::Event) -> proto::ChaosEvent {
+    proto::ChaosEvent {
+        at: Some(prost_types::Timestamp {
+            seconds: (e.at_unix_ms / 1000) as i64,
+            nanos: ((e.at_unix_ms % 1000) * 1_000_000) as i32,
+        }),
+        action: e.action.to_owned(),
+        detail: e.detail.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -679,9 +679,14 @@ impl proto::leases_server::Leases for LeasesService {
             }
             _ => String::new(),
         };
+        let chaos = match r.page_token.is_empty() {
+            true => self.chaos.events(job.as_str()),
+            false => Vec::new(),
+        };
         let answer = proto::GetHistoryResponse {
             tenures: tenures.iter().map(convert::tenure).collect(),
             next_page_token,
+            chaos: chaos.iter().map(convert::chaos_event).collect(),
         };
         Ok(layers::queued(pacing.listed(answer).await))
     }

@@ -213,12 +213,24 @@ class GetHistoryRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetHistoryResponse(_message.Message):
-    __slots__ = ("tenures", "next_page_token")
+    __slots__ = ("tenures", "next_page_token", "chaos")
     TENURES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHAOS_FIELD_NUMBER: _ClassVar[int]
     tenures: _containers.RepeatedCompositeFieldContainer[Tenure]
     next_page_token: str
-    def __init__(self, tenures: _Optional[_Iterable[_Union[Tenure, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    chaos: _containers.RepeatedCompositeFieldContainer[ChaosEvent]
+    def __init__(self, tenures: _Optional[_Iterable[_Union[Tenure, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., chaos: _Optional[_Iterable[_Union[ChaosEvent, _Mapping]]] = ...) -> None: ...
+
+class ChaosEvent(_message.Message):
+    __slots__ = ("at", "action", "detail")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    action: str
+    detail: str
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Tenure(_message.Message):
     __slots__ = ("token", "holder", "principal", "granted_at", "ttl", "end", "ended_at")

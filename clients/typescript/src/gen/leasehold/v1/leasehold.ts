@@ -524,6 +524,25 @@ export interface GetHistoryResponse {
   tenures: Tenure[];
   /** Pass as `page_token` to get the older tenures; empty on the last page. */
   nextPageToken: string;
+  /**
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   */
+  chaos: ChaosEvent[];
+}
+
+/** One action of the chaos API on a job. */
+export interface ChaosEvent {
+  /** When, on the server's wall clock. */
+  at:
+    | Date
+    | undefined;
+  /** expire, pause, delay, fence, transfer or clear. */
+  action: string;
+  /** What it did, for people ("token 3 expired on purpose"). */
+  detail: string;
 }
 
 /** One token's time as the job's leader. */
@@ -2647,7 +2666,7 @@ export const GetHistoryRequest: MessageFns<GetHistoryRequest> = {
 };
 
 function createBaseGetHistoryResponse(): GetHistoryResponse {
-  return { tenures: [], nextPageToken: "" };
+  return { tenures: [], nextPageToken: "", chaos: [] };
 }
 
 export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
@@ -2657,6 +2676,9 @@ export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
     }
     if (message.nextPageToken !== "") {
       writer.uint32(18).string(message.nextPageToken);
+    }
+    for (const v of message.chaos) {
+      ChaosEvent.encode(v!, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -2690,6 +2712,14 @@ export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
             message.nextPageToken = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.chaos.push(ChaosEvent.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2710,6 +2740,7 @@ export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
         : isSet(object.next_page_token)
         ? globalThis.String(object.next_page_token)
         : "",
+      chaos: globalThis.Array.isArray(object?.chaos) ? object.chaos.map((e: any) => ChaosEvent.fromJSON(e)) : [],
     };
   },
 
@@ -2720,6 +2751,99 @@ export const GetHistoryResponse: MessageFns<GetHistoryResponse> = {
     }
     if (message.nextPageToken !== "") {
       obj.nextPageToken = message.nextPageToken;
+    }
+    if (message.chaos?.length) {
+      obj.chaos = message.chaos.map((e) => ChaosEvent.toJSON(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseChaosEvent(): ChaosEvent {
+  return { at: undefined, action: "", detail: "" };
+}
+
+export const ChaosEvent: MessageFns<ChaosEvent> = {
+  encode(message: ChaosEvent, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.at !== undefined) {
+      Timestamp.encode(toTimestamp(message.at), writer.uint32(10).fork()).join();
+    }
+    if (message.action !== "") {
+      writer.uint32(18).string(message.action);
+    }
+    if (message.detail !== "") {
+      writer.uint32(26).string(message.detail);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ChaosEvent {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseChaosEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.at = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.action = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.detail = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ChaosEvent {
+    return {
+      at: isSet(object.at) ? fromJsonTimestamp(object.at) : undefined,
+      action: isSet(object.action) ? globalThis.String(object.action) : "",
+      detail: isSet(object.detail) ? globalThis.String(object.detail) : "",
+    };
+  },
+
+  toJSON(message: ChaosEvent): unknown {
+    const obj: any = {};
+    if (message.at !== undefined) {
+      obj.at = message.at.toISOString();
+    }
+    if (message.action !== "") {
+      obj.action = message.action;
+    }
+    if (message.detail !== "") {
+      obj.detail = message.detail;
     }
     return obj;
   },

@@ -30,6 +30,7 @@ private static final long serialVersionUID = 0L;
   private GetHistoryResponse() {
     tenures_ = java.util.Collections.emptyList();
     nextPageToken_ = "";
+    chaos_ = java.util.Collections.emptyList();
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -158,6 +159,82 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int CHAOS_FIELD_NUMBER = 3;
+  @SuppressWarnings("serial")
+  private java.util.List<dev.leasehold.v1.ChaosEvent> chaos_;
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  @java.lang.Override
+  public java.util.List<dev.leasehold.v1.ChaosEvent> getChaosList() {
+    return chaos_;
+  }
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  @java.lang.Override
+  public java.util.List<? extends dev.leasehold.v1.ChaosEventOrBuilder> 
+      getChaosOrBuilderList() {
+    return chaos_;
+  }
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  @java.lang.Override
+  public int getChaosCount() {
+    return chaos_.size();
+  }
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  @java.lang.Override
+  public dev.leasehold.v1.ChaosEvent getChaos(int index) {
+    return chaos_.get(index);
+  }
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  @java.lang.Override
+  public dev.leasehold.v1.ChaosEventOrBuilder getChaosOrBuilder(
+      int index) {
+    return chaos_.get(index);
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -178,6 +255,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(nextPageToken_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 2, nextPageToken_);
     }
+    for (int i = 0; i < chaos_.size(); i++) {
+      output.writeMessage(3, chaos_.get(i));
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -194,6 +274,15 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(nextPageToken_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(2, nextPageToken_);
     }
+
+        {
+          final int count = chaos_.size();
+          for (int i = 0; i < count; i++) {
+            size += com.google.protobuf.CodedOutputStream
+              .computeMessageSizeNoTag(chaos_.get(i));
+          }
+          size += 1 * count;
+        }
     return size;
   }
   @java.lang.Override
@@ -222,6 +311,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getTenuresList())) return false;
     if (!getNextPageToken()
         .equals(other.getNextPageToken())) return false;
+    if (!getChaosList()
+        .equals(other.getChaosList())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -239,6 +330,10 @@ private static final long serialVersionUID = 0L;
     }
     hash = (37 * hash) + NEXT_PAGE_TOKEN_FIELD_NUMBER;
     hash = (53 * hash) + getNextPageToken().hashCode();
+    if (getChaosCount() > 0) {
+      hash = (37 * hash) + CHAOS_FIELD_NUMBER;
+      hash = (53 * hash) + getChaosList().hashCode();
+    }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -378,6 +473,13 @@ private static final long serialVersionUID = 0L;
       }
       bitField0_ = (bitField0_ & ~0x00000001);
       nextPageToken_ = "";
+      if (chaosBuilder_ == null) {
+        chaos_ = java.util.Collections.emptyList();
+      } else {
+        chaos_ = null;
+        chaosBuilder_.clear();
+      }
+      bitField0_ = (bitField0_ & ~0x00000004);
       return this;
     }
 
@@ -419,6 +521,15 @@ private static final long serialVersionUID = 0L;
         result.tenures_ = tenures_;
       } else {
         result.tenures_ = tenuresBuilder_.build();
+      }
+      if (chaosBuilder_ == null) {
+        if (((bitField0_ & 0x00000004) != 0)) {
+          chaos_ = java.util.Collections.unmodifiableList(chaos_);
+          bitField0_ = (bitField0_ & ~0x00000004);
+        }
+        result.chaos_ = chaos_;
+      } else {
+        result.chaos_ = chaosBuilder_.build();
       }
     }
 
@@ -472,6 +583,32 @@ private static final long serialVersionUID = 0L;
         bitField0_ |= 0x00000002;
         onChanged();
       }
+      if (chaosBuilder_ == null) {
+        if (!other.chaos_.isEmpty()) {
+          if (chaos_.isEmpty()) {
+            chaos_ = other.chaos_;
+            bitField0_ = (bitField0_ & ~0x00000004);
+          } else {
+            ensureChaosIsMutable();
+            chaos_.addAll(other.chaos_);
+          }
+          onChanged();
+        }
+      } else {
+        if (!other.chaos_.isEmpty()) {
+          if (chaosBuilder_.isEmpty()) {
+            chaosBuilder_.dispose();
+            chaosBuilder_ = null;
+            chaos_ = other.chaos_;
+            bitField0_ = (bitField0_ & ~0x00000004);
+            chaosBuilder_ = 
+              com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                 internalGetChaosFieldBuilder() : null;
+          } else {
+            chaosBuilder_.addAllMessages(other.chaos_);
+          }
+        }
+      }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
       return this;
@@ -516,6 +653,19 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000002;
               break;
             } // case 18
+            case 26: {
+              dev.leasehold.v1.ChaosEvent m =
+                  input.readMessage(
+                      dev.leasehold.v1.ChaosEvent.parser(),
+                      extensionRegistry);
+              if (chaosBuilder_ == null) {
+                ensureChaosIsMutable();
+                chaos_.add(m);
+              } else {
+                chaosBuilder_.addMessage(m);
+              }
+              break;
+            } // case 26
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -935,6 +1085,372 @@ private static final long serialVersionUID = 0L;
       bitField0_ |= 0x00000002;
       onChanged();
       return this;
+    }
+
+    private java.util.List<dev.leasehold.v1.ChaosEvent> chaos_ =
+      java.util.Collections.emptyList();
+    private void ensureChaosIsMutable() {
+      if (!((bitField0_ & 0x00000004) != 0)) {
+        chaos_ = new java.util.ArrayList<dev.leasehold.v1.ChaosEvent>(chaos_);
+        bitField0_ |= 0x00000004;
+       }
+    }
+
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.leasehold.v1.ChaosEvent, dev.leasehold.v1.ChaosEvent.Builder, dev.leasehold.v1.ChaosEventOrBuilder> chaosBuilder_;
+
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public java.util.List<dev.leasehold.v1.ChaosEvent> getChaosList() {
+      if (chaosBuilder_ == null) {
+        return java.util.Collections.unmodifiableList(chaos_);
+      } else {
+        return chaosBuilder_.getMessageList();
+      }
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public int getChaosCount() {
+      if (chaosBuilder_ == null) {
+        return chaos_.size();
+      } else {
+        return chaosBuilder_.getCount();
+      }
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public dev.leasehold.v1.ChaosEvent getChaos(int index) {
+      if (chaosBuilder_ == null) {
+        return chaos_.get(index);
+      } else {
+        return chaosBuilder_.getMessage(index);
+      }
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder setChaos(
+        int index, dev.leasehold.v1.ChaosEvent value) {
+      if (chaosBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChaosIsMutable();
+        chaos_.set(index, value);
+        onChanged();
+      } else {
+        chaosBuilder_.setMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder setChaos(
+        int index, dev.leasehold.v1.ChaosEvent.Builder builderForValue) {
+      if (chaosBuilder_ == null) {
+        ensureChaosIsMutable();
+        chaos_.set(index, builderForValue.build());
+        onChanged();
+      } else {
+        chaosBuilder_.setMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder addChaos(dev.leasehold.v1.ChaosEvent value) {
+      if (chaosBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChaosIsMutable();
+        chaos_.add(value);
+        onChanged();
+      } else {
+        chaosBuilder_.addMessage(value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder addChaos(
+        int index, dev.leasehold.v1.ChaosEvent value) {
+      if (chaosBuilder_ == null) {
+        if (value == null) {
+          throw new NullPointerException();
+        }
+        ensureChaosIsMutable();
+        chaos_.add(index, value);
+        onChanged();
+      } else {
+        chaosBuilder_.addMessage(index, value);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder addChaos(
+        dev.leasehold.v1.ChaosEvent.Builder builderForValue) {
+      if (chaosBuilder_ == null) {
+        ensureChaosIsMutable();
+        chaos_.add(builderForValue.build());
+        onChanged();
+      } else {
+        chaosBuilder_.addMessage(builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder addChaos(
+        int index, dev.leasehold.v1.ChaosEvent.Builder builderForValue) {
+      if (chaosBuilder_ == null) {
+        ensureChaosIsMutable();
+        chaos_.add(index, builderForValue.build());
+        onChanged();
+      } else {
+        chaosBuilder_.addMessage(index, builderForValue.build());
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder addAllChaos(
+        java.lang.Iterable<? extends dev.leasehold.v1.ChaosEvent> values) {
+      if (chaosBuilder_ == null) {
+        ensureChaosIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, chaos_);
+        onChanged();
+      } else {
+        chaosBuilder_.addAllMessages(values);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder clearChaos() {
+      if (chaosBuilder_ == null) {
+        chaos_ = java.util.Collections.emptyList();
+        bitField0_ = (bitField0_ & ~0x00000004);
+        onChanged();
+      } else {
+        chaosBuilder_.clear();
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public Builder removeChaos(int index) {
+      if (chaosBuilder_ == null) {
+        ensureChaosIsMutable();
+        chaos_.remove(index);
+        onChanged();
+      } else {
+        chaosBuilder_.remove(index);
+      }
+      return this;
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public dev.leasehold.v1.ChaosEvent.Builder getChaosBuilder(
+        int index) {
+      return internalGetChaosFieldBuilder().getBuilder(index);
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public dev.leasehold.v1.ChaosEventOrBuilder getChaosOrBuilder(
+        int index) {
+      if (chaosBuilder_ == null) {
+        return chaos_.get(index);  } else {
+        return chaosBuilder_.getMessageOrBuilder(index);
+      }
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public java.util.List<? extends dev.leasehold.v1.ChaosEventOrBuilder> 
+         getChaosOrBuilderList() {
+      if (chaosBuilder_ != null) {
+        return chaosBuilder_.getMessageOrBuilderList();
+      } else {
+        return java.util.Collections.unmodifiableList(chaos_);
+      }
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public dev.leasehold.v1.ChaosEvent.Builder addChaosBuilder() {
+      return internalGetChaosFieldBuilder().addBuilder(
+          dev.leasehold.v1.ChaosEvent.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public dev.leasehold.v1.ChaosEvent.Builder addChaosBuilder(
+        int index) {
+      return internalGetChaosFieldBuilder().addBuilder(
+          index, dev.leasehold.v1.ChaosEvent.getDefaultInstance());
+    }
+    /**
+     * <pre>
+     * The chaos API's actions on the job (chaos.proto, `serve
+     * --enable-chaos`), newest first: the last 32 this server took since it
+     * started (chaos lives in memory, each etcd frontend its own). On the
+     * first page only; empty without chaos.
+     * </pre>
+     *
+     * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+     */
+    public java.util.List<dev.leasehold.v1.ChaosEvent.Builder> 
+         getChaosBuilderList() {
+      return internalGetChaosFieldBuilder().getBuilderList();
+    }
+    private com.google.protobuf.RepeatedFieldBuilder<
+        dev.leasehold.v1.ChaosEvent, dev.leasehold.v1.ChaosEvent.Builder, dev.leasehold.v1.ChaosEventOrBuilder> 
+        internalGetChaosFieldBuilder() {
+      if (chaosBuilder_ == null) {
+        chaosBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+            dev.leasehold.v1.ChaosEvent, dev.leasehold.v1.ChaosEvent.Builder, dev.leasehold.v1.ChaosEventOrBuilder>(
+                chaos_,
+                ((bitField0_ & 0x00000004) != 0),
+                getParentForChildren(),
+                isClean());
+        chaos_ = null;
+      }
+      return chaosBuilder_;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.GetHistoryResponse)

@@ -73,4 +73,63 @@ public interface GetHistoryResponseOrBuilder extends
    */
   com.google.protobuf.ByteString
       getNextPageTokenBytes();
+
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  java.util.List<dev.leasehold.v1.ChaosEvent> 
+      getChaosList();
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  dev.leasehold.v1.ChaosEvent getChaos(int index);
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  int getChaosCount();
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  java.util.List<? extends dev.leasehold.v1.ChaosEventOrBuilder> 
+      getChaosOrBuilderList();
+  /**
+   * <pre>
+   * The chaos API's actions on the job (chaos.proto, `serve
+   * --enable-chaos`), newest first: the last 32 this server took since it
+   * started (chaos lives in memory, each etcd frontend its own). On the
+   * first page only; empty without chaos.
+   * </pre>
+   *
+   * <code>repeated .leasehold.v1.ChaosEvent chaos = 3;</code>
+   */
+  dev.leasehold.v1.ChaosEventOrBuilder getChaosOrBuilder(
+      int index);
 }

@@ -122,6 +122,11 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ChaosEvent_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ChaosEvent_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_Tenure_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -253,109 +258,113 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "2\023.leasehold.v1.Lease\022\027\n\017next_page_token" +
       "\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n\003job\030\001 \001(\t" +
       "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
-      "T\n\022GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024" +
+      "}\n\022GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024" +
       ".leasehold.v1.Tenure\022\027\n\017next_page_token\030" +
-      "\002 \001(\t\"\260\003\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016\n\006holde" +
-      "r\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngranted_at" +
-      "\030\004 \001(\0132\032.google.protobuf.Timestamp\022&\n\003tt" +
-      "l\030\005 \001(\0132\031.google.protobuf.Duration\022%\n\003en" +
-      "d\030\006 \001(\0162\030.leasehold.v1.Tenure.End\022,\n\010end" +
-      "ed_at\030\007 \001(\0132\032.google.protobuf.Timestamp\"" +
-      "\306\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELE" +
-      "ASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVE" +
-      "R\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021" +
-      "\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNECTION_CLOS" +
-      "ED\020\007\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_CHAOS\020\t" +
-      "\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\305\001\n\nL" +
-      "easeEvent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1." +
-      "Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.Lease" +
-      "Event.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000" +
-      "\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n" +
-      "\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\"l\n\023Ch" +
-      "eckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005token\030" +
-      "\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006del" +
-      "ete\030\005 \001(\010\022\r\n\005proof\030\006 \001(\t\"\'\n\024CheckedWrite" +
-      "Response\022\017\n\007version\030\001 \001(\004\"S\n\022WriteStream" +
-      "Request\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003(\0132!.le" +
-      "asehold.v1.CheckedWriteRequest\"M\n\023WriteS" +
-      "treamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007results\030\002 \003" +
-      "(\0132\031.leasehold.v1.WriteResult\"\254\002\n\013WriteR" +
-      "esult\0222\n\007outcome\030\001 \001(\0162!.leasehold.v1.Wr" +
-      "iteResult.Outcome\022\017\n\007version\030\002 \001(\004\022\025\n\rcu" +
-      "rrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022\017\n\007mess" +
-      "age\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECI" +
-      "FIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OUTCOME_F" +
-      "ENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OU" +
-      "TCOME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCOME_QUOT" +
-      "A_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003job\030\001 \001(\t" +
-      "\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005found\030\001" +
-      " \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007ve" +
-      "rsion\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n\003job\030\001 " +
-      "\001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022" +
-      "\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001" +
-      "(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(\004\022\014\n\004si" +
-      "ze\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004keys\030\001 \003" +
-      "(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next_page_t" +
-      "oken\030\002 \001(\014\"h\n\020KeepAliveRequest\022\n\n\002id\030\001 \001" +
-      "(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold.v1.Keep" +
-      "AliveRenewal\022\026\n\016bind_to_stream\030\003 \001(\010\"f\n\020" +
-      "KeepAliveRenewal\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030" +
-      "\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\0132\031.goog" +
-      "le.protobuf.Duration\"O\n\021KeepAliveRespons" +
-      "e\022\n\n\002id\030\001 \001(\004\022.\n\007results\030\002 \003(\0132\035.leaseho" +
-      "ld.v1.KeepAliveResult\"\300\002\n\017KeepAliveResul" +
-      "t\022\013\n\003job\030\001 \001(\t\0226\n\007outcome\030\002 \001(\0162%.leaseh" +
-      "old.v1.KeepAliveResult.Outcome\022\"\n\005lease\030" +
-      "\003 \001(\0132\023.leasehold.v1.Lease\022\r\n\005field\030\004 \001(" +
-      "\t\022\017\n\007message\030\005 \001(\t\022\031\n\021successor_waiting\030" +
-      "\006 \001(\010\"\210\001\n\007Outcome\022\027\n\023OUTCOME_UNSPECIFIED" +
-      "\020\000\022\023\n\017OUTCOME_RENEWED\020\001\022\026\n\022OUTCOME_LEASE" +
-      "_LOST\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020\003\022\034\n\030OU" +
-      "TCOME_INVALID_ARGUMENT\020\004*\335\003\n\013ErrorReason" +
-      "\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_" +
-      "REASON_LEASE_LOST\020\001\022\027\n\023ERROR_REASON_FENC" +
-      "ED\020\002\022!\n\035ERROR_REASON_INVALID_ARGUMENT\020\003\022" +
-      "\036\n\032ERROR_REASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR" +
-      "_REASON_STORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTI" +
-      "NG_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n" +
-      "\035ERROR_REASON_TOKENS_EXHAUSTED\020\010\022 \n\034ERRO" +
-      "R_REASON_UNAUTHENTICATED\020\t\022\"\n\036ERROR_REAS" +
-      "ON_PERMISSION_DENIED\020\n\022\033\n\027ERROR_REASON_O" +
-      "VERLOADED\020\013\022\037\n\033ERROR_REASON_QUOTA_EXCEED" +
-      "ED\020\014\022\033\n\027ERROR_REASON_JOB_IN_USE\020\r\022\035\n\031ERR" +
-      "OR_REASON_NO_SUCCESSOR\020\0162\336\006\n\006Leases\022F\n\007A" +
-      "cquire\022\034.leasehold.v1.AcquireRequest\032\035.l" +
-      "easehold.v1.AcquireResponse\022@\n\005Renew\022\032.l" +
-      "easehold.v1.RenewRequest\032\033.leasehold.v1." +
-      "RenewResponse\022F\n\007Release\022\034.leasehold.v1." +
-      "ReleaseRequest\032\035.leasehold.v1.ReleaseRes" +
-      "ponse\022X\n\rTransferLease\022\".leasehold.v1.Tr" +
-      "ansferLeaseRequest\032#.leasehold.v1.Transf" +
-      "erLeaseResponse\022>\n\010GetLease\022\035.leasehold." +
-      "v1.GetLeaseRequest\032\023.leasehold.v1.Lease\022" +
-      "L\n\tDeleteJob\022\036.leasehold.v1.DeleteJobReq" +
-      "uest\032\037.leasehold.v1.DeleteJobResponse\022O\n" +
-      "\nListLeases\022\037.leasehold.v1.ListLeasesReq" +
-      "uest\032 .leasehold.v1.ListLeasesResponse\022O" +
-      "\n\nGetHistory\022\037.leasehold.v1.GetHistoryRe" +
-      "quest\032 .leasehold.v1.GetHistoryResponse\022" +
-      "I\n\nWatchLease\022\037.leasehold.v1.WatchLeaseR" +
-      "equest\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKe" +
-      "epAlive\022\036.leasehold.v1.KeepAliveRequest\032" +
-      "\037.leasehold.v1.KeepAliveResponse(\0010\001\022[\n\016" +
-      "GetSigningKeys\022#.leasehold.v1.GetSigning" +
-      "KeysRequest\032$.leasehold.v1.GetSigningKey" +
-      "sResponse2\306\002\n\013FencedStore\022U\n\014CheckedWrit" +
-      "e\022!.leasehold.v1.CheckedWriteRequest\032\".l" +
-      "easehold.v1.CheckedWriteResponse\022V\n\013Writ" +
-      "eStream\022 .leasehold.v1.WriteStreamReques" +
-      "t\032!.leasehold.v1.WriteStreamResponse(\0010\001" +
-      "\022=\n\004Read\022\031.leasehold.v1.ReadRequest\032\032.le" +
-      "asehold.v1.ReadResponse\022I\n\010ListKeys\022\035.le" +
-      "asehold.v1.ListKeysRequest\032\036.leasehold.v" +
-      "1.ListKeysResponseBW\n\020dev.leasehold.v1P\001" +
-      "ZAgithub.com/leasehold/leasehold/clients" +
-      "/go/leaseholdv1;leaseholdv1b\006proto3"
+      "\002 \001(\t\022\'\n\005chaos\030\003 \003(\0132\030.leasehold.v1.Chao" +
+      "sEvent\"T\n\nChaosEvent\022&\n\002at\030\001 \001(\0132\032.googl" +
+      "e.protobuf.Timestamp\022\016\n\006action\030\002 \001(\t\022\016\n\006" +
+      "detail\030\003 \001(\t\"\260\003\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016" +
+      "\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngra" +
+      "nted_at\030\004 \001(\0132\032.google.protobuf.Timestam" +
+      "p\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Duratio" +
+      "n\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.Tenure.End" +
+      "\022,\n\010ended_at\030\007 \001(\0132\032.google.protobuf.Tim" +
+      "estamp\"\306\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014E" +
+      "ND_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TA" +
+      "KEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTO" +
+      "RED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNECTI" +
+      "ON_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_" +
+      "CHAOS\020\t\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(" +
+      "\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023.leaseh" +
+      "old.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v" +
+      "1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPEC" +
+      "IFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIR" +
+      "ED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020" +
+      "\004\"l\n\023CheckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n" +
+      "\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014" +
+      "\022\016\n\006delete\030\005 \001(\010\022\r\n\005proof\030\006 \001(\t\"\'\n\024Check" +
+      "edWriteResponse\022\017\n\007version\030\001 \001(\004\"S\n\022Writ" +
+      "eStreamRequest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003" +
+      "(\0132!.leasehold.v1.CheckedWriteRequest\"M\n" +
+      "\023WriteStreamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007resu" +
+      "lts\030\002 \003(\0132\031.leasehold.v1.WriteResult\"\254\002\n" +
+      "\013WriteResult\0222\n\007outcome\030\001 \001(\0162!.leasehol" +
+      "d.v1.WriteResult.Outcome\022\017\n\007version\030\002 \001(" +
+      "\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022" +
+      "\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_" +
+      "UNSPECIFIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OU" +
+      "TCOME_FENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020" +
+      "\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCO" +
+      "ME_QUOTA_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003jo" +
+      "b\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005" +
+      "found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(" +
+      "\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n" +
+      "\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030" +
+      "\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003" +
+      "key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(" +
+      "\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004k" +
+      "eys\030\001 \003(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next" +
+      "_page_token\030\002 \001(\014\"h\n\020KeepAliveRequest\022\n\n" +
+      "\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold." +
+      "v1.KeepAliveRenewal\022\026\n\016bind_to_stream\030\003 " +
+      "\001(\010\"f\n\020KeepAliveRenewal\022\013\n\003job\030\001 \001(\t\022\016\n\006" +
+      "holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\013" +
+      "2\031.google.protobuf.Duration\"O\n\021KeepAlive" +
+      "Response\022\n\n\002id\030\001 \001(\004\022.\n\007results\030\002 \003(\0132\035." +
+      "leasehold.v1.KeepAliveResult\"\300\002\n\017KeepAli" +
+      "veResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcome\030\002 \001(\0162%" +
+      ".leasehold.v1.KeepAliveResult.Outcome\022\"\n" +
+      "\005lease\030\003 \001(\0132\023.leasehold.v1.Lease\022\r\n\005fie" +
+      "ld\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\022\031\n\021successor_w" +
+      "aiting\030\006 \001(\010\"\210\001\n\007Outcome\022\027\n\023OUTCOME_UNSP" +
+      "ECIFIED\020\000\022\023\n\017OUTCOME_RENEWED\020\001\022\026\n\022OUTCOM" +
+      "E_LEASE_LOST\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020" +
+      "\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004*\335\003\n\013Erro" +
+      "rReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033\n" +
+      "\027ERROR_REASON_LEASE_LOST\020\001\022\027\n\023ERROR_REAS" +
+      "ON_FENCED\020\002\022!\n\035ERROR_REASON_INVALID_ARGU" +
+      "MENT\020\003\022\036\n\032ERROR_REASON_UNKNOWN_TOKEN\020\004\022\030" +
+      "\n\024ERROR_REASON_STORAGE\020\005\022\036\n\032ERROR_REASON" +
+      "_SHUTTING_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_FU" +
+      "LL\020\007\022!\n\035ERROR_REASON_TOKENS_EXHAUSTED\020\010\022" +
+      " \n\034ERROR_REASON_UNAUTHENTICATED\020\t\022\"\n\036ERR" +
+      "OR_REASON_PERMISSION_DENIED\020\n\022\033\n\027ERROR_R" +
+      "EASON_OVERLOADED\020\013\022\037\n\033ERROR_REASON_QUOTA" +
+      "_EXCEEDED\020\014\022\033\n\027ERROR_REASON_JOB_IN_USE\020\r" +
+      "\022\035\n\031ERROR_REASON_NO_SUCCESSOR\020\0162\336\006\n\006Leas" +
+      "es\022F\n\007Acquire\022\034.leasehold.v1.AcquireRequ" +
+      "est\032\035.leasehold.v1.AcquireResponse\022@\n\005Re" +
+      "new\022\032.leasehold.v1.RenewRequest\032\033.leaseh" +
+      "old.v1.RenewResponse\022F\n\007Release\022\034.leaseh" +
+      "old.v1.ReleaseRequest\032\035.leasehold.v1.Rel" +
+      "easeResponse\022X\n\rTransferLease\022\".leasehol" +
+      "d.v1.TransferLeaseRequest\032#.leasehold.v1" +
+      ".TransferLeaseResponse\022>\n\010GetLease\022\035.lea" +
+      "sehold.v1.GetLeaseRequest\032\023.leasehold.v1" +
+      ".Lease\022L\n\tDeleteJob\022\036.leasehold.v1.Delet" +
+      "eJobRequest\032\037.leasehold.v1.DeleteJobResp" +
+      "onse\022O\n\nListLeases\022\037.leasehold.v1.ListLe" +
+      "asesRequest\032 .leasehold.v1.ListLeasesRes" +
+      "ponse\022O\n\nGetHistory\022\037.leasehold.v1.GetHi" +
+      "storyRequest\032 .leasehold.v1.GetHistoryRe" +
+      "sponse\022I\n\nWatchLease\022\037.leasehold.v1.Watc" +
+      "hLeaseRequest\032\030.leasehold.v1.LeaseEvent0" +
+      "\001\022P\n\tKeepAlive\022\036.leasehold.v1.KeepAliveR" +
+      "equest\032\037.leasehold.v1.KeepAliveResponse(" +
+      "\0010\001\022[\n\016GetSigningKeys\022#.leasehold.v1.Get" +
+      "SigningKeysRequest\032$.leasehold.v1.GetSig" +
+      "ningKeysResponse2\306\002\n\013FencedStore\022U\n\014Chec" +
+      "kedWrite\022!.leasehold.v1.CheckedWriteRequ" +
+      "est\032\".leasehold.v1.CheckedWriteResponse\022" +
+      "V\n\013WriteStream\022 .leasehold.v1.WriteStrea" +
+      "mRequest\032!.leasehold.v1.WriteStreamRespo" +
+      "nse(\0010\001\022=\n\004Read\022\031.leasehold.v1.ReadReque" +
+      "st\032\032.leasehold.v1.ReadResponse\022I\n\010ListKe" +
+      "ys\022\035.leasehold.v1.ListKeysRequest\032\036.leas" +
+      "ehold.v1.ListKeysResponseBW\n\020dev.leaseho" +
+      "ld.v1P\001ZAgithub.com/leasehold/leasehold/" +
+      "clients/go/leaseholdv1;leaseholdv1b\006prot" +
+      "o3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -476,105 +485,111 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryResponse_descriptor,
-        new java.lang.String[] { "Tenures", "NextPageToken", });
-    internal_static_leasehold_v1_Tenure_descriptor =
+        new java.lang.String[] { "Tenures", "NextPageToken", "Chaos", });
+    internal_static_leasehold_v1_ChaosEvent_descriptor =
       getDescriptor().getMessageType(19);
+    internal_static_leasehold_v1_ChaosEvent_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ChaosEvent_descriptor,
+        new java.lang.String[] { "At", "Action", "Detail", });
+    internal_static_leasehold_v1_Tenure_descriptor =
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_Tenure_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Tenure_descriptor,
         new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", });
     internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_WatchLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WatchLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_LeaseEvent_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_LeaseEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_LeaseEvent_descriptor,
         new java.lang.String[] { "Lease", "Kind", });
     internal_static_leasehold_v1_CheckedWriteRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_CheckedWriteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteRequest_descriptor,
         new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", "Proof", });
     internal_static_leasehold_v1_CheckedWriteResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
     internal_static_leasehold_v1_WriteStreamRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamRequest_descriptor,
         new java.lang.String[] { "Id", "Writes", });
     internal_static_leasehold_v1_WriteStreamResponse_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(26);
     internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_WriteResult_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(27);
     internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteResult_descriptor,
         new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
     internal_static_leasehold_v1_ReadRequest_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(28);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(29);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(30);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(31);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(31);
+      getDescriptor().getMessageType(32);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(32);
+      getDescriptor().getMessageType(33);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
         new java.lang.String[] { "Id", "Renewals", "BindToStream", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(33);
+      getDescriptor().getMessageType(34);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(34);
+      getDescriptor().getMessageType(35);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(35);
+      getDescriptor().getMessageType(36);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,
