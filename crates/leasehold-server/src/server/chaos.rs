@@ -232,22 +232,6 @@ impl ChaosState {
         let jobs = self.jobs.lock().expect("chaos lock");
         jobs.get(job).map(|c| c.describe(now)).unwrap_or_default()
     }
-
-    /// Every job with chaos in force, and what, by job name.
-    pub fn all_in_force(&self) -> Vec<(String, String)> {
-        if !self.any.load(Ordering::Relaxed) {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        let jobs = self.jobs.lock().expect("chaos lock");
-        let mut all: Vec<(String, String)> = jobs
-            .iter()
-            .map(|(j, c)| (j.clone(), c.describe(now)))
-            .filter(|(_, d)| !d.is_empty())
-            .collect();
-        all.sort();
-        all
-    }
 }
 
 /// The `Chaos` service.
