@@ -70,6 +70,22 @@ ensure_go_plugins() {
   mv "$bin/protoc-gen-go-grpc" "$bin/protoc-gen-go-grpc-$PROTOC_GEN_GO_GRPC_VERSION"
 }
 
+# grpcurl, a generic gRPC client no one here wrote: the test that error
+# details decode through reflection runs it (tests/it/api.rs). Pinned;
+# installed into $work_dir/bin as grpcurl-VERSION.
+GRPCURL_VERSION=v1.9.4
+grpcurl_bin="$work_dir/bin/grpcurl-$GRPCURL_VERSION"
+ensure_grpcurl() {
+  [ -x "$grpcurl_bin" ] && return 0
+  log "go: installing grpcurl $GRPCURL_VERSION"
+  mkdir -p "$work_dir/bin"
+  GOBIN="$work_dir/bin" GOFLAGS=-mod=mod go install \
+    "github.com/fullstorydev/grpcurl/cmd/grpcurl@$GRPCURL_VERSION" \
+    2>&1 | grep -v '^go: downloading' >&2 || true
+  [ -x "$work_dir/bin/grpcurl" ] || { echo "go install of grpcurl failed" >&2; return 1; }
+  mv "$work_dir/bin/grpcurl" "$grpcurl_bin"
+}
+
 # Runs mvn quietly; shows its output only when it fails.
 mvn_quiet() {
   local out

@@ -162,10 +162,17 @@ pub async fn run_singleton(
     // after the grace (never past the deadline), and exits when it is
     // gone.
     tell("S");
-    let _ = guard.wait().await;
+    let stopped = guard.wait().await;
     // Stopped by a signal: hand over to the next runner, once our command
     // is gone (never before: two would run).
     let signalled = outcome == ExitCode::from(143) || outcome == ExitCode::from(130);
+    // The command was told to stop by our SIGTERM or SIGINT: its own
+    // status says how that went (0 when it finished cleanly, 143 when the
+    // signal killed it). A lost lease keeps 75, whatever the command did.
+    let outcome = match stopped {
+        Ok(status) if signalled => exit_code_of(status),
+        _ => outcome,
+    };
     if handover && signalled && elector.role().token().is_some() {
         match elector.transfer(None).await {
             Ok(next) => eprintln!(

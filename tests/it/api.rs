@@ -1720,3 +1720,70 @@ async fn the_first_waiter_is_granted_at_the_deadline_a_renewal_shortened() {
         "granted {granted:?} after the renewal: at the old {LONG:?} deadline, not the renewed {ttl:?}"
     );
 }
+
+/// grpcurl, a generic client that knows nothing of leasehold, decodes an
+/// error's details through the server's reflection: the ErrorInfo's reason
+/// and metadata print by name, and so does the BadRequest's field, rather
+/// than "google.rpc.ErrorInfo is not recognized". scripts/test installs
+/// grpcurl and names it in LEASEHOLD_GRPCURL; without that variable the
+/// test looks for `grpcurl` on the PATH, and says it skipped when there is
+/// none.
+#[test]
+fn grpcurl_prints_the_error_details_by_name() {
+    let grpcurl = match std::env::var_os("LEASEHOLD_GRPCURL") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => match std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join("grpcurl"))
+            .find(|p| p.is_file())
+        {
+            Some(p) => p,
+            None => {
+                eprintln!("skipped: no grpcurl (set LEASEHOLD_GRPCURL or put it on the PATH)");
+                return;
+            }
+        },
+    };
+    assert!(
+        grpcurl.is_file(),
+        "LEASEHOLD_GRPCURL={grpcurl:?} is not a file"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let call = |method: &str, body: &str| {
+        let out = std::process::Command::new(&grpcurl)
+            .args(["-plaintext", "-d", body, &server.addr.to_string(), method])
+            .output()
+            .expect("run grpcurl");
+        assert!(!out.status.success(), "{method} should fail: {out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+    };
+    let renew = call(
+        "leasehold.v1.Leases/Renew",
+        r#"{"job":"j","holder":"h","token":"5","ttl":"10s"}"#,
+    );
+    for want in [
+        "Code: InvalidArgument",
+        r#""@type": "type.googleapis.com/google.rpc.ErrorInfo""#,
+        r#""domain": "leasehold""#,
+        r#""reason": "UNKNOWN_TOKEN""#,
+        r#""current_token": "0""#,
+    ] {
+        assert!(renew.contains(want), "{want} in grpcurl's output:\n{renew}");
+    }
+    assert!(!renew.contains("not recognized"), "{renew}");
+    let acquire = call(
+        "leasehold.v1.Leases/Acquire",
+        r#"{"job":"","holder":"h","ttl":"10s"}"#,
+    );
+    for want in [
+        r#""reason": "INVALID_ARGUMENT""#,
+        r#""field": "job""#,
+        r#""@type": "type.googleapis.com/google.rpc.BadRequest""#,
+        r#""description": "must not be empty""#,
+    ] {
+        assert!(
+            acquire.contains(want),
+            "{want} in grpcurl's output:\n{acquire}"
+        );
+    }
+}

@@ -204,6 +204,35 @@ async fn run_passes_exit_code_and_releases() {
     assert_eq!(lease.token, 1, "granted once: {lease:?}");
 }
 
+/// A SIGTERM to the runner is passed to its command, and the runner exits
+/// with the command's status: 0 from a command that traps the signal and
+/// finishes cleanly (the quickstart's promise), 143 from one the signal
+/// kills. Either way the lease is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_exits_with_the_commands_status_after_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    for (job, trap, want) in [("jobClean", true, 0), ("jobKilled", false, 143)] {
+        let pidfile = dir.path().join(job);
+        // The shell waits on a background sleep so that its trap runs as
+        // soon as the signal comes.
+        let handler = if trap { "trap 'exit 0' TERM; " } else { "" };
+        let script = format!(
+            "{handler}echo $$ > '{}'; sleep 600 & wait",
+            pidfile.display()
+        );
+        let mut runner = Runner::start(&server.url(), "30s", job, &script);
+        let pid = wait_pid(&mut runner, &pidfile);
+        runner.cmd_pid = Some(pid);
+        common::signal(runner.child.id(), libc::SIGTERM);
+        let status = runner.wait_exit(STEP);
+        assert_eq!(status.code(), Some(want), "{job}: {status}");
+        let lease = client.get_lease(job).await.unwrap();
+        assert_eq!(lease.holder, None, "{job}: released: {lease:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_waits_for_leadership() {
     let dir = tempfile::tempdir().unwrap();

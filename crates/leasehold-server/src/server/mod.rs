@@ -268,16 +268,17 @@ pub async fn run(
     let trim_task = tokio::spawn(memory::give_back(closing_rx.clone()));
     let health_task = tokio::spawn(report_health(reporter, store_health, closing_rx.clone()));
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(Error::serve)?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(Error::serve)?;
+    // Reflection serves the contract, health, and google.rpc's Status and
+    // error details: a generic client (grpcurl) decodes an error's
+    // ErrorInfo by looking its type up here, and prints its reason by name.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(Error::serve)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::serve)?;
 
     let max = config.max_message_bytes();
     let wire = wire::WireLayer::new(
