@@ -73,6 +73,7 @@ mod integrity;
 mod keepalive;
 mod large_values;
 mod lifecycle;
+mod lock_observe;
 mod overload;
 mod proofs;
 mod reclaim;

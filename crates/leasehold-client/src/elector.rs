@@ -96,6 +96,10 @@ pub struct Elector {
     transfers: mpsc::Sender<Transfer>,
     task: Option<JoinHandle<()>>,
     proof: Arc<Mutex<Option<(u64, String)>>>,
+    /// For [`Elector::on_new_leader`]'s watch.
+    client: Client,
+    job: String,
+    observer: Option<JoinHandle<()>>,
 }
 
 impl Elector {
@@ -116,6 +120,19 @@ impl Elector {
         ttl: Duration,
         options: ElectorOptions,
     ) -> Elector {
+        Elector::start_inner(client, job, name, ttl, options, false)
+    }
+
+    /// Campaigns until the first grant, leads, and once that leadership
+    /// ends stays a follower: a [`crate::Lock`].
+    pub(crate) fn start_inner(
+        client: Client,
+        job: &str,
+        name: &str,
+        ttl: Duration,
+        options: ElectorOptions,
+        once: bool,
+    ) -> Elector {
         let holder = elector_holder(name);
         let (transfers, transfers_rx) = mpsc::channel(1);
         let (tx, role) = watch::channel(Role::Follower);
@@ -130,7 +147,8 @@ impl Elector {
             }
             Ok(()) => {
                 let campaign = Campaign {
-                    client,
+                    client: client.clone(),
+                    once,
                     job: job.to_owned(),
                     holder: holder.clone(),
                     ttl,
@@ -152,7 +170,45 @@ impl Elector {
             transfers,
             task,
             proof,
+            client,
+            job: job.to_owned(),
+            observer: None,
         }
+    }
+
+    /// Calls `f(holder, token)` for every grant of the job, ours and
+    /// others', in token order: from a `WatchLease` kept open while the
+    /// elector runs (opened again, from the state at that moment, when it
+    /// breaks), each token reported once and never one lower than a token
+    /// already reported. A grant that came and went while the watch was
+    /// being opened again is not seen. Stops with [`Elector::resign`] or
+    /// the elector's drop. A second call replaces the first's callback.
+    pub fn on_new_leader(&mut self, mut f: impl FnMut(&str, u64) + Send + 'static) {
+        if let Some(old) = self.observer.take() {
+            old.abort();
+        }
+        let client = self.client.clone();
+        let job = self.job.clone();
+        let ttl = Duration::from_secs(1);
+        self.observer = Some(tokio::spawn(async move {
+            let mut last = 0u64;
+            let mut backoff = campaign_backoff(ttl);
+            loop {
+                if let Ok(mut changes) = client.observe(&job).await {
+                    while let Some(Ok(change)) = changes.next().await {
+                        backoff.reset();
+                        let lease = &change.lease;
+                        if let Some(holder) = lease.holder.as_deref() {
+                            if lease.token > last {
+                                last = lease.token;
+                                f(holder, lease.token);
+                            }
+                        }
+                    }
+                }
+                sleep(backoff.next()).await;
+            }
+        }));
     }
 
     /// The proof of our grant while we lead (`Lease.proof`: see
@@ -261,6 +317,9 @@ impl Elector {
 
     /// Stops campaigning, releases the lease if held, and waits for that.
     pub async fn resign(mut self) {
+        if let Some(o) = self.observer.take() {
+            o.abort();
+        }
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -276,11 +335,16 @@ impl Drop for Elector {
         if let Some(t) = self.task.take() {
             t.abort();
         }
+        if let Some(o) = self.observer.take() {
+            o.abort();
+        }
     }
 }
 
 struct Campaign {
     client: Client,
+    /// Lead once: after the first leadership ends, campaign no more.
+    once: bool,
     job: String,
     holder: String,
     ttl: Duration,
@@ -332,6 +396,7 @@ impl Campaign {
                     if self
                         .lead(token, anchor, &mut stop, &mut transfers, &mut warnings)
                         .await
+                        || self.once
                     {
                         return;
                     }

@@ -39,6 +39,7 @@
 mod elector;
 mod elector_set;
 mod giveback;
+mod lock;
 
 /// The only place the client reads a clock: tokio's (monotonic) clock,
 /// which its timers use.
@@ -79,6 +80,7 @@ pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 /// Grants' proofs: verify one with [`proof::verify_for`] and the keys of
 /// [`Client::signing_keys`] (the format: `docs/proofs.md`).
 pub use leasehold_proto::proof;
+pub use lock::{Lock, LockOptions};
 pub use proto::lease_event::Kind as EventKind;
 pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 
@@ -841,8 +843,33 @@ impl Client {
         Ok(out)
     }
 
+    /// Observes `job`'s lease: a stream of [`LeaseChange`]s, the current
+    /// lease first ([`EventKind::Current`]), then every change of holder or
+    /// token as it happens (acquired, released, expired; renewals send
+    /// nothing). A watcher that falls behind gets the latest state, with
+    /// the changes it missed folded in. The stream ends when dropped; a
+    /// broken one yields its typed error ([`ClientError::Unavailable`],
+    /// `QuotaExceeded` past `--max-watchers`, ...) and then ends: observe
+    /// again to go on, from the state at that moment.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: leasehold_client::Client) -> Result<(), leasehold_client::ClientError> {
+    /// let mut changes = client.observe("bridge_health").await?;
+    /// while let Some(change) = changes.next().await {
+    ///     let change = change?;
+    ///     println!("{:?} {:?} {}", change.kind, change.lease.holder, change.lease.token);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn observe(&self, job: &str) -> Result<Observe, ClientError> {
+        Ok(Observe {
+            events: self.watch(job).await?,
+            done: false,
+        })
+    }
+
     /// Watches `job`: the current lease, then every change of holder or
-    /// token.
+    /// token, as the contract's messages ([`Client::observe`] types them).
     pub async fn watch(
         &self,
         job: &str,
@@ -978,6 +1005,63 @@ impl Client {
                 return Ok(out);
             }
             page_token = r.next_page_token;
+        }
+    }
+}
+
+/// One change of a job's lease, from [`Client::observe`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseChange {
+    /// What happened: [`EventKind::Current`] for the state when the
+    /// observation began, then acquired, released or expired.
+    pub kind: EventKind,
+    /// The lease after the change: its holder (`None` when free) and the
+    /// job's newest token.
+    pub lease: Lease,
+}
+
+/// The stream of a job's lease changes ([`Client::observe`]). Also a
+/// [`tokio_stream::Stream`].
+pub struct Observe {
+    events: tonic::Streaming<proto::LeaseEvent>,
+    done: bool,
+}
+
+impl Observe {
+    /// The next change; `None` once the stream has ended (after an error,
+    /// or when the server closed it).
+    pub async fn next(&mut self) -> Option<Result<LeaseChange, ClientError>> {
+        use tokio_stream::Stream;
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut *self).poll_next(cx)).await
+    }
+}
+
+impl tokio_stream::Stream for Observe {
+    type Item = Result<LeaseChange, ClientError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match std::pin::Pin::new(&mut self.events).poll_next(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(status))) => {
+                self.done = true;
+                Poll::Ready(Some(Err(ClientError::from(status))))
+            }
+            Poll::Ready(Some(Ok(event))) => {
+                let kind = EventKind::try_from(event.kind).unwrap_or(EventKind::Unspecified);
+                let lease = Lease::from(event.lease.unwrap_or_default());
+                Poll::Ready(Some(Ok(LeaseChange { kind, lease })))
+            }
         }
     }
 }
