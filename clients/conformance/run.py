@@ -51,6 +51,11 @@ STEPS = [
     (8, "a bound leader that dies (SIGKILL) hands over at once, not after the TTL"),
     (9, "transfer: no successor keeps the lease; to the first waiter, or to a named one; a follower is refused"),
     (10, "a yielding leader hands over to a preferred candidate at its next renewal, and does not get it back"),
+    (11, "locks (the async API where the language has one): the second waits, unlock hands over, a loss is reported; WriteStream writes fenced by the lock's token"),
+    (12, "observe and on-new-leader: every change and every grant, in token order, across languages"),
+    (13, "fleets: two ElectorSets over KeepAlive on the same jobs; one job expired steps down alone; a resign hands over the rest"),
+    (14, "history and DeleteJob: the history matches the server's; a held job is in use, a free one deleted, then absent"),
+    (15, "TLS and a bearer token: two electors over TLS race, one leads and writes, the other takes over on quit"),
 ]
 TWIN_JOB = "conformance-twin"
 #: Step 7: its job, its rounds, and a TTL long enough that a grant left
@@ -66,6 +71,17 @@ BIND_TTL_MS = 5000
 #: every TTL/3).
 PREFERRED_JOB = "conformance-preferred"
 PREFERRED_TTL_MS = 1500
+#: Steps 11 to 14: the job each worker's own elector campaigns for (the
+#: steps drive the workers' other parts: locks, follows, fleets), and
+#: the jobs the steps use.
+AUX_JOB = "conformance-aux"
+LOCK_JOB = "conformance-lock"
+OBSERVE_JOB = "conformance-observe"
+FLEET_PREFIX = "conformance-fleet-"
+FLEET_JOBS = 6
+DELETE_JOB = "conformance-delete"
+#: Step 15: its job, on a second server with TLS and a policy.
+TLS_JOB = "conformance-tls"
 
 
 class StepFailed(AssertionError):
@@ -119,6 +135,12 @@ class Cli:
                 tenures[int(cols[0])] = (cols[1], cols[5].split(" (principal ", 1)[0])
         return tenures
 
+    def chaos_expire(self, job: str) -> None:
+        subprocess.run(
+            [self.bin, "chaos", "expire", "--server", self.url, job], capture_output=True, text=True, timeout=10,
+            check=True,
+        )
+
     def how(self, job: str, token: int) -> str:
         """How the tenure of ``token`` ended, per ``leasehold history``."""
         return self.history(job).get(token, ("", "(not in the history)"))[1]
@@ -160,6 +182,18 @@ class Worker(harness.LineProcess):
         return [l for l in self.lines.seen if l.startswith("elected")]
 
 
+def calls(server: harness.ServerProcess, method: str) -> float:
+    """How many calls of ``method`` the server answered, by
+    ``leasehold_rpc_responses_total{method,code}`` (a stream counts when
+    it ends)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{server.admin}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    prefix = f'leasehold_rpc_responses_total{{method="{method}",'
+    return sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(prefix))
+
+
 def first_elected(workers: List[Worker], timeout: float) -> Tuple[Worker, float, str]:
     """The first worker to print an ``elected`` line, reading both."""
     deadline = time.monotonic() + timeout
@@ -180,7 +214,9 @@ def first_elected(workers: List[Worker], timeout: float) -> Tuple[Worker, float,
 def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]:
     """Runs the scenario once; {step: "pass" | "FAIL: why"}."""
     results: Dict[int, str] = {}
-    server = harness.ServerProcess()
+    # The chaos API ends a lock's or a fleet job's lease on purpose (steps
+    # 11 and 13).
+    server = harness.ServerProcess(extra=["--enable-chaos"])
     cli = Cli(server)
     workers: List[Worker] = []
     current = 0
@@ -468,6 +504,181 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
         check(not plain.elected_lines(), f"the plain waiter was elected: {plain.lines.seen}")
         check(server.metric("leasehold_waiting_acquires") >= 2, "the yielder stopped campaigning")
         results[10] = f"pass (elected {took * 1000:.0f} ms after it queued, TTL {PREFERRED_TTL_MS} ms)"
+        for w in (yielder, plain, preferred):
+            w.kill()
+
+        # 11. Locks. A of the first language takes the lock (the async
+        #     idiom where the language has one), writes through its
+        #     WriteStream; B of the second waits for it, and gets it,
+        #     token 2, when A unlocks; A's write with its old token is
+        #     fenced, B's goes through; the chaos API expires B's lease and
+        #     B's lock reports the loss, and does not take the lock again.
+        current = 11
+        la = Worker(argv_a, f"{label}-lock-a", server, AUX_JOB)
+        lb = Worker(argv_b, f"{label}-lock-b", server, AUX_JOB)
+        workers += [la, lb]
+        # One of the two leads AUX_JOB, the other waits for it.
+        server.wait_waiters(1, STEP)
+        base = int(server.metric("leasehold_waiting_acquires"))
+        la.send(f"lock {LOCK_JOB}")
+        _, line = la.expect(lambda l: l.startswith(f"lock held {LOCK_JOB} "), STEP, "A's lock")
+        check(line.startswith(f"lock held {LOCK_JOB} token=1 holder="), f"A's lock: {line!r}")
+        holder_a = line.split("holder=", 1)[1]
+        check(cli.lease(LOCK_JOB) == (holder_a, 1), f"server says {cli.lease(LOCK_JOB)}")
+        got = la.command("lock-write a", "lock-write")
+        check(got == "lock-write ok version=1", f"A's write through its WriteStream: {got!r}")
+        lb.send(f"lock {LOCK_JOB}")
+        server.wait_waiters(base + 1, STEP)
+        check(
+            not any(l.startswith("lock held") for l in lb.lines.seen), f"B holds the lock A holds: {lb.lines.seen}"
+        )
+        check(la.command("unlock", "unlock") == "unlock done", "A's unlock")
+        _, line = lb.expect(lambda l: l.startswith(f"lock held {LOCK_JOB} "), STEP, "B's lock")
+        check(line.startswith(f"lock held {LOCK_JOB} token=2 holder="), f"B's lock: {line!r}")
+        holder_b = line.split("holder=", 1)[1]
+        check(holder_b != holder_a, "one holder for two locks")
+        check(cli.lease(LOCK_JOB) == (holder_b, 2), f"after the unlock the server says {cli.lease(LOCK_JOB)}")
+        got = la.command("lock-write b", "lock-write")
+        check(got == "lock-write fenced current=2", f"A's write with its old token: {got!r}")
+        got = lb.command("lock-write c", "lock-write")
+        check(got == "lock-write ok version=2", f"B's write: {got!r}")
+        check(cli.read(LOCK_JOB, "status") == ("c", 2, 2), f"the store: {cli.read(LOCK_JOB, 'status')}")
+        cli.chaos_expire(LOCK_JOB)
+        lb.saw(f"lock lost {LOCK_JOB} token=2")
+        got = lb.command("lock-write d", "lock-write")
+        check(got == "lock-write fenced current=2", f"B's write after its loss: {got!r}")
+        check(lb.command("unlock", "unlock") == "unlock done", "B's unlock")
+        check(cli.lease(LOCK_JOB) == (None, 2), f"a lost lock took the job again: {cli.lease(LOCK_JOB)}")
+        results[11] = "pass"
+
+        # 12. Observe and on-new-leader. A holds a lock on the job; B
+        #     follows it (an elector with an on-new-leader callback, and an
+        #     observation): it sees A's grant, then, once A unlocks, its own
+        #     elector's, in token order; then A locks again once B stops.
+        current = 12
+        la.send(f"lock {OBSERVE_JOB}")
+        _, line = la.expect(lambda l: l.startswith(f"lock held {OBSERVE_JOB} "), STEP, "A's lock")
+        check(line == f"lock held {OBSERVE_JOB} token=1 holder={line.split('holder=', 1)[1]}", line)
+        holder_a = line.split("holder=", 1)[1]
+        lb.send(f"follow {OBSERVE_JOB}")
+        _, line = lb.expect(lambda l: l.startswith("follow holder "), STEP, "B's follow holder line")
+        holder_f = line.split(" ", 2)[2]
+        lb.saw(f"observe {OBSERVE_JOB} holder={holder_a} token=1")
+        lb.saw(f"newleader {OBSERVE_JOB} holder={holder_a} token=1")
+        server.wait_waiters(base + 1, STEP)  # B's elector waits
+        check(la.command("unlock", "unlock") == "unlock done", "A's unlock")
+        lb.saw(f"follow elected {OBSERVE_JOB} token=2")
+        lb.saw(f"newleader {OBSERVE_JOB} holder={holder_f} token=2")
+        lb.saw(f"observe {OBSERVE_JOB} holder={holder_f} token=2")
+        check(cli.lease(OBSERVE_JOB) == (holder_f, 2), f"server says {cli.lease(OBSERVE_JOB)}")
+        la.send(f"lock {OBSERVE_JOB}")
+        server.wait_waiters(base + 1, STEP)
+        check(lb.command("follow-stop", "follow-stop") == "follow-stop done", "B's follow-stop")
+        _, line = la.expect(lambda l: l.startswith(f"lock held {OBSERVE_JOB} "), STEP, "A's second lock")
+        check(line.startswith(f"lock held {OBSERVE_JOB} token=3 "), f"A's second lock: {line!r}")
+        reports = [l for l in lb.lines.seen if l.startswith(f"newleader {OBSERVE_JOB} ")]
+        tokens = [int(l.rsplit("token=", 1)[1]) for l in reports]
+        check(tokens == sorted(set(tokens)) and tokens[:2] == [1, 2], f"on-new-leader reports: {reports}")
+        observed = [l for l in lb.lines.seen if l.startswith(f"observe {OBSERVE_JOB} ")]
+        check(
+            observed.index(f"observe {OBSERVE_JOB} holder={holder_a} token=1")
+            < observed.index(f"observe {OBSERVE_JOB} holder={holder_f} token=2"),
+            f"observed out of order: {observed}",
+        )
+        check(la.command("unlock", "unlock") == "unlock done", "A's unlock")
+        results[12] = "pass"
+
+        # 13. Fleets. A's ElectorSet leads FLEET_JOBS jobs and keeps them
+        #     for three TTLs over one KeepAlive stream; B's waits on every
+        #     one. The chaos API expires one job: A steps down from it
+        #     alone, B is granted it. A resigns: B is granted the rest.
+        current = 13
+        jobs = [f"{FLEET_PREFIX}{i}" for i in range(FLEET_JOBS)]
+        la.send(f"fleet {FLEET_JOBS} {FLEET_PREFIX}")
+        _, line = la.expect(lambda l: l.startswith("fleet holder "), STEP, "A's fleet holder line")
+        fleet_a = line.split(" ", 2)[2]
+        for j in jobs:
+            la.saw(f"fleet elected {j} token=1")
+            check(cli.lease(j) == (fleet_a, 1), f"{j}: server says {cli.lease(j)}")
+        lb.send(f"fleet {FLEET_JOBS} {FLEET_PREFIX}")
+        _, line = lb.expect(lambda l: l.startswith("fleet holder "), STEP, "B's fleet holder line")
+        fleet_b = line.split(" ", 2)[2]
+        server.wait_waiters(base + FLEET_JOBS, STEP)
+        renewals = server.metric("leasehold_renewals_total")
+        time.sleep(3 * TTL_MS / 1000)
+        check(server.metric("leasehold_renewals_total") >= renewals + FLEET_JOBS, "the fleet's leases were not renewed")
+        for j in jobs:
+            check(cli.lease(j) == (fleet_a, 1), f"{j} after three TTLs: {cli.lease(j)}")
+        gone = jobs[3]
+        cli.chaos_expire(gone)
+        la.saw(f"fleet lost {gone} token=1")
+        lb.saw(f"fleet elected {gone} token=2")
+        check(cli.lease(gone) == (fleet_b, 2), f"{gone}: server says {cli.lease(gone)}")
+        for j in jobs:
+            if j != gone:
+                check(cli.lease(j) == (fleet_a, 1), f"{j} moved with {gone}: {cli.lease(j)}")
+        check(la.command("fleet-stop", "fleet-stop") == "fleet-stop done", "A's fleet-stop")
+        for j in jobs:
+            if j != gone:
+                lb.saw(f"fleet elected {j} token=2")
+                check(cli.lease(j) == (fleet_b, 2), f"{j} after A's resign: {cli.lease(j)}")
+        check(lb.command("fleet-stop", "fleet-stop") == "fleet-stop done", "B's fleet-stop")
+        for j in jobs:
+            check(cli.lease(j) == (None, 2), f"{j} after both resigned: {cli.lease(j)}")
+        check(calls(server, "KeepAlive") >= 2, "the fleets' renewals did not go over KeepAlive streams")
+        results[13] = "pass"
+
+        # 14. History and DeleteJob. B reads the history of JOB (steps 1
+        #     to 5): the same tokens as the server's CLI shows. A deletes
+        #     LOCK_JOB (free since step 11): deleted, then absent; a job B
+        #     holds a lock on is in use, and deleted once B unlocks.
+        current = 14
+        want = ",".join(str(t) for t in sorted(cli.history(JOB), reverse=True))
+        got = lb.command(f"history {JOB}", "history")
+        check(got == f"history {JOB} tokens={want}", f"history: {got!r}, the server's: {want}")
+        check(la.command(f"delete-job {LOCK_JOB}", "delete-job") == "delete-job deleted", "deleting a free job")
+        check(cli.lease(LOCK_JOB) == (None, 0), f"after the delete the server says {cli.lease(LOCK_JOB)}")
+        check(la.command(f"delete-job {LOCK_JOB}", "delete-job") == "delete-job absent", "deleting it again")
+        lb.send(f"lock {DELETE_JOB}")
+        lb.expect(lambda l: l.startswith(f"lock held {DELETE_JOB} token=1 "), STEP, "B's lock")
+        got = la.command(f"delete-job {DELETE_JOB}", "delete-job")
+        check(got == "delete-job in-use", f"deleting a held job: {got!r}")
+        check(cli.lease(DELETE_JOB)[1] == 1, "the refused delete changed the job")
+        check(lb.command("unlock", "unlock") == "unlock done", "B's unlock")
+        got = la.command(f"delete-job {DELETE_JOB}", "delete-job")
+        check(got == "delete-job deleted", f"deleting it once free: {got!r}")
+        results[14] = "pass"
+        for w in (la, lb):
+            check(w.command("quit", "bye") == "bye", f"{w.name}: quit")
+
+        # 15. TLS and a bearer token, on a second server with TLS, mutual
+        #     TLS and a policy (clients/tools/pki.sh): electors of both
+        #     languages connect with the CA and alice's token; one leads
+        #     and writes; when it quits the other leads with token 2.
+        current = 15
+        secure = harness.ServerProcess(secure=True)
+        try:
+            assert secure.pki is not None
+            token = (secure.pki / "alice.token").read_text().strip()
+            flags = ("--ca", str(secure.pki / "ca.pem"), "--token", token)
+            ta = Worker(argv_a, f"{label}-tls-a", secure, TLS_JOB, flags=flags)
+            tb = Worker(argv_b, f"{label}-tls-b", secure, TLS_JOB, flags=flags)
+            workers += [ta, tb]
+            leader, _, line = first_elected([ta, tb], STEP)
+            other = tb if leader is ta else ta
+            check(line == "elected token=1", f"first election over TLS: {line!r}")
+            check(leader.command("write a", "write") == "write ok version=1", "the leader's write over TLS")
+            check(leader.command("quit", "bye") == "bye", "quit")
+            _, line = other.expect(lambda l: l.startswith("elected"), STEP, "the other's election over TLS")
+            check(line == "elected token=2", f"after the quit: {line!r}")
+            got = other.command("write b", "write")
+            check(got == "write ok version=2", f"the new leader's write over TLS: {got!r}")
+            check(other.command("quit", "bye") == "bye", "quit")
+        finally:
+            for w in workers:
+                w.kill()
+            secure.stop()
+        results[15] = "pass"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
