@@ -302,7 +302,9 @@ fn outcome_of(e: &ClientError) -> Outcome {
     match e {
         ClientError::LeaseLost { .. } => Outcome::Fail("LEASE_LOST".into()),
         ClientError::Fenced { .. } => Outcome::Fail("FENCED".into()),
-        ClientError::InvalidArgument { .. } => Outcome::Fail("INVALID".into()),
+        ClientError::InvalidArgument { .. } | ClientError::UnknownToken { .. } => {
+            Outcome::Fail("INVALID".into())
+        }
         // Refused by a policy: nothing changed (the torture servers have none).
         ClientError::Unauthenticated(_) => Outcome::Fail("UNAUTHENTICATED".into()),
         ClientError::PermissionDenied { .. } => Outcome::Fail("PERMISSION_DENIED".into()),

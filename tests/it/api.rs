@@ -295,7 +295,9 @@ async fn fenced_store_accepts_only_the_live_token() {
     assert_eq!((v.value.as_slice(), v.token, v.version), (&b"v2"[..], 1, 2));
     // A token never issued is bad input, not a fence.
     match c.checked_write("f", 3, b"k", b"x".to_vec()).await {
-        Err(ClientError::InvalidArgument { .. }) => {}
+        Err(ClientError::UnknownToken { current_token, .. }) => {
+            assert_eq!(current_token, Some(2))
+        }
         other => panic!("unissued token: {other:?}"),
     }
     // The new leader writes, deletes, and the key stays fenced.

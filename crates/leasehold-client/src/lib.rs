@@ -80,7 +80,7 @@ pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 /// Grants' proofs: verify one with [`proof::verify_for`] and the keys of
 /// [`Client::signing_keys`] (the format: `docs/proofs.md`).
 pub use leasehold_proto::proof;
-pub use lock::{Lock, LockOptions};
+pub use lock::{Lock, LockOptions, DEFAULT_LOCK_NAME};
 pub use proto::lease_event::Kind as EventKind;
 pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 
@@ -136,6 +136,15 @@ pub enum ClientError {
     /// The write was fenced (reason FENCED): we are not the live leader.
     Fenced {
         /// The server's message, naming the current token.
+        message: String,
+        /// The job's newest token, if the server said.
+        current_token: Option<u64>,
+    },
+    /// The token was never issued for the job (reason UNKNOWN_TOKEN, status
+    /// INVALID_ARGUMENT): zero, or above the job's newest. Bad input, not a
+    /// fence; retrying the same call cannot help.
+    UnknownToken {
+        /// The server's message.
         message: String,
         /// The job's newest token, if the server said.
         current_token: Option<u64>,
@@ -205,6 +214,7 @@ impl ClientError {
         matches!(
             self,
             ClientError::InvalidArgument { .. }
+                | ClientError::UnknownToken { .. }
                 | ClientError::Unauthenticated(_)
                 | ClientError::PermissionDenied { .. }
         )
@@ -216,6 +226,7 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::LeaseLost { message, .. } => write!(f, "{message} (LEASE_LOST)"),
             ClientError::Fenced { message, .. } => write!(f, "{message} (FENCED)"),
+            ClientError::UnknownToken { message, .. } => write!(f, "{message} (UNKNOWN_TOKEN)"),
             ClientError::InvalidArgument { message, .. } => {
                 write!(f, "{message} (INVALID_ARGUMENT)")
             }
@@ -267,6 +278,10 @@ impl From<Status> for ClientError {
                 message,
                 limit: meta("limit"),
                 max: meta("max").and_then(|m| m.parse().ok()),
+            },
+            (_, Some(proto::ErrorReason::UnknownToken)) => ClientError::UnknownToken {
+                message,
+                current_token,
             },
             (_, Some(proto::ErrorReason::JobInUse)) => ClientError::JobInUse(message),
             (_, Some(proto::ErrorReason::NoSuccessor)) => ClientError::NoSuccessor(message),
