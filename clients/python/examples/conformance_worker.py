@@ -10,15 +10,25 @@ process dies, the server releases its lease at once. ``--preferred`` builds
 it with ``preferred=True`` (it campaigns as a preferred candidate),
 ``--yield`` with ``yield_to_preferred=True`` (it hands over to a waiting
 preferred candidate at its next renewal: ``lost token=N``, then campaigns
-again).
+again). ``--ca FILE`` connects with TLS trusting that CA, ``--token
+SECRET`` sends it as a bearer token; both apply to every client it makes.
+
+Beyond the elector, the commands ``lock``/``lock-write``/``unlock`` (the
+asyncio lock, on an event loop of its own thread, and writes through the
+WriteStream), ``follow``/``follow-stop`` (an Elector's on_new_leader and
+an observation), ``fleet``/``fleet-stop`` (an ElectorSet), ``history`` and
+``delete-job``.
 """
 
 import argparse
+import asyncio
 import signal
 import sys
 import threading
+from typing import Optional
 
 import leasehold
+from leasehold.aio import AsyncClient
 
 _out = threading.Lock()
 
@@ -47,7 +57,10 @@ def main() -> int:
         action="store_true",
         help="hand over to a waiting preferred candidate at the next renewal",
     )
+    p.add_argument("--ca", help="connect with TLS, trusting this CA (a PEM file)")
+    p.add_argument("--token", help="send this bearer token on every call")
     args = p.parse_args()
+    security = {"ca": args.ca, "token": args.token}
 
     # SIGTERM ends the command loop below, wherever it is: the handler
     # raises there, and what follows the loop resigns and says "bye". Until
@@ -63,7 +76,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_term)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
-    client = leasehold.Client(args.server)
+    client = leasehold.Client(args.server, **security)
+    extras = Extras(client, args.server, security, args.name, args.ttl_ms / 1000)
     last_token = [None]  # the token we last led with, kept after losing
 
     def elected(token: int) -> None:
@@ -110,6 +124,8 @@ def main() -> int:
             elif cmd == "twin-stop":
                 twins[int(arg)][0].resign()
                 say("twin-stop done")
+            elif extras.handle(cmd, arg):
+                pass
             elif cmd:
                 say(f"error unknown command {cmd!r}")
     except Shutdown:
@@ -117,10 +133,217 @@ def main() -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     for e, _ in twins:
         e.resign()
+    extras.close()  # the lock, the follow elector and the fleet
     elector.resign()  # releases the lease if held
     say("bye")
     client.close()
     return 0
+
+
+class Extras:
+    """The commands beyond the elector's: a lock, a follow, a fleet, the
+    history and DeleteJob (one lock, one follow and one fleet at a time)."""
+
+    def __init__(self, client: leasehold.Client, server: str, security: dict, name: str, ttl: float) -> None:
+        self.client = client
+        self.name = name
+        self.ttl = ttl
+        # The asyncio lock runs on an event loop of its own thread, with an
+        # AsyncClient made there.
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="worker-loop", daemon=True).start()
+
+        async def connect() -> AsyncClient:
+            return AsyncClient(server, **security)
+
+        self.aclient = self.on_loop(connect())
+        self.lock: Optional[leasehold.AsyncLock] = None
+        self.locking = None  # the future of a lock being entered
+        self.lock_token: Optional[int] = None  # the lock's last token, kept after it ends
+        self.lock_job = ""
+        self.stream: Optional[leasehold.WriteStream] = None
+        self.follow: Optional[leasehold.Elector] = None
+        self.observing: Optional[leasehold.Watch] = None
+        self.observer: Optional[threading.Thread] = None
+        self.fleet: Optional[leasehold.ElectorSet] = None
+
+    def on_loop(self, coro, timeout: Optional[float] = 60):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def handle(self, cmd: str, arg: str) -> bool:
+        """Runs ``cmd``; False if it is not one of these."""
+        if cmd == "lock":
+            self.start_lock(arg)
+        elif cmd == "lock-write":
+            say(self.lock_write(arg))
+        elif cmd == "unlock":
+            self.unlock()
+            say("unlock done")
+        elif cmd == "follow":
+            self.start_follow(arg)
+        elif cmd == "follow-stop":
+            self.stop_follow()
+            say("follow-stop done")
+        elif cmd == "fleet":
+            n, _, prefix = arg.partition(" ")
+            self.start_fleet(int(n), prefix)
+        elif cmd == "fleet-stop":
+            self.stop_fleet()
+            say("fleet-stop done")
+        elif cmd == "history":
+            say(self.history(arg))
+        elif cmd == "delete-job":
+            say(self.delete_job(arg))
+        else:
+            return False
+        return True
+
+    # lock, lock-write, unlock
+
+    def start_lock(self, job: str) -> None:
+        if self.lock is not None:
+            say("lock error one lock at a time")
+            return
+
+        def lost(token: int) -> None:
+            say(f"lock lost {job} token={token}")
+
+        def entered(task: "asyncio.Task[leasehold.AsyncLock]") -> None:  # on the loop
+            if task.cancelled():
+                return
+            if task.exception() is not None:
+                say(f"lock error {type(task.exception()).__name__} {task.exception()}")
+                return
+            self.lock_token = lock.token
+            say(f"lock held {job} token={lock.token} holder={lock.holder}")
+
+        async def start() -> "asyncio.Task[leasehold.AsyncLock]":
+            task = asyncio.ensure_future(lock.acquire())
+            task.add_done_callback(entered)
+            return task
+
+        # Waits as long as it takes, on the loop: the commands go on meanwhile.
+        lock = self.aclient.lock(job, ttl=self.ttl, name=self.name, on_lost=lost)
+        self.lock, self.lock_job = lock, job
+        self.locking = self.on_loop(start())
+
+    def lock_write(self, value: str) -> str:
+        # Through the WriteStream, with the lock's last token (even after
+        # its loss or the unlock: the server decides).
+        token = self.lock_token
+        if token is None:
+            return "lock-write error never-locked"
+        try:
+            if self.stream is None:
+                self.stream = self.client.write_stream()
+            [out] = self.stream.write([leasehold.StreamWrite.put(self.lock_job, token, b"status", value.encode())])
+        except leasehold.LeaseholdError as e:
+            self.stream = None  # broken: the next write opens another
+            return f"lock-write error {type(e).__name__} {e}"
+        if out.kind is leasehold.WriteOutcomeKind.WRITTEN:
+            return f"lock-write ok version={out.version}"
+        if out.kind is leasehold.WriteOutcomeKind.FENCED:
+            return f"lock-write fenced current={out.current_token}"
+        return f"lock-write error {out.kind.name} {out.message}"
+
+    def unlock(self) -> None:
+        lock, self.lock = self.lock, None
+        if lock is None:
+            return
+        task = self.locking
+
+        async def leave() -> None:
+            if not task.done():
+                task.cancel()  # still waiting: a grant that came meanwhile is given back
+                await asyncio.wait([task])
+            await lock.release()
+
+        self.on_loop(leave())
+
+    # follow, follow-stop
+
+    def start_follow(self, job: str) -> None:
+        if self.follow is not None:
+            say("follow error one follow at a time")
+            return
+        self.follow = leasehold.Elector(
+            self.client, job, self.name, self.ttl,
+            on_elected=lambda t: say(f"follow elected {job} token={t}"),
+            on_lost=lambda t: say(f"follow lost {job} token={t}"),
+            on_new_leader=lambda h, t: say(f"newleader {job} holder={h} token={t}"),
+        )
+        say(f"follow holder {self.follow.holder}")
+        self.observing = self.client.observe(job)
+        changes = self.observing
+
+        def observe() -> None:
+            try:
+                for c in changes:
+                    say(f"observe {job} holder={c.lease.holder or '-'} token={c.lease.token}")
+            except leasehold.LeaseholdError as e:
+                say(f"observe error {type(e).__name__} {e}")
+
+        self.observer = threading.Thread(target=observe, name="worker-observe", daemon=True)
+        self.observer.start()
+        self.follow.start()
+
+    def stop_follow(self) -> None:
+        if self.follow is not None:
+            self.follow.resign()
+            self.follow = None
+        if self.observing is not None:
+            self.observing.close()
+            self.observing = None
+        if self.observer is not None:
+            self.observer.join(10)
+            self.observer = None
+
+    # fleet, fleet-stop
+
+    def start_fleet(self, n: int, prefix: str) -> None:
+        if self.fleet is not None:
+            say("fleet error one fleet at a time")
+            return
+        self.fleet = leasehold.ElectorSet(
+            self.client, self.name, self.ttl,
+            on_elected=lambda j, t: say(f"fleet elected {j} token={t}"),
+            on_lost=lambda j, t: say(f"fleet lost {j} token={t}"),
+        )
+        say(f"fleet holder {self.fleet.holder}")
+        self.fleet.campaign(*[f"{prefix}{i}" for i in range(n)])
+
+    def stop_fleet(self) -> None:
+        if self.fleet is not None:
+            self.fleet.resign()  # releases every lease held
+            self.fleet = None
+
+    # history, delete-job
+
+    def history(self, job: str) -> str:
+        try:
+            page = self.client.history(job)
+        except leasehold.LeaseholdError as e:
+            return f"history error {type(e).__name__} {e}"
+        return f"history {job} tokens={','.join(str(t) for t in page.tokens)}"
+
+    def delete_job(self, job: str) -> str:
+        try:
+            return "delete-job deleted" if self.client.delete_job(job) else "delete-job absent"
+        except leasehold.JobInUse:
+            return "delete-job in-use"
+        except leasehold.LeaseholdError as e:
+            return f"delete-job error {type(e).__name__} {e}"
+
+    def close(self) -> None:
+        """Resigns the lock, the follow elector and the fleet; closes the
+        rest."""
+        self.unlock()
+        self.stop_follow()
+        self.stop_fleet()
+        if self.stream is not None:
+            self.stream.close()
+        self.on_loop(self.aclient.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
 def start_twins(client: leasehold.Client, job: str, name: str, ttl: float):

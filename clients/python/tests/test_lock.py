@@ -283,3 +283,70 @@ def test_async_renewals_keep_the_lease_and_a_loss_is_reported(server, job):
             assert (await c.get_lease(job)).holder == "intruder"
 
     run(main())
+
+
+# A loss made on purpose by the chaos API, reported by both locks
+
+
+@pytest.fixture(scope="module")
+def chaos_server():
+    s = harness.ServerProcess(extra=["--enable-chaos"])
+    yield s
+    s.stop()
+
+
+def test_lock_reports_a_chaos_expiry_and_its_token_is_fenced(chaos_server, job):
+    ttl = 1.5
+    lost = []
+    told = threading.Event()
+
+    def on_lost(token):
+        lost.append(token)
+        told.set()
+
+    with leasehold.Client(chaos_server.target) as c:
+        with c.lock(job, ttl=ttl, on_lost=on_lost) as lock:
+            assert lock.token == 1 and lock.is_held
+            c.chaos().expire(job)  # the lease ends now, behind the lock's back
+            assert lock.wait_lost(ttl + 5), "the next renewal found the lease lost"
+            assert told.wait(5) and lost == [1], "on_lost was called once, with the token"
+            assert lock.lost and not lock.is_held
+            assert isinstance(lock.error, leasehold.LeaseLost)
+            with pytest.raises(leasehold.LeaseLost):
+                lock.check()
+            c.acquire(job, "next", ttl=30)
+            with pytest.raises(leasehold.Fenced) as e:
+                c.checked_write(job, lock.token, b"k", b"stale")
+            assert e.value.current_token == 2
+        assert c.get_lease(job).holder == "next", "leaving the block left the new holder alone"
+        # A plain release is not a loss: on_lost is not called.
+        c.release(job, "next", 2)
+        with c.lock(job, ttl=ttl, on_lost=on_lost):
+            pass
+        assert lost == [1]
+
+
+def test_async_lock_reports_a_chaos_expiry_and_its_token_is_fenced(chaos_server, job):
+    ttl = 1.5
+
+    async def main():
+        lost = []
+        told = asyncio.Event()
+
+        async def on_lost(token):
+            lost.append(token)
+            told.set()
+
+        async with AsyncClient(chaos_server.target) as c:
+            async with c.lock(job, ttl=ttl, on_lost=on_lost) as lock:
+                assert lock.token == 1
+                await c.chaos().expire(job)
+                assert await lock.wait_lost(ttl + 5)
+                await asyncio.wait_for(told.wait(), 5)
+                assert lost == [1] and lock.lost and not lock.is_held
+                await c.acquire(job, "next", ttl=30)
+                with pytest.raises(leasehold.Fenced):
+                    await c.checked_write(job, lock.token, b"k", b"stale")
+            assert (await c.get_lease(job)).holder == "next"
+
+    run(main())

@@ -17,6 +17,11 @@ fenced by the tokens, over gRPC.
 the block, renewed in the background (:class:`Lock`; ``lock.token``
 fences the writes).
 
+``client.observe(job)`` iterates over a job's lease changes;
+``client.history(job)`` pages through its leaders (:class:`Tenure`);
+:class:`ElectorSet` campaigns for many jobs as one holder and renews them
+all over one ``KeepAlive`` stream.
+
 ``client.write_stream()`` opens a :class:`WriteStream` for many fenced
 writes over one stream (``StreamWrite`` in, ``WriteOutcome`` out).
 
@@ -36,10 +41,11 @@ protobuf and gRPC modules.
 
 from importlib import metadata as _metadata
 
-from .aio import AsyncClient, AsyncElector, AsyncWriteStream
+from .aio import AsyncClient, AsyncElector, AsyncElectorSet, AsyncWriteStream
 from .chaos import AsyncChaos, Chaos, ChaosOutcome
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
+from .elector_set import ElectorSet
 from .lock import AsyncLock, Lock
 from .errors import (
     DOMAIN,
@@ -68,12 +74,16 @@ from . import proof
 from .proof import KeySet, ProofClaims
 from .types import (
     Acquired,
+    ChaosEvent,
     EventKind,
+    HistoryPage,
     KeyInfo,
     Lease,
     LeaseEvent,
     Renewed,
     StreamWrite,
+    Tenure,
+    TenureEnd,
     Value,
     WriteOutcome,
     WriteOutcomeKind,
@@ -91,18 +101,22 @@ __all__ = [
     "AsyncChaos",
     "AsyncClient",
     "AsyncElector",
+    "AsyncElectorSet",
     "AsyncLock",
     "AsyncWriteStream",
     "Chaos",
     "ChaosDisabled",
+    "ChaosEvent",
     "ChaosOutcome",
     "Client",
     "DEFAULT_TARGET",
     "DOMAIN",
     "DiskFull",
     "Elector",
+    "ElectorSet",
     "EventKind",
     "Fenced",
+    "HistoryPage",
     "InvalidArgument",
     "JobInUse",
     "KeyInfo",
@@ -123,6 +137,8 @@ __all__ = [
     "ShuttingDown",
     "StorageError",
     "StreamWrite",
+    "Tenure",
+    "TenureEnd",
     "Unavailable",
     "DeadlineExceeded",
     "UnknownToken",

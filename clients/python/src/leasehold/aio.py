@@ -1,6 +1,6 @@
 """asyncio variants: :class:`AsyncClient` (and its
-:class:`AsyncWriteStream` and :class:`~leasehold.AsyncLock`) and
-:class:`AsyncElector`.
+:class:`AsyncWriteStream` and :class:`~leasehold.AsyncLock`),
+:class:`AsyncElector` and :class:`AsyncElectorSet`.
 
 They behave exactly as :class:`~leasehold.Client` and
 :class:`~leasehold.Elector`, on ``grpc.aio`` and one asyncio task::
@@ -54,10 +54,12 @@ from .proof import KeySet
 from .types import (
     Acquired,
     Bytes,
+    HistoryPage,
     KeyInfo,
     Lease,
     LeaseEvent,
     Renewed,
+    Tenure,
     StreamWrite,
     Value,
     WriteOutcome,
@@ -65,6 +67,7 @@ from .types import (
     check_elector_args,
     elector_holder,
     event_from_pb,
+    history_from_pb,
     lease_from_pb,
 )
 from .v1 import chaos_pb2_grpc as chaos_grpc
@@ -74,6 +77,8 @@ from .v1 import leasehold_pb2_grpc as pb_grpc
 log = logging.getLogger("leasehold.elector")
 
 AsyncTokenCallback = Callable[[int], Union[None, Awaitable[None]]]
+#: ``on_new_leader(holder, token)``: a function or a coroutine function.
+AsyncLeaderCallback = Callable[[str, int], Union[None, Awaitable[None]]]
 
 
 def _retrieve(fut: "asyncio.Future[List[WriteOutcome]]") -> None:
@@ -437,7 +442,13 @@ class AsyncClient:
         task.add_done_callback(self._cleanups.discard)
 
     def lock(
-        self, job: str, ttl: float, *, timeout: Optional[float] = None, name: str = DEFAULT_LOCK_NAME
+        self,
+        job: str,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        name: str = DEFAULT_LOCK_NAME,
+        on_lost: Optional[AsyncTokenCallback] = None,
     ) -> AsyncLock:
         """An :class:`~leasehold.AsyncLock` on ``job``, as
         :meth:`leasehold.Client.lock`, for ``async with``::
@@ -445,8 +456,10 @@ class AsyncClient:
             async with client.lock("reports", ttl=10, timeout=30) as lock:
                 await client.checked_write("reports", lock.token, b"cursor", b"42")
 
-        Its renewals run as a task on this event loop."""
-        return AsyncLock(self, job, ttl, timeout=timeout, name=name)
+        Its renewals run as a task on this event loop. ``on_lost(token)``
+        (a function or a coroutine function) is called once if the lease is
+        lost while held (not after a plain release)."""
+        return AsyncLock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
 
     async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         return (await self.renew_lease(job, holder, token, ttl, timeout=timeout)).lease
@@ -520,6 +533,44 @@ class AsyncClient:
             raise errors.from_rpc_error(e) from None
         finally:
             call.cancel()
+
+    def observe(self, job: str, *, timeout: Optional[float] = None) -> AsyncIterator[LeaseEvent]:
+        """As :meth:`leasehold.Client.observe`: ``job``'s lease changes
+        (``WatchLease``), the current state first, for ``async for``::
+
+            async for change in client.observe("reports"):
+                print(change.kind, change.lease.holder, change.lease.token)
+
+        ``break``, ``aclose()`` or cancelling the task ends it cleanly; a
+        stream the server breaks raises its typed error. The same as
+        :meth:`watch`."""
+        return self.watch(job, timeout=timeout)
+
+    async def history(
+        self, job: str, page_size: int = 0, page_token: str = "", *, timeout: Optional[float] = None
+    ) -> HistoryPage:
+        """As :meth:`leasehold.Client.history`: one page of ``job``'s
+        history, newest first."""
+        r = await self._call(
+            self._leases.GetHistory,
+            pb.GetHistoryRequest(job=job, page_size=page_size, page_token=page_token),
+            timeout,
+        )
+        return history_from_pb(r)
+
+    async def history_all(
+        self, job: str, page_size: int = 0, *, timeout: Optional[float] = None
+    ) -> AsyncIterator[Tenure]:
+        """As :meth:`leasehold.Client.history_all`: every tenure, newest
+        first, page after page, for ``async for``."""
+        token = ""
+        while True:
+            page = await self.history(job, page_size, token, timeout=timeout)
+            for t in page.tenures:
+                yield t
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
 
     async def signing_keys(self, *, timeout: Optional[float] = None) -> KeySet:
         """As :meth:`leasehold.Client.signing_keys`: the server's public
@@ -605,6 +656,12 @@ class AsyncElector:
     coroutine functions; coroutines run as their own tasks, so a slow one
     cannot delay a renewal.
 
+    ``on_new_leader(holder, token)`` (a function or a coroutine function)
+    is called for every grant of the job, ours included, in token order,
+    at most once each, as :class:`leasehold.Elector`'s: from a
+    ``WatchLease`` kept open (as a task) while the elector runs, and from
+    what the campaign learns.
+
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here. A campaign the server refuses with an error asking
     again cannot fix (:class:`~leasehold.InvalidArgument`,
@@ -630,12 +687,16 @@ class AsyncElector:
         holder: Optional[str] = None,
         on_elected: Optional[AsyncTokenCallback] = None,
         on_lost: Optional[AsyncTokenCallback] = None,
+        on_new_leader: Optional[AsyncLeaderCallback] = None,
         bind_to_stream: bool = False,
         preferred: bool = False,
         yield_to_preferred: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
+        self._on_new_leader = on_new_leader
+        self._leader_token = 0
+        self._watcher: Optional[asyncio.Task] = None
         self._job = job
         self._ttl = float(ttl)
         self._bind = bool(bind_to_stream)
@@ -714,7 +775,10 @@ class AsyncElector:
         if self._task is None:
             self._changed = asyncio.Condition()
             self._stop = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"leasehold-elector-{self._job}")
+            loop = asyncio.get_running_loop()
+            self._task = loop.create_task(self._run(), name=f"leasehold-elector-{self._job}")
+            if self._on_new_leader is not None:
+                self._watcher = loop.create_task(self._watch_leaders(), name=f"leasehold-leaders-{self._job}")
         return self
 
     async def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
@@ -778,6 +842,12 @@ class AsyncElector:
             self._stop.set()
             try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._watcher is not None:
+            self._watcher.cancel()
+            try:
+                await self._watcher
             except asyncio.CancelledError:
                 pass
         if self._callback_tasks:
@@ -871,6 +941,7 @@ class AsyncElector:
                         return
                     continue
                 backoff.reset()
+                self._observe(a.lease.holder, a.lease.token)
                 if not a.acquired:
                     continue
                 token = a.lease.token
@@ -1001,8 +1072,53 @@ class AsyncElector:
             self._callback_tasks.add(t)
             t.add_done_callback(self._callback_tasks.discard)
 
+    def _observe(self, holder: Optional[str], token: int) -> None:
+        """As :meth:`leasehold.Elector._observe`: tells ``on_new_leader`` of
+        a grant above the last one told."""
+        if self._on_new_leader is None or not holder or not token:
+            return
+        if token <= self._leader_token or (self._stop is not None and self._stop.is_set()):
+            return
+        self._leader_token = token
+        cb = self._on_new_leader
+        try:
+            r = cb(holder, token)
+        except Exception:
+            log.exception("on_new_leader callback failed")
+            return
+        if inspect.isawaitable(r):
+            t = asyncio.ensure_future(r)
+            self._callback_tasks.add(t)
+            t.add_done_callback(self._callback_tasks.discard)
+
+    async def _watch_leaders(self) -> None:
+        """As :meth:`leasehold.Elector._watch_leaders`: follows the job on a
+        WatchLease stream while the elector runs, opened again with backoff
+        when it breaks; not after a refusal."""
+        retry = Backoff.campaign(self._ttl)
+        while self._stop is None or not self._stop.is_set():
+            err: Optional[BaseException] = None
+            try:
+                async for ev in self._client.watch(self._job):
+                    retry.reset()
+                    self._observe(ev.lease.holder, ev.lease.token)
+            except errors.LeaseholdError as e:
+                err = e
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # never die silently
+                log.exception("watch of %s failed", self._job)
+                err = e
+            if isinstance(err, REFUSALS):
+                log.warning("watch of %s refused; on_new_leader hears only what the campaign learns: %s",
+                            self._job, err)
+                return
+            self._warnings.warn("watch of %s ended, watching again: %s", self._job, err or "end of stream")
+            await asyncio.sleep(retry.next())
+
     async def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> asyncio.Event:
         """Leads with ``token``; the event set when that leadership ends."""
+        self._observe(self._holder, token)
         self._token = token
         self._proof = proof
         self._deadline = deadline
@@ -1026,3 +1142,7 @@ class AsyncElector:
         await self._notify()
         self._callback(self._on_lost, token)
         return True
+
+
+# At the end: it refers to AsyncClient's module only for typing.
+from .aio_elector_set import AsyncElectorSet  # noqa: E402,F401

@@ -12,7 +12,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Deque, Iterable, Iterator, List, Optional
+from typing import Callable, Deque, Iterable, Iterator, List, Optional
 
 import grpc
 
@@ -49,15 +49,18 @@ from .proof import KeySet
 from .types import (
     Acquired,
     Bytes,
+    HistoryPage,
     KeyInfo,
     Lease,
     LeaseEvent,
     Renewed,
+    Tenure,
     StreamWrite,
     Value,
     WriteOutcome,
     as_bytes,
     event_from_pb,
+    history_from_pb,
     lease_from_pb,
 )
 from .v1 import chaos_pb2_grpc as chaos_grpc
@@ -65,7 +68,12 @@ from .v1 import leasehold_pb2 as pb
 from .v1 import leasehold_pb2_grpc as pb_grpc
 
 class Watch:
-    """The events of one ``watch``: iterate over it; ``cancel()`` ends it."""
+    """The events of one ``watch`` (or ``observe``): iterate over it, from
+    one thread; ``cancel()`` (or ``close()``, or leaving its ``with``
+    block), from any thread, ends it, and the iteration then stops without
+    an error. A stream the server breaks (it shuts down, say) raises its
+    typed error (:class:`~leasehold.ShuttingDown`, an
+    :class:`~leasehold.Unavailable`...) from the iteration."""
 
     def __init__(self, call: grpc.Call) -> None:
         self._call = call
@@ -84,6 +92,10 @@ class Watch:
     def cancel(self) -> None:
         self._cancelled = True
         self._call.cancel()
+
+    def close(self) -> None:
+        """The same as :meth:`cancel`."""
+        self.cancel()
 
     def __enter__(self) -> "Watch":
         return self
@@ -487,7 +499,13 @@ class Client:
         t.start()
 
     def lock(
-        self, job: str, ttl: float, *, timeout: Optional[float] = None, name: str = DEFAULT_LOCK_NAME
+        self,
+        job: str,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        name: str = DEFAULT_LOCK_NAME,
+        on_lost: Optional[Callable[[int], None]] = None,
     ) -> Lock:
         """A :class:`~leasehold.Lock` on ``job``: the lease, held for the
         length of a ``with`` block and renewed every ``ttl / 3`` meanwhile::
@@ -503,8 +521,10 @@ class Client:
         block, the block goes on: :attr:`~leasehold.Lock.is_held` turns
         ``False``, :meth:`~leasehold.Lock.check` raises
         :class:`~leasehold.LeaseLost`, and writes with the token are
-        :class:`~leasehold.Fenced` once another holder has the lease."""
-        return Lock(self, job, ttl, timeout=timeout, name=name)
+        :class:`~leasehold.Fenced` once another holder has the lease.
+        ``on_lost(token)``, if given, is called once when that happens (on
+        the lock's renewal thread; not after a plain release)."""
+        return Lock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
 
     def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises
@@ -607,6 +627,52 @@ class Client:
         """Watches ``job``: the current lease first, then every change of
         holder or token. ``timeout`` (default: none) bounds the whole watch."""
         return Watch(self._leases.WatchLease(pb.WatchLeaseRequest(job=job), timeout=timeout))
+
+    def observe(self, job: str, *, timeout: Optional[float] = None) -> Watch:
+        """A stream of ``job``'s lease changes (``WatchLease``): a
+        :class:`~leasehold.LeaseEvent` for the current state first (kind
+        ``CURRENT``), then one per change (``ACQUIRED``, ``RELEASED``,
+        ``EXPIRED``); renewals send nothing. The same as :meth:`watch`::
+
+            with client.observe("reports") as changes:
+                for change in changes:
+                    print(change.kind, change.lease.holder, change.lease.token)
+
+        ``close()`` (from any thread) or leaving the ``with`` block ends it
+        cleanly; a stream the server breaks raises its typed error.
+        ``timeout`` (default: none) bounds the whole observation."""
+        return self.watch(job, timeout=timeout)
+
+    def history(
+        self, job: str, page_size: int = 0, page_token: str = "", *, timeout: Optional[float] = None
+    ) -> HistoryPage:
+        """One page of ``job``'s history (``GetHistory``): a
+        :class:`~leasehold.HistoryPage` of :class:`~leasehold.Tenure`, one
+        per token granted, newest first, with how each ended; its
+        ``next_page_token`` asks for the older ones, and the first page
+        also has the chaos API's actions on the job. ``page_size`` 0 is the
+        server's default (100; at most 1000). A job with no history has an
+        empty one; a ``page_token`` the server did not issue for this job
+        raises :class:`~leasehold.InvalidArgument` (``field``
+        ``"page_token"``)."""
+        r = self._call(
+            self._leases.GetHistory,
+            pb.GetHistoryRequest(job=job, page_size=page_size, page_token=page_token),
+            timeout,
+        )
+        return history_from_pb(r)
+
+    def history_all(self, job: str, page_size: int = 0, *, timeout: Optional[float] = None) -> Iterator[Tenure]:
+        """Every tenure of ``job``'s history, newest first, asking for one
+        page after another as the iteration goes (each call bounded by
+        ``timeout``)."""
+        token = ""
+        while True:
+            page = self.history(job, page_size, token, timeout=timeout)
+            yield from page.tenures
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
 
     def signing_keys(self, *, timeout: Optional[float] = None) -> KeySet:
         """The server's public keys, which verify grants' proofs

@@ -42,6 +42,8 @@ from .types import Lease, check_elector_args, elector_holder
 log = logging.getLogger("leasehold.elector")
 
 TokenCallback = Callable[[int], None]
+#: ``on_new_leader(holder, token)``.
+LeaderCallback = Callable[[str, int], None]
 
 _STOP = "stop"
 _TIMEOUT = "timeout"
@@ -89,7 +91,20 @@ class Elector:
         # leaving the block resigns: releases the lease if held
 
     ``on_elected(token)`` and ``on_lost(token)`` are called in order on a
-    callback thread. :attr:`is_leader`, :attr:`token`, :meth:`wait_elected`
+    callback thread.
+
+    ``on_new_leader(holder, token)`` is called, on the same thread and in
+    order with them, for every grant of the job this elector sees: another
+    holder took over, or we did (``holder`` is then :attr:`holder`). At
+    most once per grant, in token order (never a lower token after a
+    higher one), not after :meth:`resign` returned; a free job is not
+    reported. With it set, the elector keeps a ``WatchLease`` open on the
+    job while it runs (opened again with backoff if it breaks), and also
+    reports what its campaign learns (its own grant, the holder an Acquire
+    found in place), so a broken watch delays a report of another's
+    leadership, never of its own. Our own grant may be reported a moment
+    before ``on_elected``: the watch can be quicker than the Acquire's
+    answer. (As the Go client's ``LeaderCallbacks.OnNewLeader``.) :attr:`is_leader`, :attr:`token`, :meth:`wait_elected`
     and :meth:`wait_lost` can be used instead of, or as well as, callbacks.
     After losing, the elector campaigns again until :meth:`resign`.
 
@@ -131,12 +146,18 @@ class Elector:
         holder: Optional[str] = None,
         on_elected: Optional[TokenCallback] = None,
         on_lost: Optional[TokenCallback] = None,
+        on_new_leader: Optional[LeaderCallback] = None,
         bind_to_stream: bool = False,
         preferred: bool = False,
         yield_to_preferred: bool = False,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
+        self._on_new_leader = on_new_leader
+        # The newest token on_new_leader was told of, and the watch it reads.
+        self._leader_token = 0
+        self._watch = None
+        self._watcher: Optional[threading.Thread] = None
         self._job = job
         self._ttl = float(ttl)
         self._bind = bool(bind_to_stream)
@@ -155,7 +176,7 @@ class Elector:
         self._handing: Optional[int] = None
         self._error: Optional[errors.LeaseholdError] = None
         self._thread: Optional[threading.Thread] = None
-        self._dispatcher = _Dispatcher() if (on_elected or on_lost) else None
+        self._dispatcher = _Dispatcher() if (on_elected or on_lost or on_new_leader) else None
         self._warnings = Warnings(log)
 
     # Public surface
@@ -228,6 +249,11 @@ class Elector:
                     target=self._run, name=f"leasehold-elector-{self._job}", daemon=True
                 )
                 self._thread.start()
+                if self._on_new_leader is not None:
+                    self._watcher = threading.Thread(
+                        target=self._watch_leaders, name=f"leasehold-leaders-{self._job}", daemon=True
+                    )
+                    self._watcher.start()
         return self
 
     def wait_elected(self, timeout: Optional[float] = None) -> Optional[int]:
@@ -293,9 +319,14 @@ class Elector:
             self._stopped = True
             self._cond.notify_all()
             thread = self._thread
+            watch, watcher = self._watch, self._watcher
+        if watch is not None:
+            watch.cancel()
         end = None if timeout is None else time.monotonic() + timeout
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(None if end is None else max(0.0, end - time.monotonic()))
         if self._dispatcher is not None:
             left = None if end is None else max(0.0, end - time.monotonic())
             self._dispatcher.close(left)
@@ -348,6 +379,7 @@ class Elector:
                     continue
                 backoff.reset()
                 r = fut.result()
+                self._observe(r.lease.holder, r.lease.token)
                 if not r.acquired:
                     continue
                 token = r.lease.token
@@ -526,7 +558,61 @@ class Elector:
         except errors.LeaseholdError:
             pass
 
+    # on_new_leader
+
+    def _observe(self, holder: Optional[str], token: int) -> None:
+        """Notes ``holder`` leading with ``token``: ``on_new_leader`` is told
+        if ``token`` is above the last one told (tokens of a job only grow,
+        so the watch and the campaign never report a grant twice, nor an
+        older one after a newer)."""
+        if self._on_new_leader is None or not holder or not token:
+            return
+        with self._cond:
+            if token <= self._leader_token or self._stopped:
+                return
+            self._leader_token = token
+            cb = self._on_new_leader
+            # Queued under the lock, so the reports keep the tokens' order.
+            assert self._dispatcher is not None
+            self._dispatcher.submit(lambda: cb(holder, token))
+
+    def _watch_leaders(self) -> None:
+        """Follows the job's lease on a WatchLease stream while the elector
+        runs, opening it again with the campaign's backoff when it breaks
+        (a new stream's first event is the current lease, so little is
+        missed). A watch the server refuses for good (``InvalidArgument``,
+        ``Unauthenticated``, ``PermissionDenied``) is not opened again:
+        ``on_new_leader`` then hears only what the campaign learns."""
+        retry = Backoff.campaign(self._ttl)
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                watch = self._watch = self._client.watch(self._job)
+            err: Optional[BaseException] = None
+            try:
+                for ev in watch:
+                    retry.reset()
+                    self._observe(ev.lease.holder, ev.lease.token)
+            except errors.LeaseholdError as e:
+                err = e
+            except Exception as e:  # never die silently
+                log.exception("watch of %s failed", self._job)
+                err = e
+            with self._cond:
+                self._watch = None
+                if self._stopped:
+                    return
+            if isinstance(err, REFUSALS):
+                log.warning("watch of %s refused; on_new_leader hears only what the campaign learns: %s",
+                            self._job, err)
+                return
+            self._warnings.warn("watch of %s ended, watching again: %s", self._job, err or "end of stream")
+            if self._sleep_until(time.monotonic() + retry.next()):
+                return
+
     def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> None:
+        self._observe(self._holder, token)
         with self._cond:
             self._token = token
             self._proof = proof

@@ -36,10 +36,11 @@ waits for the first).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import grpc
 
@@ -87,8 +88,11 @@ def _lost_error(job: str, token: int, why: str) -> errors.LeaseLost:
 class _State:
     """What both locks share: the fields, the properties that read them."""
 
-    def __init__(self, job: str, ttl: float, timeout: Optional[float], name: str) -> None:
+    def __init__(
+        self, job: str, ttl: float, timeout: Optional[float], name: str, on_lost: Optional[Callable[[int], Any]] = None
+    ) -> None:
         check_elector_args(job, name, ttl)
+        self._on_lost = on_lost
         self._job = job
         self._ttl = float(ttl)
         self._timeout = _check_timeout(timeout)
@@ -177,6 +181,17 @@ class _State:
     def _log_lost(self, token: int, err: errors.LeaseholdError) -> None:
         log.warning("lock on %s: lease lost (token %d): %s", self._job, token, err)
 
+    def _call_on_lost(self, token: int) -> Any:
+        """Calls ``on_lost(token)``, if given; what it returned (an
+        awaitable, for the asyncio lock), or ``None``."""
+        if self._on_lost is None:
+            return None
+        try:
+            return self._on_lost(token)
+        except Exception:  # a user callback failed: the loss stands
+            log.exception("lock on %s: on_lost callback failed", self._job)
+            return None
+
     def __repr__(self) -> str:
         state = "held" if self.is_held else "lost" if self.lost else "released" if self._released else "not held"
         return f"<{type(self).__name__} job={self._job!r} holder={self._holder!r} token={self._token} {state}>"
@@ -197,8 +212,9 @@ class Lock(_State):
         *,
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
+        on_lost: Optional[Callable[[int], None]] = None,
     ) -> None:
-        super().__init__(job, ttl, timeout, name)
+        super().__init__(job, ttl, timeout, name, on_lost)
         self._client = client
         self._cond = threading.Condition()
         self._stopping = False
@@ -334,10 +350,13 @@ class Lock(_State):
 
     def _set_lost(self, token: int, err: errors.LeaseholdError) -> None:
         with self._cond:
+            first = self._lost is None and not self._released
             if self._lost is None:
                 self._lost = err
             self._cond.notify_all()
         self._log_lost(token, err)
+        if first:
+            self._call_on_lost(token)
 
     # Waiting and releasing
 
@@ -398,9 +417,11 @@ class AsyncLock(_State):
         *,
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
+        on_lost: Optional[Callable[[int], Any]] = None,
     ) -> None:
-        super().__init__(job, ttl, timeout, name)
+        super().__init__(job, ttl, timeout, name, on_lost)
         self._client = client
+        self._callback_task: Optional["asyncio.Future[Any]"] = None
         self._task: Optional["asyncio.Task[None]"] = None
         self._stop: Optional[asyncio.Event] = None
         self._changed: Optional[asyncio.Event] = None
@@ -511,11 +532,16 @@ class AsyncLock(_State):
             self._set_lost(token, _lost_error(self._job, token, f"renewals failed: {e!r}"))
 
     def _set_lost(self, token: int, err: errors.LeaseholdError) -> None:
+        first = self._lost is None and not self._released
         if self._lost is None:
             self._lost = err
         if self._changed is not None:
             self._changed.set()
         self._log_lost(token, err)
+        if first:
+            r = self._call_on_lost(token)
+            if inspect.isawaitable(r):
+                self._callback_task = asyncio.ensure_future(r)
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Waits until the lease is lost (or released); ``True`` once it

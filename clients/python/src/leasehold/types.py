@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 import os
 import uuid
-from dataclasses import dataclass
-from typing import Optional, Union
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import List, Optional, Union
 
 from google.protobuf import duration_pb2
 
@@ -235,6 +236,109 @@ class WriteOutcome:
     def written(self) -> bool:
         """Whether the write was made (and is durable)."""
         return self.kind is WriteOutcomeKind.WRITTEN
+
+
+class TenureEnd(enum.Enum):
+    """How a :class:`Tenure` ended (``Tenure.End`` in the proto)."""
+
+    #: Not ended: the holder leads now (or led when the server last started).
+    NOT_ENDED = pb.Tenure.END_UNSPECIFIED
+    #: The holder released it.
+    RELEASED = pb.Tenure.END_RELEASED
+    #: It ran out, and was next granted to the same holder or to nobody yet.
+    EXPIRED = pb.Tenure.END_EXPIRED
+    #: It ran out, and another holder was granted the job.
+    TAKEN_OVER = pb.Tenure.END_TAKEN_OVER
+    #: It ran out and the job was deleted (older servers only).
+    DELETED = pb.Tenure.END_DELETED
+    #: ``leasehold restore`` released it.
+    RESTORED = pb.Tenure.END_RESTORED
+    #: ``leasehold recover`` released it.
+    RECOVERED = pb.Tenure.END_RECOVERED
+    #: Bound to its connection (``bind_to_stream``), which closed.
+    CONNECTION_CLOSED = pb.Tenure.END_CONNECTION_CLOSED
+    #: Handed to a waiting successor (``transfer_lease``).
+    TRANSFERRED = pb.Tenure.END_TRANSFERRED
+    #: The chaos API ended it on purpose.
+    CHAOS = pb.Tenure.END_CHAOS
+
+
+@dataclass(frozen=True)
+class Tenure:
+    """One token's time as the job's leader, from :meth:`Client.history
+    <leasehold.Client.history>`. Its times are the server's wall clock (UTC),
+    for people: no lease rule reads them."""
+
+    token: int
+    holder: str
+    #: The principal the grant was bound to (servers with a policy), or ``None``.
+    principal: Optional[str]
+    #: When it was granted.
+    granted_at: Optional[datetime]
+    #: The TTL it was granted with, in seconds.
+    ttl: Optional[float]
+    #: How it ended; :attr:`TenureEnd.NOT_ENDED` while it lasts.
+    end: TenureEnd
+    #: When it ended (the release, or the deadline that passed); ``None``
+    #: while it lasts.
+    ended_at: Optional[datetime]
+
+
+@dataclass(frozen=True)
+class ChaosEvent:
+    """One action of the chaos API on a job, as the history reports it."""
+
+    at: Optional[datetime]
+    #: ``expire``, ``pause``, ``delay``, ``fence``, ``transfer`` or ``clear``.
+    action: str
+    #: What it did, for people.
+    detail: str
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """One page of a job's history (``GetHistory``), newest first."""
+
+    tenures: List[Tenure]
+    #: Pass as ``page_token`` for the older tenures; ``""`` on the last page.
+    next_page_token: str = ""
+    #: The chaos API's actions on the job, newest first (first page only).
+    chaos: List[ChaosEvent] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> List[int]:
+        """The tokens of :attr:`tenures`, in order (newest first)."""
+        return [t.token for t in self.tenures]
+
+
+def _time(msg, name: str) -> Optional[datetime]:
+    if not msg.HasField(name):
+        return None
+    return getattr(msg, name).ToDatetime(tzinfo=timezone.utc)
+
+
+def tenure_from_pb(t: pb.Tenure) -> Tenure:
+    try:
+        end = TenureEnd(t.end)
+    except ValueError:  # a newer server's end: say only that it ended
+        end = TenureEnd.EXPIRED
+    return Tenure(
+        token=t.token,
+        holder=t.holder,
+        principal=t.principal or None,
+        granted_at=_time(t, "granted_at"),
+        ttl=(t.ttl.seconds + t.ttl.nanos / 1e9) if t.HasField("ttl") else None,
+        end=end,
+        ended_at=_time(t, "ended_at"),
+    )
+
+
+def history_from_pb(r: pb.GetHistoryResponse) -> HistoryPage:
+    return HistoryPage(
+        tenures=[tenure_from_pb(t) for t in r.tenures],
+        next_page_token=r.next_page_token,
+        chaos=[ChaosEvent(at=_time(c, "at"), action=c.action, detail=c.detail) for c in r.chaos],
+    )
 
 
 def outcome_from_pb(r: pb.WriteResult) -> Optional[WriteOutcome]:

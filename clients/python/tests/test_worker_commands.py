@@ -1,0 +1,150 @@
+"""examples/conformance_worker.py's commands beyond the elector
+(clients/conformance/README.md): ``lock``/``lock-write``/``unlock`` (the
+asyncio lock; writes over the WriteStream), ``follow``/``follow-stop``
+(on_new_leader and observe), ``fleet``/``fleet-stop`` (the ElectorSet),
+``history``, ``delete-job``, and the ``--ca``/``--token`` flags; real worker
+processes against the real server."""
+
+import re
+
+import pytest
+
+import harness
+import leasehold
+from test_conformance_worker import PATIENCE, answer, expect_all, start
+
+
+@pytest.fixture()
+def chaos_server():
+    # A server of each test's own: after a DeleteJob, the server gives new
+    # jobs tokens above the deleted ones, and the tests count tokens.
+    s = harness.ServerProcess(extra=["--enable-chaos"])
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def workers():
+    started = []
+    yield started
+    for w in started:
+        w.kill()
+
+
+def line(w, pattern, what=None):
+    """The next line of ``w`` matching ``pattern`` (a regex), as a match."""
+    _, l = w.expect(lambda l: re.fullmatch(pattern, l) is not None, PATIENCE, what or pattern)
+    return re.fullmatch(pattern, l)
+
+
+def test_worker_lock_commands(chaos_server, job, workers):
+    with leasehold.Client(chaos_server.target) as c:
+        a = start(chaos_server, job + "-elector", "a", ttl_ms=1000)
+        workers.append(a)
+        a.send(f"lock {job}")
+        m = line(a, rf"lock held {re.escape(job)} token=(\d+) holder=(a@\S+)")
+        assert m.group(1) == "1" and m.group(2) != a.holder, "the lock is its own holder"
+        assert c.get_lease(job).holder == m.group(2)
+        assert answer(a, "lock-write x") == "lock-write ok version=1"
+        c.chaos().expire(job)
+        line(a, rf"lock lost {re.escape(job)} token=1")
+        c.acquire(job, "intruder", ttl=30)
+        assert answer(a, "lock-write y") == "lock-write fenced current=2"
+        assert answer(a, "unlock") == "unlock done"
+        assert c.get_lease(job).holder == "intruder"
+        # DeleteJob: in use while held, then deleted, then absent.
+        assert answer(a, f"delete-job {job}") == "delete-job in-use"
+        c.release(job, "intruder", 2)
+        assert answer(a, f"delete-job {job}") == "delete-job deleted"
+        assert answer(a, f"delete-job {job}") == "delete-job absent"
+        # A lock waiting for a holder is entered once it leaves; unlock releases.
+        t = c.acquire(job, "holder", ttl=30).lease.token
+        assert t > 2, "a job created again gets tokens above its old ones"
+        a.send(f"lock {job}")
+        chaos_server.wait_waiters(1)
+        c.release(job, "holder", t)
+        line(a, rf"lock held {re.escape(job)} token={t + 1} holder=a@\S+")
+        assert answer(a, "unlock") == "unlock done"
+        assert c.get_lease(job).holder is None
+        # unlock while still waiting: nothing is left held.
+        c.acquire(job, "holder", ttl=30)
+        a.send(f"lock {job}")
+        chaos_server.wait_waiters(1)
+        assert answer(a, "unlock") == "unlock done"
+        chaos_server.wait_waiters_at_most(0)
+        c.release(job, "holder", t + 2)
+        assert c.get_lease(job).holder is None
+        a.send("quit")
+        a.expect(lambda l: l == "bye", PATIENCE, "bye")
+        assert a.wait(PATIENCE) == 0
+
+
+def test_worker_follow_fleet_and_history(chaos_server, job, workers):
+    follow = job + "-follow"
+    a = start(chaos_server, job, "a", ttl_ms=1000)
+    b = start(chaos_server, job, "b", ttl_ms=1000)
+    workers.extend([a, b])
+    a.send(f"follow {follow}")
+    ha = line(a, r"follow holder (a@\S+)").group(1)
+    expect_all(a, [
+        f"newleader {follow} holder={ha} token=1",
+        f"follow elected {follow} token=1",
+        f"observe {follow} holder={ha} token=1",
+    ])
+    b.send(f"follow {follow}")
+    hb = line(b, r"follow holder (b@\S+)").group(1)
+    expect_all(b, [f"newleader {follow} holder={ha} token=1", f"observe {follow} holder={ha} token=1"])
+    chaos_server.wait_waiters(1)
+    a.send("follow-stop")
+    expect_all(a, [f"follow lost {follow} token=1", "follow-stop done"])
+    expect_all(b, [
+        f"newleader {follow} holder={hb} token=2",
+        f"follow elected {follow} token=2",
+        f"observe {follow} holder={hb} token=2",
+    ])
+    assert answer(b, f"history {follow}") == f"history {follow} tokens=2,1"
+    assert answer(b, f"history {job}-none") == f"history {job}-none tokens="
+    b.send("follow-stop")
+    expect_all(b, [f"follow lost {follow} token=2", "follow-stop done"])
+
+    # fleet: three jobs led, then released by fleet-stop.
+    prefix = job + "-fleet-"
+    a.send(f"fleet 3 {prefix}")
+    hf = line(a, r"fleet holder (a@\S+)").group(1)
+    expect_all(a, [f"fleet elected {prefix}{i} token=1" for i in range(3)])
+    with leasehold.Client(chaos_server.target) as c:
+        assert {c.get_lease(f"{prefix}{i}").holder for i in range(3)} == {hf}
+        a.send("fleet-stop")
+        expect_all(a, [f"fleet lost {prefix}{i} token=1" for i in range(3)] + ["fleet-stop done"])
+        assert {c.get_lease(f"{prefix}{i}").holder for i in range(3)} == {None}
+        # quit resigns a fleet still running, before bye.
+        b.send(f"fleet 2 {prefix}")
+        expect_all(b, [f"fleet elected {prefix}{i} token=2" for i in range(2)])
+        b.send("quit")
+        expect_all(b, [f"fleet lost {prefix}{i} token=2" for i in range(2)] + ["bye"])
+        assert b.wait(PATIENCE) == 0
+        assert {c.get_lease(f"{prefix}{i}").holder for i in range(2)} == {None}
+    a.send("quit")
+    a.expect(lambda l: l == "bye", PATIENCE, "bye")
+    assert a.wait(PATIENCE) == 0
+
+
+def test_worker_ca_and_token_flags(job, workers):
+    with harness.ServerProcess(secure=True) as s:
+        token = (s.pki / "alice.token").read_text()
+        a = start(s, job, "a", "--ca", str(s.pki / "ca.pem"), "--token", token, ttl_ms=5000)
+        workers.append(a)
+        a.expect(lambda l: l == "elected token=1", PATIENCE, "elected over TLS with a token")
+        assert answer(a, "write x") == "write ok version=1"
+        assert answer(a, f"history {job}") == f"history {job} tokens=1"
+        a.send(f"lock {job}-lock")
+        line(a, rf"lock held {re.escape(job)}-lock token=1 holder=a@\S+")
+        assert answer(a, "lock-write v") == "lock-write ok version=1"
+        assert answer(a, "unlock") == "unlock done"
+        a.send("quit")
+        a.expect(lambda l: l == "bye", PATIENCE, "bye")
+        assert a.wait(PATIENCE) == 0
+        # Without the token, the server refuses the worker's calls.
+        b = start(s, job + "-b", "b", "--ca", str(s.pki / "ca.pem"), ttl_ms=5000)
+        workers.append(b)
+        assert answer(b, f"history {job}").startswith("history error Unauthenticated")
