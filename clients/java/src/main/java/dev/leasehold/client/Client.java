@@ -803,6 +803,216 @@ public final class Client implements AutoCloseable {
   }
 
   /**
+   * One page of {@code job}'s history of leaders ({@code GetHistory}),
+   * newest first: a {@link Tenure} per token granted, with its holder,
+   * principal, when it was granted and how and when it ended; the first
+   * page also lists the chaos API's actions on the job
+   * ({@link HistoryPage#chaos()}). {@code pageSize} 0 asks for the server's
+   * default (100; at most 1000); {@code pageToken} is empty (or null) for
+   * the first page, else the previous page's
+   * {@link HistoryPage#nextPageToken()}. A job with no history (never
+   * granted, or deleted) has an empty one. A page token the server did not
+   * issue for this job's history throws {@link InvalidArgumentException}
+   * ({@code field()} {@code "page_token"}).
+   */
+  public HistoryPage history(String job, int pageSize, String pageToken) {
+    return HistoryPage.fromProto(call(leases, timeout, s -> s.getHistory(historyRequest(job, pageSize, pageToken))));
+  }
+
+  /** {@link #history(String, int, String)} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<HistoryPage> historyAsync(String job, int pageSize, String pageToken) {
+    return async(deadline(leasesFuture).getHistory(historyRequest(job, pageSize, pageToken)), HistoryPage::fromProto);
+  }
+
+  /**
+   * Every page of {@code job}'s history, newest first, each fetched when
+   * the iteration reaches it ({@link #history(String, int, String)}, so a
+   * failed call throws from the iterator's {@code hasNext}). Each
+   * {@code iterator()} starts again from the first page.
+   *
+   * <pre>{@code
+   * for (HistoryPage page : client.historyPages("reports", 100)) {
+   *   for (Tenure t : page.tenures()) {
+   *     System.out.println(t.token() + " " + t.holder() + " " + t.end());
+   *   }
+   * }
+   * }</pre>
+   */
+  public Iterable<HistoryPage> historyPages(String job, int pageSize) {
+    return () -> new java.util.Iterator<HistoryPage>() {
+      private String next = "";
+      private boolean done;
+
+      @Override
+      public boolean hasNext() {
+        return !done;
+      }
+
+      @Override
+      public HistoryPage next() {
+        if (done) {
+          throw new java.util.NoSuchElementException();
+        }
+        HistoryPage page = history(job, pageSize, next);
+        next = page.nextPageToken();
+        done = !page.hasNext();
+        return page;
+      }
+    };
+  }
+
+  /** Every tenure of {@code job}'s history, newest first, all pages ({@link #historyPages}). */
+  public List<Tenure> history(String job) {
+    List<Tenure> out = new ArrayList<>();
+    for (HistoryPage page : historyPages(job, PAGE_SIZE)) {
+      out.addAll(page.tenures());
+    }
+    return out;
+  }
+
+  /**
+   * {@link #history(String)} as a future: every page, fetched one after
+   * the other; fails with the first failed page's exception.
+   * {@code cancel(true)} stops it (the page on its way is cancelled).
+   */
+  public CompletableFuture<List<Tenure>> historyAsync(String job) {
+    CompletableFuture<List<Tenure>> out = new CompletableFuture<>();
+    historyFrom(job, "", new ArrayList<>(), out);
+    return out;
+  }
+
+  private void historyFrom(String job, String pageToken, List<Tenure> acc, CompletableFuture<List<Tenure>> out) {
+    CompletableFuture<HistoryPage> page = historyAsync(job, PAGE_SIZE, pageToken);
+    out.whenComplete((r, t) -> page.cancel(true)); // a no-op once the page is in
+    page.whenComplete((p, t) -> {
+      if (t != null) {
+        out.completeExceptionally(t);
+      } else if (!out.isDone()) {
+        acc.addAll(p.tenures());
+        if (p.hasNext()) {
+          historyFrom(job, p.nextPageToken(), acc, out);
+        } else {
+          out.complete(List.copyOf(acc));
+        }
+      }
+    });
+  }
+
+  static dev.leasehold.v1.GetHistoryRequest historyRequest(String job, int pageSize, String pageToken) {
+    if (pageSize < 0) {
+      throw new IllegalArgumentException("pageSize must not be negative");
+    }
+    return dev.leasehold.v1.GetHistoryRequest.newBuilder().setJob(job).setPageSize(pageSize)
+        .setPageToken(pageToken == null ? "" : pageToken).build();
+  }
+
+  /**
+   * Observes {@code job}'s lease ({@code WatchLease}): {@code listener}
+   * hears the current lease first ({@link LeaseEvent.Kind#CURRENT}), then
+   * each change as it happens ({@link LeaseEvent.Kind#ACQUIRED},
+   * {@link LeaseEvent.Kind#RELEASED}, {@link LeaseEvent.Kind#EXPIRED});
+   * renewals send nothing. Returns at once; close the {@link Observation}
+   * to end it (the listener then hears nothing more, not even an error). A
+   * broken stream (the server stopping, unreachable) ends it with the typed
+   * exception: {@link LeaseListener#onError} and
+   * {@link Observation#done()} get it. The listener runs on a gRPC thread,
+   * one call at a time, in order: keep it short, or hand the work to an
+   * executor of your own.
+   *
+   * <pre>{@code
+   * try (Observation o = client.observe("reports", e ->
+   *     System.out.println(e.kind() + " " + e.lease().holder() + " " + e.lease().token()))) {
+   *   ...
+   * }
+   * }</pre>
+   */
+  public Observation observe(String job, LeaseListener listener) {
+    return new Observation(LeasesGrpc.newStub(leases.getChannel()), job, listener);
+  }
+
+  /**
+   * Holds the lease on {@code job} for the length of a try-with-resources
+   * block: waits for it as long as it takes, renews it every ttl/3 in the
+   * background, and releases it on {@link Lock#close()} (normal exit or
+   * exception). The lock is its own holder, {@code lock@uuid}. A loss
+   * inside the block (the lease lost, or no renewal succeeded by the
+   * lock's own deadline) does not interrupt it: {@link Lock#isHeld()}
+   * turns false, {@link Lock#lost()} completes, {@link Lock#onLost}
+   * listeners run, {@link Lock#check()} throws, and writes with
+   * {@link Lock#token()} are fenced once another holder has the lease.
+   *
+   * <pre>{@code
+   * try (Lock lock = client.lock("reports", Duration.ofSeconds(10))) {
+   *   client.checkedWrite("reports", lock.token(), "cursor", "42");
+   * }
+   * }</pre>
+   *
+   * @throws LeaseholdException a campaign the server refuses with an error
+   *     retrying cannot fix ({@link InvalidArgumentException},
+   *     {@link UnauthenticatedException}, {@link PermissionDeniedException})
+   * @throws CancellationException the thread was interrupted while waiting
+   *     (its interrupt flag stays set); nothing is left held
+   */
+  public Lock lock(String job, Duration ttl) {
+    return lock(job, ttl, null, Lock.DEFAULT_NAME);
+  }
+
+  /**
+   * {@link #lock(String, Duration)}, waiting at most {@code timeout}
+   * ({@link Duration#ZERO}: one try; null: as long as it takes), with the
+   * holder {@code name@uuid}.
+   *
+   * @throws LockTimeoutException the lease did not come within
+   *     {@code timeout}; nothing is left held (a grant that came as it
+   *     timed out is given back)
+   */
+  public Lock lock(String job, Duration ttl, Duration timeout, String name) {
+    CompletableFuture<Lock> f = lockAsync(job, ttl, timeout, name);
+    try {
+      return f.get();
+    } catch (InterruptedException e) {
+      f.cancel(true);
+      Thread.currentThread().interrupt();
+      throw new CancellationException("interrupted while waiting for the lock on " + job);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof RuntimeException r) {
+        throw r;
+      }
+      throw new IllegalStateException(e.getCause());
+    }
+  }
+
+  /** {@link #lock(String, Duration, Duration, String)} with the name {@code "lock"}. */
+  public Lock lock(String job, Duration ttl, Duration timeout) {
+    return lock(job, ttl, timeout, Lock.DEFAULT_NAME);
+  }
+
+  /**
+   * {@link #lock(String, Duration)} as a future of the held {@link Lock}
+   * (close it when done). {@code cancel(true)} stops waiting and gives back
+   * a grant that came meanwhile; it fails with the exceptions the blocking
+   * call throws.
+   */
+  public CompletableFuture<Lock> lockAsync(String job, Duration ttl) {
+    return lockAsync(job, ttl, null, Lock.DEFAULT_NAME);
+  }
+
+  /** {@link #lock(String, Duration, Duration, String)} as a future (see {@link #lockAsync(String, Duration)}). */
+  public CompletableFuture<Lock> lockAsync(String job, Duration ttl, Duration timeout, String name) {
+    return Lock.acquire(this, job, ttl, timeout, name);
+  }
+
+  /** The channel of this client. */
+  Channel channel() {
+    return leases.getChannel();
+  }
+
+  /** This client's timeout per call. */
+  Duration timeout() {
+    return timeout;
+  }
+
+  /**
    * Watches {@code job}: the current lease first, then every change of holder
    * or token. Close the watch to end it.
    */

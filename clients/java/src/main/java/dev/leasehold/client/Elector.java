@@ -93,6 +93,7 @@ public final class Elector implements AutoCloseable {
   private final boolean yieldToPreferred;
   private final LongConsumer onElected;
   private final LongConsumer onLost;
+  private final NewLeaderListener onNewLeader;
 
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition changed = lock.newCondition();
@@ -106,6 +107,30 @@ public final class Elector implements AutoCloseable {
   private Thread thread;
   private final ExecutorService callbacks;
   private final Retry.Warnings warnings = new Retry.Warnings();
+  /** The highest token reported to onNewLeader (unsigned); 0: none yet. */
+  private long leaderReported;
+  /** The thread that keeps the job's WatchLease open for onNewLeader; null without it. */
+  private Thread watcher;
+  /** The watcher's open observation, closed by close(). */
+  private Observation watching;
+
+  /**
+   * Hears every new leader of an elector's job
+   * ({@link Builder#onNewLeader}).
+   */
+  @FunctionalInterface
+  public interface NewLeaderListener {
+    /**
+     * {@code holder} was granted the job with {@code token} (unsigned):
+     * another holder, or this elector ({@link Elector#holder()}). Called at
+     * most once per grant, in token order, on the elector's callback thread
+     * (in order with {@code onElected} and {@code onLost}), and not after
+     * {@link Elector#close()} returned. Our own grant may be reported a
+     * moment before {@code onElected}: the watch can be faster than the
+     * Acquire's answer. A free job is not reported.
+     */
+    void onNewLeader(String holder, long token);
+  }
 
   private Elector(Builder b) {
     this.client = b.client;
@@ -117,6 +142,7 @@ public final class Elector implements AutoCloseable {
     this.yieldToPreferred = b.yieldToPreferred;
     this.onElected = b.onElected;
     this.onLost = b.onLost;
+    this.onNewLeader = b.onNewLeader;
     this.callbacks = Executors.newSingleThreadExecutor(r -> {
       Thread t = new Thread(r, "leasehold-callbacks-" + job);
       t.setDaemon(true);
@@ -155,6 +181,7 @@ public final class Elector implements AutoCloseable {
     private boolean yieldToPreferred;
     private LongConsumer onElected = t -> {};
     private LongConsumer onLost = t -> {};
+    private NewLeaderListener onNewLeader;
 
     private Builder(Client client, String job, String name) {
       this.client = Objects.requireNonNull(client, "client");
@@ -247,6 +274,22 @@ public final class Elector implements AutoCloseable {
       return this;
     }
 
+    /**
+     * Called with the holder and token of every grant of the job while the
+     * elector runs, ours included, in token order: each grant at most
+     * once, never a lower token after a higher one (see
+     * {@link NewLeaderListener}). The elector then keeps a
+     * {@code WatchLease} stream open while it runs (opened again with
+     * backoff if it breaks), and also reports what its campaign learns
+     * (its own grants, the holder an Acquire or a renewal found in place),
+     * so a broken watch delays a report of someone else's grant but never
+     * of its own.
+     */
+    public Builder onNewLeader(NewLeaderListener f) {
+      this.onNewLeader = Objects.requireNonNull(f);
+      return this;
+    }
+
     /** The elector, not started. */
     public Elector build() {
       return new Elector(this);
@@ -266,6 +309,11 @@ public final class Elector implements AutoCloseable {
         thread = new Thread(this::run, "leasehold-elector-" + job);
         thread.setDaemon(true);
         thread.start();
+        if (onNewLeader != null) {
+          watcher = new Thread(this::watchLeaders, "leasehold-watch-" + job);
+          watcher.setDaemon(true);
+          watcher.start();
+        }
       }
     } finally {
       lock.unlock();
@@ -467,10 +515,25 @@ public final class Elector implements AutoCloseable {
       lock.unlock();
     }
     boolean interrupted = false;
-    if (t != null && t != Thread.currentThread()) {
+    Thread w;
+    Observation o;
+    lock.lock();
+    try {
+      w = watcher;
+      o = watching;
+    } finally {
+      lock.unlock();
+    }
+    if (o != null) {
+      o.close();
+    }
+    for (Thread th : new Thread[] {t, w}) {
+      if (th == null || th == Thread.currentThread()) {
+        continue;
+      }
       while (true) {
         try {
-          t.join();
+          th.join();
           break;
         } catch (InterruptedException e) {
           interrupted = true;
@@ -563,6 +626,7 @@ public final class Elector implements AutoCloseable {
           continue;
         }
         backoff.reset();
+        observeLeader(r.getLease().getHolder(), r.getLease().getToken());
         if (!r.getAcquired()) {
           continue;
         }
@@ -604,7 +668,7 @@ public final class Elector implements AutoCloseable {
    * Errors retrying cannot fix: the server refused the request itself (a
    * TTL out of its range, a job name too long) or the caller (its policy).
    */
-  private static boolean refused(LeaseholdException e) {
+  static boolean refused(LeaseholdException e) {
     return e instanceof InvalidArgumentException
         || e instanceof UnauthenticatedException
         || e instanceof PermissionDeniedException;
@@ -773,6 +837,9 @@ public final class Elector implements AutoCloseable {
         renewed = f.get();
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
+        if (le instanceof LeaseLostException lost) {
+          observeLeader(lost.currentHolder(), lost.currentToken().orElse(0));
+        }
         if (le instanceof LeaseLostException || refused(le)) {
           if (transferring(t)) {
             // A transfer of t, on its way, has handed the lease over: the
@@ -880,6 +947,7 @@ public final class Elector implements AutoCloseable {
       lock.unlock();
     }
     LOG.debug("{}: elected with token {}", job, t);
+    observeLeader(holder, t);
     dispatch(onElected, t);
   }
 
@@ -899,6 +967,96 @@ public final class Elector implements AutoCloseable {
     LOG.debug("{}: stepped down from token {}", job, t);
     dispatch(onLost, t);
     return true;
+  }
+
+  /**
+   * Notes {@code h} leading with {@code t}: onNewLeader hears it if
+   * {@code t} is above every token reported. Queued under the lock, so the
+   * callback thread delivers the reports in token order.
+   */
+  private void observeLeader(String h, long t) {
+    if (onNewLeader == null || h == null || h.isEmpty() || t == 0) {
+      return;
+    }
+    lock.lock();
+    try {
+      if (Long.compareUnsigned(t, leaderReported) <= 0) {
+        return;
+      }
+      leaderReported = t;
+      try {
+        callbacks.execute(() -> {
+          try {
+            onNewLeader.onNewLeader(h, t);
+          } catch (RuntimeException e) {
+            LOG.warn("{}: onNewLeader failed", job, e);
+          }
+        });
+      } catch (java.util.concurrent.RejectedExecutionException e) {
+        // closed
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The watcher thread: keeps the job's WatchLease open while the elector
+   * runs, opening it again with the campaign's backoff when it breaks (a
+   * new stream's first event is the current lease, so little is missed).
+   * A watch refused for good (invalid argument, unauthenticated, permission
+   * denied) is not opened again: onNewLeader then hears only what the
+   * campaign learns.
+   */
+  private void watchLeaders() {
+    Retry.Backoff retry = Retry.Backoff.campaign(ttlNanos());
+    try {
+      while (!isStopped()) {
+        Observation o = client.observe(job, e -> {
+          retry.reset();
+          observeLeader(e.lease().holder(), e.lease().token());
+        });
+        lock.lock();
+        try {
+          watching = o;
+          if (stopped) {
+            o.close();
+          }
+        } finally {
+          lock.unlock();
+        }
+        o.done().whenComplete((v, e) -> signal());
+        lock.lock();
+        try {
+          while (!stopped && !o.done().isDone()) {
+            changed.await();
+          }
+        } finally {
+          lock.unlock();
+        }
+        if (isStopped()) {
+          o.close();
+          return;
+        }
+        LeaseholdException err = null;
+        try {
+          o.done().getNow(null);
+        } catch (java.util.concurrent.CompletionException e) {
+          err = Errors.from(e.getCause());
+        }
+        if (err != null && refused(err)) {
+          LOG.warn("{}: watch refused; onNewLeader hears only what the campaign learns: {}", job, err.toString());
+          return;
+        }
+        retryWarning(job + ": watch ended; watching again" + (err == null ? "" : ": " + err));
+        client.reconnectNow();
+        if (sleepUntil(System.nanoTime() + retry.next())) {
+          return;
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   private void dispatch(LongConsumer f, long t) {

@@ -142,7 +142,10 @@ class AsyncTest {
       ManagedChannel channel = ManagedChannelBuilder.forTarget(server.target).usePlaintext().build();
       Closes closes = new Closes();
       try {
-        Client client = Client.of(ClientInterceptors.intercept(channel, closes));
+        // A long timeout per call: on a loaded machine the loop below may take
+        // seconds, and a call that reached its deadline first could no longer
+        // be cancelled (the default 10 s raced with it).
+        Client client = Client.of(ClientInterceptors.intercept(channel, closes)).withTimeout(Duration.ofMinutes(5));
         assertTrue(client.acquire("stopped", "a", TTL).acquired()); // connected
         assertEquals(Status.Code.OK, closes.statuses.poll(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS).getCode());
         server.signal("STOP"); // calls now hang until cancelled or past their deadline
@@ -152,7 +155,9 @@ class AsyncTest {
               client.getLeaseAsync("stopped"),
               client.checkedWriteAsync("stopped", 1, "k", "v"),
               client.renewAsync("stopped", "a", 1, TTL))) {
-            assertThrows(TimeoutException.class, () -> f.get(50, TimeUnit.MILLISECONDS));
+            // The server is stopped: nothing can complete the future but the
+            // cancel (its deadline is minutes away).
+            assertFalse(f.isDone(), "a call to a stopped server is still on its way");
             assertTrue(f.cancel(true));
             assertThrows(CancellationException.class, f::get);
             Status s = closes.statuses.poll(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
@@ -185,11 +190,13 @@ class AsyncTest {
       long held = a.acquire(job, "a", TTL).lease().token();
       String getLease = "method=\"GetLease\"";
       double looked = server.metric("leasehold_rpc_responses_total", getLease);
-      // The timeout ends the call once the test has seen it in line: 5 s is
-      // longer than a stall between the two.
-      CompletableFuture<Acquired> waiting =
-          b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20)).orTimeout(5000, TimeUnit.MILLISECONDS);
+      // orTimeout is armed only once the test has seen the call in line: a
+      // timer started with the call could end it before a loaded machine
+      // let the test look (the call waits up to 5 min meanwhile).
+      CompletableFuture<Acquired> waiting = b.withTimeout(Duration.ofMinutes(5))
+          .acquireAsync(job, "b", TTL, Duration.ofMinutes(5));
       server.waitWaiters(1);
+      assertTrue(waiting == waiting.orTimeout(100, TimeUnit.MILLISECONDS), "orTimeout arms the future itself");
       ExecutionException e = assertThrows(ExecutionException.class,
           () -> waiting.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS));
       assertInstanceOf(TimeoutException.class, e.getCause());
@@ -208,7 +215,7 @@ class AsyncTest {
 
       // A waiting acquire that is granted completes with the grant.
       long again = a.acquire(job, "a", TTL).lease().token();
-      CompletableFuture<Acquired> next = b.acquireAsync(job, "b", TTL, Duration.ofSeconds(20));
+      CompletableFuture<Acquired> next = b.acquireAsync(job, "b", TTL, Duration.ofMinutes(5));
       server.waitWaiters(1);
       a.releaseAsync(job, "a", again).get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);
       Acquired got = next.get(ServerProcess.PATIENCE.toSeconds(), TimeUnit.SECONDS);

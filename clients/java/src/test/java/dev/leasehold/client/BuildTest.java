@@ -1,5 +1,6 @@
 package dev.leasehold.client;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
@@ -87,6 +88,23 @@ class BuildTest {
       assertNotNull(f.getEntry("dev/leasehold/client/Client.class"));
       assertNotNull(f.getEntry("dev/leasehold/v1/LeasesGrpc.class"));
       assertNotNull(f.getEntry("dev/leasehold/client/version.properties"));
+    }
+  }
+
+  /** Each of the three jars ships the license, byte for byte the LICENSE file (Apache-2.0). */
+  @Test
+  void everyJarShipsTheLicense() throws Exception {
+    byte[] license = Files.readAllBytes(Paths.get("LICENSE"));
+    assertTrue(new String(license, java.nio.charset.StandardCharsets.UTF_8).contains("Apache License"),
+        "LICENSE is the Apache-2.0 text");
+    for (String classifier : new String[] {"", "sources", "javadoc"}) {
+      try (JarFile f = new JarFile(built(jarName(classifier), "mvn package").toFile())) {
+        var entry = f.getJarEntry("META-INF/LICENSE");
+        assertNotNull(entry, jarName(classifier) + " has META-INF/LICENSE");
+        try (var in = f.getInputStream(entry)) {
+          assertArrayEquals(license, in.readAllBytes(), jarName(classifier) + ": META-INF/LICENSE is the LICENSE file");
+        }
+      }
     }
   }
 

@@ -2,6 +2,15 @@ package dev.leasehold.examples;
 
 import dev.leasehold.client.Client;
 import dev.leasehold.client.Elector;
+import dev.leasehold.client.ElectorSet;
+import dev.leasehold.client.HistoryPage;
+import dev.leasehold.client.JobInUseException;
+import dev.leasehold.client.Lock;
+import dev.leasehold.client.Observation;
+import dev.leasehold.client.Security;
+import dev.leasehold.client.StreamWrite;
+import dev.leasehold.client.WriteOutcome;
+import dev.leasehold.client.WriteStream;
 import dev.leasehold.client.FencedException;
 import dev.leasehold.client.InvalidArgumentException;
 import dev.leasehold.client.LeaseLostException;
@@ -11,12 +20,15 @@ import dev.leasehold.client.UnknownTokenException;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Collectors;
 
 /**
  * The conformance worker for Java (clients/conformance/README.md has the
@@ -24,12 +36,22 @@ import java.util.concurrent.atomic.AtomicLong;
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM (in a shutdown hook).
  *
- * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]</pre>
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]</pre>
  *
  * <p>{@code --bind} builds the worker's elector with
  * {@code bindToStream(true)}, {@code --preferred} with
  * {@code preferred(true)}, {@code --yield} with
  * {@code yieldToPreferred(true)} (the twins have none of them).
+ * {@code --ca FILE} connects with TLS trusting that CA, {@code --token
+ * SECRET} sends it as a bearer token on every call (one client, shared by
+ * everything the worker makes).
+ *
+ * <p>Besides its elector, the worker takes a lock ({@code lock},
+ * {@code lock-write} through a {@link WriteStream}, {@code unlock}),
+ * follows a job with an elector's {@code onNewLeader} and an observation
+ * ({@code follow}, {@code follow-stop}), leads many jobs with an
+ * {@link ElectorSet} ({@code fleet}, {@code fleet-stop}), and reads a
+ * job's history ({@code history}) or deletes it ({@code delete-job}).
  */
 public final class ConformanceWorker {
   private ConformanceWorker() {}
@@ -61,7 +83,17 @@ public final class ConformanceWorker {
       }
     }
     String job = args.get("job");
-    Client client = Client.connect(args.getOrDefault("server", Client.DEFAULT_TARGET));
+    Security.Builder security = Security.builder();
+    if (args.containsKey("ca")) {
+      security.caFile(Path.of(args.get("ca")));
+    }
+    if (args.containsKey("token")) {
+      security.token(args.get("token"));
+    }
+    Client client = Client.connect(args.getOrDefault("server", Client.DEFAULT_TARGET), security.build());
+    String name = args.getOrDefault("name", "worker");
+    Duration ttl = Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000")));
+    Extras extras = new Extras(client, name, ttl);
     AtomicLong lastToken = new AtomicLong(); // the token we last led with, kept after losing
     Elector elector = Elector.builder(client, job, args.getOrDefault("name", "worker"))
         .ttl(Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000"))))
@@ -93,6 +125,7 @@ public final class ConformanceWorker {
       synchronized (twins) {
         twins.forEach(Elector::close);
       }
+      extras.close(); // the lock, the follow elector, the fleet
       elector.close(); // releases the lease if held
       say("bye");
       client.close();
@@ -133,12 +166,214 @@ public final class ConformanceWorker {
       } else if (cmd.equals("twin-stop")) {
         twins.get(Integer.parseInt(arg)).close();
         say("twin-stop done");
+      } else if (extras.handle(cmd, arg)) {
+        // done
       } else if (!cmd.isEmpty()) {
         say("error unknown command " + cmd);
       }
     }
     shutdown.run();
     System.exit(0);
+  }
+
+  /**
+   * The lock, follow, fleet, history and delete-job commands. Each answer
+   * is one line; one lock, one follow and one fleet at a time.
+   */
+  static final class Extras {
+    private final Client client;
+    private final String name;
+    private final Duration ttl;
+    /** The lock being taken or held, and its job and last token (kept after unlock). */
+    private CompletableFuture<Lock> lock;
+    private String lockJob;
+    private long lockToken;
+    private WriteStream stream;
+    private Elector follow;
+    private Observation observation;
+    private ElectorSet fleet;
+
+    Extras(Client client, String name, Duration ttl) {
+      this.client = client;
+      this.name = name;
+      this.ttl = ttl;
+    }
+
+    synchronized boolean handle(String cmd, String arg) {
+      switch (cmd) {
+        case "lock" -> lock(arg);
+        case "lock-write" -> say(lockWrite(arg));
+        case "unlock" -> {
+          unlock();
+          say("unlock done");
+        }
+        case "follow" -> follow(arg);
+        case "follow-stop" -> {
+          stopFollowing();
+          say("follow-stop done");
+        }
+        case "fleet" -> fleet(arg);
+        case "fleet-stop" -> {
+          stopFleet();
+          say("fleet-stop done");
+        }
+        case "history" -> say(history(arg));
+        case "delete-job" -> say(deleteJob(arg));
+        default -> {
+          return false;
+        }
+      }
+      return true;
+    }
+
+    /** Takes the lock in the async idiom (lockAsync), waiting as long as it takes. */
+    private void lock(String job) {
+      if (lock != null) {
+        say("lock error already locked");
+        return;
+      }
+      lockJob = job;
+      lockToken = 0;
+      lock = client.lockAsync(job, ttl, null, name);
+      lock.whenComplete((l, e) -> {
+        if (e != null) {
+          if (!(e instanceof java.util.concurrent.CancellationException)) {
+            say("lock error " + (e instanceof java.util.concurrent.CompletionException ? e.getCause() : e));
+          }
+          return;
+        }
+        synchronized (this) {
+          lockToken = l.token();
+        }
+        say("lock held " + job + " token=" + Long.toUnsignedString(l.token()) + " holder=" + l.holder());
+        l.onLost(() -> say("lock lost " + job + " token=" + Long.toUnsignedString(l.token())));
+      });
+    }
+
+    /** Writes with the lock's (last) token through the worker's WriteStream. */
+    private String lockWrite(String value) {
+      if (lockToken == 0) {
+        return "lock-write error never-locked";
+      }
+      try {
+        if (stream == null) {
+          stream = client.writeStream();
+        }
+        WriteOutcome o = stream.write(List.of(StreamWrite.put(lockJob, lockToken, "status", value))).get(0);
+        return switch (o.kind()) {
+          case WRITTEN -> "lock-write ok version=" + Long.toUnsignedString(o.version());
+          case FENCED -> "lock-write fenced current=" + Long.toUnsignedString(o.currentToken());
+          default -> "lock-write error " + o.kind() + " " + o.message();
+        };
+      } catch (LeaseholdException e) {
+        stream = null; // broken: the next write opens another
+        return "lock-write error " + e;
+      }
+    }
+
+    private void unlock() {
+      CompletableFuture<Lock> l = lock;
+      lock = null;
+      if (l == null) {
+        return;
+      }
+      if (!l.cancel(true)) {
+        Lock held = l.getNow(null);
+        if (held != null) {
+          held.close(); // releases the lease if still held
+        }
+      }
+    }
+
+    private void follow(String job) {
+      if (follow != null) {
+        say("follow error already following");
+        return;
+      }
+      follow = Elector.builder(client, job, name).ttl(ttl)
+          .onNewLeader((h, t) -> say("newleader " + job + " holder=" + h + " token=" + Long.toUnsignedString(t)))
+          .onElected(t -> say("follow elected " + job + " token=" + Long.toUnsignedString(t)))
+          .onLost(t -> say("follow lost " + job + " token=" + Long.toUnsignedString(t)))
+          .build();
+      say("follow holder " + follow.holder());
+      observation = client.observe(job, e -> say("observe " + job + " holder="
+          + (e.lease().holder() == null ? "-" : e.lease().holder()) + " token=" + Long.toUnsignedString(e.lease().token())));
+      follow.start();
+    }
+
+    private void stopFollowing() {
+      if (follow != null) {
+        follow.close();
+        follow = null;
+      }
+      if (observation != null) {
+        observation.close();
+        observation = null;
+      }
+    }
+
+    private void fleet(String arg) {
+      if (fleet != null) {
+        say("fleet error already running");
+        return;
+      }
+      String[] np = arg.split(" ", 2);
+      int n = Integer.parseInt(np[0]);
+      String prefix = np.length > 1 ? np[1] : "";
+      fleet = ElectorSet.builder(client, name).ttl(ttl).listener(new ElectorSet.Listener() {
+        @Override
+        public void onElected(String job, long token) {
+          say("fleet elected " + job + " token=" + Long.toUnsignedString(token));
+        }
+
+        @Override
+        public void onLost(String job, long token) {
+          say("fleet lost " + job + " token=" + Long.toUnsignedString(token));
+        }
+      }).start();
+      say("fleet holder " + fleet.holder());
+      for (int i = 0; i < n; i++) {
+        fleet.campaign(prefix + i);
+      }
+    }
+
+    private void stopFleet() {
+      if (fleet != null) {
+        fleet.close(); // releases every lease held
+        fleet = null;
+      }
+    }
+
+    private String history(String job) {
+      try {
+        HistoryPage page = client.history(job, 0, "");
+        return "history " + job + " tokens=" + page.tenures().stream()
+            .map(t -> Long.toUnsignedString(t.token())).collect(Collectors.joining(","));
+      } catch (LeaseholdException e) {
+        return "history error " + e;
+      }
+    }
+
+    private String deleteJob(String job) {
+      try {
+        return client.deleteJob(job) ? "delete-job deleted" : "delete-job absent";
+      } catch (JobInUseException e) {
+        return "delete-job in-use";
+      } catch (LeaseholdException e) {
+        return "delete-job error " + e;
+      }
+    }
+
+    /** Resigns the lock, the follow elector and the fleet (shutdown). */
+    synchronized void close() {
+      unlock();
+      stopFollowing();
+      stopFleet();
+      if (stream != null) {
+        stream.close();
+        stream = null;
+      }
+    }
   }
 
   /** Two electors with one name for {@code job}: each is its own holder, so at most one leads. */

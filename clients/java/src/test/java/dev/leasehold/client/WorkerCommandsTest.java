@@ -1,0 +1,144 @@
+package dev.leasehold.client;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.leasehold.client.BindToStreamTest.Worker;
+import java.nio.file.Files;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+/**
+ * The conformance worker's lock, follow, fleet, history and delete-job
+ * commands, and its --ca and --token flags, run as processes against a
+ * real server (clients/conformance/README.md has the protocol).
+ */
+@Timeout(value = 240, unit = TimeUnit.SECONDS)
+class WorkerCommandsTest {
+  static final long PATIENCE_MS = ServerProcess.PATIENCE.toMillis();
+  static final Duration TTL = Duration.ofSeconds(2);
+
+  /** The line starting with {@code prefix}, which must come. */
+  static String expect(Worker w, String prefix) throws InterruptedException {
+    String line = w.await(prefix, PATIENCE_MS);
+    assertNotNull(line, w.name + " printed no line starting with \"" + prefix + "\"");
+    return line;
+  }
+
+  @Test
+  void lockFollowFleetHistoryAndDeleteJob() throws Exception {
+    try (ServerProcess server = ServerProcess.withArgs("--enable-chaos");
+        Client client = Client.connect(server.target);
+        Worker a = new Worker("A", server.target, "main-a", TTL);
+        Worker b = new Worker("B", server.target, "main-b", TTL)) {
+      a.holder();
+      b.holder();
+
+      // lock: A holds, B waits; chaos expires A's lease: A reports the loss,
+      // B holds with token 2, A's write with its token is fenced.
+      a.send("lock lk");
+      String held = expect(a, "lock held lk token=1 holder=A@");
+      String aHolder = held.substring(held.indexOf("holder=") + "holder=".length());
+      assertEquals(aHolder, client.getLease("lk").holder());
+      b.send("lock lk");
+      server.waitWaiters(1);
+      a.send("lock-write one");
+      expect(a, "lock-write ok version=1");
+      client.chaos().expire("lk");
+      expect(a, "lock lost lk token=1");
+      expect(b, "lock held lk token=2 holder=B@");
+      a.send("lock-write two");
+      expect(a, "lock-write fenced current=2");
+      a.send("unlock");
+      expect(a, "unlock done");
+      b.send("lock-write three");
+      expect(b, "lock-write ok version=2");
+      a.send("history lk");
+      expect(a, "history lk tokens=2,1");
+      a.send("delete-job lk");
+      expect(a, "delete-job in-use");
+      b.send("unlock");
+      expect(b, "unlock done");
+      ServerProcess.waitUntil(ServerProcess.PATIENCE, "lk released", () -> !client.getLease("lk").isHeld());
+
+      // follow: A's elector leads fj; B follows and hears A's grant, then
+      // its own once A stops.
+      a.send("follow fj");
+      String fa = expect(a, "follow holder A@").substring("follow holder ".length());
+      expect(a, "follow elected fj token=1");
+      expect(a, "newleader fj holder=" + fa + " token=1");
+      expect(a, "observe fj holder=" + fa + " token=1");
+      b.send("follow fj");
+      String fb = expect(b, "follow holder B@").substring("follow holder ".length());
+      expect(b, "newleader fj holder=" + fa + " token=1");
+      expect(b, "observe fj holder=" + fa + " token=1");
+      server.waitWaiters(1);
+      a.send("follow-stop");
+      expect(a, "follow lost fj token=1");
+      expect(a, "follow-stop done");
+      expect(b, "follow elected fj token=2");
+      expect(b, "newleader fj holder=" + fb + " token=2");
+      expect(b, "observe fj holder=" + fb + " token=2");
+      b.send("follow-stop");
+      expect(b, "follow-stop done");
+
+      // fleet: A leads three jobs; fleet-stop releases them all.
+      a.send("fleet 3 fl-");
+      String fleet = expect(a, "fleet holder A@").substring("fleet holder ".length());
+      for (int i = 0; i < 3; i++) {
+        expect(a, "fleet elected fl-");
+      }
+      for (int i = 0; i < 3; i++) {
+        assertEquals(fleet, client.getLease("fl-" + i).holder());
+      }
+      a.send("fleet-stop");
+      for (int i = 0; i < 3; i++) {
+        expect(a, "fleet lost fl-");
+      }
+      expect(a, "fleet-stop done");
+      for (int i = 0; i < 3; i++) {
+        assertTrue(!client.getLease("fl-" + i).isHeld(), "fl-" + i + " released");
+      }
+
+      // delete-job last (a deletion raises the tokens of later jobs).
+      a.send("delete-job lk");
+      expect(a, "delete-job deleted");
+      a.send("delete-job lk");
+      expect(a, "delete-job absent");
+      a.send("history never-granted");
+      expect(a, "history never-granted tokens=");
+
+      a.send("quit");
+      b.send("quit");
+      expect(a, "bye");
+      expect(b, "bye");
+    }
+  }
+
+  @Test
+  void caAndTokenFlagsReachATlsServerWithAPolicy() throws Exception {
+    try (ServerProcess server = ServerProcess.secure()) {
+      String ca = server.pki.resolve("ca.pem").toString();
+      String alice = Files.readString(server.pki.resolve("alice.token")).trim();
+      try (Worker w = new Worker("T", server.target, "tls-job", TTL, "--ca", ca, "--token", alice);
+          Worker none = new Worker("N", server.target, "tls-job-2", TTL, "--ca", ca)) {
+        w.holder();
+        expect(w, "elected token=1");
+        w.send("lock tls-lock");
+        expect(w, "lock held tls-lock token=1");
+        w.send("history tls-job");
+        expect(w, "history tls-job tokens=1");
+        none.holder();
+        none.send("history tls-job");
+        expect(none, "history error UnauthenticatedException");
+        w.send("quit");
+        none.send("quit");
+        expect(w, "bye");
+        expect(none, "bye");
+      }
+    }
+  }
+}
