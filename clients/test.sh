@@ -120,10 +120,18 @@ fi
 
 if want conformance; then
   part "conformance: one scenario, every language"
+  # The Rust client's worker: an example of the root crate, built beside
+  # the server (cargo test builds the examples; built here otherwise).
+  rust_worker="$(dirname "$LEASEHOLD_BIN")/examples/conformance_worker"
+  if [ ! -x "$rust_worker" ]; then
+    cargo build --quiet --example conformance_worker
+    rust_worker="${CARGO_TARGET_DIR:-$root_dir/target}/debug/examples/conformance_worker"
+  fi
   "$py" - "$work_dir/workers.json" <<EOF
 import json, sys
 cp = open("clients/java/target/classpath.txt").read().strip()
 json.dump({
+    "rust": ["$rust_worker"],
     "python": ["$py", "clients/python/examples/conformance_worker.py"],
     "typescript": ["node", "clients/typescript/dist/examples/conformance_worker.js"],
     "go": ["$work_dir/bin/go-conformance-worker"],
@@ -133,7 +141,7 @@ json.dump({
 }, open(sys.argv[1], "w"), indent=2)
 EOF
   "$py" clients/conformance/run.py --workers "$work_dir/workers.json" \
-    --mixed python:go --mixed java:typescript --results "$work_dir/conformance.json"
+    --mixed python:go --mixed java:typescript --mixed rust:python --mixed go:rust --results "$work_dir/conformance.json"
 fi
 
 # No line after this: the conformance summary ("conformance: N passed,
