@@ -199,3 +199,44 @@ async fn on_new_leader_reports_every_grant_in_token_order() {
     assert!(s.iter().any(|(h, _)| *h == holder));
     e2.resign().await;
 }
+
+/// An ElectorSet whose server is frozen (SIGSTOP) steps down from each
+/// job by that job's own deadline (the send time of its last successful
+/// renewal, plus the TTL), though no renewal answer ever comes, and the
+/// KeepAlive stream is stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_elector_set_steps_down_from_each_job_by_its_own_deadline_when_the_server_is_frozen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ServerProcess::start(&dir.path().join("data"), &[]);
+    let c = client(&p).await;
+    let ttl = Duration::from_secs(2);
+    let mut set = leasehold::client::ElectorSet::start(c.clone(), "frozen", ttl);
+    let mut roles = Vec::new();
+    for job in ["f-a", "f-b", "f-c"] {
+        let mut role = set.campaign(job);
+        role.wait_for(|r| r.token().is_some()).await.unwrap();
+        roles.push(role);
+    }
+    let frozen = tokio::time::Instant::now();
+    p.signal(libc::SIGSTOP);
+    let mut took = Vec::new();
+    for role in &mut roles {
+        tokio::time::timeout(ttl * 5, role.wait_for(|r| r.token().is_none()))
+            .await
+            .expect("stepped down")
+            .unwrap();
+        took.push(frozen.elapsed());
+    }
+    p.signal(libc::SIGCONT);
+    // Each by its deadline: no later than a TTL after the freeze (its last
+    // renewal was sent before it), with room for a loaded machine to wake
+    // the task up.
+    for t in &took {
+        assert!(
+            *t <= ttl + Duration::from_secs(1),
+            "stepped down {t:?} after the freeze"
+        );
+    }
+    assert!(set.leading().is_empty());
+    set.resign().await;
+}
