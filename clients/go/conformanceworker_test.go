@@ -5,6 +5,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -38,13 +39,23 @@ func startConformanceWorker(t *testing.T, exe string, args ...string) *conforman
 	return &conformanceWorker{worker: startCmd(t, cmd), stdin: stdin}
 }
 
-// send writes one command line and waits for the line it expects.
+// send writes one command line and waits for the line it expects (for a
+// line starting with want, when want ends with a space; for none when
+// want is "").
 func (w *conformanceWorker) send(t *testing.T, command, want string) {
 	t.Helper()
 	if _, err := fmt.Fprintln(w.stdin, command); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, patience, fmt.Sprintf("%q after %q", want, command), func() bool { return w.printed(want) })
+	if want == "" {
+		return
+	}
+	waitUntil(t, patience, fmt.Sprintf("%q after %q", want, command), func() bool {
+		if strings.HasSuffix(want, " ") {
+			return w.count(want) > 0
+		}
+		return w.printed(want)
+	})
 }
 
 // The worker's --bind, transfer and transfer-to: the leader hands over
@@ -101,4 +112,141 @@ func TestConformanceWorkerPreferredAndYield(t *testing.T) {
 	if n := w1.count("lost token="); n != 2 {
 		t.Fatalf("w1 reported %d losses: %q", n, w1.output())
 	}
+}
+
+// line is the first line the worker printed that starts with prefix,
+// waiting for it (bounded).
+func (w *conformanceWorker) line(t *testing.T, prefix string) string {
+	t.Helper()
+	var found string
+	waitUntil(t, patience, fmt.Sprintf("a line %q...", prefix), func() bool {
+		for _, l := range w.output() {
+			if strings.HasPrefix(l, prefix) {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// await waits until the worker has printed every line of want.
+func (w *conformanceWorker) await(t *testing.T, want ...string) {
+	t.Helper()
+	for _, l := range want {
+		waitUntil(t, patience, fmt.Sprintf("%q", l), func() bool { return w.printed(l) })
+	}
+}
+
+// The worker's lock, follow, fleet, history and delete-job commands, two
+// workers against one server.
+func TestConformanceWorkerLockFollowFleetHistoryDeleteJob(t *testing.T) {
+	exe := buildConformanceWorker(t)
+	s := startServer(t, "--enable-chaos")
+	c, ctx := dial(t, s), ctxT(t)
+	base := uniqueJob("worker-more")
+	args := func(name string) []string {
+		return []string{"--server", s.target, "--job", base + "-" + name, "--name", name, "--ttl-ms", "3000"}
+	}
+	w1 := startConformanceWorker(t, exe, args("w1")...)
+	w2 := startConformanceWorker(t, exe, args("w2")...)
+	w1.await(t, "elected token=1")
+	w2.await(t, "elected token=1")
+
+	// lock: w1 holds, w2 waits; the chaos API expires w1's lease: w2
+	// holds with token 2, w1 reports the loss and its write is fenced.
+	lockJob := base + "-L"
+	w1.send(t, "lock "+lockJob, "")
+	held1 := w1.line(t, "lock held "+lockJob+" token=1 holder=w1@")
+	w2.send(t, "lock "+lockJob, "")
+	s.waitWaiters(t, 1)
+	w1.send(t, "lock-write a", "lock-write ok version=1")
+	if _, err := c.Chaos().Expire(ctx, lockJob); err != nil {
+		t.Fatal(err)
+	}
+	held2 := w2.line(t, "lock held "+lockJob+" token=2 holder=w2@")
+	w1.await(t, "lock lost "+lockJob+" token=1")
+	w1.send(t, "lock-write b", "lock-write fenced current=2")
+	w2.send(t, "lock-write c", "lock-write ok version=2")
+	w1.send(t, "unlock", "unlock done")
+	w2.send(t, "unlock", "unlock done")
+	if l, err := c.GetLease(ctx, lockJob); err != nil || l.Holder != "" || l.Token != 2 {
+		t.Fatalf("the lock's lease: %+v %v", l, err)
+	}
+	if strings.TrimPrefix(held1, "lock held "+lockJob+" token=1 holder=") == strings.TrimPrefix(held2, "lock held "+lockJob+" token=2 holder=") {
+		t.Fatalf("one holder for two locks: %q %q", held1, held2)
+	}
+
+	// follow: w1's elector leads; both report it (newleader, observe);
+	// w1's follow-stop hands over to w2.
+	followJob := base + "-F"
+	w1.send(t, "follow "+followJob, "")
+	h1 := strings.TrimPrefix(w1.line(t, "follow holder "), "follow holder ")
+	// Its first observation is the job free or already its own.
+	w1.await(t, "follow elected "+followJob+" token=1",
+		fmt.Sprintf("newleader %s holder=%s token=1", followJob, h1), fmt.Sprintf("observe %s holder=%s token=1", followJob, h1))
+	w2.send(t, "follow "+followJob, "")
+	h2 := strings.TrimPrefix(w2.line(t, "follow holder "), "follow holder ")
+	w2.await(t, fmt.Sprintf("newleader %s holder=%s token=1", followJob, h1), fmt.Sprintf("observe %s holder=%s token=1", followJob, h1))
+	s.waitWaiters(t, 1)
+	w1.send(t, "follow-stop", "follow-stop done")
+	w1.await(t, "follow lost "+followJob+" token=1")
+	w2.await(t, "follow elected "+followJob+" token=2", fmt.Sprintf("newleader %s holder=%s token=2", followJob, h2),
+		fmt.Sprintf("observe %s holder=%s token=2", followJob, h2))
+	if n := w2.count("newleader "); n != 2 {
+		t.Fatalf("w2 reported %d new leaders: %q", n, w2.output())
+	}
+	w2.send(t, "follow-stop", "follow-stop done")
+
+	// fleet: w1's set leads three jobs, w2's waits; fleet-stop hands over.
+	prefix := base + "-fl"
+	w1.send(t, "fleet 3 "+prefix, "")
+	w1.line(t, "fleet holder w1@")
+	for i := range 3 {
+		w1.await(t, fmt.Sprintf("fleet elected %s%d token=1", prefix, i))
+	}
+	w2.send(t, "fleet 3 "+prefix, "")
+	w2.line(t, "fleet holder w2@")
+	s.waitWaiters(t, 3)
+	w1.send(t, "fleet-stop", "fleet-stop done")
+	for i := range 3 {
+		w1.await(t, fmt.Sprintf("fleet lost %s%d token=1", prefix, i))
+		w2.await(t, fmt.Sprintf("fleet elected %s%d token=2", prefix, i))
+	}
+
+	// history, delete-job.
+	w1.send(t, "history "+lockJob, "history "+lockJob+" tokens=2,1")
+	w1.send(t, "history "+base+"-never", "history "+base+"-never tokens=")
+	w1.send(t, "delete-job "+prefix+"0", "delete-job in-use")
+	w1.send(t, "delete-job "+lockJob, "delete-job deleted")
+	w1.send(t, "delete-job "+lockJob, "delete-job absent")
+	w1.send(t, "history ", "history error ")
+
+	// quit resigns the fleet too.
+	w2.send(t, "quit", "bye")
+	for i := range 3 {
+		if l, err := c.GetLease(ctx, fmt.Sprintf("%s%d", prefix, i)); err != nil || l.Holder != "" {
+			t.Fatalf("not released at quit: %+v %v", l, err)
+		}
+	}
+	w1.send(t, "quit", "bye")
+}
+
+// --ca and --token: the worker connects with TLS and sends the bearer
+// secret on every call (the server's policy knows it as alice).
+func TestConformanceWorkerWithTLSAndAToken(t *testing.T) {
+	exe := buildConformanceWorker(t)
+	s, pki := startSecureServer(t)
+	job := uniqueJob("worker-tls")
+	w := startConformanceWorker(t, exe, "--server", s.target, "--job", job, "--name", "w", "--ttl-ms", "3000",
+		"--ca", filepath.Join(pki, "ca.pem"), "--token", secret(t, pki, "alice"))
+	w.await(t, "elected token=1")
+	w.send(t, "write a", "write ok version=1")
+	w.send(t, "lock "+job+"-L", "")
+	w.line(t, "lock held "+job+"-L token=1 holder=w@")
+	w.send(t, "lock-write b", "lock-write ok version=1")
+	w.send(t, "unlock", "unlock done")
+	w.send(t, "history "+job, "history "+job+" tokens=1")
+	w.send(t, "quit", "bye")
 }

@@ -163,3 +163,40 @@ func TestOnNewLeaderReportsOurLeadWithoutAWatch(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// Every grant of the job is reported once, in token order, with its
+// holder: grants to another holder and to the elector itself, four grants
+// to two holders, the elector losing its lease (the chaos API expires it)
+// in between.
+func TestOnNewLeaderReportsEveryGrantInTokenOrder(t *testing.T) {
+	s := startServer(t, "--enable-chaos")
+	c, ctx := dial(t, s), ctxT(t)
+	job := uniqueJob("every-grant")
+	if a, err := c.Acquire(ctx, job, "x", 60*time.Second, 0); err != nil || !a.Acquired {
+		t.Fatalf("x: %+v %v", a, err)
+	}
+	e := startWatching(t, c, job, "e", 10*time.Second)
+	s.waitWaiters(t, 1)
+	if err := c.Release(ctx, job, "x", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, patience, "e leads", func() bool { tok, ok := e.Token(); return ok && tok == 2 })
+	x := waitAcquire(c, job, "x", 60*time.Second)
+	s.waitWaiters(t, 1)
+	if _, err := c.Chaos().Expire(ctx, job); err != nil { // x, the first waiter, is granted 3
+		t.Fatal(err)
+	}
+	if a := <-x; !a.Acquired || a.Lease.Token != 3 {
+		t.Fatalf("x: %+v", a)
+	}
+	waitUntil(t, patience, "e's loss", func() bool { return e.rec.has("lost 2") })
+	s.waitWaiters(t, 1) // e campaigns again
+	if err := c.Release(ctx, job, "x", 3); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, patience, "e leads again", func() bool { return len(e.leaders()) >= 4 })
+	want := []string{"leader x 1", fmt.Sprintf("leader %s 2", e.Holder()), "leader x 3", fmt.Sprintf("leader %s 4", e.Holder())}
+	if got := e.leaders(); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}

@@ -1,9 +1,12 @@
 // Command conformance-worker is the conformance worker for Go
 // (clients/conformance/README.md has the protocol): one Elector for one
-// job, driven over stdin, reporting on stdout. Also a complete example of
-// a worker: lead, write fenced by the token, release on SIGTERM.
+// job, driven over stdin, reporting on stdout; and, on command, a lock
+// (Client.WithLock), an elector that follows a job (OnNewLeader, and
+// Client.Observe), a fleet (ElectorSet), a job's history and DeleteJob.
+// Also a complete example of a worker: lead, write fenced by the token,
+// release on SIGTERM.
 //
-//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]
+//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]
 package main
 
 import (
@@ -40,10 +43,13 @@ func main() {
 	bind := flag.Bool("bind", false, "bind the elector's grants to its connection (BindToStream)")
 	preferred := flag.Bool("preferred", false, "campaign as a preferred candidate (Preferred)")
 	yield := flag.Bool("yield", false, "hand over to a waiting preferred candidate at the next renewal (YieldToPreferred)")
+	ca := flag.String("ca", "", "connect with TLS, trusting this CA (PEM file)")
+	token := flag.String("token", "", "send this bearer secret on every call")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	ttl := time.Duration(*ttlMs) * time.Millisecond
 
-	client, err := leasehold.Dial(*server)
+	client, err := leasehold.DialWith(*server, leasehold.Security{CAFile: *ca, Token: *token})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,6 +82,10 @@ func main() {
 	done := make(chan struct{})
 	go func() { elector.Run(ctx); close(done) }()
 	var twins []*twin // two more electors, one name, one process
+	// The lock, the follow and the fleet: one of each at a time.
+	var lk *heldLock
+	var lastLock *heldLock // the last lock taken: lock-write's token
+	var fl, ft *background
 
 	go func() {
 		defer cancel()
@@ -99,7 +109,7 @@ func main() {
 			case "twin":
 				mu.Lock()
 				if twins == nil {
-					twins = startTwins(ctx, client, arg, *name, time.Duration(*ttlMs)*time.Millisecond)
+					twins = startTwins(ctx, client, arg, *name, ttl)
 				}
 				mu.Unlock()
 			case "twin-write":
@@ -109,6 +119,43 @@ func main() {
 			case "twin-stop":
 				twins[index(arg)].stop()
 				say("twin-stop done")
+			case "lock":
+				if lk != nil {
+					say("lock error a lock is taken already: unlock first")
+					break
+				}
+				lk = startLock(ctx, client, arg, *name, ttl)
+				lastLock = lk
+			case "lock-write":
+				say("lock-%s", lockWrite(client, lastLock, arg))
+			case "unlock":
+				lk.stop()
+				lk = nil
+				say("unlock done")
+			case "follow":
+				if fl != nil {
+					say("follow error a follow runs already: follow-stop first")
+					break
+				}
+				fl = startFollow(ctx, client, arg, *name, ttl)
+			case "follow-stop":
+				fl.stop()
+				fl = nil
+				say("follow-stop done")
+			case "fleet":
+				if ft != nil {
+					say("fleet error a fleet runs already: fleet-stop first")
+					break
+				}
+				ft = startFleet(ctx, client, arg, *name, ttl)
+			case "fleet-stop":
+				ft.stop()
+				ft = nil
+				say("fleet-stop done")
+			case "history":
+				say("history %s", history(client, arg))
+			case "delete-job":
+				say("delete-job %s", deleteJob(client, arg))
 			case "":
 			default:
 				say("error unknown command %q", cmd)
@@ -122,6 +169,9 @@ func main() {
 	for _, t := range stopping {
 		t.stop()
 	}
+	// ctx is done: the lock, the follow and the fleet resign (they run
+	// under ctx); wait until they have.
+	bg.wait()
 	say("bye")
 }
 
