@@ -4,23 +4,40 @@
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM.
  *
- *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield]
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]
  *
  * `--bind` builds its elector with `bindToStream`, `--preferred` with
  * `preferred` and `--yield` with `yieldToPreferred` (not the twins').
+ * `--ca` connects with TLS trusting that CA, `--token` sends a bearer
+ * token on every call: both apply to the one `Client` every part uses.
+ *
+ * Beyond the elector: `lock`/`lock-write`/`unlock` (client.lock, writes
+ * through a WriteStream), `follow`/`follow-stop` (an Elector's "newLeader"
+ * beside client.observe), `fleet`/`fleet-stop` (an ElectorSet), `history`
+ * and `delete-job`.
  */
 import { createInterface } from "node:readline";
 import {
   Client,
   Elector,
+  ElectorSet,
   Fenced,
   InvalidArgument,
+  JobInUse,
   LeaseholdError,
   LeaseLost,
+  type Lock,
   NoSuccessor,
   NotLeader,
   UnknownToken,
+  type WriteStream,
 } from "../src";
+
+/** The value of `--name`, or undefined when not given. */
+function optional(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
 
 function flag(name: string, fallback?: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -38,8 +55,11 @@ const say = (line: string) => process.stdout.write(line + "\n");
 
 async function main(): Promise<void> {
   const job = flag("job");
-  const client = new Client(flag("server"));
-  const elector = new Elector(client, job, flag("name"), Number(flag("ttl-ms", "1000")), {
+  const name = flag("name");
+  const ttlMs = Number(flag("ttl-ms", "1000"));
+  const client = new Client(flag("server"), { caFile: optional("ca"), token: optional("token") });
+  const extras = new Extras(client, name, ttlMs);
+  const elector = new Elector(client, job, name, ttlMs, {
     bindToStream: has("bind"),
     preferred: has("preferred"),
     yieldToPreferred: has("yield"),
@@ -59,6 +79,7 @@ async function main(): Promise<void> {
   const shutdown = async () => {
     if (shuttingDown) return;
     shuttingDown = true;
+    await extras.stop(); // the lock, the follow elector and the fleet
     await Promise.all(twins.map((t) => t.elector.resign()));
     await elector.resign(); // releases the lease if held
     say("bye");
@@ -88,8 +109,9 @@ async function main(): Promise<void> {
       } else if (cmd === "twin-stop") {
         await twins[Number(arg)].elector.resign();
         say("twin-stop done");
-      }
-      else if (cmd) say(`error unknown command ${JSON.stringify(cmd)}`);
+      } else if (cmd && (await extras.run(cmd, rest))) {
+        // done
+      } else if (cmd) say(`error unknown command ${JSON.stringify(cmd)}`);
     });
   });
 }
@@ -156,6 +178,198 @@ async function bad(client: Client, job: string, holder: string, token: bigint | 
     if (e instanceof InvalidArgument) return `invalid field=${e.field}`;
     if (e instanceof LeaseholdError) return `other ${e.name} ${e.message}`;
     throw e;
+  }
+}
+
+/** One line of text: an error's name and message. */
+function describe(e: unknown): string {
+  const m = e instanceof Error ? `${e.name} ${e.message}` : String(e);
+  return m.replace(/\s+/g, " ");
+}
+
+/**
+ * The commands beyond the elector's: one lock, one follow and one fleet at
+ * a time, each with the worker's name and TTL.
+ */
+class Extras {
+  /** The lock held, once granted. */
+  private lock: Lock | undefined;
+  private lockJob: string | undefined;
+  /** The token the last lock was granted, kept after the loss or unlock. */
+  private lockToken: bigint | undefined;
+  /** Aborts a lock still waiting. */
+  private lockWait: AbortController | undefined;
+  private locking: Promise<void> | undefined;
+  private stream: WriteStream | undefined;
+  private follow: { elector: Elector; stop: AbortController; observing: Promise<void> } | undefined;
+  private fleet: ElectorSet | undefined;
+
+  constructor(
+    private readonly client: Client,
+    private readonly name: string,
+    private readonly ttlMs: number,
+  ) {}
+
+  /** Runs `cmd` if it is one of these; false if not. */
+  async run(cmd: string, args: string[]): Promise<boolean> {
+    // A missing job is sent empty: the server's InvalidArgument says so.
+    const job = args[0] ?? "";
+    switch (cmd) {
+      case "lock":
+        this.startLock(job);
+        return true;
+      case "lock-write":
+        say(await this.lockWrite(args.join(" ")));
+        return true;
+      case "unlock":
+        await this.unlock();
+        say("unlock done");
+        return true;
+      case "follow":
+        this.startFollow(job);
+        return true;
+      case "follow-stop":
+        await this.stopFollow();
+        say("follow-stop done");
+        return true;
+      case "fleet":
+        this.startFleet(Number(args[0] ?? 0), args[1] ?? "");
+        return true;
+      case "fleet-stop":
+        await this.fleet?.resign();
+        this.fleet = undefined;
+        say("fleet-stop done");
+        return true;
+      case "history":
+        say(await this.history(job));
+        return true;
+      case "delete-job":
+        say(await this.deleteJob(job));
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  /** Releases the lock, resigns the follow elector and the fleet. */
+  async stop(): Promise<void> {
+    await Promise.all([this.unlock(), this.stopFollow(), this.fleet?.resign()]);
+    this.stream?.cancel();
+  }
+
+  /**
+   * Takes the lock in the background, so that commands (unlock, quit) go
+   * on while it waits, as long as it takes.
+   */
+  private startLock(job: string): void {
+    if (this.locking) {
+      say("lock error a lock is already taken or waited for");
+      return;
+    }
+    const wait = new AbortController();
+    this.lockWait = wait;
+    this.lockJob = job;
+    this.locking = (async () => {
+      try {
+        const lock = await this.client.lock(job, { ttlMs: this.ttlMs, name: this.name, signal: wait.signal });
+        this.lock = lock;
+        this.lockToken = lock.token;
+        say(`lock held ${job} token=${lock.token} holder=${lock.holder}`);
+        lock.signal.addEventListener("abort", () => {
+          if (lock.lost) say(`lock lost ${job} token=${lock.token}`);
+        }, { once: true });
+      } catch (e) {
+        if (!wait.signal.aborted) say(`lock error ${describe(e)}`);
+      }
+    })();
+  }
+
+  private async unlock(): Promise<void> {
+    this.lockWait?.abort();
+    await this.locking;
+    await this.lock?.release();
+    this.lock = undefined;
+    this.locking = undefined;
+    this.lockWait = undefined;
+  }
+
+  /** Writes `value` under "status" of the lock's job with its last token, through the WriteStream. */
+  private async lockWrite(value: string): Promise<string> {
+    if (this.lockJob === undefined || this.lockToken === undefined) return "lock-write error never-locked";
+    this.stream ??= this.client.writeStream();
+    try {
+      const [o] = await this.stream.write([{ job: this.lockJob, token: this.lockToken, key: "status", value }]);
+      if (o.kind === "written") return `lock-write ok version=${o.version}`;
+      if (o.kind === "fenced") return `lock-write fenced current=${o.currentToken}`;
+      return `lock-write error ${o.kind} ${o.message.replace(/\s+/g, " ")}`;
+    } catch (e) {
+      this.stream = undefined; // broken: the next write opens another
+      return `lock-write error ${describe(e)}`;
+    }
+  }
+
+  private startFollow(job: string): void {
+    if (this.follow) {
+      say("follow error already following");
+      return;
+    }
+    const elector = new Elector(this.client, job, this.name, this.ttlMs);
+    elector.on("newLeader", (holder, token) => say(`newleader ${job} holder=${holder} token=${token}`));
+    elector.on("elected", (token) => say(`follow elected ${job} token=${token}`));
+    elector.on("lost", (token) => say(`follow lost ${job} token=${token}`));
+    say(`follow holder ${elector.holder}`);
+    const stop = new AbortController();
+    const observing = (async () => {
+      try {
+        for await (const lease of this.client.observe(job, { signal: stop.signal })) {
+          say(`observe ${job} holder=${lease.holder ?? "-"} token=${lease.token}`);
+        }
+      } catch (e) {
+        say(`follow error observe ${describe(e)}`);
+      }
+    })();
+    this.follow = { elector, stop, observing };
+    elector.start();
+  }
+
+  private async stopFollow(): Promise<void> {
+    const f = this.follow;
+    if (!f) return;
+    this.follow = undefined;
+    f.stop.abort();
+    await Promise.all([f.elector.resign(), f.observing]);
+  }
+
+  private startFleet(n: number, prefix: string): void {
+    if (this.fleet) {
+      say("fleet error a fleet already runs");
+      return;
+    }
+    const set = new ElectorSet(this.client, this.name, this.ttlMs);
+    set.on("elected", (job, token) => say(`fleet elected ${job} token=${token}`));
+    set.on("lost", (job, token) => say(`fleet lost ${job} token=${token}`));
+    set.on("error", (job, e) => say(`fleet error ${job} ${describe(e)}`));
+    say(`fleet holder ${set.holder}`);
+    this.fleet = set;
+    set.campaign(...Array.from({ length: n }, (_, i) => `${prefix}${i}`));
+  }
+
+  private async history(job: string): Promise<string> {
+    try {
+      const page = await this.client.history(job);
+      return `history ${job} tokens=${page.tenures.map((t) => t.token).join(",")}`;
+    } catch (e) {
+      return `history error ${describe(e)}`;
+    }
+  }
+
+  private async deleteJob(job: string): Promise<string> {
+    try {
+      return (await this.client.deleteJob(job)) ? "delete-job deleted" : "delete-job absent";
+    } catch (e) {
+      if (e instanceof JobInUse) return "delete-job in-use";
+      return `delete-job error ${describe(e)}`;
+    }
   }
 }
 

@@ -28,15 +28,21 @@ import {
   asBytes,
   type Bytes,
   eventFromPb,
+  historyFromPb,
+  type HistoryPage,
   type KeyInfo,
   type Lease,
   type LeaseChange,
   type LeaseEvent,
   leaseFromPb,
   type RenewedLease,
+  type Tenure,
   toDuration,
   type Value,
 } from "./types";
+import { KeepAlive } from "./keepalive";
+import { Lock, type LockOptions } from "./lock";
+import { TlsCredentials } from "./tls";
 import { WriteStream } from "./writestream";
 
 /**
@@ -211,6 +217,14 @@ export interface WriteOptions extends CallOptions {
   proof?: string;
 }
 
+/** Options of `Client.history`: the per-call options, and which page. */
+export interface HistoryOptions extends CallOptions {
+  /** At most this many tenures; default (0 or undefined) the server's, 100; at most 1000. */
+  pageSize?: number;
+  /** The `nextPageToken` of the previous page of this job's history; undefined for the first. */
+  pageToken?: string;
+}
+
 /** Options of `Client.observe`. */
 export interface ObserveOptions {
   /**
@@ -288,11 +302,15 @@ function security(target: string, config: ClientConfig): [ChannelCredentials, Pa
     throw new TypeError("give credentials, or ca/cert/key, not both");
   }
   const tls = ca !== undefined || cert !== undefined || target.startsWith("https://");
+  // Our TLS credentials, not grpc-js's createSsl: they never send an IP
+  // address as the TLS server name (which makes Node print a
+  // DeprecationWarning), and still check the certificate against it (src/tls.ts).
   let creds =
-    config.credentials ?? (tls ? grpcCredentials.createSsl(ca ?? null, key ?? null, cert ?? null) : grpcCredentials.createInsecure());
+    config.credentials ?? (tls ? new TlsCredentials(ca, key, cert, config.serverName || undefined) : grpcCredentials.createInsecure());
   const options: Partial<ClientOptions> = { ...RECONNECT_OPTIONS, ...config.channelOptions };
   if (config.serverName) {
-    options["grpc.ssl_target_name_override"] = config.serverName;
+    // Credentials of the caller's own are grpc-js's: they take the name from this option.
+    if (config.credentials) options["grpc.ssl_target_name_override"] = config.serverName;
     options["grpc.default_authority"] = config.serverName;
   }
   if (config.token !== undefined) {
@@ -402,11 +420,19 @@ export class Client {
       }
       const deadline = new Date(Date.now() + (opts?.timeoutMs ?? this.timeoutMs + extraMs));
       const onAbort = () => call.cancel();
-      const call = method.call(svc, req, new Metadata(), { deadline }, (err, res) => {
-        signal?.removeEventListener("abort", onAbort);
-        if (err) reject(signal?.aborted ? abortError(fromServiceError(err)) : fromServiceError(err));
-        else resolve(res);
-      });
+      let call: ClientUnaryCall;
+      try {
+        call = method.call(svc, req, new Metadata(), { deadline }, (err, res) => {
+          signal?.removeEventListener("abort", onAbort);
+          if (err) reject(signal?.aborted ? abortError(fromServiceError(err)) : fromServiceError(err));
+          else resolve(res);
+        });
+      } catch (e) {
+        // grpc-js throws at once on a closed client ("Channel has been
+        // shut down"): a typed Unavailable, as every other failure.
+        reject(fromServiceError(e as Error));
+        return;
+      }
       signal?.addEventListener("abort", onAbort, { once: true });
     });
   }
@@ -620,6 +646,95 @@ export class Client {
     }
   }
 
+  /**
+   * One page of `job`'s history of leaders, newest first: one `Tenure` per
+   * token granted (holder, principal, when granted and ended, how it
+   * ended), `nextPageToken` for the older ones (undefined on the last
+   * page), and on the first page the chaos API's last actions on the job.
+   * The server keeps each job's newest tenures (`--history-per-job`,
+   * default 100); a job with no history (or none at all) has an empty
+   * one. A `pageToken` the server did not issue for this job's history is
+   * refused with `InvalidArgument` (`field` "page_token").
+   */
+  async history(job: string, opts?: HistoryOptions): Promise<HistoryPage> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.getHistory as UnaryMethod<pb.GetHistoryRequest, pb.GetHistoryResponse>,
+      { job, pageSize: opts?.pageSize ?? 0, pageToken: opts?.pageToken ?? "" },
+      opts,
+    );
+    return historyFromPb(r);
+  }
+
+  /**
+   * Every tenure of `job`'s history, newest first, page after page (see
+   * `history`); `opts.pageSize` sets the size of each page asked for, and
+   * each page's call takes `opts`' timeout and signal.
+   *
+   * ```ts
+   * for await (const t of client.historyAll("bridge_health")) console.log(t.token, t.holder, t.end);
+   * ```
+   */
+  async *historyAll(job: string, opts?: Omit<HistoryOptions, "pageToken">): AsyncGenerator<Tenure, void, undefined> {
+    let pageToken: string | undefined;
+    do {
+      const page = await this.history(job, { ...opts, pageToken });
+      yield* page.tenures;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== undefined);
+  }
+
+  /**
+   * Waits for the lease on `job` and resolves to it held, as a `Lock`
+   * renewed every ttl/3 until released: with `await using` it is released
+   * at the end of the block, on a throw too.
+   *
+   * ```ts
+   * await using lock = await client.lock("reports", { ttlMs: 10_000, timeoutMs: 30_000 });
+   * await client.checkedWrite("reports", lock.token, "cursor", "42");
+   * ```
+   *
+   * Waits up to `opts.timeoutMs` (then rejects with `LockTimeout`, nothing
+   * held; undefined: as long as it takes), or until `opts.signal` is
+   * aborted (an AbortError). The lock is its own holder, `name@uuid`. A
+   * loss while held aborts `lock.signal` and turns `lock.isHeld` false
+   * (see `Lock`).
+   */
+  lock(job: string, opts: LockOptions): Promise<Lock> {
+    return Lock.acquire(this, job, opts);
+  }
+
+  /**
+   * Runs `fn` holding the lease on `job` (taken as `lock` does), and
+   * releases it once `fn` settles, resolving or rejecting as `fn` did.
+   * `lock.signal` is aborted if the lease is lost meanwhile: hand it to
+   * the work, and carry `lock.token` into every write.
+   *
+   * ```ts
+   * await client.withLock("reports", { ttlMs: 10_000 }, async (lock) => {
+   *   await client.checkedWrite("reports", lock.token, "cursor", "42");
+   * });
+   * ```
+   */
+  async withLock<T>(job: string, opts: LockOptions, fn: (lock: Lock) => Promise<T> | T): Promise<T> {
+    const lock = await this.lock(job, opts);
+    try {
+      return await fn(lock);
+    } finally {
+      await lock.release();
+    }
+  }
+
+  /**
+   * Opens a `KeepAlive` stream: renew many leases per message, one result
+   * each (what `ElectorSet` renews over). With `bindToStream`, every lease
+   * it renews is bound to this client's connection (see
+   * `AcquireOptions.bindToStream`). No deadline: `cancel()` it when done.
+   */
+  keepAlive(opts?: { bindToStream?: boolean }): KeepAlive {
+    return new KeepAlive(this.leases.keepAlive(new Metadata()), opts?.bindToStream ?? false);
+  }
+
   /** Watches `job`: the current lease, then every change of holder or token. */
   watch(job: string, opts?: { timeoutMs?: number }): Watch {
     const options = opts?.timeoutMs !== undefined ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
@@ -650,7 +765,12 @@ export class Client {
   async *observe(job: string, opts: ObserveOptions = {}): AsyncGenerator<LeaseChange, void, undefined> {
     const { signal } = opts;
     if (signal?.aborted) return;
-    const call = this.leases.watchLease({ job }, new Metadata(), {});
+    let call: ClientReadableStream<pb.LeaseEvent>;
+    try {
+      call = this.leases.watchLease({ job }, new Metadata(), {});
+    } catch (e) {
+      throw fromServiceError(e as Error); // a closed client
+    }
     const onAbort = () => call.cancel();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {

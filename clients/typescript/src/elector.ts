@@ -33,6 +33,18 @@
  * there is a listener: an unheard `"error"` would crash the process) and
  * `elected()` rejects with it.
  *
+ * - `"newLeader"` (holder: string, token: bigint) for every grant of the job
+ *   as the elector sees it: another holder's or its own, once per token and
+ *   in token order (never a lower token after a higher one). With a
+ *   listener for it, the elector keeps a `WatchLease` stream open while it
+ *   runs (opened again with backoff if it breaks), and also reports what
+ *   its campaign learns (its own grants, the holder a waiting Acquire found
+ *   in place), so a broken watch delays a report of another's leadership,
+ *   never of its own. Its own grant is reported just before `"elected"`
+ *   (or a moment earlier, when the watch is faster than the Acquire's
+ *   answer). A free job is not reported. Nothing is emitted once `resign()`
+ *   has resolved.
+ *
  * `transfer(to?)` hands the leadership to a waiting elector (or any
  * waiting Acquire) at once, with the next token: the elector reports the
  * end of its leadership (`"lost"`) and campaigns again, behind the
@@ -53,7 +65,7 @@ import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
 import type { Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
-import { abortError, Backoff, Warnings } from "./retry";
+import { abortError, Backoff, sleep, Warnings } from "./retry";
 import { electorHolder, type Lease, type RenewedLease } from "./types";
 
 export interface ElectorOptions {
@@ -120,6 +132,11 @@ export interface ElectorEvents {
   /** We lead with `token`; `proof` is its grant's proof (`Lease.proof`), undefined if the server signs nothing. */
   elected: [token: bigint, proof: string | undefined];
   lost: [token: bigint];
+  /**
+   * A grant of the job, to `holder` (ours included) with `token`: once per
+   * token, in token order (see the class docs).
+   */
+  newLeader: [holder: string, token: bigint];
   /** The campaign stopped on an error retrying cannot fix. */
   error: [error: LeaseholdError];
 }
@@ -183,6 +200,12 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly yieldToPreferred: boolean;
   /** The tenure `lead` runs now, if any. */
   private tenure: Tenure | undefined;
+  /** The highest token reported by `"newLeader"`; 0n before any. */
+  private lastLeader = 0n;
+  /** The watch behind `"newLeader"`, once a listener asked for it. */
+  private watching: Promise<void> | undefined;
+  /** Ends the watch: aborted once the elector has stopped. */
+  private readonly watchStop = new AbortController();
 
   constructor(
     private readonly client: Client,
@@ -200,6 +223,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.bindToStream = options.bindToStream ?? false;
     this.preferred = options.preferred ?? false;
     this.yieldToPreferred = options.yieldToPreferred ?? false;
+    // A "newLeader" listener added while the elector runs starts the watch.
+    (this as EventEmitter).on("newListener", (event: string | symbol) => {
+      if (event === "newLeader" && this.loop && !this.finished) this.startWatching();
+    });
   }
 
   /** The token we lead with; undefined when not leading or past our deadline. */
@@ -227,7 +254,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /** Starts campaigning (once). */
   start(): this {
-    if (!this.loop) this.loop = this.run();
+    if (!this.loop) {
+      this.loop = this.run();
+      if (this.listenerCount("newLeader") > 0) this.startWatching();
+    }
     return this;
   }
 
@@ -304,6 +334,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.stop.abort();
     await this.loop;
     this.finish();
+    await this.watching;
   }
 
   /**
@@ -349,6 +380,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       throw e;
     }
     this.endTenure(tenure);
+    this.reportLeader(successor.holder, successor.token);
     return successor;
   }
 
@@ -388,7 +420,55 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private finish() {
     if (this.finished) return;
     this.finished = true;
+    this.watchStop.abort();
     this.resolveFinished();
+  }
+
+  /** Reports `holder` leading with `token` (`"newLeader"`), if above every token reported. */
+  private reportLeader(holder: string | undefined, token: bigint): void {
+    if (!holder || token <= this.lastLeader || this.finished) return;
+    this.lastLeader = token;
+    try {
+      this.emit("newLeader", holder, token);
+    } catch (e) {
+      this.log.warn(`newLeader listener threw: ${e}`);
+    }
+  }
+
+  private startWatching(): void {
+    this.watching ??= this.watchLeaders();
+  }
+
+  /**
+   * Follows the job's lease on a `WatchLease` stream until the elector
+   * stops, opening it again with the campaign's backoff when it breaks
+   * (the first state of a new stream is the lease as it is, so a grant
+   * missed meanwhile is still reported, if it is the newest). A watch
+   * refused for good (`InvalidArgument`, `Unauthenticated`,
+   * `PermissionDenied`) is not opened again: `"newLeader"` then hears
+   * what the campaign learns only.
+   */
+  private async watchLeaders(): Promise<void> {
+    const stop = this.watchStop.signal;
+    const retry = Backoff.campaign(this.ttlMs);
+    while (!stop.aborted) {
+      let error: unknown;
+      try {
+        for await (const lease of this.client.observe(this.job, { signal: stop })) {
+          retry.reset();
+          this.reportLeader(lease.holder, lease.token);
+        }
+      } catch (e) {
+        error = e;
+      }
+      if (stop.aborted) return;
+      if (refused(error)) {
+        this.log.warn(`watch of ${this.job} refused; newLeader hears what the campaign learns only: ${error.message}`);
+        return;
+      }
+      this.retryWarn(`watch of ${this.job} ended, watching again: ${error instanceof Error ? error.message : "stream closed"}`);
+      await sleep(retry.next(), stop);
+    }
   }
 
   private safeEmit(event: "elected" | "lost", token: bigint, proof?: string) {
@@ -502,7 +582,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
           continue;
         }
         backoff.reset();
-        if (!acquired.acquired) continue;
+        if (!acquired.acquired) {
+          this.reportLeader(acquired.lease.holder, acquired.lease.token);
+          continue;
+        }
         const token = acquired.lease.token;
         const anchor = await this.anchor(token, sent, acquired.lease.proof);
         if (anchor === undefined) continue;
@@ -647,6 +730,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.leading = token;
     this.leadingProof = proof;
     this.deadline = deadline;
+    this.reportLeader(this.holder, token);
     this.safeEmit("elected", token, proof);
   }
 

@@ -27,6 +27,7 @@
  * ├── NoSuccessor        transferLease with no such waiter; the caller still leads
  * ├── ChaosDisabled      a chaos call to a server without --enable-chaos
  * └── Unavailable        unreachable or not answering; retryable
+ *     ├── LockTimeout    client.lock() did not get the lease within its timeoutMs
  *     ├── StorageError   the store could not make a change durable
  *     ├── DiskFull       the server's disk is (nearly) full; reads go on
  *     ├── Overloaded     too many calls in flight; .limit and .max; back off
@@ -194,6 +195,26 @@ export class ChaosDisabled extends LeaseholdError {}
 /** The server could not be reached or could not answer; retryable. */
 export class Unavailable extends LeaseholdError {
   override readonly retryable: boolean = true;
+}
+
+/**
+ * `Client.lock` (or `withLock`) did not get the lease within its
+ * `timeoutMs` (DEADLINE_EXCEEDED): someone else held it all along, or the
+ * server could not be reached. Nothing is held. Retryable: ask again
+ * later.
+ */
+export class LockTimeout extends Unavailable {
+  constructor(
+    /** The job the lock waited for. */
+    readonly job: string,
+    /** How long it waited, ms. */
+    readonly timeoutMs: number,
+    /** The last failure, when the server could not be reached. */
+    cause?: unknown,
+  ) {
+    super(`lock on ${JSON.stringify(job)}: not acquired within ${timeoutMs} ms`, Code.DEADLINE_EXCEEDED, undefined, {});
+    if (cause !== undefined) (this as { cause?: unknown }).cause = cause;
+  }
 }
 
 /** The server could not make the change durable (STORAGE). */

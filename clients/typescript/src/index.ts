@@ -1,6 +1,8 @@
 /**
  * leasehold for TypeScript / Node.js: a promise-based `Client`, the
- * `Elector` (an EventEmitter), the `WriteStream` for many fenced writes
+ * `Elector` (an EventEmitter), `client.lock` / `withLock` for a critical
+ * section, the `ElectorSet` for many jobs renewed over one stream, the
+ * `WriteStream` for many fenced writes
  * over one stream, `verifyProof` for a grant's signed proof (`Lease.proof`,
  * docs/proofs.md), `client.chaos()` for tests (the chaos API of a server
  * run with `--enable-chaos`), and typed errors, on @grpc/grpc-js with
@@ -21,11 +23,17 @@
  * ```
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
-export type { AcquireOptions, CallOptions, ClientConfig, ObserveOptions, WriteOptions } from "./client";
+export type { AcquireOptions, CallOptions, ClientConfig, HistoryOptions, ObserveOptions, WriteOptions } from "./client";
 export { Chaos } from "./chaos";
 export type { ChaosOutcome } from "./chaos";
 export { Elector, NotLeader } from "./elector";
 export type { ElectedOptions, ElectorEvents, ElectorLogger, ElectorOptions } from "./elector";
+export { ElectorSet } from "./electorset";
+export type { ElectorSetEvents, ElectorSetOptions } from "./electorset";
+export { DEFAULT_LOCK_NAME, Lock } from "./lock";
+export type { LockOptions } from "./lock";
+export { KeepAlive } from "./keepalive";
+export type { KeepAliveOutcome, KeepAliveRenewal } from "./keepalive";
 export {
   ChaosDisabled,
   DiskFull,
@@ -38,6 +46,7 @@ export {
   JobInUse,
   LeaseholdError,
   LeaseLost,
+  LockTimeout,
   NoSuccessor,
   Overloaded,
   PermissionDenied,
@@ -60,8 +69,20 @@ export type {
   WriteOutcome,
   Written,
 } from "./writestream";
-export { EventKind, electorHolder, processHolder } from "./types";
-export type { Acquired, Bytes, KeyInfo, Lease, LeaseChange, LeaseEvent, RenewedLease, Value } from "./types";
+export { EventKind, electorHolder, processHolder, TenureEnd } from "./types";
+export type {
+  Acquired,
+  Bytes,
+  ChaosEvent,
+  HistoryPage,
+  KeyInfo,
+  Lease,
+  LeaseChange,
+  LeaseEvent,
+  RenewedLease,
+  Tenure,
+  Value,
+} from "./types";
 export { VERSION } from "./version";
 /** The generated messages and grpc-js service clients. */
 export * as v1 from "./gen/leasehold/v1/leasehold";

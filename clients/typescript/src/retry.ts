@@ -68,3 +68,21 @@ export class Warnings {
 export function abortError(cause?: unknown): DOMException {
   return new DOMException("The operation was aborted", { name: "AbortError", cause });
 }
+
+/**
+ * Waits `ms`, or until `signal` is aborted (then resolves at once, not
+ * rejecting: the caller looks at the signal). Its timer is cleared either
+ * way, so a stopped wait never keeps the process alive.
+ */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, Math.max(0, ms));
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}

@@ -151,3 +151,101 @@ export type Bytes = string | Uint8Array;
 export function asBytes(b: Bytes): Buffer {
   return typeof b === "string" ? Buffer.from(b, "utf8") : Buffer.from(b);
 }
+
+/** How a tenure (one token's time as leader) ended; `Live` while it has not. */
+export enum TenureEnd {
+  /** Not ended: the holder leads now (or led when the server last started, and was not replaced since). */
+  Live = "LIVE",
+  /** The holder released it. */
+  Released = "RELEASED",
+  /** It ran out, and was next granted to the same holder (a new token) or to nobody yet. */
+  Expired = "EXPIRED",
+  /** It ran out, and another holder was granted the job. */
+  TakenOver = "TAKEN_OVER",
+  /** It ran out and the job was deleted (older servers only: DeleteJob now removes the history). */
+  Deleted = "DELETED",
+  /** `leasehold restore` released it. */
+  Restored = "RESTORED",
+  /** `leasehold recover` released it. */
+  Recovered = "RECOVERED",
+  /** Bound to its connection (`bindToStream`), which closed or reset. */
+  ConnectionClosed = "CONNECTION_CLOSED",
+  /** The holder handed it to a waiting successor (`transferLease`). */
+  Transferred = "TRANSFERRED",
+  /** The chaos API ended it on purpose (`chaos().expire`). */
+  Chaos = "CHAOS",
+  /** An end this client's proto does not know (a newer server's). */
+  Unknown = "UNKNOWN",
+}
+
+const ENDS: Record<number, TenureEnd> = {
+  [pb.Tenure_End.END_UNSPECIFIED]: TenureEnd.Live,
+  [pb.Tenure_End.END_RELEASED]: TenureEnd.Released,
+  [pb.Tenure_End.END_EXPIRED]: TenureEnd.Expired,
+  [pb.Tenure_End.END_TAKEN_OVER]: TenureEnd.TakenOver,
+  [pb.Tenure_End.END_DELETED]: TenureEnd.Deleted,
+  [pb.Tenure_End.END_RESTORED]: TenureEnd.Restored,
+  [pb.Tenure_End.END_RECOVERED]: TenureEnd.Recovered,
+  [pb.Tenure_End.END_CONNECTION_CLOSED]: TenureEnd.ConnectionClosed,
+  [pb.Tenure_End.END_TRANSFERRED]: TenureEnd.Transferred,
+  [pb.Tenure_End.END_CHAOS]: TenureEnd.Chaos,
+};
+
+/**
+ * One token's time as the job's leader, from `Client.history`. Its times
+ * are on the server's wall clock, for people: no lease rule reads them.
+ */
+export interface Tenure {
+  token: bigint;
+  holder: string;
+  /** The principal the grant was bound to (servers with a policy); else undefined. */
+  principal: string | undefined;
+  /** When it was granted. */
+  grantedAt: Date | undefined;
+  /** The TTL it was granted with (renewals may have changed it since), ms. */
+  ttlMs: number | undefined;
+  /** How it ended; `TenureEnd.Live` while it has not. */
+  end: TenureEnd;
+  /** When it ended (the release, or the deadline that passed); undefined while live. */
+  endedAt: Date | undefined;
+}
+
+/** One action of the chaos API on a job (a server run with `--enable-chaos`). */
+export interface ChaosEvent {
+  /** When, on the server's wall clock. */
+  at: Date | undefined;
+  /** "expire", "pause", "delay", "fence", "transfer" or "clear". */
+  action: string;
+  /** What it did, for people ("token 3 expired on purpose"). */
+  detail: string;
+}
+
+/** One page of a job's history, from `Client.history`. */
+export interface HistoryPage {
+  /** Newest first. */
+  tenures: Tenure[];
+  /** Pass as `pageToken` for the older tenures; undefined on the last page. */
+  nextPageToken: string | undefined;
+  /** The chaos API's last actions on the job, newest first: on the first page only. */
+  chaos: ChaosEvent[];
+}
+
+export function tenureFromPb(t: pb.Tenure): Tenure {
+  return {
+    token: t.token,
+    holder: t.holder,
+    principal: t.principal || undefined,
+    grantedAt: t.grantedAt,
+    ttlMs: toMs(t.ttl),
+    end: ENDS[t.end] ?? TenureEnd.Unknown,
+    endedAt: t.endedAt,
+  };
+}
+
+export function historyFromPb(r: pb.GetHistoryResponse): HistoryPage {
+  return {
+    tenures: r.tenures.map(tenureFromPb),
+    nextPageToken: r.nextPageToken || undefined,
+    chaos: r.chaos.map((c) => ({ at: c.at, action: c.action, detail: c.detail })),
+  };
+}

@@ -204,6 +204,15 @@ test("an unreachable server is Unavailable", async () => {
   c.close();
 });
 
+test("a call or an observation on a closed client is Unavailable, not a plain Error", async () => {
+  const c = new Client("127.0.0.1:1");
+  c.close();
+  // grpc-js throws "Channel has been shut down" at once: the client types it.
+  await assert.rejects(c.getLease("j"), Unavailable);
+  await assert.rejects(c.release("j", "h", 1n), Unavailable);
+  await assert.rejects(c.observe("j").next(), Unavailable);
+});
+
 test("a waiting acquire ends with ShuttingDown when the server stops", async () => {
   const server = await Server.start();
   const c = new Client(server.target);

@@ -93,9 +93,22 @@ describe("the packed package, installed with --ignore-scripts", BUILDS, () => {
       assert.ok(files.includes(`package/dist/${f}`), `dist/${f} is packed`);
     }
     assert.ok(!files.some((f) => f.startsWith("package/src/") || f.startsWith("package/dist/test/")));
+    // The license ships with the code, and is the installed package's.
+    assert.ok(files.includes("package/LICENSE"), "LICENSE is packed");
+    const license = readFileSync(join(project, "node_modules", "@leasehold", "client", "LICENSE"), "utf8");
+    assert.equal(license, readFileSync(join(PKG, "LICENSE"), "utf8"));
+    assert.match(license, /Apache License\s+Version 2\.0/);
     const installed = JSON.parse(readFileSync(join(project, "node_modules", "@leasehold", "client", "package.json"), "utf8"));
     for (const script of ["preinstall", "install", "postinstall", "prepare"]) assert.equal(installed.scripts?.[script], undefined, script);
     assert.deepEqual(Object.keys(installed.exports["."]), ["import", "require"]);
+    assert.equal(installed.license, "Apache-2.0");
+  });
+
+  test("the README says how to build the tarball and install from it", () => {
+    const readme = readFileSync(join(PKG, "README.md"), "utf8");
+    assert.match(readme, /npm run build && npm pack/);
+    assert.ok(readme.includes(`npm install /path/to/${tarball.slice(tarball.lastIndexOf("/") + 1)}`), "installing the tarball, by its name");
+    assert.match(readme, /--ignore-scripts/);
   });
 
   const use = (how: string) => `
@@ -127,6 +140,11 @@ describe("the packed package, installed with --ignore-scripts", BUILDS, () => {
       "  return undefined;",
       "}",
       "export const fenced = (e: unknown): boolean => e instanceof Fenced && e.currentToken !== undefined;",
+      // `await using` on a Lock compiles against the packed types.
+      "export async function locked(c: Client): Promise<bigint> {",
+      '  await using lock = await c.lock("j", { ttlMs: 1000 });',
+      "  return lock.token;",
+      "}",
     ].join("\n"));
     writeFileSync(join(project, "cjs.cts"), [
       'import lh = require("@leasehold/client");',

@@ -12,7 +12,7 @@ import { Metadata, status as Code } from "@grpc/grpc-js";
 import { Client, Elector, fromStatus, LeaseholdError, PermissionDenied, Unauthenticated } from "../src";
 import { ErrorInfo } from "../src/gen/google/rpc/error_details";
 import { Status } from "../src/gen/google/rpc/status";
-import { makePki, Server, uniqueJob } from "./harness";
+import { makePki, Server, spawnChild, uniqueJob } from "./harness";
 
 const quiet = { warn: () => {} };
 
@@ -49,6 +49,45 @@ describe("security against the real server with TLS and a policy", () => {
       await c.release(job, "w", t);
     } finally {
       c.close();
+    }
+  });
+
+  test("TLS to an IP address: no RFC 6066 DeprecationWarning (child process), the certificate still checked", async () => {
+    // A fresh process: Node prints the warning once per process, at the first TLS connection with an IP server name.
+    const script = `
+      const { Client } = require(${JSON.stringify(join(__dirname, "..", "src"))});
+      const [target, ca, token] = process.argv.slice(1);
+      (async () => {
+        for (const [label, serverName] of [["ip", undefined], ["wrong-name", "wrong.example"]]) {
+          const c = new Client(target, { caFile: ca, token, serverName, timeoutMs: 5000 });
+          try { await c.getLease("tls-ip"); console.log(label + " ok"); }
+          catch (e) { console.log(label + " " + e.name + " " + e.message.replace(/\s+/g, " ")); }
+          c.close();
+        }
+      })();`;
+    const proc = spawnChild(process.execPath, ["-e", script, server.target, file("ca.pem"), secret("alice")]);
+    let stdout = "";
+    let stderr = "";
+    proc.stdout!.on("data", (d) => (stdout += d));
+    proc.stderr!.on("data", (d) => (stderr += d));
+    const code = await new Promise((r) => proc.once("exit", r));
+    assert.equal(code, 0, stderr);
+    const [ip, wrong] = stdout.trim().split("\n");
+    assert.equal(ip, "ip ok", "connected over TLS to 127.0.0.1");
+    assert.match(wrong, /^wrong-name Unavailable .*(ERR_TLS_CERT_ALTNAME_INVALID|does not match)/, "a wrong server name is refused");
+    assert.doesNotMatch(stderr, /DeprecationWarning|DEP0123|RFC 6066/);
+    assert.match(server.target, /^127\.0\.0\.1:\d+$/, "the target is an IP address");
+  });
+
+  test("serverName: the certificate is checked against it (localhost passes, another name is refused)", async () => {
+    const good = new Client(server.target, { caFile: file("ca.pem"), token: secret("alice"), serverName: "localhost" });
+    const bad = new Client(server.target, { caFile: file("ca.pem"), token: secret("alice"), serverName: "wrong.example", timeoutMs: 5000 });
+    try {
+      assert.equal((await good.getLease(uniqueJob("sni"))).token, 0n);
+      await assert.rejects(bad.getLease(uniqueJob("sni")), (e: unknown) => e instanceof LeaseholdError && e.retryable);
+    } finally {
+      good.close();
+      bad.close();
     }
   });
 
