@@ -240,3 +240,36 @@ async fn an_elector_set_steps_down_from_each_job_by_its_own_deadline_when_the_se
     assert!(set.leading().is_empty());
     set.resign().await;
 }
+
+/// An Elector resigned while its waiting Acquire is being granted has
+/// given that grant back by the time `resign` returns: a process that
+/// exits once it has resigned (as `leasehold run` and the conformance
+/// worker do) leaves the job free, not held for a TTL by a holder that
+/// never learned its token. The leader's release and the resign race, 20
+/// rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resigned_elector_has_given_back_a_grant_made_as_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ServerProcess::start(&dir.path().join("data"), &[]);
+    let c = client(&p).await;
+    for round in 0..20 {
+        let a = c
+            .acquire("race", "leader", LONG, Duration::ZERO)
+            .await
+            .unwrap();
+        let e = Elector::start(client(&p).await, "race", "waiter", LONG);
+        let holder = e.holder().to_owned();
+        p.wait_for_waiters(1).await;
+        let (released, ()) = tokio::join!(c.release("race", "leader", a.lease.token), e.resign());
+        released.unwrap();
+        let l = c.get_lease("race").await.unwrap();
+        assert_ne!(
+            l.holder.as_deref(),
+            Some(holder.as_str()),
+            "round {round}: {l:?}"
+        );
+        if let Some(h) = l.holder {
+            panic!("round {round}: held by {h}");
+        }
+    }
+}

@@ -326,8 +326,16 @@ impl Elector {
         if let Some(t) = self.task.take() {
             let _ = t.await;
         }
+        // A campaign stopped while its Acquire was on its way gives back a
+        // grant made in that instant: wait for that (it reads the lease
+        // after 100 ms), so that a process that exits once resigned does
+        // not leave the job held for a TTL.
+        self.client.give_backs_settled(GIVE_BACK_WAIT).await;
     }
 }
+
+/// How long [`Elector::resign`] waits for a give-back.
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(1);
 
 impl Drop for Elector {
     fn drop(&mut self) {

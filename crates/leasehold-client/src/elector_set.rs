@@ -223,6 +223,12 @@ impl ElectorSet {
         for h in handles {
             let _ = h.await;
         }
+        // Campaigns stopped with their Acquires on the way give back what
+        // they were granted in that instant (see [`Elector::resign`]).
+        self.shared
+            .client
+            .give_backs_settled(Duration::from_secs(1))
+            .await;
     }
 }
 

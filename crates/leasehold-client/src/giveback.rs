@@ -44,15 +44,44 @@ struct Pair {
 /// Every pair with a call on its way or a token told, shared by the clones
 /// of one client. A pair leaves when it has neither (a release through
 /// this client forgets what was told).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Calls {
     pairs: Arc<Mutex<HashMap<(String, String), Pair>>>,
     next: Arc<AtomicU64>,
+    /// Give-backs started and not finished: an elector's `resign` waits
+    /// for them, so that a process that exits once it has resigned does
+    /// not leave behind a grant its cancelled campaign was given.
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        Calls {
+            pairs: Arc::default(),
+            next: Arc::default(),
+            pending: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+/// One give-back in flight, counted in [`Calls::pending`] until dropped.
+struct Pending(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl Calls {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Pair>> {
         self.pairs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until no give-back is in flight, for at most `bound`.
+    pub(crate) async fn settled(&self, bound: Duration) {
+        let mut rx = self.pending.subscribe();
+        let _ = tokio::time::timeout(bound, rx.wait_for(|n| *n == 0)).await;
     }
 
     /// An Acquire or Renew of (`job`, `holder`) starts.
@@ -157,7 +186,10 @@ impl Drop for GiveBack {
         let (calls, key, n) = (asking.calls.clone(), asking.key.clone(), asking.n);
         // The cancelled call has ended.
         drop(asking);
+        calls.pending.send_modify(|n| *n += 1);
+        let pending = Pending(calls.pending.clone());
         rt.spawn(async move {
+            let _pending = pending;
             tokio::time::sleep(SETTLE).await;
             let (job, holder) = key.clone();
             let Ok(l) = leases

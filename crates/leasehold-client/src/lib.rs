@@ -858,6 +858,12 @@ impl Client {
         Ok(out)
     }
 
+    /// Waits, for at most `bound`, until the give-backs of this client's
+    /// cancelled waiting Acquires have finished (see `giveback.rs`).
+    pub(crate) async fn give_backs_settled(&self, bound: Duration) {
+        self.calls.settled(bound).await
+    }
+
     /// Observes `job`'s lease: a stream of [`LeaseChange`]s, the current
     /// lease first ([`EventKind::Current`]), then every change of holder or
     /// token as it happens (acquired, released, expired; renewals send
