@@ -97,6 +97,16 @@ enum Command {
         /// hands over on SIGTERM, never on its own).
         #[arg(long)]
         preferred: bool,
+        /// Give up, with exit status 3 and without running CMD, when this
+        /// process does not lead within this long (default: wait for as
+        /// long as it takes).
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+        wait: Option<Duration>,
+        /// Give up, with exit status 3, when the job is held now: run CMD
+        /// only if this process can lead at once (cron on several
+        /// machines: whichever starts first runs it).
+        #[arg(long)]
+        no_wait: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -177,6 +187,8 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             no_bind,
             no_handover,
             preferred,
+            wait,
+            no_wait,
             cmd,
         } => {
             let grace = kill_grace.unwrap_or(ttl / 3);
@@ -198,6 +210,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                 bind: !no_bind,
                 handover: !no_handover,
                 preferred,
+                wait: if no_wait { Some(Duration::ZERO) } else { wait },
             };
             cli::run::run_singleton(&conn, &job, &name, opts, &cmd).await
         }

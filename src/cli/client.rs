@@ -169,9 +169,13 @@ pub enum ClientCommand {
         /// Only jobs starting with this prefix.
         #[arg(default_value = "")]
         prefix: String,
+        /// The same, as a flag (`status --prefix billing/`).
+        #[arg(long = "prefix", value_name = "PREFIX", conflicts_with = "prefix")]
+        prefix_flag: Option<String>,
     },
     /// Show a job's history of leaders, newest first: each token's
     /// holder, when it was granted and how it ended (wall-clock times, UTC).
+    /// Exits 3 for a job that was never granted (or was deleted).
     History {
         #[command(flatten)]
         conn: Conn,
@@ -353,11 +357,11 @@ impl ChaosCommand {
         };
         let lease = out.lease.as_ref().map(describe).unwrap_or_default();
         match job {
-            Some(j) => println!("chaos {action} {j}: {lease}"),
-            None => println!("chaos clear: every job"),
+            Some(j) => outln!("chaos {action} {j}: {lease}"),
+            None => outln!("chaos clear: every job"),
         }
         if !out.in_force.is_empty() {
-            println!("in force: {}", out.in_force);
+            outln!("in force: {}", out.in_force);
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -398,10 +402,10 @@ impl ClientCommand {
                             b.token
                         );
                     }
-                    println!("acquired job={job} holder={holder} token={}", a.lease.token);
+                    outln!("acquired job={job} holder={holder} token={}", a.lease.token);
                     Ok(ExitCode::SUCCESS)
                 } else {
-                    println!("busy {}", describe(&a.lease));
+                    outln!("busy {}", describe(&a.lease));
                     Ok(ExitCode::from(EXIT_NOT_GRANTED))
                 }
             }
@@ -416,7 +420,7 @@ impl ClientCommand {
                     .await?
                     .renew(&job, &holder, token, ttl)
                     .await?;
-                println!("renewed {}", describe(&l));
+                outln!("renewed {}", describe(&l));
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Release {
@@ -426,7 +430,7 @@ impl ClientCommand {
                 token,
             } => {
                 connect(&conn).await?.release(&job, &holder, token).await?;
-                println!("released job={job} token={token}");
+                outln!("released job={job} token={token}");
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Transfer {
@@ -441,18 +445,23 @@ impl ClientCommand {
                     .await?
                     .transfer_lease(&job, &holder, token, to.as_deref(), ttl)
                     .await?;
-                println!("transferred {}", describe(&l));
+                outln!("transferred {}", describe(&l));
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::DeleteJob { conn, job } => {
                 if connect(&conn).await?.delete_job(&job).await? {
-                    println!("deleted job={job}");
+                    outln!("deleted job={job}");
                 } else {
-                    println!("no such job: {job}");
+                    outln!("no such job: {job}");
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            ClientCommand::Status { conn, prefix } => {
+            ClientCommand::Status {
+                conn,
+                prefix,
+                prefix_flag,
+            } => {
+                let prefix = prefix_flag.unwrap_or(prefix);
                 let leases = connect(&conn).await?.list_leases(&prefix).await?;
                 print_status(&leases);
                 Ok(ExitCode::SUCCESS)
@@ -465,11 +474,17 @@ impl ClientCommand {
             } => {
                 let client = connect(&conn).await?;
                 let tenures = client.history(&job, limit).await?;
+                if tenures.is_empty() {
+                    // Every job that was ever granted has a tenure: none is
+                    // a job this server does not know (or one deleted).
+                    eprintln!("no history: job {job:?} was never granted (or was deleted)");
+                    return Ok(ExitCode::from(EXIT_NOT_GRANTED));
+                }
                 print_history(&tenures);
                 // The chaos API's actions, on a server that has it.
                 if let Ok(events) = client.chaos().events(&job).await {
                     for e in events.iter().rev() {
-                        println!("chaos {} {}: {}", rfc3339(e.at), e.action, e.detail);
+                        outln!("chaos {} {}: {}", rfc3339(e.at), e.action, e.detail);
                     }
                 }
                 Ok(ExitCode::SUCCESS)
@@ -483,7 +498,7 @@ impl ClientCommand {
                 // Every tenure kept: the answer may be the oldest.
                 let tenures = connect(&conn).await?.history(&job, usize::MAX).await?;
                 let (found, said) = history_at(&tenures, at);
-                println!("{said}");
+                outln!("{said}");
                 Ok(match found {
                     true => ExitCode::SUCCESS,
                     false => ExitCode::from(EXIT_NOT_GRANTED),
@@ -497,7 +512,7 @@ impl ClientCommand {
                         .as_str_name()
                         .trim_start_matches("KIND_")
                         .to_lowercase();
-                    println!("{name} {}", describe(&ev.lease.unwrap_or_default().into()));
+                    outln!("{name} {}", describe(&ev.lease.unwrap_or_default().into()));
                     std::io::stdout().flush()?;
                 }
                 Ok(ExitCode::SUCCESS)
@@ -525,7 +540,7 @@ impl ClientCommand {
                     };
                     c.checked_write(&job, token, key.as_bytes(), value).await?
                 };
-                println!("ok version={version}");
+                outln!("ok version={version}");
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Read {
@@ -548,7 +563,7 @@ impl ClientCommand {
             ClientCommand::Chaos(c) => c.run().await,
             ClientCommand::SigningKeys { conn } => {
                 let keys = connect(&conn).await?.signing_keys().await?;
-                println!("{}", keys.to_jwks());
+                outln!("{}", keys.to_jwks());
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::VerifyProof {
@@ -581,7 +596,7 @@ impl ClientCommand {
                 };
                 match verdict {
                     Ok(c) => {
-                        println!(
+                        outln!(
                             "verified job={:?} token={} holder={:?} principal={:?} issued_at={} ttl={}ms kid={}",
                             c.job,
                             c.token,
@@ -594,7 +609,7 @@ impl ClientCommand {
                         Ok(ExitCode::SUCCESS)
                     }
                     Err(e) => {
-                        println!("refused ({}): {}", e.kind.as_str(), e.message);
+                        outln!("refused ({}): {}", e.kind.as_str(), e.message);
                         Ok(ExitCode::FAILURE)
                     }
                 }
@@ -605,7 +620,7 @@ impl ClientCommand {
                     .list_keys(&job, prefix.as_bytes())
                     .await?
                 {
-                    println!(
+                    outln!(
                         "{}\ttoken={}\tversion={}\tsize={}",
                         String::from_utf8_lossy(&k.key),
                         k.token,
@@ -659,12 +674,16 @@ fn print_history(tenures: &[Tenure]) {
         .max()
         .unwrap_or(0)
         .max(6);
-    println!(
+    outln!(
         "{:<8} {:<w$} {:<24} {:>8} {:<24} HOW",
-        "TOKEN", "HOLDER", "GRANTED", "TTL", "ENDED"
+        "TOKEN",
+        "HOLDER",
+        "GRANTED",
+        "TTL",
+        "ENDED"
     );
     for t in tenures {
-        println!(
+        outln!(
             "{:<8} {:<w$} {:<24} {:>8} {:<24} {}{}",
             t.token,
             t.holder,
@@ -678,7 +697,7 @@ fn print_history(tenures: &[Tenure]) {
         );
     }
     if let Some(note) = disorder_note(tenures) {
-        println!("{note}");
+        outln!("{note}");
     }
 }
 
@@ -807,7 +826,7 @@ fn describe(l: &Lease) -> String {
 /// policy, so that look-alike holder strings of two principals are told
 /// apart.
 fn print_status(leases: &[Lease]) {
-    print!("{}", status_table(leases));
+    outln!("{}", status_table(leases).trim_end_matches('\n'));
 }
 
 fn status_table(leases: &[Lease]) -> String {

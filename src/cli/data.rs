@@ -67,18 +67,18 @@ impl DataCommand {
         match self {
             DataCommand::Check { data_dir } => {
                 let report = repair::check(&data_dir)?;
-                print!("{report}");
+                outln!("{}", report.to_string().trim_end_matches('\n'));
                 // The store sees PEM blocks; whether they are keys, the
                 // server's own reading says.
                 let keys_ok = match report.signing_keys {
                     0 => true,
                     _ => match leasehold::proofs::read_data_dir_keys(&data_dir) {
                         Ok(kids) => {
-                            println!("signing key ids   {}", kids.join(", "));
+                            outln!("signing key ids   {}", kids.join(", "));
                             true
                         }
                         Err(e) => {
-                            println!("signing keys      DAMAGED: {e}");
+                            outln!("signing keys      DAMAGED: {e}");
                             false
                         }
                     },
@@ -99,7 +99,7 @@ impl DataCommand {
                 // Verify before the file takes its name.
                 let b = repair::read_backup(&tmp.path())?;
                 tmp.link(&out)?;
-                println!(
+                outln!(
                     "backup {}: {n} bytes, {} records, highest token {}",
                     out.display(),
                     b.records.len(),
@@ -236,11 +236,12 @@ impl Drop for Unnamed {
 }
 
 fn print_outcome(what: &str, o: &repair::Outcome) {
-    println!(
+    outln!(
         "{what}: {} job(s), {} value record(s); every lease released",
-        o.jobs, o.values
+        o.jobs,
+        o.values
     );
-    println!(
+    outln!(
         "highest token found {}{}; every next grant is above {}",
         o.highest,
         if o.proven {
@@ -251,9 +252,9 @@ fn print_outcome(what: &str, o: &repair::Outcome) {
         o.floor
     );
     if let Some(k) = &o.kept {
-        println!("the previous files are in {}", k.display());
+        outln!("the previous files are in {}", k.display());
     }
     for l in &o.lost {
-        println!("lost or unreadable: {l}");
+        outln!("lost or unreadable: {l}");
     }
 }

@@ -3,6 +3,28 @@
 
 use std::time::Duration;
 
+/// `println!` for the commands' output: a reader that has gone (`leasehold
+/// status | head -1`) ends the command quietly, with status 0, instead of
+/// the panic `println!` makes of a closed pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::out_line(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line to standard output; see [`outln`].
+pub(crate) fn out_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 pub mod client;
 pub mod data;
 pub mod guard;

@@ -27,7 +27,14 @@ pub struct RunOptions {
     pub handover: bool,
     /// Campaign as a preferred candidate.
     pub preferred: bool,
+    /// Give up (exit 3) when not leading within this long; zero: when the
+    /// job is held now.
+    pub wait: Option<Duration>,
 }
+
+/// With `--no-wait`, how long a job found free is given to be granted to
+/// us (another runner may take it in the same instant).
+const NO_WAIT_GRANT: Duration = Duration::from_secs(2);
 
 pub async fn run_singleton(
     conn: &Conn,
@@ -43,9 +50,20 @@ pub async fn run_singleton(
         bind,
         handover,
         preferred,
+        wait,
     } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
+    // Who holds the job, before we campaign: `--no-wait` gives up at once
+    // when someone does.
+    let now = client.get_lease(job).await?;
+    if let (Some(Duration::ZERO), Some(holder)) = (wait, now.holder.as_deref()) {
+        eprintln!(
+            "leasehold run: job={job} is held by {holder} (token {}); not waiting (--no-wait)",
+            now.token
+        );
+        return Ok(ExitCode::from(crate::EXIT_NOT_GRANTED));
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     // Never yields on its own: its command must stop before a hand-over,
@@ -55,11 +73,34 @@ pub async fn run_singleton(
         preferred,
         yield_to_preferred: false,
     };
-    let mut elector = Elector::start_with(client, job, name, ttl, options);
+    let mut elector = Elector::start_with(client.clone(), job, name, ttl, options);
+    // While it waits, say who holds the job: at start, and at each change.
+    let watcher = tokio::spawn(say_who_holds(client.clone(), job.to_owned()));
+    let give_up = match wait {
+        Some(Duration::ZERO) => Some(NO_WAIT_GRANT),
+        other => other,
+    };
+    let deadline = async {
+        match give_up {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
     let token = tokio::select! {
-        t = elector.elected() => t.context("campaign stopped")?,
-        _ = term.recv() => { elector.resign().await; return Ok(ExitCode::from(143)) }
-        _ = int.recv() => { elector.resign().await; return Ok(ExitCode::from(130)) }
+        t = elector.elected() => { watcher.abort(); t.context("campaign stopped")? }
+        _ = deadline => {
+            watcher.abort();
+            let now = client.get_lease(job).await.ok();
+            let held = now.as_ref().and_then(|l| l.holder.as_deref().map(|h| (h, l.token)));
+            match held {
+                Some((h, t)) => eprintln!("leasehold run: job={job} is still held by {h} (token {t}); gave up after {:?}", give_up.unwrap_or_default()),
+                None => eprintln!("leasehold run: job={job}: not granted within {:?}; gave up", give_up.unwrap_or_default()),
+            }
+            elector.resign().await;
+            return Ok(ExitCode::from(crate::EXIT_NOT_GRANTED));
+        }
+        _ = term.recv() => { watcher.abort(); elector.resign().await; return Ok(ExitCode::from(143)) }
+        _ = int.recv() => { watcher.abort(); elector.resign().await; return Ok(ExitCode::from(130)) }
     };
     eprintln!(
         "leasehold run: leading job={job} token={token} holder={}",
@@ -82,12 +123,16 @@ pub async fn run_singleton(
         .env("LEASEHOLD_JOB", job)
         .env("LEASEHOLD_HOLDER", elector.holder())
         .env("LEASEHOLD_SERVER", server)
-        // The command gets its fencing token, never our credentials.
+        // The command gets its fencing token, never our credentials; the
+        // CA is no secret, and with it a `leasehold write --token
+        // $LEASEHOLD_TOKEN` in the command reaches a TLS server.
         .env_remove(AUTH_TOKEN_ENV)
         .env_remove("LEASEHOLD_AUTH_TOKEN_FILE")
-        .env_remove("LEASEHOLD_CA")
         .env_remove("LEASEHOLD_CERT")
         .env_remove("LEASEHOLD_KEY");
+    if let Some(ca) = &conn.ca {
+        command.env("LEASEHOLD_CA", ca);
+    }
     let raw = channel.as_raw_fd();
     // SAFETY: between fork and exec, only dup2 and fcntl, which are
     // async-signal-safe. dup2 onto the same number would keep the
@@ -232,5 +277,22 @@ pub(crate) fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
         (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
         (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
         _ => ExitCode::FAILURE,
+    }
+}
+
+/// Prints, to standard error, who holds `job` while `run` waits for it: the
+/// state when the wait begins, then every change (from a `WatchLease`).
+async fn say_who_holds(client: leasehold::client::Client, job: String) {
+    let Ok(mut changes) = client.observe(&job).await else {
+        return;
+    };
+    while let Some(Ok(c)) = changes.next().await {
+        match c.lease.holder.as_deref() {
+            Some(h) => eprintln!(
+                "leasehold run: waiting for job={job}: held by {h} (token {})",
+                c.lease.token
+            ),
+            None => eprintln!("leasehold run: waiting for job={job}: free"),
+        }
     }
 }

@@ -1789,3 +1789,71 @@ fn grpcurl_prints_the_error_details_by_name() {
         );
     }
 }
+
+/// The CLI's habits: `status --prefix` filters as the positional prefix
+/// does; `history` of a job never granted exits 3; a reader that goes
+/// away (`leasehold status | head -1`) ends the command quietly, status 0,
+/// not a panic (101).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let c = leasehold::client::Client::connect(&server.url())
+        .await
+        .unwrap();
+    for job in ["billing/a", "billing/b", "ops/c"] {
+        c.acquire(job, "h", Duration::from_secs(60), NOW)
+            .await
+            .unwrap();
+    }
+    let cli = |args: &[&str]| {
+        std::process::Command::new(common::bin())
+            .arg(args[0])
+            .args(["--server", &server.url()])
+            .args(&args[1..])
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["status", "--prefix", "billing/"][..],
+        &["status", "billing/"][..],
+    ] {
+        let out = cli(args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert!(
+            text.contains("billing/a") && text.contains("billing/b"),
+            "{text}"
+        );
+        assert!(!text.contains("ops/c"), "{args:?}: {text}");
+    }
+    let out = cli(&["history", "never-granted"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("never granted"),
+        "{out:?}"
+    );
+    assert!(cli(&["history", "ops/c"]).status.success());
+    // Many lines, read one: the rest meet a closed pipe.
+    for i in 0..2000 {
+        c.acquire(&format!("many/{i:04}"), "h", Duration::from_secs(60), NOW)
+            .await
+            .unwrap();
+    }
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "set -o pipefail; '{}' status --server {} | head -1 >/dev/null; echo status=$?",
+            common::bin().display(),
+            server.url()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "status=0",
+        "{err}"
+    );
+}

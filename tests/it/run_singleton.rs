@@ -637,3 +637,110 @@ fn the_watchdog_without_its_channel_starts_nothing() {
     );
     assert!(!marker.exists(), "the command ran");
 }
+
+/// `run --no-wait` gives up at once, exit 3, when the job is held, and
+/// `--wait D` after D, naming the holder each time; neither runs its
+/// command nor leaves anything waiting or held. With the job free,
+/// `--no-wait` runs the command. (Cron on several machines: whichever
+/// starts first runs the night's job, the others give up.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_gives_up_with_exit_3_under_no_wait_and_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let held = client
+        .acquire("nightly", "other", Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let ran = dir.path().join("ran");
+    let run = |flags: &[&str]| {
+        Command::new(common::bin())
+            .args(["run", "--server", &server.url(), "--ttl", "10s"])
+            .args(flags)
+            .args(["nightly", "--", "sh", "-c"])
+            .arg(format!("touch '{}'", ran.display()))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for flags in [&["--no-wait"][..], &["--wait", "500ms"][..]] {
+        let out = run(flags);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{flags:?}: {err}");
+        assert!(err.contains("held by other (token 1)"), "{flags:?}: {err}");
+        assert!(!ran.exists(), "{flags:?} ran the command");
+        let l = client.get_lease("nightly").await.unwrap();
+        assert_eq!((l.holder.as_deref(), l.token), (Some("other"), 1));
+        server.wait_for_waiters(0).await;
+    }
+    client
+        .release("nightly", "other", held.lease.token)
+        .await
+        .unwrap();
+    let out = run(&["--no-wait"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ran.exists(), "the command did not run on a free job");
+    // Both flags at once are refused.
+    let out = run(&["--no-wait", "--wait", "1s"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// While `run` waits, it says who holds the job: at the start, and at each
+/// change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_says_who_holds_the_job_while_it_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let client = Client::connect(&server.url()).await.unwrap();
+    let first = client
+        .acquire("told", "first", Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
+    let log = dir.path().join("stderr");
+    let file = std::fs::File::create(&log).unwrap();
+    let pidfile = dir.path().join("pid");
+    let script = format!("echo $$ > '{}'; exec sleep 600", pidfile.display());
+    let mut runner = Runner::start_with_stderr(&server.url(), "10s", "told", &script, file.into());
+    let said = |what: &'static str| {
+        let log = log.clone();
+        common::eventually_blocking(what, move || {
+            std::fs::read_to_string(&log)
+                .ok()
+                .filter(|s| s.contains(what))
+        })
+    };
+    said("waiting for job=told: held by first (token 1)");
+    // Handed to "second" (a transfer: no moment free), then released.
+    let waiting = tokio::spawn({
+        let c = client.clone();
+        async move {
+            c.acquire(
+                "told",
+                "second",
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap()
+        }
+    });
+    server.wait_for_waiters(2).await;
+    client
+        .transfer_lease("told", "first", first.lease.token, Some("second"), None)
+        .await
+        .unwrap();
+    let second = waiting.await.unwrap();
+    said("waiting for job=told: held by second (token 2)");
+    client
+        .release("told", "second", second.lease.token)
+        .await
+        .unwrap();
+    let pid = wait_pid(&mut runner, &pidfile);
+    runner.cmd_pid = Some(pid);
+    said("leading job=told token=3");
+}

@@ -1555,7 +1555,7 @@ fn clear_text_credentials_off_this_machine_are_refused_at_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on() {
+async fn the_cli_connects_with_tls_and_a_token_and_run_passes_the_ca_and_no_credentials_on() {
     let s = Setup::new();
     let p = s.start(&[]);
     let token_file = pki::write(s.dir.path(), "token", &format!("{BILLING}\n"));
@@ -1593,12 +1593,28 @@ async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on(
         String::from_utf8_lossy(&out.stderr)
     );
     // `run` with the secret in its environment: the command gets its
-    // fencing token, and none of the credentials.
-    let out = cli(&["run", "--ttl", "10s", "billing/run", "--", "env"])
-        .env("LEASEHOLD_AUTH_TOKEN", BILLING)
-        .env("LEASEHOLD_CA", &s.ca_file)
-        .output()
-        .unwrap();
+    // fencing token, and none of the credentials; it gets the CA (no
+    // secret), so that with credentials of its own a `leasehold write
+    // --token $LEASEHOLD_TOKEN` reaches the TLS server.
+    let script = format!(
+        "env; {} write billing/run k v --token \"$LEASEHOLD_TOKEN\" --auth-token-file {}",
+        common::bin().display(),
+        token_file.display()
+    );
+    let out = cli(&[
+        "run",
+        "--ttl",
+        "10s",
+        "billing/run",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .env("LEASEHOLD_AUTH_TOKEN", BILLING)
+    .env("LEASEHOLD_CA", &s.ca_file)
+    .output()
+    .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -1608,9 +1624,11 @@ async fn the_cli_connects_with_tls_and_a_token_and_run_passes_no_credentials_on(
     assert!(env.lines().any(|l| l == "LEASEHOLD_TOKEN=1"), "{env}");
     assert!(!env.contains(BILLING), "{env}");
     assert!(!env.contains("LEASEHOLD_AUTH_TOKEN"), "{env}");
+    let ca = format!("LEASEHOLD_CA={}", s.ca_file.display());
+    assert!(env.lines().any(|l| l == ca), "{env}");
     assert!(
-        !env.lines().any(|l| l.starts_with("LEASEHOLD_CA=")),
-        "{env}"
+        env.lines().any(|l| l == "ok version=1"),
+        "the command's write: {env}"
     );
 }
 
