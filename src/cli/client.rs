@@ -102,6 +102,10 @@ pub enum ClientCommand {
         /// How long to wait for the lease to free up.
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         wait: Duration,
+        /// Output: text for people, or json (one object; watch: one per
+        /// line) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Renew a lease.
     Renew {
@@ -172,6 +176,10 @@ pub enum ClientCommand {
         /// The same, as a flag (`status --prefix billing/`).
         #[arg(long = "prefix", value_name = "PREFIX", conflicts_with = "prefix")]
         prefix_flag: Option<String>,
+        /// Output: text for people, or json (one object; watch: one per
+        /// line) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Show a job's history of leaders, newest first: each token's
     /// holder, when it was granted and how it ended (wall-clock times, UTC).
@@ -190,6 +198,9 @@ pub enum ClientCommand {
         /// At most this many tenures (the table), newest first.
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Output: text for people, or json (one object) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Print every change of a job's lease as it happens.
     Watch {
@@ -197,6 +208,10 @@ pub enum ClientCommand {
         conn: Conn,
         /// The job.
         job: String,
+        /// Output: text for people, or json (one object; watch: one per
+        /// line) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Write a value, fenced by a token.
     Write {
@@ -227,6 +242,10 @@ pub enum ClientCommand {
         /// Print token and version to standard error too.
         #[arg(long)]
         meta: bool,
+        /// Output: text for people, or json (one object; watch: one per
+        /// line) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// List a job's keys.
     Keys {
@@ -237,6 +256,10 @@ pub enum ClientCommand {
         /// Only keys starting with this prefix.
         #[arg(default_value = "")]
         prefix: String,
+        /// Output: text for people, or json (one object; watch: one per
+        /// line) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// The chaos API of a server started with --enable-chaos: make a
     /// worker lose its lease, stall, or be fenced, on purpose, to test
@@ -378,6 +401,7 @@ impl ClientCommand {
                 name,
                 ttl,
                 wait,
+                output,
             } => {
                 let c = connect(&conn).await?;
                 // A holder string given by hand may be another process's
@@ -390,6 +414,17 @@ impl ClientCommand {
                 };
                 let holder = holder.unwrap_or_else(|| process_holder(&name));
                 let a = c.acquire(&job, &holder, ttl, wait).await?;
+                let code = match a.acquired {
+                    true => ExitCode::SUCCESS,
+                    false => ExitCode::from(EXIT_NOT_GRANTED),
+                };
+                if output == Output::Json {
+                    outln!(
+                        "{}",
+                        serde_json::json!({"acquired": a.acquired, "lease": lease_json(&a.lease)})
+                    );
+                    return Ok(code);
+                }
                 if a.acquired {
                     if let Some(b) = before.filter(|b| {
                         b.holder.as_deref() == Some(holder.as_str()) && b.token == a.lease.token
@@ -460,10 +495,17 @@ impl ClientCommand {
                 conn,
                 prefix,
                 prefix_flag,
+                output,
             } => {
                 let prefix = prefix_flag.unwrap_or(prefix);
                 let leases = connect(&conn).await?.list_leases(&prefix).await?;
-                print_status(&leases);
+                match output {
+                    Output::Text => print_status(&leases),
+                    Output::Json => outln!(
+                        "{}",
+                        serde_json::Value::Array(leases.iter().map(lease_json).collect())
+                    ),
+                }
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::History {
@@ -471,6 +513,7 @@ impl ClientCommand {
                 job,
                 at: None,
                 limit,
+                output,
             } => {
                 let client = connect(&conn).await?;
                 let tenures = client.history(&job, limit).await?;
@@ -479,6 +522,20 @@ impl ClientCommand {
                     // a job this server does not know (or one deleted).
                     eprintln!("no history: job {job:?} was never granted (or was deleted)");
                     return Ok(ExitCode::from(EXIT_NOT_GRANTED));
+                }
+                if output == Output::Json {
+                    let chaos = client.chaos().events(&job).await.unwrap_or_default();
+                    outln!(
+                        "{}",
+                        serde_json::json!({
+                            "job": job,
+                            "tenures": tenures.iter().map(tenure_json).collect::<Vec<_>>(),
+                            "chaos": chaos.iter().map(|e| serde_json::json!({
+                                "at": rfc3339(e.at), "action": e.action, "detail": e.detail,
+                            })).collect::<Vec<_>>(),
+                        })
+                    );
+                    return Ok(ExitCode::SUCCESS);
                 }
                 print_history(&tenures);
                 // The chaos API's actions, on a server that has it.
@@ -504,7 +561,7 @@ impl ClientCommand {
                     false => ExitCode::from(EXIT_NOT_GRANTED),
                 })
             }
-            ClientCommand::Watch { conn, job } => {
+            ClientCommand::Watch { conn, job, output } => {
                 let mut events = connect(&conn).await?.watch(&job).await?;
                 while let Some(ev) = events.message().await.map_err(ClientError::from)? {
                     let kind = EventKind::try_from(ev.kind).unwrap_or(EventKind::Unspecified);
@@ -512,7 +569,14 @@ impl ClientCommand {
                         .as_str_name()
                         .trim_start_matches("KIND_")
                         .to_lowercase();
-                    outln!("{name} {}", describe(&ev.lease.unwrap_or_default().into()));
+                    let lease: Lease = ev.lease.unwrap_or_default().into();
+                    match output {
+                        Output::Text => outln!("{name} {}", describe(&lease)),
+                        Output::Json => outln!(
+                            "{}",
+                            serde_json::json!({"kind": name, "lease": lease_json(&lease)})
+                        ),
+                    }
                     std::io::stdout().flush()?;
                 }
                 Ok(ExitCode::SUCCESS)
@@ -548,8 +612,33 @@ impl ClientCommand {
                 job,
                 key,
                 meta,
+                output,
             } => {
                 let v = connect(&conn).await?.read(&job, key.as_bytes()).await?;
+                if output == Output::Json {
+                    // A value that is not UTF-8 comes as base64.
+                    let value = match std::str::from_utf8(&v.value) {
+                        Ok(text) => serde_json::json!({"value": text}),
+                        Err(_) => {
+                            use base64::Engine as _;
+                            let b = base64::engine::general_purpose::STANDARD.encode(&v.value);
+                            serde_json::json!({"value_base64": b})
+                        }
+                    };
+                    let mut out = serde_json::json!({
+                        "job": job, "key": key, "found": v.found, "token": v.token, "version": v.version,
+                    });
+                    if v.found {
+                        out.as_object_mut()
+                            .expect("an object")
+                            .extend(value.as_object().expect("an object").clone());
+                    }
+                    outln!("{out}");
+                    return Ok(match v.found {
+                        true => ExitCode::SUCCESS,
+                        false => ExitCode::from(EXIT_NOT_GRANTED),
+                    });
+                }
                 if meta {
                     eprintln!("found={} token={} version={}", v.found, v.token, v.version);
                 }
@@ -614,12 +703,32 @@ impl ClientCommand {
                     }
                 }
             }
-            ClientCommand::Keys { conn, job, prefix } => {
-                for k in connect(&conn)
+            ClientCommand::Keys {
+                conn,
+                job,
+                prefix,
+                output,
+            } => {
+                let keys = connect(&conn)
                     .await?
                     .list_keys(&job, prefix.as_bytes())
-                    .await?
-                {
+                    .await?;
+                if output == Output::Json {
+                    let keys: Vec<_> = keys
+                        .iter()
+                        .map(|k| {
+                            serde_json::json!({
+                                "key": String::from_utf8_lossy(&k.key),
+                                "token": k.token,
+                                "version": k.version,
+                                "size": k.size,
+                            })
+                        })
+                        .collect();
+                    outln!("{}", serde_json::Value::Array(keys));
+                    return Ok(ExitCode::SUCCESS);
+                }
+                for k in keys {
                     outln!(
                         "{}\ttoken={}\tversion={}\tsize={}",
                         String::from_utf8_lossy(&k.key),
@@ -805,6 +914,41 @@ fn history_at(tenures: &[Tenure], at: std::time::SystemTime) -> (bool, String) {
         (None, None) => format!("none (at {when})"),
     };
     (false, said)
+}
+
+/// How a command prints (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Lines and tables for people.
+    Text,
+    /// JSON for programs.
+    Json,
+}
+
+/// A lease as `--output json` prints it.
+fn lease_json(l: &Lease) -> serde_json::Value {
+    serde_json::json!({
+        "job": l.job,
+        "holder": l.holder,
+        "token": l.token,
+        "ttl_ms": l.ttl.map(|d| d.as_millis() as u64),
+        "remaining_ms": l.remaining.map(|d| d.as_millis() as u64),
+        "principal": l.principal,
+        "proof": l.proof,
+    })
+}
+
+/// A tenure as `history --output json` prints it.
+fn tenure_json(t: &Tenure) -> serde_json::Value {
+    serde_json::json!({
+        "token": t.token,
+        "holder": t.holder,
+        "principal": t.principal,
+        "granted_at": rfc3339(t.granted_at),
+        "ttl_ms": t.ttl.as_millis() as u64,
+        "ended_at": t.ended_at.map(rfc3339),
+        "how": end_name(t),
+    })
 }
 
 fn describe(l: &Lease) -> String {

@@ -1857,3 +1857,80 @@ async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_clo
         "{err}"
     );
 }
+
+/// `--output json` on status, history, read, keys, acquire and watch: one
+/// JSON object (a list for status and keys; watch one object per line)
+/// that a program can parse, with the same facts as the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_json_for_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let url = server.url();
+    let json = |args: &[&str]| -> (Option<i32>, serde_json::Value) {
+        let out = std::process::Command::new(common::bin())
+            .arg(args[0])
+            .args(["--server", &url, "--output", "json"])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or("null").to_owned();
+        let v = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{args:?}: {e}: {text}"));
+        (out.status.code(), v)
+    };
+    let (code, a) = json(&["acquire", "j", "--holder", "me", "--ttl", "30s"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(a["acquired"], true);
+    assert_eq!(a["lease"]["holder"], "me");
+    assert_eq!(a["lease"]["token"], 1);
+    let (code, busy) = json(&["acquire", "j", "--holder", "other"]);
+    assert_eq!(
+        (code, &busy["acquired"]),
+        (Some(3), &serde_json::json!(false))
+    );
+    assert_eq!(busy["lease"]["holder"], "me");
+    let c = leasehold::client::Client::connect(&url).await.unwrap();
+    c.checked_write("j", 1, b"k", b"v".to_vec()).await.unwrap();
+    c.checked_write("j", 1, b"bin", vec![0xff, 0x00])
+        .await
+        .unwrap();
+    let (_, status) = json(&["status"]);
+    assert_eq!(status[0]["job"], "j");
+    assert_eq!(status[0]["token"], 1);
+    let (_, history) = json(&["history", "j"]);
+    assert_eq!(history["tenures"][0]["holder"], "me");
+    assert_eq!(history["tenures"][0]["how"], "-");
+    let (_, read) = json(&["read", "j", "k"]);
+    assert_eq!(
+        (&read["value"], &read["version"]),
+        (&serde_json::json!("v"), &serde_json::json!(1))
+    );
+    let (_, bin) = json(&["read", "j", "bin"]);
+    assert_eq!(bin["value_base64"], "/wA=");
+    let (code, missing) = json(&["read", "j", "nope"]);
+    assert_eq!(
+        (code, &missing["found"]),
+        (Some(3), &serde_json::json!(false))
+    );
+    let (_, keys) = json(&["keys", "j"]);
+    assert_eq!(keys.as_array().map(Vec::len), Some(2));
+    // watch: its first line is the current lease.
+    let mut w = std::process::Command::new(common::bin())
+        .args(["watch", "--server", &url, "--output", "json", "j"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(w.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = w.kill();
+    let _ = w.wait();
+    let ev: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        (&ev["kind"], &ev["lease"]["holder"]),
+        (&serde_json::json!("current"), &serde_json::json!("me"))
+    );
+}
