@@ -393,6 +393,37 @@ impl ChaosCommand {
 impl ClientCommand {
     /// Runs the subcommand.
     pub async fn run(self) -> anyhow::Result<ExitCode> {
+        let server = self.server().map(str::to_owned);
+        match self.run_inner().await {
+            Ok(code) => Ok(code),
+            Err(e) => match server {
+                Some(s) => match connection_hint(&s, &e).await {
+                    Some(hint) => Err(e.context(hint)),
+                    None => Err(e),
+                },
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The server address the command talks to, if it talks to one.
+    fn server(&self) -> Option<&str> {
+        use ClientCommand as C;
+        match self {
+            C::Acquire { conn, .. }
+            | C::Renew { conn, .. }
+            | C::Release { conn, .. }
+            | C::Status { conn, .. }
+            | C::History { conn, .. }
+            | C::Watch { conn, .. }
+            | C::Write { conn, .. }
+            | C::Read { conn, .. }
+            | C::Keys { conn, .. } => Some(conn.server.as_str()),
+            _ => None,
+        }
+    }
+
+    async fn run_inner(self) -> anyhow::Result<ExitCode> {
         match self {
             ClientCommand::Acquire {
                 conn,
@@ -1007,6 +1038,69 @@ fn status_table(leases: &[Lease]) -> String {
         );
     }
     out
+}
+
+/// What the usual connection mistakes look like, said plainly: a TLS port
+/// asked in plaintext, a plain port asked over TLS, a certificate the CA
+/// did not sign or that names another host.
+async fn connection_hint(server: &str, e: &anyhow::Error) -> Option<String> {
+    let text = format!("{e:#}");
+    let tls = server.starts_with("https://");
+    let transport = matches!(
+        e.downcast_ref::<ClientError>(),
+        Some(ClientError::Unavailable(_) | ClientError::Other(_))
+    ) || text.contains("h2 protocol error");
+    if !tls && transport && speaks_tls(server).await {
+        return Some(format!(
+            "{server} serves TLS, not plaintext: use https:// and --ca with the CA that signed \
+             its certificate"
+        ));
+    }
+    if tls && (text.contains("InvalidContentType") || text.contains("corrupt message")) {
+        return Some(format!(
+            "{server} does not speak TLS: use http:// (or start the server with --tls-cert)"
+        ));
+    }
+    if tls && text.contains("UnknownIssuer") {
+        return Some(format!(
+            "{server} showed a certificate that the --ca file did not sign: give the CA that \
+             signed the server's certificate"
+        ));
+    }
+    if tls && text.contains("NotValidForName") {
+        return Some(format!(
+            "{server} showed a certificate for another name: connect by a name (or IP) the \
+             certificate carries"
+        ));
+    }
+    None
+}
+
+/// Whether the server at a plaintext address answers like a TLS server:
+/// sent HTTP/2's preface, a TLS server answers with an alert record (its
+/// first byte 0x15), a gRPC server with a SETTINGS frame.
+async fn speaks_tls(server: &str) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let Some(addr) = server
+        .strip_prefix("http://")
+        .map(|a| a.trim_end_matches('/'))
+    else {
+        return false;
+    };
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .ok()?;
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first).await.ok()?;
+        Some(first[0] == 0x15)
+    };
+    tokio::time::timeout(Duration::from_secs(2), probe)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -106,6 +106,18 @@ async fn healthz(addr: SocketAddr, tls: bool, alive: bool) -> anyhow::Result<()>
     let answered = code.len() == 3 && code.bytes().all(|b| b.is_ascii_digit());
     if code == "200" || (alive && answered) {
         Ok(())
+    } else if !tls && (reply.is_empty() || reply.as_bytes().first() == Some(&0x15)) {
+        // A TLS server answers plaintext with an alert record (0x15), or
+        // closes the connection.
+        bail!(
+            "/healthz on {addr}: no HTTP answer; if the admin port serves TLS (serve \
+             --tls-cert), give the probe --tls-cert too (or LEASEHOLD_TLS_CERT)"
+        )
+    } else if !answered {
+        bail!(
+            "/healthz on {addr}: not an HTTP answer: {:?}",
+            head.chars().take(80).collect::<String>()
+        )
     } else {
         bail!("/healthz on {addr} answered {code}: {}", body.trim())
     }

@@ -2452,3 +2452,49 @@ async fn a_principals_connections_share_its_max_frame_rate() {
     let series = r#"leasehold_overloaded_total{limit="max_frame_rate"}"#;
     assert!(scraped(&s, &p, series).await >= 1.0);
 }
+
+/// The usual connection mistakes get plain words, not "h2 protocol
+/// error" or "transport error": http:// to a TLS port, https:// to a
+/// plain port, a CA that did not sign the server's certificate, and the
+/// health probe without --tls-cert against a TLS admin port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_says_what_is_wrong_with_a_connection() {
+    let s = Setup::new();
+    let tls = s.start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain = ServerProcess::start(&dir.path().join("data"), &[]);
+    let other_ca = pki::write(dir.path(), "other-ca.pem", &Ca::new("another CA").pem());
+    let run = |args: &[&str]| {
+        let out = Command::new(common::bin())
+            .args(args)
+            .env_remove("LEASEHOLD_CA")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let tls_addr = tls.addr.to_string();
+    let err = run(&["status", "--server", &format!("http://{tls_addr}")]);
+    assert!(
+        err.contains("serves TLS, not plaintext: use https://"),
+        "{err}"
+    );
+    let err = run(&[
+        "status",
+        "--server",
+        &format!("https://{}", plain.addr),
+        "--ca",
+        &s.ca_file.display().to_string(),
+    ]);
+    assert!(err.contains("does not speak TLS: use http://"), "{err}");
+    let err = run(&[
+        "status",
+        "--server",
+        &url(&tls),
+        "--ca",
+        &other_ca.display().to_string(),
+    ]);
+    assert!(err.contains("did not sign"), "{err}");
+    let err = run(&["health", "--admin-listen", &tls.admin.to_string()]);
+    assert!(err.contains("give the probe --tls-cert"), "{err}");
+}

@@ -311,8 +311,20 @@ impl From<Status> for ClientError {
 }
 
 impl From<tonic::transport::Error> for ClientError {
+    /// With the causes: "transport error" alone does not say whether the
+    /// server refused the connection, spoke no TLS, or showed a
+    /// certificate the CA did not sign.
     fn from(e: tonic::transport::Error) -> Self {
-        ClientError::Unavailable(e.to_string())
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            let c_text = c.to_string();
+            if !message.contains(&c_text) {
+                message = format!("{message}: {c_text}");
+            }
+            cause = c.source();
+        }
+        ClientError::Unavailable(message)
     }
 }
 
