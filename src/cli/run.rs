@@ -54,15 +54,19 @@ pub async fn run_singleton(
     } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
-    // Who holds the job, before we campaign: `--no-wait` gives up at once
-    // when someone does.
-    let now = client.get_lease(job).await?;
-    if let (Some(Duration::ZERO), Some(holder)) = (wait, now.holder.as_deref()) {
-        eprintln!(
-            "leasehold run: job={job} is held by {holder} (token {}); not waiting (--no-wait)",
-            now.token
-        );
-        return Ok(ExitCode::from(crate::EXIT_NOT_GRANTED));
+    // `--no-wait` gives up at once when someone holds the job. Best
+    // effort: a principal with `lease` but not `read` may not look, and
+    // then the short grant window below decides.
+    if wait == Some(Duration::ZERO) {
+        if let Ok(now) = client.get_lease(job).await {
+            if let Some(holder) = now.holder.as_deref() {
+                eprintln!(
+                    "leasehold run: job={job} is held by {holder} (token {}); not waiting (--no-wait)",
+                    now.token
+                );
+                return Ok(ExitCode::from(crate::EXIT_NOT_GRANTED));
+            }
+        }
     }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

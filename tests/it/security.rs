@@ -2498,3 +2498,45 @@ async fn the_cli_says_what_is_wrong_with_a_connection() {
     let err = run(&["health", "--admin-listen", &tls.admin.to_string()]);
     assert!(err.contains("give the probe --tls-cert"), "{err}");
 }
+
+/// `leasehold run` needs only `lease` on its job: a principal without
+/// `read` runs its command, with and without `--no-wait` (whose look at the
+/// holder first is best effort).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_needs_only_the_lease_grant() {
+    let s = Setup::new();
+    let lease_only = "[[principal]]\nname = \"lessee\"\ntoken_sha256 = [\"{}\"]\n\n\
+                      [[grant]]\nprincipal = \"lessee\"\njobs = [\"l/\"]\nactions = [\"lease\"]\n";
+    std::fs::write(
+        &s.policy,
+        format!(
+            "{}{}",
+            policy(),
+            lease_only.replace("{}", &pki::sha256_hex("lessee-secret"))
+        ),
+    )
+    .unwrap();
+    let p = s.start(&[]);
+    for flags in [&[][..], &["--no-wait"][..]] {
+        let out = Command::new(common::bin())
+            .args(["run", "--server", &url(&p), "--ca"])
+            .arg(&s.ca_file)
+            .args(["--ttl", "10s"])
+            .args(flags)
+            .args(["l/job", "--", "sh", "-c", "echo ran"])
+            .env("LEASEHOLD_AUTH_TOKEN", "lessee-secret")
+            .env_remove("LEASEHOLD_CA")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{flags:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ran",
+            "{flags:?}"
+        );
+    }
+}
