@@ -475,6 +475,9 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    // Before anything reaches the server: a SIGTERM that arrives once the
+    // elector's first Acquire is queued must find the handler in place.
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut security = Security::default();
     if let Some(ca) = &args.ca {
         security.ca_pem = Some(std::fs::read(ca).expect("read --ca"));
@@ -511,7 +514,6 @@ async fn main() {
         lock_token: Arc::new(Mutex::new(None)),
         stream: None,
     };
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         tokio::select! {
