@@ -275,7 +275,7 @@ func (x Tenure_End) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Tenure_End.Descriptor instead.
 func (Tenure_End) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type LeaseEvent_Kind int32
@@ -292,6 +292,9 @@ const (
 	LeaseEvent_KIND_RELEASED LeaseEvent_Kind = 3
 	// The lease ran out without being renewed.
 	LeaseEvent_KIND_EXPIRED LeaseEvent_Kind = 4
+	// The holder changed the lease's value (a Renew with `value`, or its
+	// repeated Acquire with another value): same holder, same token.
+	LeaseEvent_KIND_VALUE_CHANGED LeaseEvent_Kind = 5
 )
 
 // Enum value maps for LeaseEvent_Kind.
@@ -302,13 +305,15 @@ var (
 		2: "KIND_ACQUIRED",
 		3: "KIND_RELEASED",
 		4: "KIND_EXPIRED",
+		5: "KIND_VALUE_CHANGED",
 	}
 	LeaseEvent_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED": 0,
-		"KIND_CURRENT":     1,
-		"KIND_ACQUIRED":    2,
-		"KIND_RELEASED":    3,
-		"KIND_EXPIRED":     4,
+		"KIND_UNSPECIFIED":   0,
+		"KIND_CURRENT":       1,
+		"KIND_ACQUIRED":      2,
+		"KIND_RELEASED":      3,
+		"KIND_EXPIRED":       4,
+		"KIND_VALUE_CHANGED": 5,
 	}
 )
 
@@ -336,7 +341,7 @@ func (x LeaseEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseEvent_Kind.Descriptor instead.
 func (LeaseEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25, 0}
 }
 
 type WriteResult_Outcome int32
@@ -406,7 +411,7 @@ func (x WriteResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WriteResult_Outcome.Descriptor instead.
 func (WriteResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30, 0}
 }
 
 type KeepAliveResult_Outcome int32
@@ -471,7 +476,7 @@ func (x KeepAliveResult_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeepAliveResult_Outcome.Descriptor instead.
 func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36, 0}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39, 0}
 }
 
 type Lease struct {
@@ -503,7 +508,14 @@ type Lease struct {
 	// has a new one. Empty when the job is free, when the caller may not
 	// see the token, or when the server has no signing key (etcd mode
 	// without --signing-key). The format: docs/proofs.md.
-	Proof         string `protobuf:"bytes,7,opt,name=proof,proto3" json:"proof,omitempty"`
+	Proof string `protobuf:"bytes,7,opt,name=proof,proto3" json:"proof,omitempty"`
+	// The value the holder published with its grant (AcquireRequest.value)
+	// or its last renewal that set one (RenewRequest.value): where to reach
+	// the leader, say its address, for routing requests to it. At most 1024
+	// bytes. Empty when the job is free or the holder published nothing.
+	// Advisory: it says who the holder said it is, not that it still leads.
+	// The token, not the value, is what fences (CheckedWrite).
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +597,13 @@ func (x *Lease) GetProof() string {
 		return x.Proof
 	}
 	return ""
+}
+
+func (x *Lease) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type GetSigningKeysRequest struct {
@@ -784,7 +803,13 @@ type AcquireRequest struct {
 	// Acquire said `preferred` is a preferred holder's; that is kept with
 	// the lease on etcd, and on the single node until the server restarts
 	// (a lease restored after a restart is not preferred).
-	Preferred     bool `protobuf:"varint,6,opt,name=preferred,proto3" json:"preferred,omitempty"`
+	Preferred bool `protobuf:"varint,6,opt,name=preferred,proto3" json:"preferred,omitempty"`
+	// Optional. A value to publish with the grant (Lease.value): where to
+	// reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+	// "value"). A repeated Acquire by the live holder replaces it (with
+	// nothing, when empty). Kept with the lease on both backends, across
+	// restarts, and in the history's tenure.
+	Value         []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,6 +886,13 @@ func (x *AcquireRequest) GetPreferred() bool {
 	return false
 }
 
+func (x *AcquireRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when `holder` now holds the lease.
@@ -923,7 +955,11 @@ type RenewRequest struct {
 	// The token of the holder's grant.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// Required. The new lifetime, counted from now.
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Optional. Replace the lease's value (Lease.value) with this one, at
+	// most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+	// before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+	Value         []byte `protobuf:"bytes,5,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,6 +1018,13 @@ func (x *RenewRequest) GetToken() uint64 {
 func (x *RenewRequest) GetTtl() *durationpb.Duration {
 	if x != nil {
 		return x.Ttl
+	}
+	return nil
+}
+
+func (x *RenewRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
 	}
 	return nil
 }
@@ -1338,6 +1381,180 @@ func (x *GetLeaseRequest) GetJob() string {
 	return ""
 }
 
+type ListWaitersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The job.
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// At most this many waiters, first in line first; 0 means the default
+	// of 100. At most 1000.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitersRequest) Reset() {
+	*x = ListWaitersRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitersRequest) ProtoMessage() {}
+
+func (x *ListWaitersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitersRequest.ProtoReflect.Descriptor instead.
+func (*ListWaitersRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListWaitersRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ListWaitersRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListWaitersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiters, first in line first: at most `limit` of them.
+	Waiters []*Waiter `protobuf:"bytes,1,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	// How many wait in all (may be more than listed).
+	Waiting       uint32 `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWaitersResponse) Reset() {
+	*x = ListWaitersResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWaitersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWaitersResponse) ProtoMessage() {}
+
+func (x *ListWaitersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWaitersResponse.ProtoReflect.Descriptor instead.
+func (*ListWaitersResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListWaitersResponse) GetWaiters() []*Waiter {
+	if x != nil {
+		return x.Waiters
+	}
+	return nil
+}
+
+func (x *ListWaitersResponse) GetWaiting() uint32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+// One Acquire waiting in a job's line.
+type Waiter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The waiting holder (AcquireRequest.holder).
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The principal (of the server's policy) it asked as; empty without a
+	// policy.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// It asked as a preferred candidate (AcquireRequest.preferred).
+	Preferred     bool `protobuf:"varint,3,opt,name=preferred,proto3" json:"preferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Waiter) Reset() {
+	*x = Waiter{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Waiter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Waiter) ProtoMessage() {}
+
+func (x *Waiter) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
+func (*Waiter) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Waiter) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Waiter) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Waiter) GetPreferred() bool {
+	if x != nil {
+		return x.Preferred
+	}
+	return false
+}
+
 type DeleteJobRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1347,7 +1564,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1576,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[13]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1589,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteJobRequest) GetJob() string {
@@ -1392,7 +1609,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1621,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[14]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1634,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteJobResponse) GetDeleted() bool {
@@ -1445,7 +1662,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1674,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[15]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1687,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListLeasesRequest) GetPrefix() string {
@@ -1510,7 +1727,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1739,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[16]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1752,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1568,7 +1785,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1797,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[17]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1810,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHistoryRequest) GetJob() string {
@@ -1634,7 +1851,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1863,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[18]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1876,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetHistoryResponse) GetTenures() []*Tenure {
@@ -1698,7 +1915,7 @@ type ChaosEvent struct {
 
 func (x *ChaosEvent) Reset() {
 	*x = ChaosEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1927,7 @@ func (x *ChaosEvent) String() string {
 func (*ChaosEvent) ProtoMessage() {}
 
 func (x *ChaosEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[19]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1940,7 @@ func (x *ChaosEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChaosEvent.ProtoReflect.Descriptor instead.
 func (*ChaosEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChaosEvent) GetAt() *timestamppb.Timestamp {
@@ -1761,14 +1978,17 @@ type Tenure struct {
 	End Tenure_End           `protobuf:"varint,6,opt,name=end,proto3,enum=leasehold.v1.Tenure_End" json:"end,omitempty"`
 	// When it ended, on the server's wall clock: the release, or the
 	// deadline that passed. Unset while not ended.
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// The value published with the grant (AcquireRequest.value); a later
+	// change by a renewal is not recorded here.
+	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Tenure) Reset() {
 	*x = Tenure{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2000,7 @@ func (x *Tenure) String() string {
 func (*Tenure) ProtoMessage() {}
 
 func (x *Tenure) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[20]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2013,7 @@ func (x *Tenure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenure.ProtoReflect.Descriptor instead.
 func (*Tenure) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Tenure) GetToken() uint64 {
@@ -1845,6 +2065,13 @@ func (x *Tenure) GetEndedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Tenure) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 type WatchLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Job           string                 `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
@@ -1854,7 +2081,7 @@ type WatchLeaseRequest struct {
 
 func (x *WatchLeaseRequest) Reset() {
 	*x = WatchLeaseRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2093,7 @@ func (x *WatchLeaseRequest) String() string {
 func (*WatchLeaseRequest) ProtoMessage() {}
 
 func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[21]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2106,7 @@ func (x *WatchLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeaseRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchLeaseRequest) GetJob() string {
@@ -1900,7 +2127,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2139,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[22]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2152,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaseEvent) GetLease() *Lease {
@@ -1969,7 +2196,7 @@ type CheckedWriteRequest struct {
 
 func (x *CheckedWriteRequest) Reset() {
 	*x = CheckedWriteRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2208,7 @@ func (x *CheckedWriteRequest) String() string {
 func (*CheckedWriteRequest) ProtoMessage() {}
 
 func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[23]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2221,7 @@ func (x *CheckedWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteRequest.ProtoReflect.Descriptor instead.
 func (*CheckedWriteRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckedWriteRequest) GetJob() string {
@@ -2050,7 +2277,7 @@ type CheckedWriteResponse struct {
 
 func (x *CheckedWriteResponse) Reset() {
 	*x = CheckedWriteResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2289,7 @@ func (x *CheckedWriteResponse) String() string {
 func (*CheckedWriteResponse) ProtoMessage() {}
 
 func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[24]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2302,7 @@ func (x *CheckedWriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckedWriteResponse.ProtoReflect.Descriptor instead.
 func (*CheckedWriteResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{24}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckedWriteResponse) GetVersion() uint64 {
@@ -2100,7 +2327,7 @@ type WriteStreamRequest struct {
 
 func (x *WriteStreamRequest) Reset() {
 	*x = WriteStreamRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2339,7 @@ func (x *WriteStreamRequest) String() string {
 func (*WriteStreamRequest) ProtoMessage() {}
 
 func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[25]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2352,7 @@ func (x *WriteStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamRequest.ProtoReflect.Descriptor instead.
 func (*WriteStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{25}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteStreamRequest) GetId() uint64 {
@@ -2155,7 +2382,7 @@ type WriteStreamResponse struct {
 
 func (x *WriteStreamResponse) Reset() {
 	*x = WriteStreamResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2394,7 @@ func (x *WriteStreamResponse) String() string {
 func (*WriteStreamResponse) ProtoMessage() {}
 
 func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[26]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2407,7 @@ func (x *WriteStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStreamResponse.ProtoReflect.Descriptor instead.
 func (*WriteStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{26}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriteStreamResponse) GetId() uint64 {
@@ -2217,7 +2444,7 @@ type WriteResult struct {
 
 func (x *WriteResult) Reset() {
 	*x = WriteResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2456,7 @@ func (x *WriteResult) String() string {
 func (*WriteResult) ProtoMessage() {}
 
 func (x *WriteResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[27]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2469,7 @@ func (x *WriteResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
 func (*WriteResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{27}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WriteResult) GetOutcome() WriteResult_Outcome {
@@ -2290,7 +2517,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2529,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[28]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2542,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{28}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadRequest) GetJob() string {
@@ -2347,7 +2574,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2586,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[29]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2599,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{29}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadResponse) GetFound() bool {
@@ -2423,7 +2650,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2662,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[30]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2675,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{30}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListKeysRequest) GetJob() string {
@@ -2492,7 +2719,7 @@ type KeyInfo struct {
 
 func (x *KeyInfo) Reset() {
 	*x = KeyInfo{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2731,7 @@ func (x *KeyInfo) String() string {
 func (*KeyInfo) ProtoMessage() {}
 
 func (x *KeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[31]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2744,7 @@ func (x *KeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
 func (*KeyInfo) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{31}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *KeyInfo) GetKey() []byte {
@@ -2567,7 +2794,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2806,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[32]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2819,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{32}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyInfo {
@@ -2631,7 +2858,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2870,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[33]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2883,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{33}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeepAliveRequest) GetId() uint64 {
@@ -2690,7 +2917,8 @@ type KeepAliveRenewal struct {
 	// Required. The token of the holder's grant (never 0).
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// Required. The new lifetime, counted from when the server handles this
-	// message, within the server's configured TTL range.
+	// message, within the server's configured TTL range. A renewal here
+	// keeps the lease's value (Lease.value): change it with Renew.
 	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2698,7 +2926,7 @@ type KeepAliveRenewal struct {
 
 func (x *KeepAliveRenewal) Reset() {
 	*x = KeepAliveRenewal{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2938,7 @@ func (x *KeepAliveRenewal) String() string {
 func (*KeepAliveRenewal) ProtoMessage() {}
 
 func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[34]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2951,7 @@ func (x *KeepAliveRenewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRenewal.ProtoReflect.Descriptor instead.
 func (*KeepAliveRenewal) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{34}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeepAliveRenewal) GetJob() string {
@@ -2767,7 +2995,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3007,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[35]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3020,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{35}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *KeepAliveResponse) GetId() uint64 {
@@ -2834,7 +3062,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +3074,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_leasehold_proto_msgTypes[36]
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +3087,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{36}
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KeepAliveResult) GetJob() string {
@@ -2908,7 +3136,7 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x01\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x01\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2916,7 +3144,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x127\n" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
 	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x14\n" +
-	"\x05proof\x18\a \x01(\tR\x05proof\"\x17\n" +
+	"\x05proof\x18\a \x01(\tR\x05proof\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"\x17\n" +
 	"\x15GetSigningKeysRequest\"Z\n" +
 	"\x16GetSigningKeysResponse\x12\x12\n" +
 	"\x04jwks\x18\x01 \x01(\tR\x04jwks\x12,\n" +
@@ -2926,22 +3155,25 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03kid\x18\x01 \x01(\tR\x03kid\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x18\n" +
-	"\asigning\x18\x03 \x01(\bR\asigning\"\xda\x01\n" +
+	"\asigning\x18\x03 \x01(\bR\asigning\"\xf0\x01\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12$\n" +
 	"\x0ebind_to_stream\x18\x05 \x01(\bR\fbindToStream\x12\x1c\n" +
-	"\tpreferred\x18\x06 \x01(\bR\tpreferred\"X\n" +
+	"\tpreferred\x18\x06 \x01(\bR\tpreferred\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\"X\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12)\n" +
-	"\x05lease\x18\x02 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"{\n" +
+	"\x05lease\x18\x02 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"\xa0\x01\n" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"g\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x19\n" +
+	"\x05value\x18\x05 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"g\n" +
 	"\rRenewResponse\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x12+\n" +
 	"\x11successor_waiting\x18\x02 \x01(\bR\x10successorWaiting\"m\n" +
@@ -2961,7 +3193,17 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x15TransferLeaseResponse\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"#\n" +
 	"\x0fGetLeaseRequest\x12\x10\n" +
-	"\x03job\x18\x01 \x01(\tR\x03job\"$\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"<\n" +
+	"\x12ListWaitersRequest\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"_\n" +
+	"\x13ListWaitersResponse\x12.\n" +
+	"\awaiters\x18\x01 \x03(\v2\x14.leasehold.v1.WaiterR\awaiters\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\rR\awaiting\"\\\n" +
+	"\x06Waiter\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1c\n" +
+	"\tpreferred\x18\x03 \x01(\bR\tpreferred\"$\n" +
 	"\x10DeleteJobRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\"-\n" +
 	"\x11DeleteJobResponse\x12\x18\n" +
@@ -2987,7 +3229,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"ChaosEvent\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x16\n" +
-	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xe8\x03\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xfe\x03\n" +
 	"\x06Tenure\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x1c\n" +
@@ -2996,7 +3238,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12*\n" +
 	"\x03end\x18\x06 \x01(\x0e2\x18.leasehold.v1.Tenure.EndR\x03end\x125\n" +
-	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xc6\x01\n" +
+	"\bended_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x14\n" +
+	"\x05value\x18\b \x01(\fR\x05value\"\xc6\x01\n" +
 	"\x03End\x12\x13\n" +
 	"\x0fEND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fEND_RELEASED\x10\x01\x12\x0f\n" +
@@ -3009,17 +3252,18 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fEND_TRANSFERRED\x10\b\x12\r\n" +
 	"\tEND_CHAOS\x10\t\"%\n" +
 	"\x11WatchLeaseRequest\x12\x10\n" +
-	"\x03job\x18\x01 \x01(\tR\x03job\"\xd2\x01\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\"\xea\x01\n" +
 	"\n" +
 	"LeaseEvent\x12)\n" +
 	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\x121\n" +
-	"\x04kind\x18\x02 \x01(\x0e2\x1d.leasehold.v1.LeaseEvent.KindR\x04kind\"f\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1d.leasehold.v1.LeaseEvent.KindR\x04kind\"~\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_CURRENT\x10\x01\x12\x11\n" +
 	"\rKIND_ACQUIRED\x10\x02\x12\x11\n" +
 	"\rKIND_RELEASED\x10\x03\x12\x10\n" +
-	"\fKIND_EXPIRED\x10\x04\"\x93\x01\n" +
+	"\fKIND_EXPIRED\x10\x04\x12\x16\n" +
+	"\x12KIND_VALUE_CHANGED\x10\x05\"\x93\x01\n" +
 	"\x13CheckedWriteRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x10\n" +
@@ -3111,7 +3355,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x17ERROR_REASON_OVERLOADED\x10\v\x12\x1f\n" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\f\x12\x1b\n" +
 	"\x17ERROR_REASON_JOB_IN_USE\x10\r\x12\x1d\n" +
-	"\x19ERROR_REASON_NO_SUCCESSOR\x10\x0e2\xde\x06\n" +
+	"\x19ERROR_REASON_NO_SUCCESSOR\x10\x0e2\xb2\a\n" +
 	"\x06Leases\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.leasehold.v1.RenewRequest\x1a\x1b.leasehold.v1.RenewResponse\x12F\n" +
@@ -3126,7 +3370,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
 	"WatchLease\x12\x1f.leasehold.v1.WatchLeaseRequest\x1a\x18.leasehold.v1.LeaseEvent0\x01\x12P\n" +
 	"\tKeepAlive\x12\x1e.leasehold.v1.KeepAliveRequest\x1a\x1f.leasehold.v1.KeepAliveResponse(\x010\x01\x12[\n" +
-	"\x0eGetSigningKeys\x12#.leasehold.v1.GetSigningKeysRequest\x1a$.leasehold.v1.GetSigningKeysResponse2\xc6\x02\n" +
+	"\x0eGetSigningKeys\x12#.leasehold.v1.GetSigningKeysRequest\x1a$.leasehold.v1.GetSigningKeysResponse\x12R\n" +
+	"\vListWaiters\x12 .leasehold.v1.ListWaitersRequest\x1a!.leasehold.v1.ListWaitersResponse2\xc6\x02\n" +
 	"\vFencedStore\x12U\n" +
 	"\fCheckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n" +
 	"\vWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x010\x01\x12=\n" +
@@ -3147,7 +3392,7 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),               // 0: leasehold.v1.ErrorReason
 	(Tenure_End)(0),                // 1: leasehold.v1.Tenure.End
@@ -3167,98 +3412,104 @@ var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(*TransferLeaseRequest)(nil),   // 15: leasehold.v1.TransferLeaseRequest
 	(*TransferLeaseResponse)(nil),  // 16: leasehold.v1.TransferLeaseResponse
 	(*GetLeaseRequest)(nil),        // 17: leasehold.v1.GetLeaseRequest
-	(*DeleteJobRequest)(nil),       // 18: leasehold.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),      // 19: leasehold.v1.DeleteJobResponse
-	(*ListLeasesRequest)(nil),      // 20: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 21: leasehold.v1.ListLeasesResponse
-	(*GetHistoryRequest)(nil),      // 22: leasehold.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),     // 23: leasehold.v1.GetHistoryResponse
-	(*ChaosEvent)(nil),             // 24: leasehold.v1.ChaosEvent
-	(*Tenure)(nil),                 // 25: leasehold.v1.Tenure
-	(*WatchLeaseRequest)(nil),      // 26: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),             // 27: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),    // 28: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil),   // 29: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),     // 30: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),    // 31: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),            // 32: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),            // 33: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),           // 34: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),        // 35: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),                // 36: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),       // 37: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),       // 38: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),       // 39: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),      // 40: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),        // 41: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 43: google.protobuf.Timestamp
+	(*ListWaitersRequest)(nil),     // 18: leasehold.v1.ListWaitersRequest
+	(*ListWaitersResponse)(nil),    // 19: leasehold.v1.ListWaitersResponse
+	(*Waiter)(nil),                 // 20: leasehold.v1.Waiter
+	(*DeleteJobRequest)(nil),       // 21: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),      // 22: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),      // 23: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 24: leasehold.v1.ListLeasesResponse
+	(*GetHistoryRequest)(nil),      // 25: leasehold.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),     // 26: leasehold.v1.GetHistoryResponse
+	(*ChaosEvent)(nil),             // 27: leasehold.v1.ChaosEvent
+	(*Tenure)(nil),                 // 28: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),      // 29: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),             // 30: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),    // 31: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),   // 32: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),     // 33: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),    // 34: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),            // 35: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),            // 36: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),           // 37: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),        // 38: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),                // 39: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),       // 40: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),       // 41: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),       // 42: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),      // 43: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),        // 44: leasehold.v1.KeepAliveResult
+	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	42, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	42, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	45, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	45, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
 	8,  // 2: leasehold.v1.GetSigningKeysResponse.keys:type_name -> leasehold.v1.SigningKey
-	42, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	42, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	45, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
 	5,  // 5: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	42, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 7: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	42, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
 	5,  // 9: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	5,  // 10: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	25, // 11: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
-	24, // 12: leasehold.v1.GetHistoryResponse.chaos:type_name -> leasehold.v1.ChaosEvent
-	43, // 13: leasehold.v1.ChaosEvent.at:type_name -> google.protobuf.Timestamp
-	43, // 14: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
-	42, // 15: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
-	1,  // 16: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
-	43, // 17: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
-	5,  // 18: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
-	2,  // 19: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	28, // 20: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	32, // 21: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
-	3,  // 22: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	36, // 23: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	39, // 24: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	42, // 25: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	41, // 26: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
-	4,  // 27: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	5,  // 28: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	9,  // 29: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	11, // 30: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	13, // 31: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 32: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
-	17, // 33: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	18, // 34: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	20, // 35: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	22, // 36: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
-	26, // 37: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	38, // 38: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 39: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
-	28, // 40: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	30, // 41: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	33, // 42: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	35, // 43: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	10, // 44: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	12, // 45: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	14, // 46: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 47: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
-	5,  // 48: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	19, // 49: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	21, // 50: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	23, // 51: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
-	27, // 52: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	40, // 53: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 54: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
-	29, // 55: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	31, // 56: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	34, // 57: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	37, // 58: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	44, // [44:59] is the sub-list for method output_type
-	29, // [29:44] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	20, // 10: leasehold.v1.ListWaitersResponse.waiters:type_name -> leasehold.v1.Waiter
+	5,  // 11: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	28, // 12: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	27, // 13: leasehold.v1.GetHistoryResponse.chaos:type_name -> leasehold.v1.ChaosEvent
+	46, // 14: leasehold.v1.ChaosEvent.at:type_name -> google.protobuf.Timestamp
+	46, // 15: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	45, // 16: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	1,  // 17: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
+	46, // 18: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	5,  // 19: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	2,  // 20: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
+	31, // 21: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	35, // 22: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	3,  // 23: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
+	39, // 24: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	42, // 25: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	45, // 26: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	44, // 27: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	4,  // 28: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
+	5,  // 29: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	9,  // 30: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	11, // 31: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	13, // 32: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	15, // 33: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
+	17, // 34: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	21, // 35: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	23, // 36: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	25, // 37: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	29, // 38: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	41, // 39: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	6,  // 40: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
+	18, // 41: leasehold.v1.Leases.ListWaiters:input_type -> leasehold.v1.ListWaitersRequest
+	31, // 42: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	33, // 43: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	36, // 44: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	38, // 45: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	10, // 46: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	12, // 47: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	14, // 48: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	16, // 49: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
+	5,  // 50: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	22, // 51: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	24, // 52: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	26, // 53: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	30, // 54: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	43, // 55: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	7,  // 56: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
+	19, // 57: leasehold.v1.Leases.ListWaiters:output_type -> leasehold.v1.ListWaitersResponse
+	32, // 58: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	34, // 59: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	37, // 60: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	40, // 61: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	46, // [46:62] is the sub-list for method output_type
+	30, // [30:46] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3266,13 +3517,14 @@ func file_leasehold_v1_leasehold_proto_init() {
 	if File_leasehold_v1_leasehold_proto != nil {
 		return
 	}
+	file_leasehold_v1_leasehold_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -67,6 +67,7 @@ const (
 	Leases_WatchLease_FullMethodName     = "/leasehold.v1.Leases/WatchLease"
 	Leases_KeepAlive_FullMethodName      = "/leasehold.v1.Leases/KeepAlive"
 	Leases_GetSigningKeys_FullMethodName = "/leasehold.v1.Leases/GetSigningKeys"
+	Leases_ListWaiters_FullMethodName    = "/leasehold.v1.Leases/ListWaiters"
 )
 
 // LeasesClient is the client API for Leases service.
@@ -158,7 +159,8 @@ type LeasesClient interface {
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
 	// event for every change of holder or token as it happens: ACQUIRED,
-	// RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+	// RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+	// lease's value. Renewals that change no value send nothing. A watcher that falls behind
 	// is not buffered without bound: it receives the latest state, and changes
 	// it did not read in time are folded into that one event.
 	WatchLease(ctx context.Context, in *WatchLeaseRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseEvent], error)
@@ -193,6 +195,12 @@ type LeasesClient interface {
 	// (RFC 7517) and as a list. The first signs new grants; every one listed
 	// verifies. Also served at GET /keys on the admin port. Needs no grant.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
+	// ListWaiters returns the Acquires waiting for the job, in line order
+	// (the preferred candidates first, then the others, each class first
+	// come, first served): the order in which a release would hand the
+	// lease over. A job nobody waits for, or that does not exist, has an
+	// empty line (not an error). With a policy, this is action `read`.
+	ListWaiters(ctx context.Context, in *ListWaitersRequest, opts ...grpc.CallOption) (*ListWaitersResponse, error)
 }
 
 type leasesClient struct {
@@ -325,6 +333,16 @@ func (c *leasesClient) GetSigningKeys(ctx context.Context, in *GetSigningKeysReq
 	return out, nil
 }
 
+func (c *leasesClient) ListWaiters(ctx context.Context, in *ListWaitersRequest, opts ...grpc.CallOption) (*ListWaitersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWaitersResponse)
+	err := c.cc.Invoke(ctx, Leases_ListWaiters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LeasesServer is the server API for Leases service.
 // All implementations must embed UnimplementedLeasesServer
 // for forward compatibility.
@@ -414,7 +432,8 @@ type LeasesServer interface {
 	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryResponse, error)
 	// WatchLease sends the job's current lease first (kind CURRENT), then an
 	// event for every change of holder or token as it happens: ACQUIRED,
-	// RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+	// RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+	// lease's value. Renewals that change no value send nothing. A watcher that falls behind
 	// is not buffered without bound: it receives the latest state, and changes
 	// it did not read in time are folded into that one event.
 	WatchLease(*WatchLeaseRequest, grpc.ServerStreamingServer[LeaseEvent]) error
@@ -449,6 +468,12 @@ type LeasesServer interface {
 	// (RFC 7517) and as a list. The first signs new grants; every one listed
 	// verifies. Also served at GET /keys on the admin port. Needs no grant.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
+	// ListWaiters returns the Acquires waiting for the job, in line order
+	// (the preferred candidates first, then the others, each class first
+	// come, first served): the order in which a release would hand the
+	// lease over. A job nobody waits for, or that does not exist, has an
+	// empty line (not an error). With a policy, this is action `read`.
+	ListWaiters(context.Context, *ListWaitersRequest) (*ListWaitersResponse, error)
 	mustEmbedUnimplementedLeasesServer()
 }
 
@@ -491,6 +516,9 @@ func (UnimplementedLeasesServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveReq
 }
 func (UnimplementedLeasesServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
+}
+func (UnimplementedLeasesServer) ListWaiters(context.Context, *ListWaitersRequest) (*ListWaitersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWaiters not implemented")
 }
 func (UnimplementedLeasesServer) mustEmbedUnimplementedLeasesServer() {}
 func (UnimplementedLeasesServer) testEmbeddedByValue()                {}
@@ -693,6 +721,24 @@ func _Leases_GetSigningKeys_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Leases_ListWaiters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWaitersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServer).ListWaiters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Leases_ListWaiters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServer).ListWaiters(ctx, req.(*ListWaitersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Leases_ServiceDesc is the grpc.ServiceDesc for Leases service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -735,6 +781,10 @@ var Leases_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSigningKeys",
 			Handler:    _Leases_GetSigningKeys_Handler,
+		},
+		{
+			MethodName: "ListWaiters",
+			Handler:    _Leases_ListWaiters_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

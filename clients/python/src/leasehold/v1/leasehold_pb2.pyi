@@ -45,7 +45,7 @@ ERROR_REASON_JOB_IN_USE: ErrorReason
 ERROR_REASON_NO_SUCCESSOR: ErrorReason
 
 class Lease(_message.Message):
-    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal", "proof")
+    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal", "proof", "value")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Lease(_message.Message):
     REMAINING_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PROOF_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     token: int
@@ -60,7 +61,8 @@ class Lease(_message.Message):
     remaining: _duration_pb2.Duration
     principal: str
     proof: str
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ..., proof: _Optional[str] = ...) -> None: ...
+    value: bytes
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ..., proof: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class GetSigningKeysRequest(_message.Message):
     __slots__ = ()
@@ -85,20 +87,22 @@ class SigningKey(_message.Message):
     def __init__(self, kid: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signing: _Optional[bool] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred")
+    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred", "value")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     BIND_TO_STREAM_FIELD_NUMBER: _ClassVar[int]
     PREFERRED_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
     bind_to_stream: bool
     preferred: bool
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ..., preferred: _Optional[bool] = ...) -> None: ...
+    value: bytes
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ..., preferred: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease")
@@ -109,16 +113,18 @@ class AcquireResponse(_message.Message):
     def __init__(self, acquired: _Optional[bool] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ...) -> None: ...
 
 class RenewRequest(_message.Message):
-    __slots__ = ("job", "holder", "token", "ttl")
+    __slots__ = ("job", "holder", "token", "ttl", "value")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     token: int
     ttl: _duration_pb2.Duration
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    value: bytes
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RenewResponse(_message.Message):
     __slots__ = ("lease", "successor_waiting")
@@ -171,6 +177,32 @@ class GetLeaseRequest(_message.Message):
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: str
     def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class ListWaitersRequest(_message.Message):
+    __slots__ = ("job", "limit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    limit: int
+    def __init__(self, job: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListWaitersResponse(_message.Message):
+    __slots__ = ("waiters", "waiting")
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    waiters: _containers.RepeatedCompositeFieldContainer[Waiter]
+    waiting: int
+    def __init__(self, waiters: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ..., waiting: _Optional[int] = ...) -> None: ...
+
+class Waiter(_message.Message):
+    __slots__ = ("holder", "principal", "preferred")
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    principal: str
+    preferred: bool
+    def __init__(self, holder: _Optional[str] = ..., principal: _Optional[str] = ..., preferred: _Optional[bool] = ...) -> None: ...
 
 class DeleteJobRequest(_message.Message):
     __slots__ = ("job",)
@@ -233,7 +265,7 @@ class ChaosEvent(_message.Message):
     def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Tenure(_message.Message):
-    __slots__ = ("token", "holder", "principal", "granted_at", "ttl", "end", "ended_at")
+    __slots__ = ("token", "holder", "principal", "granted_at", "ttl", "end", "ended_at", "value")
     class End(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         END_UNSPECIFIED: _ClassVar[Tenure.End]
@@ -263,6 +295,7 @@ class Tenure(_message.Message):
     TTL_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     token: int
     holder: str
     principal: str
@@ -270,7 +303,8 @@ class Tenure(_message.Message):
     ttl: _duration_pb2.Duration
     end: Tenure.End
     ended_at: _timestamp_pb2.Timestamp
-    def __init__(self, token: _Optional[int] = ..., holder: _Optional[str] = ..., principal: _Optional[str] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end: _Optional[_Union[Tenure.End, str]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    value: bytes
+    def __init__(self, token: _Optional[int] = ..., holder: _Optional[str] = ..., principal: _Optional[str] = ..., granted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., end: _Optional[_Union[Tenure.End, str]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class WatchLeaseRequest(_message.Message):
     __slots__ = ("job",)
@@ -287,11 +321,13 @@ class LeaseEvent(_message.Message):
         KIND_ACQUIRED: _ClassVar[LeaseEvent.Kind]
         KIND_RELEASED: _ClassVar[LeaseEvent.Kind]
         KIND_EXPIRED: _ClassVar[LeaseEvent.Kind]
+        KIND_VALUE_CHANGED: _ClassVar[LeaseEvent.Kind]
     KIND_UNSPECIFIED: LeaseEvent.Kind
     KIND_CURRENT: LeaseEvent.Kind
     KIND_ACQUIRED: LeaseEvent.Kind
     KIND_RELEASED: LeaseEvent.Kind
     KIND_EXPIRED: LeaseEvent.Kind
+    KIND_VALUE_CHANGED: LeaseEvent.Kind
     LEASE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     lease: Lease

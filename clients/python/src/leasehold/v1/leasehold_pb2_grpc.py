@@ -90,6 +90,11 @@ class LeasesStub:
                 request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.SerializeToString,
                 response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.FromString,
                 _registered_method=True)
+        self.ListWaiters = channel.unary_unary(
+                '/leasehold.v1.Leases/ListWaiters',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListWaitersRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListWaitersResponse.FromString,
+                _registered_method=True)
 
 
 class LeasesServicer:
@@ -220,7 +225,8 @@ class LeasesServicer:
     def WatchLease(self, request, context):
         """WatchLease sends the job's current lease first (kind CURRENT), then an
         event for every change of holder or token as it happens: ACQUIRED,
-        RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+        RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+        lease's value. Renewals that change no value send nothing. A watcher that falls behind
         is not buffered without bound: it receives the latest state, and changes
         it did not read in time are folded into that one event.
         """
@@ -264,6 +270,17 @@ class LeasesServicer:
         """The public keys that verify grants' proofs (`Lease.proof`), as a JWKS
         (RFC 7517) and as a list. The first signs new grants; every one listed
         verifies. Also served at GET /keys on the admin port. Needs no grant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWaiters(self, request, context):
+        """ListWaiters returns the Acquires waiting for the job, in line order
+        (the preferred candidates first, then the others, each class first
+        come, first served): the order in which a release would hand the
+        lease over. A job nobody waits for, or that does not exist, has an
+        empty line (not an error). With a policy, this is action `read`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -326,6 +343,11 @@ def add_LeasesServicer_to_server(servicer, server):
                     servicer.GetSigningKeys,
                     request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.FromString,
                     response_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.SerializeToString,
+            ),
+            'ListWaiters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWaiters,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ListWaitersRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ListWaitersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -626,6 +648,33 @@ class Leases:
             '/leasehold.v1.Leases/GetSigningKeys',
             leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysRequest.SerializeToString,
             leasehold_dot_v1_dot_leasehold__pb2.GetSigningKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWaiters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Leases/ListWaiters',
+            leasehold_dot_v1_dot_leasehold__pb2.ListWaitersRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ListWaitersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -295,6 +295,15 @@ export interface Lease {
    * without --signing-key). The format: docs/proofs.md.
    */
   proof: string;
+  /**
+   * The value the holder published with its grant (AcquireRequest.value)
+   * or its last renewal that set one (RenewRequest.value): where to reach
+   * the leader, say its address, for routing requests to it. At most 1024
+   * bytes. Empty when the job is free or the holder published nothing.
+   * Advisory: it says who the holder said it is, not that it still leads.
+   * The token, not the value, is what fences (CheckedWrite).
+   */
+  value: Buffer;
 }
 
 export interface GetSigningKeysRequest {
@@ -376,6 +385,14 @@ export interface AcquireRequest {
    * (a lease restored after a restart is not preferred).
    */
   preferred: boolean;
+  /**
+   * Optional. A value to publish with the grant (Lease.value): where to
+   * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+   * "value"). A repeated Acquire by the live holder replaces it (with
+   * nothing, when empty). Kept with the lease on both backends, across
+   * restarts, and in the history's tenure.
+   */
+  value: Buffer;
 }
 
 export interface AcquireResponse {
@@ -394,7 +411,15 @@ export interface RenewRequest {
   /** The token of the holder's grant. */
   token: bigint;
   /** Required. The new lifetime, counted from now. */
-  ttl: Duration | undefined;
+  ttl:
+    | Duration
+    | undefined;
+  /**
+   * Optional. Replace the lease's value (Lease.value) with this one, at
+   * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+   * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+   */
+  value?: Buffer | undefined;
 }
 
 export interface RenewResponse {
@@ -465,6 +490,36 @@ export interface TransferLeaseResponse {
 
 export interface GetLeaseRequest {
   job: string;
+}
+
+export interface ListWaitersRequest {
+  /** Required. The job. */
+  job: string;
+  /**
+   * At most this many waiters, first in line first; 0 means the default
+   * of 100. At most 1000.
+   */
+  limit: number;
+}
+
+export interface ListWaitersResponse {
+  /** The waiters, first in line first: at most `limit` of them. */
+  waiters: Waiter[];
+  /** How many wait in all (may be more than listed). */
+  waiting: number;
+}
+
+/** One Acquire waiting in a job's line. */
+export interface Waiter {
+  /** The waiting holder (AcquireRequest.holder). */
+  holder: string;
+  /**
+   * The principal (of the server's policy) it asked as; empty without a
+   * policy.
+   */
+  principal: string;
+  /** It asked as a preferred candidate (AcquireRequest.preferred). */
+  preferred: boolean;
 }
 
 export interface DeleteJobRequest {
@@ -562,7 +617,14 @@ export interface Tenure {
    * When it ended, on the server's wall clock: the release, or the
    * deadline that passed. Unset while not ended.
    */
-  endedAt: Date | undefined;
+  endedAt:
+    | Date
+    | undefined;
+  /**
+   * The value published with the grant (AcquireRequest.value); a later
+   * change by a renewal is not recorded here.
+   */
+  value: Buffer;
 }
 
 export enum Tenure_End {
@@ -696,6 +758,11 @@ export enum LeaseEvent_Kind {
   KIND_RELEASED = 3,
   /** KIND_EXPIRED - The lease ran out without being renewed. */
   KIND_EXPIRED = 4,
+  /**
+   * KIND_VALUE_CHANGED - The holder changed the lease's value (a Renew with `value`, or its
+   * repeated Acquire with another value): same holder, same token.
+   */
+  KIND_VALUE_CHANGED = 5,
   UNRECOGNIZED = -1,
 }
 
@@ -716,6 +783,9 @@ export function leaseEvent_KindFromJSON(object: any): LeaseEvent_Kind {
     case 4:
     case "KIND_EXPIRED":
       return LeaseEvent_Kind.KIND_EXPIRED;
+    case 5:
+    case "KIND_VALUE_CHANGED":
+      return LeaseEvent_Kind.KIND_VALUE_CHANGED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -735,6 +805,8 @@ export function leaseEvent_KindToJSON(object: LeaseEvent_Kind): string {
       return "KIND_RELEASED";
     case LeaseEvent_Kind.KIND_EXPIRED:
       return "KIND_EXPIRED";
+    case LeaseEvent_Kind.KIND_VALUE_CHANGED:
+      return "KIND_VALUE_CHANGED";
     case LeaseEvent_Kind.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -986,7 +1058,8 @@ export interface KeepAliveRenewal {
   token: bigint;
   /**
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    */
   ttl: Duration | undefined;
 }
@@ -1095,7 +1168,16 @@ export function keepAliveResult_OutcomeToJSON(object: KeepAliveResult_Outcome): 
 }
 
 function createBaseLease(): Lease {
-  return { job: "", holder: "", token: 0n, ttl: undefined, remaining: undefined, principal: "", proof: "" };
+  return {
+    job: "",
+    holder: "",
+    token: 0n,
+    ttl: undefined,
+    remaining: undefined,
+    principal: "",
+    proof: "",
+    value: Buffer.alloc(0),
+  };
 }
 
 export const Lease: MessageFns<Lease> = {
@@ -1123,6 +1205,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.proof !== "") {
       writer.uint32(58).string(message.proof);
+    }
+    if (message.value.length !== 0) {
+      writer.uint32(66).bytes(message.value);
     }
     return writer;
   },
@@ -1196,6 +1281,14 @@ export const Lease: MessageFns<Lease> = {
             message.proof = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.value = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1217,6 +1310,7 @@ export const Lease: MessageFns<Lease> = {
       remaining: isSet(object.remaining) ? Duration.fromJSON(object.remaining) : undefined,
       principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
       proof: isSet(object.proof) ? globalThis.String(object.proof) : "",
+      value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
     };
   },
 
@@ -1242,6 +1336,9 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.proof !== "") {
       obj.proof = message.proof;
+    }
+    if (message.value.length !== 0) {
+      obj.value = base64FromBytes(message.value);
     }
     return obj;
   },
@@ -1461,7 +1558,15 @@ export const SigningKey: MessageFns<SigningKey> = {
 };
 
 function createBaseAcquireRequest(): AcquireRequest {
-  return { job: "", holder: "", ttl: undefined, wait: undefined, bindToStream: false, preferred: false };
+  return {
+    job: "",
+    holder: "",
+    ttl: undefined,
+    wait: undefined,
+    bindToStream: false,
+    preferred: false,
+    value: Buffer.alloc(0),
+  };
 }
 
 export const AcquireRequest: MessageFns<AcquireRequest> = {
@@ -1483,6 +1588,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.preferred !== false) {
       writer.uint32(48).bool(message.preferred);
+    }
+    if (message.value.length !== 0) {
+      writer.uint32(58).bytes(message.value);
     }
     return writer;
   },
@@ -1548,6 +1656,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.preferred = reader.bool();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.value = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1572,6 +1688,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         ? globalThis.Boolean(object.bind_to_stream)
         : false,
       preferred: isSet(object.preferred) ? globalThis.Boolean(object.preferred) : false,
+      value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
     };
   },
 
@@ -1594,6 +1711,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.preferred !== false) {
       obj.preferred = message.preferred;
+    }
+    if (message.value.length !== 0) {
+      obj.value = base64FromBytes(message.value);
     }
     return obj;
   },
@@ -1675,7 +1795,7 @@ export const AcquireResponse: MessageFns<AcquireResponse> = {
 };
 
 function createBaseRenewRequest(): RenewRequest {
-  return { job: "", holder: "", token: 0n, ttl: undefined };
+  return { job: "", holder: "", token: 0n, ttl: undefined, value: undefined };
 }
 
 export const RenewRequest: MessageFns<RenewRequest> = {
@@ -1694,6 +1814,9 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     }
     if (message.ttl !== undefined) {
       Duration.encode(message.ttl, writer.uint32(34).fork()).join();
+    }
+    if (message.value !== undefined) {
+      writer.uint32(42).bytes(message.value);
     }
     return writer;
   },
@@ -1743,6 +1866,14 @@ export const RenewRequest: MessageFns<RenewRequest> = {
             message.ttl = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.value = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1761,6 +1892,7 @@ export const RenewRequest: MessageFns<RenewRequest> = {
       holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
       token: isSet(object.token) ? BigInt(object.token) : 0n,
       ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : undefined,
     };
   },
 
@@ -1777,6 +1909,9 @@ export const RenewRequest: MessageFns<RenewRequest> = {
     }
     if (message.ttl !== undefined) {
       obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.value !== undefined) {
+      obj.value = base64FromBytes(message.value);
     }
     return obj;
   },
@@ -2269,6 +2404,246 @@ export const GetLeaseRequest: MessageFns<GetLeaseRequest> = {
     const obj: any = {};
     if (message.job !== "") {
       obj.job = message.job;
+    }
+    return obj;
+  },
+};
+
+function createBaseListWaitersRequest(): ListWaitersRequest {
+  return { job: "", limit: 0 };
+}
+
+export const ListWaitersRequest: MessageFns<ListWaitersRequest> = {
+  encode(message: ListWaitersRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.job !== "") {
+      writer.uint32(10).string(message.job);
+    }
+    if (message.limit !== 0) {
+      writer.uint32(16).uint32(message.limit);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWaitersRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWaitersRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.limit = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListWaitersRequest {
+    return {
+      job: isSet(object.job) ? globalThis.String(object.job) : "",
+      limit: isSet(object.limit) ? globalThis.Number(object.limit) : 0,
+    };
+  },
+
+  toJSON(message: ListWaitersRequest): unknown {
+    const obj: any = {};
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    if (message.limit !== 0) {
+      obj.limit = Math.round(message.limit);
+    }
+    return obj;
+  },
+};
+
+function createBaseListWaitersResponse(): ListWaitersResponse {
+  return { waiters: [], waiting: 0 };
+}
+
+export const ListWaitersResponse: MessageFns<ListWaitersResponse> = {
+  encode(message: ListWaitersResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.waiters) {
+      Waiter.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.waiting !== 0) {
+      writer.uint32(16).uint32(message.waiting);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ListWaitersResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseListWaitersResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.waiters.push(Waiter.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.waiting = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ListWaitersResponse {
+    return {
+      waiters: globalThis.Array.isArray(object?.waiters) ? object.waiters.map((e: any) => Waiter.fromJSON(e)) : [],
+      waiting: isSet(object.waiting) ? globalThis.Number(object.waiting) : 0,
+    };
+  },
+
+  toJSON(message: ListWaitersResponse): unknown {
+    const obj: any = {};
+    if (message.waiters?.length) {
+      obj.waiters = message.waiters.map((e) => Waiter.toJSON(e));
+    }
+    if (message.waiting !== 0) {
+      obj.waiting = Math.round(message.waiting);
+    }
+    return obj;
+  },
+};
+
+function createBaseWaiter(): Waiter {
+  return { holder: "", principal: "", preferred: false };
+}
+
+export const Waiter: MessageFns<Waiter> = {
+  encode(message: Waiter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.holder !== "") {
+      writer.uint32(10).string(message.holder);
+    }
+    if (message.principal !== "") {
+      writer.uint32(18).string(message.principal);
+    }
+    if (message.preferred !== false) {
+      writer.uint32(24).bool(message.preferred);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Waiter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWaiter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.holder = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.principal = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.preferred = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Waiter {
+    return {
+      holder: isSet(object.holder) ? globalThis.String(object.holder) : "",
+      principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
+      preferred: isSet(object.preferred) ? globalThis.Boolean(object.preferred) : false,
+    };
+  },
+
+  toJSON(message: Waiter): unknown {
+    const obj: any = {};
+    if (message.holder !== "") {
+      obj.holder = message.holder;
+    }
+    if (message.principal !== "") {
+      obj.principal = message.principal;
+    }
+    if (message.preferred !== false) {
+      obj.preferred = message.preferred;
     }
     return obj;
   },
@@ -2850,7 +3225,16 @@ export const ChaosEvent: MessageFns<ChaosEvent> = {
 };
 
 function createBaseTenure(): Tenure {
-  return { token: 0n, holder: "", principal: "", grantedAt: undefined, ttl: undefined, end: 0, endedAt: undefined };
+  return {
+    token: 0n,
+    holder: "",
+    principal: "",
+    grantedAt: undefined,
+    ttl: undefined,
+    end: 0,
+    endedAt: undefined,
+    value: Buffer.alloc(0),
+  };
 }
 
 export const Tenure: MessageFns<Tenure> = {
@@ -2878,6 +3262,9 @@ export const Tenure: MessageFns<Tenure> = {
     }
     if (message.endedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.endedAt), writer.uint32(58).fork()).join();
+    }
+    if (message.value.length !== 0) {
+      writer.uint32(66).bytes(message.value);
     }
     return writer;
   },
@@ -2951,6 +3338,14 @@ export const Tenure: MessageFns<Tenure> = {
             message.endedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.value = Buffer.from(reader.bytes());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2980,6 +3375,7 @@ export const Tenure: MessageFns<Tenure> = {
         : isSet(object.ended_at)
         ? fromJsonTimestamp(object.ended_at)
         : undefined,
+      value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
     };
   },
 
@@ -3005,6 +3401,9 @@ export const Tenure: MessageFns<Tenure> = {
     }
     if (message.endedAt !== undefined) {
       obj.endedAt = message.endedAt.toISOString();
+    }
+    if (message.value.length !== 0) {
+      obj.value = base64FromBytes(message.value);
     }
     return obj;
   },
@@ -4713,7 +5112,8 @@ export const LeasesService = {
   /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
    * event for every change of holder or token as it happens: ACQUIRED,
-   * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+   * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+   * lease's value. Renewals that change no value send nothing. A watcher that falls behind
    * is not buffered without bound: it receives the latest state, and changes
    * it did not read in time are folded into that one event.
    */
@@ -4778,6 +5178,22 @@ export const LeasesService = {
     responseSerialize: (value: GetSigningKeysResponse): Buffer =>
       Buffer.from(GetSigningKeysResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetSigningKeysResponse => GetSigningKeysResponse.decode(value),
+  },
+  /**
+   * ListWaiters returns the Acquires waiting for the job, in line order
+   * (the preferred candidates first, then the others, each class first
+   * come, first served): the order in which a release would hand the
+   * lease over. A job nobody waits for, or that does not exist, has an
+   * empty line (not an error). With a policy, this is action `read`.
+   */
+  listWaiters: {
+    path: "/leasehold.v1.Leases/ListWaiters" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ListWaitersRequest): Buffer => Buffer.from(ListWaitersRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListWaitersRequest => ListWaitersRequest.decode(value),
+    responseSerialize: (value: ListWaitersResponse): Buffer => Buffer.from(ListWaitersResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ListWaitersResponse => ListWaitersResponse.decode(value),
   },
 } as const;
 
@@ -4882,7 +5298,8 @@ export interface LeasesServer extends UntypedServiceImplementation {
   /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
    * event for every change of holder or token as it happens: ACQUIRED,
-   * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+   * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+   * lease's value. Renewals that change no value send nothing. A watcher that falls behind
    * is not buffered without bound: it receives the latest state, and changes
    * it did not read in time are folded into that one event.
    */
@@ -4922,6 +5339,14 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * verifies. Also served at GET /keys on the admin port. Needs no grant.
    */
   getSigningKeys: handleUnaryCall<GetSigningKeysRequest, GetSigningKeysResponse>;
+  /**
+   * ListWaiters returns the Acquires waiting for the job, in line order
+   * (the preferred candidates first, then the others, each class first
+   * come, first served): the order in which a release would hand the
+   * lease over. A job nobody waits for, or that does not exist, has an
+   * empty line (not an error). With a policy, this is action `read`.
+   */
+  listWaiters: handleUnaryCall<ListWaitersRequest, ListWaitersResponse>;
 }
 
 export interface LeasesClient extends Client {
@@ -5134,7 +5559,8 @@ export interface LeasesClient extends Client {
   /**
    * WatchLease sends the job's current lease first (kind CURRENT), then an
    * event for every change of holder or token as it happens: ACQUIRED,
-   * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+   * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+   * lease's value. Renewals that change no value send nothing. A watcher that falls behind
    * is not buffered without bound: it receives the latest state, and changes
    * it did not read in time are folded into that one event.
    */
@@ -5197,6 +5623,28 @@ export interface LeasesClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetSigningKeysResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ListWaiters returns the Acquires waiting for the job, in line order
+   * (the preferred candidates first, then the others, each class first
+   * come, first served): the order in which a release would hand the
+   * lease over. A job nobody waits for, or that does not exist, has an
+   * empty line (not an error). With a policy, this is action `read`.
+   */
+  listWaiters(
+    request: ListWaitersRequest,
+    callback: (error: ServiceError | null, response: ListWaitersResponse) => void,
+  ): ClientUnaryCall;
+  listWaiters(
+    request: ListWaitersRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ListWaitersResponse) => void,
+  ): ClientUnaryCall;
+  listWaiters(
+    request: ListWaitersRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ListWaitersResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -30,6 +30,7 @@ private static final long serialVersionUID = 0L;
   private AcquireRequest() {
     job_ = "";
     holder_ = "";
+    value_ = com.google.protobuf.ByteString.EMPTY;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -281,6 +282,25 @@ private static final long serialVersionUID = 0L;
     return preferred_;
   }
 
+  public static final int VALUE_FIELD_NUMBER = 7;
+  private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+  /**
+   * <pre>
+   * Optional. A value to publish with the grant (Lease.value): where to
+   * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+   * "value"). A repeated Acquire by the live holder replaces it (with
+   * nothing, when empty). Kept with the lease on both backends, across
+   * restarts, and in the history's tenure.
+   * </pre>
+   *
+   * <code>bytes value = 7;</code>
+   * @return The value.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString getValue() {
+    return value_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -313,6 +333,9 @@ private static final long serialVersionUID = 0L;
     if (preferred_ != false) {
       output.writeBool(6, preferred_);
     }
+    if (!value_.isEmpty()) {
+      output.writeBytes(7, value_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -338,6 +361,10 @@ private static final long serialVersionUID = 0L;
     if (preferred_ != false) {
       size += com.google.protobuf.CodedOutputStream
         .computeBoolSize(6, preferred_);
+    }
+    if (!value_.isEmpty()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBytesSize(7, value_);
     }
     return size;
   }
@@ -381,6 +408,8 @@ private static final long serialVersionUID = 0L;
         != other.getBindToStream()) return false;
     if (getPreferred()
         != other.getPreferred()) return false;
+    if (!getValue()
+        .equals(other.getValue())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -410,6 +439,8 @@ private static final long serialVersionUID = 0L;
     hash = (37 * hash) + PREFERRED_FIELD_NUMBER;
     hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
         getPreferred());
+    hash = (37 * hash) + VALUE_FIELD_NUMBER;
+    hash = (53 * hash) + getValue().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -562,6 +593,7 @@ private static final long serialVersionUID = 0L;
       }
       bindToStream_ = false;
       preferred_ = false;
+      value_ = com.google.protobuf.ByteString.EMPTY;
       return this;
     }
 
@@ -620,6 +652,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000020) != 0)) {
         result.preferred_ = preferred_;
       }
+      if (((from_bitField0_ & 0x00000040) != 0)) {
+        result.value_ = value_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -656,6 +691,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.getPreferred() != false) {
         setPreferred(other.getPreferred());
+      }
+      if (!other.getValue().isEmpty()) {
+        setValue(other.getValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -717,6 +755,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000020;
               break;
             } // case 48
+            case 58: {
+              value_ = input.readBytes();
+              bitField0_ |= 0x00000040;
+              break;
+            } // case 58
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1405,6 +1448,62 @@ private static final long serialVersionUID = 0L;
     public Builder clearPreferred() {
       bitField0_ = (bitField0_ & ~0x00000020);
       preferred_ = false;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+    /**
+     * <pre>
+     * Optional. A value to publish with the grant (Lease.value): where to
+     * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+     * "value"). A repeated Acquire by the live holder replaces it (with
+     * nothing, when empty). Kept with the lease on both backends, across
+     * restarts, and in the history's tenure.
+     * </pre>
+     *
+     * <code>bytes value = 7;</code>
+     * @return The value.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString getValue() {
+      return value_;
+    }
+    /**
+     * <pre>
+     * Optional. A value to publish with the grant (Lease.value): where to
+     * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+     * "value"). A repeated Acquire by the live holder replaces it (with
+     * nothing, when empty). Kept with the lease on both backends, across
+     * restarts, and in the history's tenure.
+     * </pre>
+     *
+     * <code>bytes value = 7;</code>
+     * @param value The value to set.
+     * @return This builder for chaining.
+     */
+    public Builder setValue(com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      value_ = value;
+      bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. A value to publish with the grant (Lease.value): where to
+     * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+     * "value"). A repeated Acquire by the live holder replaces it (with
+     * nothing, when empty). Kept with the lease on both backends, across
+     * restarts, and in the history's tenure.
+     * </pre>
+     *
+     * <code>bytes value = 7;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearValue() {
+      bitField0_ = (bitField0_ & ~0x00000040);
+      value_ = getDefaultInstance().getValue();
       onChanged();
       return this;
     }

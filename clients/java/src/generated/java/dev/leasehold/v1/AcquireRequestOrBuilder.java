@@ -153,4 +153,18 @@ public interface AcquireRequestOrBuilder extends
    * @return The preferred.
    */
   boolean getPreferred();
+
+  /**
+   * <pre>
+   * Optional. A value to publish with the grant (Lease.value): where to
+   * reach the leader. At most 1024 bytes (INVALID_ARGUMENT naming
+   * "value"). A repeated Acquire by the live holder replaces it (with
+   * nothing, when empty). Kept with the lease on both backends, across
+   * restarts, and in the history's tenure.
+   * </pre>
+   *
+   * <code>bytes value = 7;</code>
+   * @return The value.
+   */
+  com.google.protobuf.ByteString getValue();
 }

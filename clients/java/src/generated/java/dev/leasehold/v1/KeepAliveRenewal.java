@@ -169,7 +169,8 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -182,7 +183,8 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -195,7 +197,8 @@ private static final long serialVersionUID = 0L;
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -834,7 +837,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -846,7 +850,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -862,7 +867,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -883,7 +889,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -902,7 +909,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -928,7 +936,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -946,7 +955,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -959,7 +969,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -975,7 +986,8 @@ private static final long serialVersionUID = 0L;
     /**
      * <pre>
      * Required. The new lifetime, counted from when the server handles this
-     * message, within the server's configured TTL range.
+     * message, within the server's configured TTL range. A renewal here
+     * keeps the lease's value (Lease.value): change it with Renew.
      * </pre>
      *
      * <code>.google.protobuf.Duration ttl = 4;</code>

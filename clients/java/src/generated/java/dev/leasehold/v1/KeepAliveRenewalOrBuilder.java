@@ -63,7 +63,8 @@ public interface KeepAliveRenewalOrBuilder extends
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -73,7 +74,8 @@ public interface KeepAliveRenewalOrBuilder extends
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>
@@ -83,7 +85,8 @@ public interface KeepAliveRenewalOrBuilder extends
   /**
    * <pre>
    * Required. The new lifetime, counted from when the server handles this
-   * message, within the server's configured TTL range.
+   * message, within the server's configured TTL range. A renewal here
+   * keeps the lease's value (Lease.value): change it with Renew.
    * </pre>
    *
    * <code>.google.protobuf.Duration ttl = 4;</code>

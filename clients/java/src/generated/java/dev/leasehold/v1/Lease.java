@@ -32,6 +32,7 @@ private static final long serialVersionUID = 0L;
     holder_ = "";
     principal_ = "";
     proof_ = "";
+    value_ = com.google.protobuf.ByteString.EMPTY;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -360,6 +361,26 @@ private static final long serialVersionUID = 0L;
     }
   }
 
+  public static final int VALUE_FIELD_NUMBER = 8;
+  private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+  /**
+   * <pre>
+   * The value the holder published with its grant (AcquireRequest.value)
+   * or its last renewal that set one (RenewRequest.value): where to reach
+   * the leader, say its address, for routing requests to it. At most 1024
+   * bytes. Empty when the job is free or the holder published nothing.
+   * Advisory: it says who the holder said it is, not that it still leads.
+   * The token, not the value, is what fences (CheckedWrite).
+   * </pre>
+   *
+   * <code>bytes value = 8;</code>
+   * @return The value.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString getValue() {
+    return value_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -395,6 +416,9 @@ private static final long serialVersionUID = 0L;
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
       com.google.protobuf.GeneratedMessage.writeString(output, 7, proof_);
     }
+    if (!value_.isEmpty()) {
+      output.writeBytes(8, value_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -422,6 +446,10 @@ private static final long serialVersionUID = 0L;
     }
     if (!com.google.protobuf.GeneratedMessage.isStringEmpty(proof_)) {
       size += com.google.protobuf.GeneratedMessage.computeStringSize(7, proof_);
+    }
+    if (!value_.isEmpty()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBytesSize(8, value_);
     }
     return size;
   }
@@ -467,6 +495,8 @@ private static final long serialVersionUID = 0L;
         .equals(other.getPrincipal())) return false;
     if (!getProof()
         .equals(other.getProof())) return false;
+    if (!getValue()
+        .equals(other.getValue())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -497,6 +527,8 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getPrincipal().hashCode();
     hash = (37 * hash) + PROOF_FIELD_NUMBER;
     hash = (53 * hash) + getProof().hashCode();
+    hash = (37 * hash) + VALUE_FIELD_NUMBER;
+    hash = (53 * hash) + getValue().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -650,6 +682,7 @@ private static final long serialVersionUID = 0L;
       }
       principal_ = "";
       proof_ = "";
+      value_ = com.google.protobuf.ByteString.EMPTY;
       return this;
     }
 
@@ -711,6 +744,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000040) != 0)) {
         result.proof_ = proof_;
       }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.value_ = value_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -754,6 +790,9 @@ private static final long serialVersionUID = 0L;
         proof_ = other.proof_;
         bitField0_ |= 0x00000040;
         onChanged();
+      }
+      if (!other.getValue().isEmpty()) {
+        setValue(other.getValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -820,6 +859,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 58
+            case 66: {
+              value_ = input.readBytes();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 66
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1631,6 +1675,65 @@ private static final long serialVersionUID = 0L;
       checkByteStringIsUtf8(value);
       proof_ = value;
       bitField0_ |= 0x00000040;
+      onChanged();
+      return this;
+    }
+
+    private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+    /**
+     * <pre>
+     * The value the holder published with its grant (AcquireRequest.value)
+     * or its last renewal that set one (RenewRequest.value): where to reach
+     * the leader, say its address, for routing requests to it. At most 1024
+     * bytes. Empty when the job is free or the holder published nothing.
+     * Advisory: it says who the holder said it is, not that it still leads.
+     * The token, not the value, is what fences (CheckedWrite).
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @return The value.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString getValue() {
+      return value_;
+    }
+    /**
+     * <pre>
+     * The value the holder published with its grant (AcquireRequest.value)
+     * or its last renewal that set one (RenewRequest.value): where to reach
+     * the leader, say its address, for routing requests to it. At most 1024
+     * bytes. Empty when the job is free or the holder published nothing.
+     * Advisory: it says who the holder said it is, not that it still leads.
+     * The token, not the value, is what fences (CheckedWrite).
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @param value The value to set.
+     * @return This builder for chaining.
+     */
+    public Builder setValue(com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      value_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The value the holder published with its grant (AcquireRequest.value)
+     * or its last renewal that set one (RenewRequest.value): where to reach
+     * the leader, say its address, for routing requests to it. At most 1024
+     * bytes. Empty when the job is free or the holder published nothing.
+     * Advisory: it says who the holder said it is, not that it still leads.
+     * The token, not the value, is what fences (CheckedWrite).
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearValue() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      value_ = getDefaultInstance().getValue();
       onChanged();
       return this;
     }

@@ -92,6 +92,15 @@ private static final long serialVersionUID = 0L;
      * <code>KIND_EXPIRED = 4;</code>
      */
     KIND_EXPIRED(4),
+    /**
+     * <pre>
+     * The holder changed the lease's value (a Renew with `value`, or its
+     * repeated Acquire with another value): same holder, same token.
+     * </pre>
+     *
+     * <code>KIND_VALUE_CHANGED = 5;</code>
+     */
+    KIND_VALUE_CHANGED(5),
     UNRECOGNIZED(-1),
     ;
 
@@ -142,6 +151,15 @@ private static final long serialVersionUID = 0L;
      * <code>KIND_EXPIRED = 4;</code>
      */
     public static final int KIND_EXPIRED_VALUE = 4;
+    /**
+     * <pre>
+     * The holder changed the lease's value (a Renew with `value`, or its
+     * repeated Acquire with another value): same holder, same token.
+     * </pre>
+     *
+     * <code>KIND_VALUE_CHANGED = 5;</code>
+     */
+    public static final int KIND_VALUE_CHANGED_VALUE = 5;
 
 
     public final int getNumber() {
@@ -173,6 +191,7 @@ private static final long serialVersionUID = 0L;
         case 2: return KIND_ACQUIRED;
         case 3: return KIND_RELEASED;
         case 4: return KIND_EXPIRED;
+        case 5: return KIND_VALUE_CHANGED;
         default: return null;
       }
     }

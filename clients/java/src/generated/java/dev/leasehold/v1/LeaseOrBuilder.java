@@ -181,4 +181,19 @@ public interface LeaseOrBuilder extends
    */
   com.google.protobuf.ByteString
       getProofBytes();
+
+  /**
+   * <pre>
+   * The value the holder published with its grant (AcquireRequest.value)
+   * or its last renewal that set one (RenewRequest.value): where to reach
+   * the leader, say its address, for routing requests to it. At most 1024
+   * bytes. Empty when the job is free or the holder published nothing.
+   * Advisory: it says who the holder said it is, not that it still leads.
+   * The token, not the value, is what fences (CheckedWrite).
+   * </pre>
+   *
+   * <code>bytes value = 8;</code>
+   * @return The value.
+   */
+  com.google.protobuf.ByteString getValue();
 }

@@ -92,6 +92,21 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_GetLeaseRequest_fieldAccessorTable;
   static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ListWaitersRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ListWaitersRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ListWaitersResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ListWaitersResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_Waiter_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_Waiter_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
     internal_static_leasehold_v1_DeleteJobRequest_descriptor;
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -222,149 +237,158 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     java.lang.String[] descriptorData = {
       "\n\034leasehold/v1/leasehold.proto\022\014leasehol" +
       "d.v1\032\036google/protobuf/duration.proto\032\037go" +
-      "ogle/protobuf/timestamp.proto\"\253\001\n\005Lease\022" +
+      "ogle/protobuf/timestamp.proto\"\272\001\n\005Lease\022" +
       "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
       "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
       "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
       ".Duration\022\021\n\tprincipal\030\006 \001(\t\022\r\n\005proof\030\007 " +
-      "\001(\t\"\027\n\025GetSigningKeysRequest\"N\n\026GetSigni" +
-      "ngKeysResponse\022\014\n\004jwks\030\001 \001(\t\022&\n\004keys\030\002 \003" +
-      "(\0132\030.leasehold.v1.SigningKey\">\n\nSigningK" +
-      "ey\022\013\n\003kid\030\001 \001(\t\022\022\n\npublic_key\030\002 \001(\014\022\017\n\007s" +
-      "igning\030\003 \001(\010\"\251\001\n\016AcquireRequest\022\013\n\003job\030\001" +
-      " \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003ttl\030\003 \001(\0132\031.goog" +
-      "le.protobuf.Duration\022\'\n\004wait\030\004 \001(\0132\031.goo" +
-      "gle.protobuf.Duration\022\026\n\016bind_to_stream\030" +
-      "\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010\"G\n\017AcquireRespo" +
-      "nse\022\020\n\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.l" +
-      "easehold.v1.Lease\"b\n\014RenewRequest\022\013\n\003job" +
-      "\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n" +
-      "\003ttl\030\004 \001(\0132\031.google.protobuf.Duration\"N\n" +
-      "\rRenewResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehol" +
-      "d.v1.Lease\022\031\n\021successor_waiting\030\002 \001(\010\"O\n" +
-      "\016ReleaseRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002" +
-      " \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tgive_back\030\004 \001(\010\"#" +
-      "\n\017ReleaseResponse\022\020\n\010released\030\001 \001(\010\"}\n\024T" +
-      "ransferLeaseRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006hold" +
-      "er\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022\021\n\tto_holder\030\004 \001" +
-      "(\t\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Durati" +
-      "on\";\n\025TransferLeaseResponse\022\"\n\005lease\030\001 \001" +
-      "(\0132\023.leasehold.v1.Lease\"\036\n\017GetLeaseReque" +
-      "st\022\013\n\003job\030\001 \001(\t\"\037\n\020DeleteJobRequest\022\013\n\003j" +
-      "ob\030\001 \001(\t\"$\n\021DeleteJobResponse\022\017\n\007deleted" +
-      "\030\001 \001(\010\"J\n\021ListLeasesRequest\022\016\n\006prefix\030\001 " +
-      "\001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001" +
-      "(\t\"R\n\022ListLeasesResponse\022#\n\006leases\030\001 \003(\013" +
-      "2\023.leasehold.v1.Lease\022\027\n\017next_page_token" +
-      "\030\002 \001(\t\"G\n\021GetHistoryRequest\022\013\n\003job\030\001 \001(\t" +
-      "\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npage_token\030\003 \001(\t\"" +
-      "}\n\022GetHistoryResponse\022%\n\007tenures\030\001 \003(\0132\024" +
-      ".leasehold.v1.Tenure\022\027\n\017next_page_token\030" +
-      "\002 \001(\t\022\'\n\005chaos\030\003 \003(\0132\030.leasehold.v1.Chao" +
-      "sEvent\"T\n\nChaosEvent\022&\n\002at\030\001 \001(\0132\032.googl" +
-      "e.protobuf.Timestamp\022\016\n\006action\030\002 \001(\t\022\016\n\006" +
-      "detail\030\003 \001(\t\"\260\003\n\006Tenure\022\r\n\005token\030\001 \001(\004\022\016" +
-      "\n\006holder\030\002 \001(\t\022\021\n\tprincipal\030\003 \001(\t\022.\n\ngra" +
-      "nted_at\030\004 \001(\0132\032.google.protobuf.Timestam" +
-      "p\022&\n\003ttl\030\005 \001(\0132\031.google.protobuf.Duratio" +
-      "n\022%\n\003end\030\006 \001(\0162\030.leasehold.v1.Tenure.End" +
-      "\022,\n\010ended_at\030\007 \001(\0132\032.google.protobuf.Tim" +
-      "estamp\"\306\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014E" +
-      "ND_RELEASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TA" +
-      "KEN_OVER\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTO" +
-      "RED\020\005\022\021\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNECTI" +
-      "ON_CLOSED\020\007\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_" +
-      "CHAOS\020\t\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(" +
-      "\t\"\305\001\n\nLeaseEvent\022\"\n\005lease\030\001 \001(\0132\023.leaseh" +
-      "old.v1.Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v" +
-      "1.LeaseEvent.Kind\"f\n\004Kind\022\024\n\020KIND_UNSPEC" +
-      "IFIED\020\000\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIR" +
-      "ED\020\002\022\021\n\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020" +
-      "\004\"l\n\023CheckedWriteRequest\022\013\n\003job\030\001 \001(\t\022\r\n" +
-      "\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r\n\005value\030\004 \001(\014" +
-      "\022\016\n\006delete\030\005 \001(\010\022\r\n\005proof\030\006 \001(\t\"\'\n\024Check" +
-      "edWriteResponse\022\017\n\007version\030\001 \001(\004\"S\n\022Writ" +
-      "eStreamRequest\022\n\n\002id\030\001 \001(\004\0221\n\006writes\030\002 \003" +
-      "(\0132!.leasehold.v1.CheckedWriteRequest\"M\n" +
-      "\023WriteStreamResponse\022\n\n\002id\030\001 \001(\004\022*\n\007resu" +
-      "lts\030\002 \003(\0132\031.leasehold.v1.WriteResult\"\254\002\n" +
-      "\013WriteResult\0222\n\007outcome\030\001 \001(\0162!.leasehol" +
-      "d.v1.WriteResult.Outcome\022\017\n\007version\030\002 \001(" +
-      "\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n\005field\030\004 \001(\t\022" +
-      "\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcome\022\027\n\023OUTCOME_" +
-      "UNSPECIFIED\020\000\022\023\n\017OUTCOME_WRITTEN\020\001\022\022\n\016OU" +
-      "TCOME_FENCED\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020" +
-      "\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004\022\032\n\026OUTCO" +
-      "ME_QUOTA_EXCEEDED\020\005\"\'\n\013ReadRequest\022\013\n\003jo" +
-      "b\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014ReadResponse\022\r\n\005" +
-      "found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022\r\n\005token\030\003 \001(" +
-      "\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListKeysRequest\022\013\n" +
-      "\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022\021\n\tpage_size\030" +
-      "\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D\n\007KeyInfo\022\013\n\003" +
-      "key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n\007version\030\003 \001(" +
-      "\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeysResponse\022#\n\004k" +
-      "eys\030\001 \003(\0132\025.leasehold.v1.KeyInfo\022\027\n\017next" +
-      "_page_token\030\002 \001(\014\"h\n\020KeepAliveRequest\022\n\n" +
-      "\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\0132\036.leasehold." +
-      "v1.KeepAliveRenewal\022\026\n\016bind_to_stream\030\003 " +
-      "\001(\010\"f\n\020KeepAliveRenewal\022\013\n\003job\030\001 \001(\t\022\016\n\006" +
-      "holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(\013" +
-      "2\031.google.protobuf.Duration\"O\n\021KeepAlive" +
-      "Response\022\n\n\002id\030\001 \001(\004\022.\n\007results\030\002 \003(\0132\035." +
-      "leasehold.v1.KeepAliveResult\"\300\002\n\017KeepAli" +
-      "veResult\022\013\n\003job\030\001 \001(\t\0226\n\007outcome\030\002 \001(\0162%" +
-      ".leasehold.v1.KeepAliveResult.Outcome\022\"\n" +
-      "\005lease\030\003 \001(\0132\023.leasehold.v1.Lease\022\r\n\005fie" +
-      "ld\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\022\031\n\021successor_w" +
-      "aiting\030\006 \001(\010\"\210\001\n\007Outcome\022\027\n\023OUTCOME_UNSP" +
-      "ECIFIED\020\000\022\023\n\017OUTCOME_RENEWED\020\001\022\026\n\022OUTCOM" +
-      "E_LEASE_LOST\020\002\022\031\n\025OUTCOME_UNKNOWN_TOKEN\020" +
-      "\003\022\034\n\030OUTCOME_INVALID_ARGUMENT\020\004*\335\003\n\013Erro" +
-      "rReason\022\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033\n" +
-      "\027ERROR_REASON_LEASE_LOST\020\001\022\027\n\023ERROR_REAS" +
-      "ON_FENCED\020\002\022!\n\035ERROR_REASON_INVALID_ARGU" +
-      "MENT\020\003\022\036\n\032ERROR_REASON_UNKNOWN_TOKEN\020\004\022\030" +
-      "\n\024ERROR_REASON_STORAGE\020\005\022\036\n\032ERROR_REASON" +
-      "_SHUTTING_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_FU" +
-      "LL\020\007\022!\n\035ERROR_REASON_TOKENS_EXHAUSTED\020\010\022" +
-      " \n\034ERROR_REASON_UNAUTHENTICATED\020\t\022\"\n\036ERR" +
-      "OR_REASON_PERMISSION_DENIED\020\n\022\033\n\027ERROR_R" +
-      "EASON_OVERLOADED\020\013\022\037\n\033ERROR_REASON_QUOTA" +
-      "_EXCEEDED\020\014\022\033\n\027ERROR_REASON_JOB_IN_USE\020\r" +
-      "\022\035\n\031ERROR_REASON_NO_SUCCESSOR\020\0162\336\006\n\006Leas" +
-      "es\022F\n\007Acquire\022\034.leasehold.v1.AcquireRequ" +
-      "est\032\035.leasehold.v1.AcquireResponse\022@\n\005Re" +
-      "new\022\032.leasehold.v1.RenewRequest\032\033.leaseh" +
-      "old.v1.RenewResponse\022F\n\007Release\022\034.leaseh" +
-      "old.v1.ReleaseRequest\032\035.leasehold.v1.Rel" +
-      "easeResponse\022X\n\rTransferLease\022\".leasehol" +
-      "d.v1.TransferLeaseRequest\032#.leasehold.v1" +
-      ".TransferLeaseResponse\022>\n\010GetLease\022\035.lea" +
-      "sehold.v1.GetLeaseRequest\032\023.leasehold.v1" +
-      ".Lease\022L\n\tDeleteJob\022\036.leasehold.v1.Delet" +
-      "eJobRequest\032\037.leasehold.v1.DeleteJobResp" +
-      "onse\022O\n\nListLeases\022\037.leasehold.v1.ListLe" +
-      "asesRequest\032 .leasehold.v1.ListLeasesRes" +
-      "ponse\022O\n\nGetHistory\022\037.leasehold.v1.GetHi" +
-      "storyRequest\032 .leasehold.v1.GetHistoryRe" +
-      "sponse\022I\n\nWatchLease\022\037.leasehold.v1.Watc" +
-      "hLeaseRequest\032\030.leasehold.v1.LeaseEvent0" +
-      "\001\022P\n\tKeepAlive\022\036.leasehold.v1.KeepAliveR" +
-      "equest\032\037.leasehold.v1.KeepAliveResponse(" +
-      "\0010\001\022[\n\016GetSigningKeys\022#.leasehold.v1.Get" +
-      "SigningKeysRequest\032$.leasehold.v1.GetSig" +
-      "ningKeysResponse2\306\002\n\013FencedStore\022U\n\014Chec" +
-      "kedWrite\022!.leasehold.v1.CheckedWriteRequ" +
-      "est\032\".leasehold.v1.CheckedWriteResponse\022" +
-      "V\n\013WriteStream\022 .leasehold.v1.WriteStrea" +
-      "mRequest\032!.leasehold.v1.WriteStreamRespo" +
-      "nse(\0010\001\022=\n\004Read\022\031.leasehold.v1.ReadReque" +
-      "st\032\032.leasehold.v1.ReadResponse\022I\n\010ListKe" +
-      "ys\022\035.leasehold.v1.ListKeysRequest\032\036.leas" +
-      "ehold.v1.ListKeysResponseBW\n\020dev.leaseho" +
-      "ld.v1P\001ZAgithub.com/leasehold/leasehold/" +
-      "clients/go/leaseholdv1;leaseholdv1b\006prot" +
-      "o3"
+      "\001(\t\022\r\n\005value\030\010 \001(\014\"\027\n\025GetSigningKeysRequ" +
+      "est\"N\n\026GetSigningKeysResponse\022\014\n\004jwks\030\001 " +
+      "\001(\t\022&\n\004keys\030\002 \003(\0132\030.leasehold.v1.Signing" +
+      "Key\">\n\nSigningKey\022\013\n\003kid\030\001 \001(\t\022\022\n\npublic" +
+      "_key\030\002 \001(\014\022\017\n\007signing\030\003 \001(\010\"\270\001\n\016AcquireR" +
+      "equest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003t" +
+      "tl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004w" +
+      "ait\030\004 \001(\0132\031.google.protobuf.Duration\022\026\n\016" +
+      "bind_to_stream\030\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010\022" +
+      "\r\n\005value\030\007 \001(\014\"G\n\017AcquireResponse\022\020\n\010acq" +
+      "uired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.leasehold.v" +
+      "1.Lease\"\200\001\n\014RenewRequest\022\013\n\003job\030\001 \001(\t\022\016\n" +
+      "\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(" +
+      "\0132\031.google.protobuf.Duration\022\022\n\005value\030\005 " +
+      "\001(\014H\000\210\001\001B\010\n\006_value\"N\n\rRenewResponse\022\"\n\005l" +
+      "ease\030\001 \001(\0132\023.leasehold.v1.Lease\022\031\n\021succe" +
+      "ssor_waiting\030\002 \001(\010\"O\n\016ReleaseRequest\022\013\n\003" +
+      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
+      "\022\021\n\tgive_back\030\004 \001(\010\"#\n\017ReleaseResponse\022\020" +
+      "\n\010released\030\001 \001(\010\"}\n\024TransferLeaseRequest" +
+      "\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003" +
+      " \001(\004\022\021\n\tto_holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.g" +
+      "oogle.protobuf.Duration\";\n\025TransferLease" +
+      "Response\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.L" +
+      "ease\"\036\n\017GetLeaseRequest\022\013\n\003job\030\001 \001(\t\"0\n\022" +
+      "ListWaitersRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005limit" +
+      "\030\002 \001(\r\"M\n\023ListWaitersResponse\022%\n\007waiters" +
+      "\030\001 \003(\0132\024.leasehold.v1.Waiter\022\017\n\007waiting\030" +
+      "\002 \001(\r\">\n\006Waiter\022\016\n\006holder\030\001 \001(\t\022\021\n\tprinc" +
+      "ipal\030\002 \001(\t\022\021\n\tpreferred\030\003 \001(\010\"\037\n\020DeleteJ" +
+      "obRequest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobRespo" +
+      "nse\022\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesReques" +
+      "t\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\n" +
+      "page_token\030\003 \001(\t\"R\n\022ListLeasesResponse\022#" +
+      "\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n\017n" +
+      "ext_page_token\030\002 \001(\t\"G\n\021GetHistoryReques" +
+      "t\022\013\n\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npag" +
+      "e_token\030\003 \001(\t\"}\n\022GetHistoryResponse\022%\n\007t" +
+      "enures\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017ne" +
+      "xt_page_token\030\002 \001(\t\022\'\n\005chaos\030\003 \003(\0132\030.lea" +
+      "sehold.v1.ChaosEvent\"T\n\nChaosEvent\022&\n\002at" +
+      "\030\001 \001(\0132\032.google.protobuf.Timestamp\022\016\n\006ac" +
+      "tion\030\002 \001(\t\022\016\n\006detail\030\003 \001(\t\"\277\003\n\006Tenure\022\r\n" +
+      "\005token\030\001 \001(\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipa" +
+      "l\030\003 \001(\t\022.\n\ngranted_at\030\004 \001(\0132\032.google.pro" +
+      "tobuf.Timestamp\022&\n\003ttl\030\005 \001(\0132\031.google.pr" +
+      "otobuf.Duration\022%\n\003end\030\006 \001(\0162\030.leasehold" +
+      ".v1.Tenure.End\022,\n\010ended_at\030\007 \001(\0132\032.googl" +
+      "e.protobuf.Timestamp\022\r\n\005value\030\010 \001(\014\"\306\001\n\003" +
+      "End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEASED" +
+      "\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER\020\003\022" +
+      "\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021\n\rEN" +
+      "D_RECOVERED\020\006\022\031\n\025END_CONNECTION_CLOSED\020\007" +
+      "\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_CHAOS\020\t\" \n\021" +
+      "WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\335\001\n\nLease" +
+      "Event\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Leas" +
+      "e\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.LeaseEven" +
+      "t.Kind\"~\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014" +
+      "KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIN" +
+      "D_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\022\026\n\022KIND_V" +
+      "ALUE_CHANGED\020\005\"l\n\023CheckedWriteRequest\022\013\n" +
+      "\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r" +
+      "\n\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\022\r\n\005proof\030\006" +
+      " \001(\t\"\'\n\024CheckedWriteResponse\022\017\n\007version\030" +
+      "\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001 \001(\004\022" +
+      "1\n\006writes\030\002 \003(\0132!.leasehold.v1.CheckedWr" +
+      "iteRequest\"M\n\023WriteStreamResponse\022\n\n\002id\030" +
+      "\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold.v1.Wr" +
+      "iteResult\"\254\002\n\013WriteResult\0222\n\007outcome\030\001 \001" +
+      "(\0162!.leasehold.v1.WriteResult.Outcome\022\017\n" +
+      "\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n" +
+      "\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcom" +
+      "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_WR" +
+      "ITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTCOME_U" +
+      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
+      "NT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n\013Read" +
+      "Request\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014Rea" +
+      "dResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022" +
+      "\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListK" +
+      "eysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022" +
+      "\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D" +
+      "\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n" +
+      "\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeys" +
+      "Response\022#\n\004keys\030\001 \003(\0132\025.leasehold.v1.Ke" +
+      "yInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020KeepAl" +
+      "iveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\013" +
+      "2\036.leasehold.v1.KeepAliveRenewal\022\026\n\016bind" +
+      "_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewal\022\013\n\003" +
+      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
+      "\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Duration" +
+      "\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007res" +
+      "ults\030\002 \003(\0132\035.leasehold.v1.KeepAliveResul" +
+      "t\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007ou" +
+      "tcome\030\002 \001(\0162%.leasehold.v1.KeepAliveResu" +
+      "lt.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1" +
+      ".Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\022\031" +
+      "\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outcome\022\027\n" +
+      "\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_RENEWE" +
+      "D\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUTCOME_U" +
+      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
+      "NT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
+      "PECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_LOST\020\001\022" +
+      "\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_REASON" +
+      "_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASON_UNKN" +
+      "OWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAGE\020\005\022\036\n" +
+      "\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026ERROR_R" +
+      "EASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_TOKENS" +
+      "_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUTHENTIC" +
+      "ATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_DENIED" +
+      "\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n\033ERROR" +
+      "_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_REASON" +
+      "_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_SUCCESS" +
+      "OR\020\0162\262\007\n\006Leases\022F\n\007Acquire\022\034.leasehold.v" +
+      "1.AcquireRequest\032\035.leasehold.v1.AcquireR" +
+      "esponse\022@\n\005Renew\022\032.leasehold.v1.RenewReq" +
+      "uest\032\033.leasehold.v1.RenewResponse\022F\n\007Rel" +
+      "ease\022\034.leasehold.v1.ReleaseRequest\032\035.lea" +
+      "sehold.v1.ReleaseResponse\022X\n\rTransferLea" +
+      "se\022\".leasehold.v1.TransferLeaseRequest\032#" +
+      ".leasehold.v1.TransferLeaseResponse\022>\n\010G" +
+      "etLease\022\035.leasehold.v1.GetLeaseRequest\032\023" +
+      ".leasehold.v1.Lease\022L\n\tDeleteJob\022\036.lease" +
+      "hold.v1.DeleteJobRequest\032\037.leasehold.v1." +
+      "DeleteJobResponse\022O\n\nListLeases\022\037.leaseh" +
+      "old.v1.ListLeasesRequest\032 .leasehold.v1." +
+      "ListLeasesResponse\022O\n\nGetHistory\022\037.lease" +
+      "hold.v1.GetHistoryRequest\032 .leasehold.v1" +
+      ".GetHistoryResponse\022I\n\nWatchLease\022\037.leas" +
+      "ehold.v1.WatchLeaseRequest\032\030.leasehold.v" +
+      "1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leasehold." +
+      "v1.KeepAliveRequest\032\037.leasehold.v1.KeepA" +
+      "liveResponse(\0010\001\022[\n\016GetSigningKeys\022#.lea" +
+      "sehold.v1.GetSigningKeysRequest\032$.leaseh" +
+      "old.v1.GetSigningKeysResponse\022R\n\013ListWai" +
+      "ters\022 .leasehold.v1.ListWaitersRequest\032!" +
+      ".leasehold.v1.ListWaitersResponse2\306\002\n\013Fe" +
+      "ncedStore\022U\n\014CheckedWrite\022!.leasehold.v1" +
+      ".CheckedWriteRequest\032\".leasehold.v1.Chec" +
+      "kedWriteResponse\022V\n\013WriteStream\022 .leaseh" +
+      "old.v1.WriteStreamRequest\032!.leasehold.v1" +
+      ".WriteStreamResponse(\0010\001\022=\n\004Read\022\031.lease" +
+      "hold.v1.ReadRequest\032\032.leasehold.v1.ReadR" +
+      "esponse\022I\n\010ListKeys\022\035.leasehold.v1.ListK" +
+      "eysRequest\032\036.leasehold.v1.ListKeysRespon" +
+      "seBW\n\020dev.leasehold.v1P\001ZAgithub.com/lea" +
+      "sehold/leasehold/clients/go/leaseholdv1;" +
+      "leaseholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -377,7 +401,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_Lease_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Lease_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", "Proof", });
+        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", "Proof", "Value", });
     internal_static_leasehold_v1_GetSigningKeysRequest_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_leasehold_v1_GetSigningKeysRequest_fieldAccessorTable = new
@@ -401,7 +425,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireRequest_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", });
+        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", "Value", });
     internal_static_leasehold_v1_AcquireResponse_descriptor =
       getDescriptor().getMessageType(5);
     internal_static_leasehold_v1_AcquireResponse_fieldAccessorTable = new
@@ -413,7 +437,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_RenewRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_RenewRequest_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
+        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Value", });
     internal_static_leasehold_v1_RenewResponse_descriptor =
       getDescriptor().getMessageType(7);
     internal_static_leasehold_v1_RenewResponse_fieldAccessorTable = new
@@ -450,146 +474,164 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
-    internal_static_leasehold_v1_DeleteJobRequest_descriptor =
+    internal_static_leasehold_v1_ListWaitersRequest_descriptor =
       getDescriptor().getMessageType(13);
+    internal_static_leasehold_v1_ListWaitersRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ListWaitersRequest_descriptor,
+        new java.lang.String[] { "Job", "Limit", });
+    internal_static_leasehold_v1_ListWaitersResponse_descriptor =
+      getDescriptor().getMessageType(14);
+    internal_static_leasehold_v1_ListWaitersResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ListWaitersResponse_descriptor,
+        new java.lang.String[] { "Waiters", "Waiting", });
+    internal_static_leasehold_v1_Waiter_descriptor =
+      getDescriptor().getMessageType(15);
+    internal_static_leasehold_v1_Waiter_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_Waiter_descriptor,
+        new java.lang.String[] { "Holder", "Principal", "Preferred", });
+    internal_static_leasehold_v1_DeleteJobRequest_descriptor =
+      getDescriptor().getMessageType(16);
     internal_static_leasehold_v1_DeleteJobRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_DeleteJobResponse_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(17);
     internal_static_leasehold_v1_DeleteJobResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_DeleteJobResponse_descriptor,
         new java.lang.String[] { "Deleted", });
     internal_static_leasehold_v1_ListLeasesRequest_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(18);
     internal_static_leasehold_v1_ListLeasesRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesRequest_descriptor,
         new java.lang.String[] { "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_ListLeasesResponse_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(19);
     internal_static_leasehold_v1_ListLeasesResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListLeasesResponse_descriptor,
         new java.lang.String[] { "Leases", "NextPageToken", });
     internal_static_leasehold_v1_GetHistoryRequest_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(20);
     internal_static_leasehold_v1_GetHistoryRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryRequest_descriptor,
         new java.lang.String[] { "Job", "PageSize", "PageToken", });
     internal_static_leasehold_v1_GetHistoryResponse_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(21);
     internal_static_leasehold_v1_GetHistoryResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_GetHistoryResponse_descriptor,
         new java.lang.String[] { "Tenures", "NextPageToken", "Chaos", });
     internal_static_leasehold_v1_ChaosEvent_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(22);
     internal_static_leasehold_v1_ChaosEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ChaosEvent_descriptor,
         new java.lang.String[] { "At", "Action", "Detail", });
     internal_static_leasehold_v1_Tenure_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(23);
     internal_static_leasehold_v1_Tenure_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Tenure_descriptor,
-        new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", });
+        new java.lang.String[] { "Token", "Holder", "Principal", "GrantedAt", "Ttl", "End", "EndedAt", "Value", });
     internal_static_leasehold_v1_WatchLeaseRequest_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(24);
     internal_static_leasehold_v1_WatchLeaseRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WatchLeaseRequest_descriptor,
         new java.lang.String[] { "Job", });
     internal_static_leasehold_v1_LeaseEvent_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(25);
     internal_static_leasehold_v1_LeaseEvent_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_LeaseEvent_descriptor,
         new java.lang.String[] { "Lease", "Kind", });
     internal_static_leasehold_v1_CheckedWriteRequest_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(26);
     internal_static_leasehold_v1_CheckedWriteRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteRequest_descriptor,
         new java.lang.String[] { "Job", "Token", "Key", "Value", "Delete", "Proof", });
     internal_static_leasehold_v1_CheckedWriteResponse_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(27);
     internal_static_leasehold_v1_CheckedWriteResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_CheckedWriteResponse_descriptor,
         new java.lang.String[] { "Version", });
     internal_static_leasehold_v1_WriteStreamRequest_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(28);
     internal_static_leasehold_v1_WriteStreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamRequest_descriptor,
         new java.lang.String[] { "Id", "Writes", });
     internal_static_leasehold_v1_WriteStreamResponse_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(29);
     internal_static_leasehold_v1_WriteStreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteStreamResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_WriteResult_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(30);
     internal_static_leasehold_v1_WriteResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_WriteResult_descriptor,
         new java.lang.String[] { "Outcome", "Version", "CurrentToken", "Field", "Message", });
     internal_static_leasehold_v1_ReadRequest_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(31);
     internal_static_leasehold_v1_ReadRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadRequest_descriptor,
         new java.lang.String[] { "Job", "Key", });
     internal_static_leasehold_v1_ReadResponse_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(32);
     internal_static_leasehold_v1_ReadResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ReadResponse_descriptor,
         new java.lang.String[] { "Found", "Value", "Token", "Version", });
     internal_static_leasehold_v1_ListKeysRequest_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(33);
     internal_static_leasehold_v1_ListKeysRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysRequest_descriptor,
         new java.lang.String[] { "Job", "Prefix", "PageSize", "PageToken", });
     internal_static_leasehold_v1_KeyInfo_descriptor =
-      getDescriptor().getMessageType(31);
+      getDescriptor().getMessageType(34);
     internal_static_leasehold_v1_KeyInfo_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeyInfo_descriptor,
         new java.lang.String[] { "Key", "Token", "Version", "Size", });
     internal_static_leasehold_v1_ListKeysResponse_descriptor =
-      getDescriptor().getMessageType(32);
+      getDescriptor().getMessageType(35);
     internal_static_leasehold_v1_ListKeysResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_ListKeysResponse_descriptor,
         new java.lang.String[] { "Keys", "NextPageToken", });
     internal_static_leasehold_v1_KeepAliveRequest_descriptor =
-      getDescriptor().getMessageType(33);
+      getDescriptor().getMessageType(36);
     internal_static_leasehold_v1_KeepAliveRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRequest_descriptor,
         new java.lang.String[] { "Id", "Renewals", "BindToStream", });
     internal_static_leasehold_v1_KeepAliveRenewal_descriptor =
-      getDescriptor().getMessageType(34);
+      getDescriptor().getMessageType(37);
     internal_static_leasehold_v1_KeepAliveRenewal_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveRenewal_descriptor,
         new java.lang.String[] { "Job", "Holder", "Token", "Ttl", });
     internal_static_leasehold_v1_KeepAliveResponse_descriptor =
-      getDescriptor().getMessageType(35);
+      getDescriptor().getMessageType(38);
     internal_static_leasehold_v1_KeepAliveResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResponse_descriptor,
         new java.lang.String[] { "Id", "Results", });
     internal_static_leasehold_v1_KeepAliveResult_descriptor =
-      getDescriptor().getMessageType(36);
+      getDescriptor().getMessageType(39);
     internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,

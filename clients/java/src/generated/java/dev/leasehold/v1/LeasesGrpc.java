@@ -356,6 +356,37 @@ public final class LeasesGrpc {
     return getGetSigningKeysMethod;
   }
 
+  private static volatile io.grpc.MethodDescriptor<dev.leasehold.v1.ListWaitersRequest,
+      dev.leasehold.v1.ListWaitersResponse> getListWaitersMethod;
+
+  @io.grpc.stub.annotations.RpcMethod(
+      fullMethodName = SERVICE_NAME + '/' + "ListWaiters",
+      requestType = dev.leasehold.v1.ListWaitersRequest.class,
+      responseType = dev.leasehold.v1.ListWaitersResponse.class,
+      methodType = io.grpc.MethodDescriptor.MethodType.UNARY)
+  public static io.grpc.MethodDescriptor<dev.leasehold.v1.ListWaitersRequest,
+      dev.leasehold.v1.ListWaitersResponse> getListWaitersMethod() {
+    io.grpc.MethodDescriptor<dev.leasehold.v1.ListWaitersRequest, dev.leasehold.v1.ListWaitersResponse> getListWaitersMethod;
+    if ((getListWaitersMethod = LeasesGrpc.getListWaitersMethod) == null) {
+      synchronized (LeasesGrpc.class) {
+        if ((getListWaitersMethod = LeasesGrpc.getListWaitersMethod) == null) {
+          LeasesGrpc.getListWaitersMethod = getListWaitersMethod =
+              io.grpc.MethodDescriptor.<dev.leasehold.v1.ListWaitersRequest, dev.leasehold.v1.ListWaitersResponse>newBuilder()
+              .setType(io.grpc.MethodDescriptor.MethodType.UNARY)
+              .setFullMethodName(generateFullMethodName(SERVICE_NAME, "ListWaiters"))
+              .setSampledToLocalTracing(true)
+              .setRequestMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.ListWaitersRequest.getDefaultInstance()))
+              .setResponseMarshaller(io.grpc.protobuf.ProtoUtils.marshaller(
+                  dev.leasehold.v1.ListWaitersResponse.getDefaultInstance()))
+              .setSchemaDescriptor(new LeasesMethodDescriptorSupplier("ListWaiters"))
+              .build();
+        }
+      }
+    }
+    return getListWaitersMethod;
+  }
+
   /**
    * Creates a new async stub that supports all call types for the service
    */
@@ -564,7 +595,8 @@ public final class LeasesGrpc {
      * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
-     * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+     * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+     * lease's value. Renewals that change no value send nothing. A watcher that falls behind
      * is not buffered without bound: it receives the latest state, and changes
      * it did not read in time are folded into that one event.
      * </pre>
@@ -617,6 +649,20 @@ public final class LeasesGrpc {
     default void getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request,
         io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse> responseObserver) {
       io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getGetSigningKeysMethod(), responseObserver);
+    }
+
+    /**
+     * <pre>
+     * ListWaiters returns the Acquires waiting for the job, in line order
+     * (the preferred candidates first, then the others, each class first
+     * come, first served): the order in which a release would hand the
+     * lease over. A job nobody waits for, or that does not exist, has an
+     * empty line (not an error). With a policy, this is action `read`.
+     * </pre>
+     */
+    default void listWaiters(dev.leasehold.v1.ListWaitersRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.ListWaitersResponse> responseObserver) {
+      io.grpc.stub.ServerCalls.asyncUnimplementedUnaryCall(getListWaitersMethod(), responseObserver);
     }
   }
 
@@ -803,7 +849,8 @@ public final class LeasesGrpc {
      * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
-     * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+     * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+     * lease's value. Renewals that change no value send nothing. A watcher that falls behind
      * is not buffered without bound: it receives the latest state, and changes
      * it did not read in time are folded into that one event.
      * </pre>
@@ -859,6 +906,21 @@ public final class LeasesGrpc {
         io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse> responseObserver) {
       io.grpc.stub.ClientCalls.asyncUnaryCall(
           getChannel().newCall(getGetSigningKeysMethod(), getCallOptions()), request, responseObserver);
+    }
+
+    /**
+     * <pre>
+     * ListWaiters returns the Acquires waiting for the job, in line order
+     * (the preferred candidates first, then the others, each class first
+     * come, first served): the order in which a release would hand the
+     * lease over. A job nobody waits for, or that does not exist, has an
+     * empty line (not an error). With a policy, this is action `read`.
+     * </pre>
+     */
+    public void listWaiters(dev.leasehold.v1.ListWaitersRequest request,
+        io.grpc.stub.StreamObserver<dev.leasehold.v1.ListWaitersResponse> responseObserver) {
+      io.grpc.stub.ClientCalls.asyncUnaryCall(
+          getChannel().newCall(getListWaitersMethod(), getCallOptions()), request, responseObserver);
     }
   }
 
@@ -1023,7 +1085,8 @@ public final class LeasesGrpc {
      * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
-     * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+     * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+     * lease's value. Renewals that change no value send nothing. A watcher that falls behind
      * is not buffered without bound: it receives the latest state, and changes
      * it did not read in time are folded into that one event.
      * </pre>
@@ -1080,6 +1143,20 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.GetSigningKeysResponse getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request) throws io.grpc.StatusException {
       return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
           getChannel(), getGetSigningKeysMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * ListWaiters returns the Acquires waiting for the job, in line order
+     * (the preferred candidates first, then the others, each class first
+     * come, first served): the order in which a release would hand the
+     * lease over. A job nobody waits for, or that does not exist, has an
+     * empty line (not an error). With a policy, this is action `read`.
+     * </pre>
+     */
+    public dev.leasehold.v1.ListWaitersResponse listWaiters(dev.leasehold.v1.ListWaitersRequest request) throws io.grpc.StatusException {
+      return io.grpc.stub.ClientCalls.blockingV2UnaryCall(
+          getChannel(), getListWaitersMethod(), getCallOptions(), request);
     }
   }
 
@@ -1244,7 +1321,8 @@ public final class LeasesGrpc {
      * <pre>
      * WatchLease sends the job's current lease first (kind CURRENT), then an
      * event for every change of holder or token as it happens: ACQUIRED,
-     * RELEASED or EXPIRED. Renewals send nothing. A watcher that falls behind
+     * RELEASED or EXPIRED, and VALUE_CHANGED when the holder changes the
+     * lease's value. Renewals that change no value send nothing. A watcher that falls behind
      * is not buffered without bound: it receives the latest state, and changes
      * it did not read in time are folded into that one event.
      * </pre>
@@ -1265,6 +1343,20 @@ public final class LeasesGrpc {
     public dev.leasehold.v1.GetSigningKeysResponse getSigningKeys(dev.leasehold.v1.GetSigningKeysRequest request) {
       return io.grpc.stub.ClientCalls.blockingUnaryCall(
           getChannel(), getGetSigningKeysMethod(), getCallOptions(), request);
+    }
+
+    /**
+     * <pre>
+     * ListWaiters returns the Acquires waiting for the job, in line order
+     * (the preferred candidates first, then the others, each class first
+     * come, first served): the order in which a release would hand the
+     * lease over. A job nobody waits for, or that does not exist, has an
+     * empty line (not an error). With a policy, this is action `read`.
+     * </pre>
+     */
+    public dev.leasehold.v1.ListWaitersResponse listWaiters(dev.leasehold.v1.ListWaitersRequest request) {
+      return io.grpc.stub.ClientCalls.blockingUnaryCall(
+          getChannel(), getListWaitersMethod(), getCallOptions(), request);
     }
   }
 
@@ -1445,6 +1537,21 @@ public final class LeasesGrpc {
       return io.grpc.stub.ClientCalls.futureUnaryCall(
           getChannel().newCall(getGetSigningKeysMethod(), getCallOptions()), request);
     }
+
+    /**
+     * <pre>
+     * ListWaiters returns the Acquires waiting for the job, in line order
+     * (the preferred candidates first, then the others, each class first
+     * come, first served): the order in which a release would hand the
+     * lease over. A job nobody waits for, or that does not exist, has an
+     * empty line (not an error). With a policy, this is action `read`.
+     * </pre>
+     */
+    public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.ListWaitersResponse> listWaiters(
+        dev.leasehold.v1.ListWaitersRequest request) {
+      return io.grpc.stub.ClientCalls.futureUnaryCall(
+          getChannel().newCall(getListWaitersMethod(), getCallOptions()), request);
+    }
   }
 
   private static final int METHODID_ACQUIRE = 0;
@@ -1457,7 +1564,8 @@ public final class LeasesGrpc {
   private static final int METHODID_GET_HISTORY = 7;
   private static final int METHODID_WATCH_LEASE = 8;
   private static final int METHODID_GET_SIGNING_KEYS = 9;
-  private static final int METHODID_KEEP_ALIVE = 10;
+  private static final int METHODID_LIST_WAITERS = 10;
+  private static final int METHODID_KEEP_ALIVE = 11;
 
   private static final class MethodHandlers<Req, Resp> implements
       io.grpc.stub.ServerCalls.UnaryMethod<Req, Resp>,
@@ -1515,6 +1623,10 @@ public final class LeasesGrpc {
         case METHODID_GET_SIGNING_KEYS:
           serviceImpl.getSigningKeys((dev.leasehold.v1.GetSigningKeysRequest) request,
               (io.grpc.stub.StreamObserver<dev.leasehold.v1.GetSigningKeysResponse>) responseObserver);
+          break;
+        case METHODID_LIST_WAITERS:
+          serviceImpl.listWaiters((dev.leasehold.v1.ListWaitersRequest) request,
+              (io.grpc.stub.StreamObserver<dev.leasehold.v1.ListWaitersResponse>) responseObserver);
           break;
         default:
           throw new AssertionError();
@@ -1614,6 +1726,13 @@ public final class LeasesGrpc {
               dev.leasehold.v1.GetSigningKeysRequest,
               dev.leasehold.v1.GetSigningKeysResponse>(
                 service, METHODID_GET_SIGNING_KEYS)))
+        .addMethod(
+          getListWaitersMethod(),
+          io.grpc.stub.ServerCalls.asyncUnaryCall(
+            new MethodHandlers<
+              dev.leasehold.v1.ListWaitersRequest,
+              dev.leasehold.v1.ListWaitersResponse>(
+                service, METHODID_LIST_WAITERS)))
         .build();
   }
 
@@ -1673,6 +1792,7 @@ public final class LeasesGrpc {
               .addMethod(getWatchLeaseMethod())
               .addMethod(getKeepAliveMethod())
               .addMethod(getGetSigningKeysMethod())
+              .addMethod(getListWaitersMethod())
               .build();
         }
       }

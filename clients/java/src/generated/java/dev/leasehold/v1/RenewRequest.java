@@ -30,6 +30,7 @@ private static final long serialVersionUID = 0L;
   private RenewRequest() {
     job_ = "";
     holder_ = "";
+    value_ = com.google.protobuf.ByteString.EMPTY;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -182,6 +183,37 @@ private static final long serialVersionUID = 0L;
     return ttl_ == null ? com.google.protobuf.Duration.getDefaultInstance() : ttl_;
   }
 
+  public static final int VALUE_FIELD_NUMBER = 5;
+  private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+  /**
+   * <pre>
+   * Optional. Replace the lease's value (Lease.value) with this one, at
+   * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+   * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+   * </pre>
+   *
+   * <code>optional bytes value = 5;</code>
+   * @return Whether the value field is set.
+   */
+  @java.lang.Override
+  public boolean hasValue() {
+    return ((bitField0_ & 0x00000002) != 0);
+  }
+  /**
+   * <pre>
+   * Optional. Replace the lease's value (Lease.value) with this one, at
+   * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+   * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+   * </pre>
+   *
+   * <code>optional bytes value = 5;</code>
+   * @return The value.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString getValue() {
+    return value_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -208,6 +240,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       output.writeMessage(4, getTtl());
     }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      output.writeBytes(5, value_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -225,6 +260,10 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000001) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(4, getTtl());
+    }
+    if (((bitField0_ & 0x00000002) != 0)) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBytesSize(5, value_);
     }
     return size;
   }
@@ -261,6 +300,11 @@ private static final long serialVersionUID = 0L;
       if (!getTtl()
           .equals(other.getTtl())) return false;
     }
+    if (hasValue() != other.hasValue()) return false;
+    if (hasValue()) {
+      if (!getValue()
+          .equals(other.getValue())) return false;
+    }
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -282,6 +326,10 @@ private static final long serialVersionUID = 0L;
     if (hasTtl()) {
       hash = (37 * hash) + TTL_FIELD_NUMBER;
       hash = (53 * hash) + getTtl().hashCode();
+    }
+    if (hasValue()) {
+      hash = (37 * hash) + VALUE_FIELD_NUMBER;
+      hash = (53 * hash) + getValue().hashCode();
     }
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
@@ -428,6 +476,7 @@ private static final long serialVersionUID = 0L;
         ttlBuilder_.dispose();
         ttlBuilder_ = null;
       }
+      value_ = com.google.protobuf.ByteString.EMPTY;
       return this;
     }
 
@@ -477,6 +526,10 @@ private static final long serialVersionUID = 0L;
             : ttlBuilder_.build();
         to_bitField0_ |= 0x00000001;
       }
+      if (((from_bitField0_ & 0x00000010) != 0)) {
+        result.value_ = value_;
+        to_bitField0_ |= 0x00000002;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -507,6 +560,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasTtl()) {
         mergeTtl(other.getTtl());
+      }
+      if (other.hasValue()) {
+        setValue(other.getValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -556,6 +612,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000008;
               break;
             } // case 34
+            case 42: {
+              value_ = input.readBytes();
+              bitField0_ |= 0x00000010;
+              break;
+            } // case 42
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -916,6 +977,70 @@ private static final long serialVersionUID = 0L;
         ttl_ = null;
       }
       return ttlBuilder_;
+    }
+
+    private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+    /**
+     * <pre>
+     * Optional. Replace the lease's value (Lease.value) with this one, at
+     * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+     * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+     * </pre>
+     *
+     * <code>optional bytes value = 5;</code>
+     * @return Whether the value field is set.
+     */
+    @java.lang.Override
+    public boolean hasValue() {
+      return ((bitField0_ & 0x00000010) != 0);
+    }
+    /**
+     * <pre>
+     * Optional. Replace the lease's value (Lease.value) with this one, at
+     * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+     * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+     * </pre>
+     *
+     * <code>optional bytes value = 5;</code>
+     * @return The value.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString getValue() {
+      return value_;
+    }
+    /**
+     * <pre>
+     * Optional. Replace the lease's value (Lease.value) with this one, at
+     * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+     * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+     * </pre>
+     *
+     * <code>optional bytes value = 5;</code>
+     * @param value The value to set.
+     * @return This builder for chaining.
+     */
+    public Builder setValue(com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      value_ = value;
+      bitField0_ |= 0x00000010;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. Replace the lease's value (Lease.value) with this one, at
+     * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+     * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+     * </pre>
+     *
+     * <code>optional bytes value = 5;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearValue() {
+      bitField0_ = (bitField0_ & ~0x00000010);
+      value_ = getDefaultInstance().getValue();
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.RenewRequest)

@@ -70,4 +70,27 @@ public interface RenewRequestOrBuilder extends
    * <code>.google.protobuf.Duration ttl = 4;</code>
    */
   com.google.protobuf.DurationOrBuilder getTtlOrBuilder();
+
+  /**
+   * <pre>
+   * Optional. Replace the lease's value (Lease.value) with this one, at
+   * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+   * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+   * </pre>
+   *
+   * <code>optional bytes value = 5;</code>
+   * @return Whether the value field is set.
+   */
+  boolean hasValue();
+  /**
+   * <pre>
+   * Optional. Replace the lease's value (Lease.value) with this one, at
+   * most 1024 bytes; empty clears it. Unset keeps it. A change is durable
+   * before the reply, and watchers see it (LeaseEvent.KIND_VALUE_CHANGED).
+   * </pre>
+   *
+   * <code>optional bytes value = 5;</code>
+   * @return The value.
+   */
+  com.google.protobuf.ByteString getValue();
 }

@@ -35,6 +35,7 @@ private static final long serialVersionUID = 0L;
     holder_ = "";
     principal_ = "";
     end_ = 0;
+    value_ = com.google.protobuf.ByteString.EMPTY;
   }
 
   public static final com.google.protobuf.Descriptors.Descriptor
@@ -569,6 +570,22 @@ private static final long serialVersionUID = 0L;
     return endedAt_ == null ? com.google.protobuf.Timestamp.getDefaultInstance() : endedAt_;
   }
 
+  public static final int VALUE_FIELD_NUMBER = 8;
+  private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+  /**
+   * <pre>
+   * The value published with the grant (AcquireRequest.value); a later
+   * change by a renewal is not recorded here.
+   * </pre>
+   *
+   * <code>bytes value = 8;</code>
+   * @return The value.
+   */
+  @java.lang.Override
+  public com.google.protobuf.ByteString getValue() {
+    return value_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -604,6 +621,9 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000004) != 0)) {
       output.writeMessage(7, getEndedAt());
     }
+    if (!value_.isEmpty()) {
+      output.writeBytes(8, value_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -633,6 +653,10 @@ private static final long serialVersionUID = 0L;
     if (((bitField0_ & 0x00000004) != 0)) {
       size += com.google.protobuf.CodedOutputStream
         .computeMessageSize(7, getEndedAt());
+    }
+    if (!value_.isEmpty()) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeBytesSize(8, value_);
     }
     return size;
   }
@@ -680,6 +704,8 @@ private static final long serialVersionUID = 0L;
       if (!getEndedAt()
           .equals(other.getEndedAt())) return false;
     }
+    if (!getValue()
+        .equals(other.getValue())) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -712,6 +738,8 @@ private static final long serialVersionUID = 0L;
       hash = (37 * hash) + ENDED_AT_FIELD_NUMBER;
       hash = (53 * hash) + getEndedAt().hashCode();
     }
+    hash = (37 * hash) + VALUE_FIELD_NUMBER;
+    hash = (53 * hash) + getValue().hashCode();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -874,6 +902,7 @@ private static final long serialVersionUID = 0L;
         endedAtBuilder_.dispose();
         endedAtBuilder_ = null;
       }
+      value_ = com.google.protobuf.ByteString.EMPTY;
       return this;
     }
 
@@ -938,6 +967,9 @@ private static final long serialVersionUID = 0L;
             : endedAtBuilder_.build();
         to_bitField0_ |= 0x00000004;
       }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.value_ = value_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -977,6 +1009,9 @@ private static final long serialVersionUID = 0L;
       }
       if (other.hasEndedAt()) {
         mergeEndedAt(other.getEndedAt());
+      }
+      if (!other.getValue().isEmpty()) {
+        setValue(other.getValue());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -1045,6 +1080,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 58
+            case 66: {
+              value_ = input.readBytes();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 66
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1788,6 +1828,53 @@ private static final long serialVersionUID = 0L;
         endedAt_ = null;
       }
       return endedAtBuilder_;
+    }
+
+    private com.google.protobuf.ByteString value_ = com.google.protobuf.ByteString.EMPTY;
+    /**
+     * <pre>
+     * The value published with the grant (AcquireRequest.value); a later
+     * change by a renewal is not recorded here.
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @return The value.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString getValue() {
+      return value_;
+    }
+    /**
+     * <pre>
+     * The value published with the grant (AcquireRequest.value); a later
+     * change by a renewal is not recorded here.
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @param value The value to set.
+     * @return This builder for chaining.
+     */
+    public Builder setValue(com.google.protobuf.ByteString value) {
+      if (value == null) { throw new NullPointerException(); }
+      value_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * The value published with the grant (AcquireRequest.value); a later
+     * change by a renewal is not recorded here.
+     * </pre>
+     *
+     * <code>bytes value = 8;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearValue() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      value_ = getDefaultInstance().getValue();
+      onChanged();
+      return this;
     }
 
     // @@protoc_insertion_point(builder_scope:leasehold.v1.Tenure)

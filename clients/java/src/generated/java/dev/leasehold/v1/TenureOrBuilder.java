@@ -142,4 +142,15 @@ public interface TenureOrBuilder extends
    * <code>.google.protobuf.Timestamp ended_at = 7;</code>
    */
   com.google.protobuf.TimestampOrBuilder getEndedAtOrBuilder();
+
+  /**
+   * <pre>
+   * The value published with the grant (AcquireRequest.value); a later
+   * change by a renewal is not recorded here.
+   * </pre>
+   *
+   * <code>bytes value = 8;</code>
+   * @return The value.
+   */
+  com.google.protobuf.ByteString getValue();
 }
