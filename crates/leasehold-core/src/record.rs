@@ -44,6 +44,8 @@ pub enum HistoryPut {
         at_unix_ms: u64,
         /// The TTL it was granted with.
         ttl: Duration,
+        /// The value it was granted with (`AcquireRequest.value`).
+        value: crate::lease::Published,
     },
     /// The tenure of `token` ended.
     End {
@@ -69,6 +71,8 @@ pub struct Tenure {
     pub ttl: Duration,
     /// How and when it ended (wall clock), if that is recorded.
     pub end: Option<(TenureEnd, u64)>,
+    /// The value it was granted with; empty for none.
+    pub value: Vec<u8>,
 }
 
 // ---- Record encoding, shared by both backends ----
@@ -79,6 +83,7 @@ pub struct Tenure {
 const LEASE_V1: u8 = 1;
 const LEASE_V2: u8 = 2;
 const LEASE_V3: u8 = 3;
+const LEASE_V4: u8 = 4;
 const VALUE_V1: u8 = 1;
 
 /// Encodes a lease record: `[1, token u64, ttl_ms u64, held u8, holder...]`,
@@ -86,14 +91,19 @@ const VALUE_V1: u8 = 1;
 /// owner_len u16, owner..., holder...]`; a held lease whose grant is
 /// dated ([`Issued`]) is `[3, token u64, ttl_ms u64, 1, issued_unix_ms
 /// u64, issued_ttl_ms u64, owner_len u16, owner..., holder...]`, its owner
-/// empty when it has none. A store without a policy keeps writing the
+/// empty when it has none; a held lease with a published value
+/// ([`LeaseRecord::value`]) is `[4, ...as 3..., owner..., value_len u16,
+/// value..., holder...]`. A store without a policy keeps writing the
 /// first form for released leases, which every release reads.
 pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
     let holder = r.holder.as_ref().map_or("", |h| h.as_str());
     let owner = r.owner.as_deref().unwrap_or_default();
-    let dated = r.holder.is_some() && r.issued != Issued::default();
-    let mut b = Vec::with_capacity(36 + owner.len() + holder.len());
-    b.push(if dated {
+    let value = r.value.as_deref().filter(|_| r.holder.is_some());
+    let dated = r.holder.is_some() && (r.issued != Issued::default() || value.is_some());
+    let mut b = Vec::with_capacity(38 + owner.len() + holder.len() + value.map_or(0, <[u8]>::len));
+    b.push(if value.is_some() {
+        LEASE_V4
+    } else if dated {
         LEASE_V3
     } else if r.owner.is_some() {
         LEASE_V2
@@ -113,6 +123,12 @@ pub fn encode_lease(r: &LeaseRecord) -> Vec<u8> {
         b.extend_from_slice(&len.to_le_bytes());
         b.extend_from_slice(owner.as_bytes());
     }
+    if let Some(v) = value {
+        // At most `MAX_LEASE_VALUE_BYTES` (`Limits::lease_value`).
+        let len = u16::try_from(v.len()).expect("a lease's value fits in u16");
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(v);
+    }
     b.extend_from_slice(holder.as_bytes());
     b
 }
@@ -124,25 +140,25 @@ pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
         let s = b.get(i..i + 8).ok_or_else(bad)?;
         Ok(u64::from_le_bytes(s.try_into().map_err(|_| bad())?))
     };
-    if b.len() < 18 || !matches!(b[0], LEASE_V1 | LEASE_V2 | LEASE_V3) {
+    if b.len() < 18 || !matches!(b[0], LEASE_V1 | LEASE_V2 | LEASE_V3 | LEASE_V4) {
         return Err(bad());
     }
     let token = Token(u64_at(1)?);
     let ttl = Duration::from_millis(u64_at(9)?);
     let held = b[17];
     let (issued, at) = match b[0] {
-        LEASE_V3 if held == 1 => (
+        LEASE_V3 | LEASE_V4 if held == 1 => (
             Issued {
                 at_unix_ms: u64_at(18)?,
                 ttl_ms: u64_at(26)?,
             },
             34,
         ),
-        LEASE_V3 => return Err(bad()),
+        LEASE_V3 | LEASE_V4 => return Err(bad()),
         _ => (Issued::default(), 18),
     };
     let (owner, rest) = match b[0] {
-        LEASE_V2 | LEASE_V3 => {
+        LEASE_V2 | LEASE_V3 | LEASE_V4 => {
             let len = b.get(at..at + 2).ok_or_else(bad)?;
             let len = u16::from_le_bytes([len[0], len[1]]) as usize;
             let name = b.get(at + 2..at + 2 + len).ok_or_else(bad)?;
@@ -155,6 +171,18 @@ pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
             (owner, &b[at + 2 + len..])
         }
         _ => (None, &b[18..]),
+    };
+    let (value, rest) = match b[0] {
+        LEASE_V4 => {
+            let len = rest.get(..2).ok_or_else(bad)?;
+            let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+            let v = rest.get(2..2 + len).ok_or_else(bad)?;
+            if v.is_empty() {
+                return Err(bad());
+            }
+            (Some(std::sync::Arc::from(v)), &rest[2 + len..])
+        }
+        _ => (None, rest),
     };
     let holder = match held {
         0 => None,
@@ -170,6 +198,7 @@ pub fn decode_lease(b: &[u8]) -> Result<LeaseRecord> {
         ttl,
         owner,
         issued,
+        value,
     })
 }
 
@@ -343,10 +372,13 @@ pub fn decode_value(b: &[u8]) -> Result<ValueRecord> {
 // `FF FF`. Each record is an ordinary value record (token, version 1, the
 // payload below as its value), so checks, backups and restores carry it
 // unchanged:
-//   grant: [1, granted_unix_ms u64, ttl_ms u64, holder...]
+//   grant: [1, granted_unix_ms u64, ttl_ms u64, holder...], or with a
+//          published value [2, granted_unix_ms u64, ttl_ms u64,
+//          value_len u16, value..., holder...]
 //   end:   [1, how u8 (1 released, 2 expired, 3 taken over, 4 deleted), at_unix_ms u64]
 
 const HISTORY_V1: u8 = 1;
+const HISTORY_V2: u8 = 2;
 
 /// The first two bytes of every history key.
 pub const HISTORY_MARK: [u8; 2] = [0xFF, 0xFF];
@@ -378,11 +410,18 @@ pub fn encode_history(job: &JobName, put: &HistoryPut) -> (Vec<u8>, ValueRecord)
             holder,
             at_unix_ms,
             ttl,
+            value,
         } => {
-            let mut b = Vec::with_capacity(17 + holder.as_str().len());
-            b.push(HISTORY_V1);
+            let v = value.as_deref().unwrap_or_default();
+            let mut b = Vec::with_capacity(19 + v.len() + holder.as_str().len());
+            b.push(if v.is_empty() { HISTORY_V1 } else { HISTORY_V2 });
             b.extend_from_slice(&at_unix_ms.to_le_bytes());
             b.extend_from_slice(&(ttl.as_millis() as u64).to_le_bytes());
+            if !v.is_empty() {
+                let len = u16::try_from(v.len()).expect("a lease's value fits in u16");
+                b.extend_from_slice(&len.to_le_bytes());
+                b.extend_from_slice(v);
+            }
             b.extend_from_slice(holder.as_str().as_bytes());
             (*token, 0, b)
         }
@@ -438,18 +477,28 @@ pub fn decode_history(records: &[(Vec<u8>, ValueRecord)]) -> Result<Vec<Tenure>>
         let v = r.value.as_deref().ok_or_else(bad)?;
         match rest[8] {
             0 => {
-                if v.len() < 17 || v[0] != HISTORY_V1 {
+                if v.len() < 17 || !matches!(v[0], HISTORY_V1 | HISTORY_V2) {
                     return Err(bad());
                 }
                 let at = u64::from_le_bytes(v[1..9].try_into().map_err(|_| bad())?);
                 let ttl = u64::from_le_bytes(v[9..17].try_into().map_err(|_| bad())?);
-                let holder = std::str::from_utf8(&v[17..]).map_err(|_| bad())?;
+                let (value, rest) = match v[0] {
+                    HISTORY_V2 => {
+                        let len = v.get(17..19).ok_or_else(bad)?;
+                        let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+                        let value = v.get(19..19 + len).ok_or_else(bad)?;
+                        (value.to_vec(), &v[19 + len..])
+                    }
+                    _ => (Vec::new(), &v[17..]),
+                };
+                let holder = std::str::from_utf8(rest).map_err(|_| bad())?;
                 out.push(Tenure {
                     token,
                     holder: holder.to_owned(),
                     granted_unix_ms: at,
                     ttl: Duration::from_millis(ttl),
                     end: None,
+                    value,
                 });
             }
             1 => {
@@ -589,15 +638,56 @@ mod tests {
     use crate::lease::Limits;
 
     #[test]
+    fn a_grants_value_is_kept_in_its_history() {
+        let l = Limits::default();
+        let job = l.job("j").unwrap();
+        let grant = |token: u64, value: &[u8]| {
+            let (k, r) = encode_history(
+                &job,
+                &HistoryPut::Grant {
+                    token: Token(token),
+                    holder: l.holder("w@1").unwrap(),
+                    at_unix_ms: 7,
+                    ttl: Duration::from_secs(2),
+                    value: l.lease_value(value).unwrap(),
+                },
+            );
+            (k[history_prefix(&job).len()..].to_vec(), r)
+        };
+        let tenures = decode_history(&[grant(1, b""), grant(2, b"10.0.0.7:8080")]).unwrap();
+        let values: Vec<&[u8]> = tenures.iter().map(|t| t.value.as_slice()).collect();
+        assert_eq!(values, [&b""[..], &b"10.0.0.7:8080"[..]]);
+        assert!(tenures.iter().all(|t| t.holder == "w@1"));
+    }
+
+    #[test]
     fn records_round_trip() {
         let l = Limits::default();
         for r in [
+            // A published value (v4), with and without an owner.
+            LeaseRecord {
+                issued: Issued::new(1_764_892_800_123, Duration::from_secs(3)),
+                holder: Some(l.holder("w@1").unwrap()),
+                token: Token(9),
+                ttl: Duration::from_secs(3),
+                owner: Some("team-a".into()),
+                value: l.lease_value(b"10.0.0.7:8080").unwrap(),
+            },
+            LeaseRecord {
+                issued: Issued::default(),
+                holder: Some(l.holder("w@2").unwrap()),
+                token: Token(10),
+                ttl: Duration::from_secs(3),
+                owner: None,
+                value: l.lease_value(&[0u8; 1024]).unwrap(),
+            },
             LeaseRecord {
                 issued: Default::default(),
                 holder: Some(l.holder("w@1").unwrap()),
                 token: Token(u64::MAX),
                 ttl: Duration::from_millis(1500),
                 owner: None,
+                value: None,
             },
             LeaseRecord {
                 issued: Default::default(),
@@ -605,6 +695,7 @@ mod tests {
                 token: Token(3),
                 ttl: Duration::ZERO,
                 owner: None,
+                value: None,
             },
             LeaseRecord {
                 issued: Default::default(),
@@ -612,6 +703,7 @@ mod tests {
                 token: Token(7),
                 ttl: Duration::from_millis(2500),
                 owner: Some("billing".into()),
+                value: None,
             },
             LeaseRecord {
                 issued: Default::default(),
@@ -619,6 +711,7 @@ mod tests {
                 token: Token(8),
                 ttl: Duration::ZERO,
                 owner: Some("ops team".into()),
+                value: None,
             },
             // Dated grants (v3), with and without an owner.
             LeaseRecord {
@@ -627,6 +720,7 @@ mod tests {
                 token: Token(4),
                 ttl: Duration::from_millis(9000),
                 owner: None,
+                value: None,
             },
             LeaseRecord {
                 issued: Issued::new(1, Duration::from_secs(3600)),
@@ -634,6 +728,7 @@ mod tests {
                 token: Token(u64::MAX),
                 ttl: Duration::from_secs(3600),
                 owner: Some("billing".into()),
+                value: None,
             },
         ] {
             assert_eq!(decode_lease(&encode_lease(&r)).unwrap(), r);
@@ -645,6 +740,7 @@ mod tests {
             token: Token(2),
             ttl: Duration::ZERO,
             owner: None,
+            value: None,
         };
         assert_eq!(encode_lease(&released)[0], LEASE_V1);
         // A dated record cut short is damage, as is one that says released.
@@ -654,6 +750,7 @@ mod tests {
             token: Token(3),
             ttl: Duration::from_secs(2),
             owner: None,
+            value: None,
         });
         assert_eq!(dated[0], LEASE_V3);
         for cut in 18..36 {
@@ -684,6 +781,7 @@ mod tests {
             token: Token(8),
             ttl: Duration::ZERO,
             owner: Some("billing".into()),
+            value: None,
         });
         for cut in 18..owned.len() {
             assert!(decode_lease(&owned[..cut]).is_err(), "cut at {cut}");

@@ -353,6 +353,8 @@ pub enum EventKind {
     Released,
     /// It ran out.
     Expired,
+    /// The holder changed its published value (same holder, same token).
+    ValueChanged,
 }
 
 /// What kind of event, if any, leads from `last` to `now` for a watcher. A
@@ -361,6 +363,7 @@ pub fn classify(last: &LeaseView, now: &LeaseView) -> Option<EventKind> {
     let same = last.token == now.token && last.holder() == now.holder();
     match &now.state {
         LeaseState::Held { .. } if !same => Some(EventKind::Acquired),
+        LeaseState::Held { .. } if last.value() != now.value() => Some(EventKind::ValueChanged),
         LeaseState::Held { .. } => None,
         LeaseState::Free(_) if same => None,
         LeaseState::Free(Vacancy::Expired) => Some(EventKind::Expired),

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
-use crate::lease::{HolderId, JobName, Token};
+use crate::lease::{HolderId, JobName, Published, Token};
 use job::{Holding, Job};
 use owners::Owners;
 pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
@@ -58,6 +58,9 @@ pub struct LeaseRecord {
     /// states. Zero when released, and in records written before it was
     /// kept.
     pub issued: Issued,
+    /// The held lease's published value (`Lease.value`); `None` when
+    /// released, and when it has none.
+    pub value: Published,
 }
 
 /// When a token was granted (wall clock) and the TTL it was granted with:
@@ -145,6 +148,8 @@ pub enum HistoryEvent {
         holder: HolderId,
         /// The TTL it was granted with.
         ttl: Duration,
+        /// The value it was granted with.
+        value: Published,
     },
     /// The tenure of `token` ended, at `at`.
     Ended {
@@ -304,6 +309,9 @@ impl LeaseTable {
                 // Not stored: a restored lease is nobody's preferred one.
                 preferred: false,
             });
+            if job.holding.is_some() {
+                job.set_value(rec.value);
+            }
             if job.holding.is_none() && rec.token != Token::NONE {
                 job.vacancy = Vacancy::Released;
             }
@@ -387,6 +395,24 @@ impl LeaseTable {
         waiter: Option<WaiterId>,
         preferred: bool,
     ) -> (Acquire, Effects) {
+        self.acquire_with_value(name, holder, ttl, now, waiter, preferred, None)
+    }
+
+    /// [`LeaseTable::acquire`] by an `Acquire` that publishes `value`
+    /// (`AcquireRequest.value`): with a grant, or replacing the live
+    /// holder's own when it asks again (a change is persisted and
+    /// watchers are told).
+    #[allow(clippy::too_many_arguments)] // acquire's, and the value
+    pub fn acquire_with_value(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+        waiter: Option<WaiterId>,
+        preferred: bool,
+        value: Published,
+    ) -> (Acquire, Effects) {
         let wall = self.wall_unix_ms;
         let stats = &mut self.stats;
         let faults = self.faults;
@@ -427,6 +453,10 @@ impl LeaseTable {
                     job.stored_ttl = ttl;
                     fx.persist = Some(job.record(owners));
                 }
+                if job.set_value(value) {
+                    fx.persist = Some(job.record(owners));
+                    fx.changed = true;
+                }
                 if let Some(id) = waiter {
                     fx.wake.extend(job.leave_queue(id));
                 }
@@ -440,7 +470,7 @@ impl LeaseTable {
             preferred = job.pop_first().is_some_and(|w| w.preferred);
             fx.wake.extend(job.first_in_line());
         }
-        job.grant(holder, ttl, preferred, now, wall, stats, &mut fx);
+        job.grant(holder, ttl, value, preferred, now, wall, stats, &mut fx);
         fx.persist = Some(job.record(owners));
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -461,6 +491,21 @@ impl LeaseTable {
         token: Token,
         ttl: Duration,
         now: Instant,
+    ) -> Result<(LeaseView, Effects)> {
+        self.renew_with_value(name, holder, token, ttl, now, None)
+    }
+
+    /// [`LeaseTable::renew`] that also replaces the lease's published
+    /// value when `value` is `Some` (`RenewRequest.value`); a change is
+    /// persisted and watchers are told.
+    pub fn renew_with_value(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+        now: Instant,
+        value: Option<Published>,
     ) -> Result<(LeaseView, Effects)> {
         let stats = &mut self.stats;
         let faults = self.faults;
@@ -486,6 +531,12 @@ impl LeaseTable {
                 if ttl > job.stored_ttl {
                     job.stored_ttl = ttl;
                     fx.persist = Some(job.record(owners));
+                }
+                if let Some(value) = value {
+                    if job.set_value(value) {
+                        fx.persist = Some(job.record(owners));
+                        fx.changed = true;
+                    }
                 }
                 let answered = rules::renewed_token(job.token, faults);
                 if answered != job.token {
@@ -560,7 +611,8 @@ impl LeaseTable {
                     // Nobody can be granted: wake the line to be told so.
                     fx.wake.extend(job.waiters().map(|w| w.id));
                 } else if let Some(w) = job.pop_first() {
-                    job.grant(&w.holder, w.ttl, w.preferred, now, wall, stats, &mut fx);
+                    let ttl = w.ttl;
+                    job.grant(&w.holder, ttl, w.value, w.preferred, now, wall, stats, &mut fx);
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);
                     }
@@ -655,6 +707,7 @@ impl LeaseTable {
         job.grant(
             &w.holder,
             ttl.unwrap_or(held_ttl),
+            w.value,
             w.preferred,
             now,
             wall,

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -225,6 +226,14 @@ pub fn too_long(field: impl Into<Cow<'static, str>>, len: usize, limit: usize) -
     Error::invalid(field, format!("is {len} bytes, the limit is {limit} bytes"))
 }
 
+/// The largest value a holder may publish with its lease (`Lease.value`).
+pub const MAX_LEASE_VALUE_BYTES: usize = 1024;
+
+/// A lease's published value (`Lease.value`): where to reach its holder,
+/// for routing. Advisory: the token fences, never the value. `None` when
+/// empty, so that a lease without one costs nothing.
+pub type Published = Option<Arc<[u8]>>;
+
 /// The largest page a list call returns.
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size of a list call that names none.
@@ -369,6 +378,15 @@ impl Limits {
             return Err(too_long("value", value.len(), self.max_value_bytes));
         }
         Ok(value)
+    }
+
+    /// Validates a lease's published value (`Lease.value`): at most
+    /// [`MAX_LEASE_VALUE_BYTES`]; empty is none.
+    pub fn lease_value(&self, value: &[u8]) -> Result<Published> {
+        if value.len() > MAX_LEASE_VALUE_BYTES {
+            return Err(too_long("value", value.len(), MAX_LEASE_VALUE_BYTES));
+        }
+        Ok((!value.is_empty()).then(|| Arc::from(value)))
     }
 
     /// Validates a page size: 0 means the default.

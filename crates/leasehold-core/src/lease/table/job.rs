@@ -15,7 +15,7 @@ use super::owners::Owners;
 use super::views::Vacancy;
 use super::{Effects, HistoryEvent, Issued, LeaseRecord, Stats, TenureEnd, WaiterId};
 use crate::lease::rules::{self, Faults};
-use crate::lease::{HolderId, Token};
+use crate::lease::{HolderId, Published, Token};
 
 #[derive(Debug, Clone)]
 pub(super) struct Holding {
@@ -78,6 +78,9 @@ pub(super) struct Rare {
     /// when the last one was.
     pub(super) fenced: u64,
     pub(super) last_fenced: Option<Instant>,
+    /// The live holding's published value (`Lease.value`): few leases
+    /// have one, so it lives here, and goes with the holding.
+    pub(super) value: Published,
 }
 
 impl Job {
@@ -109,6 +112,7 @@ impl Job {
                 && r.expired_unrecorded.is_none()
                 && r.fenced == 0
                 && r.last_fenced.is_none()
+                && r.value.is_none()
         }) {
             self.rare = None;
         }
@@ -127,11 +131,28 @@ impl Job {
         }
     }
 
-    /// Ends the holding, keeping its holder as the last one.
+    /// Ends the holding, keeping its holder as the last one. Its value
+    /// goes with it.
     pub(super) fn end_holding(&mut self) {
         if let Some(h) = self.holding.take() {
             self.last_holder = Some(h.holder);
         }
+        self.set_value(None);
+    }
+
+    /// The live holding's published value.
+    pub(super) fn value(&self) -> Published {
+        self.rare.as_ref().and_then(|r| r.value.clone())
+    }
+
+    /// Sets the published value; whether it changed.
+    pub(super) fn set_value(&mut self, value: Published) -> bool {
+        if self.rare.as_ref().and_then(|r| r.value.as_ref()) == value.as_ref() {
+            return false;
+        }
+        self.rare().value = value;
+        self.tidy();
+        true
     }
 
     /// Lazy expiry: a lease whose deadline has passed is free. This is the
@@ -162,6 +183,7 @@ impl Job {
                 .holding
                 .as_ref()
                 .map_or_else(Issued::default, |h| h.issued),
+            value: self.value(),
         }
     }
 
@@ -179,6 +201,7 @@ impl Job {
         &mut self,
         holder: &HolderId,
         ttl: Duration,
+        value: Published,
         preferred: bool,
         now: Instant,
         wall_unix_ms: u64,
@@ -203,6 +226,7 @@ impl Job {
             token: self.token,
             holder: holder.clone(),
             ttl,
+            value: value.clone(),
         });
         stats.grants += 1;
         if self.last_holder.as_ref().is_some_and(|h| h != holder) {
@@ -219,5 +243,6 @@ impl Job {
             preferred,
         });
         self.stored_ttl = ttl;
+        self.set_value(value);
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::job::Job;
 use super::{Effects, LeaseTable, WaiterId};
-use crate::lease::{HolderId, JobName};
+use crate::lease::{HolderId, JobName, Published};
 
 /// A waiting `Acquire`, queued first come, first served in its class.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub(super) struct Waiter {
     pub(super) ttl: Duration,
     /// A preferred candidate: queued ahead of the others.
     pub(super) preferred: bool,
+    /// The value its Acquire publishes with the grant.
+    pub(super) value: Published,
 }
 
 impl Job {
@@ -124,6 +126,20 @@ impl LeaseTable {
         now: Instant,
         preferred: bool,
     ) -> WaiterId {
+        self.enqueue_with_value(name, holder, ttl, now, preferred, None)
+    }
+
+    /// [`LeaseTable::enqueue`] for an `Acquire` that publishes `value`
+    /// with its grant (`AcquireRequest.value`).
+    pub fn enqueue_with_value(
+        &mut self,
+        name: &JobName,
+        holder: &HolderId,
+        ttl: Duration,
+        now: Instant,
+        preferred: bool,
+        value: Published,
+    ) -> WaiterId {
         self.next_waiter += 1;
         let id = WaiterId(self.next_waiter);
         let floor = self.floors.new_job();
@@ -141,8 +157,25 @@ impl LeaseTable {
             holder: holder.clone(),
             ttl,
             preferred,
+            value,
         });
         id
+    }
+
+    /// The waiters for `name`, first in line first: who, and whether a
+    /// preferred candidate (`ListWaiters`); at most `limit` of them, and
+    /// how many wait in all.
+    pub fn waiters_of(&self, name: &JobName, limit: usize) -> (Vec<(HolderId, bool)>, usize) {
+        match self.jobs.get(name) {
+            None => (Vec::new(), 0),
+            Some(job) => (
+                job.waiters()
+                    .take(limit)
+                    .map(|w| (w.holder.clone(), w.preferred))
+                    .collect(),
+                job.waiting(),
+            ),
+        }
     }
 
     /// Takes a waiter out of line (it gave up or was cancelled). Wakes the

@@ -45,6 +45,7 @@ fn first_grant_is_token_one_and_persisted() {
             token: Token(1),
             ttl: TTL,
             owner: None,
+            value: None,
         })
     );
     assert!(fx.changed);
@@ -191,6 +192,7 @@ fn release_hands_over_to_first_waiter_in_one_durable_step() {
             token: Token(2),
             ttl: TTL,
             owner: None,
+            value: None,
         }),
         "one record covers the release and the grant"
     );
@@ -412,6 +414,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
                 token: Token(7),
                 ttl: TTL,
                 owner: None,
+                value: None,
             },
         ),
         (
@@ -422,6 +425,7 @@ fn restore_extends_from_startup_and_continues_tokens() {
                 token: Token(3),
                 ttl: TTL,
                 owner: None,
+                value: None,
             },
         ),
     ];
@@ -454,6 +458,7 @@ fn every_grant_is_above_the_floor() {
             token: Token(7),
             ttl: TTL,
             owner: None,
+            value: None,
         },
     )];
     let mut t = LeaseTable::restore(
@@ -554,6 +559,7 @@ fn a_deleted_job_starts_again_above_its_old_tokens() {
             token: Token(2),
             ttl: TTL,
             owner: None,
+            value: None,
         },
     )];
     let mut t = LeaseTable::restore(
@@ -585,6 +591,7 @@ fn the_last_token_is_issued_once_then_grants_are_refused() {
             token: Token(u64::MAX - 1),
             ttl: TTL,
             owner: None,
+            value: None,
         },
     )];
     let mut t = LeaseTable::restore(recs, Floors::default(), t0);
@@ -722,6 +729,7 @@ fn history_events_mark_every_tenure() {
         token: Token(n),
         holder: who(h),
         ttl: TTL,
+        value: None,
     };
     let (_, fx) = t.acquire(&j, &who("a"), TTL, t0, None, false);
     assert_eq!(fx.history, vec![granted_to("a", 1)]);
@@ -857,6 +865,7 @@ fn a_restored_holding_is_never_given_back() {
         token: Token(7),
         ttl: TTL,
         owner: None,
+        value: None,
     };
     let mut t = LeaseTable::restore([(job("j"), rec)], Floors::default(), t0);
     assert_eq!(
@@ -975,7 +984,8 @@ fn a_transfer_hands_the_lease_to_the_first_waiter_with_the_next_token_and_no_gap
             HistoryEvent::Granted {
                 token: Token(2),
                 holder: who("b"),
-                ttl: TTL
+                ttl: TTL,
+                value: None,
             },
         ]
     );
@@ -1145,4 +1155,70 @@ fn a_transfer_to_the_first_in_line_hands_over_to_a_preferred_candidate() {
     let _ = t.acquire(&k, &who("p"), TTL, t0, None, true);
     let _ = t.enqueue(&k, &who("q"), TTL, t0, true);
     assert!(!t.successor_waiting(&k));
+}
+
+#[test]
+fn a_published_value_goes_with_its_holding() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let l = Limits::default();
+    let j = job("j");
+    let v = |s: &str| l.lease_value(s.as_bytes()).unwrap();
+    let (a, fx) = t.acquire_with_value(&j, &who("a"), TTL, t0, None, false, v("a:1"));
+    assert_eq!(granted(&a), Some(Token(1)));
+    assert_eq!(fx.persist.unwrap().value, v("a:1"));
+    assert!(matches!(&fx.history[0], HistoryEvent::Granted { value, .. } if *value == v("a:1")));
+    let w = t.enqueue_with_value(&j, &who("b"), TTL, t0, false, v("b:2"));
+    // A renewal without a value keeps it; with one, replaces it, durably,
+    // and watchers are told; the same value again changes nothing.
+    let (view, fx) = t.renew_with_value(&j, &who("a"), Token(1), TTL, t0, None).unwrap();
+    assert_eq!((view.value(), fx.changed), (Some(&b"a:1"[..]), false));
+    let (view, fx) = t
+        .renew_with_value(&j, &who("a"), Token(1), TTL, t0, Some(v("a:moved")))
+        .unwrap();
+    assert_eq!(view.value(), Some(&b"a:moved"[..]));
+    assert!(fx.changed);
+    assert_eq!(fx.persist.unwrap().value, v("a:moved"));
+    let before = t.view(&j, t0);
+    let (_, fx) = t
+        .renew_with_value(&j, &who("a"), Token(1), TTL, t0, Some(v("a:moved")))
+        .unwrap();
+    assert!(!fx.changed && fx.persist.is_none());
+    assert_eq!(
+        rules::classify(&before, &t.view(&j, t0)),
+        None,
+        "the same value is no event"
+    );
+    // A release hands over to the waiter, with the waiter's own value.
+    let fx = t.release(&j, &who("a"), Token(1), t0).unwrap();
+    assert_eq!(fx.wake, vec![w]);
+    let view = t.view(&j, t0);
+    assert_eq!((view.token, view.value()), (Token(2), Some(&b"b:2"[..])));
+    // Its end takes the value with it.
+    let fx = t.release(&j, &who("b"), Token(2), t0).unwrap();
+    assert_eq!(fx.persist.unwrap().value, None);
+    assert_eq!(t.view(&j, t0).value(), None);
+    // A value change is its own kind of event.
+    let (_, _) = t.acquire_with_value(&j, &who("c"), TTL, t0, None, false, v("c"));
+    let before = t.view(&j, t0);
+    let _ = t.renew_with_value(&j, &who("c"), Token(3), TTL, t0, Some(None));
+    assert_eq!(
+        rules::classify(&before, &t.view(&j, t0)),
+        Some(rules::EventKind::ValueChanged)
+    );
+}
+
+#[test]
+fn the_line_is_listed_in_order_preferred_first() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    let j = job("j");
+    let _ = t.acquire(&j, &who("a"), TTL, t0, None, false);
+    t.enqueue(&j, &who("b"), TTL, t0, false);
+    t.enqueue(&j, &who("c"), TTL, t0, false);
+    t.enqueue(&j, &who("p"), TTL, t0, true);
+    let (line, waiting) = t.waiters_of(&j, 2);
+    let names: Vec<(&str, bool)> = line.iter().map(|(h, p)| (h.as_str(), *p)).collect();
+    assert_eq!((names, waiting), (vec![("p", true), ("b", false)], 3));
+    assert_eq!(t.waiters_of(&job("nobody"), 10), (Vec::new(), 0));
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::job::Job;
 use super::{Issued, LeaseTable, Stats};
-use crate::lease::{HolderId, JobName, Token};
+use crate::lease::{HolderId, JobName, Published, Token};
 
 /// Why a job has no leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,8 @@ pub enum LeaseState {
         deadline: Instant,
         /// Time left at the snapshot's `now`.
         remaining: Duration,
+        /// The value its holder published (`Lease.value`).
+        value: Published,
     },
     /// Nobody leads.
     Free(Vacancy),
@@ -60,6 +62,14 @@ impl LeaseView {
     pub fn holder(&self) -> Option<&HolderId> {
         match &self.state {
             LeaseState::Held { holder, .. } => Some(holder),
+            LeaseState::Free(_) => None,
+        }
+    }
+
+    /// The published value of the live holding.
+    pub fn value(&self) -> Option<&[u8]> {
+        match &self.state {
+            LeaseState::Held { value, .. } => value.as_deref(),
             LeaseState::Free(_) => None,
         }
     }
@@ -128,6 +138,7 @@ impl Job {
                 ttl: h.ttl,
                 deadline: h.deadline,
                 remaining: h.deadline - now,
+                value: self.value(),
             },
             Some(_) => LeaseState::Free(Vacancy::Expired),
             None => LeaseState::Free(self.vacancy),
