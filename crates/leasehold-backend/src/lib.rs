@@ -187,6 +187,16 @@ pub struct Renewed {
     pub successor_waiting: bool,
 }
 
+/// One `Acquire` waiting in a job's line (`ListWaiters`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// Who waits: its holder, bound to the principal it asked as, if any
+    /// ([`HolderId::principal`]).
+    pub holder: HolderId,
+    /// It asked as a preferred candidate.
+    pub preferred: bool,
+}
+
 /// The outcome of one renewal in a batch: our renewed lease, or why not
 /// (`LeaseLost` or `UnknownToken`) with the job's current lease.
 pub type RenewOutcome = std::result::Result<Renewed, (Error, LeaseView)>;

@@ -13,7 +13,7 @@ use leasehold_backend::{Acquired, ReleaseIfDropped};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::{self, MayGrant};
-use leasehold_core::lease::{HolderId, JobName, LeaseView, Token};
+use leasehold_core::lease::{HolderId, JobName, LeaseView, Published, Token};
 
 use super::keys::JobState;
 use super::queue::{self, Line, Place, Waiting};
@@ -41,7 +41,8 @@ impl EtcdNode {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None, false).await
+        self.acquire_as(job, holder, ttl, wait, None, false, None)
+            .await
     }
 
     /// [`EtcdNode::acquire`] by a holder whose principal may own at most
@@ -50,6 +51,9 @@ impl EtcdNode {
     /// key per principal that the creating grant compares and puts, so it
     /// is exact across frontends. `preferred`: asks as a preferred
     /// candidate (its waiter key under `p/`, ahead of the others).
+    /// `value`: published with the grant (kept in the holder record, and
+    /// in the waiter key, so that a transfer grants it too).
+    #[allow(clippy::too_many_arguments)] // the request's fields
     pub async fn acquire_as(
         &self,
         job: &JobName,
@@ -58,16 +62,18 @@ impl EtcdNode {
         wait: Duration,
         max_owned: Option<usize>,
         preferred: bool,
+        value: Published,
     ) -> Result<Acquired> {
         self.bounded(
             "Acquire",
             wait,
-            self.acquire_unbounded(job, holder, ttl, wait, max_owned, preferred),
+            self.acquire_unbounded(job, holder, ttl, wait, max_owned, preferred, value),
         )
         .await
     }
 
     /// The work of [`EtcdNode::acquire_as`], which bounds it.
+    #[allow(clippy::too_many_arguments)]
     async fn acquire_unbounded(
         &self,
         job: &JobName,
@@ -76,6 +82,7 @@ impl EtcdNode {
         wait: Duration,
         max_owned: Option<usize>,
         preferred: bool,
+        value: Published,
     ) -> Result<Acquired> {
         self.check_open()?;
         self.check_ttl(ttl)?;
@@ -135,7 +142,8 @@ impl EtcdNode {
             // we ask again, given back if this call goes away. (With
             // another TTL than ours, it is extended to ours below.)
             if let (MayGrant::Extend, Some(h)) = (step, read.job.holder.as_ref()) {
-                if rev.is_some() && read.line.mine != rev && h.rec.ttl == ttl {
+                if rev.is_some() && read.line.mine != rev && h.rec.ttl == ttl && h.rec.value == value
+                {
                     if let Some(mut w) = waiting.take() {
                         w.granted = true;
                     }
@@ -153,10 +161,10 @@ impl EtcdNode {
                     return Err(contention("Acquire"));
                 }
                 let done = match (step, &read.job.holder) {
-                    (MayGrant::Extend, Some(h)) => self.extend(job, h, ttl).await?,
+                    (MayGrant::Extend, Some(h)) => self.extend(job, h, ttl, Some(&value)).await?,
                     _ => {
-                        self.grant(job, holder, ttl, &read.job, place, max_owned, preferred)
-                            .await?
+                        let how = (max_owned, preferred, &value);
+                        self.grant(job, holder, ttl, &read.job, place, how).await?
                     }
                 };
                 if let Some(view) = done {
@@ -188,7 +196,7 @@ impl EtcdNode {
                 // once, and a join changes nothing for anyone. (Reading
                 // again here cost ten thousand waiters joining at once ten
                 // thousand more reads.)
-                waiting = Some(self.enqueue(job, holder, preferred)?);
+                waiting = Some(self.enqueue(job, holder, preferred, &value)?);
             }
             // The job's shared watch; a new one when the one running started
             // after our read (read again first).
@@ -219,7 +227,8 @@ impl EtcdNode {
 
     /// Grants the free lease to `holder` with the next token, in one
     /// transaction; `None` when the job changed since `st` was read.
-    #[allow(clippy::too_many_arguments)]
+    /// `how`: the holder's principal's `max_jobs`, whether it asked as a
+    /// preferred candidate, and the value it publishes.
     async fn grant(
         &self,
         job: &JobName,
@@ -227,9 +236,9 @@ impl EtcdNode {
         ttl: Duration,
         st: &JobState,
         place: Option<&Place>,
-        max_owned: Option<usize>,
-        preferred: bool,
+        how: (Option<usize>, bool, &Published),
     ) -> Result<Option<LeaseView>> {
+        let (max_owned, preferred, value) = how;
         // A new job: counted and above the new-job floor, both in `meta`,
         // which the grant compares and puts. This frontend's new jobs take
         // their turn at it: all at once, each grant's comparison would fail
@@ -262,7 +271,8 @@ impl EtcdNode {
         let floor = meta.map_or(Token::NONE, |m| m.rec.new_job_floor);
         // Refused before anything is created in etcd.
         let wall = clock::wall_unix_ms();
-        let (holder_rec, token_rec) = decide::grant(job, st, floor, holder, ttl, wall)?;
+        let (holder_rec, token_rec) =
+            decide::grant(job, st, floor, holder, ttl, wall, value.clone())?;
         let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
         let mut req = txn::grant(
             &self.inner.keys,
@@ -301,6 +311,7 @@ impl EtcdNode {
             holder_rec.token,
             holder,
             ttl,
+            value,
             keep,
             wall,
             &older_out,

@@ -23,7 +23,9 @@ use super::keys::{HolderRec, Holding, JobState, TokenRec};
 use super::queue::Line;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::{self, MayGrant, WriteRefusal};
-use leasehold_core::lease::{Faults, HolderId, Issued, JobName, LeaseState, LeaseView, Token};
+use leasehold_core::lease::{
+    Faults, HolderId, Issued, JobName, LeaseState, LeaseView, Published, Token,
+};
 
 /// Why a decision of this module refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +105,7 @@ pub fn grant(
     holder: &HolderId,
     ttl: Duration,
     wall_unix_ms: u64,
+    value: Published,
 ) -> Result<(HolderRec, TokenRec)> {
     let token = rules::next_token(job, st.token().max(floor))?;
     Ok((
@@ -111,6 +114,7 @@ pub fn grant(
             ttl,
             holder: holder.to_string(),
             issued: Issued::new(wall_unix_ms, ttl),
+            value,
         },
         TokenRec {
             token,
@@ -129,20 +133,24 @@ pub fn grant(
 /// How a live holding is extended for `ttl` from now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Extend {
-    /// The same TTL: keep its etcd lease alive.
+    /// The same TTL and value: keep its etcd lease alive.
     KeepAlive,
-    /// A new TTL: move the holder key, with this record, to a new etcd
-    /// lease of that TTL (an etcd lease's TTL cannot be changed).
+    /// A new TTL, or a new published value: move the holder key, with
+    /// this record, to a new etcd lease of that TTL (an etcd lease's TTL
+    /// cannot be changed, and the move's transaction compares the record
+    /// it replaces, so a value is changed only on the live holding).
     Move(HolderRec),
 }
 
-/// See [`Extend`].
-pub fn extend(h: &Holding, ttl: Duration) -> Extend {
-    if h.rec.ttl == ttl {
+/// See [`Extend`]. `value`: the published value to set (`None` keeps it).
+pub fn extend(h: &Holding, ttl: Duration, value: Option<&Published>) -> Extend {
+    let value = value.filter(|v| **v != h.rec.value);
+    if h.rec.ttl == ttl && value.is_none() {
         Extend::KeepAlive
     } else {
         Extend::Move(HolderRec {
             ttl,
+            value: value.map_or_else(|| h.rec.value.clone(), Clone::clone),
             ..h.rec.clone()
         })
     }
@@ -294,6 +302,7 @@ pub fn held(rec: &HolderRec, remaining: Duration, now: Instant) -> LeaseState {
         ttl: rec.ttl,
         deadline: now + remaining,
         remaining,
+        value: rec.value.clone(),
     }
 }
 
@@ -346,6 +355,7 @@ mod tests {
                 token: Token(token),
                 ttl: TTL,
                 holder: h.into(),
+                value: None,
             };
             Holding {
                 raw: rec.encode(),
@@ -482,6 +492,7 @@ mod tests {
             &who("a"),
             TTL,
             1_700_000_000_000,
+            None,
         )
         .unwrap();
         assert_eq!((h.token, h.ttl, h.holder.as_str()), (Token(4), TTL, "a"));
@@ -495,7 +506,7 @@ mod tests {
             }
         );
         assert_eq!(
-            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL, 0)
+            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL, 0, None)
                 .unwrap()
                 .0
                 .token,
@@ -503,7 +514,7 @@ mod tests {
         );
         // A new job starts above the new-job floor.
         assert_eq!(
-            grant(&job(), &JobState::default(), Token(7), &who("a"), TTL, 0)
+            grant(&job(), &JobState::default(), Token(7), &who("a"), TTL, 0, None)
                 .unwrap()
                 .0
                 .token,
@@ -512,7 +523,7 @@ mod tests {
         // The last token is issued once; then a grant is refused.
         let last = state(u64::MAX - 1, "b", true, None);
         assert_eq!(
-            grant(&job(), &last, Token::NONE, &who("a"), TTL, 0)
+            grant(&job(), &last, Token::NONE, &who("a"), TTL, 0, None)
                 .unwrap()
                 .0
                 .token,
@@ -520,7 +531,7 @@ mod tests {
         );
         let spent = state(u64::MAX, "b", true, None);
         assert!(matches!(
-            grant(&job(), &spent, Token::NONE, &who("a"), TTL, 0),
+            grant(&job(), &spent, Token::NONE, &who("a"), TTL, 0, None),
             Err(Error::TokensExhausted { .. })
         ));
     }
@@ -529,12 +540,22 @@ mod tests {
     fn an_extension_keeps_alive_or_moves_for_a_new_ttl() {
         let st = state(3, "a", false, Some("a"));
         let h = st.holder.as_ref().unwrap();
-        assert_eq!(extend(h, TTL), Extend::KeepAlive);
+        assert_eq!(extend(h, TTL, None), Extend::KeepAlive);
         let longer = Duration::from_secs(9);
         assert_eq!(
-            extend(h, longer),
+            extend(h, longer, None),
             Extend::Move(HolderRec {
                 ttl: longer,
+                ..h.rec.clone()
+            })
+        );
+        // A new value moves it too; the same value (none) does not.
+        assert_eq!(extend(h, TTL, Some(&None)), Extend::KeepAlive);
+        let v: Published = Some(std::sync::Arc::from(&b"10.0.0.7:80"[..]));
+        assert_eq!(
+            extend(h, TTL, Some(&v)),
+            Extend::Move(HolderRec {
+                value: v.clone(),
                 ..h.rec.clone()
             })
         );

@@ -46,11 +46,12 @@
 //! [`BadRecord`] naming its job, so that a caller reading many jobs can
 //! tell which one is damaged, and skip it or report it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::pb;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{Issued, Token, Vacancy};
+use leasehold_core::lease::{HolderId, Issued, Published, Token, Vacancy};
 use leasehold_core::record::{ValueMeta, ValueRecord};
 
 /// The key layout under one prefix.
@@ -398,17 +399,26 @@ pub struct HolderRec {
     /// When the token was granted and with which TTL (its proof's facts);
     /// zero in records written before it was kept.
     pub issued: Issued,
+    /// The holder's published value (`Lease.value`).
+    pub value: Published,
 }
 
 impl HolderRec {
-    /// `{token} {ttl seconds} {holder}`, then, when the grant is dated,
-    /// `\0{issued unix ms} {issued ttl ms}` (a holder never contains a
-    /// control character, so `\0` ends it).
+    /// `{token} {ttl seconds} {holder}`, then, when the grant is dated or
+    /// has a value, `\0{issued unix ms} {issued ttl ms}` (a holder never
+    /// contains a control character, so `\0` ends it), then, with a
+    /// value, `\0{the value in lowercase hex}`.
     pub fn encode(&self) -> Vec<u8> {
+        use std::fmt::Write;
         let mut s = format!("{} {} {}", self.token.0, self.ttl.as_secs(), self.holder);
-        if self.issued != Issued::default() {
-            use std::fmt::Write;
+        if self.issued != Issued::default() || self.value.is_some() {
             let _ = write!(s, "\0{} {}", self.issued.at_unix_ms, self.issued.ttl_ms);
+        }
+        if let Some(v) = &self.value {
+            s.push('\0');
+            for b in v.iter() {
+                let _ = write!(s, "{b:02x}");
+            }
         }
         s.into_bytes()
     }
@@ -419,6 +429,14 @@ impl HolderRec {
         let mut it = s.splitn(3, ' ');
         let (Some(t), Some(ttl), Some(rest)) = (it.next(), it.next(), it.next()) else {
             return Err(corrupt("holder record", b));
+        };
+        let (rest, value) = match rest.split('\0').nth(2) {
+            None => (rest, None),
+            Some(hex) => {
+                let v = unhex(hex).ok_or_else(|| corrupt("holder record", b))?;
+                let head = &rest[..rest.len() - hex.len() - 1];
+                (head, Some(Arc::from(v)))
+            }
         };
         let (holder, issued) = match rest.split_once('\0') {
             None => (rest, Issued::default()),
@@ -441,8 +459,53 @@ impl HolderRec {
             ttl: Duration::from_secs(ttl.parse().map_err(|_| corrupt("holder record", b))?),
             holder: holder.to_owned(),
             issued,
+            value,
         })
     }
+}
+
+/// A waiter key's value: its holder, then, when its Acquire publishes a
+/// value, `\0` and the value in lowercase hex (as [`HolderRec`]'s).
+pub fn encode_waiter(holder: &HolderId, value: &Published) -> Vec<u8> {
+    use std::fmt::Write;
+    let mut s = holder.as_str().to_owned();
+    if let Some(v) = value {
+        s.push('\0');
+        for b in v.iter() {
+            let _ = write!(s, "{b:02x}");
+        }
+    }
+    s.into_bytes()
+}
+
+/// The inverse of [`encode_waiter`]; `None` for bytes it did not write.
+pub fn decode_waiter(b: &[u8]) -> Option<(HolderId, Published)> {
+    let s = std::str::from_utf8(b).ok()?;
+    let (holder, value) = match s.split_once('\0') {
+        None => (s, None),
+        Some((h, hex)) => (h, Some(Arc::from(unhex(hex)?))),
+    };
+    Some((HolderId::from_trusted(holder.to_owned()), value))
+}
+
+/// The bytes of a lowercase hex string; `None` for anything else, or
+/// nothing at all (an empty value is written as none).
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.is_empty() || s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            let d = |c: u8| match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                _ => None,
+            };
+            let b = s.as_bytes();
+            Some(d(b[i])? << 4 | d(b[i + 1])?)
+        })
+        .collect()
 }
 
 /// The token key's value: the job's newest token, whether its holder
@@ -816,6 +879,7 @@ mod tests {
             token: Token(7),
             ttl: Duration::from_secs(5),
             holder: "w 1@x".into(),
+            value: None,
         };
         assert_eq!(HolderRec::decode(&h.encode()).unwrap(), h);
         assert_eq!(h.encode(), b"7 5 w 1@x", "undated: the old form");
@@ -825,9 +889,32 @@ mod tests {
         };
         assert_eq!(dated.encode(), b"7 5 w 1@x\x001764892800123 5000");
         assert_eq!(HolderRec::decode(&dated.encode()).unwrap(), dated);
-        for bad in [&b"7 5 w\x00"[..], b"7 5 w\x001", b"7 5 w\x00x 1"] {
+        // A published value, any bytes, in hex after the grant's date.
+        let valued = HolderRec {
+            value: Some(Arc::from(&b"\x00\xff:80"[..])),
+            ..dated.clone()
+        };
+        assert_eq!(valued.encode(), b"7 5 w 1@x\x001764892800123 5000\x0000ff3a3830");
+        assert_eq!(HolderRec::decode(&valued.encode()).unwrap(), valued);
+        for bad in [
+            &b"7 5 w\x00"[..],
+            b"7 5 w\x001",
+            b"7 5 w\x00x 1",
+            b"7 5 w\x001 2\x00",
+            b"7 5 w\x001 2\x00abc",
+            b"7 5 w\x001 2\x00zz",
+        ] {
             assert!(HolderRec::decode(bad).is_err(), "{bad:?}");
         }
+        // A waiter key's value: the holder, and the value its Acquire
+        // publishes; the old form (the holder alone) still reads.
+        let who = HolderId::from_trusted("ops\u{1f}w@1".into());
+        for value in [None, Some(Arc::from(&b"10.0.0.7"[..]))] {
+            let b = encode_waiter(&who, &value);
+            assert_eq!(decode_waiter(&b), Some((who.clone(), value)));
+        }
+        assert_eq!(decode_waiter(b"w@2").map(|(h, v)| (h.to_string(), v)), Some(("w@2".into(), None)));
+        assert_eq!(decode_waiter(b"w@2\x00q"), None);
         let t = TokenRec {
             token: Token(9),
             released: true,
@@ -905,6 +992,7 @@ mod tests {
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),
+            value: None,
         }
     }
 

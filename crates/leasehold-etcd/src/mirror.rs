@@ -336,6 +336,7 @@ mod tests {
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),
+            value: None,
         };
         [
             put(k.token(job), t.encode()),

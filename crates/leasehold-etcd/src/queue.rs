@@ -42,10 +42,10 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use super::client::{
     create_is, delete_op, pb, put_op, range_created_since, range_empty, range_req, Etcd, WatchRange,
 };
-use super::keys::{JobState, Keys};
+use super::keys::{self, JobState, Keys};
 use super::EtcdNode;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{HolderId, JobName};
+use leasehold_core::lease::{HolderId, JobName, Published};
 
 /// The job's line as read with its keys, at the same revision.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -771,6 +771,7 @@ impl EtcdNode {
         job: &JobName,
         holder: &HolderId,
         preferred: bool,
+        value: &Published,
     ) -> Result<Waiting> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let key = self.inner.keys.waiter(job.as_str(), &id, preferred);
@@ -778,7 +779,7 @@ impl EtcdNode {
         let slot =
             self.inner
                 .joins
-                .put(key.clone(), holder.as_str().as_bytes().to_vec(), session)?;
+                .put(key.clone(), keys::encode_waiter(holder, value), session)?;
         Ok(Waiting {
             node: self.clone(),
             place: Place {

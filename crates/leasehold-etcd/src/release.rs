@@ -15,6 +15,7 @@ use leasehold_core::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
 use leasehold_core::record::HistoryPut;
 
 use super::client::{pb, ranges};
+use super::keys;
 use super::decide::{self, Release};
 use super::queue::{self, Place};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
@@ -169,12 +170,12 @@ impl EtcdNode {
                 let line: Vec<pb::KeyValue> =
                     ranges(line).into_iter().flat_map(|r| r.kvs).collect();
                 let successor = line.iter().find_map(|kv| {
-                    let who = String::from_utf8(kv.value.clone()).ok()?;
-                    let who = HolderId::from_trusted(who);
+                    let (who, value) = keys::decode_waiter(&kv.value)?;
                     let named = to.is_none_or(|t| who.unbound() == t);
-                    (named && &who != holder).then(|| (who, kv.key.clone(), kv.create_revision))
+                    (named && &who != holder)
+                        .then(|| (who, value, kv.key.clone(), kv.create_revision))
                 });
-                let Some((next, key, rev)) = successor else {
+                let Some((next, value, key, rev)) = successor else {
                     return Err(Error::NoSuccessor {
                         job: job.to_string(),
                         to: to.map(str::to_owned),
@@ -182,7 +183,7 @@ impl EtcdNode {
                 };
                 let wall = clock::wall_unix_ms();
                 let (holder_rec, token_rec) =
-                    decide::grant(job, st, Token::NONE, &next, ttl, wall)?;
+                    decide::grant(job, st, Token::NONE, &next, ttl, wall, value.clone())?;
                 let (lease, _) = self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
                 let mut req = txn::transfer(
                     &self.inner.keys,
@@ -220,6 +221,7 @@ impl EtcdNode {
                         holder_rec.token,
                         &next,
                         ttl,
+                        &value,
                         keep,
                         now,
                         &[],

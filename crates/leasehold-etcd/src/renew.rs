@@ -11,7 +11,7 @@ use leasehold_backend::{RenewOutcome, Renewal, Renewed};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
-use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Token, Vacancy};
+use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Published, Token, Vacancy};
 
 use super::client::range_req;
 use super::decide::{self, Extend, Proof};
@@ -21,15 +21,17 @@ use super::{contention, is_no_space, txn, EtcdNode, MAX_TRIES};
 
 impl EtcdNode {
     /// Extends our live holding for `ttl` from now: an etcd keep-alive, or
-    /// a move to a new etcd lease when the TTL changes. `None` when the
-    /// holding is gone (read again).
+    /// a move to a new etcd lease when the TTL or the published value
+    /// (`value`, `None` to keep it) changes. `None` when the holding is
+    /// gone (read again).
     pub(super) async fn extend(
         &self,
         job: &JobName,
         h: &Holding,
         ttl: Duration,
+        value: Option<&Published>,
     ) -> Result<Option<LeaseView>> {
-        let rec = match decide::extend(h, ttl) {
+        let rec = match decide::extend(h, ttl, value) {
             Extend::KeepAlive => {
                 // The first time the holder asks again, the grant is marked
                 // told (see `txn::told_again`) before it is extended, so
@@ -144,6 +146,7 @@ impl EtcdNode {
             ttl,
             holder: h.rec.holder.clone(),
             issued: h.rec.issued,
+            value: h.rec.value.clone(),
         };
         let token_rec = keys::TokenRec {
             token: bumped,
@@ -170,25 +173,40 @@ impl EtcdNode {
         token: Token,
         ttl: Duration,
     ) -> Result<Renewed> {
+        self.renew_with_value(job, holder, token, ttl, None).await
+    }
+
+    /// [`EtcdNode::renew`] that also replaces the lease's published value
+    /// when `value` is `Some` (`RenewRequest.value`): the holder key is
+    /// put again with it, which its watchers see.
+    pub async fn renew_with_value(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+        value: Option<Published>,
+    ) -> Result<Renewed> {
         self.bounded(
             "Renew",
             Duration::ZERO,
-            self.renew_unbounded(job, holder, token, ttl),
+            self.renew_unbounded(job, holder, token, ttl, value),
         )
         .await
     }
 
-    /// The work of [`EtcdNode::renew`], which bounds it.
+    /// The work of [`EtcdNode::renew_with_value`], which bounds it.
     async fn renew_unbounded(
         &self,
         job: &JobName,
         holder: &HolderId,
         token: Token,
         ttl: Duration,
+        value: Option<Published>,
     ) -> Result<Renewed> {
         self.check_open()?;
         self.check_ttl(ttl)?;
-        self.renew_one(job, holder, token, ttl)
+        self.renew_one(job, holder, token, ttl, value.as_ref())
             .await?
             .map_err(|(e, _)| e)
     }
@@ -199,6 +217,7 @@ impl EtcdNode {
         holder: &HolderId,
         token: Token,
         ttl: Duration,
+        value: Option<&Published>,
     ) -> Result<RenewOutcome> {
         let c = &self.inner.counters;
         for _ in 0..MAX_TRIES {
@@ -207,7 +226,7 @@ impl EtcdNode {
                 Ok(h) => {
                     let answered = rules::renewed_token(h.rec.token, self.faults());
                     let done = match answered == h.rec.token {
-                        true => self.extend(job, h, ttl).await?,
+                        true => self.extend(job, h, ttl, value).await?,
                         false => self.bump(job, &read.job, h, ttl, answered).await?,
                     };
                     if let Some(view) = done {
@@ -247,7 +266,7 @@ impl EtcdNode {
             let node = self.clone();
             set.spawn(async move {
                 let out = match node.check_ttl(r.ttl) {
-                    Ok(_) => node.renew_one(&r.job, &r.holder, r.token, r.ttl).await,
+                    Ok(_) => node.renew_one(&r.job, &r.holder, r.token, r.ttl, None).await,
                     Err(e) => Ok(Err((
                         e,
                         LeaseView {

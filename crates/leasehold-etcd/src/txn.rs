@@ -12,7 +12,7 @@ use super::keys::{
     encode_value, token_below, HolderRec, Holding, JobState, Keys, Meta, MetaRec, Owned, TokenRec,
 };
 use super::queue::{grant_compares, Place};
-use leasehold_core::lease::{HolderId, JobName, TenureEnd, Token};
+use leasehold_core::lease::{HolderId, JobName, Published, TenureEnd, Token};
 use leasehold_core::record::{encode_history, HistoryPut, ValueRecord};
 
 /// A grant of the free lease with `holder_rec` and `token_rec` (see
@@ -389,6 +389,7 @@ pub fn grant_history(
     token: Token,
     holder: &HolderId,
     ttl: std::time::Duration,
+    value: &Published,
     keep: u64,
     at_unix_ms: u64,
     older_out: &[Token],
@@ -418,6 +419,7 @@ pub fn grant_history(
             holder: holder.clone(),
             at_unix_ms,
             ttl,
+            value: value.clone(),
         },
     ));
     let out = token
@@ -453,6 +455,7 @@ mod tests {
             token: Token(token),
             ttl: Duration::from_secs(5),
             holder: holder.into(),
+            value: None,
         };
         Holding {
             raw: rec.encode(),

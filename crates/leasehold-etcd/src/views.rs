@@ -7,17 +7,46 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use leasehold_backend::Statuses;
+use leasehold_backend::{Statuses, Waiting};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::{JobName, LeaseView};
 
 use super::client::{range_req, ranges};
-use super::keys::{Holding, JobState};
+use super::keys::{self, Holding, JobState};
 use super::queue::{self, Line};
 use super::{decide, EtcdNode, Read};
 
 impl EtcdNode {
+    /// The Acquires waiting for `job`, first in line first (`ListWaiters`):
+    /// the preferred candidates' keys, then the others', each class by
+    /// create revision (its place in line), at one revision; at most
+    /// `limit`, and how many wait in all.
+    pub async fn waiters(&self, job: &JobName, limit: usize) -> Result<(Vec<Waiting>, usize)> {
+        self.bounded("ListWaiters", Duration::ZERO, async {
+            self.check_open()?;
+            let reads = queue::line_by_age(&self.inner.keys, job.as_str()).map(|mut r| {
+                r.limit = limit as i64;
+                r
+            });
+            let answers = self.failed(self.inner.etcd.read_txn(reads.to_vec()).await)?;
+            let classes = ranges(answers);
+            let waiting = classes.iter().map(|r| r.count.max(0) as usize).sum();
+            let line = classes
+                .into_iter()
+                .zip([true, false])
+                .flat_map(|(r, preferred)| r.kvs.into_iter().map(move |kv| (kv, preferred)))
+                .filter_map(|(kv, preferred)| {
+                    let (holder, _) = keys::decode_waiter(&kv.value)?;
+                    Some(Waiting { holder, preferred })
+                })
+                .take(limit)
+                .collect();
+            Ok((line, waiting))
+        })
+        .await
+    }
+
     /// Reads the job's keys, how many wait in its line and (when given) our
     /// own waiter key, at one revision.
     /// Calls that need no waiter key of their own share one read

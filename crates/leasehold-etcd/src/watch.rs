@@ -244,6 +244,7 @@ mod tests {
             token: Token(token),
             ttl,
             holder: holder.into(),
+            value: None,
         };
         put(k.holder("j"), h.encode(), 1000 + rev, rev)
     }

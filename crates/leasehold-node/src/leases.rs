@@ -15,7 +15,7 @@ use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
 use leasehold_core::lease::{
-    Acquire, Effects, HolderId, JobName, LeaseView, TenureEnd, Token, WaiterId,
+    Acquire, Effects, HolderId, JobName, LeaseView, Published, TenureEnd, Token, WaiterId,
 };
 
 use super::Node;
@@ -43,7 +43,8 @@ impl Node {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None, false).await
+        self.acquire_as(job, holder, ttl, wait, None, false, None)
+            .await
     }
 
     /// [`Node::acquire`] by a holder whose principal may own at most
@@ -51,7 +52,9 @@ impl Node {
     /// when it owns that many ([`rules::admit_new_job`]), decided under
     /// the state lock with the count the table keeps, so it is exact.
     /// `preferred`: asks as a preferred candidate (queued ahead of the
-    /// others; see `LeaseTable::enqueue`).
+    /// others; see `LeaseTable::enqueue`). `value`: published with the
+    /// grant (`AcquireRequest.value`).
+    #[allow(clippy::too_many_arguments)] // the request's fields
     pub async fn acquire_as(
         &self,
         job: &JobName,
@@ -60,6 +63,7 @@ impl Node {
         wait: Duration,
         max_owned: Option<usize>,
         preferred: bool,
+        value: Published,
     ) -> Result<Acquired> {
         self.check_open()?;
         let give_up = clock::now() + wait;
@@ -74,17 +78,23 @@ impl Node {
                     return (Err(e), Effects::default());
                 }
             }
-            let (a, fx) = t.acquire(job, holder, ttl, now, None, preferred);
-            (Ok(a), fx)
+            let before = t.contains(job).then(|| t.view(job, now).token);
+            let (a, fx) =
+                t.acquire_with_value(job, holder, ttl, now, None, preferred, value.clone());
+            (Ok((a, before)), fx)
         })?;
-        let busy = match res? {
+        let (res, before) = res?;
+        let busy = match res {
             Acquire::Granted(view) => {
-                let undo = self.release_if_dropped(changed, job, holder, view.token);
+                // A new token, not the live holder's extension (which may
+                // change its value, and be told to watchers all the same).
+                let fresh = changed && before != Some(view.token);
+                let undo = self.release_if_dropped(fresh, job, holder, view.token);
                 self.publish_when_durable(job, seq, changed).await?;
                 undo.disarm();
                 return Ok(Acquired {
                     acquired: true,
-                    fresh: changed,
+                    fresh,
                     lease: view,
                 });
             }
@@ -109,7 +119,14 @@ impl Node {
         let notify = Arc::new(Notify::new());
         let (id, generation) = {
             let mut st = self.lock();
-            let id = st.table.enqueue(job, holder, ttl, clock::now(), preferred);
+            let id = st.table.enqueue_with_value(
+                job,
+                holder,
+                ttl,
+                clock::now(),
+                preferred,
+                value.clone(),
+            );
             st.wakers.insert(id, notify.clone());
             (id, st.generation)
         };
@@ -130,7 +147,7 @@ impl Node {
                 ));
             }
             let (res, seq, changed) = self.decide(job, |t, now| {
-                t.acquire(job, holder, ttl, now, Some(id), preferred)
+                t.acquire_with_value(job, holder, ttl, now, Some(id), preferred, value.clone())
             })?;
             match res {
                 Acquire::Granted(view) => {
@@ -242,10 +259,24 @@ impl Node {
         token: Token,
         ttl: Duration,
     ) -> Result<Renewed> {
+        self.renew_with_value(job, holder, token, ttl, None).await
+    }
+
+    /// [`Node::renew`] that also replaces the lease's published value when
+    /// `value` is `Some` (`RenewRequest.value`): durable before the reply,
+    /// and told to the job's watchers.
+    pub async fn renew_with_value(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+        value: Option<Published>,
+    ) -> Result<Renewed> {
         self.check_open()?;
-        let (r, seq, _) = self.decide(job, |t, now| {
+        let (r, seq, changed) = self.decide(job, |t, now| {
             let before = t.view(job, now).deadline();
-            match t.renew(job, holder, token, ttl, now) {
+            match t.renew_with_value(job, holder, token, ttl, now, value) {
                 Ok((view, fx)) => {
                     let renewed = Renewed {
                         successor_waiting: t.successor_waiting(job),
@@ -260,7 +291,7 @@ impl Node {
         if earlier {
             self.deadline_moved_earlier(job);
         }
-        self.inner.commit.wait(seq).await?;
+        self.publish_when_durable(job, seq, changed).await?;
         Ok(renewed)
     }
 

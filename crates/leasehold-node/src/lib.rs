@@ -86,11 +86,17 @@ pub fn history_put(e: &HistoryEvent, now: Instant, wall_now: u64) -> HistoryPut 
     let wall =
         |at: Instant| wall_now.saturating_sub(now.saturating_duration_since(at).as_millis() as u64);
     match e {
-        HistoryEvent::Granted { token, holder, ttl } => HistoryPut::Grant {
+        HistoryEvent::Granted {
+            token,
+            holder,
+            ttl,
+            value,
+        } => HistoryPut::Grant {
             token: *token,
             holder: holder.clone(),
             at_unix_ms: wall_now,
             ttl: *ttl,
+            value: value.clone(),
         },
         HistoryEvent::Ended { token, how, at } => HistoryPut::End {
             token: *token,

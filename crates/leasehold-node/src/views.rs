@@ -3,7 +3,7 @@
 //! of leases after a cursor (`ListLeases`), the status page's rows and
 //! its feed of changes, and a job's history of leaders (`GetHistory`).
 
-use leasehold_backend::Statuses;
+use leasehold_backend::{Statuses, Waiting};
 use leasehold_core::clock;
 use leasehold_core::error::Result;
 use leasehold_core::lease::{HistoryEvent, JobName, LeaseState, LeaseView, TenureEnd, Token};
@@ -123,6 +123,18 @@ impl Node {
         };
         self.inner.commit.wait(seq).await?;
         Ok(view)
+    }
+
+    /// The Acquires waiting for `job`, first in line first (`ListWaiters`):
+    /// at most `limit`, and how many wait in all. The line lives in memory
+    /// only, so there is nothing to wait for.
+    pub fn waiters(&self, job: &JobName, limit: usize) -> (Vec<Waiting>, usize) {
+        let (line, waiting) = self.lock().table.waiters_of(job, limit);
+        let line = line
+            .into_iter()
+            .map(|(holder, preferred)| Waiting { holder, preferred })
+            .collect();
+        (line, waiting)
     }
 
     /// Up to `limit` leases of jobs starting with `prefix`, after `after`.
