@@ -58,10 +58,27 @@ fn args() -> Result<Args, String> {
             "--bind" => a.options.bind_to_stream = true,
             "--preferred" => a.options.preferred = true,
             "--yield" => a.options.yield_to_preferred = true,
+            "--value" => a.options.value = value()?.into_bytes(),
             other => return Err(format!("unknown flag {other}")),
         }
     }
     Ok(a)
+}
+
+/// A published value as the protocol prints it: `-` for none.
+fn shown(v: &[u8]) -> String {
+    match v.is_empty() {
+        true => "-".into(),
+        false => String::from_utf8_lossy(v).into_owned(),
+    }
+}
+
+/// ` value=<v>` after an observe or newleader line, when there is one.
+fn with_value(v: &[u8]) -> String {
+    match v.is_empty() {
+        true => String::new(),
+        false => format!(" value={}", shown(v)),
+    }
 }
 
 fn say(line: impl AsRef<str>) {
@@ -214,6 +231,32 @@ impl Worker {
                 say("unlock done");
             }
             "follow" => self.follow(rest),
+            "set-value" => {
+                if let Some(e) = self.elector.as_ref() {
+                    e.set_value(rest);
+                }
+                say("set-value done");
+            }
+            "leader" => {
+                if let Some(e) = self.elector.as_ref() {
+                    say(match e.leader().await {
+                        Ok(l) => format!(
+                            "leader holder={} token={} value={}",
+                            l.holder.as_deref().unwrap_or("-"),
+                            l.token,
+                            shown(&l.value)
+                        ),
+                        Err(e) => format!("leader error {e}"),
+                    });
+                }
+            }
+            "waiters" => say(match c.list_waiters(rest, 0).await {
+                Ok(w) => std::iter::once(format!("waiters n={}", w.waiting))
+                    .chain(w.waiters.into_iter().map(|w| w.holder))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                Err(e) => format!("waiters error {e}"),
+            }),
             "follow-stop" => {
                 self.stop_follow().await;
                 say("follow-stop done");
@@ -377,12 +420,28 @@ impl Worker {
         }
     }
 
-    fn follow(&mut self, job: &str) {
-        let mut e = Elector::start(self.client.clone(), job, &self.args.name, self.args.ttl);
+    fn follow(&mut self, rest: &str) {
+        let (job, value) = rest.split_once(' ').unwrap_or((rest, ""));
+        let options = ElectorOptions {
+            value: value.as_bytes().to_vec(),
+            ..ElectorOptions::default()
+        };
+        let mut e = Elector::start_with(
+            self.client.clone(),
+            job,
+            &self.args.name,
+            self.args.ttl,
+            options,
+        );
         say(format!("follow holder {}", e.holder()));
         let j = job.to_owned();
-        e.on_new_leader(move |holder, token| {
-            say(format!("newleader {j} holder={holder} token={token}"))
+        e.on_new_leader(move |lease| {
+            say(format!(
+                "newleader {j} holder={} token={}{}",
+                lease.holder.as_deref().unwrap_or("-"),
+                lease.token,
+                with_value(&lease.value)
+            ))
         });
         let reporter = report(
             e.watch(),
@@ -396,10 +455,11 @@ impl Worker {
                 return;
             };
             while let Some(Ok(c)) = changes.next().await {
-                let holder = c.lease.holder.unwrap_or_else(|| "-".into());
+                let holder = c.lease.holder.as_deref().unwrap_or("-");
                 say(format!(
-                    "observe {j} holder={holder} token={}",
-                    c.lease.token
+                    "observe {j} holder={holder} token={}{}",
+                    c.lease.token,
+                    with_value(&c.lease.value)
                 ));
             }
         });
@@ -495,7 +555,7 @@ async fn main() {
         &args.job,
         &args.name,
         args.ttl,
-        args.options,
+        args.options.clone(),
     );
     say(format!("holder {}", elector.holder()));
     let last = Arc::new(Mutex::new(None));

@@ -35,6 +35,7 @@ fn main() {
             token: Token(i + 1),
             ttl: Duration::from_secs(10),
             owner: None,
+            value: None,
         };
         store.put_lease(&job, &rec, &[], 0).unwrap();
         let t = Instant::now();

@@ -107,6 +107,12 @@ enum Command {
         /// machines: whichever starts first runs it).
         #[arg(long)]
         no_wait: bool,
+        /// Publish this with the lease while this process leads (at most
+        /// 1024 bytes), such as the address where CMD serves: `status`,
+        /// `watch` and every client's leader() show it, for routing to the
+        /// leader. Advisory: the token fences, not the value.
+        #[arg(long, value_name = "VALUE")]
+        value: Option<String>,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -189,6 +195,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             preferred,
             wait,
             no_wait,
+            value,
             cmd,
         } => {
             let grace = kill_grace.unwrap_or(ttl / 3);
@@ -204,6 +211,9 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                     ttl / 2
                 );
             }
+            if let Some(v) = value.as_deref().filter(|v| v.len() > 1024) {
+                anyhow::bail!("--value is {} bytes, the limit is 1024 bytes", v.len());
+            }
             let opts = cli::run::RunOptions {
                 ttl,
                 grace,
@@ -211,6 +221,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                 handover: !no_handover,
                 preferred,
                 wait: if no_wait { Some(Duration::ZERO) } else { wait },
+                value: value.unwrap_or_default().into_bytes(),
             };
             cli::run::run_singleton(&conn, &job, &name, opts, &cmd).await
         }

@@ -542,6 +542,7 @@ async fn setup_raw(
                     token: RAW_TOKEN,
                     ttl: TTL,
                     holder: HOLDER.into(),
+                    value: None,
                 };
                 let token = TokenRec {
                     token: RAW_TOKEN,

@@ -169,6 +169,7 @@ pub async fn run_leasehold(
                                     holder: holder.clone(),
                                     token: *token,
                                     ttl: Some(dur(shape.ttl)),
+                                    value: None,
                                 })
                                 .await?;
                             done += 1;

@@ -101,6 +101,7 @@ pub fn seed(dir: &Path, n: usize) -> Res<()> {
                 token: Token(1),
                 ttl: TTL,
                 owner: None,
+                value: None,
             },
             &[],
             0,

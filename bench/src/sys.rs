@@ -506,6 +506,7 @@ impl Conn {
                         holder: HOLDER.into(),
                         token: s.lh_tokens[j],
                         ttl: Some(dur(TTL)),
+                        value: None,
                     })
                     .await?;
                 Ok(1)

@@ -102,6 +102,10 @@ pub enum ClientCommand {
         /// How long to wait for the lease to free up.
         #[arg(long, value_parser = parse_duration, default_value = "0s")]
         wait: Duration,
+        /// Publish this with the grant (at most 1024 bytes): where to reach
+        /// the leader. Advisory: the token fences, not the value.
+        #[arg(long, value_name = "VALUE")]
+        value: Option<String>,
         /// Output: text for people, or json (one object; watch: one per
         /// line) for programs.
         #[arg(long, value_enum, default_value = "text")]
@@ -122,6 +126,24 @@ pub enum ClientCommand {
         /// New lifetime, counted from now.
         #[arg(long, value_parser = parse_duration, default_value = "10s")]
         ttl: Duration,
+        /// Publish this instead (empty clears it); without it the value
+        /// is kept.
+        #[arg(long, value_name = "VALUE")]
+        value: Option<String>,
+    },
+    /// List the holders waiting for a job, first in line first (the
+    /// order a release hands the lease over in), with their principals.
+    Waiters {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job.
+        job: String,
+        /// At most this many (the server's limit: 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Output: text for people, or json (one object) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Release a lease.
     Release {
@@ -432,6 +454,7 @@ impl ClientCommand {
                 name,
                 ttl,
                 wait,
+                value,
                 output,
             } => {
                 let c = connect(&conn).await?;
@@ -444,7 +467,11 @@ impl ClientCommand {
                     None => None,
                 };
                 let holder = holder.unwrap_or_else(|| process_holder(&name));
-                let a = c.acquire(&job, &holder, ttl, wait).await?;
+                let options = leasehold::client::AcquireOptions {
+                    value: value.unwrap_or_default().into_bytes(),
+                    ..Default::default()
+                };
+                let a = c.acquire_with(&job, &holder, ttl, wait, options).await?;
                 let code = match a.acquired {
                     true => ExitCode::SUCCESS,
                     false => ExitCode::from(EXIT_NOT_GRANTED),
@@ -481,12 +508,57 @@ impl ClientCommand {
                 holder,
                 token,
                 ttl,
+                value,
             } => {
                 let l = connect(&conn)
                     .await?
-                    .renew(&job, &holder, token, ttl)
-                    .await?;
+                    .renew_with_value(
+                        &job,
+                        &holder,
+                        token,
+                        ttl,
+                        value.as_deref().map(str::as_bytes),
+                    )
+                    .await?
+                    .lease;
                 outln!("renewed {}", describe(&l));
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::Waiters {
+                conn,
+                job,
+                limit,
+                output,
+            } => {
+                let w = connect(&conn).await?.list_waiters(&job, limit).await?;
+                match output {
+                    Output::Json => outln!(
+                        "{}",
+                        serde_json::json!({
+                            "job": job,
+                            "waiting": w.waiting,
+                            "waiters": w.waiters.iter().map(|w| serde_json::json!({
+                                "holder": w.holder,
+                                "principal": w.principal,
+                                "preferred": w.preferred,
+                            })).collect::<Vec<_>>(),
+                        })
+                    ),
+                    Output::Text => {
+                        outln!("job={job} waiting={}", w.waiting);
+                        for (i, x) in w.waiters.iter().enumerate() {
+                            outln!(
+                                "{:>4}  {}{}{}",
+                                i + 1,
+                                x.holder,
+                                x.principal
+                                    .as_ref()
+                                    .map_or(String::new(), |p| format!(" principal={p}")),
+                                if x.preferred { " preferred" } else { "" },
+                            );
+                        }
+                    }
+                }
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Release {
@@ -824,7 +896,7 @@ fn print_history(tenures: &[Tenure]) {
     );
     for t in tenures {
         outln!(
-            "{:<8} {:<w$} {:<24} {:>8} {:<24} {}{}",
+            "{:<8} {:<w$} {:<24} {:>8} {:<24} {}{}{}",
             t.token,
             t.holder,
             rfc3339(t.granted_at),
@@ -834,6 +906,10 @@ fn print_history(tenures: &[Tenure]) {
             t.principal
                 .as_ref()
                 .map_or(String::new(), |p| format!(" (principal {p})")),
+            match t.value.is_empty() {
+                true => String::new(),
+                false => format!(" value={}", value_text(&t.value)),
+            },
         );
     }
     if let Some(note) = disorder_note(tenures) {
@@ -966,7 +1042,34 @@ fn lease_json(l: &Lease) -> serde_json::Value {
         "remaining_ms": l.remaining.map(|d| d.as_millis() as u64),
         "principal": l.principal,
         "proof": l.proof,
+        "value": value_json(&l.value),
     })
+}
+
+/// A published value for programs: its text when it is UTF-8, else its
+/// bytes in base64 (`{"base64": ...}`); `null` when there is none.
+fn value_json(v: &[u8]) -> serde_json::Value {
+    use base64::Engine as _;
+    match std::str::from_utf8(v) {
+        _ if v.is_empty() => serde_json::Value::Null,
+        Ok(s) => s.into(),
+        Err(_) => {
+            serde_json::json!({"base64": base64::engine::general_purpose::STANDARD.encode(v)})
+        }
+    }
+}
+
+/// A published value for people: its text, escaped, or `0x` and hex for
+/// bytes that are not UTF-8.
+fn value_text(v: &[u8]) -> String {
+    match std::str::from_utf8(v) {
+        Ok(s) => s.escape_debug().to_string(),
+        Err(_) => v.iter().fold("0x".to_owned(), |mut s, b| {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        }),
+    }
 }
 
 /// A tenure as `history --output json` prints it.
@@ -979,19 +1082,24 @@ fn tenure_json(t: &Tenure) -> serde_json::Value {
         "ttl_ms": t.ttl.as_millis() as u64,
         "ended_at": t.ended_at.map(rfc3339),
         "how": end_name(t),
+        "value": value_json(&t.value),
     })
 }
 
 fn describe(l: &Lease) -> String {
     match &l.holder {
         Some(h) => format!(
-            "job={} holder={h} token={} remaining={}{}",
+            "job={} holder={h} token={} remaining={}{}{}",
             l.job,
             l.token,
             l.remaining.map_or("-".into(), |d| format!("{d:.3?}")),
             l.principal
                 .as_ref()
-                .map_or(String::new(), |p| format!(" principal={p}"))
+                .map_or(String::new(), |p| format!(" principal={p}")),
+            match l.value.is_empty() {
+                true => String::new(),
+                false => format!(" value={}", value_text(&l.value)),
+            }
         ),
         None => format!("job={} holder=- token={}", l.job, l.token),
     }
@@ -1018,15 +1126,32 @@ fn status_table(leases: &[Lease]) -> String {
         true => format!("{p:<pw$}  "),
         false => String::new(),
     };
+    let valued = leases.iter().any(|l| !l.value.is_empty());
     let _ = writeln!(
         out,
-        "{:<w$}  {}{:<hw$}  {:>8}  REMAINING",
+        "{:<w$}  {}{:<hw$}  {:>8}  {}",
         "JOB",
         principal("PRINCIPAL"),
         "HOLDER",
-        "TOKEN"
+        "TOKEN",
+        if valued {
+            "REMAINING  VALUE"
+        } else {
+            "REMAINING"
+        }
     );
     for l in leases {
+        let remaining = l.remaining.map_or("-".into(), |d| format!("{d:.1?}"));
+        let line = match valued {
+            true => format!(
+                "{remaining:<9}  {}",
+                match l.value.is_empty() {
+                    true => "-".to_owned(),
+                    false => value_text(&l.value),
+                }
+            ),
+            false => remaining,
+        };
         let _ = writeln!(
             out,
             "{:<w$}  {}{:<hw$}  {:>8}  {}",
@@ -1034,7 +1159,7 @@ fn status_table(leases: &[Lease]) -> String {
             principal(l.principal.as_deref().unwrap_or("-")),
             l.holder.as_deref().unwrap_or("-"),
             l.token,
-            l.remaining.map_or("-".into(), |d| format!("{d:.1?}"))
+            line
         );
     }
     out
@@ -1117,6 +1242,7 @@ mod tests {
             ttl: None,
             remaining: None,
             principal: principal.map(Into::into),
+            value: Default::default(),
         };
         let open = status_table(&[l("a", None)]);
         assert!(open.starts_with("JOB  HOLDER"), "{open}");

@@ -30,6 +30,8 @@ pub struct RunOptions {
     /// Give up (exit 3) when not leading within this long; zero: when the
     /// job is held now.
     pub wait: Option<Duration>,
+    /// Published with the lease (`Lease.value`).
+    pub value: Vec<u8>,
 }
 
 /// With `--no-wait`, how long a job found free is given to be granted to
@@ -51,6 +53,7 @@ pub async fn run_singleton(
         handover,
         preferred,
         wait,
+        value,
     } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
@@ -76,6 +79,7 @@ pub async fn run_singleton(
         bind_to_stream: bind,
         preferred,
         yield_to_preferred: false,
+        value,
     };
     let mut elector = Elector::start_with(client.clone(), job, name, ttl, options);
     // While it waits, say who holds the job: at start, and at each change.

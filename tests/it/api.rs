@@ -381,6 +381,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         wait,
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     };
     let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         proof: Default::default(),
@@ -472,6 +473,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
                     holder: "a".into(),
                     token: 0,
                     ttl: d(ok),
+                    value: Default::default(),
                 })
                 .await
                 .unwrap_err(),
@@ -673,6 +675,7 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
         wait: None,
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     };
     let st = leases
         .acquire(acquire("x".repeat(100_000), "b".into()))
@@ -720,12 +723,14 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
         wait: None,
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     };
     let renew = |job: &str, holder: &str| proto::RenewRequest {
         job: job.into(),
         holder: holder.into(),
         token: 1,
         ttl,
+        value: Default::default(),
     };
     let release = |job: &str, holder: &str| proto::ReleaseRequest {
         job: job.into(),
@@ -1448,6 +1453,7 @@ async fn the_last_token_is_issued_once_then_grants_are_refused() {
                     token: Token(u64::MAX - 1),
                     ttl: Duration::from_secs(5),
                     owner: None,
+                    value: Default::default(),
                 },
                 &[],
                 0,

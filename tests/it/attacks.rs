@@ -172,6 +172,7 @@ async fn a_flood_of_new_jobs_stops_at_max_jobs_and_costs_a_leader_nothing() {
                         wait: None,
                         bind_to_stream: false,
                         preferred: false,
+                        value: Default::default(),
                     };
                     match raw.acquire(req).await {
                         Ok(_) => c.fetch_add(1, Ordering::Relaxed),

@@ -742,13 +742,13 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     let max = Some(2);
     for j in ["b1", "b2"] {
         let a = b
-            .acquire_as(&job(j), &billing, LONG, NOW, max, false)
+            .acquire_as(&job(j), &billing, LONG, NOW, max, false, None)
             .await
             .unwrap();
         assert!(a.acquired, "{a:?}");
     }
     let refused = b
-        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false)
+        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false, None)
         .await;
     match refused {
         Err(Error::QuotaExceeded {
@@ -761,27 +761,27 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     assert_eq!(b.lease(&job("b3")).await.unwrap().token, Token::NONE);
     // Jobs that exist: billing's own, and one ops created and released.
     let again = b
-        .acquire_as(&job("b1"), &billing, LONG, NOW, max, false)
+        .acquire_as(&job("b1"), &billing, LONG, NOW, max, false, None)
         .await;
     assert!(again.unwrap().acquired);
     let o = b
-        .acquire_as(&job("o1"), &ops, LONG, NOW, max, false)
+        .acquire_as(&job("o1"), &ops, LONG, NOW, max, false, None)
         .await
         .unwrap();
     assert!(b.release(&job("o1"), &ops, o.lease.token).await.unwrap());
     let taken = b
-        .acquire_as(&job("o1"), &billing, LONG, NOW, max, false)
+        .acquire_as(&job("o1"), &billing, LONG, NOW, max, false, None)
         .await;
     assert!(taken.unwrap().acquired);
     // ops created one (o1), and creates its second; an unbound holder
     // counts against nobody.
     let o2 = b
-        .acquire_as(&job("o2"), &ops, LONG, NOW, max, false)
+        .acquire_as(&job("o2"), &ops, LONG, NOW, max, false, None)
         .await
         .unwrap();
     assert!(o2.acquired);
     let free = b
-        .acquire_as(&job("free"), &holder("w"), LONG, NOW, max, false)
+        .acquire_as(&job("free"), &holder("w"), LONG, NOW, max, false, None)
         .await;
     assert!(free.unwrap().acquired);
 
@@ -790,11 +790,11 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     assert!(b.release(&job("b2"), &billing, t).await.unwrap());
     assert_eq!(b.delete_job(&job("b2")).await, Ok(true));
     let a = b
-        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false)
+        .acquire_as(&job("b3"), &billing, LONG, NOW, max, false, None)
         .await;
     assert!(a.unwrap().acquired);
     let refused = b
-        .acquire_as(&job("b4"), &billing, LONG, NOW, max, false)
+        .acquire_as(&job("b4"), &billing, LONG, NOW, max, false, None)
         .await;
     assert!(
         matches!(refused, Err(Error::QuotaExceeded { .. })),

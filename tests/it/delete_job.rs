@@ -201,6 +201,7 @@ async fn limits_on_jobs_and_keys(place: Place) {
         wait: None,
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     };
     quota(
         raw.acquire(acquire_d.clone()).await.unwrap_err(),

@@ -212,6 +212,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
                 wait: None,
                 bind_to_stream: false,
                 preferred: false,
+                value: Default::default(),
             })
             .await
             .unwrap_err();
@@ -232,6 +233,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
             wait: None,
             bind_to_stream: false,
             preferred: false,
+            value: Default::default(),
         })
         .await
         .unwrap()
@@ -243,6 +245,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
             holder: "a".into(),
             token: 1,
             ttl: Some(ms(2500)),
+            value: Default::default(),
         })
         .await
         .unwrap_err();
@@ -660,12 +663,14 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             wait: None,
             bind_to_stream: false,
             preferred: false,
+            value: Default::default(),
         }),
         l2.renew(proto::RenewRequest {
             job: "j".into(),
             holder: "a".into(),
             token: 1,
             ttl: d(30),
+            value: Default::default(),
         }),
         l3.get_lease(proto::GetLeaseRequest { job: "j".into() }),
         l4.release(proto::ReleaseRequest {
@@ -827,6 +832,7 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
         token: Token(1),
         ttl,
         holder: "forever".into(),
+        value: Default::default(),
     };
     assert!(
         etcd.txn(put(keys.holder("c"), rec.encode()))

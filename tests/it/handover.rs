@@ -515,7 +515,7 @@ async fn elector_transfer(place: Place) {
         bind_to_stream: true,
         ..ElectorOptions::default()
     };
-    let mut first = Elector::start_with(client(&p).await, "el", "one", ttl, opts);
+    let mut first = Elector::start_with(client(&p).await, "el", "one", ttl, opts.clone());
     let t1 = first.elected().await.unwrap();
     match first.transfer(None).await {
         Err(ClientError::NoSuccessor(_)) => {}

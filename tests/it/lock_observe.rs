@@ -167,7 +167,11 @@ async fn on_new_leader_reports_every_grant_in_token_order() {
     let seen = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
     let mut e = Elector::start(c.clone(), "led", "watcher", TTL);
     let log = seen.clone();
-    e.on_new_leader(move |holder, token| log.lock().unwrap().push((holder.into(), token)));
+    e.on_new_leader(move |l| {
+        log.lock()
+            .unwrap()
+            .push((l.holder.clone().unwrap_or_default(), l.token))
+    });
     let report = |n: usize| {
         let seen = seen.clone();
         async move {
@@ -190,7 +194,11 @@ async fn on_new_leader_reports_every_grant_in_token_order() {
     e.resign().await;
     let mut e2 = Elector::start(c.clone(), "led", "watcher2", TTL);
     let log2 = seen.clone();
-    e2.on_new_leader(move |holder, token| log2.lock().unwrap().push((holder.into(), token)));
+    e2.on_new_leader(move |l| {
+        log2.lock()
+            .unwrap()
+            .push((l.holder.clone().unwrap_or_default(), l.token))
+    });
     assert_eq!(e2.elected().await.unwrap(), 3);
     let s = report(3).await;
     assert_eq!(s[2], (e2.holder().to_string(), 3));

@@ -39,6 +39,7 @@ async fn a_request_deadline_ends_a_waiting_acquire_and_frees_its_place() {
         }),
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     });
     req.set_timeout(Duration::from_millis(300));
     let t = Instant::now();
@@ -113,6 +114,7 @@ async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again(
                     wait: None,
                     bind_to_stream: false,
                     preferred: false,
+                    value: Default::default(),
                 })
                 .await
             }));
@@ -371,6 +373,7 @@ fn flood(
                 }),
                 bind_to_stream: false,
                 preferred: false,
+                value: Default::default(),
             };
             tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
         })
@@ -1050,6 +1053,7 @@ async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes()
             }),
             bind_to_stream: false,
             preferred: false,
+            value: Default::default(),
         })
         .await
         .unwrap_err();

@@ -1869,6 +1869,7 @@ fn acquire_req(job: &str, holder: &str, wait_secs: i64) -> proto::AcquireRequest
         }),
         bind_to_stream: false,
         preferred: false,
+        value: Default::default(),
     }
 }
 

@@ -38,7 +38,7 @@ use crate::retry::{campaign_backoff, renew_backoff, Warnings};
 use super::{check_elector_args, elector_holder, AcquireOptions, Client, ClientError, Lease};
 
 /// How an [`Elector`] campaigns ([`Elector::start_with`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ElectorOptions {
     /// Bind each grant to the client's connection
     /// ([`AcquireOptions::bind_to_stream`]): when this process dies, its
@@ -56,6 +56,19 @@ pub struct ElectorOptions {
     /// the lease to it at our next renewal (as [`Elector::transfer`] to
     /// the first in line), then campaign again behind it.
     pub yield_to_preferred: bool,
+    /// Publish this with every grant ([`Lease::value`], at most 1024
+    /// bytes): where followers and clients reach the leader, such as its
+    /// address. Change it later with [`Elector::set_value`]. Advisory: the
+    /// token fences, not the value.
+    pub value: Vec<u8>,
+}
+
+/// The value the elector publishes, and whether the server may not have
+/// it yet (set since the last grant or renewal that carried it).
+#[derive(Debug, Default)]
+struct Publishing {
+    value: Vec<u8>,
+    unsent: bool,
 }
 
 /// A transfer asked of the campaign, and where its answer goes.
@@ -96,6 +109,7 @@ pub struct Elector {
     transfers: mpsc::Sender<Transfer>,
     task: Option<JoinHandle<()>>,
     proof: Arc<Mutex<Option<(u64, String)>>>,
+    publishing: Arc<Mutex<Publishing>>,
     /// For [`Elector::on_new_leader`]'s watch.
     client: Client,
     job: String,
@@ -140,6 +154,10 @@ impl Elector {
         let (stop_tx, stop_rx) = oneshot::channel();
         let error = Arc::new(OnceLock::new());
         let proof = Arc::new(Mutex::new(None));
+        let publishing = Arc::new(Mutex::new(Publishing {
+            value: options.value.clone(),
+            unsent: false,
+        }));
         let task = match check_elector_args(Some(job), name, ttl) {
             Err(e) => {
                 let _ = error.set(e);
@@ -157,6 +175,7 @@ impl Elector {
                     error: error.clone(),
                     options,
                     proof: proof.clone(),
+                    publishing: publishing.clone(),
                 };
                 Some(tokio::spawn(campaign.run(stop_rx, transfers_rx)))
             }
@@ -170,20 +189,24 @@ impl Elector {
             transfers,
             task,
             proof,
+            publishing,
             client,
             job: job.to_owned(),
             observer: None,
         }
     }
 
-    /// Calls `f(holder, token)` for every grant of the job, ours and
-    /// others', in token order: from a `WatchLease` kept open while the
+    /// Calls `f(lease)` for every grant of the job, ours and others', in
+    /// token order (`lease.holder` is set, and `lease.value` is what the
+    /// new leader published): from a `WatchLease` kept open while the
     /// elector runs (opened again, from the state at that moment, when it
     /// breaks), each token reported once and never one lower than a token
     /// already reported. A grant that came and went while the watch was
-    /// being opened again is not seen. Stops with [`Elector::resign`] or
-    /// the elector's drop. A second call replaces the first's callback.
-    pub fn on_new_leader(&mut self, mut f: impl FnMut(&str, u64) + Send + 'static) {
+    /// being opened again is not seen, and a change of value is no new
+    /// leader ([`Client::observe`] sees those). Stops with
+    /// [`Elector::resign`] or the elector's drop. A second call replaces
+    /// the first's callback.
+    pub fn on_new_leader(&mut self, mut f: impl FnMut(&Lease) + Send + 'static) {
         if let Some(old) = self.observer.take() {
             old.abort();
         }
@@ -198,11 +221,9 @@ impl Elector {
                     while let Some(Ok(change)) = changes.next().await {
                         backoff.reset();
                         let lease = &change.lease;
-                        if let Some(holder) = lease.holder.as_deref() {
-                            if lease.token > last {
-                                last = lease.token;
-                                f(holder, lease.token);
-                            }
+                        if lease.holder.is_some() && lease.token > last {
+                            last = lease.token;
+                            f(lease);
                         }
                     }
                 }
@@ -245,6 +266,25 @@ impl Elector {
             return Err(ClientError::NotLeader);
         }
         answer.await.unwrap_or(Err(ClientError::NotLeader))
+    }
+
+    /// Publishes `value` instead ([`ElectorOptions::value`]): sent with
+    /// our next renewal while we lead, else with our next grant, and with
+    /// every renewal until one has carried it; empty clears it. Watchers
+    /// see the change (`KIND_VALUE_CHANGED`).
+    pub fn set_value(&self, value: impl Into<Vec<u8>>) {
+        let mut p = self.publishing.lock().expect("elector value");
+        p.value = value.into();
+        p.unsent = true;
+    }
+
+    /// The job's current lease, from the server: who leads (`holder`,
+    /// `None` when nobody does), with which token, and the value the
+    /// leader published ([`Lease::value`]), to route requests to it.
+    /// Advisory: by the time it is used the leader may have changed; the
+    /// token fences writes, not the value.
+    pub async fn leader(&self) -> Result<Lease, ClientError> {
+        self.client.get_lease(&self.job).await
     }
 
     /// Our holder identity: `name@uuid`, the UUID this elector's own.
@@ -364,6 +404,8 @@ struct Campaign {
     options: ElectorOptions,
     /// The proof of the grant we lead with, and its token.
     proof: Arc<Mutex<Option<(u64, String)>>>,
+    /// The value we publish.
+    publishing: Arc<Mutex<Publishing>>,
 }
 
 impl Campaign {
@@ -375,9 +417,11 @@ impl Campaign {
         loop {
             let sent = tokio_now();
             // Bounded, so a server that stopped answering is asked again.
+            let value = self.publishing.lock().expect("elector value").value.clone();
             let options = AcquireOptions {
                 bind_to_stream: self.options.bind_to_stream,
                 preferred: self.options.preferred,
+                value: value.clone(),
             };
             let acquire =
                 self.client
@@ -395,6 +439,7 @@ impl Campaign {
             match acquired {
                 Ok(Ok(a)) if a.acquired => {
                     backoff.reset();
+                    self.carried(&value);
                     let token = a.lease.token;
                     *self.proof.lock().expect("elector proof") =
                         a.lease.proof.clone().map(|p| (token, p));
@@ -521,12 +566,26 @@ impl Campaign {
                 break;
             }
             let sent = tokio_now();
+            let value = {
+                let p = self.publishing.lock().expect("elector value");
+                p.unsent.then(|| p.value.clone())
+            };
+            let renew = self.client.renew_with_value(
+                &self.job,
+                &self.holder,
+                token,
+                self.ttl,
+                value.as_deref(),
+            );
             let r = tokio::select! {
                 _ = &mut *stop => return self.resign(token, deadline).await,
-                r = timeout_at(deadline, self.client.renew_lease(&self.job, &self.holder, token, self.ttl)) => r,
+                r = timeout_at(deadline, renew) => r,
             };
             match r {
                 Ok(Ok(renewed)) => {
+                    if let Some(v) = &value {
+                        self.carried(v);
+                    }
                     deadline = sent + self.ttl;
                     self.deadline.send_replace(Some(deadline));
                     next = sent + every;
@@ -586,6 +645,15 @@ impl Campaign {
             None => tracing::warn!(job = %self.job, token, "stepped down"),
         }
         false
+    }
+
+    /// A grant or renewal carried `value`: the server has it, unless it
+    /// was changed again meanwhile.
+    fn carried(&self, value: &[u8]) {
+        let mut p = self.publishing.lock().expect("elector value");
+        if p.value == value {
+            p.unsent = false;
+        }
     }
 
     /// Steps down and releases. The release is bounded: past our deadline

@@ -263,6 +263,7 @@ async fn campaign(
                 shared.client.acquire_with(&job, &shared.holder, ttl, campaign_wait, AcquireOptions {
                     bind_to_stream: shared.options.bind_to_stream,
                     preferred: shared.options.preferred,
+                    value: Vec::new(),
                 }),
             ) => r,
         };

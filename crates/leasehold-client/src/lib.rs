@@ -347,6 +347,11 @@ pub struct Lease {
     /// own ([`proof::verify_for`]); `None` when free, or when the server
     /// signs nothing. KeepAlive's results leave it out.
     pub proof: Option<String>,
+    /// The value the live holder published ([`AcquireOptions::value`],
+    /// [`Client::renew_with_value`]): where to reach the leader, for
+    /// routing. Empty when free or none. Advisory: the token fences, not
+    /// the value.
+    pub value: Vec<u8>,
 }
 
 /// One token's time as a job's leader, from [`Client::history`].
@@ -366,6 +371,8 @@ pub struct Tenure {
     pub end: Option<proto::tenure::End>,
     /// When it ended, on the server's wall clock.
     pub ended_at: Option<std::time::SystemTime>,
+    /// The value it was granted with (a later change is not kept here).
+    pub value: Vec<u8>,
 }
 
 impl Tenure {
@@ -399,6 +406,7 @@ impl From<proto::Tenure> for Tenure {
                 .unwrap_or_default(),
             end,
             ended_at: at(t.ended_at),
+            value: t.value,
         }
     }
 }
@@ -416,6 +424,7 @@ impl From<proto::Lease> for Lease {
             remaining: d(l.remaining),
             principal: (!l.principal.is_empty()).then_some(l.principal),
             proof: (!l.proof.is_empty()).then_some(l.proof),
+            value: l.value,
         }
     }
 }
@@ -430,7 +439,7 @@ pub struct Acquired {
 }
 
 /// Options of [`Client::acquire_with`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcquireOptions {
     /// Bind the grant to this client's connection: when the connection's
     /// client end closes or resets (the process died, or the client
@@ -442,6 +451,30 @@ pub struct AcquireOptions {
     /// Ask as a preferred candidate: queued ahead of the waiters that are
     /// not, and the live holder, if it is not preferred, is told
     /// ([`Renewed::successor_waiting`]) so that it can hand over.
+    pub preferred: bool,
+    /// Publish this with the grant ([`Lease::value`]), at most 1024
+    /// bytes: where to reach the leader. A repeated Acquire by the live
+    /// holder replaces it.
+    pub value: Vec<u8>,
+}
+
+/// The line of a job, from [`Client::list_waiters`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Waiters {
+    /// The waiters listed, first in line first.
+    pub waiters: Vec<Waiter>,
+    /// How many wait in all (may be more than listed).
+    pub waiting: u32,
+}
+
+/// One Acquire waiting in a job's line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    /// The waiting holder.
+    pub holder: String,
+    /// The principal it asked as (servers with a policy).
+    pub principal: Option<String>,
+    /// It asked as a preferred candidate.
     pub preferred: bool,
 }
 
@@ -694,6 +727,7 @@ impl Client {
             wait: Some(to_proto_duration(wait)),
             bind_to_stream: options.bind_to_stream,
             preferred: options.preferred,
+            value: options.value,
         });
         let (r, asking) = match wait.is_zero() {
             true => (call.await, asking),
@@ -733,6 +767,20 @@ impl Client {
         token: u64,
         ttl: Duration,
     ) -> Result<Renewed, ClientError> {
+        self.renew_with_value(job, holder, token, ttl, None).await
+    }
+
+    /// [`Client::renew_lease`] that also replaces the lease's published
+    /// value ([`Lease::value`]) when `value` is given (empty clears it);
+    /// `None` keeps it. Watchers see a change (`KIND_VALUE_CHANGED`).
+    pub async fn renew_with_value(
+        &self,
+        job: &str,
+        holder: &str,
+        token: u64,
+        ttl: Duration,
+        value: Option<&[u8]>,
+    ) -> Result<Renewed, ClientError> {
         let asking = self.calls.start(job, holder);
         let r = self
             .leases
@@ -742,6 +790,7 @@ impl Client {
                 holder: holder.into(),
                 token,
                 ttl: Some(to_proto_duration(ttl)),
+                value: value.map(<[u8]>::to_vec),
             })
             .await?
             .into_inner();
@@ -806,6 +855,34 @@ impl Client {
             .get_lease(proto::GetLeaseRequest { job: job.into() })
             .await?;
         Ok(r.into_inner().into())
+    }
+
+    /// The Acquires waiting for `job`, first in line first (preferred
+    /// candidates, then the others, each first come, first served): at
+    /// most `limit` (0: 100; at most 1000), and how many wait in all. An
+    /// unknown job has an empty line.
+    pub async fn list_waiters(&self, job: &str, limit: u32) -> Result<Waiters, ClientError> {
+        let r = self
+            .leases
+            .clone()
+            .list_waiters(proto::ListWaitersRequest {
+                job: job.into(),
+                limit,
+            })
+            .await?
+            .into_inner();
+        Ok(Waiters {
+            waiters: r
+                .waiters
+                .into_iter()
+                .map(|w| Waiter {
+                    holder: w.holder,
+                    principal: (!w.principal.is_empty()).then_some(w.principal),
+                    preferred: w.preferred,
+                })
+                .collect(),
+            waiting: r.waiting,
+        })
     }
 
     /// Deletes a job and its keys, if its lease is not live and nobody

@@ -142,7 +142,10 @@ impl EtcdNode {
             // we ask again, given back if this call goes away. (With
             // another TTL than ours, it is extended to ours below.)
             if let (MayGrant::Extend, Some(h)) = (step, read.job.holder.as_ref()) {
-                if rev.is_some() && read.line.mine != rev && h.rec.ttl == ttl && h.rec.value == value
+                if rev.is_some()
+                    && read.line.mine != rev
+                    && h.rec.ttl == ttl
+                    && h.rec.value == value
                 {
                     if let Some(mut w) = waiting.take() {
                         w.granted = true;

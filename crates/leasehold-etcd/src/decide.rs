@@ -506,18 +506,34 @@ mod tests {
             }
         );
         assert_eq!(
-            grant(&job(), &JobState::default(), Token::NONE, &who("a"), TTL, 0, None)
-                .unwrap()
-                .0
-                .token,
+            grant(
+                &job(),
+                &JobState::default(),
+                Token::NONE,
+                &who("a"),
+                TTL,
+                0,
+                None
+            )
+            .unwrap()
+            .0
+            .token,
             Token(1)
         );
         // A new job starts above the new-job floor.
         assert_eq!(
-            grant(&job(), &JobState::default(), Token(7), &who("a"), TTL, 0, None)
-                .unwrap()
-                .0
-                .token,
+            grant(
+                &job(),
+                &JobState::default(),
+                Token(7),
+                &who("a"),
+                TTL,
+                0,
+                None
+            )
+            .unwrap()
+            .0
+            .token,
             Token(8)
         );
         // The last token is issued once; then a grant is refused.

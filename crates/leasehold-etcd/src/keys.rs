@@ -894,7 +894,10 @@ mod tests {
             value: Some(Arc::from(&b"\x00\xff:80"[..])),
             ..dated.clone()
         };
-        assert_eq!(valued.encode(), b"7 5 w 1@x\x001764892800123 5000\x0000ff3a3830");
+        assert_eq!(
+            valued.encode(),
+            b"7 5 w 1@x\x001764892800123 5000\x0000ff3a3830"
+        );
         assert_eq!(HolderRec::decode(&valued.encode()).unwrap(), valued);
         for bad in [
             &b"7 5 w\x00"[..],
@@ -913,7 +916,10 @@ mod tests {
             let b = encode_waiter(&who, &value);
             assert_eq!(decode_waiter(&b), Some((who.clone(), value)));
         }
-        assert_eq!(decode_waiter(b"w@2").map(|(h, v)| (h.to_string(), v)), Some(("w@2".into(), None)));
+        assert_eq!(
+            decode_waiter(b"w@2").map(|(h, v)| (h.to_string(), v)),
+            Some(("w@2".into(), None))
+        );
         assert_eq!(decode_waiter(b"w@2\x00q"), None);
         let t = TokenRec {
             token: Token(9),

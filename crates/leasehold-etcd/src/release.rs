@@ -15,8 +15,8 @@ use leasehold_core::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
 use leasehold_core::record::HistoryPut;
 
 use super::client::{pb, ranges};
-use super::keys;
 use super::decide::{self, Release};
+use super::keys;
 use super::queue::{self, Place};
 use super::{contention, txn, EtcdNode, MAX_TRIES};
 

@@ -266,7 +266,10 @@ impl EtcdNode {
             let node = self.clone();
             set.spawn(async move {
                 let out = match node.check_ttl(r.ttl) {
-                    Ok(_) => node.renew_one(&r.job, &r.holder, r.token, r.ttl, None).await,
+                    Ok(_) => {
+                        node.renew_one(&r.job, &r.holder, r.token, r.ttl, None)
+                            .await
+                    }
                     Err(e) => Ok(Err((
                         e,
                         LeaseView {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
-use crate::lease::{HolderId, JobName, LeaseView, TenureEnd, Token};
+use crate::lease::{HolderId, JobName, LeaseView, Published, TenureEnd, Token};
 use crate::record::{KeyPage, Tenure, ValueRecord};
 use leasehold_etcd::EtcdNode;
 use leasehold_node::commit::SyncStats;
@@ -30,8 +30,8 @@ use leasehold_node::Node;
 
 pub use leasehold_backend::{
     held_by_another, Acquired, EventKind, HolderGuard, JobsShown, Picker, ReleaseIfDropped,
-    RenewOutcome, Renewal, Renewed, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Write,
-    CHANGES_BUFFERED,
+    RenewOutcome, Renewal, Renewed, Snapshot, Staged, StateLimits, Statuses, StoreHealth, Waiting,
+    Write, CHANGES_BUFFERED,
 };
 
 /// Where decisions are made: one process on sled, or etcd.
@@ -75,11 +75,14 @@ impl Backend {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Acquired> {
-        self.acquire_as(job, holder, ttl, wait, None, false).await
+        self.acquire_as(job, holder, ttl, wait, None, false, None)
+            .await
     }
 
     /// [`Backend::acquire`] by a holder whose principal may own at most
-    /// `max_owned` jobs (its policy's `max_jobs`); see [`Node::acquire_as`].
+    /// `max_owned` jobs (its policy's `max_jobs`), publishing `value`
+    /// with the grant; see [`Node::acquire_as`].
+    #[allow(clippy::too_many_arguments)] // the request's fields
     pub async fn acquire_as(
         &self,
         job: &JobName,
@@ -88,16 +91,41 @@ impl Backend {
         wait: Duration,
         max_owned: Option<usize>,
         preferred: bool,
+        value: Published,
     ) -> Result<Acquired> {
         match self {
             Backend::Local(n) => {
-                n.acquire_as(job, holder, ttl, wait, max_owned, preferred)
+                n.acquire_as(job, holder, ttl, wait, max_owned, preferred, value)
                     .await
             }
             Backend::Etcd(n) => {
-                n.acquire_as(job, holder, ttl, wait, max_owned, preferred)
+                n.acquire_as(job, holder, ttl, wait, max_owned, preferred, value)
                     .await
             }
+        }
+    }
+
+    /// The Acquires waiting for `job`, first in line first; see
+    /// [`Node::waiters`].
+    pub async fn waiters(&self, job: &JobName, limit: usize) -> Result<(Vec<Waiting>, usize)> {
+        match self {
+            Backend::Local(n) => Ok(n.waiters(job, limit)),
+            Backend::Etcd(n) => n.waiters(job, limit).await,
+        }
+    }
+
+    /// See [`Node::renew_with_value`].
+    pub async fn renew_with_value(
+        &self,
+        job: &JobName,
+        holder: &HolderId,
+        token: Token,
+        ttl: Duration,
+        value: Option<Published>,
+    ) -> Result<Renewed> {
+        match self {
+            Backend::Local(n) => n.renew_with_value(job, holder, token, ttl, value).await,
+            Backend::Etcd(n) => n.renew_with_value(job, holder, token, ttl, value).await,
         }
     }
 

@@ -359,6 +359,7 @@ mod tests {
             token: Token(token),
             ttl: Duration::from_secs(5),
             owner: None,
+            value: Default::default(),
         }
     }
 
@@ -376,6 +377,7 @@ mod tests {
             holder: Limits::default().holder("h").unwrap(),
             at_unix_ms: token * 1000,
             ttl: Duration::from_secs(5),
+            value: Default::default(),
         }
     }
 

@@ -612,7 +612,16 @@ impl LeaseTable {
                     fx.wake.extend(job.waiters().map(|w| w.id));
                 } else if let Some(w) = job.pop_first() {
                     let ttl = w.ttl;
-                    job.grant(&w.holder, ttl, w.value, w.preferred, now, wall, stats, &mut fx);
+                    job.grant(
+                        &w.holder,
+                        ttl,
+                        w.value,
+                        w.preferred,
+                        now,
+                        wall,
+                        stats,
+                        &mut fx,
+                    );
                     if let Some(h) = &mut job.holding {
                         h.handed_to = Some(w.id);
                     }

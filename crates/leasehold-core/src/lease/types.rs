@@ -401,6 +401,17 @@ impl Limits {
         }
     }
 
+    /// Validates `ListWaiters`'s `limit`: 0 means the default page size,
+    /// and the largest page is its most.
+    pub fn limit(&self, n: u32) -> Result<usize> {
+        self.page_size(n).map_err(|_| {
+            Error::invalid(
+                "limit",
+                format!("{n} is above the limit of {MAX_PAGE_SIZE}"),
+            )
+        })
+    }
+
     /// Validates a job-name prefix for listing (may be empty).
     pub fn job_prefix(&self, prefix: &str) -> Result<()> {
         if prefix.len() > self.max_name_bytes {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::backend::EventKind;
 use crate::error::{Error, Result};
-use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Token};
+use crate::lease::{HolderId, JobName, LeaseState, LeaseView, Limits, Published, Token};
 use crate::proto;
 use crate::server::auth::{self, Action, Caller};
 
@@ -42,26 +42,28 @@ pub fn acquire_args(
     l: &Limits,
     caller: &Caller,
     r: &proto::AcquireRequest,
-) -> Result<(JobName, HolderId, Duration, Duration)> {
+) -> Result<(JobName, HolderId, Duration, Duration, Published)> {
     Ok((
         job_arg(l, caller, Action::Lease, &r.job)?,
         caller.bind(l.holder(&r.holder)?),
         l.ttl(duration("ttl", r.ttl)?)?,
         l.wait(duration("wait", r.wait)?)?,
+        l.lease_value(&r.value)?,
     ))
 }
 
-/// A validated `Renew`: (job, holder bound to the caller, token, ttl).
-pub fn renew_args(
-    l: &Limits,
-    caller: &Caller,
-    r: &proto::RenewRequest,
-) -> Result<(JobName, HolderId, Token, Duration)> {
+/// A validated `Renew`: (job, holder bound to the caller, token, ttl, the
+/// value to publish instead, if any).
+pub type RenewArgs = (JobName, HolderId, Token, Duration, Option<Published>);
+
+/// Validates a `Renew`.
+pub fn renew_args(l: &Limits, caller: &Caller, r: &proto::RenewRequest) -> Result<RenewArgs> {
     Ok((
         job_arg(l, caller, Action::Lease, &r.job)?,
         caller.bind(l.holder(&r.holder)?),
         l.token(r.token)?,
         l.ttl(duration("ttl", r.ttl)?)?,
+        r.value.as_deref().map(|v| l.lease_value(v)).transpose()?,
     ))
 }
 
@@ -203,11 +205,12 @@ pub use crate::proto::to_proto_duration;
 /// A lease snapshot as the proto `Lease`: the holder as its client sent
 /// it, the principal it is bound to, and the grant's proof.
 pub fn lease(v: &LeaseView, proofs: &Proofs) -> proto::Lease {
-    let (holder, principal, ttl, remaining) = match &v.state {
+    let (holder, principal, ttl, remaining, value) = match &v.state {
         LeaseState::Held {
             holder,
             ttl,
             remaining,
+            value,
             ..
         } => {
             let (principal, holder) = auth::unbind(holder.as_str());
@@ -216,9 +219,10 @@ pub fn lease(v: &LeaseView, proofs: &Proofs) -> proto::Lease {
                 principal.unwrap_or_default().to_owned(),
                 Some(to_proto_duration(*ttl)),
                 Some(to_proto_duration(*remaining)),
+                value.as_deref().map(<[u8]>::to_vec).unwrap_or_default(),
             )
         }
-        LeaseState::Free(_) => (String::new(), String::new(), None, None),
+        LeaseState::Free(_) => (String::new(), String::new(), None, None, Vec::new()),
     };
     proto::Lease {
         job: v.job.to_string(),
@@ -228,12 +232,13 @@ pub fn lease(v: &LeaseView, proofs: &Proofs) -> proto::Lease {
         remaining,
         principal,
         proof: proofs.of(v),
+        value,
     }
 }
 
 /// [`lease`] as `caller` may see it: whole when the grant is its own
 /// principal's or it may `read` the job; else without the holder, the
-/// principal, the token and the proof. A `lease` grant alone tells that a job is
+/// principal, the token, the proof and the value. A `lease` grant alone tells that a job is
 /// held, and for how long, not by whom or under which token.
 pub fn lease_for(caller: &Caller, v: &LeaseView, proofs: &Proofs) -> proto::Lease {
     if !may_see(caller, v) {
@@ -241,6 +246,7 @@ pub fn lease_for(caller: &Caller, v: &LeaseView, proofs: &Proofs) -> proto::Leas
         l.holder.clear();
         l.principal.clear();
         l.token = 0;
+        l.value.clear();
         return l;
     }
     lease(v, proofs)
@@ -291,6 +297,7 @@ pub fn tenure(t: &crate::record::Tenure) -> proto::Tenure {
         ttl: Some(to_proto_duration(t.ttl)),
         end: end as i32,
         ended_at,
+        value: t.value.clone(),
     }
 }
 
@@ -302,6 +309,7 @@ pub fn event_kind(k: EventKind) -> proto::lease_event::Kind {
         EventKind::Acquired => Kind::Acquired,
         EventKind::Released => Kind::Released,
         EventKind::Expired => Kind::Expired,
+        EventKind::ValueChanged => Kind::ValueChanged,
     }
 }
 

@@ -431,7 +431,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::AcquireRequest>,
     ) -> Result<Response<proto::AcquireResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
-        let (job, holder, ttl, wait) =
+        let (job, holder, ttl, wait, value) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         // A holder the chaos API paused is heard only once its pause ends.
@@ -472,7 +472,15 @@ impl proto::leases_server::Leases for LeasesService {
             lease: view,
         } = self
             .node
-            .acquire_as(&job, &holder, ttl, wait, max_owned, req.get_ref().preferred)
+            .acquire_as(
+                &job,
+                &holder,
+                ttl,
+                wait,
+                max_owned,
+                req.get_ref().preferred,
+                value,
+            )
             .await
             .map_err(|e| status(self.quotas.exceeded(e)))?;
         if let (Some(Err(e)), false) = (place, acquired) {
@@ -506,7 +514,7 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::RenewRequest>,
     ) -> Result<Response<proto::RenewResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
-        let (job, holder, token, ttl) =
+        let (job, holder, token, ttl, value) =
             convert::renew_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         self.chaos.delay(job.as_str()).await;
@@ -516,7 +524,7 @@ impl proto::leases_server::Leases for LeasesService {
         }
         let renewed = self
             .node
-            .renew(&job, &holder, token, ttl)
+            .renew_with_value(&job, &holder, token, ttl, value)
             .await
             .map_err(|e| status(caller.refine(Action::Lease, e)))?;
         if let Some(peer) = req.extensions().get::<Peer>() {
@@ -596,6 +604,31 @@ impl proto::leases_server::Leases for LeasesService {
         self.chaos.delay(job.as_str()).await;
         let view = self.node.lease(&job).await.map_err(status)?;
         Ok(Response::new(lease(&view, &self.proofs)))
+    }
+
+    async fn list_waiters(
+        &self,
+        req: Request<proto::ListWaitersRequest>,
+    ) -> Result<Response<proto::ListWaitersResponse>, Status> {
+        let caller = Caller::of(&req).map_err(status)?;
+        let r = req.get_ref();
+        let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
+        let limit = self.limits.limit(r.limit).map_err(status)?;
+        let (line, waiting) = self.node.waiters(&job, limit).await.map_err(status)?;
+        Ok(Response::new(proto::ListWaitersResponse {
+            waiters: line
+                .iter()
+                .map(|w| {
+                    let (principal, holder) = auth::unbind(w.holder.as_str());
+                    proto::Waiter {
+                        holder: holder.to_owned(),
+                        principal: principal.unwrap_or_default().to_owned(),
+                        preferred: w.preferred,
+                    }
+                })
+                .collect(),
+            waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
+        }))
     }
 
     async fn delete_job(

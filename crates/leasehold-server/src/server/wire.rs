@@ -164,6 +164,7 @@ fn field_limit(l: &Limits, message: &str, field: &str) -> Option<usize> {
         (_, "key" | "prefix") => Some(l.max_key_bytes),
         ("CheckedWriteRequest", "value") => Some(l.max_value_bytes),
         ("CheckedWriteRequest", "proof") => Some(super::convert::MAX_PROOF_BYTES),
+        ("AcquireRequest" | "RenewRequest", "value") => Some(crate::lease::MAX_LEASE_VALUE_BYTES),
         _ => None,
     }
 }

@@ -99,6 +99,7 @@ fn the_first_read_of_every_lease_after_a_start_is_sled_and_the_log() {
         token: Token(token),
         ttl: std::time::Duration::from_secs(9),
         owner: None,
+        value: Default::default(),
     };
     let (a, b, c) = (
         l.job("a").unwrap(),
@@ -181,6 +182,7 @@ fn logged_puts_reach_sled_once_per_key_at_a_checkpoint() {
         token: Token(3),
         ttl: std::time::Duration::from_secs(9),
         owner: None,
+        value: Default::default(),
     };
     s.put_lease(&job, &lease, &[], 0).unwrap();
     s.sync().unwrap();
@@ -215,6 +217,7 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
         token: Token(t),
         ttl: std::time::Duration::from_secs(9),
         owner: None,
+        value: Default::default(),
     };
     {
         let s = SledStore::open(dir.path()).unwrap();
@@ -231,6 +234,7 @@ fn a_deleted_job_is_gone_and_its_floor_stays() {
             holder: l.holder("h").unwrap(),
             at_unix_ms: 1,
             ttl: std::time::Duration::from_secs(9),
+            value: Default::default(),
         };
         s.put_history(&x, &[grant(6)]).unwrap();
         s.put_history(&y, &[grant(2)]).unwrap();
@@ -341,6 +345,7 @@ fn a_reopen_replays_the_log_and_drops_what_was_not_synced() {
         token: Token(7),
         ttl: std::time::Duration::from_secs(9),
         owner: None,
+        value: Default::default(),
     };
     s.put_lease(&job, &lease, &[], 0).unwrap();
     s.put_value(&job, b"k1", &val(7, 1, Some("synced")))

@@ -1171,7 +1171,9 @@ fn a_published_value_goes_with_its_holding() {
     let w = t.enqueue_with_value(&j, &who("b"), TTL, t0, false, v("b:2"));
     // A renewal without a value keeps it; with one, replaces it, durably,
     // and watchers are told; the same value again changes nothing.
-    let (view, fx) = t.renew_with_value(&j, &who("a"), Token(1), TTL, t0, None).unwrap();
+    let (view, fx) = t
+        .renew_with_value(&j, &who("a"), Token(1), TTL, t0, None)
+        .unwrap();
     assert_eq!((view.value(), fx.changed), (Some(&b"a:1"[..]), false));
     let (view, fx) = t
         .renew_with_value(&j, &who("a"), Token(1), TTL, t0, Some(v("a:moved")))
