@@ -802,6 +802,157 @@ async fn a_principals_max_jobs_counts_the_jobs_it_created(b: Backend) {
     );
 }
 
+/// A published value (`Lease.value`): kept with the grant, in every view,
+/// the watch and the history; a renewal without one keeps it, with one
+/// replaces it (an event of its own); a waiter's own goes with its grant,
+/// by a release and by a transfer; a renewal on a KeepAlive keeps it; it
+/// ends with the holding.
+async fn a_published_value_goes_with_its_grant(b: Backend) {
+    let j = job("valued");
+    let (a, w1, w2) = (holder("a"), holder("w1"), holder("w2"));
+    let v = |s: &str| Limits::default().lease_value(s.as_bytes()).unwrap();
+    let g = b
+        .acquire_as(&j, &a, LONG, NOW, None, false, v("a:1"))
+        .await
+        .unwrap();
+    let t = g.lease.token;
+    assert_eq!(g.lease.value(), Some(&b"a:1"[..]));
+    assert_eq!(b.lease(&j).await.unwrap().value(), Some(&b"a:1"[..]));
+    let mut rx = b.watch(j.clone());
+    let mut next = async || {
+        tokio::time::timeout(LONG, rx.recv())
+            .await
+            .expect("an event within the patience of the test")
+            .expect("the watch goes on")
+            .unwrap()
+    };
+    let (kind, seen) = next().await;
+    assert_eq!((kind, seen.value()), (EventKind::Current, Some(&b"a:1"[..])));
+
+    // Kept by a renewal without one, and by one on a KeepAlive.
+    let r = b.renew_with_value(&j, &a, t, LONG, None).await.unwrap();
+    assert_eq!(r.lease.value(), Some(&b"a:1"[..]));
+    let out = b
+        .renew_many(&[Renewal {
+            job: j.clone(),
+            holder: a.clone(),
+            token: t,
+            ttl: LONG,
+        }])
+        .await
+        .unwrap();
+    assert_eq!(out[0].as_ref().unwrap().lease.value(), Some(&b"a:1"[..]));
+    // Replaced by one with a value: watchers are told, same holder and token.
+    let r = b
+        .renew_with_value(&j, &a, t, LONG, Some(v("a:2")))
+        .await
+        .unwrap();
+    assert_eq!((r.lease.token, r.lease.value()), (t, Some(&b"a:2"[..])));
+    let (kind, seen) = next().await;
+    assert_eq!(
+        (kind, seen.token, seen.holder(), seen.value()),
+        (EventKind::ValueChanged, t, Some(&a), Some(&b"a:2"[..]))
+    );
+    assert_eq!(b.lease(&j).await.unwrap().value(), Some(&b"a:2"[..]));
+
+    // Waiters publish their own: a release hands over with the first's,
+    // a transfer with the second's.
+    let wait = |h: HolderId, value: &str| {
+        let (b, j, value) = (b.clone(), j.clone(), v(value));
+        tokio::spawn(async move {
+            b.acquire_as(&j, &h, LONG, common::PATIENCE, None, false, value)
+                .await
+        })
+    };
+    let first = wait(w1.clone(), "w1");
+    waiting(&b, 1).await;
+    let second = wait(w2.clone(), "w2");
+    waiting(&b, 2).await;
+    assert!(b.release(&j, &a, t).await.unwrap());
+    let g1 = first.await.unwrap().unwrap();
+    assert_eq!(
+        (g1.lease.holder(), g1.lease.value()),
+        (Some(&w1), Some(&b"w1"[..]))
+    );
+    let t1 = g1.lease.token;
+    let to = b.transfer(&j, &w1, t1, None, None).await.unwrap();
+    assert_eq!((to.holder(), to.value()), (Some(&w2), Some(&b"w2"[..])));
+    let g2 = second.await.unwrap().unwrap();
+    assert_eq!(g2.lease.value(), Some(&b"w2"[..]));
+    // A repeated Acquire by the holder replaces it; none clears it.
+    let again = b
+        .acquire_as(&j, &w2, LONG, NOW, None, false, None)
+        .await
+        .unwrap();
+    assert!(again.acquired && !again.fresh, "{again:?}");
+    assert_eq!(again.lease.value(), None);
+
+    // The history keeps each grant's value; the holding's end takes it.
+    let h = b.history(&j, None, 10).await.unwrap();
+    let values: Vec<(Token, &[u8])> = h.iter().map(|t| (t.token, t.value.as_slice())).collect();
+    assert_eq!(
+        values,
+        [(g2.lease.token, &b"w2"[..]), (t1, b"w1"), (t, b"a:1")]
+    );
+    assert!(b.release(&j, &w2, g2.lease.token).await.unwrap());
+    assert_eq!(b.lease(&j).await.unwrap().value(), None);
+}
+
+/// The line as `ListWaiters` shows it: the preferred candidates first,
+/// then the others, each first come, first served, with the principals
+/// they asked as; a limit lists the first ones and counts them all; a job
+/// nobody waits for has an empty line.
+async fn waiters_are_listed_in_line_order(b: Backend) {
+    let j = job("line");
+    let a = holder("a");
+    let t = b.acquire(&j, &a, LONG, NOW).await.unwrap().lease.token;
+    let wait = |h: HolderId, preferred: bool| {
+        let (b, j) = (b.clone(), j.clone());
+        tokio::spawn(async move {
+            b.acquire_as(&j, &h, LONG, common::PATIENCE, None, preferred, None)
+                .await
+        })
+    };
+    let (w1, w2, p) = (bound("ops", "w1"), holder("w2"), holder("p"));
+    let first = wait(w1.clone(), false);
+    waiting(&b, 1).await;
+    let second = wait(w2.clone(), false);
+    waiting(&b, 2).await;
+    let third = wait(p.clone(), true);
+    waiting(&b, 3).await;
+    let line = common::eventually("the line in etcd", || async {
+        let (line, n) = b.waiters(&j, 10).await.unwrap();
+        (line.len() == 3).then_some((line, n))
+    })
+    .await;
+    let shown: Vec<(&str, Option<&str>, bool)> = line
+        .0
+        .iter()
+        .map(|w| (w.holder.unbound(), w.holder.principal(), w.preferred))
+        .collect();
+    assert_eq!(
+        (shown, line.1),
+        (
+            vec![("p", None, true), ("w1", Some("ops"), false), ("w2", None, false)],
+            3
+        )
+    );
+    let (two, n) = b.waiters(&j, 2).await.unwrap();
+    assert_eq!((two.len(), n), (2, 3));
+    assert_eq!(b.waiters(&job("nobody"), 10).await.unwrap(), (Vec::new(), 0));
+    // The release hands over in that order.
+    assert!(b.release(&j, &a, t).await.unwrap());
+    let g = third.await.unwrap().unwrap();
+    assert_eq!(g.lease.holder(), Some(&p));
+    assert!(b.release(&j, &p, g.lease.token).await.unwrap());
+    let g = first.await.unwrap().unwrap();
+    assert_eq!(g.lease.holder(), Some(&w1));
+    assert!(b.release(&j, &w1, g.lease.token).await.unwrap());
+    let g = second.await.unwrap().unwrap();
+    assert!(b.release(&j, &w2, g.lease.token).await.unwrap());
+    assert_eq!(b.waiters(&j, 10).await.unwrap(), (Vec::new(), 0));
+}
+
 /// One test per scenario and backend: `conformance::<backend>::<scenario>`.
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {
@@ -838,4 +989,6 @@ conformance!(
     watch_tells_changes_in_order_and_nothing_of_renewals,
     give_back_releases_only_a_grant_not_asked_for_since,
     a_principals_max_jobs_counts_the_jobs_it_created,
+    a_published_value_goes_with_its_grant,
+    waiters_are_listed_in_line_order,
 );
