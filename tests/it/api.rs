@@ -1940,3 +1940,143 @@ async fn the_cli_prints_json_for_programs() {
         (&serde_json::json!("current"), &serde_json::json!("me"))
     );
 }
+
+/// A leader's published value, end to end through the Rust client: an
+/// elector publishes it with its grant; a follower's `leader()`, an
+/// observation and the on-new-leader callback see it; `set_value` goes
+/// out with the next renewal, a change watchers see as VALUE_CHANGED with
+/// the same token; the history keeps the grant's. A value over 1024 bytes
+/// is refused naming `value`, and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_value_is_seen_by_followers_observers_and_the_history() {
+    use leasehold::client::{Elector, ElectorOptions};
+    use std::sync::{Arc, Mutex};
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    let ttl = common::ttl(Duration::from_secs(3));
+    let publish = |v: &str| ElectorOptions {
+        value: v.as_bytes().to_vec(),
+        ..ElectorOptions::default()
+    };
+    let mut a = Elector::start_with(c.clone(), "routed", "a", ttl, publish("10.0.0.1:80"));
+    let t1 = a.elected().await.unwrap();
+    let mut observe = c.observe("routed").await.unwrap();
+    let first = observe.next().await.unwrap().unwrap();
+    assert_eq!(first.lease.value, b"10.0.0.1:80");
+
+    // A follower, waiting in line, reads the leader's value and hears of
+    // every new leader with its own.
+    let mut b = Elector::start_with(c.clone(), "routed", "b", ttl, publish("10.0.0.2:80"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    b.on_new_leader(move |l| log.lock().unwrap().push((l.token, l.value.clone())));
+    s.wait_for_waiters(1).await;
+    let leader = b.leader().await.unwrap();
+    assert_eq!(
+        (
+            leader.holder.as_deref(),
+            leader.token,
+            leader.value.as_slice()
+        ),
+        (Some(a.holder()), t1, &b"10.0.0.1:80"[..])
+    );
+
+    // A bad value changes nothing.
+    let big = vec![b'x'; 1025];
+    let refused = c
+        .renew_with_value("routed", a.holder(), t1, ttl, Some(&big))
+        .await;
+    match refused {
+        Err(ClientError::InvalidArgument { field, message }) => {
+            assert_eq!(field.as_deref(), Some("value"));
+            assert!(message.contains("1024"), "{message}");
+        }
+        other => panic!("a 1025-byte value: {other:?}"),
+    }
+    assert_eq!(c.get_lease("routed").await.unwrap().value, b"10.0.0.1:80");
+
+    // set_value: the next renewal carries it; watchers see the change.
+    a.set_value("10.0.0.9:80");
+    let changed = tokio::time::timeout(ttl * 3, observe.next())
+        .await
+        .expect("the change within a few renewals")
+        .unwrap()
+        .unwrap();
+    assert_eq!(changed.kind, EventKind::ValueChanged);
+    assert_eq!(
+        (changed.lease.token, changed.lease.value.as_slice()),
+        (t1, &b"10.0.0.9:80"[..])
+    );
+
+    // The hand-over: b leads with its own value, and says so.
+    a.resign().await;
+    let t2 = b.elected().await.unwrap();
+    common::eventually("b's grant reported", || async {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|(t, _)| *t == t2)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(t1, b"10.0.0.1:80".to_vec()), (t2, b"10.0.0.2:80".to_vec())],
+        "each grant once, with the value its leader published (a change is no new leader)"
+    );
+    let h = c.history("routed", 10).await.unwrap();
+    let values: Vec<(u64, &[u8])> = h.iter().map(|t| (t.token, t.value.as_slice())).collect();
+    assert_eq!(values, [(t2, &b"10.0.0.2:80"[..]), (t1, b"10.0.0.1:80")]);
+    b.resign().await;
+    assert!(c.get_lease("routed").await.unwrap().value.is_empty());
+}
+
+/// `ListWaiters` over gRPC: the waiting holders in line order, the
+/// preferred first, as their clients named them; `limit` lists the first
+/// and counts them all, and over 1000 is refused naming `limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_waiters_shows_the_line_in_order() {
+    use leasehold::client::AcquireOptions;
+    let s = TestServer::start().await;
+    let c = s.client().await;
+    assert!(c.acquire("lined", "a@1", TTL, NOW).await.unwrap().acquired);
+    let wait = |holder: &'static str, preferred: bool| {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let o = AcquireOptions {
+                preferred,
+                ..Default::default()
+            };
+            c.acquire_with("lined", holder, TTL, Duration::from_secs(60), o)
+                .await
+        })
+    };
+    let _w1 = wait("w1@1", false);
+    s.wait_for_waiters(1).await;
+    let _w2 = wait("w2@1", false);
+    s.wait_for_waiters(2).await;
+    let _p = wait("p@1", true);
+    s.wait_for_waiters(3).await;
+    let line = common::eventually("three in line", || async {
+        let w = c.list_waiters("lined", 0).await.unwrap();
+        (w.waiters.len() == 3).then_some(w)
+    })
+    .await;
+    let names: Vec<(&str, bool)> = line
+        .waiters
+        .iter()
+        .map(|w| (w.holder.as_str(), w.preferred))
+        .collect();
+    assert_eq!(names, [("p@1", true), ("w1@1", false), ("w2@1", false)]);
+    assert_eq!(line.waiting, 3);
+    let first = c.list_waiters("lined", 1).await.unwrap();
+    assert_eq!((first.waiters.len(), first.waiting), (1, 3));
+    match c.list_waiters("lined", 1001).await {
+        Err(ClientError::InvalidArgument { field, .. }) => {
+            assert_eq!(field.as_deref(), Some("limit"))
+        }
+        other => panic!("limit 1001: {other:?}"),
+    }
+    let none = c.list_waiters("nobody-waits", 0).await.unwrap();
+    assert_eq!((none.waiters.len(), none.waiting), (0, 0));
+}

@@ -827,7 +827,10 @@ async fn a_published_value_goes_with_its_grant(b: Backend) {
             .unwrap()
     };
     let (kind, seen) = next().await;
-    assert_eq!((kind, seen.value()), (EventKind::Current, Some(&b"a:1"[..])));
+    assert_eq!(
+        (kind, seen.value()),
+        (EventKind::Current, Some(&b"a:1"[..]))
+    );
 
     // Kept by a renewal without one, and by one on a KeepAlive.
     let r = b.renew_with_value(&j, &a, t, LONG, None).await.unwrap();
@@ -933,13 +936,20 @@ async fn waiters_are_listed_in_line_order(b: Backend) {
     assert_eq!(
         (shown, line.1),
         (
-            vec![("p", None, true), ("w1", Some("ops"), false), ("w2", None, false)],
+            vec![
+                ("p", None, true),
+                ("w1", Some("ops"), false),
+                ("w2", None, false)
+            ],
             3
         )
     );
     let (two, n) = b.waiters(&j, 2).await.unwrap();
     assert_eq!((two.len(), n), (2, 3));
-    assert_eq!(b.waiters(&job("nobody"), 10).await.unwrap(), (Vec::new(), 0));
+    assert_eq!(
+        b.waiters(&job("nobody"), 10).await.unwrap(),
+        (Vec::new(), 0)
+    );
     // The release hands over in that order.
     assert!(b.release(&j, &a, t).await.unwrap());
     let g = third.await.unwrap().unwrap();

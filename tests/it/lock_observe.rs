@@ -281,3 +281,46 @@ async fn a_resigned_elector_has_given_back_a_grant_made_as_it_stopped() {
         }
     }
 }
+
+/// A leader's published value is part of its durable grant: after the
+/// server is SIGKILLed and started again on its data dir, the restored
+/// lease still carries it, and so does the history's tenure; its
+/// replacement by a renewal is durable before the reply too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaders_value_survives_a_crash() {
+    use leasehold::client::AcquireOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let p = ServerProcess::start(&data, &[]);
+    let c = client(&p).await;
+    let o = AcquireOptions {
+        value: b"10.0.0.1:80".to_vec(),
+        ..Default::default()
+    };
+    let g = c
+        .acquire_with("durable", "a@1", LONG, Duration::ZERO, o)
+        .await
+        .unwrap();
+    assert!(g.acquired);
+    c.acquire_with("other", "b@1", LONG, Duration::ZERO, Default::default())
+        .await
+        .unwrap();
+    let r = c
+        .renew_with_value("other", "b@1", 1, LONG, Some(b"10.0.0.2:80"))
+        .await
+        .unwrap();
+    assert_eq!(r.lease.value, b"10.0.0.2:80");
+    p.kill9();
+
+    let p = ServerProcess::start(&data, &[]);
+    let c = client(&p).await;
+    let l = c.get_lease("durable").await.unwrap();
+    assert_eq!(
+        (l.holder.as_deref(), l.token, l.value.as_slice()),
+        (Some("a@1"), 1, &b"10.0.0.1:80"[..])
+    );
+    assert_eq!(c.get_lease("other").await.unwrap().value, b"10.0.0.2:80");
+    let h = c.history("durable", 10).await.unwrap();
+    assert_eq!(h[0].value, b"10.0.0.1:80");
+    p.stop();
+}

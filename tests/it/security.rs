@@ -276,6 +276,33 @@ async fn another_principals_jobs_are_permission_denied_and_hidden() {
         "read",
         "billing/a",
     );
+    // So is its line of candidates: each with the principal it asked as.
+    let waiter = {
+        let billing = billing.clone();
+        tokio::spawn(async move {
+            billing
+                .acquire("billing/a", "b2", TTL, Duration::from_secs(30))
+                .await
+        })
+    };
+    let line = common::eventually("billing's waiter in line", || async {
+        let w = billing.list_waiters("billing/a", 0).await.unwrap();
+        (w.waiting == 1).then_some(w)
+    })
+    .await;
+    assert_eq!(
+        (
+            line.waiters[0].holder.as_str(),
+            line.waiters[0].principal.as_deref()
+        ),
+        ("b2", Some("billing"))
+    );
+    waiter.abort();
+    assert_denied(
+        ops.list_waiters("billing/a", 0).await.unwrap_err(),
+        "read",
+        "billing/a",
+    );
     // Listings show only what the caller may read.
     let seen: Vec<String> = ops
         .list_leases("")

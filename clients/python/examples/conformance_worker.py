@@ -12,12 +12,17 @@ it with ``preferred=True`` (it campaigns as a preferred candidate),
 preferred candidate at its next renewal: ``lost token=N``, then campaigns
 again). ``--ca FILE`` connects with TLS trusting that CA, ``--token
 SECRET`` sends it as a bearer token; both apply to every client it makes.
+``--value V`` builds the elector with ``value=V``: it publishes V (UTF-8)
+with its grants, where to reach it; ``set-value <v>`` changes it (sent
+with the next renewal), ``leader`` prints the leader's lease with its
+value (``Elector.leader()``), and ``waiters <job>`` the job's line of
+candidates (``Client.list_waiters``).
 
 Beyond the elector, the commands ``lock``/``lock-write``/``unlock`` (the
 asyncio lock, on an event loop of its own thread, and writes through the
 WriteStream), ``follow``/``follow-stop`` (an Elector's on_new_leader and
-an observation), ``fleet``/``fleet-stop`` (an ElectorSet), ``history`` and
-``delete-job``.
+an observation, each line with the leader's value when it has one),
+``fleet``/``fleet-stop`` (an ElectorSet), ``history`` and ``delete-job``.
 """
 
 import argparse
@@ -59,6 +64,7 @@ def main() -> int:
     )
     p.add_argument("--ca", help="connect with TLS, trusting this CA (a PEM file)")
     p.add_argument("--token", help="send this bearer token on every call")
+    p.add_argument("--value", help="the value the elector publishes with its grants (UTF-8)")
     args = p.parse_args()
     security = {"ca": args.ca, "token": args.token}
 
@@ -97,6 +103,7 @@ def main() -> int:
         bind_to_stream=args.bind,
         preferred=args.preferred,
         yield_to_preferred=args.yield_to_preferred,
+        value=args.value,
     )
     say(f"holder {elector.holder}")
     elector.start()
@@ -124,6 +131,12 @@ def main() -> int:
             elif cmd == "twin-stop":
                 twins[int(arg)][0].resign()
                 say("twin-stop done")
+            elif cmd == "set-value":
+                say(set_value(elector, arg))
+            elif cmd == "leader":
+                say(leader(elector))
+            elif cmd == "waiters":
+                say(waiters(client, arg))
             elif extras.handle(cmd, arg):
                 pass
             elif cmd:
@@ -180,7 +193,8 @@ class Extras:
             self.unlock()
             say("unlock done")
         elif cmd == "follow":
-            self.start_follow(arg)
+            job, _, value = arg.partition(" ")
+            self.start_follow(job, value or None)
         elif cmd == "follow-stop":
             self.stop_follow()
             say("follow-stop done")
@@ -262,7 +276,7 @@ class Extras:
 
     # follow, follow-stop
 
-    def start_follow(self, job: str) -> None:
+    def start_follow(self, job: str, value: Optional[str] = None) -> None:
         if self.follow is not None:
             say("follow error one follow at a time")
             return
@@ -270,7 +284,9 @@ class Extras:
             self.client, job, self.name, self.ttl,
             on_elected=lambda t: say(f"follow elected {job} token={t}"),
             on_lost=lambda t: say(f"follow lost {job} token={t}"),
-            on_new_leader=lambda h, t: say(f"newleader {job} holder={h} token={t}"),
+            # Three arguments: the new leader's value comes as the third.
+            on_new_leader=lambda h, t, v: say(f"newleader {job} holder={h} token={t}{value_suffix(v)}"),
+            value=value,
         )
         say(f"follow holder {self.follow.holder}")
         self.observing = self.client.observe(job)
@@ -278,8 +294,9 @@ class Extras:
 
         def observe() -> None:
             try:
+                # Every kind, VALUE_CHANGED included (same holder and token).
                 for c in changes:
-                    say(f"observe {job} holder={c.lease.holder or '-'} token={c.lease.token}")
+                    say(f"observe {job} holder={c.lease.holder or '-'} token={c.lease.token}{value_suffix(c.lease.value)}")
             except leasehold.LeaseholdError as e:
                 say(f"observe error {type(e).__name__} {e}")
 
@@ -366,6 +383,37 @@ def start_twins(client: leasehold.Client, job: str, name: str, ttl: float):
     for e, _ in twins:
         e.start()
     return twins
+
+
+def value_suffix(value: bytes) -> str:
+    """`` value=<v>`` for a lease with a value; nothing without one, so
+    that the lines stay as they were before leases had values."""
+    return f" value={value.decode('utf-8', errors='replace')}" if value else ""
+
+
+def set_value(elector: leasehold.Elector, value: str) -> str:
+    # Returns at once: the value goes with the elector's next renewal.
+    try:
+        elector.set_value(value)
+        return "set-value done"
+    except leasehold.LeaseholdError as e:
+        return f"set-value error {type(e).__name__} {e}"
+
+
+def leader(elector: leasehold.Elector) -> str:
+    try:
+        lease = elector.leader()
+    except leasehold.LeaseholdError as e:
+        return f"leader error {type(e).__name__} {e}"
+    return f"leader holder={lease.holder or '-'} token={lease.token} value={lease.value_text or '-'}"
+
+
+def waiters(client: leasehold.Client, job: str) -> str:
+    try:
+        line = client.list_waiters(job)
+    except leasehold.LeaseholdError as e:
+        return f"waiters error {type(e).__name__} {e}"
+    return " ".join([f"waiters n={line.waiting}"] + line.holders)
 
 
 def write(client: leasehold.Client, job: str, token, value: str) -> str:

@@ -2,8 +2,10 @@
 (clients/conformance/README.md): ``lock``/``lock-write``/``unlock`` (the
 asyncio lock; writes over the WriteStream), ``follow``/``follow-stop``
 (on_new_leader and observe), ``fleet``/``fleet-stop`` (the ElectorSet),
-``history``, ``delete-job``, and the ``--ca``/``--token`` flags; real worker
-processes against the real server."""
+``history``, ``delete-job``, the ``--ca``/``--token`` flags, and the
+leader's value and the candidates (``--value``, ``set-value``, ``leader``,
+``waiters``, ``follow <job> <value>``); real worker processes against the
+real server."""
 
 import re
 
@@ -148,3 +150,55 @@ def test_worker_ca_and_token_flags(job, workers):
         b = start(s, job + "-b", "b", "--ca", str(s.pki / "ca.pem"), ttl_ms=5000)
         workers.append(b)
         assert answer(b, f"history {job}").startswith("history error Unauthenticated")
+
+
+def test_worker_value_set_value_leader_waiters_and_follow_values(chaos_server, job, workers):
+    a = start(chaos_server, job, "a", "--value", "10.0.0.1:7000", ttl_ms=1500)
+    workers.append(a)
+    a.expect(lambda l: l == "elected token=1", PATIENCE, "a elected")
+    assert answer(a, "leader") == f"leader holder={a.holder} token=1 value=10.0.0.1:7000"
+    # Two candidates: b, then c, preferred, who is first in line.
+    b = start(chaos_server, job, "b", ttl_ms=1500)
+    workers.append(b)
+    harness.wait_until(lambda: answer(a, f"waiters {job}") == f"waiters n=1 {b.holder}", PATIENCE, "b waiting")
+    c = start(chaos_server, job, "c", "--preferred", ttl_ms=1500)
+    workers.append(c)
+    want = f"waiters n=2 {c.holder} {b.holder}"
+    harness.wait_until(lambda: answer(a, f"waiters {job}") == want, PATIENCE, "c first in line")
+    assert answer(b, f"waiters {job}-none") == "waiters n=0"
+    # A follower reads the leader's value; set-value answers at once, and
+    # the value goes with a's next renewal.
+    assert answer(b, "leader") == f"leader holder={a.holder} token=1 value=10.0.0.1:7000"
+    b.send(f"follow {job}")
+    line(b, r"follow holder (b@\S+)")
+    expect_all(b, [
+        f"newleader {job} holder={a.holder} token=1 value=10.0.0.1:7000",
+        f"observe {job} holder={a.holder} token=1 value=10.0.0.1:7000",
+    ])
+    assert answer(a, "set-value 10.0.0.1:7001") == "set-value done"
+    # The VALUE_CHANGED event: an observe line, and no newleader line.
+    line(b, rf"observe {re.escape(job)} holder={re.escape(a.holder)} token=1 value=10\.0\.0\.1:7001")
+    assert answer(c, "leader") == f"leader holder={a.holder} token=1 value=10.0.0.1:7001"
+    b.send("follow-stop")
+    expect_all(b, ["follow-stop done"])
+    # Every line before "follow-stop done" was read: no newleader for the change.
+    assert [l for l in b.lines.seen if l.startswith(f"newleader {job} ")] == [
+        f"newleader {job} holder={a.holder} token=1 value=10.0.0.1:7000"
+    ], b.lines.seen
+
+    # A follow elector with a value: its grant's lines carry it.
+    follow = job + "-follow"
+    c.send(f"follow {follow} 10.0.0.3:7000")
+    hc = line(c, r"follow holder (c@\S+)").group(1)
+    expect_all(c, [
+        f"newleader {follow} holder={hc} token=1 value=10.0.0.3:7000",
+        f"follow elected {follow} token=1",
+        f"observe {follow} holder={hc} token=1 value=10.0.0.3:7000",
+    ])
+    assert answer(a, f"waiters {follow}") == "waiters n=0"
+    c.send("follow-stop")
+    expect_all(c, [f"follow lost {follow} token=1", "follow-stop done"])
+    for w in (a, b, c):
+        w.send("quit")
+        w.expect(lambda l: l == "bye", PATIENCE, "bye")
+        assert w.wait(PATIENCE) == 0

@@ -19,6 +19,11 @@ fences the writes).
 
 ``client.observe(job)`` iterates over a job's lease changes;
 ``client.history(job)`` pages through its leaders (:class:`Tenure`);
+``client.list_waiters(job)`` lists its candidates in line order
+(:class:`Waiters`). A leader publishes a value, where to reach it
+(``Elector(..., value=...)``, ``elector.set_value(...)``), that followers
+read as ``elector.leader().value`` (:attr:`Lease.value`): advisory, the
+token fences, not the value.
 :class:`ElectorSet` campaigns for many jobs as one holder and renews them
 all over one ``KeepAlive`` stream.
 
@@ -85,6 +90,8 @@ from .types import (
     Tenure,
     TenureEnd,
     Value,
+    Waiter,
+    Waiters,
     WriteOutcome,
     WriteOutcomeKind,
     process_holder,
@@ -145,6 +152,8 @@ __all__ = [
     "Unauthenticated",
     "PermissionDenied",
     "Value",
+    "Waiter",
+    "Waiters",
     "Watch",
     "WriteOutcome",
     "WriteOutcomeKind",

@@ -5,8 +5,9 @@ the elector's timing. Private: the public names are re-exported by
 
 from __future__ import annotations
 
+import inspect
 import os
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -134,8 +135,16 @@ def channel_security(
 
 # Request builders, shared with the asyncio client.
 def acquire_request(
-    job: str, holder: str, ttl: float, wait: float, bind_to_stream: bool = False, preferred: bool = False
+    job: str,
+    holder: str,
+    ttl: float,
+    wait: float,
+    bind_to_stream: bool = False,
+    preferred: bool = False,
+    value: Optional[Bytes] = None,
 ) -> pb.AcquireRequest:
+    """An ``AcquireRequest``; ``value`` (``None``: none) is published with
+    the grant."""
     return pb.AcquireRequest(
         job=job,
         holder=holder,
@@ -143,11 +152,18 @@ def acquire_request(
         wait=to_duration(wait),
         bind_to_stream=bind_to_stream,
         preferred=preferred,
+        value=as_bytes(value) if value is not None else b"",
     )
 
 
-def renew_request(job: str, holder: str, token: int, ttl: float) -> pb.RenewRequest:
-    return pb.RenewRequest(job=job, holder=holder, token=token, ttl=to_duration(ttl))
+def renew_request(job: str, holder: str, token: int, ttl: float, value: Optional[Bytes] = None) -> pb.RenewRequest:
+    """A ``RenewRequest``. ``value`` ``None`` leaves the field unset, which
+    keeps the lease's value; given, it replaces it (``b""`` clears it): the
+    field is ``optional`` in the proto for exactly that difference."""
+    r = pb.RenewRequest(job=job, holder=holder, token=token, ttl=to_duration(ttl))
+    if value is not None:
+        r.value = as_bytes(value)
+    return r
 
 
 def release_request(job: str, holder: str, token: int, give_back: bool = False) -> pb.ReleaseRequest:
@@ -251,3 +267,18 @@ def campaign_timing(ttl: float):
     Elector. Retries back off as :class:`~leasehold._retry.Backoff` says."""
     campaign_wait = min(max(ttl * 3, 1.0), 30.0)
     return campaign_wait, ttl / 3
+
+
+def leader_callback(cb: Optional[Callable[..., object]]) -> Optional[Callable[[str, int, bytes], object]]:
+    """``on_new_leader`` as a function of ``(holder, token, value)``. A
+    callback that takes three positional arguments gets the value as the
+    third; one written for ``(holder, token)`` (before leases had values)
+    is called as before. Decided once, from its signature; one without a
+    signature the interpreter can read (some builtins) gets two."""
+    if cb is None:
+        return None
+    try:
+        inspect.signature(cb).bind("holder", 1, b"")
+        return cb
+    except (TypeError, ValueError):
+        return lambda holder, token, value: cb(holder, token)

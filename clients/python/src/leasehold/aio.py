@@ -46,6 +46,7 @@ from ._wire import (
     write_request,
     REFUSALS,
     campaign_timing,
+    leader_callback,
 )
 from ._retry import Backoff, Warnings
 from .chaos import AsyncChaos
@@ -62,13 +63,16 @@ from .types import (
     Tenure,
     StreamWrite,
     Value,
+    Waiters,
     WriteOutcome,
     as_bytes,
     check_elector_args,
+    check_value,
     elector_holder,
     event_from_pb,
     history_from_pb,
     lease_from_pb,
+    waiters_from_pb,
 )
 from .v1 import chaos_pb2_grpc as chaos_grpc
 from .v1 import leasehold_pb2 as pb
@@ -77,8 +81,12 @@ from .v1 import leasehold_pb2_grpc as pb_grpc
 log = logging.getLogger("leasehold.elector")
 
 AsyncTokenCallback = Callable[[int], Union[None, Awaitable[None]]]
-#: ``on_new_leader(holder, token)``: a function or a coroutine function.
-AsyncLeaderCallback = Callable[[str, int], Union[None, Awaitable[None]]]
+#: ``on_new_leader(holder, token, value)``, or ``(holder, token)`` as
+#: before leases had values: a function or a coroutine function.
+AsyncLeaderCallback = Union[
+    Callable[[str, int, bytes], Union[None, Awaitable[None]]],
+    Callable[[str, int], Union[None, Awaitable[None]]],
+]
 
 
 def _retrieve(fut: "asyncio.Future[List[WriteOutcome]]") -> None:
@@ -394,11 +402,13 @@ class AsyncClient:
         timeout: Optional[float] = None,
         bind_to_stream: bool = False,
         preferred: bool = False,
+        value: Optional[Bytes] = None,
     ) -> Acquired:
         """As :meth:`leasehold.Client.acquire` (``bind_to_stream=True`` binds
         the grant to this client's connection; ``preferred=True`` queues it
         ahead of the Acquires that are not preferred, and tells a holder
-        that is not preferred that it waits). A waiting Acquire (``wait >
+        that is not preferred that it waits; ``value`` is published with
+        the grant, at most 1024 bytes). A waiting Acquire (``wait >
         0``) that is cancelled (``asyncio.CancelledError``) or times out
         (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
         a grant it may have been given meanwhile: a task reads the lease
@@ -412,7 +422,9 @@ class AsyncClient:
         with self._calls.start(job, holder) as asking:
             try:
                 r = await self._call(
-                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), t
+                    self._leases.Acquire,
+                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value),
+                    t,
                 )
             except (asyncio.CancelledError, errors.DeadlineExceeded):
                 if wait > 0:
@@ -461,16 +473,34 @@ class AsyncClient:
         lost while held (not after a plain release)."""
         return AsyncLock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
 
-    async def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
-        return (await self.renew_lease(job, holder, token, ttl, timeout=timeout)).lease
+    async def renew(
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        value: Optional[Bytes] = None,
+    ) -> Lease:
+        """As :meth:`leasehold.Client.renew`: ``value`` ``None`` keeps the
+        lease's value, given it replaces it (``b""`` clears it)."""
+        return (await self.renew_lease(job, holder, token, ttl, timeout=timeout, value=value)).lease
 
     async def renew_lease(
-        self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        value: Optional[Bytes] = None,
     ) -> Renewed:
         """As :meth:`leasehold.Client.renew_lease`: :meth:`renew`, with
         whether a preferred candidate waits (``successor_waiting``)."""
         with self._calls.start(job, holder) as asking:
-            r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
+            r = await self._call(self._leases.Renew, renew_request(job, holder, token, ttl, value), timeout)
             lease = lease_from_pb(r.lease)
             asking.told(lease.token)
         return Renewed(lease=lease, successor_waiting=r.successor_waiting)
@@ -502,6 +532,14 @@ class AsyncClient:
     async def get_lease(self, job: str, *, timeout: Optional[float] = None) -> Lease:
         return lease_from_pb(await self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
 
+    async def list_waiters(self, job: str, limit: int = 0, *, timeout: Optional[float] = None) -> Waiters:
+        """As :meth:`leasehold.Client.list_waiters`: the Acquires waiting
+        for ``job``, in line order (preferred first), at most ``limit`` (0:
+        100), and how many wait in all. Empty for a job nobody waits for."""
+        return waiters_from_pb(
+            await self._call(self._leases.ListWaiters, pb.ListWaitersRequest(job=job, limit=limit), timeout)
+        )
+
     async def delete_job(self, job: str, *, timeout: Optional[float] = None) -> bool:
         """Deletes ``job`` and its keys, if its lease is not live and nobody
         waits for it (:class:`~leasehold.JobInUse` otherwise); whether there
@@ -523,8 +561,9 @@ class AsyncClient:
             page = r.next_page_token
 
     async def watch(self, job: str, *, timeout: Optional[float] = None) -> AsyncIterator[LeaseEvent]:
-        """The current lease, then every change of holder or token. Stop
-        iterating (or cancel the task) to end the watch."""
+        """The current lease, then every change of holder or token (and of
+        the holder's value: ``VALUE_CHANGED``). Stop iterating (or cancel
+        the task) to end the watch."""
         call = self._leases.WatchLease(pb.WatchLeaseRequest(job=job), timeout=timeout)
         try:
             async for msg in call:
@@ -656,11 +695,18 @@ class AsyncElector:
     coroutine functions; coroutines run as their own tasks, so a slow one
     cannot delay a renewal.
 
-    ``on_new_leader(holder, token)`` (a function or a coroutine function)
-    is called for every grant of the job, ours included, in token order,
-    at most once each, as :class:`leasehold.Elector`'s: from a
-    ``WatchLease`` kept open (as a task) while the elector runs, and from
-    what the campaign learns.
+    ``on_new_leader(holder, token, value)`` (a function or a coroutine
+    function; one taking two arguments gets ``(holder, token)``) is called
+    for every grant of the job, ours included, in token order, at most
+    once each, as :class:`leasehold.Elector`'s: from a ``WatchLease`` kept
+    open (as a task) while the elector runs, and from what the campaign
+    learns. A value change is not a new leader: it is not reported.
+
+    ``value`` is published with every Acquire of the campaign;
+    :meth:`set_value` changes it (sent with the next renewal, or the next
+    Acquire when not leading, until one succeeds); :meth:`leader` reads
+    the job's lease with the leader's value, as for
+    :class:`leasehold.Elector`. Advisory: the token fences, not the value.
 
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here. A campaign the server refuses with an error asking
@@ -691,10 +737,16 @@ class AsyncElector:
         bind_to_stream: bool = False,
         preferred: bool = False,
         yield_to_preferred: bool = False,
+        value: Optional[Bytes] = None,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
-        self._on_new_leader = on_new_leader
+        self._on_new_leader = leader_callback(on_new_leader)
+        # As Elector's: the value, its generation, and the newest generation
+        # the server was answered for (renewals stop sending it then).
+        self._value = check_value(value) if value is not None else b""
+        self._value_gen = 0
+        self._value_sent = -1
         self._leader_token = 0
         self._watcher: Optional[asyncio.Task] = None
         self._job = job
@@ -744,6 +796,34 @@ class AsyncElector:
         """Whether this elector hands over to a waiting preferred candidate
         at its next renewal."""
         return self._yield
+
+    @property
+    def value(self) -> bytes:
+        """The value this elector publishes; ``b""`` for none."""
+        return self._value
+
+    def set_value(self, value: Bytes) -> None:
+        """As :meth:`leasehold.Elector.set_value`: publishes ``value`` from
+        the next renewal (or Acquire, when not leading) on, sent until one
+        succeeds. Returns at once (nothing to await). Over 1024 bytes:
+        :class:`~leasehold.InvalidArgument` naming ``"value"``, and nothing
+        changed."""
+        self._value = check_value(value)
+        self._value_gen += 1
+
+    def _value_to_send(self) -> Tuple[Optional[bytes], int]:
+        if self._value_sent >= self._value_gen:
+            return None, self._value_gen
+        return self._value, self._value_gen
+
+    def _value_done(self, gen: int) -> None:
+        self._value_sent = max(self._value_sent, gen)
+
+    async def leader(self, *, timeout: Optional[float] = None) -> Lease:
+        """As :meth:`leasehold.Elector.leader`: the job's lease now
+        (``GetLease``), its ``holder`` (``None`` when free), ``token`` and
+        the leader's ``value``."""
+        return await self._client.get_lease(self._job, timeout=timeout)
 
     @property
     def token(self) -> Optional[int]:
@@ -910,6 +990,7 @@ class AsyncElector:
             while True:
                 sent = time.monotonic()
                 limit = campaign_wait + self._ttl
+                value, gen = self._value, self._value_gen  # every Acquire carries it
                 try:
                     a = await self._until(
                         self._client.acquire(
@@ -920,6 +1001,7 @@ class AsyncElector:
                             timeout=limit,
                             bind_to_stream=self._bind,
                             preferred=self._preferred,
+                            value=value,
                         ),
                         sent + limit,
                     )
@@ -941,14 +1023,15 @@ class AsyncElector:
                         return
                     continue
                 backoff.reset()
-                self._observe(a.lease.holder, a.lease.token)
+                self._observe(a.lease.holder, a.lease.token, a.lease.value)
                 if not a.acquired:
                     continue
+                self._value_done(gen)
                 token = a.lease.token
                 anchor = await self._anchor(token, sent)
                 if anchor is None:
                     continue
-                if await self._lead(token, anchor, a.lease.proof):
+                if await self._lead(token, anchor, a.lease.proof, a.lease.value):
                     return
                 if self._stop is not None and self._stop.is_set():
                     return  # handed over by transfer() while resigning
@@ -964,18 +1047,21 @@ class AsyncElector:
         if time.monotonic() < sent + self._ttl / 10:
             return sent
         sent = time.monotonic()
+        value, gen = self._value_to_send()
         try:
-            await self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+            await self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2, value=value)
+            if value is not None:
+                self._value_done(gen)
             return sent
         except errors.LeaseholdError as e:
             log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
             return None
 
-    async def _lead(self, token: int, sent: float, proof: Optional[str] = None) -> bool:
+    async def _lead(self, token: int, sent: float, proof: Optional[str] = None, value: bytes = b"") -> bool:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
-        ended = await self._set_leader(token, deadline, proof)
+        ended = await self._set_leader(token, deadline, proof, value)
         nxt = sent + every
         while True:
             try:
@@ -988,9 +1074,14 @@ class AsyncElector:
             if now >= deadline:
                 log.warning("%s: token %d reached its deadline without a renewal", self._job, token)
                 break
+            # A value set since the server last took one goes with this
+            # renewal, and with each after it until one is answered.
+            sending, gen = self._value_to_send()
             try:
                 renewed = await self._until(
-                    self._client.renew_lease(self._job, self._holder, token, self._ttl, timeout=deadline - now),
+                    self._client.renew_lease(
+                        self._job, self._holder, token, self._ttl, timeout=deadline - now, value=sending
+                    ),
                     deadline,
                     ended,
                 )
@@ -1001,6 +1092,17 @@ class AsyncElector:
             except asyncio.TimeoutError:
                 log.warning("%s: renew of token %d did not answer before the deadline", self._job, token)
                 break
+            except errors.InvalidArgument as e:
+                if sending is not None and e.field == "value":
+                    # A server whose limit is below ours refused the value,
+                    # and nothing else: keep leading, with the value it has.
+                    log.error("%s: the server refused the value, keeping the one it has: %s", self._job, e)
+                    self._value_done(gen)
+                    nxt = time.monotonic()
+                    continue
+                if self._token == token and self._handing != token:
+                    log.warning("%s: lease lost (token %d): %s", self._job, token, e)
+                break
             except (errors.LeaseLost,) + REFUSALS as e:
                 if self._token == token and self._handing != token:  # else transfer() is handing it over
                     log.warning("%s: lease lost (token %d): %s", self._job, token, e)
@@ -1009,6 +1111,8 @@ class AsyncElector:
                 self._warnings.warn("%s: renew of token %d failed, retrying: %s", self._job, token, e)
                 nxt = time.monotonic() + retry.next_before(deadline)
                 continue
+            if sending is not None:
+                self._value_done(gen)
             deadline = now + self._ttl
             nxt = now + every
             retry.reset()
@@ -1072,9 +1176,9 @@ class AsyncElector:
             self._callback_tasks.add(t)
             t.add_done_callback(self._callback_tasks.discard)
 
-    def _observe(self, holder: Optional[str], token: int) -> None:
+    def _observe(self, holder: Optional[str], token: int, value: bytes) -> None:
         """As :meth:`leasehold.Elector._observe`: tells ``on_new_leader`` of
-        a grant above the last one told."""
+        a grant above the last one told, with its value."""
         if self._on_new_leader is None or not holder or not token:
             return
         if token <= self._leader_token or (self._stop is not None and self._stop.is_set()):
@@ -1082,7 +1186,7 @@ class AsyncElector:
         self._leader_token = token
         cb = self._on_new_leader
         try:
-            r = cb(holder, token)
+            r = cb(holder, token, value)
         except Exception:
             log.exception("on_new_leader callback failed")
             return
@@ -1101,7 +1205,7 @@ class AsyncElector:
             try:
                 async for ev in self._client.watch(self._job):
                     retry.reset()
-                    self._observe(ev.lease.holder, ev.lease.token)
+                    self._observe(ev.lease.holder, ev.lease.token, ev.lease.value)
             except errors.LeaseholdError as e:
                 err = e
             except asyncio.CancelledError:
@@ -1116,9 +1220,11 @@ class AsyncElector:
             self._warnings.warn("watch of %s ended, watching again: %s", self._job, err or "end of stream")
             await asyncio.sleep(retry.next())
 
-    async def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> asyncio.Event:
+    async def _set_leader(
+        self, token: int, deadline: float, proof: Optional[str] = None, value: bytes = b""
+    ) -> asyncio.Event:
         """Leads with ``token``; the event set when that leadership ends."""
-        self._observe(self._holder, token)
+        self._observe(self._holder, token, value)
         self._token = token
         self._proof = proof
         self._deadline = deadline

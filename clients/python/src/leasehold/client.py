@@ -57,11 +57,13 @@ from .types import (
     Tenure,
     StreamWrite,
     Value,
+    Waiters,
     WriteOutcome,
     as_bytes,
     event_from_pb,
     history_from_pb,
     lease_from_pb,
+    waiters_from_pb,
 )
 from .v1 import chaos_pb2_grpc as chaos_grpc
 from .v1 import leasehold_pb2 as pb
@@ -387,11 +389,19 @@ class Client:
         timeout: Optional[float] = None,
         bind_to_stream: bool = False,
         preferred: bool = False,
+        value: Optional[Bytes] = None,
     ) -> Acquired:
         """Asks for the lease on ``job``; waits up to ``wait`` seconds for it
         to free up. ``timeout`` defaults to ``wait`` plus the client's
         timeout; when it passes the call raises
         :class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``.
+
+        ``value`` (``bytes``, or a ``str`` sent as UTF-8; at most 1024
+        bytes, else :class:`~leasehold.InvalidArgument` naming ``"value"``)
+        is published with the grant as :attr:`Lease.value
+        <leasehold.Lease.value>`: where to reach the leader, for routing to
+        it. A repeated Acquire by the live holder replaces it (``None`` or
+        ``b""``: with nothing). Advisory: the token fences, not the value.
 
         ``bind_to_stream=True`` binds the grant to this client's connection:
         when the connection closes or resets (this process dies, or the
@@ -426,7 +436,9 @@ class Client:
         with self._calls.start(job, holder) as asking:
             try:
                 r = self._call(
-                    self._leases.Acquire, acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), t
+                    self._leases.Acquire,
+                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value),
+                    t,
                 )
             except errors.DeadlineExceeded:
                 if wait > 0:
@@ -447,6 +459,7 @@ class Client:
         *,
         bind_to_stream: bool = False,
         preferred: bool = False,
+        value: Optional[Bytes] = None,
     ) -> grpc.Future:
         """``acquire`` as a cancellable ``grpc.Future`` of the raw response
         (used by the Elector). Its exception is a raw ``grpc.RpcError``.
@@ -457,7 +470,7 @@ class Client:
         asking = self._calls.start(job, holder)
         try:
             fut = self._leases.Acquire.future(
-                acquire_request(job, holder, ttl, wait, bind_to_stream, preferred), timeout=timeout
+                acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value), timeout=timeout
             )
         except BaseException:
             asking.end()
@@ -526,32 +539,57 @@ class Client:
         the lock's renewal thread; not after a plain release)."""
         return Lock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
 
-    def renew(self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None) -> Lease:
+    def renew(
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        value: Optional[Bytes] = None,
+    ) -> Lease:
         """Renews our live lease for ``ttl`` seconds from now. Raises
-        :class:`~leasehold.LeaseLost` when it is not ours any more."""
-        return self.renew_lease(job, holder, token, ttl, timeout=timeout).lease
+        :class:`~leasehold.LeaseLost` when it is not ours any more.
+
+        ``value`` ``None`` (the default) keeps the lease's value; given, it
+        replaces it (``b""`` clears it; at most 1024 bytes, else
+        :class:`~leasehold.InvalidArgument` naming ``"value"``, and nothing
+        changed), and watchers see an ``EventKind.VALUE_CHANGED``."""
+        return self.renew_lease(job, holder, token, ttl, timeout=timeout, value=value).lease
 
     def renew_lease(
-        self, job: str, holder: str, token: int, ttl: float, *, timeout: Optional[float] = None
+        self,
+        job: str,
+        holder: str,
+        token: int,
+        ttl: float,
+        *,
+        timeout: Optional[float] = None,
+        value: Optional[Bytes] = None,
     ) -> Renewed:
         """:meth:`renew`, with whether a preferred candidate waits: a
         :class:`~leasehold.Renewed` whose ``successor_waiting`` is true
         while an ``acquire(..., preferred=True)`` waits for the job and our
         grant is not a preferred one. Nothing is taken from us: hand over
         (:meth:`transfer_lease` to the first waiter, who is then the
-        preferred one) or release when it suits."""
+        preferred one) or release when it suits. ``value`` as for
+        :meth:`renew`."""
         with self._calls.start(job, holder) as asking:
-            r = self._call(self._leases.Renew, renew_request(job, holder, token, ttl), timeout)
+            r = self._call(self._leases.Renew, renew_request(job, holder, token, ttl, value), timeout)
             lease = lease_from_pb(r.lease)
             asking.told(lease.token)
         return Renewed(lease=lease, successor_waiting=r.successor_waiting)
 
-    def renew_future(self, job: str, holder: str, token: int, ttl: float, timeout: float) -> grpc.Future:
+    def renew_future(
+        self, job: str, holder: str, token: int, ttl: float, timeout: float, *, value: Optional[Bytes] = None
+    ) -> grpc.Future:
         """``renew`` as a cancellable ``grpc.Future`` of the raw response
-        (its ``successor_waiting`` as :meth:`renew_lease`'s)."""
+        (its ``successor_waiting`` as :meth:`renew_lease`'s; ``value`` as
+        :meth:`renew`'s)."""
         asking = self._calls.start(job, holder)
         try:
-            fut = self._leases.Renew.future(renew_request(job, holder, token, ttl), timeout=timeout)
+            fut = self._leases.Renew.future(renew_request(job, holder, token, ttl, value), timeout=timeout)
         except BaseException:
             asking.end()
             raise
@@ -601,6 +639,24 @@ class Client:
         """The lease of ``job`` (token 0 and no holder if never granted)."""
         return lease_from_pb(self._call(self._leases.GetLease, pb.GetLeaseRequest(job=job), timeout))
 
+    def list_waiters(self, job: str, limit: int = 0, *, timeout: Optional[float] = None) -> Waiters:
+        """The candidates: the Acquires waiting for ``job``, in line order
+        (the preferred ones first, then the others, each class first come,
+        first served), which is the order a release would hand the lease
+        over in. A :class:`~leasehold.Waiters`: ``waiters`` (at most
+        ``limit``; 0 is the server's default of 100, at most 1000), each a
+        :class:`~leasehold.Waiter` (holder, principal, preferred), and
+        ``waiting``, how many wait in all::
+
+            line = client.list_waiters("reports")
+            print(line.waiting, [w.holder for w in line.waiters])
+
+        A job nobody waits for, or that does not exist, has an empty line
+        (not an error). With a policy, this is action ``read``."""
+        return waiters_from_pb(
+            self._call(self._leases.ListWaiters, pb.ListWaitersRequest(job=job, limit=limit), timeout)
+        )
+
     def delete_job(self, job: str, *, timeout: Optional[float] = None) -> bool:
         """Deletes ``job`` and every key of its fenced store, if its lease is
         not live and no Acquire waits for it (:class:`~leasehold.JobInUse`
@@ -625,14 +681,17 @@ class Client:
 
     def watch(self, job: str, *, timeout: Optional[float] = None) -> Watch:
         """Watches ``job``: the current lease first, then every change of
-        holder or token. ``timeout`` (default: none) bounds the whole watch."""
+        holder or token, and of the holder's value (``VALUE_CHANGED``).
+        ``timeout`` (default: none) bounds the whole watch."""
         return Watch(self._leases.WatchLease(pb.WatchLeaseRequest(job=job), timeout=timeout))
 
     def observe(self, job: str, *, timeout: Optional[float] = None) -> Watch:
         """A stream of ``job``'s lease changes (``WatchLease``): a
         :class:`~leasehold.LeaseEvent` for the current state first (kind
         ``CURRENT``), then one per change (``ACQUIRED``, ``RELEASED``,
-        ``EXPIRED``); renewals send nothing. The same as :meth:`watch`::
+        ``EXPIRED``, and ``VALUE_CHANGED`` when the holder changed its
+        value: same holder and token); renewals send nothing. Each
+        lease carries the holder's ``value``. The same as :meth:`watch`::
 
             with client.observe("reports") as changes:
                 for change in changes:

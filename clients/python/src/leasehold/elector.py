@@ -29,21 +29,22 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple, Union
 
 import grpc
 
 from . import errors
 from ._retry import Backoff, Warnings
 from .client import Client
-from ._wire import REFUSALS, campaign_timing  # noqa: F401 (re-exported)
-from .types import Lease, check_elector_args, elector_holder
+from ._wire import REFUSALS, campaign_timing, leader_callback  # noqa: F401 (re-exported)
+from .types import Bytes, Lease, check_elector_args, check_value, elector_holder
 
 log = logging.getLogger("leasehold.elector")
 
 TokenCallback = Callable[[int], None]
-#: ``on_new_leader(holder, token)``.
-LeaderCallback = Callable[[str, int], None]
+#: ``on_new_leader(holder, token, value)``, or ``on_new_leader(holder,
+#: token)`` as before leases had values (see :class:`Elector`).
+LeaderCallback = Union[Callable[[str, int, bytes], None], Callable[[str, int], None]]
 
 _STOP = "stop"
 _TIMEOUT = "timeout"
@@ -93,14 +94,18 @@ class Elector:
     ``on_elected(token)`` and ``on_lost(token)`` are called in order on a
     callback thread.
 
-    ``on_new_leader(holder, token)`` is called, on the same thread and in
-    order with them, for every grant of the job this elector sees: another
-    holder took over, or we did (``holder`` is then :attr:`holder`). At
-    most once per grant, in token order (never a lower token after a
-    higher one), not after :meth:`resign` returned; a free job is not
-    reported. With it set, the elector keeps a ``WatchLease`` open on the
-    job while it runs (opened again with backoff if it breaks), and also
-    reports what its campaign learns (its own grant, the holder an Acquire
+    ``on_new_leader(holder, token, value)`` is called, on the same thread
+    and in order with them, for every grant of the job this elector sees:
+    another holder took over, or we did (``holder`` is then
+    :attr:`holder`). ``value`` is the value the new leader published
+    (``b""`` for none). A callback that takes two arguments,
+    ``on_new_leader(holder, token)``, is called with those two, as before
+    leases had values. At most once per grant, in token order (never a
+    lower token after a higher one), not after :meth:`resign` returned; a
+    free job is not reported, nor is a value change (the same grant).
+    With it set, the elector keeps a ``WatchLease`` open on the job while
+    it runs (opened again with backoff if it breaks), and also reports
+    what its campaign learns (its own grant, the holder an Acquire
     found in place), so a broken watch delays a report of another's
     leadership, never of its own. Our own grant may be reported a moment
     before ``on_elected``: the watch can be quicker than the Acquire's
@@ -128,10 +133,22 @@ class Elector:
     candidate waits as any other until the lease is released, handed over
     or expires.
 
+    ``value`` (``bytes``, or a ``str`` sent as UTF-8) is published with
+    every Acquire of the campaign (also when it campaigns again after a
+    loss), as :attr:`Lease.value <leasehold.Lease.value>`: where to reach
+    this worker, so that followers can route to the leader (they read
+    :meth:`leader`, or observe the job). :meth:`set_value` changes it: the
+    new value goes with the next renewal (or the next Acquire, when not
+    leading), and with every renewal until one succeeds; after that,
+    renewals leave it as it is. The value is advisory: the token fences,
+    not the value.
+
     An empty job or name, or a TTL that is not positive, raises
-    ``ValueError`` here. A campaign the server refuses with an error asking
-    again cannot fix (:class:`~leasehold.InvalidArgument`, such as a TTL over
-    its ``--max-ttl``, :class:`~leasehold.Unauthenticated`,
+    ``ValueError`` here; a value over 1024 bytes,
+    :class:`~leasehold.InvalidArgument` naming ``"value"``. A campaign the
+    server refuses with an error asking again cannot fix
+    (:class:`~leasehold.InvalidArgument`, such as a TTL over its
+    ``--max-ttl``, :class:`~leasehold.Unauthenticated`,
     :class:`~leasehold.PermissionDenied`) is not retried: the elector stops,
     :attr:`error` holds the error and :meth:`wait_elected` raises it.
     """
@@ -150,10 +167,17 @@ class Elector:
         bind_to_stream: bool = False,
         preferred: bool = False,
         yield_to_preferred: bool = False,
+        value: Optional[Bytes] = None,
     ) -> None:
         check_elector_args(job, name, ttl)
         self._client = client
-        self._on_new_leader = on_new_leader
+        self._on_new_leader = leader_callback(on_new_leader)
+        # The value we publish, and its generation (bumped by set_value);
+        # _value_sent is the newest generation a grant or renewal of ours
+        # was answered for: the server has it, so renewals stop sending it.
+        self._value = check_value(value) if value is not None else b""
+        self._value_gen = 0
+        self._value_sent = -1
         # The newest token on_new_leader was told of, and the watch it reads.
         self._leader_token = 0
         self._watch = None
@@ -206,6 +230,54 @@ class Elector:
         """Whether this elector hands over to a waiting preferred candidate
         at its next renewal."""
         return self._yield
+
+    @property
+    def value(self) -> bytes:
+        """The value this elector publishes (the newest :meth:`set_value`,
+        or the ``value`` it was made with); ``b""`` for none."""
+        with self._cond:
+            return self._value
+
+    def set_value(self, value: Bytes) -> None:
+        """Publishes ``value`` (``bytes``, or a ``str`` as UTF-8) from now
+        on: it goes with the next renewal when leading (watchers then see an
+        ``EventKind.VALUE_CHANGED``), else with the next Acquire, and with
+        every renewal until one succeeds; then no more (a renewal without a
+        value keeps it on the server). Returns at once. A value over 1024
+        bytes raises :class:`~leasehold.InvalidArgument` naming ``"value"``
+        and changes nothing."""
+        b = check_value(value)
+        with self._cond:
+            self._value = b
+            self._value_gen += 1
+
+    def _value_to_send(self) -> Tuple[Optional[bytes], int]:
+        """(the value a renewal sends now, ``None`` for none; its
+        generation)."""
+        with self._cond:
+            if self._value_sent >= self._value_gen:
+                return None, self._value_gen
+            return self._value, self._value_gen
+
+    def _value_done(self, gen: int) -> None:
+        """A grant or renewal that carried the value of generation ``gen``
+        was answered: the server has it."""
+        with self._cond:
+            self._value_sent = max(self._value_sent, gen)
+
+    def leader(self, *, timeout: Optional[float] = None) -> Lease:
+        """The job's lease as the server has it now (``GetLease``): its
+        ``holder`` (``None`` when the job is free), ``token`` and ``value``,
+        the value the leader published. For a follower routing to the
+        leader::
+
+            lease = elector.leader()
+            if lease.holder is not None and lease.holder != elector.holder:
+                forward_to(lease.value_text)
+
+        Advisory: by the time it is used the lease may have moved; the
+        leader's writes are fenced by its token, not by the value."""
+        return self._client.get_lease(self._job, timeout=timeout)
 
     @property
     def token(self) -> Optional[int]:
@@ -349,6 +421,8 @@ class Elector:
             while not self._stopped:
                 sent = time.monotonic()
                 limit = campaign_wait + self._ttl
+                with self._cond:  # every Acquire carries the value, sent or not before
+                    value, gen = self._value, self._value_gen
                 fut = self._client.acquire_future(
                     self._job,
                     self._holder,
@@ -357,6 +431,7 @@ class Elector:
                     limit,
                     bind_to_stream=self._bind,
                     preferred=self._preferred,
+                    value=value,
                 )
                 outcome = self._wait(fut, sent + limit)
                 if outcome == _STOP:
@@ -379,14 +454,15 @@ class Elector:
                     continue
                 backoff.reset()
                 r = fut.result()
-                self._observe(r.lease.holder, r.lease.token)
+                self._observe(r.lease.holder, r.lease.token, bytes(r.lease.value))
                 if not r.acquired:
                     continue
+                self._value_done(gen)
                 token = r.lease.token
                 anchor = self._anchor(token, sent)
                 if anchor is None:
                     continue
-                if self._lead(token, anchor, r.lease.proof or None):
+                if self._lead(token, anchor, r.lease.proof or None, bytes(r.lease.value)):
                     return
         except Exception:  # never die silently: step down and stop
             log.exception("elector for %s failed", self._job)
@@ -454,14 +530,17 @@ class Elector:
         if time.monotonic() < sent + self._ttl / 10:
             return sent
         sent = time.monotonic()
+        value, gen = self._value_to_send()
         try:
-            self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+            self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2, value=value)
+            if value is not None:
+                self._value_done(gen)
             return sent
         except errors.LeaseholdError as e:
             log.warning("%s: granted token %d, but the confirming renew failed: %s", self._job, token, e)
             return None
 
-    def _lead(self, token: int, sent: float, proof: Optional[str] = None) -> bool:
+    def _lead(self, token: int, sent: float, proof: Optional[str] = None, value: bytes = b"") -> bool:
         """Leads until the lease is lost or handed over (False) or we are
         told to stop (releases; True). With ``yield_to_preferred``, a
         renewal that says a preferred candidate waits is followed at once
@@ -469,7 +548,7 @@ class Elector:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
-        self._set_leader(token, deadline, proof)
+        self._set_leader(token, deadline, proof, value)
         nxt = sent + every
         while True:
             woke = self._sleep_leading(token, min(nxt, deadline))
@@ -481,7 +560,10 @@ class Elector:
             if now >= deadline:
                 log.warning("%s: token %d reached its deadline without a renewal", self._job, token)
                 break
-            fut = self._client.renew_future(self._job, self._holder, token, self._ttl, deadline - now)
+            # A value set since the server last took one goes with this
+            # renewal, and with each after it until one is answered.
+            value, gen = self._value_to_send()
+            fut = self._client.renew_future(self._job, self._holder, token, self._ttl, deadline - now, value=value)
             outcome = self._wait(fut, deadline)
             if outcome == _STOP:
                 return self._resign_lease(token, deadline)
@@ -490,6 +572,8 @@ class Elector:
                 break
             err = fut.exception()
             if err is None:
+                if value is not None:
+                    self._value_done(gen)
                 deadline = now + self._ttl
                 nxt = now + every
                 retry.reset()
@@ -502,6 +586,13 @@ class Elector:
                     return False
                 continue
             e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
+            if value is not None and isinstance(e, errors.InvalidArgument) and e.field == "value":
+                # A server whose limit is below ours refused the value, and
+                # nothing else: keep leading, with the value it has.
+                log.error("%s: the server refused the value, keeping the one it has: %s", self._job, e)
+                self._value_done(gen)
+                nxt = time.monotonic()
+                continue
             if isinstance(e, (errors.LeaseLost,) + REFUSALS):
                 with self._cond:
                     ours = self._token == token and self._handing != token
@@ -560,11 +651,12 @@ class Elector:
 
     # on_new_leader
 
-    def _observe(self, holder: Optional[str], token: int) -> None:
-        """Notes ``holder`` leading with ``token``: ``on_new_leader`` is told
-        if ``token`` is above the last one told (tokens of a job only grow,
-        so the watch and the campaign never report a grant twice, nor an
-        older one after a newer)."""
+    def _observe(self, holder: Optional[str], token: int, value: bytes) -> None:
+        """Notes ``holder`` leading with ``token`` and ``value``:
+        ``on_new_leader`` is told if ``token`` is above the last one told
+        (tokens of a job only grow, so the watch and the campaign never
+        report a grant twice, nor an older one after a newer, nor a value
+        change of one grant)."""
         if self._on_new_leader is None or not holder or not token:
             return
         with self._cond:
@@ -574,7 +666,7 @@ class Elector:
             cb = self._on_new_leader
             # Queued under the lock, so the reports keep the tokens' order.
             assert self._dispatcher is not None
-            self._dispatcher.submit(lambda: cb(holder, token))
+            self._dispatcher.submit(lambda: cb(holder, token, value))
 
     def _watch_leaders(self) -> None:
         """Follows the job's lease on a WatchLease stream while the elector
@@ -593,7 +685,7 @@ class Elector:
             try:
                 for ev in watch:
                     retry.reset()
-                    self._observe(ev.lease.holder, ev.lease.token)
+                    self._observe(ev.lease.holder, ev.lease.token, ev.lease.value)
             except errors.LeaseholdError as e:
                 err = e
             except Exception as e:  # never die silently
@@ -611,8 +703,8 @@ class Elector:
             if self._sleep_until(time.monotonic() + retry.next()):
                 return
 
-    def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None) -> None:
-        self._observe(self._holder, token)
+    def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None, value: bytes = b"") -> None:
+        self._observe(self._holder, token, value)
         with self._cond:
             self._token = token
             self._proof = proof

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import List, Optional, Union
 
+import grpc
 from google.protobuf import duration_pb2
 
+from . import errors
 from .v1 import leasehold_pb2 as pb
 
 Bytes = Union[bytes, bytearray, memoryview, str]
@@ -80,6 +82,19 @@ class Lease:
     #: job is free, the caller may not see the token, or the server signs
     #: nothing.
     proof: Optional[str] = None
+    #: The value the holder published (``Acquire``'s ``value``, or its last
+    #: renewal that set one): where to reach the leader, say its address,
+    #: for routing requests to it. At most 1024 bytes; ``b""`` when the job
+    #: is free or the holder published nothing. **Advisory**: it says who
+    #: the holder said it is, not that it still leads; the token fences,
+    #: not the value.
+    value: bytes = b""
+
+    @property
+    def value_text(self) -> str:
+        """:attr:`value` decoded as UTF-8 (a byte that is not UTF-8 shows as
+        U+FFFD): the value of a holder that published a string."""
+        return self.value.decode("utf-8", errors="replace")
 
 
 @dataclass(frozen=True)
@@ -136,6 +151,10 @@ class EventKind(enum.Enum):
     ACQUIRED = pb.LeaseEvent.KIND_ACQUIRED
     RELEASED = pb.LeaseEvent.KIND_RELEASED
     EXPIRED = pb.LeaseEvent.KIND_EXPIRED
+    #: The holder changed the lease's value (a renewal with ``value``, or
+    #: its repeated Acquire with another one): same holder, same token, so
+    #: not a new leader.
+    VALUE_CHANGED = pb.LeaseEvent.KIND_VALUE_CHANGED
     UNSPECIFIED = pb.LeaseEvent.KIND_UNSPECIFIED
 
 
@@ -282,6 +301,9 @@ class Tenure:
     #: When it ended (the release, or the deadline that passed); ``None``
     #: while it lasts.
     ended_at: Optional[datetime]
+    #: The value published with the grant (``acquire``'s ``value``); a later
+    #: change by a renewal is not recorded here. ``b""`` for none.
+    value: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -311,6 +333,65 @@ class HistoryPage:
         return [t.token for t in self.tenures]
 
 
+@dataclass(frozen=True)
+class Waiter:
+    """One Acquire waiting in a job's line, from :meth:`Client.list_waiters
+    <leasehold.Client.list_waiters>`."""
+
+    #: The waiting holder (``acquire``'s ``holder``).
+    holder: str
+    #: The principal (of the server's policy) it asked as, or ``None``
+    #: without a policy.
+    principal: Optional[str]
+    #: Whether it asked as a preferred candidate (``preferred=True``).
+    preferred: bool
+
+
+@dataclass(frozen=True)
+class Waiters:
+    """A job's line of waiting Acquires (``ListWaiters``): the candidates a
+    release would hand the lease to, in that order."""
+
+    #: First in line first: the preferred candidates, then the others,
+    #: each class first come, first served. At most the ``limit`` asked for.
+    waiters: List[Waiter]
+    #: How many wait in all (may be more than listed).
+    waiting: int
+
+    @property
+    def holders(self) -> List[str]:
+        """The holders of :attr:`waiters`, in line order."""
+        return [w.holder for w in self.waiters]
+
+
+def waiters_from_pb(r: pb.ListWaitersResponse) -> Waiters:
+    return Waiters(
+        waiters=[Waiter(holder=w.holder, principal=w.principal or None, preferred=w.preferred) for w in r.waiters],
+        waiting=r.waiting,
+    )
+
+
+#: The most bytes a lease's value may have (``Lease.value``); the server
+#: refuses more with INVALID_ARGUMENT naming ``"value"``.
+MAX_VALUE_BYTES = 1024
+
+
+def check_value(value: Bytes) -> bytes:
+    """``value`` as bytes (a ``str`` encoded as UTF-8), or
+    :class:`~leasehold.InvalidArgument` naming ``"value"`` when it is over
+    :data:`MAX_VALUE_BYTES`: the error the server would answer, raised
+    before anything is sent."""
+    b = as_bytes(value)
+    if len(b) > MAX_VALUE_BYTES:
+        raise errors.InvalidArgument(
+            f"value: {len(b)} bytes, at most {MAX_VALUE_BYTES}",
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+            reason=errors.reason_string(pb.ERROR_REASON_INVALID_ARGUMENT),
+            metadata={"field": "value"},
+        )
+    return b
+
+
 def _time(msg, name: str) -> Optional[datetime]:
     if not msg.HasField(name):
         return None
@@ -330,6 +411,7 @@ def tenure_from_pb(t: pb.Tenure) -> Tenure:
         ttl=(t.ttl.seconds + t.ttl.nanos / 1e9) if t.HasField("ttl") else None,
         end=end,
         ended_at=_time(t, "ended_at"),
+        value=bytes(t.value),
     )
 
 
@@ -382,6 +464,7 @@ def lease_from_pb(msg: pb.Lease) -> Lease:
         remaining=_seconds(msg, "remaining"),
         principal=msg.principal or None,
         proof=msg.proof or None,
+        value=bytes(msg.value),
     )
 
 
