@@ -144,6 +144,36 @@ def test_a_jobs_page_shows_each_tenure_and_its_keys(browser, server):
     expect(page.locator(".tenure-bar")).to_have_count(4, timeout=LIVE_MS)
 
 
+def test_a_jobs_page_shows_the_leaders_value_and_its_candidates(browser, server):
+    import threading
+
+    c = leasehold.Client(server.target)
+    c.acquire("routed", "leader", LONG, value="10.0.0.7:8080")
+
+    def wait(holder: str, preferred: bool) -> None:
+        try:
+            c.acquire("routed", holder, LONG, 30.0, preferred=preferred)
+        except leasehold.LeaseholdError:
+            pass  # the server stops at the end of the test
+
+    for holder, preferred in [("second", False), ("first", True)]:
+        threading.Thread(target=wait, args=(holder, preferred), daemon=True).start()
+        time.sleep(0.3)  # in this order
+    deadline = time.monotonic() + 20
+    while c.list_waiters("routed").waiting < 2:
+        assert time.monotonic() < deadline, "two waiters in line"
+        time.sleep(0.05)
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"http://{server.admin}/#/job/routed")
+    expect(page.locator("#jobvalue")).to_contain_text("10.0.0.7:8080")
+    expect(page.locator("li.candidate")).to_have_count(2)
+    # In line order: the preferred candidate first, though it came later.
+    expect(page.locator("li.candidate").first).to_contain_text("first")
+    expect(page.locator("li.candidate").first).to_contain_text("preferred")
+    expect(page.locator("li.candidate").nth(1)).to_contain_text("second")
+    expect(page.locator("tr.tenure").first).to_contain_text("value 10.0.0.7:8080")
+
+
 def http(url: str, auth: str | None = None) -> tuple[int, str, dict]:
     req = urllib.request.Request(url)
     if auth:

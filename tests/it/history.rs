@@ -426,6 +426,36 @@ async fn status_page_data(place: Place) {
         body.contains(r#""key":"state","version":1,"token":2"#),
         "{body}"
     );
+    // A leader's value, and who waits behind it, in line order.
+    let o = leasehold::client::AcquireOptions {
+        value: b"10.0.0.3:80".to_vec(),
+        ..Default::default()
+    };
+    c.acquire_with("page/c", "valued", LONG, Duration::ZERO, o)
+        .await
+        .unwrap();
+    let waiter = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.acquire("page/c", "candidate", LONG, Duration::from_secs(30))
+                .await
+        })
+    };
+    let body = common::eventually("the candidate on the job's page", || async {
+        let (code, body) = common::admin_request(p.admin, "/api/job?name=page%2Fc").await;
+        assert_eq!(code, 200, "{body}");
+        body.contains(r#""waiting":1"#).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains(r#""holder":"valued","principal":"","value":"10.0.0.3:80""#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#""candidates":[{"holder":"candidate","principal":"","preferred":false}]"#),
+        "{body}"
+    );
+    waiter.abort();
     let (code, body) = common::admin_request(p.admin, "/api/job?name=").await;
     assert_eq!(code, 400);
     assert!(body.contains("job"), "{body}");

@@ -57,6 +57,8 @@ pub const MAX_SCANNED: usize = 4 * MAX_PAGE_JOBS;
 pub const MAX_KEYS: usize = 200;
 /// The most tenures `/api/job` lists.
 pub const MAX_TENURES: usize = 1000;
+/// The most waiting candidates the job view lists (it counts them all).
+pub const MAX_CANDIDATES: usize = 100;
 /// Changes that come together are sent together, at most this often.
 pub const COALESCE: Duration = Duration::from_millis(100);
 
@@ -253,6 +255,10 @@ pub async fn job(
         Ok(k) => k,
         Err(e) => return unavailable(&e),
     };
+    let (line, waiting) = match s.node.waiters(&job, MAX_CANDIDATES).await {
+        Ok(l) => l,
+        Err(e) => return unavailable(&e),
+    };
     let mut out = String::new();
     let _ = write!(out, "{{\"now_ms\":{},\"job\":", clock::wall_unix_ms());
     match &status {
@@ -264,6 +270,20 @@ pub async fn job(
     // The chaos API's actions in force on the job, for people.
     out.push_str(",\"chaos\":");
     string(&mut out, &s.chaos.in_force(job.as_str()));
+    // The candidates: who waits, in the order a release hands over.
+    let _ = write!(out, ",\"waiting\":{waiting},\"candidates\":[");
+    for (i, w) in line.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let (principal, holder) = auth::unbind(w.holder.as_str());
+        out.push_str("{\"holder\":");
+        string(&mut out, holder);
+        out.push_str(",\"principal\":");
+        string(&mut out, principal.unwrap_or_default());
+        let _ = write!(out, ",\"preferred\":{}}}", w.preferred);
+    }
+    out.push(']');
     out.push_str(",\"history\":[");
     for (i, t) in history.iter().enumerate() {
         if i > 0 {
@@ -276,6 +296,10 @@ pub async fn job(
         string(&mut out, holder);
         out.push_str(",\"principal\":");
         string(&mut out, principal.unwrap_or_default());
+        if !t.value.is_empty() {
+            out.push_str(",\"value\":");
+            string(&mut out, &String::from_utf8_lossy(&t.value));
+        }
         let _ = write!(
             out,
             ",\"granted_ms\":{},\"ttl_ms\":{}",
@@ -517,6 +541,7 @@ fn row(out: &mut String, r: &JobStatus) {
             holder,
             ttl,
             remaining,
+            value,
             ..
         } => {
             let (principal, holder) = auth::unbind(holder.as_str());
@@ -524,6 +549,11 @@ fn row(out: &mut String, r: &JobStatus) {
             string(out, holder);
             out.push_str(",\"principal\":");
             string(out, principal.unwrap_or_default());
+            if let Some(v) = value {
+                // For people: as text (bytes that are not UTF-8 replaced).
+                out.push_str(",\"value\":");
+                string(out, &String::from_utf8_lossy(v));
+            }
             let _ = write!(
                 out,
                 ",\"ttl_ms\":{},\"remaining_ms\":{}",
