@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -256,7 +257,7 @@ func TestChaosClearClearsOneJobOrEvery(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err = c.Chaos().Clear(ctx, "")
-	if err != nil || out.InForce != "" || out.Lease != (leasehold.Lease{}) {
+	if err != nil || out.InForce != "" || !reflect.DeepEqual(out.Lease, leasehold.Lease{}) {
 		t.Fatalf("clear every job: %+v %v", out, err)
 	}
 	if err := write(two); err != nil {

@@ -119,7 +119,8 @@ func (c *Client) Close() error {
 //
 // Options: BindToStream(true) binds the grant to this client's
 // connection; Preferred(true) asks as a preferred candidate, queued ahead
-// of the waiters that are not.
+// of the waiters that are not; AcquireValue(v) publishes v with the grant
+// (Lease.Value: where to reach the leader).
 func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration, opts ...AcquireOption) (Acquired, error) {
 	var o acquireOptions
 	for _, opt := range opts {
@@ -128,7 +129,7 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 	call := c.calls.start(job, holder)
 	defer call.end()
 	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait),
-		BindToStream: o.bindToStream, Preferred: o.preferred})
+		BindToStream: o.bindToStream, Preferred: o.preferred, Value: o.value})
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
 			call.end()
@@ -145,9 +146,10 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 
 // Renew extends our live lease by ttl from now. It fails with
 // ErrLeaseLost when the lease is not ours any more. RenewLease also says
-// whether a preferred candidate waits.
-func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Lease, error) {
-	r, err := c.RenewLease(ctx, job, holder, token, ttl)
+// whether a preferred candidate waits. RenewValue(v) replaces the lease's
+// value (empty clears it); without it the value is kept.
+func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, ttl time.Duration, opts ...RenewOption) (Lease, error) {
+	r, err := c.RenewLease(ctx, job, holder, token, ttl, opts...)
 	return r.Lease, err
 }
 
@@ -155,10 +157,17 @@ func (c *Client) Renew(ctx context.Context, job, holder string, token uint64, tt
 // SuccessorWaiting, true while a preferred candidate (an Acquire with
 // Preferred(true)) waits and our grant is not a preferred one. Nothing is
 // taken from us: hand over with TransferLease when it suits.
-func (c *Client) RenewLease(ctx context.Context, job, holder string, token uint64, ttl time.Duration) (Renewed, error) {
+// RenewValue(v) replaces the lease's value, as for Renew.
+func (c *Client) RenewLease(ctx context.Context, job, holder string, token uint64, ttl time.Duration, opts ...RenewOption) (Renewed, error) {
+	var o renewOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	call := c.calls.start(job, holder)
 	defer call.end()
-	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl)})
+	// A nil value leaves the optional field unset: the server keeps the
+	// lease's value.
+	r, err := c.leases.Renew(ctx, &pb.RenewRequest{Job: job, Holder: holder, Token: token, Ttl: dur(ttl), Value: o.value})
 	if err != nil {
 		return Renewed{}, callError(ctx, err)
 	}
@@ -208,6 +217,46 @@ func (c *Client) GetLease(ctx context.Context, job string) (Lease, error) {
 		return Lease{}, callError(ctx, err)
 	}
 	return leaseFromPb(r), nil
+}
+
+// Waiter is one Acquire waiting in a job's line (ListWaiters).
+type Waiter struct {
+	// Holder is the waiting holder (an Elector's Holder()).
+	Holder string
+	// Principal is the principal of the server's policy it asked as; ""
+	// without a policy.
+	Principal string
+	// Preferred: it asked as a preferred candidate (Preferred(true)).
+	Preferred bool
+}
+
+// WaitingLine is the answer to ListWaiters.
+type WaitingLine struct {
+	// Waiters, first in line first: the order in which releases would
+	// hand the lease over (the preferred candidates first, then the
+	// others, each class first come, first served). At most the limit
+	// asked for.
+	Waiters []Waiter
+	// Waiting is how many wait in all (may be more than listed).
+	Waiting uint32
+}
+
+// ListWaiters returns the Acquires waiting for job, in line order, at
+// most limit of them (0: the server's default of 100; at most 1000), and
+// how many wait in all: the candidates a release or a TransferLease to ""
+// would hand the lease to, first one first. A job nobody waits for, or
+// that does not exist, has an empty line, not an error. With a policy it
+// needs read on the job.
+func (c *Client) ListWaiters(ctx context.Context, job string, limit uint32) (WaitingLine, error) {
+	r, err := c.leases.ListWaiters(ctx, &pb.ListWaitersRequest{Job: job, Limit: limit})
+	if err != nil {
+		return WaitingLine{}, callError(ctx, err)
+	}
+	line := WaitingLine{Waiting: r.GetWaiting()}
+	for _, w := range r.GetWaiters() {
+		line.Waiters = append(line.Waiters, Waiter{Holder: w.GetHolder(), Principal: w.GetPrincipal(), Preferred: w.GetPreferred()})
+	}
+	return line, nil
 }
 
 // SigningKeys returns the server's public keys, which verify grants'
@@ -277,7 +326,8 @@ func (w *Watch) Recv() (LeaseEvent, error) {
 func (w *Watch) Close() { w.cancel() }
 
 // Watch watches job: the current lease first (EventCurrent), then every
-// change of holder or token, until ctx is done or Close is called.
+// change of holder or token, and of the holder's value
+// (EventValueChanged), until ctx is done or Close is called.
 func (c *Client) Watch(ctx context.Context, job string) (*Watch, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s, err := c.leases.WatchLease(ctx, &pb.WatchLeaseRequest{Job: job})

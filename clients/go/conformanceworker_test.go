@@ -250,3 +250,81 @@ func TestConformanceWorkerWithTLSAndAToken(t *testing.T) {
 	w.send(t, "history "+job, "history "+job+" tokens=1")
 	w.send(t, "quit", "bye")
 }
+
+// ask sends command until its answer, the newest line starting with
+// prefix, is want (bounded): for state that changes at the next renewal.
+func (w *conformanceWorker) ask(t *testing.T, command, prefix, want string) {
+	t.Helper()
+	var last string
+	waitUntil(t, patience, fmt.Sprintf("%q answering %q", command, want), func() bool {
+		n := w.count(prefix)
+		if _, err := fmt.Fprintln(w.stdin, command); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, patience, fmt.Sprintf("an answer to %q", command), func() bool { return w.count(prefix) > n })
+		for _, l := range w.output() {
+			if strings.HasPrefix(l, prefix) {
+				last = l
+			}
+		}
+		return last == want
+	})
+}
+
+// The worker's --value, set-value, leader and waiters, and the values in
+// follow's lines: the leader's value as another worker's leader() and
+// observation see it, a VALUE_CHANGED observe line after set-value (and no
+// newleader line for it), and the line of waiters in order.
+func TestConformanceWorkerValueLeaderWaiters(t *testing.T) {
+	exe := buildConformanceWorker(t)
+	s := startServer(t)
+	job := uniqueJob("worker-value")
+	// A 10 s TTL: a waiting Acquire is asked again every 30 s, so the line
+	// keeps its order while the test reads it.
+	args := []string{"--server", s.target, "--job", job, "--ttl-ms", "10000"}
+	w1 := startConformanceWorker(t, exe, append(args, "--name", "w1", "--value", "10.0.0.1:8080")...)
+	w1.await(t, "elected token=1")
+	h1 := w1.holder(t)
+	w2 := startConformanceWorker(t, exe, append(args, "--name", "w2", "--value", "10.0.0.2:8080")...)
+	h2 := w2.holder(t)
+	s.waitWaiters(t, 1)
+
+	w2.send(t, "leader", fmt.Sprintf("leader holder=%s token=1 value=10.0.0.1:8080", h1))
+	w1.send(t, "waiters "+job, fmt.Sprintf("waiters n=1 %s", h2))
+	w1.send(t, "waiters "+job+"-nobody", "waiters n=0")
+
+	// w2 follows the job too: its follow elector waits behind its main one.
+	w2.send(t, "follow "+job, "")
+	fh := strings.TrimPrefix(w2.line(t, "follow holder "), "follow holder ")
+	w2.await(t, fmt.Sprintf("newleader %s holder=%s token=1 value=10.0.0.1:8080", job, h1),
+		fmt.Sprintf("observe %s holder=%s token=1 value=10.0.0.1:8080", job, h1))
+	s.waitWaiters(t, 2)
+	w1.send(t, "waiters "+job, fmt.Sprintf("waiters n=2 %s %s", h2, fh))
+
+	w1.send(t, "set-value 10.0.0.1:9090", "set-value done")
+	w2.await(t, fmt.Sprintf("observe %s holder=%s token=1 value=10.0.0.1:9090", job, h1))
+	w2.ask(t, "leader", "leader ", fmt.Sprintf("leader holder=%s token=1 value=10.0.0.1:9090", h1))
+	w1.send(t, "set-value", "set-value done") // clears it
+	w2.await(t, fmt.Sprintf("observe %s holder=%s token=1", job, h1))
+	w1.ask(t, "leader", "leader ", fmt.Sprintf("leader holder=%s token=1 value=-", h1))
+	if n := w2.count("newleader "); n != 1 {
+		t.Fatalf("a value change reported as a new leader: %q", w2.output())
+	}
+	w2.send(t, "follow-stop", "follow-stop done")
+
+	// A follow that publishes a value: w1's newleader and observe lines
+	// carry it.
+	fj := job + "-F"
+	w1.send(t, "follow "+fj+" 10.0.0.1:7070", "")
+	f1 := strings.TrimPrefix(w1.line(t, "follow holder "), "follow holder ")
+	w1.await(t, "follow elected "+fj+" token=1",
+		fmt.Sprintf("newleader %s holder=%s token=1 value=10.0.0.1:7070", fj, f1),
+		fmt.Sprintf("observe %s holder=%s token=1 value=10.0.0.1:7070", fj, f1))
+	w1.send(t, "follow-stop", "follow-stop done")
+
+	// w1 quits: w2 leads with its own value.
+	w1.send(t, "quit", "bye")
+	w2.await(t, "elected token=2")
+	w2.ask(t, "leader", "leader ", fmt.Sprintf("leader holder=%s token=2 value=10.0.0.2:8080", h2))
+	w2.send(t, "quit", "bye")
+}

@@ -1,6 +1,7 @@
 package leasehold
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +27,10 @@ type LeaderCallbacks struct {
 	OnStoppedLeading func(token uint64)
 	// OnNewLeader is called when the job's leader, as this elector observes
 	// it, changes: another holder took over, or we did (holder is then
-	// Holder()), with the token of that leader's grant. It is called at
+	// Holder()), with the token of that leader's grant and the value it
+	// published (Lease.Value, as the report saw it; nil when none: where to
+	// reach the leader). A change of the leader's value alone is no new
+	// leader and is not reported (Leader or Client.Observe see it). It is called at
 	// most once per grant, in the order of the tokens, one call at a time on a
 	// goroutine of its own, and not after Run has returned. A free job (no
 	// leader) is not reported.
@@ -41,7 +45,7 @@ type LeaderCallbacks struct {
 	// leader twice, or an older one after a newer. Our own grant may be
 	// reported a moment before OnStartedLeading is called and IsLeader
 	// turns true: the watch can be faster than the Acquire's answer.
-	OnNewLeader func(holder string, token uint64)
+	OnNewLeader func(holder string, token uint64, value []byte)
 }
 
 // ElectorConfig configures an Elector.
@@ -56,6 +60,12 @@ type ElectorConfig struct {
 	Holder string
 	// TTL of the lease; renewals go out every TTL/3. Required.
 	TTL time.Duration
+	// Value is published with every Acquire of the campaign (AcquireValue):
+	// the lease's Value while we lead, where to reach us (an address, say),
+	// which followers read with Leader, Client.GetLease, Client.Observe or
+	// OnNewLeader. SetValue changes it. At most MaxValueBytes (a string:
+	// []byte(addr)). Advisory: the token fences, not the value.
+	Value []byte
 	// Callbacks, all optional.
 	Callbacks LeaderCallbacks
 	// Logger for warnings; slog.Default() when nil.
@@ -126,6 +136,15 @@ type Elector struct {
 	deadline time.Time
 	warned   warnings
 
+	// The value we publish (ElectorConfig.Value, then SetValue's), its
+	// generation (SetValue counts it up), and the generation the server is
+	// known to hold for our grant: while the two differ, renewals carry
+	// the value; once one carrying it succeeded they stop (an unset value
+	// keeps it on the server).
+	value          []byte
+	valueGen       uint64
+	valuePublished uint64
+
 	// The current term's leader context, and the callbacks of the last
 	// term (each term's callbacks wait for the previous term's).
 	term       context.Context
@@ -148,6 +167,7 @@ type Elector struct {
 type observedLeader struct {
 	holder string
 	token  uint64
+	value  []byte
 }
 
 // NewElector checks cfg and makes an Elector; call Run to campaign.
@@ -164,13 +184,70 @@ func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
 		}
 		cfg.Holder = electorHolder(cfg.Name)
 	}
+	if err := checkValue(cfg.Value); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With("job", cfg.Job)
 	return &Elector{client: client, cfg: cfg, log: log, newLeaders: make(chan struct{}, 1),
-		transfers: make(chan transferRequest)}, nil
+		transfers: make(chan transferRequest), value: bytes.Clone(cfg.Value)}, nil
+}
+
+// checkValue refuses a value over MaxValueBytes, as the server would
+// (INVALID_ARGUMENT, field "value"), before it can cost a leader its
+// lease: a renewal refused for good steps down.
+func checkValue(v []byte) error {
+	if len(v) > MaxValueBytes {
+		return &InvalidArgumentError{Field: "value",
+			Message: fmt.Sprintf("value: is %d bytes, the limit is %d", len(v), MaxValueBytes)}
+	}
+	return nil
+}
+
+// SetValue changes the value we publish (ElectorConfig.Value): it goes
+// with our next renewal while we lead (TTL/3 at most from now), or with
+// our next Acquire when we do not, and once a renewal carrying it has
+// succeeded it is not sent again (a renewal without a value keeps it on
+// the server). Watchers then see an EventValueChanged; OnNewLeader is not
+// called (the leader is the same). It returns at once. nil or empty
+// clears the value. A value over MaxValueBytes is an
+// *InvalidArgumentError (Field "value") and changes nothing.
+func (e *Elector) SetValue(v []byte) error {
+	if err := checkValue(v); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.value = bytes.Clone(v)
+	e.valueGen++
+	e.mu.Unlock()
+	return nil
+}
+
+// publishing is the value to send now and its generation, and whether the
+// server may not hold it yet for our grant (a renewal must carry it).
+func (e *Elector) publishing() (value []byte, gen uint64, pending bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.value, e.valueGen, e.valueGen != e.valuePublished
+}
+
+// published notes that the server holds the value of generation gen for
+// our grant.
+func (e *Elector) published(gen uint64) {
+	e.mu.Lock()
+	e.valuePublished = gen
+	e.mu.Unlock()
+}
+
+// Leader asks the server who leads the job now (GetLease): the lease's
+// Holder ("" when the job is free), Token and Value, the value the leader
+// published (where to reach it). A follower routes to Value; it is
+// advisory: the token fences, not the value.
+func (e *Elector) Leader(ctx context.Context) (Lease, error) {
+	return e.client.GetLease(ctx, e.cfg.Job)
 }
 
 // Holder returns our holder identity.
@@ -261,9 +338,10 @@ func (e *Elector) Run(ctx context.Context) error {
 	defer e.waitCallbacks()
 	for ctx.Err() == nil {
 		sent := time.Now()
+		value, gen, _ := e.publishing()
 		actx, cancel := context.WithTimeout(ctx, t.campaignWait+e.cfg.TTL)
 		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait,
-			BindToStream(e.cfg.BindToStream), Preferred(e.cfg.Preferred))
+			BindToStream(e.cfg.BindToStream), Preferred(e.cfg.Preferred), AcquireValue(value))
 		timedOut := actx.Err() != nil
 		cancel()
 		if ctx.Err() != nil {
@@ -287,14 +365,17 @@ func (e *Elector) Run(ctx context.Context) error {
 		}
 		retry.reset()
 		if !a.Acquired {
-			e.observe(a.Lease.Holder, a.Lease.Token)
+			e.observe(a.Lease.Holder, a.Lease.Token, a.Lease.Value)
 			continue
 		}
+		// The grant holds the value this Acquire carried; one SetValue
+		// gave since goes with the first renewal.
+		e.published(gen)
 		anchor, ok := e.anchor(ctx, a.Lease.Token, sent)
 		if !ok {
 			continue
 		}
-		if e.lead(ctx, a.Lease.Token, a.Lease.Proof, anchor) {
+		if e.lead(ctx, a.Lease, anchor) {
 			return nil
 		}
 	}
@@ -319,13 +400,14 @@ func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (tim
 	return at, true
 }
 
-// lead leads with token (and its proof) until the lease is lost or handed
-// over (false) or ctx is done (releases; true).
-func (e *Elector) lead(ctx context.Context, token uint64, proof string, sent time.Time) bool {
+// lead leads with the grant (its token, proof and value) until the lease
+// is lost or handed over (false) or ctx is done (releases; true).
+func (e *Elector) lead(ctx context.Context, grant Lease, sent time.Time) bool {
+	token := grant.Token
 	t := timingFor(e.cfg.TTL)
 	retry := renewBackoff(e.cfg.TTL)
 	deadline := sent.Add(e.cfg.TTL)
-	e.setLeader(token, proof, deadline)
+	e.setLeader(grant, deadline)
 	next := sent.Add(t.every)
 	for {
 		wake := next
@@ -343,13 +425,22 @@ func (e *Elector) lead(ctx context.Context, token uint64, proof string, sent tim
 			e.log.Warn("reached the deadline without a renewal", "token", token)
 			break
 		}
+		// A value SetValue gave goes with every renewal until one succeeds.
+		value, gen, pending := e.publishing()
+		var opts []RenewOption
+		if pending {
+			opts = append(opts, RenewValue(value))
+		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		r, err := e.client.RenewLease(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL)
+		r, err := e.client.RenewLease(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL, opts...)
 		cancel()
 		if ctx.Err() != nil {
 			return e.resign(token, deadline)
 		}
 		if err == nil {
+			if pending {
+				e.published(gen)
+			}
 			deadline = now.Add(e.cfg.TTL)
 			next = now.Add(t.every)
 			retry.reset()
@@ -492,7 +583,7 @@ func (e *Elector) handOver(ctx context.Context, token uint64, to string, deadlin
 	case err == nil:
 		e.log.Info("handed over", "token", token, "to", l.Holder, "successor_token", l.Token)
 		e.setFollower(token)
-		e.observe(l.Holder, l.Token)
+		e.observe(l.Holder, l.Token, l.Value)
 		return l, true, nil
 	case errors.Is(err, ErrLeaseLost):
 		e.log.Warn("lease lost", "token", token, "error", err)
@@ -527,11 +618,12 @@ func (e *Elector) releaseIfGranted() {
 	}
 }
 
-func (e *Elector) setLeader(token uint64, proof string, deadline time.Time) {
+func (e *Elector) setLeader(grant Lease, deadline time.Time) {
+	token := grant.Token
 	termCtx, cancel := context.WithCancel(context.Background())
 	e.mu.Lock()
 	e.token = token
-	e.proof = proof
+	e.proof = grant.Proof
 	e.deadline = deadline
 	e.term = termCtx
 	e.cancelTerm = cancel
@@ -540,7 +632,7 @@ func (e *Elector) setLeader(token uint64, proof string, deadline time.Time) {
 	e.termDone = done
 	e.mu.Unlock()
 	e.log.Info("elected", "token", token)
-	e.observe(e.cfg.Holder, token)
+	e.observe(e.cfg.Holder, token, grant.Value)
 	cb := e.cfg.Callbacks
 	go func() {
 		defer close(done)
@@ -583,9 +675,11 @@ func (e *Elector) waitCallbacks() {
 	}
 }
 
-// observe notes holder leading with token: OnNewLeader is called if token
-// is above the last one reported. A no-op without OnNewLeader.
-func (e *Elector) observe(holder string, token uint64) {
+// observe notes holder leading with token, having published value:
+// OnNewLeader is called if token is above the last one reported (a value
+// changed under the same token is no new leader). A no-op without
+// OnNewLeader.
+func (e *Elector) observe(holder string, token uint64, value []byte) {
 	if e.cfg.Callbacks.OnNewLeader == nil || holder == "" || token == 0 {
 		return
 	}
@@ -595,7 +689,7 @@ func (e *Elector) observe(holder string, token uint64) {
 		return
 	}
 	e.leaderToken = token
-	e.leaders = append(e.leaders, observedLeader{holder, token})
+	e.leaders = append(e.leaders, observedLeader{holder, token, value})
 	e.mu.Unlock()
 	select {
 	case e.newLeaders <- struct{}{}:
@@ -633,7 +727,7 @@ func (e *Elector) watchLeaders(ctx context.Context) {
 					break
 				}
 				retry.reset()
-				e.observe(ev.Lease.Holder, ev.Lease.Token)
+				e.observe(ev.Lease.Holder, ev.Lease.Token, ev.Lease.Value)
 			}
 			w.Close()
 		}
@@ -669,7 +763,7 @@ func (e *Elector) deliverLeaders(ctx context.Context) {
 			l := e.leaders[0]
 			e.leaders = e.leaders[1:]
 			e.mu.Unlock()
-			e.cfg.Callbacks.OnNewLeader(l.holder, l.token)
+			e.cfg.Callbacks.OnNewLeader(l.holder, l.token, l.value)
 		}
 	}
 }

@@ -33,6 +33,10 @@ type Tenure struct {
 	// EndedAt is when it ended (the release, or the deadline that passed);
 	// the zero time while it has not.
 	EndedAt time.Time
+	// Value is the value the grant was made with (AcquireValue,
+	// ElectorConfig.Value); a later change by a renewal is not recorded
+	// here.
+	Value []byte
 }
 
 // Ended reports whether the tenure has ended.
@@ -135,6 +139,7 @@ func tenureFromPb(t *pb.Tenure) Tenure {
 		TTL:       t.GetTtl().AsDuration(),
 		End:       t.GetEnd(),
 		EndedAt:   wallTime(t.GetEndedAt()),
+		Value:     t.GetValue(),
 	}
 }
 

@@ -15,7 +15,7 @@ func startWatching(t *testing.T, c *leasehold.Client, job, name string, ttl time
 	t.Helper()
 	rec := &recorder{}
 	cb := rec.callbacks()
-	cb.OnNewLeader = func(holder string, token uint64) { rec.add(fmt.Sprintf("leader %s %d", holder, token)) }
+	cb.OnNewLeader = func(holder string, token uint64, _ []byte) { rec.add(fmt.Sprintf("leader %s %d", holder, token)) }
 	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{Job: job, Name: name, TTL: ttl, Callbacks: cb, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

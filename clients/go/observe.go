@@ -10,15 +10,15 @@ import (
 
 // LeaseChange is one change of a job's lease, as Observe delivers it: Kind
 // says why (EventCurrent for the state when the observation began, then
-// EventAcquired, EventReleased or EventExpired) and Lease is the lease
-// after it (Holder "" when the job is free). The same as a Watch's
-// LeaseEvent.
+// EventAcquired, EventReleased, EventExpired, or EventValueChanged when
+// the holder changed its Lease.Value) and Lease is the lease after it
+// (Holder "" when the job is free). The same as a Watch's LeaseEvent.
 type LeaseChange = LeaseEvent
 
 // Observe follows job's lease (a WatchLease stream): the returned channel
 // delivers the current state first, then each change as it happens (a
-// grant to a new holder or a new token, a release, an expiry; renewals
-// send nothing). An observer that falls behind is not buffered without
+// grant to a new holder or a new token, a release, an expiry, a change of
+// the holder's value; renewals that change no value send nothing). An observer that falls behind is not buffered without
 // bound: the server folds the changes it did not read in time into the
 // latest state.
 //

@@ -74,6 +74,35 @@ func TestSecurity(t *testing.T) {
 		_ = ws.Close()
 	})
 
+	t.Run("ListWaiters names each waiter's principal; it needs read", func(t *testing.T) {
+		c, ctx, job := dialWith(t, s, leasehold.Security{CAFile: ca, Token: secret(t, pki, "alice")}), ctxT(t), uniqueJob("waiters")
+		if a, err := c.Acquire(ctx, job, "w", 30*time.Second, 0); err != nil || !a.Acquired {
+			t.Fatalf("acquire: %+v %v", a, err)
+		}
+		waiting := waitAcquire(c, job, "w2", 30*time.Second)
+		var line leasehold.WaitingLine
+		waitUntil(t, patience, "w2 in line", func() bool {
+			var err error
+			line, err = c.ListWaiters(ctx, job, 0)
+			return err == nil && line.Waiting == 1
+		})
+		if want := (leasehold.Waiter{Holder: "w2", Principal: "alice"}); len(line.Waiters) != 1 || line.Waiters[0] != want {
+			t.Fatalf("the line: %+v, want %+v", line, want)
+		}
+		bob := dialWith(t, s, leasehold.Security{CAFile: ca, Token: secret(t, pki, "bob")})
+		_, err := bob.ListWaiters(ctx, job, 0)
+		var pd *leasehold.PermissionDeniedError
+		if !errors.As(err, &pd) || pd.Action != "read" || pd.Job != job {
+			t.Fatalf("bob: want PermissionDenied for read, got %v", err)
+		}
+		if err := c.Release(ctx, job, "w", 1); err != nil {
+			t.Fatal(err)
+		}
+		if g := <-waiting; !g.Acquired {
+			t.Fatalf("w2: %+v", g)
+		}
+	})
+
 	t.Run("the CA as PEM bytes", func(t *testing.T) {
 		pem, _ := os.ReadFile(ca)
 		c := dialWith(t, s, leasehold.Security{CAPEM: pem, Token: secret(t, pki, "alice")})

@@ -58,6 +58,14 @@ type Lease struct {
 	// token, or when the server signs nothing (etcd mode without
 	// --signing-key).
 	Proof string
+	// Value is what the holder published with its grant (AcquireValue,
+	// ElectorConfig.Value) or its last renewal that set one (RenewValue,
+	// Elector.SetValue): where to reach the leader, say its address, for
+	// routing requests to it. At most 1024 bytes; empty when the job is
+	// free or the holder published nothing. Advisory: it says who the
+	// holder said it is, not that it still leads. The token fences, not
+	// the value.
+	Value []byte
 }
 
 // Acquired is the answer to Acquire.
@@ -74,6 +82,22 @@ type AcquireOption func(*acquireOptions)
 type acquireOptions struct {
 	bindToStream bool
 	preferred    bool
+	value        []byte
+}
+
+// MaxValueBytes is the most a lease's value may hold (Lease.Value): a
+// longer one is an *InvalidArgumentError with Field "value", and nothing
+// changes.
+const MaxValueBytes = 1024
+
+// AcquireValue(v) publishes v with the grant (AcquireRequest.value): the
+// lease's Value, which GetLease, watchers and the job's history show, so
+// that others can route to the leader (its address, say). At most
+// MaxValueBytes. An Acquire of the live holder replaces the value (an
+// Acquire without one clears it). Advisory: the token fences, not the
+// value.
+func AcquireValue(v []byte) AcquireOption {
+	return func(o *acquireOptions) { o.value = v }
 }
 
 // BindToStream(true) binds the grant to the client's connection
@@ -104,6 +128,24 @@ func BindToStream(on bool) AcquireOption {
 // the lease changes hands only as before. The default is false.
 func Preferred(on bool) AcquireOption {
 	return func(o *acquireOptions) { o.preferred = on }
+}
+
+// RenewOption is an option of Client.Renew and Client.RenewLease.
+type RenewOption func(*renewOptions)
+
+type renewOptions struct {
+	value []byte // nil: keep the lease's value
+}
+
+// RenewValue(v) replaces the lease's value (Lease.Value) with v
+// (RenewRequest.value); an empty or nil v clears it. A renewal without it
+// keeps the value. The change is durable before the answer, and watchers
+// see it (EventValueChanged). At most MaxValueBytes.
+func RenewValue(v []byte) RenewOption {
+	return func(o *renewOptions) {
+		// A non-nil slice is a set field, even when empty (it clears).
+		o.value = append([]byte{}, v...)
+	}
 }
 
 // WriteOption is an option of Client.CheckedWrite and Client.Delete.
@@ -166,6 +208,10 @@ const (
 	EventAcquired
 	EventReleased
 	EventExpired
+	// EventValueChanged: the holder changed the lease's value (a renewal
+	// with RenewValue, Elector.SetValue, or its repeated Acquire with
+	// another value): the same holder and token. Not a new leader.
+	EventValueChanged
 )
 
 func (k EventKind) String() string {
@@ -178,6 +224,8 @@ func (k EventKind) String() string {
 		return "RELEASED"
 	case EventExpired:
 		return "EXPIRED"
+	case EventValueChanged:
+		return "VALUE_CHANGED"
 	}
 	return "UNSPECIFIED"
 }
@@ -197,6 +245,7 @@ func leaseFromPb(l *pb.Lease) Lease {
 		Remaining: l.GetRemaining().AsDuration(),
 		Principal: l.GetPrincipal(),
 		Proof:     l.GetProof(),
+		Value:     l.GetValue(),
 	}
 }
 
@@ -211,6 +260,8 @@ func eventFromPb(e *pb.LeaseEvent) LeaseEvent {
 		kind = EventReleased
 	case pb.LeaseEvent_KIND_EXPIRED:
 		kind = EventExpired
+	case pb.LeaseEvent_KIND_VALUE_CHANGED:
+		kind = EventValueChanged
 	}
 	return LeaseEvent{Kind: kind, Lease: leaseFromPb(e.GetLease())}
 }

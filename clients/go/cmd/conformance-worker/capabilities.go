@@ -1,7 +1,8 @@
 package main
 
 // The worker's commands beyond its elector: lock, lock-write, unlock;
-// follow, follow-stop; fleet, fleet-stop; history; delete-job.
+// follow, follow-stop; fleet, fleet-stop; history; delete-job; set-value,
+// leader, waiters.
 
 import (
 	"context"
@@ -144,15 +145,17 @@ func lockWrite(c *leasehold.Client, l *heldLock, value string) string {
 }
 
 // startFollow starts an Elector for job that reports every new leader,
-// and an observation of job's lease.
-func startFollow(ctx context.Context, c *leasehold.Client, job, name string, ttl time.Duration) *background {
+// and an observation of job's lease; arg is "<job> [<value>]", the value
+// the elector publishes.
+func startFollow(ctx context.Context, c *leasehold.Client, arg, name string, ttl time.Duration) *background {
+	job, value, _ := strings.Cut(arg, " ")
 	e, err := leasehold.NewElector(c, leasehold.ElectorConfig{
-		Job: job, Name: name, TTL: ttl,
+		Job: job, Name: name, TTL: ttl, Value: []byte(value),
 		Callbacks: leasehold.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, token uint64) { say("follow elected %s token=%d", job, token) },
 			OnStoppedLeading: func(token uint64) { say("follow lost %s token=%d", job, token) },
-			OnNewLeader: func(holder string, token uint64) {
-				say("newleader %s holder=%s token=%d", job, holder, token)
+			OnNewLeader: func(holder string, token uint64, value []byte) {
+				say("newleader %s holder=%s token=%d%s", job, holder, token, valueSuffix(value))
 			},
 		},
 	})
@@ -179,7 +182,8 @@ func startFollow(ctx context.Context, c *leasehold.Client, job, name string, ttl
 				if holder == "" {
 					holder = "-"
 				}
-				say("observe %s holder=%s token=%d", job, holder, ch.Lease.Token)
+				// Every kind, VALUE_CHANGED included, in one format.
+				say("observe %s holder=%s token=%d%s", job, holder, ch.Lease.Token, valueSuffix(ch.Lease.Value))
 			}
 			if err := wait(); err != nil {
 				slog.Warn("the observation ended", "job", job, "error", err)
@@ -252,4 +256,57 @@ func deleteJob(c *leasehold.Client, job string) string {
 	default:
 		return "absent"
 	}
+}
+
+// valueSuffix is " value=<v>" for a lease's value, "" when it is empty (the
+// lines stay as they were without values).
+func valueSuffix(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return " value=" + string(v)
+}
+
+// setValue hands v to the elector, which sends it with its next renewal.
+func setValue(e *leasehold.Elector, v string) string {
+	if err := e.SetValue([]byte(v)); err != nil {
+		return fmt.Sprintf("error %v", err)
+	}
+	return "done"
+}
+
+// leader is the elector's Leader(): "holder=<h> token=<N> value=<v>", "-"
+// for a free job's holder and for an empty value.
+func leader(e *leasehold.Elector) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := e.Leader(ctx)
+	if err != nil {
+		return fmt.Sprintf("error %v", err)
+	}
+	holder, value := l.Holder, string(l.Value)
+	if holder == "" {
+		holder = "-"
+	}
+	if value == "" {
+		value = "-"
+	}
+	return fmt.Sprintf("holder=%s token=%d value=%s", holder, l.Token, value)
+}
+
+// waiters is job's line (ListWaiters): "n=<waiting> <holder>...", first in
+// line first.
+func waiters(c *leasehold.Client, job string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	line, err := c.ListWaiters(ctx, job, 0)
+	if err != nil {
+		return fmt.Sprintf("error %v", err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "n=%d", line.Waiting)
+	for _, w := range line.Waiters {
+		b.WriteString(" " + w.Holder)
+	}
+	return b.String()
 }

@@ -2,11 +2,13 @@
 // (clients/conformance/README.md has the protocol): one Elector for one
 // job, driven over stdin, reporting on stdout; and, on command, a lock
 // (Client.WithLock), an elector that follows a job (OnNewLeader, and
-// Client.Observe), a fleet (ElectorSet), a job's history and DeleteJob.
+// Client.Observe), a fleet (ElectorSet), a job's history and DeleteJob,
+// the leader's value (ElectorConfig.Value, SetValue, Leader) and a job's
+// waiters (ListWaiters).
 // Also a complete example of a worker: lead, write fenced by the token,
 // release on SIGTERM.
 //
-//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]
+//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--ca FILE] [--token SECRET]
 package main
 
 import (
@@ -45,6 +47,7 @@ func main() {
 	yield := flag.Bool("yield", false, "hand over to a waiting preferred candidate at the next renewal (YieldToPreferred)")
 	ca := flag.String("ca", "", "connect with TLS, trusting this CA (PEM file)")
 	token := flag.String("token", "", "send this bearer secret on every call")
+	value := flag.String("value", "", "the value the elector publishes with its lease (ElectorConfig.Value)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ttl := time.Duration(*ttlMs) * time.Millisecond
@@ -59,7 +62,7 @@ func main() {
 	var lastToken uint64 // the token we last led with, kept after losing
 	elector, err := leasehold.NewElector(client, leasehold.ElectorConfig{
 		Job: *job, Name: *name, TTL: time.Duration(*ttlMs) * time.Millisecond,
-		BindToStream: *bind, Preferred: *preferred, YieldToPreferred: *yield,
+		BindToStream: *bind, Preferred: *preferred, YieldToPreferred: *yield, Value: []byte(*value),
 		Callbacks: leasehold.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, token uint64) {
 				mu.Lock()
@@ -156,6 +159,12 @@ func main() {
 				say("history %s", history(client, arg))
 			case "delete-job":
 				say("delete-job %s", deleteJob(client, arg))
+			case "set-value":
+				say("set-value %s", setValue(elector, arg))
+			case "leader":
+				say("leader %s", leader(elector))
+			case "waiters":
+				say("waiters %s", waiters(client, arg))
 			case "":
 			default:
 				say("error unknown command %q", cmd)

@@ -59,7 +59,9 @@ func run(server, job, name string, ttl time.Duration) error {
 				work(ctx, client, job, token)
 			},
 			OnStoppedLeading: func(token uint64) { fmt.Printf("lost token=%d\n", token) },
-			OnNewLeader: func(holder string, token uint64) {
+			// value: what the leader published (ElectorConfig.Value); these
+			// workers publish nothing.
+			OnNewLeader: func(holder string, token uint64, value []byte) {
 				fmt.Printf("new leader %s token=%d\n", holder, token)
 			},
 		},
