@@ -4,16 +4,19 @@
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM.
  *
- *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--ca FILE] [--token SECRET]
  *
  * `--bind` builds its elector with `bindToStream`, `--preferred` with
- * `preferred` and `--yield` with `yieldToPreferred` (not the twins').
+ * `preferred`, `--yield` with `yieldToPreferred` and `--value V` with
+ * `value` (V as UTF-8) (not the twins'). `set-value <v>` is its
+ * `setValue`, `leader` its `leader()`, and `waiters <job>` the client's
+ * `listWaiters`.
  * `--ca` connects with TLS trusting that CA, `--token` sends a bearer
  * token on every call: both apply to the one `Client` every part uses.
  *
  * Beyond the elector: `lock`/`lock-write`/`unlock` (client.lock, writes
- * through a WriteStream), `follow`/`follow-stop` (an Elector's "newLeader"
- * beside client.observe), `fleet`/`fleet-stop` (an ElectorSet), `history`
+ * through a WriteStream), `follow <job> [<value>]`/`follow-stop` (an
+ * Elector's "newLeader" beside client.observe, with the leases' values), `fleet`/`fleet-stop` (an ElectorSet), `history`
  * and `delete-job`.
  */
 import { createInterface } from "node:readline";
@@ -23,6 +26,7 @@ import {
   ElectorSet,
   Fenced,
   InvalidArgument,
+  type Lease,
   JobInUse,
   LeaseholdError,
   LeaseLost,
@@ -53,6 +57,9 @@ function has(name: string): boolean {
 
 const say = (line: string) => process.stdout.write(line + "\n");
 
+/** ` value=<v>` for a lease's value (as UTF-8), or nothing when it is empty: the lines stay as before. */
+const valueSuffix = (value: Buffer) => (value.length > 0 ? ` value=${value.toString("utf8")}` : "");
+
 async function main(): Promise<void> {
   const job = flag("job");
   const name = flag("name");
@@ -63,6 +70,7 @@ async function main(): Promise<void> {
     bindToStream: has("bind"),
     preferred: has("preferred"),
     yieldToPreferred: has("yield"),
+    value: optional("value"),
   });
   let lastToken: bigint | undefined; // the token we last led with, kept after losing
 
@@ -100,6 +108,15 @@ async function main(): Promise<void> {
       if (cmd === "write") say(await write(client, job, lastToken, arg));
       else if (cmd === "bad") say(`bad ${arg} ${await bad(client, job, elector.holder, lastToken, arg)}`);
       else if (cmd === "transfer") say(await transfer(elector));
+      else if (cmd === "set-value") {
+        // The value goes with the elector's next renewal (or Acquire).
+        try {
+          elector.setValue(arg);
+          say("set-value done");
+        } catch (e) {
+          say(`set-value error ${describe(e)}`);
+        }
+      } else if (cmd === "leader") say(await leader(elector));
       else if (cmd === "transfer-to") say(await transfer(elector, arg));
       else if (cmd === "twin") {
         if (twins.length === 0) twins = startTwins(client, arg, flag("name"), Number(flag("ttl-ms", "1000")));
@@ -165,6 +182,18 @@ async function transfer(elector: Elector, to?: string): Promise<string> {
   }
 }
 
+/** The main elector's `leader()`: `leader holder=<h> token=<N> value=<v>`. */
+async function leader(elector: Elector): Promise<string> {
+  let lease: Lease;
+  try {
+    lease = await elector.leader();
+  } catch (e) {
+    return `leader error ${describe(e)}`;
+  }
+  const value = lease.value.length > 0 ? lease.value.toString("utf8") : "-";
+  return `leader holder=${lease.holder ?? "-"} token=${lease.token} value=${value}`;
+}
+
 async function bad(client: Client, job: string, holder: string, token: bigint | undefined, c: string): Promise<string> {
   try {
     if (c === "job") await client.acquire("", holder, 1000);
@@ -226,7 +255,8 @@ class Extras {
         say("unlock done");
         return true;
       case "follow":
-        this.startFollow(job);
+        // The rest, if any, is the value the follow elector publishes.
+        this.startFollow(job, args.length > 1 ? args.slice(1).join(" ") : undefined);
         return true;
       case "follow-stop":
         await this.stopFollow();
@@ -245,6 +275,9 @@ class Extras {
         return true;
       case "delete-job":
         say(await this.deleteJob(job));
+        return true;
+      case "waiters":
+        say(await this.waiters(job));
         return true;
       default:
         return false;
@@ -308,13 +341,19 @@ class Extras {
     }
   }
 
-  private startFollow(job: string): void {
+  private startFollow(job: string, value: string | undefined): void {
     if (this.follow) {
       say("follow error already following");
       return;
     }
-    const elector = new Elector(this.client, job, this.name, this.ttlMs);
-    elector.on("newLeader", (holder, token) => say(`newleader ${job} holder=${holder} token=${token}`));
+    let elector: Elector;
+    try {
+      elector = new Elector(this.client, job, this.name, this.ttlMs, { value });
+    } catch (e) {
+      say(`follow error ${describe(e)}`);
+      return;
+    }
+    elector.on("newLeader", (holder, token, v) => say(`newleader ${job} holder=${holder} token=${token}${valueSuffix(v)}`));
     elector.on("elected", (token) => say(`follow elected ${job} token=${token}`));
     elector.on("lost", (token) => say(`follow lost ${job} token=${token}`));
     say(`follow holder ${elector.holder}`);
@@ -322,7 +361,8 @@ class Extras {
     const observing = (async () => {
       try {
         for await (const lease of this.client.observe(job, { signal: stop.signal })) {
-          say(`observe ${job} holder=${lease.holder ?? "-"} token=${lease.token}`);
+          // Every change, VALUE_CHANGED included (same holder and token).
+          say(`observe ${job} holder=${lease.holder ?? "-"} token=${lease.token}${valueSuffix(lease.value)}`);
         }
       } catch (e) {
         say(`follow error observe ${describe(e)}`);
@@ -360,6 +400,16 @@ class Extras {
       return `history ${job} tokens=${page.tenures.map((t) => t.token).join(",")}`;
     } catch (e) {
       return `history error ${describe(e)}`;
+    }
+  }
+
+  /** `waiters n=<waiting> <holder>...`, in line order. */
+  private async waiters(job: string): Promise<string> {
+    try {
+      const { waiters, waiting } = await this.client.listWaiters(job);
+      return `waiters n=${waiting}${waiters.map((w) => ` ${w.holder}`).join("")}`;
+    } catch (e) {
+      return `waiters error ${describe(e)}`;
     }
   }
 

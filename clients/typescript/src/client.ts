@@ -39,6 +39,7 @@ import {
   type Tenure,
   toDuration,
   type Value,
+  type Waiters,
 } from "./types";
 import { KeepAlive } from "./keepalive";
 import { Lock, type LockOptions } from "./lock";
@@ -201,6 +202,25 @@ export interface AcquireOptions extends CallOptions {
    * always.
    */
   preferred?: boolean;
+  /**
+   * A value to publish with the grant (`Lease.value`): where to reach the
+   * leader, say its address (a string is sent as UTF-8). At most 1024
+   * bytes: more is refused with `InvalidArgument` (`field` "value") and
+   * nothing changes. An Acquire of the live holder replaces the value
+   * (with nothing, when undefined or empty). Advisory: the token fences,
+   * not the value.
+   */
+  value?: Bytes;
+}
+
+/** Options of `Client.renew`: the per-call options, and the lease's value. */
+export interface RenewOptions extends CallOptions {
+  /**
+   * Replaces the lease's value (`Lease.value`; a string is sent as UTF-8),
+   * at most 1024 bytes; empty clears it. Undefined keeps it. Watchers see
+   * a change (`EventKind.ValueChanged`).
+   */
+  value?: Bytes;
 }
 
 /** Options of `Client.checkedWrite` and `Client.delete`: the per-call options, and a proof. */
@@ -456,7 +476,9 @@ export class Client {
    * connection: released at once when it closes or resets (see
    * `AcquireOptions.bindToStream`). With `opts.preferred` it asks as a
    * preferred candidate: queued ahead of the others, and the holder is
-   * told that it waits (see `AcquireOptions.preferred`).
+   * told that it waits (see `AcquireOptions.preferred`). With
+   * `opts.value` it publishes a value with the grant, such as its address
+   * (see `AcquireOptions.value`).
    */
   async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: AcquireOptions): Promise<Acquired> {
     const asking = this.calls.start(job, holder);
@@ -473,6 +495,7 @@ export class Client {
             wait: toDuration(waitMs),
             bindToStream: opts?.bindToStream ?? false,
             preferred: opts?.preferred ?? false,
+            value: opts?.value === undefined ? Buffer.alloc(0) : asBytes(opts.value),
           },
           opts,
           waitMs,
@@ -523,15 +546,16 @@ export class Client {
    * Resolves to the renewed lease, with `successorWaiting`: true while a
    * preferred candidate waits for the job and our grant is not a
    * preferred one (see `AcquireOptions.preferred`): hand over
-   * (`transferLease`) when it suits.
+   * (`transferLease`) when it suits. With `opts.value` it replaces the
+   * lease's value (empty clears it); without, the value is kept.
    */
-  async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: CallOptions): Promise<RenewedLease> {
+  async renew(job: string, holder: string, token: bigint, ttlMs: number, opts?: RenewOptions): Promise<RenewedLease> {
     const asking = this.calls.start(job, holder);
     try {
       const r = await this.unary(
         this.leases,
         this.leases.renew as UnaryMethod<pb.RenewRequest, pb.RenewResponse>,
-        { job, holder, token, ttl: toDuration(ttlMs) },
+        { job, holder, token, ttl: toDuration(ttlMs), value: opts?.value === undefined ? undefined : asBytes(opts.value) },
         opts,
       );
       const lease = leaseFromPb(r.lease);
@@ -594,6 +618,32 @@ export class Client {
       opts,
     );
     return leaseFromPb(r);
+  }
+
+  /**
+   * The Acquires waiting for `job`, in line order: the preferred
+   * candidates first, then the others, each first come, first served (the
+   * order in which a release would hand the lease over). At most `limit`
+   * of them (0, the default: the server's, 100; at most 1000), and
+   * `waiting`, how many wait in all. A job nobody waits for, or that does
+   * not exist, has an empty line.
+   *
+   * ```ts
+   * const { waiters, waiting } = await client.listWaiters("bridge_health");
+   * for (const w of waiters) console.log(w.holder, w.preferred ? "(preferred)" : "");
+   * ```
+   */
+  async listWaiters(job: string, limit = 0, opts?: CallOptions): Promise<Waiters> {
+    const r = await this.unary(
+      this.leases,
+      this.leases.listWaiters as UnaryMethod<pb.ListWaitersRequest, pb.ListWaitersResponse>,
+      { job, limit },
+      opts,
+    );
+    return {
+      waiters: r.waiters.map((w) => ({ holder: w.holder, principal: w.principal || undefined, preferred: w.preferred })),
+      waiting: r.waiting,
+    };
   }
 
   /**
@@ -735,7 +785,7 @@ export class Client {
     return new KeepAlive(this.leases.keepAlive(new Metadata()), opts?.bindToStream ?? false);
   }
 
-  /** Watches `job`: the current lease, then every change of holder or token. */
+  /** Watches `job`: the current lease, then every change of holder, token or value. */
   watch(job: string, opts?: { timeoutMs?: number }): Watch {
     const options = opts?.timeoutMs !== undefined ? { deadline: new Date(Date.now() + opts.timeoutMs) } : {};
     return new Watch(this.leases.watchLease({ job }, new Metadata(), options));
@@ -744,13 +794,14 @@ export class Client {
   /**
    * Observes `job`'s lease over one `WatchLease` stream: an async iterable
    * of its states, first the current one (`kind` `Current`), then one per
-   * change of holder or token (`Acquired`, `Released`, `Expired`).
-   * Renewals are not changes and yield nothing. A reader that falls behind
+   * change of holder or token (`Acquired`, `Released`, `Expired`) or of
+   * the holder's value (`ValueChanged`, same holder and token). Renewals
+   * that change no value yield nothing. A reader that falls behind
    * gets the latest state, the changes it missed folded into it.
    *
    * ```ts
    * for await (const lease of client.observe("bridge_health", { signal })) {
-   *   console.log(lease.kind, lease.holder ?? "(free)", lease.token);
+   *   console.log(lease.kind, lease.holder ?? "(free)", lease.token, lease.value.toString());
    * }
    * ```
    *

@@ -33,9 +33,11 @@
  * there is a listener: an unheard `"error"` would crash the process) and
  * `elected()` rejects with it.
  *
- * - `"newLeader"` (holder: string, token: bigint) for every grant of the job
- *   as the elector sees it: another holder's or its own, once per token and
- *   in token order (never a lower token after a higher one). With a
+ * - `"newLeader"` (holder: string, token: bigint, value: Buffer) for every
+ *   grant of the job as the elector sees it: another holder's or its own,
+ *   once per token and in token order (never a lower token after a higher
+ *   one), with the value the holder published (`Lease.value`; empty when
+ *   none). A change of value is not a new leader: it is not reported. With a
  *   listener for it, the elector keeps a `WatchLease` stream open while it
  *   runs (opened again with backoff if it breaks), and also reports what
  *   its campaign learns (its own grants, the holder a waiting Acquire found
@@ -60,13 +62,23 @@
  * after that renewal, its safe point: it transfers to the first in line
  * (as `transfer()` does, reporting `"lost"`), then campaigns again behind
  * the successor. Nothing is taken from an elector that does not yield.
+ *
+ * With the option `value` (bytes, or a string sent as UTF-8), every
+ * Acquire of its campaign publishes that value with the grant
+ * (`Lease.value`: where to reach the leader, say its address).
+ * `setValue(v)` changes it: the new value goes with the next renewal
+ * while leading (with every renewal until one succeeds, then no more: the
+ * server keeps it), or with the next Acquire. `leader()` asks the server
+ * for the job's lease: who leads, with which token and value. The value
+ * is advisory: the token fences, not the value.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
-import type { Client } from "./client";
+import { status as Code } from "@grpc/grpc-js";
+import type { CallOptions, Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
 import { abortError, Backoff, sleep, Warnings } from "./retry";
-import { electorHolder, type Lease, type RenewedLease } from "./types";
+import { asBytes, type Bytes, electorHolder, type Lease, MAX_VALUE_BYTES, type RenewedLease } from "./types";
 
 export interface ElectorOptions {
   /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
@@ -113,6 +125,16 @@ export interface ElectorOptions {
    * without this option is told too, and keeps the lease.
    */
   yieldToPreferred?: boolean;
+  /**
+   * A value to publish with every grant of the campaign (`Lease.value`;
+   * a string is sent as UTF-8): where to reach this elector when it leads,
+   * say its address, so that followers can route to the leader
+   * (`leader()`, `"newLeader"`, `client.observe`). At most 1024 bytes
+   * (`MAX_VALUE_BYTES`; more throws `InvalidArgument`, field "value").
+   * Default: none. Change it with `setValue`. Advisory: the token fences,
+   * not the value.
+   */
+  value?: Bytes;
 }
 
 export interface ElectorLogger {
@@ -133,15 +155,26 @@ export interface ElectorEvents {
   elected: [token: bigint, proof: string | undefined];
   lost: [token: bigint];
   /**
-   * A grant of the job, to `holder` (ours included) with `token`: once per
-   * token, in token order (see the class docs).
+   * A grant of the job, to `holder` (ours included) with `token` and the
+   * value it published (empty when none): once per token, in token order
+   * (see the class docs). A change of value alone is not reported.
    */
-  newLeader: [holder: string, token: bigint];
+  newLeader: [holder: string, token: bigint, value: Buffer];
   /** The campaign stopped on an error retrying cannot fix. */
   error: [error: LeaseholdError];
 }
 
 const now = () => performance.now();
+
+/** `value` as bytes, refused with `InvalidArgument` (field "value") over `MAX_VALUE_BYTES`, as the server would. */
+function checkedValue(value: Bytes): Buffer {
+  const b = asBytes(value);
+  if (b.length > MAX_VALUE_BYTES) {
+    const message = `value is ${b.length} bytes, the limit is ${MAX_VALUE_BYTES} bytes`;
+    throw new InvalidArgument(message, Code.INVALID_ARGUMENT, "INVALID_ARGUMENT", { field: "value" });
+  }
+  return b;
+}
 
 /**
  * Errors retrying cannot fix: the server refused the request itself (a TTL
@@ -206,6 +239,12 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private watching: Promise<void> | undefined;
   /** Ends the watch: aborted once the elector has stopped. */
   private readonly watchStop = new AbortController();
+  /** The value every Acquire publishes, and the one a renewal sends while `valueSet > valueSent`. */
+  private value: Buffer;
+  /** How many times the value was set (`setValue`). */
+  private valueSet = 0;
+  /** The `valueSet` of the newest value a successful grant or renewal published. */
+  private valueSent = 0;
 
   constructor(
     private readonly client: Client,
@@ -223,6 +262,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.bindToStream = options.bindToStream ?? false;
     this.preferred = options.preferred ?? false;
     this.yieldToPreferred = options.yieldToPreferred ?? false;
+    this.value = checkedValue(options.value ?? Buffer.alloc(0));
     // A "newLeader" listener added while the elector runs starts the watch.
     (this as EventEmitter).on("newListener", (event: string | symbol) => {
       if (event === "newLeader" && this.loop && !this.finished) this.startWatching();
@@ -250,6 +290,43 @@ export class Elector extends EventEmitter<ElectorEvents> {
   /** The error that stopped the campaign (the server refused it), else undefined. */
   get error(): LeaseholdError | undefined {
     return this.refusal;
+  }
+
+  /**
+   * Publishes `value` (bytes, or a string as UTF-8; empty clears it) as the
+   * lease's value: with the next renewal while leading, sent with every
+   * renewal until one succeeds and then no more (the server keeps it); or
+   * with the next Acquire of the campaign when not leading. Watchers see
+   * the change (`EventKind.ValueChanged`); it is not a new leader, so
+   * `"newLeader"` is not emitted. Returns at once. Over 1024 bytes it
+   * throws `InvalidArgument` (field "value") and changes nothing.
+   */
+  setValue(value: Bytes): void {
+    this.value = checkedValue(value);
+    this.valueSet++;
+  }
+
+  /**
+   * The job's lease as the server has it now (`getLease`): the leader's
+   * `holder` (undefined when the job is free), its `token` and the `value`
+   * it published, say its address, for routing requests to it. Advisory:
+   * by the time it is used the lease may have moved; the token fences.
+   */
+  leader(opts?: CallOptions): Promise<Lease> {
+    return this.client.getLease(this.job, opts);
+  }
+
+  /**
+   * The value to send with a renewal now (undefined: keep the server's)
+   * and the `valueSet` it stands for; `published` records its success.
+   */
+  private pendingValue(): { value: Buffer | undefined; set: number } {
+    return { value: this.valueSet > this.valueSent ? this.value : undefined, set: this.valueSet };
+  }
+
+  /** A grant or renewal that carried the value of `set` succeeded. */
+  private published(set: number): void {
+    if (set > this.valueSent) this.valueSent = set;
   }
 
   /** Starts campaigning (once). */
@@ -380,7 +457,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       throw e;
     }
     this.endTenure(tenure);
-    this.reportLeader(successor.holder, successor.token);
+    this.reportLeader(successor.holder, successor.token, successor.value);
     return successor;
   }
 
@@ -424,12 +501,12 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.resolveFinished();
   }
 
-  /** Reports `holder` leading with `token` (`"newLeader"`), if above every token reported. */
-  private reportLeader(holder: string | undefined, token: bigint): void {
+  /** Reports `holder` leading with `token` and `value` (`"newLeader"`), if above every token reported. */
+  private reportLeader(holder: string | undefined, token: bigint, value: Buffer): void {
     if (!holder || token <= this.lastLeader || this.finished) return;
     this.lastLeader = token;
     try {
-      this.emit("newLeader", holder, token);
+      this.emit("newLeader", holder, token, value);
     } catch (e) {
       this.log.warn(`newLeader listener threw: ${e}`);
     }
@@ -456,7 +533,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
       try {
         for await (const lease of this.client.observe(this.job, { signal: stop })) {
           retry.reset();
-          this.reportLeader(lease.holder, lease.token);
+          // A ValueChanged event keeps the token: never a new leader.
+          this.reportLeader(lease.holder, lease.token, lease.value);
         }
       } catch (e) {
         error = e;
@@ -540,6 +618,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
       for (;;) {
         const sent = now();
         const limit = campaignWait + this.ttlMs;
+        // Every Acquire publishes the value as it is now.
+        const valueSet = this.valueSet;
+        const value = this.value;
         let acquired;
         try {
           acquired = await this.until(
@@ -549,6 +630,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
                 signal,
                 bindToStream: this.bindToStream,
                 preferred: this.preferred,
+                value,
               }),
             sent + limit,
           );
@@ -583,13 +665,14 @@ export class Elector extends EventEmitter<ElectorEvents> {
         }
         backoff.reset();
         if (!acquired.acquired) {
-          this.reportLeader(acquired.lease.holder, acquired.lease.token);
+          this.reportLeader(acquired.lease.holder, acquired.lease.token, acquired.lease.value);
           continue;
         }
+        this.published(valueSet);
         const token = acquired.lease.token;
-        const anchor = await this.anchor(token, sent, acquired.lease.proof);
+        const anchor = await this.anchor(token, sent, acquired.lease);
         if (anchor === undefined) continue;
-        if (await this.lead(token, anchor.at, anchor.proof)) return;
+        if (await this.lead(token, anchor.at, anchor.proof, anchor.value)) return;
       }
     } catch (e) {
       this.log.warn(`elector for ${this.job} failed: ${(e as Error).stack ?? e}`);
@@ -604,18 +687,23 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * server granted or last renewed it. A waiting Acquire may have been
    * granted long after it was sent; then a Renew sent now confirms the
    * lease and gives a fresh anchor. Undefined when it cannot. With the
-   * grant's proof: `proof`, or the confirming renewal's.
+   * grant's proof and value (`granted`'s, or the confirming renewal's).
    */
   private async anchor(
     token: bigint,
     sent: number,
-    proof: string | undefined,
-  ): Promise<{ at: number; proof: string | undefined } | undefined> {
-    if (now() < sent + this.ttlMs / 10) return { at: sent, proof };
+    granted: Lease,
+  ): Promise<{ at: number; proof: string | undefined; value: Buffer } | undefined> {
+    if (now() < sent + this.ttlMs / 10) return { at: sent, proof: granted.proof, value: granted.value };
     const at = now();
     try {
-      const renewed = await this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: this.ttlMs / 2 });
-      return { at, proof: renewed.proof ?? proof };
+      const pending = this.pendingValue();
+      const renewed = await this.client.renew(this.job, this.holder, token, this.ttlMs, {
+        timeoutMs: this.ttlMs / 2,
+        value: pending.value,
+      });
+      if (pending.value !== undefined) this.published(pending.set);
+      return { at, proof: renewed.proof ?? granted.proof, value: renewed.value };
     } catch (e) {
       this.log.warn(`${this.job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
       return undefined;
@@ -626,23 +714,23 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * Leads until lost or transferred (false) or told to stop (releases;
    * true).
    */
-  private async lead(token: bigint, sent: number, proof: string | undefined): Promise<boolean> {
+  private async lead(token: bigint, sent: number, proof: string | undefined, value: Buffer): Promise<boolean> {
     const tenure: Tenure = { token, ended: new AbortController() };
     this.tenure = tenure;
     try {
-      return await this.leadTenure(tenure, sent, proof);
+      return await this.leadTenure(tenure, sent, proof, value);
     } finally {
       if (this.tenure === tenure) this.tenure = undefined;
     }
   }
 
-  private async leadTenure(tenure: Tenure, sent: number, proof: string | undefined): Promise<boolean> {
+  private async leadTenure(tenure: Tenure, sent: number, proof: string | undefined, value: Buffer): Promise<boolean> {
     const { token } = tenure;
     const ended = tenure.ended.signal;
     const { every } = timing(this.ttlMs);
     const retry = Backoff.renew(this.ttlMs);
     let deadline = sent + this.ttlMs;
-    this.setLeader(token, deadline, proof);
+    this.setLeader(token, deadline, proof, value);
     let next = sent + every;
     for (;;) {
       // Ended by transfer(), which reported it: campaign again.
@@ -659,9 +747,16 @@ export class Elector extends EventEmitter<ElectorEvents> {
         break;
       }
       let renewed: RenewedLease;
+      // A value set since the last published one goes with this renewal.
+      const pending = this.pendingValue();
       try {
         renewed = await this.until(
-          (signal) => this.client.renew(this.job, this.holder, token, this.ttlMs, { timeoutMs: deadline - at, signal }),
+          (signal) =>
+            this.client.renew(this.job, this.holder, token, this.ttlMs, {
+              timeoutMs: deadline - at,
+              signal,
+              value: pending.value,
+            }),
           deadline,
           ended,
         );
@@ -683,6 +778,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       deadline = at + this.ttlMs;
       next = at + every;
       retry.reset();
+      if (pending.value !== undefined) this.published(pending.set);
       if (this.leading === token) {
         this.deadline = deadline;
         // The same proof, unless the server's signing key rotated.
@@ -726,11 +822,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  private setLeader(token: bigint, deadline: number, proof: string | undefined) {
+  private setLeader(token: bigint, deadline: number, proof: string | undefined, value: Buffer) {
     this.leading = token;
     this.leadingProof = proof;
     this.deadline = deadline;
-    this.reportLeader(this.holder, token);
+    this.reportLeader(this.holder, token, value);
     this.safeEmit("elected", token, proof);
   }
 

@@ -18,12 +18,20 @@
  * await stream.close();
  * await elector.resign();
  * for await (const lease of client.observe("bridge_health", { signal })) {
- *   console.log(lease.kind, lease.holder, lease.token); // every change of holder or token
+ *   console.log(lease.kind, lease.holder, lease.token); // every change of holder, token or value
  * }
  * ```
  */
 export { Client, DEFAULT_TARGET, DEFAULT_TIMEOUT_MS, normalizeTarget, RECONNECT_OPTIONS, Watch } from "./client";
-export type { AcquireOptions, CallOptions, ClientConfig, HistoryOptions, ObserveOptions, WriteOptions } from "./client";
+export type {
+  AcquireOptions,
+  CallOptions,
+  ClientConfig,
+  HistoryOptions,
+  ObserveOptions,
+  RenewOptions,
+  WriteOptions,
+} from "./client";
 export { Chaos } from "./chaos";
 export type { ChaosOutcome } from "./chaos";
 export { Elector, NotLeader } from "./elector";
@@ -69,7 +77,7 @@ export type {
   WriteOutcome,
   Written,
 } from "./writestream";
-export { EventKind, electorHolder, processHolder, TenureEnd } from "./types";
+export { EventKind, electorHolder, MAX_VALUE_BYTES, processHolder, TenureEnd } from "./types";
 export type {
   Acquired,
   Bytes,
@@ -82,6 +90,8 @@ export type {
   RenewedLease,
   Tenure,
   Value,
+  Waiter,
+  Waiters,
 } from "./types";
 export { VERSION } from "./version";
 /** The generated messages and grpc-js service clients. */

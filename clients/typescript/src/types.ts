@@ -45,6 +45,16 @@ export interface Lease {
    * free, or the server signs nothing. docs/proofs.md.
    */
   proof: string | undefined;
+  /**
+   * The value the holder published with its grant (`AcquireOptions.value`)
+   * or its last renewal that set one (`RenewOptions.value`): where to reach
+   * the leader, say its address, for routing requests to it. At most 1024
+   * bytes; empty when the job is free or the holder published nothing
+   * (`value.toString()` reads it as UTF-8). Advisory: it says who the
+   * holder said it is, not that it still leads. The token fences, not the
+   * value.
+   */
+  value: Buffer;
 }
 
 /** The answer to `renew`: our lease, renewed, and whether a preferred candidate waits. */
@@ -64,6 +74,24 @@ export interface Acquired {
   acquired: boolean;
   /** Our lease when acquired, else the current holder's. */
   lease: Lease;
+}
+
+/** One Acquire waiting for a job, from `Client.listWaiters`. */
+export interface Waiter {
+  /** The waiting holder. */
+  holder: string;
+  /** The principal (of the server's policy) it asked as; undefined without a policy. */
+  principal: string | undefined;
+  /** It asked as a preferred candidate (`AcquireOptions.preferred`). */
+  preferred: boolean;
+}
+
+/** The answer to `Client.listWaiters`: a job's line of waiting Acquires. */
+export interface Waiters {
+  /** The waiters, first in line first: the preferred ones, then the others, each first come, first served. At most the limit asked for. */
+  waiters: Waiter[];
+  /** How many wait in all (may be more than listed). */
+  waiting: number;
 }
 
 /** A stored value. */
@@ -93,6 +121,8 @@ export enum EventKind {
   Acquired = "ACQUIRED",
   Released = "RELEASED",
   Expired = "EXPIRED",
+  /** The holder changed the lease's value (`Lease.value`): same holder, same token. */
+  ValueChanged = "VALUE_CHANGED",
 }
 
 /** One event of `watch`: the lease after a change. */
@@ -108,7 +138,8 @@ export interface LeaseEvent {
 export interface LeaseChange extends Lease {
   /**
    * `Current` (the state when observing began), `Acquired` (a grant to a
-   * new holder or a new token), `Released` or `Expired` (free now).
+   * new holder or a new token), `Released` or `Expired` (free now), or
+   * `ValueChanged` (the holder changed its `value`: same holder and token).
    */
   kind: EventKind;
 }
@@ -132,6 +163,7 @@ export function leaseFromPb(l: pb.Lease | undefined): Lease {
     remainingMs: toMs(l?.remaining),
     principal: l?.principal || undefined,
     proof: l?.proof || undefined,
+    value: Buffer.from(l?.value ?? Buffer.alloc(0)),
   };
 }
 
@@ -140,6 +172,7 @@ const KINDS: Record<number, EventKind> = {
   [pb.LeaseEvent_Kind.KIND_ACQUIRED]: EventKind.Acquired,
   [pb.LeaseEvent_Kind.KIND_RELEASED]: EventKind.Released,
   [pb.LeaseEvent_Kind.KIND_EXPIRED]: EventKind.Expired,
+  [pb.LeaseEvent_Kind.KIND_VALUE_CHANGED]: EventKind.ValueChanged,
 };
 
 export function eventFromPb(e: pb.LeaseEvent): LeaseEvent {
@@ -147,6 +180,9 @@ export function eventFromPb(e: pb.LeaseEvent): LeaseEvent {
 }
 
 export type Bytes = string | Uint8Array;
+
+/** The most bytes a lease's value may have (`Lease.value`); the server refuses more with `InvalidArgument`, field "value". */
+export const MAX_VALUE_BYTES = 1024;
 
 export function asBytes(b: Bytes): Buffer {
   return typeof b === "string" ? Buffer.from(b, "utf8") : Buffer.from(b);
@@ -208,6 +244,12 @@ export interface Tenure {
   end: TenureEnd;
   /** When it ended (the release, or the deadline that passed); undefined while live. */
   endedAt: Date | undefined;
+  /**
+   * The value published with the grant (`AcquireOptions.value`, an
+   * elector's `value`); empty when none. A later change by a renewal is
+   * not recorded here.
+   */
+  value: Buffer;
 }
 
 /** One action of the chaos API on a job (a server run with `--enable-chaos`). */
@@ -239,6 +281,7 @@ export function tenureFromPb(t: pb.Tenure): Tenure {
     ttlMs: toMs(t.ttl),
     end: ENDS[t.end] ?? TenureEnd.Unknown,
     endedAt: t.endedAt,
+    value: Buffer.from(t.value),
   };
 }
 

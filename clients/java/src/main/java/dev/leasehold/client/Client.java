@@ -259,15 +259,28 @@ public final class Client implements AutoCloseable {
     }
   }
 
+  /** The largest value a lease may carry ({@code Lease.value}); a larger one is refused by the server. */
+  public static final int MAX_VALUE_BYTES = 1024;
+
   static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred) {
-    return AcquireRequest.newBuilder().setJob(job).setHolder(holder)
+      boolean preferred, byte[] value) {
+    AcquireRequest.Builder b = AcquireRequest.newBuilder().setJob(job).setHolder(holder)
         .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).setBindToStream(bindToStream)
-        .setPreferred(preferred).build();
+        .setPreferred(preferred);
+    if (value != null) {
+      b.setValue(ByteString.copyFrom(value));
+    }
+    return b.build();
   }
 
-  static RenewRequest renewRequest(String job, String holder, long token, Duration ttl) {
-    return RenewRequest.newBuilder().setJob(job).setHolder(holder).setToken(token).setTtl(Durations.toProto(ttl)).build();
+  /** A RenewRequest; {@code value} null leaves the field unset (the server keeps the lease's value). */
+  static RenewRequest renewRequest(String job, String holder, long token, Duration ttl, byte[] value) {
+    RenewRequest.Builder b = RenewRequest.newBuilder().setJob(job).setHolder(holder).setToken(token)
+        .setTtl(Durations.toProto(ttl));
+    if (value != null) {
+      b.setValue(ByteString.copyFrom(value));
+    }
+    return b.build();
   }
 
   /**
@@ -322,10 +335,40 @@ public final class Client implements AutoCloseable {
    * transfer or expiry, as for any waiter.
    */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream, boolean preferred) {
+    return acquire(job, holder, ttl, wait, bindToStream, preferred, null);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration)}, publishing
+   * {@code value} with the grant ({@code AcquireRequest.value}, at most
+   * {@link #MAX_VALUE_BYTES}; null or empty: none): where to reach the
+   * leader, say its address, which every reader of the lease sees
+   * ({@link Lease#value()}: {@link #getLease}, {@link #observe}, the
+   * history's {@link Tenure#value()}). A repeated Acquire by the live
+   * holder replaces it. <b>Advisory: the token fences, not the value.</b>
+   *
+   * <pre>{@code
+   * Acquired a = client.acquire("reports", holder, Duration.ofSeconds(10), Duration.ZERO,
+   *     "10.0.0.7:8080".getBytes(StandardCharsets.UTF_8));
+   * }</pre>
+   *
+   * @throws InvalidArgumentException a value over 1024 bytes ({@code field()} {@code "value"}); nothing changed
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, byte[] value) {
+    return acquire(job, holder, ttl, wait, false, false, value);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration, boolean, boolean)},
+   * publishing {@code value} with the grant (null or empty: none): see
+   * {@link #acquire(String, String, Duration, Duration, byte[])}.
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream, boolean preferred,
+      byte[] value) {
     Calls.Asking asking = calls.start(job, holder);
     AcquireResponse r;
     try {
-      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred)));
+      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value)));
       if (r.getAcquired()) {
         asking.told(r.getLease().getToken());
       }
@@ -380,9 +423,19 @@ public final class Client implements AutoCloseable {
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
       boolean preferred) {
+    return acquireAsync(job, holder, ttl, wait, bindToStream, preferred, null);
+  }
+
+  /**
+   * {@link #acquireAsync(String, String, Duration, Duration, boolean, boolean)},
+   * publishing {@code value} with the grant (null or empty: none): see
+   * {@link #acquire(String, String, Duration, Duration, byte[])}.
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      boolean preferred, byte[] value) {
     long[] n = new long[1];
     ListenableFuture<AcquireResponse> call =
-        acquireCall(job, holder, ttl, wait, bindToStream, preferred, wait.plus(timeout), a -> n[0] = a);
+        acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, wait.plus(timeout), a -> n[0] = a);
     return async(call, r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())), r -> {
       // The grant reached this client, but its caller had cancelled the
       // future first and never saw it: give it back, as for a grant that
@@ -525,19 +578,19 @@ public final class Client implements AutoCloseable {
    * is recorded as told, and its call ends however it ends.
    */
   ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred, Duration timeout) {
-    return acquireCall(job, holder, ttl, wait, bindToStream, preferred, timeout, n -> { });
+      boolean preferred, byte[] value, Duration timeout) {
+    return acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, timeout, n -> { });
   }
 
   /** {@link #acquireCall}, telling {@code number} the call's number in {@link #calls}. */
   private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred, Duration timeout, java.util.function.LongConsumer number) {
+      boolean preferred, byte[] value, Duration timeout, java.util.function.LongConsumer number) {
     Calls.Asking asking = calls.start(job, holder);
     number.accept(asking.n);
     ListenableFuture<AcquireResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred)), r -> {
+          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value)), r -> {
             if (r.getAcquired()) {
               asking.told(r.getLease().getToken());
             }
@@ -572,12 +625,13 @@ public final class Client implements AutoCloseable {
    * Renew as a cancellable future of the raw response (for the Elector). The
    * future completes once the renewed token is recorded as told.
    */
-  ListenableFuture<RenewResponse> renewCall(String job, String holder, long token, Duration ttl, Duration timeout) {
+  ListenableFuture<RenewResponse> renewCall(String job, String holder, long token, Duration ttl, byte[] value,
+      Duration timeout) {
     Calls.Asking asking = calls.start(job, holder);
     ListenableFuture<RenewResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-          .renew(renewRequest(job, holder, token, ttl)), r -> {
+          .renew(renewRequest(job, holder, token, ttl, value)), r -> {
             asking.told(r.getLease().getToken());
             return r;
           }, MoreExecutors.directExecutor());
@@ -600,7 +654,25 @@ public final class Client implements AutoCloseable {
    * {@code cancel(true)} cancels the call.
    */
   public CompletableFuture<Lease> renewAsync(String job, String holder, long token, Duration ttl) {
-    return async(renewCall(job, holder, token, ttl, timeout), r -> Lease.fromProto(r.getLease()));
+    return renewAsync(job, holder, token, ttl, null);
+  }
+
+  /**
+   * {@link #renew(String, String, long, Duration)}, replacing the lease's
+   * value ({@link Lease#value()}) with {@code value} when it is not null
+   * ({@code RenewRequest.value}; empty clears it, at most
+   * {@link #MAX_VALUE_BYTES}); null keeps it. Watchers see a change as
+   * {@link LeaseEvent.Kind#VALUE_CHANGED} (same holder, same token).
+   *
+   * @throws InvalidArgumentException a value over 1024 bytes ({@code field()} {@code "value"}); nothing changed
+   */
+  public Lease renew(String job, String holder, long token, Duration ttl, byte[] value) {
+    return renewLease(job, holder, token, ttl, value, timeout).lease();
+  }
+
+  /** {@link #renew(String, String, long, Duration, byte[])} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Lease> renewAsync(String job, String holder, long token, Duration ttl, byte[] value) {
+    return async(renewCall(job, holder, token, ttl, value, timeout), r -> Lease.fromProto(r.getLease()));
   }
 
   /**
@@ -621,17 +693,35 @@ public final class Client implements AutoCloseable {
    * {@code cancel(true)} cancels the call.
    */
   public CompletableFuture<Renewed> renewLeaseAsync(String job, String holder, long token, Duration ttl) {
-    return async(renewCall(job, holder, token, ttl, timeout), Renewed::fromProto);
+    return renewLeaseAsync(job, holder, token, ttl, null);
+  }
+
+  /**
+   * {@link #renewLease(String, String, long, Duration)}, replacing the
+   * lease's value with {@code value} when it is not null (empty clears it;
+   * null keeps it): see {@link #renew(String, String, long, Duration, byte[])}.
+   */
+  public Renewed renewLease(String job, String holder, long token, Duration ttl, byte[] value) {
+    return renewLease(job, holder, token, ttl, value, timeout);
+  }
+
+  /** {@link #renewLease(String, String, long, Duration, byte[])} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Renewed> renewLeaseAsync(String job, String holder, long token, Duration ttl, byte[] value) {
+    return async(renewCall(job, holder, token, ttl, value, timeout), Renewed::fromProto);
   }
 
   Lease renew(String job, String holder, long token, Duration ttl, Duration timeout) {
-    return renewLease(job, holder, token, ttl, timeout).lease();
+    return renewLease(job, holder, token, ttl, null, timeout).lease();
   }
 
   Renewed renewLease(String job, String holder, long token, Duration ttl, Duration timeout) {
+    return renewLease(job, holder, token, ttl, null, timeout);
+  }
+
+  Renewed renewLease(String job, String holder, long token, Duration ttl, byte[] value, Duration timeout) {
     Calls.Asking asking = calls.start(job, holder);
     try {
-      RenewResponse r = call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl)));
+      RenewResponse r = call(leases, timeout, s -> s.renew(renewRequest(job, holder, token, ttl, value)));
       asking.told(r.getLease().getToken());
       return Renewed.fromProto(r);
     } finally {
@@ -737,6 +827,46 @@ public final class Client implements AutoCloseable {
 
   Lease getLease(String job, Duration timeout) {
     return Lease.fromProto(call(leases, timeout, s -> s.getLease(GetLeaseRequest.newBuilder().setJob(job).build())));
+  }
+
+  /**
+   * The Acquires waiting for {@code job} ({@code ListWaiters}), in line
+   * order: the preferred candidates first, then the others, each class
+   * first come, first served (the order in which a release would hand the
+   * lease over), at most {@code limit} of them (0: the server's default,
+   * 100; at most 1000), with how many wait in all
+   * ({@link Waiters#waiting()}, which may be more than listed). A job
+   * nobody waits for, or that does not exist, has an empty line, not an
+   * error. With a policy, this needs {@code read} on the job.
+   *
+   * <pre>{@code
+   * Waiters line = client.listWaiters("reports", 10);
+   * for (Waiter w : line.waiters()) {
+   *   System.out.println(w.holder() + (w.preferred() ? " (preferred)" : ""));
+   * }
+   * }</pre>
+   *
+   * @throws IllegalArgumentException a negative {@code limit} (nothing is sent)
+   */
+  public Waiters listWaiters(String job, int limit) {
+    return Waiters.fromProto(call(leases, timeout, s -> s.listWaiters(listWaitersRequest(job, limit))));
+  }
+
+  /** {@link #listWaiters(String, int)} with the server's default limit (100). */
+  public Waiters listWaiters(String job) {
+    return listWaiters(job, 0);
+  }
+
+  /** {@link #listWaiters(String, int)} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<Waiters> listWaitersAsync(String job, int limit) {
+    return async(deadline(leasesFuture).listWaiters(listWaitersRequest(job, limit)), Waiters::fromProto);
+  }
+
+  static dev.leasehold.v1.ListWaitersRequest listWaitersRequest(String job, int limit) {
+    if (limit < 0) {
+      throw new IllegalArgumentException("limit must not be negative");
+    }
+    return dev.leasehold.v1.ListWaitersRequest.newBuilder().setJob(job).setLimit(limit).build();
   }
 
   /**
@@ -910,8 +1040,10 @@ public final class Client implements AutoCloseable {
    * Observes {@code job}'s lease ({@code WatchLease}): {@code listener}
    * hears the current lease first ({@link LeaseEvent.Kind#CURRENT}), then
    * each change as it happens ({@link LeaseEvent.Kind#ACQUIRED},
-   * {@link LeaseEvent.Kind#RELEASED}, {@link LeaseEvent.Kind#EXPIRED});
-   * renewals send nothing. Returns at once; close the {@link Observation}
+   * {@link LeaseEvent.Kind#RELEASED}, {@link LeaseEvent.Kind#EXPIRED}, and
+   * {@link LeaseEvent.Kind#VALUE_CHANGED} when the holder changes the
+   * lease's {@link Lease#value()}); renewals that change no value send
+   * nothing. Returns at once; close the {@link Observation}
    * to end it (the listener then hears nothing more, not even an error). A
    * broken stream (the server stopping, unreachable) ends it with the typed
    * exception: {@link LeaseListener#onError} and
@@ -1014,7 +1146,8 @@ public final class Client implements AutoCloseable {
 
   /**
    * Watches {@code job}: the current lease first, then every change of holder
-   * or token. Close the watch to end it.
+   * or token, and of the holder's value ({@link LeaseEvent.Kind#VALUE_CHANGED}).
+   * Close the watch to end it.
    */
   public Watch watch(String job) {
     return new Watch(leases, WatchLeaseRequest.newBuilder().setJob(job).build());

@@ -3,6 +3,7 @@ package dev.leasehold.client;
 import com.google.common.util.concurrent.ListenableFuture;
 import dev.leasehold.v1.AcquireResponse;
 import dev.leasehold.v1.RenewResponse;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.OptionalLong;
@@ -80,6 +81,14 @@ import org.slf4j.LoggerFactory;
  * line right after that renewal (as {@link #transfer()} does), then
  * campaign again behind it. Nothing is taken from a leader that does not
  * yield: it leads on until it releases, transfers or loses its lease.
+ *
+ * <p>{@link Builder#value(byte[])} publishes a value with every grant of
+ * the campaign ({@link Lease#value()}: where to reach the leader, say its
+ * address), and {@link #setValue(byte[])} changes it: the new value goes
+ * with the next renewal (or the next Acquire while not leading). Followers
+ * read the leader's value with {@link #leader()}, or hear it in
+ * {@code onNewLeader} and {@link Client#observe}. <b>The value is advisory:
+ * the token fences, not the value.</b>
  */
 public final class Elector implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(Elector.class);
@@ -93,7 +102,7 @@ public final class Elector implements AutoCloseable {
   private final boolean yieldToPreferred;
   private final LongConsumer onElected;
   private final LongConsumer onLost;
-  private final NewLeaderListener onNewLeader;
+  private final NewLeaderValueListener onNewLeader;
 
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition changed = lock.newCondition();
@@ -104,6 +113,16 @@ public final class Elector implements AutoCloseable {
   private String proof; // the proof of the grant of token; null when not leading, or the server signs nothing
   private long deadline; // System.nanoTime() when leading
   private long transferring; // the token a transfer() is handing over; 0: none
+  /** The value to publish (never null; empty: none), and its version: setValue() counts it up. */
+  private byte[] value;
+  private long valueVersion;
+  /**
+   * The version of the value the server is known to hold for our lease:
+   * that of the Acquire that granted it, or of a renewal that carried one.
+   * Below {@link #valueVersion}: the renewals carry the value until one
+   * succeeds (unset, a renewal keeps the server's).
+   */
+  private long valuePublished;
   private Thread thread;
   private final ExecutorService callbacks;
   private final Retry.Warnings warnings = new Retry.Warnings();
@@ -132,6 +151,26 @@ public final class Elector implements AutoCloseable {
     void onNewLeader(String holder, long token);
   }
 
+  /**
+   * {@link NewLeaderListener} with the new leader's value too
+   * ({@link Builder#onNewLeader(NewLeaderValueListener)}).
+   */
+  @FunctionalInterface
+  public interface NewLeaderValueListener {
+    /**
+     * {@code holder} was granted the job with {@code token} (unsigned), and
+     * publishes {@code value} ({@link Lease#value()} when this elector
+     * learnt of the grant: the one published with it, or a later one;
+     * empty, never null, when none): where to reach the new leader.
+     * Called as {@link NewLeaderListener#onNewLeader} is: at most once per
+     * grant, in token order. A later change of the value by the same leader
+     * is not a new leader and is not reported here (observe the job, or
+     * read {@link Elector#leader()}, for that). Advisory: the token fences,
+     * not the value.
+     */
+    void onNewLeader(String holder, long token, byte[] value);
+  }
+
   private Elector(Builder b) {
     this.client = b.client;
     this.job = b.job;
@@ -143,6 +182,7 @@ public final class Elector implements AutoCloseable {
     this.onElected = b.onElected;
     this.onLost = b.onLost;
     this.onNewLeader = b.onNewLeader;
+    this.value = b.value;
     this.callbacks = Executors.newSingleThreadExecutor(r -> {
       Thread t = new Thread(r, "leasehold-callbacks-" + job);
       t.setDaemon(true);
@@ -181,7 +221,8 @@ public final class Elector implements AutoCloseable {
     private boolean yieldToPreferred;
     private LongConsumer onElected = t -> {};
     private LongConsumer onLost = t -> {};
-    private NewLeaderListener onNewLeader;
+    private NewLeaderValueListener onNewLeader;
+    private byte[] value = new byte[0];
 
     private Builder(Client client, String job, String name) {
       this.client = Objects.requireNonNull(client, "client");
@@ -256,6 +297,29 @@ public final class Elector implements AutoCloseable {
       return this;
     }
 
+    /**
+     * A value to publish with every grant of the campaign
+     * ({@code AcquireRequest.value}, also on the campaigns after a loss;
+     * default none): where to reach this elector when it leads, say its
+     * address, which followers read with {@link Elector#leader()} or hear in
+     * {@code onNewLeader} and observations ({@link Lease#value()}).
+     * {@link Elector#setValue} changes it later. Advisory: the token fences,
+     * not the value.
+     *
+     * @param value the bytes (copied); null or empty: none
+     * @throws IllegalArgumentException over {@link Client#MAX_VALUE_BYTES}
+     *     (the server would refuse every Acquire of the campaign)
+     */
+    public Builder value(byte[] value) {
+      this.value = checkedValue(value);
+      return this;
+    }
+
+    /** {@link #value(byte[])} as UTF-8 text (null: none). */
+    public Builder value(String value) {
+      return value(value == null ? null : value.getBytes(StandardCharsets.UTF_8));
+    }
+
     /** Overrides the holder identity (default {@code name@<uuid>}, a UUID made per elector). */
     public Builder holder(String holder) {
       this.holder = holder;
@@ -283,9 +347,22 @@ public final class Elector implements AutoCloseable {
      * backoff if it breaks), and also reports what its campaign learns
      * (its own grants, the holder an Acquire or a renewal found in place),
      * so a broken watch delays a report of someone else's grant but never
-     * of its own.
+     * of its own. {@link #onNewLeader(NewLeaderValueListener)} hears the
+     * leader's value too.
      */
     public Builder onNewLeader(NewLeaderListener f) {
+      Objects.requireNonNull(f);
+      this.onNewLeader = (holder, token, value) -> f.onNewLeader(holder, token);
+      return this;
+    }
+
+    /**
+     * {@link #onNewLeader(NewLeaderListener)}, with the value each new
+     * leader published with its grant ({@code (holder, token, value) ->
+     * ...}; empty when none): where to reach it. Only grants are reported:
+     * a value changed later by the same leader is not a new leader.
+     */
+    public Builder onNewLeader(NewLeaderValueListener f) {
       this.onNewLeader = Objects.requireNonNull(f);
       return this;
     }
@@ -357,6 +434,85 @@ public final class Elector implements AutoCloseable {
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * Changes the value this elector publishes ({@link Builder#value(byte[])}):
+   * the new one goes with its next renewal while it leads (every ttl/3), or
+   * with its next Acquire while it does not, and is sent with each renewal
+   * until one succeeds (then no more: the server keeps it). Watchers of the
+   * job see the change as {@link LeaseEvent.Kind#VALUE_CHANGED}. Returns at
+   * once. Advisory: the token fences, not the value.
+   *
+   * @param value the bytes (copied); null or empty: clears it
+   * @throws IllegalArgumentException over {@link Client#MAX_VALUE_BYTES}:
+   *     refused here, nothing changed (the server would refuse the renewal
+   *     that carried it, and the elector would step down)
+   */
+  public void setValue(byte[] value) {
+    byte[] v = checkedValue(value);
+    lock.lock();
+    try {
+      this.value = v;
+      valueVersion++;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** {@link #setValue(byte[])} as UTF-8 text (null: clears it). */
+  public void setValue(String value) {
+    setValue(value == null ? null : value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  /** A copy of {@code value} (null: empty), at most {@link Client#MAX_VALUE_BYTES}. */
+  static byte[] checkedValue(byte[] value) {
+    if (value == null) {
+      return new byte[0];
+    }
+    if (value.length > Client.MAX_VALUE_BYTES) {
+      throw new IllegalArgumentException(
+          "value is " + value.length + " bytes; the limit is " + Client.MAX_VALUE_BYTES + " bytes");
+    }
+    return value.clone();
+  }
+
+  /** The value this elector publishes (a copy; empty when none): the last {@link #setValue}, or the builder's. */
+  public byte[] value() {
+    lock.lock();
+    try {
+      return value.clone();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The job's leader, as the server says now ({@link Client#getLease} of
+   * this elector's job): its {@link Lease#holder()} (null when the job is
+   * free), {@link Lease#token()} and {@link Lease#value()}, the value it
+   * published, such as its address: how a follower finds the leader to
+   * route to it.
+   *
+   * <pre>{@code
+   * Lease leader = elector.leader();
+   * if (leader.isHeld() && !elector.isLeader()) {
+   *   forwardTo(leader.valueUtf8(), request); // its address
+   * }
+   * }</pre>
+   *
+   * <p>Advisory: the token fences, not the value; by the time a request
+   * arrives the leader may have changed, and its writes are fenced then.
+   *
+   * @throws LeaseholdException the call failed ({@link UnavailableException}...)
+   */
+  public Lease leader() {
+    return client.getLease(job);
+  }
+
+  /** {@link #leader()} as a future; {@code cancel(true)} cancels the call. */
+  public java.util.concurrent.CompletableFuture<Lease> leaderAsync() {
+    return client.getLeaseAsync(job);
   }
 
   /** Whether we lead now. */
@@ -592,8 +748,17 @@ public final class Elector implements AutoCloseable {
       while (!isStopped()) {
         long sent = System.nanoTime();
         long limit = campaignWait + ttlNanos();
-        ListenableFuture<AcquireResponse> f =
-            client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait), bindToStream, preferred, Duration.ofNanos(limit));
+        byte[] v;
+        long version;
+        lock.lock();
+        try {
+          v = value;
+          version = valueVersion;
+        } finally {
+          lock.unlock();
+        }
+        ListenableFuture<AcquireResponse> f = client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait),
+            bindToStream, preferred, v, Duration.ofNanos(limit));
         Outcome o = await(f, sent + limit);
         if (o == Outcome.STOP) {
           releaseIfGranted();
@@ -626,16 +791,18 @@ public final class Elector implements AutoCloseable {
           continue;
         }
         backoff.reset();
-        observeLeader(r.getLease().getHolder(), r.getLease().getToken());
+        byte[] grantValue = r.getLease().getValue().toByteArray();
+        observeLeader(r.getLease().getHolder(), r.getLease().getToken(), grantValue);
         if (!r.getAcquired()) {
           continue;
         }
+        published(version); // the grant carries the value sent with it
         long granted = r.getLease().getToken();
         Long anchor = anchor(granted, sent);
         if (anchor == null) {
           continue;
         }
-        if (lead(granted, r.getLease().getProof(), anchor)) {
+        if (lead(granted, r.getLease().getProof(), grantValue, anchor)) {
           return;
         }
       }
@@ -799,12 +966,24 @@ public final class Elector implements AutoCloseable {
     }
   }
 
+  /** Notes that the server holds the value of {@code version} (or a later one) for our lease. */
+  private void published(long version) {
+    lock.lock();
+    try {
+      if (version > valuePublished) {
+        valuePublished = version;
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
   /** Leads until lost (false) or told to stop (releases; true). */
-  private boolean lead(long t, String grantProof, long sent) throws InterruptedException {
+  private boolean lead(long t, String grantProof, byte[] grantValue, long sent) throws InterruptedException {
     long every = ttlNanos() / 3;
     Retry.Backoff retry = Retry.Backoff.renew(ttlNanos());
     long until = sent + ttlNanos();
-    setLeader(t, grantProof, until);
+    setLeader(t, grantProof, grantValue, until);
     long next = sent + every;
     while (true) {
       long wake = next - until < 0 ? next : until;
@@ -820,7 +999,20 @@ public final class Elector implements AutoCloseable {
         LOG.warn("{}: token {} reached its deadline without a renewal", job, t);
         break;
       }
-      ListenableFuture<RenewResponse> f = client.renewCall(job, holder, t, ttl, Duration.ofNanos(until - now));
+      // A value set since the server last took one goes with this renewal
+      // (and each next one until one succeeds); otherwise unset: kept.
+      byte[] v = null;
+      long version;
+      lock.lock();
+      try {
+        version = valueVersion;
+        if (valuePublished < valueVersion) {
+          v = value;
+        }
+      } finally {
+        lock.unlock();
+      }
+      ListenableFuture<RenewResponse> f = client.renewCall(job, holder, t, ttl, v, Duration.ofNanos(until - now));
       Outcome o = await(f, until);
       if (o == Outcome.STOP) {
         return resign(t, until);
@@ -838,7 +1030,7 @@ public final class Elector implements AutoCloseable {
       } catch (ExecutionException e) {
         LeaseholdException le = Errors.from(e.getCause());
         if (le instanceof LeaseLostException lost) {
-          observeLeader(lost.currentHolder(), lost.currentToken().orElse(0));
+          observeLeader(lost.currentHolder(), lost.currentToken().orElse(0), null);
         }
         if (le instanceof LeaseLostException || refused(le)) {
           if (transferring(t)) {
@@ -859,6 +1051,9 @@ public final class Elector implements AutoCloseable {
       until = now + ttlNanos();
       next = now + every;
       retry.reset();
+      if (v != null) {
+        published(version);
+      }
       lock.lock();
       try {
         if (token == t) {
@@ -936,7 +1131,7 @@ public final class Elector implements AutoCloseable {
     }
   }
 
-  private void setLeader(long t, String grantProof, long until) {
+  private void setLeader(long t, String grantProof, byte[] grantValue, long until) {
     lock.lock();
     try {
       token = t;
@@ -947,7 +1142,7 @@ public final class Elector implements AutoCloseable {
       lock.unlock();
     }
     LOG.debug("{}: elected with token {}", job, t);
-    observeLeader(holder, t);
+    observeLeader(holder, t, grantValue);
     dispatch(onElected, t);
   }
 
@@ -970,12 +1165,18 @@ public final class Elector implements AutoCloseable {
   }
 
   /**
-   * Notes {@code h} leading with {@code t}: onNewLeader hears it if
-   * {@code t} is above every token reported. Queued under the lock, so the
-   * callback thread delivers the reports in token order.
+   * Notes {@code h} leading with {@code t}, which published {@code v}:
+   * onNewLeader hears it if {@code t} is above every token reported.
+   * Queued under the lock, so the callback thread delivers the reports in
+   * token order. {@code v} null: not known here (a renewal's LEASE_LOST
+   * names only the holder and token), so it is asked for.
    */
-  private void observeLeader(String h, long t) {
+  private void observeLeader(String h, long t, byte[] v) {
     if (onNewLeader == null || h == null || h.isEmpty() || t == 0) {
+      return;
+    }
+    if (v == null) {
+      observeLeaderValue(t);
       return;
     }
     lock.lock();
@@ -987,7 +1188,7 @@ public final class Elector implements AutoCloseable {
       try {
         callbacks.execute(() -> {
           try {
-            onNewLeader.onNewLeader(h, t);
+            onNewLeader.onNewLeader(h, t, v);
           } catch (RuntimeException e) {
             LOG.warn("{}: onNewLeader failed", job, e);
           }
@@ -998,6 +1199,30 @@ public final class Elector implements AutoCloseable {
     } finally {
       lock.unlock();
     }
+  }
+
+  /**
+   * A grant of {@code t} learnt without its value: a GetLease tells it
+   * (the watch usually reports the grant first, and then this reports
+   * nothing). Reported only when the lease is still that grant or a later
+   * one: the value of a grant already gone cannot be read any more, and
+   * onNewLeader reports each grant at most once, never with a made-up
+   * value. Off the elector's thread, so a step-down is not delayed.
+   */
+  private void observeLeaderValue(long t) {
+    lock.lock();
+    try {
+      if (stopped || Long.compareUnsigned(t, leaderReported) <= 0) {
+        return;
+      }
+    } finally {
+      lock.unlock();
+    }
+    client.getLeaseAsync(job).whenComplete((l, e) -> {
+      if (e == null && l.isHeld() && Long.compareUnsigned(l.token(), t) >= 0) {
+        observeLeader(l.holder(), l.token(), l.value());
+      }
+    });
   }
 
   /**
@@ -1014,7 +1239,7 @@ public final class Elector implements AutoCloseable {
       while (!isStopped()) {
         Observation o = client.observe(job, e -> {
           retry.reset();
-          observeLeader(e.lease().holder(), e.lease().token());
+          observeLeader(e.lease().holder(), e.lease().token(), e.lease().value());
         });
         lock.lock();
         try {

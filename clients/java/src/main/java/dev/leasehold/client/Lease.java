@@ -1,6 +1,9 @@
 package dev.leasehold.client;
 
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Arrays;
+import java.util.Objects;
 
 /**
  * A job's lease, as the server reported it.
@@ -18,17 +21,72 @@ import java.time.Duration;
  *     one for a new grant. Null when the job is free, when the caller may
  *     not see the token, or when the server signs nothing (etcd mode
  *     without {@code --signing-key})
+ * @param value the value the holder published ({@code Lease.value}: with
+ *     its grant, or a renewal that replaced it), for routing to the leader,
+ *     say its address; at most 1024 bytes. Empty (never null) when the job
+ *     is free or the holder published nothing. <b>Advisory: the token
+ *     fences, not the value</b>: it says where the holder said to reach it,
+ *     not that it still leads. {@link #valueUtf8()} is the same as text
  */
 public record Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal,
-    String proof) {
-  /** A lease without a principal or a proof. */
-  public Lease(String job, String holder, long token, Duration ttl, Duration remaining) {
-    this(job, holder, token, ttl, remaining, null, null);
+    String proof, byte[] value) {
+  private static final byte[] EMPTY = new byte[0];
+
+  /** Copies {@code value} (null: empty), so that a lease does not change under its reader. */
+  public Lease {
+    value = value == null || value.length == 0 ? EMPTY : value.clone();
   }
 
-  /** A lease without a proof. */
+  /** A lease without a principal, a proof or a value. */
+  public Lease(String job, String holder, long token, Duration ttl, Duration remaining) {
+    this(job, holder, token, ttl, remaining, null, null, null);
+  }
+
+  /** A lease without a proof or a value. */
   public Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal) {
-    this(job, holder, token, ttl, remaining, principal, null);
+    this(job, holder, token, ttl, remaining, principal, null, null);
+  }
+
+  /** A lease without a value. */
+  public Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal,
+      String proof) {
+    this(job, holder, token, ttl, remaining, principal, proof, null);
+  }
+
+  /** The value the holder published (a copy; empty when none): see the class's {@code value}. */
+  @Override
+  public byte[] value() {
+    return value.length == 0 ? EMPTY : value.clone();
+  }
+
+  /** {@link #value()} as UTF-8 text ("" when none), for a value published as a string, such as an address. */
+  public String valueUtf8() {
+    return new String(value, StandardCharsets.UTF_8);
+  }
+
+  /** Whether the holder published a value ({@link #value()} is not empty). */
+  public boolean hasValue() {
+    return value.length > 0;
+  }
+
+  /** Equal when every component is, the value compared byte for byte. */
+  @Override
+  public boolean equals(Object o) {
+    return o instanceof Lease l && token == l.token && Objects.equals(job, l.job) && Objects.equals(holder, l.holder)
+        && Objects.equals(ttl, l.ttl) && Objects.equals(remaining, l.remaining)
+        && Objects.equals(principal, l.principal) && Objects.equals(proof, l.proof) && Arrays.equals(value, l.value);
+  }
+
+  @Override
+  public int hashCode() {
+    return Objects.hash(job, holder, token, ttl, remaining, principal, proof) * 31 + Arrays.hashCode(value);
+  }
+
+  /** The components, the value as UTF-8 text. */
+  @Override
+  public String toString() {
+    return "Lease[job=" + job + ", holder=" + holder + ", token=" + Long.toUnsignedString(token) + ", ttl=" + ttl
+        + ", remaining=" + remaining + ", principal=" + principal + ", proof=" + proof + ", value=" + valueUtf8() + "]";
   }
 
   /** Whether the job has a live holder. */
@@ -44,6 +102,7 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
         l.hasTtl() ? Durations.fromProto(l.getTtl()) : null,
         l.hasRemaining() ? Durations.fromProto(l.getRemaining()) : null,
         l.getPrincipal().isEmpty() ? null : l.getPrincipal(),
-        l.getProof().isEmpty() ? null : l.getProof());
+        l.getProof().isEmpty() ? null : l.getProof(),
+        l.getValue().toByteArray());
   }
 }

@@ -17,7 +17,13 @@ public record LeaseEvent(Kind kind, Lease lease) {
     /** The holder released the lease. */
     RELEASED,
     /** The lease ran out without being renewed. */
-    EXPIRED
+    EXPIRED,
+    /**
+     * The holder changed the lease's value ({@link Lease#value()}: a renewal
+     * that set one, or its repeated Acquire with another): same holder, same
+     * token. Not a new leader.
+     */
+    VALUE_CHANGED
   }
 
   static LeaseEvent fromProto(dev.leasehold.v1.LeaseEvent e) {
@@ -27,6 +33,7 @@ public record LeaseEvent(Kind kind, Lease lease) {
       case KIND_ACQUIRED -> kind = Kind.ACQUIRED;
       case KIND_RELEASED -> kind = Kind.RELEASED;
       case KIND_EXPIRED -> kind = Kind.EXPIRED;
+      case KIND_VALUE_CHANGED -> kind = Kind.VALUE_CHANGED;
       default -> kind = Kind.UNSPECIFIED;
     }
     return new LeaseEvent(kind, Lease.fromProto(e.getLease()));

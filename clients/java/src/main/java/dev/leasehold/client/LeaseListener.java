@@ -6,7 +6,7 @@ package dev.leasehold.client;
  */
 @FunctionalInterface
 public interface LeaseListener {
-  /** The current lease (first), then each change: acquired, released, expired. */
+  /** The current lease (first), then each change: acquired, released, expired, value changed. */
   void onEvent(LeaseEvent event);
 
   /**

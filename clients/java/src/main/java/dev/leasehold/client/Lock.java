@@ -190,7 +190,7 @@ public final class Lock implements AutoCloseable {
       Duration w = Duration.ofNanos(wait);
       ListenableFuture<AcquireResponse> f;
       try {
-        f = client.acquireCall(job, holder, ttl, w, false, false, w.plus(client.timeout()));
+        f = client.acquireCall(job, holder, ttl, w, false, false, null, w.plus(client.timeout()));
       } catch (RuntimeException e) {
         out.completeExceptionally(Errors.from(e));
         return;
@@ -242,7 +242,7 @@ public final class Lock implements AutoCloseable {
       // put the deadline in the past. A renewal sent now confirms the lease
       // and gives a fresh anchor.
       long at = System.nanoTime();
-      ListenableFuture<RenewResponse> confirm = client.renewCall(job, holder, granted, ttl, ttl.dividedBy(2));
+      ListenableFuture<RenewResponse> confirm = client.renewCall(job, holder, granted, ttl, null, ttl.dividedBy(2));
       current.set(confirm);
       confirm.addListener(() -> {
         try {
@@ -309,7 +309,7 @@ public final class Lock implements AutoCloseable {
     }
     ListenableFuture<RenewResponse> f;
     try {
-      f = client.renewCall(job, holder, token, ttl, Duration.ofNanos(until - now));
+      f = client.renewCall(job, holder, token, ttl, null, Duration.ofNanos(until - now));
     } catch (RuntimeException e) {
       retryRenewal(Errors.from(e), until);
       return;

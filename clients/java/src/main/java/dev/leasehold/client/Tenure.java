@@ -1,7 +1,10 @@
 package dev.leasehold.client;
 
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.Arrays;
+import java.util.Objects;
 
 /**
  * One token's time as a job's leader, from {@link Client#history}: who
@@ -16,9 +19,57 @@ import java.time.Instant;
  * @param ttl the TTL it was granted with (renewals may change it later)
  * @param end how it ended; {@link End#NOT_ENDED} while the holder leads
  * @param endedAt when it ended (the release, or the deadline that passed), or null while it has not
+ * @param value the value published with the grant ({@code Tenure.value}, the Acquire's; a later change by
+ *     a renewal is not recorded here); empty (never null) when none. {@link #valueUtf8()} is the same as text
  */
 public record Tenure(long token, String holder, String principal, Instant grantedAt, Duration ttl, End end,
-    Instant endedAt) {
+    Instant endedAt, byte[] value) {
+  private static final byte[] EMPTY = new byte[0];
+
+  /** Copies {@code value} (null: empty). */
+  public Tenure {
+    value = value == null || value.length == 0 ? EMPTY : value.clone();
+  }
+
+  /** A tenure without a value. */
+  public Tenure(long token, String holder, String principal, Instant grantedAt, Duration ttl, End end,
+      Instant endedAt) {
+    this(token, holder, principal, grantedAt, ttl, end, endedAt, null);
+  }
+
+  /** The value published with the grant (a copy; empty when none). */
+  @Override
+  public byte[] value() {
+    return value.length == 0 ? EMPTY : value.clone();
+  }
+
+  /** {@link #value()} as UTF-8 text ("" when none). */
+  public String valueUtf8() {
+    return new String(value, StandardCharsets.UTF_8);
+  }
+
+  /** Equal when every component is, the value compared byte for byte. */
+  @Override
+  public boolean equals(Object o) {
+    return o instanceof Tenure t && token == t.token && Objects.equals(holder, t.holder)
+        && Objects.equals(principal, t.principal) && Objects.equals(grantedAt, t.grantedAt)
+        && Objects.equals(ttl, t.ttl) && end == t.end && Objects.equals(endedAt, t.endedAt)
+        && Arrays.equals(value, t.value);
+  }
+
+  @Override
+  public int hashCode() {
+    return Objects.hash(token, holder, principal, grantedAt, ttl, end, endedAt) * 31 + Arrays.hashCode(value);
+  }
+
+  /** The components, the value as UTF-8 text. */
+  @Override
+  public String toString() {
+    return "Tenure[token=" + Long.toUnsignedString(token) + ", holder=" + holder + ", principal=" + principal
+        + ", grantedAt=" + grantedAt + ", ttl=" + ttl + ", end=" + end + ", endedAt=" + endedAt + ", value="
+        + valueUtf8() + "]";
+  }
+
   /** How a tenure ended ({@code Tenure.End} of the proto, without its prefix). */
   public enum End {
     /** Not ended: the holder leads now (or led when the server last started, and has not been replaced since). */
@@ -67,7 +118,7 @@ public record Tenure(long token, String holder, String principal, Instant grante
     return new Tenure(t.getToken(), t.getHolder(), t.getPrincipal().isEmpty() ? null : t.getPrincipal(),
         t.hasGrantedAt() ? instant(t.getGrantedAt()) : null,
         t.hasTtl() ? Durations.fromProto(t.getTtl()) : null, end,
-        t.hasEndedAt() ? instant(t.getEndedAt()) : null);
+        t.hasEndedAt() ? instant(t.getEndedAt()) : null, t.getValue().toByteArray());
   }
 
   static Instant instant(com.google.protobuf.Timestamp ts) {

@@ -13,8 +13,9 @@ import org.junit.jupiter.api.Timeout;
 
 /**
  * The conformance worker's lock, follow, fleet, history and delete-job
- * commands, and its --ca and --token flags, run as processes against a
- * real server (clients/conformance/README.md has the protocol).
+ * commands, its --value flag with set-value, leader, waiters and follow's
+ * value, and its --ca and --token flags, run as processes against a real
+ * server (clients/conformance/README.md has the protocol).
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class WorkerCommandsTest {
@@ -114,6 +115,69 @@ class WorkerCommandsTest {
       a.send("quit");
       b.send("quit");
       expect(a, "bye");
+      expect(b, "bye");
+    }
+  }
+
+  /**
+   * A leads with --value; B (waiting) reads it with {@code leader}; B's
+   * {@code follow} hears A's grant with its value (newleader and observe
+   * lines), then A's {@code set-value} as an observe line of the
+   * VALUE_CHANGED event, which B's {@code leader} reads too; {@code waiters}
+   * lists both waiting electors of B; B's follow elector publishes its own
+   * value. A value-less leader prints {@code value=-}.
+   */
+  @Test
+  void valueSetValueLeaderWaitersAndFollowWithAValue() throws Exception {
+    // TTL 10 s: a campaign's Acquire waits 30 s before it is sent again,
+    // so the line holds still while the test reads it; renewals (and so a
+    // value set) every 3.3 s.
+    Duration ttl = Duration.ofSeconds(10);
+    try (ServerProcess server = new ServerProcess();
+        Client client = Client.connect(server.target);
+        Worker a = new Worker("A", server.target, "vj", ttl, "--value", "10.0.0.1:8080")) {
+      String ha = a.holder();
+      expect(a, "elected token=1");
+      runWithB(server, client, a, ha, ttl);
+    }
+  }
+
+  /** The rest of {@link #valueSetValueLeaderWaitersAndFollowWithAValue}, B started once A leads. */
+  private static void runWithB(ServerProcess server, Client client, Worker a, String ha, Duration ttl) throws Exception {
+    try (Worker b = new Worker("B", server.target, "vj", ttl)) {
+      String hb = b.holder();
+      server.waitWaiters(1);
+      b.send("leader");
+      expect(b, "leader holder=" + ha + " token=1 value=10.0.0.1:8080");
+
+      b.send("follow vj 10.0.0.2:8080");
+      String fb = expect(b, "follow holder B@").substring("follow holder ".length());
+      expect(b, "newleader vj holder=" + ha + " token=1 value=10.0.0.1:8080");
+      expect(b, "observe vj holder=" + ha + " token=1 value=10.0.0.1:8080");
+      server.waitWaiters(2);
+      a.send("waiters vj");
+      String line = expect(a, "waiters ");
+      assertTrue(line.equals("waiters n=2 " + hb + " " + fb) || line.equals("waiters n=2 " + fb + " " + hb), line);
+      a.send("waiters nobody-waits");
+      expect(a, "waiters n=0");
+
+      a.send("set-value 10.0.0.1:9090");
+      expect(a, "set-value done");
+      expect(b, "observe vj holder=" + ha + " token=1 value=10.0.0.1:9090"); // VALUE_CHANGED
+      assertEquals("10.0.0.1:9090", client.getLease("vj").valueUtf8());
+      b.send("leader");
+      expect(b, "leader holder=" + ha + " token=1 value=10.0.0.1:9090");
+
+      // A quits: the first in line leads with token 2; with B's follow
+      // elector stopped first, that is B's own elector, which has no value.
+      b.send("follow-stop");
+      expect(b, "follow-stop done");
+      a.send("quit");
+      expect(a, "bye");
+      expect(b, "elected token=2");
+      b.send("leader");
+      expect(b, "leader holder=" + hb + " token=2 value=-");
+      b.send("quit");
       expect(b, "bye");
     }
   }

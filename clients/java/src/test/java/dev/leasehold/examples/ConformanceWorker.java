@@ -5,6 +5,7 @@ import dev.leasehold.client.Elector;
 import dev.leasehold.client.ElectorSet;
 import dev.leasehold.client.HistoryPage;
 import dev.leasehold.client.JobInUseException;
+import dev.leasehold.client.Lease;
 import dev.leasehold.client.Lock;
 import dev.leasehold.client.Observation;
 import dev.leasehold.client.Security;
@@ -17,6 +18,8 @@ import dev.leasehold.client.LeaseLostException;
 import dev.leasehold.client.LeaseholdException;
 import dev.leasehold.client.NoSuccessorException;
 import dev.leasehold.client.UnknownTokenException;
+import dev.leasehold.client.Waiter;
+import dev.leasehold.client.Waiters;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
@@ -36,7 +39,7 @@ import java.util.stream.Collectors;
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM (in a shutdown hook).
  *
- * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET]</pre>
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET] [--value V]</pre>
  *
  * <p>{@code --bind} builds the worker's elector with
  * {@code bindToStream(true)}, {@code --preferred} with
@@ -44,7 +47,12 @@ import java.util.stream.Collectors;
  * {@code yieldToPreferred(true)} (the twins have none of them).
  * {@code --ca FILE} connects with TLS trusting that CA, {@code --token
  * SECRET} sends it as a bearer token on every call (one client, shared by
- * everything the worker makes).
+ * everything the worker makes). {@code --value V} makes the elector
+ * publish V (UTF-8) with its grants ({@code Elector.Builder.value}):
+ * {@code set-value <v>} changes it ({@code setValue}, sent with the next
+ * renewal), {@code leader} reads the job's leader and its value
+ * ({@code leader()}), and {@code waiters <job>} lists a job's waiting
+ * candidates in line order ({@code Client.listWaiters}).
  *
  * <p>Besides its elector, the worker takes a lock ({@code lock},
  * {@code lock-write} through a {@link WriteStream}, {@code unlock}),
@@ -97,6 +105,7 @@ public final class ConformanceWorker {
     AtomicLong lastToken = new AtomicLong(); // the token we last led with, kept after losing
     Elector elector = Elector.builder(client, job, args.getOrDefault("name", "worker"))
         .ttl(Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000"))))
+        .value(args.get("value")) // where to reach this worker when it leads; null: none
         .onElected(t -> {
           lastToken.set(t);
           say("elected token=" + Long.toUnsignedString(t));
@@ -148,6 +157,14 @@ public final class ConformanceWorker {
         say(write(client, job, lastToken.get(), arg));
       } else if (cmd.equals("bad")) {
         say("bad " + arg + " " + bad(client, job, elector.holder(), lastToken.get(), arg));
+      } else if (cmd.equals("set-value")) {
+        // At once: the value goes with the elector's next renewal.
+        elector.setValue(arg);
+        say("set-value done");
+      } else if (cmd.equals("leader")) {
+        say(leader(elector));
+      } else if (cmd.equals("waiters")) {
+        say(waiters(client, arg));
       } else if (cmd.equals("transfer")) {
         say(transfer(elector, null));
       } else if (cmd.equals("transfer-to")) {
@@ -285,19 +302,26 @@ public final class ConformanceWorker {
       }
     }
 
-    private void follow(String job) {
+    /** {@code <job> [<value>]}: the follow elector publishes the value, when given. */
+    private void follow(String arg) {
       if (follow != null) {
         say("follow error already following");
         return;
       }
+      String[] jv = arg.split(" ", 2);
+      String job = jv[0];
       follow = Elector.builder(client, job, name).ttl(ttl)
-          .onNewLeader((h, t) -> say("newleader " + job + " holder=" + h + " token=" + Long.toUnsignedString(t)))
+          .value(jv.length > 1 ? jv[1] : null)
+          .onNewLeader((h, t, v) -> say("newleader " + job + " holder=" + h + " token=" + Long.toUnsignedString(t)
+              + valueSuffix(v)))
           .onElected(t -> say("follow elected " + job + " token=" + Long.toUnsignedString(t)))
           .onLost(t -> say("follow lost " + job + " token=" + Long.toUnsignedString(t)))
           .build();
       say("follow holder " + follow.holder());
+      // Every event, VALUE_CHANGED included (same holder and token, a new value).
       observation = client.observe(job, e -> say("observe " + job + " holder="
-          + (e.lease().holder() == null ? "-" : e.lease().holder()) + " token=" + Long.toUnsignedString(e.lease().token())));
+          + (e.lease().holder() == null ? "-" : e.lease().holder()) + " token=" + Long.toUnsignedString(e.lease().token())
+          + valueSuffix(e.lease().value())));
       follow.start();
     }
 
@@ -373,6 +397,36 @@ public final class ConformanceWorker {
         stream.close();
         stream = null;
       }
+    }
+  }
+
+  /** " value=<v>" (UTF-8) when {@code value} is not empty; "" when it is, so lines stay as they were. */
+  static String valueSuffix(byte[] value) {
+    return value.length == 0 ? "" : " value=" + new String(value, StandardCharsets.UTF_8);
+  }
+
+  /** The job's leader as the elector reads it ({@code leader()}): {@code -} for no holder or no value. */
+  static String leader(Elector elector) {
+    try {
+      Lease l = elector.leader();
+      return "leader holder=" + (l.isHeld() ? l.holder() : "-") + " token=" + Long.toUnsignedString(l.token())
+          + " value=" + (l.hasValue() ? l.valueUtf8() : "-");
+    } catch (LeaseholdException e) {
+      return "leader error " + e;
+    }
+  }
+
+  /** The job's waiting candidates, in line order ({@code listWaiters}). */
+  static String waiters(Client client, String job) {
+    try {
+      Waiters w = client.listWaiters(job, 0);
+      StringBuilder b = new StringBuilder("waiters n=").append(Integer.toUnsignedString(w.waiting()));
+      for (Waiter x : w.waiters()) {
+        b.append(' ').append(x.holder());
+      }
+      return b.toString();
+    } catch (LeaseholdException e) {
+      return "waiters error " + e;
     }
   }
 
