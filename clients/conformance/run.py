@@ -56,6 +56,7 @@ STEPS = [
     (13, "fleets: two ElectorSets over KeepAlive on the same jobs; one job expired steps down alone; a resign hands over the rest"),
     (14, "history and DeleteJob: the history matches the server's; a held job is in use, a free one deleted, then absent"),
     (15, "TLS and a bearer token: two electors over TLS race, one leads and writes, the other takes over on quit"),
+    (16, "a leader's value and its candidates: leader(), observe and on-new-leader carry the value, set-value is seen, ListWaiters in line order, across languages"),
 ]
 TWIN_JOB = "conformance-twin"
 #: Step 7: its job, its rounds, and a TTL long enough that a grant left
@@ -82,6 +83,8 @@ FLEET_JOBS = 6
 DELETE_JOB = "conformance-delete"
 #: Step 15: its job, on a second server with TLS and a policy.
 TLS_JOB = "conformance-tls"
+#: Step 16: its job.
+VALUE_JOB = "conformance-value"
 
 
 class StepFailed(AssertionError):
@@ -132,8 +135,20 @@ class Cli:
             # TOKEN HOLDER GRANTED TTL ENDED HOW [(principal P)]
             cols = line.split(None, 5)
             if len(cols) == 6 and cols[0].isdigit():
-                tenures[int(cols[0])] = (cols[1], cols[5].split(" (principal ", 1)[0])
+                how = cols[5].split(" (principal ", 1)[0].split(" value=", 1)[0]
+                tenures[int(cols[0])] = (cols[1], how)
         return tenures
+
+    def values(self, job: str) -> Tuple[Optional[str], Dict[int, Optional[str]]]:
+        """The live lease's value, and each tenure's, from ``status`` and
+        ``history`` with ``--output json``."""
+        run = lambda *a: json.loads(
+            subprocess.run([self.bin, *a, "--server", self.url, "--output", "json", job],
+                           capture_output=True, text=True, timeout=10, check=True).stdout
+        )
+        live = [l.get("value") for l in run("status") if l["job"] == job]
+        tenures = {t["token"]: t.get("value") for t in run("history")["tenures"]}
+        return (live[0] if live else None), tenures
 
     def chaos_expire(self, job: str) -> None:
         subprocess.run(
@@ -686,6 +701,56 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
                 w.kill()
             secure.stop()
         results[15] = "pass"
+
+        # 16. A leader's value and its candidates. A (the first language)
+        #     leads publishing a value; B's elector waits, publishing its
+        #     own, and B follows the job: B's leader(), observation and
+        #     on-new-leader carry A's value; A's set-value reaches B's
+        #     observation (a change of value, same token); both languages
+        #     list the same line in order; when A quits, B leads with its
+        #     value, and the server's status and history agree.
+        current = 16
+        workers = []
+        va = Worker(argv_a, f"{label}-value-a", server, VALUE_JOB, flags=("--value", "a-addr"))
+        workers.append(va)
+        # (A new job's first token is above the tokens of the jobs step 14
+        # deleted: tokens are never issued twice.)
+        _, line = va.expect(lambda l: l.startswith("elected"), STEP, "A's election")
+        t = int(line.split("token=", 1)[1])
+        check(cli.lease(VALUE_JOB) == (va.holder, t), f"A's election: {line!r}, the server's {cli.lease(VALUE_JOB)}")
+        check(cli.values(VALUE_JOB)[0] == "a-addr", f"the server's value: {cli.values(VALUE_JOB)}")
+        base = int(server.metric("leasehold_waiting_acquires"))
+        vb = Worker(argv_b, f"{label}-value-b", server, VALUE_JOB, flags=("--value", "b-addr"))
+        workers.append(vb)
+        server.wait_waiters(base + 1, STEP)
+        got = vb.command("leader", "leader")
+        check(got == f"leader holder={va.holder} token={t} value=a-addr", f"B's leader(): {got!r}")
+        vb.send(f"follow {VALUE_JOB}")
+        _, line = vb.expect(lambda l: l.startswith("follow holder "), STEP, "B's follow holder line")
+        holder_f = line.split(" ", 2)[2]
+        vb.saw(f"observe {VALUE_JOB} holder={va.holder} token={t} value=a-addr")
+        vb.saw(f"newleader {VALUE_JOB} holder={va.holder} token={t} value=a-addr")
+        server.wait_waiters(base + 2, STEP)
+        check(va.command("set-value a-moved", "set-value") == "set-value done", "A's set-value")
+        vb.saw(f"observe {VALUE_JOB} holder={va.holder} token={t} value=a-moved")
+        check(cli.values(VALUE_JOB)[0] == "a-moved", f"the server's value: {cli.values(VALUE_JOB)}")
+        line_up = f"waiters n=2 {vb.holder} {holder_f}"
+        for w in (va, vb):
+            got = w.command(f"waiters {VALUE_JOB}", "waiters")
+            check(got == line_up, f"{w.name}'s waiters: {got!r}, expected {line_up!r}")
+        check(va.command("quit", "bye") == "bye", "A's quit")
+        _, line = vb.expect(lambda l: l.startswith("elected"), STEP, "B's election")
+        check(line == f"elected token={t + 1}", f"B's election: {line!r}")
+        vb.saw(f"newleader {VALUE_JOB} holder={vb.holder} token={t + 1} value=b-addr")
+        vb.saw(f"observe {VALUE_JOB} holder={vb.holder} token={t + 1} value=b-addr")
+        live, tenures = cli.values(VALUE_JOB)
+        check(live == "b-addr" and tenures.get(t) == "a-addr" and tenures.get(t + 1) == "b-addr",
+              f"the server's value {live!r} and history {tenures}")
+        got = vb.command(f"waiters {VALUE_JOB}", "waiters")
+        check(got == f"waiters n=1 {holder_f}", f"B's waiters after the hand-over: {got!r}")
+        check(vb.command("follow-stop", "follow-stop") == "follow-stop done", "B's follow-stop")
+        check(vb.command("quit", "bye") == "bye", "B's quit")
+        results[16] = "pass"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
