@@ -1800,10 +1800,11 @@ fn grpcurl_prints_the_error_details_by_name() {
 /// does; `history` of a job never granted exits 3; a reader that goes
 /// away (`leasehold status | head -1`) ends the command quietly, status 0,
 /// not a panic (101).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe() {
+async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe(
+    place: common::Place,
+) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let server = place.start(&[]);
     let c = leasehold::client::Client::connect(&server.url())
         .await
         .unwrap();
@@ -1864,13 +1865,29 @@ async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_clo
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe_on_the_single_node(
+) {
+    the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe(
+        common::Place::local(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe_on_etcd() {
+    the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe(
+        common::Place::etcd(),
+    )
+    .await;
+}
+
 /// `--output json` on status, history, read, keys, acquire and watch: one
 /// JSON object (a list for status and keys; watch one object per line)
 /// that a program can parse, with the same facts as the text.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_prints_json_for_programs() {
+async fn the_cli_prints_json_for_programs(place: common::Place) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let server = place.start(&[]);
     let url = server.url();
     let json = |args: &[&str]| -> (Option<i32>, serde_json::Value) {
         let out = std::process::Command::new(common::bin())
@@ -1939,6 +1956,16 @@ async fn the_cli_prints_json_for_programs() {
         (&ev["kind"], &ev["lease"]["holder"]),
         (&serde_json::json!("current"), &serde_json::json!("me"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_json_for_programs_on_the_single_node() {
+    the_cli_prints_json_for_programs(common::Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_json_for_programs_on_etcd() {
+    the_cli_prints_json_for_programs(common::Place::etcd()).await;
 }
 
 /// A leader's published value, end to end through the Rust client: an
@@ -2079,4 +2106,116 @@ async fn list_waiters_shows_the_line_in_order() {
     }
     let none = c.list_waiters("nobody-waits", 0).await.unwrap();
     assert_eq!((none.waiters.len(), none.waiting), (0, 0));
+}
+
+/// The CLI's side of a leader's value and its candidates: `acquire
+/// --value` publishes, `status` shows it (text and JSON), `renew --value`
+/// replaces it, `history` keeps the grant's; `waiters` lists the line in
+/// order (text and JSON); a value over 1024 bytes is refused naming
+/// `value`, and nothing changes.
+async fn the_cli_publishes_a_leaders_value_and_lists_its_candidates(place: common::Place) {
+    let server = place.start(&[]);
+    let url = server.url();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::bin())
+            .arg(args[0])
+            .args(["--server", &url])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), text, err)
+    };
+    let (code, _, err) = cli(&[
+        "acquire",
+        "routed",
+        "--holder",
+        "a",
+        "--ttl",
+        "60s",
+        "--value",
+        "10.0.0.1:80",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, text, _) = cli(&["status", "routed"]);
+    assert!(text.lines().next().unwrap().ends_with("VALUE"), "{text}");
+    assert!(text.contains("10.0.0.1:80"), "{text}");
+    let big = "x".repeat(1025);
+    let (code, _, err) = cli(&[
+        "renew", "routed", "--holder", "a", "--token", "1", "--ttl", "60s", "--value", &big,
+    ]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("value") && err.contains("1024"), "{err}");
+    let (code, text, err) = cli(&[
+        "renew",
+        "routed",
+        "--holder",
+        "a",
+        "--token",
+        "1",
+        "--ttl",
+        "60s",
+        "--value",
+        "10.0.0.2:80",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(text.contains("value=10.0.0.2:80"), "{text}");
+    let (_, text, _) = cli(&["status", "routed", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v[0]["value"], "10.0.0.2:80", "{text}");
+    let (_, text, _) = cli(&["history", "routed", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(
+        v["tenures"][0]["value"], "10.0.0.1:80",
+        "the grant's value: {text}"
+    );
+
+    let mut waiting = Vec::new();
+    for (holder, preferred) in [("w1", false), ("p", true)] {
+        let c = leasehold::client::Client::connect(&url).await.unwrap();
+        let holder = holder.to_owned();
+        waiting.push(tokio::spawn(async move {
+            let o = leasehold::client::AcquireOptions {
+                preferred,
+                ..Default::default()
+            };
+            c.acquire_with(
+                "routed",
+                &holder,
+                Duration::from_secs(60),
+                Duration::from_secs(60),
+                o,
+            )
+            .await
+        }));
+        server.wait_for_waiters(waiting.len()).await;
+    }
+    let (code, text, err) = cli(&["waiters", "routed"]);
+    assert_eq!(code, Some(0), "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "job=routed waiting=2", "{text}");
+    assert!(
+        lines[1].contains("p") && lines[1].ends_with("preferred"),
+        "{text}"
+    );
+    assert!(lines[2].trim_start().starts_with("2  w1"), "{text}");
+    let (_, text, _) = cli(&["waiters", "routed", "--output", "json"]);
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["waiting"], 2);
+    assert_eq!(v["waiters"][0]["holder"], "p");
+    assert_eq!(v["waiters"][1]["holder"], "w1");
+    for w in waiting {
+        w.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_publishes_a_leaders_value_and_lists_its_candidates_on_the_single_node() {
+    the_cli_publishes_a_leaders_value_and_lists_its_candidates(common::Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_publishes_a_leaders_value_and_lists_its_candidates_on_etcd() {
+    the_cli_publishes_a_leaders_value_and_lists_its_candidates(common::Place::etcd()).await;
 }

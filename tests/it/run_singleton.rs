@@ -643,10 +643,9 @@ fn the_watchdog_without_its_channel_starts_nothing() {
 /// command nor leaves anything waiting or held. With the job free,
 /// `--no-wait` runs the command. (Cron on several machines: whichever
 /// starts first runs the night's job, the others give up.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_gives_up_with_exit_3_under_no_wait_and_wait() {
+async fn run_gives_up_with_exit_3_under_no_wait_and_wait(place: common::Place) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let server = place.start(&[]);
     let client = Client::connect(&server.url()).await.unwrap();
     let held = client
         .acquire("nightly", "other", Duration::from_secs(60), Duration::ZERO)
@@ -690,12 +689,21 @@ async fn run_gives_up_with_exit_3_under_no_wait_and_wait() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_gives_up_with_exit_3_under_no_wait_and_wait_on_the_single_node() {
+    run_gives_up_with_exit_3_under_no_wait_and_wait(common::Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_gives_up_with_exit_3_under_no_wait_and_wait_on_etcd() {
+    run_gives_up_with_exit_3_under_no_wait_and_wait(common::Place::etcd()).await;
+}
+
 /// While `run` waits, it says who holds the job: at the start, and at each
 /// change.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_says_who_holds_the_job_while_it_waits() {
+async fn run_says_who_holds_the_job_while_it_waits(place: common::Place) {
     let dir = tempfile::tempdir().unwrap();
-    let server = common::ServerProcess::start(&dir.path().join("data"), &[]);
+    let server = place.start(&[]);
     let client = Client::connect(&server.url()).await.unwrap();
     let first = client
         .acquire("told", "first", Duration::from_secs(60), Duration::ZERO)
@@ -743,4 +751,14 @@ async fn run_says_who_holds_the_job_while_it_waits() {
     let pid = wait_pid(&mut runner, &pidfile);
     runner.cmd_pid = Some(pid);
     said("leading job=told token=3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_says_who_holds_the_job_while_it_waits_on_the_single_node() {
+    run_says_who_holds_the_job_while_it_waits(common::Place::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_says_who_holds_the_job_while_it_waits_on_etcd() {
+    run_says_who_holds_the_job_while_it_waits(common::Place::etcd()).await;
 }
