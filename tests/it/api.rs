@@ -1803,7 +1803,6 @@ fn grpcurl_prints_the_error_details_by_name() {
 async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_closed_pipe(
     place: common::Place,
 ) {
-    let dir = tempfile::tempdir().unwrap();
     let server = place.start(&[]);
     let c = leasehold::client::Client::connect(&server.url())
         .await
@@ -1886,7 +1885,6 @@ async fn the_cli_filters_by_prefix_refuses_an_unknown_history_and_survives_a_clo
 /// JSON object (a list for status and keys; watch one object per line)
 /// that a program can parse, with the same facts as the text.
 async fn the_cli_prints_json_for_programs(place: common::Place) {
-    let dir = tempfile::tempdir().unwrap();
     let server = place.start(&[]);
     let url = server.url();
     let json = |args: &[&str]| -> (Option<i32>, serde_json::Value) {
