@@ -495,7 +495,14 @@ impl ClientCommand {
                             b.token
                         );
                     }
-                    outln!("acquired job={job} holder={holder} token={}", a.lease.token);
+                    outln!(
+                        "acquired job={job} holder={holder} token={}{}",
+                        a.lease.token,
+                        match a.lease.value.is_empty() {
+                            true => String::new(),
+                            false => format!(" value={}", value_text(&a.lease.value)),
+                        }
+                    );
                     Ok(ExitCode::SUCCESS)
                 } else {
                     outln!("busy {}", describe(&a.lease));
