@@ -180,8 +180,8 @@ pub struct ServeArgs {
         default_value_t = leasehold::server::DEFAULT_MAX_WRITE_RATE_PER_CONNECTION
     )]
     max_write_rate_per_connection: u64,
-    /// Bytes of listings' answers (ListKeys, GetHistory and ListLeases
-    /// pages) one connection may read per second, a second's worth at once;
+    /// Bytes of listings' answers (ListKeys, GetHistory, ListWaiters and
+    /// ListLeases pages) one connection may read per second, a second's worth at once;
     /// more wait (slowed, not refused), so that loops of listings cannot
     /// take the cores from other callers' renewals.
     #[arg(

@@ -487,10 +487,35 @@ async fn listings_paced_per_connection(place: Place) {
             .await
             .unwrap();
     }
+    // A line of candidates, each with a long name: a ListWaiters answer
+    // of about 4 KiB.
+    let waiters = leasehold::client::Client::connect(&p.url()).await.unwrap();
+    let mut line = Vec::new();
+    for i in 0..16 {
+        let (w, holder) = (waiters.clone(), format!("{i:02}{}", "w".repeat(240)));
+        line.push(tokio::spawn(async move {
+            w.acquire(
+                "many",
+                &holder,
+                Duration::from_secs(600),
+                Duration::from_secs(600),
+            )
+            .await
+        }));
+    }
+    p.wait_for_waiters(16).await;
     assert_eq!(counter(&p, "leasehold_listings_paced_total").await, 0.0);
     assert_eq!(c.list_keys("many", b"key/").await.unwrap().len(), 400);
     let paced = counter(&p, "leasehold_listings_paced_total").await;
     assert!(paced >= 1.0, "no listing was paced");
+    // ListWaiters is a listing too: with the connection's rate spent, its
+    // answer waits, and is sent whole.
+    assert_eq!(c.list_waiters("many", 0).await.unwrap().waiters.len(), 16);
+    let paced = counter(&p, "leasehold_listings_paced_total").await;
+    assert!(paced >= 2.0, "the line was not paced");
+    for w in line {
+        w.abort();
+    }
     assert!(counter(&p, "leasehold_listing_pacing_seconds_total").await > 0.5);
     let other = leasehold::client::Client::connect(&p.url()).await.unwrap();
     assert_eq!(

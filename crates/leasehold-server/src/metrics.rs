@@ -731,7 +731,7 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
     );
     r.register(
         "leasehold_listings_paced",
-        "Listings (ListKeys, GetHistory, ListLeases pages) that waited for their connection's listing rate (--max-listing-rate-per-connection)",
+        "Listings (ListKeys, GetHistory, ListWaiters, ListLeases pages) that waited for their connection's listing rate (--max-listing-rate-per-connection)",
         rpc.paced_listings.clone(),
     );
     r.register(

@@ -611,11 +611,15 @@ impl proto::leases_server::Leases for LeasesService {
         req: Request<proto::ListWaitersRequest>,
     ) -> Result<Response<proto::ListWaitersResponse>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
+        // A listing like the others: its answer counts against the
+        // connection's listing rate, so that loops of long lines cannot
+        // take the cores from other callers' renewals.
+        let pacing = Pacing::of(&req);
         let r = req.get_ref();
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
         let limit = self.limits.limit(r.limit).map_err(status)?;
         let (line, waiting) = self.node.waiters(&job, limit).await.map_err(status)?;
-        Ok(Response::new(proto::ListWaitersResponse {
+        let answer = proto::ListWaitersResponse {
             waiters: line
                 .iter()
                 .map(|w| {
@@ -628,7 +632,8 @@ impl proto::leases_server::Leases for LeasesService {
                 })
                 .collect(),
             waiting: u32::try_from(waiting).unwrap_or(u32::MAX),
-        }))
+        };
+        Ok(Response::new(pacing.listed(answer).await))
     }
 
     async fn delete_job(
