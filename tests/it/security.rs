@@ -2568,3 +2568,44 @@ async fn run_needs_only_the_lease_grant() {
         );
     }
 }
+
+/// With `lease` but not `read` on a job, a principal learns that it is
+/// held and for how long, never by whom: the Acquire's answer carries no
+/// holder, token or published value, and the line of candidates is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_grant_alone_sees_no_value_and_no_line() {
+    let s = Setup::new();
+    let lease_only = "[[principal]]\nname = \"lessee\"\ntoken_sha256 = [\"{}\"]\n\n\
+                      [[grant]]\nprincipal = \"lessee\"\njobs = [\"l/\"]\nactions = [\"lease\"]\n";
+    std::fs::write(
+        &s.policy,
+        format!(
+            "{}{}",
+            policy(),
+            lease_only.replace("{}", &pki::sha256_hex("lessee-secret"))
+        ),
+    )
+    .unwrap();
+    let p = s.start(&[]);
+    let admin = s.client(&p, Some(ADMIN)).await;
+    let o = leasehold::client::AcquireOptions {
+        value: b"10.0.0.1:80".to_vec(),
+        ..Default::default()
+    };
+    let g = admin.acquire_with("l/x", "a", TTL, NOW, o).await.unwrap();
+    assert_eq!(g.lease.value, b"10.0.0.1:80");
+    let lessee = s.client(&p, Some("lessee-secret")).await;
+    let busy = lessee.acquire("l/x", "me", TTL, NOW).await.unwrap();
+    assert!(!busy.acquired);
+    assert_eq!(
+        (busy.lease.holder, busy.lease.token, busy.lease.value),
+        (None, 0, Vec::new())
+    );
+    assert!(busy.lease.remaining.is_some(), "it is told the job is held");
+    assert_denied(
+        lessee.list_waiters("l/x", 0).await.unwrap_err(),
+        "read",
+        "l/x",
+    );
+}
