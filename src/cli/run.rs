@@ -297,8 +297,12 @@ async fn say_who_holds(client: leasehold::client::Client, job: String) {
     while let Some(Ok(c)) = changes.next().await {
         match c.lease.holder.as_deref() {
             Some(h) => eprintln!(
-                "leasehold run: waiting for job={job}: held by {h} (token {})",
-                c.lease.token
+                "leasehold run: waiting for job={job}: held by {h} (token {}{})",
+                c.lease.token,
+                match std::str::from_utf8(&c.lease.value) {
+                    Ok("") | Err(_) => String::new(),
+                    Ok(v) => format!(", value {}", v.escape_debug()),
+                }
             ),
             None => eprintln!("leasehold run: waiting for job={job}: free"),
         }

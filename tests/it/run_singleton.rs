@@ -727,11 +727,16 @@ async fn run_says_who_holds_the_job_while_it_waits(place: common::Place) {
     let waiting = tokio::spawn({
         let c = client.clone();
         async move {
-            c.acquire(
+            let o = leasehold::client::AcquireOptions {
+                value: b"10.0.0.2:80".to_vec(),
+                ..Default::default()
+            };
+            c.acquire_with(
                 "told",
                 "second",
                 Duration::from_secs(60),
                 Duration::from_secs(60),
+                o,
             )
             .await
             .unwrap()
@@ -743,7 +748,7 @@ async fn run_says_who_holds_the_job_while_it_waits(place: common::Place) {
         .await
         .unwrap();
     let second = waiting.await.unwrap();
-    said("waiting for job=told: held by second (token 2)");
+    said("waiting for job=told: held by second (token 2, value 10.0.0.2:80)");
     client
         .release("told", "second", second.lease.token)
         .await
