@@ -876,7 +876,9 @@ async fn a_binding_whose_connection_the_server_closed_follows_the_next_renewal_o
 /// with nobody waiting, says NO_SUCCESSOR and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_transfers_and_says_when_nobody_waits() {
-    let p = Place::local().start(&[]);
+    // The place outlives the server: its data dir goes with it.
+    let place = Place::local();
+    let p = place.start(&[]);
     let c = client(&p).await;
     let ttl = Duration::from_secs(30);
     let a = c.acquire("cli", "a", ttl, Duration::ZERO).await.unwrap();
