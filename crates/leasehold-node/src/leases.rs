@@ -15,7 +15,8 @@ use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
 use leasehold_core::lease::{
-    Acquire, Effects, HolderId, JobName, LeaseView, Published, TenureEnd, Token, WaiterId,
+    Acquire, Effects, HistoryEvent, HolderId, JobName, LeaseView, Published, TenureEnd, Token,
+    WaiterId,
 };
 
 use super::Node;
@@ -78,17 +79,20 @@ impl Node {
                     return (Err(e), Effects::default());
                 }
             }
-            let before = t.contains(job).then(|| t.view(job, now).token);
             let (a, fx) =
                 t.acquire_with_value(job, holder, ttl, now, None, preferred, value.clone());
-            (Ok((a, before)), fx)
+            // A new token, not the live holder's extension (which may
+            // change its value, and be told to watchers all the same).
+            let granted = fx
+                .history
+                .iter()
+                .any(|e| matches!(e, HistoryEvent::Granted { .. }));
+            (Ok((a, granted)), fx)
         })?;
-        let (res, before) = res?;
+        let (res, granted) = res?;
         let busy = match res {
             Acquire::Granted(view) => {
-                // A new token, not the live holder's extension (which may
-                // change its value, and be told to watchers all the same).
-                let fresh = changed && before != Some(view.token);
+                let fresh = changed && granted;
                 let undo = self.release_if_dropped(fresh, job, holder, view.token);
                 self.publish_when_durable(job, seq, changed).await?;
                 undo.disarm();
