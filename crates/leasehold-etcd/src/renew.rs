@@ -13,11 +13,12 @@ use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules;
 use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Published, Token, Vacancy};
 
-use super::client::range_req;
+use super::client::{range_req, ranges};
 use super::decide::{self, Extend, Proof};
 use super::health::no_space_health;
 use super::keys::{self, Holding, JobState};
-use super::{contention, is_no_space, txn, EtcdNode, MAX_TRIES};
+use super::queue::{self, Line};
+use super::{contention, is_no_space, txn, EtcdNode, Read, MAX_TRIES};
 
 impl EtcdNode {
     /// Extends our live holding for `ttl` from now: an etcd keep-alive, or
@@ -259,30 +260,105 @@ impl EtcdNode {
     }
 
     /// The work of [`EtcdNode::renew_many`], which bounds it.
+    ///
+    /// Most renewals of a fleet only keep their grant's etcd lease alive
+    /// (same TTL, asked again since the grant, no rule broken on purpose):
+    /// those are kept alive together and share **one term-proving read**
+    /// of all their holder keys, made after every keep-alive was answered,
+    /// where a `Renew` makes one each ([`EtcdNode::keep_alive`] says why a
+    /// keep-alive needs one). That read proves each of them exactly as its
+    /// own would: it is linearizable, made after the keep-alive, and shows
+    /// the holder key unchanged in a term no newer than the keep-alive's.
+    /// Everything else, and a renewal the shared read does not prove (its
+    /// holding moved, or a keep-alive answered in an older term), goes
+    /// the way of a `Renew`, one by one.
     async fn renew_many_unbounded(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
         self.check_open()?;
+        let mut out: Vec<Option<RenewOutcome>> = vec![None; batch.len()];
+        // Every entry's job, read together: a few transactions, not one
+        // each.
+        let reads = self.read_jobs(batch).await?;
         let mut set = tokio::task::JoinSet::new();
-        for (i, r) in batch.iter().cloned().enumerate() {
+        for (i, (r, read)) in batch.iter().cloned().zip(reads).enumerate() {
+            let node = self.clone();
+            set.spawn(async move { (i, node.plan_renewal(&r, read).await) });
+        }
+        let mut kept = Vec::new();
+        while let Some(done) = set.join_next().await {
+            let (i, r) = done.map_err(|e| Error::Storage(format!("renewal task failed: {e}")))?;
+            match r? {
+                Planned::Done(o) => out[i] = Some(o),
+                Planned::KeepAlive(h, successor_waiting) => kept.push((i, h, successor_waiting)),
+            }
+        }
+        // Every keep-alive, concurrently (one stream carries them all).
+        let mut set = tokio::task::JoinSet::new();
+        for (i, h, successor_waiting) in kept {
             let node = self.clone();
             set.spawn(async move {
-                let out = match node.check_ttl(r.ttl) {
-                    Ok(_) => {
-                        node.renew_one(&r.job, &r.holder, r.token, r.ttl, None)
-                            .await
-                    }
-                    Err(e) => Ok(Err((
-                        e,
-                        LeaseView {
-                            job: r.job.clone(),
-                            token: Token::NONE,
-                            state: LeaseState::Free(Vacancy::Never),
-                        },
-                    ))),
-                };
-                (i, out)
+                let answer = node.inner.etcd.keep_alive(h.lease).await;
+                (i, h, successor_waiting, answer)
             });
         }
-        let mut out: Vec<Option<RenewOutcome>> = vec![None; batch.len()];
+        let mut answered = Vec::new();
+        let mut again = Vec::new();
+        while let Some(done) = set.join_next().await {
+            let (i, h, successor_waiting, answer) =
+                done.map_err(|e| Error::Storage(format!("keep-alive task failed: {e}")))?;
+            match self.failed(answer)? {
+                Some((_, term)) => answered.push((i, h, successor_waiting, term)),
+                // The etcd lease is gone: a Renew says what became of it.
+                None => again.push(i),
+            }
+        }
+        // One read proves them all, in as few transactions as etcd takes.
+        let c = &self.inner.counters;
+        let now = clock::now();
+        let mut stale = false;
+        for chunk in answered.chunks(MAX_READS_PER_TXN) {
+            let reads = chunk
+                .iter()
+                .map(|(i, _, _, _)| {
+                    let hk = self.inner.keys.holder(batch[*i].job.as_str());
+                    range_req(hk, Vec::new(), 0)
+                })
+                .collect();
+            let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
+            let current = r.header.as_ref().map_or(0, |h| h.raft_term);
+            for ((i, h, successor_waiting, term), rr) in chunk.iter().zip(ranges(r)) {
+                let r = &batch[*i];
+                match decide::keep_alive_proof(h, rr.kvs.first(), *term, current) {
+                    Proof::Live => {
+                        self.expire_early(h.lease, r.ttl);
+                        c.renewals.fetch_add(1, Ordering::Relaxed);
+                        out[*i] = Some(Ok(Renewed {
+                            successor_waiting: *successor_waiting,
+                            lease: decide::granted(&r.job, &h.rec, now),
+                        }));
+                    }
+                    Proof::Gone => again.push(*i),
+                    Proof::StaleTerm => {
+                        stale = true;
+                        again.push(*i);
+                    }
+                }
+            }
+        }
+        if stale {
+            tracing::debug!("keep-alive answered in an older raft term; renewing one by one");
+            self.inner.etcd.reopen_keep_alives();
+        }
+        // The rest, one by one, as a Renew would be.
+        let mut set = tokio::task::JoinSet::new();
+        for i in again {
+            let (node, r) = (self.clone(), batch[i].clone());
+            set.spawn(async move {
+                let o = node
+                    .renew_one(&r.job, &r.holder, r.token, r.ttl, None)
+                    .await;
+                (i, o)
+            });
+        }
         while let Some(done) = set.join_next().await {
             let (i, r) = done.map_err(|e| Error::Storage(format!("renewal task failed: {e}")))?;
             out[i] = Some(r?);
@@ -291,4 +367,101 @@ impl EtcdNode {
         assert_eq!(out.len(), batch.len(), "every renewal answered");
         Ok(out)
     }
+
+    /// What one renewal of a batch needs: only its etcd lease kept alive
+    /// (the holding, and whether a preferred candidate waits), or it is
+    /// decided already (refused, or renewed one by one as a `Renew`).
+    async fn plan_renewal(&self, r: &Renewal, read: Read) -> Result<Planned> {
+        if let Err(e) = self.check_ttl(r.ttl) {
+            return Ok(Planned::Done(Err((
+                e,
+                LeaseView {
+                    job: r.job.clone(),
+                    token: Token::NONE,
+                    state: LeaseState::Free(Vacancy::Never),
+                },
+            ))));
+        }
+        let h = match decide::renew(&r.job, &read.job, &r.holder, r.token) {
+            Ok(h) => h,
+            Err(lost) => {
+                self.inner
+                    .counters
+                    .renew_losses
+                    .fetch_add(1, Ordering::Relaxed);
+                let view = self.view(&r.job, &read.job).await?;
+                return Ok(Planned::Done(Err((lost, view))));
+            }
+        };
+        let plain = h.version > 1
+            && decide::extend(h, r.ttl, None) == Extend::KeepAlive
+            && rules::renewed_token(h.rec.token, self.faults()) == h.rec.token;
+        if plain {
+            let waiting = decide::successor_waiting(&read.job, &read.line);
+            return Ok(Planned::KeepAlive(h.clone(), waiting));
+        }
+        let o = self
+            .renew_one(&r.job, &r.holder, r.token, r.ttl, None)
+            .await?;
+        Ok(Planned::Done(o))
+    }
+}
+
+/// The most reads one transaction carries (etcd's default
+/// `--max-txn-ops`).
+const MAX_READS_PER_TXN: usize = 128;
+
+/// The reads of one job: its keys, and its line's three (see
+/// [`queue::line_reads`]).
+const READS_PER_JOB: usize = 4;
+
+impl EtcdNode {
+    /// The jobs of `batch`'s entries, in order, each as `read_job` reads
+    /// it: `MAX_READS_PER_TXN / READS_PER_JOB` jobs a transaction, the
+    /// transactions at once. The jobs of one transaction are read at one
+    /// revision; each transaction is linearizable, as `read_job`'s is.
+    async fn read_jobs(&self, batch: &[Renewal]) -> Result<Vec<Read>> {
+        let mut set = tokio::task::JoinSet::new();
+        for (n, chunk) in batch.chunks(MAX_READS_PER_TXN / READS_PER_JOB).enumerate() {
+            let node = self.clone();
+            let jobs: Vec<JobName> = chunk.iter().map(|r| r.job.clone()).collect();
+            set.spawn(async move { (n, node.read_some_jobs(&jobs).await) });
+        }
+        let mut chunks: Vec<Option<Vec<Read>>> = (0..set.len()).map(|_| None).collect();
+        while let Some(done) = set.join_next().await {
+            let (n, r) = done.map_err(|e| Error::Storage(format!("read task failed: {e}")))?;
+            chunks[n] = Some(r?);
+        }
+        Ok(chunks.into_iter().flatten().flatten().collect())
+    }
+
+    /// `jobs`, read in one transaction.
+    async fn read_some_jobs(&self, jobs: &[JobName]) -> Result<Vec<Read>> {
+        let k = &self.inner.keys;
+        let mut reads = Vec::with_capacity(jobs.len() * READS_PER_JOB);
+        for job in jobs {
+            let (js, je) = k.job_range(job.as_str());
+            reads.push(range_req(js, je, 0));
+            reads.extend(queue::line_reads(k, job.as_str(), None));
+        }
+        let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
+        let revision = r.header.as_ref().map_or(0, |h| h.revision);
+        let mut rs = ranges(r).into_iter();
+        jobs.iter()
+            .map(|job| {
+                let kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
+                Ok(Read {
+                    revision,
+                    job: k.job(job.as_str(), &kvs)?,
+                    line: Line::from_ranges(rs.by_ref().take(READS_PER_JOB - 1)),
+                })
+            })
+            .collect()
+    }
+}
+
+/// See [`EtcdNode::plan_renewal`].
+enum Planned {
+    Done(RenewOutcome),
+    KeepAlive(Holding, bool),
 }
