@@ -172,8 +172,10 @@ fn sends(work: Work) -> (&'static str, &'static str) {
             "the same two transactions with the same compares and put, retried the same way",
         ),
         Work::KeepAlive => (
-            "per lease of a KeepAlive message: what one Renew sends (a reading Txn, a \
-             LeaseKeepAlive message, a Range), the message's renewals concurrently",
+            "per KeepAlive message: one reading Txn per 32 of its jobs (their holder and \
+             token keys, their lines), a LeaseKeepAlive message per lease, then one reading \
+             Txn per 128 of its leases proving the keep-alives' raft term (renewals that \
+             need more, such as a holder's first renewal or a new TTL, go as a Renew)",
             "one LeaseKeepAlive message per lease on the client's own stream, a message's worth \
              pipelined per round trip: an etcd user's keep-alive, with no read and no proof of \
              the term",

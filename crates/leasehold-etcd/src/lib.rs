@@ -208,8 +208,10 @@
 //! what they do:
 //!
 //! - `acquire`: `Acquire`, the wait in line, and the grant's transaction.
-//! - `renew`: `Renew`, the batched `KeepAlive`, and the extension of a
-//!   live holding (keep-alive, or a move to a new etcd lease).
+//! - `renew`: `Renew`, the batched `KeepAlive` (a message's jobs read
+//!   together, its plain renewals' terms proved by one read), and the
+//!   extension of a live holding (keep-alive, or a move to a new etcd
+//!   lease).
 //! - `release`: `Release`, and the give-back of a grant whose caller went
 //!   away.
 //! - `values`: checked writes, and reads of a job's keys.

@@ -1,8 +1,10 @@
 //! Renewals: `Renew` and the batched `KeepAlive`, and the extension of a
 //! live holding they share with its holder's repeated `Acquire`: an etcd
 //! keep-alive that counts only when confirmed in the current raft term,
-//! or a move to a new etcd lease when the TTL changes; and the broken
-//! rule "renew-bumps-token".
+//! or a move to a new etcd lease when the TTL or the published value
+//! changes; and the broken rule "renew-bumps-token". A `KeepAlive`
+//! message reads its jobs together and proves its plain renewals' terms
+//! with one read (`renew_many_unbounded`).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
