@@ -515,7 +515,15 @@ type Lease struct {
 	// bytes. Empty when the job is free or the holder published nothing.
 	// Advisory: it says who the holder said it is, not that it still leads.
 	// The token, not the value, is what fences (CheckedWrite).
-	Value         []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	// In the answer to a counted Acquire (AcquireRequest.slots): the slot
+	// granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+	// 0 elsewhere, as `slots` is.
+	Slot uint32 `protobuf:"varint,9,opt,name=slot,proto3" json:"slot,omitempty"`
+	// In the answer to a counted Acquire: the job's count of slots. 0
+	// elsewhere (GetLease, WatchLease and KeepAlive answer about one
+	// slot's job as about any job).
+	Slots         uint32 `protobuf:"varint,10,opt,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -604,6 +612,20 @@ func (x *Lease) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *Lease) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *Lease) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
 }
 
 type GetSigningKeysRequest struct {
@@ -809,7 +831,29 @@ type AcquireRequest struct {
 	// "value"). A repeated Acquire by the live holder replaces it (with
 	// nothing, when empty). Kept with the lease on both backends, across
 	// restarts, and in the history's tenure.
-	Value         []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	// Optional. A counted lease (a semaphore) when 2 or more: the job has
+	// this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+	// that), held by up to that many holders at once. Unset, 0 or 1: the
+	// ordinary lease of one holder.
+	//
+	// Slot k is a job of its own, named "{job}#{k}", with its own lease,
+	// token, history and fenced keys. The grant names it in Lease.job (and
+	// its number in Lease.slot): the holder renews, releases, binds and
+	// writes with that name, as with any lease. The job itself keeps the
+	// line: its waiters are served first come, first served, and a slot
+	// that frees goes to the first of them. While the first waits for a
+	// slot it holds the job's own lease, renewed by the server (so `job`'s
+	// history and page show the line moving); do not Acquire `job` without
+	// `slots`, which would hold the line up. A live holder of a slot that
+	// asks again is extended in its slot.
+	//
+	// The count is fixed by the job's first counted grant, and kept under
+	// the job's fenced key "\0slots" (released by DeleteJob). An Acquire
+	// that names another count is refused with INVALID_ARGUMENT naming
+	// "slots" and the job's count, and changes nothing. With a policy, the
+	// caller needs `lease` on `job` and on every slot's name.
+	Slots         uint32 `protobuf:"varint,8,opt,name=slots,proto3" json:"slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -891,6 +935,13 @@ func (x *AcquireRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetSlots() uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
 }
 
 type AcquireResponse struct {
@@ -3136,7 +3187,7 @@ var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\n" +
-	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x01\n" +
+	"\x1cleasehold/v1/leasehold.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa1\x02\n" +
 	"\x05Lease\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -3145,7 +3196,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\x12\x1c\n" +
 	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x14\n" +
 	"\x05proof\x18\a \x01(\tR\x05proof\x12\x14\n" +
-	"\x05value\x18\b \x01(\fR\x05value\"\x17\n" +
+	"\x05value\x18\b \x01(\fR\x05value\x12\x12\n" +
+	"\x04slot\x18\t \x01(\rR\x04slot\x12\x14\n" +
+	"\x05slots\x18\n" +
+	" \x01(\rR\x05slots\"\x17\n" +
 	"\x15GetSigningKeysRequest\"Z\n" +
 	"\x16GetSigningKeysResponse\x12\x12\n" +
 	"\x04jwks\x18\x01 \x01(\tR\x04jwks\x12,\n" +
@@ -3155,7 +3209,7 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x03kid\x18\x01 \x01(\tR\x03kid\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x18\n" +
-	"\asigning\x18\x03 \x01(\bR\asigning\"\xf0\x01\n" +
+	"\asigning\x18\x03 \x01(\bR\asigning\"\x86\x02\n" +
 	"\x0eAcquireRequest\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
@@ -3163,7 +3217,8 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12$\n" +
 	"\x0ebind_to_stream\x18\x05 \x01(\bR\fbindToStream\x12\x1c\n" +
 	"\tpreferred\x18\x06 \x01(\bR\tpreferred\x12\x14\n" +
-	"\x05value\x18\a \x01(\fR\x05value\"X\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x12\x14\n" +
+	"\x05slots\x18\b \x01(\rR\x05slots\"X\n" +
 	"\x0fAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12)\n" +
 	"\x05lease\x18\x02 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"\xa0\x01\n" +

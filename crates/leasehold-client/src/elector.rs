@@ -61,7 +61,18 @@ pub struct ElectorOptions {
     /// address. Change it later with [`Elector::set_value`]. Advisory: the
     /// token fences, not the value.
     pub value: Vec<u8>,
+    /// Campaign for a slot of a counted lease (a semaphore) with this
+    /// many slots, 2 to 100 ([`AcquireOptions::slots`]): up to that many
+    /// electors lead at once, each in its own slot, with its own token.
+    /// While leading, [`Elector::lease_job`] names the slot's job, which
+    /// the elector renews and which writes name. 0 or 1: an ordinary
+    /// lease.
+    pub slots: u32,
 }
+
+/// The grant we lead with: its token, the job it is on (a counted
+/// lease's slot job, else the elector's job), and the slot.
+type Granted = Arc<Mutex<Option<(u64, String, u32)>>>;
 
 /// The value the elector publishes, and whether the server may not have
 /// it yet (set since the last grant or renewal that carried it).
@@ -110,6 +121,7 @@ pub struct Elector {
     task: Option<JoinHandle<()>>,
     proof: Arc<Mutex<Option<(u64, String)>>>,
     publishing: Arc<Mutex<Publishing>>,
+    granted: Granted,
     /// For [`Elector::on_new_leader`]'s watch.
     client: Client,
     job: String,
@@ -154,6 +166,7 @@ impl Elector {
         let (stop_tx, stop_rx) = oneshot::channel();
         let error = Arc::new(OnceLock::new());
         let proof = Arc::new(Mutex::new(None));
+        let granted: Granted = Arc::new(Mutex::new(None));
         let publishing = Arc::new(Mutex::new(Publishing {
             value: options.value.clone(),
             unsent: false,
@@ -176,6 +189,7 @@ impl Elector {
                     options,
                     proof: proof.clone(),
                     publishing: publishing.clone(),
+                    granted: granted.clone(),
                 };
                 Some(tokio::spawn(campaign.run(stop_rx, transfers_rx)))
             }
@@ -190,6 +204,7 @@ impl Elector {
             task,
             proof,
             publishing,
+            granted,
             client,
             job: job.to_owned(),
             observer: None,
@@ -285,6 +300,32 @@ impl Elector {
     /// token fences writes, not the value.
     pub async fn leader(&self) -> Result<Lease, ClientError> {
         self.client.get_lease(&self.job).await
+    }
+
+    /// The job our lease is on while we lead ([`Role::Leader`]): the
+    /// elector's job, or for a counted lease ([`ElectorOptions::slots`])
+    /// its slot's job, `{job}#{slot}`. Writes fenced by our token name it.
+    /// `None` when we do not lead.
+    pub fn lease_job(&self) -> Option<String> {
+        self.leading().map(|(job, _)| job)
+    }
+
+    /// The slot we lead in, for a counted lease; `None` when we do not
+    /// lead, or the lease is not counted.
+    pub fn slot(&self) -> Option<u32> {
+        match self.leading() {
+            Some((job, slot)) if job != self.job => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn leading(&self) -> Option<(String, u32)> {
+        let token = self.role().token()?;
+        let granted = self.granted.lock().expect("elector grant");
+        granted
+            .as_ref()
+            .filter(|(t, _, _)| *t == token)
+            .map(|(_, job, slot)| (job.clone(), *slot))
     }
 
     /// Our holder identity: `name@uuid`, the UUID this elector's own.
@@ -406,6 +447,8 @@ struct Campaign {
     proof: Arc<Mutex<Option<(u64, String)>>>,
     /// The value we publish.
     publishing: Arc<Mutex<Publishing>>,
+    /// The grant we lead with (shared with the [`Elector`]).
+    granted: Granted,
 }
 
 impl Campaign {
@@ -422,6 +465,7 @@ impl Campaign {
                 bind_to_stream: self.options.bind_to_stream,
                 preferred: self.options.preferred,
                 value: value.clone(),
+                slots: self.options.slots,
             };
             let acquire =
                 self.client
@@ -443,6 +487,8 @@ impl Campaign {
                     let token = a.lease.token;
                     *self.proof.lock().expect("elector proof") =
                         a.lease.proof.clone().map(|p| (token, p));
+                    *self.granted.lock().expect("elector grant") =
+                        Some((token, a.lease.job.clone(), a.lease.slot));
                     let Some(anchor) = self.anchor(token, sent).await else {
                         continue;
                     };
@@ -492,10 +538,11 @@ impl Campaign {
         if tokio_now() < sent + self.ttl / 10 {
             return Some(sent);
         }
+        let job = self.lease_job();
         let sent = tokio_now();
         match timeout_at(
             sent + self.ttl / 2,
-            self.client.renew(&self.job, &self.holder, token, self.ttl),
+            self.client.renew(&job, &self.holder, token, self.ttl),
         )
         .await
         {
@@ -521,6 +568,7 @@ impl Campaign {
         transfers: &mut mpsc::Receiver<Transfer>,
         warnings: &mut Warnings,
     ) -> bool {
+        let job = self.lease_job();
         let mut deadline = sent + self.ttl;
         self.deadline.send_replace(Some(deadline));
         self.role.send_replace(Role::Leader { token });
@@ -537,7 +585,7 @@ impl Campaign {
                 Some(t) = transfers.recv() => {
                     let r = timeout_at(
                         deadline,
-                        self.client.transfer_lease(&self.job, &self.holder, token, t.to.as_deref(), None),
+                        self.client.transfer_lease(&job, &self.holder, token, t.to.as_deref(), None),
                     )
                     .await
                     .unwrap_or_else(|_| Err(ClientError::Unavailable("the transfer timed out at our deadline".into())));
@@ -571,7 +619,7 @@ impl Campaign {
                 p.unsent.then(|| p.value.clone())
             };
             let renew = self.client.renew_with_value(
-                &self.job,
+                &job,
                 &self.holder,
                 token,
                 self.ttl,
@@ -595,7 +643,7 @@ impl Campaign {
                         let r = timeout_at(
                             deadline,
                             self.client
-                                .transfer_lease(&self.job, &self.holder, token, None, None),
+                                .transfer_lease(&job, &self.holder, token, None, None),
                         )
                         .await;
                         match r {
@@ -647,6 +695,15 @@ impl Campaign {
         false
     }
 
+    /// The job our grant is on: a counted lease's slot job (the grant's
+    /// `Lease.job`), else ours.
+    fn lease_job(&self) -> String {
+        let granted = self.granted.lock().expect("elector grant");
+        granted
+            .as_ref()
+            .map_or_else(|| self.job.clone(), |(_, job, _)| job.clone())
+    }
+
     /// A grant or renewal carried `value`: the server has it, unless it
     /// was changed again meanwhile.
     fn carried(&self, value: &[u8]) {
@@ -662,8 +719,9 @@ impl Campaign {
     async fn resign(&self, token: u64, deadline: Instant) -> bool {
         self.deadline.send_replace(None);
         self.role.send_replace(Role::Follower);
+        let job = self.lease_job();
         let until = deadline.max(tokio_now() + Duration::from_millis(200));
-        match timeout_at(until, self.client.release(&self.job, &self.holder, token)).await {
+        match timeout_at(until, self.client.release(&job, &self.holder, token)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(job = %self.job, error = %e, "release on resign failed"),
             Err(_) => {

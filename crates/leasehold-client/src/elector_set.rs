@@ -264,6 +264,7 @@ async fn campaign(
                     bind_to_stream: shared.options.bind_to_stream,
                     preferred: shared.options.preferred,
                     value: Vec::new(),
+                    slots: 0,
                 }),
             ) => r,
         };

@@ -352,6 +352,13 @@ pub struct Lease {
     /// routing. Empty when free or none. Advisory: the token fences, not
     /// the value.
     pub value: Vec<u8>,
+    /// In the answer to a counted Acquire ([`AcquireOptions::slots`]): the
+    /// slot granted, whose own job [`Lease::job`] names (`{job}#{slot}`).
+    /// 0 elsewhere.
+    pub slot: u32,
+    /// In the answer to a counted Acquire: the job's count of slots; 0
+    /// elsewhere.
+    pub slots: u32,
 }
 
 /// One token's time as a job's leader, from [`Client::history`].
@@ -425,6 +432,8 @@ impl From<proto::Lease> for Lease {
             principal: (!l.principal.is_empty()).then_some(l.principal),
             proof: (!l.proof.is_empty()).then_some(l.proof),
             value: l.value,
+            slot: l.slot,
+            slots: l.slots,
         }
     }
 }
@@ -456,6 +465,12 @@ pub struct AcquireOptions {
     /// bytes: where to reach the leader. A repeated Acquire by the live
     /// holder replaces it.
     pub value: Vec<u8>,
+    /// A counted lease (a semaphore) when 2 or more: up to this many
+    /// holders at once, each in a slot of its own, 2 to 100. The grant's
+    /// [`Lease::job`] names the slot's job (`{job}#{slot}`): renew,
+    /// release and write with that name. The count is fixed by the job's
+    /// first counted grant; another is refused naming `slots`.
+    pub slots: u32,
 }
 
 /// The line of a job, from [`Client::list_waiters`].
@@ -728,6 +743,7 @@ impl Client {
             bind_to_stream: options.bind_to_stream,
             preferred: options.preferred,
             value: options.value,
+            slots: options.slots,
         });
         let (r, asking) = match wait.is_zero() {
             true => (call.await, asking),

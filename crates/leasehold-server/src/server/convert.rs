@@ -233,6 +233,8 @@ pub fn lease(v: &LeaseView, proofs: &Proofs) -> proto::Lease {
         principal,
         proof: proofs.of(v),
         value,
+        slot: 0,
+        slots: 0,
     }
 }
 

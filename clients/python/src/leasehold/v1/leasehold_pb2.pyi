@@ -45,7 +45,7 @@ ERROR_REASON_JOB_IN_USE: ErrorReason
 ERROR_REASON_NO_SUCCESSOR: ErrorReason
 
 class Lease(_message.Message):
-    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal", "proof", "value")
+    __slots__ = ("job", "holder", "token", "ttl", "remaining", "principal", "proof", "value", "slot", "slots")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,8 @@ class Lease(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     PROOF_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     token: int
@@ -62,7 +64,9 @@ class Lease(_message.Message):
     principal: str
     proof: str
     value: bytes
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ..., proof: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    slot: int
+    slots: int
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., remaining: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., principal: _Optional[str] = ..., proof: _Optional[str] = ..., value: _Optional[bytes] = ..., slot: _Optional[int] = ..., slots: _Optional[int] = ...) -> None: ...
 
 class GetSigningKeysRequest(_message.Message):
     __slots__ = ()
@@ -87,7 +91,7 @@ class SigningKey(_message.Message):
     def __init__(self, kid: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signing: _Optional[bool] = ...) -> None: ...
 
 class AcquireRequest(_message.Message):
-    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred", "value")
+    __slots__ = ("job", "holder", "ttl", "wait", "bind_to_stream", "preferred", "value", "slots")
     JOB_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +99,7 @@ class AcquireRequest(_message.Message):
     BIND_TO_STREAM_FIELD_NUMBER: _ClassVar[int]
     PREFERRED_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     job: str
     holder: str
     ttl: _duration_pb2.Duration
@@ -102,7 +107,8 @@ class AcquireRequest(_message.Message):
     bind_to_stream: bool
     preferred: bool
     value: bytes
-    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ..., preferred: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+    slots: int
+    def __init__(self, job: _Optional[str] = ..., holder: _Optional[str] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., bind_to_stream: _Optional[bool] = ..., preferred: _Optional[bool] = ..., value: _Optional[bytes] = ..., slots: _Optional[int] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
     __slots__ = ("acquired", "lease")

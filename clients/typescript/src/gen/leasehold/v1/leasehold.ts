@@ -304,6 +304,18 @@ export interface Lease {
    * The token, not the value, is what fences (CheckedWrite).
    */
   value: Buffer;
+  /**
+   * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+   * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+   * 0 elsewhere, as `slots` is.
+   */
+  slot: number;
+  /**
+   * In the answer to a counted Acquire: the job's count of slots. 0
+   * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+   * slot's job as about any job).
+   */
+  slots: number;
 }
 
 export interface GetSigningKeysRequest {
@@ -393,6 +405,30 @@ export interface AcquireRequest {
    * restarts, and in the history's tenure.
    */
   value: Buffer;
+  /**
+   * Optional. A counted lease (a semaphore) when 2 or more: the job has
+   * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+   * that), held by up to that many holders at once. Unset, 0 or 1: the
+   * ordinary lease of one holder.
+   *
+   * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+   * token, history and fenced keys. The grant names it in Lease.job (and
+   * its number in Lease.slot): the holder renews, releases, binds and
+   * writes with that name, as with any lease. The job itself keeps the
+   * line: its waiters are served first come, first served, and a slot
+   * that frees goes to the first of them. While the first waits for a
+   * slot it holds the job's own lease, renewed by the server (so `job`'s
+   * history and page show the line moving); do not Acquire `job` without
+   * `slots`, which would hold the line up. A live holder of a slot that
+   * asks again is extended in its slot.
+   *
+   * The count is fixed by the job's first counted grant, and kept under
+   * the job's fenced key "\0slots" (released by DeleteJob). An Acquire
+   * that names another count is refused with INVALID_ARGUMENT naming
+   * "slots" and the job's count, and changes nothing. With a policy, the
+   * caller needs `lease` on `job` and on every slot's name.
+   */
+  slots: number;
 }
 
 export interface AcquireResponse {
@@ -1177,6 +1213,8 @@ function createBaseLease(): Lease {
     principal: "",
     proof: "",
     value: Buffer.alloc(0),
+    slot: 0,
+    slots: 0,
   };
 }
 
@@ -1208,6 +1246,12 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.value.length !== 0) {
       writer.uint32(66).bytes(message.value);
+    }
+    if (message.slot !== 0) {
+      writer.uint32(72).uint32(message.slot);
+    }
+    if (message.slots !== 0) {
+      writer.uint32(80).uint32(message.slots);
     }
     return writer;
   },
@@ -1289,6 +1333,22 @@ export const Lease: MessageFns<Lease> = {
             message.value = Buffer.from(reader.bytes());
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.slot = reader.uint32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.slots = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1311,6 +1371,8 @@ export const Lease: MessageFns<Lease> = {
       principal: isSet(object.principal) ? globalThis.String(object.principal) : "",
       proof: isSet(object.proof) ? globalThis.String(object.proof) : "",
       value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
+      slot: isSet(object.slot) ? globalThis.Number(object.slot) : 0,
+      slots: isSet(object.slots) ? globalThis.Number(object.slots) : 0,
     };
   },
 
@@ -1339,6 +1401,12 @@ export const Lease: MessageFns<Lease> = {
     }
     if (message.value.length !== 0) {
       obj.value = base64FromBytes(message.value);
+    }
+    if (message.slot !== 0) {
+      obj.slot = Math.round(message.slot);
+    }
+    if (message.slots !== 0) {
+      obj.slots = Math.round(message.slots);
     }
     return obj;
   },
@@ -1566,6 +1634,7 @@ function createBaseAcquireRequest(): AcquireRequest {
     bindToStream: false,
     preferred: false,
     value: Buffer.alloc(0),
+    slots: 0,
   };
 }
 
@@ -1591,6 +1660,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.value.length !== 0) {
       writer.uint32(58).bytes(message.value);
+    }
+    if (message.slots !== 0) {
+      writer.uint32(64).uint32(message.slots);
     }
     return writer;
   },
@@ -1664,6 +1736,14 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
             message.value = Buffer.from(reader.bytes());
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.slots = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1689,6 +1769,7 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
         : false,
       preferred: isSet(object.preferred) ? globalThis.Boolean(object.preferred) : false,
       value: isSet(object.value) ? Buffer.from(bytesFromBase64(object.value)) : Buffer.alloc(0),
+      slots: isSet(object.slots) ? globalThis.Number(object.slots) : 0,
     };
   },
 
@@ -1714,6 +1795,9 @@ export const AcquireRequest: MessageFns<AcquireRequest> = {
     }
     if (message.value.length !== 0) {
       obj.value = base64FromBytes(message.value);
+    }
+    if (message.slots !== 0) {
+      obj.slots = Math.round(message.slots);
     }
     return obj;
   },

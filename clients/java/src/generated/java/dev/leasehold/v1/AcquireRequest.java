@@ -301,6 +301,41 @@ private static final long serialVersionUID = 0L;
     return value_;
   }
 
+  public static final int SLOTS_FIELD_NUMBER = 8;
+  private int slots_ = 0;
+  /**
+   * <pre>
+   * Optional. A counted lease (a semaphore) when 2 or more: the job has
+   * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+   * that), held by up to that many holders at once. Unset, 0 or 1: the
+   * ordinary lease of one holder.
+   *
+   * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+   * token, history and fenced keys. The grant names it in Lease.job (and
+   * its number in Lease.slot): the holder renews, releases, binds and
+   * writes with that name, as with any lease. The job itself keeps the
+   * line: its waiters are served first come, first served, and a slot
+   * that frees goes to the first of them. While the first waits for a
+   * slot it holds the job's own lease, renewed by the server (so `job`'s
+   * history and page show the line moving); do not Acquire `job` without
+   * `slots`, which would hold the line up. A live holder of a slot that
+   * asks again is extended in its slot.
+   *
+   * The count is fixed by the job's first counted grant, and kept under
+   * the job's fenced key "&#92;0slots" (released by DeleteJob). An Acquire
+   * that names another count is refused with INVALID_ARGUMENT naming
+   * "slots" and the job's count, and changes nothing. With a policy, the
+   * caller needs `lease` on `job` and on every slot's name.
+   * </pre>
+   *
+   * <code>uint32 slots = 8;</code>
+   * @return The slots.
+   */
+  @java.lang.Override
+  public int getSlots() {
+    return slots_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -336,6 +371,9 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       output.writeBytes(7, value_);
     }
+    if (slots_ != 0) {
+      output.writeUInt32(8, slots_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -365,6 +403,10 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       size += com.google.protobuf.CodedOutputStream
         .computeBytesSize(7, value_);
+    }
+    if (slots_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt32Size(8, slots_);
     }
     return size;
   }
@@ -410,6 +452,8 @@ private static final long serialVersionUID = 0L;
         != other.getPreferred()) return false;
     if (!getValue()
         .equals(other.getValue())) return false;
+    if (getSlots()
+        != other.getSlots()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -441,6 +485,8 @@ private static final long serialVersionUID = 0L;
         getPreferred());
     hash = (37 * hash) + VALUE_FIELD_NUMBER;
     hash = (53 * hash) + getValue().hashCode();
+    hash = (37 * hash) + SLOTS_FIELD_NUMBER;
+    hash = (53 * hash) + getSlots();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -594,6 +640,7 @@ private static final long serialVersionUID = 0L;
       bindToStream_ = false;
       preferred_ = false;
       value_ = com.google.protobuf.ByteString.EMPTY;
+      slots_ = 0;
       return this;
     }
 
@@ -655,6 +702,9 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000040) != 0)) {
         result.value_ = value_;
       }
+      if (((from_bitField0_ & 0x00000080) != 0)) {
+        result.slots_ = slots_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -694,6 +744,9 @@ private static final long serialVersionUID = 0L;
       }
       if (!other.getValue().isEmpty()) {
         setValue(other.getValue());
+      }
+      if (other.getSlots() != 0) {
+        setSlots(other.getSlots());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -760,6 +813,11 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000040;
               break;
             } // case 58
+            case 64: {
+              slots_ = input.readUInt32();
+              bitField0_ |= 0x00000080;
+              break;
+            } // case 64
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1504,6 +1562,110 @@ private static final long serialVersionUID = 0L;
     public Builder clearValue() {
       bitField0_ = (bitField0_ & ~0x00000040);
       value_ = getDefaultInstance().getValue();
+      onChanged();
+      return this;
+    }
+
+    private int slots_ ;
+    /**
+     * <pre>
+     * Optional. A counted lease (a semaphore) when 2 or more: the job has
+     * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+     * that), held by up to that many holders at once. Unset, 0 or 1: the
+     * ordinary lease of one holder.
+     *
+     * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+     * token, history and fenced keys. The grant names it in Lease.job (and
+     * its number in Lease.slot): the holder renews, releases, binds and
+     * writes with that name, as with any lease. The job itself keeps the
+     * line: its waiters are served first come, first served, and a slot
+     * that frees goes to the first of them. While the first waits for a
+     * slot it holds the job's own lease, renewed by the server (so `job`'s
+     * history and page show the line moving); do not Acquire `job` without
+     * `slots`, which would hold the line up. A live holder of a slot that
+     * asks again is extended in its slot.
+     *
+     * The count is fixed by the job's first counted grant, and kept under
+     * the job's fenced key "&#92;0slots" (released by DeleteJob). An Acquire
+     * that names another count is refused with INVALID_ARGUMENT naming
+     * "slots" and the job's count, and changes nothing. With a policy, the
+     * caller needs `lease` on `job` and on every slot's name.
+     * </pre>
+     *
+     * <code>uint32 slots = 8;</code>
+     * @return The slots.
+     */
+    @java.lang.Override
+    public int getSlots() {
+      return slots_;
+    }
+    /**
+     * <pre>
+     * Optional. A counted lease (a semaphore) when 2 or more: the job has
+     * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+     * that), held by up to that many holders at once. Unset, 0 or 1: the
+     * ordinary lease of one holder.
+     *
+     * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+     * token, history and fenced keys. The grant names it in Lease.job (and
+     * its number in Lease.slot): the holder renews, releases, binds and
+     * writes with that name, as with any lease. The job itself keeps the
+     * line: its waiters are served first come, first served, and a slot
+     * that frees goes to the first of them. While the first waits for a
+     * slot it holds the job's own lease, renewed by the server (so `job`'s
+     * history and page show the line moving); do not Acquire `job` without
+     * `slots`, which would hold the line up. A live holder of a slot that
+     * asks again is extended in its slot.
+     *
+     * The count is fixed by the job's first counted grant, and kept under
+     * the job's fenced key "&#92;0slots" (released by DeleteJob). An Acquire
+     * that names another count is refused with INVALID_ARGUMENT naming
+     * "slots" and the job's count, and changes nothing. With a policy, the
+     * caller needs `lease` on `job` and on every slot's name.
+     * </pre>
+     *
+     * <code>uint32 slots = 8;</code>
+     * @param value The slots to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSlots(int value) {
+
+      slots_ = value;
+      bitField0_ |= 0x00000080;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * Optional. A counted lease (a semaphore) when 2 or more: the job has
+     * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+     * that), held by up to that many holders at once. Unset, 0 or 1: the
+     * ordinary lease of one holder.
+     *
+     * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+     * token, history and fenced keys. The grant names it in Lease.job (and
+     * its number in Lease.slot): the holder renews, releases, binds and
+     * writes with that name, as with any lease. The job itself keeps the
+     * line: its waiters are served first come, first served, and a slot
+     * that frees goes to the first of them. While the first waits for a
+     * slot it holds the job's own lease, renewed by the server (so `job`'s
+     * history and page show the line moving); do not Acquire `job` without
+     * `slots`, which would hold the line up. A live holder of a slot that
+     * asks again is extended in its slot.
+     *
+     * The count is fixed by the job's first counted grant, and kept under
+     * the job's fenced key "&#92;0slots" (released by DeleteJob). An Acquire
+     * that names another count is refused with INVALID_ARGUMENT naming
+     * "slots" and the job's count, and changes nothing. With a policy, the
+     * caller needs `lease` on `job` and on every slot's name.
+     * </pre>
+     *
+     * <code>uint32 slots = 8;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSlots() {
+      bitField0_ = (bitField0_ & ~0x00000080);
+      slots_ = 0;
       onChanged();
       return this;
     }

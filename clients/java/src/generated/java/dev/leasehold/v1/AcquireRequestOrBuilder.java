@@ -167,4 +167,34 @@ public interface AcquireRequestOrBuilder extends
    * @return The value.
    */
   com.google.protobuf.ByteString getValue();
+
+  /**
+   * <pre>
+   * Optional. A counted lease (a semaphore) when 2 or more: the job has
+   * this many slots, 2 to 100 (INVALID_ARGUMENT naming "slots" above
+   * that), held by up to that many holders at once. Unset, 0 or 1: the
+   * ordinary lease of one holder.
+   *
+   * Slot k is a job of its own, named "{job}#{k}", with its own lease,
+   * token, history and fenced keys. The grant names it in Lease.job (and
+   * its number in Lease.slot): the holder renews, releases, binds and
+   * writes with that name, as with any lease. The job itself keeps the
+   * line: its waiters are served first come, first served, and a slot
+   * that frees goes to the first of them. While the first waits for a
+   * slot it holds the job's own lease, renewed by the server (so `job`'s
+   * history and page show the line moving); do not Acquire `job` without
+   * `slots`, which would hold the line up. A live holder of a slot that
+   * asks again is extended in its slot.
+   *
+   * The count is fixed by the job's first counted grant, and kept under
+   * the job's fenced key "&#92;0slots" (released by DeleteJob). An Acquire
+   * that names another count is refused with INVALID_ARGUMENT naming
+   * "slots" and the job's count, and changes nothing. With a policy, the
+   * caller needs `lease` on `job` and on every slot's name.
+   * </pre>
+   *
+   * <code>uint32 slots = 8;</code>
+   * @return The slots.
+   */
+  int getSlots();
 }

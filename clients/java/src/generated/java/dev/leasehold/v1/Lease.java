@@ -381,6 +381,40 @@ private static final long serialVersionUID = 0L;
     return value_;
   }
 
+  public static final int SLOT_FIELD_NUMBER = 9;
+  private int slot_ = 0;
+  /**
+   * <pre>
+   * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+   * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+   * 0 elsewhere, as `slots` is.
+   * </pre>
+   *
+   * <code>uint32 slot = 9;</code>
+   * @return The slot.
+   */
+  @java.lang.Override
+  public int getSlot() {
+    return slot_;
+  }
+
+  public static final int SLOTS_FIELD_NUMBER = 10;
+  private int slots_ = 0;
+  /**
+   * <pre>
+   * In the answer to a counted Acquire: the job's count of slots. 0
+   * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+   * slot's job as about any job).
+   * </pre>
+   *
+   * <code>uint32 slots = 10;</code>
+   * @return The slots.
+   */
+  @java.lang.Override
+  public int getSlots() {
+    return slots_;
+  }
+
   private byte memoizedIsInitialized = -1;
   @java.lang.Override
   public final boolean isInitialized() {
@@ -419,6 +453,12 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       output.writeBytes(8, value_);
     }
+    if (slot_ != 0) {
+      output.writeUInt32(9, slot_);
+    }
+    if (slots_ != 0) {
+      output.writeUInt32(10, slots_);
+    }
     getUnknownFields().writeTo(output);
   }
   private int computeSerializedSize_0() {
@@ -450,6 +490,14 @@ private static final long serialVersionUID = 0L;
     if (!value_.isEmpty()) {
       size += com.google.protobuf.CodedOutputStream
         .computeBytesSize(8, value_);
+    }
+    if (slot_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt32Size(9, slot_);
+    }
+    if (slots_ != 0) {
+      size += com.google.protobuf.CodedOutputStream
+        .computeUInt32Size(10, slots_);
     }
     return size;
   }
@@ -497,6 +545,10 @@ private static final long serialVersionUID = 0L;
         .equals(other.getProof())) return false;
     if (!getValue()
         .equals(other.getValue())) return false;
+    if (getSlot()
+        != other.getSlot()) return false;
+    if (getSlots()
+        != other.getSlots()) return false;
     if (!getUnknownFields().equals(other.getUnknownFields())) return false;
     return true;
   }
@@ -529,6 +581,10 @@ private static final long serialVersionUID = 0L;
     hash = (53 * hash) + getProof().hashCode();
     hash = (37 * hash) + VALUE_FIELD_NUMBER;
     hash = (53 * hash) + getValue().hashCode();
+    hash = (37 * hash) + SLOT_FIELD_NUMBER;
+    hash = (53 * hash) + getSlot();
+    hash = (37 * hash) + SLOTS_FIELD_NUMBER;
+    hash = (53 * hash) + getSlots();
     hash = (29 * hash) + getUnknownFields().hashCode();
     memoizedHashCode = hash;
     return hash;
@@ -683,6 +739,8 @@ private static final long serialVersionUID = 0L;
       principal_ = "";
       proof_ = "";
       value_ = com.google.protobuf.ByteString.EMPTY;
+      slot_ = 0;
+      slots_ = 0;
       return this;
     }
 
@@ -747,6 +805,12 @@ private static final long serialVersionUID = 0L;
       if (((from_bitField0_ & 0x00000080) != 0)) {
         result.value_ = value_;
       }
+      if (((from_bitField0_ & 0x00000100) != 0)) {
+        result.slot_ = slot_;
+      }
+      if (((from_bitField0_ & 0x00000200) != 0)) {
+        result.slots_ = slots_;
+      }
       result.bitField0_ |= to_bitField0_;
     }
 
@@ -793,6 +857,12 @@ private static final long serialVersionUID = 0L;
       }
       if (!other.getValue().isEmpty()) {
         setValue(other.getValue());
+      }
+      if (other.getSlot() != 0) {
+        setSlot(other.getSlot());
+      }
+      if (other.getSlots() != 0) {
+        setSlots(other.getSlots());
       }
       this.mergeUnknownFields(other.getUnknownFields());
       onChanged();
@@ -864,6 +934,16 @@ private static final long serialVersionUID = 0L;
               bitField0_ |= 0x00000080;
               break;
             } // case 66
+            case 72: {
+              slot_ = input.readUInt32();
+              bitField0_ |= 0x00000100;
+              break;
+            } // case 72
+            case 80: {
+              slots_ = input.readUInt32();
+              bitField0_ |= 0x00000200;
+              break;
+            } // case 80
             default: {
               if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                 done = true; // was an endgroup tag
@@ -1734,6 +1814,106 @@ private static final long serialVersionUID = 0L;
     public Builder clearValue() {
       bitField0_ = (bitField0_ & ~0x00000080);
       value_ = getDefaultInstance().getValue();
+      onChanged();
+      return this;
+    }
+
+    private int slot_ ;
+    /**
+     * <pre>
+     * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+     * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+     * 0 elsewhere, as `slots` is.
+     * </pre>
+     *
+     * <code>uint32 slot = 9;</code>
+     * @return The slot.
+     */
+    @java.lang.Override
+    public int getSlot() {
+      return slot_;
+    }
+    /**
+     * <pre>
+     * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+     * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+     * 0 elsewhere, as `slots` is.
+     * </pre>
+     *
+     * <code>uint32 slot = 9;</code>
+     * @param value The slot to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSlot(int value) {
+
+      slot_ = value;
+      bitField0_ |= 0x00000100;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+     * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+     * 0 elsewhere, as `slots` is.
+     * </pre>
+     *
+     * <code>uint32 slot = 9;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSlot() {
+      bitField0_ = (bitField0_ & ~0x00000100);
+      slot_ = 0;
+      onChanged();
+      return this;
+    }
+
+    private int slots_ ;
+    /**
+     * <pre>
+     * In the answer to a counted Acquire: the job's count of slots. 0
+     * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+     * slot's job as about any job).
+     * </pre>
+     *
+     * <code>uint32 slots = 10;</code>
+     * @return The slots.
+     */
+    @java.lang.Override
+    public int getSlots() {
+      return slots_;
+    }
+    /**
+     * <pre>
+     * In the answer to a counted Acquire: the job's count of slots. 0
+     * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+     * slot's job as about any job).
+     * </pre>
+     *
+     * <code>uint32 slots = 10;</code>
+     * @param value The slots to set.
+     * @return This builder for chaining.
+     */
+    public Builder setSlots(int value) {
+
+      slots_ = value;
+      bitField0_ |= 0x00000200;
+      onChanged();
+      return this;
+    }
+    /**
+     * <pre>
+     * In the answer to a counted Acquire: the job's count of slots. 0
+     * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+     * slot's job as about any job).
+     * </pre>
+     *
+     * <code>uint32 slots = 10;</code>
+     * @return This builder for chaining.
+     */
+    public Builder clearSlots() {
+      bitField0_ = (bitField0_ & ~0x00000200);
+      slots_ = 0;
       onChanged();
       return this;
     }

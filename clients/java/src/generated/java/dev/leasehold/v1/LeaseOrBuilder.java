@@ -196,4 +196,28 @@ public interface LeaseOrBuilder extends
    * @return The value.
    */
   com.google.protobuf.ByteString getValue();
+
+  /**
+   * <pre>
+   * In the answer to a counted Acquire (AcquireRequest.slots): the slot
+   * granted (0 to slots - 1), whose own job `job` names ("{job}#{slot}").
+   * 0 elsewhere, as `slots` is.
+   * </pre>
+   *
+   * <code>uint32 slot = 9;</code>
+   * @return The slot.
+   */
+  int getSlot();
+
+  /**
+   * <pre>
+   * In the answer to a counted Acquire: the job's count of slots. 0
+   * elsewhere (GetLease, WatchLease and KeepAlive answer about one
+   * slot's job as about any job).
+   * </pre>
+   *
+   * <code>uint32 slots = 10;</code>
+   * @return The slots.
+   */
+  int getSlots();
 }

@@ -237,158 +237,159 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     java.lang.String[] descriptorData = {
       "\n\034leasehold/v1/leasehold.proto\022\014leasehol" +
       "d.v1\032\036google/protobuf/duration.proto\032\037go" +
-      "ogle/protobuf/timestamp.proto\"\272\001\n\005Lease\022" +
+      "ogle/protobuf/timestamp.proto\"\327\001\n\005Lease\022" +
       "\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 " +
       "\001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Durat" +
       "ion\022,\n\tremaining\030\005 \001(\0132\031.google.protobuf" +
       ".Duration\022\021\n\tprincipal\030\006 \001(\t\022\r\n\005proof\030\007 " +
-      "\001(\t\022\r\n\005value\030\010 \001(\014\"\027\n\025GetSigningKeysRequ" +
-      "est\"N\n\026GetSigningKeysResponse\022\014\n\004jwks\030\001 " +
-      "\001(\t\022&\n\004keys\030\002 \003(\0132\030.leasehold.v1.Signing" +
-      "Key\">\n\nSigningKey\022\013\n\003kid\030\001 \001(\t\022\022\n\npublic" +
-      "_key\030\002 \001(\014\022\017\n\007signing\030\003 \001(\010\"\270\001\n\016AcquireR" +
-      "equest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003t" +
-      "tl\030\003 \001(\0132\031.google.protobuf.Duration\022\'\n\004w" +
-      "ait\030\004 \001(\0132\031.google.protobuf.Duration\022\026\n\016" +
-      "bind_to_stream\030\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010\022" +
-      "\r\n\005value\030\007 \001(\014\"G\n\017AcquireResponse\022\020\n\010acq" +
-      "uired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.leasehold.v" +
-      "1.Lease\"\200\001\n\014RenewRequest\022\013\n\003job\030\001 \001(\t\022\016\n" +
-      "\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030\004 \001(" +
-      "\0132\031.google.protobuf.Duration\022\022\n\005value\030\005 " +
-      "\001(\014H\000\210\001\001B\010\n\006_value\"N\n\rRenewResponse\022\"\n\005l" +
-      "ease\030\001 \001(\0132\023.leasehold.v1.Lease\022\031\n\021succe" +
-      "ssor_waiting\030\002 \001(\010\"O\n\016ReleaseRequest\022\013\n\003" +
-      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
-      "\022\021\n\tgive_back\030\004 \001(\010\"#\n\017ReleaseResponse\022\020" +
-      "\n\010released\030\001 \001(\010\"}\n\024TransferLeaseRequest" +
+      "\001(\t\022\r\n\005value\030\010 \001(\014\022\014\n\004slot\030\t \001(\r\022\r\n\005slot" +
+      "s\030\n \001(\r\"\027\n\025GetSigningKeysRequest\"N\n\026GetS" +
+      "igningKeysResponse\022\014\n\004jwks\030\001 \001(\t\022&\n\004keys" +
+      "\030\002 \003(\0132\030.leasehold.v1.SigningKey\">\n\nSign" +
+      "ingKey\022\013\n\003kid\030\001 \001(\t\022\022\n\npublic_key\030\002 \001(\014\022" +
+      "\017\n\007signing\030\003 \001(\010\"\307\001\n\016AcquireRequest\022\013\n\003j" +
+      "ob\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022&\n\003ttl\030\003 \001(\0132\031." +
+      "google.protobuf.Duration\022\'\n\004wait\030\004 \001(\0132\031" +
+      ".google.protobuf.Duration\022\026\n\016bind_to_str" +
+      "eam\030\005 \001(\010\022\021\n\tpreferred\030\006 \001(\010\022\r\n\005value\030\007 " +
+      "\001(\014\022\r\n\005slots\030\010 \001(\r\"G\n\017AcquireResponse\022\020\n" +
+      "\010acquired\030\001 \001(\010\022\"\n\005lease\030\002 \001(\0132\023.leaseho" +
+      "ld.v1.Lease\"\200\001\n\014RenewRequest\022\013\n\003job\030\001 \001(" +
+      "\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004\022&\n\003ttl\030" +
+      "\004 \001(\0132\031.google.protobuf.Duration\022\022\n\005valu" +
+      "e\030\005 \001(\014H\000\210\001\001B\010\n\006_value\"N\n\rRenewResponse\022" +
+      "\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Lease\022\031\n\021s" +
+      "uccessor_waiting\030\002 \001(\010\"O\n\016ReleaseRequest" +
       "\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003" +
-      " \001(\004\022\021\n\tto_holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\0132\031.g" +
-      "oogle.protobuf.Duration\";\n\025TransferLease" +
-      "Response\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.L" +
-      "ease\"\036\n\017GetLeaseRequest\022\013\n\003job\030\001 \001(\t\"0\n\022" +
-      "ListWaitersRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005limit" +
-      "\030\002 \001(\r\"M\n\023ListWaitersResponse\022%\n\007waiters" +
-      "\030\001 \003(\0132\024.leasehold.v1.Waiter\022\017\n\007waiting\030" +
-      "\002 \001(\r\">\n\006Waiter\022\016\n\006holder\030\001 \001(\t\022\021\n\tprinc" +
-      "ipal\030\002 \001(\t\022\021\n\tpreferred\030\003 \001(\010\"\037\n\020DeleteJ" +
-      "obRequest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobRespo" +
-      "nse\022\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesReques" +
-      "t\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\n" +
-      "page_token\030\003 \001(\t\"R\n\022ListLeasesResponse\022#" +
-      "\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022\027\n\017n" +
-      "ext_page_token\030\002 \001(\t\"G\n\021GetHistoryReques" +
-      "t\022\013\n\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n\npag" +
-      "e_token\030\003 \001(\t\"}\n\022GetHistoryResponse\022%\n\007t" +
-      "enures\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027\n\017ne" +
-      "xt_page_token\030\002 \001(\t\022\'\n\005chaos\030\003 \003(\0132\030.lea" +
-      "sehold.v1.ChaosEvent\"T\n\nChaosEvent\022&\n\002at" +
-      "\030\001 \001(\0132\032.google.protobuf.Timestamp\022\016\n\006ac" +
-      "tion\030\002 \001(\t\022\016\n\006detail\030\003 \001(\t\"\277\003\n\006Tenure\022\r\n" +
-      "\005token\030\001 \001(\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprincipa" +
-      "l\030\003 \001(\t\022.\n\ngranted_at\030\004 \001(\0132\032.google.pro" +
-      "tobuf.Timestamp\022&\n\003ttl\030\005 \001(\0132\031.google.pr" +
-      "otobuf.Duration\022%\n\003end\030\006 \001(\0162\030.leasehold" +
-      ".v1.Tenure.End\022,\n\010ended_at\030\007 \001(\0132\032.googl" +
-      "e.protobuf.Timestamp\022\r\n\005value\030\010 \001(\014\"\306\001\n\003" +
-      "End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELEASED" +
-      "\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVER\020\003\022" +
-      "\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021\n\rEN" +
-      "D_RECOVERED\020\006\022\031\n\025END_CONNECTION_CLOSED\020\007" +
-      "\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_CHAOS\020\t\" \n\021" +
-      "WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\335\001\n\nLease" +
-      "Event\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1.Leas" +
-      "e\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.LeaseEven" +
-      "t.Kind\"~\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000\022\020\n\014" +
-      "KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n\rKIN" +
-      "D_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\022\026\n\022KIND_V" +
-      "ALUE_CHANGED\020\005\"l\n\023CheckedWriteRequest\022\013\n" +
-      "\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001(\014\022\r" +
-      "\n\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\022\r\n\005proof\030\006" +
-      " \001(\t\"\'\n\024CheckedWriteResponse\022\017\n\007version\030" +
-      "\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001 \001(\004\022" +
-      "1\n\006writes\030\002 \003(\0132!.leasehold.v1.CheckedWr" +
-      "iteRequest\"M\n\023WriteStreamResponse\022\n\n\002id\030" +
-      "\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold.v1.Wr" +
-      "iteResult\"\254\002\n\013WriteResult\0222\n\007outcome\030\001 \001" +
-      "(\0162!.leasehold.v1.WriteResult.Outcome\022\017\n" +
-      "\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001(\004\022\r\n" +
-      "\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007Outcom" +
-      "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_WR" +
-      "ITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTCOME_U" +
-      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
-      "NT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n\013Read" +
-      "Request\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n\014Rea" +
-      "dResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 \001(\014\022" +
-      "\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017ListK" +
-      "eysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 \001(\014\022" +
-      "\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001(\014\"D" +
-      "\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(\004\022\017\n" +
-      "\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020ListKeys" +
-      "Response\022#\n\004keys\030\001 \003(\0132\025.leasehold.v1.Ke" +
-      "yInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020KeepAl" +
-      "iveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002 \003(\013" +
-      "2\036.leasehold.v1.KeepAliveRenewal\022\026\n\016bind" +
-      "_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewal\022\013\n\003" +
-      "job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003 \001(\004" +
-      "\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Duration" +
-      "\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n\007res" +
-      "ults\030\002 \003(\0132\035.leasehold.v1.KeepAliveResul" +
-      "t\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226\n\007ou" +
-      "tcome\030\002 \001(\0162%.leasehold.v1.KeepAliveResu" +
-      "lt.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehold.v1" +
-      ".Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\022\031" +
-      "\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outcome\022\027\n" +
-      "\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_RENEWE" +
-      "D\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUTCOME_U" +
-      "NKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_ARGUME" +
-      "NT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REASON_UNS" +
-      "PECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_LOST\020\001\022" +
-      "\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_REASON" +
-      "_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASON_UNKN" +
-      "OWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAGE\020\005\022\036\n" +
-      "\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026ERROR_R" +
-      "EASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_TOKENS" +
-      "_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUTHENTIC" +
-      "ATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_DENIED" +
-      "\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n\033ERROR" +
-      "_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_REASON" +
-      "_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_SUCCESS" +
-      "OR\020\0162\262\007\n\006Leases\022F\n\007Acquire\022\034.leasehold.v" +
-      "1.AcquireRequest\032\035.leasehold.v1.AcquireR" +
-      "esponse\022@\n\005Renew\022\032.leasehold.v1.RenewReq" +
-      "uest\032\033.leasehold.v1.RenewResponse\022F\n\007Rel" +
-      "ease\022\034.leasehold.v1.ReleaseRequest\032\035.lea" +
-      "sehold.v1.ReleaseResponse\022X\n\rTransferLea" +
-      "se\022\".leasehold.v1.TransferLeaseRequest\032#" +
-      ".leasehold.v1.TransferLeaseResponse\022>\n\010G" +
-      "etLease\022\035.leasehold.v1.GetLeaseRequest\032\023" +
-      ".leasehold.v1.Lease\022L\n\tDeleteJob\022\036.lease" +
-      "hold.v1.DeleteJobRequest\032\037.leasehold.v1." +
-      "DeleteJobResponse\022O\n\nListLeases\022\037.leaseh" +
-      "old.v1.ListLeasesRequest\032 .leasehold.v1." +
-      "ListLeasesResponse\022O\n\nGetHistory\022\037.lease" +
-      "hold.v1.GetHistoryRequest\032 .leasehold.v1" +
-      ".GetHistoryResponse\022I\n\nWatchLease\022\037.leas" +
-      "ehold.v1.WatchLeaseRequest\032\030.leasehold.v" +
-      "1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leasehold." +
-      "v1.KeepAliveRequest\032\037.leasehold.v1.KeepA" +
-      "liveResponse(\0010\001\022[\n\016GetSigningKeys\022#.lea" +
-      "sehold.v1.GetSigningKeysRequest\032$.leaseh" +
-      "old.v1.GetSigningKeysResponse\022R\n\013ListWai" +
-      "ters\022 .leasehold.v1.ListWaitersRequest\032!" +
-      ".leasehold.v1.ListWaitersResponse2\306\002\n\013Fe" +
-      "ncedStore\022U\n\014CheckedWrite\022!.leasehold.v1" +
-      ".CheckedWriteRequest\032\".leasehold.v1.Chec" +
-      "kedWriteResponse\022V\n\013WriteStream\022 .leaseh" +
-      "old.v1.WriteStreamRequest\032!.leasehold.v1" +
-      ".WriteStreamResponse(\0010\001\022=\n\004Read\022\031.lease" +
-      "hold.v1.ReadRequest\032\032.leasehold.v1.ReadR" +
-      "esponse\022I\n\010ListKeys\022\035.leasehold.v1.ListK" +
-      "eysRequest\032\036.leasehold.v1.ListKeysRespon" +
-      "seBW\n\020dev.leasehold.v1P\001ZAgithub.com/lea" +
-      "sehold/leasehold/clients/go/leaseholdv1;" +
-      "leaseholdv1b\006proto3"
+      " \001(\004\022\021\n\tgive_back\030\004 \001(\010\"#\n\017ReleaseRespon" +
+      "se\022\020\n\010released\030\001 \001(\010\"}\n\024TransferLeaseReq" +
+      "uest\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005tok" +
+      "en\030\003 \001(\004\022\021\n\tto_holder\030\004 \001(\t\022&\n\003ttl\030\005 \001(\013" +
+      "2\031.google.protobuf.Duration\";\n\025TransferL" +
+      "easeResponse\022\"\n\005lease\030\001 \001(\0132\023.leasehold." +
+      "v1.Lease\"\036\n\017GetLeaseRequest\022\013\n\003job\030\001 \001(\t" +
+      "\"0\n\022ListWaitersRequest\022\013\n\003job\030\001 \001(\t\022\r\n\005l" +
+      "imit\030\002 \001(\r\"M\n\023ListWaitersResponse\022%\n\007wai" +
+      "ters\030\001 \003(\0132\024.leasehold.v1.Waiter\022\017\n\007wait" +
+      "ing\030\002 \001(\r\">\n\006Waiter\022\016\n\006holder\030\001 \001(\t\022\021\n\tp" +
+      "rincipal\030\002 \001(\t\022\021\n\tpreferred\030\003 \001(\010\"\037\n\020Del" +
+      "eteJobRequest\022\013\n\003job\030\001 \001(\t\"$\n\021DeleteJobR" +
+      "esponse\022\017\n\007deleted\030\001 \001(\010\"J\n\021ListLeasesRe" +
+      "quest\022\016\n\006prefix\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r" +
+      "\022\022\n\npage_token\030\003 \001(\t\"R\n\022ListLeasesRespon" +
+      "se\022#\n\006leases\030\001 \003(\0132\023.leasehold.v1.Lease\022" +
+      "\027\n\017next_page_token\030\002 \001(\t\"G\n\021GetHistoryRe" +
+      "quest\022\013\n\003job\030\001 \001(\t\022\021\n\tpage_size\030\002 \001(\r\022\022\n" +
+      "\npage_token\030\003 \001(\t\"}\n\022GetHistoryResponse\022" +
+      "%\n\007tenures\030\001 \003(\0132\024.leasehold.v1.Tenure\022\027" +
+      "\n\017next_page_token\030\002 \001(\t\022\'\n\005chaos\030\003 \003(\0132\030" +
+      ".leasehold.v1.ChaosEvent\"T\n\nChaosEvent\022&" +
+      "\n\002at\030\001 \001(\0132\032.google.protobuf.Timestamp\022\016" +
+      "\n\006action\030\002 \001(\t\022\016\n\006detail\030\003 \001(\t\"\277\003\n\006Tenur" +
+      "e\022\r\n\005token\030\001 \001(\004\022\016\n\006holder\030\002 \001(\t\022\021\n\tprin" +
+      "cipal\030\003 \001(\t\022.\n\ngranted_at\030\004 \001(\0132\032.google" +
+      ".protobuf.Timestamp\022&\n\003ttl\030\005 \001(\0132\031.googl" +
+      "e.protobuf.Duration\022%\n\003end\030\006 \001(\0162\030.lease" +
+      "hold.v1.Tenure.End\022,\n\010ended_at\030\007 \001(\0132\032.g" +
+      "oogle.protobuf.Timestamp\022\r\n\005value\030\010 \001(\014\"" +
+      "\306\001\n\003End\022\023\n\017END_UNSPECIFIED\020\000\022\020\n\014END_RELE" +
+      "ASED\020\001\022\017\n\013END_EXPIRED\020\002\022\022\n\016END_TAKEN_OVE" +
+      "R\020\003\022\017\n\013END_DELETED\020\004\022\020\n\014END_RESTORED\020\005\022\021" +
+      "\n\rEND_RECOVERED\020\006\022\031\n\025END_CONNECTION_CLOS" +
+      "ED\020\007\022\023\n\017END_TRANSFERRED\020\010\022\r\n\tEND_CHAOS\020\t" +
+      "\" \n\021WatchLeaseRequest\022\013\n\003job\030\001 \001(\t\"\335\001\n\nL" +
+      "easeEvent\022\"\n\005lease\030\001 \001(\0132\023.leasehold.v1." +
+      "Lease\022+\n\004kind\030\002 \001(\0162\035.leasehold.v1.Lease" +
+      "Event.Kind\"~\n\004Kind\022\024\n\020KIND_UNSPECIFIED\020\000" +
+      "\022\020\n\014KIND_CURRENT\020\001\022\021\n\rKIND_ACQUIRED\020\002\022\021\n" +
+      "\rKIND_RELEASED\020\003\022\020\n\014KIND_EXPIRED\020\004\022\026\n\022KI" +
+      "ND_VALUE_CHANGED\020\005\"l\n\023CheckedWriteReques" +
+      "t\022\013\n\003job\030\001 \001(\t\022\r\n\005token\030\002 \001(\004\022\013\n\003key\030\003 \001" +
+      "(\014\022\r\n\005value\030\004 \001(\014\022\016\n\006delete\030\005 \001(\010\022\r\n\005pro" +
+      "of\030\006 \001(\t\"\'\n\024CheckedWriteResponse\022\017\n\007vers" +
+      "ion\030\001 \001(\004\"S\n\022WriteStreamRequest\022\n\n\002id\030\001 " +
+      "\001(\004\0221\n\006writes\030\002 \003(\0132!.leasehold.v1.Check" +
+      "edWriteRequest\"M\n\023WriteStreamResponse\022\n\n" +
+      "\002id\030\001 \001(\004\022*\n\007results\030\002 \003(\0132\031.leasehold.v" +
+      "1.WriteResult\"\254\002\n\013WriteResult\0222\n\007outcome" +
+      "\030\001 \001(\0162!.leasehold.v1.WriteResult.Outcom" +
+      "e\022\017\n\007version\030\002 \001(\004\022\025\n\rcurrent_token\030\003 \001(" +
+      "\004\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001(\t\"\240\001\n\007Ou" +
+      "tcome\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOM" +
+      "E_WRITTEN\020\001\022\022\n\016OUTCOME_FENCED\020\002\022\031\n\025OUTCO" +
+      "ME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_AR" +
+      "GUMENT\020\004\022\032\n\026OUTCOME_QUOTA_EXCEEDED\020\005\"\'\n\013" +
+      "ReadRequest\022\013\n\003job\030\001 \001(\t\022\013\n\003key\030\002 \001(\014\"L\n" +
+      "\014ReadResponse\022\r\n\005found\030\001 \001(\010\022\r\n\005value\030\002 " +
+      "\001(\014\022\r\n\005token\030\003 \001(\004\022\017\n\007version\030\004 \001(\004\"U\n\017L" +
+      "istKeysRequest\022\013\n\003job\030\001 \001(\t\022\016\n\006prefix\030\002 " +
+      "\001(\014\022\021\n\tpage_size\030\003 \001(\r\022\022\n\npage_token\030\004 \001" +
+      "(\014\"D\n\007KeyInfo\022\013\n\003key\030\001 \001(\014\022\r\n\005token\030\002 \001(" +
+      "\004\022\017\n\007version\030\003 \001(\004\022\014\n\004size\030\004 \001(\r\"P\n\020List" +
+      "KeysResponse\022#\n\004keys\030\001 \003(\0132\025.leasehold.v" +
+      "1.KeyInfo\022\027\n\017next_page_token\030\002 \001(\014\"h\n\020Ke" +
+      "epAliveRequest\022\n\n\002id\030\001 \001(\004\0220\n\010renewals\030\002" +
+      " \003(\0132\036.leasehold.v1.KeepAliveRenewal\022\026\n\016" +
+      "bind_to_stream\030\003 \001(\010\"f\n\020KeepAliveRenewal" +
+      "\022\013\n\003job\030\001 \001(\t\022\016\n\006holder\030\002 \001(\t\022\r\n\005token\030\003" +
+      " \001(\004\022&\n\003ttl\030\004 \001(\0132\031.google.protobuf.Dura" +
+      "tion\"O\n\021KeepAliveResponse\022\n\n\002id\030\001 \001(\004\022.\n" +
+      "\007results\030\002 \003(\0132\035.leasehold.v1.KeepAliveR" +
+      "esult\"\300\002\n\017KeepAliveResult\022\013\n\003job\030\001 \001(\t\0226" +
+      "\n\007outcome\030\002 \001(\0162%.leasehold.v1.KeepAlive" +
+      "Result.Outcome\022\"\n\005lease\030\003 \001(\0132\023.leasehol" +
+      "d.v1.Lease\022\r\n\005field\030\004 \001(\t\022\017\n\007message\030\005 \001" +
+      "(\t\022\031\n\021successor_waiting\030\006 \001(\010\"\210\001\n\007Outcom" +
+      "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_RE" +
+      "NEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUTCO" +
+      "ME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_AR" +
+      "GUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REASON" +
+      "_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_LOS" +
+      "T\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_RE" +
+      "ASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASON_" +
+      "UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAGE\020" +
+      "\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026ERR" +
+      "OR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_TO" +
+      "KENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUTHE" +
+      "NTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_DE" +
+      "NIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n\033E" +
+      "RROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_RE" +
+      "ASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_SUC" +
+      "CESSOR\020\0162\262\007\n\006Leases\022F\n\007Acquire\022\034.leaseho" +
+      "ld.v1.AcquireRequest\032\035.leasehold.v1.Acqu" +
+      "ireResponse\022@\n\005Renew\022\032.leasehold.v1.Rene" +
+      "wRequest\032\033.leasehold.v1.RenewResponse\022F\n" +
+      "\007Release\022\034.leasehold.v1.ReleaseRequest\032\035" +
+      ".leasehold.v1.ReleaseResponse\022X\n\rTransfe" +
+      "rLease\022\".leasehold.v1.TransferLeaseReque" +
+      "st\032#.leasehold.v1.TransferLeaseResponse\022" +
+      ">\n\010GetLease\022\035.leasehold.v1.GetLeaseReque" +
+      "st\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036.l" +
+      "easehold.v1.DeleteJobRequest\032\037.leasehold" +
+      ".v1.DeleteJobResponse\022O\n\nListLeases\022\037.le" +
+      "asehold.v1.ListLeasesRequest\032 .leasehold" +
+      ".v1.ListLeasesResponse\022O\n\nGetHistory\022\037.l" +
+      "easehold.v1.GetHistoryRequest\032 .leasehol" +
+      "d.v1.GetHistoryResponse\022I\n\nWatchLease\022\037." +
+      "leasehold.v1.WatchLeaseRequest\032\030.leaseho" +
+      "ld.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leaseh" +
+      "old.v1.KeepAliveRequest\032\037.leasehold.v1.K" +
+      "eepAliveResponse(\0010\001\022[\n\016GetSigningKeys\022#" +
+      ".leasehold.v1.GetSigningKeysRequest\032$.le" +
+      "asehold.v1.GetSigningKeysResponse\022R\n\013Lis" +
+      "tWaiters\022 .leasehold.v1.ListWaitersReque" +
+      "st\032!.leasehold.v1.ListWaitersResponse2\306\002" +
+      "\n\013FencedStore\022U\n\014CheckedWrite\022!.leasehol" +
+      "d.v1.CheckedWriteRequest\032\".leasehold.v1." +
+      "CheckedWriteResponse\022V\n\013WriteStream\022 .le" +
+      "asehold.v1.WriteStreamRequest\032!.leasehol" +
+      "d.v1.WriteStreamResponse(\0010\001\022=\n\004Read\022\031.l" +
+      "easehold.v1.ReadRequest\032\032.leasehold.v1.R" +
+      "eadResponse\022I\n\010ListKeys\022\035.leasehold.v1.L" +
+      "istKeysRequest\032\036.leasehold.v1.ListKeysRe" +
+      "sponseBW\n\020dev.leasehold.v1P\001ZAgithub.com" +
+      "/leasehold/leasehold/clients/go/leasehol" +
+      "dv1;leaseholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -401,7 +402,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_Lease_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_Lease_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", "Proof", "Value", });
+        new java.lang.String[] { "Job", "Holder", "Token", "Ttl", "Remaining", "Principal", "Proof", "Value", "Slot", "Slots", });
     internal_static_leasehold_v1_GetSigningKeysRequest_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_leasehold_v1_GetSigningKeysRequest_fieldAccessorTable = new
@@ -425,7 +426,7 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
     internal_static_leasehold_v1_AcquireRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_AcquireRequest_descriptor,
-        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", "Value", });
+        new java.lang.String[] { "Job", "Holder", "Ttl", "Wait", "BindToStream", "Preferred", "Value", "Slots", });
     internal_static_leasehold_v1_AcquireResponse_descriptor =
       getDescriptor().getMessageType(5);
     internal_static_leasehold_v1_AcquireResponse_fieldAccessorTable = new
