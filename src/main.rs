@@ -113,6 +113,13 @@ enum Command {
         /// leader. Advisory: the token fences, not the value.
         #[arg(long, value_name = "VALUE")]
         value: Option<String>,
+        /// Run CMD in one of N slots of a counted lease (a semaphore, 2 to
+        /// 100): up to N runners run it at once, the others wait in line,
+        /// first come first served. CMD gets its slot's own job
+        /// (`JOB#k`) in LEASEHOLD_JOB and the slot in LEASEHOLD_SLOT: write
+        /// with them. The first counted runner fixes N for the job.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100))]
+        slots: Option<u32>,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -196,6 +203,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
             wait,
             no_wait,
             value,
+            slots,
             cmd,
         } => {
             let grace = kill_grace.unwrap_or(ttl / 3);
@@ -222,6 +230,7 @@ async fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
                 preferred,
                 wait: if no_wait { Some(Duration::ZERO) } else { wait },
                 value: value.unwrap_or_default().into_bytes(),
+                slots: slots.unwrap_or(0),
             };
             cli::run::run_singleton(&conn, &job, &name, opts, &cmd).await
         }

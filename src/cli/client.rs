@@ -106,6 +106,11 @@ pub enum ClientCommand {
         /// the leader. Advisory: the token fences, not the value.
         #[arg(long, value_name = "VALUE")]
         value: Option<String>,
+        /// A slot of a counted lease (a semaphore) with N slots, 2 to 100:
+        /// the grant is the slot's own job, JOB#k (printed as `job=`):
+        /// renew, release and write with it.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100))]
+        slots: Option<u32>,
         /// Output: text for people, or json (one object; watch: one per
         /// line) for programs.
         #[arg(long, value_enum, default_value = "text")]
@@ -455,6 +460,7 @@ impl ClientCommand {
                 ttl,
                 wait,
                 value,
+                slots,
                 output,
             } => {
                 let c = connect(&conn).await?;
@@ -469,6 +475,7 @@ impl ClientCommand {
                 let holder = holder.unwrap_or_else(|| process_holder(&name));
                 let options = leasehold::client::AcquireOptions {
                     value: value.unwrap_or_default().into_bytes(),
+                    slots: slots.unwrap_or(0),
                     ..Default::default()
                 };
                 let a = c.acquire_with(&job, &holder, ttl, wait, options).await?;
@@ -495,8 +502,14 @@ impl ClientCommand {
                             b.token
                         );
                     }
+                    // A counted grant is its slot's own job.
+                    let slot = match a.lease.slots {
+                        0 => String::new(),
+                        n => format!(" slot={} slots={n}", a.lease.slot),
+                    };
                     outln!(
-                        "acquired job={job} holder={holder} token={}{}",
+                        "acquired job={} holder={holder} token={}{slot}{}",
+                        a.lease.job,
                         a.lease.token,
                         match a.lease.value.is_empty() {
                             true => String::new(),
@@ -1041,7 +1054,7 @@ pub enum Output {
 
 /// A lease as `--output json` prints it.
 fn lease_json(l: &Lease) -> serde_json::Value {
-    serde_json::json!({
+    let mut j = serde_json::json!({
         "job": l.job,
         "holder": l.holder,
         "token": l.token,
@@ -1050,7 +1063,13 @@ fn lease_json(l: &Lease) -> serde_json::Value {
         "principal": l.principal,
         "proof": l.proof,
         "value": value_json(&l.value),
-    })
+    });
+    // A counted grant's slot (the answer to `acquire --slots`).
+    if l.slots > 0 {
+        j["slot"] = l.slot.into();
+        j["slots"] = l.slots.into();
+    }
+    j
 }
 
 /// A published value for programs: its text when it is UTF-8, else its

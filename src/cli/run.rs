@@ -32,6 +32,8 @@ pub struct RunOptions {
     pub wait: Option<Duration>,
     /// Published with the lease (`Lease.value`).
     pub value: Vec<u8>,
+    /// A counted lease with this many slots (2 or more), else 0.
+    pub slots: u32,
 }
 
 /// With `--no-wait`, how long a job found free is given to be granted to
@@ -54,13 +56,14 @@ pub async fn run_singleton(
         preferred,
         wait,
         value,
+        slots,
     } = opts;
     let server = conn.server.as_str();
     let client = connect(conn).await?;
     // `--no-wait` gives up at once when someone holds the job. Best
     // effort: a principal with `lease` but not `read` may not look, and
     // then the short grant window below decides.
-    if wait == Some(Duration::ZERO) {
+    if wait == Some(Duration::ZERO) && slots < 2 {
         if let Ok(now) = client.get_lease(job).await {
             if let Some(holder) = now.holder.as_deref() {
                 eprintln!(
@@ -80,10 +83,18 @@ pub async fn run_singleton(
         preferred,
         yield_to_preferred: false,
         value,
+        slots,
     };
     let mut elector = Elector::start_with(client.clone(), job, name, ttl, options);
     // While it waits, say who holds the job: at start, and at each change.
-    let watcher = tokio::spawn(say_who_holds(client.clone(), job.to_owned()));
+    // A counted job's own lease is its line's turn, not a holder's.
+    let watcher = match slots {
+        0 | 1 => tokio::spawn(say_who_holds(client.clone(), job.to_owned())),
+        n => {
+            eprintln!("leasehold run: waiting for one of the {n} slots of job={job}");
+            tokio::spawn(async {})
+        }
+    };
     let give_up = match wait {
         Some(Duration::ZERO) => Some(NO_WAIT_GRANT),
         other => other,
@@ -110,10 +121,18 @@ pub async fn run_singleton(
         _ = term.recv() => { watcher.abort(); elector.resign().await; return Ok(ExitCode::from(143)) }
         _ = int.recv() => { watcher.abort(); elector.resign().await; return Ok(ExitCode::from(130)) }
     };
-    eprintln!(
-        "leasehold run: leading job={job} token={token} holder={}",
-        elector.holder()
-    );
+    // A counted lease is its slot's: the command writes with that job.
+    let lease_job = elector.lease_job().unwrap_or_else(|| job.to_owned());
+    match elector.slot() {
+        Some(slot) => eprintln!(
+            "leasehold run: leading job={job} slot={slot} ({lease_job}) token={token} holder={}",
+            elector.holder()
+        ),
+        None => eprintln!(
+            "leasehold run: leading job={job} token={token} holder={}",
+            elector.holder()
+        ),
+    }
     let mut deadlines = elector.deadline();
     // The command runs under the guard, which stops it at the lease's
     // deadline even if this process is paused, and at once if it dies.
@@ -128,7 +147,7 @@ pub async fn run_singleton(
         .arg("--")
         .args(cmd)
         .env("LEASEHOLD_TOKEN", token.to_string())
-        .env("LEASEHOLD_JOB", job)
+        .env("LEASEHOLD_JOB", &lease_job)
         .env("LEASEHOLD_HOLDER", elector.holder())
         .env("LEASEHOLD_SERVER", server)
         // The command gets its fencing token, never our credentials; the
@@ -138,6 +157,9 @@ pub async fn run_singleton(
         .env_remove("LEASEHOLD_AUTH_TOKEN_FILE")
         .env_remove("LEASEHOLD_CERT")
         .env_remove("LEASEHOLD_KEY");
+    if let Some(slot) = elector.slot() {
+        command.env("LEASEHOLD_SLOT", slot.to_string());
+    }
     if let Some(ca) = &conn.ca {
         command.env("LEASEHOLD_CA", ca);
     }

@@ -58,6 +58,6 @@ pub use table::{
     LeaseState, LeaseTable, LeaseView, Stats, TenureEnd, Vacancy, WaiterId,
 };
 pub use types::{
-    too_long, HolderId, JobName, Limits, Published, Token, BIND, DEFAULT_PAGE_SIZE,
-    MAX_LEASE_VALUE_BYTES, MAX_PAGE_SIZE,
+    slot_job, too_long, HolderId, JobName, Limits, Published, Token, BIND, DEFAULT_PAGE_SIZE,
+    MAX_LEASE_VALUE_BYTES, MAX_PAGE_SIZE, MAX_SLOTS, SLOTS_KEY,
 };

@@ -234,6 +234,34 @@ pub const MAX_LEASE_VALUE_BYTES: usize = 1024;
 /// empty, so that a lease without one costs nothing.
 pub type Published = Option<Arc<[u8]>>;
 
+/// The most slots a counted lease may have (`AcquireRequest.slots`).
+pub const MAX_SLOTS: u32 = 100;
+
+/// The fenced key, under a counted job's own name, that keeps its count
+/// of slots (decimal text), fixed by its first counted grant. Only the
+/// line's turn writes under a counted job's own name: its token is never
+/// told to anyone, so the key cannot clash with a user's.
+pub const SLOTS_KEY: &[u8] = b"slots";
+
+/// The name of slot `slot` of the counted job `job`: `{job}#{slot}`, a
+/// job of its own. Checked against the name limit as any job name is,
+/// naming `job`.
+pub fn slot_job(limits: &Limits, job: &JobName, slot: u32) -> Result<JobName> {
+    let name = format!("{job}#{slot}");
+    if name.len() > limits.max_name_bytes {
+        return Err(Error::invalid(
+            "job",
+            format!(
+                "its slot names, such as {name:?}, are {} bytes, over the limit of {} bytes: \
+                 a counted lease's job name leaves room for \"#\" and the slot number",
+                name.len(),
+                limits.max_name_bytes
+            ),
+        ));
+    }
+    Ok(JobName(name.into()))
+}
+
 /// The largest page a list call returns.
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size of a list call that names none.
@@ -389,6 +417,19 @@ impl Limits {
         Ok((!value.is_empty()).then(|| Arc::from(value)))
     }
 
+    /// Validates `AcquireRequest.slots`: 0 and 1 are the ordinary lease
+    /// of one holder (`None`), 2 to [`MAX_SLOTS`] a counted lease.
+    pub fn slots(&self, n: u32) -> Result<Option<u32>> {
+        match n {
+            0 | 1 => Ok(None),
+            n if n > MAX_SLOTS => Err(Error::invalid(
+                "slots",
+                format!("{n} is above the limit of {MAX_SLOTS}"),
+            )),
+            n => Ok(Some(n)),
+        }
+    }
+
     /// Validates a page size: 0 means the default.
     pub fn page_size(&self, n: u32) -> Result<usize> {
         match n {
@@ -502,6 +543,17 @@ mod tests {
         assert!(l.token(0).is_err());
         assert_eq!(l.token(7).unwrap(), Token(7));
         assert_eq!(l.page_size(0).unwrap(), 100);
+        assert_eq!(l.slots(0).unwrap(), None);
+        assert_eq!(l.slots(1).unwrap(), None);
+        assert_eq!(l.slots(100).unwrap(), Some(100));
+        let e = l.slots(101).unwrap_err().to_string();
+        assert!(e.contains("slots") && e.contains("100"), "{e}");
+        let job = l.job("nightly").unwrap();
+        assert_eq!(slot_job(&l, &job, 7).unwrap().as_str(), "nightly#7");
+        let long = l.job(&"j".repeat(254)).unwrap();
+        assert!(slot_job(&l, &long, 0).is_ok());
+        let e = slot_job(&l, &long, 10).unwrap_err().to_string();
+        assert!(e.contains("job") && e.contains("256"), "{e}");
         assert!(l.page_size(1001).is_err());
     }
 

@@ -52,6 +52,7 @@ use crate::server::bound::{Bindings, ConnBinds};
 use crate::server::chaos::ChaosState;
 use crate::server::conn::Peer;
 use crate::server::convert::{self, duration, lease};
+use crate::server::counted;
 use crate::server::grpc_status::status;
 use crate::server::layers::try_take;
 use crate::server::layers::{Admitted, Undelivered};
@@ -433,6 +434,7 @@ impl proto::leases_server::Leases for LeasesService {
         let caller = Caller::of(&req).map_err(status)?;
         let (job, holder, ttl, wait, value) =
             convert::acquire_args(&self.limits, &caller, req.get_ref()).map_err(status)?;
+        let slots = self.limits.slots(req.get_ref().slots).map_err(status)?;
         let ttl = self.node.check_ttl(ttl).map_err(status)?;
         // A holder the chaos API paused is heard only once its pause ends.
         if let Some(until) = self.chaos.paused_until(job.as_str(), &holder) {
@@ -466,23 +468,49 @@ impl proto::leases_server::Leases for LeasesService {
         }
         // The principal's own max_jobs, if the Acquire creates a job.
         let max_owned = caller.share().and_then(|(limits, _)| limits.max_jobs);
+        let (outcome, counted) = match slots {
+            None => (
+                self.node
+                    .acquire_as(
+                        &job,
+                        &holder,
+                        ttl,
+                        wait,
+                        max_owned,
+                        req.get_ref().preferred,
+                        value,
+                    )
+                    .await,
+                None,
+            ),
+            Some(n) => {
+                let asked = counted::Counted {
+                    job: &job,
+                    slots: n,
+                    holder: &holder,
+                    ttl,
+                    wait,
+                    max_owned,
+                    preferred: req.get_ref().preferred,
+                    value,
+                };
+                match counted::acquire(&self.node, &self.limits, &caller, asked).await {
+                    Ok(o) => (Ok(o.acquired), Some((o.slot, n))),
+                    Err(e) => (Err(e), None),
+                }
+            }
+        };
         let Acquired {
             acquired,
             fresh,
             lease: view,
-        } = self
-            .node
-            .acquire_as(
-                &job,
-                &holder,
-                ttl,
-                wait,
-                max_owned,
-                req.get_ref().preferred,
-                value,
-            )
-            .await
-            .map_err(|e| status(self.quotas.exceeded(e)))?;
+        } = outcome.map_err(|e| status(self.quotas.exceeded(e)))?;
+        // A counted grant is its slot's: the binding, the reply and its
+        // give-back name the slot's job.
+        let job = match counted {
+            Some(_) => view.job.clone(),
+            None => job,
+        };
         if let (Some(Err(e)), false) = (place, acquired) {
             return Err(status(self.quotas.exceeded(e)));
         }
@@ -494,9 +522,14 @@ impl proto::leases_server::Leases for LeasesService {
             self.bind(&req, &job, &holder, view.token);
         }
         self.chaos.delay(job.as_str()).await;
+        let mut lease = convert::lease_for(&caller, &view, &self.proofs);
+        if let (Some((slot, slots)), true) = (counted, acquired) {
+            lease.slot = slot;
+            lease.slots = slots;
+        }
         let mut resp = Response::new(proto::AcquireResponse {
             acquired,
-            lease: Some(convert::lease_for(&caller, &view, &self.proofs)),
+            lease: Some(lease),
         });
         if fresh {
             // Released at once if the reply never reaches the client.

@@ -49,6 +49,7 @@ pub mod bulk;
 pub mod chaos;
 pub mod conn;
 pub mod convert;
+pub mod counted;
 pub mod fenced;
 pub mod frames;
 pub mod grpc_status;

@@ -423,7 +423,7 @@ export interface AcquireRequest {
    * asks again is extended in its slot.
    *
    * The count is fixed by the job's first counted grant, and kept under
-   * the job's fenced key "\0slots" (released by DeleteJob). An Acquire
+   * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
    * that names another count is refused with INVALID_ARGUMENT naming
    * "slots" and the job's count, and changes nothing. With a policy, the
    * caller needs `lease` on `job` and on every slot's name.
