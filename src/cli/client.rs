@@ -1269,6 +1269,8 @@ mod tests {
             remaining: None,
             principal: principal.map(Into::into),
             value: Default::default(),
+            slot: 0,
+            slots: 0,
         };
         let open = status_table(&[l("a", None)]);
         assert!(open.starts_with("JOB  HOLDER"), "{open}");
