@@ -382,6 +382,7 @@ async fn bad_input_names_field_and_limit_and_changes_nothing() {
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     };
     let write = |job: &str, token, key: Vec<u8>, value: Vec<u8>| proto::CheckedWriteRequest {
         proof: Default::default(),
@@ -676,6 +677,7 @@ async fn fields_far_over_their_limit_are_named_with_the_limit_at_every_size() {
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     };
     let st = leases
         .acquire(acquire("x".repeat(100_000), "b".into()))
@@ -724,6 +726,7 @@ async fn strings_that_are_not_utf8_are_refused_naming_the_field() {
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     };
     let renew = |job: &str, holder: &str| proto::RenewRequest {
         job: job.into(),

@@ -173,6 +173,7 @@ async fn a_flood_of_new_jobs_stops_at_max_jobs_and_costs_a_leader_nothing() {
                         bind_to_stream: false,
                         preferred: false,
                         value: Default::default(),
+                        slots: 0,
                     };
                     match raw.acquire(req).await {
                         Ok(_) => c.fetch_add(1, Ordering::Relaxed),

@@ -202,6 +202,7 @@ async fn limits_on_jobs_and_keys(place: Place) {
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     };
     quota(
         raw.acquire(acquire_d.clone()).await.unwrap_err(),

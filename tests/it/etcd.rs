@@ -213,6 +213,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
                 bind_to_stream: false,
                 preferred: false,
                 value: Default::default(),
+                slots: 0,
             })
             .await
             .unwrap_err();
@@ -234,6 +235,7 @@ async fn ttls_are_whole_seconds_at_least_etcds_minimum() {
             bind_to_stream: false,
             preferred: false,
             value: Default::default(),
+            slots: 0,
         })
         .await
         .unwrap()
@@ -664,6 +666,7 @@ async fn a_stopped_majority_fails_with_unavailable_never_a_wrong_answer() {
             bind_to_stream: false,
             preferred: false,
             value: Default::default(),
+            slots: 0,
         }),
         l2.renew(proto::RenewRequest {
             job: "j".into(),

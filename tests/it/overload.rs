@@ -40,6 +40,7 @@ async fn a_request_deadline_ends_a_waiting_acquire_and_frees_its_place() {
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     });
     req.set_timeout(Duration::from_millis(300));
     let t = Instant::now();
@@ -115,6 +116,7 @@ async fn calls_over_the_in_flight_cap_are_refused_at_once_and_then_served_again(
                     bind_to_stream: false,
                     preferred: false,
                     value: Default::default(),
+                    slots: 0,
                 })
                 .await
             }));
@@ -374,6 +376,7 @@ fn flood(
                 bind_to_stream: false,
                 preferred: false,
                 value: Default::default(),
+                slots: 0,
             };
             tokio::spawn(async move { raw.acquire(req).await.map(|r| r.into_inner()) })
         })
@@ -1054,6 +1057,7 @@ async fn watchers_and_waiters_over_their_quota_are_refused_and_nothing_changes()
             bind_to_stream: false,
             preferred: false,
             value: Default::default(),
+            slots: 0,
         })
         .await
         .unwrap_err();

@@ -1897,6 +1897,7 @@ fn acquire_req(job: &str, holder: &str, wait_secs: i64) -> proto::AcquireRequest
         bind_to_stream: false,
         preferred: false,
         value: Default::default(),
+        slots: 0,
     }
 }
 

@@ -618,13 +618,9 @@ impl Campaign {
                 let p = self.publishing.lock().expect("elector value");
                 p.unsent.then(|| p.value.clone())
             };
-            let renew = self.client.renew_with_value(
-                &job,
-                &self.holder,
-                token,
-                self.ttl,
-                value.as_deref(),
-            );
+            let renew =
+                self.client
+                    .renew_with_value(&job, &self.holder, token, self.ttl, value.as_deref());
             let r = tokio::select! {
                 _ = &mut *stop => return self.resign(token, deadline).await,
                 r = timeout_at(deadline, renew) => r,
