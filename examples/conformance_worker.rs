@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::client::{
-    Client, ClientError, Elector, ElectorOptions, ElectorSet, LockOptions, Role, Security,
-    StreamWrite, WriteOutcome, WriteStream,
+    AcquireOptions, Client, ClientError, Elector, ElectorOptions, ElectorSet, Grant, LockOptions,
+    Role, Security, StreamWrite, WriteOutcome, WriteStream,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
@@ -59,6 +59,9 @@ fn args() -> Result<Args, String> {
             "--preferred" => a.options.preferred = true,
             "--yield" => a.options.yield_to_preferred = true,
             "--value" => a.options.value = value()?.into_bytes(),
+            "--slots" => {
+                a.options.slots = value()?.parse().map_err(|e| format!("--slots: {e}"))?;
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -90,10 +93,23 @@ fn say(line: impl AsRef<str>) {
 /// token=N` as the role changes, and keeps the last token led with in
 /// `last`.
 fn report(
+    role: watch::Receiver<Role>,
+    prefix: &str,
+    suffix: String,
+    last: Arc<Mutex<Option<u64>>>,
+) -> JoinHandle<()> {
+    report_grant(role, prefix, suffix, last, None)
+}
+
+/// [`report`], for an elector whose grant may be a counted lease's slot:
+/// its `elected` line then ends with ` job=<slot job> slot=<k>`, and
+/// `last_job` keeps the job its last lease was on.
+fn report_grant(
     mut role: watch::Receiver<Role>,
     prefix: &str,
     suffix: String,
     last: Arc<Mutex<Option<u64>>>,
+    grant: Option<(Grant, Arc<Mutex<Option<String>>>)>,
 ) -> JoinHandle<()> {
     let prefix = prefix.to_owned();
     tokio::spawn(async move {
@@ -106,7 +122,17 @@ fn report(
                 }
                 if let Some(t) = now {
                     *last.lock().unwrap() = Some(t);
-                    say(format!("{prefix}elected{suffix} token={t}"));
+                    let slot = match &grant {
+                        Some((g, last_job)) => {
+                            *last_job.lock().unwrap() = g.lease_job();
+                            match (g.slot(), g.lease_job()) {
+                                (Some(k), Some(j)) => format!(" job={j} slot={k}"),
+                                _ => String::new(),
+                            }
+                        }
+                        None => String::new(),
+                    };
+                    say(format!("{prefix}elected{suffix} token={t}{slot}"));
                 }
                 leading = now;
             }
@@ -158,6 +184,9 @@ struct Worker {
     args: Args,
     elector: Option<Elector>,
     last: Arc<Mutex<Option<u64>>>,
+    /// The job the main elector's last lease was on (a slot's, when
+    /// counted).
+    last_job: Arc<Mutex<Option<String>>>,
     twins: Vec<Twin>,
     twins_job: String,
     follow: Option<Follow>,
@@ -176,12 +205,15 @@ impl Worker {
         match cmd {
             "write" => {
                 let token = self.last.lock().unwrap().unwrap_or(0);
+                // The job the last lease was on: a counted lease's slot.
+                let job = self.last_job.lock().unwrap().clone().unwrap_or(job);
                 let r = c
                     .checked_write(&job, token, b"status", rest.as_bytes().to_vec())
                     .await;
                 say(write_answer("write", r));
             }
             "bad" => say(self.bad(rest).await),
+            "acquire-slots" => say(self.acquire_slots(rest).await),
             "twin" => self.twin(rest),
             "twin-write" => {
                 let (i, value) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -287,6 +319,35 @@ impl Worker {
             _ => say(format!("error unknown command {line:?}")),
         }
         true
+    }
+
+    /// `acquire-slots <job> <n>`: one counted Acquire, not waiting, as a
+    /// holder of its own; its lease is left to run out.
+    async fn acquire_slots(&self, rest: &str) -> String {
+        let (job, n) = rest.split_once(' ').unwrap_or((rest, ""));
+        let Ok(slots) = n.trim().parse::<u32>() else {
+            return format!("acquire-slots error bad count {n:?}");
+        };
+        let holder = format!("{}@{}", self.args.name, uuid::Uuid::new_v4());
+        let options = AcquireOptions {
+            slots,
+            ..AcquireOptions::default()
+        };
+        match self
+            .client
+            .acquire_with(job, &holder, self.args.ttl, Duration::ZERO, options)
+            .await
+        {
+            Ok(a) if a.acquired => format!(
+                "acquire-slots ok job={} slot={} token={}",
+                a.lease.job, a.lease.slot, a.lease.token
+            ),
+            Ok(_) => "acquire-slots busy".into(),
+            Err(ClientError::InvalidArgument { field, .. }) => {
+                format!("acquire-slots invalid field={}", field.unwrap_or_default())
+            }
+            Err(e) => format!("acquire-slots error {e}"),
+        }
     }
 
     async fn bad(&self, what: &str) -> String {
@@ -559,12 +620,20 @@ async fn main() {
     );
     say(format!("holder {}", elector.holder()));
     let last = Arc::new(Mutex::new(None));
-    let main_reporter = report(elector.watch(), "", String::new(), last.clone());
+    let last_job = Arc::new(Mutex::new(None));
+    let main_reporter = report_grant(
+        elector.watch(),
+        "",
+        String::new(),
+        last.clone(),
+        Some((elector.grant(), last_job.clone())),
+    );
     let mut w = Worker {
         client,
         args,
         elector: Some(elector),
         last,
+        last_job,
         twins: Vec::new(),
         twins_job: String::new(),
         follow: None,

@@ -88,6 +88,38 @@ struct Transfer {
     reply: oneshot::Sender<Result<Lease, ClientError>>,
 }
 
+/// Where an elector leads: [`Elector::grant`].
+#[derive(Clone)]
+pub struct Grant {
+    granted: Granted,
+    role: watch::Receiver<Role>,
+    job: String,
+}
+
+impl Grant {
+    /// See [`Elector::lease_job`].
+    pub fn lease_job(&self) -> Option<String> {
+        self.leading().map(|(job, _)| job)
+    }
+
+    /// See [`Elector::slot`].
+    pub fn slot(&self) -> Option<u32> {
+        match self.leading() {
+            Some((job, slot)) if job != self.job => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn leading(&self) -> Option<(String, u32)> {
+        let token = self.role.borrow().token()?;
+        let granted = self.granted.lock().expect("elector grant");
+        granted
+            .as_ref()
+            .filter(|(t, _, _)| *t == token)
+            .map(|(_, job, slot)| (job.clone(), *slot))
+    }
+}
+
 /// The elector's role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -307,25 +339,23 @@ impl Elector {
     /// its slot's job, `{job}#{slot}`. Writes fenced by our token name it.
     /// `None` when we do not lead.
     pub fn lease_job(&self) -> Option<String> {
-        self.leading().map(|(job, _)| job)
+        self.grant().lease_job()
     }
 
     /// The slot we lead in, for a counted lease; `None` when we do not
     /// lead, or the lease is not counted.
     pub fn slot(&self) -> Option<u32> {
-        match self.leading() {
-            Some((job, slot)) if job != self.job => Some(slot),
-            _ => None,
-        }
+        self.grant().slot()
     }
 
-    fn leading(&self) -> Option<(String, u32)> {
-        let token = self.role().token()?;
-        let granted = self.granted.lock().expect("elector grant");
-        granted
-            .as_ref()
-            .filter(|(t, _, _)| *t == token)
-            .map(|(_, job, slot)| (job.clone(), *slot))
+    /// [`Elector::lease_job`] and [`Elector::slot`] for a task that does
+    /// not own the elector (one that follows [`Elector::watch`]).
+    pub fn grant(&self) -> Grant {
+        Grant {
+            granted: self.granted.clone(),
+            role: self.role.clone(),
+            job: self.job.clone(),
+        }
     }
 
     /// Our holder identity: `name@uuid`, the UUID this elector's own.

@@ -74,7 +74,7 @@ use leasehold_proto::fenced_store_client::FencedStoreClient;
 use leasehold_proto::leases_client::LeasesClient;
 use leasehold_proto::to_proto_duration;
 
-pub use elector::{Elector, ElectorOptions, Role};
+pub use elector::{Elector, ElectorOptions, Grant, Role};
 pub use elector_set::{ElectorSet, ElectorSetOptions};
 pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 /// Grants' proofs: verify one with [`proof::verify_for`] and the keys of

@@ -51,6 +51,10 @@ pub struct LockOptions {
     /// Bind the lease to the client's connection
     /// ([`ElectorOptions::bind_to_stream`]).
     pub bind_to_stream: bool,
+    /// A counted lock (a semaphore, `consul lock -n`): one of this many
+    /// slots, 2 to 100 ([`ElectorOptions::slots`]); [`Lock::job`] is then
+    /// the slot's own job, which writes with [`Lock::token`] name.
+    pub slots: u32,
 }
 
 /// A job's lease, held until [`Lock::release`] or the guard's drop; see
@@ -82,6 +86,7 @@ impl Client {
         };
         let elector_options = ElectorOptions {
             bind_to_stream: options.bind_to_stream,
+            slots: options.slots,
             ..ElectorOptions::default()
         };
         let mut elector = Elector::start_inner(self.clone(), job, name, ttl, elector_options, true);
@@ -96,8 +101,9 @@ impl Client {
         };
         match elected {
             Ok(token) => Ok(Lock {
+                // A counted lock's is its slot's job.
+                job: elector.lease_job().unwrap_or_else(|| job.to_owned()),
                 elector: Some(elector),
-                job: job.to_owned(),
                 token,
             }),
             Err(e) => {
@@ -121,7 +127,8 @@ impl Lock {
         self.token
     }
 
-    /// The job.
+    /// The job our lease is on: the job locked, or a counted lock's slot
+    /// job (`{job}#{slot}`). Writes with [`Lock::token`] name it.
     pub fn job(&self) -> &str {
         &self.job
     }

@@ -42,6 +42,7 @@ use crate::read_budget::{
 };
 use crate::server::auth::{self, Auth, Caller};
 use crate::server::conn::Peer;
+use crate::server::counted;
 
 /// The page.
 const PAGE: &str = include_str!("status/index.html");
@@ -259,6 +260,15 @@ pub async fn job(
         Ok(l) => l,
         Err(e) => return unavailable(&e),
     };
+    // A counted job's count, or the counted job a slot's job belongs to
+    // (shown only to a caller that may read that job too).
+    let slots = counted::count_of(&s.node, &job).await.ok().flatten();
+    let slot_of = match counted::slot_of(&s.node, &s.limits, &job).await {
+        Some((base, k, n)) if who.authorize(auth::Action::Read, base.as_str()).is_ok() => {
+            Some((base, k, n))
+        }
+        _ => None,
+    };
     let mut out = String::new();
     let _ = write!(out, "{{\"now_ms\":{},\"job\":", clock::wall_unix_ms());
     match &status {
@@ -270,6 +280,14 @@ pub async fn job(
     // The chaos API's actions in force on the job, for people.
     out.push_str(",\"chaos\":");
     string(&mut out, &s.chaos.in_force(job.as_str()));
+    if let Some(n) = slots {
+        let _ = write!(out, ",\"slots\":{n}");
+    }
+    if let Some((base, k, n)) = &slot_of {
+        out.push_str(",\"slot_of\":{\"job\":");
+        string(&mut out, base.as_str());
+        let _ = write!(out, ",\"slot\":{k},\"slots\":{n}}}");
+    }
     // The candidates: who waits, in the order a release hands over.
     let _ = write!(out, ",\"waiting\":{waiting},\"candidates\":[");
     for (i, w) in line.iter().enumerate() {

@@ -40,6 +40,10 @@ use crate::lease::{
 };
 use crate::server::auth::{Action, Caller};
 
+/// How often the first waiter looks at the slots again when a deadline has
+/// passed and no watch has told it of the slot's expiry yet.
+const POLL: Duration = Duration::from_millis(250);
+
 /// A counted Acquire: its job, count of slots and the usual fields.
 pub struct Counted<'a> {
     /// The job (its own lease is the line's turn).
@@ -142,8 +146,27 @@ pub async fn acquire(
             })
         };
         let r = with_turn(node, &req, &names, token, give_up).await;
+        // A new slot grant is given back if this call goes away while the
+        // turn is released (the handler guards it from then on).
+        let granted = match &r {
+            Ok(o) if o.acquired.fresh => {
+                let (node, job, holder) = (
+                    node.clone(),
+                    o.acquired.lease.job.clone(),
+                    req.holder.clone(),
+                );
+                let t = o.acquired.lease.token;
+                Some(ReleaseIfDropped::new(async move {
+                    node.release_undelivered(&job, &holder, t).await
+                }))
+            }
+            _ => None,
+        };
         let _ = node.release(req.job, req.holder, token).await;
         undo.disarm();
+        if let Some(g) = granted {
+            g.disarm();
+        }
         match r {
             // The turn ran out while this frontend waited (it stalled):
             // queue for it again, with the wait that is left.
@@ -203,14 +226,13 @@ async fn with_turn(
         if now >= give_up {
             return Ok(busy(node, names).await);
         }
-        // A deadline that has just passed wakes us a moment later, when
-        // the slot's expiry can be granted.
-        let wake = [Some(give_up), Some(renew_at), soonest]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(give_up)
-            .max(now + Duration::from_millis(1));
+        // Woken at the soonest slot deadline, when its expiry can be
+        // granted. A deadline already passed whose slot was not granted
+        // (etcd deletes an expired key a moment after its TTL) is told by
+        // the slot's watch; until then it is asked again every POLL, never
+        // in a loop.
+        let soonest = soonest.filter(|d| *d > now).unwrap_or(now + POLL);
+        let wake = give_up.min(renew_at).min(soonest);
         tokio::select! {
             _ = changes.next() => {}
             _ = tokio::time::sleep_until(wake.into()) => {}
@@ -223,7 +245,7 @@ async fn with_turn(
 }
 
 /// The job's count of slots, if fixed ([`SLOTS_KEY`]).
-async fn count_of(node: &Backend, job: &JobName) -> Result<Option<u32>> {
+pub async fn count_of(node: &Backend, job: &JobName) -> Result<Option<u32>> {
     let Some(rec) = node.read(job, SLOTS_KEY).await? else {
         return Ok(None);
     };
@@ -245,6 +267,25 @@ async fn count_of(node: &Backend, job: &JobName) -> Result<Option<u32>> {
                 ),
             )
         })
+}
+
+/// The counted job and slot whose job `name` is, when it is one: named
+/// `{job}#{k}`, with `job` counted and `k` below its count.
+pub async fn slot_of(
+    node: &Backend,
+    limits: &Limits,
+    name: &JobName,
+) -> Option<(JobName, u32, u32)> {
+    let (base, k) = name.as_str().rsplit_once('#')?;
+    let k: u32 = k.parse().ok()?;
+    if k.to_string() != name.as_str()[base.len() + 1..] {
+        return None;
+    }
+    let base = limits.job(base).ok()?;
+    match count_of(node, &base).await {
+        Ok(Some(n)) if k < n => Some((base, k, n)),
+        _ => None,
+    }
 }
 
 fn mismatch(job: &JobName, fixed: u32, asked: u32) -> Error {
