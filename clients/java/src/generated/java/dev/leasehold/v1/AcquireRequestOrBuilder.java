@@ -189,8 +189,9 @@ public interface AcquireRequestOrBuilder extends
    * The count is fixed by the job's first counted grant, and kept under
    * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
    * that names another count is refused with INVALID_ARGUMENT naming
-   * "slots" and the job's count, and changes nothing. With a policy, the
-   * caller needs `lease` on `job` and on every slot's name.
+   * "slots" and the job's count, and changes nothing. With a policy, a
+   * `lease` grant on `job` covers its slots (grants are name prefixes),
+   * and a counted job counts its slots' jobs against `max_jobs`.
    * </pre>
    *
    * <code>uint32 slots = 8;</code>
