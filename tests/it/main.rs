@@ -57,6 +57,7 @@ mod cancel;
 mod chaos;
 mod checkpoint;
 mod conformance;
+mod counted;
 mod crash;
 mod delete_job;
 mod elector;
