@@ -57,6 +57,7 @@ STEPS = [
     (14, "history and DeleteJob: the history matches the server's; a held job is in use, a free one deleted, then absent"),
     (15, "TLS and a bearer token: two electors over TLS race, one leads and writes, the other takes over on quit"),
     (16, "a leader's value and its candidates: leader(), observe and on-new-leader carry the value, set-value is seen, ListWaiters in line order, across languages"),
+    (17, "counted leases: two electors of two languages lead at once in two slots; a third waits and gets the slot that frees with its token + 1; another count or one over 100 is refused naming slots"),
 ]
 TWIN_JOB = "conformance-twin"
 #: Step 7: its job, its rounds, and a TTL long enough that a grant left
@@ -85,6 +86,8 @@ DELETE_JOB = "conformance-delete"
 TLS_JOB = "conformance-tls"
 #: Step 16: its job.
 VALUE_JOB = "conformance-value"
+#: Step 17: its counted job.
+SLOTS_JOB = "conformance-slots"
 
 
 class StepFailed(AssertionError):
@@ -751,6 +754,50 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
         check(vb.command("follow-stop", "follow-stop") == "follow-stop done", "B's follow-stop")
         check(vb.command("quit", "bye") == "bye", "B's quit")
         results[16] = "pass"
+
+        # 17. Counted leases. A and B (two languages) campaign for a job
+        #     with two slots: both lead at once, each in a slot of its own
+        #     with a token of its own (the first of a new job: above the
+        #     tokens of the jobs step 14 deleted), and the server agrees. C (A's language) waits:
+        #     it holds the line's turn, leads nowhere. Another count, or
+        #     one over 100, is refused naming `slots`. A writes on its
+        #     slot's job and quits: C leads in that slot with its token + 1 and
+        #     writes the next version of the same key.
+        current = 17
+        workers = []
+        elected = {}
+        for tag, argv in (("a", argv_a), ("b", argv_b)):
+            w = Worker(argv, f"{label}-slots-{tag}", server, SLOTS_JOB, flags=("--slots", "2"))
+            workers.append(w)
+            _, line = w.expect(lambda l: l.startswith("elected"), STEP, f"{tag}'s election in a slot")
+            parts = dict(kv.split("=", 1) for kv in line.split()[1:])
+            check(parts.get("token", "").isdigit() and parts.get("job") == f"{SLOTS_JOB}#{parts.get('slot')}",
+                  f"{tag}'s election: {line!r}")
+            elected[tag] = (w, parts["job"], int(parts["token"]))
+        (sa, job_a, ta), (sb, job_b, tb) = elected["a"], elected["b"]
+        check({job_a, job_b} == {f"{SLOTS_JOB}#0", f"{SLOTS_JOB}#1"}, f"the slots: {job_a}, {job_b}")
+        check(cli.lease(job_a) == (sa.holder, ta) and cli.lease(job_b) == (sb.holder, tb),
+              f"the server's slots: {cli.lease(job_a)}, {cli.lease(job_b)}")
+        sc = Worker(argv_a, f"{label}-slots-c", server, SLOTS_JOB, flags=("--slots", "2"))
+        workers.append(sc)
+        deadline = time.monotonic() + STEP
+        while cli.lease(SLOTS_JOB)[0] != sc.holder:
+            check(time.monotonic() < deadline, f"C never held the line's turn: {cli.lease(SLOTS_JOB)}")
+            time.sleep(0.05)
+        got = sb.command(f"acquire-slots {SLOTS_JOB} 3", "acquire-slots")
+        check(got == "acquire-slots invalid field=slots", f"B asking for 3 slots: {got!r}")
+        got = sa.command(f"acquire-slots {SLOTS_JOB} 101", "acquire-slots")
+        check(got == "acquire-slots invalid field=slots", f"A asking for 101 slots: {got!r}")
+        check(sa.command("write a", "write") == "write ok version=1", "A's write on its slot")
+        check(sa.command("quit", "bye") == "bye", "A's quit")
+        _, line = sc.expect(lambda l: l.startswith("elected"), STEP, "C's election in the freed slot")
+        check(line == f"elected token={ta + 1} job={job_a} slot={job_a.rsplit('#', 1)[1]}", f"C's election: {line!r}")
+        check(cli.lease(job_a) == (sc.holder, ta + 1), f"the server's {job_a}: {cli.lease(job_a)}")
+        check(cli.lease(job_b) == (sb.holder, tb), f"B's slot moved: {cli.lease(job_b)}")
+        check(sc.command("write c", "write") == "write ok version=2", "C's write on the slot")
+        for w in (sb, sc):
+            check(w.command("quit", "bye") == "bye", f"{w.name}: quit")
+        results[17] = "pass"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")
