@@ -262,11 +262,16 @@ public final class Client implements AutoCloseable {
   /** The largest value a lease may carry ({@code Lease.value}); a larger one is refused by the server. */
   public static final int MAX_VALUE_BYTES = 1024;
 
+  /** The most slots a counted lease may have ({@code AcquireRequest.slots}); more is refused by the server. */
+  public static final int MAX_SLOTS = 100;
+
   static AcquireRequest acquireRequest(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred, byte[] value) {
+      boolean preferred, byte[] value, int slots) {
+    // A negative count is sent as its unsigned value, far over 100: the
+    // server refuses it naming "slots", as any count out of range.
     AcquireRequest.Builder b = AcquireRequest.newBuilder().setJob(job).setHolder(holder)
         .setTtl(Durations.toProto(ttl)).setWait(Durations.toProto(wait)).setBindToStream(bindToStream)
-        .setPreferred(preferred);
+        .setPreferred(preferred).setSlots(slots);
     if (value != null) {
       b.setValue(ByteString.copyFrom(value));
     }
@@ -365,12 +370,58 @@ public final class Client implements AutoCloseable {
    */
   public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream, boolean preferred,
       byte[] value) {
+    return acquire(job, holder, ttl, wait, bindToStream, preferred, value, 0);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration)} for one of
+   * {@code slots} slots of a counted lease (a semaphore) on {@code job}
+   * ({@code AcquireRequest.slots}, 2 to {@link #MAX_SLOTS}; 0 or 1: the
+   * ordinary lease): up to {@code slots} holders at once, each in a slot of
+   * its own. Slot k is a job of its own, {@code "{job}#{k}"}, with its own
+   * token: the grant's {@link Lease#job()} names it, {@link Lease#slot()} is
+   * k and {@link Lease#slots()} the count. <b>Renew, release, transfer and
+   * write with the grant's {@link Lease#job()}, not {@code job}.</b>
+   *
+   * <p>Waiters are served first come, first served: a slot that frees goes
+   * to the first of them. While the first waits, the server holds
+   * {@code job}'s own lease for it (the line's turn), so
+   * {@code getLease(job)} shows a waiter, not a slot's holder: read a slot
+   * with {@code getLease(job + "#" + k)}. A live holder of a slot that asks
+   * again is renewed in its slot. The count is fixed by the job's first
+   * counted grant (and forgotten by {@link #deleteJob}).
+   *
+   * <pre>{@code
+   * // At most 2 nightly runs at once.
+   * Acquired a = client.acquire("nightly", holder, Duration.ofMinutes(1), Duration.ofMinutes(5), 2);
+   * if (a.acquired()) {
+   *   Lease slot = a.lease(); // slot.job() is "nightly#0" or "nightly#1"
+   *   client.checkedWrite(slot.job(), slot.token(), "started", "...");
+   * }
+   * }</pre>
+   *
+   * @throws InvalidArgumentException {@code field()} {@code "slots"}: a count
+   *     over 100, or another count than the job's (its message says the
+   *     job's count); nothing changed
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, int slots) {
+    return acquire(job, holder, ttl, wait, false, false, null, slots);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration, boolean, boolean, byte[])}
+   * for a slot of a counted lease with {@code slots} slots (0 or 1: the
+   * ordinary lease): see {@link #acquire(String, String, Duration, Duration, int)}.
+   */
+  public Acquired acquire(String job, String holder, Duration ttl, Duration wait, boolean bindToStream, boolean preferred,
+      byte[] value, int slots) {
     Calls.Asking asking = calls.start(job, holder);
     AcquireResponse r;
     try {
-      r = call(leases, wait.plus(timeout), s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value)));
+      r = call(leases, wait.plus(timeout),
+          s -> s.acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value, slots)));
       if (r.getAcquired()) {
-        asking.told(r.getLease().getToken());
+        told(asking, job, r);
       }
     } catch (CancellationException | UnavailableException e) {
       if (!wait.isZero() && (e instanceof CancellationException || isTimeout(e))) {
@@ -433,17 +484,50 @@ public final class Client implements AutoCloseable {
    */
   public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
       boolean preferred, byte[] value) {
+    return acquireAsync(job, holder, ttl, wait, bindToStream, preferred, value, 0);
+  }
+
+  /**
+   * {@link #acquire(String, String, Duration, Duration, int)} as a future:
+   * a slot of a counted lease with {@code slots} slots; see
+   * {@link #acquireAsync(String, String, Duration, Duration)}.
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, int slots) {
+    return acquireAsync(job, holder, ttl, wait, false, false, null, slots);
+  }
+
+  /**
+   * {@link #acquireAsync(String, String, Duration, Duration, boolean, boolean, byte[])}
+   * for a slot of a counted lease with {@code slots} slots: see
+   * {@link #acquire(String, String, Duration, Duration, int)}.
+   */
+  public CompletableFuture<Acquired> acquireAsync(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
+      boolean preferred, byte[] value, int slots) {
     long[] n = new long[1];
     ListenableFuture<AcquireResponse> call =
-        acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, wait.plus(timeout), a -> n[0] = a);
+        acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, slots, wait.plus(timeout), a -> n[0] = a);
     return async(call, r -> new Acquired(r.getAcquired(), Lease.fromProto(r.getLease())), r -> {
       // The grant reached this client, but its caller had cancelled the
       // future first and never saw it: give it back, as for a grant that
-      // came after the cancel.
+      // came after the cancel. A counted grant is on its slot's job.
       if (r.getAcquired() && !wait.isZero()) {
-        giveBackUndelivered(job, holder, n[0], r.getLease().getToken());
+        giveBackUndelivered(job, r.getLease().getJob(), holder, n[0], r.getLease().getToken());
       }
     });
+  }
+
+  /**
+   * Records that call {@code asking} for {@code job} told its caller of the
+   * grant in {@code r}. Only a grant of {@code job} itself: a counted grant
+   * is on a slot's job, which no give-back of {@code job} can end (a
+   * give-back reads and releases {@code job}'s lease: for a counted lease,
+   * the line's turn, never a slot), and its renewals and release count
+   * under the slot's job.
+   */
+  private static void told(Calls.Asking asking, String job, AcquireResponse r) {
+    if (r.getLease().getJob().equals(job)) {
+      asking.told(r.getLease().getToken());
+    }
   }
 
   /** {@link #acquire(String, String, Duration)} as a future: asks without waiting. */
@@ -548,21 +632,22 @@ public final class Client implements AutoCloseable {
   }
 
   /**
-   * The clean-up of a waiting Acquire, call {@code n} of {@link #calls},
-   * whose grant of {@code token} reached this client after its caller
+   * The clean-up of a waiting Acquire of {@code job}, call {@code n} of
+   * {@link #calls}, whose grant of {@code token} on {@code leaseJob} (a
+   * counted lease's slot job, else {@code job}) reached this client after its caller
    * cancelled the future: gives the lease back if it still is that grant
    * and no call for the pair started since or is on its way. The grant was
    * recorded as told when it arrived, but its caller was never told, so
    * the token told is not in the way here; the server's give-back keeps
    * the lease if the holder asked again since.
    */
-  private void giveBackUndelivered(String job, String holder, long n, long token) {
+  private void giveBackUndelivered(String job, String leaseJob, String holder, long n, long token) {
     CLEANUP.schedule(() -> {
       try {
-        Lease l = getLease(job);
+        Lease l = getLease(leaseJob);
         if (holder.equals(l.holder()) && l.token() == token && calls.mayGiveBackUndelivered(job, holder, n)) {
           call(leases, timeout, s -> s.release(ReleaseRequest.newBuilder()
-              .setJob(job).setHolder(holder).setToken(token).setGiveBack(true).build()));
+              .setJob(leaseJob).setHolder(holder).setToken(token).setGiveBack(true).build()));
           calls.released(job, holder);
         }
       } catch (RuntimeException e) {
@@ -578,21 +663,21 @@ public final class Client implements AutoCloseable {
    * is recorded as told, and its call ends however it ends.
    */
   ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred, byte[] value, Duration timeout) {
-    return acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, timeout, n -> { });
+      boolean preferred, byte[] value, int slots, Duration timeout) {
+    return acquireCall(job, holder, ttl, wait, bindToStream, preferred, value, slots, timeout, n -> { });
   }
 
   /** {@link #acquireCall}, telling {@code number} the call's number in {@link #calls}. */
   private ListenableFuture<AcquireResponse> acquireCall(String job, String holder, Duration ttl, Duration wait, boolean bindToStream,
-      boolean preferred, byte[] value, Duration timeout, java.util.function.LongConsumer number) {
+      boolean preferred, byte[] value, int slots, Duration timeout, java.util.function.LongConsumer number) {
     Calls.Asking asking = calls.start(job, holder);
     number.accept(asking.n);
     ListenableFuture<AcquireResponse> f;
     try {
       f = Futures.transform(leasesFuture.withDeadlineAfter(timeout.toNanos(), TimeUnit.NANOSECONDS)
-          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value)), r -> {
+          .acquire(acquireRequest(job, holder, ttl, wait, bindToStream, preferred, value, slots)), r -> {
             if (r.getAcquired()) {
-              asking.told(r.getLease().getToken());
+              told(asking, job, r);
             }
             return r;
           }, MoreExecutors.directExecutor());
@@ -1099,19 +1184,7 @@ public final class Client implements AutoCloseable {
    *     timed out is given back)
    */
   public Lock lock(String job, Duration ttl, Duration timeout, String name) {
-    CompletableFuture<Lock> f = lockAsync(job, ttl, timeout, name);
-    try {
-      return f.get();
-    } catch (InterruptedException e) {
-      f.cancel(true);
-      Thread.currentThread().interrupt();
-      throw new CancellationException("interrupted while waiting for the lock on " + job);
-    } catch (ExecutionException e) {
-      if (e.getCause() instanceof RuntimeException r) {
-        throw r;
-      }
-      throw new IllegalStateException(e.getCause());
-    }
+    return lock(job, ttl, timeout, name, 0);
   }
 
   /** {@link #lock(String, Duration, Duration, String)} with the name {@code "lock"}. */
@@ -1131,7 +1204,49 @@ public final class Client implements AutoCloseable {
 
   /** {@link #lock(String, Duration, Duration, String)} as a future (see {@link #lockAsync(String, Duration)}). */
   public CompletableFuture<Lock> lockAsync(String job, Duration ttl, Duration timeout, String name) {
-    return Lock.acquire(this, job, ttl, timeout, name);
+    return lockAsync(job, ttl, timeout, name, 0);
+  }
+
+  /**
+   * A counted lock ({@code consul lock -n N}): {@link #lock(String, Duration, Duration, String)}
+   * for one of {@code slots} slots of a counted lease on {@code job} (2 to
+   * {@link #MAX_SLOTS}; 0 or 1: the ordinary lock), so that up to
+   * {@code slots} locks on {@code job} are held at once, each in its own
+   * slot with its own token (see
+   * {@link #acquire(String, String, Duration, Duration, int)}). The lock
+   * renews and releases its slot's job, {@link Lock#leaseJob()}
+   * ({@code "{job}#{k}"}): <b>write with {@link Lock#leaseJob()} and
+   * {@link Lock#token()}</b>.
+   *
+   * <pre>{@code
+   * // At most 2 nightly runs at once, each fenced in its own slot.
+   * try (Lock lock = client.lock("nightly", Duration.ofSeconds(30), null, "nightly", 2)) {
+   *   client.checkedWrite(lock.leaseJob(), lock.token(), "progress", "started");
+   * }
+   * }</pre>
+   *
+   * @throws InvalidArgumentException {@code field()} {@code "slots"}: a count
+   *     over 100, or another count than the job's
+   */
+  public Lock lock(String job, Duration ttl, Duration timeout, String name, int slots) {
+    CompletableFuture<Lock> f = lockAsync(job, ttl, timeout, name, slots);
+    try {
+      return f.get();
+    } catch (InterruptedException e) {
+      f.cancel(true);
+      Thread.currentThread().interrupt();
+      throw new CancellationException("interrupted while waiting for the lock on " + job);
+    } catch (ExecutionException e) {
+      if (e.getCause() instanceof RuntimeException r) {
+        throw r;
+      }
+      throw new IllegalStateException(e.getCause());
+    }
+  }
+
+  /** {@link #lock(String, Duration, Duration, String, int)} as a future (see {@link #lockAsync(String, Duration)}). */
+  public CompletableFuture<Lock> lockAsync(String job, Duration ttl, Duration timeout, String name, int slots) {
+    return Lock.acquire(this, job, ttl, timeout, name, slots);
   }
 
   /** The channel of this client. */

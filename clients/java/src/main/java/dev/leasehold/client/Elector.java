@@ -89,6 +89,14 @@ import org.slf4j.LoggerFactory;
  * read the leader's value with {@link #leader()}, or hear it in
  * {@code onNewLeader} and {@link Client#observe}. <b>The value is advisory:
  * the token fences, not the value.</b>
+ *
+ * <p>{@link Builder#slots(int)} campaigns for a slot of a counted lease (a
+ * semaphore): up to N electors of the job lead at once, each in its own
+ * slot, a job of its own ({@code "{job}#{k}"}) with its own token. While
+ * leading, {@link #leaseJob()} names the slot's job, which the elector
+ * renews, releases and transfers, and which writes fenced by its token
+ * must name; {@link #slot()} is k. A campaign after a loss asks for any
+ * slot again.
  */
 public final class Elector implements AutoCloseable {
   private static final Logger LOG = LoggerFactory.getLogger(Elector.class);
@@ -100,7 +108,8 @@ public final class Elector implements AutoCloseable {
   private final boolean bindToStream;
   private final boolean preferred;
   private final boolean yieldToPreferred;
-  private final LongConsumer onElected;
+  private final int slots;
+  private final ElectedListener onElected;
   private final LongConsumer onLost;
   private final NewLeaderValueListener onNewLeader;
 
@@ -113,6 +122,14 @@ public final class Elector implements AutoCloseable {
   private String proof; // the proof of the grant of token; null when not leading, or the server signs nothing
   private long deadline; // System.nanoTime() when leading
   private long transferring; // the token a transfer() is handing over; 0: none
+  /**
+   * The grant of the campaign's last Acquire: the job it is on (a counted
+   * lease's slot job, else {@link #job}), its slot and the count (0 when
+   * not counted). Set before the lead starts, kept after it ends.
+   */
+  private String grantJob;
+  private int grantSlot;
+  private int grantSlots;
   /** The value to publish (never null; empty: none), and its version: setValue() counts it up. */
   private byte[] value;
   private long valueVersion;
@@ -132,6 +149,24 @@ public final class Elector implements AutoCloseable {
   private Thread watcher;
   /** The watcher's open observation, closed by close(). */
   private Observation watching;
+
+  /**
+   * Hears that the elector leads ({@link Builder#onElected(ElectedListener)}),
+   * with the grant.
+   */
+  @FunctionalInterface
+  public interface ElectedListener {
+    /**
+     * We lead with {@code token} (unsigned), granted as {@code grant} says:
+     * its {@link Lease#job()} is the job our lease is on, which writes
+     * fenced by the token name (for a counted lease, {@link Builder#slots},
+     * the slot's job {@code "{job}#{slot}"}, with {@link Lease#slot()} and
+     * {@link Lease#slots()}; else the elector's job), and its
+     * {@link Lease#proof()} the grant's proof. Called on the elector's
+     * callback thread, in order with {@code onLost}.
+     */
+    void onElected(long token, Lease grant);
+  }
 
   /**
    * Hears every new leader of an elector's job
@@ -179,6 +214,7 @@ public final class Elector implements AutoCloseable {
     this.bindToStream = b.bindToStream;
     this.preferred = b.preferred;
     this.yieldToPreferred = b.yieldToPreferred;
+    this.slots = b.slots;
     this.onElected = b.onElected;
     this.onLost = b.onLost;
     this.onNewLeader = b.onNewLeader;
@@ -219,7 +255,8 @@ public final class Elector implements AutoCloseable {
     private boolean bindToStream;
     private boolean preferred;
     private boolean yieldToPreferred;
-    private LongConsumer onElected = t -> {};
+    private int slots;
+    private ElectedListener onElected = (t, g) -> {};
     private LongConsumer onLost = t -> {};
     private NewLeaderValueListener onNewLeader;
     private byte[] value = new byte[0];
@@ -320,6 +357,34 @@ public final class Elector implements AutoCloseable {
       return value(value == null ? null : value.getBytes(StandardCharsets.UTF_8));
     }
 
+    /**
+     * Campaigns for a slot of a counted lease (a semaphore) with this many
+     * slots ({@code AcquireRequest.slots}, 2 to {@link Client#MAX_SLOTS};
+     * default 0, and 1 is the same: the ordinary lease of one leader): up to
+     * {@code slots} electors of the job lead at once, each in its own slot,
+     * with its own token (see
+     * {@link Client#acquire(String, String, Duration, Duration, int)}).
+     * While leading, {@link Elector#leaseJob()} names the slot's job
+     * ({@code "{job}#{k}"}) and {@link Elector#slot()} is k: the elector
+     * renews, releases and transfers that job, and writes fenced by its
+     * token must name it. A campaign after a loss asks for any slot again.
+     * A count the server refuses (over 100, or another count than the
+     * job's) stops the campaign as any refused one does ({@link Elector#error()}).
+     *
+     * <p>Not with {@link #onNewLeader}, which follows the grants of one
+     * lease (a counted lease has one per slot; {@link Client#observe} each
+     * slot's job instead): {@link #build()} refuses both.
+     *
+     * @throws IllegalArgumentException a negative count
+     */
+    public Builder slots(int slots) {
+      if (slots < 0) {
+        throw new IllegalArgumentException("slots must not be negative");
+      }
+      this.slots = slots;
+      return this;
+    }
+
     /** Overrides the holder identity (default {@code name@<uuid>}, a UUID made per elector). */
     public Builder holder(String holder) {
       this.holder = holder;
@@ -328,6 +393,18 @@ public final class Elector implements AutoCloseable {
 
     /** Called with the token when we become leader. */
     public Builder onElected(LongConsumer f) {
+      Objects.requireNonNull(f);
+      this.onElected = (t, g) -> f.accept(t);
+      return this;
+    }
+
+    /**
+     * Called with the token and the grant when we become leader
+     * ({@code (token, grant) -> ...}): the grant's {@link Lease#job()} is
+     * the job writes fenced by the token name, a counted lease's slot job
+     * (see {@link ElectedListener}).
+     */
+    public Builder onElected(ElectedListener f) {
       this.onElected = Objects.requireNonNull(f);
       return this;
     }
@@ -367,8 +444,17 @@ public final class Elector implements AutoCloseable {
       return this;
     }
 
-    /** The elector, not started. */
+    /**
+     * The elector, not started.
+     *
+     * @throws IllegalArgumentException {@link #slots(int)} of 2 or more
+     *     with {@link #onNewLeader}
+     */
     public Elector build() {
+      if (slots > 1 && onNewLeader != null) {
+        throw new IllegalArgumentException(
+            "onNewLeader follows one lease, and a counted lease (slots) has one per slot: observe each slot's job");
+      }
       return new Elector(this);
     }
 
@@ -406,6 +492,37 @@ public final class Elector implements AutoCloseable {
   /** The job. */
   public String job() {
     return job;
+  }
+
+  /**
+   * The job our lease is on while we lead: for a counted lease
+   * ({@link Builder#slots}) the slot's job, {@code "{job}#{slot}"}, else
+   * {@link #job()}. Writes fenced by {@link #token()} name it. Empty when
+   * {@link #token()} is.
+   */
+  public java.util.Optional<String> leaseJob() {
+    lock.lock();
+    try {
+      return token != 0 && System.nanoTime() - deadline < 0
+          ? java.util.Optional.of(grantJob) : java.util.Optional.empty();
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The slot we lead in (0 to slots - 1), for a counted lease
+   * ({@link Builder#slots}); empty when we do not lead, or the lease is
+   * not counted.
+   */
+  public java.util.OptionalInt slot() {
+    lock.lock();
+    try {
+      return token != 0 && System.nanoTime() - deadline < 0 && grantSlots > 0
+          ? java.util.OptionalInt.of(grantSlot) : java.util.OptionalInt.empty();
+    } finally {
+      lock.unlock();
+    }
   }
 
   /** The token we lead with; empty when not leading, or past our own deadline. */
@@ -503,6 +620,10 @@ public final class Elector implements AutoCloseable {
    *
    * <p>Advisory: the token fences, not the value; by the time a request
    * arrives the leader may have changed, and its writes are fenced then.
+   *
+   * <p>For a counted lease ({@link Builder#slots}) the job's own lease is
+   * the line's: it shows the first waiter, not a slot's holder (read a
+   * slot with {@code client.getLease(job + "#" + k)}).
    *
    * @throws LeaseholdException the call failed ({@link UnavailableException}...)
    */
@@ -606,24 +727,27 @@ public final class Elector implements AutoCloseable {
    */
   public Lease transfer(String toOrNull) {
     long t;
+    String on;
     lock.lock();
     try {
       if (token == 0 || System.nanoTime() - deadline >= 0) {
         throw new IllegalStateException(job + ": not leading, nothing to transfer");
       }
       t = token;
+      on = grantJob;
     } finally {
       lock.unlock();
     }
-    return handOver(t, toOrNull, null);
+    return handOver(t, on, toOrNull, null);
   }
 
   /**
-   * The transfer of our lead with {@code t} (to {@code toOrNull}, or the
-   * first in line), bounded by {@code timeout} (null: the client's); on
-   * success, and on LEASE_LOST, the lead ends and is reported, once.
+   * The transfer of our lead with {@code t} on {@code on} (our lease's
+   * job: a counted lease's slot job) to {@code toOrNull}, or the first in
+   * line, bounded by {@code timeout} (null: the client's); on success, and
+   * on LEASE_LOST, the lead ends and is reported, once.
    */
-  private Lease handOver(long t, String toOrNull, Duration timeout) {
+  private Lease handOver(long t, String on, String toOrNull, Duration timeout) {
     lock.lock();
     try {
       transferring = t;
@@ -633,10 +757,10 @@ public final class Elector implements AutoCloseable {
     Lease successor;
     try {
       successor = timeout == null
-          ? client.transferLease(job, holder, t, toOrNull, null)
-          : client.transferLease(job, holder, t, toOrNull, null, timeout);
+          ? client.transferLease(on, holder, t, toOrNull, null)
+          : client.transferLease(on, holder, t, toOrNull, null, timeout);
     } catch (LeaseLostException e) {
-      LOG.warn("{}: transfer of token {}: lease lost: {}", job, t, e.getMessage());
+      LOG.warn("{}: transfer of token {}: lease lost: {}", on, t, e.getMessage());
       setFollower(t);
       throw e;
     } finally {
@@ -649,7 +773,7 @@ public final class Elector implements AutoCloseable {
         lock.unlock();
       }
     }
-    LOG.debug("{}: transferred token {} to {} (token {})", job, t, successor.holder(), successor.token());
+    LOG.debug("{}: transferred token {} to {} (token {})", on, t, successor.holder(), successor.token());
     setFollower(t);
     return successor;
   }
@@ -758,7 +882,7 @@ public final class Elector implements AutoCloseable {
           lock.unlock();
         }
         ListenableFuture<AcquireResponse> f = client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait),
-            bindToStream, preferred, v, Duration.ofNanos(limit));
+            bindToStream, preferred, v, slots, Duration.ofNanos(limit));
         Outcome o = await(f, sent + limit);
         if (o == Outcome.STOP) {
           releaseIfGranted();
@@ -797,12 +921,23 @@ public final class Elector implements AutoCloseable {
           continue;
         }
         published(version); // the grant carries the value sent with it
-        long granted = r.getLease().getToken();
-        Long anchor = anchor(granted, sent);
+        Lease grant = Lease.fromProto(r.getLease());
+        long granted = grant.token();
+        lock.lock();
+        try {
+          // What the lead renews, releases and transfers: a counted
+          // lease's slot job, which may differ from one grant to the next.
+          grantJob = grant.job();
+          grantSlot = grant.slot();
+          grantSlots = grant.slots();
+        } finally {
+          lock.unlock();
+        }
+        Long anchor = anchor(grant.job(), granted, sent);
         if (anchor == null) {
           continue;
         }
-        if (lead(granted, r.getLease().getProof(), grantValue, anchor)) {
+        if (lead(grant, grantValue, anchor)) {
           return;
         }
       }
@@ -952,13 +1087,13 @@ public final class Elector implements AutoCloseable {
    * granted long after it was sent; then a Renew sent now confirms the
    * lease and gives a fresh anchor. Null when it cannot.
    */
-  private Long anchor(long granted, long sent) {
+  private Long anchor(String on, long granted, long sent) {
     if (System.nanoTime() - (sent + ttlNanos() / 10) < 0) {
       return sent;
     }
     long at = System.nanoTime();
     try {
-      client.renew(job, holder, granted, ttl, ttl.dividedBy(2));
+      client.renew(on, holder, granted, ttl, ttl.dividedBy(2));
       return at;
     } catch (LeaseholdException e) {
       LOG.warn("{}: granted token {}, but the confirming renew failed: {}", job, granted, e.toString());
@@ -978,25 +1113,30 @@ public final class Elector implements AutoCloseable {
     }
   }
 
-  /** Leads until lost (false) or told to stop (releases; true). */
-  private boolean lead(long t, String grantProof, byte[] grantValue, long sent) throws InterruptedException {
+  /**
+   * Leads with {@code grant} until lost (false) or told to stop (releases;
+   * true), renewing the job the grant is on (a counted lease's slot job).
+   */
+  private boolean lead(Lease grant, byte[] grantValue, long sent) throws InterruptedException {
+    long t = grant.token();
+    String on = grant.job();
     long every = ttlNanos() / 3;
     Retry.Backoff retry = Retry.Backoff.renew(ttlNanos());
     long until = sent + ttlNanos();
-    setLeader(t, grantProof, grantValue, until);
+    setLeader(grant, grantValue, until);
     long next = sent + every;
     while (true) {
       long wake = next - until < 0 ? next : until;
       Wake w = sleepLeading(t, wake);
       if (w == Wake.STOP) {
-        return resign(t, until);
+        return resign(t, on, until);
       }
       if (w == Wake.ENDED) {
         return false; // transferred: reported by transfer()
       }
       long now = System.nanoTime();
       if (now - until >= 0) {
-        LOG.warn("{}: token {} reached its deadline without a renewal", job, t);
+        LOG.warn("{}: token {} reached its deadline without a renewal", on, t);
         break;
       }
       // A value set since the server last took one goes with this renewal
@@ -1012,16 +1152,16 @@ public final class Elector implements AutoCloseable {
       } finally {
         lock.unlock();
       }
-      ListenableFuture<RenewResponse> f = client.renewCall(job, holder, t, ttl, v, Duration.ofNanos(until - now));
+      ListenableFuture<RenewResponse> f = client.renewCall(on, holder, t, ttl, v, Duration.ofNanos(until - now));
       Outcome o = await(f, until);
       if (o == Outcome.STOP) {
-        return resign(t, until);
+        return resign(t, on, until);
       }
       if (ended(t)) {
         return false; // transferred while the renewal was on its way: its answer means nothing now
       }
       if (o == Outcome.TIMEOUT) {
-        LOG.warn("{}: renew of token {} did not answer before the deadline", job, t);
+        LOG.warn("{}: renew of token {} did not answer before the deadline", on, t);
         break;
       }
       RenewResponse renewed;
@@ -1036,9 +1176,9 @@ public final class Elector implements AutoCloseable {
           if (transferring(t)) {
             // A transfer of t, on its way, has handed the lease over: the
             // end of the lead, reported once (here or by transfer()).
-            LOG.debug("{}: renew of token {} refused during its transfer: {}", job, t, le.getMessage());
+            LOG.debug("{}: renew of token {} refused during its transfer: {}", on, t, le.getMessage());
           } else {
-            LOG.warn("{}: lease lost (token {}): {}", job, t, le.getMessage());
+            LOG.warn("{}: lease lost (token {}): {}", on, t, le.getMessage());
           }
           break;
         }
@@ -1065,7 +1205,7 @@ public final class Elector implements AutoCloseable {
       } finally {
         lock.unlock();
       }
-      if (yieldToPreferred && renewed.getSuccessorWaiting() && yieldLead(t, until)) {
+      if (yieldToPreferred && renewed.getSuccessorWaiting() && yieldLead(t, on, until)) {
         return false; // handed over (or lost): reported by handOver()
       }
     }
@@ -1081,36 +1221,36 @@ public final class Elector implements AutoCloseable {
    * lead (the candidate left, or the call failed: the next renewal says
    * again, or finds the lease lost).
    */
-  private boolean yieldLead(long t, long until) {
+  private boolean yieldLead(long t, String on, long until) {
     long left = until - System.nanoTime();
     if (left <= 0) {
       return false; // the loop steps down at its deadline
     }
     try {
-      Lease successor = handOver(t, null, Duration.ofNanos(left));
-      LOG.info("{}: handed token {} over to the preferred candidate {} (token {})", job, t, successor.holder(),
+      Lease successor = handOver(t, on, null, Duration.ofNanos(left));
+      LOG.info("{}: handed token {} over to the preferred candidate {} (token {})", on, t, successor.holder(),
           successor.token());
       return true;
     } catch (NoSuccessorException e) {
-      LOG.debug("{}: the preferred candidate left before the hand-over: leading on with token {}", job, t);
+      LOG.debug("{}: the preferred candidate left before the hand-over: leading on with token {}", on, t);
       return false;
     } catch (LeaseLostException e) {
       return true; // handOver() stepped down
     } catch (LeaseholdException e) {
-      LOG.debug("{}: hand-over of token {} to a preferred candidate failed: {}", job, t, e.toString());
+      LOG.debug("{}: hand-over of token {} to a preferred candidate failed: {}", on, t, e.toString());
       return false;
     }
   }
 
-  private boolean resign(long t, long until) {
+  private boolean resign(long t, String on, long until) {
     if (!setFollower(t)) {
       return true; // no longer ours (transferred): nothing to release
     }
     long bound = Math.max(until - System.nanoTime(), TimeUnit.MILLISECONDS.toNanos(200));
     try {
-      client.release(job, holder, t, Duration.ofNanos(bound));
+      client.release(on, holder, t, Duration.ofNanos(bound));
     } catch (LeaseholdException e) {
-      LOG.warn("{}: release of token {} on resign failed: {}", job, t, e.toString());
+      LOG.warn("{}: release of token {} on resign failed: {}", on, t, e.toString());
     }
     return true;
   }
@@ -1131,11 +1271,12 @@ public final class Elector implements AutoCloseable {
     }
   }
 
-  private void setLeader(long t, String grantProof, byte[] grantValue, long until) {
+  private void setLeader(Lease grant, byte[] grantValue, long until) {
+    long t = grant.token();
     lock.lock();
     try {
       token = t;
-      proof = grantProof == null || grantProof.isEmpty() ? null : grantProof;
+      proof = grant.proof();
       deadline = until;
       changed.signalAll();
     } finally {
@@ -1143,7 +1284,17 @@ public final class Elector implements AutoCloseable {
     }
     LOG.debug("{}: elected with token {}", job, t);
     observeLeader(holder, t, grantValue);
-    dispatch(onElected, t);
+    try {
+      callbacks.execute(() -> {
+        try {
+          onElected.onElected(t, grant);
+        } catch (RuntimeException e) {
+          LOG.warn("{}: elector callback failed", job, e);
+        }
+      });
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      // closed
+    }
   }
 
   /** Ends the lead with {@code t} and reports it, once; false when it had already ended. */

@@ -394,7 +394,7 @@ public final class ElectorSet implements AutoCloseable {
         long sent = System.nanoTime();
         long limit = campaignWait + ttlN;
         ListenableFuture<AcquireResponse> f = client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait),
-            bindToStream, false, null, Duration.ofNanos(limit));
+            bindToStream, false, null, 0, Duration.ofNanos(limit));
         f.addListener(this::signal, Runnable::run);
         if (!awaitDone(f, sent + limit)) {
           f.cancel(true); // gives back a grant it may have been given meanwhile

@@ -27,9 +27,16 @@ import java.util.Objects;
  *     is free or the holder published nothing. <b>Advisory: the token
  *     fences, not the value</b>: it says where the holder said to reach it,
  *     not that it still leads. {@link #valueUtf8()} is the same as text
+ * @param slot in the answer to a counted Acquire ({@code AcquireRequest.slots},
+ *     {@link Client#acquire(String, String, Duration, Duration, int)}): the
+ *     slot granted, 0 to {@code slots - 1}, whose own job {@code job} names
+ *     ({@code "{job}#{slot}"}); 0 elsewhere, as {@code slots} is
+ * @param slots in the answer to a counted Acquire: the job's count of slots;
+ *     0 elsewhere (a GetLease, an observation or a renewal answers about a
+ *     slot's job as about any job). {@link #isSlot()} tells the two apart
  */
 public record Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal,
-    String proof, byte[] value) {
+    String proof, byte[] value, int slot, int slots) {
   private static final byte[] EMPTY = new byte[0];
 
   /** Copies {@code value} (null: empty), so that a lease does not change under its reader. */
@@ -45,6 +52,12 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
   /** A lease without a proof or a value. */
   public Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal) {
     this(job, holder, token, ttl, remaining, principal, null, null);
+  }
+
+  /** A lease that is not the answer to a counted Acquire (slot and slots 0). */
+  public Lease(String job, String holder, long token, Duration ttl, Duration remaining, String principal,
+      String proof, byte[] value) {
+    this(job, holder, token, ttl, remaining, principal, proof, value, 0, 0);
   }
 
   /** A lease without a value. */
@@ -64,6 +77,15 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
     return new String(value, StandardCharsets.UTF_8);
   }
 
+  /**
+   * Whether this is a counted Acquire's answer about a slot
+   * ({@code slots} above 0): then {@link #job()} is the slot's job,
+   * {@code "{job}#{slot}"}, which renewals, releases and writes name.
+   */
+  public boolean isSlot() {
+    return slots > 0;
+  }
+
   /** Whether the holder published a value ({@link #value()} is not empty). */
   public boolean hasValue() {
     return value.length > 0;
@@ -74,19 +96,21 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
   public boolean equals(Object o) {
     return o instanceof Lease l && token == l.token && Objects.equals(job, l.job) && Objects.equals(holder, l.holder)
         && Objects.equals(ttl, l.ttl) && Objects.equals(remaining, l.remaining)
-        && Objects.equals(principal, l.principal) && Objects.equals(proof, l.proof) && Arrays.equals(value, l.value);
+        && Objects.equals(principal, l.principal) && Objects.equals(proof, l.proof) && Arrays.equals(value, l.value)
+        && slot == l.slot && slots == l.slots;
   }
 
   @Override
   public int hashCode() {
-    return Objects.hash(job, holder, token, ttl, remaining, principal, proof) * 31 + Arrays.hashCode(value);
+    return Objects.hash(job, holder, token, ttl, remaining, principal, proof, slot, slots) * 31 + Arrays.hashCode(value);
   }
 
   /** The components, the value as UTF-8 text. */
   @Override
   public String toString() {
     return "Lease[job=" + job + ", holder=" + holder + ", token=" + Long.toUnsignedString(token) + ", ttl=" + ttl
-        + ", remaining=" + remaining + ", principal=" + principal + ", proof=" + proof + ", value=" + valueUtf8() + "]";
+        + ", remaining=" + remaining + ", principal=" + principal + ", proof=" + proof + ", value=" + valueUtf8()
+        + (slots > 0 ? ", slot=" + slot + ", slots=" + slots : "") + "]";
   }
 
   /** Whether the job has a live holder. */
@@ -103,6 +127,8 @@ public record Lease(String job, String holder, long token, Duration ttl, Duratio
         l.hasRemaining() ? Durations.fromProto(l.getRemaining()) : null,
         l.getPrincipal().isEmpty() ? null : l.getPrincipal(),
         l.getProof().isEmpty() ? null : l.getProof(),
-        l.getValue().toByteArray());
+        l.getValue().toByteArray(),
+        l.getSlot(),
+        l.getSlots());
   }
 }

@@ -55,6 +55,14 @@ import org.slf4j.LoggerFactory;
  * a UUID made for it: two locks on one job exclude each other, in one
  * process or in two (a lock is not re-entrant).
  *
+ * <p>A counted lock ({@link Client#lock(String, Duration, Duration, String, int)}:
+ * up to N holders at once, as {@code consul lock -n N}) holds one slot of a
+ * counted lease on {@link #job()}: the slot is a job of its own,
+ * {@link #leaseJob()} ({@code "{job}#{slot}"}), with its own token, and the
+ * lock renews and releases that job. Write with {@link #leaseJob()} and
+ * {@link #token()}; a key that every holder writes under the same job is
+ * ordered by token, not owned by one.
+ *
  * <p>Renewals run on a thread shared by every lock, loss listeners on
  * another ({@code leasehold-lock-callbacks}): keep listeners short, or a
  * slow one delays other locks' loss reports.
@@ -87,6 +95,10 @@ public final class Lock implements AutoCloseable {
 
   private final Client client;
   private final String job;
+  /** The job the lease is on: a counted lock's slot job, else {@link #job}. */
+  private final String leaseJob;
+  private final int slot;
+  private final int slots;
   private final String holder;
   private final Duration ttl;
   private final long token;
@@ -104,9 +116,14 @@ public final class Lock implements AutoCloseable {
   private ListenableFuture<RenewResponse> renewing;
   private final CompletableFuture<Long> lost = new CompletableFuture<>();
 
-  private Lock(Client client, String job, String holder, Duration ttl, long token, String proof, long anchor) {
+  private Lock(Client client, String job, Lease grant, String holder, Duration ttl, long anchor) {
     this.client = client;
     this.job = job;
+    this.leaseJob = grant.job();
+    this.slot = grant.slot();
+    this.slots = grant.slots();
+    long token = grant.token();
+    String proof = grant.proof();
     this.holder = holder;
     this.ttl = ttl;
     this.token = token;
@@ -118,7 +135,8 @@ public final class Lock implements AutoCloseable {
   // Taking the lock.
 
   /** The waiting Acquires of {@link Client#lockAsync}, one after the other, until granted, refused, timed out or cancelled. */
-  static CompletableFuture<Lock> acquire(Client client, String job, Duration ttl, Duration timeout, String name) {
+  static CompletableFuture<Lock> acquire(Client client, String job, Duration ttl, Duration timeout, String name,
+      int slots) {
     Objects.requireNonNull(job, "job");
     Objects.requireNonNull(ttl, "ttl");
     Objects.requireNonNull(name, "name");
@@ -134,7 +152,7 @@ public final class Lock implements AutoCloseable {
     if (timeout != null && timeout.isNegative()) {
       throw new IllegalArgumentException("timeout must not be negative");
     }
-    Taking t = new Taking(client, job, ttl, timeout, Elector.electorHolder(name));
+    Taking t = new Taking(client, job, ttl, timeout, Elector.electorHolder(name), slots);
     t.attempt();
     return t.out;
   }
@@ -146,17 +164,19 @@ public final class Lock implements AutoCloseable {
     final Duration ttl;
     final Duration timeout;
     final String holder;
+    final int slots;
     final long end; // System.nanoTime() of the timeout; unused without one
     final Retry.Backoff backoff;
     final CompletableFuture<Lock> out = new CompletableFuture<>();
     final AtomicReference<java.util.concurrent.Future<?>> current = new AtomicReference<>();
 
-    Taking(Client client, String job, Duration ttl, Duration timeout, String holder) {
+    Taking(Client client, String job, Duration ttl, Duration timeout, String holder, int slots) {
       this.client = client;
       this.job = job;
       this.ttl = ttl;
       this.timeout = timeout;
       this.holder = holder;
+      this.slots = slots;
       this.end = System.nanoTime() + (timeout == null ? 0 : timeout.toNanos());
       this.backoff = Retry.Backoff.campaign(ttl.toNanos());
       if (timeout != null && !timeout.isZero()) { // zero: one try, ended by its answer
@@ -190,7 +210,7 @@ public final class Lock implements AutoCloseable {
       Duration w = Duration.ofNanos(wait);
       ListenableFuture<AcquireResponse> f;
       try {
-        f = client.acquireCall(job, holder, ttl, w, false, false, null, w.plus(client.timeout()));
+        f = client.acquireCall(job, holder, ttl, w, false, false, null, slots, w.plus(client.timeout()));
       } catch (RuntimeException e) {
         out.completeExceptionally(Errors.from(e));
         return;
@@ -232,24 +252,24 @@ public final class Lock implements AutoCloseable {
         }
         return;
       }
-      long granted = r.getLease().getToken();
-      String grantProof = r.getLease().getProof();
+      Lease grant = Lease.fromProto(r.getLease()); // a counted lock's is on its slot's job
+      long granted = grant.token();
       if (System.nanoTime() - (sent + ttl.toNanos() / 10) < 0) {
-        granted(granted, grantProof, sent);
+        granted(grant, sent);
         return;
       }
       // Granted long after it was sent: counting the TTL from the send would
       // put the deadline in the past. A renewal sent now confirms the lease
       // and gives a fresh anchor.
       long at = System.nanoTime();
-      ListenableFuture<RenewResponse> confirm = client.renewCall(job, holder, granted, ttl, null, ttl.dividedBy(2));
+      ListenableFuture<RenewResponse> confirm = client.renewCall(grant.job(), holder, granted, ttl, null, ttl.dividedBy(2));
       current.set(confirm);
       confirm.addListener(() -> {
         try {
           Futures.getDone(confirm);
-          granted(granted, grantProof, at);
+          granted(grant, at);
         } catch (ExecutionException | CancellationException e) {
-          LOG.warn("{}: lock granted token {}, but the confirming renew failed: {}", job, granted, e.toString());
+          LOG.warn("{}: lock granted token {}, but the confirming renew failed: {}", grant.job(), granted, e.toString());
           if (out.isDone()) {
             return;
           }
@@ -258,8 +278,8 @@ public final class Lock implements AutoCloseable {
       }, MoreExecutors.directExecutor());
     }
 
-    void granted(long token, String proof, long anchor) {
-      Lock lock = new Lock(client, job, holder, ttl, token, proof, anchor);
+    void granted(Lease grant, long anchor) {
+      Lock lock = new Lock(client, job, grant, holder, ttl, anchor);
       lock.start();
       if (!out.complete(lock)) {
         // Cancelled or timed out as the grant came: its caller never sees it.
@@ -309,7 +329,7 @@ public final class Lock implements AutoCloseable {
     }
     ListenableFuture<RenewResponse> f;
     try {
-      f = client.renewCall(job, holder, token, ttl, null, Duration.ofNanos(until - now));
+      f = client.renewCall(leaseJob, holder, token, ttl, null, Duration.ofNanos(until - now));
     } catch (RuntimeException e) {
       retryRenewal(Errors.from(e), until);
       return;
@@ -356,7 +376,7 @@ public final class Lock implements AutoCloseable {
       lose(le, "no renewal succeeded by its deadline: " + le.getMessage());
       return;
     }
-    LOG.debug("{}: lock: renew of token {} failed, retrying: {}", job, token, le.toString());
+    LOG.debug("{}: lock: renew of token {} failed, retrying: {}", leaseJob, token, le.toString());
     synchronized (mu) {
       if (closed || lostFlag) {
         return;
@@ -375,7 +395,7 @@ public final class Lock implements AutoCloseable {
       lossCause = cause;
       cancelTimersLocked();
     }
-    LOG.warn("{}: lock lost (token {}): {}", job, token, why);
+    LOG.warn("{}: lock lost (token {}): {}", leaseJob, token, why);
     CALLBACKS.execute(() -> lost.complete(token));
   }
 
@@ -393,9 +413,23 @@ public final class Lock implements AutoCloseable {
 
   // What the caller sees.
 
-  /** The job. */
+  /** The job the lock was asked for. */
   public String job() {
     return job;
+  }
+
+  /**
+   * The job the lock's lease is on, which writes fenced by {@link #token()}
+   * name: for a counted lock its slot's job, {@code "{job}#{slot}"}; else
+   * {@link #job()}.
+   */
+  public String leaseJob() {
+    return leaseJob;
+  }
+
+  /** The slot a counted lock holds (0 to {@code slots - 1}); empty for an ordinary lock. */
+  public java.util.OptionalInt slot() {
+    return slots > 0 ? java.util.OptionalInt.of(slot) : java.util.OptionalInt.empty();
   }
 
   /** The lock's holder identity, {@code name@uuid}. */
@@ -445,7 +479,7 @@ public final class Lock implements AutoCloseable {
       try {
         listener.run();
       } catch (RuntimeException e) {
-        LOG.warn("{}: lock loss listener failed", job, e);
+        LOG.warn("{}: lock loss listener failed", leaseJob, e);
       }
     });
     return this;
@@ -474,13 +508,13 @@ public final class Lock implements AutoCloseable {
     LeaseholdException cause;
     synchronized (mu) {
       if (closed) {
-        throw new IllegalStateException(job + ": the lock is closed");
+        throw new IllegalStateException(leaseJob + ": the lock is closed");
       }
       gone = lostFlag || System.nanoTime() - deadline >= 0;
       cause = lossCause;
     }
     if (gone) {
-      throw new LeaseLostException(job + ": the lock with token " + Long.toUnsignedString(token) + " was lost",
+      throw new LeaseLostException(leaseJob + ": the lock with token " + Long.toUnsignedString(token) + " was lost",
           Status.Code.FAILED_PRECONDITION, "LEASE_LOST", Map.of(), cause);
     }
   }
@@ -510,15 +544,15 @@ public final class Lock implements AutoCloseable {
     }
     if (held) {
       try {
-        client.release(job, holder, token, Duration.ofNanos(bound));
+        client.release(leaseJob, holder, token, Duration.ofNanos(bound));
       } catch (LeaseholdException | CancellationException e) {
-        LOG.warn("{}: lock: release of token {} failed: {}", job, token, e.toString());
+        LOG.warn("{}: lock: release of token {} failed: {}", leaseJob, token, e.toString());
       }
     }
   }
 
   @Override
   public String toString() {
-    return "Lock(job=" + job + " holder=" + holder + " token=" + Long.toUnsignedString(token) + ")";
+    return "Lock(job=" + leaseJob + " holder=" + holder + " token=" + Long.toUnsignedString(token) + ")";
   }
 }

@@ -1,5 +1,6 @@
 package dev.leasehold.examples;
 
+import dev.leasehold.client.Acquired;
 import dev.leasehold.client.Client;
 import dev.leasehold.client.Elector;
 import dev.leasehold.client.ElectorSet;
@@ -30,7 +31,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Collectors;
 
 /**
@@ -39,7 +42,7 @@ import java.util.stream.Collectors;
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM (in a shutdown hook).
  *
- * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET] [--value V]</pre>
+ * <pre>java -cp ... dev.leasehold.examples.ConformanceWorker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--ca FILE] [--token SECRET] [--value V] [--slots N]</pre>
  *
  * <p>{@code --bind} builds the worker's elector with
  * {@code bindToStream(true)}, {@code --preferred} with
@@ -53,6 +56,19 @@ import java.util.stream.Collectors;
  * renewal), {@code leader} reads the job's leader and its value
  * ({@code leader()}), and {@code waiters <job>} lists a job's waiting
  * candidates in line order ({@code Client.listWaiters}).
+ *
+ * <p>{@code --slots N} makes the elector campaign for a slot of a counted
+ * lease with N slots ({@code Elector.Builder.slots}): its
+ * {@code elected token=<T>} line then ends with
+ * {@code  job=<slot job> slot=<k>}, and {@code write <value>} writes with
+ * the job its last lease was on, the slot's job. {@code acquire-slots <job>
+ * <n>} is a one-shot unary Acquire without waiting, as a fresh holder
+ * {@code <name>@<new uuid>} with the worker's TTL and {@code slots = n}
+ * ({@code Client.acquire(job, holder, ttl, wait, slots)}), answered
+ * {@code acquire-slots ok job=<lease job> slot=<k> token=<T>},
+ * {@code acquire-slots busy}, {@code acquire-slots invalid field=<field>}
+ * or {@code acquire-slots error <msg>}; the lease it gets is left to
+ * expire.
  *
  * <p>Besides its elector, the worker takes a lock ({@code lock},
  * {@code lock-write} through a {@link WriteStream}, {@code unlock}),
@@ -102,13 +118,18 @@ public final class ConformanceWorker {
     String name = args.getOrDefault("name", "worker");
     Duration ttl = Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000")));
     Extras extras = new Extras(client, name, ttl);
-    AtomicLong lastToken = new AtomicLong(); // the token we last led with, kept after losing
+    int slots = Integer.parseInt(args.getOrDefault("slots", "0"));
+    // The token we last led with, and the job that lease was on (a counted
+    // lease's slot job), kept after losing: set together, read together.
+    AtomicReference<Led> last = new AtomicReference<>(new Led(job, 0));
     Elector elector = Elector.builder(client, job, args.getOrDefault("name", "worker"))
         .ttl(Duration.ofMillis(Long.parseLong(args.getOrDefault("ttl-ms", "1000"))))
         .value(args.get("value")) // where to reach this worker when it leads; null: none
-        .onElected(t -> {
-          lastToken.set(t);
-          say("elected token=" + Long.toUnsignedString(t));
+        .slots(slots)
+        .onElected((t, grant) -> {
+          last.set(new Led(grant.job(), t));
+          say("elected token=" + Long.toUnsignedString(t)
+              + (grant.isSlot() ? " job=" + grant.job() + " slot=" + grant.slot() : ""));
         })
         .onLost(t -> say("lost token=" + Long.toUnsignedString(t)))
         .bindToStream(bind)
@@ -154,9 +175,12 @@ public final class ConformanceWorker {
       if (cmd.equals("quit")) {
         break;
       } else if (cmd.equals("write")) {
-        say(write(client, job, lastToken.get(), arg));
+        Led led = last.get();
+        say(write(client, led.job(), led.token(), arg));
       } else if (cmd.equals("bad")) {
-        say("bad " + arg + " " + bad(client, job, elector.holder(), lastToken.get(), arg));
+        say("bad " + arg + " " + bad(client, job, elector.holder(), last.get().token(), arg));
+      } else if (cmd.equals("acquire-slots")) {
+        say(acquireSlots(client, name, ttl, arg));
       } else if (cmd.equals("set-value")) {
         // At once: the value goes with the elector's next renewal.
         elector.setValue(arg);
@@ -397,6 +421,34 @@ public final class ConformanceWorker {
         stream.close();
         stream = null;
       }
+    }
+  }
+
+  /** The lease the elector last led with: its job (a counted lease's slot job) and token. */
+  record Led(String job, long token) {}
+
+  /**
+   * {@code <job> <n>}: one unary Acquire of a slot of {@code job} counted
+   * with {@code n} slots, without waiting, as a fresh holder; the lease is
+   * left to expire.
+   */
+  static String acquireSlots(Client client, String name, Duration ttl, String arg) {
+    String[] jn = arg.split(" ", 2);
+    if (jn.length < 2) {
+      return "acquire-slots error usage: acquire-slots <job> <n>";
+    }
+    try {
+      Acquired a = client.acquire(jn[0], name + "@" + UUID.randomUUID(), ttl, Duration.ZERO,
+          Integer.parseInt(jn[1].trim()));
+      if (!a.acquired()) {
+        return "acquire-slots busy";
+      }
+      Lease l = a.lease();
+      return "acquire-slots ok job=" + l.job() + " slot=" + l.slot() + " token=" + Long.toUnsignedString(l.token());
+    } catch (InvalidArgumentException e) {
+      return "acquire-slots invalid field=" + e.field();
+    } catch (LeaseholdException | NumberFormatException e) {
+      return "acquire-slots error " + e;
     }
   }
 
