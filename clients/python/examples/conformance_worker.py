@@ -18,6 +18,18 @@ with the next renewal), ``leader`` prints the leader's lease with its
 value (``Elector.leader()``), and ``waiters <job>`` the job's line of
 candidates (``Client.list_waiters``).
 
+``--slots N`` builds the elector with ``slots=N``: it campaigns for one of
+the N slots of a counted lease on the job, and its ``elected`` line names
+the slot's job and the slot: ``elected token=<T> job=<job>#<k> slot=<k>``
+(without ``--slots`` the line is ``elected token=<T>``, as before);
+``write`` writes with the job its last lease was on, the slot's job.
+``acquire-slots <job> <n>`` is one unary Acquire (wait 0) of ``<job>``
+with ``slots=<n>``, as a holder of its own (``<name>@<new uuid>``) with
+the worker's TTL, whose lease is left to run out: it answers
+``acquire-slots ok job=<lease job> slot=<k> token=<T>``, ``acquire-slots
+busy``, ``acquire-slots invalid field=<field>`` (the typed
+``InvalidArgument``) or ``acquire-slots error <message>``.
+
 Beyond the elector, the commands ``lock``/``lock-write``/``unlock`` (the
 asyncio lock, on an event loop of its own thread, and writes through the
 WriteStream), ``follow``/``follow-stop`` (an Elector's on_new_leader and
@@ -30,6 +42,7 @@ import asyncio
 import signal
 import sys
 import threading
+import uuid
 from typing import Optional
 
 import leasehold
@@ -65,6 +78,9 @@ def main() -> int:
     p.add_argument("--ca", help="connect with TLS, trusting this CA (a PEM file)")
     p.add_argument("--token", help="send this bearer token on every call")
     p.add_argument("--value", help="the value the elector publishes with its grants (UTF-8)")
+    p.add_argument(
+        "--slots", type=int, default=0, help="campaign for one of N slots of a counted lease (a semaphore)"
+    )
     args = p.parse_args()
     security = {"ca": args.ca, "token": args.token}
 
@@ -85,10 +101,17 @@ def main() -> int:
     client = leasehold.Client(args.server, **security)
     extras = Extras(client, args.server, security, args.name, args.ttl_ms / 1000)
     last_token = [None]  # the token we last led with, kept after losing
+    last_job = [args.job]  # the job that lease was on: a counted one's slot job
 
     def elected(token: int) -> None:
         last_token[0] = token
-        say(f"elected token={token}")
+        if not args.slots:
+            say(f"elected token={token}")
+            return
+        # Read on the callback thread, right after the grant: the job and
+        # slot of the leadership this callback reports.
+        last_job[0] = elector.lease_job or args.job
+        say(f"elected token={token} job={last_job[0]} slot={elector.slot}")
 
     def lost(token: int) -> None:
         say(f"lost token={token}")
@@ -104,6 +127,7 @@ def main() -> int:
         preferred=args.preferred,
         yield_to_preferred=args.yield_to_preferred,
         value=args.value,
+        slots=args.slots,
     )
     say(f"holder {elector.holder}")
     elector.start()
@@ -115,7 +139,7 @@ def main() -> int:
             if cmd == "quit":
                 break
             if cmd == "write":
-                say(write(client, args.job, last_token[0], arg))
+                say(write(client, last_job[0], last_token[0], arg))
             elif cmd == "transfer":
                 say(transfer(elector, None))
             elif cmd == "transfer-to":
@@ -137,6 +161,8 @@ def main() -> int:
                 say(leader(elector))
             elif cmd == "waiters":
                 say(waiters(client, arg))
+            elif cmd == "acquire-slots":
+                say(acquire_slots(client, args.name, args.ttl_ms / 1000, arg))
             elif extras.handle(cmd, arg):
                 pass
             elif cmd:
@@ -173,7 +199,7 @@ class Extras:
         self.lock: Optional[leasehold.AsyncLock] = None
         self.locking = None  # the future of a lock being entered
         self.lock_token: Optional[int] = None  # the lock's last token, kept after it ends
-        self.lock_job = ""
+        self.lock_job = ""  # the job the lock's lease is on (a counted lock's slot job)
         self.stream: Optional[leasehold.WriteStream] = None
         self.follow: Optional[leasehold.Elector] = None
         self.observing: Optional[leasehold.Watch] = None
@@ -229,6 +255,7 @@ class Extras:
                 say(f"lock error {type(task.exception()).__name__} {task.exception()}")
                 return
             self.lock_token = lock.token
+            self.lock_job = lock.lease_job or job
             say(f"lock held {job} token={lock.token} holder={lock.holder}")
 
         async def start() -> "asyncio.Task[leasehold.AsyncLock]":
@@ -238,7 +265,7 @@ class Extras:
 
         # Waits as long as it takes, on the loop: the commands go on meanwhile.
         lock = self.aclient.lock(job, ttl=self.ttl, name=self.name, on_lost=lost)
-        self.lock, self.lock_job = lock, job
+        self.lock = lock
         self.locking = self.on_loop(start())
 
     def lock_write(self, value: str) -> str:
@@ -414,6 +441,25 @@ def waiters(client: leasehold.Client, job: str) -> str:
     except leasehold.LeaseholdError as e:
         return f"waiters error {type(e).__name__} {e}"
     return " ".join([f"waiters n={line.waiting}"] + line.holders)
+
+
+def acquire_slots(client: leasehold.Client, name: str, ttl: float, arg: str) -> str:
+    """``acquire-slots <job> <n>``: one Acquire of a slot, wait 0, as a
+    holder of its own; the lease it gets is left to run out."""
+    job, _, n = arg.partition(" ")
+    try:
+        slots = int(n)
+    except ValueError:
+        return f"acquire-slots error not a count: {n!r}"
+    try:
+        r = client.acquire(job, f"{name}@{uuid.uuid4()}", ttl, slots=slots)
+    except leasehold.InvalidArgument as e:
+        return f"acquire-slots invalid field={e.field}"
+    except (leasehold.LeaseholdError, ValueError) as e:
+        return f"acquire-slots error {type(e).__name__} {e}"
+    if not r.acquired:
+        return "acquire-slots busy"
+    return f"acquire-slots ok job={r.lease.job} slot={r.lease.slot} token={r.lease.token}"
 
 
 def write(client: leasehold.Client, job: str, token, value: str) -> str:

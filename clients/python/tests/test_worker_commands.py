@@ -4,8 +4,8 @@ asyncio lock; writes over the WriteStream), ``follow``/``follow-stop``
 (on_new_leader and observe), ``fleet``/``fleet-stop`` (the ElectorSet),
 ``history``, ``delete-job``, the ``--ca``/``--token`` flags, and the
 leader's value and the candidates (``--value``, ``set-value``, ``leader``,
-``waiters``, ``follow <job> <value>``); real worker processes against the
-real server."""
+``waiters``, ``follow <job> <value>``), and counted leases (``--slots``,
+``acquire-slots``); real worker processes against the real server."""
 
 import re
 
@@ -202,3 +202,48 @@ def test_worker_value_set_value_leader_waiters_and_follow_values(chaos_server, j
         w.send("quit")
         w.expect(lambda l: l == "bye", PATIENCE, "bye")
         assert w.wait(PATIENCE) == 0
+
+
+def test_worker_slots_flag_and_acquire_slots_command(server, job, workers):
+    """``--slots 2``: two workers lead at once, each line naming its slot's
+    job and slot; a third waits and takes the slot the first frees, with
+    that slot's token + 1; ``write`` goes to the slot's job. Then
+    ``acquire-slots``: ok, busy, and invalid for another count or over 100."""
+    elected = r"elected token=(\d+) job=(\S+) slot=(\d+)"
+    with leasehold.Client(server.target) as c:
+        a = start(server, job, "a", "--slots", "2")
+        workers.append(a)
+        ma = line(a, elected)
+        b = start(server, job, "b", "--slots", "2")
+        workers.append(b)
+        mb = line(b, elected)
+        for m in (ma, mb):
+            assert m.group(1) == "1" and m.group(2) == f"{job}#{m.group(3)}"
+        assert {ma.group(3), mb.group(3)} == {"0", "1"}, "two slots"
+        assert c.get_lease(ma.group(2)).holder == a.holder and c.get_lease(mb.group(2)).holder == b.holder
+        w = start(server, job, "w", "--slots", "2")
+        workers.append(w)
+        harness.wait_until(lambda: c.get_lease(job).holder == w.holder, PATIENCE, "the third worker in line")
+        assert answer(a, "write x") == "write ok version=1"
+        assert c.read(ma.group(2), b"status").value == b"x", "written to the slot's job"
+        a.send("quit")
+        a.expect(lambda l: l == "bye", PATIENCE, "bye")
+        mw = line(w, elected)
+        assert mw.groups() == ("2", ma.group(2), ma.group(3)), "the freed slot, its token + 1"
+        assert answer(w, "write y") == "write ok version=2"
+        with pytest.raises(leasehold.Fenced):
+            c.checked_write(ma.group(2), 1, b"status", b"stale")
+        assert answer(b, "write z") == "write ok version=1"
+
+        assert answer(w, f"acquire-slots {job} 3") == "acquire-slots invalid field=slots"
+        assert answer(w, f"acquire-slots {job} 2") == "acquire-slots busy"
+        assert answer(w, f"acquire-slots {job}-x 101") == "acquire-slots invalid field=slots"
+        assert answer(w, f"acquire-slots {job}-y 2") == f"acquire-slots ok job={job}-y#0 slot=0 token=1"
+        held = c.get_lease(f"{job}-y#0").holder
+        assert held.startswith("w@") and held != w.holder, "a holder of its own"
+        assert answer(w, f"acquire-slots {job}-y 2") == f"acquire-slots ok job={job}-y#1 slot=1 token=1"
+        for x in (b, w):
+            x.send("quit")
+            x.expect(lambda l: l == "bye", PATIENCE, "bye")
+            assert x.wait(PATIENCE) == 0
+        assert c.get_lease(ma.group(2)).holder is None and c.get_lease(mb.group(2)).holder is None

@@ -19,6 +19,7 @@ from .types import (
     WriteOutcome,
     as_bytes,
     outcome_from_pb,
+    slots_arg,
     to_duration,
 )
 from .v1 import leasehold_pb2 as pb
@@ -142,9 +143,11 @@ def acquire_request(
     bind_to_stream: bool = False,
     preferred: bool = False,
     value: Optional[Bytes] = None,
+    slots: Optional[int] = None,
 ) -> pb.AcquireRequest:
     """An ``AcquireRequest``; ``value`` (``None``: none) is published with
-    the grant."""
+    the grant; ``slots`` (``None`` or 0: the ordinary lease) asks for a
+    slot of a counted lease."""
     return pb.AcquireRequest(
         job=job,
         holder=holder,
@@ -153,6 +156,7 @@ def acquire_request(
         bind_to_stream=bind_to_stream,
         preferred=preferred,
         value=as_bytes(value) if value is not None else b"",
+        slots=slots_arg(slots),
     )
 
 

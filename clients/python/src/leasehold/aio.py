@@ -67,6 +67,7 @@ from .types import (
     WriteOutcome,
     as_bytes,
     check_elector_args,
+    check_slots,
     check_value,
     elector_holder,
     event_from_pb,
@@ -403,13 +404,18 @@ class AsyncClient:
         bind_to_stream: bool = False,
         preferred: bool = False,
         value: Optional[Bytes] = None,
+        slots: Optional[int] = None,
     ) -> Acquired:
         """As :meth:`leasehold.Client.acquire` (``bind_to_stream=True`` binds
         the grant to this client's connection; ``preferred=True`` queues it
         ahead of the Acquires that are not preferred, and tells a holder
         that is not preferred that it waits; ``value`` is published with
-        the grant, at most 1024 bytes). A waiting Acquire (``wait >
-        0``) that is cancelled (``asyncio.CancelledError``) or times out
+        the grant, at most 1024 bytes; ``slots=N`` asks for one of N slots
+        of a counted lease, granted on the slot's own job, ``Lease.job``,
+        ``"{job}#{k}"``, which the holder then renews, releases and writes
+        with; another count than the job's, or over 100, is
+        :class:`~leasehold.InvalidArgument` naming ``"slots"``). A waiting
+        Acquire (``wait > 0``) that is cancelled (``asyncio.CancelledError``) or times out
         (:class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``) gives back
         a grant it may have been given meanwhile: a task reads the lease
         100 ms later and gives it back if its holder is ``holder``. **A
@@ -423,7 +429,7 @@ class AsyncClient:
             try:
                 r = await self._call(
                     self._leases.Acquire,
-                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value),
+                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value, slots),
                     t,
                 )
             except (asyncio.CancelledError, errors.DeadlineExceeded):
@@ -461,6 +467,7 @@ class AsyncClient:
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
         on_lost: Optional[AsyncTokenCallback] = None,
+        slots: Optional[int] = None,
     ) -> AsyncLock:
         """An :class:`~leasehold.AsyncLock` on ``job``, as
         :meth:`leasehold.Client.lock`, for ``async with``::
@@ -470,8 +477,14 @@ class AsyncClient:
 
         Its renewals run as a task on this event loop. ``on_lost(token)``
         (a function or a coroutine function) is called once if the lease is
-        lost while held (not after a plain release)."""
-        return AsyncLock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
+        lost while held (not after a plain release). ``slots=N`` makes it
+        a counted lock, held in one of N slots; its writes name
+        :attr:`~leasehold.AsyncLock.lease_job`, the slot's job::
+
+            async with client.lock("nightly", ttl=10, slots=2) as lock:
+                await client.checked_write(lock.lease_job, lock.token, b"cursor", b"42")
+        """
+        return AsyncLock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost, slots=slots)
 
     async def renew(
         self,
@@ -721,6 +734,12 @@ class AsyncElector:
     ``preferred=True`` (campaign as a preferred candidate) and
     ``yield_to_preferred=True`` (hand over to a waiting preferred candidate
     at the next renewal, then campaign again behind it).
+
+    ``slots=N`` campaigns for one of the N slots of a counted lease, as
+    for :class:`~leasehold.Elector`: while leading, :attr:`lease_job` is
+    the slot's job, ``"{job}#{slot}"`` (:attr:`slot` is k), which the
+    elector renews, releases and transfers, and which writes fenced by
+    :attr:`token` name.
     """
 
     def __init__(
@@ -738,8 +757,12 @@ class AsyncElector:
         preferred: bool = False,
         yield_to_preferred: bool = False,
         value: Optional[Bytes] = None,
+        slots: Optional[int] = None,
     ) -> None:
         check_elector_args(job, name, ttl)
+        self._slots = check_slots(slots)
+        # As Elector's: (token, the job the grant is on, the slot).
+        self._granted: Optional[Tuple[int, str, Optional[int]]] = None
         self._client = client
         self._on_new_leader = leader_callback(on_new_leader)
         # As Elector's: the value, its generation, and the newest generation
@@ -796,6 +819,34 @@ class AsyncElector:
         """Whether this elector hands over to a waiting preferred candidate
         at its next renewal."""
         return self._yield
+
+    @property
+    def slots(self) -> int:
+        """The count of slots the campaign asks for; 0 for an ordinary
+        lease."""
+        return self._slots
+
+    @property
+    def lease_job(self) -> Optional[str]:
+        """As :attr:`leasehold.Elector.lease_job`: the job our lease is on
+        while we lead (the slot's job for a counted lease, else
+        :attr:`job`); ``None`` when not leading."""
+        token = self.token
+        return None if token is None else self._lease_job_of(token)
+
+    @property
+    def slot(self) -> Optional[int]:
+        """As :attr:`leasehold.Elector.slot`: the slot we lead in, for a
+        counted lease; ``None`` when not leading, or not counted."""
+        token, g = self.token, self._granted
+        return g[2] if token is not None and g is not None and g[0] == token else None
+
+    def _lease_job_of(self, token: int) -> str:
+        g = self._granted
+        return g[1] if g is not None and g[0] == token else self._job
+
+    def _counted(self) -> bool:
+        return self._slots >= 2
 
     @property
     def value(self) -> bytes:
@@ -904,7 +955,9 @@ class AsyncElector:
             raise errors.NotLeader(f"{self._job}: not leading, nothing to transfer")
         self._handing = token
         try:
-            lease = await self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
+            lease = await self._client.transfer_lease(
+                self._lease_job_of(token), self._holder, token, to_holder=to, timeout=timeout
+            )
         except errors.LeaseLost as e:
             log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
             await self._set_follower(token)
@@ -1002,6 +1055,7 @@ class AsyncElector:
                             bind_to_stream=self._bind,
                             preferred=self._preferred,
                             value=value,
+                            slots=self._slots,
                         ),
                         sent + limit,
                     )
@@ -1023,11 +1077,14 @@ class AsyncElector:
                         return
                     continue
                 backoff.reset()
-                self._observe(a.lease.holder, a.lease.token, a.lease.value)
+                if not self._counted():  # a counted answer is about a slot's job, not ours
+                    self._observe(a.lease.holder, a.lease.token, a.lease.value)
                 if not a.acquired:
                     continue
                 self._value_done(gen)
                 token = a.lease.token
+                slot = a.lease.slot if self._counted() and a.lease.job not in ("", self._job) else None
+                self._granted = (token, a.lease.job or self._job, slot)
                 anchor = await self._anchor(token, sent)
                 if anchor is None:
                     continue
@@ -1049,7 +1106,9 @@ class AsyncElector:
         sent = time.monotonic()
         value, gen = self._value_to_send()
         try:
-            await self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2, value=value)
+            await self._client.renew(
+                self._lease_job_of(token), self._holder, token, self._ttl, timeout=self._ttl / 2, value=value
+            )
             if value is not None:
                 self._value_done(gen)
             return sent
@@ -1061,6 +1120,7 @@ class AsyncElector:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
+        on = self._lease_job_of(token)  # a counted grant's slot job: renewed there
         ended = await self._set_leader(token, deadline, proof, value)
         nxt = sent + every
         while True:
@@ -1080,7 +1140,7 @@ class AsyncElector:
             try:
                 renewed = await self._until(
                     self._client.renew_lease(
-                        self._job, self._holder, token, self._ttl, timeout=deadline - now, value=sending
+                        on, self._holder, token, self._ttl, timeout=deadline - now, value=sending
                     ),
                     deadline,
                     ended,
@@ -1150,7 +1210,9 @@ class AsyncElector:
             return True  # transfer() handed it over meanwhile: nothing to release
         until = max(deadline, time.monotonic() + 0.2)
         try:
-            await self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
+            await self._client.release(
+                self._lease_job_of(token), self._holder, token, timeout=max(until - time.monotonic(), 0.001)
+            )
         except errors.LeaseholdError as e:
             log.warning("%s: release of token %d on resign failed: %s", self._job, token, e)
         return True
@@ -1224,12 +1286,13 @@ class AsyncElector:
         self, token: int, deadline: float, proof: Optional[str] = None, value: bytes = b""
     ) -> asyncio.Event:
         """Leads with ``token``; the event set when that leadership ends."""
-        self._observe(self._holder, token, value)
+        if not self._counted():  # a counted grant's token is its slot's, not the job's
+            self._observe(self._holder, token, value)
         self._token = token
         self._proof = proof
         self._deadline = deadline
         ended = self._ended = asyncio.Event()
-        log.info("%s: elected with token %d", self._job, token)
+        log.info("%s: elected with token %d", self._lease_job_of(token), token)
         await self._notify()
         self._callback(self._on_elected, token)
         return ended

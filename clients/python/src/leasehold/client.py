@@ -390,11 +390,25 @@ class Client:
         bind_to_stream: bool = False,
         preferred: bool = False,
         value: Optional[Bytes] = None,
+        slots: Optional[int] = None,
     ) -> Acquired:
         """Asks for the lease on ``job``; waits up to ``wait`` seconds for it
         to free up. ``timeout`` defaults to ``wait`` plus the client's
         timeout; when it passes the call raises
         :class:`~leasehold.DeadlineExceeded`, a ``TimeoutError``.
+
+        ``slots=N`` (2 to 100) asks for one of the N slots of a counted
+        lease on ``job`` (a semaphore): up to N holders at once. Slot k is
+        a job of its own, ``"{job}#{k}"``, with its own token: the grant's
+        :attr:`Lease.job <leasehold.Lease.job>` names it (and
+        :attr:`~leasehold.Lease.slot` is k, :attr:`~leasehold.Lease.slots`
+        N), and the holder renews, releases, transfers and writes with
+        that name, not ``job``. A waiting counted Acquire is served first
+        come, first served as slots free up; a live holder of a slot that
+        asks again is renewed in its slot. The first counted grant fixes
+        N: another count, or one over 100, raises
+        :class:`~leasehold.InvalidArgument` with ``field == "slots"`` and
+        changes nothing. ``None``, 0 or 1: the ordinary lease.
 
         ``value`` (``bytes``, or a ``str`` sent as UTF-8; at most 1024
         bytes, else :class:`~leasehold.InvalidArgument` naming ``"value"``)
@@ -437,7 +451,7 @@ class Client:
             try:
                 r = self._call(
                     self._leases.Acquire,
-                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value),
+                    acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value, slots),
                     t,
                 )
             except errors.DeadlineExceeded:
@@ -460,9 +474,11 @@ class Client:
         bind_to_stream: bool = False,
         preferred: bool = False,
         value: Optional[Bytes] = None,
+        slots: Optional[int] = None,
     ) -> grpc.Future:
         """``acquire`` as a cancellable ``grpc.Future`` of the raw response
         (used by the Elector). Its exception is a raw ``grpc.RpcError``.
+        ``slots`` as for :meth:`acquire`.
 
         A waiting one (``wait > 0``) that is cancelled, or whose timeout
         passes, gives back a grant it may have been given meanwhile, never
@@ -470,7 +486,7 @@ class Client:
         asking = self._calls.start(job, holder)
         try:
             fut = self._leases.Acquire.future(
-                acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value), timeout=timeout
+                acquire_request(job, holder, ttl, wait, bind_to_stream, preferred, value, slots), timeout=timeout
             )
         except BaseException:
             asking.end()
@@ -519,6 +535,7 @@ class Client:
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
         on_lost: Optional[Callable[[int], None]] = None,
+        slots: Optional[int] = None,
     ) -> Lock:
         """A :class:`~leasehold.Lock` on ``job``: the lease, held for the
         length of a ``with`` block and renewed every ``ttl / 3`` meanwhile::
@@ -536,8 +553,19 @@ class Client:
         :class:`~leasehold.LeaseLost`, and writes with the token are
         :class:`~leasehold.Fenced` once another holder has the lease.
         ``on_lost(token)``, if given, is called once when that happens (on
-        the lock's renewal thread; not after a plain release)."""
-        return Lock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost)
+        the lock's renewal thread; not after a plain release).
+
+        ``slots=N`` (2 to 100) makes it a counted lock (a semaphore, as
+        ``consul lock -n N``): up to N locks on ``job`` are held at once,
+        each in a slot of its own with its own token. The lock renews and
+        releases its slot's job, :attr:`~leasehold.Lock.lease_job`
+        (``"{job}#{k}"``, k :attr:`~leasehold.Lock.slot`), and writes
+        fenced by its token name that job::
+
+            with client.lock("nightly", ttl=10, slots=2) as lock:
+                client.checked_write(lock.lease_job, lock.token, b"cursor", b"42")
+        """
+        return Lock(self, job, ttl, timeout=timeout, name=name, on_lost=on_lost, slots=slots)
 
     def renew(
         self,

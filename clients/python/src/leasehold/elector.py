@@ -37,7 +37,7 @@ from . import errors
 from ._retry import Backoff, Warnings
 from .client import Client
 from ._wire import REFUSALS, campaign_timing, leader_callback  # noqa: F401 (re-exported)
-from .types import Bytes, Lease, check_elector_args, check_value, elector_holder
+from .types import Bytes, Lease, check_elector_args, check_slots, check_value, elector_holder
 
 log = logging.getLogger("leasehold.elector")
 
@@ -143,6 +143,22 @@ class Elector:
     renewals leave it as it is. The value is advisory: the token fences,
     not the value.
 
+    ``slots=N`` (2 to 100) campaigns for one of the N slots of a counted
+    lease on ``job`` (a semaphore): up to N electors lead at once, each in
+    a slot of its own, with its own token. Slot k is a job of its own,
+    ``"{job}#{k}"``: while leading, :attr:`lease_job` names it and
+    :attr:`slot` is k; the elector renews, releases and transfers that
+    job, and writes fenced by :attr:`token` must name it. After a loss it
+    campaigns for ``job`` with ``slots`` again, and may land in another
+    slot. The job's count is fixed by its first counted grant: a campaign
+    with another is refused (:attr:`error`, an
+    :class:`~leasehold.InvalidArgument` naming ``"slots"``). While an
+    elector waits first in line, the server holds ``job``'s own lease for
+    it, so :meth:`leader` and ``on_new_leader`` (which follow ``job``)
+    see the line, not the slots' holders: read ``job#k`` for those. For a
+    counted elector ``on_new_leader`` hears the watch alone, not its own
+    grants (they are on the slot's job, with the slot's tokens).
+
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here; a value over 1024 bytes,
     :class:`~leasehold.InvalidArgument` naming ``"value"``. A campaign the
@@ -168,8 +184,14 @@ class Elector:
         preferred: bool = False,
         yield_to_preferred: bool = False,
         value: Optional[Bytes] = None,
+        slots: Optional[int] = None,
     ) -> None:
         check_elector_args(job, name, ttl)
+        self._slots = check_slots(slots)
+        # The grant we lead with or are about to: (token, the job it is on,
+        # the slot). A counted grant is on its slot's job, which every
+        # call about the lease names.
+        self._granted: Optional[Tuple[int, str, Optional[int]]] = None
         self._client = client
         self._on_new_leader = leader_callback(on_new_leader)
         # The value we publish, and its generation (bumped by set_value);
@@ -230,6 +252,48 @@ class Elector:
         """Whether this elector hands over to a waiting preferred candidate
         at its next renewal."""
         return self._yield
+
+    @property
+    def slots(self) -> int:
+        """The count of slots the campaign asks for (``slots=``); 0 for an
+        ordinary lease."""
+        return self._slots
+
+    @property
+    def lease_job(self) -> Optional[str]:
+        """The job our lease is on while we lead (whenever :attr:`token`
+        is set): :attr:`job`, or for a counted lease (``slots=``) our
+        slot's job, ``"{job}#{slot}"``. Writes fenced by our token name
+        it::
+
+            token = elector.wait_elected()
+            client.checked_write(elector.lease_job, token, b"progress", b"1/3")
+
+        ``None`` when not leading."""
+        with self._cond:
+            if self._token is None or time.monotonic() >= self._deadline:
+                return None
+            return self._lease_job_of(self._token)
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The slot we lead in (0 to ``slots - 1``), for a counted lease,
+        whenever :attr:`token` is set; ``None`` when not leading, or the
+        lease is not counted."""
+        with self._cond:
+            if self._token is None or time.monotonic() >= self._deadline:
+                return None
+            g = self._granted
+            return g[2] if g is not None and g[0] == self._token else None
+
+    def _lease_job_of(self, token: int) -> str:
+        """The job the grant with ``token`` is on: its slot's job for a
+        counted grant, else :attr:`job`."""
+        g = self._granted
+        return g[1] if g is not None and g[0] == token else self._job
+
+    def _counted(self) -> bool:
+        return self._slots >= 2
 
     @property
     def value(self) -> bytes:
@@ -371,7 +435,9 @@ class Elector:
         with self._cond:
             self._handing = token
         try:
-            lease = self._client.transfer_lease(self._job, self._holder, token, to_holder=to, timeout=timeout)
+            with self._cond:
+                on = self._lease_job_of(token)
+            lease = self._client.transfer_lease(on, self._holder, token, to_holder=to, timeout=timeout)
         except errors.LeaseLost as e:
             log.warning("%s: transfer of token %d: lease lost: %s", self._job, token, e)
             self._set_follower(token)
@@ -432,6 +498,7 @@ class Elector:
                     bind_to_stream=self._bind,
                     preferred=self._preferred,
                     value=value,
+                    slots=self._slots,
                 )
                 outcome = self._wait(fut, sent + limit)
                 if outcome == _STOP:
@@ -454,11 +521,15 @@ class Elector:
                     continue
                 backoff.reset()
                 r = fut.result()
-                self._observe(r.lease.holder, r.lease.token, bytes(r.lease.value))
+                if not self._counted():  # a counted answer is about a slot's job, not ours
+                    self._observe(r.lease.holder, r.lease.token, bytes(r.lease.value))
                 if not r.acquired:
                     continue
                 self._value_done(gen)
                 token = r.lease.token
+                with self._cond:
+                    slot = r.lease.slot if self._counted() and r.lease.job not in ("", self._job) else None
+                    self._granted = (token, r.lease.job or self._job, slot)
                 anchor = self._anchor(token, sent)
                 if anchor is None:
                     continue
@@ -531,8 +602,10 @@ class Elector:
             return sent
         sent = time.monotonic()
         value, gen = self._value_to_send()
+        with self._cond:
+            on = self._lease_job_of(token)
         try:
-            self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2, value=value)
+            self._client.renew(on, self._holder, token, self._ttl, timeout=self._ttl / 2, value=value)
             if value is not None:
                 self._value_done(gen)
             return sent
@@ -548,6 +621,8 @@ class Elector:
         _, every = campaign_timing(self._ttl)
         retry = Backoff.renew(self._ttl)
         deadline = sent + self._ttl
+        with self._cond:
+            on = self._lease_job_of(token)  # a counted grant's slot job: renewed there
         self._set_leader(token, deadline, proof, value)
         nxt = sent + every
         while True:
@@ -563,7 +638,7 @@ class Elector:
             # A value set since the server last took one goes with this
             # renewal, and with each after it until one is answered.
             value, gen = self._value_to_send()
-            fut = self._client.renew_future(self._job, self._holder, token, self._ttl, deadline - now, value=value)
+            fut = self._client.renew_future(on, self._holder, token, self._ttl, deadline - now, value=value)
             outcome = self._wait(fut, deadline)
             if outcome == _STOP:
                 return self._resign_lease(token, deadline)
@@ -632,8 +707,10 @@ class Elector:
         if not self._set_follower(token):
             return True  # transfer() handed it over meanwhile: nothing to release
         until = max(deadline, time.monotonic() + 0.2)
+        with self._cond:
+            on = self._lease_job_of(token)
         try:
-            self._client.release(self._job, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
+            self._client.release(on, self._holder, token, timeout=max(until - time.monotonic(), 0.001))
         except errors.LeaseholdError as e:
             log.warning("%s: release of token %d on resign failed: %s", self._job, token, e)
         return True
@@ -704,13 +781,14 @@ class Elector:
                 return
 
     def _set_leader(self, token: int, deadline: float, proof: Optional[str] = None, value: bytes = b"") -> None:
-        self._observe(self._holder, token, value)
+        if not self._counted():  # a counted grant's token is its slot's, not the job's
+            self._observe(self._holder, token, value)
         with self._cond:
             self._token = token
             self._proof = proof
             self._deadline = deadline
             self._cond.notify_all()
-        log.info("%s: elected with token %d", self._job, token)
+        log.info("%s: elected with token %d", self._lease_job_of(token), token)
         if self._dispatcher is not None and self._on_elected is not None:
             cb = self._on_elected
             self._dispatcher.submit(lambda: cb(token))

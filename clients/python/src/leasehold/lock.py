@@ -31,6 +31,15 @@ Each lock is its own holder, ``name@uuid`` with a UUID made for it: two
 locks on one job, in one process or in two, exclude each other (a lock is
 not re-entrant: a second ``lock`` on the same job inside the first's block
 waits for the first).
+
+**A counted lock** (``slots=N``, 2 to 100: a semaphore, as ``consul lock
+-n N``) is held by up to N locks on the job at once, each in a slot of its
+own. Slot k is a job of its own, ``"{job}#{k}"``, with its own token: the
+lock renews and releases that job, :attr:`~Lock.lease_job`, and writes
+fenced by :attr:`~Lock.token` must name it::
+
+    with client.lock("nightly", ttl=10, slots=2) as lock:   # at most 2 at once
+        client.checked_write(lock.lease_job, lock.token, b"progress", b"50%")
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ import grpc
 
 from . import errors
 from ._retry import Backoff, Warnings
-from .types import check_elector_args, elector_holder
+from .types import check_elector_args, check_slots, elector_holder
 
 if TYPE_CHECKING:  # pragma: no cover
     from .aio import AsyncClient
@@ -89,11 +98,22 @@ class _State:
     """What both locks share: the fields, the properties that read them."""
 
     def __init__(
-        self, job: str, ttl: float, timeout: Optional[float], name: str, on_lost: Optional[Callable[[int], Any]] = None
+        self,
+        job: str,
+        ttl: float,
+        timeout: Optional[float],
+        name: str,
+        on_lost: Optional[Callable[[int], Any]] = None,
+        slots: Optional[int] = None,
     ) -> None:
         check_elector_args(job, name, ttl)
+        self._slots = check_slots(slots)
         self._on_lost = on_lost
         self._job = job
+        # The job our grant is on (the slot's, for a counted lock), and the
+        # slot: set with the token.
+        self._lease_job: Optional[str] = None
+        self._slot: Optional[int] = None
         self._ttl = float(ttl)
         self._timeout = _check_timeout(timeout)
         self._holder = elector_holder(name)
@@ -112,6 +132,33 @@ class _State:
     @property
     def ttl(self) -> float:
         return self._ttl
+
+    @property
+    def slots(self) -> int:
+        """The count of slots the lock asks for (``slots=``); 0 for an
+        ordinary lock."""
+        return self._slots
+
+    @property
+    def lease_job(self) -> Optional[str]:
+        """The job our lease is on, set with :attr:`token`: :attr:`job`,
+        or for a counted lock (``slots=``) its slot's job,
+        ``"{job}#{slot}"``. The lock renews and releases it, and writes
+        fenced by :attr:`token` name it. ``None`` before the lock is
+        acquired; it stays set after, as the token does."""
+        return self._lease_job
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The slot we hold, for a counted lock, set with :attr:`token`;
+        ``None`` before, and for an ordinary lock."""
+        return self._slot
+
+    def _granted(self, job: str, slot: int) -> str:
+        """Notes the job and slot of our grant; the job, for the calls."""
+        self._lease_job = job or self._job
+        self._slot = slot if self._slots and job and job != self._job else None
+        return self._lease_job
 
     @property
     def holder(self) -> str:
@@ -194,7 +241,8 @@ class _State:
 
     def __repr__(self) -> str:
         state = "held" if self.is_held else "lost" if self.lost else "released" if self._released else "not held"
-        return f"<{type(self).__name__} job={self._job!r} holder={self._holder!r} token={self._token} {state}>"
+        on = f" lease_job={self._lease_job!r}" if self._lease_job not in (None, self._job) else ""
+        return f"<{type(self).__name__} job={self._job!r}{on} holder={self._holder!r} token={self._token} {state}>"
 
 
 class Lock(_State):
@@ -213,8 +261,9 @@ class Lock(_State):
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
         on_lost: Optional[Callable[[int], None]] = None,
+        slots: Optional[int] = None,
     ) -> None:
-        super().__init__(job, ttl, timeout, name, on_lost)
+        super().__init__(job, ttl, timeout, name, on_lost, slots)
         self._client = client
         self._cond = threading.Condition()
         self._stopping = False
@@ -242,7 +291,9 @@ class Lock(_State):
             wait = MAX_WAIT if left is None else max(min(left, MAX_WAIT), 0.0)
             call_timeout = wait + self._client.timeout
             sent = time.monotonic()
-            fut = self._client.acquire_future(self._job, self._holder, self._ttl, wait, call_timeout)
+            fut = self._client.acquire_future(
+                self._job, self._holder, self._ttl, wait, call_timeout, slots=self._slots
+            )
             try:
                 r = fut.result()
             except grpc.RpcError as e:
@@ -265,17 +316,20 @@ class Lock(_State):
             backoff.reset()
             if r.acquired:
                 token = r.lease.token
+                # A counted grant is on its slot's job: renewed and released there.
+                on = r.lease.job or self._job
                 anchor: Optional[float] = sent
                 if self._anchor_needed(sent):
                     anchor = time.monotonic()
                     try:
-                        self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+                        self._client.renew(on, self._holder, token, self._ttl, timeout=self._ttl / 2)
                     except errors.LeaseholdError as e:
                         log.warning("lock on %s: granted token %d, but the confirming renew failed: %s",
                                     self._job, token, e)
                         anchor = None
                 if anchor is not None:
                     self._proof = r.lease.proof or None
+                    self._granted(r.lease.job, r.lease.slot)
                     self._hold(token, anchor)
                     return self
             if end is not None and time.monotonic() >= end:
@@ -312,7 +366,7 @@ class Lock(_State):
                 if now >= deadline:
                     self._set_lost(token, _lost_error(self._job, token, "its deadline passed without a renewal"))
                     return
-                fut = self._client.renew_future(self._job, self._holder, token, self._ttl, deadline - now)
+                fut = self._client.renew_future(self._lease_job, self._holder, token, self._ttl, deadline - now)
                 fut.add_done_callback(lambda _: self._notify())
                 with self._cond:
                     while not fut.done() and not self._stopping and time.monotonic() < deadline:
@@ -387,7 +441,7 @@ class Lock(_State):
         # nobody else's.
         timeout = min(self._client.timeout, max(deadline - time.monotonic(), 0.2))
         try:
-            self._client.release(self._job, self._holder, token, timeout=timeout)
+            self._client.release(self._lease_job or self._job, self._holder, token, timeout=timeout)
         except errors.LeaseLost:
             pass
         except errors.LeaseholdError as e:
@@ -418,8 +472,9 @@ class AsyncLock(_State):
         timeout: Optional[float] = None,
         name: str = DEFAULT_LOCK_NAME,
         on_lost: Optional[Callable[[int], Any]] = None,
+        slots: Optional[int] = None,
     ) -> None:
-        super().__init__(job, ttl, timeout, name, on_lost)
+        super().__init__(job, ttl, timeout, name, on_lost, slots)
         self._client = client
         self._callback_task: Optional["asyncio.Future[Any]"] = None
         self._task: Optional["asyncio.Task[None]"] = None
@@ -441,7 +496,7 @@ class AsyncLock(_State):
             sent = time.monotonic()
             try:
                 a = await self._client.acquire(
-                    self._job, self._holder, self._ttl, wait, timeout=wait + self._client.timeout
+                    self._job, self._holder, self._ttl, wait, timeout=wait + self._client.timeout, slots=self._slots
                 )
             except errors.LeaseholdError as err:
                 if not err.retryable:
@@ -457,17 +512,19 @@ class AsyncLock(_State):
             backoff.reset()
             if a.acquired:
                 token = a.lease.token
+                on = a.lease.job or self._job  # a counted grant's slot job
                 anchor: Optional[float] = sent
                 if self._anchor_needed(sent):
                     anchor = time.monotonic()
                     try:
-                        await self._client.renew(self._job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+                        await self._client.renew(on, self._holder, token, self._ttl, timeout=self._ttl / 2)
                     except errors.LeaseholdError as e:
                         log.warning("lock on %s: granted token %d, but the confirming renew failed: %s",
                                     self._job, token, e)
                         anchor = None
                 if anchor is not None:
                     self._proof = a.lease.proof
+                    self._granted(a.lease.job, a.lease.slot)
                     self._token = token
                     self._deadline = anchor + self._ttl
                     log.debug("lock on %s: acquired with token %d", self._job, token)
@@ -496,7 +553,7 @@ class AsyncLock(_State):
                     self._set_lost(token, _lost_error(self._job, token, "its deadline passed without a renewal"))
                     return
                 renew = asyncio.ensure_future(
-                    self._client.renew(self._job, self._holder, token, self._ttl, timeout=deadline - now)
+                    self._client.renew(self._lease_job, self._holder, token, self._ttl, timeout=deadline - now)
                 )
                 stop = asyncio.ensure_future(self._stop.wait())
                 try:
@@ -577,7 +634,7 @@ class AsyncLock(_State):
             return
         timeout = min(self._client.timeout, max(self._deadline - time.monotonic(), 0.2))
         try:
-            await self._client.release(self._job, self._holder, token, timeout=timeout)
+            await self._client.release(self._lease_job or self._job, self._holder, token, timeout=timeout)
         except errors.LeaseLost:
             pass
         except errors.LeaseholdError as e:

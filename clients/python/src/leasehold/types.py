@@ -89,6 +89,14 @@ class Lease:
     #: the holder said it is, not that it still leads; the token fences,
     #: not the value.
     value: bytes = b""
+    #: In the answer to a counted Acquire (``acquire(..., slots=N)``): the
+    #: slot granted, 0 to N - 1, whose own job :attr:`job` names
+    #: (``"{job}#{slot}"``). 0 elsewhere, as :attr:`slots` is.
+    slot: int = 0
+    #: In the answer to a counted Acquire: the job's count of slots, N. 0
+    #: elsewhere: ``get_lease``, observe and the others answer about one
+    #: slot's job as about any job.
+    slots: int = 0
 
     @property
     def value_text(self) -> str:
@@ -392,6 +400,40 @@ def check_value(value: Bytes) -> bytes:
     return b
 
 
+#: The most slots a counted lease may have (``AcquireRequest.slots``); the
+#: server refuses more with INVALID_ARGUMENT naming ``"slots"``.
+MAX_SLOTS = 100
+
+
+def slots_arg(slots: Optional[int]) -> int:
+    """``slots`` as the request's field: ``None`` is 0 (the ordinary
+    lease). ``ValueError`` for what the field cannot carry (not an int, or
+    negative); a count over :data:`MAX_SLOTS` is the server's to refuse."""
+    if slots is None:
+        return 0
+    if isinstance(slots, bool) or not isinstance(slots, int):
+        raise ValueError(f"slots must be an int, not {type(slots).__name__}")
+    if not 0 <= slots < 1 << 32:
+        raise ValueError(f"slots must be 0 to {MAX_SLOTS}, not {slots}")
+    return slots
+
+
+def check_slots(slots: Optional[int]) -> int:
+    """:func:`slots_arg`, and :class:`~leasehold.InvalidArgument` naming
+    ``"slots"`` over :data:`MAX_SLOTS`: the error the server would answer,
+    raised by the electors and locks before they campaign (a campaign
+    would stop on it anyway)."""
+    n = slots_arg(slots)
+    if n > MAX_SLOTS:
+        raise errors.InvalidArgument(
+            f"slots: {n} is above the limit of {MAX_SLOTS}",
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+            reason=errors.reason_string(pb.ERROR_REASON_INVALID_ARGUMENT),
+            metadata={"field": "slots"},
+        )
+    return n
+
+
 def _time(msg, name: str) -> Optional[datetime]:
     if not msg.HasField(name):
         return None
@@ -465,6 +507,8 @@ def lease_from_pb(msg: pb.Lease) -> Lease:
         principal=msg.principal or None,
         proof=msg.proof or None,
         value=bytes(msg.value),
+        slot=msg.slot,
+        slots=msg.slots,
     )
 
 
