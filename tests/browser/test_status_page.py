@@ -174,6 +174,21 @@ def test_a_jobs_page_shows_the_leaders_value_and_its_candidates(browser, server)
     expect(page.locator("tr.tenure").first).to_contain_text("value 10.0.0.7:8080")
 
 
+def test_a_counted_jobs_page_shows_its_slots_and_a_slots_page_its_job(browser, server):
+    c = leasehold.Client(server.target)
+    first = c.acquire("batch", "a", LONG, slots=2)
+    c.acquire("batch", "b", LONG, slots=2)
+    assert (first.lease.job, first.lease.slot, first.lease.slots) == ("batch#0", 0, 2)
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(f"http://{server.admin}/#/job/batch")
+    expect(page.locator("#jobslots")).to_contain_text("2 (a counted lease)")
+    expect(page.locator("#jobslots a.slot")).to_have_count(2)
+    page.locator("#jobslots a.slot").nth(1).click()
+    expect(page.locator("#jobname")).to_have_text("batch#1")
+    expect(page.locator("#jobslot")).to_contain_text("1 of 2 of batch")
+    expect(page.locator("#jobleader")).to_contain_text("b")
+
+
 def http(url: str, auth: str | None = None) -> tuple[int, str, dict]:
     req = urllib.request.Request(url)
     if auth:
