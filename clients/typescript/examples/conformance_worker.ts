@@ -4,13 +4,22 @@
  * stdout. Also a complete example of a worker: lead, write fenced by the
  * token, release on SIGTERM.
  *
- *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--ca FILE] [--token SECRET]
+ *   node dist/examples/conformance_worker.js --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--slots N] [--ca FILE] [--token SECRET]
  *
  * `--bind` builds its elector with `bindToStream`, `--preferred` with
  * `preferred`, `--yield` with `yieldToPreferred` and `--value V` with
  * `value` (V as UTF-8) (not the twins'). `set-value <v>` is its
  * `setValue`, `leader` its `leader()`, and `waiters <job>` the client's
  * `listWaiters`.
+ * `--slots N` builds it with `slots`: it campaigns for a slot of a counted
+ * lease with N slots, and its `elected token=<T>` line ends with
+ * ` job=<slot job> slot=<k>` (`leaseJob()`, `slot()`); `write <value>`
+ * writes with the job its last lease was on (the slot's job when
+ * counted). `acquire-slots <job> <n>` is a one-shot counted Acquire (wait
+ * 0, a fresh holder `<name>@<uuid>`, the worker's TTL, `slots` n), its
+ * lease left to expire: `acquire-slots ok job=<lease job> slot=<k>
+ * token=<T>`, `acquire-slots busy`, `acquire-slots invalid field=<f>` or
+ * `acquire-slots error <msg>`.
  * `--ca` connects with TLS trusting that CA, `--token` sends a bearer
  * token on every call: both apply to the one `Client` every part uses.
  *
@@ -23,6 +32,7 @@ import { createInterface } from "node:readline";
 import {
   Client,
   Elector,
+  electorHolder,
   ElectorSet,
   Fenced,
   InvalidArgument,
@@ -66,17 +76,22 @@ async function main(): Promise<void> {
   const ttlMs = Number(flag("ttl-ms", "1000"));
   const client = new Client(flag("server"), { caFile: optional("ca"), token: optional("token") });
   const extras = new Extras(client, name, ttlMs);
+  const slots = Number(optional("slots") ?? 0);
   const elector = new Elector(client, job, name, ttlMs, {
     bindToStream: has("bind"),
     preferred: has("preferred"),
     yieldToPreferred: has("yield"),
     value: optional("value"),
+    slots: slots,
   });
   let lastToken: bigint | undefined; // the token we last led with, kept after losing
+  let lastJob = job; // the job that lease was on: a slot's job when counted
 
-  elector.on("elected", (token) => {
+  elector.on("elected", (token, _proof, leaseJob) => {
     lastToken = token;
-    say(`elected token=${token}`);
+    lastJob = leaseJob;
+    // Counted: which slot (lines without --slots stay as they were).
+    say(`elected token=${token}${slots > 0 ? ` job=${leaseJob} slot=${elector.slot()}` : ""}`);
   });
   elector.on("lost", (token) => say(`lost token=${token}`));
   say(`holder ${elector.holder}`);
@@ -105,7 +120,7 @@ async function main(): Promise<void> {
       const [cmd, ...rest] = line.trim().split(" ");
       const arg = rest.join(" ");
       if (cmd === "quit") return shutdown();
-      if (cmd === "write") say(await write(client, job, lastToken, arg));
+      if (cmd === "write") say(await write(client, lastJob, lastToken, arg));
       else if (cmd === "bad") say(`bad ${arg} ${await bad(client, job, elector.holder, lastToken, arg)}`);
       else if (cmd === "transfer") say(await transfer(elector));
       else if (cmd === "set-value") {
@@ -117,6 +132,7 @@ async function main(): Promise<void> {
           say(`set-value error ${describe(e)}`);
         }
       } else if (cmd === "leader") say(await leader(elector));
+      else if (cmd === "acquire-slots") say(await acquireSlots(client, name, ttlMs, rest[0] ?? "", Number(rest[1] ?? 0)));
       else if (cmd === "transfer-to") say(await transfer(elector, arg));
       else if (cmd === "twin") {
         if (twins.length === 0) twins = startTwins(client, arg, flag("name"), Number(flag("ttl-ms", "1000")));
@@ -192,6 +208,22 @@ async function leader(elector: Elector): Promise<string> {
   }
   const value = lease.value.length > 0 ? lease.value.toString("utf8") : "-";
   return `leader holder=${lease.holder ?? "-"} token=${lease.token} value=${value}`;
+}
+
+/**
+ * One counted Acquire, wait 0, as a fresh holder: `acquire-slots ok
+ * job=<lease job> slot=<k> token=<T>`, `busy`, `invalid field=<f>` or
+ * `error <msg>`. The lease is left to expire.
+ */
+async function acquireSlots(client: Client, name: string, ttlMs: number, job: string, n: number): Promise<string> {
+  try {
+    const { acquired, lease } = await client.acquire(job, electorHolder(name), ttlMs, 0, { slots: n });
+    if (!acquired) return "acquire-slots busy";
+    return `acquire-slots ok job=${lease.job} slot=${lease.slot} token=${lease.token}`;
+  } catch (e) {
+    if (e instanceof InvalidArgument) return `acquire-slots invalid field=${e.field}`;
+    return `acquire-slots error ${describe(e)}`;
+  }
 }
 
 async function bad(client: Client, job: string, holder: string, token: bigint | undefined, c: string): Promise<string> {
@@ -307,6 +339,7 @@ class Extras {
         const lock = await this.client.lock(job, { ttlMs: this.ttlMs, name: this.name, signal: wait.signal });
         this.lock = lock;
         this.lockToken = lock.token;
+        this.lockJob = lock.leaseJob; // the job its token fences
         say(`lock held ${job} token=${lock.token} holder=${lock.holder}`);
         lock.signal.addEventListener("abort", () => {
           if (lock.lost) say(`lock lost ${job} token=${lock.token}`);

@@ -30,6 +30,7 @@ import {
   eventFromPb,
   historyFromPb,
   type HistoryPage,
+  isSlotJob,
   type KeyInfo,
   type Lease,
   type LeaseChange,
@@ -119,10 +120,31 @@ class Calls {
     if (p.inFlight === 0) this.pairs.delete(key);
   }
 
-  /** Whether the give-back of call `n` may release `token` (see the class docs). */
-  mayGiveBack(job: string, holder: string, n: number, token: bigint): boolean {
+  /**
+   * A counted Acquire of the pair (`job`, `holder`) told its caller that
+   * the holder leads `slotJob` (the slot's own job) with `token`: what a
+   * give-back of that slot must respect, kept until its release.
+   */
+  toldSlot(slotJob: string, holder: string, token: bigint): void {
+    const key = pairKey(slotJob, holder);
+    let p = this.pairs.get(key);
+    if (p === undefined) {
+      p = { newest: 0, inFlight: 0, told: 0n };
+      this.pairs.set(key, p);
+    }
+    if (token > p.told) p.told = token;
+  }
+
+  /**
+   * Whether the give-back of call `n`, an Acquire of (`job`, `holder`),
+   * may release `token` of `leaseJob`: `job` itself, or one of its slots'
+   * jobs for a counted Acquire (see the class docs).
+   */
+  mayGiveBack(job: string, holder: string, n: number, leaseJob: string, token: bigint): boolean {
     const p = this.pairs.get(pairKey(job, holder));
-    return p === undefined || (p.newest === n && p.inFlight === 0 && token > p.told);
+    if (p !== undefined && (p.newest !== n || p.inFlight !== 0)) return false;
+    const q = this.pairs.get(pairKey(leaseJob, holder));
+    return q === undefined || (q.inFlight === 0 && token > q.told);
   }
 }
 
@@ -211,6 +233,28 @@ export interface AcquireOptions extends CallOptions {
    * not the value.
    */
   value?: Bytes;
+  /**
+   * Asks for one slot of a counted lease (a semaphore) on `job` with this
+   * many slots, 2 to 100: up to that many holders at once. Undefined, 0 or
+   * 1: the ordinary lease of one holder. Over 100 is refused with
+   * `InvalidArgument` (`field` "slots").
+   *
+   * Slot k is a job of its own, `"{job}#{k}"`, with its own lease, token,
+   * history and fenced keys. The grant's `Lease.job` names it (and
+   * `Lease.slot` its number, `Lease.slots` the count): renew, release,
+   * transfer and write with that name, not with `job`. The line is first
+   * come, first served: a slot that frees goes to the first waiter. A live
+   * holder of a slot that asks again is extended in its slot.
+   *
+   * The count is fixed by the job's first counted grant: an Acquire that
+   * names another is refused with `InvalidArgument` (`field` "slots", the
+   * message says the job's count) and changes nothing. While the first
+   * waiter waits for a slot, the server holds `job`'s own lease for it
+   * (the line's turn): `getLease(job)` shows that waiter, not a slot's
+   * holder (ask `getLease("{job}#{k}")`); do not acquire `job` without
+   * `slots`, which would hold the line up.
+   */
+  slots?: number;
 }
 
 /** Options of `Client.renew`: the per-call options, and the lease's value. */
@@ -478,7 +522,15 @@ export class Client {
    * preferred candidate: queued ahead of the others, and the holder is
    * told that it waits (see `AcquireOptions.preferred`). With
    * `opts.value` it publishes a value with the grant, such as its address
-   * (see `AcquireOptions.value`).
+   * (see `AcquireOptions.value`). With `opts.slots` (2 to 100) it asks for
+   * a slot of a counted lease: the grant is on the slot's own job, which
+   * `lease.job` names (see `AcquireOptions.slots`); a give-back then looks
+   * for a grant on the slots' jobs.
+   *
+   * ```ts
+   * const a = await client.acquire("nightly", holder, 60_000, 0, { slots: 2 });
+   * if (a.acquired) await client.checkedWrite(a.lease.job, a.lease.token, "progress", "0"); // "nightly#0" or "nightly#1"
+   * ```
    */
   async acquire(job: string, holder: string, ttlMs: number, waitMs = 0, opts?: AcquireOptions): Promise<Acquired> {
     const asking = this.calls.start(job, holder);
@@ -496,6 +548,7 @@ export class Client {
             bindToStream: opts?.bindToStream ?? false,
             preferred: opts?.preferred ?? false,
             value: opts?.value === undefined ? Buffer.alloc(0) : asBytes(opts.value),
+            slots: opts?.slots ?? 0,
           },
           opts,
           waitMs,
@@ -505,12 +558,16 @@ export class Client {
         if (waitMs > 0 && (opts?.signal?.aborted || timedOut)) {
           // The cancelled call has ended before its give-back looks.
           asking.end();
-          this.giveBackLater(job, holder, asking.n);
+          this.giveBackLater(job, holder, asking.n, opts?.slots ?? 0);
         }
         throw e;
       }
       const lease = leaseFromPb(r.lease);
-      if (r.acquired) asking.told(lease.token);
+      if (r.acquired) {
+        // A counted grant is on a slot's job: its renewals and release name that.
+        if (lease.job !== job && lease.job !== "") this.calls.toldSlot(lease.job, holder, lease.token);
+        else asking.told(lease.token);
+      }
       return { acquired: r.acquired, lease };
     } finally {
       asking.end();
@@ -520,20 +577,28 @@ export class Client {
   /**
    * A cancelled waiting Acquire's give-back (the call numbered `n`):
    * releases, with `giveBack`, a grant of `holder` that no caller of this
-   * client was told of. Best effort.
+   * client was told of. For a counted Acquire (`slots` 2 or more) the
+   * grant would be on one of the slots' jobs, `"{job}#{k}"`: those are
+   * looked at, never `job` itself, which holds the line's turn. Best
+   * effort.
    */
-  private giveBackLater(job: string, holder: string, n: number): void {
+  private giveBackLater(job: string, holder: string, n: number, slots: number): void {
     setTimeout(() => {
       void (async () => {
         try {
-          const lease = await this.getLease(job, { timeoutMs: 5000 });
-          if (lease.holder !== holder || !this.calls.mayGiveBack(job, holder, n, lease.token)) return;
-          await this.unary(
-            this.leases,
-            this.leases.release as UnaryMethod<pb.ReleaseRequest, pb.ReleaseResponse>,
-            { job, holder, token: lease.token, giveBack: true },
-            { timeoutMs: 5000 },
-          );
+          const leases =
+            slots >= 2
+              ? (await this.listLeases(`${job}#`, { timeoutMs: 5000 })).filter((l) => isSlotJob(job, l.job))
+              : [await this.getLease(job, { timeoutMs: 5000 })];
+          for (const lease of leases) {
+            if (lease.holder !== holder || !this.calls.mayGiveBack(job, holder, n, lease.job, lease.token)) continue;
+            await this.unary(
+              this.leases,
+              this.leases.release as UnaryMethod<pb.ReleaseRequest, pb.ReleaseResponse>,
+              { job: lease.job, holder, token: lease.token, giveBack: true },
+              { timeoutMs: 5000 },
+            );
+          }
         } catch {
           // best effort: the lease runs out on its own
         }
@@ -748,7 +813,9 @@ export class Client {
    * held; undefined: as long as it takes), or until `opts.signal` is
    * aborted (an AbortError). The lock is its own holder, `name@uuid`. A
    * loss while held aborts `lock.signal` and turns `lock.isHeld` false
-   * (see `Lock`).
+   * (see `Lock`). With `opts.slots` (2 to 100) it is a counted lock: up to
+   * that many held at once, each on its slot's job, `lock.leaseJob`, which
+   * writes with `lock.token` must name.
    */
   lock(job: string, opts: LockOptions): Promise<Lock> {
     return Lock.acquire(this, job, opts);

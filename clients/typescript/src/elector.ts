@@ -71,6 +71,18 @@
  * server keeps it), or with the next Acquire. `leader()` asks the server
  * for the job's lease: who leads, with which token and value. The value
  * is advisory: the token fences, not the value.
+ *
+ * With the option `slots` (2 to 100), it campaigns for one slot of a
+ * counted lease (a semaphore) on `job`: up to that many electors lead at
+ * once, each in its own slot with its own token. Slot k is a job of its
+ * own, `"{job}#{k}"`: while leading, `leaseJob()` names it and `slot()`
+ * says k, and the elector renews, releases and transfers with that name;
+ * writes fenced by its token must name it too. A campaign after a loss
+ * asks for `job` with `slots` again, and may land in another slot. A
+ * counted lease has no one leader: `"newLeader"` is not emitted (the
+ * job's own lease is the line's turn, held for the first waiter), and
+ * `leader()` shows that turn; ask `client.getLease("{job}#{k}")` for a
+ * slot's holder.
  */
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
@@ -78,7 +90,7 @@ import { status as Code } from "@grpc/grpc-js";
 import type { CallOptions, Client } from "./client";
 import { InvalidArgument, LeaseholdError, LeaseLost, PermissionDenied, Unauthenticated } from "./errors";
 import { abortError, Backoff, sleep, Warnings } from "./retry";
-import { asBytes, type Bytes, electorHolder, type Lease, MAX_VALUE_BYTES, type RenewedLease } from "./types";
+import { asBytes, type Bytes, electorHolder, isSlotJob, type Lease, MAX_VALUE_BYTES, type RenewedLease } from "./types";
 
 export interface ElectorOptions {
   /** Holder identity; default `name@<uuid>`, with a UUID made for this elector. */
@@ -135,6 +147,18 @@ export interface ElectorOptions {
    * not the value.
    */
   value?: Bytes;
+  /**
+   * Campaigns for a slot of a counted lease (a semaphore) with this many
+   * slots, 2 to 100 (`AcquireOptions.slots`): up to that many electors
+   * lead at once, each in its own slot, with its own token. While leading,
+   * `leaseJob()` names the slot's job, `"{job}#{k}"`, which the elector
+   * renews, releases and transfers, and which writes fenced by its token
+   * must name; `slot()` says k. Another count than the job's (fixed by its
+   * first counted grant), or over 100, is refused (`InvalidArgument`,
+   * field "slots"): the campaign stops on it. Default 0: the ordinary
+   * lease (0 and 1 are the same). Not an integer, or negative: `RangeError`.
+   */
+  slots?: number;
 }
 
 export interface ElectorLogger {
@@ -151,8 +175,12 @@ export interface ElectedOptions {
 }
 
 export interface ElectorEvents {
-  /** We lead with `token`; `proof` is its grant's proof (`Lease.proof`), undefined if the server signs nothing. */
-  elected: [token: bigint, proof: string | undefined];
+  /**
+   * We lead with `token`; `proof` is its grant's proof (`Lease.proof`),
+   * undefined if the server signs nothing; `leaseJob` the job the lease is
+   * on (`leaseJob()`: a slot's job with `slots`, else the elector's job).
+   */
+  elected: [token: bigint, proof: string | undefined, leaseJob: string];
   lost: [token: bigint];
   /**
    * A grant of the job, to `holder` (ours included) with `token` and the
@@ -200,10 +228,19 @@ export class NotLeader extends Error {
   }
 }
 
-/** One leadership: its token, and what ends it early (a transfer, or a loss the transfer learned of). */
+/** One leadership: its token, the job its lease is on, and what ends it early (a transfer, or a loss the transfer learned of). */
 interface Tenure {
   token: bigint;
+  /** The elector's job, or a counted lease's slot job (`"{job}#{k}"`). */
+  job: string;
   ended: AbortController;
+}
+
+/** The job a grant is on and its slot: the grant's `Lease.job` for a counted lease, else the elector's job. */
+interface Granted {
+  job: string;
+  /** The slot, for a counted lease; else undefined. */
+  slot: number | undefined;
 }
 
 /** (one waiting Acquire's wait, renew period), as the Rust Elector; retries back off as `Backoff` says. */
@@ -221,6 +258,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private leading: bigint | undefined;
   /** The proof of the grant of `leading`. */
   private leadingProof: string | undefined;
+  /** The job and slot of the grant of `leading`. */
+  private leadingOn: Granted | undefined;
   private deadline = 0;
   private finished = false;
   private refusal: LeaseholdError | undefined;
@@ -231,6 +270,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private readonly bindToStream: boolean;
   private readonly preferred: boolean;
   private readonly yieldToPreferred: boolean;
+  /** The count of a counted lease's slots; 0 for an ordinary lease. */
+  private readonly slots: number;
   /** The tenure `lead` runs now, if any. */
   private tenure: Tenure | undefined;
   /** The highest token reported by `"newLeader"`; 0n before any. */
@@ -263,6 +304,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.preferred = options.preferred ?? false;
     this.yieldToPreferred = options.yieldToPreferred ?? false;
     this.value = checkedValue(options.value ?? Buffer.alloc(0));
+    const slots = options.slots ?? 0;
+    if (!Number.isInteger(slots) || slots < 0) throw new RangeError("slots must be a non-negative integer");
+    this.slots = slots;
     // A "newLeader" listener added while the elector runs starts the watch.
     (this as EventEmitter).on("newListener", (event: string | symbol) => {
       if (event === "newLeader" && this.loop && !this.finished) this.startWatching();
@@ -285,6 +329,25 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   get isLeader(): boolean {
     return this.token !== undefined;
+  }
+
+  /**
+   * The job our lease is on while we lead: the elector's job, or with
+   * `slots` the slot's own job, `"{job}#{k}"`. Writes fenced by our token
+   * name it. Undefined when `token` is.
+   */
+  leaseJob(): string | undefined {
+    return this.token !== undefined ? this.leadingOn?.job : undefined;
+  }
+
+  /** The slot we lead in, with `slots`; undefined when we do not lead, or the lease is not counted. */
+  slot(): number | undefined {
+    return this.token !== undefined ? this.leadingOn?.slot : undefined;
+  }
+
+  /** A counted lease (`slots` 2 or more): no one leader, no `"newLeader"`. */
+  private get counted(): boolean {
+    return this.slots >= 2;
   }
 
   /** The error that stopped the campaign (the server refused it), else undefined. */
@@ -311,6 +374,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * `holder` (undefined when the job is free), its `token` and the `value`
    * it published, say its address, for routing requests to it. Advisory:
    * by the time it is used the lease may have moved; the token fences.
+   * With `slots`, the job's own lease is the line's turn, held for the
+   * first waiter: not a slot's holder.
    */
   leader(opts?: CallOptions): Promise<Lease> {
     return this.client.getLease(this.job, opts);
@@ -448,10 +513,10 @@ export class Elector extends EventEmitter<ElectorEvents> {
     const { token } = tenure;
     let successor: Lease;
     try {
-      successor = await this.client.transferLease(this.job, this.holder, token, to, undefined, opts);
+      successor = await this.client.transferLease(tenure.job, this.holder, token, to, undefined, opts);
     } catch (e) {
       if (e instanceof LeaseLost) {
-        this.log.warn(`${this.job}: lease lost (token ${token}) on transfer: ${e.message}`);
+        this.log.warn(`${tenure.job}: lease lost (token ${token}) on transfer: ${e.message}`);
         this.endTenure(tenure);
       }
       throw e;
@@ -503,7 +568,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /** Reports `holder` leading with `token` and `value` (`"newLeader"`), if above every token reported. */
   private reportLeader(holder: string | undefined, token: bigint, value: Buffer): void {
-    if (!holder || token <= this.lastLeader || this.finished) return;
+    // A counted lease has no one leader: its job's lease is the line's turn.
+    if (this.counted || !holder || token <= this.lastLeader || this.finished) return;
     this.lastLeader = token;
     try {
       this.emit("newLeader", holder, token, value);
@@ -513,6 +579,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
   }
 
   private startWatching(): void {
+    if (this.counted) return; // nothing to report (see reportLeader)
     this.watching ??= this.watchLeaders();
   }
 
@@ -549,9 +616,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
     }
   }
 
-  private safeEmit(event: "elected" | "lost", token: bigint, proof?: string) {
+  private safeEmit(event: "elected" | "lost", token: bigint, proof?: string, leaseJob?: string) {
     try {
-      if (event === "elected") this.emit(event, token, proof);
+      if (event === "elected") this.emit(event, token, proof, leaseJob ?? this.job);
       else this.emit(event, token);
     } catch (e) {
       this.log.warn(`${event} listener threw: ${e}`);
@@ -631,6 +698,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
                 bindToStream: this.bindToStream,
                 preferred: this.preferred,
                 value,
+                slots: this.slots,
               }),
             sent + limit,
           );
@@ -670,9 +738,13 @@ export class Elector extends EventEmitter<ElectorEvents> {
         }
         this.published(valueSet);
         const token = acquired.lease.token;
-        const anchor = await this.anchor(token, sent, acquired.lease);
+        // A counted grant is on its slot's job: everything we do with the lease names it.
+        const on: Granted = this.counted
+          ? { job: acquired.lease.job || this.job, slot: acquired.lease.slot }
+          : { job: this.job, slot: undefined };
+        const anchor = await this.anchor(token, sent, acquired.lease, on.job);
         if (anchor === undefined) continue;
-        if (await this.lead(token, anchor.at, anchor.proof, anchor.value)) return;
+        if (await this.lead(token, on, anchor.at, anchor.proof, anchor.value)) return;
       }
     } catch (e) {
       this.log.warn(`elector for ${this.job} failed: ${(e as Error).stack ?? e}`);
@@ -693,19 +765,20 @@ export class Elector extends EventEmitter<ElectorEvents> {
     token: bigint,
     sent: number,
     granted: Lease,
+    job: string,
   ): Promise<{ at: number; proof: string | undefined; value: Buffer } | undefined> {
     if (now() < sent + this.ttlMs / 10) return { at: sent, proof: granted.proof, value: granted.value };
     const at = now();
     try {
       const pending = this.pendingValue();
-      const renewed = await this.client.renew(this.job, this.holder, token, this.ttlMs, {
+      const renewed = await this.client.renew(job, this.holder, token, this.ttlMs, {
         timeoutMs: this.ttlMs / 2,
         value: pending.value,
       });
       if (pending.value !== undefined) this.published(pending.set);
       return { at, proof: renewed.proof ?? granted.proof, value: renewed.value };
     } catch (e) {
-      this.log.warn(`${this.job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
+      this.log.warn(`${job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
       return undefined;
     }
   }
@@ -714,23 +787,29 @@ export class Elector extends EventEmitter<ElectorEvents> {
    * Leads until lost or transferred (false) or told to stop (releases;
    * true).
    */
-  private async lead(token: bigint, sent: number, proof: string | undefined, value: Buffer): Promise<boolean> {
-    const tenure: Tenure = { token, ended: new AbortController() };
+  private async lead(token: bigint, on: Granted, sent: number, proof: string | undefined, value: Buffer): Promise<boolean> {
+    const tenure: Tenure = { token, job: on.job, ended: new AbortController() };
     this.tenure = tenure;
     try {
-      return await this.leadTenure(tenure, sent, proof, value);
+      return await this.leadTenure(tenure, on, sent, proof, value);
     } finally {
       if (this.tenure === tenure) this.tenure = undefined;
     }
   }
 
-  private async leadTenure(tenure: Tenure, sent: number, proof: string | undefined, value: Buffer): Promise<boolean> {
-    const { token } = tenure;
+  private async leadTenure(
+    tenure: Tenure,
+    on: Granted,
+    sent: number,
+    proof: string | undefined,
+    value: Buffer,
+  ): Promise<boolean> {
+    const { token, job } = tenure;
     const ended = tenure.ended.signal;
     const { every } = timing(this.ttlMs);
     const retry = Backoff.renew(this.ttlMs);
     let deadline = sent + this.ttlMs;
-    this.setLeader(token, deadline, proof, value);
+    this.setLeader(token, on, deadline, proof, value);
     let next = sent + every;
     for (;;) {
       // Ended by transfer(), which reported it: campaign again.
@@ -739,11 +818,11 @@ export class Elector extends EventEmitter<ElectorEvents> {
         await this.sleepUntil(Math.min(next, deadline), ended);
       } catch (e) {
         if (e instanceof Ended) return false;
-        return this.resignLease(token, deadline);
+        return this.resignLease(token, job, deadline);
       }
       const at = now();
       if (at >= deadline) {
-        this.log.warn(`${this.job}: token ${token} reached its deadline without a renewal`);
+        this.log.warn(`${job}: token ${token} reached its deadline without a renewal`);
         break;
       }
       let renewed: RenewedLease;
@@ -752,7 +831,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       try {
         renewed = await this.until(
           (signal) =>
-            this.client.renew(this.job, this.holder, token, this.ttlMs, {
+            this.client.renew(job, this.holder, token, this.ttlMs, {
               timeoutMs: deadline - at,
               signal,
               value: pending.value,
@@ -762,16 +841,16 @@ export class Elector extends EventEmitter<ElectorEvents> {
         );
       } catch (e) {
         if (e instanceof Ended) return false;
-        if (e instanceof Stopped) return this.resignLease(token, deadline);
+        if (e instanceof Stopped) return this.resignLease(token, job, deadline);
         if (e instanceof TimedOut) {
-          this.log.warn(`${this.job}: renew of token ${token} did not answer before the deadline`);
+          this.log.warn(`${job}: renew of token ${token} did not answer before the deadline`);
           break;
         }
         if (e instanceof LeaseLost || refused(e)) {
-          this.log.warn(`${this.job}: lease lost (token ${token}): ${e.message}`);
+          this.log.warn(`${job}: lease lost (token ${token}): ${e.message}`);
           break;
         }
-        this.retryWarn(`${this.job}: renew of token ${token} failed, retrying: ${(e as Error).message}`);
+        this.retryWarn(`${job}: renew of token ${token} failed, retrying: ${(e as Error).message}`);
         next = now() + retry.nextBefore(deadline, now());
         continue;
       }
@@ -794,13 +873,13 @@ export class Elector extends EventEmitter<ElectorEvents> {
     return false;
   }
 
-  private async resignLease(token: bigint, deadline: number): Promise<boolean> {
+  private async resignLease(token: bigint, job: string, deadline: number): Promise<boolean> {
     this.setFollower(token);
     const until = Math.max(deadline, now() + 200);
     try {
-      await this.client.release(this.job, this.holder, token, { timeoutMs: Math.max(until - now(), 1) });
+      await this.client.release(job, this.holder, token, { timeoutMs: Math.max(until - now(), 1) });
     } catch (e) {
-      if (e instanceof LeaseholdError) this.log.warn(`${this.job}: release of token ${token} failed: ${e.message}`);
+      if (e instanceof LeaseholdError) this.log.warn(`${job}: release of token ${token} failed: ${e.message}`);
       else throw e;
     }
     return true;
@@ -813,27 +892,35 @@ export class Elector extends EventEmitter<ElectorEvents> {
    */
   private async releaseIfGranted(): Promise<void> {
     try {
-      const lease = await this.client.getLease(this.job, { timeoutMs: 200 });
-      if (lease.holder === this.holder) {
-        await this.client.release(this.job, this.holder, lease.token, { timeoutMs: 200 });
+      // A counted grant would be on a slot's job; the job's own lease is
+      // the line's turn, which the server ends with our waiting Acquire.
+      const leases = this.counted
+        ? (await this.client.listLeases(`${this.job}#`, { timeoutMs: 200 })).filter((l) => isSlotJob(this.job, l.job))
+        : [await this.client.getLease(this.job, { timeoutMs: 200 })];
+      for (const lease of leases) {
+        if (lease.holder === this.holder) {
+          await this.client.release(lease.job, this.holder, lease.token, { timeoutMs: 200 });
+        }
       }
     } catch {
       // best effort
     }
   }
 
-  private setLeader(token: bigint, deadline: number, proof: string | undefined, value: Buffer) {
+  private setLeader(token: bigint, on: Granted, deadline: number, proof: string | undefined, value: Buffer) {
     this.leading = token;
     this.leadingProof = proof;
+    this.leadingOn = on;
     this.deadline = deadline;
     this.reportLeader(this.holder, token, value);
-    this.safeEmit("elected", token, proof);
+    this.safeEmit("elected", token, proof, on.job);
   }
 
   private setFollower(token: bigint) {
     if (this.leading !== token) return;
     this.leading = undefined;
     this.leadingProof = undefined;
+    this.leadingOn = undefined;
     this.safeEmit("lost", token);
   }
 }

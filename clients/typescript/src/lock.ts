@@ -31,6 +31,17 @@
  * Each lock is its own holder, `name@uuid` with a UUID made for it: two
  * locks on one job exclude each other, in one process as in two (a lock is
  * not re-entrant).
+ *
+ * With `slots` (2 to 100) it is a counted lock (`consul lock -n N`): up
+ * to that many locks on `job` are held at once, each in a slot of its
+ * own, `"{job}#{k}"`, with its own token. `lock.leaseJob` names the
+ * slot's job: the lock renews and releases it, and writes fenced by
+ * `lock.token` must name it.
+ *
+ * ```ts
+ * await using lock = await client.lock("nightly", { ttlMs: 10_000, slots: 2 }); // at most 2 at once
+ * await client.checkedWrite(lock.leaseJob, lock.token, "progress", "started");
+ * ```
  */
 import { status as Code } from "@grpc/grpc-js";
 import { performance } from "node:perf_hooks";
@@ -76,6 +87,14 @@ export interface LockOptions {
   signal?: AbortSignal;
   /** Where warnings go; default console.warn. `debug`, if given, gets every failed attempt. */
   logger?: ElectorLogger;
+  /**
+   * A counted lock (a semaphore) with this many slots, 2 to 100
+   * (`AcquireOptions.slots`): up to that many locks on `job` are held at
+   * once, each in its own slot's job, `"{job}#{k}"` (`Lock.leaseJob`),
+   * with its own token. Another count than the job's, or over 100, rejects
+   * with `InvalidArgument` (field "slots"). Default 0: the ordinary lock.
+   */
+  slots?: number;
 }
 
 const now = () => performance.now();
@@ -114,7 +133,15 @@ export class Lock implements AsyncDisposable {
 
   private constructor(
     private readonly client: Client,
+    /** The job locked (with `slots`, the counted lease's: its slots' jobs are `"{job}#{k}"`). */
     readonly job: string,
+    /**
+     * The job our lease is on: `job`, or with `slots` the slot's own job,
+     * `"{job}#{k}"`. Writes fenced by `token` name it.
+     */
+    readonly leaseJob: string,
+    /** The slot we hold, with `slots`; else undefined. */
+    readonly slot: number | undefined,
     /** Our holder identity, `name@uuid`, the UUID this lock's own. */
     readonly holder: string,
     readonly ttlMs: number,
@@ -141,6 +168,8 @@ export class Lock implements AsyncDisposable {
     if (!name) throw new RangeError("name must not be empty");
     if (!(ttlMs > 0)) throw new RangeError("ttlMs must be positive");
     if (timeoutMs !== undefined && !(timeoutMs >= 0)) throw new RangeError("timeoutMs must not be negative");
+    const slots = opts.slots ?? 0;
+    if (!Number.isInteger(slots) || slots < 0) throw new RangeError("slots must be a non-negative integer");
     const log = opts.logger ?? { warn: (m: string) => console.warn(`leasehold lock: ${m}`) };
     const holder = electorHolder(name);
     const end = timeoutMs === undefined ? undefined : now() + timeoutMs;
@@ -153,7 +182,7 @@ export class Lock implements AsyncDisposable {
       let acquired;
       try {
         // Aborted, a waiting Acquire gives back a grant that came meanwhile.
-        acquired = await client.acquire(job, holder, ttlMs, left, { signal });
+        acquired = await client.acquire(job, holder, ttlMs, left, { signal, slots });
       } catch (e) {
         if (!(e instanceof LeaseholdError) || !e.retryable) throw e;
         const message = `lock on ${job}: acquire failed, retrying: ${e.message}`;
@@ -171,6 +200,9 @@ export class Lock implements AsyncDisposable {
       backoff.reset();
       if (acquired.acquired) {
         const token = acquired.lease.token;
+        // A counted grant is on its slot's job: renewals, the release and writes name it.
+        const leaseJob = slots >= 2 ? acquired.lease.job || job : job;
+        const slot = slots >= 2 ? acquired.lease.slot : undefined;
         let anchor: number | undefined = sent;
         let proof = acquired.lease.proof;
         // A grant that came long after its Acquire was sent: a Renew
@@ -179,19 +211,19 @@ export class Lock implements AsyncDisposable {
         if (now() >= sent + ttlMs / 10) {
           anchor = now();
           try {
-            proof = (await client.renew(job, holder, token, ttlMs, { timeoutMs: ttlMs / 2 })).proof ?? proof;
+            proof = (await client.renew(leaseJob, holder, token, ttlMs, { timeoutMs: ttlMs / 2 })).proof ?? proof;
           } catch (e) {
-            log.warn(`lock on ${job}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
+            log.warn(`lock on ${leaseJob}: granted token ${token}, but the confirming renew failed: ${(e as Error).message}`);
             anchor = undefined;
           }
         }
         if (anchor !== undefined) {
           if (signal?.aborted) {
             // Aborted while confirming: give the grant back rather than hand it out.
-            await client.release(job, holder, token, { timeoutMs: Math.max(anchor + ttlMs - now(), 200) }).catch(() => {});
+            await client.release(leaseJob, holder, token, { timeoutMs: Math.max(anchor + ttlMs - now(), 200) }).catch(() => {});
             throw abortError(signal.reason);
           }
-          return new Lock(client, job, holder, ttlMs, token, proof, anchor, log);
+          return new Lock(client, job, leaseJob, slot, holder, ttlMs, token, proof, anchor, log);
         }
       }
       if (end !== undefined && now() >= end) throw new LockTimeout(job, timeoutMs!);
@@ -229,7 +261,7 @@ export class Lock implements AsyncDisposable {
   check(): void {
     if (this.isHeld) return;
     if (this.lostWith) throw this.lostWith;
-    throw lostError(this.job, this.token, this.releasing ? "released" : "its deadline passed without a renewal");
+    throw lostError(this.leaseJob, this.token, this.releasing ? "released" : "its deadline passed without a renewal");
   }
 
   /**
@@ -253,12 +285,12 @@ export class Lock implements AsyncDisposable {
     this.stop.abort();
     this.disarmDeadline();
     await this.loop;
-    if (!this.ended.signal.aborted) this.ended.abort(abortError(`lock on ${this.job} released`));
+    if (!this.ended.signal.aborted) this.ended.abort(abortError(`lock on ${this.leaseJob} released`));
     try {
-      await this.client.release(this.job, this.holder, this.token, { timeoutMs: Math.max(this.deadline - now(), 200) });
+      await this.client.release(this.leaseJob, this.holder, this.token, { timeoutMs: Math.max(this.deadline - now(), 200) });
     } catch (e) {
       if (e instanceof LeaseLost) return;
-      this.log.warn(`lock on ${this.job}: release of token ${this.token} failed (it runs out on its own): ${(e as Error).message}`);
+      this.log.warn(`lock on ${this.leaseJob}: release of token ${this.token} failed (it runs out on its own): ${(e as Error).message}`);
     }
   }
 
@@ -266,7 +298,7 @@ export class Lock implements AsyncDisposable {
     this.disarmDeadline();
     this.deadlineTimer = setTimeout(() => {
       if (this.releasing === undefined && now() >= this.deadline) {
-        this.setLost(lostError(this.job, this.token, "its deadline passed without a renewal"));
+        this.setLost(lostError(this.leaseJob, this.token, "its deadline passed without a renewal"));
       } else if (this.releasing === undefined && this.lostWith === undefined) {
         this.armDeadline(); // a timer that fired a hair early
       }
@@ -283,7 +315,7 @@ export class Lock implements AsyncDisposable {
     this.lostWith = e;
     this.disarmDeadline();
     this.stop.abort();
-    this.log.warn(`lock on ${this.job}: lease lost (token ${this.token}): ${e.message}`);
+    this.log.warn(`lock on ${this.leaseJob}: lease lost (token ${this.token}): ${e.message}`);
     this.ended.abort(e);
   }
 
@@ -298,11 +330,11 @@ export class Lock implements AsyncDisposable {
         if (stop.aborted) return;
         const at = now();
         if (at >= this.deadline) {
-          this.setLost(lostError(this.job, this.token, "its deadline passed without a renewal"));
+          this.setLost(lostError(this.leaseJob, this.token, "its deadline passed without a renewal"));
           return;
         }
         try {
-          await this.client.renew(this.job, this.holder, this.token, this.ttlMs, {
+          await this.client.renew(this.leaseJob, this.holder, this.token, this.ttlMs, {
             timeoutMs: Math.max(this.deadline - at, 1),
             signal: stop,
           });
@@ -313,7 +345,7 @@ export class Lock implements AsyncDisposable {
             return;
           }
           if (!(e instanceof LeaseholdError)) throw e;
-          const message = `lock on ${this.job}: renew of token ${this.token} failed, retrying: ${e.message}`;
+          const message = `lock on ${this.leaseJob}: renew of token ${this.token} failed, retrying: ${e.message}`;
           this.log.debug?.(message);
           const n = this.warnings.allow(now());
           if (n !== undefined) this.log.warn(`${message} (${n} similar warnings suppressed)`);
@@ -328,7 +360,7 @@ export class Lock implements AsyncDisposable {
       }
     } catch (e) {
       // Never die silently: count the lease as lost.
-      this.setLost(lostError(this.job, this.token, `renewals failed: ${(e as Error).message}`));
+      this.setLost(lostError(this.leaseJob, this.token, `renewals failed: ${(e as Error).message}`));
     }
   }
 }

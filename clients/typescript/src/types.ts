@@ -23,6 +23,11 @@ export function electorHolder(name: string): string {
   return `${name}@${randomUUID()}`;
 }
 
+/** Whether `name` is the job of one of `job`'s slots, `"{job}#{k}"`. */
+export function isSlotJob(job: string, name: string): boolean {
+  return name.startsWith(`${job}#`) && /^\d+$/.test(name.slice(job.length + 1));
+}
+
 /** A job's lease, as the server reported it. Durations in milliseconds. */
 export interface Lease {
   job: string;
@@ -55,6 +60,18 @@ export interface Lease {
    * value.
    */
   value: Buffer;
+  /**
+   * In the answer to a counted Acquire (`AcquireOptions.slots`): the slot
+   * granted, 0 to `slots - 1`, whose own job `job` names (`"{job}#{slot}"`).
+   * 0 elsewhere, as `slots` is.
+   */
+  slot: number;
+  /**
+   * In the answer to a counted Acquire: the job's count of slots. 0
+   * elsewhere (`getLease`, `observe` and renewals answer about one slot's
+   * job as about any job).
+   */
+  slots: number;
 }
 
 /** The answer to `renew`: our lease, renewed, and whether a preferred candidate waits. */
@@ -164,6 +181,8 @@ export function leaseFromPb(l: pb.Lease | undefined): Lease {
     principal: l?.principal || undefined,
     proof: l?.proof || undefined,
     value: Buffer.from(l?.value ?? Buffer.alloc(0)),
+    slot: l?.slot ?? 0,
+    slots: l?.slots ?? 0,
   };
 }
 

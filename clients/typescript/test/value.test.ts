@@ -103,7 +103,7 @@ test("every kind of the generated LeaseEvent maps to its EventKind, VALUE_CHANGE
   );
   const e = eventFromPb({
     kind: pb.LeaseEvent_Kind.KIND_VALUE_CHANGED,
-    lease: { job: "j", holder: "h", token: 3n, ttl: undefined, remaining: undefined, principal: "", proof: "", value: Buffer.from("addr") },
+    lease: { job: "j", holder: "h", token: 3n, ttl: undefined, remaining: undefined, principal: "", proof: "", value: Buffer.from("addr"), slot: 0, slots: 0 },
   });
   assert.deepEqual([e.kind, e.lease.holder, e.lease.token, e.lease.value.toString()], [EventKind.ValueChanged, "h", 3n, "addr"]);
 });
