@@ -317,5 +317,17 @@ export function fromServiceError(e: ServiceError | Error): LeaseholdError {
   if (e instanceof LeaseholdError) return e;
   const se = e as Partial<ServiceError>;
   if (typeof se.code !== "number") return new Unavailable(e.message, Code.UNKNOWN, undefined, {});
-  return fromStatus(se.code, se.details ?? e.message, se.metadata);
+  return fromStatus(se.code, undoReserved(se.details ?? e.message), se.metadata);
+}
+
+/**
+ * grpc-js decodes a status message (sent percent-encoded) with
+ * `decodeURI`, which leaves the escapes of URI-reserved characters as they
+ * are: a counted lease's slot job `nightly#1` would read `nightly%231`.
+ * Those escapes are decoded here; any other `%` came through decoded.
+ */
+function undoReserved(message: string): string {
+  return message.replace(/%(23|24|26|2B|2C|2F|3A|3B|3D|3F|40)/gi, (_, hex: string) =>
+    String.fromCharCode(parseInt(hex, 16)),
+  );
 }

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Client, Elector, electorHolder, Fenced, InvalidArgument, type Lease, LockTimeout } from "../src";
+import { Client, Elector, electorHolder, Fenced, InvalidArgument, type Lease, LockTimeout, NoSuccessor } from "../src";
 import { PATIENCE, Server, uniqueJob, waitUntil } from "./harness";
 
 const quiet = { warn: () => {} };
@@ -121,6 +121,18 @@ describe("counted leases (slots) against the real server", () => {
     await waiter.resign();
     const released = await client.getLease(freed);
     assert.deepEqual([released.holder, released.token], [undefined, oldToken + 1n], "resign released the slot's job");
+  });
+
+  test("an error naming a slot's job reads it as sent: the '#' is not left percent-encoded", async () => {
+    const job = uniqueJob("named");
+    const a = await client.acquire(job, "a", 30_000, 0, { slots: 2 });
+    assert.equal(a.lease.job, `${job}#0`);
+    await assert.rejects(client.transferLease(a.lease.job, "a", a.lease.token), (e: unknown) => {
+      assert.ok(e instanceof NoSuccessor, `${e}`);
+      assert.ok(e.message.includes(`"${job}#0"`), e.message);
+      return true;
+    });
+    await client.release(a.lease.job, "a", a.lease.token);
   });
 
   test("a counted elector renews its slot's job: it keeps leading across several TTLs", async () => {
