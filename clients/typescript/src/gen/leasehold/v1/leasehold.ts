@@ -420,7 +420,10 @@ export interface AcquireRequest {
    * slot it holds the job's own lease, renewed by the server (so `job`'s
    * history and page show the line moving); do not Acquire `job` without
    * `slots`, which would hold the line up. A live holder of a slot that
-   * asks again is extended in its slot.
+   * asks again is extended in its slot. TransferLease of a slot's job
+   * finds a successor only among Acquires waiting for that slot's job
+   * itself; counted Acquires wait in the job's line, so a slot's holder
+   * hands over by Release, and the first waiter takes the slot at once.
    *
    * The count is fixed by the job's first counted grant, and kept under
    * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire

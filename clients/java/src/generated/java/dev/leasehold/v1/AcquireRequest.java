@@ -319,7 +319,10 @@ private static final long serialVersionUID = 0L;
    * slot it holds the job's own lease, renewed by the server (so `job`'s
    * history and page show the line moving); do not Acquire `job` without
    * `slots`, which would hold the line up. A live holder of a slot that
-   * asks again is extended in its slot.
+   * asks again is extended in its slot. TransferLease of a slot's job
+   * finds a successor only among Acquires waiting for that slot's job
+   * itself; counted Acquires wait in the job's line, so a slot's holder
+   * hands over by Release, and the first waiter takes the slot at once.
    *
    * The count is fixed by the job's first counted grant, and kept under
    * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
@@ -1584,7 +1587,10 @@ private static final long serialVersionUID = 0L;
      * slot it holds the job's own lease, renewed by the server (so `job`'s
      * history and page show the line moving); do not Acquire `job` without
      * `slots`, which would hold the line up. A live holder of a slot that
-     * asks again is extended in its slot.
+     * asks again is extended in its slot. TransferLease of a slot's job
+     * finds a successor only among Acquires waiting for that slot's job
+     * itself; counted Acquires wait in the job's line, so a slot's holder
+     * hands over by Release, and the first waiter takes the slot at once.
      *
      * The count is fixed by the job's first counted grant, and kept under
      * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
@@ -1617,7 +1623,10 @@ private static final long serialVersionUID = 0L;
      * slot it holds the job's own lease, renewed by the server (so `job`'s
      * history and page show the line moving); do not Acquire `job` without
      * `slots`, which would hold the line up. A live holder of a slot that
-     * asks again is extended in its slot.
+     * asks again is extended in its slot. TransferLease of a slot's job
+     * finds a successor only among Acquires waiting for that slot's job
+     * itself; counted Acquires wait in the job's line, so a slot's holder
+     * hands over by Release, and the first waiter takes the slot at once.
      *
      * The count is fixed by the job's first counted grant, and kept under
      * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
@@ -1654,7 +1663,10 @@ private static final long serialVersionUID = 0L;
      * slot it holds the job's own lease, renewed by the server (so `job`'s
      * history and page show the line moving); do not Acquire `job` without
      * `slots`, which would hold the line up. A live holder of a slot that
-     * asks again is extended in its slot.
+     * asks again is extended in its slot. TransferLease of a slot's job
+     * finds a successor only among Acquires waiting for that slot's job
+     * itself; counted Acquires wait in the job's line, so a slot's holder
+     * hands over by Release, and the first waiter takes the slot at once.
      *
      * The count is fixed by the job's first counted grant, and kept under
      * the job's fenced key "slots" (forgotten by DeleteJob). An Acquire
