@@ -120,7 +120,9 @@ func (c *Client) Close() error {
 // Options: BindToStream(true) binds the grant to this client's
 // connection; Preferred(true) asks as a preferred candidate, queued ahead
 // of the waiters that are not; AcquireValue(v) publishes v with the grant
-// (Lease.Value: where to reach the leader).
+// (Lease.Value: where to reach the leader); AcquireSlots(n) asks for one
+// of n slots of a counted lease (a semaphore), granted as the slot's own
+// job, Lease.Job.
 func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time.Duration, opts ...AcquireOption) (Acquired, error) {
 	var o acquireOptions
 	for _, opt := range opts {
@@ -129,11 +131,11 @@ func (c *Client) Acquire(ctx context.Context, job, holder string, ttl, wait time
 	call := c.calls.start(job, holder)
 	defer call.end()
 	r, err := c.leases.Acquire(ctx, &pb.AcquireRequest{Job: job, Holder: holder, Ttl: dur(ttl), Wait: dur(wait),
-		BindToStream: o.bindToStream, Preferred: o.preferred, Value: o.value})
+		BindToStream: o.bindToStream, Preferred: o.preferred, Value: o.value, Slots: o.slots})
 	if err != nil {
 		if wait > 0 && ctx.Err() != nil {
 			call.end()
-			go c.giveBack(call)
+			go c.giveBack(call, o.slots >= 2)
 		}
 		return Acquired{}, callError(ctx, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -326,5 +327,55 @@ func TestConformanceWorkerValueLeaderWaiters(t *testing.T) {
 	w1.send(t, "quit", "bye")
 	w2.await(t, "elected token=2")
 	w2.ask(t, "leader", "leader ", fmt.Sprintf("leader holder=%s token=2 value=10.0.0.2:8080", h2))
+	w2.send(t, "quit", "bye")
+}
+
+// The worker's --slots and acquire-slots: three workers on two slots,
+// two elected at once in their own slots ("elected token=1 job=J#k
+// slot=k"), the third elected in the slot the first frees, with its token
+// + 1, and writing under it; acquire-slots answers ok, busy and invalid.
+func TestConformanceWorkerSlots(t *testing.T) {
+	exe := buildConformanceWorker(t)
+	s := startServer(t)
+	job := uniqueJob("worker-slots")
+	args := []string{"--server", s.target, "--job", job, "--ttl-ms", "30000", "--slots", "2"}
+	w1 := startConformanceWorker(t, exe, append(args, "--name", "w1")...)
+	first := w1.line(t, "elected ")
+	w2 := startConformanceWorker(t, exe, append(args, "--name", "w2")...)
+	second := w2.line(t, "elected ")
+	slots := []string{first, second}
+	slices.Sort(slots)
+	want := []string{
+		fmt.Sprintf("elected token=1 job=%s#0 slot=0", job),
+		fmt.Sprintf("elected token=1 job=%s#1 slot=1", job),
+	}
+	if !slices.Equal(slots, want) {
+		t.Fatalf("elected lines %q, want %q", slots, want)
+	}
+	w3 := startConformanceWorker(t, exe, append(args, "--name", "w3")...)
+	// w3 is queued: the server holds the job's own lease, the line's
+	// turn, for the first waiter.
+	c, ctx := dial(t, s), ctxT(t)
+	waitUntil(t, patience, "w3's turn", func() bool {
+		l, err := c.GetLease(ctx, job)
+		return err == nil && l.Holder == w3.holder(t)
+	})
+	if n := w3.count("elected "); n != 0 {
+		t.Fatalf("w3 elected with both slots held: %q", w3.output())
+	}
+	w1.send(t, "write a", "write ok version=1")
+	w1.send(t, "quit", "bye")
+	freed := strings.Replace(first, "token=1", "token=2", 1)
+	w3.await(t, freed)
+	w3.send(t, "write b", "write ok version=2")
+	w2.send(t, "write c", "write ok version=1")
+
+	w2.send(t, "acquire-slots "+job+" 3", "acquire-slots invalid field=slots")
+	w2.send(t, "acquire-slots "+job+" 101", "acquire-slots invalid field=slots")
+	w2.send(t, "acquire-slots "+job+" 2", "acquire-slots busy")
+	other := uniqueJob("worker-slots-other")
+	w2.send(t, "acquire-slots "+other+" 2", fmt.Sprintf("acquire-slots ok job=%s#0 slot=0 token=1", other))
+	w2.send(t, "acquire-slots "+other+" 2", fmt.Sprintf("acquire-slots ok job=%s#1 slot=1 token=1", other))
+	w3.send(t, "quit", "bye")
 	w2.send(t, "quit", "bye")
 }

@@ -17,7 +17,9 @@ type LeaderCallbacks struct {
 	// token. ctx is cancelled the moment we stop leading (lost, our own
 	// deadline passed, or Run's context is done): return promptly then.
 	// Carry token into every write (or the grant's proof, Elector.Proof,
-	// to storage that verifies proofs).
+	// to storage that verifies proofs), with the job the lease is on:
+	// LeaseJobFrom(ctx) (a counted lease's slot job, ElectorConfig.Slots;
+	// else the elector's job).
 	OnStartedLeading func(ctx context.Context, token uint64)
 	// OnStoppedLeading is called when leadership with token ended, after
 	// OnStartedLeading for that token has returned.
@@ -34,6 +36,10 @@ type LeaderCallbacks struct {
 	// most once per grant, in the order of the tokens, one call at a time on a
 	// goroutine of its own, and not after Run has returned. A free job (no
 	// leader) is not reported.
+	//
+	// Not with ElectorConfig.Slots: a counted lease has several leaders
+	// at once, each in its own slot's job (NewElector refuses the two
+	// together); observe each slot's job, "{job}#{k}", instead.
 	//
 	// When it is set, Run watches the job (a WatchLease stream, opened
 	// again with backoff if it breaks) for the whole of the campaign, and
@@ -97,6 +103,19 @@ type ElectorConfig struct {
 	// on leading, and the next renewal says again; if the lease was lost
 	// (ErrLeaseLost) it steps down as usual. Default false.
 	YieldToPreferred bool
+	// Slots, 2 to MaxSlots, campaigns for one of that many slots of a
+	// counted lease on Job (a semaphore, AcquireSlots): up to Slots
+	// electors lead at once, each in a slot of its own, "{Job}#{k}", with
+	// its own token. While leading, LeaseJob names that slot's job (and
+	// the leader context, LeaseJobFrom): the elector renews, releases and
+	// transfers with it, and writes fenced by its token must name it.
+	// After a loss it campaigns for Job again, and may lead in another
+	// slot. The count is fixed by the job's first counted grant: another
+	// count (or one over MaxSlots) is refused by the server, and Run
+	// returns that *InvalidArgumentError (Field "slots"). 0 or 1: the
+	// ordinary lease. Leader and Client.GetLease(Job) show the line's turn
+	// (the first waiter) for a counted lease, not a slot's holder.
+	Slots uint32
 }
 
 // ErrNotLeader: Elector.Transfer was called while the elector does not
@@ -133,6 +152,8 @@ type Elector struct {
 	mu       sync.Mutex
 	token    uint64 // 0 when not leading
 	proof    string // the proof of the grant we lead with
+	leaseJob string // the job the grant is on: Job, or a slot's job
+	slot     uint32 // the slot of a counted grant
 	deadline time.Time
 	warned   warnings
 
@@ -186,6 +207,10 @@ func NewElector(client *Client, cfg ElectorConfig) (*Elector, error) {
 	}
 	if err := checkValue(cfg.Value); err != nil {
 		return nil, err
+	}
+	if cfg.Slots >= 2 && cfg.Callbacks.OnNewLeader != nil {
+		return nil, errors.New("leasehold: ElectorConfig.Slots and Callbacks.OnNewLeader do not go together: " +
+			"a counted lease has several leaders at once; observe each slot's job instead")
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -245,7 +270,10 @@ func (e *Elector) published(gen uint64) {
 // Leader asks the server who leads the job now (GetLease): the lease's
 // Holder ("" when the job is free), Token and Value, the value the leader
 // published (where to reach it). A follower routes to Value; it is
-// advisory: the token fences, not the value.
+// advisory: the token fences, not the value. For a counted lease
+// (ElectorConfig.Slots) the job's own lease is the line's turn, held for
+// the first waiter: ask Client.GetLease about a slot's job,
+// "{job}#{k}", for its holder.
 func (e *Elector) Leader(ctx context.Context) (Lease, error) {
 	return e.client.GetLease(ctx, e.cfg.Job)
 }
@@ -277,6 +305,55 @@ func (e *Elector) Proof() (string, bool) {
 		return e.proof, true
 	}
 	return "", false
+}
+
+// LeaseJob returns the job our lease is on, and whether we lead (as Token
+// says): the elector's job, or for a counted lease (ElectorConfig.Slots)
+// the slot's job, "{job}#{slot}", which writes fenced by our token must
+// name. In OnStartedLeading, LeaseJobFrom(ctx) names the job of that
+// callback's token even if leadership has moved on since.
+func (e *Elector) LeaseJob() (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.token != 0 && time.Now().Before(e.deadline) {
+		return e.leaseJob, true
+	}
+	return "", false
+}
+
+// Slot returns the slot we lead in, and true, while we lead a counted
+// lease (ElectorConfig.Slots); 0 and false when we do not lead, or the
+// lease is not counted.
+func (e *Elector) Slot() (uint32, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.token != 0 && time.Now().Before(e.deadline) && e.leaseJob != e.cfg.Job {
+		return e.slot, true
+	}
+	return 0, false
+}
+
+// termJob is the key of the leader context's value: the job of the
+// term's lease.
+type termJob struct{}
+
+// LeaseJobFrom returns the job the lease of a leadership is on, from its
+// leader context (OnStartedLeading's ctx, or one derived from it): the
+// elector's job, or for a counted lease the slot's job, "{job}#{slot}".
+// It names the job of that term's token, even once the term has ended
+// (writes with the token are then fenced). false for any other ctx.
+func LeaseJobFrom(ctx context.Context) (string, bool) {
+	job, ok := ctx.Value(termJob{}).(string)
+	return job, ok
+}
+
+// leaseJobOf is the job a grant of e's campaign is on: a counted grant's
+// slot job (Lease.Job), else the elector's job.
+func (e *Elector) leaseJobOf(grant Lease) string {
+	if grant.Counted() && grant.Job != "" {
+		return grant.Job
+	}
+	return e.cfg.Job
 }
 
 // IsLeader reports whether we lead now.
@@ -341,7 +418,8 @@ func (e *Elector) Run(ctx context.Context) error {
 		value, gen, _ := e.publishing()
 		actx, cancel := context.WithTimeout(ctx, t.campaignWait+e.cfg.TTL)
 		a, err := e.client.Acquire(actx, e.cfg.Job, e.cfg.Holder, e.cfg.TTL, t.campaignWait,
-			BindToStream(e.cfg.BindToStream), Preferred(e.cfg.Preferred), AcquireValue(value))
+			BindToStream(e.cfg.BindToStream), Preferred(e.cfg.Preferred), AcquireValue(value),
+			AcquireSlots(e.cfg.Slots))
 		timedOut := actx.Err() != nil
 		cancel()
 		if ctx.Err() != nil {
@@ -371,7 +449,7 @@ func (e *Elector) Run(ctx context.Context) error {
 		// The grant holds the value this Acquire carried; one SetValue
 		// gave since goes with the first renewal.
 		e.published(gen)
-		anchor, ok := e.anchor(ctx, a.Lease.Token, sent)
+		anchor, ok := e.anchor(ctx, e.leaseJobOf(a.Lease), a.Lease.Token, sent)
 		if !ok {
 			continue
 		}
@@ -385,15 +463,15 @@ func (e *Elector) Run(ctx context.Context) error {
 // anchor is the instant our lease's TTL may be counted from: at or before
 // the server granted or last renewed it. A waiting Acquire may have been
 // granted long after it was sent; then a Renew sent now confirms the lease
-// and gives a fresh anchor.
-func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (time.Time, bool) {
+// and gives a fresh anchor. job is the job the grant is on.
+func (e *Elector) anchor(ctx context.Context, job string, token uint64, sent time.Time) (time.Time, bool) {
 	if time.Since(sent) < e.cfg.TTL/10 {
 		return sent, true
 	}
 	at := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, e.cfg.TTL/2)
 	defer cancel()
-	if _, err := e.client.Renew(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL); err != nil {
+	if _, err := e.client.Renew(rctx, job, e.cfg.Holder, token, e.cfg.TTL); err != nil {
 		e.log.Warn("granted, but the confirming renew failed", "token", token, "error", err)
 		return time.Time{}, false
 	}
@@ -401,9 +479,11 @@ func (e *Elector) anchor(ctx context.Context, token uint64, sent time.Time) (tim
 }
 
 // lead leads with the grant (its token, proof and value) until the lease
-// is lost or handed over (false) or ctx is done (releases; true).
+// is lost or handed over (false) or ctx is done (releases; true). Every
+// call about the lease names the job it is on: a counted lease's slot job.
 func (e *Elector) lead(ctx context.Context, grant Lease, sent time.Time) bool {
 	token := grant.Token
+	job := e.leaseJobOf(grant)
 	t := timingFor(e.cfg.TTL)
 	retry := renewBackoff(e.cfg.TTL)
 	deadline := sent.Add(e.cfg.TTL)
@@ -414,9 +494,9 @@ func (e *Elector) lead(ctx context.Context, grant Lease, sent time.Time) bool {
 		if deadline.Before(wake) {
 			wake = deadline
 		}
-		switch e.sleepLeading(ctx, token, wake, deadline) {
+		switch e.sleepLeading(ctx, job, token, wake, deadline) {
 		case stopped:
-			return e.resign(token, deadline)
+			return e.resign(job, token, deadline)
 		case handedOver:
 			return false
 		}
@@ -432,10 +512,10 @@ func (e *Elector) lead(ctx context.Context, grant Lease, sent time.Time) bool {
 			opts = append(opts, RenewValue(value))
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		r, err := e.client.RenewLease(rctx, e.cfg.Job, e.cfg.Holder, token, e.cfg.TTL, opts...)
+		r, err := e.client.RenewLease(rctx, job, e.cfg.Holder, token, e.cfg.TTL, opts...)
 		cancel()
 		if ctx.Err() != nil {
-			return e.resign(token, deadline)
+			return e.resign(job, token, deadline)
 		}
 		if err == nil {
 			if pending {
@@ -454,12 +534,12 @@ func (e *Elector) lead(ctx context.Context, grant Lease, sent time.Time) bool {
 			e.mu.Unlock()
 			if r.SuccessorWaiting && e.cfg.YieldToPreferred {
 				// Our safe point: just renewed, nothing in flight.
-				_, ended, err := e.handOver(ctx, token, "", deadline)
+				_, ended, err := e.handOver(ctx, job, token, "", deadline)
 				switch {
 				case ended:
 					return false
 				case ctx.Err() != nil:
-					return e.resign(token, deadline)
+					return e.resign(job, token, deadline)
 				case err != nil:
 					// The candidate left (ErrNoSuccessor), or the call
 					// failed: still ours; the next renewal says again.
@@ -486,9 +566,9 @@ const (
 	handedOver        // a Transfer ended this leadership
 )
 
-// sleepLeading waits until wake while leading with token, making the
-// transfers Transfer asks for meanwhile.
-func (e *Elector) sleepLeading(ctx context.Context, token uint64, wake, deadline time.Time) int {
+// sleepLeading waits until wake while leading with token on job, making
+// the transfers Transfer asks for meanwhile.
+func (e *Elector) sleepLeading(ctx context.Context, job string, token uint64, wake, deadline time.Time) int {
 	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
 	for {
@@ -498,7 +578,7 @@ func (e *Elector) sleepLeading(ctx context.Context, token uint64, wake, deadline
 		case <-timer.C:
 			return woke
 		case req := <-e.transfers:
-			if e.transfer(req, token, deadline) {
+			if e.transfer(req, job, token, deadline) {
 				return handedOver
 			}
 		}
@@ -556,14 +636,14 @@ func (e *Elector) Transfer(ctx context.Context, to string) (Lease, error) {
 	return r.lease, r.err
 }
 
-// transfer makes req while leading with token until deadline; true when
-// the leadership ended (handed over, or found lost).
-func (e *Elector) transfer(req transferRequest, token uint64, deadline time.Time) bool {
+// transfer makes req while leading with token on job until deadline;
+// true when the leadership ended (handed over, or found lost).
+func (e *Elector) transfer(req transferRequest, job string, token uint64, deadline time.Time) bool {
 	if req.token != token || !time.Now().Before(deadline) {
 		req.reply <- transferResult{err: ErrNotLeader}
 		return false
 	}
-	l, ended, err := e.handOver(req.ctx, token, req.to, deadline)
+	l, ended, err := e.handOver(req.ctx, job, token, req.to, deadline)
 	req.reply <- transferResult{lease: l, err: err}
 	return ended
 }
@@ -575,9 +655,9 @@ func (e *Elector) transfer(req transferRequest, token uint64, deadline time.Time
 // successor's lease is returned), or found lost (ErrLeaseLost); either is
 // reported as a loss. Otherwise (ErrNoSuccessor, a failed call) we still
 // lead.
-func (e *Elector) handOver(ctx context.Context, token uint64, to string, deadline time.Time) (l Lease, ended bool, err error) {
+func (e *Elector) handOver(ctx context.Context, job string, token uint64, to string, deadline time.Time) (l Lease, ended bool, err error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
-	l, err = e.client.TransferLease(ctx, e.cfg.Job, e.cfg.Holder, token, to, 0)
+	l, err = e.client.TransferLease(ctx, job, e.cfg.Holder, token, to, 0)
 	cancel()
 	switch {
 	case err == nil:
@@ -594,14 +674,14 @@ func (e *Elector) handOver(ctx context.Context, token uint64, to string, deadlin
 	}
 }
 
-// resign steps down and releases, bounded: past our deadline the lease
-// runs out on its own.
-func (e *Elector) resign(token uint64, deadline time.Time) bool {
+// resign steps down and releases the lease on job, bounded: past our
+// deadline the lease runs out on its own.
+func (e *Elector) resign(job string, token uint64, deadline time.Time) bool {
 	e.setFollower(token)
 	bound := max(time.Until(deadline), 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	if err := e.client.Release(ctx, e.cfg.Job, e.cfg.Holder, token); err != nil {
+	if err := e.client.Release(ctx, job, e.cfg.Holder, token); err != nil {
 		e.log.Warn("release on resign failed", "token", token, "error", err)
 	}
 	return true
@@ -609,10 +689,18 @@ func (e *Elector) resign(token uint64, deadline time.Time) bool {
 
 // releaseIfGranted: stopped while an Acquire was in flight, which the
 // server may have granted just before the cancel. Best effort, briefly:
-// release the lease if it is ours, rather than leave it to run out.
+// release the lease if it is ours, rather than leave it to run out. A
+// counted grant is a slot's job, "{job}#{k}" (the job's own lease, the
+// line's turn, the server ends with the cancelled call).
 func (e *Elector) releaseIfGranted() {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
+	if e.cfg.Slots >= 2 {
+		if l, found, err := e.client.slotHeldBy(ctx, e.cfg.Job, e.cfg.Holder); err == nil && found {
+			_ = e.client.Release(ctx, l.Job, e.cfg.Holder, l.Token)
+		}
+		return
+	}
 	if l, err := e.client.GetLease(ctx, e.cfg.Job); err == nil && l.Holder == e.cfg.Holder {
 		_ = e.client.Release(ctx, e.cfg.Job, e.cfg.Holder, l.Token)
 	}
@@ -620,10 +708,13 @@ func (e *Elector) releaseIfGranted() {
 
 func (e *Elector) setLeader(grant Lease, deadline time.Time) {
 	token := grant.Token
-	termCtx, cancel := context.WithCancel(context.Background())
+	job := e.leaseJobOf(grant)
+	termCtx, cancel := context.WithCancel(context.WithValue(context.Background(), termJob{}, job))
 	e.mu.Lock()
 	e.token = token
 	e.proof = grant.Proof
+	e.leaseJob = job
+	e.slot = grant.Slot
 	e.deadline = deadline
 	e.term = termCtx
 	e.cancelTerm = cancel
@@ -631,7 +722,11 @@ func (e *Elector) setLeader(grant Lease, deadline time.Time) {
 	done := make(chan struct{})
 	e.termDone = done
 	e.mu.Unlock()
-	e.log.Info("elected", "token", token)
+	if job != e.cfg.Job {
+		e.log.Info("elected", "token", token, "lease_job", job, "slot", grant.Slot)
+	} else {
+		e.log.Info("elected", "token", token)
+	}
 	e.observe(e.cfg.Holder, token, grant.Value)
 	cb := e.cfg.Callbacks
 	go func() {

@@ -2,6 +2,7 @@ package leasehold
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -138,14 +139,43 @@ func (a *asking) end() {
 // giveBack is the clean-up of a cancelled waiting Acquire, call a, ended
 // already: after the server has had time to decide, it gives the lease
 // back if it is a's holder's and the rules above allow it. Best effort:
-// errors are ignored.
-func (c *Client) giveBack(a *asking) {
+// errors are ignored. For a counted Acquire (counted), the grant would be
+// a slot's job, "{job}#{k}", not the job: the job's own lease is then the
+// line's turn, which the server ends itself with the cancelled call.
+func (c *Client) giveBack(a *asking, counted bool) {
 	time.Sleep(settle)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	l, err := c.GetLease(ctx, a.key.job)
+	var l Lease
+	var err error
+	if counted {
+		var found bool
+		l, found, err = c.slotHeldBy(ctx, a.key.job, a.key.holder)
+		if !found {
+			return
+		}
+	} else {
+		l, err = c.GetLease(ctx, a.key.job)
+	}
 	if err != nil || l.Holder != a.key.holder || !c.calls.mayGiveBack(a.key, a.n, l.Token) {
 		return
 	}
-	_, _ = c.leases.Release(ctx, &pb.ReleaseRequest{Job: a.key.job, Holder: a.key.holder, Token: l.Token, GiveBack: true})
+	_, _ = c.leases.Release(ctx, &pb.ReleaseRequest{Job: l.Job, Holder: a.key.holder, Token: l.Token, GiveBack: true})
+}
+
+// slotHeldBy finds the slot of job's counted lease that holder holds (a
+// holder holds at most one: asking again renews it in its slot): the
+// lease of a job "{job}#{k}". found is false when it holds none.
+func (c *Client) slotHeldBy(ctx context.Context, job, holder string) (l Lease, found bool, err error) {
+	leases, err := c.ListLeases(ctx, job+"#")
+	if err != nil {
+		return Lease{}, false, err
+	}
+	for _, l := range leases {
+		k := strings.TrimPrefix(l.Job, job+"#")
+		if l.Holder == holder && k != "" && strings.Trim(k, "0123456789") == "" {
+			return l, true, nil
+		}
+	}
+	return Lease{}, false, nil
 }

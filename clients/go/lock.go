@@ -19,12 +19,23 @@ type LockOption func(*lockOptions)
 type lockOptions struct {
 	name   string
 	logger *slog.Logger
+	slots  uint32
 }
 
 // LockName sets the name of the lock's holder identity, name@<uuid>
 // (DefaultLockName otherwise). Each lock makes a UUID of its own, so two
 // locks with one name are two holders.
 func LockName(name string) LockOption { return func(o *lockOptions) { o.name = name } }
+
+// LockSlots(n) makes the lock a counted one (a semaphore, AcquireSlots):
+// up to n locks of the job are held at once, 2 to MaxSlots, each in a
+// slot of its own, the job "{job}#{k}" with its own token (Lock.LeaseJob,
+// Lock.Slot): the lock renews and releases it, and writes fenced by the
+// lock's token must name it. The line is first come, first served. The
+// count is fixed by the job's first counted grant; another count is an
+// *InvalidArgumentError (Field "slots") from WithLock, fn not called.
+// 0 or 1: the ordinary lock, one holder at a time.
+func LockSlots(n uint32) LockOption { return func(o *lockOptions) { o.slots = n } }
 
 // LockLogger sets the logger of the lock's warnings (renewals that failed,
 // a loss); slog.Default() otherwise.
@@ -36,8 +47,11 @@ type Lock struct {
 	job    string
 	holder string
 	ttl    time.Duration
+	slots  uint32
 
 	mu       sync.Mutex
+	leaseJob string // the job the grant is on: job, or a slot's job
+	slot     uint32
 	token    uint64
 	proof    string
 	deadline time.Time
@@ -46,8 +60,26 @@ type Lock struct {
 	lostCh   chan struct{} // closed on a loss
 }
 
-// Job is the locked job.
+// Job is the locked job, as WithLock was given it.
 func (l *Lock) Job() string { return l.job }
+
+// LeaseJob is the job the lock's lease is on: Job, or for a counted lock
+// (LockSlots) its slot's job, "{job}#{slot}". Writes fenced by Token name
+// it: the token is that job's. It stays set after the lock is lost or
+// released, as Token does.
+func (l *Lock) LeaseJob() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leaseJob
+}
+
+// Slot is the slot of a counted lock (LockSlots), and true; 0 and false
+// for an ordinary lock.
+func (l *Lock) Slot() (uint32, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.slot, l.leaseJob != l.job
+}
 
 // Holder is the lock's holder identity, name@uuid, with a UUID of its own.
 func (l *Lock) Holder() string { return l.holder }
@@ -103,6 +135,9 @@ func (l *Lock) Err() error {
 func (l *Lock) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.leaseJob != l.job {
+		return fmt.Sprintf("Lock(job=%s lease_job=%s holder=%s token=%d)", l.job, l.leaseJob, l.holder, l.token)
+	}
 	return fmt.Sprintf("Lock(job=%s holder=%s token=%d)", l.job, l.holder, l.token)
 }
 
@@ -119,6 +154,8 @@ func (l *Lock) String() string {
 // for the Cause and for the func's own Err (often context.Canceled: its
 // ctx was cancelled on the loss).
 type LockLostError struct {
+	// Job is the job the lock's lease was on (Lock.LeaseJob: a counted
+	// lock's slot job).
 	Job   string
 	Token uint64
 	// DeadlinePassed: no renewal succeeded before our deadline (Cause is
@@ -187,7 +224,8 @@ func (e *LockLostError) Unwrap() []error {
 //
 // The lock is its own holder, name@uuid (LockName; "lock" by default),
 // so two locks on one job exclude each other, in one process or in two:
-// a lock is not re-entrant.
+// a lock is not re-entrant. With LockSlots(n) up to n of them hold the
+// job at once (consul lock -n), each in a slot's job, Lock.LeaseJob.
 //
 //	err := client.WithLock(ctx, "reports", 10*time.Second, func(ctx context.Context, lock *leasehold.Lock) error {
 //		_, err := client.CheckedWrite(ctx, "reports", lock.Token(), []byte("cursor"), []byte("42"))
@@ -211,16 +249,22 @@ func (c *Client) WithLock(ctx context.Context, job string, ttl time.Duration, fn
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Lock{job: job, holder: electorHolder(o.name), ttl: ttl, lostCh: make(chan struct{})}
+	l := &Lock{job: job, holder: electorHolder(o.name), ttl: ttl, slots: o.slots, leaseJob: job, lostCh: make(chan struct{})}
 	log = log.With("job", job, "holder", l.holder)
 	r := &lockRun{client: c, lock: l, log: log}
-	token, proof, anchor, err := r.acquire(ctx)
+	grant, anchor, err := r.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.token, l.proof, l.deadline = token, proof, anchor.Add(ttl)
+	l.token, l.proof, l.deadline = grant.Token, grant.Proof, anchor.Add(ttl)
+	if grant.Counted() && grant.Job != "" {
+		l.leaseJob, l.slot = grant.Job, grant.Slot
+	}
 	l.mu.Unlock()
+	if l.leaseJob != job {
+		r.log = log.With("lease_job", l.leaseJob)
+	}
 
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -268,20 +312,20 @@ func (r *lockRun) warn(msg string, args ...any) {
 	}
 }
 
-// acquire waits for the lease until ctx is done; it returns the token,
-// the proof and the instant the lease's TTL may be counted from (see
+// acquire waits for the lease until ctx is done; it returns the grant
+// and the instant the lease's TTL may be counted from (see
 // Elector.anchor).
-func (r *lockRun) acquire(ctx context.Context) (uint64, string, time.Time, error) {
+func (r *lockRun) acquire(ctx context.Context) (Lease, time.Time, error) {
 	l := r.lock
 	t := timingFor(l.ttl)
 	retry := campaignBackoff(l.ttl)
 	for {
 		if err := ctxDone(ctx); err != nil {
-			return 0, "", time.Time{}, &ContextError{Err: err}
+			return Lease{}, time.Time{}, &ContextError{Err: err}
 		}
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, t.campaignWait+l.ttl)
-		a, err := r.client.Acquire(actx, l.job, l.holder, l.ttl, t.campaignWait)
+		a, err := r.client.Acquire(actx, l.job, l.holder, l.ttl, t.campaignWait, AcquireSlots(l.slots))
 		cancel()
 		if err != nil {
 			if cerr := ctxDone(ctx); cerr != nil {
@@ -292,10 +336,10 @@ func (r *lockRun) acquire(ctx context.Context) (uint64, string, time.Time, error
 				if errors.As(err, &ce) {
 					cause = ce.Cause
 				}
-				return 0, "", time.Time{}, &ContextError{Err: cerr, Cause: cause}
+				return Lease{}, time.Time{}, &ContextError{Err: cerr, Cause: cause}
 			}
 			if refused(err) {
-				return 0, "", time.Time{}, err
+				return Lease{}, time.Time{}, err
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				r.warn("lock: acquire timed out; asking again")
@@ -303,7 +347,7 @@ func (r *lockRun) acquire(ctx context.Context) (uint64, string, time.Time, error
 			}
 			r.warn("lock: acquire failed; retrying", "error", err)
 			if !sleepCtx(ctx, retry.next()) {
-				return 0, "", time.Time{}, &ContextError{Err: ctx.Err(), Cause: err}
+				return Lease{}, time.Time{}, &ContextError{Err: ctx.Err(), Cause: err}
 			}
 			continue
 		}
@@ -312,31 +356,41 @@ func (r *lockRun) acquire(ctx context.Context) (uint64, string, time.Time, error
 			continue // the server's wait ran out: ask again
 		}
 		if time.Since(sent) < l.ttl/10 {
-			return a.Lease.Token, a.Lease.Proof, sent, nil
+			return a.Lease, sent, nil
 		}
 		// Granted long after it was sent: counted from the send, our
 		// deadline could be near or past. A Renew sent now confirms it.
+		job := lockJobOf(l.job, a.Lease)
 		at := time.Now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl/2)
-		_, err = r.client.Renew(rctx, l.job, l.holder, a.Lease.Token, l.ttl)
+		_, err = r.client.Renew(rctx, job, l.holder, a.Lease.Token, l.ttl)
 		cancel()
 		if err == nil && ctx.Err() == nil {
-			return a.Lease.Token, a.Lease.Proof, at, nil
+			return a.Lease, at, nil
 		}
-		r.giveUp(a.Lease.Token)
+		r.giveUp(job, a.Lease.Token)
 		if cerr := ctxDone(ctx); cerr != nil {
-			return 0, "", time.Time{}, &ContextError{Err: cerr}
+			return Lease{}, time.Time{}, &ContextError{Err: cerr}
 		}
 		r.log.Warn("lock: granted, but the confirming renew failed; asking again", "token", a.Lease.Token, "error", err)
 	}
 }
 
-// giveUp releases a grant we will not use, briefly, best effort (it runs
-// out on its own otherwise).
-func (r *lockRun) giveUp(token uint64) {
+// lockJobOf is the job a lock's grant is on: a counted grant's slot job,
+// else the locked job.
+func lockJobOf(job string, grant Lease) string {
+	if grant.Counted() && grant.Job != "" {
+		return grant.Job
+	}
+	return job
+}
+
+// giveUp releases a grant on job we will not use, briefly, best effort
+// (it runs out on its own otherwise).
+func (r *lockRun) giveUp(job string, token uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_ = r.client.Release(ctx, r.lock.job, r.lock.holder, token)
+	_ = r.client.Release(ctx, job, r.lock.holder, token)
 }
 
 // renew renews the lease every ttl/3 until ctx is done (fn returned), and
@@ -344,6 +398,7 @@ func (r *lockRun) giveUp(token uint64) {
 // renewal.
 func (r *lockRun) renew(ctx context.Context, anchor time.Time) {
 	l := r.lock
+	job := l.LeaseJob()
 	every := timingFor(l.ttl).every
 	retry := renewBackoff(l.ttl)
 	deadline := anchor.Add(l.ttl)
@@ -359,11 +414,11 @@ func (r *lockRun) renew(ctx context.Context, anchor time.Time) {
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
-			r.lose(&LockLostError{Job: l.job, Token: l.token, DeadlinePassed: true, Cause: lastErr})
+			r.lose(&LockLostError{Job: job, Token: l.token, DeadlinePassed: true, Cause: lastErr})
 			return
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		lease, err := r.client.Renew(rctx, l.job, l.holder, l.token, l.ttl)
+		lease, err := r.client.Renew(rctx, job, l.holder, l.token, l.ttl)
 		cancel()
 		if ctx.Err() != nil {
 			return // fn returned: the release comes next
@@ -380,7 +435,7 @@ func (r *lockRun) renew(ctx context.Context, anchor time.Time) {
 			continue
 		}
 		if errors.Is(err, ErrLeaseLost) || refused(err) {
-			r.lose(&LockLostError{Job: l.job, Token: l.token, Cause: err})
+			r.lose(&LockLostError{Job: job, Token: l.token, Cause: err})
 			return
 		}
 		lastErr = err
@@ -411,11 +466,11 @@ func (r *lockRun) lose(err *LockLostError) {
 func (r *lockRun) release(ctx context.Context) {
 	l := r.lock
 	l.mu.Lock()
-	token, deadline, lost := l.token, l.deadline, l.lost != nil
+	job, token, deadline, lost := l.leaseJob, l.token, l.deadline, l.lost != nil
 	l.released = true
 	l.mu.Unlock()
 	if !lost && !time.Now().Before(deadline) {
-		r.lose(&LockLostError{Job: l.job, Token: token, DeadlinePassed: true})
+		r.lose(&LockLostError{Job: job, Token: token, DeadlinePassed: true})
 		lost = true
 	}
 	l.mu.Lock()
@@ -427,7 +482,7 @@ func (r *lockRun) release(ctx context.Context) {
 	bound := max(time.Until(deadline), 200*time.Millisecond)
 	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	if err := r.client.Release(rctx, l.job, l.holder, token); err != nil && !lost {
+	if err := r.client.Release(rctx, job, l.holder, token); err != nil && !lost {
 		r.log.Warn("lock: release failed; the lease runs out at its TTL", "token", token, "error", err)
 	}
 }

@@ -66,7 +66,20 @@ type Lease struct {
 	// holder said it is, not that it still leads. The token fences, not
 	// the value.
 	Value []byte
+	// Slot is, in the answer to a counted Acquire (AcquireSlots), the
+	// slot granted, 0 to Slots-1, whose own job Job names
+	// ("{job}#{slot}"). 0 elsewhere, as Slots is.
+	Slot uint32
+	// Slots is, in the answer to a counted Acquire, the job's count of
+	// slots; 0 elsewhere (GetLease, watches and KeepAlive answer about a
+	// slot's job as about any job).
+	Slots uint32
 }
+
+// Counted reports whether the lease is a slot of a counted lease, as the
+// answer to a counted Acquire says (Slots > 0): Job is then the slot's
+// own job, "{job}#{slot}".
+func (l Lease) Counted() bool { return l.Slots > 0 }
 
 // Acquired is the answer to Acquire.
 type Acquired struct {
@@ -83,6 +96,32 @@ type acquireOptions struct {
 	bindToStream bool
 	preferred    bool
 	value        []byte
+	slots        uint32
+}
+
+// MaxSlots is the most slots a counted lease may have (AcquireSlots): more
+// is an *InvalidArgumentError with Field "slots".
+const MaxSlots = 100
+
+// AcquireSlots(n) asks for one of n slots of a counted lease on the job
+// (a semaphore, AcquireRequest.slots): up to n holders at once, each in a
+// slot of its own, 2 to MaxSlots. 0 or 1 is the ordinary lease.
+//
+// Slot k is a job of its own, "{job}#{k}", with its own token, history
+// and fenced keys. The grant's Lease.Job names it and Lease.Slot is k:
+// renew, release, transfer and write (CheckedWrite, WriteStream) with
+// Lease.Job, not with the job asked for. The line is first come, first
+// served: a slot that frees goes to the first waiter. A live holder of a
+// slot that asks again is renewed in its slot.
+//
+// The count is fixed by the job's first counted grant: an Acquire naming
+// another count is an *InvalidArgumentError with Field "slots" (its
+// message says the job's count), and changes nothing; so is n over
+// MaxSlots. While the first waiter waits, the server holds the job's own
+// lease for it (the line's turn): GetLease(job) then shows that waiter,
+// not a slot's holder; GetLease("{job}#{k}") shows slot k's.
+func AcquireSlots(n uint32) AcquireOption {
+	return func(o *acquireOptions) { o.slots = n }
 }
 
 // MaxValueBytes is the most a lease's value may hold (Lease.Value): a
@@ -246,6 +285,8 @@ func leaseFromPb(l *pb.Lease) Lease {
 		Principal: l.GetPrincipal(),
 		Proof:     l.GetProof(),
 		Value:     l.GetValue(),
+		Slot:      l.GetSlot(),
+		Slots:     l.GetSlots(),
 	}
 }
 

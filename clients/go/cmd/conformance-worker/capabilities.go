@@ -2,10 +2,11 @@ package main
 
 // The worker's commands beyond its elector: lock, lock-write, unlock;
 // follow, follow-stop; fleet, fleet-stop; history; delete-job; set-value,
-// leader, waiters.
+// leader, waiters; acquire-slots.
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -309,4 +310,42 @@ func waiters(c *leasehold.Client, job string) string {
 		b.WriteString(" " + w.Holder)
 	}
 	return b.String()
+}
+
+// acquireSlots is a one-shot Acquire of one of n slots of job's counted
+// lease, wait 0, as a fresh holder with the worker's TTL; arg is
+// "<job> <n>". The lease it gets is left to expire. "ok job=<slot job>
+// slot=<k> token=<T>", "busy", "invalid field=<field>" (the typed
+// invalid-argument error) or "error <msg>".
+func acquireSlots(c *leasehold.Client, arg, name string, ttl time.Duration) string {
+	job, nText, _ := strings.Cut(arg, " ")
+	n, err := strconv.ParseUint(nText, 10, 32)
+	if err != nil {
+		return "error usage: acquire-slots <job> <n>"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	holder := name + "@" + uuid()
+	a, err := c.Acquire(ctx, job, holder, ttl, 0, leasehold.AcquireSlots(uint32(n)))
+	var ia *leasehold.InvalidArgumentError
+	switch {
+	case errors.As(err, &ia):
+		return "invalid field=" + ia.Field
+	case err != nil:
+		return fmt.Sprintf("error %v", err)
+	case !a.Acquired:
+		return "busy"
+	}
+	return fmt.Sprintf("ok job=%s slot=%d token=%d", a.Lease.Job, a.Lease.Slot, a.Lease.Token)
+}
+
+// uuid is a new random (version 4) UUID.
+func uuid() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

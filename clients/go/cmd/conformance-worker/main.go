@@ -3,12 +3,22 @@
 // job, driven over stdin, reporting on stdout; and, on command, a lock
 // (Client.WithLock), an elector that follows a job (OnNewLeader, and
 // Client.Observe), a fleet (ElectorSet), a job's history and DeleteJob,
-// the leader's value (ElectorConfig.Value, SetValue, Leader) and a job's
-// waiters (ListWaiters).
+// the leader's value (ElectorConfig.Value, SetValue, Leader), a job's
+// waiters (ListWaiters), and counted leases (--slots: ElectorConfig.Slots;
+// acquire-slots: AcquireSlots).
 // Also a complete example of a worker: lead, write fenced by the token,
 // release on SIGTERM.
 //
-//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--ca FILE] [--token SECRET]
+//	conformance-worker --server 127.0.0.1:50051 --job j --name w1 --ttl-ms 1000 [--bind] [--preferred] [--yield] [--value V] [--slots N] [--ca FILE] [--token SECRET]
+//
+// With --slots N the elector campaigns for one of N slots of a counted
+// lease on the job: its line "elected token=<T>" then ends with
+// " job=<the slot's job> slot=<k>", and "write" writes under the slot's
+// job. The command "acquire-slots <job> <n>" is a one-shot Acquire (wait
+// 0, a fresh holder <name>@<uuid>, the worker's TTL) of one of n slots:
+// "acquire-slots ok job=<job> slot=<k> token=<T>", "acquire-slots busy",
+// "acquire-slots invalid field=<field>" or "acquire-slots error <msg>";
+// its lease is left to expire.
 package main
 
 import (
@@ -48,6 +58,7 @@ func main() {
 	ca := flag.String("ca", "", "connect with TLS, trusting this CA (PEM file)")
 	token := flag.String("token", "", "send this bearer secret on every call")
 	value := flag.String("value", "", "the value the elector publishes with its lease (ElectorConfig.Value)")
+	slots := flag.Uint("slots", 0, "campaign for one of N slots of a counted lease on the job (ElectorConfig.Slots)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ttl := time.Duration(*ttlMs) * time.Millisecond
@@ -60,15 +71,24 @@ func main() {
 
 	var mu sync.Mutex
 	var lastToken uint64 // the token we last led with, kept after losing
+	lastJob := *job      // the job that token is of: a counted lease's slot job
 	elector, err := leasehold.NewElector(client, leasehold.ElectorConfig{
 		Job: *job, Name: *name, TTL: time.Duration(*ttlMs) * time.Millisecond,
 		BindToStream: *bind, Preferred: *preferred, YieldToPreferred: *yield, Value: []byte(*value),
+		Slots: uint32(*slots),
 		Callbacks: leasehold.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context, token uint64) {
+				// The job of this token, even if the term has ended since.
+				leaseJob, _ := leasehold.LeaseJobFrom(ctx)
 				mu.Lock()
-				lastToken = token
+				lastToken, lastJob = token, leaseJob
 				mu.Unlock()
-				say("elected token=%d", token)
+				if *slots >= 2 {
+					slot := strings.TrimPrefix(leaseJob, *job+"#")
+					say("elected token=%d job=%s slot=%s", token, leaseJob, slot)
+				} else {
+					say("elected token=%d", token)
+				}
 			},
 			OnStoppedLeading: func(token uint64) { say("lost token=%d", token) },
 		},
@@ -96,13 +116,13 @@ func main() {
 		for sc.Scan() {
 			cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
 			mu.Lock()
-			token := lastToken
+			token, tokenJob := lastToken, lastJob
 			mu.Unlock()
 			switch cmd {
 			case "quit":
 				return
 			case "write":
-				say("%s", write(client, *job, token, arg))
+				say("%s", write(client, tokenJob, token, arg))
 			case "bad":
 				say("bad %s %s", arg, bad(client, *job, elector.Holder(), token, arg))
 			case "transfer":
@@ -165,6 +185,8 @@ func main() {
 				say("leader %s", leader(elector))
 			case "waiters":
 				say("waiters %s", waiters(client, arg))
+			case "acquire-slots":
+				say("acquire-slots %s", acquireSlots(client, arg, *name, ttl))
 			case "":
 			default:
 				say("error unknown command %q", cmd)
