@@ -337,3 +337,21 @@ def test_an_ordinary_lock_and_elector_lease_job_is_the_job(client, job):
     with leasehold.Elector(client, job, "e", TTL) as e:
         assert e.wait_elected(PATIENCE) == 2
         assert e.lease_job == job and e.slot is None
+
+
+def test_on_new_leader_with_slots_is_refused_for_both_electors(server, client):
+    """A counted lease has several leaders at once: there is no one new
+    leader to report, so the combination is refused before anything is
+    sent."""
+    with pytest.raises(ValueError, match="on_new_leader"):
+        leasehold.Elector(client, "pool", "a", 5.0, slots=2, on_new_leader=lambda h, t: None)
+
+    async def main() -> None:
+        c = AsyncClient(server.target)
+        try:
+            with pytest.raises(ValueError, match="on_new_leader"):
+                AsyncElector(c, "pool", "a", 5.0, slots=2, on_new_leader=lambda h, t: None)
+        finally:
+            await c.close()
+
+    asyncio.run(main())

@@ -157,6 +157,8 @@ pub struct Elector {
     /// For [`Elector::on_new_leader`]'s watch.
     client: Client,
     job: String,
+    /// Campaigns for a slot of a counted lease.
+    counted: bool,
     observer: Option<JoinHandle<()>>,
 }
 
@@ -203,6 +205,7 @@ impl Elector {
             value: options.value.clone(),
             unsent: false,
         }));
+        let counted = options.slots >= 2;
         let task = match check_elector_args(Some(job), name, ttl) {
             Err(e) => {
                 let _ = error.set(e);
@@ -239,6 +242,7 @@ impl Elector {
             granted,
             client,
             job: job.to_owned(),
+            counted,
             observer: None,
         }
     }
@@ -252,10 +256,16 @@ impl Elector {
     /// being opened again is not seen, and a change of value is no new
     /// leader ([`Client::observe`] sees those). Stops with
     /// [`Elector::resign`] or the elector's drop. A second call replaces
-    /// the first's callback.
+    /// the first's callback. A counted elector ([`ElectorOptions::slots`])
+    /// reports nothing: a counted lease has several leaders at once, and
+    /// the job's own lease is its line's turn (observe the slots' jobs).
     pub fn on_new_leader(&mut self, mut f: impl FnMut(&Lease) + Send + 'static) {
         if let Some(old) = self.observer.take() {
             old.abort();
+        }
+        if self.counted {
+            tracing::warn!(job = %self.job, "on_new_leader of a counted elector reports nothing: observe the slots' jobs");
+            return;
         }
         let client = self.client.clone();
         let job = self.job.clone();

@@ -761,6 +761,13 @@ class AsyncElector:
     ) -> None:
         check_elector_args(job, name, ttl)
         self._slots = check_slots(slots)
+        if self._slots >= 2 and on_new_leader is not None:
+            # A counted lease has several leaders at once, and the job's own
+            # lease is its line's turn: there is no one new leader to tell.
+            raise ValueError(
+                "on_new_leader cannot be combined with slots: a counted lease has several "
+                "leaders at once (observe the slots' jobs, job#k, instead)"
+            )
         # As Elector's: (token, the job the grant is on, the slot).
         self._granted: Optional[Tuple[int, str, Optional[int]]] = None
         self._client = client

@@ -155,9 +155,9 @@ class Elector:
     :class:`~leasehold.InvalidArgument` naming ``"slots"``). While an
     elector waits first in line, the server holds ``job``'s own lease for
     it, so :meth:`leader` and ``on_new_leader`` (which follow ``job``)
-    see the line, not the slots' holders: read ``job#k`` for those. For a
-    counted elector ``on_new_leader`` hears the watch alone, not its own
-    grants (they are on the slot's job, with the slot's tokens).
+    see the line, not the slots' holders: read ``job#k`` for those.
+    ``on_new_leader`` with ``slots`` raises ``ValueError``: a counted lease
+    has several leaders at once.
 
     An empty job or name, or a TTL that is not positive, raises
     ``ValueError`` here; a value over 1024 bytes,
@@ -188,6 +188,13 @@ class Elector:
     ) -> None:
         check_elector_args(job, name, ttl)
         self._slots = check_slots(slots)
+        if self._slots >= 2 and on_new_leader is not None:
+            # A counted lease has several leaders at once, and the job's own
+            # lease is its line's turn: there is no one new leader to tell.
+            raise ValueError(
+                "on_new_leader cannot be combined with slots: a counted lease has several "
+                "leaders at once (observe the slots' jobs, job#k, instead)"
+            )
         # The grant we lead with or are about to: (token, the job it is on,
         # the slot). A counted grant is on its slot's job, which every
         # call about the lease names.
