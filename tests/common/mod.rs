@@ -40,6 +40,20 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_leasehold"))
 }
 
+/// Runs `leasehold ARGS[0] --server URL ARGS[1..]` (a subcommand, the
+/// server, the rest) to its end: its exit code, standard output and
+/// standard error.
+pub fn cli(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(bin())
+        .arg(args[0])
+        .args(["--server", url])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// An example binary built by `cargo test` (examples are built with the
 /// tests), next to the `leasehold` binary.
 pub fn example(name: &str) -> PathBuf {

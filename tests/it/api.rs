@@ -2128,17 +2128,7 @@ async fn list_waiters_shows_the_line_in_order() {
 async fn the_cli_publishes_a_leaders_value_and_lists_its_candidates(place: common::Place) {
     let server = place.start(&[]);
     let url = server.url();
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(common::bin())
-            .arg(args[0])
-            .args(["--server", &url])
-            .args(&args[1..])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.code(), text, err)
-    };
+    let cli = |args: &[&str]| common::cli(&url, args);
     let (code, _, err) = cli(&[
         "acquire",
         "routed",

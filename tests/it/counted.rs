@@ -310,17 +310,7 @@ async fn run_with_slots_runs_n_at_once_on_etcd() {
 async fn the_cli_acquires_a_slot(place: common::Place) {
     let server = place.start(&[]);
     let url = server.url();
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(common::bin())
-            .arg(args[0])
-            .args(["--server", &url])
-            .args(&args[1..])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.code(), text, err)
-    };
+    let cli = |args: &[&str]| common::cli(&url, args);
     let (code, text, err) = cli(&[
         "acquire", "cron", "--slots", "3", "--holder", "a", "--ttl", "60s",
     ]);
