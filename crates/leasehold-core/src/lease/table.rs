@@ -20,6 +20,7 @@
 //! - `views.rs`: the snapshots callers read ([`LeaseView`], [`JobStatus`],
 //!   [`Leadership`]) and the listings and sweeps that make them.
 
+mod holders;
 mod job;
 mod line;
 mod owners;
@@ -32,6 +33,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
 use crate::lease::{HolderId, JobName, Published, Token};
+use holders::Holders;
 use job::{Holding, Job};
 use owners::Owners;
 pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
@@ -217,6 +219,8 @@ pub struct LeaseTable {
     floors: Floors,
     /// Each job's owner, and how many jobs each principal owns.
     owners: Owners,
+    /// One copy of each holder's name, shared by its holdings.
+    holders: Holders,
     /// The wall clock of the decision being taken, in milliseconds since
     /// the Unix epoch, as the caller set it ([`LeaseTable::set_wall_clock`]):
     /// grants record it in their [`Issued`].
@@ -299,7 +303,7 @@ impl LeaseTable {
             };
             job.last_holder = last;
             job.holding = held.map(|holder| Holding {
-                holder,
+                holder: table.holders.intern(&holder),
                 issued: rec.issued,
                 ttl: rec.ttl,
                 deadline: now + rec.ttl,
@@ -347,6 +351,7 @@ impl LeaseTable {
         self.jobs = t.jobs;
         self.floors = t.floors;
         self.owners = t.owners;
+        self.holders = t.holders;
     }
 
     /// Saves one job's state, to undo a decision whose change could not be
@@ -424,6 +429,7 @@ impl LeaseTable {
             job
         });
         let owners = &self.owners;
+        let holders = &mut self.holders;
         job.settle(now, stats, faults);
         let mut fx = Effects::default();
 
@@ -470,7 +476,16 @@ impl LeaseTable {
             preferred = job.pop_first().is_some_and(|w| w.preferred);
             fx.wake.extend(job.first_in_line());
         }
-        job.grant(holder, ttl, value, preferred, now, wall, stats, &mut fx);
+        job.grant(
+            &holders.intern(holder),
+            ttl,
+            value,
+            preferred,
+            now,
+            wall,
+            stats,
+            &mut fx,
+        );
         fx.persist = Some(job.record(owners));
         fx.changed = true;
         (Acquire::Granted(job.view(name, now)), fx)
@@ -588,6 +603,7 @@ impl LeaseTable {
         let stats = &mut self.stats;
         let faults = self.faults;
         let owners = &self.owners;
+        let holders = &mut self.holders;
         let Some(job) = self.jobs.get_mut(name) else {
             return Err(rules::unknown_or_lost(name, None, Token::NONE, token));
         };
@@ -613,7 +629,7 @@ impl LeaseTable {
                 } else if let Some(w) = job.pop_first() {
                     let ttl = w.ttl;
                     job.grant(
-                        &w.holder,
+                        &holders.intern(&w.holder),
                         ttl,
                         w.value,
                         w.preferred,
@@ -673,6 +689,7 @@ impl LeaseTable {
         let stats = &mut self.stats;
         let faults = self.faults;
         let owners = &self.owners;
+        let holders = &mut self.holders;
         let Some(job) = self.jobs.get_mut(name) else {
             return Err(rules::unknown_or_lost(name, None, Token::NONE, token));
         };
@@ -714,7 +731,7 @@ impl LeaseTable {
             at: now,
         });
         job.grant(
-            &w.holder,
+            &holders.intern(&w.holder),
             ttl.unwrap_or(held_ttl),
             w.value,
             w.preferred,

@@ -144,15 +144,25 @@ impl fmt::Debug for Name {
 }
 
 /// A validated holder identity: a name plus a UUID made per elector.
+///
+/// Shared, not copied: a clone is a reference count, and the lease table
+/// keeps one copy of each holder for all the leases it holds (a fleet's
+/// holder holds thousands).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HolderId(String);
+pub struct HolderId(Arc<str>);
+
+impl AsRef<str> for Name {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
 
 macro_rules! name_type {
     ($t:ident) => {
         impl $t {
             /// The name as a string.
             pub fn as_str(&self) -> &str {
-                self.0.as_str()
+                self.0.as_ref()
             }
 
             /// Wraps a name read back from a store, which was validated
@@ -165,19 +175,19 @@ macro_rules! name_type {
 
         impl fmt::Display for $t {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.0.as_str())
+                f.write_str(self.as_str())
             }
         }
 
         impl std::borrow::Borrow<str> for $t {
             fn borrow(&self) -> &str {
-                self.0.as_str()
+                self.as_str()
             }
         }
 
         impl AsRef<str> for $t {
             fn as_ref(&self) -> &str {
-                self.0.as_str()
+                self.as_str()
             }
         }
     };
@@ -199,7 +209,19 @@ impl HolderId {
         s.push_str(principal);
         s.push(BIND);
         s.push_str(&self.0);
-        HolderId(s)
+        HolderId(s.into())
+    }
+
+    /// Whether the two are one copy of the name (not only equal).
+    #[cfg(test)]
+    pub(crate) fn same_copy(&self, other: &HolderId) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Whether another copy of this holder exists (the lease table's
+    /// own copy is then in use).
+    pub(crate) fn shared(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
     }
 
     /// The principal this holder is bound to, if it is bound (see [`BIND`]).
@@ -210,7 +232,7 @@ impl HolderId {
     /// The holder as its client named it: without the principal it is
     /// bound to, if any.
     pub fn unbound(&self) -> &str {
-        self.0.split_once(BIND).map_or(self.0.as_str(), |(_, h)| h)
+        self.0.split_once(BIND).map_or(&self.0, |(_, h)| h)
     }
 }
 
@@ -334,7 +356,7 @@ impl Limits {
 
     /// Validates a holder identity, with the same rules as a job name.
     pub fn holder(&self, s: &str) -> Result<HolderId> {
-        self.name("holder", s).map(HolderId)
+        self.name("holder", s).map(|s| HolderId(s.into()))
     }
 
     fn name(&self, field: &'static str, s: &str) -> Result<String> {

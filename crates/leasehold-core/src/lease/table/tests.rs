@@ -887,6 +887,76 @@ fn a_job_stays_small() {
     );
 }
 
+/// A holder's leases share one copy of its name, however many requests
+/// brought it, through grants, hand-overs and a restart; names nobody
+/// holds any more are swept.
+#[test]
+fn a_holders_leases_share_one_copy_of_its_name() {
+    let t0 = Instant::now();
+    let mut t = LeaseTable::new();
+    for i in 0..10 {
+        // A new copy of the name each time, as each request brings.
+        let (a, _) = t.acquire(&job(&format!("j{i}")), &who("fleet"), TTL, t0, None, false);
+        assert!(granted(&a).is_some());
+    }
+    let held = |t: &LeaseTable, i: usize| {
+        t.jobs[&job(&format!("j{i}"))]
+            .holding
+            .as_ref()
+            .unwrap()
+            .holder
+            .clone()
+    };
+    for i in 1..10 {
+        assert!(held(&t, 0).same_copy(&held(&t, i)), "job j{i}");
+    }
+    // A hand-over to a waiter grants the table's copy too: fleet-2 holds
+    // k, waits for j0, and is handed j0 by its release.
+    let (a, _) = t.acquire(&job("k"), &who("fleet-2"), TTL, t0, None, false);
+    assert!(granted(&a).is_some());
+    t.enqueue(&job("j0"), &who("fleet-2"), TTL, t0, false);
+    let fx = t.release(&job("j0"), &who("fleet"), Token(1), t0).unwrap();
+    assert_eq!(fx.wake.len(), 1, "the waiter is handed the lease");
+    let k = t.jobs[&job("k")].holding.as_ref().unwrap().holder.clone();
+    assert_eq!(held(&t, 0), who("fleet-2"));
+    assert!(held(&t, 0).same_copy(&k));
+    // After a restart, the restored holdings share too.
+    let records: Vec<_> = (0..10)
+        .map(|i| {
+            let name = job(&format!("r{i}"));
+            let rec = LeaseRecord {
+                holder: Some(who("restored")),
+                token: Token(1),
+                ttl: TTL,
+                owner: None,
+                issued: Issued::default(),
+                value: None,
+            };
+            (name, rec)
+        })
+        .collect();
+    let r = LeaseTable::restore(records, Floors::default(), t0);
+    let first = r.jobs[&job("r0")].holding.as_ref().unwrap().holder.clone();
+    for i in 1..10 {
+        let h = &r.jobs[&job(&format!("r{i}"))]
+            .holding
+            .as_ref()
+            .unwrap()
+            .holder;
+        assert!(first.same_copy(h), "restored r{i}");
+    }
+    // Names nobody holds are swept once the set has doubled: one job
+    // held by 5,000 holders in turn keeps only the last.
+    let mut t = LeaseTable::new();
+    for i in 0..5000 {
+        let j = job("s");
+        let h = who(&format!("h{i}"));
+        let (a, _) = t.acquire(&j, &h, TTL, t0, None, false);
+        let _ = t.release(&j, &h, granted(&a).unwrap(), t0).unwrap();
+    }
+    assert!(t.holders.len() <= 2048, "{} names kept", t.holders.len());
+}
+
 fn bound(principal: &str, holder: &str) -> HolderId {
     who(holder).bound_to(principal)
 }
