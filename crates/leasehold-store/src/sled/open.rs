@@ -20,7 +20,26 @@ use crate::manifest::{self, record_hash, Checkpoint};
 use crate::wal::{self, Kind, Record, Wal};
 use crate::{decode_lease, decode_value};
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::JobName;
+use leasehold_core::lease::{HolderId, JobName};
+
+/// The holders decoded so far, one copy each, up to a bound (a data dir
+/// with more distinct holders shares the first ones only).
+#[derive(Default)]
+struct Holders(std::collections::HashSet<HolderId>);
+
+impl Holders {
+    const MOST: usize = 65_536;
+
+    fn share(&mut self, h: HolderId) -> HolderId {
+        if let Some(kept) = self.0.get(h.as_str()) {
+            return kept.clone();
+        }
+        if self.0.len() < Self::MOST {
+            self.0.insert(h.clone());
+        }
+        h
+    }
+}
 
 /// The write-ahead log's size when it is created: a checkpoint runs when it
 /// is half full. Smaller on a small file system (an eighth of the free
@@ -270,6 +289,11 @@ impl Open {
         // Kept for the server's first read of every lease, unless a key is
         // not a name (that read then fails, naming it).
         let mut decoded = Some(Vec::new());
+        // One copy of each holder for the leases it holds, made as they
+        // are decoded: each record's own copy is dropped at once, and its
+        // memory goes to the next record's, not left in holes between the
+        // leases kept (the lease table shares them the same way).
+        let mut holders = Holders::default();
         for (tree, t) in [(TREE_LEASES, &leases), (TREE_VALUES, &values)] {
             for kv in t.iter() {
                 let (k, v) = match kv {
@@ -287,7 +311,8 @@ impl Open {
                 if tree == TREE_LEASES {
                     found.leases += 1;
                     match decode_lease(&v) {
-                        Ok(l) => {
+                        Ok(mut l) => {
+                            l.holder = l.holder.map(|h| holders.share(h));
                             found.max_token = found.max_token.max(l.token.0);
                             if let Some(d) = decoded.as_mut() {
                                 match std::str::from_utf8(&k) {
