@@ -69,6 +69,14 @@ pub const KEYS_FILE: &str = "signing-keys.pem";
 /// refuse); with neither, the data dir predates signed grants.
 pub const KEYS_MARKER: &str = "signing-keys.made";
 
+/// The size below which the store is not rewritten to reclaim disk space
+/// (decimal bytes): twice what the last rewrite came to, when even that
+/// was over the ratio (many small records take sled several times their
+/// own size). Written by a reclaim, read at start, so that each start
+/// does not rewrite such a store again. Not a store entry; a missing or
+/// unreadable one is no floor.
+pub const RECLAIM_FLOOR_FILE: &str = "reclaim-floor";
+
 /// Whether the entry `name` of a data dir belongs to the store (as opposed
 /// to the lock, a switch, the signing keys, or a folder set aside or being
 /// written).
@@ -76,6 +84,7 @@ pub fn is_store_entry(name: &str) -> bool {
     name != LOCK_FILE
         && name != KEYS_FILE
         && name != KEYS_MARKER
+        && !name.starts_with(RECLAIM_FLOOR_FILE)
         && !name.starts_with(".signing-keys")
         && !name.starts_with(SWITCH_FILE)
         && !name.starts_with(NEW_PREFIX)

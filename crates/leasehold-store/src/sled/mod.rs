@@ -298,6 +298,7 @@ impl SledStore {
             reclaim: reclaim::Reclaim::new(ratio),
         })
         .and_then(|store| {
+            store.read_reclaim_floor();
             store.reclaim_if_due()?;
             Ok(store)
         })

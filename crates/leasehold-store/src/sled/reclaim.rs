@@ -130,6 +130,21 @@ pub fn store_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// Keeps `floor` in the data dir (written whole or not at all), or removes
+/// it when 0.
+fn write_floor(dir: &Path, floor: u64) -> std::io::Result<()> {
+    let path = dir.join(datadir::RECLAIM_FLOOR_FILE);
+    if floor == 0 {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let tmp = dir.join(format!("{}.tmp", datadir::RECLAIM_FLOOR_FILE));
+    std::fs::write(&tmp, format!("{floor}\n"))?;
+    std::fs::rename(&tmp, &path)
+}
+
 /// Removes what an interrupted reclaim leaves once any switch is finished:
 /// a new store never switched in, and the old files set aside. Both are
 /// only copies of what the store in place holds.
@@ -300,10 +315,28 @@ impl SledStore {
             Some(now + took.div_f64(BUSY_SHARE));
         let after = store_bytes(&self.dir);
         // A store that its own rewrite cannot bring under the threshold
-        // waits for twice its size before the next.
+        // waits for twice its size before the next, after a restart too.
         let floor = if after > over { after * 2 } else { 0 };
         self.reclaim.floor.store(floor, Ordering::Relaxed);
+        if let Err(e) = write_floor(&self.dir, floor) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot keep the reclaim floor; the next start may rewrite the store again");
+        }
         Ok(())
+    }
+
+    /// The size below which no reclaim of disk space is due (0: none):
+    /// see [`datadir::RECLAIM_FLOOR_FILE`].
+    pub fn reclaim_floor(&self) -> u64 {
+        self.reclaim.floor.load(Ordering::Relaxed)
+    }
+
+    /// Takes the floor a reclaim before this start left.
+    pub(super) fn read_reclaim_floor(&self) {
+        let floor = std::fs::read_to_string(self.dir.join(datadir::RECLAIM_FLOOR_FILE))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        self.reclaim.floor.store(floor, Ordering::Relaxed);
     }
 
     /// After a burst, once the store has settled: rewrites the store if
