@@ -25,18 +25,30 @@ use leasehold_core::lease::{HolderId, JobName};
 /// The holders decoded so far, one copy each, up to a bound (a data dir
 /// with more distinct holders shares the first ones only).
 #[derive(Default)]
-struct Holders(std::collections::HashSet<HolderId>);
+struct Holders {
+    kept: std::collections::HashSet<HolderId>,
+    /// The last record's: a fleet's leases come one after another, and a
+    /// comparison costs less than a hash.
+    last: Option<HolderId>,
+}
 
 impl Holders {
     const MOST: usize = 65_536;
 
     fn share(&mut self, h: HolderId) -> HolderId {
-        if let Some(kept) = self.0.get(h.as_str()) {
-            return kept.clone();
+        if let Some(last) = self.last.as_ref().filter(|l| **l == h) {
+            return last.clone();
         }
-        if self.0.len() < Self::MOST {
-            self.0.insert(h.clone());
-        }
+        let h = match self.kept.get(h.as_str()) {
+            Some(kept) => kept.clone(),
+            None => {
+                if self.kept.len() < Self::MOST {
+                    self.kept.insert(h.clone());
+                }
+                h
+            }
+        };
+        self.last = Some(h.clone());
         h
     }
 }

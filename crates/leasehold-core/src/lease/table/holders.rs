@@ -19,13 +19,20 @@ pub(super) struct Holders {
     names: HashSet<HolderId>,
     /// How many names the last sweep left.
     kept: usize,
+    /// The name interned last: a fleet's leases, restored in order, ask
+    /// for it again and again, and a comparison costs less than a hash.
+    last: Option<HolderId>,
 }
 
 impl Holders {
     /// The table's copy of `holder`: the one already kept, else `holder`
     /// itself, kept from now on.
     pub(super) fn intern(&mut self, holder: &HolderId) -> HolderId {
+        if let Some(last) = self.last.as_ref().filter(|l| *l == holder) {
+            return last.clone();
+        }
         if let Some(h) = self.names.get(holder.as_str()) {
+            self.last = Some(h.clone());
             return h.clone();
         }
         if self.names.len() >= 2 * self.kept.max(FIRST_SWEEP) {
@@ -34,6 +41,7 @@ impl Holders {
             self.kept = self.names.len();
         }
         self.names.insert(holder.clone());
+        self.last = Some(holder.clone());
         holder.clone()
     }
 
