@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
 use crate::lease::{HolderId, JobName, Published, Token};
 use holders::Holders;
-use job::{Holding, Job};
+use job::{HandedTo, Holding, Job, Span};
 use owners::Owners;
 pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
 
@@ -296,7 +296,7 @@ impl LeaseTable {
             job.owner = table.owners.add(rec.owner.as_deref());
             let below = rec.token < floor;
             job.token = rec.token.max(floor);
-            job.stored_ttl = rec.ttl;
+            job.stored_ttl = Span::of(rec.ttl);
             let (last, held) = match rec.holder {
                 Some(h) if !below => (None, Some(h)),
                 h => (h, None),
@@ -305,11 +305,11 @@ impl LeaseTable {
             job.holding = held.map(|holder| Holding {
                 holder: table.holders.intern(&holder),
                 issued: rec.issued,
-                ttl: rec.ttl,
+                ttl: Span::of(rec.ttl),
                 deadline: now + rec.ttl,
                 // Nothing is given back across a restart.
                 told_again: true,
-                handed_to: None,
+                handed_to: HandedTo::NONE,
                 // Not stored: a restored lease is nobody's preferred one.
                 preferred: false,
             });
@@ -450,13 +450,13 @@ impl LeaseTable {
             MayGrant::Extend => {
                 let h = job.holding.as_mut().expect("may_grant: the asker holds it");
                 // The live holder asks again: extend, same token.
-                h.ttl = ttl;
+                h.ttl = Span::of(ttl);
                 h.deadline = now + ttl;
                 if waiter.is_none() || waiter != h.handed_to.take() {
                     h.told_again = true;
                 }
-                if ttl > job.stored_ttl {
-                    job.stored_ttl = ttl;
+                if Span::of(ttl) > job.stored_ttl {
+                    job.stored_ttl = Span::of(ttl);
                     fx.persist = Some(job.record(owners));
                 }
                 if job.set_value(value) {
@@ -536,15 +536,15 @@ impl LeaseTable {
                 // waiter in line sleeps until the deadline it read, and
                 // must arm its timer again on the new one.
                 let sooner = now + ttl < h.deadline;
-                h.ttl = ttl;
+                h.ttl = Span::of(ttl);
                 h.deadline = now + ttl;
                 h.told_again = true;
                 let mut fx = Effects::default();
                 if sooner {
                     fx.wake.extend(job.first_in_line());
                 }
-                if ttl > job.stored_ttl {
-                    job.stored_ttl = ttl;
+                if Span::of(ttl) > job.stored_ttl {
+                    job.stored_ttl = Span::of(ttl);
                     fx.persist = Some(job.record(owners));
                 }
                 if let Some(value) = value {
@@ -639,7 +639,7 @@ impl LeaseTable {
                         &mut fx,
                     );
                     if let Some(h) = &mut job.holding {
-                        h.handed_to = Some(w.id);
+                        h.handed_to = HandedTo::to(w.id);
                     }
                     fx.wake.push(w.id);
                     fx.wake.extend(job.first_in_line());
@@ -695,7 +695,7 @@ impl LeaseTable {
         };
         job.settle(now, stats, faults);
         let held_ttl = match &job.holding {
-            Some(h) if &h.holder == holder && job.token == token => h.ttl,
+            Some(h) if &h.holder == holder && job.token == token => h.ttl.get(),
             h => {
                 return Err(rules::unknown_or_lost(
                     name,
@@ -741,7 +741,7 @@ impl LeaseTable {
             &mut fx,
         );
         if let Some(h) = &mut job.holding {
-            h.handed_to = Some(w.id);
+            h.handed_to = HandedTo::to(w.id);
         }
         fx.wake.push(w.id);
         if pos == 0 {

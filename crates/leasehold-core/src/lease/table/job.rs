@@ -17,12 +17,46 @@ use super::{Effects, HistoryEvent, Issued, LeaseRecord, Stats, TenureEnd, Waiter
 use crate::lease::rules::{self, Faults};
 use crate::lease::{HolderId, Published, Token};
 
+/// A duration in 8 bytes (nanoseconds), where a `Duration` takes 16: a
+/// held lease keeps two, and a million leases are a million `Job`s.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Span(u64);
+
+impl Span {
+    pub(super) fn of(d: Duration) -> Span {
+        Span(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn get(self) -> Duration {
+        Duration::from_nanos(self.0)
+    }
+}
+
+/// The waiter a release handed the lease to, if any, in 8 bytes (an
+/// `Option<WaiterId>` takes 16; waiter ids never reach `u64::MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HandedTo(u64);
+
+impl HandedTo {
+    pub(super) const NONE: HandedTo = HandedTo(u64::MAX);
+
+    pub(super) fn to(id: WaiterId) -> HandedTo {
+        HandedTo(id.0)
+    }
+
+    /// The waiter, leaving none.
+    pub(super) fn take(&mut self) -> Option<WaiterId> {
+        let id = std::mem::replace(self, HandedTo::NONE);
+        (id != HandedTo::NONE).then_some(WaiterId(id.0))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct Holding {
     pub(super) holder: HolderId,
     /// When the token was granted, and with which TTL (its proof's facts).
     pub(super) issued: Issued,
-    pub(super) ttl: Duration,
+    pub(super) ttl: Span,
     pub(super) deadline: Instant,
     /// Whether the holder asked again since the grant (a repeated
     /// `Acquire`, or a `Renew`): an answer telling it that it leads may
@@ -30,7 +64,7 @@ pub(super) struct Holding {
     pub(super) told_again: bool,
     /// The waiter a release handed the lease to: its own call's completion
     /// is not the holder asking again.
-    pub(super) handed_to: Option<WaiterId>,
+    pub(super) handed_to: HandedTo,
     /// Granted to a preferred candidate (`AcquireRequest.preferred`).
     pub(super) preferred: bool,
 }
@@ -47,7 +81,7 @@ pub(super) struct Job {
     /// each holder, not two.
     pub(super) last_holder: Option<HolderId>,
     /// The TTL in the stored record of the current holding.
-    pub(super) stored_ttl: Duration,
+    pub(super) stored_ttl: Span,
     /// Since when the job has had no leader, and why.
     pub(super) vacant_since: Instant,
     pub(super) vacancy: Vacancy,
@@ -90,7 +124,7 @@ impl Job {
             token: floor,
             holding: None,
             last_holder: None,
-            stored_ttl: Duration::ZERO,
+            stored_ttl: Span::default(),
             vacant_since: now,
             vacancy: Vacancy::Never,
             stamp: 0,
@@ -161,7 +195,8 @@ impl Job {
         if let Some(h) = &self.holding {
             // How long a lease lasts is a rule ([`rules::lasts`]): the
             // broken rule "early-expiry" lets it run out at half its TTL.
-            let cut = h.ttl - rules::lasts(h.ttl, faults);
+            let ttl = h.ttl.get();
+            let cut = ttl - rules::lasts(ttl, faults);
             if h.deadline <= now || h.deadline - cut <= now {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
@@ -177,7 +212,7 @@ impl Job {
         LeaseRecord {
             holder: self.holding.as_ref().map(|h| h.holder.clone()),
             token: self.token,
-            ttl: self.stored_ttl,
+            ttl: self.stored_ttl.get(),
             owner: owners.name(self.owner),
             issued: self
                 .holding
@@ -236,13 +271,13 @@ impl Job {
         self.holding = Some(Holding {
             holder: holder.clone(),
             issued: Issued::new(wall_unix_ms, ttl),
-            ttl,
+            ttl: Span::of(ttl),
             deadline: now + ttl,
             told_again: false,
-            handed_to: None,
+            handed_to: HandedTo::NONE,
             preferred,
         });
-        self.stored_ttl = ttl;
+        self.stored_ttl = Span::of(ttl);
         self.set_value(value);
     }
 }

@@ -135,7 +135,7 @@ impl Job {
             Some(h) if h.deadline > now => LeaseState::Held {
                 holder: h.holder.clone(),
                 issued: h.issued,
-                ttl: h.ttl,
+                ttl: h.ttl.get(),
                 deadline: h.deadline,
                 remaining: h.deadline - now,
                 value: self.value(),
