@@ -78,9 +78,11 @@ async fn slots_are_held_at_once_and_go_to_the_line_in_order(place: common::Place
     })
     .await;
     let w2 = waiter(&url, job, "w2");
+    // The line as ListWaiters tells it: w1, which holds the turn, first.
     common::eventually("w2 to wait behind w1", || async {
         let w = c.list_waiters(job, 0).await.ok()?;
-        (w.waiters.first().map(|w| w.holder.as_str()) == Some("w2")).then_some(())
+        let line: Vec<&str> = w.waiters.iter().map(|w| w.holder.as_str()).collect();
+        (line == ["w1", "w2"] && w.waiting == 2).then_some(())
     })
     .await;
 
@@ -212,7 +214,7 @@ async fn a_cancelled_wait_gives_up_its_turn(place: common::Place) {
     let next = waiter(&url, job, "next");
     common::eventually("the next to wait behind it", || async {
         let w = c.list_waiters(job, 0).await.ok()?;
-        (w.waiting == 1).then_some(())
+        (w.waiting == 2).then_some(())
     })
     .await;
     gone.abort();
@@ -225,9 +227,11 @@ async fn a_cancelled_wait_gives_up_its_turn(place: common::Place) {
     let g = next.await.unwrap();
     assert!(g.acquired);
     assert_eq!(g.lease.job, a.lease.job);
-    // Nobody holds the turn once the line is empty.
+    // Nobody holds the turn once the line is empty, and nobody is listed.
     let l = c.get_lease(job).await.unwrap();
     assert_eq!(l.holder, None, "{l:?}");
+    let w = c.list_waiters(job, 0).await.unwrap();
+    assert_eq!((w.waiters.len(), w.waiting), (0, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

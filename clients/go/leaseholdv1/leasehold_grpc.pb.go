@@ -199,7 +199,10 @@ type LeasesClient interface {
 	// (the preferred candidates first, then the others, each class first
 	// come, first served): the order in which a release would hand the
 	// lease over. A job nobody waits for, or that does not exist, has an
-	// empty line (not an error). With a policy, this is action `read`.
+	// empty line (not an error). With a policy, this is action `read`. For
+	// a counted job (AcquireRequest.slots), the first listed is the Acquire
+	// that holds the line's turn (listed as not preferred), then those
+	// waiting for the turn.
 	ListWaiters(ctx context.Context, in *ListWaitersRequest, opts ...grpc.CallOption) (*ListWaitersResponse, error)
 }
 
@@ -472,7 +475,10 @@ type LeasesServer interface {
 	// (the preferred candidates first, then the others, each class first
 	// come, first served): the order in which a release would hand the
 	// lease over. A job nobody waits for, or that does not exist, has an
-	// empty line (not an error). With a policy, this is action `read`.
+	// empty line (not an error). With a policy, this is action `read`. For
+	// a counted job (AcquireRequest.slots), the first listed is the Acquire
+	// that holds the line's turn (listed as not preferred), then those
+	// waiting for the turn.
 	ListWaiters(context.Context, *ListWaitersRequest) (*ListWaitersResponse, error)
 	mustEmbedUnimplementedLeasesServer()
 }

@@ -256,7 +256,7 @@ pub async fn job(
         Ok(k) => k,
         Err(e) => return unavailable(&e),
     };
-    let (line, waiting) = match s.node.waiters(&job, MAX_CANDIDATES).await {
+    let (line, waiting) = match counted::waiters(&s.node, &job, MAX_CANDIDATES).await {
         Ok(l) => l,
         Err(e) => return unavailable(&e),
     };

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::backend::{Acquired, Backend, ReleaseIfDropped};
+use crate::backend::{Acquired, Backend, ReleaseIfDropped, Waiting};
 use crate::error::{Error, Result};
 use crate::lease::{
     slot_job, HolderId, JobName, LeaseState, LeaseView, Limits, Published, Token, Vacancy,
@@ -242,6 +242,28 @@ async fn with_turn(
             renew_at = Instant::now() + every;
         }
     }
+}
+
+/// The job's line as `ListWaiters` and the status page show it: for a
+/// counted job, the Acquire that holds the line's turn is its first
+/// waiter (whether it asked as a preferred candidate is not kept with the
+/// turn: it is shown as not), ahead of those waiting for the turn.
+pub async fn waiters(node: &Backend, job: &JobName, limit: usize) -> Result<(Vec<Waiting>, usize)> {
+    let (mut line, mut waiting) = node.waiters(job, limit).await?;
+    if count_of(node, job).await?.is_some() {
+        if let Some(holder) = node.lease(job).await?.holder() {
+            line.insert(
+                0,
+                Waiting {
+                    holder: holder.clone(),
+                    preferred: false,
+                },
+            );
+            line.truncate(limit);
+            waiting += 1;
+        }
+    }
+    Ok((line, waiting))
 }
 
 /// The job's count of slots, if fixed ([`SLOTS_KEY`]).

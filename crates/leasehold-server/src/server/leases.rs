@@ -651,7 +651,9 @@ impl proto::leases_server::Leases for LeasesService {
         let r = req.get_ref();
         let job = convert::job_arg(&self.limits, &caller, Action::Read, &r.job).map_err(status)?;
         let limit = self.limits.limit(r.limit).map_err(status)?;
-        let (line, waiting) = self.node.waiters(&job, limit).await.map_err(status)?;
+        let (line, waiting) = counted::waiters(&self.node, &job, limit)
+            .await
+            .map_err(status)?;
         let answer = proto::ListWaitersResponse {
             waiters: line
                 .iter()

@@ -280,7 +280,10 @@ class LeasesServicer:
         (the preferred candidates first, then the others, each class first
         come, first served): the order in which a release would hand the
         lease over. A job nobody waits for, or that does not exist, has an
-        empty line (not an error). With a policy, this is action `read`.
+        empty line (not an error). With a policy, this is action `read`. For
+        a counted job (AcquireRequest.slots), the first listed is the Acquire
+        that holds the line's turn (listed as not preferred), then those
+        waiting for the turn.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

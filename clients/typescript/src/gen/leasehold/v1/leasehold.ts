@@ -5272,7 +5272,10 @@ export const LeasesService = {
    * (the preferred candidates first, then the others, each class first
    * come, first served): the order in which a release would hand the
    * lease over. A job nobody waits for, or that does not exist, has an
-   * empty line (not an error). With a policy, this is action `read`.
+   * empty line (not an error). With a policy, this is action `read`. For
+   * a counted job (AcquireRequest.slots), the first listed is the Acquire
+   * that holds the line's turn (listed as not preferred), then those
+   * waiting for the turn.
    */
   listWaiters: {
     path: "/leasehold.v1.Leases/ListWaiters" as const,
@@ -5432,7 +5435,10 @@ export interface LeasesServer extends UntypedServiceImplementation {
    * (the preferred candidates first, then the others, each class first
    * come, first served): the order in which a release would hand the
    * lease over. A job nobody waits for, or that does not exist, has an
-   * empty line (not an error). With a policy, this is action `read`.
+   * empty line (not an error). With a policy, this is action `read`. For
+   * a counted job (AcquireRequest.slots), the first listed is the Acquire
+   * that holds the line's turn (listed as not preferred), then those
+   * waiting for the turn.
    */
   listWaiters: handleUnaryCall<ListWaitersRequest, ListWaitersResponse>;
 }
@@ -5717,7 +5723,10 @@ export interface LeasesClient extends Client {
    * (the preferred candidates first, then the others, each class first
    * come, first served): the order in which a release would hand the
    * lease over. A job nobody waits for, or that does not exist, has an
-   * empty line (not an error). With a policy, this is action `read`.
+   * empty line (not an error). With a policy, this is action `read`. For
+   * a counted job (AcquireRequest.slots), the first listed is the Acquire
+   * that holds the line's turn (listed as not preferred), then those
+   * waiting for the turn.
    */
   listWaiters(
     request: ListWaitersRequest,

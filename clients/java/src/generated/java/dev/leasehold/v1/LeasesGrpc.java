@@ -657,7 +657,10 @@ public final class LeasesGrpc {
      * (the preferred candidates first, then the others, each class first
      * come, first served): the order in which a release would hand the
      * lease over. A job nobody waits for, or that does not exist, has an
-     * empty line (not an error). With a policy, this is action `read`.
+     * empty line (not an error). With a policy, this is action `read`. For
+     * a counted job (AcquireRequest.slots), the first listed is the Acquire
+     * that holds the line's turn (listed as not preferred), then those
+     * waiting for the turn.
      * </pre>
      */
     default void listWaiters(dev.leasehold.v1.ListWaitersRequest request,
@@ -914,7 +917,10 @@ public final class LeasesGrpc {
      * (the preferred candidates first, then the others, each class first
      * come, first served): the order in which a release would hand the
      * lease over. A job nobody waits for, or that does not exist, has an
-     * empty line (not an error). With a policy, this is action `read`.
+     * empty line (not an error). With a policy, this is action `read`. For
+     * a counted job (AcquireRequest.slots), the first listed is the Acquire
+     * that holds the line's turn (listed as not preferred), then those
+     * waiting for the turn.
      * </pre>
      */
     public void listWaiters(dev.leasehold.v1.ListWaitersRequest request,
@@ -1151,7 +1157,10 @@ public final class LeasesGrpc {
      * (the preferred candidates first, then the others, each class first
      * come, first served): the order in which a release would hand the
      * lease over. A job nobody waits for, or that does not exist, has an
-     * empty line (not an error). With a policy, this is action `read`.
+     * empty line (not an error). With a policy, this is action `read`. For
+     * a counted job (AcquireRequest.slots), the first listed is the Acquire
+     * that holds the line's turn (listed as not preferred), then those
+     * waiting for the turn.
      * </pre>
      */
     public dev.leasehold.v1.ListWaitersResponse listWaiters(dev.leasehold.v1.ListWaitersRequest request) throws io.grpc.StatusException {
@@ -1351,7 +1360,10 @@ public final class LeasesGrpc {
      * (the preferred candidates first, then the others, each class first
      * come, first served): the order in which a release would hand the
      * lease over. A job nobody waits for, or that does not exist, has an
-     * empty line (not an error). With a policy, this is action `read`.
+     * empty line (not an error). With a policy, this is action `read`. For
+     * a counted job (AcquireRequest.slots), the first listed is the Acquire
+     * that holds the line's turn (listed as not preferred), then those
+     * waiting for the turn.
      * </pre>
      */
     public dev.leasehold.v1.ListWaitersResponse listWaiters(dev.leasehold.v1.ListWaitersRequest request) {
@@ -1544,7 +1556,10 @@ public final class LeasesGrpc {
      * (the preferred candidates first, then the others, each class first
      * come, first served): the order in which a release would hand the
      * lease over. A job nobody waits for, or that does not exist, has an
-     * empty line (not an error). With a policy, this is action `read`.
+     * empty line (not an error). With a policy, this is action `read`. For
+     * a counted job (AcquireRequest.slots), the first listed is the Acquire
+     * that holds the line's turn (listed as not preferred), then those
+     * waiting for the turn.
      * </pre>
      */
     public com.google.common.util.concurrent.ListenableFuture<dev.leasehold.v1.ListWaitersResponse> listWaiters(
