@@ -150,6 +150,44 @@ pub enum ClientCommand {
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Show a shard group: its count of shards, its live members with
+    /// the shards each owns, and each shard's owner and token.
+    Shards {
+        #[command(flatten)]
+        conn: Conn,
+        /// The group.
+        group: String,
+        /// Output: text for people, or json (one object) for programs.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
+    /// Join a shard group as a member and print its assignment as it
+    /// changes, one line per event (`assigned SHARD token=T job=J`,
+    /// `revoked ...`, `lost ...`), acknowledging each revoke once printed.
+    /// Leaves on SIGTERM or SIGINT (its shards go to the other members
+    /// at once).
+    Join {
+        #[command(flatten)]
+        conn: Conn,
+        /// The group.
+        group: String,
+        /// The group's count of shards (fixed by its first member), 1 to
+        /// 1024.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        shards: u32,
+        /// The member's name; its identity is NAME@<new uuid>.
+        #[arg(long, default_value = "member")]
+        name: String,
+        /// The TTL of its holdings, renewed every TTL/3.
+        #[arg(long, value_parser = parse_duration, default_value = "10s")]
+        ttl: Duration,
+        /// How long it has to acknowledge a revoke; default the TTL.
+        #[arg(long, value_parser = parse_duration)]
+        revoke_timeout: Option<Duration>,
+        /// Output: text for people, or json (one object per line).
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Release a lease.
     Release {
         #[command(flatten)]
@@ -579,6 +617,126 @@ impl ClientCommand {
                         }
                     }
                 }
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::Shards {
+                conn,
+                group,
+                output,
+            } => {
+                let g = connect(&conn).await?.get_group(&group).await?;
+                match output {
+                    Output::Json => outln!(
+                        "{}",
+                        serde_json::json!({
+                            "group": g.group,
+                            "shards": g.shards,
+                            "members": g.members.iter().map(|m| serde_json::json!({
+                                "member": m.member,
+                                "shards": m.shards,
+                            })).collect::<Vec<_>>(),
+                            "owners": g.owners.iter().map(|o| serde_json::json!({
+                                "shard": o.shard,
+                                "job": o.job,
+                                "member": o.member,
+                                "token": o.token,
+                            })).collect::<Vec<_>>(),
+                        })
+                    ),
+                    Output::Text => {
+                        let unowned = g.owners.iter().filter(|o| o.member.is_empty()).count();
+                        outln!(
+                            "group={} shards={} members={} unowned={unowned}",
+                            g.group,
+                            g.shards,
+                            g.members.len()
+                        );
+                        for m in &g.members {
+                            let list: Vec<String> = m.shards.iter().map(u32::to_string).collect();
+                            outln!(
+                                "member {} owns={} shards={}",
+                                m.member,
+                                m.shards.len(),
+                                list.join(",")
+                            );
+                        }
+                        for o in &g.owners {
+                            let owner = if o.member.is_empty() { "-" } else { &o.member };
+                            outln!("{:>6}  {:<40} token={}", o.shard, owner, o.token);
+                        }
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            ClientCommand::Join {
+                conn,
+                group,
+                shards,
+                name,
+                ttl,
+                revoke_timeout,
+                output,
+            } => {
+                let client = connect(&conn).await?;
+                let options = leasehold_client::ShardOptions {
+                    ttl,
+                    revoke_timeout,
+                };
+                let mut member =
+                    leasehold_client::ShardMember::join(&client, &group, &name, shards, options)
+                        .await?;
+                let show = |what: &str, s: &leasehold_client::Shard| match output {
+                    Output::Json => serde_json::json!({
+                        "event": what,
+                        "shard": s.shard,
+                        "token": s.token,
+                        "job": s.job,
+                    })
+                    .to_string(),
+                    Output::Text => format!("{what} {} token={} job={}", s.shard, s.token, s.job),
+                };
+                match output {
+                    Output::Json => outln!(
+                        "{}",
+                        serde_json::json!({"event": "joined", "member": member.member(), "shards": shards})
+                    ),
+                    Output::Text => outln!(
+                        "joined {} member={} shards={shards}",
+                        group,
+                        member.member()
+                    ),
+                }
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut term = signal(SignalKind::terminate())?;
+                let mut int = signal(SignalKind::interrupt())?;
+                let stop = async move {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                };
+                tokio::pin!(stop);
+                loop {
+                    let e = tokio::select! {
+                        e = member.next() => e,
+                        _ = &mut stop => break,
+                    };
+                    match e {
+                        Some(Ok(leasehold_client::ShardEvent::Assigned(s))) => {
+                            outln!("{}", show("assigned", &s))
+                        }
+                        Some(Ok(leasehold_client::ShardEvent::Revoked(s))) => {
+                            outln!("{}", show("revoked", &s));
+                            member.release(s.shard);
+                        }
+                        Some(Ok(leasehold_client::ShardEvent::Lost(s))) => {
+                            outln!("{}", show("lost", &s))
+                        }
+                        Some(Err(e)) => return Err(e.into()),
+                        None => break,
+                    }
+                }
+                member.leave().await;
                 Ok(ExitCode::SUCCESS)
             }
             ClientCommand::Release {

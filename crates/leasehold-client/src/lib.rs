@@ -53,6 +53,7 @@ mod clock {
 mod keepalive;
 mod pipe;
 mod retry;
+mod shards;
 mod transport;
 mod writestream;
 
@@ -72,6 +73,7 @@ use leasehold_proto::admin_client::AdminClient;
 use leasehold_proto::chaos_client::ChaosClient;
 use leasehold_proto::fenced_store_client::FencedStoreClient;
 use leasehold_proto::leases_client::LeasesClient;
+use leasehold_proto::shards_client::ShardsClient;
 use leasehold_proto::to_proto_duration;
 
 pub use elector::{Elector, ElectorOptions, Grant, Role};
@@ -82,6 +84,7 @@ pub use keepalive::{KeepAlive, KeepAliveRenewal, RenewOutcome};
 pub use leasehold_proto::proof;
 pub use lock::{Lock, LockOptions, DEFAULT_LOCK_NAME};
 pub use proto::lease_event::Kind as EventKind;
+pub use shards::{Shard, ShardEvent, ShardMember, ShardOptions};
 pub use writestream::{StreamWrite, WriteOutcome, WriteStream};
 
 /// A holder identity for this process: `name@uuid`, with one UUID made the
@@ -581,6 +584,7 @@ pub struct Client {
     store: FencedStoreClient<Transport>,
     admin: AdminClient<Transport>,
     chaos: ChaosClient<Transport>,
+    shards: ShardsClient<Transport>,
     /// Acquires and Renews on their way, and tokens told, per (job,
     /// holder): what a cancelled Acquire's give-back must respect.
     calls: giveback::Calls,
@@ -663,7 +667,8 @@ impl Client {
             leases: LeasesClient::with_interceptor(channel.clone(), token.clone()),
             store: FencedStoreClient::with_interceptor(channel.clone(), token.clone()),
             admin: AdminClient::with_interceptor(channel.clone(), token.clone()),
-            chaos: ChaosClient::with_interceptor(channel, token),
+            chaos: ChaosClient::with_interceptor(channel.clone(), token.clone()),
+            shards: ShardsClient::with_interceptor(channel, token),
             calls: giveback::Calls::default(),
         }
     }
@@ -912,6 +917,19 @@ impl Client {
             .delete_job(proto::DeleteJobRequest { job: job.into() })
             .await?;
         Ok(r.into_inner().deleted)
+    }
+
+    /// A shard group: its count of shards, its live members and who owns
+    /// each shard (`Shards.GetGroup`). A group never joined has 0 shards.
+    pub async fn get_group(&self, group: &str) -> Result<proto::ShardGroup, ClientError> {
+        Ok(self
+            .shards
+            .clone()
+            .get_group(proto::GetGroupRequest {
+                group: group.into(),
+            })
+            .await?
+            .into_inner())
     }
 
     /// Every lease whose job starts with `prefix`, all pages.

@@ -180,6 +180,8 @@ pub struct RpcMetrics {
     /// (`leasehold_listing_pacing_seconds_total`).
     paced_listings: Counter,
     paced_listings_seconds: Counter<f64, AtomicU64>,
+    /// Shard groups as this server's `Join` streams see them.
+    pub shards: Arc<crate::server::shards::ShardStats>,
 }
 
 /// The `limit` label values of `leasehold_overloaded_total` (the first
@@ -230,6 +232,7 @@ impl Default for RpcMetrics {
             paced_seconds: Counter::default(),
             paced_acquires: Counter::default(),
             paced_acquires_seconds: Counter::default(),
+            shards: Arc::default(),
             paced_listings: Counter::default(),
             paced_listings_seconds: Counter::default(),
         }
@@ -382,6 +385,41 @@ impl EncodeMetric for RpcResponses {
 
     fn metric_type(&self) -> MetricType {
         MetricType::Counter
+    }
+}
+
+/// `leasehold_shards_owned{group,member}`, `leasehold_shard_moves_total{group}`
+/// and `leasehold_shard_unowned_seconds_total{group}`: the shard groups
+/// this server's `Join` streams see (`what` picks the family).
+#[derive(Debug)]
+struct Shards(Arc<RpcMetrics>, u8);
+
+impl EncodeMetric for Shards {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        for (group, g) in self.0.shards.groups() {
+            match self.1 {
+                0 => {
+                    for (member, n) in &g.owned {
+                        ConstGauge::new(i64::from(*n)).encode(
+                            encoder
+                                .encode_family(&[("group", group.as_str()), ("member", member)])?,
+                        )?;
+                    }
+                }
+                1 => ConstCounter::new(g.moves)
+                    .encode(encoder.encode_family(&[("group", group.as_str())])?)?,
+                _ => ConstCounter::new(g.unowned_seconds)
+                    .encode(encoder.encode_family(&[("group", group.as_str())])?)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        match self.1 {
+            0 => MetricType::Gauge,
+            _ => MetricType::Counter,
+        }
     }
 }
 
@@ -748,7 +786,25 @@ pub fn registry(node: Backend, rpc: Arc<RpcMetrics>, max_jobs: usize) -> Registr
     r.register(
         "leasehold_quota_exceeded",
         "Calls refused with QUOTA_EXCEEDED, by the limit reached (its flag, or a principal's field)",
-        Refusals { rpc, quota: true },
+        Refusals {
+            rpc: rpc.clone(),
+            quota: true,
+        },
+    );
+    r.register(
+        "leasehold_shards_owned",
+        "Shards each live member of a shard group owns, as this server's Join streams see the group",
+        Shards(rpc.clone(), 0),
+    );
+    r.register(
+        "leasehold_shard_moves",
+        "Shards moved from one member to another by a handover (a revoke, then its release), by group",
+        Shards(rpc.clone(), 1),
+    );
+    r.register(
+        "leasehold_shard_unowned_seconds",
+        "Shard-seconds without an owner, by group, as this server's Join streams saw the group",
+        Shards(rpc, 2),
     );
     r.register_collector(Box::new(SnapshotCollector { node, max_jobs }));
     r
@@ -782,6 +838,13 @@ mod tests {
     /// Dashboards and alerts name these: a change here is a breaking one.
     const FAMILIES: &[(&str, &str, &[&str])] = &[
         ("leasehold_job_leader", "gauge", &["job"]),
+        ("leasehold_shards_owned", "gauge", &["group", "member"]),
+        ("leasehold_shard_moves_total", "counter", &["group"]),
+        (
+            "leasehold_shard_unowned_seconds_total",
+            "counter",
+            &["group"],
+        ),
         ("leasehold_job_token", "gauge", &["job"]),
         ("leasehold_job_leaderless_seconds", "gauge", &["job"]),
         ("leasehold_jobs", "gauge", &[]),
@@ -940,6 +1003,7 @@ mod tests {
         rpc.answered(acquire, Duration::from_micros(300));
         rpc.ended(acquire, 0);
         rpc.denied("permission_denied", "write");
+        rpc.shards.record_for_test("g", "m", 2);
 
         let text = render(&node.into(), &rpc);
         // name -> (type, HELP seen, label-name lists of its samples)

@@ -268,7 +268,18 @@ pub async fn waiters(node: &Backend, job: &JobName, limit: usize) -> Result<(Vec
 
 /// The job's count of slots, if fixed ([`SLOTS_KEY`]).
 pub async fn count_of(node: &Backend, job: &JobName) -> Result<Option<u32>> {
-    let Some(rec) = node.read(job, SLOTS_KEY).await? else {
+    count_under(node, job, SLOTS_KEY, "slots").await
+}
+
+/// A count kept as decimal text under `job`'s fenced key `key`, if any;
+/// anything else there is bad input for `field`.
+pub async fn count_under(
+    node: &Backend,
+    job: &JobName,
+    key: &[u8],
+    field: &'static str,
+) -> Result<Option<u32>> {
+    let Some(rec) = node.read(job, key).await? else {
         return Ok(None);
     };
     let Some(text) = rec.value else {
@@ -280,12 +291,13 @@ pub async fn count_of(node: &Backend, job: &JobName) -> Result<Option<u32>> {
         .map(Some)
         .ok_or_else(|| {
             Error::invalid(
-                "slots",
+                field,
                 format!(
-                    "job {:?} keeps something that is not a count under its key \"slots\" \
+                    "job {:?} keeps something that is not a count under its key {:?} \
                      (written by a plain holder of the job): delete the job, or that key, \
                      to count it again",
-                    job.as_str()
+                    job.as_str(),
+                    String::from_utf8_lossy(key)
                 ),
             )
         })

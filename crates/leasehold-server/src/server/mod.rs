@@ -58,6 +58,7 @@ pub mod leases;
 pub mod memory;
 pub mod pacing;
 pub mod page;
+pub mod shards;
 pub mod tls;
 pub mod wire;
 
@@ -314,6 +315,13 @@ pub async fn run(
         ))
         .max_decoding_message_size(max);
 
+    let shards = proto::shards_server::ShardsServer::new(shards::ShardsService::new(
+        node.clone(),
+        config.limits.clone(),
+        rpc_metrics.shards.clone(),
+    ))
+    .max_decoding_message_size(max);
+
     // Only with --enable-chaos; on a listener that is not loopback, only
     // by a policy's grant.
     let remote = !listener
@@ -401,6 +409,7 @@ pub async fn run(
         .add_service(reflection_v1alpha)
         .add_service(leases)
         .add_service(fenced)
+        .add_service(shards)
         .add_service(admin)
         .add_optional_service(chaos)
         .serve_with_incoming_shutdown(incoming, signal);
