@@ -479,6 +479,70 @@ func (KeepAliveResult_Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{39, 0}
 }
 
+type JoinResponse_Kind int32
+
+const (
+	JoinResponse_KIND_UNSPECIFIED JoinResponse_Kind = 0
+	// The first answer: the member joined. `shards` is the group's count.
+	JoinResponse_KIND_JOINED JoinResponse_Kind = 1
+	// The member owns `shard` (job `job`) with `token`, from now until a
+	// REVOKED or LOST for it.
+	JoinResponse_KIND_ASSIGNED JoinResponse_Kind = 2
+	// The shard is to move: stop its work, then acknowledge it in
+	// JoinRequest.released within `deadline`. Until then the member still
+	// owns it (and its token still writes).
+	JoinResponse_KIND_REVOKED JoinResponse_Kind = 3
+	// The member no longer owns `shard`: it ran out (the member was
+	// silent for its TTL) or a revoke's deadline passed. Its token no
+	// longer writes; stop its work.
+	JoinResponse_KIND_LOST JoinResponse_Kind = 4
+)
+
+// Enum value maps for JoinResponse_Kind.
+var (
+	JoinResponse_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_JOINED",
+		2: "KIND_ASSIGNED",
+		3: "KIND_REVOKED",
+		4: "KIND_LOST",
+	}
+	JoinResponse_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_JOINED":      1,
+		"KIND_ASSIGNED":    2,
+		"KIND_REVOKED":     3,
+		"KIND_LOST":        4,
+	}
+)
+
+func (x JoinResponse_Kind) Enum() *JoinResponse_Kind {
+	p := new(JoinResponse_Kind)
+	*p = x
+	return p
+}
+
+func (x JoinResponse_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JoinResponse_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_leasehold_proto_enumTypes[5].Descriptor()
+}
+
+func (JoinResponse_Kind) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_leasehold_proto_enumTypes[5]
+}
+
+func (x JoinResponse_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JoinResponse_Kind.Descriptor instead.
+func (JoinResponse_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41, 0}
+}
+
 type Lease struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The job's name.
@@ -3187,6 +3251,434 @@ func (x *KeepAliveResult) GetSuccessorWaiting() bool {
 	return false
 }
 
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First message only. Required: the group, 1 to 200 bytes, no "#".
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// First message only. Required: who joins, a holder identity (a name
+	// plus a UUID made per member, as AcquireRequest.holder). It holds the
+	// shards' leases.
+	Member string `protobuf:"bytes,2,opt,name=member,proto3" json:"member,omitempty"`
+	// First message only. Required: the group's count of shards, 1 to
+	// 1024. Fixed by the group's first member: another count is refused.
+	Shards uint32 `protobuf:"varint,3,opt,name=shards,proto3" json:"shards,omitempty"`
+	// First message only. Required: the TTL of the member's holdings,
+	// within the server's configured range.
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// First message only. Optional: how long the member has to acknowledge
+	// a revoke before its shard moves anyway (its writes are then fenced).
+	// Unset: the TTL. At most the server's maximum TTL.
+	RevokeTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=revoke_timeout,json=revokeTimeout,proto3" json:"revoke_timeout,omitempty"`
+	// Later messages: shards the member has let go after REVOKED (their
+	// work stopped). A shard not being revoked is ignored.
+	Released      []uint32 `protobuf:"varint,6,rep,packed,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *JoinRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *JoinRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetRevokeTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeTimeout
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetReleased() []uint32 {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+type JoinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  JoinResponse_Kind      `protobuf:"varint,1,opt,name=kind,proto3,enum=leasehold.v1.JoinResponse_Kind" json:"kind,omitempty"`
+	// ASSIGNED, REVOKED, LOST: the shard, 0 to N-1.
+	Shard uint32 `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	// ASSIGNED: the shard's fencing token. REVOKED, LOST: the token that
+	// owned it.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// ASSIGNED, REVOKED, LOST: the shard's job, "{group}/{shard}".
+	Job string `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	// JOINED: the group's count of shards.
+	Shards uint32 `protobuf:"varint,5,opt,name=shards,proto3" json:"shards,omitempty"`
+	// REVOKED: how long the member has to acknowledge.
+	Deadline      *durationpb.Duration `protobuf:"bytes,6,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *JoinResponse) GetKind() JoinResponse_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return JoinResponse_KIND_UNSPECIFIED
+}
+
+func (x *JoinResponse) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+type GetGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. The group.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGroupRequest) Reset() {
+	*x = GetGroupRequest{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGroupRequest) ProtoMessage() {}
+
+func (x *GetGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGroupRequest.ProtoReflect.Descriptor instead.
+func (*GetGroupRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type ShardGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// The group's count of shards; 0 when it has none (never joined).
+	Shards uint32 `protobuf:"varint,2,opt,name=shards,proto3" json:"shards,omitempty"`
+	// Its live members, by member identity.
+	Members []*ShardGroupMember `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// Every shard, in order: its owner, if any.
+	Owners        []*ShardOwner `protobuf:"bytes,4,rep,name=owners,proto3" json:"owners,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardGroup) Reset() {
+	*x = ShardGroup{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardGroup) ProtoMessage() {}
+
+func (x *ShardGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardGroup.ProtoReflect.Descriptor instead.
+func (*ShardGroup) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ShardGroup) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ShardGroup) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *ShardGroup) GetMembers() []*ShardGroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ShardGroup) GetOwners() []*ShardOwner {
+	if x != nil {
+		return x.Owners
+	}
+	return nil
+}
+
+type ShardGroupMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member, as it joined.
+	Member string `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// The shards it owns, in order.
+	Shards        []uint32 `protobuf:"varint,2,rep,packed,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardGroupMember) Reset() {
+	*x = ShardGroupMember{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardGroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardGroupMember) ProtoMessage() {}
+
+func (x *ShardGroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardGroupMember.ProtoReflect.Descriptor instead.
+func (*ShardGroupMember) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ShardGroupMember) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *ShardGroupMember) GetShards() []uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+type ShardOwner struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Shard uint32                 `protobuf:"varint,1,opt,name=shard,proto3" json:"shard,omitempty"`
+	// The shard's job, "{group}/{shard}".
+	Job string `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	// Its owner, empty when none.
+	Member string `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
+	// Its newest token (0 when never owned).
+	Token         uint64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOwner) Reset() {
+	*x = ShardOwner{}
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOwner) ProtoMessage() {}
+
+func (x *ShardOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_leasehold_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOwner.ProtoReflect.Descriptor instead.
+func (*ShardOwner) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_leasehold_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ShardOwner) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardOwner) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ShardOwner) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+func (x *ShardOwner) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 var File_leasehold_v1_leasehold_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_leasehold_proto_rawDesc = "" +
@@ -3397,7 +3889,44 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\x0fOUTCOME_RENEWED\x10\x01\x12\x16\n" +
 	"\x12OUTCOME_LEASE_LOST\x10\x02\x12\x19\n" +
 	"\x15OUTCOME_UNKNOWN_TOKEN\x10\x03\x12\x1c\n" +
-	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04*\xdd\x03\n" +
+	"\x18OUTCOME_INVALID_ARGUMENT\x10\x04\"\xde\x01\n" +
+	"\vJoinRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\tR\x06member\x12\x16\n" +
+	"\x06shards\x18\x03 \x01(\rR\x06shards\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12@\n" +
+	"\x0erevoke_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rrevokeTimeout\x12\x1a\n" +
+	"\breleased\x18\x06 \x03(\rR\breleased\"\xb3\x02\n" +
+	"\fJoinResponse\x123\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1f.leasehold.v1.JoinResponse.KindR\x04kind\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x10\n" +
+	"\x03job\x18\x04 \x01(\tR\x03job\x12\x16\n" +
+	"\x06shards\x18\x05 \x01(\rR\x06shards\x125\n" +
+	"\bdeadline\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\"a\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vKIND_JOINED\x10\x01\x12\x11\n" +
+	"\rKIND_ASSIGNED\x10\x02\x12\x10\n" +
+	"\fKIND_REVOKED\x10\x03\x12\r\n" +
+	"\tKIND_LOST\x10\x04\"'\n" +
+	"\x0fGetGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\xa6\x01\n" +
+	"\n" +
+	"ShardGroup\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06shards\x18\x02 \x01(\rR\x06shards\x128\n" +
+	"\amembers\x18\x03 \x03(\v2\x1e.leasehold.v1.ShardGroupMemberR\amembers\x120\n" +
+	"\x06owners\x18\x04 \x03(\v2\x18.leasehold.v1.ShardOwnerR\x06owners\"B\n" +
+	"\x10ShardGroupMember\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\x12\x16\n" +
+	"\x06shards\x18\x02 \x03(\rR\x06shards\"b\n" +
+	"\n" +
+	"ShardOwner\x12\x14\n" +
+	"\x05shard\x18\x01 \x01(\rR\x05shard\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x16\n" +
+	"\x06member\x18\x03 \x01(\tR\x06member\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\x04R\x05token*\xdd\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17ERROR_REASON_LEASE_LOST\x10\x01\x12\x17\n" +
@@ -3435,7 +3964,10 @@ const file_leasehold_v1_leasehold_proto_rawDesc = "" +
 	"\fCheckedWrite\x12!.leasehold.v1.CheckedWriteRequest\x1a\".leasehold.v1.CheckedWriteResponse\x12V\n" +
 	"\vWriteStream\x12 .leasehold.v1.WriteStreamRequest\x1a!.leasehold.v1.WriteStreamResponse(\x010\x01\x12=\n" +
 	"\x04Read\x12\x19.leasehold.v1.ReadRequest\x1a\x1a.leasehold.v1.ReadResponse\x12I\n" +
-	"\bListKeys\x12\x1d.leasehold.v1.ListKeysRequest\x1a\x1e.leasehold.v1.ListKeysResponseBW\n" +
+	"\bListKeys\x12\x1d.leasehold.v1.ListKeysRequest\x1a\x1e.leasehold.v1.ListKeysResponse2\x90\x01\n" +
+	"\x06Shards\x12A\n" +
+	"\x04Join\x12\x19.leasehold.v1.JoinRequest\x1a\x1a.leasehold.v1.JoinResponse(\x010\x01\x12C\n" +
+	"\bGetGroup\x12\x1d.leasehold.v1.GetGroupRequest\x1a\x18.leasehold.v1.ShardGroupBW\n" +
 	"\x10dev.leasehold.v1P\x01ZAgithub.com/leasehold/leasehold/clients/go/leaseholdv1;leaseholdv1b\x06proto3"
 
 var (
@@ -3450,125 +3982,142 @@ func file_leasehold_v1_leasehold_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_leasehold_proto_rawDescData
 }
 
-var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_leasehold_v1_leasehold_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_leasehold_v1_leasehold_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_leasehold_v1_leasehold_proto_goTypes = []any{
 	(ErrorReason)(0),               // 0: leasehold.v1.ErrorReason
 	(Tenure_End)(0),                // 1: leasehold.v1.Tenure.End
 	(LeaseEvent_Kind)(0),           // 2: leasehold.v1.LeaseEvent.Kind
 	(WriteResult_Outcome)(0),       // 3: leasehold.v1.WriteResult.Outcome
 	(KeepAliveResult_Outcome)(0),   // 4: leasehold.v1.KeepAliveResult.Outcome
-	(*Lease)(nil),                  // 5: leasehold.v1.Lease
-	(*GetSigningKeysRequest)(nil),  // 6: leasehold.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil), // 7: leasehold.v1.GetSigningKeysResponse
-	(*SigningKey)(nil),             // 8: leasehold.v1.SigningKey
-	(*AcquireRequest)(nil),         // 9: leasehold.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 10: leasehold.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 11: leasehold.v1.RenewRequest
-	(*RenewResponse)(nil),          // 12: leasehold.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 13: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 14: leasehold.v1.ReleaseResponse
-	(*TransferLeaseRequest)(nil),   // 15: leasehold.v1.TransferLeaseRequest
-	(*TransferLeaseResponse)(nil),  // 16: leasehold.v1.TransferLeaseResponse
-	(*GetLeaseRequest)(nil),        // 17: leasehold.v1.GetLeaseRequest
-	(*ListWaitersRequest)(nil),     // 18: leasehold.v1.ListWaitersRequest
-	(*ListWaitersResponse)(nil),    // 19: leasehold.v1.ListWaitersResponse
-	(*Waiter)(nil),                 // 20: leasehold.v1.Waiter
-	(*DeleteJobRequest)(nil),       // 21: leasehold.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),      // 22: leasehold.v1.DeleteJobResponse
-	(*ListLeasesRequest)(nil),      // 23: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 24: leasehold.v1.ListLeasesResponse
-	(*GetHistoryRequest)(nil),      // 25: leasehold.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),     // 26: leasehold.v1.GetHistoryResponse
-	(*ChaosEvent)(nil),             // 27: leasehold.v1.ChaosEvent
-	(*Tenure)(nil),                 // 28: leasehold.v1.Tenure
-	(*WatchLeaseRequest)(nil),      // 29: leasehold.v1.WatchLeaseRequest
-	(*LeaseEvent)(nil),             // 30: leasehold.v1.LeaseEvent
-	(*CheckedWriteRequest)(nil),    // 31: leasehold.v1.CheckedWriteRequest
-	(*CheckedWriteResponse)(nil),   // 32: leasehold.v1.CheckedWriteResponse
-	(*WriteStreamRequest)(nil),     // 33: leasehold.v1.WriteStreamRequest
-	(*WriteStreamResponse)(nil),    // 34: leasehold.v1.WriteStreamResponse
-	(*WriteResult)(nil),            // 35: leasehold.v1.WriteResult
-	(*ReadRequest)(nil),            // 36: leasehold.v1.ReadRequest
-	(*ReadResponse)(nil),           // 37: leasehold.v1.ReadResponse
-	(*ListKeysRequest)(nil),        // 38: leasehold.v1.ListKeysRequest
-	(*KeyInfo)(nil),                // 39: leasehold.v1.KeyInfo
-	(*ListKeysResponse)(nil),       // 40: leasehold.v1.ListKeysResponse
-	(*KeepAliveRequest)(nil),       // 41: leasehold.v1.KeepAliveRequest
-	(*KeepAliveRenewal)(nil),       // 42: leasehold.v1.KeepAliveRenewal
-	(*KeepAliveResponse)(nil),      // 43: leasehold.v1.KeepAliveResponse
-	(*KeepAliveResult)(nil),        // 44: leasehold.v1.KeepAliveResult
-	(*durationpb.Duration)(nil),    // 45: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(JoinResponse_Kind)(0),         // 5: leasehold.v1.JoinResponse.Kind
+	(*Lease)(nil),                  // 6: leasehold.v1.Lease
+	(*GetSigningKeysRequest)(nil),  // 7: leasehold.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil), // 8: leasehold.v1.GetSigningKeysResponse
+	(*SigningKey)(nil),             // 9: leasehold.v1.SigningKey
+	(*AcquireRequest)(nil),         // 10: leasehold.v1.AcquireRequest
+	(*AcquireResponse)(nil),        // 11: leasehold.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 12: leasehold.v1.RenewRequest
+	(*RenewResponse)(nil),          // 13: leasehold.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 14: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 15: leasehold.v1.ReleaseResponse
+	(*TransferLeaseRequest)(nil),   // 16: leasehold.v1.TransferLeaseRequest
+	(*TransferLeaseResponse)(nil),  // 17: leasehold.v1.TransferLeaseResponse
+	(*GetLeaseRequest)(nil),        // 18: leasehold.v1.GetLeaseRequest
+	(*ListWaitersRequest)(nil),     // 19: leasehold.v1.ListWaitersRequest
+	(*ListWaitersResponse)(nil),    // 20: leasehold.v1.ListWaitersResponse
+	(*Waiter)(nil),                 // 21: leasehold.v1.Waiter
+	(*DeleteJobRequest)(nil),       // 22: leasehold.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),      // 23: leasehold.v1.DeleteJobResponse
+	(*ListLeasesRequest)(nil),      // 24: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),     // 25: leasehold.v1.ListLeasesResponse
+	(*GetHistoryRequest)(nil),      // 26: leasehold.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),     // 27: leasehold.v1.GetHistoryResponse
+	(*ChaosEvent)(nil),             // 28: leasehold.v1.ChaosEvent
+	(*Tenure)(nil),                 // 29: leasehold.v1.Tenure
+	(*WatchLeaseRequest)(nil),      // 30: leasehold.v1.WatchLeaseRequest
+	(*LeaseEvent)(nil),             // 31: leasehold.v1.LeaseEvent
+	(*CheckedWriteRequest)(nil),    // 32: leasehold.v1.CheckedWriteRequest
+	(*CheckedWriteResponse)(nil),   // 33: leasehold.v1.CheckedWriteResponse
+	(*WriteStreamRequest)(nil),     // 34: leasehold.v1.WriteStreamRequest
+	(*WriteStreamResponse)(nil),    // 35: leasehold.v1.WriteStreamResponse
+	(*WriteResult)(nil),            // 36: leasehold.v1.WriteResult
+	(*ReadRequest)(nil),            // 37: leasehold.v1.ReadRequest
+	(*ReadResponse)(nil),           // 38: leasehold.v1.ReadResponse
+	(*ListKeysRequest)(nil),        // 39: leasehold.v1.ListKeysRequest
+	(*KeyInfo)(nil),                // 40: leasehold.v1.KeyInfo
+	(*ListKeysResponse)(nil),       // 41: leasehold.v1.ListKeysResponse
+	(*KeepAliveRequest)(nil),       // 42: leasehold.v1.KeepAliveRequest
+	(*KeepAliveRenewal)(nil),       // 43: leasehold.v1.KeepAliveRenewal
+	(*KeepAliveResponse)(nil),      // 44: leasehold.v1.KeepAliveResponse
+	(*KeepAliveResult)(nil),        // 45: leasehold.v1.KeepAliveResult
+	(*JoinRequest)(nil),            // 46: leasehold.v1.JoinRequest
+	(*JoinResponse)(nil),           // 47: leasehold.v1.JoinResponse
+	(*GetGroupRequest)(nil),        // 48: leasehold.v1.GetGroupRequest
+	(*ShardGroup)(nil),             // 49: leasehold.v1.ShardGroup
+	(*ShardGroupMember)(nil),       // 50: leasehold.v1.ShardGroupMember
+	(*ShardOwner)(nil),             // 51: leasehold.v1.ShardOwner
+	(*durationpb.Duration)(nil),    // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 53: google.protobuf.Timestamp
 }
 var file_leasehold_v1_leasehold_proto_depIdxs = []int32{
-	45, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	45, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
-	8,  // 2: leasehold.v1.GetSigningKeysResponse.keys:type_name -> leasehold.v1.SigningKey
-	45, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	45, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	5,  // 5: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
-	45, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 7: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
-	45, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	5,  // 9: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	20, // 10: leasehold.v1.ListWaitersResponse.waiters:type_name -> leasehold.v1.Waiter
-	5,  // 11: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
-	28, // 12: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
-	27, // 13: leasehold.v1.GetHistoryResponse.chaos:type_name -> leasehold.v1.ChaosEvent
-	46, // 14: leasehold.v1.ChaosEvent.at:type_name -> google.protobuf.Timestamp
-	46, // 15: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
-	45, // 16: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
+	52, // 0: leasehold.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	52, // 1: leasehold.v1.Lease.remaining:type_name -> google.protobuf.Duration
+	9,  // 2: leasehold.v1.GetSigningKeysResponse.keys:type_name -> leasehold.v1.SigningKey
+	52, // 3: leasehold.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 4: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	6,  // 5: leasehold.v1.AcquireResponse.lease:type_name -> leasehold.v1.Lease
+	52, // 6: leasehold.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	6,  // 7: leasehold.v1.RenewResponse.lease:type_name -> leasehold.v1.Lease
+	52, // 8: leasehold.v1.TransferLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	6,  // 9: leasehold.v1.TransferLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	21, // 10: leasehold.v1.ListWaitersResponse.waiters:type_name -> leasehold.v1.Waiter
+	6,  // 11: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Lease
+	29, // 12: leasehold.v1.GetHistoryResponse.tenures:type_name -> leasehold.v1.Tenure
+	28, // 13: leasehold.v1.GetHistoryResponse.chaos:type_name -> leasehold.v1.ChaosEvent
+	53, // 14: leasehold.v1.ChaosEvent.at:type_name -> google.protobuf.Timestamp
+	53, // 15: leasehold.v1.Tenure.granted_at:type_name -> google.protobuf.Timestamp
+	52, // 16: leasehold.v1.Tenure.ttl:type_name -> google.protobuf.Duration
 	1,  // 17: leasehold.v1.Tenure.end:type_name -> leasehold.v1.Tenure.End
-	46, // 18: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
-	5,  // 19: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
+	53, // 18: leasehold.v1.Tenure.ended_at:type_name -> google.protobuf.Timestamp
+	6,  // 19: leasehold.v1.LeaseEvent.lease:type_name -> leasehold.v1.Lease
 	2,  // 20: leasehold.v1.LeaseEvent.kind:type_name -> leasehold.v1.LeaseEvent.Kind
-	31, // 21: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
-	35, // 22: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
+	32, // 21: leasehold.v1.WriteStreamRequest.writes:type_name -> leasehold.v1.CheckedWriteRequest
+	36, // 22: leasehold.v1.WriteStreamResponse.results:type_name -> leasehold.v1.WriteResult
 	3,  // 23: leasehold.v1.WriteResult.outcome:type_name -> leasehold.v1.WriteResult.Outcome
-	39, // 24: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
-	42, // 25: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
-	45, // 26: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
-	44, // 27: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
+	40, // 24: leasehold.v1.ListKeysResponse.keys:type_name -> leasehold.v1.KeyInfo
+	43, // 25: leasehold.v1.KeepAliveRequest.renewals:type_name -> leasehold.v1.KeepAliveRenewal
+	52, // 26: leasehold.v1.KeepAliveRenewal.ttl:type_name -> google.protobuf.Duration
+	45, // 27: leasehold.v1.KeepAliveResponse.results:type_name -> leasehold.v1.KeepAliveResult
 	4,  // 28: leasehold.v1.KeepAliveResult.outcome:type_name -> leasehold.v1.KeepAliveResult.Outcome
-	5,  // 29: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
-	9,  // 30: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
-	11, // 31: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
-	13, // 32: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
-	15, // 33: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
-	17, // 34: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	21, // 35: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
-	23, // 36: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	25, // 37: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
-	29, // 38: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
-	41, // 39: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
-	6,  // 40: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
-	18, // 41: leasehold.v1.Leases.ListWaiters:input_type -> leasehold.v1.ListWaitersRequest
-	31, // 42: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
-	33, // 43: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
-	36, // 44: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
-	38, // 45: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
-	10, // 46: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
-	12, // 47: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
-	14, // 48: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
-	16, // 49: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
-	5,  // 50: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
-	22, // 51: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
-	24, // 52: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	26, // 53: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
-	30, // 54: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
-	43, // 55: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
-	7,  // 56: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
-	19, // 57: leasehold.v1.Leases.ListWaiters:output_type -> leasehold.v1.ListWaitersResponse
-	32, // 58: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
-	34, // 59: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
-	37, // 60: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
-	40, // 61: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
-	46, // [46:62] is the sub-list for method output_type
-	30, // [30:46] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	6,  // 29: leasehold.v1.KeepAliveResult.lease:type_name -> leasehold.v1.Lease
+	52, // 30: leasehold.v1.JoinRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 31: leasehold.v1.JoinRequest.revoke_timeout:type_name -> google.protobuf.Duration
+	5,  // 32: leasehold.v1.JoinResponse.kind:type_name -> leasehold.v1.JoinResponse.Kind
+	52, // 33: leasehold.v1.JoinResponse.deadline:type_name -> google.protobuf.Duration
+	50, // 34: leasehold.v1.ShardGroup.members:type_name -> leasehold.v1.ShardGroupMember
+	51, // 35: leasehold.v1.ShardGroup.owners:type_name -> leasehold.v1.ShardOwner
+	10, // 36: leasehold.v1.Leases.Acquire:input_type -> leasehold.v1.AcquireRequest
+	12, // 37: leasehold.v1.Leases.Renew:input_type -> leasehold.v1.RenewRequest
+	14, // 38: leasehold.v1.Leases.Release:input_type -> leasehold.v1.ReleaseRequest
+	16, // 39: leasehold.v1.Leases.TransferLease:input_type -> leasehold.v1.TransferLeaseRequest
+	18, // 40: leasehold.v1.Leases.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	22, // 41: leasehold.v1.Leases.DeleteJob:input_type -> leasehold.v1.DeleteJobRequest
+	24, // 42: leasehold.v1.Leases.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	26, // 43: leasehold.v1.Leases.GetHistory:input_type -> leasehold.v1.GetHistoryRequest
+	30, // 44: leasehold.v1.Leases.WatchLease:input_type -> leasehold.v1.WatchLeaseRequest
+	42, // 45: leasehold.v1.Leases.KeepAlive:input_type -> leasehold.v1.KeepAliveRequest
+	7,  // 46: leasehold.v1.Leases.GetSigningKeys:input_type -> leasehold.v1.GetSigningKeysRequest
+	19, // 47: leasehold.v1.Leases.ListWaiters:input_type -> leasehold.v1.ListWaitersRequest
+	32, // 48: leasehold.v1.FencedStore.CheckedWrite:input_type -> leasehold.v1.CheckedWriteRequest
+	34, // 49: leasehold.v1.FencedStore.WriteStream:input_type -> leasehold.v1.WriteStreamRequest
+	37, // 50: leasehold.v1.FencedStore.Read:input_type -> leasehold.v1.ReadRequest
+	39, // 51: leasehold.v1.FencedStore.ListKeys:input_type -> leasehold.v1.ListKeysRequest
+	46, // 52: leasehold.v1.Shards.Join:input_type -> leasehold.v1.JoinRequest
+	48, // 53: leasehold.v1.Shards.GetGroup:input_type -> leasehold.v1.GetGroupRequest
+	11, // 54: leasehold.v1.Leases.Acquire:output_type -> leasehold.v1.AcquireResponse
+	13, // 55: leasehold.v1.Leases.Renew:output_type -> leasehold.v1.RenewResponse
+	15, // 56: leasehold.v1.Leases.Release:output_type -> leasehold.v1.ReleaseResponse
+	17, // 57: leasehold.v1.Leases.TransferLease:output_type -> leasehold.v1.TransferLeaseResponse
+	6,  // 58: leasehold.v1.Leases.GetLease:output_type -> leasehold.v1.Lease
+	23, // 59: leasehold.v1.Leases.DeleteJob:output_type -> leasehold.v1.DeleteJobResponse
+	25, // 60: leasehold.v1.Leases.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	27, // 61: leasehold.v1.Leases.GetHistory:output_type -> leasehold.v1.GetHistoryResponse
+	31, // 62: leasehold.v1.Leases.WatchLease:output_type -> leasehold.v1.LeaseEvent
+	44, // 63: leasehold.v1.Leases.KeepAlive:output_type -> leasehold.v1.KeepAliveResponse
+	8,  // 64: leasehold.v1.Leases.GetSigningKeys:output_type -> leasehold.v1.GetSigningKeysResponse
+	20, // 65: leasehold.v1.Leases.ListWaiters:output_type -> leasehold.v1.ListWaitersResponse
+	33, // 66: leasehold.v1.FencedStore.CheckedWrite:output_type -> leasehold.v1.CheckedWriteResponse
+	35, // 67: leasehold.v1.FencedStore.WriteStream:output_type -> leasehold.v1.WriteStreamResponse
+	38, // 68: leasehold.v1.FencedStore.Read:output_type -> leasehold.v1.ReadResponse
+	41, // 69: leasehold.v1.FencedStore.ListKeys:output_type -> leasehold.v1.ListKeysResponse
+	47, // 70: leasehold.v1.Shards.Join:output_type -> leasehold.v1.JoinResponse
+	49, // 71: leasehold.v1.Shards.GetGroup:output_type -> leasehold.v1.ShardGroup
+	54, // [54:72] is the sub-list for method output_type
+	36, // [36:54] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_leasehold_proto_init() }
@@ -3582,10 +4131,10 @@ func file_leasehold_v1_leasehold_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_leasehold_proto_rawDesc), len(file_leasehold_v1_leasehold_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   40,
+			NumEnums:      6,
+			NumMessages:   46,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_leasehold_v1_leasehold_proto_goTypes,
 		DependencyIndexes: file_leasehold_v1_leasehold_proto_depIdxs,

@@ -1139,3 +1139,226 @@ var FencedStore_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "leasehold/v1/leasehold.proto",
 }
+
+const (
+	Shards_Join_FullMethodName     = "/leasehold.v1.Shards/Join"
+	Shards_GetGroup_FullMethodName = "/leasehold.v1.Shards/GetGroup"
+)
+
+// ShardsClient is the client API for Shards service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Shards spreads the N shards of a group (units of work, such as the
+// partitions of a queue) over the group's live members, one owner per
+// shard, balanced, and moves them with no gap and no double owner.
+//
+// Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+// with its own lease, tokens, history and fenced keys: a shard's owner
+// holds its lease, and its writes under that job are fenced by the
+// shard's token, so a stale owner's writes are refused. A member is shown
+// as the live lease of the job "{group}/member/{member}". The group's
+// count of shards is kept under the group's own job, fenced key "shards".
+type ShardsClient interface {
+	// Join makes `member` a member of `group` for as long as the stream
+	// lives. The first message names the group, the member and the group's
+	// count of shards; the server answers JOINED, then streams the member's
+	// assignment: ASSIGNED for each shard it is given (with the shard's
+	// token), REVOKED when a shard is to move to another member, LOST when
+	// a shard's holding ended without a revoke (it ran out).
+	//
+	// Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+	// shards (M members), and a join or a leave moves as few shards as it
+	// can. A move is a handover: the owner is sent REVOKED, stops the
+	// shard's work, and acknowledges in `released` (or misses the revoke's
+	// deadline); the shard then goes, in one decision, to the member
+	// waiting for it, with the next token.
+	//
+	// Every message the member sends renews its holdings, as a KeepAlive
+	// would: send one (empty if there is nothing to acknowledge) every
+	// ttl/3. A member whose stream ends (it left, or its process died and
+	// its connection closed) frees its shards at once, to the members
+	// waiting for them. A member that goes silent keeps them until its TTL
+	// runs out. Nothing is freed when the server shuts down: a member
+	// joining again under the same `member` takes its shards back.
+	//
+	// Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+	// `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+	// naming `shards` with the group's count when the group has another
+	// count. A Join under a `member` that is live on another stream takes
+	// its place (a member that reconnects before its old connection was
+	// seen to close): the older stream ends with FAILED_PRECONDITION,
+	// reason LEASE_LOST, and frees nothing. With a policy, this is action
+	// `lease` on the shards' jobs and the member's job.
+	Join(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[JoinRequest, JoinResponse], error)
+	// GetGroup shows a group: its count of shards, its live members and
+	// who owns each shard. A group never joined has no count (`shards` 0).
+	// With a policy, this is action `read` on the group's job.
+	GetGroup(ctx context.Context, in *GetGroupRequest, opts ...grpc.CallOption) (*ShardGroup, error)
+}
+
+type shardsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewShardsClient(cc grpc.ClientConnInterface) ShardsClient {
+	return &shardsClient{cc}
+}
+
+func (c *shardsClient) Join(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[JoinRequest, JoinResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Shards_ServiceDesc.Streams[0], Shards_Join_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[JoinRequest, JoinResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shards_JoinClient = grpc.BidiStreamingClient[JoinRequest, JoinResponse]
+
+func (c *shardsClient) GetGroup(ctx context.Context, in *GetGroupRequest, opts ...grpc.CallOption) (*ShardGroup, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardGroup)
+	err := c.cc.Invoke(ctx, Shards_GetGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ShardsServer is the server API for Shards service.
+// All implementations must embed UnimplementedShardsServer
+// for forward compatibility.
+//
+// Shards spreads the N shards of a group (units of work, such as the
+// partitions of a queue) over the group's live members, one owner per
+// shard, balanced, and moves them with no gap and no double owner.
+//
+// Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+// with its own lease, tokens, history and fenced keys: a shard's owner
+// holds its lease, and its writes under that job are fenced by the
+// shard's token, so a stale owner's writes are refused. A member is shown
+// as the live lease of the job "{group}/member/{member}". The group's
+// count of shards is kept under the group's own job, fenced key "shards".
+type ShardsServer interface {
+	// Join makes `member` a member of `group` for as long as the stream
+	// lives. The first message names the group, the member and the group's
+	// count of shards; the server answers JOINED, then streams the member's
+	// assignment: ASSIGNED for each shard it is given (with the shard's
+	// token), REVOKED when a shard is to move to another member, LOST when
+	// a shard's holding ended without a revoke (it ran out).
+	//
+	// Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+	// shards (M members), and a join or a leave moves as few shards as it
+	// can. A move is a handover: the owner is sent REVOKED, stops the
+	// shard's work, and acknowledges in `released` (or misses the revoke's
+	// deadline); the shard then goes, in one decision, to the member
+	// waiting for it, with the next token.
+	//
+	// Every message the member sends renews its holdings, as a KeepAlive
+	// would: send one (empty if there is nothing to acknowledge) every
+	// ttl/3. A member whose stream ends (it left, or its process died and
+	// its connection closed) frees its shards at once, to the members
+	// waiting for them. A member that goes silent keeps them until its TTL
+	// runs out. Nothing is freed when the server shuts down: a member
+	// joining again under the same `member` takes its shards back.
+	//
+	// Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+	// `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+	// naming `shards` with the group's count when the group has another
+	// count. A Join under a `member` that is live on another stream takes
+	// its place (a member that reconnects before its old connection was
+	// seen to close): the older stream ends with FAILED_PRECONDITION,
+	// reason LEASE_LOST, and frees nothing. With a policy, this is action
+	// `lease` on the shards' jobs and the member's job.
+	Join(grpc.BidiStreamingServer[JoinRequest, JoinResponse]) error
+	// GetGroup shows a group: its count of shards, its live members and
+	// who owns each shard. A group never joined has no count (`shards` 0).
+	// With a policy, this is action `read` on the group's job.
+	GetGroup(context.Context, *GetGroupRequest) (*ShardGroup, error)
+	mustEmbedUnimplementedShardsServer()
+}
+
+// UnimplementedShardsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedShardsServer struct{}
+
+func (UnimplementedShardsServer) Join(grpc.BidiStreamingServer[JoinRequest, JoinResponse]) error {
+	return status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedShardsServer) GetGroup(context.Context, *GetGroupRequest) (*ShardGroup, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetGroup not implemented")
+}
+func (UnimplementedShardsServer) mustEmbedUnimplementedShardsServer() {}
+func (UnimplementedShardsServer) testEmbeddedByValue()                {}
+
+// UnsafeShardsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ShardsServer will
+// result in compilation errors.
+type UnsafeShardsServer interface {
+	mustEmbedUnimplementedShardsServer()
+}
+
+func RegisterShardsServer(s grpc.ServiceRegistrar, srv ShardsServer) {
+	// If the following call panics, it indicates UnimplementedShardsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Shards_ServiceDesc, srv)
+}
+
+func _Shards_Join_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ShardsServer).Join(&grpc.GenericServerStream[JoinRequest, JoinResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shards_JoinServer = grpc.BidiStreamingServer[JoinRequest, JoinResponse]
+
+func _Shards_GetGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardsServer).GetGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Shards_GetGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardsServer).GetGroup(ctx, req.(*GetGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Shards_ServiceDesc is the grpc.ServiceDesc for Shards service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Shards_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "leasehold.v1.Shards",
+	HandlerType: (*ShardsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GetGroup",
+			Handler:    _Shards_GetGroup_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Join",
+			Handler:       _Shards_Join_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "leasehold/v1/leasehold.proto",
+}

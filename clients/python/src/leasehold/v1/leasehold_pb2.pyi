@@ -515,3 +515,85 @@ class KeepAliveResult(_message.Message):
     message: str
     successor_waiting: bool
     def __init__(self, job: _Optional[str] = ..., outcome: _Optional[_Union[KeepAliveResult.Outcome, str]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., successor_waiting: _Optional[bool] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("group", "member", "shards", "ttl", "revoke_timeout", "released")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    member: str
+    shards: int
+    ttl: _duration_pb2.Duration
+    revoke_timeout: _duration_pb2.Duration
+    released: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, group: _Optional[str] = ..., member: _Optional[str] = ..., shards: _Optional[int] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., revoke_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., released: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class JoinResponse(_message.Message):
+    __slots__ = ("kind", "shard", "token", "job", "shards", "deadline")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[JoinResponse.Kind]
+        KIND_JOINED: _ClassVar[JoinResponse.Kind]
+        KIND_ASSIGNED: _ClassVar[JoinResponse.Kind]
+        KIND_REVOKED: _ClassVar[JoinResponse.Kind]
+        KIND_LOST: _ClassVar[JoinResponse.Kind]
+    KIND_UNSPECIFIED: JoinResponse.Kind
+    KIND_JOINED: JoinResponse.Kind
+    KIND_ASSIGNED: JoinResponse.Kind
+    KIND_REVOKED: JoinResponse.Kind
+    KIND_LOST: JoinResponse.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    kind: JoinResponse.Kind
+    shard: int
+    token: int
+    job: str
+    shards: int
+    deadline: _duration_pb2.Duration
+    def __init__(self, kind: _Optional[_Union[JoinResponse.Kind, str]] = ..., shard: _Optional[int] = ..., token: _Optional[int] = ..., job: _Optional[str] = ..., shards: _Optional[int] = ..., deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class ShardGroup(_message.Message):
+    __slots__ = ("group", "shards", "members", "owners")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    shards: int
+    members: _containers.RepeatedCompositeFieldContainer[ShardGroupMember]
+    owners: _containers.RepeatedCompositeFieldContainer[ShardOwner]
+    def __init__(self, group: _Optional[str] = ..., shards: _Optional[int] = ..., members: _Optional[_Iterable[_Union[ShardGroupMember, _Mapping]]] = ..., owners: _Optional[_Iterable[_Union[ShardOwner, _Mapping]]] = ...) -> None: ...
+
+class ShardGroupMember(_message.Message):
+    __slots__ = ("member", "shards")
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    member: str
+    shards: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, member: _Optional[str] = ..., shards: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ShardOwner(_message.Message):
+    __slots__ = ("shard", "job", "member", "token")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    job: str
+    member: str
+    token: int
+    def __init__(self, shard: _Optional[int] = ..., job: _Optional[str] = ..., member: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...

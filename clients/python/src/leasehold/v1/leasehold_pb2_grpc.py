@@ -951,3 +951,181 @@ class FencedStore:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class ShardsStub:
+    """Shards spreads the N shards of a group (units of work, such as the
+    partitions of a queue) over the group's live members, one owner per
+    shard, balanced, and moves them with no gap and no double owner.
+
+    Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+    with its own lease, tokens, history and fenced keys: a shard's owner
+    holds its lease, and its writes under that job are fenced by the
+    shard's token, so a stale owner's writes are refused. A member is shown
+    as the live lease of the job "{group}/member/{member}". The group's
+    count of shards is kept under the group's own job, fenced key "shards".
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Join = channel.stream_stream(
+                '/leasehold.v1.Shards/Join',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.JoinRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.JoinResponse.FromString,
+                _registered_method=True)
+        self.GetGroup = channel.unary_unary(
+                '/leasehold.v1.Shards/GetGroup',
+                request_serializer=leasehold_dot_v1_dot_leasehold__pb2.GetGroupRequest.SerializeToString,
+                response_deserializer=leasehold_dot_v1_dot_leasehold__pb2.ShardGroup.FromString,
+                _registered_method=True)
+
+
+class ShardsServicer:
+    """Shards spreads the N shards of a group (units of work, such as the
+    partitions of a queue) over the group's live members, one owner per
+    shard, balanced, and moves them with no gap and no double owner.
+
+    Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+    with its own lease, tokens, history and fenced keys: a shard's owner
+    holds its lease, and its writes under that job are fenced by the
+    shard's token, so a stale owner's writes are refused. A member is shown
+    as the live lease of the job "{group}/member/{member}". The group's
+    count of shards is kept under the group's own job, fenced key "shards".
+    """
+
+    def Join(self, request_iterator, context):
+        """Join makes `member` a member of `group` for as long as the stream
+        lives. The first message names the group, the member and the group's
+        count of shards; the server answers JOINED, then streams the member's
+        assignment: ASSIGNED for each shard it is given (with the shard's
+        token), REVOKED when a shard is to move to another member, LOST when
+        a shard's holding ended without a revoke (it ran out).
+
+        Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+        shards (M members), and a join or a leave moves as few shards as it
+        can. A move is a handover: the owner is sent REVOKED, stops the
+        shard's work, and acknowledges in `released` (or misses the revoke's
+        deadline); the shard then goes, in one decision, to the member
+        waiting for it, with the next token.
+
+        Every message the member sends renews its holdings, as a KeepAlive
+        would: send one (empty if there is nothing to acknowledge) every
+        ttl/3. A member whose stream ends (it left, or its process died and
+        its connection closed) frees its shards at once, to the members
+        waiting for them. A member that goes silent keeps them until its TTL
+        runs out. Nothing is freed when the server shuts down: a member
+        joining again under the same `member` takes its shards back.
+
+        Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+        `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+        naming `shards` with the group's count when the group has another
+        count. A Join under a `member` that is live on another stream takes
+        its place (a member that reconnects before its old connection was
+        seen to close): the older stream ends with FAILED_PRECONDITION,
+        reason LEASE_LOST, and frees nothing. With a policy, this is action
+        `lease` on the shards' jobs and the member's job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroup(self, request, context):
+        """GetGroup shows a group: its count of shards, its live members and
+        who owns each shard. A group never joined has no count (`shards` 0).
+        With a policy, this is action `read` on the group's job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ShardsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Join': grpc.stream_stream_rpc_method_handler(
+                    servicer.Join,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.JoinRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.JoinResponse.SerializeToString,
+            ),
+            'GetGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroup,
+                    request_deserializer=leasehold_dot_v1_dot_leasehold__pb2.GetGroupRequest.FromString,
+                    response_serializer=leasehold_dot_v1_dot_leasehold__pb2.ShardGroup.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'leasehold.v1.Shards', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('leasehold.v1.Shards', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Shards:
+    """Shards spreads the N shards of a group (units of work, such as the
+    partitions of a queue) over the group's live members, one owner per
+    shard, balanced, and moves them with no gap and no double owner.
+
+    Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+    with its own lease, tokens, history and fenced keys: a shard's owner
+    holds its lease, and its writes under that job are fenced by the
+    shard's token, so a stale owner's writes are refused. A member is shown
+    as the live lease of the job "{group}/member/{member}". The group's
+    count of shards is kept under the group's own job, fenced key "shards".
+    """
+
+    @staticmethod
+    def Join(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/leasehold.v1.Shards/Join',
+            leasehold_dot_v1_dot_leasehold__pb2.JoinRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.JoinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/leasehold.v1.Shards/GetGroup',
+            leasehold_dot_v1_dot_leasehold__pb2.GetGroupRequest.SerializeToString,
+            leasehold_dot_v1_dot_leasehold__pb2.ShardGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

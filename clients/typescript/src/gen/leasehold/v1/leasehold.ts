@@ -1207,6 +1207,157 @@ export function keepAliveResult_OutcomeToJSON(object: KeepAliveResult_Outcome): 
   }
 }
 
+export interface JoinRequest {
+  /** First message only. Required: the group, 1 to 200 bytes, no "#". */
+  group: string;
+  /**
+   * First message only. Required: who joins, a holder identity (a name
+   * plus a UUID made per member, as AcquireRequest.holder). It holds the
+   * shards' leases.
+   */
+  member: string;
+  /**
+   * First message only. Required: the group's count of shards, 1 to
+   * 1024. Fixed by the group's first member: another count is refused.
+   */
+  shards: number;
+  /**
+   * First message only. Required: the TTL of the member's holdings,
+   * within the server's configured range.
+   */
+  ttl:
+    | Duration
+    | undefined;
+  /**
+   * First message only. Optional: how long the member has to acknowledge
+   * a revoke before its shard moves anyway (its writes are then fenced).
+   * Unset: the TTL. At most the server's maximum TTL.
+   */
+  revokeTimeout:
+    | Duration
+    | undefined;
+  /**
+   * Later messages: shards the member has let go after REVOKED (their
+   * work stopped). A shard not being revoked is ignored.
+   */
+  released: number[];
+}
+
+export interface JoinResponse {
+  kind: JoinResponse_Kind;
+  /** ASSIGNED, REVOKED, LOST: the shard, 0 to N-1. */
+  shard: number;
+  /**
+   * ASSIGNED: the shard's fencing token. REVOKED, LOST: the token that
+   * owned it.
+   */
+  token: bigint;
+  /** ASSIGNED, REVOKED, LOST: the shard's job, "{group}/{shard}". */
+  job: string;
+  /** JOINED: the group's count of shards. */
+  shards: number;
+  /** REVOKED: how long the member has to acknowledge. */
+  deadline: Duration | undefined;
+}
+
+export enum JoinResponse_Kind {
+  KIND_UNSPECIFIED = 0,
+  /** KIND_JOINED - The first answer: the member joined. `shards` is the group's count. */
+  KIND_JOINED = 1,
+  /**
+   * KIND_ASSIGNED - The member owns `shard` (job `job`) with `token`, from now until a
+   * REVOKED or LOST for it.
+   */
+  KIND_ASSIGNED = 2,
+  /**
+   * KIND_REVOKED - The shard is to move: stop its work, then acknowledge it in
+   * JoinRequest.released within `deadline`. Until then the member still
+   * owns it (and its token still writes).
+   */
+  KIND_REVOKED = 3,
+  /**
+   * KIND_LOST - The member no longer owns `shard`: it ran out (the member was
+   * silent for its TTL) or a revoke's deadline passed. Its token no
+   * longer writes; stop its work.
+   */
+  KIND_LOST = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function joinResponse_KindFromJSON(object: any): JoinResponse_Kind {
+  switch (object) {
+    case 0:
+    case "KIND_UNSPECIFIED":
+      return JoinResponse_Kind.KIND_UNSPECIFIED;
+    case 1:
+    case "KIND_JOINED":
+      return JoinResponse_Kind.KIND_JOINED;
+    case 2:
+    case "KIND_ASSIGNED":
+      return JoinResponse_Kind.KIND_ASSIGNED;
+    case 3:
+    case "KIND_REVOKED":
+      return JoinResponse_Kind.KIND_REVOKED;
+    case 4:
+    case "KIND_LOST":
+      return JoinResponse_Kind.KIND_LOST;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return JoinResponse_Kind.UNRECOGNIZED;
+  }
+}
+
+export function joinResponse_KindToJSON(object: JoinResponse_Kind): string {
+  switch (object) {
+    case JoinResponse_Kind.KIND_UNSPECIFIED:
+      return "KIND_UNSPECIFIED";
+    case JoinResponse_Kind.KIND_JOINED:
+      return "KIND_JOINED";
+    case JoinResponse_Kind.KIND_ASSIGNED:
+      return "KIND_ASSIGNED";
+    case JoinResponse_Kind.KIND_REVOKED:
+      return "KIND_REVOKED";
+    case JoinResponse_Kind.KIND_LOST:
+      return "KIND_LOST";
+    case JoinResponse_Kind.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export interface GetGroupRequest {
+  /** Required. The group. */
+  group: string;
+}
+
+export interface ShardGroup {
+  group: string;
+  /** The group's count of shards; 0 when it has none (never joined). */
+  shards: number;
+  /** Its live members, by member identity. */
+  members: ShardGroupMember[];
+  /** Every shard, in order: its owner, if any. */
+  owners: ShardOwner[];
+}
+
+export interface ShardGroupMember {
+  /** The member, as it joined. */
+  member: string;
+  /** The shards it owns, in order. */
+  shards: number[];
+}
+
+export interface ShardOwner {
+  shard: number;
+  /** The shard's job, "{group}/{shard}". */
+  job: string;
+  /** Its owner, empty when none. */
+  member: string;
+  /** Its newest token (0 when never owned). */
+  token: bigint;
+}
+
 function createBaseLease(): Lease {
   return {
     job: "",
@@ -5032,6 +5183,659 @@ export const KeepAliveResult: MessageFns<KeepAliveResult> = {
   },
 };
 
+function createBaseJoinRequest(): JoinRequest {
+  return { group: "", member: "", shards: 0, ttl: undefined, revokeTimeout: undefined, released: [] };
+}
+
+export const JoinRequest: MessageFns<JoinRequest> = {
+  encode(message: JoinRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.group !== "") {
+      writer.uint32(10).string(message.group);
+    }
+    if (message.member !== "") {
+      writer.uint32(18).string(message.member);
+    }
+    if (message.shards !== 0) {
+      writer.uint32(24).uint32(message.shards);
+    }
+    if (message.ttl !== undefined) {
+      Duration.encode(message.ttl, writer.uint32(34).fork()).join();
+    }
+    if (message.revokeTimeout !== undefined) {
+      Duration.encode(message.revokeTimeout, writer.uint32(42).fork()).join();
+    }
+    if (message.released.length !== 0) {
+      writer.uint32(50).fork();
+      for (const v of message.released) {
+        writer.uint32(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): JoinRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseJoinRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.group = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.member = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.shards = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.ttl = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.revokeTimeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag === 48) {
+              message.released.push(reader.uint32());
+
+              continue;
+            }
+
+            if (tag === 50) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.released.push(reader.uint32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): JoinRequest {
+    return {
+      group: isSet(object.group) ? globalThis.String(object.group) : "",
+      member: isSet(object.member) ? globalThis.String(object.member) : "",
+      shards: isSet(object.shards) ? globalThis.Number(object.shards) : 0,
+      ttl: isSet(object.ttl) ? Duration.fromJSON(object.ttl) : undefined,
+      revokeTimeout: isSet(object.revokeTimeout)
+        ? Duration.fromJSON(object.revokeTimeout)
+        : isSet(object.revoke_timeout)
+        ? Duration.fromJSON(object.revoke_timeout)
+        : undefined,
+      released: globalThis.Array.isArray(object?.released) ? object.released.map((e: any) => globalThis.Number(e)) : [],
+    };
+  },
+
+  toJSON(message: JoinRequest): unknown {
+    const obj: any = {};
+    if (message.group !== "") {
+      obj.group = message.group;
+    }
+    if (message.member !== "") {
+      obj.member = message.member;
+    }
+    if (message.shards !== 0) {
+      obj.shards = Math.round(message.shards);
+    }
+    if (message.ttl !== undefined) {
+      obj.ttl = Duration.toJSON(message.ttl);
+    }
+    if (message.revokeTimeout !== undefined) {
+      obj.revokeTimeout = Duration.toJSON(message.revokeTimeout);
+    }
+    if (message.released?.length) {
+      obj.released = message.released.map((e) => Math.round(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseJoinResponse(): JoinResponse {
+  return { kind: 0, shard: 0, token: 0n, job: "", shards: 0, deadline: undefined };
+}
+
+export const JoinResponse: MessageFns<JoinResponse> = {
+  encode(message: JoinResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== 0) {
+      writer.uint32(8).int32(message.kind);
+    }
+    if (message.shard !== 0) {
+      writer.uint32(16).uint32(message.shard);
+    }
+    if (message.token !== 0n) {
+      if (BigInt.asUintN(64, message.token) !== message.token) {
+        throw new globalThis.Error("value provided for field message.token of type uint64 too large");
+      }
+      writer.uint32(24).uint64(message.token);
+    }
+    if (message.job !== "") {
+      writer.uint32(34).string(message.job);
+    }
+    if (message.shards !== 0) {
+      writer.uint32(40).uint32(message.shards);
+    }
+    if (message.deadline !== undefined) {
+      Duration.encode(message.deadline, writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): JoinResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseJoinResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.shard = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.token = reader.uint64() as bigint;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.shards = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.deadline = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): JoinResponse {
+    return {
+      kind: isSet(object.kind) ? joinResponse_KindFromJSON(object.kind) : 0,
+      shard: isSet(object.shard) ? globalThis.Number(object.shard) : 0,
+      token: isSet(object.token) ? BigInt(object.token) : 0n,
+      job: isSet(object.job) ? globalThis.String(object.job) : "",
+      shards: isSet(object.shards) ? globalThis.Number(object.shards) : 0,
+      deadline: isSet(object.deadline) ? Duration.fromJSON(object.deadline) : undefined,
+    };
+  },
+
+  toJSON(message: JoinResponse): unknown {
+    const obj: any = {};
+    if (message.kind !== 0) {
+      obj.kind = joinResponse_KindToJSON(message.kind);
+    }
+    if (message.shard !== 0) {
+      obj.shard = Math.round(message.shard);
+    }
+    if (message.token !== 0n) {
+      obj.token = message.token.toString();
+    }
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    if (message.shards !== 0) {
+      obj.shards = Math.round(message.shards);
+    }
+    if (message.deadline !== undefined) {
+      obj.deadline = Duration.toJSON(message.deadline);
+    }
+    return obj;
+  },
+};
+
+function createBaseGetGroupRequest(): GetGroupRequest {
+  return { group: "" };
+}
+
+export const GetGroupRequest: MessageFns<GetGroupRequest> = {
+  encode(message: GetGroupRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.group !== "") {
+      writer.uint32(10).string(message.group);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetGroupRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetGroupRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.group = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetGroupRequest {
+    return { group: isSet(object.group) ? globalThis.String(object.group) : "" };
+  },
+
+  toJSON(message: GetGroupRequest): unknown {
+    const obj: any = {};
+    if (message.group !== "") {
+      obj.group = message.group;
+    }
+    return obj;
+  },
+};
+
+function createBaseShardGroup(): ShardGroup {
+  return { group: "", shards: 0, members: [], owners: [] };
+}
+
+export const ShardGroup: MessageFns<ShardGroup> = {
+  encode(message: ShardGroup, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.group !== "") {
+      writer.uint32(10).string(message.group);
+    }
+    if (message.shards !== 0) {
+      writer.uint32(16).uint32(message.shards);
+    }
+    for (const v of message.members) {
+      ShardGroupMember.encode(v!, writer.uint32(26).fork()).join();
+    }
+    for (const v of message.owners) {
+      ShardOwner.encode(v!, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShardGroup {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShardGroup();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.group = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.shards = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.members.push(ShardGroupMember.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.owners.push(ShardOwner.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShardGroup {
+    return {
+      group: isSet(object.group) ? globalThis.String(object.group) : "",
+      shards: isSet(object.shards) ? globalThis.Number(object.shards) : 0,
+      members: globalThis.Array.isArray(object?.members)
+        ? object.members.map((e: any) => ShardGroupMember.fromJSON(e))
+        : [],
+      owners: globalThis.Array.isArray(object?.owners) ? object.owners.map((e: any) => ShardOwner.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ShardGroup): unknown {
+    const obj: any = {};
+    if (message.group !== "") {
+      obj.group = message.group;
+    }
+    if (message.shards !== 0) {
+      obj.shards = Math.round(message.shards);
+    }
+    if (message.members?.length) {
+      obj.members = message.members.map((e) => ShardGroupMember.toJSON(e));
+    }
+    if (message.owners?.length) {
+      obj.owners = message.owners.map((e) => ShardOwner.toJSON(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseShardGroupMember(): ShardGroupMember {
+  return { member: "", shards: [] };
+}
+
+export const ShardGroupMember: MessageFns<ShardGroupMember> = {
+  encode(message: ShardGroupMember, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.member !== "") {
+      writer.uint32(10).string(message.member);
+    }
+    if (message.shards.length !== 0) {
+      writer.uint32(18).fork();
+      for (const v of message.shards) {
+        writer.uint32(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShardGroupMember {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShardGroupMember();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.member = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag === 16) {
+              message.shards.push(reader.uint32());
+
+              continue;
+            }
+
+            if (tag === 18) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.shards.push(reader.uint32());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShardGroupMember {
+    return {
+      member: isSet(object.member) ? globalThis.String(object.member) : "",
+      shards: globalThis.Array.isArray(object?.shards) ? object.shards.map((e: any) => globalThis.Number(e)) : [],
+    };
+  },
+
+  toJSON(message: ShardGroupMember): unknown {
+    const obj: any = {};
+    if (message.member !== "") {
+      obj.member = message.member;
+    }
+    if (message.shards?.length) {
+      obj.shards = message.shards.map((e) => Math.round(e));
+    }
+    return obj;
+  },
+};
+
+function createBaseShardOwner(): ShardOwner {
+  return { shard: 0, job: "", member: "", token: 0n };
+}
+
+export const ShardOwner: MessageFns<ShardOwner> = {
+  encode(message: ShardOwner, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.shard !== 0) {
+      writer.uint32(8).uint32(message.shard);
+    }
+    if (message.job !== "") {
+      writer.uint32(18).string(message.job);
+    }
+    if (message.member !== "") {
+      writer.uint32(26).string(message.member);
+    }
+    if (message.token !== 0n) {
+      if (BigInt.asUintN(64, message.token) !== message.token) {
+        throw new globalThis.Error("value provided for field message.token of type uint64 too large");
+      }
+      writer.uint32(32).uint64(message.token);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ShardOwner {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseShardOwner();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.shard = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.job = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.member = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.token = reader.uint64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ShardOwner {
+    return {
+      shard: isSet(object.shard) ? globalThis.Number(object.shard) : 0,
+      job: isSet(object.job) ? globalThis.String(object.job) : "",
+      member: isSet(object.member) ? globalThis.String(object.member) : "",
+      token: isSet(object.token) ? BigInt(object.token) : 0n,
+    };
+  },
+
+  toJSON(message: ShardOwner): unknown {
+    const obj: any = {};
+    if (message.shard !== 0) {
+      obj.shard = Math.round(message.shard);
+    }
+    if (message.job !== "") {
+      obj.job = message.job;
+    }
+    if (message.member !== "") {
+      obj.member = message.member;
+    }
+    if (message.token !== 0n) {
+      obj.token = message.token.toString();
+    }
+    return obj;
+  },
+};
+
 /** Leases grants, renews and releases per-job leases. */
 export type LeasesService = typeof LeasesService;
 export const LeasesService = {
@@ -6049,6 +6853,183 @@ export const FencedStoreClient = makeGenericClientConstructor(
 ) as unknown as {
   new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): FencedStoreClient;
   service: typeof FencedStoreService;
+  serviceName: string;
+};
+
+/**
+ * Shards spreads the N shards of a group (units of work, such as the
+ * partitions of a queue) over the group's live members, one owner per
+ * shard, balanced, and moves them with no gap and no double owner.
+ *
+ * Each shard is an ordinary job, named "{group}/{shard}" (shard 0 to N-1),
+ * with its own lease, tokens, history and fenced keys: a shard's owner
+ * holds its lease, and its writes under that job are fenced by the
+ * shard's token, so a stale owner's writes are refused. A member is shown
+ * as the live lease of the job "{group}/member/{member}". The group's
+ * count of shards is kept under the group's own job, fenced key "shards".
+ */
+export type ShardsService = typeof ShardsService;
+export const ShardsService = {
+  /**
+   * Join makes `member` a member of `group` for as long as the stream
+   * lives. The first message names the group, the member and the group's
+   * count of shards; the server answers JOINED, then streams the member's
+   * assignment: ASSIGNED for each shard it is given (with the shard's
+   * token), REVOKED when a shard is to move to another member, LOST when
+   * a shard's holding ended without a revoke (it ran out).
+   *
+   * Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+   * shards (M members), and a join or a leave moves as few shards as it
+   * can. A move is a handover: the owner is sent REVOKED, stops the
+   * shard's work, and acknowledges in `released` (or misses the revoke's
+   * deadline); the shard then goes, in one decision, to the member
+   * waiting for it, with the next token.
+   *
+   * Every message the member sends renews its holdings, as a KeepAlive
+   * would: send one (empty if there is nothing to acknowledge) every
+   * ttl/3. A member whose stream ends (it left, or its process died and
+   * its connection closed) frees its shards at once, to the members
+   * waiting for them. A member that goes silent keeps them until its TTL
+   * runs out. Nothing is freed when the server shuts down: a member
+   * joining again under the same `member` takes its shards back.
+   *
+   * Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+   * `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+   * naming `shards` with the group's count when the group has another
+   * count. A Join under a `member` that is live on another stream takes
+   * its place (a member that reconnects before its old connection was
+   * seen to close): the older stream ends with FAILED_PRECONDITION,
+   * reason LEASE_LOST, and frees nothing. With a policy, this is action
+   * `lease` on the shards' jobs and the member's job.
+   */
+  join: {
+    path: "/leasehold.v1.Shards/Join" as const,
+    requestStream: true as const,
+    responseStream: true as const,
+    requestSerialize: (value: JoinRequest): Buffer => Buffer.from(JoinRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): JoinRequest => JoinRequest.decode(value),
+    responseSerialize: (value: JoinResponse): Buffer => Buffer.from(JoinResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): JoinResponse => JoinResponse.decode(value),
+  },
+  /**
+   * GetGroup shows a group: its count of shards, its live members and
+   * who owns each shard. A group never joined has no count (`shards` 0).
+   * With a policy, this is action `read` on the group's job.
+   */
+  getGroup: {
+    path: "/leasehold.v1.Shards/GetGroup" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetGroupRequest): Buffer => Buffer.from(GetGroupRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetGroupRequest => GetGroupRequest.decode(value),
+    responseSerialize: (value: ShardGroup): Buffer => Buffer.from(ShardGroup.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ShardGroup => ShardGroup.decode(value),
+  },
+} as const;
+
+export interface ShardsServer extends UntypedServiceImplementation {
+  /**
+   * Join makes `member` a member of `group` for as long as the stream
+   * lives. The first message names the group, the member and the group's
+   * count of shards; the server answers JOINED, then streams the member's
+   * assignment: ASSIGNED for each shard it is given (with the shard's
+   * token), REVOKED when a shard is to move to another member, LOST when
+   * a shard's holding ended without a revoke (it ran out).
+   *
+   * Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+   * shards (M members), and a join or a leave moves as few shards as it
+   * can. A move is a handover: the owner is sent REVOKED, stops the
+   * shard's work, and acknowledges in `released` (or misses the revoke's
+   * deadline); the shard then goes, in one decision, to the member
+   * waiting for it, with the next token.
+   *
+   * Every message the member sends renews its holdings, as a KeepAlive
+   * would: send one (empty if there is nothing to acknowledge) every
+   * ttl/3. A member whose stream ends (it left, or its process died and
+   * its connection closed) frees its shards at once, to the members
+   * waiting for them. A member that goes silent keeps them until its TTL
+   * runs out. Nothing is freed when the server shuts down: a member
+   * joining again under the same `member` takes its shards back.
+   *
+   * Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+   * `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+   * naming `shards` with the group's count when the group has another
+   * count. A Join under a `member` that is live on another stream takes
+   * its place (a member that reconnects before its old connection was
+   * seen to close): the older stream ends with FAILED_PRECONDITION,
+   * reason LEASE_LOST, and frees nothing. With a policy, this is action
+   * `lease` on the shards' jobs and the member's job.
+   */
+  join: handleBidiStreamingCall<JoinRequest, JoinResponse>;
+  /**
+   * GetGroup shows a group: its count of shards, its live members and
+   * who owns each shard. A group never joined has no count (`shards` 0).
+   * With a policy, this is action `read` on the group's job.
+   */
+  getGroup: handleUnaryCall<GetGroupRequest, ShardGroup>;
+}
+
+export interface ShardsClient extends Client {
+  /**
+   * Join makes `member` a member of `group` for as long as the stream
+   * lives. The first message names the group, the member and the group's
+   * count of shards; the server answers JOINED, then streams the member's
+   * assignment: ASSIGNED for each shard it is given (with the shard's
+   * token), REVOKED when a shard is to move to another member, LOST when
+   * a shard's holding ended without a revoke (it ran out).
+   *
+   * Balance: every live member owns floor(N/M) or ceil(N/M) of the N
+   * shards (M members), and a join or a leave moves as few shards as it
+   * can. A move is a handover: the owner is sent REVOKED, stops the
+   * shard's work, and acknowledges in `released` (or misses the revoke's
+   * deadline); the shard then goes, in one decision, to the member
+   * waiting for it, with the next token.
+   *
+   * Every message the member sends renews its holdings, as a KeepAlive
+   * would: send one (empty if there is nothing to acknowledge) every
+   * ttl/3. A member whose stream ends (it left, or its process died and
+   * its connection closed) frees its shards at once, to the members
+   * waiting for them. A member that goes silent keeps them until its TTL
+   * runs out. Nothing is freed when the server shuts down: a member
+   * joining again under the same `member` takes its shards back.
+   *
+   * Errors: INVALID_ARGUMENT naming the field (`group`, `member`,
+   * `shards`, `ttl`, `revoke_timeout`, `released`) for bad input, and
+   * naming `shards` with the group's count when the group has another
+   * count. A Join under a `member` that is live on another stream takes
+   * its place (a member that reconnects before its old connection was
+   * seen to close): the older stream ends with FAILED_PRECONDITION,
+   * reason LEASE_LOST, and frees nothing. With a policy, this is action
+   * `lease` on the shards' jobs and the member's job.
+   */
+  join(): ClientDuplexStream<JoinRequest, JoinResponse>;
+  join(options: Partial<CallOptions>): ClientDuplexStream<JoinRequest, JoinResponse>;
+  join(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<JoinRequest, JoinResponse>;
+  /**
+   * GetGroup shows a group: its count of shards, its live members and
+   * who owns each shard. A group never joined has no count (`shards` 0).
+   * With a policy, this is action `read` on the group's job.
+   */
+  getGroup(
+    request: GetGroupRequest,
+    callback: (error: ServiceError | null, response: ShardGroup) => void,
+  ): ClientUnaryCall;
+  getGroup(
+    request: GetGroupRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ShardGroup) => void,
+  ): ClientUnaryCall;
+  getGroup(
+    request: GetGroupRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ShardGroup) => void,
+  ): ClientUnaryCall;
+}
+
+export const ShardsClient = makeGenericClientConstructor(ShardsService, "leasehold.v1.Shards") as unknown as {
+  new (address: string, credentials: ChannelCredentials, options?: Partial<ClientOptions>): ShardsClient;
+  service: typeof ShardsService;
   serviceName: string;
 };
 

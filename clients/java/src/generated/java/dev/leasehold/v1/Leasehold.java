@@ -226,6 +226,36 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
   static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_leasehold_v1_KeepAliveResult_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_JoinRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_JoinRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_JoinResponse_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_JoinResponse_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_GetGroupRequest_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_GetGroupRequest_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ShardGroup_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ShardGroup_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ShardGroupMember_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ShardGroupMember_fieldAccessorTable;
+  static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_leasehold_v1_ShardOwner_descriptor;
+  static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_leasehold_v1_ShardOwner_fieldAccessorTable;
 
   public static com.google.protobuf.Descriptors.FileDescriptor
       getDescriptor() {
@@ -343,53 +373,75 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       "e\022\027\n\023OUTCOME_UNSPECIFIED\020\000\022\023\n\017OUTCOME_RE" +
       "NEWED\020\001\022\026\n\022OUTCOME_LEASE_LOST\020\002\022\031\n\025OUTCO" +
       "ME_UNKNOWN_TOKEN\020\003\022\034\n\030OUTCOME_INVALID_AR" +
-      "GUMENT\020\004*\335\003\n\013ErrorReason\022\034\n\030ERROR_REASON" +
-      "_UNSPECIFIED\020\000\022\033\n\027ERROR_REASON_LEASE_LOS" +
-      "T\020\001\022\027\n\023ERROR_REASON_FENCED\020\002\022!\n\035ERROR_RE" +
-      "ASON_INVALID_ARGUMENT\020\003\022\036\n\032ERROR_REASON_" +
-      "UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_REASON_STORAGE\020" +
-      "\005\022\036\n\032ERROR_REASON_SHUTTING_DOWN\020\006\022\032\n\026ERR" +
-      "OR_REASON_DISK_FULL\020\007\022!\n\035ERROR_REASON_TO" +
-      "KENS_EXHAUSTED\020\010\022 \n\034ERROR_REASON_UNAUTHE" +
-      "NTICATED\020\t\022\"\n\036ERROR_REASON_PERMISSION_DE" +
-      "NIED\020\n\022\033\n\027ERROR_REASON_OVERLOADED\020\013\022\037\n\033E" +
-      "RROR_REASON_QUOTA_EXCEEDED\020\014\022\033\n\027ERROR_RE" +
-      "ASON_JOB_IN_USE\020\r\022\035\n\031ERROR_REASON_NO_SUC" +
-      "CESSOR\020\0162\262\007\n\006Leases\022F\n\007Acquire\022\034.leaseho" +
-      "ld.v1.AcquireRequest\032\035.leasehold.v1.Acqu" +
-      "ireResponse\022@\n\005Renew\022\032.leasehold.v1.Rene" +
-      "wRequest\032\033.leasehold.v1.RenewResponse\022F\n" +
-      "\007Release\022\034.leasehold.v1.ReleaseRequest\032\035" +
-      ".leasehold.v1.ReleaseResponse\022X\n\rTransfe" +
-      "rLease\022\".leasehold.v1.TransferLeaseReque" +
-      "st\032#.leasehold.v1.TransferLeaseResponse\022" +
-      ">\n\010GetLease\022\035.leasehold.v1.GetLeaseReque" +
-      "st\032\023.leasehold.v1.Lease\022L\n\tDeleteJob\022\036.l" +
-      "easehold.v1.DeleteJobRequest\032\037.leasehold" +
-      ".v1.DeleteJobResponse\022O\n\nListLeases\022\037.le" +
-      "asehold.v1.ListLeasesRequest\032 .leasehold" +
-      ".v1.ListLeasesResponse\022O\n\nGetHistory\022\037.l" +
-      "easehold.v1.GetHistoryRequest\032 .leasehol" +
-      "d.v1.GetHistoryResponse\022I\n\nWatchLease\022\037." +
-      "leasehold.v1.WatchLeaseRequest\032\030.leaseho" +
-      "ld.v1.LeaseEvent0\001\022P\n\tKeepAlive\022\036.leaseh" +
-      "old.v1.KeepAliveRequest\032\037.leasehold.v1.K" +
-      "eepAliveResponse(\0010\001\022[\n\016GetSigningKeys\022#" +
-      ".leasehold.v1.GetSigningKeysRequest\032$.le" +
-      "asehold.v1.GetSigningKeysResponse\022R\n\013Lis" +
-      "tWaiters\022 .leasehold.v1.ListWaitersReque" +
-      "st\032!.leasehold.v1.ListWaitersResponse2\306\002" +
-      "\n\013FencedStore\022U\n\014CheckedWrite\022!.leasehol" +
-      "d.v1.CheckedWriteRequest\032\".leasehold.v1." +
-      "CheckedWriteResponse\022V\n\013WriteStream\022 .le" +
-      "asehold.v1.WriteStreamRequest\032!.leasehol" +
-      "d.v1.WriteStreamResponse(\0010\001\022=\n\004Read\022\031.l" +
-      "easehold.v1.ReadRequest\032\032.leasehold.v1.R" +
-      "eadResponse\022I\n\010ListKeys\022\035.leasehold.v1.L" +
-      "istKeysRequest\032\036.leasehold.v1.ListKeysRe" +
-      "sponseBW\n\020dev.leasehold.v1P\001ZAgithub.com" +
-      "/leasehold/leasehold/clients/go/leasehol" +
-      "dv1;leaseholdv1b\006proto3"
+      "GUMENT\020\004\"\251\001\n\013JoinRequest\022\r\n\005group\030\001 \001(\t\022" +
+      "\016\n\006member\030\002 \001(\t\022\016\n\006shards\030\003 \001(\r\022&\n\003ttl\030\004" +
+      " \001(\0132\031.google.protobuf.Duration\0221\n\016revok" +
+      "e_timeout\030\005 \001(\0132\031.google.protobuf.Durati" +
+      "on\022\020\n\010released\030\006 \003(\r\"\210\002\n\014JoinResponse\022-\n" +
+      "\004kind\030\001 \001(\0162\037.leasehold.v1.JoinResponse." +
+      "Kind\022\r\n\005shard\030\002 \001(\r\022\r\n\005token\030\003 \001(\004\022\013\n\003jo" +
+      "b\030\004 \001(\t\022\016\n\006shards\030\005 \001(\r\022+\n\010deadline\030\006 \001(" +
+      "\0132\031.google.protobuf.Duration\"a\n\004Kind\022\024\n\020" +
+      "KIND_UNSPECIFIED\020\000\022\017\n\013KIND_JOINED\020\001\022\021\n\rK" +
+      "IND_ASSIGNED\020\002\022\020\n\014KIND_REVOKED\020\003\022\r\n\tKIND" +
+      "_LOST\020\004\" \n\017GetGroupRequest\022\r\n\005group\030\001 \001(" +
+      "\t\"\206\001\n\nShardGroup\022\r\n\005group\030\001 \001(\t\022\016\n\006shard" +
+      "s\030\002 \001(\r\022/\n\007members\030\003 \003(\0132\036.leasehold.v1." +
+      "ShardGroupMember\022(\n\006owners\030\004 \003(\0132\030.lease" +
+      "hold.v1.ShardOwner\"2\n\020ShardGroupMember\022\016" +
+      "\n\006member\030\001 \001(\t\022\016\n\006shards\030\002 \003(\r\"G\n\nShardO" +
+      "wner\022\r\n\005shard\030\001 \001(\r\022\013\n\003job\030\002 \001(\t\022\016\n\006memb" +
+      "er\030\003 \001(\t\022\r\n\005token\030\004 \001(\004*\335\003\n\013ErrorReason\022" +
+      "\034\n\030ERROR_REASON_UNSPECIFIED\020\000\022\033\n\027ERROR_R" +
+      "EASON_LEASE_LOST\020\001\022\027\n\023ERROR_REASON_FENCE" +
+      "D\020\002\022!\n\035ERROR_REASON_INVALID_ARGUMENT\020\003\022\036" +
+      "\n\032ERROR_REASON_UNKNOWN_TOKEN\020\004\022\030\n\024ERROR_" +
+      "REASON_STORAGE\020\005\022\036\n\032ERROR_REASON_SHUTTIN" +
+      "G_DOWN\020\006\022\032\n\026ERROR_REASON_DISK_FULL\020\007\022!\n\035" +
+      "ERROR_REASON_TOKENS_EXHAUSTED\020\010\022 \n\034ERROR" +
+      "_REASON_UNAUTHENTICATED\020\t\022\"\n\036ERROR_REASO" +
+      "N_PERMISSION_DENIED\020\n\022\033\n\027ERROR_REASON_OV" +
+      "ERLOADED\020\013\022\037\n\033ERROR_REASON_QUOTA_EXCEEDE" +
+      "D\020\014\022\033\n\027ERROR_REASON_JOB_IN_USE\020\r\022\035\n\031ERRO" +
+      "R_REASON_NO_SUCCESSOR\020\0162\262\007\n\006Leases\022F\n\007Ac" +
+      "quire\022\034.leasehold.v1.AcquireRequest\032\035.le" +
+      "asehold.v1.AcquireResponse\022@\n\005Renew\022\032.le" +
+      "asehold.v1.RenewRequest\032\033.leasehold.v1.R" +
+      "enewResponse\022F\n\007Release\022\034.leasehold.v1.R" +
+      "eleaseRequest\032\035.leasehold.v1.ReleaseResp" +
+      "onse\022X\n\rTransferLease\022\".leasehold.v1.Tra" +
+      "nsferLeaseRequest\032#.leasehold.v1.Transfe" +
+      "rLeaseResponse\022>\n\010GetLease\022\035.leasehold.v" +
+      "1.GetLeaseRequest\032\023.leasehold.v1.Lease\022L" +
+      "\n\tDeleteJob\022\036.leasehold.v1.DeleteJobRequ" +
+      "est\032\037.leasehold.v1.DeleteJobResponse\022O\n\n" +
+      "ListLeases\022\037.leasehold.v1.ListLeasesRequ" +
+      "est\032 .leasehold.v1.ListLeasesResponse\022O\n" +
+      "\nGetHistory\022\037.leasehold.v1.GetHistoryReq" +
+      "uest\032 .leasehold.v1.GetHistoryResponse\022I" +
+      "\n\nWatchLease\022\037.leasehold.v1.WatchLeaseRe" +
+      "quest\032\030.leasehold.v1.LeaseEvent0\001\022P\n\tKee" +
+      "pAlive\022\036.leasehold.v1.KeepAliveRequest\032\037" +
+      ".leasehold.v1.KeepAliveResponse(\0010\001\022[\n\016G" +
+      "etSigningKeys\022#.leasehold.v1.GetSigningK" +
+      "eysRequest\032$.leasehold.v1.GetSigningKeys" +
+      "Response\022R\n\013ListWaiters\022 .leasehold.v1.L" +
+      "istWaitersRequest\032!.leasehold.v1.ListWai" +
+      "tersResponse2\306\002\n\013FencedStore\022U\n\014CheckedW" +
+      "rite\022!.leasehold.v1.CheckedWriteRequest\032" +
+      "\".leasehold.v1.CheckedWriteResponse\022V\n\013W" +
+      "riteStream\022 .leasehold.v1.WriteStreamReq" +
+      "uest\032!.leasehold.v1.WriteStreamResponse(" +
+      "\0010\001\022=\n\004Read\022\031.leasehold.v1.ReadRequest\032\032" +
+      ".leasehold.v1.ReadResponse\022I\n\010ListKeys\022\035" +
+      ".leasehold.v1.ListKeysRequest\032\036.leasehol" +
+      "d.v1.ListKeysResponse2\220\001\n\006Shards\022A\n\004Join" +
+      "\022\031.leasehold.v1.JoinRequest\032\032.leasehold." +
+      "v1.JoinResponse(\0010\001\022C\n\010GetGroup\022\035.leaseh" +
+      "old.v1.GetGroupRequest\032\030.leasehold.v1.Sh" +
+      "ardGroupBW\n\020dev.leasehold.v1P\001ZAgithub.c" +
+      "om/leasehold/leasehold/clients/go/leaseh" +
+      "oldv1;leaseholdv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -637,6 +689,42 @@ public final class Leasehold extends com.google.protobuf.GeneratedFile {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_leasehold_v1_KeepAliveResult_descriptor,
         new java.lang.String[] { "Job", "Outcome", "Lease", "Field", "Message", "SuccessorWaiting", });
+    internal_static_leasehold_v1_JoinRequest_descriptor =
+      getDescriptor().getMessageType(40);
+    internal_static_leasehold_v1_JoinRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_JoinRequest_descriptor,
+        new java.lang.String[] { "Group", "Member", "Shards", "Ttl", "RevokeTimeout", "Released", });
+    internal_static_leasehold_v1_JoinResponse_descriptor =
+      getDescriptor().getMessageType(41);
+    internal_static_leasehold_v1_JoinResponse_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_JoinResponse_descriptor,
+        new java.lang.String[] { "Kind", "Shard", "Token", "Job", "Shards", "Deadline", });
+    internal_static_leasehold_v1_GetGroupRequest_descriptor =
+      getDescriptor().getMessageType(42);
+    internal_static_leasehold_v1_GetGroupRequest_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_GetGroupRequest_descriptor,
+        new java.lang.String[] { "Group", });
+    internal_static_leasehold_v1_ShardGroup_descriptor =
+      getDescriptor().getMessageType(43);
+    internal_static_leasehold_v1_ShardGroup_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ShardGroup_descriptor,
+        new java.lang.String[] { "Group", "Shards", "Members", "Owners", });
+    internal_static_leasehold_v1_ShardGroupMember_descriptor =
+      getDescriptor().getMessageType(44);
+    internal_static_leasehold_v1_ShardGroupMember_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ShardGroupMember_descriptor,
+        new java.lang.String[] { "Member", "Shards", });
+    internal_static_leasehold_v1_ShardOwner_descriptor =
+      getDescriptor().getMessageType(45);
+    internal_static_leasehold_v1_ShardOwner_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_leasehold_v1_ShardOwner_descriptor,
+        new java.lang.String[] { "Shard", "Job", "Member", "Token", });
     descriptor.resolveAllFeaturesImmutable();
     com.google.protobuf.DurationProto.getDescriptor();
     com.google.protobuf.TimestampProto.getDescriptor();
