@@ -81,6 +81,7 @@ mod reclaim;
 mod rolling_restart;
 mod run_singleton;
 mod security;
+mod shards;
 mod status_flood;
 mod tools;
 mod write_stream;

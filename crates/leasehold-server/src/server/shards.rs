@@ -785,30 +785,31 @@ impl Agent {
         for k in 0..self.n {
             let mine = live && desired[k as usize] == me;
             let owner = view.owner(k as usize);
-            if owner == Some(&self.holder) {
-                if let Some(w) = self.waits.remove(&k) {
-                    w.abort();
-                }
-                if !mine && !self.revoking.contains_key(&k) {
-                    self.give_up(tx, k).await;
-                }
-                continue;
-            }
+            // A wait is dropped only when the plan no longer gives this
+            // member its shard: a wait dropped as it is granted gives the
+            // grant back (a new token for nothing).
             if !mine {
                 if let Some(w) = self.waits.remove(&k) {
                     w.abort();
                 }
+            }
+            if owner == Some(&self.holder) {
+                // A silent member is not revoked: it could not answer, and
+                // its holdings run out with their TTL.
+                if !mine && !silent && !self.revoking.contains_key(&k) {
+                    self.give_up(tx, k).await;
+                }
+                continue;
+            }
+            if !mine || self.waits.contains_key(&k) {
                 continue;
             }
             if owner.is_none() {
-                if let Some(w) = self.waits.remove(&k) {
-                    w.abort();
-                }
                 match self.take(k, Duration::ZERO).await {
                     Ok(a) if a.acquired => self.assigned(tx, k, a.lease.token).await,
                     _ => short = true,
                 }
-            } else if !self.waits.contains_key(&k) {
+            } else {
                 self.wait_for(k, granted);
             }
         }
