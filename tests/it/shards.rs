@@ -370,7 +370,7 @@ async fn a_member_that_never_acknowledges_loses_its_shard_at_the_deadline(place:
     ] {
         let e = match raw_join(&url, req).await {
             Err(e) => e,
-            Ok((_, mut s)) => s.message().await.err().expect("a refusal"),
+            Ok((_, mut s)) => s.message().await.expect_err("a refusal"),
         };
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(field), "{field}: {e:?}");
