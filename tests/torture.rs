@@ -25,14 +25,27 @@
 //! 4. no lost write: per key, a read never returns a version older than a
 //!    write that completed before the read began (final reads after a last
 //!    SIGKILL included), never two writes with one version, and never a
-//!    value nobody wrote.
+//!    value nobody wrote;
+//! 5. one owner per token: no two holders had writes accepted with one
+//!    (job, token).
+//!
+//! `--shards` runs the same checker over a shard group instead: every
+//! worker is a member of the group `torture` (16 shards, the Rust
+//! `ShardMember`), and while it owns a shard it writes to the shard's job
+//! with the shard's token; each assignment it is told of is recorded as a
+//! grant (complete when told). A second nemesis churns the members:
+//! SIGKILL and a new member, a member that leaves (its stdin closed) and a
+//! new one, SIGSTOP for up to 3 s. So checks 1, 3 and 5 are the fence rule
+//! per shard: no shard write accepted from a stale owner, nor from two
+//! owners in one token. The run also reports the group's unowned
+//! shard-seconds, polled from `GetGroup` every 100 ms.
 //!
 //! Usage (cargo runs it with no arguments, for the default bounded run):
 //!
 //! ```text
 //! cargo test --test torture -- [--duration SECS] [--workers N] [--seed N]
 //!                              [--server-bin PATH] [--break RULES] [--expect-violations]
-//!                              [--server-arg ARG]... [--etcd]
+//!                              [--server-arg ARG]... [--etcd] [--shards]
 //! ```
 //!
 //! `--server-arg` passes one more argument to every `leasehold serve` the
@@ -69,7 +82,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::client::{Client, ClientError, StreamWrite, WriteOutcome};
+use leasehold::client::{
+    Client, ClientError, Shard, ShardMember, ShardOptions, StreamWrite, WriteOutcome,
+};
 
 mod common;
 
@@ -90,7 +105,11 @@ fn main() {
             .collect();
         let seed: u64 = args[i + 3].parse().expect("worker seed");
         let etcd = args.get(i + 4).is_some_and(|m| m == "etcd");
-        worker(id, &addrs, seed, etcd);
+        if args.iter().any(|a| a == "shards") {
+            shard_worker(id, &addrs, seed, etcd);
+        } else {
+            worker(id, &addrs, seed, etcd);
+        }
         return;
     }
     let opts = Opts::parse(&args);
@@ -107,6 +126,7 @@ struct Opts {
     expect_violations: bool,
     server_args: Vec<String>,
     etcd: bool,
+    shards: bool,
 }
 
 impl Opts {
@@ -120,6 +140,7 @@ impl Opts {
             expect_violations: false,
             server_args: Vec::new(),
             etcd: false,
+            shards: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -139,6 +160,7 @@ impl Opts {
                 "--expect-violations" => o.expect_violations = true,
                 "--server-arg" => o.server_args.push(val()),
                 "--etcd" => o.etcd = true,
+                "--shards" => o.shards = true,
                 // Flags cargo's test runner passes; nothing to do.
                 _ => {}
             }
@@ -594,6 +616,116 @@ fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
     });
 }
 
+// ---- A shard member process (--shards) ----
+
+/// The group the `--shards` workers join, and its count of shards.
+const GROUP: &str = "torture";
+const GROUP_SHARDS: u32 = 16;
+
+/// A member of [`GROUP`] until its stdin closes (then it leaves): while it
+/// owns a shard, it writes to the shard's job with the shard's token, and
+/// records each assignment it is told of as a grant and each write.
+fn shard_worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while std::io::stdin()
+            .read_line(&mut sink)
+            .map(|n| n > 0)
+            .unwrap_or(false)
+        {}
+        let _ = done_tx.send(true);
+    });
+    let addrs = addrs.to_vec();
+    rt.block_on(async move {
+        let ttl = Duration::from_secs(if etcd { 2 } else { 1 });
+        let mut at = id % addrs.len();
+        while !*done_rx.borrow() {
+            // No per-call timeout: the Join stream lives as long as the
+            // membership. The writes have their own.
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", addrs[at]))
+                .unwrap()
+                .connect_timeout(Duration::from_millis(500))
+                .connect_lazy();
+            let c = Client::from_channel(channel);
+            let options = ShardOptions {
+                ttl,
+                revoke_timeout: Some(ttl),
+            };
+            let member = match ShardMember::join(&c, GROUP, &format!("w{id}"), GROUP_SHARDS, options).await {
+                Ok(m) => m,
+                Err(_) => {
+                    at = (at + 1) % addrs.len();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let holder = member.member().to_owned();
+            let seq = Arc::new(std::sync::atomic::AtomicU64::new(seed << 20));
+            let work = |s: Shard| {
+                let (c, holder, seq) = (c.clone(), holder.clone(), seq.clone());
+                async move {
+                    let now = mono_ns();
+                    let grant = Op {
+                        worker: id,
+                        kind: Kind::Acquire,
+                        job: s.job.clone(),
+                        holder: holder.clone(),
+                        token: s.token,
+                        ttl_ms: 0,
+                        key: String::new(),
+                        value: String::new(),
+                        invoke: now,
+                        complete: now,
+                        outcome: Outcome::Ok,
+                        flag: true,
+                        version: 0,
+                    };
+                    println!("{}", grant.line());
+                    loop {
+                        let n = seq.fetch_add(1, Ordering::SeqCst);
+                        let key = format!("k{}", n % KEYS as u64);
+                        let value = format!("w{id}-{n}");
+                        let mut op = Op {
+                            kind: Kind::Write,
+                            key: key.clone(),
+                            value: value.clone(),
+                            flag: false,
+                            invoke: mono_ns(),
+                            ..grant.clone()
+                        };
+                        let r = tokio::time::timeout(
+                            OP_TIMEOUT,
+                            c.checked_write(&s.job, s.token, key.as_bytes(), value.into_bytes()),
+                        )
+                        .await;
+                        op.complete = mono_ns();
+                        match r {
+                            Ok(Ok(v)) => op.version = v,
+                            Ok(Err(e)) => op.outcome = outcome_of(&e),
+                            Err(_) => op.outcome = Outcome::Unknown,
+                        }
+                        println!("{}", op.line());
+                        tokio::time::sleep(Duration::from_millis(10 + n % 40)).await;
+                    }
+                }
+            };
+            let mut done = done_rx.clone();
+            let stop = async move {
+                let _ = done.wait_for(|d| *d).await;
+            };
+            if member.run(work, stop).await.is_err() {
+                at = (at + 1) % addrs.len();
+            }
+        }
+    });
+}
+
 // ---- The harness ----
 
 struct Server {
@@ -804,51 +936,117 @@ fn run(o: &Opts) -> i32 {
         readers: Vec::new(),
     };
     let mut rng = Rng(o.seed | 1);
-    for id in 0..o.workers {
-        let mut child = Command::new(&me)
-            .args([
-                "--worker",
-                &id.to_string(),
-                &addr_list,
-                &rng.next().to_string(),
-            ])
-            .args(o.etcd.then_some("etcd"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let h = history.clone();
-        w.readers.push(std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(op) = Op::parse(&line) {
-                    h.lock().unwrap().push(op);
+    let spawn = {
+        let (me, addr_list, history) = (me.clone(), addr_list.clone(), history.clone());
+        let (etcd, shards) = (o.etcd, o.shards);
+        move |id: usize, seed: u64| -> (Child, Option<ChildStdin>, std::thread::JoinHandle<()>) {
+            let mut child = Command::new(&me)
+                .args(["--worker", &id.to_string(), &addr_list, &seed.to_string()])
+                .args(etcd.then_some("etcd"))
+                .args(shards.then_some("shards"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap();
+            let out = child.stdout.take().unwrap();
+            let h = history.clone();
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    if let Some(op) = Op::parse(&line) {
+                        h.lock().unwrap().push(op);
+                    }
                 }
-            }
-        }));
-        w.stdins.push(child.stdin.take());
+            });
+            let stdin = child.stdin.take();
+            (child, stdin, reader)
+        }
+    };
+    for id in 0..o.workers {
+        let (child, stdin, reader) = spawn(id, rng.next());
+        w.readers.push(reader);
+        w.stdins.push(stdin);
         w.children.push(child);
     }
 
     // The nemeses: one for the server, one for the workers, at once.
     let stop = Arc::new(AtomicBool::new(false));
     let worker_pauses = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let churn = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let pauser = {
-        let pids: Vec<i32> = w.children.iter().map(|c| c.id() as i32).collect();
-        let (stop, count) = (stop.clone(), worker_pauses.clone());
+        let (stop, count, churn) = (stop.clone(), worker_pauses.clone(), churn.clone());
         let mut rng = Rng(rng.next() | 1);
+        let shards = o.shards;
+        let mut next_id = o.workers;
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(rng.range(200, 1000)));
-                let pid = pids[rng.below(pids.len() as u64) as usize];
+                let i = rng.below(w.children.len() as u64) as usize;
+                let roll = rng.below(100);
+                if shards && roll >= 40 {
+                    // A member killed, or one that leaves; a new one joins.
+                    if roll < 70 {
+                        let _ = w.children[i].kill();
+                    } else {
+                        drop(w.stdins[i].take());
+                    }
+                    wait_or_kill(&mut w.children[i], Duration::from_secs(10));
+                    let (child, stdin, reader) = spawn(next_id, rng.next());
+                    next_id += 1;
+                    w.children[i] = child;
+                    w.stdins[i] = stdin;
+                    w.readers.push(reader);
+                    churn.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                let pid = w.children[i].id() as i32;
                 signal(pid, libc::SIGSTOP);
-                std::thread::sleep(Duration::from_millis(rng.range(300, 2000)));
+                let most = if shards { 3000 } else { 2000 };
+                std::thread::sleep(Duration::from_millis(rng.range(300, most)));
                 signal(pid, libc::SIGCONT);
                 count.fetch_add(1, Ordering::SeqCst);
             }
+            w
         })
     };
+    // The group's unowned shard-seconds, from GetGroup every 100 ms.
+    let unowned = o.shards.then(|| {
+        let (stop, addr) = (stop.clone(), addrs[0]);
+        std::thread::spawn(move || -> (f64, u32) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    .unwrap()
+                    .timeout(Duration::from_millis(500))
+                    .connect_lazy();
+                let c = Client::from_channel(channel);
+                let (mut seconds, mut most) = (0.0, 0u32);
+                let mut last: Option<(std::time::Instant, u32)> = None;
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(g) = c.get_group(GROUP).await {
+                        let now = std::time::Instant::now();
+                        let n = if g.shards == 0 {
+                            0
+                        } else {
+                            g.owners.iter().filter(|o| o.member.is_empty()).count() as u32
+                        };
+                        if let Some((t, m)) = last {
+                            seconds += f64::from(m) * (now - t).as_secs_f64();
+                        }
+                        most = most.max(n);
+                        last = Some((now, n));
+                    } else {
+                        last = None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                (seconds, most)
+            })
+        })
+    });
     let (mut kills, mut server_pauses) = (0u64, 0u64);
     let mut etcd_faults = EtcdFaults::default();
     let start = std::time::Instant::now();
@@ -897,8 +1095,10 @@ fn run(o: &Opts) -> i32 {
         }
     }
     stop.store(true, Ordering::SeqCst);
-    pauser.join().unwrap();
+    let mut w = pauser.join().unwrap();
+    let unowned = unowned.map(|u| u.join().unwrap());
     let worker_pauses = worker_pauses.load(Ordering::SeqCst);
+    let churn = churn.load(Ordering::SeqCst);
 
     // Stop the workers, then crash the server once more and read every key.
     for s in &mut w.stdins {
@@ -915,7 +1115,11 @@ fn run(o: &Opts) -> i32 {
         server.start();
         kills += 1;
     }
-    let finals = final_reads(addrs[0]);
+    let finals = if o.shards {
+        Vec::new()
+    } else {
+        final_reads(addrs[0])
+    };
     for server in &mut servers {
         server.kill9();
     }
@@ -949,6 +1153,12 @@ fn run(o: &Opts) -> i32 {
         etcd_summary(&cluster, &etcd_faults),
         violations.len()
     );
+    if let Some((seconds, most)) = unowned {
+        println!(
+            "torture: shards: {churn} members killed or left and replaced; {seconds:.1} unowned \
+             shard-seconds over the run (at most {most} of {GROUP_SHARDS} unowned at once)"
+        );
+    }
     for v in violations.iter().take(20) {
         println!("VIOLATION {v}");
     }
@@ -1110,6 +1320,28 @@ fn check(ops: &[Op]) -> Vec<String> {
             v.push(format!(
                 "{}: transfer of token {} by {} granted token {}, not the next",
                 t.job, t.token, t.holder, t.version
+            ));
+        }
+    }
+
+    // 5. One owner per token: writes accepted with one (job, token) came
+    // from one holder.
+    let mut writers: BTreeMap<(&str, u64), HashSet<&str>> = BTreeMap::new();
+    for w in ops
+        .iter()
+        .filter(ok)
+        .filter(|o| o.kind == Kind::Write && !o.holder.is_empty())
+    {
+        writers
+            .entry((&w.job, w.token))
+            .or_default()
+            .insert(&w.holder);
+    }
+    for ((job, token), hs) in &writers {
+        if hs.len() > 1 {
+            v.push(format!(
+                "{job}: writes with token {token} were accepted from {} holders: {hs:?}",
+                hs.len()
             ));
         }
     }
