@@ -21,6 +21,7 @@ mod proofs;
 mod report;
 mod run;
 mod scale;
+mod shards;
 mod soak;
 mod sys;
 mod waiters;
@@ -135,6 +136,9 @@ enum Command {
     /// resigning, to the next leader's first acknowledged CheckedWrite
     /// (bench/src/failover.rs).
     Failover(failover::FailoverArgs),
+    /// Shard groups: a member SIGKILLed to all its shards owned again, and
+    /// a member joining to balanced (bench/src/shards.rs).
+    Shards(shards::ShardsArgs),
     /// Whether the data dir follows live data: churn with large values and
     /// DeleteJob against one server, the data dir's size over time
     /// (bench/src/soak.rs).
@@ -239,6 +243,7 @@ fn main() -> Res<()> {
         Command::Scale(a) => rt.block_on(scale::run(a)),
         Command::Seed { data_dir, leases } => scale::seed(&data_dir, leases),
         Command::Failover(a) => rt.block_on(failover::run(a)),
+        Command::Shards(a) => rt.block_on(shards::run(a)),
         Command::FailoverWorker(a) => rt.block_on(failover::worker(a)),
         Command::Soak(a) => rt.block_on(soak::run(a)),
     }
