@@ -782,6 +782,7 @@ impl Agent {
         let live = me.is_some() && !silent;
         self.poll_at = None;
         let mut short = false;
+        let (mut give, mut free) = (Vec::new(), Vec::new());
         for k in 0..self.n {
             let mine = live && desired[k as usize] == me;
             let owner = view.owner(k as usize);
@@ -797,7 +798,7 @@ impl Agent {
                 // A silent member is not revoked: it could not answer, and
                 // its holdings run out with their TTL.
                 if !mine && !silent && !self.revoking.contains_key(&k) {
-                    self.give_up(tx, k).await;
+                    give.push(k);
                 }
                 continue;
             }
@@ -805,12 +806,36 @@ impl Agent {
                 continue;
             }
             if owner.is_none() {
-                match self.take(k, Duration::ZERO).await {
+                free.push(k);
+            } else {
+                self.wait_for(k, granted);
+            }
+        }
+        // The backend's calls for many shards at once, not one after
+        // another (on etcd each is a round trip or more).
+        if !give.is_empty() {
+            let waiting = self
+                .each(&give, |node, job, _, _| async move {
+                    node.waiters(&job, 1).await.map(|(_, n)| n > 0)
+                })
+                .await;
+            for (k, w) in give.into_iter().zip(waiting) {
+                self.give_up(tx, k, matches!(w, Ok(true))).await;
+            }
+        }
+        if !free.is_empty() {
+            let ttl = self.ttl;
+            let taken = self
+                .each(&free, move |node, job, holder, _| async move {
+                    node.acquire_as(&job, &holder, ttl, Duration::ZERO, None, false, None)
+                        .await
+                })
+                .await;
+            for (k, a) in free.into_iter().zip(taken) {
+                match a {
                     Ok(a) if a.acquired => self.assigned(tx, k, a.lease.token).await,
                     _ => short = true,
                 }
-            } else {
-                self.wait_for(k, granted);
             }
         }
         let mut next = now + RESYNC;
@@ -824,21 +849,6 @@ impl Agent {
             next = next.min(self.heard + self.ttl * 2 / 3 + Duration::from_millis(1));
         }
         Ok(next)
-    }
-
-    /// A grant of shard `k` now, or after waiting up to `wait`.
-    async fn take(&self, k: u32, wait: Duration) -> Result<Acquired> {
-        self.node
-            .acquire_as(
-                &self.jobs[k as usize],
-                &self.holder,
-                self.ttl,
-                wait,
-                None,
-                false,
-                None,
-            )
-            .await
     }
 
     /// Waits in shard `k`'s line (until the plan says otherwise).
@@ -860,48 +870,74 @@ impl Agent {
     }
 
     /// The plan gives shard `k` to another member: revoked once a member
-    /// waits for it (a handover, never a gap).
-    async fn give_up(&mut self, tx: &Out, k: u32) {
-        let job = &self.jobs[k as usize];
-        match self.node.waiters(job, 1).await {
-            Ok((_, n)) if n > 0 => {
-                let deadline = Instant::now() + self.revoke_timeout;
-                self.revoking.insert(k, deadline);
-                let token = self.owned.get(&k).copied().unwrap_or(Token::NONE);
-                let _ = tx
-                    .send(Ok(proto::JoinResponse {
-                        kind: Kind::Revoked as i32,
-                        shard: k,
-                        token: token.0,
-                        job: job.to_string(),
-                        deadline: Some(proto_duration(self.revoke_timeout)),
-                        ..Default::default()
-                    }))
-                    .await;
-            }
-            _ => {
-                let at = Instant::now() + WAITER_POLL;
-                self.poll_at = Some(self.poll_at.map_or(at, |p| p.min(at)));
+    /// waits for it (`waiting`: a handover, never a gap).
+    async fn give_up(&mut self, tx: &Out, k: u32, waiting: bool) {
+        if !waiting {
+            let at = Instant::now() + WAITER_POLL;
+            self.poll_at = Some(self.poll_at.map_or(at, |p| p.min(at)));
+            return;
+        }
+        let deadline = Instant::now() + self.revoke_timeout;
+        self.revoking.insert(k, deadline);
+        let token = self.owned.get(&k).copied().unwrap_or(Token::NONE);
+        let _ = tx
+            .send(Ok(proto::JoinResponse {
+                kind: Kind::Revoked as i32,
+                shard: k,
+                token: token.0,
+                job: self.jobs[k as usize].to_string(),
+                deadline: Some(proto_duration(self.revoke_timeout)),
+                ..Default::default()
+            }))
+            .await;
+    }
+
+    /// `f(node, job, holder, shard)` for each of `shards`, all at once;
+    /// the results in their order.
+    async fn each<T, F, Fut>(&self, shards: &[u32], f: F) -> Vec<Result<T>>
+    where
+        T: Send + 'static,
+        F: Fn(Backend, JobName, HolderId, u32) -> Fut,
+        Fut: std::future::Future<Output = Result<T>> + Send + 'static,
+    {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, &k) in shards.iter().enumerate() {
+            let fut = f(
+                self.node.clone(),
+                self.jobs[k as usize].clone(),
+                self.holder.clone(),
+                k,
+            );
+            set.spawn(async move { (i, fut.await) });
+        }
+        let mut out: Vec<Option<Result<T>>> = (0..shards.len()).map(|_| None).collect();
+        while let Some(r) = set.join_next().await {
+            if let Ok((i, r)) = r {
+                out[i] = Some(r);
             }
         }
+        out.into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::Storage("a shard's call panicked".into()))))
+            .collect()
     }
 
     /// The member let go of `released` (acknowledging their revokes).
     async fn acknowledged(&mut self, tx: &Out, released: &[u32]) -> Result<()> {
-        for &k in released {
-            if k >= self.n {
-                return Err(Error::invalid(
-                    "released",
-                    format!(
-                        "shard {k} is outside the group's shards 0 to {}",
-                        self.n - 1
-                    ),
-                ));
-            }
-            if self.revoking.remove(&k).is_some() {
-                self.hand_over(tx, k, false).await;
-            }
+        if let Some(k) = released.iter().find(|&&k| k >= self.n) {
+            return Err(Error::invalid(
+                "released",
+                format!(
+                    "shard {k} is outside the group's shards 0 to {}",
+                    self.n - 1
+                ),
+            ));
         }
+        let done: Vec<u32> = released
+            .iter()
+            .copied()
+            .filter(|k| self.revoking.remove(k).is_some())
+            .collect();
+        self.hand_over(tx, &done, false).await;
         Ok(())
     }
 
@@ -914,33 +950,44 @@ impl Agent {
             .filter(|(_, d)| **d <= now)
             .map(|(k, _)| *k)
             .collect();
-        for k in due {
-            self.revoking.remove(&k);
-            self.hand_over(tx, k, true).await;
+        for k in &due {
+            self.revoking.remove(k);
         }
+        self.hand_over(tx, &due, true).await;
         Ok(())
     }
 
-    /// Releases shard `k`, which grants its first waiter the next token in
-    /// the same decision. `late`: the member never acknowledged, and is
-    /// told LOST.
-    async fn hand_over(&mut self, tx: &Out, k: u32, late: bool) {
-        let Some(token) = self.owned.remove(&k) else {
+    /// Releases each of `shards`, which grants its first waiter the next
+    /// token in the same decision. `late`: the member never acknowledged,
+    /// and is told LOST.
+    async fn hand_over(&mut self, tx: &Out, shards: &[u32], late: bool) {
+        let held: Vec<(u32, Token)> = shards
+            .iter()
+            .filter_map(|k| self.owned.remove(k).map(|t| (*k, t)))
+            .collect();
+        if held.is_empty() {
             return;
-        };
-        let _ = self
-            .node
-            .end_lease(
-                &self.jobs[k as usize],
-                &self.holder,
-                token,
-                TenureEnd::Released,
-            )
-            .await;
-        self.stats.with(&self.group, |s| s.moves += 1);
-        if late {
-            self.send(tx, Kind::Lost, k, token).await;
         }
+        self.end_all(&held, TenureEnd::Released).await;
+        self.stats
+            .with(&self.group, |s| s.moves += held.len() as u64);
+        if late {
+            for (k, t) in held {
+                self.send(tx, Kind::Lost, k, t).await;
+            }
+        }
+    }
+
+    /// Ends the holdings `held` (shard, token), all at once.
+    async fn end_all(&self, held: &[(u32, Token)], how: TenureEnd) {
+        let shards: Vec<u32> = held.iter().map(|(k, _)| *k).collect();
+        let tokens: HashMap<u32, Token> = held.iter().copied().collect();
+        let _ = self
+            .each(&shards, |node, job, holder, k| {
+                let t = tokens[&k];
+                async move { node.end_lease(&job, &holder, t, how).await }
+            })
+            .await;
     }
 
     /// Renews the member's holdings (each message the member sends).
@@ -1011,12 +1058,8 @@ impl Agent {
                 return;
             }
         }
-        for (k, t) in std::mem::take(&mut self.owned) {
-            let _ = self
-                .node
-                .end_lease(&self.jobs[k as usize], &self.holder, t, how)
-                .await;
-        }
+        let held: Vec<(u32, Token)> = std::mem::take(&mut self.owned).into_iter().collect();
+        self.end_all(&held, how).await;
         if let Some(t) = self.member_token {
             let _ = self
                 .node
