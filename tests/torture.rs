@@ -657,7 +657,15 @@ fn shard_worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                 ttl,
                 revoke_timeout: Some(ttl),
             };
-            let member = match ShardMember::join(&c, GROUP, &format!("w{id}"), GROUP_SHARDS, options).await {
+            let member = match ShardMember::join(
+                &c,
+                GROUP,
+                &format!("w{id}"),
+                GROUP_SHARDS,
+                options,
+            )
+            .await
+            {
                 Ok(m) => m,
                 Err(_) => {
                     at = (at + 1) % addrs.len();
