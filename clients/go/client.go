@@ -47,6 +47,7 @@ type Client struct {
 	leases pb.LeasesClient
 	store  pb.FencedStoreClient
 	chaos  pb.ChaosClient
+	shards pb.ShardsClient
 	// calls: Acquires and Renews on their way, and tokens told, per (job,
 	// holder): what a cancelled Acquire's give-back must respect.
 	calls *calls
@@ -89,7 +90,7 @@ var reconnectSoon = grpc.WithConnectParams(grpc.ConnectParams{
 // New makes a client over an existing connection, which the caller closes.
 func New(conn grpc.ClientConnInterface) *Client {
 	return &Client{leases: pb.NewLeasesClient(conn), store: pb.NewFencedStoreClient(conn),
-		chaos: pb.NewChaosClient(conn), calls: newCalls()}
+		chaos: pb.NewChaosClient(conn), shards: pb.NewShardsClient(conn), calls: newCalls()}
 }
 
 // Close closes the connection if Dial made it.

@@ -35,6 +35,20 @@ asyncio lock, on an event loop of its own thread, and writes through the
 WriteStream), ``follow``/``follow-stop`` (an Elector's on_new_leader and
 an observation, each line with the leader's value when it has one),
 ``fleet``/``fleet-stop`` (an ElectorSet), ``history`` and ``delete-job``.
+
+``shards <group> <n>`` joins the shard group as a member named the
+worker's name, with its TTL and a revoke timeout of the TTL, through
+``AsyncShardMember.run`` (each shard's work waits until cancelled): it
+prints ``shards member <id>``, then ``shards assigned <k> token=<T>``,
+``shards revoked <k>`` (once the shard's work was cancelled, just before
+the acknowledgement) and ``shards lost <k> token=<T>``; a refused join
+prints ``shards invalid field=<f>`` or ``shards error <message>``.
+``shards-write <k> <value>`` writes ``value`` under key ``status`` of the
+job ``<group>/<k>`` with the token it last owned shard k with:
+``shards-write ok version=<V>``, ``shards-write fenced current=<T>``,
+``shards-write error never-owned`` or ``shards-write error <message>``.
+``shards-stop`` leaves the group (``shards-stop done``); so do ``quit``
+and SIGTERM.
 """
 
 import argparse
@@ -205,6 +219,10 @@ class Extras:
         self.observing: Optional[leasehold.Watch] = None
         self.observer: Optional[threading.Thread] = None
         self.fleet: Optional[leasehold.ElectorSet] = None
+        self.member: Optional[leasehold.AsyncShardMember] = None
+        self.member_run = None  # the future of its run()
+        self.shard_tokens: dict = {}  # shard -> the token it was last owned with, kept after it moved
+        self.last_group = ""  # the group of the last member, for shards-write after shards-stop
 
     def on_loop(self, coro, timeout: Optional[float] = 60):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -230,6 +248,15 @@ class Extras:
         elif cmd == "fleet-stop":
             self.stop_fleet()
             say("fleet-stop done")
+        elif cmd == "shards":
+            group, _, n = arg.partition(" ")
+            self.start_shards(group, n)
+        elif cmd == "shards-write":
+            k, _, value = arg.partition(" ")
+            say(self.shards_write(k, value))
+        elif cmd == "shards-stop":
+            self.stop_shards()
+            say("shards-stop done")
         elif cmd == "history":
             say(self.history(arg))
         elif cmd == "delete-job":
@@ -361,6 +388,79 @@ class Extras:
             self.fleet.resign()  # releases every lease held
             self.fleet = None
 
+    # shards, shards-write, shards-stop
+
+    def start_shards(self, group: str, n: str) -> None:
+        if self.member is not None:
+            say("shards error one shard member at a time")
+            return
+        try:
+            # A revoke timeout of the TTL; the member's name is the worker's.
+            member = self.aclient.join_shards(group, self.name, int(n), ttl=self.ttl, revoke_timeout=self.ttl)
+            self.on_loop(member.join())
+        except leasehold.InvalidArgument as e:
+            say(f"shards invalid field={e.field}")
+            return
+        except (leasehold.LeaseholdError, ValueError) as e:
+            say(f"shards error {type(e).__name__} {e}")
+            return
+        self.member = member
+        self.shard_tokens = {}
+        say(f"shards member {member.member}")
+
+        async def work(shard: leasehold.ShardAssigned) -> None:
+            await asyncio.Event().wait()  # until cancelled: the shard moved, or was lost
+
+        def told(ev) -> None:  # on the loop, by run(): a revoke's work has ended by now
+            if isinstance(ev, leasehold.ShardAssigned):
+                self.shard_tokens[ev.shard] = ev.token
+                say(f"shards assigned {ev.shard} token={ev.token}")
+            elif isinstance(ev, leasehold.ShardRevoked):
+                say(f"shards revoked {ev.shard}")
+            elif isinstance(ev, leasehold.ShardLost):
+                say(f"shards lost {ev.shard} token={ev.token}")
+
+        async def run() -> None:
+            try:
+                await member.run(work, on_event=told)
+            except leasehold.LeaseholdError as e:
+                say(f"shards error {type(e).__name__} {e}")
+
+        async def start():
+            return asyncio.ensure_future(run())
+
+        self.member_run = self.on_loop(start())
+
+    def shards_write(self, k: str, value: str) -> str:
+        # With the token this member last owned shard k with, even after it
+        # moved: the server decides.
+        member = self.member
+        try:
+            token = self.shard_tokens[int(k)]
+        except (KeyError, ValueError):
+            return "shards-write error never-owned"
+        job = f"{member.group if member else self.last_group}/{k}"
+        try:
+            version = self.client.checked_write(job, token, b"status", value.encode())
+            return f"shards-write ok version={version}"
+        except leasehold.Fenced as e:
+            return f"shards-write fenced current={e.current_token}"
+        except leasehold.LeaseholdError as e:
+            return f"shards-write error {type(e).__name__} {e}"
+
+    def stop_shards(self) -> None:
+        member, self.member = self.member, None
+        if member is None:
+            return
+        self.last_group = member.group
+        running = self.member_run
+
+        async def leave() -> None:
+            await member.aclose()  # cancels each shard's work, then leaves
+            await asyncio.wait([running])
+
+        self.on_loop(leave())
+
     # history, delete-job
 
     def history(self, job: str) -> str:
@@ -384,6 +484,7 @@ class Extras:
         self.unlock()
         self.stop_follow()
         self.stop_fleet()
+        self.stop_shards()
         if self.stream is not None:
             self.stream.close()
         self.on_loop(self.aclient.close())

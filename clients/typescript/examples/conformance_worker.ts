@@ -27,6 +27,19 @@
  * through a WriteStream), `follow <job> [<value>]`/`follow-stop` (an
  * Elector's "newLeader" beside client.observe, with the leases' values), `fleet`/`fleet-stop` (an ElectorSet), `history`
  * and `delete-job`.
+ *
+ * Shards, one member at a time: `shards <group> <n>` joins `<group>` of
+ * `<n>` shards (client.joinShards, named `--name`, TTL `--ttl-ms`, revoke
+ * timeout the TTL) and runs it with `member.run`, each shard's work
+ * waiting until it is cancelled: `shards member <id>`, then `shards
+ * assigned <k> token=<T>`, `shards revoked <k>` (once its work was
+ * cancelled, just before the acknowledgement), `shards lost <k>
+ * token=<T>`; a refused join prints `shards invalid field=<f>` or `shards
+ * error <msg>`. `shards-write <k> <value>` writes key `status` of job
+ * `<group>/<k>` with the token it last owned shard k with: `shards-write
+ * ok version=<V>`, `shards-write fenced current=<T>`, `shards-write error
+ * never-owned`, `shards-write error <msg>`. `shards-stop` leaves:
+ * `shards-stop done`. `quit` and SIGTERM leave too.
  */
 import { createInterface } from "node:readline";
 import {
@@ -43,6 +56,7 @@ import {
   type Lock,
   NoSuccessor,
   NotLeader,
+  type ShardMember,
   UnknownToken,
   type WriteStream,
 } from "../src";
@@ -264,6 +278,12 @@ class Extras {
   private stream: WriteStream | undefined;
   private follow: { elector: Elector; stop: AbortController; observing: Promise<void> } | undefined;
   private fleet: ElectorSet | undefined;
+  /** The shard member, once joined, and its run. */
+  private shards: { member: ShardMember; running: Promise<void> } | undefined;
+  private shardsJoining: Promise<void> | undefined;
+  private shardsGroup = "";
+  /** The token each shard was last owned with, kept after it moved. */
+  private readonly shardTokens = new Map<number, bigint>();
 
   constructor(
     private readonly client: Client,
@@ -302,6 +322,16 @@ class Extras {
         this.fleet = undefined;
         say("fleet-stop done");
         return true;
+      case "shards":
+        await this.joinShards(job, Number(args[1] ?? 0));
+        return true;
+      case "shards-write":
+        say(await this.shardsWrite(Number(args[0]), args.slice(1).join(" ")));
+        return true;
+      case "shards-stop":
+        await this.stopShards();
+        say("shards-stop done");
+        return true;
       case "history":
         say(await this.history(job));
         return true;
@@ -318,7 +348,7 @@ class Extras {
 
   /** Releases the lock, resigns the follow elector and the fleet. */
   async stop(): Promise<void> {
-    await Promise.all([this.unlock(), this.stopFollow(), this.fleet?.resign()]);
+    await Promise.all([this.unlock(), this.stopFollow(), this.fleet?.resign(), this.stopShards()]);
     this.stream?.cancel();
   }
 
@@ -425,6 +455,70 @@ class Extras {
     say(`fleet holder ${set.holder}`);
     this.fleet = set;
     set.campaign(...Array.from({ length: n }, (_, i) => `${prefix}${i}`));
+  }
+
+  /**
+   * Joins `group` of `n` shards and runs the member in the background:
+   * each shard's work waits until it is cancelled. The join itself is
+   * awaited, so that `shards member` (or the refusal) comes first.
+   */
+  private async joinShards(group: string, n: number): Promise<void> {
+    if (this.shards || this.shardsJoining) {
+      say("shards error a shard member already runs");
+      return;
+    }
+    this.shardsGroup = group;
+    let joined!: () => void;
+    this.shardsJoining = new Promise<void>((r) => (joined = r));
+    try {
+      const member = await this.client.joinShards(group, this.name, n, { ttlMs: this.ttlMs, revokeTimeoutMs: this.ttlMs });
+      say(`shards member ${member.member}`);
+      const running = member
+        .run((_shard, signal) => new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true })), {
+          onEvent: (e) => {
+            if (e.kind === "assigned") {
+              this.shardTokens.set(e.shard, e.token);
+              say(`shards assigned ${e.shard} token=${e.token}`);
+            } else if (e.kind === "revoked") {
+              say(`shards revoked ${e.shard}`); // its work has ended; the ack follows
+            } else {
+              say(`shards lost ${e.shard} token=${e.token}`);
+            }
+          },
+        })
+        .catch((e) => {
+          say(`shards error ${describe(e)}`);
+        });
+      this.shards = { member, running };
+    } catch (e) {
+      if (e instanceof InvalidArgument) say(`shards invalid field=${e.field}`);
+      else say(`shards error ${describe(e)}`);
+    } finally {
+      joined();
+      this.shardsJoining = undefined;
+    }
+  }
+
+  /** Writes `value` under "status" of shard k's job with the token it last owned it with. */
+  private async shardsWrite(k: number, value: string): Promise<string> {
+    const token = this.shardTokens.get(k);
+    if (token === undefined) return "shards-write error never-owned";
+    try {
+      return `shards-write ok version=${await this.client.checkedWrite(`${this.shardsGroup}/${k}`, token, "status", value)}`;
+    } catch (e) {
+      if (e instanceof Fenced) return `shards-write fenced current=${e.currentToken}`;
+      return `shards-write error ${describe(e)}`;
+    }
+  }
+
+  /** Leaves the group, if a member runs: its works are cancelled first. */
+  private async stopShards(): Promise<void> {
+    await this.shardsJoining;
+    const s = this.shards;
+    if (!s) return;
+    this.shards = undefined;
+    await s.member.leave();
+    await s.running;
   }
 
   private async history(job: string): Promise<string> {

@@ -44,6 +44,7 @@ import {
 } from "./types";
 import { KeepAlive } from "./keepalive";
 import { Lock, type LockOptions } from "./lock";
+import { type JoinShardsOptions, type ShardGroup, shardGroupFromPb, ShardMember } from "./shards";
 import { TlsCredentials } from "./tls";
 import { WriteStream } from "./writestream";
 
@@ -435,6 +436,7 @@ export class Client {
   private readonly leases: pb.LeasesClient;
   private readonly store: pb.FencedStoreClient;
   private readonly chaosStub: ChaosClient;
+  private readonly shardsStub: pb.ShardsClient;
   private readonly timeoutMs: number;
   /** Acquires and Renews on their way, and tokens told, per (job, holder). */
   private readonly calls = new Calls();
@@ -449,6 +451,7 @@ export class Client {
       channelOverride: this.leases.getChannel(),
     });
     this.chaosStub = new ChaosClient(addr, creds, { ...options, channelOverride: this.leases.getChannel() });
+    this.shardsStub = new pb.ShardsClient(addr, creds, { ...options, channelOverride: this.leases.getChannel() });
     this.timeoutMs = config.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   }
 
@@ -840,6 +843,51 @@ export class Client {
     } finally {
       await lock.release();
     }
+  }
+
+  /**
+   * Joins the shard group `group` of `shards` shards (1 to 1024) as a new
+   * member named `name` (its identity is `name@uuid`, made here), and
+   * resolves to the `ShardMember` once the server has answered JOINED: an
+   * async iterable of its `ShardEvent`s (`assigned`, `revoked`, `lost`,
+   * with the shard, its token and its job `"{group}/{shard}"`), renewed
+   * every ttl/3 until `leave()`. `member.run(work)` runs `work` per owned
+   * shard and cancels it before a revoke is acknowledged.
+   *
+   * ```ts
+   * const member = await client.joinShards("queue", "consumer", 16, { ttlMs: 10_000 });
+   * await member.run(async (shard, signal) => consume(shard, signal), { signal: stop.signal });
+   * ```
+   *
+   * Rejects with `InvalidArgument` naming the field at fault: `shards`
+   * when the group has another count (or it is not 1 to 1024), `group`
+   * when empty (those two checked here too, before any call), `ttl`,
+   * `revoke_timeout`; with `Unavailable` when the server cannot be
+   * reached or does not answer within `opts.timeoutMs` (default the
+   * client's timeout). See `ShardMember`.
+   */
+  joinShards(group: string, name: string, shards: number, opts: JoinShardsOptions = {}): Promise<ShardMember> {
+    return ShardMember.join(this.shardsStub, group, name, shards, opts, this.timeoutMs);
+  }
+
+  /**
+   * A shard group as the server sees it: its count of shards (0 when it
+   * was never joined), its live members with the shards each owns, and
+   * each shard's owner (undefined when none) and newest token.
+   *
+   * ```ts
+   * const g = await client.getGroup("queue");
+   * for (const m of g.members) console.log(m.member, m.shards.join(","));
+   * ```
+   */
+  async getGroup(group: string, opts?: CallOptions): Promise<ShardGroup> {
+    const r = await this.unary(
+      this.shardsStub,
+      this.shardsStub.getGroup as UnaryMethod<pb.GetGroupRequest, pb.ShardGroup>,
+      { group },
+      opts,
+    );
+    return shardGroupFromPb(r);
   }
 
   /**

@@ -3,7 +3,8 @@
  * `Elector` (an EventEmitter), `client.lock` / `withLock` for a critical
  * section, the `ElectorSet` for many jobs renewed over one stream, the
  * `WriteStream` for many fenced writes
- * over one stream, `verifyProof` for a grant's signed proof (`Lease.proof`,
+ * over one stream, `client.joinShards` for a member of a shard group (an
+ * async iterable of its shards' events, with `run` for work per shard), `verifyProof` for a grant's signed proof (`Lease.proof`,
  * docs/proofs.md), `client.chaos()` for tests (the chaos API of a server
  * run with `--enable-chaos`), and typed errors, on @grpc/grpc-js with
  * types generated from proto/leasehold/v1/leasehold.proto by ts-proto.
@@ -67,6 +68,8 @@ export {
 } from "./errors";
 export { KeySet, ProofError, ProofErrorKind, verifyProof } from "./proof";
 export type { Jwk, Jwks, ProofCheck, ProofClaims } from "./proof";
+export { DEFAULT_SHARD_TTL_MS, MAX_SHARDS, ShardMember } from "./shards";
+export type { JoinShardsOptions, Shard, ShardEvent, ShardGroup, ShardGroupMember, ShardOwner, ShardRunOptions } from "./shards";
 export { WriteStream } from "./writestream";
 export type {
   FencedWrite,

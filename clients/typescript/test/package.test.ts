@@ -31,7 +31,9 @@ test("VERSION is package.json's version", () => {
 const npmEnv = { ...process.env, npm_config_update_notifier: "false", npm_config_fund: "false", npm_config_audit: "false" };
 
 function run(cmd: string, args: string[], cwd: string): string {
-  return execFileSync(cmd, args, { cwd, env: npmEnv, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  // tsc's --traceResolution output grows with the package's modules: past
+  // execFileSync's default 1 MiB it would fail with ENOBUFS.
+  return execFileSync(cmd, args, { cwd, env: npmEnv, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 64 << 20 });
 }
 
 /** Copies `names` (paths under node_modules) from this package's node_modules into `dir`'s. */

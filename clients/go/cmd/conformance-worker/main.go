@@ -5,7 +5,8 @@
 // Client.Observe), a fleet (ElectorSet), a job's history and DeleteJob,
 // the leader's value (ElectorConfig.Value, SetValue, Leader), a job's
 // waiters (ListWaiters), and counted leases (--slots: ElectorConfig.Slots;
-// acquire-slots: AcquireSlots).
+// acquire-slots: AcquireSlots), and a member of a shard group (shards:
+// Client.JoinShards and ShardMember.Run).
 // Also a complete example of a worker: lead, write fenced by the token,
 // release on SIGTERM.
 //
@@ -19,6 +20,19 @@
 // "acquire-slots ok job=<job> slot=<k> token=<T>", "acquire-slots busy",
 // "acquire-slots invalid field=<field>" or "acquire-slots error <msg>";
 // its lease is left to expire.
+//
+// "shards <group> <n>" joins the group (n shards) as a member named
+// --name, with the worker's TTL and a revoke timeout of the TTL, and runs
+// a work per shard that waits until cancelled: "shards member <id>", then
+// "shards assigned <k> token=<T>", "shards revoked <k>" (once the shard's
+// work was cancelled, before the acknowledgement) and
+// "shards lost <k> token=<T>"; a refused join prints
+// "shards invalid field=<f>" or "shards error <msg>". "shards-write <k>
+// <value>" writes "status" under the job "<group>/<k>" with the token the
+// worker last owned shard k with: "shards-write ok version=<V>",
+// "shards-write fenced current=<T>", "shards-write error never-owned" or
+// "shards-write error <msg>". "shards-stop" leaves the group:
+// "shards-stop done". quit and SIGTERM leave it too.
 package main
 
 import (
@@ -109,6 +123,9 @@ func main() {
 	var lk *heldLock
 	var lastLock *heldLock // the last lock taken: lock-write's token
 	var fl, ft *background
+	// The shard member: one at a time; shards-write uses the last one's
+	// tokens, even after shards-stop.
+	var sm, lastShards *shardMember
 
 	go func() {
 		defer cancel()
@@ -187,6 +204,19 @@ func main() {
 				say("waiters %s", waiters(client, arg))
 			case "acquire-slots":
 				say("acquire-slots %s", acquireSlots(client, arg, *name, ttl))
+			case "shards":
+				if sm.running() {
+					say("shards error a member runs already: shards-stop first")
+					break
+				}
+				sm = startShards(ctx, client, arg, *name, ttl)
+				lastShards = sm
+			case "shards-write":
+				say("shards-%s", shardsWrite(client, lastShards, arg))
+			case "shards-stop":
+				sm.stop()
+				sm = nil
+				say("shards-stop done")
 			case "":
 			default:
 				say("error unknown command %q", cmd)

@@ -39,6 +39,13 @@ token, for storage that leasehold does not own (needs the
 started with ``--enable-chaos`` (:class:`Chaos`): expire, pause, delay or
 fence a job's holder on purpose, and check that the worker steps down.
 
+``client.get_group(group)`` shows a shard group (:class:`ShardGroup`);
+``AsyncClient.join_shards(group, name, shards)`` makes a member of it, an
+async iterator of :class:`ShardAssigned`, :class:`ShardRevoked` and
+:class:`ShardLost` whose ``run(work)`` runs a task per owned shard
+(:class:`~leasehold.aio.AsyncShardMember`); ``Client.join_shards`` one
+with callbacks on a thread of its own (:class:`ShardMember`).
+
 ``leasehold.aio`` has the asyncio variants (``AsyncClient``,
 ``AsyncWriteStream``, ``AsyncElector``); ``leasehold.v1`` the generated
 protobuf and gRPC modules.
@@ -46,12 +53,13 @@ protobuf and gRPC modules.
 
 from importlib import metadata as _metadata
 
-from .aio import AsyncClient, AsyncElector, AsyncElectorSet, AsyncWriteStream
+from .aio import AsyncClient, AsyncElector, AsyncElectorSet, AsyncShardMember, AsyncWriteStream
 from .chaos import AsyncChaos, Chaos, ChaosOutcome
 from .client import DEFAULT_TARGET, Client, Watch, WriteStream
 from .elector import Elector
 from .elector_set import ElectorSet
 from .lock import AsyncLock, Lock
+from .shards import ShardMember
 from .errors import (
     DOMAIN,
     ChaosDisabled,
@@ -86,6 +94,13 @@ from .types import (
     Lease,
     LeaseEvent,
     Renewed,
+    ShardAssigned,
+    ShardEvent,
+    ShardGroup,
+    ShardGroupMember,
+    ShardLost,
+    ShardOwner,
+    ShardRevoked,
     StreamWrite,
     Tenure,
     TenureEnd,
@@ -110,6 +125,7 @@ __all__ = [
     "AsyncElector",
     "AsyncElectorSet",
     "AsyncLock",
+    "AsyncShardMember",
     "AsyncWriteStream",
     "Chaos",
     "ChaosDisabled",
@@ -141,6 +157,14 @@ __all__ = [
     "ProofErrorKind",
     "QuotaExceeded",
     "Renewed",
+    "ShardAssigned",
+    "ShardEvent",
+    "ShardGroup",
+    "ShardGroupMember",
+    "ShardLost",
+    "ShardMember",
+    "ShardOwner",
+    "ShardRevoked",
     "ShuttingDown",
     "StorageError",
     "StreamWrite",

@@ -1,6 +1,7 @@
 """asyncio variants: :class:`AsyncClient` (and its
-:class:`AsyncWriteStream` and :class:`~leasehold.AsyncLock`),
-:class:`AsyncElector` and :class:`AsyncElectorSet`.
+:class:`AsyncWriteStream`, :class:`~leasehold.AsyncLock` and
+:class:`AsyncShardMember`), :class:`AsyncElector` and
+:class:`AsyncElectorSet`.
 
 They behave exactly as :class:`~leasehold.Client` and
 :class:`~leasehold.Elector`, on ``grpc.aio`` and one asyncio task::
@@ -60,6 +61,7 @@ from .types import (
     Lease,
     LeaseEvent,
     Renewed,
+    ShardGroup,
     Tenure,
     StreamWrite,
     Value,
@@ -71,6 +73,7 @@ from .types import (
     check_value,
     elector_holder,
     event_from_pb,
+    group_from_pb,
     history_from_pb,
     lease_from_pb,
     waiters_from_pb,
@@ -359,6 +362,7 @@ class AsyncClient:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        self._shards = pb_grpc.ShardsStub(self._channel)
         self._chaos = chaos_grpc.ChaosStub(self._channel)
         self._cleanups: "set[asyncio.Task]" = set()
         # Acquires and Renews on their way, and tokens told, per (job,
@@ -597,6 +601,44 @@ class AsyncClient:
         stream the server breaks raises its typed error. The same as
         :meth:`watch`."""
         return self.watch(job, timeout=timeout)
+
+    def join_shards(
+        self,
+        group: str,
+        name: str,
+        shards: int,
+        *,
+        ttl: float = 10.0,
+        revoke_timeout: Optional[float] = None,
+    ) -> "AsyncShardMember":
+        """A member of the shard group ``group`` of ``shards`` shards (1 to
+        1024, fixed by the group's first member), named ``name``: an
+        :class:`~leasehold.aio.AsyncShardMember` whose identity is
+        ``name@uuid`` (:attr:`~leasehold.aio.AsyncShardMember.member`, a
+        UUID made for it). It joins when awaited, on entering ``async
+        with`` or at its first event, and is an async iterator of
+        :class:`~leasehold.ShardAssigned`, :class:`~leasehold.ShardRevoked`
+        and :class:`~leasehold.ShardLost`; ``run(work)`` runs ``work`` per
+        owned shard and cancels it before acknowledging a revoke::
+
+            async with client.join_shards("orders", "worker", 16, ttl=10) as member:
+                await member.run(consume)    # consume(shard): shard.job, shard.token
+
+        Shard k is the job ``"{group}/{k}"``, with its own lease and token:
+        write its state under that job with that token, so that a stale
+        owner is fenced. Its holdings are renewed every ``ttl / 3``;
+        ``revoke_timeout`` (default: the TTL) is how long it has to
+        acknowledge a revoke before the shard moves anyway. Joining a
+        group of another count raises :class:`~leasehold.InvalidArgument`
+        naming ``"shards"``; an empty group or name, or a count that is not
+        1 to 1024, raises it at once, naming the field."""
+        return AsyncShardMember(self, group, name, shards, ttl=ttl, revoke_timeout=revoke_timeout)
+
+    async def get_group(self, group: str, *, timeout: Optional[float] = None) -> ShardGroup:
+        """As :meth:`leasehold.Client.get_group`: the shard group's count,
+        its live members and each shard's owner and token (a
+        :class:`~leasehold.ShardGroup`; ``shards`` 0 when never joined)."""
+        return group_from_pb(await self._call(self._shards.GetGroup, pb.GetGroupRequest(group=group), timeout))
 
     async def history(
         self, job: str, page_size: int = 0, page_token: str = "", *, timeout: Optional[float] = None
@@ -1322,3 +1364,4 @@ class AsyncElector:
 
 # At the end: it refers to AsyncClient's module only for typing.
 from .aio_elector_set import AsyncElectorSet  # noqa: E402,F401
+from .aio_shards import AsyncShardMember  # noqa: E402,F401

@@ -45,6 +45,7 @@ from ._wire import (  # noqa: F401 (re-exported)
     key_from_pb,
 )
 from .lock import DEFAULT_LOCK_NAME, Lock
+from .shards import ShardMember
 from .proof import KeySet
 from .types import (
     Acquired,
@@ -54,6 +55,10 @@ from .types import (
     Lease,
     LeaseEvent,
     Renewed,
+    ShardAssigned,
+    ShardGroup,
+    ShardLost,
+    ShardRevoked,
     Tenure,
     StreamWrite,
     Value,
@@ -61,6 +66,7 @@ from .types import (
     WriteOutcome,
     as_bytes,
     event_from_pb,
+    group_from_pb,
     history_from_pb,
     lease_from_pb,
     waiters_from_pb,
@@ -349,6 +355,7 @@ class Client:
         self._timeout = timeout
         self._leases = pb_grpc.LeasesStub(self._channel)
         self._store = pb_grpc.FencedStoreStub(self._channel)
+        self._shards = pb_grpc.ShardsStub(self._channel)
         self._chaos = chaos_grpc.ChaosStub(self._channel)
         # Acquires and Renews on their way, and tokens told, per (job,
         # holder): what a cancelled Acquire's give-back must respect.
@@ -729,6 +736,61 @@ class Client:
         cleanly; a stream the server breaks raises its typed error.
         ``timeout`` (default: none) bounds the whole observation."""
         return self.watch(job, timeout=timeout)
+
+    def join_shards(
+        self,
+        group: str,
+        name: str,
+        shards: int,
+        *,
+        ttl: float = 10.0,
+        revoke_timeout: Optional[float] = None,
+        on_assigned: Optional[Callable[[ShardAssigned], object]] = None,
+        on_revoked: Optional[Callable[[ShardRevoked], object]] = None,
+        on_lost: Optional[Callable[[ShardLost], object]] = None,
+    ) -> ShardMember:
+        """A member of the shard group ``group`` of ``shards`` shards (1 to
+        1024, fixed by the group's first member), named ``name``
+        (:attr:`~leasehold.ShardMember.member` is ``name@uuid``): a
+        :class:`~leasehold.ShardMember`, not yet joined; ``start()`` or its
+        ``with`` block joins. Its callbacks run on a thread of its own,
+        one event at a time; a revoke is acknowledged once ``on_revoked``
+        has returned, so stop the shard's work in it::
+
+            with client.join_shards("orders", "worker", 16, ttl=10,
+                                    on_assigned=start, on_revoked=stop, on_lost=stop) as member:
+                member.wait()
+
+        Shard k is the job ``"{group}/{k}"`` with its own lease and token
+        (the event's ``job`` and ``token``): write its state under that
+        job with that token, so that a stale owner is fenced. The
+        holdings are renewed every ``ttl / 3``; ``revoke_timeout``
+        (default: the TTL) is how long a revoke may take before the shard
+        moves anyway. A group of another count is
+        :class:`~leasehold.InvalidArgument` naming ``"shards"`` (from
+        ``start()``); an empty group or name, or a count that is not 1 to
+        1024, raises it at once. The asyncio form,
+        :meth:`leasehold.aio.AsyncClient.join_shards`, is an async iterator
+        of the events with a ``run(work)`` helper."""
+        return ShardMember(
+            self, group, name, shards, ttl=ttl, revoke_timeout=revoke_timeout,
+            on_assigned=on_assigned, on_revoked=on_revoked, on_lost=on_lost,
+        )
+
+    def get_group(self, group: str, *, timeout: Optional[float] = None) -> ShardGroup:
+        """The shard group ``group`` as the server sees it (``GetGroup``):
+        a :class:`~leasehold.ShardGroup` with its count of shards (0 when
+        never joined), its live members (each a
+        :class:`~leasehold.ShardGroupMember`: ``member``, the shards it
+        owns) and every shard's :class:`~leasehold.ShardOwner` (``job``,
+        ``member``, ``None`` when nobody owns it, and its newest
+        ``token``)::
+
+            g = client.get_group("orders")
+            print(g.shards, {m.member: m.shards for m in g.members})
+
+        With a policy, this is action ``read`` on the group's job."""
+        return group_from_pb(self._call(self._shards.GetGroup, pb.GetGroupRequest(group=group), timeout))
 
     def history(
         self, job: str, page_size: int = 0, page_token: str = "", *, timeout: Optional[float] = None

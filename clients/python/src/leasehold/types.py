@@ -524,3 +524,138 @@ def as_bytes(b: Bytes) -> bytes:
     if isinstance(b, str):
         return b.encode("utf-8")
     return bytes(b)
+
+
+# Shard groups (the Shards service)
+
+#: The most shards a group may have (``JoinRequest.shards``); the server
+#: refuses more, or 0, with INVALID_ARGUMENT naming ``"shards"``.
+MAX_SHARDS = 1024
+
+
+@dataclass(frozen=True)
+class ShardAssigned:
+    """The member owns ``shard`` from now until a :class:`ShardRevoked` or
+    :class:`ShardLost` for it: write its state under ``job`` with
+    ``token``."""
+
+    #: The shard, 0 to N-1.
+    shard: int
+    #: Its fencing token while this member owns it.
+    token: int
+    #: Its job, ``"{group}/{shard}"``.
+    job: str
+
+
+@dataclass(frozen=True)
+class ShardRevoked:
+    """The shard is to move to another member: stop its work, then
+    acknowledge with ``release(shard)`` within ``deadline`` seconds. Until
+    then it is still owned, and ``token`` still writes."""
+
+    shard: int
+    #: The token it was owned with.
+    token: int
+    job: str
+    #: How long the member has to acknowledge (seconds), as the server said.
+    deadline: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ShardLost:
+    """The member no longer owns the shard: its holding ran out (the member
+    was silent for its TTL), a revoke's deadline passed, or the stream
+    broke. ``token`` no longer writes once another member owns it: stop its
+    work (no acknowledgement)."""
+
+    shard: int
+    #: The token it was owned with.
+    token: int
+    job: str
+
+
+#: What a shard member is told.
+ShardEvent = Union[ShardAssigned, ShardRevoked, ShardLost]
+
+
+@dataclass(frozen=True)
+class ShardGroupMember:
+    """A live member of a group, from ``get_group``."""
+
+    #: Its identity, ``name@uuid``, as it joined.
+    member: str
+    #: The shards it owns, in order.
+    shards: List[int]
+
+
+@dataclass(frozen=True)
+class ShardOwner:
+    """One shard of a group, from ``get_group``."""
+
+    shard: int
+    #: Its job, ``"{group}/{shard}"``.
+    job: str
+    #: Its owner, or ``None`` when nobody owns it.
+    member: Optional[str]
+    #: Its newest token (0 when never owned).
+    token: int
+
+
+@dataclass(frozen=True)
+class ShardGroup:
+    """A shard group as the server sees it (``GetGroup``)."""
+
+    group: str
+    #: Its count of shards; 0 when it has none (never joined).
+    shards: int
+    #: Its live members.
+    members: List[ShardGroupMember]
+    #: Every shard, in order, with its owner.
+    owners: List[ShardOwner]
+
+    def owned_by(self, member: str) -> List[int]:
+        """The shards ``member`` owns, in order (none when it is not a
+        member)."""
+        return [o.shard for o in self.owners if o.member == member]
+
+    @property
+    def unowned(self) -> List[int]:
+        """The shards nobody owns right now (moving, or no member)."""
+        return [o.shard for o in self.owners if o.member is None]
+
+
+def group_from_pb(g: pb.ShardGroup) -> ShardGroup:
+    return ShardGroup(
+        group=g.group,
+        shards=g.shards,
+        members=[ShardGroupMember(member=m.member, shards=list(m.shards)) for m in g.members],
+        owners=[ShardOwner(shard=o.shard, job=o.job, member=o.member or None, token=o.token) for o in g.owners],
+    )
+
+
+def _invalid(field: str, message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(
+        message,
+        code=grpc.StatusCode.INVALID_ARGUMENT,
+        reason=errors.reason_string(pb.ERROR_REASON_INVALID_ARGUMENT),
+        metadata={"field": field},
+    )
+
+
+def check_join_args(
+    group: str, name: str, shards: int, ttl: float, revoke_timeout: Optional[float] = None
+) -> None:
+    """Refuses, with :class:`~leasehold.InvalidArgument` naming the field
+    as the server would, what the server is sure to refuse: an empty group
+    or name, a count of shards that is not 1 to :data:`MAX_SHARDS`, a TTL
+    or revoke timeout that is not positive."""
+    if not group:
+        raise _invalid("group", "group must not be empty")
+    if not name:
+        raise _invalid("member", "name must not be empty")
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise _invalid("shards", f"shards: {shards!r} is not 1 to {MAX_SHARDS}")
+    if not ttl > 0:
+        raise _invalid("ttl", "ttl must be positive")
+    if revoke_timeout is not None and not revoke_timeout > 0:
+        raise _invalid("revoke_timeout", "revoke_timeout must be positive")

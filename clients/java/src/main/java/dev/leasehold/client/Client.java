@@ -12,6 +12,7 @@ import dev.leasehold.v1.CheckedWriteResponse;
 import dev.leasehold.v1.DeleteJobRequest;
 import dev.leasehold.v1.DeleteJobResponse;
 import dev.leasehold.v1.FencedStoreGrpc;
+import dev.leasehold.v1.GetGroupRequest;
 import dev.leasehold.v1.GetLeaseRequest;
 import dev.leasehold.v1.GetSigningKeysRequest;
 import dev.leasehold.v1.LeasesGrpc;
@@ -24,6 +25,7 @@ import dev.leasehold.v1.ReadResponse;
 import dev.leasehold.v1.ReleaseRequest;
 import dev.leasehold.v1.RenewRequest;
 import dev.leasehold.v1.RenewResponse;
+import dev.leasehold.v1.ShardsGrpc;
 import dev.leasehold.v1.TransferLeaseRequest;
 import dev.leasehold.v1.TransferLeaseResponse;
 import dev.leasehold.v1.WatchLeaseRequest;
@@ -99,6 +101,8 @@ public final class Client implements AutoCloseable {
   private final FencedStoreGrpc.FencedStoreBlockingStub store;
   private final FencedStoreGrpc.FencedStoreStub storeAsync;
   private final FencedStoreGrpc.FencedStoreFutureStub storeFuture;
+  private final ShardsGrpc.ShardsBlockingStub shards;
+  private final ShardsGrpc.ShardsFutureStub shardsFuture;
   private final Duration timeout;
   /**
    * Acquires and Renews on their way, and tokens told, per (job, holder):
@@ -116,6 +120,8 @@ public final class Client implements AutoCloseable {
     this.store = FencedStoreGrpc.newBlockingStub(channel);
     this.storeAsync = FencedStoreGrpc.newStub(channel);
     this.storeFuture = FencedStoreGrpc.newFutureStub(channel);
+    this.shards = ShardsGrpc.newBlockingStub(channel);
+    this.shardsFuture = ShardsGrpc.newFutureStub(channel);
     this.timeout = timeout;
   }
 
@@ -1000,6 +1006,29 @@ public final class Client implements AutoCloseable {
   public CompletableFuture<Boolean> deleteJobAsync(String job) {
     return async(deadline(leasesFuture).deleteJob(DeleteJobRequest.newBuilder().setJob(job).build()),
         DeleteJobResponse::getDeleted);
+  }
+
+  /**
+   * A shard group ({@code Shards.GetGroup}): its count of shards, its live
+   * members with the shards each owns, and each shard's owner and newest
+   * token. A group never joined has 0 shards and no members. With a
+   * policy, this needs {@code read} on the group's job. Members join with
+   * {@link ShardMember}.
+   *
+   * <pre>{@code
+   * ShardGroup g = client.getGroup("orders");
+   * for (ShardGroup.Member m : g.members()) {
+   *   System.out.println(m.member() + " owns " + m.shards());
+   * }
+   * }</pre>
+   */
+  public ShardGroup getGroup(String group) {
+    return ShardGroup.fromProto(call(shards, timeout, s -> s.getGroup(GetGroupRequest.newBuilder().setGroup(group).build())));
+  }
+
+  /** {@link #getGroup(String)} as a future; {@code cancel(true)} cancels the call. */
+  public CompletableFuture<ShardGroup> getGroupAsync(String group) {
+    return async(deadline(shardsFuture).getGroup(GetGroupRequest.newBuilder().setGroup(group).build()), ShardGroup::fromProto);
   }
 
   /** Every lease whose job starts with {@code prefix}, all pages. */

@@ -12,8 +12,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 /**
- * The conformance worker's lock, follow, fleet, history and delete-job
- * commands, its --value flag with set-value, leader, waiters and follow's
+ * The conformance worker's lock, follow, fleet, shards, history and
+ * delete-job commands, its --value flag with set-value, leader, waiters and follow's
  * value, and its --ca and --token flags, run as processes against a real
  * server (clients/conformance/README.md has the protocol).
  */
@@ -179,6 +179,75 @@ class WorkerCommandsTest {
       expect(b, "leader holder=" + hb + " token=2 value=-");
       b.send("quit");
       expect(b, "bye");
+    }
+  }
+
+  /**
+   * The shards commands: A joins g (4 shards) and owns all 4 with token 1;
+   * B joins: A prints two revokes, B is assigned those shards with token 2;
+   * A's write on a moved shard is fenced, on a kept one it lands, B's on a
+   * moved one lands, B never owned A's; a third worker naming 5 shards is
+   * refused naming {@code shards}; A's shards-stop hands B the rest.
+   */
+  @Test
+  void shardsShardsWriteAndShardsStop() throws Exception {
+    Duration ttl = Duration.ofSeconds(3);
+    try (ServerProcess server = new ServerProcess();
+        Client client = Client.connect(server.target);
+        Worker a = new Worker("A", server.target, "sa", ttl);
+        Worker b = new Worker("B", server.target, "sb", ttl);
+        Worker c = new Worker("C", server.target, "sc", ttl)) {
+      a.holder();
+      b.holder();
+      c.holder();
+      a.send("shards g 4");
+      String am = expect(a, "shards member A@").substring("shards member ".length());
+      for (int i = 0; i < 4; i++) {
+        expect(a, "shards assigned ");
+      }
+      b.send("shards g 4");
+      String bm = expect(b, "shards member B@").substring("shards member ".length());
+      java.util.List<Integer> moved = new java.util.ArrayList<>();
+      for (int i = 0; i < 2; i++) {
+        String line = expect(b, "shards assigned ");
+        assertTrue(line.endsWith(" token=2"), line);
+        moved.add(Integer.parseInt(line.split(" ")[2]));
+      }
+      for (int k : moved) {
+        expect(a, "shards revoked " + k);
+      }
+      int kept = java.util.stream.IntStream.range(0, 4).filter(k -> !moved.contains(k)).findFirst().getAsInt();
+      a.send("shards-write " + moved.get(0) + " from-a");
+      expect(a, "shards-write fenced current=2");
+      a.send("shards-write " + kept + " from-a");
+      expect(a, "shards-write ok version=");
+      b.send("shards-write " + moved.get(0) + " from-b");
+      expect(b, "shards-write ok version=");
+      b.send("shards-write " + kept + " from-b");
+      expect(b, "shards-write error never-owned");
+      ShardGroup g = client.getGroup("g");
+      assertEquals(2, g.member(am).orElseThrow().shards().size());
+      assertEquals(moved.stream().sorted().toList(), g.member(bm).orElseThrow().shards());
+
+      c.send("shards g 5");
+      expect(c, "shards invalid field=shards");
+      c.send("shards g 0");
+      expect(c, "shards invalid field=shards");
+
+      a.send("shards-stop");
+      expect(a, "shards-stop done");
+      for (int i = 0; i < 2; i++) {
+        String line = expect(b, "shards assigned ");
+        assertTrue(line.endsWith(" token=2"), line);
+      }
+      assertEquals(java.util.List.of(0, 1, 2, 3), client.getGroup("g").member(bm).orElseThrow().shards());
+      a.send("quit");
+      b.send("quit");
+      c.send("quit");
+      expect(a, "bye");
+      expect(b, "bye");
+      expect(c, "bye");
+      assertTrue(client.getGroup("g").members().isEmpty(), "B's quit left the group");
     }
   }
 

@@ -10,6 +10,9 @@ import dev.leasehold.client.Lease;
 import dev.leasehold.client.Lock;
 import dev.leasehold.client.Observation;
 import dev.leasehold.client.Security;
+import dev.leasehold.client.Shard;
+import dev.leasehold.client.ShardListener;
+import dev.leasehold.client.ShardMember;
 import dev.leasehold.client.StreamWrite;
 import dev.leasehold.client.WriteOutcome;
 import dev.leasehold.client.WriteStream;
@@ -32,6 +35,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Collectors;
@@ -76,6 +81,23 @@ import java.util.stream.Collectors;
  * ({@code follow}, {@code follow-stop}), leads many jobs with an
  * {@link ElectorSet} ({@code fleet}, {@code fleet-stop}), and reads a
  * job's history ({@code history}) or deletes it ({@code delete-job}).
+ *
+ * <p>It is also a shard member, one at a time ({@link ShardMember} with its
+ * run helper): {@code shards <group> <n>} joins {@code <group>} of
+ * {@code <n>} shards as {@code --name}, with the worker's TTL and a revoke
+ * timeout of the TTL, the work of each shard waiting until cancelled. It
+ * prints {@code shards member <id>} once joined, then
+ * {@code shards assigned <k> token=<T>} per assignment,
+ * {@code shards revoked <k>} per revoke (once the shard's work was
+ * cancelled, just before the ack) and {@code shards lost <k> token=<T>}
+ * per loss; a refused join prints {@code shards invalid field=<f>} or
+ * {@code shards error <msg>}. {@code shards-write <k> <value>} writes key
+ * {@code status} under {@code <group>/<k>} with the token it last owned
+ * shard k with (even after it moved): {@code shards-write ok version=<V>},
+ * {@code shards-write fenced current=<T>}, {@code shards-write error
+ * never-owned} or {@code shards-write error <msg>}. {@code shards-stop}
+ * leaves the group ({@code shards-stop done}); so do {@code quit} and
+ * SIGTERM.
  */
 public final class ConformanceWorker {
   private ConformanceWorker() {}
@@ -155,7 +177,7 @@ public final class ConformanceWorker {
       synchronized (twins) {
         twins.forEach(Elector::close);
       }
-      extras.close(); // the lock, the follow elector, the fleet
+      extras.close(); // the lock, the follow elector, the fleet, the shard member
       elector.close(); // releases the lease if held
       say("bye");
       client.close();
@@ -233,6 +255,12 @@ public final class ConformanceWorker {
     private Elector follow;
     private Observation observation;
     private ElectorSet fleet;
+    /** The shard member, its group, and the token each shard was last owned with (kept after it moved). */
+    private ShardMember shards;
+    private String shardGroup;
+    private final Map<Integer, Long> shardTokens = new ConcurrentHashMap<>();
+    /** Set while the member leaves: close() reports its shards lost, which the protocol does not print. */
+    private volatile boolean shardsLeaving;
 
     Extras(Client client, String name, Duration ttl) {
       this.client = client;
@@ -257,6 +285,12 @@ public final class ConformanceWorker {
         case "fleet-stop" -> {
           stopFleet();
           say("fleet-stop done");
+        }
+        case "shards" -> shards(arg);
+        case "shards-write" -> say(shardsWrite(arg));
+        case "shards-stop" -> {
+          stopShards();
+          say("shards-stop done");
         }
         case "history" -> say(history(arg));
         case "delete-job" -> say(deleteJob(arg));
@@ -392,6 +426,114 @@ public final class ConformanceWorker {
       }
     }
 
+    /** {@code <group> <n>}: joins with the run helper; the work of each shard waits until cancelled. */
+    private void shards(String arg) {
+      if (shards != null) {
+        say("shards error already a member");
+        return;
+      }
+      String[] gn = arg.trim().split("\\s+");
+      int n;
+      try {
+        n = Integer.parseInt(gn.length > 1 ? gn[1] : "");
+      } catch (NumberFormatException e) {
+        say("shards error usage: shards <group> <n>");
+        return;
+      }
+      String group = gn[0];
+      // Events may come before join() returns: they wait for the member line.
+      CountDownLatch joined = new CountDownLatch(1);
+      ShardListener listener = new ShardListener() {
+        @Override
+        public void onAssigned(Shard s) {
+          awaitQuietly(joined);
+          shardTokens.put(s.shard(), s.token());
+          say("shards assigned " + s.shard() + " token=" + Long.toUnsignedString(s.token()));
+        }
+
+        @Override
+        public void onRevoked(Shard s) {
+          // The run helper calls this once the shard's work has ended; the ack follows.
+          awaitQuietly(joined);
+          say("shards revoked " + s.shard());
+        }
+
+        @Override
+        public void onLost(Shard s) {
+          awaitQuietly(joined);
+          if (!shardsLeaving) {
+            say("shards lost " + s.shard() + " token=" + Long.toUnsignedString(s.token()));
+          }
+        }
+
+        @Override
+        public void onError(LeaseholdException e) {
+          awaitQuietly(joined);
+          say("shards error " + e);
+        }
+      };
+      try {
+        shards = ShardMember.builder(client, group, name, n).ttl(ttl).revokeTimeout(ttl).listener(listener)
+            .work((shard, cancelled) -> cancelled.await())
+            .join();
+        shardGroup = group;
+        shardsLeaving = false;
+        say("shards member " + shards.member());
+      } catch (InvalidArgumentException e) {
+        say("shards invalid field=" + e.field());
+      } catch (LeaseholdException e) {
+        say("shards error " + e);
+      } finally {
+        joined.countDown();
+      }
+    }
+
+    /** {@code <k> <value>}: a fenced write with the token shard k was last owned with. */
+    private String shardsWrite(String arg) {
+      String[] kv = arg.split(" ", 2);
+      Long token;
+      try {
+        token = shardTokens.get(Integer.parseInt(kv[0].trim()));
+      } catch (NumberFormatException e) {
+        return "shards-write error usage: shards-write <k> <value>";
+      }
+      if (token == null || shardGroup == null) {
+        return "shards-write error never-owned";
+      }
+      try {
+        return "shards-write ok version=" + Long.toUnsignedString(
+            client.checkedWrite(shardGroup + "/" + kv[0].trim(), token, "status", kv.length > 1 ? kv[1] : ""));
+      } catch (FencedException e) {
+        return "shards-write fenced current=" + Long.toUnsignedString(e.currentToken().orElse(0));
+      } catch (LeaseholdException e) {
+        return "shards-write error " + e;
+      }
+    }
+
+    /** Leaves the group: the work stops, then the shards go to the others at once. */
+    private void stopShards() {
+      if (shards != null) {
+        shardsLeaving = true;
+        shards.close();
+        shards = null;
+      }
+    }
+
+    private static void awaitQuietly(CountDownLatch latch) {
+      boolean interrupted = false;
+      while (true) {
+        try {
+          latch.await();
+          break;
+        } catch (InterruptedException e) {
+          interrupted = true;
+        }
+      }
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+    }
+
     private String history(String job) {
       try {
         HistoryPage page = client.history(job, 0, "");
@@ -412,11 +554,12 @@ public final class ConformanceWorker {
       }
     }
 
-    /** Resigns the lock, the follow elector and the fleet (shutdown). */
+    /** Resigns the lock, the follow elector and the fleet, and leaves the shard group (shutdown). */
     synchronized void close() {
       unlock();
       stopFollowing();
       stopFleet();
+      stopShards();
       if (stream != null) {
         stream.close();
         stream = null;
