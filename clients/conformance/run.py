@@ -58,6 +58,7 @@ STEPS = [
     (15, "TLS and a bearer token: two electors over TLS race, one leads and writes, the other takes over on quit"),
     (16, "a leader's value and its candidates: leader(), observe and on-new-leader carry the value, set-value is seen, ListWaiters in line order, across languages"),
     (17, "counted leases: two electors of two languages lead at once in two slots; a third waits and gets the slot that frees with its token + 1; another count or one over 100 is refused naming slots"),
+    (18, "shards: members of two languages share a group's 4 shards 2 and 2 by handover with token + 1; the old owner's write is fenced; another count is refused naming shards; a leave hands its shards over"),
 ]
 TWIN_JOB = "conformance-twin"
 #: Step 7: its job, its rounds, and a TTL long enough that a grant left
@@ -88,6 +89,9 @@ TLS_JOB = "conformance-tls"
 VALUE_JOB = "conformance-value"
 #: Step 17: its counted job.
 SLOTS_JOB = "conformance-slots"
+#: Step 18: its shard group, and the job its workers' electors campaign for.
+SHARDS_GROUP = "conformance-shards"
+SHARDS_AUX_JOB = "conformance-shards-aux"
 
 
 class StepFailed(AssertionError):
@@ -152,6 +156,15 @@ class Cli:
         live = [l.get("value") for l in run("status") if l["job"] == job]
         tenures = {t["token"]: t.get("value") for t in run("history")["tenures"]}
         return (live[0] if live else None), tenures
+
+    def group(self, group: str) -> Dict[str, Tuple[str, int]]:
+        """Each owned shard's (owner, token) of ``group``, from
+        ``leasehold shards --output json``, by shard number."""
+        out = subprocess.run(
+            [self.bin, "shards", "--server", self.url, "--output", "json", group],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        return {o["shard"]: (o["member"], o["token"]) for o in json.loads(out)["owners"] if o["member"]}
 
     def chaos_expire(self, job: str) -> None:
         subprocess.run(
@@ -798,6 +811,62 @@ def scenario(argv_a: List[str], argv_b: List[str], label: str) -> Dict[int, str]
         for w in (sb, sc):
             check(w.command("quit", "bye") == "bye", f"{w.name}: quit")
         results[17] = "pass"
+
+        # 18. Shards. A (the first language) joins a group of 4 shards and
+        #     owns all 4; B (the second) joins: A is revoked 2, which B is
+        #     assigned with token + 1, and the server agrees. A's write on a
+        #     moved shard with its old token is fenced, B's passes. C (A's
+        #     language) naming another count is refused naming `shards`.
+        #     A leaves: B is assigned A's 2 with token + 1 and owns all 4.
+        current = 18
+        workers = []
+        ha = Worker(argv_a, f"{label}-shards-a", server, SHARDS_AUX_JOB)
+        workers.append(ha)
+        ha.send(f"shards {SHARDS_GROUP} 4")
+        _, line = ha.expect(lambda l: l.startswith("shards member ") or l.startswith("shards invalid") or l.startswith("shards error"), STEP, "A's member line")
+        check(line.startswith("shards member "), f"A's join: {line!r}")
+        owned_a = {}
+        while len(owned_a) < 4:
+            _, line = ha.expect(lambda l: l.startswith("shards assigned "), STEP, "A's assignments")
+            k, t = line.split()[2], int(line.split("token=", 1)[1])
+            owned_a[int(k)] = t
+        check(set(owned_a) == {0, 1, 2, 3}, f"A's shards: {owned_a}")
+        hb = Worker(argv_b, f"{label}-shards-b", server, SHARDS_AUX_JOB)
+        workers.append(hb)
+        hb.send(f"shards {SHARDS_GROUP} 4")
+        _, line = hb.expect(lambda l: l.startswith("shards member "), STEP, "B's member line")
+        member_b = line.split(" ", 2)[2]
+        owned_b = {}
+        while len(owned_b) < 2:
+            _, line = hb.expect(lambda l: l.startswith("shards assigned "), STEP, "B's assignments")
+            k, t = int(line.split()[2]), int(line.split("token=", 1)[1])
+            owned_b[k] = t
+        for k, t in owned_b.items():
+            check(t == owned_a[k] + 1, f"B's shard {k}: token {t}, A's was {owned_a[k]}")
+            ha.saw(f"shards revoked {k}")
+        deadline = time.monotonic() + STEP
+        while True:
+            g = cli.group(SHARDS_GROUP)
+            if all(g.get(k) == (member_b, t) for k, t in owned_b.items()) and len(g) == 4:
+                break
+            check(time.monotonic() < deadline, f"the server's group: {g}, B's shards {owned_b}")
+            time.sleep(0.05)
+        moved = min(owned_b)
+        got = ha.command(f"shards-write {moved} a", "shards-write")
+        check(got == f"shards-write fenced current={owned_b[moved]}", f"A's write on moved shard {moved}: {got!r}")
+        got = hb.command(f"shards-write {moved} b", "shards-write")
+        check(got == "shards-write ok version=1", f"B's write on shard {moved}: {got!r}")
+        hc = Worker(argv_a, f"{label}-shards-c", server, SHARDS_AUX_JOB)
+        workers.append(hc)
+        got = hc.command(f"shards {SHARDS_GROUP} 5", "shards")
+        check(got == "shards invalid field=shards", f"C naming 5 shards: {got!r}")
+        check(ha.command("shards-stop", "shards-stop") == "shards-stop done", "A's shards-stop")
+        kept_a = {k: t for k, t in owned_a.items() if k not in owned_b}
+        for k, t in kept_a.items():
+            hb.saw(f"shards assigned {k} token={t + 1}")
+        for w in (ha, hb, hc):
+            check(w.command("quit", "bye") == "bye", f"{w.name}: quit")
+        results[18] = "pass"
     except (StepFailed, AssertionError, TimeoutError, subprocess.SubprocessError, OSError) as e:
         results[current] = f"FAIL: {e}"
         sys.stderr.write(f"[{label}] step {current} failed: {e}\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import ssl
 import sys
 import time
@@ -187,6 +188,30 @@ def test_a_counted_jobs_page_shows_its_slots_and_a_slots_page_its_job(browser, s
     expect(page.locator("#jobname")).to_have_text("batch#1")
     expect(page.locator("#jobslot")).to_contain_text("1 of 2 of batch")
     expect(page.locator("#jobleader")).to_contain_text("b")
+
+
+def test_a_groups_page_lists_its_members_and_owners_and_a_shards_page_its_group(browser, server):
+    c = leasehold.Client(server.target)
+    members = [c.join_shards("orders", name, 4, ttl=LONG) for name in ("a", "b")]
+    for m in members:
+        m.start()
+    try:
+        deadline = time.monotonic() + 30
+        while sorted(len(m.shards) for m in c.get_group("orders").members) != [2, 2]:
+            assert time.monotonic() < deadline, c.get_group("orders")
+            time.sleep(0.05)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.goto(f"http://{server.admin}/#/job/orders")
+        expect(page.locator("#jobgroup")).to_contain_text("4 shards over 2 members, 0 unowned")
+        expect(page.locator("#members tr.member")).to_have_count(2)
+        expect(page.locator("#owners tr.owner")).to_have_count(4)
+        expect(page.locator("#members")).to_contain_text(members[0].member)
+        page.locator("#members a.shard").first.click()
+        expect(page.locator("#jobname")).to_have_text(re.compile(r"^orders/[0-3]$"))
+        expect(page.locator("#jobshard")).to_contain_text("of 4 of the group orders (2 members")
+    finally:
+        for m in members:
+            m.leave()
 
 
 def http(url: str, auth: str | None = None) -> tuple[int, str, dict]:

@@ -43,6 +43,7 @@ use crate::read_budget::{
 use crate::server::auth::{self, Auth, Caller};
 use crate::server::conn::Peer;
 use crate::server::counted;
+use crate::server::shards;
 
 /// The page.
 const PAGE: &str = include_str!("status/index.html");
@@ -269,6 +270,20 @@ pub async fn job(
         }
         _ => None,
     };
+    // A shard group's own job (its members and owners), or the group a
+    // shard's job belongs to (each shown only to a caller that may read
+    // the group's job).
+    let group = match shards::count_of(&s.node, &job).await {
+        Ok(Some(_)) => shards::group_view(&s.node, &job).await.ok(),
+        _ => None,
+    };
+    let shard_of = match shards::shard_of_job(&s.node, &s.limits, &job).await {
+        Some((g, k, n)) if who.authorize(auth::Action::Read, g.as_str()).is_ok() => {
+            let owner = shards::group_view(&s.node, &g).await.ok();
+            Some((g, k, n, owner))
+        }
+        _ => None,
+    };
     let mut out = String::new();
     let _ = write!(out, "{{\"now_ms\":{},\"job\":", clock::wall_unix_ms());
     match &status {
@@ -287,6 +302,17 @@ pub async fn job(
         out.push_str(",\"slot_of\":{\"job\":");
         string(&mut out, base.as_str());
         let _ = write!(out, ",\"slot\":{k},\"slots\":{n}}}");
+    }
+    if let Some(g) = &group {
+        out.push_str(",\"group\":");
+        group_json(&mut out, g);
+    }
+    if let Some((g, k, n, view)) = &shard_of {
+        out.push_str(",\"shard_of\":{\"group\":");
+        string(&mut out, g.as_str());
+        let _ = write!(out, ",\"shard\":{k},\"shards\":{n},\"members\":");
+        let _ = write!(out, "{}", view.as_ref().map_or(0, |v| v.members.len()));
+        out.push('}');
     }
     // The candidates: who waits, in the order a release hands over.
     let _ = write!(out, ",\"waiting\":{waiting},\"candidates\":[");
@@ -658,6 +684,33 @@ fn percent_decode(s: &str) -> Option<String> {
         i += 1;
     }
     String::from_utf8(out).ok()
+}
+
+/// A shard group as the job view shows it: its count, its members with
+/// the shards each owns, and each shard's owner and token.
+fn group_json(out: &mut String, g: &crate::proto::ShardGroup) {
+    let _ = write!(out, "{{\"shards\":{},\"members\":[", g.shards);
+    for (i, m) in g.members.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str("{\"member\":");
+        string(out, &m.member);
+        let list: Vec<String> = m.shards.iter().map(u32::to_string).collect();
+        let _ = write!(out, ",\"shards\":[{}]}}", list.join(","));
+    }
+    out.push_str("],\"owners\":[");
+    for (i, o) in g.owners.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{{\"shard\":{},\"job\":", o.shard);
+        string(out, &o.job);
+        out.push_str(",\"member\":");
+        string(out, &o.member);
+        let _ = write!(out, ",\"token\":{}}}", o.token);
+    }
+    out.push_str("]}");
 }
 
 #[cfg(test)]
