@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use leasehold::client::{
     AcquireOptions, Client, ClientError, Elector, ElectorOptions, ElectorSet, Grant, LockOptions,
-    Role, Security, StreamWrite, WriteOutcome, WriteStream,
+    Role, Security, ShardEvent, ShardMember, ShardOptions, StreamWrite, WriteOutcome, WriteStream,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::signal::unix::{signal, SignalKind};
@@ -174,6 +174,15 @@ struct Fleet {
     reporters: Vec<JoinHandle<()>>,
 }
 
+/// A shard member: its task, the way to make it leave, and the token it
+/// last owned each shard with.
+struct Shards {
+    group: String,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    tokens: Arc<Mutex<std::collections::HashMap<u32, u64>>>,
+}
+
 struct LockTask {
     /// Ends the lock: the task releases it and answers.
     unlock: oneshot::Sender<oneshot::Sender<()>>,
@@ -195,6 +204,7 @@ struct Worker {
     lock_job: String,
     lock_token: Arc<Mutex<Option<u64>>>,
     stream: Option<WriteStream>,
+    shards: Option<Shards>,
 }
 
 impl Worker {
@@ -315,10 +325,121 @@ impl Worker {
                 Err(ClientError::JobInUse(_)) => "delete-job in-use".into(),
                 Err(e) => format!("delete-job error {e}"),
             }),
+            "shards" => self.join_shards(rest).await,
+            "shards-write" => {
+                let (k, value) = rest.split_once(' ').unwrap_or((rest, ""));
+                let k: u32 = k.parse().unwrap_or(u32::MAX);
+                let owned = self.shards.as_ref().and_then(|s| {
+                    let t = s.tokens.lock().unwrap().get(&k).copied();
+                    t.map(|t| (format!("{}/{k}", s.group), t))
+                });
+                match owned {
+                    None => say("shards-write error never-owned"),
+                    Some((job, token)) => {
+                        let r = c
+                            .checked_write(&job, token, b"status", value.as_bytes().to_vec())
+                            .await;
+                        say(write_answer("shards-write", r));
+                    }
+                }
+            }
+            "shards-stop" => {
+                self.stop_shards().await;
+                say("shards-stop done");
+            }
             "quit" => return false,
             _ => say(format!("error unknown command {line:?}")),
         }
         true
+    }
+
+    /// `shards <group> <n>`: a member of the group, whose shards' work
+    /// (waiting until cancelled) is cancelled and ended before a revoke is
+    /// acknowledged, as `ShardMember::run` does.
+    async fn join_shards(&mut self, rest: &str) {
+        self.stop_shards().await;
+        let (group, n) = rest.split_once(' ').unwrap_or((rest, ""));
+        let Ok(n) = n.trim().parse::<u32>() else {
+            return say(format!("shards error bad count {n:?}"));
+        };
+        let options = ShardOptions {
+            ttl: self.args.ttl,
+            revoke_timeout: Some(self.args.ttl),
+        };
+        let mut member =
+            match ShardMember::join(&self.client, group, &self.args.name, n, options).await {
+                Ok(m) => m,
+                Err(ClientError::InvalidArgument { field, .. }) => {
+                    return say(format!(
+                        "shards invalid field={}",
+                        field.unwrap_or_default()
+                    ))
+                }
+                Err(e) => return say(format!("shards error {e}")),
+            };
+        say(format!("shards member {}", member.member()));
+        let tokens: Arc<Mutex<std::collections::HashMap<u32, u64>>> = Arc::default();
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let t = tokens.clone();
+        let task = tokio::spawn(async move {
+            let mut work: std::collections::HashMap<u32, JoinHandle<()>> = Default::default();
+            loop {
+                let e = tokio::select! {
+                    e = member.next() => e,
+                    _ = &mut stopped => break,
+                };
+                match e {
+                    Some(Ok(ShardEvent::Assigned(s))) => {
+                        t.lock().unwrap().insert(s.shard, s.token);
+                        say(format!("shards assigned {} token={}", s.shard, s.token));
+                        work.insert(s.shard, tokio::spawn(std::future::pending::<()>()));
+                    }
+                    Some(Ok(ShardEvent::Revoked(s))) => {
+                        if let Some(w) = work.remove(&s.shard) {
+                            w.abort();
+                            let _ = w.await;
+                        }
+                        say(format!("shards revoked {}", s.shard));
+                        member.release(s.shard);
+                    }
+                    Some(Ok(ShardEvent::Lost(s))) => {
+                        if let Some(w) = work.remove(&s.shard) {
+                            w.abort();
+                            let _ = w.await;
+                        }
+                        say(format!("shards lost {} token={}", s.shard, s.token));
+                    }
+                    Some(Err(e)) => {
+                        say(format!("shards error {e}"));
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            for (_, w) in work {
+                w.abort();
+                let _ = w.await;
+            }
+            member.leave().await;
+        });
+        self.shards = Some(Shards {
+            group: group.to_owned(),
+            stop,
+            task,
+            tokens,
+        });
+    }
+
+    /// Leaves the shard group, if a member runs; the tokens stay for
+    /// `shards-write`.
+    async fn stop_shards(&mut self) {
+        if let Some(s) = self.shards.as_mut() {
+            let (tx, _) = oneshot::channel();
+            let stop = std::mem::replace(&mut s.stop, tx);
+            let _ = stop.send(());
+            let task = std::mem::replace(&mut s.task, tokio::spawn(async {}));
+            let _ = task.await;
+        }
     }
 
     /// `acquire-slots <job> <n>`: one counted Acquire, not waiting, as a
@@ -568,6 +689,7 @@ impl Worker {
     }
 
     async fn shutdown(mut self) {
+        self.stop_shards().await;
         if let Some(l) = self.lock.take() {
             let (tx, rx) = oneshot::channel();
             let _ = l.unlock.send(tx);
@@ -642,6 +764,7 @@ async fn main() {
         lock_job: String::new(),
         lock_token: Arc::new(Mutex::new(None)),
         stream: None,
+        shards: None,
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
