@@ -282,9 +282,7 @@ pub const RENEWALS: usize = 1;
 /// The budget a call of `path` draws on.
 pub fn budget(path: &str) -> usize {
     match path {
-        "/leasehold.v1.Leases/Renew"
-        | "/leasehold.v1.Leases/KeepAlive"
-        | "/leasehold.v1.Shards/Join" => RENEWALS,
+        "/leasehold.v1.Leases/Renew" | "/leasehold.v1.Leases/KeepAlive" => RENEWALS,
         _ => CALLS,
     }
 }

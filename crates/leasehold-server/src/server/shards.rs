@@ -80,6 +80,9 @@ pub const RESYNC: Duration = Duration::from_secs(1);
 /// gives away, until one queues.
 const WAITER_POLL: Duration = Duration::from_millis(20);
 
+/// How long a Join stream may take to send its first message.
+const FIRST_MESSAGE: Duration = Duration::from_secs(10);
+
 /// How long the first member waits for the group's job to fix the count.
 const FIX_WAIT: Duration = Duration::from_secs(10);
 
@@ -335,15 +338,23 @@ impl proto::shards_server::Shards for ShardsService {
     ) -> Result<Response<JoinStream>, Status> {
         let caller = Caller::of(&req).map_err(status)?;
         let mut inbound = req.into_inner();
-        let first = match inbound.message().await {
-            Ok(Some(m)) => m,
-            Ok(None) => {
+        // A stream that never says what it joins holds a place in its
+        // connection's calls for no one: it is refused after a while.
+        let first = match tokio::time::timeout(FIRST_MESSAGE, inbound.message()).await {
+            Ok(Ok(Some(m))) => m,
+            Ok(Ok(None)) => {
                 return Err(status(Error::invalid(
                     "group",
                     "is required: the stream ended before its first message",
                 )))
             }
-            Err(s) => return Err(wire::request_error(s)),
+            Ok(Err(s)) => return Err(wire::request_error(s)),
+            Err(_) => return Err(status(Error::invalid(
+                "group",
+                format!(
+                    "is required: no first message within {FIRST_MESSAGE:?} of the stream's start"
+                ),
+            ))),
         };
         let spec = Spec::parse(&self.limits, &self.node, &caller, &first).map_err(status)?;
         let agent = Agent::join(self.node.clone(), self.stats.clone(), spec)
@@ -685,8 +696,17 @@ impl Agent {
         for (_, w) in self.waits.drain() {
             w.abort();
         }
-        self.stats
-            .with(&self.group, |s| s.agents = s.agents.saturating_sub(1));
+        // A group no stream of this server is a member of any more is
+        // forgotten, so that groups come and go without a trace.
+        {
+            let mut g = self.stats.groups.lock().expect("shard stats lock");
+            if let Some(s) = g.get_mut(self.group.as_str()) {
+                s.agents = s.agents.saturating_sub(1);
+                if s.agents == 0 {
+                    g.remove(self.group.as_str());
+                }
+            }
+        }
         if let Some(s) = ending {
             let _ = tx.send(Err(s)).await;
         }
