@@ -349,12 +349,10 @@ impl proto::shards_server::Shards for ShardsService {
                 )))
             }
             Ok(Err(s)) => return Err(wire::request_error(s)),
-            Err(_) => return Err(status(Error::invalid(
-                "group",
-                format!(
-                    "is required: no first message within {FIRST_MESSAGE:?} of the stream's start"
-                ),
-            ))),
+            Err(_) => {
+                let why = format!("is required: no first message within {FIRST_MESSAGE:?}");
+                return Err(status(Error::invalid("group", why)));
+            }
         };
         let spec = Spec::parse(&self.limits, &self.node, &caller, &first).map_err(status)?;
         let agent = Agent::join(self.node.clone(), self.stats.clone(), spec)
