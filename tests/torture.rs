@@ -32,13 +32,14 @@
 //! `--shards` runs the same checker over a shard group instead: every
 //! worker is a member of the group `torture` (16 shards, the Rust
 //! `ShardMember`), and while it owns a shard it writes to the shard's job
-//! with the shard's token; each assignment it is told of is recorded as a
-//! grant (complete when told). A second nemesis churns the members:
-//! SIGKILL and a new member, a member that leaves (its stdin closed) and a
-//! new one, SIGSTOP for up to 3 s. So checks 1, 3 and 5 are the fence rule
-//! per shard: no shard write accepted from a stale owner, nor from two
-//! owners in one token. The run also reports the group's unowned
-//! shard-seconds, polled from `GetGroup` every 100 ms.
+//! with the shard's token. Each assignment it is told of is recorded as a
+//! grant, invoked when the member asked to join and complete when told. A
+//! second nemesis churns the members: SIGKILL and a new member, a member
+//! that leaves (its stdin closed) and a new one, SIGSTOP for up to 3 s.
+//! So checks 1, 3 and 5 are the fence rule per shard: no shard write
+//! accepted from a stale owner, nor from two owners in one token. The run
+//! also reports the group's unowned shard-seconds, polled from `GetGroup`
+//! every 100 ms.
 //!
 //! Usage (cargo runs it with no arguments, for the default bounded run):
 //!
@@ -657,6 +658,11 @@ fn shard_worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                 ttl,
                 revoke_timeout: Some(ttl),
             };
+            // A grant to this member is made after it asked to join and
+            // before it is told: its interval (the checker's real-time
+            // order of grants must not take the moment it was told, late
+            // after a pause, for the moment it was made).
+            let asked = mono_ns();
             let member = match ShardMember::join(
                 &c,
                 GROUP,
@@ -678,7 +684,7 @@ fn shard_worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
             let work = |s: Shard| {
                 let (c, holder, seq) = (c.clone(), holder.clone(), seq.clone());
                 async move {
-                    let now = mono_ns();
+                    let told = mono_ns();
                     let grant = Op {
                         worker: id,
                         kind: Kind::Acquire,
@@ -688,8 +694,8 @@ fn shard_worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                         ttl_ms: 0,
                         key: String::new(),
                         value: String::new(),
-                        invoke: now,
-                        complete: now,
+                        invoke: asked,
+                        complete: told,
                         outcome: Outcome::Ok,
                         flag: true,
                         version: 0,
