@@ -17,11 +17,26 @@ use tonic::Code;
 use tonic_types::StatusExt;
 
 const TTL: Duration = Duration::from_secs(30);
+/// The TTL of a fleet acquired one lease at a time before its first
+/// renewal: on etcd, under load, its set-up alone may take longer than
+/// [`TTL`].
+const FLEET_TTL: Duration = Duration::from_secs(600);
 const NOW: Duration = Duration::ZERO;
 
 /// Acquires `n` jobs `{prefix}{i}` for `holder`, 32 at a time; returns their
 /// tokens in order.
 async fn acquire_many(c: &Client, prefix: &str, holder: &str, n: usize) -> Vec<u64> {
+    acquire_many_for(c, prefix, holder, n, TTL).await
+}
+
+/// [`acquire_many`], each lease for `ttl`.
+async fn acquire_many_for(
+    c: &Client,
+    prefix: &str,
+    holder: &str,
+    n: usize,
+    ttl: Duration,
+) -> Vec<u64> {
     let mut tokens = vec![0; n];
     let mut set = tokio::task::JoinSet::new();
     for i in 0..n {
@@ -32,7 +47,7 @@ async fn acquire_many(c: &Client, prefix: &str, holder: &str, n: usize) -> Vec<u
         let c = c.clone();
         let (job, holder) = (format!("{prefix}{i}"), holder.to_owned());
         set.spawn(async move {
-            let a = c.acquire(&job, &holder, TTL, NOW).await.unwrap();
+            let a = c.acquire(&job, &holder, ttl, NOW).await.unwrap();
             assert!(a.acquired, "{job}");
             (i, a.lease.token)
         });
@@ -178,9 +193,9 @@ async fn one_stream_carries_many_leases_split_across_messages() {
     let c = s.client().await;
     let n = 1500;
     let holder = "fleet-worker@0b4d2c9e-long-enough-to-need-several-messages";
-    let tokens = acquire_many(&c, "fleet/job-", holder, n).await;
+    let tokens = acquire_many_for(&c, "fleet/job-", holder, n, FLEET_TTL).await;
     let batch: Vec<_> = (0..n)
-        .map(|i| KeepAliveRenewal::new(&format!("fleet/job-{i}"), holder, tokens[i], TTL))
+        .map(|i| KeepAliveRenewal::new(&format!("fleet/job-{i}"), holder, tokens[i], FLEET_TTL))
         .collect();
     let mut ka = c.keep_alive().await.unwrap();
     for _ in 0..2 {
