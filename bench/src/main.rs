@@ -123,6 +123,9 @@ enum Command {
     /// and the latency of a Renew and of a KeepAlive message against the
     /// smallest count's (bench/src/scale.rs).
     Scale(scale::ScaleArgs),
+    /// A running server's RSS after a million Acquires over gRPC
+    /// (bench/src/scale.rs).
+    LiveRss(scale::LiveArgs),
     /// Writes N held leases into a new data dir, as `scale` does, for
     /// profiling a server started on it.
     Seed {
@@ -241,6 +244,7 @@ fn main() -> Res<()> {
             Ok(())
         }),
         Command::Scale(a) => rt.block_on(scale::run(a)),
+        Command::LiveRss(a) => rt.block_on(scale::live(a)),
         Command::Seed { data_dir, leases } => scale::seed(&data_dir, leases),
         Command::Failover(a) => rt.block_on(failover::run(a)),
         Command::Shards(a) => rt.block_on(shards::run(a)),

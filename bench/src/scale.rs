@@ -443,3 +443,79 @@ async fn keep_alive_samples(addr: &str, n: usize, secs: Duration) -> Res<Vec<Dur
     }
     gather(tasks).await
 }
+
+/// `leasehold-bench live-rss`: a running server's memory after a million
+/// Acquires over gRPC, as users see it (not after a restart).
+#[derive(clap::Args)]
+pub struct LiveArgs {
+    /// The release `leasehold` binary.
+    #[arg(long)]
+    leasehold_bin: PathBuf,
+    /// A scratch directory (the data dir goes here, removed after).
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// How many leases to acquire.
+    #[arg(long, default_value_t = 1_000_000)]
+    leases: usize,
+    /// Over this many connections, each with a task of Acquires in turn.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+}
+
+/// Starts an empty server, acquires `--leases` leases (one holder per
+/// connection, TTL one hour) over `--connections` connections, and prints
+/// the server's RSS before, just after the last grant, and 10 s later
+/// (once the allocator gave back what it will), with the bytes per lease
+/// over the empty server's.
+pub async fn live(a: LiveArgs) -> Res<()> {
+    let dir = a.work_dir.join(format!("live-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let s = Server::leasehold(&a.leasehold_bin, &dir.join("data"))?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let empty = rss_bytes(s.pid())?;
+    let url = format!("http://{}", s.addr);
+    let per = a.leases.div_ceil(a.connections);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..a.connections {
+        let url = url.clone();
+        let n = per.min(a.leases.saturating_sub(c * per));
+        tasks.spawn(async move {
+            let client = leasehold::client::Client::connect(&url).await?;
+            let holder = format!("live-{c}@00000000-0000-4000-8000-{c:012}");
+            for i in 0..n {
+                let job = job_name(c * per + i);
+                let got = client.acquire(&job, &holder, TTL, Duration::ZERO).await?;
+                if !got.acquired {
+                    return Err(format!("{job} was not granted").into());
+                }
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(n)
+        });
+    }
+    let mut done = 0;
+    while let Some(r) = tasks.join_next().await {
+        done += r.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    }
+    let took = started.elapsed();
+    let after = rss_bytes(s.pid())?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let settled = rss_bytes(s.pid())?;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "live-rss: {done} leases acquired over {} connections in {:.1} s ({:.0}/s)",
+        a.connections,
+        took.as_secs_f64(),
+        done as f64 / took.as_secs_f64()
+    );
+    println!(
+        "| leases | RSS empty | RSS after the last grant | RSS 10 s later | bytes per lease (10 s later, over empty) |\n|---:|---:|---:|---:|---:|\n| {done} | {:.1} MiB | {:.1} MiB | {:.1} MiB | {:.0} |",
+        mib(empty),
+        mib(after),
+        mib(settled),
+        settled.saturating_sub(empty) as f64 / done.max(1) as f64
+    );
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}

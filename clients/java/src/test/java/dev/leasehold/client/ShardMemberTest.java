@@ -186,7 +186,10 @@ class ShardMemberTest {
         };
         try (ShardMember b = ShardMember.builder(client, "g", "b", 4).ttl(TTL).listener(bEvents).join()) {
           assertNotEquals(a.member(), b.member());
-          ServerProcess.waitUntil(PATIENCE, "2 shards each", () -> balanced(client, "g", 2, a, b));
+          // The server's view can show B as the owner a moment before B's
+          // listener hears of it: wait for both.
+          ServerProcess.waitUntil(PATIENCE, "2 shards each, and B told of its 2",
+              () -> balanced(client, "g", 2, a, b) && bEvents.of("assigned").size() == 2);
           List<Events.Event> moved = bEvents.of("assigned");
           assertEquals(2, moved.size(), "B assigned 2: " + moved);
           for (Events.Event e : moved) {
