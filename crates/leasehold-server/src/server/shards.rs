@@ -664,11 +664,28 @@ impl Agent {
                         break Some(wire::request_error(s));
                     }
                 },
-                r = changes.recv() => match r {
-                    Ok(job) => dirty |= job.as_str().starts_with(&prefix),
-                    Err(broadcast::error::RecvError::Lagged(_)) => dirty = true,
-                    Err(broadcast::error::RecvError::Closed) => changes = self.node.changes(),
-                },
+                r = changes.recv() => {
+                    let mut r = r;
+                    // A burst of changes (a member's shards released at
+                    // once) is one read of the group, not one per change.
+                    loop {
+                        match r {
+                            Ok(job) => dirty |= job.as_str().starts_with(&prefix),
+                            Err(broadcast::error::RecvError::Lagged(_)) => dirty = true,
+                            Err(broadcast::error::RecvError::Closed) => {
+                                changes = self.node.changes();
+                                break;
+                            }
+                        }
+                        match changes.try_recv() {
+                            Ok(job) => r = Ok(job),
+                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                r = Err(broadcast::error::RecvError::Lagged(n))
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
                 Some((k, r)) = granted_rx.recv() => {
                     self.waits.remove(&k);
                     if let Ok(a) = r {
