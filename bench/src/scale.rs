@@ -473,7 +473,7 @@ pub async fn live(a: LiveArgs) -> Res<()> {
     let s = Server::leasehold(&a.leasehold_bin, &dir.join("data"))?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let empty = rss_bytes(s.pid())?;
-    let url = format!("http://{}", s.addr);
+    let url = s.addr.clone();
     let per = a.leases.div_ceil(a.connections);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
