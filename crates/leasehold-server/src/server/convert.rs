@@ -109,7 +109,7 @@ pub fn transfer_args(
 
 /// `e` naming `field` when it names a field (a check made for one field
 /// and applied to another of the same kind).
-fn rename(e: Error, field: &'static str) -> Error {
+pub fn rename(e: Error, field: &'static str) -> Error {
     match e {
         Error::InvalidArgument { message, .. } => Error::invalid(field, message),
         e => e,

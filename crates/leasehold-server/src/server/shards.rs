@@ -58,7 +58,7 @@ use crate::lease::{HolderId, JobName, LeaseState, Limits, TenureEnd, Token};
 use crate::proto;
 use crate::proto::join_response::Kind;
 use crate::server::auth::{unbind, Action, Caller};
-use crate::server::convert::duration;
+use crate::server::convert::{duration, rename};
 use crate::server::counted;
 use crate::server::grpc_status::status;
 use crate::server::wire;
@@ -448,13 +448,6 @@ fn group_arg(limits: &Limits, group: &str) -> Result<JobName> {
         ));
     }
     Ok(g)
-}
-
-fn rename(e: Error, field: &'static str) -> Error {
-    match e {
-        Error::InvalidArgument { message, .. } => Error::invalid(field, message),
-        e => e,
-    }
 }
 
 /// A validated first `JoinRequest`.
