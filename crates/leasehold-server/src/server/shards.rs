@@ -52,7 +52,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::backend::{Acquired, Backend};
+use crate::backend::{Acquired, Backend, Renewal};
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, Limits, TenureEnd, Token};
 use crate::proto;
@@ -1030,19 +1030,32 @@ impl Agent {
                 self.member_token = None;
             }
         }
+        // One batch for all of them, as a KeepAlive message renews many
+        // leases (on etcd: their jobs read together, one proof for all),
+        // so that a member of many shards renews in one round trip.
         let owned: Vec<(u32, Token)> = self.owned.iter().map(|(k, t)| (*k, *t)).collect();
-        for (k, t) in owned {
-            match self
-                .node
-                .renew(&self.jobs[k as usize], &self.holder, t, self.ttl)
-                .await
-            {
-                Ok(_) => {}
-                Err(Error::LeaseLost { .. }) => self.lost(tx, k).await,
-                Err(e) => {
-                    tracing::warn!(job = %self.jobs[k as usize], error = %e, "shards: a renewal failed")
+        let batch: Vec<Renewal> = owned
+            .iter()
+            .map(|(k, t)| Renewal {
+                job: self.jobs[*k as usize].clone(),
+                holder: self.holder.clone(),
+                token: *t,
+                ttl: self.ttl,
+            })
+            .collect();
+        match self.node.renew_many(&batch).await {
+            Ok(outcomes) => {
+                for ((k, _), o) in owned.into_iter().zip(outcomes) {
+                    match o {
+                        Ok(_) => {}
+                        Err((Error::LeaseLost { .. }, _)) => self.lost(tx, k).await,
+                        Err((e, _)) => {
+                            tracing::warn!(job = %self.jobs[k as usize], error = %e, "shards: a renewal failed")
+                        }
+                    }
                 }
             }
+            Err(e) => tracing::warn!(group = %self.group, error = %e, "shards: renewing failed"),
         }
     }
 
