@@ -460,6 +460,10 @@ pub struct LiveArgs {
     /// Over this many connections, each with a task of Acquires in turn.
     #[arg(long, default_value_t = 32)]
     connections: usize,
+    /// Then keep the server up this many seconds more, its pid printed, to
+    /// look at it (gdb, /proc/PID/smaps).
+    #[arg(long, default_value_t = 0)]
+    hold_secs: u64,
 }
 
 /// Starts an empty server, acquires `--leases` leases (one holder per
@@ -515,6 +519,14 @@ pub async fn live(a: LiveArgs) -> Res<()> {
         mib(settled),
         settled.saturating_sub(empty) as f64 / done.max(1) as f64
     );
+    if a.hold_secs > 0 {
+        println!(
+            "live-rss: the server (pid {}) stays up {} s",
+            s.pid(),
+            a.hold_secs
+        );
+        tokio::time::sleep(Duration::from_secs(a.hold_secs)).await;
+    }
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

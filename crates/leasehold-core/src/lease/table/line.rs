@@ -145,8 +145,7 @@ impl LeaseTable {
         let floor = self.floors.new_job();
         let rare = self
             .jobs
-            .entry(name.clone())
-            .or_insert_with(|| Job::new(now, floor))
+            .get_or_insert_with(name, || Job::new(now, floor))
             .rare();
         let class = match preferred {
             true => &mut rare.preferred,

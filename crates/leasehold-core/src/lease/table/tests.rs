@@ -875,8 +875,9 @@ fn a_restored_holding_is_never_given_back() {
     assert_eq!(t.view(&job("j"), t0 + ms(1)).holder(), Some(&who("a")));
 }
 
-/// A million held leases cost a million of these, in a B-tree: the parts
-/// few jobs use (a line, fenced writes, an unrecorded expiry) stay boxed.
+/// A million held leases cost a million of these, in the table's slots:
+/// the parts few jobs use (a line, fenced writes, an unrecorded expiry)
+/// stay boxed.
 #[test]
 fn a_job_stays_small() {
     assert!(
@@ -884,6 +885,11 @@ fn a_job_stays_small() {
         // handed it to in 8, not 16.
         std::mem::size_of::<Job>() <= 144,
         "a Job is {} bytes",
+        std::mem::size_of::<Job>()
+    );
+    // A slot, empty or not, costs no more than its job.
+    assert_eq!(
+        std::mem::size_of::<Option<Job>>(),
         std::mem::size_of::<Job>()
     );
 }

@@ -219,7 +219,7 @@ impl LeaseTable {
             None => Bound::Included(prefix),
         };
         self.jobs
-            .range::<str, _>((start, Bound::Unbounded))
+            .range(start)
             .take_while(move |(name, _)| name.as_str().starts_with(prefix))
             .take(limit)
     }
@@ -264,15 +264,9 @@ impl LeaseTable {
         now: Instant,
     ) -> impl Iterator<Item = (&JobName, Leadership)> + '_ {
         let (stats, faults) = (&mut self.stats, self.faults);
-        let start = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Unbounded,
-        };
-        self.jobs
-            .range_mut::<JobName, _>((start, Bound::Unbounded))
-            .map(move |(name, job)| {
-                job.settle(now, stats, faults);
-                (name, job.leadership(now))
-            })
+        self.jobs.map_after(after, move |job| {
+            job.settle(now, stats, faults);
+            job.leadership(now)
+        })
     }
 }
