@@ -224,9 +224,9 @@ impl Reclaim {
 /// opened (see the module's docs).
 pub const CHURN_RATIO: u64 = 4;
 
-/// And more than this many bytes: sled's page cache bound, below which a
-/// burst's pages are few.
-pub const CHURN_FLOOR: u64 = super::open::SLED_CACHE_BYTES;
+/// And more than this many bytes (32 MiB), below which a burst's pages
+/// are few.
+pub const CHURN_FLOOR: u64 = 32 << 20;
 
 /// How many epochs [`drain_deferred`] goes through: each frees up to 8
 /// bags of 64 deferred frees, so 65,536 of them free up to 33 million,
