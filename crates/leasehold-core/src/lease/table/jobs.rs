@@ -21,7 +21,8 @@
 //! number. An entry whose hash bits match is confirmed against the name
 //! kept in its slot, so a lookup costs about two cache misses: the
 //! entry and the slot. The hash table costs 8 to 16 bytes a job, and the
-//! name in the slot 24 more.
+//! name in the slot 24 more. Once under a quarter of the slots are live
+//! (most jobs deleted), both are packed and shrunk.
 //!
 //! **Every name in the ordered index and the hash table has exactly one
 //! live slot, holding that name, and every live slot is in both**:
@@ -136,7 +137,31 @@ impl Jobs {
         } else {
             self.free.push(i);
         }
+        if self.slots.len() > SMALLEST && self.len() * 4 < self.slots.len() {
+            self.compact();
+        }
         slot.map(|s| s.job)
+    }
+
+    /// Packs the live slots at the front and gives back the room of the
+    /// rest, the hash table's too: after most jobs were deleted, the table
+    /// does not keep the room of its largest size. O(n log n), and only
+    /// once the slots are under a quarter live, so amortised O(log n) a
+    /// removal.
+    fn compact(&mut self) {
+        let live: Vec<Slot> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .flatten()
+            .collect();
+        self.free = Vec::new();
+        self.hashed = Hashed::with_capacity(live.len());
+        self.slots = Vec::with_capacity(live.len());
+        for slot in live {
+            let i = slot_number(self.slots.len());
+            self.hashed.insert(self.hashed.hash(&slot.name), i);
+            *self.index.get_mut(&slot.name).expect(NAMED) = i;
+            self.slots.push(Some(slot));
+        }
     }
 
     /// The jobs from `start` on, in name order.
@@ -441,6 +466,42 @@ mod tests {
         jobs.check();
         assert!(jobs.is_empty());
         assert!(jobs.hashed.table.iter().all(|&e| e == EMPTY));
+    }
+
+    /// After most jobs are deleted, the slots and the hash table give
+    /// their room back, and what is left is still found and listed.
+    #[test]
+    fn most_jobs_deleted_give_their_room_back() {
+        let mut jobs = Jobs::default();
+        for i in 0..10_000 {
+            jobs.insert(name(i), job(i as u64));
+        }
+        let big = jobs.hashed.table.len();
+        // Deleted from the front, so the slots' tail stays in use.
+        for i in 0..9_990 {
+            jobs.remove(&name(i));
+        }
+        jobs.check();
+        assert!(
+            jobs.slots.len() <= 4 * 10 + SMALLEST,
+            "{} slots for 10 jobs",
+            jobs.slots.len()
+        );
+        assert!(
+            jobs.slots.capacity() < 1_000,
+            "room for {} slots",
+            jobs.slots.capacity()
+        );
+        assert!(
+            jobs.hashed.table.len() * 100 < big,
+            "{} hash entries for 10 jobs",
+            jobs.hashed.table.len()
+        );
+        let left: Vec<_> = jobs.iter().map(|(_, j)| j.token.0).collect();
+        assert_eq!(left, (9_990..10_000).collect::<Vec<_>>());
+        for i in 9_990..10_000 {
+            assert_eq!(jobs.get(&name(i)).map(|j| j.token.0), Some(i as u64));
+        }
     }
 
     /// Many names in a small table: long probe runs, growth, and removals
