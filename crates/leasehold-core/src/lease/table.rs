@@ -322,8 +322,8 @@ impl LeaseTable {
             }
             jobs.push((name, job));
         }
-        // Built in one go from (mostly) sorted records: no search per
-        // insert, and the index's nodes full.
+        // From (mostly) sorted records: the ordered index is built in one
+        // go, its nodes full (see `Jobs::from_sorted`).
         table.jobs = Jobs::from_sorted(jobs);
         table
     }
