@@ -115,6 +115,7 @@ pub fn grant(
             holder: holder.to_string(),
             issued: Issued::new(wall_unix_ms, ttl),
             value,
+            sharing: Default::default(),
         },
         TokenRec {
             token,
@@ -143,14 +144,20 @@ pub enum Extend {
 }
 
 /// See [`Extend`]. `value`: the published value to set (`None` keeps it).
+///
+/// A holding on a group's etcd lease is always moved to one of its own:
+/// keeping the group's alive would renew every lease of the group, and
+/// only the group's stream, renewing all of them, may do that (see
+/// [`super::keys::Sharing`]).
 pub fn extend(h: &Holding, ttl: Duration, value: Option<&Published>) -> Extend {
     let value = value.filter(|v| **v != h.rec.value);
-    if h.rec.ttl == ttl && value.is_none() {
+    if h.rec.ttl == ttl && value.is_none() && !h.rec.sharing.shared {
         Extend::KeepAlive
     } else {
         Extend::Move(HolderRec {
             ttl,
             value: value.map_or_else(|| h.rec.value.clone(), Clone::clone),
+            sharing: h.rec.sharing.moved_off(),
             ..h.rec.clone()
         })
     }
@@ -355,6 +362,7 @@ mod tests {
                 token: Token(token),
                 ttl: TTL,
                 holder: h.into(),
+            sharing: Default::default(),
                 value: None,
             };
             Holding {

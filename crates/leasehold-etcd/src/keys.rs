@@ -401,16 +401,98 @@ pub struct HolderRec {
     pub issued: Issued,
     /// The holder's published value (`Lease.value`).
     pub value: Published,
+    /// Which etcd lease the holder key is bound to: the holding's own, or
+    /// one its frontend shares among the leases one `KeepAlive` stream
+    /// renews together (module `groups`).
+    pub sharing: Sharing,
+}
+
+/// Whether a holder key is bound to an etcd lease of its own or to a
+/// group's, which its `KeepAlive` stream keeps alive for every lease of
+/// the group at once (module `groups`).
+///
+/// **A group's etcd lease is kept alive only by the stream whose group it
+/// is, only in a message that renews every one of its leases**: any
+/// other renewal of a shared holding moves it to an etcd lease of its own
+/// first, and nothing but that stream revokes a group's etcd lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sharing {
+    /// Bound to a group's etcd lease.
+    pub shared: bool,
+    /// How often this grant was moved off a group's etcd lease. A grant
+    /// moved off [`Sharing::MAX_MOVES_OFF`] times stays on its own: a
+    /// client that renews it on changing streams, or in changing company,
+    /// would otherwise pay a move at every renewal.
+    pub moved_off: u8,
+}
+
+impl Sharing {
+    /// See [`Sharing::moved_off`].
+    pub const MAX_MOVES_OFF: u8 = 3;
+
+    /// Whether the holding may join a group.
+    pub fn may_join(&self) -> bool {
+        !self.shared && self.moved_off < Sharing::MAX_MOVES_OFF
+    }
+
+    /// The same grant moved to an etcd lease of its own.
+    pub fn moved_off(self) -> Sharing {
+        Sharing {
+            shared: false,
+            moved_off: self.moved_off.saturating_add(self.shared as u8),
+        }
+    }
+
+    /// The same grant moved to a group's etcd lease.
+    pub fn joined(self) -> Sharing {
+        Sharing {
+            shared: true,
+            ..self
+        }
+    }
+
+    /// `{ttl}`, `{ttl}+{moved off}` when shared, `{ttl}-{moved off}` when
+    /// on its own after a move off. A frontend that predates groups reads
+    /// the last two as a damaged record, and so refuses to keep a group's
+    /// lease alive for one of its holdings.
+    fn suffix(&self) -> String {
+        match (self.shared, self.moved_off) {
+            (false, 0) => String::new(),
+            (true, m) => format!("+{m}"),
+            (false, m) => format!("-{m}"),
+        }
+    }
+
+    fn parse(ttl: &str) -> Option<(u64, Sharing)> {
+        let (secs, sharing) = match ttl.find(['+', '-']) {
+            None => (ttl, Sharing::default()),
+            Some(i) => {
+                let moved_off = ttl[i + 1..].parse().ok()?;
+                let shared = ttl.as_bytes()[i] == b'+';
+                if !shared && moved_off == 0 {
+                    return None;
+                }
+                (&ttl[..i], Sharing { shared, moved_off })
+            }
+        };
+        Some((secs.parse().ok()?, sharing))
+    }
 }
 
 impl HolderRec {
-    /// `{token} {ttl seconds} {holder}`, then, when the grant is dated or
+    /// `{token} {ttl seconds}{sharing} {holder}` (see [`Sharing`]), then, when the grant is dated or
     /// has a value, `\0{issued unix ms} {issued ttl ms}` (a holder never
     /// contains a control character, so `\0` ends it), then, with a
     /// value, `\0{the value in lowercase hex}`.
     pub fn encode(&self) -> Vec<u8> {
         use std::fmt::Write;
-        let mut s = format!("{} {} {}", self.token.0, self.ttl.as_secs(), self.holder);
+        let mut s = format!(
+            "{} {}{} {}",
+            self.token.0,
+            self.ttl.as_secs(),
+            self.sharing.suffix(),
+            self.holder
+        );
         if self.issued != Issued::default() || self.value.is_some() {
             let _ = write!(s, "\0{} {}", self.issued.at_unix_ms, self.issued.ttl_ms);
         }
@@ -454,12 +536,14 @@ impl HolderRec {
                 )
             }
         };
+        let (ttl, sharing) = Sharing::parse(ttl).ok_or_else(|| corrupt("holder record", b))?;
         Ok(HolderRec {
             token: Token(t.parse().map_err(|_| corrupt("holder record", b))?),
-            ttl: Duration::from_secs(ttl.parse().map_err(|_| corrupt("holder record", b))?),
+            ttl: Duration::from_secs(ttl),
             holder: holder.to_owned(),
             issued,
             value,
+            sharing,
         })
     }
 }
@@ -880,6 +964,7 @@ mod tests {
             ttl: Duration::from_secs(5),
             holder: "w 1@x".into(),
             value: None,
+            sharing: Sharing::default(),
         };
         assert_eq!(HolderRec::decode(&h.encode()).unwrap(), h);
         assert_eq!(h.encode(), b"7 5 w 1@x", "undated: the old form");
@@ -907,6 +992,34 @@ mod tests {
             b"7 5 w\x001 2\x00abc",
             b"7 5 w\x001 2\x00zz",
         ] {
+            assert!(HolderRec::decode(bad).is_err(), "{bad:?}");
+        }
+        // A holding on a group's etcd lease, and one moved off it.
+        let shared = HolderRec {
+            sharing: Sharing {
+                shared: true,
+                moved_off: 1,
+            },
+            ..valued.clone()
+        };
+        assert!(shared.encode().starts_with(b"7 5+1 w 1@x\x00"));
+        assert_eq!(HolderRec::decode(&shared.encode()).unwrap(), shared);
+        let off = HolderRec {
+            sharing: shared.sharing.moved_off(),
+            ..h.clone()
+        };
+        assert_eq!(off.encode(), b"7 5-2 w 1@x");
+        assert_eq!(HolderRec::decode(&off.encode()).unwrap(), off);
+        assert!(!off.sharing.may_join());
+        assert!(h.sharing.may_join() && !shared.sharing.may_join());
+        assert_eq!(
+            Sharing::default().joined().moved_off(),
+            Sharing {
+                shared: false,
+                moved_off: 1
+            }
+        );
+        for bad in [&b"7 5-0 w"[..], b"7 5+ w", b"7 5+x w", b"7 +1 w", b"7 5+1-1 w"] {
             assert!(HolderRec::decode(bad).is_err(), "{bad:?}");
         }
         // A waiter key's value: the holder, and the value its Acquire
@@ -999,6 +1112,7 @@ mod tests {
             ttl: Duration::from_secs(5),
             holder: holder.into(),
             value: None,
+            sharing: Sharing::default(),
         }
     }
 

@@ -232,6 +232,7 @@ pub mod client;
 mod compact;
 mod decide;
 mod faults;
+mod groups;
 mod health;
 mod history;
 pub mod keys;
@@ -249,6 +250,7 @@ mod views;
 mod watch;
 
 pub use settings::SharedSettings;
+pub use groups::RenewGroups;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -315,6 +317,12 @@ const MAX_TRIES: usize = 64;
 struct Counters {
     renewals: AtomicU64,
     renew_losses: AtomicU64,
+    /// Keep-alives of a group's etcd lease that renewed its members.
+    group_keep_alives: AtomicU64,
+    /// Leases moved onto a group's etcd lease.
+    group_joins: AtomicU64,
+    /// Leases moved off a group's etcd lease by its stream.
+    group_moves_off: AtomicU64,
     writes: AtomicU64,
     fenced_writes: AtomicU64,
     failures: AtomicU64,
@@ -508,6 +516,15 @@ impl EtcdNode {
                 tracing::debug!(error = %e, lease, "revoke failed; the etcd lease runs out on its own");
             }
         });
+    }
+
+    /// Revokes the etcd lease of `h`, which was just moved, released or
+    /// handed over, when it is the holding's own; a group's etcd lease
+    /// still binds the group's other leases (see [`keys::Sharing`]).
+    fn revoke_own(&self, h: &keys::Holding) {
+        if !h.rec.sharing.shared {
+            self.revoke_later(h.lease);
+        }
     }
 
     /// Resolves once the frontend starts closing.

@@ -337,6 +337,7 @@ mod tests {
             ttl: Duration::from_secs(5),
             holder: holder.into(),
             value: None,
+            sharing: Default::default(),
         };
         [
             put(k.token(job), t.encode()),

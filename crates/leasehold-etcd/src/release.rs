@@ -121,8 +121,11 @@ impl EtcdNode {
                     return Ok(false);
                 }
                 if r.succeeded {
-                    if let Err(e) = self.inner.etcd.revoke(h.lease).await {
-                        tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
+                    // A group's etcd lease binds its other leases still.
+                    if !h.rec.sharing.shared {
+                        if let Err(e) = self.inner.etcd.revoke(h.lease).await {
+                            tracing::debug!(error = %e, "revoke after release failed; the etcd lease runs out on its own");
+                        }
                     }
                     return Ok(true);
                 }
@@ -229,9 +232,17 @@ impl EtcdNode {
                 }
                 let r = self.failed(self.inner.etcd.txn(req).await);
                 let succeeded = matches!(&r, Ok(r) if r.succeeded);
-                let old = if succeeded { h.lease } else { lease };
-                if let Err(e) = self.inner.etcd.revoke(old).await {
-                    tracing::debug!(error = %e, "revoke after a transfer failed; the etcd lease runs out on its own");
+                // The old holding's etcd lease, unless a group's (which
+                // binds the group's other leases), or the successor's new
+                // one when the transfer did not happen.
+                let old = match succeeded {
+                    true => (!h.rec.sharing.shared).then_some(h.lease),
+                    false => Some(lease),
+                };
+                if let Some(old) = old {
+                    if let Err(e) = self.inner.etcd.revoke(old).await {
+                        tracing::debug!(error = %e, "revoke after a transfer failed; the etcd lease runs out on its own");
+                    }
                 }
                 r?;
                 if succeeded {

@@ -4,20 +4,23 @@
 //! or a move to a new etcd lease when the TTL or the published value
 //! changes; and the broken rule "renew-bumps-token". A `KeepAlive`
 //! message reads its jobs together and proves its plain renewals' terms
-//! with one read (`renew_many_unbounded`).
+//! with one read (`renew_each`); a stream's renewals share etcd leases,
+//! one a group (`renew_many_in`, module `groups`).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use leasehold_backend::{RenewOutcome, Renewal, Renewed};
 use leasehold_core::clock;
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::rules;
+use leasehold_core::lease::rules::{self, Faults};
 use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Published, Token, Vacancy};
 
 use super::client::{range_req, ranges};
 use super::decide::{self, Extend, Proof};
 use super::health::no_space_health;
+use super::groups::{RenewGroups, Touched};
 use super::keys::{self, Holding, JobState};
 use super::queue::{self, Line};
 use super::{contention, is_no_space, txn, EtcdNode, Read, MAX_TRIES};
@@ -88,7 +91,7 @@ impl EtcdNode {
             self.revoke_later(lease);
             return Ok(None);
         }
-        self.revoke_later(h.lease);
+        self.revoke_own(h);
         self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &rec, clock::now())))
     }
@@ -150,6 +153,7 @@ impl EtcdNode {
             holder: h.rec.holder.clone(),
             issued: h.rec.issued,
             value: h.rec.value.clone(),
+            sharing: h.rec.sharing.moved_off(),
         };
         let token_rec = keys::TokenRec {
             token: bumped,
@@ -163,7 +167,7 @@ impl EtcdNode {
             self.revoke_later(lease);
             return Ok(None);
         }
-        self.revoke_later(h.lease);
+        self.revoke_own(h);
         self.expire_early(lease, ttl);
         Ok(Some(decide::granted(job, &rec, clock::now())))
     }
@@ -256,12 +260,304 @@ impl EtcdNode {
         self.bounded(
             "KeepAlive",
             Duration::ZERO,
-            self.renew_many_unbounded(batch),
+            self.renew_many_unbounded(batch, None),
         )
         .await
     }
 
-    /// The work of [`EtcdNode::renew_many`], which bounds it.
+    /// [`EtcdNode::renew_many`] for one stream's messages, in turn: its
+    /// plain renewals share etcd leases, one a group (module
+    /// [`groups`](super::groups)), so that a message that renews the same
+    /// leases as the one before costs etcd one keep-alive a group, not
+    /// one a lease. Every renewal's answer is what `renew_many`'s would
+    /// be.
+    pub async fn renew_many_in(
+        &self,
+        batch: &[Renewal],
+        groups: &RenewGroups,
+    ) -> Result<Vec<RenewOutcome>> {
+        self.bounded(
+            "KeepAlive",
+            Duration::ZERO,
+            self.renew_many_unbounded(batch, Some(groups)),
+        )
+        .await
+    }
+
+    /// The work of [`EtcdNode::renew_many`] and
+    /// [`EtcdNode::renew_many_in`], which bound it.
+    ///
+    /// With groups: the members each group has in `batch` are renewed by
+    /// one keep-alive of the group's etcd lease, after the members it
+    /// leaves out were moved off it; the batch's read, made after every
+    /// keep-alive was answered, proves them. The rest go as without, and
+    /// those of them renewed by a keep-alive of their own etcd lease then
+    /// join a group.
+    async fn renew_many_unbounded(
+        &self,
+        batch: &[Renewal],
+        groups: Option<&RenewGroups>,
+    ) -> Result<Vec<RenewOutcome>> {
+        self.check_open()?;
+        // A broken rule works lease by lease: no groups then.
+        let groups = groups.filter(|_| self.faults() == Faults::default());
+        let mut out: Vec<Option<RenewOutcome>> = vec![None; batch.len()];
+        let touched = match groups {
+            Some(g) => self.keep_groups_alive(g, g.touched(batch)).await?,
+            None => Vec::new(),
+        };
+        // Every entry's job, read together: a few transactions, not one
+        // each.
+        let reads = self.read_jobs(batch).await?;
+        let proven = match groups {
+            Some(g) => self.prove_groups(g, batch, touched, &reads, &mut out),
+            None => HashMap::new(),
+        };
+        let rest = reads
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| out[*i].is_none())
+            .map(|(i, (read, _))| (i, read))
+            .collect();
+        let joiners = self.renew_each(batch, rest, &mut out).await?;
+        if let Some(g) = groups {
+            self.join_groups(g, batch, joiners, proven).await;
+        }
+        let out: Vec<RenewOutcome> = out.into_iter().flatten().collect();
+        assert_eq!(out.len(), batch.len(), "every renewal answered");
+        Ok(out)
+    }
+
+    /// Moves off each touched group the members its batch leaves out,
+    /// then keeps the groups alive, all at once: each group with the time
+    /// its keep-alive was sent, and the raft term of the answer (`None`
+    /// when etcd no longer has the lease).
+    ///
+    /// A member left out goes to an etcd lease of its own that lasts until
+    /// the group's would (whole seconds, rounded up: etcd's unit), so
+    /// that the keep-alive renews only the leases renewed. A move whose
+    /// outcome is unknown fails the whole batch, before any keep-alive:
+    /// the member may still be on the group's lease.
+    async fn keep_groups_alive(
+        &self,
+        groups: &RenewGroups,
+        touched: Vec<Touched>,
+    ) -> Result<Vec<(Touched, Instant, Option<u64>)>> {
+        let mut set = tokio::task::JoinSet::new();
+        for t in &touched {
+            let left = (t.kept + t.ttl).saturating_duration_since(Instant::now());
+            let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            for (job, h) in t.absent.iter().cloned() {
+                let node = self.clone();
+                set.spawn(async move {
+                    let r = match secs {
+                        // The group's lease has run out, or is about to:
+                        // so has the member's holding.
+                        0 => Ok(()),
+                        s => node.move_off(&job, &h, s).await,
+                    };
+                    (job, r)
+                });
+            }
+        }
+        while let Some(done) = set.join_next().await {
+            let (job, r) = done.map_err(|e| Error::Storage(format!("move task failed: {e}")))?;
+            r?;
+            groups.leave(&job);
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for t in touched {
+            let node = self.clone();
+            set.spawn(async move {
+                let sent = Instant::now();
+                let answer = node.inner.etcd.keep_alive(t.lease).await;
+                (t, sent, answer)
+            });
+        }
+        let mut kept = Vec::new();
+        while let Some(done) = set.join_next().await {
+            let (t, sent, answer) =
+                done.map_err(|e| Error::Storage(format!("keep-alive task failed: {e}")))?;
+            let term = self.failed(answer)?.map(|(_, term)| term);
+            if term.is_none() {
+                groups.gone(t.lease);
+            }
+            kept.push((t, sent, term));
+        }
+        Ok(kept)
+    }
+
+    /// Moves `job`'s holding `h` off its group's etcd lease to one of its
+    /// own of `secs`, if it is still exactly `h`.
+    async fn move_off(&self, job: &JobName, h: &Holding, secs: u64) -> Result<()> {
+        let rec = keys::HolderRec {
+            sharing: h.rec.sharing.moved_off(),
+            ..h.rec.clone()
+        };
+        let (lease, _) = self.failed(self.inner.etcd.grant(secs as i64).await)?;
+        let req = txn::move_holding(&self.inner.keys, job.as_str(), h, &rec, lease);
+        match self.failed(self.inner.etcd.txn(req).await) {
+            Ok(r) if r.succeeded => {}
+            // Not there any more: released, expired or moved already.
+            Ok(_) => self.revoke_later(lease),
+            Err(e) => {
+                self.revoke_later(lease);
+                return Err(e);
+            }
+        }
+        self.inner
+            .counters
+            .group_moves_off
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Answers the members that the keep-alives of their groups renewed:
+    /// the batch's read (made after every keep-alive was answered) finds
+    /// the holder key as the group put it, in a raft term no newer than
+    /// the keep-alive's answer. The rest are left to be renewed one by
+    /// one, and leave their groups. Returns the groups proven kept alive,
+    /// by TTL: (etcd lease, when its keep-alive was sent).
+    fn prove_groups(
+        &self,
+        groups: &RenewGroups,
+        batch: &[Renewal],
+        touched: Vec<(Touched, Instant, Option<u64>)>,
+        reads: &[(Read, u64)],
+        out: &mut [Option<RenewOutcome>],
+    ) -> HashMap<Duration, (i64, Instant)> {
+        let c = &self.inner.counters;
+        let now = clock::now();
+        let mut proven = HashMap::new();
+        let mut stale = false;
+        for (t, sent, term) in touched {
+            let Some(term) = term else { continue };
+            let mut live = 0;
+            for (i, member) in &t.present {
+                let (r, (read, current)) = (&batch[*i], &reads[*i]);
+                let proof = match decide::renew(&r.job, &read.job, &r.holder, r.token) {
+                    Ok(h) if h.lease == member.lease && h.raw == member.raw => match term >= *current {
+                        true => Proof::Live,
+                        false => Proof::StaleTerm,
+                    },
+                    _ => Proof::Gone,
+                };
+                match proof {
+                    Proof::Live => {
+                        live += 1;
+                        c.renewals.fetch_add(1, Ordering::Relaxed);
+                        out[*i] = Some(Ok(Renewed {
+                            successor_waiting: decide::successor_waiting(&read.job, &read.line),
+                            lease: decide::granted(&r.job, &member.rec, now),
+                        }));
+                    }
+                    Proof::StaleTerm => {
+                        stale = true;
+                        groups.leave(&r.job);
+                    }
+                    Proof::Gone => groups.leave(&r.job),
+                }
+            }
+            if live > 0 {
+                groups.kept(t.lease, sent);
+                c.group_keep_alives.fetch_add(1, Ordering::Relaxed);
+                proven.insert(t.ttl, (t.lease, sent));
+            }
+        }
+        if stale {
+            tracing::debug!("a group's keep-alive answered in an older raft term; renewing one by one");
+            self.inner.etcd.reopen_keep_alives();
+        }
+        proven
+    }
+
+    /// Puts each of `joiners` (renewed just now by a keep-alive of its own
+    /// etcd lease, proven) on a group's etcd lease for its TTL: the one
+    /// proven kept alive in this batch, or a new one. Each move is one
+    /// transaction that compares the holding unchanged; a failed one
+    /// leaves the lease on its own, still renewed. Nothing here changes
+    /// an answer.
+    async fn join_groups(
+        &self,
+        groups: &RenewGroups,
+        batch: &[Renewal],
+        joiners: Vec<(usize, Holding)>,
+        proven: HashMap<Duration, (i64, Instant)>,
+    ) {
+        let mut by_ttl: HashMap<Duration, Vec<(usize, Holding)>> = HashMap::new();
+        for (i, h) in joiners {
+            if h.rec.sharing.may_join() && !h.rec.sharing.shared {
+                by_ttl.entry(batch[i].ttl).or_default().push((i, h));
+            }
+        }
+        for (ttl, joiners) in by_ttl {
+            let (lease, kept, new) = match proven.get(&ttl) {
+                Some((lease, kept)) => (*lease, *kept, false),
+                None => {
+                    let asked = Instant::now();
+                    match self.inner.etcd.grant(ttl.as_secs() as i64).await {
+                        Ok((lease, _)) => (lease, asked, true),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "a group's etcd lease was not granted");
+                            continue;
+                        }
+                    }
+                }
+            };
+            let mut set = tokio::task::JoinSet::new();
+            for (i, h) in joiners {
+                let (node, job) = (self.clone(), batch[i].job.clone());
+                set.spawn(async move {
+                    let rec = keys::HolderRec {
+                        sharing: h.rec.sharing.joined(),
+                        ..h.rec.clone()
+                    };
+                    let req = txn::move_holding(&node.inner.keys, job.as_str(), &h, &rec, lease);
+                    let r = node.inner.etcd.txn(req).await;
+                    let raw = rec.encode();
+                    let now = Holding {
+                        rec,
+                        raw,
+                        lease,
+                        version: h.version + 1,
+                    };
+                    (job, h, now, r)
+                });
+            }
+            let mut joined = 0;
+            while let Some(done) = set.join_next().await {
+                let Ok((job, was, now, r)) = done else { continue };
+                match r {
+                    Ok(r) if !r.succeeded => continue,
+                    Ok(_) => {
+                        joined += 1;
+                        self.revoke_later(was.lease);
+                    }
+                    // Perhaps applied: counted as on the group's lease, so
+                    // that a batch that leaves it out moves it off (a move
+                    // that finds it elsewhere does nothing).
+                    Err(e) => {
+                        tracing::debug!(error = %e, %job, "joining a group: outcome unknown");
+                        joined += 1;
+                    }
+                }
+                groups.join(lease, ttl, kept, job, now);
+            }
+            self.inner
+                .counters
+                .group_joins
+                .fetch_add(joined, Ordering::Relaxed);
+            if new && joined == 0 {
+                self.revoke_later(lease);
+            }
+        }
+    }
+
+    /// Renews each of `todo` (index in `batch`, its job as read) as
+    /// [`EtcdNode::renew_many`] does: the plain ones by a keep-alive of
+    /// their own etcd lease and one shared term-proving read, the rest one
+    /// by one as a `Renew`. Returns the plain ones renewed, with their
+    /// holdings.
     ///
     /// Most renewals of a fleet only keep their grant's etcd lease alive
     /// (same TTL, asked again since the grant, no rule broken on purpose):
@@ -274,15 +570,15 @@ impl EtcdNode {
     /// Everything else, and a renewal the shared read does not prove (its
     /// holding moved, or a keep-alive answered in an older term), goes
     /// the way of a `Renew`, one by one.
-    async fn renew_many_unbounded(&self, batch: &[Renewal]) -> Result<Vec<RenewOutcome>> {
-        self.check_open()?;
-        let mut out: Vec<Option<RenewOutcome>> = vec![None; batch.len()];
-        // Every entry's job, read together: a few transactions, not one
-        // each.
-        let reads = self.read_jobs(batch).await?;
+    async fn renew_each(
+        &self,
+        batch: &[Renewal],
+        todo: Vec<(usize, Read)>,
+        out: &mut [Option<RenewOutcome>],
+    ) -> Result<Vec<(usize, Holding)>> {
         let mut set = tokio::task::JoinSet::new();
-        for (i, (r, read)) in batch.iter().cloned().zip(reads).enumerate() {
-            let node = self.clone();
+        for (i, read) in todo {
+            let (node, r) = (self.clone(), batch[i].clone());
             set.spawn(async move { (i, node.plan_renewal(&r, read).await) });
         }
         let mut kept = Vec::new();
@@ -317,6 +613,7 @@ impl EtcdNode {
         let c = &self.inner.counters;
         let now = clock::now();
         let mut stale = false;
+        let mut renewed = Vec::new();
         for chunk in answered.chunks(MAX_READS_PER_TXN) {
             let reads = chunk
                 .iter()
@@ -337,6 +634,7 @@ impl EtcdNode {
                             successor_waiting: *successor_waiting,
                             lease: decide::granted(&r.job, &h.rec, now),
                         }));
+                        renewed.push((*i, h.clone()));
                     }
                     Proof::Gone => again.push(*i),
                     Proof::StaleTerm => {
@@ -365,9 +663,7 @@ impl EtcdNode {
             let (i, r) = done.map_err(|e| Error::Storage(format!("renewal task failed: {e}")))?;
             out[i] = Some(r?);
         }
-        let out: Vec<RenewOutcome> = out.into_iter().flatten().collect();
-        assert_eq!(out.len(), batch.len(), "every renewal answered");
-        Ok(out)
+        Ok(renewed)
     }
 
     /// What one renewal of a batch needs: only its etcd lease kept alive
@@ -422,14 +718,14 @@ impl EtcdNode {
     /// it: `MAX_READS_PER_TXN / READS_PER_JOB` jobs a transaction, the
     /// transactions at once. The jobs of one transaction are read at one
     /// revision; each transaction is linearizable, as `read_job`'s is.
-    async fn read_jobs(&self, batch: &[Renewal]) -> Result<Vec<Read>> {
+    async fn read_jobs(&self, batch: &[Renewal]) -> Result<Vec<(Read, u64)>> {
         let mut set = tokio::task::JoinSet::new();
         for (n, chunk) in batch.chunks(MAX_READS_PER_TXN / READS_PER_JOB).enumerate() {
             let node = self.clone();
             let jobs: Vec<JobName> = chunk.iter().map(|r| r.job.clone()).collect();
             set.spawn(async move { (n, node.read_some_jobs(&jobs).await) });
         }
-        let mut chunks: Vec<Option<Vec<Read>>> = (0..set.len()).map(|_| None).collect();
+        let mut chunks: Vec<Option<Vec<(Read, u64)>>> = (0..set.len()).map(|_| None).collect();
         while let Some(done) = set.join_next().await {
             let (n, r) = done.map_err(|e| Error::Storage(format!("read task failed: {e}")))?;
             chunks[n] = Some(r?);
@@ -437,8 +733,9 @@ impl EtcdNode {
         Ok(chunks.into_iter().flatten().flatten().collect())
     }
 
-    /// `jobs`, read in one transaction.
-    async fn read_some_jobs(&self, jobs: &[JobName]) -> Result<Vec<Read>> {
+    /// `jobs`, read in one transaction, each with the raft term of the
+    /// read.
+    async fn read_some_jobs(&self, jobs: &[JobName]) -> Result<Vec<(Read, u64)>> {
         let k = &self.inner.keys;
         let mut reads = Vec::with_capacity(jobs.len() * READS_PER_JOB);
         for job in jobs {
@@ -448,15 +745,17 @@ impl EtcdNode {
         }
         let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
         let revision = r.header.as_ref().map_or(0, |h| h.revision);
+        let term = r.header.as_ref().map_or(0, |h| h.raft_term);
         let mut rs = ranges(r).into_iter();
         jobs.iter()
             .map(|job| {
                 let kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
-                Ok(Read {
+                let read = Read {
                     revision,
                     job: k.job(job.as_str(), &kvs)?,
                     line: Line::from_ranges(rs.by_ref().take(READS_PER_JOB - 1)),
-                })
+                };
+                Ok((read, term))
             })
             .collect()
     }

@@ -456,6 +456,7 @@ mod tests {
             ttl: Duration::from_secs(5),
             holder: holder.into(),
             value: None,
+            sharing: Default::default(),
         };
         Holding {
             raw: rec.encode(),

@@ -245,6 +245,7 @@ mod tests {
             ttl,
             holder: holder.into(),
             value: None,
+            sharing: Default::default(),
         };
         put(k.holder("j"), h.encode(), 1000 + rev, rev)
     }

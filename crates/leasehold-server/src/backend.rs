@@ -168,6 +168,29 @@ impl Backend {
         }
     }
 
+    /// What one stream's renewals share from one message to the next
+    /// ([`Backend::renew_many_in`]).
+    pub fn renew_groups(&self) -> RenewGroups {
+        RenewGroups(match self {
+            Backend::Local(_) => None,
+            Backend::Etcd(_) => Some(leasehold_etcd::RenewGroups::default()),
+        })
+    }
+
+    /// [`Backend::renew_many`] for one stream's messages, in turn: in etcd
+    /// mode its renewals share etcd leases (`EtcdNode::renew_many_in`);
+    /// the single node has nothing to share.
+    pub async fn renew_many_in(
+        &self,
+        batch: &[Renewal],
+        groups: &RenewGroups,
+    ) -> Result<Vec<RenewOutcome>> {
+        match (self, &groups.0) {
+            (Backend::Etcd(n), Some(g)) => n.renew_many_in(batch, g).await,
+            _ => self.renew_many(batch).await,
+        }
+    }
+
     /// See [`Node::release`].
     pub async fn release(&self, job: &JobName, holder: &HolderId, token: Token) -> Result<bool> {
         match self {
@@ -432,3 +455,9 @@ impl Backend {
         }
     }
 }
+
+/// What one stream's renewals share from one message to the next: in etcd
+/// mode, its groups of leases on one etcd lease each; nothing on the
+/// single node. Made by [`Backend::renew_groups`].
+#[derive(Debug)]
+pub struct RenewGroups(Option<leasehold_etcd::RenewGroups>);

@@ -41,7 +41,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::backend::{Acquired, Backend, ReleaseIfDropped, Renewal};
+use crate::backend::{Acquired, Backend, ReleaseIfDropped, RenewGroups, Renewal};
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, Limits, Token};
 use crate::metrics::RpcMetrics;
@@ -810,8 +810,11 @@ impl proto::leases_server::Leases for LeasesService {
         let chaos = self.chaos.clone();
         let (tx, rx) = mpsc::channel(16);
         // One task per stream answers its requests in order; each request
-        // takes the node's lock once for all its renewals.
+        // takes the node's lock once for all its renewals. In etcd mode
+        // the stream's renewals share etcd leases from one message to the
+        // next (`groups`).
         tokio::spawn(async move {
+            let groups = node.renew_groups();
             loop {
                 let msg = tokio::select! {
                     m = inbound.message() => m,
@@ -838,7 +841,8 @@ impl proto::leases_server::Leases for LeasesService {
                 let reply = match caller.current() {
                     Ok(c) => {
                         caller = c;
-                        keep_alive_batch(&node, &limits, &caller, msg, binds.as_ref(), &chaos).await
+                        let b = binds.as_ref();
+                        keep_alive_batch(&node, &limits, &caller, msg, b, &chaos, &groups).await
                     }
                     Err(e) => Err(e),
                 }
@@ -871,6 +875,7 @@ async fn keep_alive_batch(
     req: proto::KeepAliveRequest,
     bind: Option<&(Arc<Bindings>, Arc<ConnBinds>)>,
     chaos: &ChaosState,
+    groups: &RenewGroups,
 ) -> Result<proto::KeepAliveResponse> {
     use proto::keep_alive_result::Outcome;
     let req_bind = req.bind_to_stream;
@@ -958,7 +963,7 @@ async fn keep_alive_batch(
     if let Some(d) = chaos.longest_delay(batch.iter().map(|r| r.job.as_str())) {
         tokio::time::sleep(d).await;
     }
-    let outcomes = node.renew_many(&batch).await?;
+    let outcomes = node.renew_many_in(&batch, groups).await?;
     for ((slot, outcome), renewal) in slots.into_iter().zip(outcomes).zip(&batch) {
         let res = &mut results[slot];
         match outcome {

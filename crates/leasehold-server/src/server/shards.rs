@@ -52,7 +52,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::backend::{Acquired, Backend, Renewal};
+use crate::backend::{Acquired, Backend, RenewGroups, Renewal};
 use crate::error::{Error, Result};
 use crate::lease::{HolderId, JobName, LeaseState, Limits, TenureEnd, Token};
 use crate::proto;
@@ -553,6 +553,9 @@ struct Agent {
     heard: Instant,
     /// When to look again for a waiter of a shard given away.
     poll_at: Option<Instant>,
+    /// What its shards' renewals share from one to the next (in etcd
+    /// mode, etcd leases).
+    renew_groups: RenewGroups,
 }
 
 type Out = mpsc::Sender<Result<proto::JoinResponse, Status>>;
@@ -598,6 +601,7 @@ impl Agent {
         stats.with(&spec.group, |s| s.agents += 1);
         let jobs = (0..spec.n).map(|k| shard_job(&spec.group, k)).collect();
         Ok(Agent {
+            renew_groups: node.renew_groups(),
             node,
             stats,
             n: spec.n,
@@ -1043,7 +1047,7 @@ impl Agent {
                 ttl: self.ttl,
             })
             .collect();
-        match self.node.renew_many(&batch).await {
+        match self.node.renew_many_in(&batch, &self.renew_groups).await {
             Ok(outcomes) => {
                 for ((k, _), o) in owned.into_iter().zip(outcomes) {
                     match o {

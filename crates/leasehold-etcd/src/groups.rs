@@ -1,0 +1,205 @@
+//! Etcd leases shared by the leases one `KeepAlive` stream renews together.
+//!
+//! A fleet's holder renews every lease it holds in one `KeepAlive`
+//! message, every third of their TTL. Each lease on an etcd lease of its
+//! own costs etcd one `LeaseKeepAlive` per renewal, and the frontend a
+//! request and its answer: more than everything else a renewal costs
+//! together. So a stream's plain renewals (same TTL, asked again since
+//! the grant) that were renewed together are moved, once, onto one etcd
+//! lease of their stream's, a **group**, and after that one keep-alive of
+//! the group renews them all.
+//!
+//! What makes that safe is when the group's etcd lease is kept alive:
+//!
+//! - **Only by its own stream, only in a message that renews every lease
+//!   of the group.** A member the message leaves out is first moved to an
+//!   etcd lease of its own that runs out when the group's would have
+//!   (whole seconds, rounded up), so that no lease outlives its last
+//!   renewal because another was renewed.
+//! - A holder key on a group's etcd lease says so (`keys::Sharing`).
+//!   Every other renewal of it (a `Renew`, another stream, another
+//!   frontend) moves it to an etcd lease of its own first
+//!   ([`decide::extend`](super::decide::extend)), and a release or a
+//!   hand-over does not revoke a group's etcd lease.
+//! - A member is renewed by the group's keep-alive only when a
+//!   linearizable read made after it finds its holder key unchanged, on
+//!   the group's lease, in a raft term no newer than the keep-alive's
+//!   answer: the proof a lease of its own gets (`renew.rs`).
+//! - A lease joins a group only after its own keep-alive was proven in
+//!   this message, and the group's etcd lease was kept alive (proven) or
+//!   granted in this same message, after the message arrived: on the
+//!   group's lease it lasts at least its TTL from the renewal.
+//!
+//! When the stream ends its groups are forgotten, not revoked: their
+//! leases run out a TTL after their last renewal, as each lease would
+//! have. A new stream (or a frontend restarted) renewing them moves each
+//! to its own etcd lease, and from there into its own group. A grant
+//! moved off a group [`Sharing::MAX_MOVES_OFF`](super::keys::Sharing)
+//! times stays on its own etcd lease until it ends: a client that renews
+//! its leases in changing company would otherwise pay a move at every
+//! renewal.
+//!
+//! This module keeps each stream's groups; `renew.rs` does the work.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use leasehold_backend::Renewal;
+use leasehold_core::lease::JobName;
+
+use super::keys::Holding;
+
+/// The groups of one `KeepAlive` stream (or one shards member's
+/// renewals): made empty for the stream, passed to each of its
+/// `renew_many_in` calls, dropped with it. Calls on one value are
+/// expected one at a time, as a stream's messages are answered.
+#[derive(Debug, Default)]
+pub struct RenewGroups {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// By etcd lease.
+    groups: HashMap<i64, Group>,
+    /// Each member's group.
+    of_job: HashMap<JobName, i64>,
+}
+
+#[derive(Debug)]
+struct Group {
+    ttl: Duration,
+    /// When its last proven keep-alive (or its grant) was sent: its etcd
+    /// lease runs at least until `ttl` after.
+    kept: Instant,
+    /// Each member's holding as this stream put it on the group's lease.
+    members: HashMap<JobName, Holding>,
+}
+
+/// A group with a renewal in a batch.
+#[derive(Debug)]
+pub(super) struct Touched {
+    /// The group's etcd lease.
+    pub lease: i64,
+    /// The TTL of every member.
+    pub ttl: Duration,
+    /// See `Group::kept`.
+    pub kept: Instant,
+    /// The members the batch renews: (index in the batch, holding).
+    pub present: Vec<(usize, Holding)>,
+    /// The members it leaves out.
+    pub absent: Vec<(JobName, Holding)>,
+}
+
+impl RenewGroups {
+    /// The groups `batch` renews a member of, each with what it leaves
+    /// out. A renewal counts as its group's when its holder, token and TTL
+    /// are the member's; a job twice in `batch` counts once.
+    pub(super) fn touched(&self, batch: &[Renewal]) -> Vec<Touched> {
+        let st = self.state.lock().expect("renew groups");
+        let mut touched: HashMap<i64, Touched> = HashMap::new();
+        let mut seen: HashSet<&JobName> = HashSet::new();
+        for (i, r) in batch.iter().enumerate() {
+            let Some((lease, g)) = st
+                .of_job
+                .get(&r.job)
+                .and_then(|l| Some((*l, st.groups.get(l)?)))
+            else {
+                continue;
+            };
+            let h = &g.members[&r.job];
+            let same = g.ttl == r.ttl && h.rec.holder == r.holder.as_str() && h.rec.token == r.token;
+            if same && seen.insert(&r.job) {
+                touched
+                    .entry(lease)
+                    .or_insert_with(|| Touched {
+                        lease,
+                        ttl: g.ttl,
+                        kept: g.kept,
+                        present: Vec::new(),
+                        absent: Vec::new(),
+                    })
+                    .present
+                    .push((i, h.clone()));
+            }
+        }
+        for t in touched.values_mut() {
+            let g = &st.groups[&t.lease];
+            let present: HashSet<&JobName> = t.present.iter().map(|(i, _)| &batch[*i].job).collect();
+            t.absent = g
+                .members
+                .iter()
+                .filter(|(job, _)| !present.contains(job))
+                .map(|(job, h)| (job.clone(), h.clone()))
+                .collect();
+        }
+        touched.into_values().collect()
+    }
+
+    /// `job` is no longer on the group's lease (moved off, or gone), or
+    /// may no longer be counted on it.
+    pub(super) fn leave(&self, job: &JobName) {
+        let mut st = self.state.lock().expect("renew groups");
+        let State { groups, of_job } = &mut *st;
+        if let Some(lease) = of_job.remove(job) {
+            if let Some(g) = groups.get_mut(&lease) {
+                g.members.remove(job);
+                if g.members.is_empty() {
+                    groups.remove(&lease);
+                }
+            }
+        }
+    }
+
+    /// The group's etcd lease is gone: so is every member's holding.
+    pub(super) fn gone(&self, lease: i64) {
+        let mut st = self.state.lock().expect("renew groups");
+        if let Some(g) = st.groups.remove(&lease) {
+            for job in g.members.keys() {
+                st.of_job.remove(job);
+            }
+        }
+    }
+
+    /// The group's keep-alive sent at `at` was proven.
+    pub(super) fn kept(&self, lease: i64, at: Instant) {
+        let mut st = self.state.lock().expect("renew groups");
+        if let Some(g) = st.groups.get_mut(&lease) {
+            g.kept = g.kept.max(at);
+        }
+    }
+
+    /// `job`'s holding `h` is (or may be) on the group's etcd lease
+    /// `lease`, which lasts at least `ttl` from `kept`.
+    pub(super) fn join(&self, lease: i64, ttl: Duration, kept: Instant, job: JobName, h: Holding) {
+        let mut st = self.state.lock().expect("renew groups");
+        let State { groups, of_job } = &mut *st;
+        if let Some(old) = of_job.insert(job.clone(), lease) {
+            if old != lease {
+                if let Some(g) = groups.get_mut(&old) {
+                    g.members.remove(&job);
+                    if g.members.is_empty() {
+                        groups.remove(&old);
+                    }
+                }
+            }
+        }
+        groups
+            .entry(lease)
+            .or_insert_with(|| Group {
+                ttl,
+                kept,
+                members: HashMap::new(),
+            })
+            .members
+            .insert(job, h);
+    }
+
+    /// How many leases are on this stream's groups' etcd leases, and in
+    /// how many groups.
+    pub fn sizes(&self) -> (usize, usize) {
+        let st = self.state.lock().expect("renew groups");
+        (st.of_job.len(), st.groups.len())
+    }
+}
