@@ -545,6 +545,7 @@ async fn setup_raw(
                     ttl: TTL,
                     holder: HOLDER.into(),
                     value: None,
+                    sharing: Default::default(),
                 };
                 let token = TokenRec {
                     token: RAW_TOKEN,

@@ -836,6 +836,7 @@ async fn records_leasehold_cannot_use_are_named_and_skipped() {
         ttl,
         holder: "forever".into(),
         value: Default::default(),
+        sharing: Default::default(),
     };
     assert!(
         etcd.txn(put(keys.holder("c"), rec.encode()))

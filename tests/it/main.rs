@@ -62,6 +62,7 @@ mod crash;
 mod delete_job;
 mod elector;
 mod etcd;
+mod etcd_groups;
 mod etcd_secure;
 mod etcd_settings;
 mod faults;
