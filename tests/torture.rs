@@ -84,7 +84,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold::client::{
-    Client, ClientError, Shard, ShardMember, ShardOptions, StreamWrite, WriteOutcome,
+    Client, ClientError, KeepAlive, KeepAliveRenewal, RenewOutcome, Shard, ShardMember,
+    ShardOptions, StreamWrite, WriteOutcome,
 };
 
 mod common;
@@ -341,6 +342,55 @@ fn outcome_of(e: &ClientError) -> Outcome {
     }
 }
 
+/// One renewal over the worker's `KeepAlive` stream to this frontend
+/// (opened when there is none, dropped after an error), its outcome as a
+/// unary `Renew` would give it: the token the server says we hold. A
+/// stream that lives across renewals is what puts its leases on a shared
+/// etcd lease in etcd mode.
+async fn stream_renew(
+    ka: &mut Option<KeepAlive>,
+    c: &Client,
+    job: &str,
+    holder: &str,
+    token: u64,
+    ttl: Duration,
+) -> Result<u64, ClientError> {
+    if ka.is_none() {
+        *ka = Some(c.keep_alive().await?);
+    }
+    let stream = ka.as_mut().expect("opened");
+    let out = match stream
+        .renew(&[KeepAliveRenewal::new(job, holder, token, ttl)])
+        .await
+    {
+        Ok(out) => out,
+        Err(e) => {
+            *ka = None;
+            return Err(e);
+        }
+    };
+    match out.into_iter().next() {
+        Some(RenewOutcome::Renewed(l)) => Ok(l.token),
+        Some(RenewOutcome::LeaseLost(l)) => Err(ClientError::LeaseLost {
+            message: format!("{job}: lost (KeepAlive)"),
+            current_token: Some(l.token),
+        }),
+        Some(RenewOutcome::UnknownToken(_)) => Err(ClientError::UnknownToken {
+            message: format!("{job}: token {token} unknown (KeepAlive)"),
+            current_token: None,
+        }),
+        Some(RenewOutcome::InvalidArgument { field, message }) => {
+            Err(ClientError::InvalidArgument {
+                field: Some(field),
+                message,
+            })
+        }
+        None => Err(ClientError::Other(tonic::Status::internal(
+            "an empty KeepAlive answer",
+        ))),
+    }
+}
+
 /// One write over a fresh `WriteStream`, its outcome as a unary
 /// `CheckedWrite` would give it.
 async fn stream_write(
@@ -423,6 +473,8 @@ fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
         let mut held: Option<(String, u64, u64)> = None; // job, token, ttl_ms
         let mut promised_at = 0u64; // when the last grant or renewal was invoked
         let mut old_tokens: Vec<(String, u64)> = Vec::new();
+        // The worker's KeepAlive stream to each frontend, once opened.
+        let mut streams: Vec<Option<KeepAlive>> = (0..clients.len()).map(|_| None).collect();
         let mut n = 0u64;
         let out = std::io::stdout();
         while !done.load(Ordering::SeqCst) {
@@ -498,13 +550,18 @@ fn worker(id: usize, addrs: &[SocketAddr], seed: u64, etcd: bool) {
                         }
                     }
                     op.invoke = mono_ns();
-                    let r = c
-                        .renew(hj, &holder, *token, Duration::from_millis(*ttl_ms))
-                        .await;
+                    let ttl = Duration::from_millis(*ttl_ms);
+                    // Every other worker renews over its KeepAlive stream
+                    // to this frontend.
+                    let r = if id % 2 == 0 {
+                        c.renew(hj, &holder, *token, ttl).await.map(|l| l.token)
+                    } else {
+                        stream_renew(&mut streams[at], c, hj, &holder, *token, ttl).await
+                    };
                     op.complete = mono_ns();
                     match r {
-                        Ok(l) => {
-                            op.version = l.token; // the token the server says we hold
+                        Ok(t) => {
+                            op.version = t; // the token the server says we hold
                             promised_at = op.invoke;
                         }
                         Err(e) => {
