@@ -36,11 +36,7 @@ fn client_of(url: &str) -> Client {
 
 /// Each job's holder key as etcd has it: (etcd lease, record); `None`
 /// when absent.
-async fn holder_keys(
-    etcd: &Etcd,
-    keys: &Keys,
-    jobs: &[String],
-) -> Vec<Option<(i64, HolderRec)>> {
+async fn holder_keys(etcd: &Etcd, keys: &Keys, jobs: &[String]) -> Vec<Option<(i64, HolderRec)>> {
     let mut out = Vec::new();
     for j in jobs {
         let r = etcd
@@ -148,7 +144,11 @@ async fn a_stream_keeps_its_leases_alive_with_one_etcd_lease_and_each_still_runs
     }
     let held = holder_keys(&etcd, &keys, &jobs).await;
     let group: HashSet<i64> = held.iter().map(|h| h.as_ref().unwrap().0).collect();
-    assert_eq!(group.len(), 1, "one etcd lease for the stream's leases: {held:?}");
+    assert_eq!(
+        group.len(),
+        1,
+        "one etcd lease for the stream's leases: {held:?}"
+    );
     let group = *group.iter().next().unwrap();
     assert!(!own.contains(&group));
     assert!(held.iter().all(|h| h.as_ref().unwrap().1.sharing.shared));
@@ -198,7 +198,9 @@ async fn a_stream_keeps_its_leases_alive_with_one_etcd_lease_and_each_still_runs
     // it alone); a release of another does not end the group's etcd
     // lease: the stream's next messages renew every one still held.
     c.renew("g1", "me", tokens[1], TTL).await.unwrap();
-    let g1 = holder_keys(&etcd, &keys, &jobs[1..2]).await[0].clone().unwrap();
+    let g1 = holder_keys(&etcd, &keys, &jobs[1..2]).await[0]
+        .clone()
+        .unwrap();
     assert_ne!(g1.0, group);
     c.release("g2", "me", tokens[2]).await.unwrap();
     let rest: Vec<String> = jobs[1..].iter().filter(|j| *j != "g2").cloned().collect();
@@ -228,12 +230,15 @@ async fn a_stream_keeps_its_leases_alive_with_one_etcd_lease_and_each_still_runs
     }
 }
 
-/// Two streams renewing the same leases in turn: every renewal succeeds,
-/// and each lease settles on an etcd lease of its own after at most
-/// `Sharing::MAX_MOVES_OFF` moves off a group, instead of moving at every
-/// renewal.
+/// Leases renewed on two streams in turn. When a stream renews every
+/// lease of the other's group (a client whose stream was opened again),
+/// it takes the group over in one transaction: every lease stays shared,
+/// and none counts a move off. When it renews only some, each of those
+/// moves to an etcd lease of its own, and after
+/// `Sharing::MAX_MOVES_OFF` moves stays there instead of moving at every
+/// renewal. Every renewal succeeds throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leases_renewed_on_two_streams_in_turn_settle_on_their_own_etcd_leases() {
+async fn leases_renewed_on_two_streams_in_turn_are_taken_over_or_settle_on_their_own() {
     let cluster = EtcdCluster::start(1);
     let prefix = fresh_prefix();
     let f = frontend(&cluster.endpoints_arg(), &prefix, &[]);
@@ -247,20 +252,48 @@ async fn leases_renewed_on_two_streams_in_turn_settle_on_their_own_etcd_leases()
     }
     let mut a = c.keep_alive().await.unwrap();
     let mut b = c.keep_alive().await.unwrap();
-    for round in 0..12 {
+    let mut groups = HashSet::new();
+    for round in 0..8 {
         let ka = if round % 2 == 0 { &mut a } else { &mut b };
         let out = ka.renew(&batch(&jobs, &tokens)).await.unwrap();
         assert!(out.iter().all(|o| o.is_renewed()), "round {round}: {out:?}");
+        if round >= 2 {
+            let held = holder_keys(&etcd, &keys, &jobs).await;
+            let leases: HashSet<i64> = held.iter().map(|h| h.as_ref().unwrap().0).collect();
+            assert_eq!(leases.len(), 1, "round {round}: one group: {held:?}");
+            for h in &held {
+                let rec = &h.as_ref().unwrap().1;
+                assert!(rec.sharing.shared && rec.sharing.moved_off == 0, "{rec:?}");
+            }
+            groups.extend(leases);
+        }
     }
-    for h in holder_keys(&etcd, &keys, &jobs).await {
-        let (_, rec) = h.unwrap();
-        assert!(!rec.sharing.shared, "{rec:?}");
-        assert_eq!(rec.sharing.moved_off, 3, "{rec:?}");
+    assert_eq!(groups.len(), 2, "each stream's group, taken over in turn");
+
+    // b renews t0..t2 only: they move off a's group, and then back into
+    // it when a renews them, three times; after that they stay on their
+    // own etcd leases. t3 and t4 stay in a's group.
+    for round in 0..10 {
+        let (ka, n) = if round % 2 == 0 {
+            (&mut a, 5)
+        } else {
+            (&mut b, 3)
+        };
+        let out = ka.renew(&batch(&jobs[..n], &tokens[..n])).await.unwrap();
+        assert!(out.iter().all(|o| o.is_renewed()), "round {round}: {out:?}");
     }
-    let leases: HashSet<i64> = holder_keys(&etcd, &keys, &jobs)
-        .await
-        .into_iter()
-        .map(|h| h.unwrap().0)
-        .collect();
-    assert_eq!(leases.len(), 5, "each on its own etcd lease");
+    let held = holder_keys(&etcd, &keys, &jobs).await;
+    for h in &held[..3] {
+        let rec = &h.as_ref().unwrap().1;
+        assert_eq!(
+            (rec.sharing.shared, rec.sharing.moved_off),
+            (false, 3),
+            "{held:?}"
+        );
+    }
+    let own: HashSet<i64> = held[..3].iter().map(|h| h.as_ref().unwrap().0).collect();
+    assert_eq!(own.len(), 3, "each on its own etcd lease: {held:?}");
+    for h in &held[3..] {
+        assert!(h.as_ref().unwrap().1.sharing.shared, "{held:?}");
+    }
 }

@@ -623,6 +623,22 @@ impl Etcd {
         Ok((r.ttl >= 0).then_some(r.ttl))
     }
 
+    /// The keys bound to the etcd lease `id`; `None` when the lease is
+    /// gone. A read, tried again on another member when one fails.
+    pub async fn lease_keys(&self, id: i64) -> Result<Option<Vec<Vec<u8>>>> {
+        let r = self
+            .retry("lease time-to-live", |ch| {
+                let mut l = LeaseClient::new(ch);
+                async move {
+                    l.lease_time_to_live(pb::LeaseTimeToLiveRequest { id, keys: true })
+                        .await
+                        .map(|r| r.into_inner())
+                }
+            })
+            .await?;
+        Ok((r.ttl >= 0).then_some(r.keys))
+    }
+
     /// Watches the key ranges from `revision` on. Events from `revision`
     /// on are never missed, however late the watch is registered.
     pub async fn watch(&self, ranges: &[WatchRange], revision: i64) -> Result<Watch> {

@@ -362,7 +362,7 @@ mod tests {
                 token: Token(token),
                 ttl: TTL,
                 holder: h.into(),
-            sharing: Default::default(),
+                sharing: Default::default(),
                 value: None,
             };
             Holding {

@@ -109,7 +109,8 @@ impl RenewGroups {
                 continue;
             };
             let h = &g.members[&r.job];
-            let same = g.ttl == r.ttl && h.rec.holder == r.holder.as_str() && h.rec.token == r.token;
+            let same =
+                g.ttl == r.ttl && h.rec.holder == r.holder.as_str() && h.rec.token == r.token;
             if same && seen.insert(&r.job) {
                 touched
                     .entry(lease)
@@ -126,7 +127,8 @@ impl RenewGroups {
         }
         for t in touched.values_mut() {
             let g = &st.groups[&t.lease];
-            let present: HashSet<&JobName> = t.present.iter().map(|(i, _)| &batch[*i].job).collect();
+            let present: HashSet<&JobName> =
+                t.present.iter().map(|(i, _)| &batch[*i].job).collect();
             t.absent = g
                 .members
                 .iter()
@@ -194,6 +196,15 @@ impl RenewGroups {
             })
             .members
             .insert(job, h);
+    }
+
+    /// Whether `lease` is one of this stream's groups' etcd leases.
+    pub(super) fn owns(&self, lease: i64) -> bool {
+        self.state
+            .lock()
+            .expect("renew groups")
+            .groups
+            .contains_key(&lease)
     }
 
     /// How many leases are on this stream's groups' etcd leases, and in

@@ -1019,7 +1019,13 @@ mod tests {
                 moved_off: 1
             }
         );
-        for bad in [&b"7 5-0 w"[..], b"7 5+ w", b"7 5+x w", b"7 +1 w", b"7 5+1-1 w"] {
+        for bad in [
+            &b"7 5-0 w"[..],
+            b"7 5+ w",
+            b"7 5+x w",
+            b"7 +1 w",
+            b"7 5+1-1 w",
+        ] {
             assert!(HolderRec::decode(bad).is_err(), "{bad:?}");
         }
         // A waiter key's value: the holder, and the value its Acquire

@@ -249,8 +249,8 @@ mod values;
 mod views;
 mod watch;
 
-pub use settings::SharedSettings;
 pub use groups::RenewGroups;
+pub use settings::SharedSettings;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};

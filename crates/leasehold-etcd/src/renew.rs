@@ -7,7 +7,7 @@
 //! with one read (`renew_each`); a stream's renewals share etcd leases,
 //! one a group (`renew_many_in`, module `groups`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -17,10 +17,10 @@ use leasehold_core::error::{Error, Result};
 use leasehold_core::lease::rules::{self, Faults};
 use leasehold_core::lease::{HolderId, JobName, LeaseState, LeaseView, Published, Token, Vacancy};
 
-use super::client::{range_req, ranges};
+use super::client::{pb, range_req, ranges};
 use super::decide::{self, Extend, Proof};
-use super::health::no_space_health;
 use super::groups::{RenewGroups, Touched};
+use super::health::no_space_health;
 use super::keys::{self, Holding, JobState};
 use super::queue::{self, Line};
 use super::{contention, is_no_space, txn, EtcdNode, Read, MAX_TRIES};
@@ -313,12 +313,18 @@ impl EtcdNode {
             Some(g) => self.prove_groups(g, batch, touched, &reads, &mut out),
             None => HashMap::new(),
         };
-        let rest = reads
+        let mut proven = proven;
+        let mut rest: Vec<(usize, Read)> = reads
             .into_iter()
             .enumerate()
             .filter(|(i, _)| out[*i].is_none())
             .map(|(i, (read, _))| (i, read))
             .collect();
+        if let Some(g) = groups {
+            rest = self
+                .take_over_groups(g, batch, rest, &mut out, &mut proven)
+                .await?;
+        }
         let joiners = self.renew_each(batch, rest, &mut out).await?;
         if let Some(g) = groups {
             self.join_groups(g, batch, joiners, proven).await;
@@ -433,13 +439,20 @@ impl EtcdNode {
         for (t, sent, term) in touched {
             let Some(term) = term else { continue };
             let mut live = 0;
+            // Whether the keep-alive was answered in the term of every
+            // read after it: then the group's etcd lease is good for
+            // joins, even when none of its members was still on it.
+            let mut in_term = true;
             for (i, member) in &t.present {
                 let (r, (read, current)) = (&batch[*i], &reads[*i]);
+                in_term &= term >= *current;
                 let proof = match decide::renew(&r.job, &read.job, &r.holder, r.token) {
-                    Ok(h) if h.lease == member.lease && h.raw == member.raw => match term >= *current {
-                        true => Proof::Live,
-                        false => Proof::StaleTerm,
-                    },
+                    Ok(h) if h.lease == member.lease && h.raw == member.raw => {
+                        match term >= *current {
+                            true => Proof::Live,
+                            false => Proof::StaleTerm,
+                        }
+                    }
                     _ => Proof::Gone,
                 };
                 match proof {
@@ -461,14 +474,134 @@ impl EtcdNode {
             if live > 0 {
                 groups.kept(t.lease, sent);
                 c.group_keep_alives.fetch_add(1, Ordering::Relaxed);
+            }
+            if in_term {
                 proven.insert(t.ttl, (t.lease, sent));
             }
         }
         if stale {
-            tracing::debug!("a group's keep-alive answered in an older raft term; renewing one by one");
+            tracing::debug!(
+                "a group's keep-alive answered in an older raft term; renewing one by one"
+            );
             self.inner.etcd.reopen_keep_alives();
         }
         proven
+    }
+
+    /// Renews together, by moving them onto this stream's group, the
+    /// leases of `rest` that sit on another stream's group (a stream that
+    /// ended, or another frontend's) when the batch renews **every** lease
+    /// on that group's etcd lease (etcd lists them): the case of a client
+    /// whose stream was opened again, or whose frontend restarted. A
+    /// transaction of up to 64 moves compares each holder key unchanged
+    /// on the old lease. The old etcd lease is left to run out with
+    /// nothing on it, so that no etcd lease is ever kept alive by a
+    /// stream other than the one that put its keys there. Returns what is
+    /// left to renew one by one: a group the batch renews only part of is
+    /// left too, and each of its leases moves to an etcd lease of its own
+    /// as any other renewal of a shared holding does.
+    async fn take_over_groups(
+        &self,
+        groups: &RenewGroups,
+        batch: &[Renewal],
+        rest: Vec<(usize, Read)>,
+        out: &mut [Option<RenewOutcome>],
+        proven: &mut HashMap<Duration, (i64, Instant)>,
+    ) -> Result<Vec<(usize, Read)>> {
+        let mut by_lease: HashMap<i64, Vec<usize>> = HashMap::new();
+        for (n, (i, read)) in rest.iter().enumerate() {
+            let r = &batch[*i];
+            match decide::renew(&r.job, &read.job, &r.holder, r.token) {
+                Ok(h) if h.rec.sharing.shared && h.rec.ttl == r.ttl && !groups.owns(h.lease) => {
+                    by_lease.entry(h.lease).or_default().push(n)
+                }
+                _ => {}
+            }
+        }
+        if by_lease.is_empty() {
+            return Ok(rest);
+        }
+        let k = &self.inner.keys;
+        let mut taken: HashSet<usize> = HashSet::new();
+        for (old, members) in by_lease {
+            let Some(on_it) = self.failed(self.inner.etcd.lease_keys(old).await)? else {
+                continue;
+            };
+            let renewed: HashSet<Vec<u8>> = members
+                .iter()
+                .map(|n| k.holder(batch[rest[*n].0].job.as_str()))
+                .collect();
+            if on_it.len() != members.len() || !on_it.iter().all(|key| renewed.contains(key)) {
+                continue;
+            }
+            let ttl = batch[rest[members[0]].0].ttl;
+            let (lease, kept) = match proven.get(&ttl) {
+                Some(p) => *p,
+                None => {
+                    let asked = Instant::now();
+                    let (lease, _) =
+                        self.failed(self.inner.etcd.grant(ttl.as_secs() as i64).await)?;
+                    proven.insert(ttl, (lease, asked));
+                    (lease, asked)
+                }
+            };
+            for chunk in members.chunks(MAX_MOVES_PER_TXN) {
+                let mut req = pb::TxnRequest::default();
+                let mut moved = Vec::new();
+                for n in chunk {
+                    let (i, read) = &rest[*n];
+                    let r = &batch[*i];
+                    let h = decide::renew(&r.job, &read.job, &r.holder, r.token)
+                        .expect("checked above");
+                    let one = txn::move_holding(k, r.job.as_str(), h, &h.rec, lease);
+                    req.compare.extend(one.compare);
+                    req.success.extend(one.success);
+                    let waiting = decide::successor_waiting(&read.job, &read.line);
+                    moved.push((*n, h.clone(), waiting));
+                }
+                let done = self.failed(self.inner.etcd.txn(req).await);
+                let now = clock::now();
+                for (n, h, waiting) in moved {
+                    let r = &batch[rest[n].0];
+                    let on_group = Holding {
+                        lease,
+                        version: h.version + 1,
+                        ..h.clone()
+                    };
+                    match &done {
+                        Ok(t) if t.succeeded => {
+                            self.inner.counters.renewals.fetch_add(1, Ordering::Relaxed);
+                            out[rest[n].0] = Some(Ok(Renewed {
+                                successor_waiting: waiting,
+                                lease: decide::granted(&r.job, &h.rec, now),
+                            }));
+                            taken.insert(n);
+                        }
+                        Ok(_) => continue,
+                        // Perhaps moved: counted on the group, so that a
+                        // batch that leaves it out moves it off; renewed
+                        // one by one below.
+                        Err(_) => {}
+                    }
+                    groups.join(lease, ttl, kept, r.job.clone(), on_group);
+                }
+                if let Ok(t) = &done {
+                    if t.succeeded {
+                        self.inner
+                            .counters
+                            .group_joins
+                            .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                    }
+                }
+                done?;
+            }
+        }
+        Ok(rest
+            .into_iter()
+            .enumerate()
+            .filter(|(n, _)| !taken.contains(n))
+            .map(|(_, r)| r)
+            .collect())
     }
 
     /// Puts each of `joiners` (renewed just now by a keep-alive of its own
@@ -526,7 +659,9 @@ impl EtcdNode {
             }
             let mut joined = 0;
             while let Some(done) = set.join_next().await {
-                let Ok((job, was, now, r)) = done else { continue };
+                let Ok((job, was, now, r)) = done else {
+                    continue;
+                };
                 match r {
                     Ok(r) if !r.succeeded => continue,
                     Ok(_) => {
@@ -708,6 +843,10 @@ impl EtcdNode {
 /// The most reads one transaction carries (etcd's default
 /// `--max-txn-ops`).
 const MAX_READS_PER_TXN: usize = 128;
+
+/// The most holder keys one transaction moves: two comparisons each,
+/// within etcd's default `--max-txn-ops` (128).
+const MAX_MOVES_PER_TXN: usize = 64;
 
 /// The reads of one job: its keys, and its line's three (see
 /// [`queue::line_reads`]).
