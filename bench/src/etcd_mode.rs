@@ -100,10 +100,33 @@ pub struct EtcdModeArgs {
     /// One round of 1.5 s cells, for a quick look.
     #[arg(long)]
     quick: bool,
+    /// The kinds of work measured, comma-separated: renew, write,
+    /// keepalive (100 leases drawn at random from 1,000 every message),
+    /// fleet (each client's own 100 leases, the same every message).
+    #[arg(long, default_value = "renew,write,keepalive,fleet")]
+    works: String,
     /// The frontends' log filter (`RUST_LOG`): at `warn`, a frontend that
     /// leaves a member it found stalled says so.
     #[arg(long, default_value = "warn")]
     frontend_log: String,
+}
+
+impl EtcdModeArgs {
+    fn works(&self) -> Res<Vec<Work>> {
+        self.works
+            .split(',')
+            .map(|w| match w.trim() {
+                "renew" => Ok(Work::Renew),
+                "write" => Ok(Work::Write),
+                "keepalive" => Ok(Work::KeepAlive),
+                "fleet" => Ok(Work::Fleet),
+                other => Err(format!(
+                    "--works: {other:?} is none of renew, write, keepalive, fleet"
+                )
+                .into()),
+            })
+            .collect()
+    }
 }
 
 /// The TTL of every lease, leasehold's and raw etcd's.
@@ -124,6 +147,7 @@ enum Work {
     Renew,
     Write,
     KeepAlive,
+    Fleet,
 }
 
 impl Work {
@@ -132,6 +156,7 @@ impl Work {
             Work::Renew => "renew",
             Work::Write => "write",
             Work::KeepAlive => "keepalive",
+            Work::Fleet => "fleet",
         }
     }
 }
@@ -180,6 +205,16 @@ fn sends(work: Work) -> (&'static str, &'static str) {
              pipelined per round trip: an etcd user's keep-alive, with no read and no proof of \
              the term",
         ),
+        Work::Fleet => (
+            "per KeepAlive message renewing the client's same leases as its message before: one \
+             LeaseKeepAlive of the etcd lease its stream's group shares, then one reading Txn \
+             per 32 of its jobs (holder and token keys, lines), which also proves the \
+             keep-alive's raft term (a cell's first messages take over the groups of the \
+             stream before, in one Txn per 64 leases)",
+            "one LeaseKeepAlive message per lease on the client's own stream, its leases \
+             pipelined in one round trip: an etcd user's keep-alive, with no read and no proof \
+             of the term",
+        ),
     }
 }
 
@@ -225,7 +260,7 @@ impl Conn {
             System::Frontends(n) => {
                 let client = Client::from_channel(channel(&urls[i % n]).await?);
                 let ka = match work {
-                    Work::KeepAlive => Some(client.keep_alive().await?),
+                    Work::KeepAlive | Work::Fleet => Some(client.keep_alive().await?),
                     _ => None,
                 };
                 Ok(Conn::Leasehold { client, ka })
@@ -233,7 +268,7 @@ impl Conn {
             System::Raw => {
                 let ch = channel(&ctx.leader).await?;
                 let ka = match work {
-                    Work::Renew | Work::KeepAlive => {
+                    Work::Renew | Work::KeepAlive | Work::Fleet => {
                         Some(keep_alive_stream(ch.clone(), ctx.raw_leases[i % JOBS]).await?)
                     }
                     Work::Write => None,
@@ -246,9 +281,11 @@ impl Conn {
         }
     }
 
-    /// One operation; the leases renewed or values written.
-    async fn op(&mut self, work: Work, rng: &mut Rng, ctx: &Ctx) -> Res<u64> {
+    /// One operation of client `i`; the leases renewed or values written.
+    async fn op(&mut self, work: Work, rng: &mut Rng, ctx: &Ctx, i: usize) -> Res<u64> {
         let j = rng.below(JOBS);
+        // The fleet's client `i` holds jobs `own`: the same every message.
+        let own = JOBS + i * BATCH..JOBS + (i + 1) * BATCH;
         match (self, work) {
             (Conn::Leasehold { client, .. }, Work::Renew) => {
                 client
@@ -277,6 +314,45 @@ impl Conn {
                     .count();
                 if renewed != BATCH {
                     return Err(format!("{renewed} of {BATCH} renewed").into());
+                }
+                Ok(BATCH as u64)
+            }
+            (Conn::Leasehold { ka: Some(ka), .. }, Work::Fleet) => {
+                let batch: Vec<KeepAliveRenewal> = own
+                    .map(|j| KeepAliveRenewal::new(&ctx.names[j], HOLDER, ctx.lh_tokens[j], TTL))
+                    .collect();
+                let renewed = ka
+                    .renew(&batch)
+                    .await?
+                    .iter()
+                    .filter(|o| o.is_renewed())
+                    .count();
+                if renewed != BATCH {
+                    return Err(format!("{renewed} of {BATCH} renewed").into());
+                }
+                Ok(BATCH as u64)
+            }
+            (
+                Conn::Raw {
+                    ka: Some((tx, rx)), ..
+                },
+                Work::Fleet,
+            ) => {
+                for j in own {
+                    tx.send(pb::LeaseKeepAliveRequest {
+                        id: ctx.raw_leases[j],
+                    })
+                    .await?;
+                }
+                let mut expired = 0;
+                for _ in 0..BATCH {
+                    let r = rx.message().await?.ok_or("etcd keep-alive stream ended")?;
+                    if r.ttl <= 0 {
+                        expired += 1;
+                    }
+                }
+                if expired > 0 {
+                    return Err(format!("{expired} of {BATCH} etcd leases gone").into());
                 }
                 Ok(BATCH as u64)
             }
@@ -472,22 +548,48 @@ fn frontend(bin: &Path, endpoints: &str, log: &str) -> Res<Server> {
 }
 
 /// Every job acquired through the frontend at `url`, renewed once (so its
-/// holder key is past version 1, as after any first Renew) and its key
-/// written once; each job's token.
+/// holder key is past version 1, as after any first Renew) and, for the
+/// first [`JOBS`], its key written once; each job's token. The fleet's
+/// jobs (after the first [`JOBS`]) are then renewed once more over a
+/// `KeepAlive` stream per client, [`BATCH`] at a time, which puts each
+/// client's on one shared etcd lease, as a fleet's are after its first
+/// messages.
 ///
-/// The Acquires go one at a time: each creates its job, and every job's
-/// creation compares and puts the one store-wide `meta` key (the job
-/// count), so that sixteen at once retry each other past the frontend's
-/// 64 tries ("the job kept changing"), as a first run of this bench found.
+/// The first [`JOBS`] Acquires go one at a time, as in the first runs of
+/// this bench (each creates its job, comparing and putting the one
+/// store-wide `meta` key; a frontend now takes its own new jobs in turn).
 async fn setup_leasehold(url: &str, names: &Arc<Vec<String>>, value: &[u8]) -> Res<Vec<u64>> {
     let client = Client::from_channel(channel(url).await?);
-    let mut tokens = Vec::with_capacity(JOBS);
-    for name in names.iter() {
+    let mut tokens = vec![0; names.len()];
+    for (i, name) in names.iter().enumerate().take(JOBS) {
         let a = client.acquire(name, HOLDER, TTL, Duration::ZERO).await?;
         if !a.acquired {
             return Err(format!("leasehold: {name} not acquired").into());
         }
-        tokens.push(a.lease.token);
+        tokens[i] = a.lease.token;
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for t in 0..SETUP_TASKS {
+        let client = Client::from_channel(channel(url).await?);
+        let names = names.clone();
+        set.spawn(async move {
+            let mut out = Vec::new();
+            for i in (JOBS + t..names.len()).step_by(SETUP_TASKS) {
+                let a = client
+                    .acquire(&names[i], HOLDER, TTL, Duration::ZERO)
+                    .await?;
+                if !a.acquired {
+                    return Err(format!("leasehold: {} not acquired", names[i]).into());
+                }
+                out.push((i, a.lease.token));
+            }
+            Res::Ok(out)
+        });
+    }
+    while let Some(done) = set.join_next().await {
+        for (i, t) in done?? {
+            tokens[i] = t;
+        }
     }
     let tokens = Arc::new(tokens);
     let mut set = tokio::task::JoinSet::new();
@@ -495,17 +597,36 @@ async fn setup_leasehold(url: &str, names: &Arc<Vec<String>>, value: &[u8]) -> R
         let client = Client::from_channel(channel(url).await?);
         let (names, tokens, value) = (names.clone(), tokens.clone(), value.to_vec());
         set.spawn(async move {
-            for i in (t..JOBS).step_by(SETUP_TASKS) {
+            for i in (t..names.len()).step_by(SETUP_TASKS) {
                 client.renew(&names[i], HOLDER, tokens[i], TTL).await?;
-                client
-                    .checked_write(&names[i], tokens[i], KEY, value.clone())
-                    .await?;
+                if i < JOBS {
+                    client
+                        .checked_write(&names[i], tokens[i], KEY, value.clone())
+                        .await?;
+                }
             }
             Res::Ok(())
         });
     }
     while let Some(done) = set.join_next().await {
         done??;
+    }
+    for block in names[JOBS..]
+        .chunks(BATCH)
+        .zip(tokens[JOBS..].chunks(BATCH))
+    {
+        let mut ka = client.keep_alive().await?;
+        let batch: Vec<KeepAliveRenewal> = block
+            .0
+            .iter()
+            .zip(block.1)
+            .map(|(j, t)| KeepAliveRenewal::new(j, HOLDER, *t, TTL))
+            .collect();
+        for o in ka.renew(&batch).await? {
+            if !o.is_renewed() {
+                return Err(format!("leasehold: a fleet lease not renewed: {o:?}").into());
+            }
+        }
     }
     Ok(tokens.to_vec())
 }
@@ -527,7 +648,7 @@ async fn setup_raw(
             let mut lease = LeaseClient::new(ch.clone());
             let mut kv = KvClient::new(ch);
             let mut out = Vec::new();
-            for i in (t..JOBS).step_by(SETUP_TASKS) {
+            for i in (t..names.len()).step_by(SETUP_TASKS) {
                 let g = lease
                     .lease_grant(pb::LeaseGrantRequest {
                         ttl: TTL.as_secs() as i64,
@@ -573,7 +694,7 @@ async fn setup_raw(
             Res::Ok(out)
         });
     }
-    let mut leases = vec![0; JOBS];
+    let mut leases = vec![0; names.len()];
     while let Some(done) = set.join_next().await {
         for (i, l) in done?? {
             leases[i] = l;
@@ -785,7 +906,7 @@ async fn cell(
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng::new(seed.wrapping_mul(1_000_003).wrapping_add(i as u64 + 1));
             while !stop.load(Ordering::Relaxed) {
-                match conn.op(work, &mut rng, &ctx).await {
+                match conn.op(work, &mut rng, &ctx, i).await {
                     Ok(n) => {
                         count.fetch_add(n, Ordering::Relaxed);
                     }
@@ -924,11 +1045,19 @@ async fn measure(a: &EtcdModeArgs, dir: &Path) -> Res<()> {
         members: (0..3).map(|i| cluster.endpoint(i)).collect(),
         leader,
     };
+    let works = a.works()?;
+    // The fleet's jobs, after the first JOBS: BATCH for each client.
+    let fleet = match works.contains(&Work::Fleet) {
+        true => client_counts.iter().max().copied().unwrap_or(0) * BATCH,
+        false => 0,
+    };
     eprintln!(
-        "etcd leader m{leader}; setting up {JOBS} jobs on leasehold and on raw etcd ({:.0}s)",
+        "etcd leader m{leader}; setting up {} jobs on leasehold and on raw etcd ({:.0}s)",
+        JOBS + fleet,
         started.elapsed().as_secs_f64()
     );
-    let names: Arc<Vec<String>> = Arc::new((0..JOBS).map(|i| format!("em-{i:04}")).collect());
+    let names: Arc<Vec<String>> =
+        Arc::new((0..JOBS + fleet).map(|i| format!("em-{i:05}")).collect());
     let value = vec![b'v'; VALUE_BYTES];
     let keys = Keys::new(RAW_PREFIX);
     let lh_tokens = setup_leasehold(&fronts[0].addr, &names, &value).await?;
@@ -942,7 +1071,6 @@ async fn measure(a: &EtcdModeArgs, dir: &Path) -> Res<()> {
         value,
     });
 
-    let works = [Work::Renew, Work::Write, Work::KeepAlive];
     let systems = [System::Raw, System::Frontends(1), System::Frontends(2)];
     let mut cells: BTreeMap<(Work, usize, System), Vec<Cell>> = BTreeMap::new();
     let (warm, per_cell) = (Duration::from_secs_f64(warm), Duration::from_secs_f64(secs));

@@ -297,3 +297,109 @@ async fn leases_renewed_on_two_streams_in_turn_are_taken_over_or_settle_on_their
         assert!(h.as_ref().unwrap().1.sharing.shared, "{held:?}");
     }
 }
+
+/// A `KeepAlive` renewal tells its holder when a preferred candidate
+/// waits, on a group's lease as on its own: the batch's read counts the
+/// preferred candidates once for all its jobs, and each job's only when
+/// some wait. A plain waiter, or one for another job, tells nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_on_a_group_tells_its_holder_a_preferred_candidate_waits() {
+    use leasehold::client::AcquireOptions;
+    use leasehold::proto;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::ReceiverStream;
+
+    let cluster = EtcdCluster::start(1);
+    let prefix = fresh_prefix();
+    let f = frontend(&cluster.endpoints_arg(), &prefix, &[]);
+    let c = client_of(&f.url());
+    let jobs = ["pa", "pb", "pc"];
+    let mut tokens = Vec::new();
+    for j in jobs {
+        tokens.push(c.acquire(j, "me", TTL, NOW).await.unwrap().lease.token);
+    }
+    let mut raw = proto::leases_client::LeasesClient::connect(f.url())
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::channel(4);
+    let mut answers = raw
+        .keep_alive(ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut id = 0;
+    // Whether each job's holder was told a preferred candidate waits.
+    let mut renew = || {
+        id += 1;
+        let msg = proto::KeepAliveRequest {
+            id,
+            renewals: jobs
+                .iter()
+                .zip(&tokens)
+                .map(|(j, t)| proto::KeepAliveRenewal {
+                    job: (*j).into(),
+                    holder: "me".into(),
+                    token: *t,
+                    ttl: Some(leasehold::proto::to_proto_duration(TTL)),
+                })
+                .collect(),
+            bind_to_stream: false,
+        };
+        let tx = tx.clone();
+        async move {
+            tx.send(msg).await.unwrap();
+        }
+    };
+    let mut told = async || -> Vec<bool> {
+        let r = answers.message().await.unwrap().unwrap();
+        r.results
+            .iter()
+            .map(|x| {
+                assert_eq!(x.outcome(), proto::keep_alive_result::Outcome::Renewed);
+                x.successor_waiting
+            })
+            .collect()
+    };
+    for _ in 0..3 {
+        renew().await;
+        assert_eq!(told().await, [false, false, false]);
+    }
+    // A plain waiter for pa, a preferred one for pb.
+    let waiter = |job: &'static str, preferred: bool| {
+        let url = f.url();
+        tokio::spawn(async move {
+            let c = client_of(&url);
+            let opts = AcquireOptions {
+                preferred,
+                ..AcquireOptions::default()
+            };
+            let _ = c
+                .acquire_with(job, "next", TTL, Duration::from_secs(30), opts)
+                .await;
+        })
+    };
+    let (w1, w2) = (waiter("pa", false), waiter("pb", true));
+    let t = Instant::now();
+    loop {
+        renew().await;
+        let now = told().await;
+        if now[1] {
+            assert_eq!(now, [false, true, false]);
+            break;
+        }
+        assert!(t.elapsed() < common::PATIENCE, "never told: {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let held = holder_keys(
+        &Etcd::connect(&cluster.endpoints(), Duration::from_secs(5)).unwrap(),
+        &Keys::new(&prefix),
+        &jobs.map(String::from),
+    )
+    .await;
+    assert!(
+        held.iter().all(|h| h.as_ref().unwrap().1.sharing.shared),
+        "{held:?}"
+    );
+    w1.abort();
+    w2.abort();
+}

@@ -848,18 +848,23 @@ const MAX_READS_PER_TXN: usize = 128;
 /// within etcd's default `--max-txn-ops` (128).
 const MAX_MOVES_PER_TXN: usize = 64;
 
-/// The reads of one job: its keys, and its line's three (see
-/// [`queue::line_reads`]).
-const READS_PER_JOB: usize = 4;
+/// The jobs one reading transaction of a batch carries: each job's keys,
+/// and one count of the preferred candidates waiting across them all.
+const JOBS_PER_READ: usize = MAX_READS_PER_TXN - 1;
 
 impl EtcdNode {
-    /// The jobs of `batch`'s entries, in order, each as `read_job` reads
-    /// it: `MAX_READS_PER_TXN / READS_PER_JOB` jobs a transaction, the
-    /// transactions at once. The jobs of one transaction are read at one
-    /// revision; each transaction is linearizable, as `read_job`'s is.
+    /// The jobs of `batch`'s entries, in order, as a renewal needs them:
+    /// [`JOBS_PER_READ`] jobs a transaction, the transactions at once. The
+    /// jobs of one transaction are read at one revision; each transaction
+    /// is linearizable, as `read_job`'s is. Each with the raft term of
+    /// its transaction.
+    ///
+    /// A renewal needs of a job's line only whether a preferred candidate
+    /// waits (`decide::successor_waiting`): each read's `line` counts the
+    /// preferred candidates alone, and the grant of the newest one.
     async fn read_jobs(&self, batch: &[Renewal]) -> Result<Vec<(Read, u64)>> {
         let mut set = tokio::task::JoinSet::new();
-        for (n, chunk) in batch.chunks(MAX_READS_PER_TXN / READS_PER_JOB).enumerate() {
+        for (n, chunk) in batch.chunks(JOBS_PER_READ).enumerate() {
             let node = self.clone();
             let jobs: Vec<JobName> = chunk.iter().map(|r| r.job.clone()).collect();
             set.spawn(async move { (n, node.read_some_jobs(&jobs).await) });
@@ -873,30 +878,68 @@ impl EtcdNode {
     }
 
     /// `jobs`, read in one transaction, each with the raft term of the
-    /// read.
+    /// read: each job's keys, and one count of the preferred candidates
+    /// waiting for any job whose name sorts from the first of `jobs` to
+    /// the last. Rarely does one wait; when some do, a second read gets
+    /// each job's own ([`EtcdNode::read_preferred`]).
     async fn read_some_jobs(&self, jobs: &[JobName]) -> Result<Vec<(Read, u64)>> {
         let k = &self.inner.keys;
-        let mut reads = Vec::with_capacity(jobs.len() * READS_PER_JOB);
+        let (Some(lo), Some(hi)) = (jobs.iter().min(), jobs.iter().max()) else {
+            return Ok(Vec::new());
+        };
+        let mut reads = Vec::with_capacity(jobs.len() + 1);
         for job in jobs {
             let (js, je) = k.job_range(job.as_str());
             reads.push(range_req(js, je, 0));
-            reads.extend(queue::line_reads(k, job.as_str(), None));
         }
+        let mut preferred = range_req(
+            k.line_range(lo.as_str(), true).0,
+            k.line_range(hi.as_str(), true).1,
+            0,
+        );
+        preferred.count_only = true;
+        reads.push(preferred);
         let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
         let revision = r.header.as_ref().map_or(0, |h| h.revision);
         let term = r.header.as_ref().map_or(0, |h| h.raft_term);
-        let mut rs = ranges(r).into_iter();
+        let mut rs = ranges(r);
+        let preferred = rs.pop().map_or(0, |r| r.count);
+        let lines = match preferred {
+            0 => vec![Line::from_ranges(std::iter::empty()); jobs.len()],
+            _ => self.read_preferred(jobs).await?,
+        };
         jobs.iter()
-            .map(|job| {
-                let kvs = rs.next().map(|r| r.kvs).unwrap_or_default();
+            .zip(rs)
+            .zip(lines)
+            .map(|((job, r), line)| {
                 let read = Read {
                     revision,
-                    job: k.job(job.as_str(), &kvs)?,
-                    line: Line::from_ranges(rs.by_ref().take(READS_PER_JOB - 1)),
+                    job: k.job(job.as_str(), &r.kvs)?,
+                    line,
                 };
                 Ok((read, term))
             })
             .collect()
+    }
+
+    /// Each of `jobs`' preferred candidates counted, and its newest
+    /// preferred grant (the first two of [`queue::line_reads`]), 64 jobs
+    /// a transaction.
+    async fn read_preferred(&self, jobs: &[JobName]) -> Result<Vec<Line>> {
+        let k = &self.inner.keys;
+        let mut lines = Vec::with_capacity(jobs.len());
+        for chunk in jobs.chunks(MAX_READS_PER_TXN / 2) {
+            let reads = chunk
+                .iter()
+                .flat_map(|job| queue::line_reads(k, job.as_str(), None).into_iter().take(2))
+                .collect();
+            let r = self.failed(self.inner.etcd.read_txn(reads).await)?;
+            let mut rs = ranges(r).into_iter();
+            for _ in chunk {
+                lines.push(Line::from_ranges(rs.by_ref().take(2)));
+            }
+        }
+        Ok(lines)
     }
 }
 
