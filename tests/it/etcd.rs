@@ -1933,3 +1933,70 @@ async fn etcd_out_of_space_is_not_serving_and_changes_answer_disk_full() {
         2
     );
 }
+
+/// etcd out of space takes a keep-alive but no move: a lease that its
+/// `KeepAlive` stream leaves out stays on the stream's shared etcd lease,
+/// and still runs out on time, deleted by the frontend when its TTL ends
+/// (never before); the stream's other leases are renewed throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_left_out_of_its_stream_runs_out_on_time_while_etcd_is_out_of_space() {
+    use leasehold::client::KeepAliveRenewal;
+    let cluster = EtcdCluster::start_with(1, SMALL_QUOTA);
+    let f = frontend(&cluster.endpoints_arg(), &fresh_prefix(), &[]);
+    let c = client_of(&f.url(), LONG);
+    let ttl = Duration::from_secs(4);
+    let jobs: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+    let mut batch = Vec::new();
+    for j in &jobs {
+        let t = c.acquire(j, "me", ttl, NOW).await.unwrap().lease.token;
+        batch.push(KeepAliveRenewal::new(j, "me", t, ttl));
+    }
+    let mut ka = c.keep_alive().await.unwrap();
+    for _ in 0..3 {
+        assert!(ka
+            .renew(&batch)
+            .await
+            .unwrap()
+            .iter()
+            .all(|o| o.is_renewed()));
+    }
+    fill_etcd(&cluster).await;
+    assert!(ka
+        .renew(&batch)
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| o.is_renewed()));
+    let last_n0 = Instant::now();
+    assert!(ka
+        .renew(&batch)
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| o.is_renewed()));
+    let mut gone_at = None;
+    while last_n0.elapsed() < ttl + Duration::from_secs(6) {
+        let out = ka.renew(&batch[1..]).await.unwrap();
+        assert!(out.iter().all(|o| o.is_renewed()), "{out:?}");
+        let l = c.get_lease("n0").await.unwrap();
+        let answered = Instant::now();
+        if l.holder.is_none() {
+            assert!(
+                answered >= last_n0 + ttl,
+                "n0 ended {:?} after its last renewal was sent",
+                answered - last_n0
+            );
+            gone_at.get_or_insert(answered - last_n0);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gone = gone_at.expect("n0 ran out while etcd was out of space");
+    assert!(
+        gone < ttl + Duration::from_secs(3),
+        "n0 ended {gone:?} after"
+    );
+    for j in &jobs[1..] {
+        let l = c.get_lease(j).await.unwrap();
+        assert_eq!(l.holder.as_deref(), Some("me"), "{j}");
+    }
+}

@@ -32,12 +32,25 @@
 //!
 //! When the stream ends its groups are forgotten, not revoked: their
 //! leases run out a TTL after their last renewal, as each lease would
-//! have. A new stream (or a frontend restarted) renewing them moves each
-//! to its own etcd lease, and from there into its own group. A grant
-//! moved off a group [`Sharing::MAX_MOVES_OFF`](super::keys::Sharing)
-//! times stays on its own etcd lease until it ends: a client that renews
-//! its leases in changing company would otherwise pay a move at every
-//! renewal.
+//! have. A stream that renews **every** lease on another stream's group
+//! (the client's stream opened again, or its frontend restarted: etcd
+//! lists the keys on an etcd lease) takes them over, moving them onto its
+//! own group in one transaction a 64, each comparing its holder key
+//! unchanged; the old etcd lease runs out empty, so that **no etcd lease
+//! is kept alive by any stream but the one that put keys on it**. A
+//! stream that renews only some of another's group moves each to an etcd
+//! lease of its own, as any other renewal does. A grant moved off a group
+//! [`Sharing::MAX_MOVES_OFF`](super::keys::Sharing) times stays on its
+//! own etcd lease until it ends: a client that renews its leases in
+//! changing company (at random, on several streams) would otherwise pay
+//! a move at every renewal.
+//!
+//! Out of space (etcd's NOSPACE alarm), etcd takes keep-alives and
+//! deletes but no put, so a member left out cannot be moved: it stays on
+//! the group's lease, and the frontend deletes its holder key when its
+//! own TTL runs out, as etcd's expiry would. Should the frontend stop
+//! first, the member runs out with the group's lease, at most one TTL
+//! late. Joins wait until etcd takes writes again.
 //!
 //! This module keeps each stream's groups; `renew.rs` does the work.
 

@@ -5,7 +5,7 @@
 //!
 //! | key | value | etcd lease | deleted |
 //! |---|---|---|---|
-//! | `j/{job}\0h` | the holder record: token, TTL, holder | the grant's own etcd lease | by the lease's expiry, or by `Release`'s transaction |
+//! | `j/{job}\0h` | the holder record: token, TTL (and whether on a group's etcd lease, [`Sharing`]), holder | the grant's own etcd lease, or the group's of the `KeepAlive` stream that renews it (module `groups`) | by the lease's expiry, or by `Release`'s transaction |
 //! | `j/{job}\0t` | the token record: newest token, released or not, last holder | none | by `DeleteJob` only, which raises the new-job floor to its token in the same transaction |
 //! | `v/{job}\0{key}` | a fenced value: token, version, value or tombstone | none | by `DeleteJob` only (a delete writes a tombstone) |
 //! | `w/{job}\0{id}` | a waiting `Acquire`'s place in line (its holder) | the frontend's session lease | when the waiter is granted or gives up, or its frontend dies |

@@ -38,7 +38,11 @@
 //!   keeps its etcd lease alive. etcd never renews an expired lease (it
 //!   waits for the revocation and answers not found), and a grant's etcd
 //!   lease belongs to that grant alone, so a successful keep-alive proves
-//!   the grant was still live. The keep-alive counts only if the member
+//!   the grant was still live. (A `KeepAlive` stream shares one etcd
+//!   lease among the leases it renews together, a group, which only that
+//!   stream keeps alive, and only in a message that renews every lease
+//!   on it: module `groups`. Any other renewal moves a lease off it
+//!   first.) The keep-alive counts only if the member
 //!   that answered was in the raft term of a linearizable read made after
 //!   it, which also re-checks the holder key: etcd 3.4 before 3.4.25 lets a
 //!   deposed leader that has not heard of the new term renew in memory

@@ -353,6 +353,7 @@ impl EtcdNode {
         for t in &touched {
             let left = (t.kept + t.ttl).saturating_duration_since(Instant::now());
             let secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            let until = t.kept + t.ttl;
             for (job, h) in t.absent.iter().cloned() {
                 let node = self.clone();
                 set.spawn(async move {
@@ -362,13 +363,27 @@ impl EtcdNode {
                         0 => Ok(()),
                         s => node.move_off(&job, &h, s).await,
                     };
-                    (job, r)
+                    (job, h, until, r)
                 });
             }
         }
         while let Some(done) = set.join_next().await {
-            let (job, r) = done.map_err(|e| Error::Storage(format!("move task failed: {e}")))?;
-            r?;
+            let (job, h, until, r) =
+                done.map_err(|e| Error::Storage(format!("move task failed: {e}")))?;
+            match r {
+                Ok(()) => {}
+                // etcd out of space took nothing, and takes no move (a
+                // put); it takes keep-alives and deletes. The member stays
+                // on the group's lease, kept alive with it, and is deleted
+                // when its own TTL runs out, as etcd's expiry would (should
+                // this frontend stop first, with the group's lease: at
+                // most one TTL later).
+                Err(e) if is_no_space(&e) => {
+                    self.set_health(no_space_health());
+                    self.expire_at(job.clone(), h, until);
+                }
+                Err(e) => return Err(e),
+            }
             groups.leave(&job);
         }
         let mut set = tokio::task::JoinSet::new();
@@ -391,6 +406,20 @@ impl EtcdNode {
             kept.push((t, sent, term));
         }
         Ok(kept)
+    }
+
+    /// Deletes `job`'s holder key at `until` if it is still exactly `h`:
+    /// the expiry of a member its group's stream stopped renewing while
+    /// etcd, out of space, refused to move it to an etcd lease of its own.
+    fn expire_at(&self, job: JobName, h: Holding, until: Instant) {
+        let node = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            let req = txn::expire_holding(&node.inner.keys, job.as_str(), &h);
+            if let Err(e) = node.inner.etcd.txn(req).await {
+                tracing::warn!(error = %e, %job, "could not end a lease left out of its group; it runs out with the group's etcd lease");
+            }
+        });
     }
 
     /// Moves `job`'s holding `h` off its group's etcd lease to one of its
@@ -577,23 +606,27 @@ impl EtcdNode {
                             }));
                             taken.insert(n);
                         }
+                        // Not moved (changed meanwhile, or etcd out of
+                        // space): renewed one by one below.
                         Ok(_) => continue,
+                        Err(e) if is_no_space(e) => continue,
                         // Perhaps moved: counted on the group, so that a
-                        // batch that leaves it out moves it off; renewed
-                        // one by one below.
+                        // batch that leaves it out moves it off.
                         Err(_) => {}
                     }
                     groups.join(lease, ttl, kept, r.job.clone(), on_group);
                 }
-                if let Ok(t) = &done {
-                    if t.succeeded {
+                match done {
+                    Ok(t) if t.succeeded => {
                         self.inner
                             .counters
                             .group_joins
                             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
                     }
+                    Ok(_) => {}
+                    Err(e) if is_no_space(&e) => self.set_health(no_space_health()),
+                    Err(e) => return Err(e),
                 }
-                done?;
             }
         }
         Ok(rest
@@ -664,6 +697,8 @@ impl EtcdNode {
                 };
                 match r {
                     Ok(r) if !r.succeeded => continue,
+                    // Out of space: nothing was applied.
+                    Err(e) if is_no_space(&e) => continue,
                     Ok(_) => {
                         joined += 1;
                         self.revoke_later(was.lease);

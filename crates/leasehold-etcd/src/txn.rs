@@ -185,6 +185,18 @@ pub fn move_holding(
     }
 }
 
+/// Ends the holding `h` as its etcd lease's expiry would, if the holder
+/// key is still exactly `h`: deletes the holder key (a transaction that
+/// only deletes, which etcd takes even when out of space).
+pub fn expire_holding(keys: &Keys, job: &str, h: &Holding) -> pb::TxnRequest {
+    let hk = keys.holder(job);
+    pb::TxnRequest {
+        compare: still(hk.clone(), h),
+        success: vec![delete_op(hk)],
+        failure: Vec::new(),
+    }
+}
+
 /// The broken rule "renew-bumps-token": moves the holding `h` as
 /// [`move_holding`] does, with `rec` (a new token), and puts the token
 /// counter's `token_rec` with it.
