@@ -24,6 +24,11 @@
 //!   stored token (`<=` ours) and the value key's mod revision, and putting
 //!   the value. A comparison that fails (another client wrote the key in
 //!   between) reads and tries again, on both sides.
+//! - `fleet`: each client's own [`BATCH`] leases, the same every
+//!   `KeepAlive` message (what an `ElectorSet` or a shard member sends):
+//!   through a frontend, one etcd keep-alive of the stream's shared etcd
+//!   lease a message; raw, etcd's `LeaseKeepAlive` for each of the
+//!   client's etcd leases, pipelined.
 //! - `keepalive`: leasehold's `KeepAlive` stream, [`BATCH`] renewals per
 //!   message, against etcd's own `LeaseKeepAlive` stream renewing as many
 //!   etcd leases per round trip (pipelined: etcd takes one lease per
@@ -197,10 +202,12 @@ fn sends(work: Work) -> (&'static str, &'static str) {
             "the same two transactions with the same compares and put, retried the same way",
         ),
         Work::KeepAlive => (
-            "per KeepAlive message: one reading Txn per 32 of its jobs (their holder and \
-             token keys, their lines), a LeaseKeepAlive message per lease, then one reading \
-             Txn per 128 of its leases proving the keep-alives' raft term (renewals that \
-             need more, such as a holder's first renewal or a new TTL, go as a Renew)",
+            "per KeepAlive message: one reading Txn per 127 of its jobs (their holder and \
+             token keys, and one count of the preferred candidates waiting across them), a \
+             LeaseKeepAlive message per lease, then one reading Txn per 128 of its leases \
+             proving the keep-alives' raft term (renewals that need more, such as a holder's \
+             first renewal or a new TTL, go as a Renew; a lease another stream moved onto its \
+             group moves off first, at most three times a grant)",
             "one LeaseKeepAlive message per lease on the client's own stream, a message's worth \
              pipelined per round trip: an etcd user's keep-alive, with no read and no proof of \
              the term",
@@ -208,7 +215,8 @@ fn sends(work: Work) -> (&'static str, &'static str) {
         Work::Fleet => (
             "per KeepAlive message renewing the client's same leases as its message before: one \
              LeaseKeepAlive of the etcd lease its stream's group shares, then one reading Txn \
-             per 32 of its jobs (holder and token keys, lines), which also proves the \
+             per 127 of its jobs (holder and token keys, one count of preferred candidates), \
+             which also proves the \
              keep-alive's raft term (a cell's first messages take over the groups of the \
              stream before, in one Txn per 64 leases)",
             "one LeaseKeepAlive message per lease on the client's own stream, its leases \
@@ -1237,7 +1245,7 @@ fn report(
     }
     println!();
     println!(
-        "For `keepalive`, an operation is one lease renewed ({BATCH} per message or round trip). \
+        "For `keepalive` and `fleet`, an operation is one lease renewed ({BATCH} per message or round trip). \
          CPU per op: each process's CPU time over the measured seconds divided by the operations; \
          the frontends' is summed over the frontends the cell loads. Machine busy: every core's \
          busy time (/proc/stat) per second; other processes: that, less the frontends', etcd's \
