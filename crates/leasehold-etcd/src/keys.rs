@@ -1010,7 +1010,13 @@ mod tests {
         };
         assert_eq!(off.encode(), b"7 5-2 w 1@x");
         assert_eq!(HolderRec::decode(&off.encode()).unwrap(), off);
-        assert!(!off.sharing.may_join());
+        assert!(off.sharing.may_join(), "moved off twice: may join again");
+        let thrice = off.sharing.joined().moved_off();
+        assert_eq!(thrice.moved_off, Sharing::MAX_MOVES_OFF);
+        assert!(
+            !thrice.may_join(),
+            "moved off three times: stays on its own"
+        );
         assert!(h.sharing.may_join() && !shared.sharing.may_join());
         assert_eq!(
             Sharing::default().joined().moved_off(),

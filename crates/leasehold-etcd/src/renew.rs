@@ -267,7 +267,7 @@ impl EtcdNode {
 
     /// [`EtcdNode::renew_many`] for one stream's messages, in turn: its
     /// plain renewals share etcd leases, one a group (module
-    /// [`groups`](super::groups)), so that a message that renews the same
+    /// `groups`), so that a message that renews the same
     /// leases as the one before costs etcd one keep-alive a group, not
     /// one a lease. Every renewal's answer is what `renew_many`'s would
     /// be.
