@@ -87,31 +87,54 @@ pub fn renew_every(ttl: Duration) -> Duration {
 impl EtcdNode {
     /// Keeps the session lease alive until the frontend closes; opens a
     /// new one if it was lost (its waiters then ask again).
+    ///
+    /// A keep-alive is sent every third of the TTL from when the last was
+    /// sent, each in a task of its own: one that etcd is slow to answer
+    /// (a member stalled, a loaded machine) does not hold back the next,
+    /// so the session is lost only when etcd answers none of three in a
+    /// row in time, not when one answer plus the wait before the next
+    /// outlasts the TTL.
     pub(super) async fn keep_session(self) {
-        let session = &self.inner.session;
-        let etcd = &self.inner.etcd;
         let mut closing = self.inner.closing.subscribe();
-        let every = renew_every(session.ttl);
+        let every = renew_every(self.inner.session.ttl);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let regrant = std::sync::Arc::new(tokio::sync::Mutex::new(()));
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = tick.tick() => {}
                 _ = closed(&mut closing) => return,
             }
-            match etcd.keep_alive(session.id()).await {
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    tracing::warn!("the etcd session lease expired; waiters of this frontend lost their places in line");
-                    match etcd.grant(session.ttl.as_secs() as i64).await {
-                        Ok((id, _)) => {
-                            session.id.send_replace(id);
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "cannot open a new etcd session lease")
-                        }
+            let (node, regrant) = (self.clone(), regrant.clone());
+            tokio::spawn(async move { node.renew_session(&regrant).await });
+        }
+    }
+
+    /// One keep-alive of the session lease; a new session when etcd has
+    /// none of that id any more (one at a time: `regrant`).
+    async fn renew_session(&self, regrant: &tokio::sync::Mutex<()>) {
+        let (session, etcd) = (&self.inner.session, &self.inner.etcd);
+        let id = session.id();
+        match etcd.keep_alive(id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let _one = regrant.lock().await;
+                // Another keep-alive opened a new one, or the frontend is
+                // closing (its session revoked).
+                if session.id() != id || *self.inner.closing.borrow() {
+                    return;
+                }
+                tracing::warn!("the etcd session lease expired; waiters of this frontend lost their places in line");
+                match etcd.grant(session.ttl.as_secs() as i64).await {
+                    Ok((id, _)) => {
+                        session.id.send_replace(id);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot open a new etcd session lease")
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot renew the etcd session lease"),
             }
+            Err(e) => tracing::warn!(error = %e, "cannot renew the etcd session lease"),
         }
     }
 }
