@@ -323,7 +323,8 @@ impl LeaseTable {
             jobs.push((name, job));
         }
         // From (mostly) sorted records: the ordered index is built in one
-        // go, its nodes full (see `Jobs::from_sorted`).
+        // go, its nodes full, and the hash table in order of position (see
+        // `Jobs::from_sorted`).
         table.jobs = Jobs::from_sorted(jobs);
         table
     }
