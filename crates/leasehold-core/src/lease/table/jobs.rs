@@ -56,8 +56,7 @@ impl Jobs {
     /// Built from `jobs`, sorted by name or mostly: a name given twice
     /// keeps its last job, as a map's inserts would. The slots come in
     /// name order, the ordered index is built in one go, its nodes full,
-    /// and the hash table is filled in order of position
-    /// ([`Hashed::build`]), not at random.
+    /// and the hash table without a lookup per job ([`Hashed::build`]).
     pub(super) fn from_sorted(mut jobs: Vec<(JobName, Job)>) -> Jobs {
         // A store's records come in key order: one pass checks it. A
         // stable sort keeps a name's jobs in their order otherwise.
@@ -307,45 +306,13 @@ impl Hashed {
         h
     }
 
-    /// The table of `slots` (every one live, no name twice), built in
-    /// order of position: each entry's place is near its home, so entries
-    /// sorted by home fill the table from start to end, where placing
-    /// them in slot order would be a cache miss each (a million jobs: a
-    /// 16 MiB table). A counting sort by the home's top 8 bits does
-    /// enough: each of its 256 runs then fills one 256th of the table,
-    /// which the cache holds.
+    /// The table of `slots` (every one live, no name twice): each entry
+    /// placed without a lookup, as no name is there twice.
     fn build(slots: &[Option<Slot>]) -> Hashed {
         let mut h = Hashed::with_capacity(slots.len());
-        if slots.is_empty() {
-            return h;
-        }
-        let entries: Vec<u64> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let name = &s.as_ref().expect("every slot live").name;
-                (u64::from(h.hash(name)) << 32) | u64::from(slot_number(i))
-            })
-            .collect();
-        let table_bits = h.table.len().trailing_zeros();
-        let shift = table_bits.saturating_sub(8);
-        let run = |e: u64| h.home((e >> 32) as u32) >> shift;
-        let mut starts = vec![0usize; (1 << table_bits.min(8)) + 1];
-        for &e in &entries {
-            starts[run(e) + 1] += 1;
-        }
-        for r in 1..starts.len() {
-            starts[r] += starts[r - 1];
-        }
-        let mut sorted = vec![EMPTY; entries.len()];
-        for &e in &entries {
-            let r = run(e);
-            sorted[starts[r]] = e;
-            starts[r] += 1;
-        }
-        drop(entries);
-        for e in sorted {
-            h.place(e);
+        for (i, s) in slots.iter().enumerate() {
+            let name = &s.as_ref().expect("every slot live").name;
+            h.place((u64::from(h.hash(name)) << 32) | u64::from(slot_number(i)));
         }
         h.len = slots.len();
         h
