@@ -78,6 +78,17 @@ async fn reqwest_get(url: &str) -> String {
     out
 }
 
+/// The frontend's counters from `/metrics`, by name.
+async fn metrics(f: &common::ServerProcess) -> impl Fn(&str) -> u64 {
+    let body = reqwest_get(&format!("http://{}/metrics", f.admin)).await;
+    move |name: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics"))
+    }
+}
+
 /// Polls `job` through `c` until it is free, and checks when: never
 /// answered free before `sent + TTL` (`sent`: when its last renewal was
 /// sent), and free within a few seconds after (etcd checks expiries every
@@ -166,6 +177,14 @@ async fn a_stream_keeps_its_leases_alive_with_one_etcd_lease_and_each_still_runs
         "{sent} LeaseKeepAlive messages for 10 messages of 10 renewals"
     );
 
+    let m = metrics(&f).await;
+    assert!(
+        m("leasehold_etcd_group_keep_alives_total") >= 10,
+        "keep-alives"
+    );
+    assert_eq!(m("leasehold_etcd_group_joins_total"), 10, "joins");
+    assert_eq!(m("leasehold_etcd_group_moves_off_total"), 0, "moves off");
+
     // g0 left out from here on: moved to an etcd lease of its own before
     // the group's is kept alive, it runs out a TTL after its last renewal,
     // while the others live on.
@@ -190,6 +209,7 @@ async fn a_stream_keeps_its_leases_alive_with_one_etcd_lease_and_each_still_runs
     })
     .await;
     assert_eq!((g0.1.sharing.shared, g0.1.sharing.moved_off), (false, 1));
+    assert_eq!(metrics(&f).await("leasehold_etcd_group_moves_off_total"), 1);
     runs_out_on_time(&o, "g0", last_g0).await;
     stop.store(true, Ordering::Relaxed);
     let mut ka = renewing.await.unwrap();

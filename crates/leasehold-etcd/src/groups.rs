@@ -227,3 +227,16 @@ impl RenewGroups {
         (st.of_job.len(), st.groups.len())
     }
 }
+
+/// What the frontend's groups did since it started (`/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Keep-alives of a group's etcd lease that renewed its members.
+    pub keep_alives: u64,
+    /// Leases moved onto a group's etcd lease (joined, or taken over from
+    /// another stream's group).
+    pub joins: u64,
+    /// Leases moved off a group's etcd lease because its stream left them
+    /// out of a message.
+    pub moves_off: u64,
+}

@@ -253,7 +253,7 @@ mod values;
 mod views;
 mod watch;
 
-pub use groups::RenewGroups;
+pub use groups::{GroupStats, RenewGroups};
 pub use settings::SharedSettings;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -520,6 +520,16 @@ impl EtcdNode {
                 tracing::debug!(error = %e, lease, "revoke failed; the etcd lease runs out on its own");
             }
         });
+    }
+
+    /// What this frontend's `KeepAlive` groups did since it started.
+    pub fn group_stats(&self) -> GroupStats {
+        let c = &self.inner.counters;
+        GroupStats {
+            keep_alives: c.group_keep_alives.load(Ordering::Relaxed),
+            joins: c.group_joins.load(Ordering::Relaxed),
+            moves_off: c.group_moves_off.load(Ordering::Relaxed),
+        }
     }
 
     /// Revokes the etcd lease of `h`, which was just moved, released or

@@ -410,6 +410,15 @@ impl Backend {
         }
     }
 
+    /// What the etcd frontend's `KeepAlive` groups did (not the single
+    /// node: it has none).
+    pub fn group_stats(&self) -> Option<leasehold_etcd::GroupStats> {
+        match self {
+            Backend::Local(_) => None,
+            Backend::Etcd(n) => Some(n.group_stats()),
+        }
+    }
+
     /// The embedded store's token floor, and how its data dir was last
     /// recovered or restored, if it was (not etcd).
     pub fn integrity(&self) -> Option<(u64, Option<String>)> {

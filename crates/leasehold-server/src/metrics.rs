@@ -685,6 +685,28 @@ impl Collector for SnapshotCollector {
             )?)?;
         }
 
+        if let Some(g) = self.node.group_stats() {
+            for (name, help, v) in [
+                (
+                    "leasehold_etcd_group_keep_alives",
+                    "etcd keep-alives of a KeepAlive stream's shared etcd lease that renewed the leases on it (etcd mode).",
+                    g.keep_alives,
+                ),
+                (
+                    "leasehold_etcd_group_joins",
+                    "Leases moved onto a KeepAlive stream's shared etcd lease, joined or taken over from a stream before (etcd mode).",
+                    g.joins,
+                ),
+                (
+                    "leasehold_etcd_group_moves_off",
+                    "Leases moved off a KeepAlive stream's shared etcd lease because the stream left them out of a message (etcd mode).",
+                    g.moves_off,
+                ),
+            ] {
+                counter(e, name, help, v)?;
+            }
+        }
+
         if let Some((floor, recovered)) = &self.node.integrity() {
             gauge(
                 e,
