@@ -588,15 +588,20 @@ impl EtcdNode {
                     let waiting = decide::successor_waiting(&read.job, &read.line);
                     moved.push((*n, h.clone(), waiting));
                 }
-                let done = self.failed(self.inner.etcd.txn(req).await);
-                let now = clock::now();
-                for (n, h, waiting) in moved {
-                    let r = &batch[rest[n].0];
+                // Counted on the group before the move is sent, as a
+                // join is (see `join_groups`).
+                for (n, h, _) in &moved {
                     let on_group = Holding {
                         lease,
                         version: h.version + 1,
                         ..h.clone()
                     };
+                    groups.join(lease, ttl, kept, batch[rest[*n].0].job.clone(), on_group);
+                }
+                let done = self.failed(self.inner.etcd.txn(req).await);
+                let now = clock::now();
+                for (n, h, waiting) in moved {
+                    let r = &batch[rest[n].0];
                     match &done {
                         Ok(t) if t.succeeded => {
                             self.inner.counters.renewals.fetch_add(1, Ordering::Relaxed);
@@ -608,13 +613,11 @@ impl EtcdNode {
                         }
                         // Not moved (changed meanwhile, or etcd out of
                         // space): renewed one by one below.
-                        Ok(_) => continue,
-                        Err(e) if is_no_space(e) => continue,
-                        // Perhaps moved: counted on the group, so that a
-                        // batch that leaves it out moves it off.
+                        Ok(_) => groups.leave(&r.job),
+                        Err(e) if is_no_space(e) => groups.leave(&r.job),
+                        // Perhaps moved: left counted on the group.
                         Err(_) => {}
                     }
-                    groups.join(lease, ttl, kept, r.job.clone(), on_group);
                 }
                 match done {
                     Ok(t) if t.succeeded => {
@@ -670,48 +673,52 @@ impl EtcdNode {
                     }
                 }
             };
+            // Each counted on the group before its move is sent, so that
+            // a move cut short (the call's deadline, the frontend closing)
+            // is still known: a batch that leaves it out moves it off, and
+            // one that finds it elsewhere lets it go.
             let mut set = tokio::task::JoinSet::new();
             for (i, h) in joiners {
-                let (node, job) = (self.clone(), batch[i].job.clone());
+                let job = batch[i].job.clone();
+                let rec = keys::HolderRec {
+                    sharing: h.rec.sharing.joined(),
+                    ..h.rec.clone()
+                };
+                let raw = rec.encode();
+                let on_group = Holding {
+                    rec,
+                    raw,
+                    lease,
+                    version: h.version + 1,
+                };
+                groups.join(lease, ttl, kept, job.clone(), on_group.clone());
+                let node = self.clone();
                 set.spawn(async move {
-                    let rec = keys::HolderRec {
-                        sharing: h.rec.sharing.joined(),
-                        ..h.rec.clone()
-                    };
-                    let req = txn::move_holding(&node.inner.keys, job.as_str(), &h, &rec, lease);
+                    let req =
+                        txn::move_holding(&node.inner.keys, job.as_str(), &h, &on_group.rec, lease);
                     let r = node.inner.etcd.txn(req).await;
-                    let raw = rec.encode();
-                    let now = Holding {
-                        rec,
-                        raw,
-                        lease,
-                        version: h.version + 1,
-                    };
-                    (job, h, now, r)
+                    (job, h, r)
                 });
             }
             let mut joined = 0;
             while let Some(done) = set.join_next().await {
-                let Ok((job, was, now, r)) = done else {
+                let Ok((job, was, r)) = done else {
                     continue;
                 };
                 match r {
-                    Ok(r) if !r.succeeded => continue,
-                    // Out of space: nothing was applied.
-                    Err(e) if is_no_space(&e) => continue,
+                    // Not moved: changed meanwhile, or etcd out of space.
+                    Ok(r) if !r.succeeded => groups.leave(&job),
+                    Err(e) if is_no_space(&e) => groups.leave(&job),
                     Ok(_) => {
                         joined += 1;
                         self.revoke_later(was.lease);
                     }
-                    // Perhaps applied: counted as on the group's lease, so
-                    // that a batch that leaves it out moves it off (a move
-                    // that finds it elsewhere does nothing).
+                    // Perhaps applied: left counted on the group.
                     Err(e) => {
                         tracing::debug!(error = %e, %job, "joining a group: outcome unknown");
                         joined += 1;
                     }
                 }
-                groups.join(lease, ttl, kept, job, now);
             }
             self.inner
                 .counters
