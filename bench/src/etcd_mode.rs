@@ -340,29 +340,9 @@ impl Conn {
                 }
                 Ok(BATCH as u64)
             }
-            (
-                Conn::Raw {
-                    ka: Some((tx, rx)), ..
-                },
-                Work::Fleet,
-            ) => {
-                for j in own {
-                    tx.send(pb::LeaseKeepAliveRequest {
-                        id: ctx.raw_leases[j],
-                    })
-                    .await?;
-                }
-                let mut expired = 0;
-                for _ in 0..BATCH {
-                    let r = rx.message().await?.ok_or("etcd keep-alive stream ended")?;
-                    if r.ttl <= 0 {
-                        expired += 1;
-                    }
-                }
-                if expired > 0 {
-                    return Err(format!("{expired} of {BATCH} etcd leases gone").into());
-                }
-                Ok(BATCH as u64)
+            (Conn::Raw { ka: Some(ka), .. }, Work::Fleet) => {
+                let ids: Vec<i64> = own.map(|j| ctx.raw_leases[j]).collect();
+                raw_keep_alives(ka, &ids).await
             }
             (Conn::Raw { kv, ka: Some(ka) }, Work::Renew) => {
                 raw_renew(kv, ka, ctx, j).await?;
@@ -372,35 +352,34 @@ impl Conn {
                 raw_write(kv, ctx, j).await?;
                 Ok(1)
             }
-            (
-                Conn::Raw {
-                    ka: Some((tx, rx)), ..
-                },
-                Work::KeepAlive,
-            ) => {
-                for k in 0..BATCH {
-                    let j = if k == 0 { j } else { rng.below(JOBS) };
-                    tx.send(pb::LeaseKeepAliveRequest {
-                        id: ctx.raw_leases[j],
-                    })
-                    .await?;
-                }
-                // Every answer is read, so that the stream stays in step.
-                let mut expired = 0;
-                for _ in 0..BATCH {
-                    let r = rx.message().await?.ok_or("etcd keep-alive stream ended")?;
-                    if r.ttl <= 0 {
-                        expired += 1;
-                    }
-                }
-                if expired > 0 {
-                    return Err(format!("{expired} of {BATCH} etcd leases gone").into());
-                }
-                Ok(BATCH as u64)
+            (Conn::Raw { ka: Some(ka), .. }, Work::KeepAlive) => {
+                let ids: Vec<i64> = (0..BATCH)
+                    .map(|k| ctx.raw_leases[if k == 0 { j } else { rng.below(JOBS) }])
+                    .collect();
+                raw_keep_alives(ka, &ids).await
             }
             (_, w) => Err(format!("no connection for {w:?}").into()),
         }
     }
+}
+
+/// etcd's keep-alive of each of `ids`, pipelined on one stream, every
+/// answer read (so that the stream stays in step); the leases renewed.
+async fn raw_keep_alives((tx, rx): &mut KaStream, ids: &[i64]) -> Res<u64> {
+    for &id in ids {
+        tx.send(pb::LeaseKeepAliveRequest { id }).await?;
+    }
+    let mut expired = 0;
+    for _ in ids {
+        let r = rx.message().await?.ok_or("etcd keep-alive stream ended")?;
+        if r.ttl <= 0 {
+            expired += 1;
+        }
+    }
+    if expired > 0 {
+        return Err(format!("{expired} of {} etcd leases gone", ids.len()).into());
+    }
+    Ok(ids.len() as u64)
 }
 
 /// A `LeaseKeepAlive` stream on `ch`. etcd (grpc-go) sends the response

@@ -55,7 +55,8 @@ async fn holder_keys(etcd: &Etcd, keys: &Keys, jobs: &[String]) -> Vec<Option<(i
 /// The `LeaseKeepAlive` messages etcd's member received so far
 /// (`grpc_server_msg_received_total`).
 async fn etcd_keep_alives(endpoint: &str) -> u64 {
-    let body = reqwest_get(&format!("{endpoint}/metrics")).await;
+    let addr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let (_, body) = common::admin_request(addr, "/metrics").await;
     body.lines()
         .filter(|l| {
             l.starts_with("grpc_server_msg_received_total")
@@ -65,27 +66,11 @@ async fn etcd_keep_alives(endpoint: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-async fn reqwest_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = url.trim_start_matches("http://");
-    let (host, path) = addr.split_once('/').unwrap();
-    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
-}
-
 /// The frontend's counters from `/metrics`, by name.
 async fn metrics(f: &common::ServerProcess) -> impl Fn(&str) -> u64 {
-    let body = reqwest_get(&format!("http://{}/metrics", f.admin)).await;
+    let (_, body) = common::admin_request(f.admin, "/metrics").await;
     move |name: &str| {
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{name} in /metrics"))
+        common::metric(&body, name).unwrap_or_else(|| panic!("{name} in /metrics")) as u64
     }
 }
 

@@ -200,15 +200,15 @@ impl RenewGroups {
                 }
             }
         }
-        groups
-            .entry(lease)
-            .or_insert_with(|| Group {
-                ttl,
-                kept,
-                members: HashMap::new(),
-            })
-            .members
-            .insert(job, h);
+        // A lease joins only a group kept alive (proven) or granted at
+        // `kept`: the group's etcd lease lasts at least `ttl` from then.
+        let g = groups.entry(lease).or_insert_with(|| Group {
+            ttl,
+            kept,
+            members: HashMap::new(),
+        });
+        g.kept = g.kept.max(kept);
+        g.members.insert(job, h);
     }
 
     /// Whether `lease` is one of this stream's groups' etcd leases.

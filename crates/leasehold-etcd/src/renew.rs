@@ -574,6 +574,7 @@ impl EtcdNode {
                     (lease, asked)
                 }
             };
+            let mut confirm = Vec::new();
             for chunk in members.chunks(MAX_MOVES_PER_TXN) {
                 let mut req = pb::TxnRequest::default();
                 let mut moved = Vec::new();
@@ -625,12 +626,28 @@ impl EtcdNode {
                             .counters
                             .group_joins
                             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        confirm.extend(chunk.iter().map(|n| {
+                            let h = decide::renew(
+                                &batch[rest[*n].0].job,
+                                &rest[*n].1.job,
+                                &batch[rest[*n].0].holder,
+                                batch[rest[*n].0].token,
+                            )
+                            .expect("checked above");
+                            let on_group = Holding {
+                                lease,
+                                version: h.version + 1,
+                                ..h.clone()
+                            };
+                            (batch[rest[*n].0].job.clone(), on_group)
+                        }));
                     }
                     Ok(_) => {}
                     Err(e) if is_no_space(&e) => self.set_health(no_space_health()),
                     Err(e) => return Err(e),
                 }
             }
+            self.confirm_moves(groups, lease, ttl, confirm).await;
         }
         Ok(rest
             .into_iter()
@@ -697,12 +714,12 @@ impl EtcdNode {
                     let req =
                         txn::move_holding(&node.inner.keys, job.as_str(), &h, &on_group.rec, lease);
                     let r = node.inner.etcd.txn(req).await;
-                    (job, h, r)
+                    (job, h, on_group, r)
                 });
             }
-            let mut joined = 0;
+            let mut joined = Vec::new();
             while let Some(done) = set.join_next().await {
-                let Ok((job, was, r)) = done else {
+                let Ok((job, was, on_group, r)) = done else {
                     continue;
                 };
                 match r {
@@ -710,22 +727,111 @@ impl EtcdNode {
                     Ok(r) if !r.succeeded => groups.leave(&job),
                     Err(e) if is_no_space(&e) => groups.leave(&job),
                     Ok(_) => {
-                        joined += 1;
                         self.revoke_later(was.lease);
+                        joined.push((job, on_group));
                     }
                     // Perhaps applied: left counted on the group.
                     Err(e) => {
                         tracing::debug!(error = %e, %job, "joining a group: outcome unknown");
-                        joined += 1;
+                        joined.push((job, on_group));
                     }
                 }
             }
             self.inner
                 .counters
                 .group_joins
-                .fetch_add(joined, Ordering::Relaxed);
-            if new && joined == 0 {
+                .fetch_add(joined.len() as u64, Ordering::Relaxed);
+            if new && joined.is_empty() {
                 self.revoke_later(lease);
+            }
+            self.confirm_moves(groups, lease, ttl, joined).await;
+        }
+    }
+
+    /// After leases were moved onto the group's etcd lease `lease`: keeps
+    /// it alive once more, proven by a read of the moved holder keys after
+    /// it, so that it lasts a TTL from **after** the moves.
+    ///
+    /// The group's lease was kept alive (or granted) before the moves, at
+    /// the start of the batch. A renewal of a moved lease by another path
+    /// in between (a `Renew`, another stream: a keep-alive of its old
+    /// etcd lease leaves its holder key as it was, so the move's
+    /// comparison cannot see it) promised it a TTL from later than that;
+    /// without this, the move would have cut that promise short. What the
+    /// keep-alive does not prove (an answer from an older raft term, an
+    /// error) goes to an etcd lease of its own for a whole TTL from now,
+    /// before the group's could run out: it was kept alive moments ago.
+    async fn confirm_moves(
+        &self,
+        groups: &RenewGroups,
+        lease: i64,
+        ttl: Duration,
+        moved: Vec<(JobName, Holding)>,
+    ) {
+        if moved.is_empty() {
+            return;
+        }
+        let sent = Instant::now();
+        let term = match self.inner.etcd.keep_alive(lease).await {
+            Ok(Some((_, term))) => Some(term),
+            _ => None,
+        };
+        let mut unproven = Vec::new();
+        for chunk in moved.chunks(MAX_READS_PER_TXN) {
+            let read = match term {
+                Some(_) => {
+                    let reads = chunk
+                        .iter()
+                        .map(|(job, _)| {
+                            range_req(self.inner.keys.holder(job.as_str()), Vec::new(), 0)
+                        })
+                        .collect();
+                    self.inner.etcd.read_txn(reads).await.ok()
+                }
+                None => None,
+            };
+            let Some(r) = read else {
+                unproven.extend(chunk.iter().cloned());
+                continue;
+            };
+            let current = r.header.as_ref().map_or(0, |h| h.raft_term);
+            for ((job, h), rr) in chunk.iter().zip(ranges(r)) {
+                match rr.kvs.first() {
+                    // Not on the group's lease: not moved, or moved since.
+                    Some(kv) if !h.is_stored_as(kv) => groups.leave(job),
+                    None => groups.leave(job),
+                    Some(_) if term.is_some_and(|t| t >= current) => {}
+                    Some(_) => unproven.push((job.clone(), h.clone())),
+                }
+            }
+        }
+        if unproven.len() < moved.len() {
+            groups.kept(lease, sent);
+        }
+        for (job, h) in unproven {
+            tracing::debug!(%job, "a move onto a group was not confirmed; moving it to its own etcd lease");
+            let rec = keys::HolderRec {
+                sharing: h.rec.sharing.moved_off(),
+                ..h.rec.clone()
+            };
+            let own = match self.inner.etcd.grant(ttl.as_secs() as i64).await {
+                Ok((own, _)) => own,
+                Err(e) => {
+                    tracing::warn!(error = %e, %job, "could not move a lease off an unconfirmed group");
+                    continue;
+                }
+            };
+            let req = txn::move_holding(&self.inner.keys, job.as_str(), &h, &rec, own);
+            match self.inner.etcd.txn(req).await {
+                Ok(r) if r.succeeded => groups.leave(&job),
+                Ok(_) => {
+                    self.revoke_later(own);
+                    groups.leave(&job);
+                }
+                Err(e) => {
+                    self.revoke_later(own);
+                    tracing::warn!(error = %e, %job, "could not move a lease off an unconfirmed group");
+                }
             }
         }
     }
