@@ -29,6 +29,15 @@
 //!   this message, and the group's etcd lease was kept alive (proven) or
 //!   granted in this same message, after the message arrived: on the
 //!   group's lease it lasts at least its TTL from the renewal.
+//! - **After any move onto a group's etcd lease, that lease is kept alive
+//!   once more and proven by a read.** Another path may have renewed the
+//!   moved lease in between (a keep-alive of its old etcd lease leaves
+//!   its holder key as it was, so the move's comparison cannot see it):
+//!   a frontend paused in the middle of a message, say, that resumes
+//!   after its client renewed elsewhere. Without it the move would cut
+//!   that renewal short; the torture run found exactly that, a lease
+//!   ended 160 ms after a renewal. What that keep-alive does not prove
+//!   goes to an etcd lease of its own for a whole TTL.
 //!
 //! When the stream ends its groups are forgotten, not revoked: their
 //! leases run out a TTL after their last renewal, as each lease would
