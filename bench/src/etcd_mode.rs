@@ -308,37 +308,13 @@ impl Conn {
                 Ok(1)
             }
             (Conn::Leasehold { ka: Some(ka), .. }, Work::KeepAlive) => {
-                let batch: Vec<KeepAliveRenewal> = (0..BATCH)
-                    .map(|k| {
-                        let j = if k == 0 { j } else { rng.below(JOBS) };
-                        KeepAliveRenewal::new(&ctx.names[j], HOLDER, ctx.lh_tokens[j], TTL)
-                    })
+                let jobs: Vec<usize> = (0..BATCH)
+                    .map(|k| if k == 0 { j } else { rng.below(JOBS) })
                     .collect();
-                let renewed = ka
-                    .renew(&batch)
-                    .await?
-                    .iter()
-                    .filter(|o| o.is_renewed())
-                    .count();
-                if renewed != BATCH {
-                    return Err(format!("{renewed} of {BATCH} renewed").into());
-                }
-                Ok(BATCH as u64)
+                lh_keep_alives(ka, ctx, jobs).await
             }
             (Conn::Leasehold { ka: Some(ka), .. }, Work::Fleet) => {
-                let batch: Vec<KeepAliveRenewal> = own
-                    .map(|j| KeepAliveRenewal::new(&ctx.names[j], HOLDER, ctx.lh_tokens[j], TTL))
-                    .collect();
-                let renewed = ka
-                    .renew(&batch)
-                    .await?
-                    .iter()
-                    .filter(|o| o.is_renewed())
-                    .count();
-                if renewed != BATCH {
-                    return Err(format!("{renewed} of {BATCH} renewed").into());
-                }
-                Ok(BATCH as u64)
+                lh_keep_alives(ka, ctx, own.collect()).await
             }
             (Conn::Raw { ka: Some(ka), .. }, Work::Fleet) => {
                 let ids: Vec<i64> = own.map(|j| ctx.raw_leases[j]).collect();
@@ -361,6 +337,25 @@ impl Conn {
             (_, w) => Err(format!("no connection for {w:?}").into()),
         }
     }
+}
+
+/// One `KeepAlive` message renewing each of `jobs`; an error unless every
+/// one was renewed.
+async fn lh_keep_alives(ka: &mut KeepAlive, ctx: &Ctx, jobs: Vec<usize>) -> Res<u64> {
+    let batch: Vec<KeepAliveRenewal> = jobs
+        .into_iter()
+        .map(|j| KeepAliveRenewal::new(&ctx.names[j], HOLDER, ctx.lh_tokens[j], TTL))
+        .collect();
+    let renewed = ka
+        .renew(&batch)
+        .await?
+        .iter()
+        .filter(|o| o.is_renewed())
+        .count();
+    if renewed != batch.len() {
+        return Err(format!("{renewed} of {} renewed", batch.len()).into());
+    }
+    Ok(batch.len() as u64)
 }
 
 /// etcd's keep-alive of each of `ids`, pipelined on one stream, every

@@ -1952,28 +1952,17 @@ async fn a_lease_left_out_of_its_stream_runs_out_on_time_while_etcd_is_out_of_sp
         batch.push(KeepAliveRenewal::new(j, "me", t, ttl));
     }
     let mut ka = c.keep_alive().await.unwrap();
+    let mut renew_all = async || {
+        let out = ka.renew(&batch).await.unwrap();
+        assert!(out.iter().all(|o| o.is_renewed()), "{out:?}");
+    };
     for _ in 0..3 {
-        assert!(ka
-            .renew(&batch)
-            .await
-            .unwrap()
-            .iter()
-            .all(|o| o.is_renewed()));
+        renew_all().await;
     }
     fill_etcd(&cluster).await;
-    assert!(ka
-        .renew(&batch)
-        .await
-        .unwrap()
-        .iter()
-        .all(|o| o.is_renewed()));
+    renew_all().await;
     let last_n0 = Instant::now();
-    assert!(ka
-        .renew(&batch)
-        .await
-        .unwrap()
-        .iter()
-        .all(|o| o.is_renewed()));
+    renew_all().await;
     let mut gone_at = None;
     while last_n0.elapsed() < ttl + Duration::from_secs(6) {
         let out = ka.renew(&batch[1..]).await.unwrap();
