@@ -41,7 +41,9 @@
 //!
 //! When the stream ends its groups are forgotten, not revoked: their
 //! leases run out a TTL after their last renewal, as each lease would
-//! have. A stream that renews **every** lease on another stream's group
+//! have. So is a group the stream has not renewed for twice its TTL,
+//! so that a long-lived stream keeps state for what it renews now, not
+//! for every lease it ever renewed. A stream that renews **every** lease on another stream's group
 //! (the client's stream opened again, or its frontend restarted: etcd
 //! lists the keys on an etcd lease) takes them over, moving them onto its
 //! own group in one transaction a 64, each comparing its holder key
@@ -89,6 +91,24 @@ struct State {
     of_job: HashMap<JobName, i64>,
 }
 
+impl State {
+    /// Forgets the groups not kept alive for twice their TTL: their etcd
+    /// leases ran out, and their leases with them. A stream's state stays
+    /// the size of what it renews, not of every lease it ever renewed.
+    fn forget_dead(&mut self, now: Instant) {
+        let State { groups, of_job } = self;
+        groups.retain(|_, g| {
+            let live = now < g.kept + g.ttl * 2;
+            if !live {
+                for job in g.members.keys() {
+                    of_job.remove(job);
+                }
+            }
+            live
+        });
+    }
+}
+
 #[derive(Debug)]
 struct Group {
     ttl: Duration,
@@ -119,7 +139,8 @@ impl RenewGroups {
     /// out. A renewal counts as its group's when its holder, token and TTL
     /// are the member's; a job twice in `batch` counts once.
     pub(super) fn touched(&self, batch: &[Renewal]) -> Vec<Touched> {
-        let st = self.state.lock().expect("renew groups");
+        let mut st = self.state.lock().expect("renew groups");
+        st.forget_dead(Instant::now());
         let mut touched: HashMap<i64, Touched> = HashMap::new();
         let mut seen: HashSet<&JobName> = HashSet::new();
         for (i, r) in batch.iter().enumerate() {
@@ -248,4 +269,72 @@ pub struct GroupStats {
     /// Leases moved off a group's etcd lease because its stream left them
     /// out of a message.
     pub moves_off: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{HolderRec, Sharing};
+    use leasehold_core::lease::{HolderId, Limits, Token};
+
+    fn holding(token: u64, lease: i64) -> Holding {
+        let rec = HolderRec {
+            token: Token(token),
+            ttl: Duration::from_secs(5),
+            holder: "me".into(),
+            issued: Default::default(),
+            value: None,
+            sharing: Sharing::default().joined(),
+        };
+        Holding {
+            raw: rec.encode(),
+            rec,
+            lease,
+            version: 2,
+        }
+    }
+
+    fn renewal(job: &str, token: u64) -> Renewal {
+        let l = Limits::default();
+        Renewal {
+            job: l.job(job).unwrap(),
+            holder: HolderId::from_trusted("me".into()),
+            token: Token(token),
+            ttl: Duration::from_secs(5),
+        }
+    }
+
+    /// A batch touches the groups it renews a member of, each with the
+    /// members it leaves out; a group not kept alive for twice its TTL is
+    /// forgotten, with its members.
+    #[test]
+    fn a_batch_touches_its_groups_and_dead_groups_are_forgotten() {
+        let g = RenewGroups::default();
+        let ttl = Duration::from_secs(5);
+        let now = Instant::now();
+        let job = |j: &str| Limits::default().job(j).unwrap();
+        g.join(7, ttl, now, job("a"), holding(1, 7));
+        g.join(7, ttl, now, job("b"), holding(2, 7));
+        g.join(8, ttl, now, job("c"), holding(3, 8));
+        assert_eq!(g.sizes(), (3, 2));
+
+        let t = g.touched(&[renewal("a", 1), renewal("x", 9)]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].lease, 7);
+        assert_eq!(t[0].present.len(), 1);
+        let absent: Vec<&str> = t[0].absent.iter().map(|(j, _)| j.as_str()).collect();
+        assert_eq!(absent, ["b"]);
+        // Another token is another grant: not the member.
+        assert!(g.touched(&[renewal("c", 4)]).is_empty());
+
+        g.leave(&job("b"));
+        assert_eq!(g.sizes(), (2, 2));
+        {
+            let mut st = g.state.lock().unwrap();
+            st.forget_dead(now + ttl * 2 - Duration::from_millis(1));
+            assert_eq!((st.of_job.len(), st.groups.len()), (2, 2));
+            st.forget_dead(now + ttl * 2);
+            assert_eq!((st.of_job.len(), st.groups.len()), (0, 0));
+        }
+    }
 }
