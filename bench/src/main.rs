@@ -356,8 +356,8 @@ async fn load(a: LoadArgs) -> Res<()> {
     )
     .await?;
     println!(
-        "{work:?} x{}: {:.0}/s p50 {:.0} us p99 {:.0} us, {} errors",
-        a.clients, s.per_sec, s.p50, s.p99, s.errors
+        "{work:?} x{}: {:.0}/s p50 {:.0} us p99 {:.0} us, {} errors; CPU per item: server {:.1} us, load generator {:.1} us",
+        a.clients, s.per_sec, s.p50, s.p99, s.errors, s.server_cpu_us, s.client_cpu_us
     );
     Ok(())
 }
