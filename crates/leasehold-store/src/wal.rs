@@ -80,6 +80,8 @@ const RECORD_HEAD: usize = 9;
 /// multiple of this, from a buffer aligned to it: what `O_DIRECT` needs on
 /// every device (a 512-byte device takes it too).
 const BLOCK: u64 = 4096;
+/// The most room a direct write's buffer keeps between writes.
+const KEEP_BUF: usize = 1 << 20;
 
 /// A data dir's identity: random, made when the data dir is created, kept in
 /// the log's header, sled and the manifest.
@@ -242,6 +244,10 @@ impl Direct {
         self.tail.clear();
         self.tail
             .extend_from_slice(&out[from..(new_end - start) as usize]);
+        if self.buf.len() > KEEP_BUF {
+            // A burst's large batch: its room is not kept for good.
+            self.buf = Vec::new();
+        }
         Ok(true)
     }
 }
@@ -900,6 +906,26 @@ mod tests {
             files.push(std::fs::read(&p).unwrap());
         }
         assert!(files[0] == files[1], "the same bytes either way");
+    }
+
+    /// A direct write's buffer does not keep a large batch's room.
+    #[test]
+    fn a_large_batchs_room_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("wal");
+        let mut w = Wal::create(&p, 8 << 20, ID, 1).unwrap();
+        let big = Record {
+            kind: Kind::Value,
+            key: b"big".to_vec(),
+            value: vec![7; 3 << 19],
+        };
+        assert!(w.append([&big, &rec(1)]).unwrap());
+        assert!(w.append([&rec(3)]).unwrap());
+        if let Some(d) = &w.direct {
+            assert!(d.buf.len() <= KEEP_BUF, "{} bytes kept", d.buf.len());
+        }
+        let (_, r) = Wal::open(&p, ID).unwrap();
+        assert_eq!(r.records, [big, rec(1), rec(3)]);
     }
 
     #[test]
