@@ -55,6 +55,9 @@ impl From<EtcdNode> for Backend {
     }
 }
 
+// Every etcd arm below is boxed (`Box::pin(...).await`): an `async fn`'s
+// future is as large as its largest arm, and etcd mode's futures are
+// kilobytes that a call on the single node would otherwise copy around.
 impl Backend {
     /// Refuses a TTL this backend cannot keep exactly, with
     /// INVALID_ARGUMENT naming `ttl` (etcd: not whole seconds, or below
@@ -477,8 +480,8 @@ mod tests {
 
     /// A call on the single node carries a future its own size, not etcd
     /// mode's: each etcd arm is boxed. Unboxed, `checked_write`'s future
-    /// was 7 KB and `renew`'s 8 KB, copied at every call (about 12% of a
-    /// unary call's instructions, by callgrind).
+    /// was 7 KB and `renew`'s 8 KB, copied at every call: boxing them cut
+    /// a unary `Renew`'s instructions by 9% (callgrind).
     #[test]
     fn a_local_call_does_not_carry_etcd_modes_future() {
         let rt = tokio::runtime::Runtime::new().unwrap();
