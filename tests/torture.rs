@@ -370,7 +370,7 @@ async fn stream_renew(
         }
     };
     match out.into_iter().next() {
-        Some(RenewOutcome::Renewed(l)) => Ok(l.token),
+        Some(RenewOutcome::Renewed(r)) => Ok(r.lease.token),
         Some(RenewOutcome::LeaseLost(l)) => Err(ClientError::LeaseLost {
             message: format!("{job}: lost (KeepAlive)"),
             current_token: Some(l.token),

@@ -303,7 +303,9 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
     let mut ka = c1.keep_alive().await.unwrap();
     let out = ka.renew(&batch).await.unwrap();
     assert_eq!(out.len(), 5);
-    assert!(matches!(&out[0], RenewOutcome::Renewed(l) if l.token == 1 && l.ttl == Some(ttl)));
+    assert!(
+        matches!(&out[0], RenewOutcome::Renewed(r) if r.lease.token == 1 && r.lease.ttl == Some(ttl))
+    );
     assert!(
         matches!(&out[1], RenewOutcome::LeaseLost(l) if l.holder.as_deref() == Some("other")),
         "{:?}",
@@ -319,7 +321,9 @@ async fn keep_alive_streams_renew_each_lease_on_its_own() {
         "{:?}",
         out[3]
     );
-    assert!(matches!(&out[4], RenewOutcome::Renewed(l) if l.ttl == Some(Duration::from_secs(12))));
+    assert!(
+        matches!(&out[4], RenewOutcome::Renewed(r) if r.lease.ttl == Some(Duration::from_secs(12)))
+    );
     // Kept alive past their first TTL by the stream alone.
     let t = Instant::now();
     while t.elapsed() < ttl + Duration::from_secs(1) {

@@ -16,7 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Place, ServerProcess};
-use leasehold::client::{AcquireOptions, Client, ClientError, Elector, ElectorOptions, Role};
+use leasehold::client::{
+    AcquireOptions, Client, ClientError, Elector, ElectorOptions, KeepAliveRenewal, RenewOutcome,
+    Role,
+};
 use leasehold::proto;
 use leasehold::proto::tenure::End;
 use tokio::sync::mpsc;
@@ -614,6 +617,16 @@ async fn preferred_leader(place: Place) {
             .unwrap()
             .successor_waiting
     );
+    // A KeepAlive stream's renewals say the same as unary ones.
+    let mut ka = c.keep_alive().await.unwrap();
+    let mut streamed = async |holder: &str, token: u64| -> bool {
+        let batch = [KeepAliveRenewal::new(job, holder, token, ttl)];
+        match &ka.renew(&batch).await.unwrap()[..] {
+            [RenewOutcome::Renewed(r)] => r.successor_waiting,
+            out => panic!("{out:?}"),
+        }
+    };
+    assert!(!streamed("a", t1).await, "a plain waiter is no successor");
     // A preferred candidate comes after b, and is served before it.
     let (url, j) = (p.url(), job.to_owned());
     let pref = tokio::spawn(async move {
@@ -632,6 +645,10 @@ async fn preferred_leader(place: Place) {
         r.successor_waiting,
         "the holder is told a preferred candidate waits"
     );
+    assert!(
+        streamed("a", t1).await,
+        "and told so on a KeepAlive stream too"
+    );
     c.release(job, "a", t1).await.unwrap();
     let got = pref.await.unwrap();
     assert!(got.acquired);
@@ -643,6 +660,7 @@ async fn preferred_leader(place: Place) {
     // A preferred holder is told nothing, whoever waits.
     let r = c.renew_lease(job, "p", t1 + 1, ttl).await.unwrap();
     assert!(!r.successor_waiting);
+    assert!(!streamed("p", t1 + 1).await);
     c.release(job, "p", t1 + 1).await.unwrap();
     assert_eq!(b.await.unwrap().0.lease.token, t1 + 2);
 

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::TestServer;
-use leasehold::client::{Client, ElectorSet, KeepAliveRenewal, RenewOutcome, Role};
+use leasehold::client::{Client, ElectorSet, KeepAliveRenewal, RenewOutcome, Renewed, Role};
 use leasehold::proto;
 use leasehold::proto::keep_alive_result::Outcome;
 use tokio::sync::mpsc;
@@ -113,7 +113,7 @@ async fn each_lease_gets_its_own_result_in_order() {
         let out = ka.renew(&batch).await.unwrap();
         assert_eq!(out.len(), 3);
         for (i, o) in out.iter().enumerate() {
-            let RenewOutcome::Renewed(l) = o else {
+            let RenewOutcome::Renewed(Renewed { lease: l, .. }) = o else {
                 panic!("job-{i}: {o:?}")
             };
             assert_eq!(l.job, format!("job-{i}"));
@@ -202,7 +202,7 @@ async fn one_stream_carries_many_leases_split_across_messages() {
         let out = ka.renew(&batch).await.unwrap();
         assert_eq!(out.len(), n);
         for (i, o) in out.iter().enumerate() {
-            let RenewOutcome::Renewed(l) = o else {
+            let RenewOutcome::Renewed(Renewed { lease: l, .. }) = o else {
                 panic!("fleet/job-{i}: {o:?}")
             };
             assert_eq!(l.job, format!("fleet/job-{i}"));

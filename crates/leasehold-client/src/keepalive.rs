@@ -30,7 +30,7 @@ use leasehold_proto::keep_alive_result::Outcome;
 use leasehold_proto::to_proto_duration;
 
 use super::pipe::{Batch, Pipe};
-use super::{Client, ClientError, Lease};
+use super::{Client, ClientError, Lease, Renewed};
 
 /// One lease to renew on a [`KeepAlive`] stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +69,10 @@ impl KeepAliveRenewal {
 /// The outcome of one renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenewOutcome {
-    /// Renewed: our lease, with the new TTL.
-    Renewed(Lease),
+    /// Renewed: our lease, with the new TTL, and whether a preferred
+    /// candidate waits for the job ([`Renewed::successor_waiting`], as a
+    /// unary renewal says).
+    Renewed(Renewed),
     /// Not ours any more: the job's current lease (holder `None` when free).
     /// Stop the leader's work.
     LeaseLost(Lease),
@@ -94,7 +96,10 @@ impl RenewOutcome {
     fn from_proto(r: proto::KeepAliveResult) -> Result<Self, ClientError> {
         let lease = || Lease::from(r.lease.clone().unwrap_or_default());
         Ok(match r.outcome() {
-            Outcome::Renewed => RenewOutcome::Renewed(lease()),
+            Outcome::Renewed => RenewOutcome::Renewed(Renewed {
+                lease: lease(),
+                successor_waiting: r.successor_waiting,
+            }),
             Outcome::LeaseLost => RenewOutcome::LeaseLost(lease()),
             Outcome::UnknownToken => RenewOutcome::UnknownToken(lease()),
             Outcome::InvalidArgument => RenewOutcome::InvalidArgument {
