@@ -346,12 +346,7 @@ async fn lh_keep_alives(ka: &mut KeepAlive, ctx: &Ctx, jobs: Vec<usize>) -> Res<
         .into_iter()
         .map(|j| KeepAliveRenewal::new(&ctx.names[j], HOLDER, ctx.lh_tokens[j], TTL))
         .collect();
-    let renewed = ka
-        .renew(&batch)
-        .await?
-        .iter()
-        .filter(|o| o.is_renewed())
-        .count();
+    let renewed = crate::sys::keep_alive_renewed(ka, &batch).await?;
     if renewed != batch.len() {
         return Err(format!("{renewed} of {} renewed", batch.len()).into());
     }

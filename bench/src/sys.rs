@@ -17,6 +17,19 @@ use tonic::transport::{Channel, Endpoint};
 use crate::etcd;
 use crate::Rng;
 
+/// Sends `batch` as one message on `ka`; returns how many were renewed.
+pub async fn keep_alive_renewed(
+    ka: &mut leasehold::client::KeepAlive,
+    batch: &[leasehold::client::KeepAliveRenewal],
+) -> Res<usize> {
+    Ok(ka
+        .renew(batch)
+        .await?
+        .iter()
+        .filter(|o| o.is_renewed())
+        .count())
+}
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Res<T> = Result<T, BoxError>;
 
