@@ -2,7 +2,8 @@
 //!
 //! A small text file in the data dir, `leasehold.manifest`, rewritten
 //! atomically (a new file, `fdatasync`, `rename`, `fsync` of the directory)
-//! at every checkpoint: start-up, when the log is half full, and a clean
+//! at every checkpoint: start-up, when the log is half full or many keys
+//! wait for sled, and a clean
 //! stop. It names the data dir's identity, the checkpoint's generation,
 //! how many records sled holds and their digest, the highest token ever
 //! issued on this data dir, and the token floor. sled keeps the same

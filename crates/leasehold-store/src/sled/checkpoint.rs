@@ -36,6 +36,11 @@ impl SledStore {
 }
 
 impl Open {
+    /// How many keys the next checkpoint applies to sled.
+    pub(super) fn logged_keys(&self) -> usize {
+        self.logged.lock().expect("logged lock").keys()
+    }
+
     /// Applies the logged puts to sled in one transaction with the new
     /// checkpoint record, makes sled durable, starts the log's next
     /// generation, and writes the manifest, leaving `logged` empty. Returns

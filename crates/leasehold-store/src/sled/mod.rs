@@ -14,9 +14,10 @@
 //!    one `fdatasync`. That is the durability point.
 //!    The logged records wait in memory, the newest per key: a key written
 //!    a thousand times between checkpoints costs sled one insert.
-//! 3. A checkpoint, when the log is half full (checked by
-//!    [`Store::checkpoint_if_due`], on the same thread, after the waiters were
-//!    released), at a clean shutdown and at every start-up, applies the
+//! 3. A checkpoint, when the log is half full or [`CHECKPOINT_KEYS`] keys
+//!    wait for sled (checked by [`Store::checkpoint_if_due`], on the same
+//!    thread, after the waiters were released), at a clean shutdown and at
+//!    every start-up, applies the
 //!    logged records to sled's trees, drops them from the overlay, flushes
 //!    sled (its `flush` and an `fdatasync` of its log: sled 0.34's flush
 //!    ends in `sync_file_range`, which reaches neither the file's metadata
@@ -98,6 +99,20 @@ const WAL_FILE: &str = "wal";
 /// file, so 2 MiB keeps pages up to 512 KiB in the log. It is stored in the
 /// data dir and must not change between runs.
 const SEGMENT_SIZE: usize = 2 * 1024 * 1024;
+
+/// A checkpoint is due once this many keys wait for sled, however little
+/// of the log they fill.
+///
+/// sled 0.34 applies a transaction under one pinned epoch: every version
+/// of a tree node that the transaction's inserts replace (each insert
+/// copies its leaf) stays allocated until the whole transaction ends. A
+/// checkpoint of 40,000 keys (half of an 8 MiB log of small records)
+/// made a transient heap of over 100 MB at each checkpoint, and what the
+/// store keeps for good was allocated among it, so the allocator could
+/// give little of it back: a server that had taken a million Acquires
+/// held 472 to 510 MiB, against 396 MiB with checkpoints of about 10,000
+/// keys (BENCHMARKS.md, "A running server's memory").
+pub(crate) const CHECKPOINT_KEYS: usize = 8192;
 
 /// The embedded store.
 pub struct SledStore {
@@ -222,6 +237,11 @@ struct Logged {
 }
 
 impl Logged {
+    /// How many keys wait for sled: the inserts the next checkpoint makes.
+    fn keys(&self) -> usize {
+        self.leases.len() + self.values.len()
+    }
+
     fn add(&mut self, puts: Vec<Put>) {
         for p in puts {
             self.upto = self.upto.max(p.seq);

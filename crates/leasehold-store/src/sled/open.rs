@@ -54,7 +54,7 @@ impl Holders {
 }
 
 /// The write-ahead log's size when it is created: a checkpoint runs when it
-/// is half full. Smaller on a small file system (an eighth of the free
+/// is half full (or earlier: [`CHECKPOINT_KEYS`](super::CHECKPOINT_KEYS)). Smaller on a small file system (an eighth of the free
 /// space), so that the log never takes the room that sled needs.
 const WAL_SIZE: u64 = 8 * 1024 * 1024;
 const WAL_MIN: u64 = 64 * 1024;

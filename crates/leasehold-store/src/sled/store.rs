@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::open::{wait_until_unlocked, UNLOCK_WAIT};
 use super::space::RESERVE;
-use super::{no_panic, Open, Pending, SledStore, WAL_FILE};
+use super::{no_panic, Open, Pending, SledStore, CHECKPOINT_KEYS, WAL_FILE};
 use crate::wal::{self, Kind, Record};
 use crate::{
     decode_history, decode_lease, decode_value, encode_history, encode_lease, encode_value,
@@ -369,13 +369,18 @@ impl Store for SledStore {
 
     fn checkpoint_if_due(&self) -> Result<()> {
         self.checkpoint_when(|o, wal| {
-            if wal.used() * 2 <= wal.capacity() {
+            let log_half_full = wal.used() * 2 > wal.capacity();
+            if !log_half_full && o.logged_keys() < CHECKPOINT_KEYS {
                 return false;
             }
             // Not while a backup reads sled, as long as the log has room:
             // the flusher must not wait for a backup. Past three quarters,
-            // or after BACKUP_HOLD, the backup is ended instead.
+            // or after BACKUP_HOLD, the backup is ended instead; a
+            // checkpoint due for its keys alone waits for the backup.
             if o.gate.try_write().is_err() {
+                if !log_half_full {
+                    return false;
+                }
                 let now = leasehold_core::clock::now();
                 let since = *o.held_since.lock().expect("held lock").get_or_insert(now);
                 if wal.used() * 4 > wal.capacity() * 3
@@ -400,7 +405,7 @@ impl Store for SledStore {
     fn checkpoint_due(&self) -> bool {
         self.with(|o| {
             let wal = o.wal.lock().expect("wal lock");
-            Ok(wal.used() * 2 > wal.capacity())
+            Ok(wal.used() * 2 > wal.capacity() || o.logged_keys() >= CHECKPOINT_KEYS)
         })
         .unwrap_or(false)
     }

@@ -684,3 +684,54 @@ fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
     assert_eq!(s.reclaim_floor().to_string(), floor.trim());
     assert_eq!(s.leases().unwrap().len(), 60_000);
 }
+
+/// A checkpoint is due once `CHECKPOINT_KEYS` keys wait for sled, though
+/// they fill little of the log; one due for its keys alone waits while a
+/// backup reads sled.
+#[test]
+fn many_keys_make_a_checkpoint_due_before_the_log_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SledStore::open(dir.path()).unwrap();
+    let job = Limits::default().job("j").unwrap();
+    let put = |i: usize| {
+        s.put_value(&job, format!("k{i}").as_bytes(), &val(1, 1, Some("v")))
+            .unwrap()
+    };
+    for i in 0..CHECKPOINT_KEYS - 1 {
+        put(i);
+    }
+    s.sync().unwrap();
+    let small = s
+        .with(|o| {
+            let wal = o.wal.lock().unwrap();
+            Ok(wal.used() * 4 < wal.capacity())
+        })
+        .unwrap();
+    assert!(small, "the keys fill under a quarter of the log");
+    assert!(!s.checkpoint_due());
+    s.checkpoint_if_due().unwrap();
+    assert_eq!(
+        s.with(|o| Ok(o.logged_keys())).unwrap(),
+        CHECKPOINT_KEYS - 1
+    );
+
+    put(CHECKPOINT_KEYS);
+    s.sync().unwrap();
+    assert!(s.checkpoint_due());
+    // A backup reading sled holds the gate: the checkpoint waits for it.
+    s.with(|o| {
+        let _backup = o.gate.read().unwrap();
+        s.checkpoint_if_due().unwrap();
+        assert_eq!(o.logged_keys(), CHECKPOINT_KEYS);
+        Ok(())
+    })
+    .unwrap();
+    s.checkpoint_if_due().unwrap();
+    assert_eq!(s.with(|o| Ok(o.logged_keys())).unwrap(), 0);
+    assert!(s.pending().overlay.is_empty(), "everything is in sled");
+    assert!(!s.checkpoint_due());
+    assert_eq!(
+        s.get_value(&job, b"k7").unwrap(),
+        Some(val(1, 1, Some("v")))
+    );
+}
