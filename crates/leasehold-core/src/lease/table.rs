@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::lease::rules::{self, Faults, MayGrant};
 use crate::lease::{HolderId, JobName, Published, Token};
 use holders::Holders;
-use job::{HandedTo, Holding, Job, Span};
+use job::{HandedTo, Holding, Job, Moment, Span};
 use jobs::Jobs;
 use owners::Owners;
 pub use views::{JobStatus, Leadership, LeaseState, LeaseView, Vacancy};
@@ -307,7 +307,7 @@ impl LeaseTable {
                 holder: table.holders.intern(&holder),
                 issued: rec.issued,
                 ttl: Span::of(rec.ttl),
-                deadline: now + rec.ttl,
+                deadline: Moment::of(now + rec.ttl),
                 // Nothing is given back across a restart.
                 told_again: true,
                 handed_to: HandedTo::NONE,
@@ -451,7 +451,7 @@ impl LeaseTable {
                 let h = job.holding.as_mut().expect("may_grant: the asker holds it");
                 // The live holder asks again: extend, same token.
                 h.ttl = Span::of(ttl);
-                h.deadline = now + ttl;
+                h.set_deadline(now + ttl);
                 if waiter.is_none() || waiter != h.handed_to.take() {
                     h.told_again = true;
                 }
@@ -535,9 +535,9 @@ impl LeaseTable {
                 // A shorter TTL may move the deadline earlier: the first
                 // waiter in line sleeps until the deadline it read, and
                 // must arm its timer again on the new one.
-                let sooner = now + ttl < h.deadline;
+                let sooner = now + ttl < h.deadline();
                 h.ttl = Span::of(ttl);
-                h.deadline = now + ttl;
+                h.set_deadline(now + ttl);
                 h.told_again = true;
                 let mut fx = Effects::default();
                 if sooner {
@@ -613,7 +613,7 @@ impl LeaseTable {
             Some(h) if &h.holder == holder && job.token == token => {
                 job.end_holding();
                 job.vacancy = Vacancy::Released;
-                job.vacant_since = now;
+                job.vacant_from(now);
                 stats.releases += 1;
                 fx.history.push(HistoryEvent::Ended {
                     token,
@@ -893,7 +893,7 @@ impl LeaseTable {
     pub fn unrecorded_end(&self, name: &JobName, now: Instant) -> Option<(Token, Instant)> {
         let job = self.jobs.get(name)?;
         match &job.holding {
-            Some(h) if h.deadline <= now => Some((job.token, h.deadline)),
+            Some(h) if h.deadline() <= now => Some((job.token, h.deadline())),
             Some(_) => None,
             None => job.expired_unrecorded(),
         }

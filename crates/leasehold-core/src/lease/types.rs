@@ -149,7 +149,31 @@ impl fmt::Debug for Name {
 /// keeps one copy of each holder for all the leases it holds (a fleet's
 /// holder holds thousands).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HolderId(Arc<str>);
+pub struct HolderId(Thin);
+
+/// A shared string behind one thin pointer: 8 bytes where an `Arc<str>`
+/// takes 16. A held lease names its holder, and a million held leases
+/// are a million copies of the pointer (the string is shared).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Thin(Arc<Box<str>>);
+
+impl From<String> for Thin {
+    fn from(s: String) -> Thin {
+        Thin(Arc::new(s.into_boxed_str()))
+    }
+}
+
+impl AsRef<str> for Thin {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Thin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_ref(), f)
+    }
+}
 
 impl AsRef<str> for Name {
     fn as_ref(&self) -> &str {
@@ -205,34 +229,35 @@ impl HolderId {
     /// it: `{principal}`, [`BIND`], `{holder}`.
     pub fn bound_to(&self, principal: &str) -> HolderId {
         // Not `format!`: this runs on every call with a policy.
-        let mut s = String::with_capacity(principal.len() + BIND.len_utf8() + self.0.len());
+        let mut s = String::with_capacity(principal.len() + BIND.len_utf8() + self.as_str().len());
         s.push_str(principal);
         s.push(BIND);
-        s.push_str(&self.0);
+        s.push_str(self.as_str());
         HolderId(s.into())
     }
 
     /// Whether the two are one copy of the name (not only equal).
     #[cfg(test)]
     pub(crate) fn same_copy(&self, other: &HolderId) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.0 .0, &other.0 .0)
     }
 
     /// Whether another copy of this holder exists (the lease table's
     /// own copy is then in use).
     pub(crate) fn shared(&self) -> bool {
-        Arc::strong_count(&self.0) > 1
+        Arc::strong_count(&self.0 .0) > 1
     }
 
     /// The principal this holder is bound to, if it is bound (see [`BIND`]).
     pub fn principal(&self) -> Option<&str> {
-        self.0.split_once(BIND).map(|(p, _)| p)
+        self.as_str().split_once(BIND).map(|(p, _)| p)
     }
 
     /// The holder as its client named it: without the principal it is
     /// bound to, if any.
     pub fn unbound(&self) -> &str {
-        self.0.split_once(BIND).map_or(&self.0, |(_, h)| h)
+        let s = self.as_str();
+        s.split_once(BIND).map_or(s, |(_, h)| h)
     }
 }
 

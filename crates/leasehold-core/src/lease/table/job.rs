@@ -32,6 +32,40 @@ impl Span {
     }
 }
 
+/// An `Instant` in 8 bytes (signed nanoseconds from a base taken once per
+/// process), where an `Instant` takes 16: a held lease keeps a deadline
+/// and a job the start of its vacancy. Exact for any instant within 292
+/// years of the base.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Moment(i64);
+
+impl Moment {
+    fn base() -> Instant {
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *BASE.get_or_init(Instant::now)
+    }
+
+    pub(super) fn of(t: Instant) -> Moment {
+        let base = Moment::base();
+        let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        match t.checked_duration_since(base) {
+            Some(after) => Moment(nanos(after)),
+            None => Moment(-nanos(base - t)),
+        }
+    }
+
+    pub(super) fn get(self) -> Instant {
+        let base = Moment::base();
+        let d = Duration::from_nanos(self.0.unsigned_abs());
+        if self.0 >= 0 {
+            base + d
+        } else {
+            // Only an instant that existed (before the base) is negative.
+            base.checked_sub(d).unwrap_or(base)
+        }
+    }
+}
+
 /// The waiter a release handed the lease to, if any, in 8 bytes (an
 /// `Option<WaiterId>` takes 16; waiter ids never reach `u64::MAX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +91,7 @@ pub(super) struct Holding {
     /// When the token was granted, and with which TTL (its proof's facts).
     pub(super) issued: Issued,
     pub(super) ttl: Span,
-    pub(super) deadline: Instant,
+    pub(super) deadline: Moment,
     /// Whether the holder asked again since the grant (a repeated
     /// `Acquire`, or a `Renew`): an answer telling it that it leads may
     /// have reached it, so [`LeaseTable::give_back`] leaves the grant be.
@@ -83,7 +117,7 @@ pub(super) struct Job {
     /// The TTL in the stored record of the current holding.
     pub(super) stored_ttl: Span,
     /// Since when the job has had no leader, and why.
-    pub(super) vacant_since: Instant,
+    vacant_since: Moment,
     pub(super) vacancy: Vacancy,
     /// An opaque number the caller attaches to the job's last change (its
     /// durability sequence number).
@@ -117,7 +151,28 @@ pub(super) struct Rare {
     pub(super) value: Published,
 }
 
+impl Holding {
+    /// When the lease runs out, unless renewed.
+    pub(super) fn deadline(&self) -> Instant {
+        self.deadline.get()
+    }
+
+    pub(super) fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = Moment::of(deadline);
+    }
+}
+
 impl Job {
+    /// Since when the job has had no leader (while it has none).
+    pub(super) fn vacant_since(&self) -> Instant {
+        self.vacant_since.get()
+    }
+
+    /// The job has had no leader since `now`.
+    pub(super) fn vacant_from(&mut self, now: Instant) {
+        self.vacant_since = Moment::of(now);
+    }
+
     /// A job never seen before: its first grant gets `floor` + 1.
     pub(super) fn new(now: Instant, floor: Token) -> Job {
         Job {
@@ -125,7 +180,7 @@ impl Job {
             holding: None,
             last_holder: None,
             stored_ttl: Span::default(),
-            vacant_since: now,
+            vacant_since: Moment::of(now),
             vacancy: Vacancy::Never,
             stamp: 0,
             owner: 0,
@@ -197,10 +252,11 @@ impl Job {
             // broken rule "early-expiry" lets it run out at half its TTL.
             let ttl = h.ttl.get();
             let cut = ttl - rules::lasts(ttl, faults);
-            if h.deadline <= now || h.deadline - cut <= now {
+            let deadline = h.deadline();
+            if deadline <= now || deadline - cut <= now {
                 self.vacant_since = h.deadline;
                 self.vacancy = Vacancy::Expired;
-                let end = (self.token, h.deadline);
+                let end = (self.token, deadline);
                 self.rare().expired_unrecorded = Some(end);
                 self.end_holding();
                 stats.expiries += 1;
@@ -272,7 +328,7 @@ impl Job {
             holder: holder.clone(),
             issued: Issued::new(wall_unix_ms, ttl),
             ttl: Span::of(ttl),
-            deadline: now + ttl,
+            deadline: Moment::of(now + ttl),
             told_again: false,
             handed_to: HandedTo::NONE,
             preferred,

@@ -881,9 +881,10 @@ fn a_restored_holding_is_never_given_back() {
 #[test]
 fn a_job_stays_small() {
     assert!(
-        // With its two TTLs in 8 bytes each and the waiter a release
-        // handed it to in 8, not 16.
-        std::mem::size_of::<Job>() <= 144,
+        // With its two TTLs, its deadline and its vacancy's start in 8
+        // bytes each, the waiter a release handed it to in 8, not 16, and
+        // its holders behind thin pointers.
+        std::mem::size_of::<Job>() <= 112,
         "a Job is {} bytes",
         std::mem::size_of::<Job>()
     );
@@ -1300,4 +1301,18 @@ fn the_line_is_listed_in_order_preferred_first() {
     let names: Vec<(&str, bool)> = line.iter().map(|(h, p)| (h.as_str(), *p)).collect();
     assert_eq!((names, waiting), (vec![("p", true), ("b", false)], 3));
     assert_eq!(t.waiters_of(&job("nobody"), 10), (Vec::new(), 0));
+}
+
+/// A deadline or a vacancy's start kept in 8 bytes reads back as the same
+/// instant, before the process's base as after it, and in the same order.
+#[test]
+fn a_moment_is_the_instant_it_was_made_of() {
+    let now = Instant::now();
+    let before = now.checked_sub(Duration::from_millis(1_500)).unwrap_or(now);
+    let year = Duration::from_secs(365 * 86_400);
+    for t in [now, before, now + Duration::from_nanos(1), now + year] {
+        assert_eq!(Moment::of(t).get(), t);
+    }
+    assert!(Moment::of(before) < Moment::of(now));
+    assert!(Moment::of(now) < Moment::of(now + Duration::from_nanos(1)));
 }

@@ -118,26 +118,26 @@ pub enum Leadership {
 impl Job {
     fn leadership(&self, now: Instant) -> Leadership {
         match &self.holding {
-            Some(h) if h.deadline > now => Leadership::Led { token: self.token },
+            Some(h) if h.deadline() > now => Leadership::Led { token: self.token },
             Some(h) => Leadership::Vacant {
                 token: self.token,
-                for_: now - h.deadline,
+                for_: now - h.deadline(),
             },
             None => Leadership::Vacant {
                 token: self.token,
-                for_: now.saturating_duration_since(self.vacant_since),
+                for_: now.saturating_duration_since(self.vacant_since()),
             },
         }
     }
 
     pub(super) fn view(&self, job: &JobName, now: Instant) -> LeaseView {
         let state = match &self.holding {
-            Some(h) if h.deadline > now => LeaseState::Held {
+            Some(h) if h.deadline() > now => LeaseState::Held {
                 holder: h.holder.clone(),
                 issued: h.issued,
                 ttl: h.ttl.get(),
-                deadline: h.deadline,
-                remaining: h.deadline - now,
+                deadline: h.deadline(),
+                remaining: h.deadline() - now,
                 value: self.value(),
             },
             Some(_) => LeaseState::Free(Vacancy::Expired),
