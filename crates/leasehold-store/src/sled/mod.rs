@@ -14,7 +14,7 @@
 //!    one `fdatasync`. That is the durability point.
 //!    The logged records wait in memory, the newest per key: a key written
 //!    a thousand times between checkpoints costs sled one insert.
-//! 3. A checkpoint, when the log is half full or [`CHECKPOINT_KEYS`] keys
+//! 3. A checkpoint, when the log is half full or `CHECKPOINT_KEYS` keys
 //!    wait for sled (checked by [`Store::checkpoint_if_due`], on the same
 //!    thread, after the waiters were released), at a clean shutdown and at
 //!    every start-up, applies the
