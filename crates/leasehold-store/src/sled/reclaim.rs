@@ -174,6 +174,9 @@ pub(super) struct Reclaim {
     /// No reclaim below this size: set after a rewrite that could not get
     /// under the threshold, so that the next waits for real growth.
     pub(super) floor: std::sync::atomic::AtomicU64,
+    /// After such a rewrite, the bytes its copy took per live byte (as bits
+    /// of an `f64`; 0: none): see [`grown_floor`].
+    pub(super) copy_per_live: std::sync::atomic::AtomicU64,
     /// The churn taken in by the sleds closed by rewrites since the last
     /// settle's rewrite: a reclaim of disk space in the middle of a burst
     /// leaves the burst's garbage, and the new sled's nodes scattered
@@ -206,6 +209,7 @@ impl Reclaim {
         Reclaim {
             ratio: ratio.to_bits().into(),
             floor: 0.into(),
+            copy_per_live: 0.into(),
             churn_floor: CHURN_FLOOR.into(),
             carried: 0.into(),
             done: 0.into(),
@@ -251,6 +255,33 @@ pub(super) fn drain_deferred() {
 fn threshold(ratio: f64, live: u64, wal: u64) -> u64 {
     (ratio * live as f64) as u64 + wal + SLACK
 }
+
+/// The floor of a store whose last rewrite could not get under the
+/// threshold, grown with its live data: twice what a copy of `live` bytes
+/// would take, at `copy_per_live` bytes a live byte as that copy took,
+/// plus the log and [`SLACK`] (0: no such rewrite).
+///
+/// Many small records take sled about three times their size even in a
+/// fresh copy (a million held leases: 121 MB of live data copied into
+/// 388 MB), above any ratio under that. A fixed floor (twice the copy's
+/// size) is reached by growth alone, so a store that only grows was
+/// rewritten at every doubling, each copy larger than the store it
+/// replaced, and writes waited for each (17.6 s for the last of four
+/// while a million jobs were created; BENCHMARKS.md, "Third pass"). This
+/// one is reached only by data a copy would leave behind.
+///
+/// A copy of a tiny store is mostly sled's fixed files, so its bytes per
+/// live byte are taken as at most [`COPY_PER_LIVE_MAX`].
+pub(super) fn grown_floor(copy_per_live: f64, live: u64, wal: u64) -> u64 {
+    if copy_per_live <= 0.0 {
+        return 0;
+    }
+    2 * ((copy_per_live.min(COPY_PER_LIVE_MAX) * live as f64) as u64 + wal + SLACK)
+}
+
+/// The most bytes a copy is taken to need per live byte in
+/// [`grown_floor`]: small leases measured about 3 to 4.
+const COPY_PER_LIVE_MAX: f64 = 8.0;
 
 impl SledStore {
     /// Sets the ratio past which the store is rewritten (0: never reclaim; see
@@ -306,7 +337,13 @@ impl SledStore {
         })?;
         let size = store_bytes(&self.dir);
         let over = threshold(ratio, live, wal);
-        if size <= over.max(self.reclaim.floor.load(Ordering::Relaxed)) {
+        let per_live = f64::from_bits(self.reclaim.copy_per_live.load(Ordering::Relaxed));
+        let floor = self
+            .reclaim
+            .floor
+            .load(Ordering::Relaxed)
+            .max(grown_floor(per_live, live, wal));
+        if size <= over.max(floor) {
             return Ok(());
         }
         self.reclaim_now(size, live)?;
@@ -318,6 +355,16 @@ impl SledStore {
         // waits for twice its size before the next, after a restart too.
         let floor = if after > over { after * 2 } else { 0 };
         self.reclaim.floor.store(floor, Ordering::Relaxed);
+        // Kept in memory only: a restart goes back to the fixed floor,
+        // which is the more eager of the two.
+        let per_live = if after > over && live > 0 {
+            after.saturating_sub(wal + SLACK) as f64 / live as f64
+        } else {
+            0.0
+        };
+        self.reclaim
+            .copy_per_live
+            .store(per_live.to_bits(), Ordering::Relaxed);
         if let Err(e) = write_floor(&self.dir, floor) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot keep the reclaim floor; the next start may rewrite the store again");
         }

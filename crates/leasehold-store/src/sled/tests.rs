@@ -685,6 +685,73 @@ fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
     assert_eq!(s.leases().unwrap().len(), 60_000);
 }
 
+/// A store its rewrite could not shrink (many small leases) and that then
+/// only grows is not rewritten again when its size passes twice the
+/// copy's: its floor grows with its live data.
+#[test]
+fn a_store_that_only_grows_after_a_rewrite_is_not_rewritten_at_each_doubling() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Limits::default();
+    let lease = LeaseRecord {
+        issued: Default::default(),
+        holder: Some(l.holder("w@00000000-0000-4000-8000-000000000001").unwrap()),
+        token: Token(1),
+        ttl: std::time::Duration::from_secs(9),
+        owner: None,
+        value: Default::default(),
+    };
+    let s = SledStore::open_reclaiming(dir.path(), MIN_RATIO).unwrap();
+    let grow = |s: &SledStore, next: &mut usize, n: usize| {
+        for _ in 0..n {
+            let job = l.job(&format!("job-{next:07}")).unwrap();
+            s.put_lease(&job, &lease, &[], 0).unwrap();
+            *next += 1;
+            if *next % 10_000 == 0 {
+                s.sync().unwrap();
+                s.checkpoint().unwrap();
+            }
+        }
+        s.sync().unwrap();
+        s.checkpoint().unwrap();
+    };
+    let mut next = 0;
+    grow(&s, &mut next, 60_000);
+    s.reclaim_if_due().unwrap();
+    assert_eq!(s.reclaims(), 1, "the grown store is rewritten once");
+    let fixed = s.reclaim_floor();
+    assert!(fixed > 0, "and cannot get under the ratio");
+    // Grows past the fixed floor (twice the copy's size), which alone
+    // would have rewritten it again.
+    while store_bytes(dir.path()) <= fixed {
+        assert!(next < 1_000_000, "the store never passed its floor");
+        grow(&s, &mut next, 20_000);
+        // Not held back by the last rewrite's time (`BUSY_SHARE`).
+        *s.reclaim.not_before.lock().unwrap() = None;
+        s.reclaim_if_due().unwrap();
+    }
+    *s.reclaim.not_before.lock().unwrap() = None;
+    s.reclaim_if_due().unwrap();
+    assert_eq!(s.reclaims(), 1, "growth alone is not rewritten");
+    assert_eq!(s.leases().unwrap().len(), next);
+}
+
+/// The grown floor: none without a rewrite that could not shrink the store,
+/// twice a copy's size at the copy's bytes per live byte, and a tiny
+/// store's copy (mostly sled's fixed files) taken as at most 8 of them.
+#[test]
+fn the_grown_floor_follows_the_live_data_within_bounds() {
+    use super::reclaim::grown_floor;
+    let (wal, mb) = (8 << 20, 1_000_000);
+    assert_eq!(grown_floor(0.0, 100 * mb, wal), 0);
+    let fixed = wal + crate::sled::reclaim::SLACK;
+    assert_eq!(grown_floor(3.0, 100 * mb, wal), 2 * (300 * mb + fixed));
+    assert_eq!(grown_floor(3.0, 200 * mb, wal), 2 * (600 * mb + fixed));
+    assert_eq!(
+        grown_floor(65.0, 100 * mb, wal),
+        grown_floor(8.0, 100 * mb, wal)
+    );
+}
+
 /// A checkpoint is due once `CHECKPOINT_KEYS` keys wait for sled, though
 /// they fill little of the log; one due for its keys alone waits while a
 /// backup reads sled.
