@@ -645,13 +645,10 @@ fn a_settle_after_churn_rewrites_the_store_once_and_keeps_what_is_live() {
     assert_eq!(s.reclaims(), 0, "the churn is under 4 times the live data");
 }
 
-/// A store that a rewrite cannot bring under the reclaim ratio (many small
-/// leases take sled several times their own size) is rewritten once: the
-/// floor that rewrite leaves is kept in the data dir, so a restart does
-/// not rewrite it again (each start of a million leases did, for 13 s).
-#[test]
-fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
-    let dir = tempfile::tempdir().unwrap();
+/// Adds `n` small held leases to `s`, numbered on from `next`, in name
+/// order, with a checkpoint every 10,000 and at the end: many small
+/// records, which take sled several times their own size.
+fn grow_small_leases(s: &SledStore, next: &mut usize, n: usize) {
     let l = Limits::default();
     let lease = LeaseRecord {
         issued: Default::default(),
@@ -661,18 +658,29 @@ fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
         owner: None,
         value: Default::default(),
     };
+    for _ in 0..n {
+        let job = l.job(&format!("job-{next:07}")).unwrap();
+        s.put_lease(&job, &lease, &[], 0).unwrap();
+        *next += 1;
+        if *next % 10_000 == 0 {
+            s.sync().unwrap();
+            s.checkpoint().unwrap();
+        }
+    }
+    s.sync().unwrap();
+    s.checkpoint().unwrap();
+}
+
+/// A store that a rewrite cannot bring under the reclaim ratio (many small
+/// leases take sled several times their own size) is rewritten once: the
+/// floor that rewrite leaves is kept in the data dir, so a restart does
+/// not rewrite it again (each start of a million leases did, for 13 s).
+#[test]
+fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
+    let dir = tempfile::tempdir().unwrap();
     {
         let s = SledStore::open_reclaiming(dir.path(), MIN_RATIO).unwrap();
-        for i in 0..60_000 {
-            let job = l.job(&format!("job-{i:06}")).unwrap();
-            s.put_lease(&job, &lease, &[], 0).unwrap();
-            if i % 10_000 == 9_999 {
-                s.sync().unwrap();
-                s.checkpoint().unwrap();
-            }
-        }
-        s.sync().unwrap();
-        s.checkpoint().unwrap();
+        grow_small_leases(&s, &mut 0, 60_000);
         s.reclaim_if_due().unwrap();
         assert_eq!(s.reclaims(), 1, "the grown store is rewritten once");
         assert!(s.reclaim_floor() > 0, "and cannot get under the ratio");
@@ -691,31 +699,9 @@ fn a_store_its_rewrite_cannot_shrink_is_not_rewritten_again_at_each_start() {
 #[test]
 fn a_store_that_only_grows_after_a_rewrite_is_not_rewritten_at_each_doubling() {
     let dir = tempfile::tempdir().unwrap();
-    let l = Limits::default();
-    let lease = LeaseRecord {
-        issued: Default::default(),
-        holder: Some(l.holder("w@00000000-0000-4000-8000-000000000001").unwrap()),
-        token: Token(1),
-        ttl: std::time::Duration::from_secs(9),
-        owner: None,
-        value: Default::default(),
-    };
     let s = SledStore::open_reclaiming(dir.path(), MIN_RATIO).unwrap();
-    let grow = |s: &SledStore, next: &mut usize, n: usize| {
-        for _ in 0..n {
-            let job = l.job(&format!("job-{next:07}")).unwrap();
-            s.put_lease(&job, &lease, &[], 0).unwrap();
-            *next += 1;
-            if *next % 10_000 == 0 {
-                s.sync().unwrap();
-                s.checkpoint().unwrap();
-            }
-        }
-        s.sync().unwrap();
-        s.checkpoint().unwrap();
-    };
     let mut next = 0;
-    grow(&s, &mut next, 60_000);
+    grow_small_leases(&s, &mut next, 60_000);
     s.reclaim_if_due().unwrap();
     assert_eq!(s.reclaims(), 1, "the grown store is rewritten once");
     let fixed = s.reclaim_floor();
@@ -724,7 +710,7 @@ fn a_store_that_only_grows_after_a_rewrite_is_not_rewritten_at_each_doubling() {
     // would have rewritten it again.
     while store_bytes(dir.path()) <= fixed {
         assert!(next < 1_000_000, "the store never passed its floor");
-        grow(&s, &mut next, 20_000);
+        grow_small_leases(&s, &mut next, 20_000);
         // Not held back by the last rewrite's time (`BUSY_SHARE`).
         *s.reclaim.not_before.lock().unwrap() = None;
         s.reclaim_if_due().unwrap();
