@@ -325,3 +325,74 @@ def test_async_fleet_on_a_paused_server_steps_down_by_its_deadline_and_two_sets_
                 await second.resign()
 
     run(main())
+
+
+def test_async_fleet_resign_in_the_instant_a_job_is_elected_stops_the_renewer(server, job):
+    # The renewer waits for news of an election in a wait with a timeout.
+    # Resigning in the instant a campaign has just told it (seen here on
+    # the next turn of the loop, and resigned at once) must end the
+    # renewer. It waited with asyncio.wait_for, which on Python 3.11
+    # returns the inner wait finished in that instant instead of raising
+    # the cancellation: the renewer ran on, renewing, and resign waited for
+    # it forever. The chaos-expiry test of the AsyncElectorSet above
+    # resigns as soon as its 20 ms poll sees token 2, so under load it
+    # rarely hung until its 120 s timeout; polling every turn of the loop
+    # hit it every time.
+    import asyncio
+
+    from leasehold.aio import AsyncClient, AsyncElectorSet
+
+    ttl = 0.9
+
+    async def main():
+        async with AsyncClient(server.target) as c:
+            for attempt in range(3):
+                first, then = f"{job}-{attempt}-a", f"{job}-{attempt}-b"
+                fleet = AsyncElectorSet(c, "fleet", ttl)
+                try:
+                    fleet.campaign(first)
+                    assert await fleet.wait_leading(timeout=PATIENCE)
+                    fleet.campaign(then)
+                    while fleet.token(then) is None:
+                        assert fleet.error(then) is None
+                        await asyncio.sleep(0)
+                    await asyncio.wait_for(fleet.resign(), PATIENCE)
+                    sent = fleet.renewals_sent
+                    await asyncio.sleep(ttl)
+                    assert fleet.renewals_sent == sent, "no renewal after resign"
+                    for j in (first, then):
+                        assert (await c.get_lease(j)).holder is None, "resign released it"
+                finally:
+                    await asyncio.wait_for(fleet.resign(), PATIENCE)
+
+    run(main())
+
+
+def test_async_fleet_a_campaign_task_ended_from_outside_is_logged_and_reported(server, job, caplog):
+    # Nothing of the set's own cancels a campaign while the set runs; one
+    # cancelled from outside (or ended by anything unforeseen) is an ERROR
+    # log and fleet.error(job), never a job silently not campaigned for.
+    import asyncio
+    import logging
+
+    from leasehold.aio import AsyncClient, AsyncElectorSet
+
+    async def main():
+        async with AsyncClient(server.target) as c:
+            async with AsyncElectorSet(c, "fleet", 5.0) as fleet:
+                fleet.campaign(job)
+                assert await fleet.wait_leading(timeout=PATIENCE)
+                assert fleet.error(job) is None
+                (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"leasehold-campaign-{job}"]
+                task.cancel()
+                await asyncio.wait({task})
+                assert isinstance(fleet.error(job), leasehold.LeaseholdError), fleet.error(job)
+                assert "ended" in str(fleet.error(job))
+                assert any(
+                    r.levelno == logging.ERROR and job in r.getMessage() and "ended" in r.getMessage()
+                    for r in caplog.records
+                ), caplog.records
+                assert fleet.token(job) == 1, "the lease it holds is still renewed"
+
+    with caplog.at_level(logging.ERROR, logger="leasehold.elector_set"):
+        run(main())

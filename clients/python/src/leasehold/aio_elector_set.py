@@ -154,9 +154,12 @@ class AsyncElectorSet:
             self._stop = asyncio.Event()
             self._wake = asyncio.Event()
             self._renewer = loop.create_task(self._renew_loop(), name="leasehold-elector-set")
+            self._renewer.add_done_callback(self._renewer_ended)
         for job in jobs:
             if job not in self._campaigns:
-                self._campaigns[job] = loop.create_task(self._campaign(job), name=f"leasehold-campaign-{job}")
+                task = loop.create_task(self._campaign(job), name=f"leasehold-campaign-{job}")
+                task.add_done_callback(lambda t, job=job: self._campaign_ended(job, t))
+                self._campaigns[job] = task
         return self
 
     def token(self, job: str) -> Optional[int]:
@@ -249,90 +252,122 @@ class AsyncElectorSet:
     # A job's campaign
 
     async def _stoppable(self, aw: Awaitable, until: Optional[float] = None):
-        """Awaits ``aw``; raises _Stopped if the set stops first (``aw`` is
-        cancelled), asyncio.TimeoutError at ``until``."""
+        """Awaits ``aw`` as a task of its own; raises _Stopped if the set
+        stops first (``aw`` is cancelled), asyncio.TimeoutError at
+        ``until``.
+
+        A cancellation of the task calling it always propagates, and
+        cancels ``aw`` too. ``await task`` after ``task.cancel()`` cannot
+        tell the two cancellations apart, and Python 3.11's
+        ``asyncio.wait_for`` returns the inner result instead of raising
+        when both end in the same instant: either way the caller's
+        cancellation was lost, and the renewer ran on after ``resign``,
+        which then waited for it forever. ``aw`` itself ending cancelled
+        (a gRPC call cancelled locally ends with ``CancelledError``) is a
+        LeaseholdError (CANCELLED) here, retried as any failure, never a
+        cancellation that silently ends the caller."""
         assert self._stop is not None
         task = asyncio.ensure_future(aw)
+        task.add_done_callback(_retrieved)
         stop = asyncio.ensure_future(self._stop.wait())
         try:
             timeout = None if until is None else max(until - time.monotonic(), 0)
             done, _ = await asyncio.wait({task, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            if not task.done():
+                task.cancel()  # the set stopped, the time ran out, or we were cancelled
         if task in done:
+            if task.cancelled():
+                raise errors.LeaseholdError("the call was cancelled", code=grpc.StatusCode.CANCELLED)
             return task.result()
-        task.cancel()
-        try:
-            await task
-        except BaseException:  # cancelled, or failed meanwhile: either way gone
-            pass
+        # Its end (a cancelled Acquire gives back a grant it may have had);
+        # asyncio.wait, unlike `await task`, raises our own cancellation.
+        await asyncio.wait({task})  # cancelled, or failed or answered meanwhile: either way gone
         if self._stop.is_set():
             raise _Stopped()
         raise asyncio.TimeoutError()
 
     async def _campaign(self, job: str) -> None:
+        """Campaigns for ``job`` until the set stops or a refusal. A failure
+        no one foresaw is logged, steps down, and the campaign starts again
+        after a backoff: never a job the set silently stops campaigning
+        for."""
+        backoff = Backoff.campaign(self._ttl)
+        while not self._stopped:
+            try:
+                await self._campaign_rounds(job)
+                return
+            except Exception:  # never die silently: step down, campaign again
+                log.exception("campaign for %s failed, campaigning again", job)
+                h = self._held.get(job)
+                if h is not None:
+                    self._step_down(job, h.token, "its campaign failed")
+                try:
+                    await self._stoppable(asyncio.sleep(backoff.next()))
+                except _Stopped:
+                    return
+
+    async def _campaign_rounds(self, job: str) -> None:
         campaign_wait, _ = campaign_timing(self._ttl)
         backoff = Backoff.campaign(self._ttl)
         warnings = Warnings(log)
-        try:
-            while not self._stopped:
-                sent = time.monotonic()
-                limit = campaign_wait + self._ttl
+        while not self._stopped:
+            sent = time.monotonic()
+            limit = campaign_wait + self._ttl
+            try:
+                a = await self._stoppable(
+                    self._client.acquire(
+                        job, self._holder, self._ttl, campaign_wait, timeout=limit,
+                        bind_to_stream=self._bind, preferred=self._preferred,
+                    ),
+                    sent + limit,
+                )
+            except _Stopped:
+                return  # the cancelled Acquire gives back a grant it may have had
+            except asyncio.TimeoutError:
+                warnings.warn("campaign for %s: acquire timed out", job)
+                continue
+            except REFUSALS as e:
+                log.error("campaign for %s refused, not campaigning again: %s", job, e)
+                self._errors[job] = e
+                return
+            except errors.LeaseholdError as e:
+                warnings.warn("campaign for %s: acquire failed, retrying: %s", job, e)
                 try:
-                    a = await self._stoppable(
-                        self._client.acquire(
-                            job, self._holder, self._ttl, campaign_wait, timeout=limit,
-                            bind_to_stream=self._bind, preferred=self._preferred,
-                        ),
-                        sent + limit,
-                    )
+                    await self._stoppable(asyncio.sleep(backoff.next()))
                 except _Stopped:
-                    return  # the cancelled Acquire gives back a grant it may have had
-                except asyncio.TimeoutError:
-                    warnings.warn("campaign for %s: acquire timed out", job)
-                    continue
-                except REFUSALS as e:
-                    log.error("campaign for %s refused, not campaigning again: %s", job, e)
-                    self._errors[job] = e
                     return
-                except errors.LeaseholdError as e:
-                    warnings.warn("campaign for %s: acquire failed, retrying: %s", job, e)
-                    try:
-                        await self._stoppable(asyncio.sleep(backoff.next()))
-                    except _Stopped:
-                        return
-                    continue
-                backoff.reset()
-                if not a.acquired:
-                    continue
-                token = a.lease.token
+                continue
+            backoff.reset()
+            if not a.acquired:
+                continue
+            token = a.lease.token
+            try:
                 anchor = await self._anchor(job, token, sent)
-                if anchor is None or anchor + self._ttl <= time.monotonic():
-                    continue
-                if self._stopped:
-                    await self._release(job, token, anchor + self._ttl)
-                    return
-                h = self._held[job] = _Held(token, anchor + self._ttl)
-                log.info("%s: elected with token %d", job, token)
-                self._callback(self._on_elected, job, token)
-                assert self._wake is not None
-                self._wake.set()  # the renewer counts it in
-                try:
-                    await self._stoppable(h.ended.wait())
-                except _Stopped:
-                    return
-        except Exception:  # never die silently: step down and stop
-            log.exception("campaign for %s failed", job)
-            h2 = self._held.get(job)
-            if h2 is not None:
-                self._step_down(job, h2.token, "its campaign failed")
+            except _Stopped:
+                anchor = None
+            if self._stopped:
+                await self._release(job, token, time.monotonic() + 0.2 if anchor is None else anchor + self._ttl)
+                return
+            if anchor is None or anchor + self._ttl <= time.monotonic():
+                continue
+            h = self._held[job] = _Held(token, anchor + self._ttl)
+            log.info("%s: elected with token %d", job, token)
+            self._callback(self._on_elected, job, token)
+            assert self._wake is not None
+            self._wake.set()  # the renewer counts it in
+            try:
+                await self._stoppable(h.ended.wait())
+            except _Stopped:
+                return
 
     async def _anchor(self, job: str, token: int, sent: float) -> Optional[float]:
         if time.monotonic() < sent + self._ttl / 10:
             return sent
         sent = time.monotonic()
         try:
-            await self._client.renew(job, self._holder, token, self._ttl, timeout=self._ttl / 2)
+            await self._stoppable(self._client.renew(job, self._holder, token, self._ttl, timeout=self._ttl / 2))
             return sent
         except errors.LeaseholdError as e:
             log.warning("%s: granted token %d, but the confirming renew failed: %s", job, token, e)
@@ -347,65 +382,91 @@ class AsyncElectorSet:
     # The renewer
 
     async def _renew_loop(self) -> None:
+        """Renews every held lease each ttl/3, and steps each job down by
+        its own deadline. Ends when the set stops (it waits through
+        _stoppable, and checks, so even a cancellation lost somewhere
+        cannot keep it running after resign); a failure no one foresaw is
+        logged and the loop goes on after a backoff, deadlines kept."""
         assert self._wake is not None
         every = self._ttl / 3
         retry = Backoff.renew(self._ttl)
         nxt = time.monotonic() + every
         try:
-            while True:
-                wake = min([nxt] + [h.deadline for h in self._held.values()])
-                left = wake - time.monotonic()
-                if left > 0:
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), left)
-                    except asyncio.TimeoutError:
-                        pass
-                    self._wake.clear()
-                # Our own deadlines first: no answer can extend them.
-                now = time.monotonic()
-                for job, h in list(self._held.items()):
-                    if h.deadline <= now:
-                        self._step_down(job, h.token, "its deadline passed without a renewal")
-                if now < nxt:
-                    continue
-                batch = [(j, h.token) for j, h in self._held.items()]
-                if not batch:
-                    nxt = now + every
-                    continue
-                earliest = min(h.deadline for h in self._held.values())
-                sent = time.monotonic()
+            while not self._stopped:
                 try:
-                    if self._stream is None:
-                        self._stream = _AsyncKeepAlive(self._client._leases, self._bind)
-                    self._renewals_sent += len(batch)
-                    ttl = to_duration(self._ttl)
-                    results = await asyncio.wait_for(
-                        self._stream.renew(
-                            [pb.KeepAliveRenewal(job=j, holder=self._holder, token=t, ttl=ttl) for j, t in batch]
-                        ),
-                        max(earliest, sent + 0.01) - sent,
-                    )
-                except (errors.LeaseholdError, asyncio.TimeoutError) as e:
-                    self._warnings.warn("keep-alive failed, retrying on a new stream: %s", e or "timed out")
+                    nxt = await self._renew_round(nxt, every, retry)
+                except _Stopped:
+                    return
+                except Exception:  # never die silently: deadlines kept, renewals retried
+                    log.exception("the elector set's renewer failed, renewing again")
                     self._drop_stream()
-                    nxt = time.monotonic() + retry.next_before(earliest)
-                    continue
-                for (job, token), r in zip(batch, results):
-                    if r.outcome == pb.KeepAliveResult.OUTCOME_RENEWED:
-                        h = self._held.get(job)
-                        if h is not None and h.token == token:
-                            h.deadline = sent + self._ttl
-                    else:
-                        name = pb.KeepAliveResult.Outcome.Name(r.outcome)
-                        self._step_down(job, token, f"renewal refused ({name}): {r.message}")
-                nxt = sent + every
-                retry.reset()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # never die silently: every lease runs to its deadline
-            log.exception("the elector set's renewer failed")
+                    nxt = time.monotonic() + retry.next()
         finally:
             self._drop_stream()
+
+    async def _renew_round(self, nxt: float, every: float, retry: Backoff) -> float:
+        """Waits until the next renewal or deadline, steps down each job
+        past its deadline, and renews at ``nxt``; when to renew next."""
+        assert self._wake is not None
+        # Cleared before the deadlines are read: a job elected from here on
+        # sets it again, and the wait below ends at once.
+        self._wake.clear()
+        wake = min([nxt] + [h.deadline for h in self._held.values()])
+        if wake > time.monotonic():
+            try:
+                await self._stoppable(self._wake.wait(), wake)
+            except asyncio.TimeoutError:
+                pass
+        # Our own deadlines first: no answer can extend them.
+        now = time.monotonic()
+        for job, h in list(self._held.items()):
+            if h.deadline <= now:
+                self._step_down(job, h.token, "its deadline passed without a renewal")
+        if now < nxt:
+            return nxt
+        batch = [(j, h.token) for j, h in self._held.items()]
+        if not batch:
+            return now + every
+        earliest = min(h.deadline for h in self._held.values())
+        sent = time.monotonic()
+        try:
+            if self._stream is None:
+                self._stream = _AsyncKeepAlive(self._client._leases, self._bind)
+            self._renewals_sent += len(batch)
+            ttl = to_duration(self._ttl)
+            renewals = [pb.KeepAliveRenewal(job=j, holder=self._holder, token=t, ttl=ttl) for j, t in batch]
+            results = await self._stoppable(self._stream.renew(renewals), max(earliest, sent + 0.01))
+        except (errors.LeaseholdError, asyncio.TimeoutError) as e:
+            self._warnings.warn("keep-alive failed, retrying on a new stream: %s", str(e) or "timed out")
+            self._drop_stream()
+            return time.monotonic() + retry.next_before(earliest)
+        for (job, token), r in zip(batch, results):
+            if r.outcome == pb.KeepAliveResult.OUTCOME_RENEWED:
+                h = self._held.get(job)
+                if h is not None and h.token == token:
+                    h.deadline = sent + self._ttl
+            else:
+                name = pb.KeepAliveResult.Outcome.Name(r.outcome)
+                self._step_down(job, token, f"renewal refused ({name}): {r.message}")
+        retry.reset()
+        return sent + every
+
+    def _campaign_ended(self, job: str, task: asyncio.Task) -> None:
+        """A campaign's task ended: said out loud unless the set stopped or
+        the job was refused (logged, and :meth:`error` has it)."""
+        if self._stopped or job in self._errors:
+            return
+        why = "cancelled" if task.cancelled() else repr(task.exception() or "returned")
+        log.error("campaign for %s ended while the set runs (%s): not campaigning for it", job, why)
+        self._errors[job] = errors.LeaseholdError(
+            f"the campaign for {job} ended: {why}", code=grpc.StatusCode.CANCELLED
+        )
+
+    def _renewer_ended(self, task: asyncio.Task) -> None:
+        if self._stopped:
+            return
+        why = "cancelled" if task.cancelled() else repr(task.exception() or "returned")
+        log.error("the elector set's renewer ended while the set runs (%s): each lease runs to its deadline", why)
 
     def _drop_stream(self) -> None:
         stream, self._stream = self._stream, None
@@ -415,3 +476,10 @@ class AsyncElectorSet:
 
 class _Stopped(Exception):
     pass
+
+
+def _retrieved(task: "asyncio.Future") -> None:
+    """Marks a task's exception as seen: one _stoppable gave up on is
+    dropped, and asyncio would log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
