@@ -67,6 +67,7 @@
 mod checkpoint;
 mod open;
 mod reclaim;
+mod scan;
 mod space;
 mod store;
 #[cfg(test)]

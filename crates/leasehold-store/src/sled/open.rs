@@ -12,7 +12,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Mutex, RwLock};
 
-use super::checkpoint::{CHECKPOINT_KEY, TREE_LEASES, TREE_VALUES};
+use super::checkpoint::{CHECKPOINT_KEY, TREE_VALUES};
+use super::scan;
 use super::space::free_bytes;
 use super::{decode_floor, Logged, Open, SEGMENT_SIZE, WAL_FILE};
 use crate::datadir;
@@ -20,38 +21,6 @@ use crate::manifest::{self, record_hash, Checkpoint};
 use crate::wal::{self, Kind, Record, Wal};
 use crate::{decode_lease, decode_value};
 use leasehold_core::error::{Error, Result};
-use leasehold_core::lease::{HolderId, JobName};
-
-/// The holders decoded so far, one copy each, up to a bound (a data dir
-/// with more distinct holders shares the first ones only).
-#[derive(Default)]
-struct Holders {
-    kept: std::collections::HashSet<HolderId>,
-    /// The last record's: a fleet's leases come one after another, and a
-    /// comparison costs less than a hash.
-    last: Option<HolderId>,
-}
-
-impl Holders {
-    const MOST: usize = 65_536;
-
-    fn share(&mut self, h: HolderId) -> HolderId {
-        if let Some(last) = self.last.as_ref().filter(|l| **l == h) {
-            return last.clone();
-        }
-        let h = match self.kept.get(h.as_str()) {
-            Some(kept) => kept.clone(),
-            None => {
-                if self.kept.len() < Self::MOST {
-                    self.kept.insert(h.clone());
-                }
-                h
-            }
-        };
-        self.last = Some(h.clone());
-        h
-    }
-}
 
 /// The write-ahead log's size when it is created: a checkpoint runs when it
 /// is half full (or earlier: [`CHECKPOINT_KEYS`](super::CHECKPOINT_KEYS)). Smaller on a small file system (an eighth of the free
@@ -77,7 +46,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(file: &str, what: impl Into<String>) -> Problem {
+    pub(super) fn new(file: &str, what: impl Into<String>) -> Problem {
         Problem {
             file: file.to_owned(),
             what: what.into(),
@@ -297,50 +266,35 @@ impl Open {
                 )),
             }
         }
-        let mut found = Checkpoint::default();
-        // Kept for the server's first read of every lease, unless a key is
-        // not a name (that read then fails, naming it).
-        let mut decoded = Some(Vec::new());
-        // One copy of each holder for the leases it holds, made as they
-        // are decoded: each record's own copy is dropped at once, and its
-        // memory goes to the next record's, not left in holes between the
-        // leases kept (the lease table shares them the same way).
-        let mut holders = Holders::default();
-        for (tree, t) in [(TREE_LEASES, &leases), (TREE_VALUES, &values)] {
-            for kv in t.iter() {
-                let (k, v) = match kv {
-                    Ok(kv) => kv,
-                    Err(e) => {
-                        ins.problems.push(Problem::new(
-                            "db",
-                            format!("sled cannot read every record: {e}"),
-                        ));
-                        break;
-                    }
-                };
-                found.digest = found.digest.wrapping_add(record_hash(tree, &k, &v));
-                ins.live_bytes += (k.len() + v.len()) as u64;
-                if tree == TREE_LEASES {
-                    found.leases += 1;
-                    match decode_lease(&v) {
-                        Ok(mut l) => {
-                            l.holder = l.holder.map(|h| holders.share(h));
-                            found.max_token = found.max_token.max(l.token.0);
-                            if let Some(d) = decoded.as_mut() {
-                                match std::str::from_utf8(&k) {
-                                    Ok(name) => d.push((JobName::from_trusted(name.into()), l)),
-                                    Err(_) => decoded = None,
-                                }
-                            }
-                        }
-                        Err(e) => ins.problems.push(Problem::new("db", e.to_string())),
-                    }
-                } else {
-                    found.values += 1;
-                    if let Err(e) = decode_value(&v) {
-                        ins.problems.push(Problem::new("db", e.to_string()));
-                    }
+        // The leases, on two threads (see `scan`); kept for the server's
+        // first read of every lease.
+        let expected = ins.sled.as_ref().map_or(0, |s| s.leases);
+        let scanned = scan::leases(&leases, expected);
+        let mut found = Checkpoint {
+            leases: scanned.leases,
+            digest: scanned.digest,
+            max_token: scanned.max_token,
+            ..Checkpoint::default()
+        };
+        ins.live_bytes += scanned.live_bytes;
+        ins.problems.extend(scanned.problems);
+        let decoded = scanned.decoded;
+        for kv in values.iter() {
+            let (k, v) = match kv {
+                Ok(kv) => kv,
+                Err(e) => {
+                    ins.problems.push(Problem::new(
+                        "db",
+                        format!("sled cannot read every record: {e}"),
+                    ));
+                    break;
                 }
+            };
+            found.digest = found.digest.wrapping_add(record_hash(TREE_VALUES, &k, &v));
+            ins.live_bytes += (k.len() + v.len()) as u64;
+            found.values += 1;
+            if let Err(e) = decode_value(&v) {
+                ins.problems.push(Problem::new("db", e.to_string()));
             }
         }
         ins.max_token = ins.max_token.max(found.max_token);

@@ -52,6 +52,9 @@ struct Slot {
     job: Job,
 }
 
+/// Tables of at least this many jobs are built on two threads.
+const PARALLEL_FROM: usize = 65_536;
+
 impl Jobs {
     /// Built from `jobs`, sorted by name or mostly: a name given twice
     /// keeps its last job, as a map's inserts would. The slots come in
@@ -70,14 +73,34 @@ impl Jobs {
                 _ => slots.push(Some(Slot { name, job })),
             }
         }
-        let index = BTreeMap::from_iter(
-            slots
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| Some((s.as_ref()?.name.clone(), slot_number(i)))),
-        );
+        let index = || {
+            BTreeMap::from_iter(
+                slots
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| Some((s.as_ref()?.name.clone(), slot_number(i)))),
+            )
+        };
+        // The two structures apart, on two threads for a large table (a
+        // restart's): each is about a tenth of a million leases' start.
+        let (index, hashed) = if slots.len() < PARALLEL_FROM {
+            (index(), Hashed::build(&slots))
+        } else {
+            std::thread::scope(|s| {
+                let hashed = std::thread::Builder::new()
+                    .name("leasehold-index".into())
+                    .spawn_scoped(s, || Hashed::build(&slots));
+                let index = index();
+                let hashed = match hashed.map(|h| h.join()) {
+                    Ok(Ok(h)) => h,
+                    Ok(Err(panic)) => std::panic::resume_unwind(panic),
+                    Err(_) => Hashed::build(&slots),
+                };
+                (index, hashed)
+            })
+        };
         Jobs {
-            hashed: Hashed::build(&slots),
+            hashed,
             index,
             slots,
             free: Vec::new(),
@@ -583,6 +606,22 @@ mod tests {
             );
         }
         assert!(jobs.get(&name(5_000)).is_none());
+    }
+
+    /// A table large enough to be built on two threads: every name is
+    /// found through both structures, each with its own job.
+    #[test]
+    fn a_large_table_built_on_two_threads_finds_every_name() {
+        let n = PARALLEL_FROM + 10;
+        let mut jobs = Jobs::from_sorted((0..n).map(|i| (name(i), job(i as u64))).collect());
+        jobs.check();
+        assert_eq!(jobs.len(), n);
+        for i in (0..n).step_by(97).chain([n - 1]) {
+            assert_eq!(jobs.get(&name(i)).unwrap().token, Token(i as u64));
+            assert!(jobs.remove(&name(i)).is_some());
+            assert!(jobs.get(&name(i)).is_none());
+        }
+        jobs.check();
     }
 
     /// `range` starts where it is told, `map_after` after the name.
