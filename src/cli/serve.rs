@@ -478,6 +478,10 @@ pub async fn serve(a: ServeArgs) -> anyhow::Result<()> {
                 .context("cannot open the store")?;
             let node =
                 Node::open_with(Arc::new(store), state_limits).context("cannot load the store")?;
+            // Reading a large store frees most of what it allocated (sled's
+            // pages, each record's copy); give that back now rather than at
+            // the first periodic look, seconds after the server listens.
+            leasehold::server::memory::trim_if_slack();
             #[cfg(feature = "fault-injection")]
             if let Ok(rules) = std::env::var("LEASEHOLD_BREAK") {
                 node.break_rules(&rules).context("LEASEHOLD_BREAK")?;
