@@ -125,11 +125,18 @@ struct Claims {
 /// the lock is taken rarely.
 const BATCH: usize = 256;
 
+/// Stores of at least this many leases (by sled's checkpoint record) are
+/// read on two threads.
+const TWO_FROM: u64 = 65_536;
+
 /// Reads every record of `tree` (sled's leases tree), on two threads when
-/// the machine has more than one core. `expected` (sled's checkpoint
+/// the machine has more than one core and the store is large. `expected` (sled's checkpoint
 /// record's count) sizes the list of leases up front.
 pub(super) fn leases(tree: &sled::Tree, expected: u64) -> Scanned {
-    let two = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    // A second thread has an allocator arena of its own, a few MiB kept
+    // for good: worth it only where it saves a noticeable part of a second.
+    let two =
+        expected >= TWO_FROM && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
     leases_on(tree, expected, two)
 }
 
