@@ -127,7 +127,7 @@ const BATCH: usize = 256;
 
 /// Stores of at least this many leases (by sled's checkpoint record) are
 /// read on two threads.
-const TWO_FROM: u64 = 65_536;
+pub(super) const TWO_FROM: u64 = 65_536;
 
 /// Reads every record of `tree` (sled's leases tree), on two threads when
 /// the machine has more than one core and the store is large. `expected` (sled's checkpoint
