@@ -130,11 +130,11 @@ const BATCH: usize = 256;
 pub(super) const TWO_FROM: u64 = 65_536;
 
 /// Reads every record of `tree` (sled's leases tree), on two threads when
-/// the machine has more than one core and the store is large. `expected` (sled's checkpoint
-/// record's count) sizes the list of leases up front.
+/// the machine has more than one core and the store is large. `expected`
+/// (sled's checkpoint record's count) sizes the list of leases up front.
 pub(super) fn leases(tree: &sled::Tree, expected: u64) -> Scanned {
-    // A second thread has an allocator arena of its own, a few MiB kept
-    // for good: worth it only where it saves a noticeable part of a second.
+    // A second thread reads into an allocator arena of its own: worth it
+    // only where it saves a noticeable part of a second.
     let two =
         expected >= TWO_FROM && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
     leases_on(tree, expected, two)
@@ -142,8 +142,8 @@ pub(super) fn leases(tree: &sled::Tree, expected: u64) -> Scanned {
 
 fn leases_on(tree: &sled::Tree, expected: u64, two: bool) -> Scanned {
     let claims = Mutex::new(Claims::default());
-    // At most the records a tree of this size could hold, so that a
-    // damaged checkpoint record cannot make it reserve much more.
+    // Capped, so that a damaged checkpoint record cannot make it reserve
+    // more than a very large store would.
     let reserve = usize::try_from(expected).unwrap_or(0).min(1 << 24);
     if !two {
         return side(tree, true, &claims, reserve);
