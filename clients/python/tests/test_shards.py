@@ -377,6 +377,60 @@ def test_another_stream_joining_as_the_member_ends_the_membership_with_lease_los
     run(main())
 
 
+def test_a_member_cancelled_in_the_instant_an_acknowledgement_is_queued_stops_at_once(server, job):
+    """The member's writer waits for the next acknowledgement, or the next
+    heartbeat, with a timeout. Cancelled in the instant an acknowledgement
+    is queued (release() and the cancel in one turn of the loop), it must
+    end cancelled at once and leave the acknowledgement queued. It waited
+    with asyncio.wait_for, which on Python 3.11 then returns the item
+    instead of raising the cancellation, so the writer ran on, every time:
+    with the session cancelled (as aclose does when the server does not end
+    the stream), it tried to send the acknowledgement on the call the
+    reader's cancel had just cancelled and ended with its error, the
+    acknowledgement gone; with the tasks cancelled in the order session,
+    writer, reader (an order asyncio.run's cancel of the tasks a program
+    left running can take), it sent it and then waited a whole heartbeat
+    period (TTL/3: 10 s here) before it saw the call cancelled, and the
+    session waited with it. Never a hang: the reader's cancel cancels the
+    gRPC call, so the writer's next send fails."""
+    ttl = 30.0
+
+    def tasks_of(m):
+        by = {}
+        for t in asyncio.all_tasks():
+            name = t.get_coro().__qualname__
+            if name in ("AsyncShardMember._read", "AsyncShardMember._write"):
+                by[name.rsplit("_", 1)[1]] = t
+        by["session"] = m._session  # private, as m._acks below: what the cancel must stop, what it must keep
+        assert len(by) == 3, by
+        return by
+
+    async def main():
+        c = AsyncClient(server.target)
+        for attempt in range(6):
+            order = [("session",), ("session", "write", "read")][attempt % 2]
+            m = await c.join_shards(f"{job}-{attempt}", "m", 2, ttl=ttl)
+            events = []
+            reading = asyncio.ensure_future(collect(m, events))
+            await eventually("both shards", lambda: len(of(events, leasehold.ShardAssigned)) == 2)
+            tasks = tasks_of(m)
+            m.release(0)  # queued: the writer's wait gets it on the next turn
+            for name in order:
+                tasks[name].cancel()
+            started = time.monotonic()
+            await asyncio.wait(set(tasks.values()), timeout=ttl / 6)
+            took = time.monotonic() - started
+            assert all(t.done() for t in tasks.values()), f"{order}: still running after {took:.1f}s: {tasks}"
+            writer = tasks["write"]
+            assert writer.cancelled(), f"{order}: the writer ran on after its cancel and ended with {writer.result()!r}"
+            assert m._acks.qsize() == 1, f"{order}: the acknowledgement taken in that instant was put back"
+            await asyncio.wait_for(m.aclose(), PATIENCE)
+            await asyncio.wait_for(reading, PATIENCE)
+        await c.close()
+
+    run(main())
+
+
 # The conformance worker's commands (clients/conformance/README.md), with
 # real worker processes: `shards`, `shards-write`, `shards-stop`.
 

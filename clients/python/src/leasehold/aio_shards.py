@@ -35,7 +35,7 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Optional, Union
 
 import grpc
 import grpc.aio
@@ -59,6 +59,41 @@ AsyncShardEventCallback = Callable[[ShardEvent], Union[None, Awaitable[None]]]
 
 _END = object()  # in the events queue: the membership ended
 _LEAVE = object()  # in the acks queue: half-close the stream
+
+
+async def _within(aw: Awaitable[Any], timeout: float, put_back: Optional[Callable[[Any], None]] = None) -> Any:
+    """Awaits ``aw`` as a task of its own for up to ``timeout`` seconds;
+    raises asyncio.TimeoutError then (``aw`` cancelled).
+
+    Not ``asyncio.wait_for``: on Python 3.11 it returns the inner result
+    instead of raising when the caller is cancelled in the instant the
+    inner await finishes, so a loop around it ran on after its cancel. Here
+    a cancellation of the caller always propagates: ``aw`` is cancelled
+    with it, or, when it had finished in that instant with a result,
+    ``put_back(result)`` is called (an item a queue's ``get`` had just
+    taken goes back in the queue; a ``get`` cancelled before it returns
+    leaves its item there)."""
+    task = asyncio.ensure_future(aw)
+    task.add_done_callback(_retrieved)
+    try:
+        await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        if not task.done():
+            task.cancel()
+        elif put_back is not None and not task.cancelled() and task.exception() is None:
+            put_back(task.result())
+        raise
+    if task.done():
+        return task.result()
+    task.cancel()
+    raise asyncio.TimeoutError()
+
+
+def _retrieved(task: "asyncio.Future[Any]") -> None:
+    """Marks a task's exception as seen: one _within gave up on is
+    dropped, and asyncio would log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _stream_error(call: grpc.aio.StreamStreamCall, e: Optional[BaseException]) -> errors.LeaseholdError:
@@ -315,7 +350,9 @@ class AsyncShardMember:
         call = self._client._shards.Join()
         try:
             await call.write(self._first)
-            m = await asyncio.wait_for(call.read(), self._client.timeout)
+            # Not asyncio.wait_for: a cancel of a rejoin lost as the answer
+            # arrives would serve a new stream after the cancel.
+            m = await _within(call.read(), self._client.timeout)
             if m is grpc.aio.EOF:
                 raise await _stream_error(call, None)
             self._count = joined_shards(m)
@@ -395,8 +432,9 @@ class AsyncShardMember:
         """Serves one stream until it breaks (its error) or the member
         leaves (``None``)."""
         assert self._leaving is not None
-        reader = asyncio.ensure_future(self._read(call))
-        writer = asyncio.ensure_future(self._write(call))
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(call), name=f"leasehold-shards-{self._group}-read")
+        writer = loop.create_task(self._write(call), name=f"leasehold-shards-{self._group}-write")
         try:
             await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
             if self._leaving.is_set() or (writer.done() and writer.result() is None):
@@ -425,13 +463,16 @@ class AsyncShardMember:
 
     async def _write(self, call: grpc.aio.StreamStreamCall) -> Optional[errors.LeaseholdError]:
         """Sends the heartbeats (every TTL/3) and the acknowledgements; at
-        the leave, half-closes the stream (``None``)."""
+        the leave, half-closes the stream (``None``). Cancelled (by _serve,
+        once the stream ended or the session is cancelled), it ends at once,
+        and an acknowledgement taken in that instant stays queued: it waits
+        through _within, never asyncio.wait_for."""
         every = self._ttl / 3
         beat = time.monotonic() + every
         try:
             while True:
                 try:
-                    item = await asyncio.wait_for(self._acks.get(), max(beat - time.monotonic(), 0))
+                    item = await _within(self._acks.get(), max(beat - time.monotonic(), 0), self._acks.put_nowait)
                 except asyncio.TimeoutError:
                     await call.write(pb.JoinRequest())  # a heartbeat: renews every holding
                     beat = time.monotonic() + every
