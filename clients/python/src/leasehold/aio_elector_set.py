@@ -25,6 +25,7 @@ import grpc.aio
 
 from . import errors
 from ._retry import Backoff, Warnings
+from ._tasks import retrieved
 from ._wire import REFUSALS, campaign_timing, split_writes, stream_closed_error
 from .types import check_elector_args, elector_holder, to_duration
 from .v1 import leasehold_pb2 as pb
@@ -268,7 +269,7 @@ class AsyncElectorSet:
         cancellation that silently ends the caller."""
         assert self._stop is not None
         task = asyncio.ensure_future(aw)
-        task.add_done_callback(_retrieved)
+        task.add_done_callback(retrieved)
         stop = asyncio.ensure_future(self._stop.wait())
         try:
             timeout = None if until is None else max(until - time.monotonic(), 0)
@@ -476,10 +477,3 @@ class AsyncElectorSet:
 
 class _Stopped(Exception):
     pass
-
-
-def _retrieved(task: "asyncio.Future") -> None:
-    """Marks a task's exception as seen: one _stoppable gave up on is
-    dropped, and asyncio would log it as never retrieved."""
-    if not task.cancelled():
-        task.exception()

@@ -42,6 +42,7 @@ import grpc.aio
 
 from . import errors
 from ._shards import LEAVE_WAIT, REJOIN_FIRST, REJOIN_MAX, Ownership, ended_error, join_request, joined_shards
+from ._tasks import retrieved
 from .types import ShardAssigned, ShardEvent, ShardRevoked, check_join_args, elector_holder
 from .v1 import leasehold_pb2 as pb
 
@@ -74,7 +75,7 @@ async def _within(aw: Awaitable[Any], timeout: float, put_back: Optional[Callabl
     taken goes back in the queue; a ``get`` cancelled before it returns
     leaves its item there)."""
     task = asyncio.ensure_future(aw)
-    task.add_done_callback(_retrieved)
+    task.add_done_callback(retrieved)
     try:
         await asyncio.wait({task}, timeout=timeout)
     except BaseException:
@@ -87,13 +88,6 @@ async def _within(aw: Awaitable[Any], timeout: float, put_back: Optional[Callabl
         return task.result()
     task.cancel()
     raise asyncio.TimeoutError()
-
-
-def _retrieved(task: "asyncio.Future[Any]") -> None:
-    """Marks a task's exception as seen: one _within gave up on is
-    dropped, and asyncio would log it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def _stream_error(call: grpc.aio.StreamStreamCall, e: Optional[BaseException]) -> errors.LeaseholdError:
