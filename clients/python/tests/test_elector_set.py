@@ -209,6 +209,72 @@ def test_fleet_two_sets_one_leads_each_job_and_resign_hands_over(server, client,
         second.resign()
 
 
+def test_fleet_an_unforeseen_failure_in_a_campaign_is_logged_and_the_job_campaigned_again(server, client, job, caplog):
+    # A failure nothing in the campaign expects (here injected once, right
+    # after a grant) is an ERROR log, and the job is campaigned for again:
+    # the set never silently stops campaigning for a job.
+    import logging
+
+    ev = Events()
+    with caplog.at_level(logging.ERROR, logger="leasehold.elector_set"):
+        with leasehold.ElectorSet(client, "fleet", 5.0, on_elected=ev.elected, on_lost=ev.lost) as fleet:
+            anchor, failed = fleet._anchor, []
+
+            def once(*args):
+                if not failed:
+                    failed.append(args)
+                    raise RuntimeError("injected")
+                return anchor(*args)
+
+            fleet._anchor = once
+            fleet.campaign(job)
+            ev.wait("elected", job, 1)
+            assert failed, "the failure was injected"
+            assert fleet.error(job) is None
+            assert fleet.token(job) == 1
+            assert client.get_lease(job).holder == fleet.holder
+    assert any(
+        r.levelno == logging.ERROR and job in r.getMessage() and "campaigning again" in r.getMessage()
+        for r in caplog.records
+    ), caplog.records
+    assert ev.of(job) == [("elected", 1), ("lost", 1)]
+
+
+def test_async_fleet_an_unforeseen_failure_in_a_campaign_is_logged_and_the_job_campaigned_again(
+    server, job, caplog
+):
+    import asyncio
+    import logging
+
+    from leasehold.aio import AsyncClient, AsyncElectorSet
+
+    async def main():
+        async with AsyncClient(server.target) as c:
+            async with AsyncElectorSet(c, "fleet", 5.0) as fleet:
+                anchor, failed = fleet._anchor, []
+
+                async def once(*args):
+                    if not failed:
+                        failed.append(args)
+                        raise RuntimeError("injected")
+                    return await anchor(*args)
+
+                fleet._anchor = once
+                fleet.campaign(job)
+                assert await fleet.wait_leading(timeout=PATIENCE)
+                assert failed, "the failure was injected"
+                assert fleet.error(job) is None
+                assert fleet.token(job) == 1
+                assert (await c.get_lease(job)).holder == fleet.holder
+
+    with caplog.at_level(logging.ERROR, logger="leasehold.elector_set"):
+        run(main())
+    assert any(
+        r.levelno == logging.ERROR and job in r.getMessage() and "campaigning again" in r.getMessage()
+        for r in caplog.records
+    ), caplog.records
+
+
 def test_fleet_a_refused_campaign_stops_that_job_alone(job):
     with harness.ServerProcess(extra=["--max-name-bytes", "64"]) as s, leasehold.Client(s.target) as c:
         long_job = "x" * 100

@@ -345,74 +345,86 @@ class ElectorSet:
             return True
 
     def _campaign(self, job: str) -> None:
+        """Campaigns for ``job`` until the set stops or a refusal. A failure
+        no one foresaw is logged, steps down, and the campaign starts again
+        after a backoff: never a job the set silently stops campaigning
+        for (as the asyncio set's)."""
+        backoff = Backoff.campaign(self._ttl)
+        while not self._stopped:
+            try:
+                self._campaign_rounds(job)
+                return
+            except Exception:  # never die silently: step down, campaign again
+                log.exception("campaign for %s failed, campaigning again", job)
+                with self._cond:
+                    h = self._held.get(job)
+                if h is not None:
+                    self._step_down(job, h.token, "its campaign failed")
+                if self._sleep_until(time.monotonic() + backoff.next()):
+                    return
+
+    def _campaign_rounds(self, job: str) -> None:
         campaign_wait, _ = campaign_timing(self._ttl)
         backoff = Backoff.campaign(self._ttl)
         warnings = Warnings(log)
-        try:
-            while not self._stopped:
-                sent = time.monotonic()
-                limit = campaign_wait + self._ttl
-                fut = self._client.acquire_future(
-                    job, self._holder, self._ttl, campaign_wait, limit,
-                    bind_to_stream=self._bind, preferred=self._preferred,
-                )
-                fut.add_done_callback(lambda _: self._notify())
-                with self._cond:
-                    while not fut.done() and not self._stopped and time.monotonic() < sent + limit:
-                        self._cond.wait(max(sent + limit - time.monotonic(), 0))
-                    stopped = self._stopped
-                if not fut.done():
-                    fut.cancel()
-                    if stopped:
-                        self._release_if_granted(job)
-                        return
-                    warnings.warn("campaign for %s: acquire timed out", job)
-                    continue
-                if stopped:
-                    if not fut.cancelled() and fut.exception() is None and fut.result().acquired:
-                        self._release(job, fut.result().lease.token, time.monotonic() + 0.2)
-                    return
-                err = fut.exception()
-                if err is not None:
-                    e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
-                    if isinstance(e, REFUSALS):
-                        log.error("campaign for %s refused, not campaigning again: %s", job, e)
-                        with self._cond:
-                            self._errors[job] = e  # type: ignore[assignment]
-                            self._cond.notify_all()
-                        return
-                    warnings.warn("campaign for %s: acquire failed, retrying: %s", job, e)
-                    if self._sleep_until(time.monotonic() + backoff.next()):
-                        return
-                    continue
-                backoff.reset()
-                r = fut.result()
-                if not r.acquired:
-                    continue
-                token = r.lease.token
-                anchor = self._anchor(job, token, sent)
-                if anchor is None or anchor + self._ttl <= time.monotonic():
-                    continue
-                with self._cond:
-                    if self._stopped:
-                        held = None
-                    else:
-                        held = self._held[job] = _Held(token, anchor + self._ttl)
-                        self._report(self._on_elected, job, token)
-                        self._cond.notify_all()  # the renewer counts it in
-                if held is None:
-                    self._release(job, token, anchor + self._ttl)
-                    return
-                log.info("%s: elected with token %d", job, token)
-                with self._cond:
-                    while not self._stopped and self._held.get(job) is held:
-                        self._cond.wait()
-        except Exception:  # never die silently: step down and stop
-            log.exception("campaign for %s failed", job)
+        while not self._stopped:
+            sent = time.monotonic()
+            limit = campaign_wait + self._ttl
+            fut = self._client.acquire_future(
+                job, self._holder, self._ttl, campaign_wait, limit,
+                bind_to_stream=self._bind, preferred=self._preferred,
+            )
+            fut.add_done_callback(lambda _: self._notify())
             with self._cond:
-                h = self._held.get(job)
-            if h is not None:
-                self._step_down(job, h.token, "its campaign failed")
+                while not fut.done() and not self._stopped and time.monotonic() < sent + limit:
+                    self._cond.wait(max(sent + limit - time.monotonic(), 0))
+                stopped = self._stopped
+            if not fut.done():
+                fut.cancel()
+                if stopped:
+                    self._release_if_granted(job)
+                    return
+                warnings.warn("campaign for %s: acquire timed out", job)
+                continue
+            if stopped:
+                if not fut.cancelled() and fut.exception() is None and fut.result().acquired:
+                    self._release(job, fut.result().lease.token, time.monotonic() + 0.2)
+                return
+            err = fut.exception()
+            if err is not None:
+                e = errors.from_rpc_error(err) if isinstance(err, grpc.RpcError) else err
+                if isinstance(e, REFUSALS):
+                    log.error("campaign for %s refused, not campaigning again: %s", job, e)
+                    with self._cond:
+                        self._errors[job] = e  # type: ignore[assignment]
+                        self._cond.notify_all()
+                    return
+                warnings.warn("campaign for %s: acquire failed, retrying: %s", job, e)
+                if self._sleep_until(time.monotonic() + backoff.next()):
+                    return
+                continue
+            backoff.reset()
+            r = fut.result()
+            if not r.acquired:
+                continue
+            token = r.lease.token
+            anchor = self._anchor(job, token, sent)
+            if anchor is None or anchor + self._ttl <= time.monotonic():
+                continue
+            with self._cond:
+                if self._stopped:
+                    held = None
+                else:
+                    held = self._held[job] = _Held(token, anchor + self._ttl)
+                    self._report(self._on_elected, job, token)
+                    self._cond.notify_all()  # the renewer counts it in
+            if held is None:
+                self._release(job, token, anchor + self._ttl)
+                return
+            log.info("%s: elected with token %d", job, token)
+            with self._cond:
+                while not self._stopped and self._held.get(job) is held:
+                    self._cond.wait()
 
     def _notify(self) -> None:
         with self._cond:
