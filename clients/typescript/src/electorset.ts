@@ -32,7 +32,9 @@
  * that job alone down, and its campaign starts again. A broken stream is
  * opened again, with backoff, while the deadlines run. A campaign refused
  * with an error retrying cannot fix (`InvalidArgument`, `Unauthenticated`,
- * `PermissionDenied`) stops that job alone: `error(job)` keeps it.
+ * `PermissionDenied`) stops that job alone: `error(job)` keeps it. A
+ * failure a campaign does not foresee is logged, steps that job down, and
+ * its campaign starts again after a backoff.
  *
  * The set is one holder, `name@uuid` with a UUID made for it: two sets (or
  * a set and an `Elector`) in one process are different holders.
@@ -218,56 +220,75 @@ export class ElectorSet extends EventEmitter<ElectorSetEvents> {
     if (n !== undefined) this.log.warn(`${message} (${n} similar warnings suppressed)`);
   }
 
-  /** Campaigns for `job` until stopped: acquire (waiting), hold until lost, again. */
+  /**
+   * Campaigns for `job` until the set stops or a refusal. A failure no one
+   * foresaw is logged, steps the job down if it was held, and the campaign
+   * starts again after a backoff: never a job the set silently stops
+   * campaigning for.
+   */
   private async campaignFor(job: string): Promise<void> {
     const stop = this.stop.signal;
     const backoff = Backoff.campaign(this.ttlMs);
+    while (!stop.aborted) {
+      try {
+        await this.campaignRounds(job);
+        return;
+      } catch (e) {
+        // ElectorLogger has no error level: warn is the loudest it has.
+        this.log.warn(`campaign for ${job} failed, campaigning again: ${(e as Error)?.stack ?? e}`);
+        const h = this.held.get(job);
+        if (h !== undefined) this.stepDown(job, h.token, "its campaign failed");
+        await sleep(backoff.next(), stop);
+      }
+    }
+  }
+
+  /** Acquire (waiting), hold until lost, again, until stopped or refused. */
+  private async campaignRounds(job: string): Promise<void> {
+    const stop = this.stop.signal;
+    const backoff = Backoff.campaign(this.ttlMs);
     const campaignWait = Math.min(Math.max(this.ttlMs * 3, 1000), 30_000);
-    try {
-      while (!stop.aborted) {
-        const sent = now();
-        let acquired;
-        try {
-          acquired = await this.client.acquire(job, this.holder, this.ttlMs, campaignWait, {
-            timeoutMs: campaignWait + this.ttlMs,
-            signal: stop,
-            bindToStream: this.bindToStream,
-            preferred: this.preferred,
-          });
-        } catch (e) {
-          if (stop.aborted) {
-            await this.releaseIfGranted(job);
-            return;
-          }
-          if (refused(e)) {
-            this.log.warn(`campaign for ${job} refused, not campaigning again: ${e.message}`);
-            this.errors.set(job, e);
-            if (this.listenerCount("error") > 0) {
-              try {
-                this.emit("error", job, e);
-              } catch (thrown) {
-                this.log.warn(`error listener threw: ${thrown}`);
-              }
-            }
-            return;
-          }
-          this.retryWarn(`campaign for ${job}: acquire failed, retrying: ${(e as Error).message}`);
-          await sleep(backoff.next(), stop);
-          continue;
-        }
-        backoff.reset();
-        if (!acquired.acquired) continue;
-        const token = acquired.lease.token;
-        const anchor = await this.anchor(job, token, sent);
-        if (anchor === undefined || anchor + this.ttlMs <= now()) continue;
+    while (!stop.aborted) {
+      const sent = now();
+      let acquired;
+      try {
+        acquired = await this.client.acquire(job, this.holder, this.ttlMs, campaignWait, {
+          timeoutMs: campaignWait + this.ttlMs,
+          signal: stop,
+          bindToStream: this.bindToStream,
+          preferred: this.preferred,
+        });
+      } catch (e) {
         if (stop.aborted) {
-          await this.client.release(job, this.holder, token, { timeoutMs: Math.max(anchor + this.ttlMs - now(), 200) }).catch(() => {});
+          await this.releaseIfGranted(job);
           return;
         }
-        await this.hold(job, token, anchor);
+        if (refused(e)) {
+          this.log.warn(`campaign for ${job} refused, not campaigning again: ${e.message}`);
+          this.errors.set(job, e);
+          if (this.listenerCount("error") > 0) {
+            try {
+              this.emit("error", job, e);
+            } catch (thrown) {
+              this.log.warn(`error listener threw: ${thrown}`);
+            }
+          }
+          return;
+        }
+        this.retryWarn(`campaign for ${job}: acquire failed, retrying: ${(e as Error).message}`);
+        await sleep(backoff.next(), stop);
+        continue;
       }
-    } catch (e) {
-      this.log.warn(`campaign for ${job} failed: ${(e as Error).stack ?? e}`);
+      backoff.reset();
+      if (!acquired.acquired) continue;
+      const token = acquired.lease.token;
+      const anchor = await this.anchor(job, token, sent);
+      if (anchor === undefined || anchor + this.ttlMs <= now()) continue;
+      if (stop.aborted) {
+        await this.client.release(job, this.holder, token, { timeoutMs: Math.max(anchor + this.ttlMs - now(), 200) }).catch(() => {});
+        return;
+      }
+      await this.hold(job, token, anchor);
     }
   }
 

@@ -6,7 +6,8 @@
  * campaigned for again; with the server frozen each job steps down by its
  * own deadline; two sets on the same jobs share them out and a resign
  * hands over; resign releases every lease; a refused campaign stops its
- * job alone.
+ * job alone; a failure a campaign does not foresee is logged and the job
+ * campaigned for again.
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -128,6 +129,42 @@ describe("ElectorSet against the real server", () => {
       await set.resign();
       await client.chaos().clear();
     }
+  });
+
+  test("a failure the campaign does not foresee is logged and the job campaigned for again", async () => {
+    // A failure nothing in the campaign expects (here injected once, right
+    // after a grant) is logged, and the job is campaigned for again: the
+    // set never silently stops campaigning for a job.
+    const job = uniqueJob("set-unforeseen");
+    const logged: string[] = [];
+    const set = new ElectorSet(client, "fleet", 5000, { logger: { warn: (m) => logged.push(m) } });
+    const { events } = record(set);
+    type Anchor = (job: string, token: bigint, sent: number) => Promise<number | undefined>;
+    const inner = set as unknown as { anchor: Anchor };
+    const anchor = inner.anchor.bind(set);
+    let failures = 0;
+    inner.anchor = async (...args) => {
+      if (failures === 0) {
+        failures++;
+        throw new Error("injected");
+      }
+      return anchor(...args);
+    };
+    set.campaign(job);
+    try {
+      await waitUntil(() => set.isLeader(job), PATIENCE, "the job led");
+      assert.equal(failures, 1, "the failure was injected");
+      assert.equal(set.token(job), 1n);
+      assert.equal(set.error(job), undefined);
+      assert.equal((await client.getLease(job)).holder, set.holder);
+      assert.ok(
+        logged.some((m) => m.includes(job) && m.includes("campaigning again") && m.includes("injected")),
+        logged.join("\n"),
+      );
+    } finally {
+      await set.resign();
+    }
+    assert.deepEqual(events, [`elected ${job} 1`, `lost ${job} 1`]);
   });
 
   test("two sets on the same jobs: one leads each; resign hands every job over at once; resign releases all", async () => {

@@ -63,7 +63,9 @@ import org.slf4j.LoggerFactory;
  * deadlines keep running. A job whose campaign the server refuses with an
  * error retrying cannot fix ({@link InvalidArgumentException},
  * {@link UnauthenticatedException}, {@link PermissionDeniedException})
- * stops; {@link #error(String)} has it.
+ * stops; {@link #error(String)} has it. A failure a campaign does not
+ * foresee (any {@link RuntimeException} it throws) is logged, steps that
+ * job down, and its campaign starts again after a backoff.
  *
  * <p>The {@link Listener} hears {@code onElected(job, token)} and
  * {@code onLost(job, token)} in order, on one callback thread, so a slow
@@ -102,6 +104,17 @@ public final class ElectorSet implements AutoCloseable {
   private final Thread renewer;
   private final ExecutorService callbacks;
   private final Retry.Warnings warnings = new Retry.Warnings();
+
+  /**
+   * How a campaign confirms a fresh grant: {@code anchor} itself. For
+   * tests only: one may wrap it to inject a failure into a campaign.
+   */
+  volatile Anchor anchorHook = this::anchor;
+
+  /** The shape of {@code anchor}, for {@code anchorHook}. */
+  interface Anchor {
+    Long at(String job, long token, long sent);
+  }
 
   /** A lease we hold. */
   private static final class Held {
@@ -384,84 +397,117 @@ public final class ElectorSet implements AutoCloseable {
 
   // The campaigns, one thread per job.
 
+  /**
+   * Campaigns for {@code job} until the set stops or a refusal. A failure
+   * no one foresaw is logged, steps the job down if it was held, and the
+   * campaign starts again after a backoff: never a job the set silently
+   * stops campaigning for.
+   */
   private void campaignLoop(String job) {
-    long ms = TimeUnit.MILLISECONDS.toNanos(1);
-    long ttlN = ttl.toNanos();
-    Retry.Backoff backoff = Retry.Backoff.campaign(ttlN);
-    long campaignWait = Math.min(Math.max(ttlN * 3, 1000 * ms), 30_000 * ms);
+    Retry.Backoff backoff = Retry.Backoff.campaign(ttl.toNanos());
     try {
       while (!isStopped()) {
-        long sent = System.nanoTime();
-        long limit = campaignWait + ttlN;
-        ListenableFuture<AcquireResponse> f = client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait),
-            bindToStream, false, null, 0, Duration.ofNanos(limit));
-        f.addListener(this::signal, Runnable::run);
-        if (!awaitDone(f, sent + limit)) {
-          f.cancel(true); // gives back a grant it may have been given meanwhile
-          if (isStopped()) {
-            return;
-          }
-          retryWarning(job + ": campaign: acquire timed out");
-          continue;
-        }
-        AcquireResponse r;
         try {
-          r = f.get();
-        } catch (ExecutionException e) {
-          LeaseholdException le = Errors.from(e.getCause());
-          if (Elector.refused(le)) {
-            LOG.error("{}: campaign refused, not campaigning again: {}", job, le.toString());
-            mu.lock();
-            try {
-              errors.put(job, le);
-            } finally {
-              mu.unlock();
-            }
-            return;
+          campaignRounds(job);
+          return;
+        } catch (RuntimeException e) {
+          LOG.error("{}: campaign failed, campaigning again", job, e);
+          Long token;
+          mu.lock();
+          try {
+            Held h = held.get(job);
+            token = h == null ? null : h.token;
+          } finally {
+            mu.unlock();
           }
-          retryWarning(job + ": campaign: acquire failed, retrying: " + le);
-          client.reconnectNow();
+          if (token != null) {
+            stepDown(job, token);
+          }
           if (sleepUntil(System.nanoTime() + backoff.next())) {
             return;
           }
-          continue;
-        }
-        backoff.reset();
-        if (!r.getAcquired()) {
-          continue;
-        }
-        long token = r.getLease().getToken();
-        Long anchor = anchor(job, token, sent);
-        if (anchor == null || anchor + ttlN - System.nanoTime() <= 0) {
-          continue;
-        }
-        mu.lock();
-        try {
-          if (stopped) {
-            // Granted as we stop, never reported: give it back (best effort).
-            try {
-              client.release(job, holder, token, Duration.ofMillis(200));
-            } catch (LeaseholdException e) {
-              // it runs out on its own
-            }
-            return;
-          }
-          held.put(job, new Held(token, anchor + ttlN));
-          changed.signalAll();
-          dispatchElected(job, token);
-          // Lead until this grant is stepped down from, or we stop.
-          while (!stopped && held.containsKey(job) && held.get(job).token == token) {
-            changed.await();
-          }
-          if (stopped) {
-            return;
-          }
-        } finally {
-          mu.unlock();
         }
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
+    }
+  }
+
+  /** Acquire (waiting), lead until stepped down, again, until the set stops or a refusal. */
+  private void campaignRounds(String job) throws InterruptedException {
+    long ms = TimeUnit.MILLISECONDS.toNanos(1);
+    long ttlN = ttl.toNanos();
+    Retry.Backoff backoff = Retry.Backoff.campaign(ttlN);
+    long campaignWait = Math.min(Math.max(ttlN * 3, 1000 * ms), 30_000 * ms);
+    while (!isStopped()) {
+      long sent = System.nanoTime();
+      long limit = campaignWait + ttlN;
+      ListenableFuture<AcquireResponse> f = client.acquireCall(job, holder, ttl, Duration.ofNanos(campaignWait),
+          bindToStream, false, null, 0, Duration.ofNanos(limit));
+      f.addListener(this::signal, Runnable::run);
+      if (!awaitDone(f, sent + limit)) {
+        f.cancel(true); // gives back a grant it may have been given meanwhile
+        if (isStopped()) {
+          return;
+        }
+        retryWarning(job + ": campaign: acquire timed out");
+        continue;
+      }
+      AcquireResponse r;
+      try {
+        r = f.get();
+      } catch (ExecutionException e) {
+        LeaseholdException le = Errors.from(e.getCause());
+        if (Elector.refused(le)) {
+          LOG.error("{}: campaign refused, not campaigning again: {}", job, le.toString());
+          mu.lock();
+          try {
+            errors.put(job, le);
+          } finally {
+            mu.unlock();
+          }
+          return;
+        }
+        retryWarning(job + ": campaign: acquire failed, retrying: " + le);
+        client.reconnectNow();
+        if (sleepUntil(System.nanoTime() + backoff.next())) {
+          return;
+        }
+        continue;
+      }
+      backoff.reset();
+      if (!r.getAcquired()) {
+        continue;
+      }
+      long token = r.getLease().getToken();
+      Long anchor = anchorHook.at(job, token, sent);
+      if (anchor == null || anchor + ttlN - System.nanoTime() <= 0) {
+        continue;
+      }
+      mu.lock();
+      try {
+        if (stopped) {
+          // Granted as we stop, never reported: give it back (best effort).
+          try {
+            client.release(job, holder, token, Duration.ofMillis(200));
+          } catch (LeaseholdException e) {
+            // it runs out on its own
+          }
+          return;
+        }
+        held.put(job, new Held(token, anchor + ttlN));
+        changed.signalAll();
+        dispatchElected(job, token);
+        // Lead until this grant is stepped down from, or we stop.
+        while (!stopped && held.containsKey(job) && held.get(job).token == token) {
+          changed.await();
+        }
+        if (stopped) {
+          return;
+        }
+      } finally {
+        mu.unlock();
+      }
     }
   }
 

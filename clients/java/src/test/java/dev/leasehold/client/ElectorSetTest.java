@@ -7,12 +7,17 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.ByteArrayOutputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -22,7 +27,9 @@ import org.junit.jupiter.api.Timeout;
  * never a unary Renew; a job expired by the chaos API steps down alone and
  * is campaigned for again; with the server frozen each job steps down at
  * its own deadline; two sets on the same jobs, one leads each, and closing
- * it hands every job over; a refused campaign stops that job alone.
+ * it hands every job over; a refused campaign stops that job alone; a
+ * failure a campaign does not foresee is logged and the job campaigned for
+ * again.
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class ElectorSetTest {
@@ -256,6 +263,65 @@ class ElectorSetTest {
       assertThrows(IllegalArgumentException.class, () -> ElectorSet.builder(client, ""));
       assertThrows(IllegalArgumentException.class, () -> ElectorSet.builder(client, "x").ttl(Duration.ZERO));
     }
+  }
+
+  /**
+   * A failure nothing in the campaign expects (here injected once, right
+   * after a grant) is an ERROR log, and the job is campaigned for again:
+   * the set never silently stops campaigning for a job.
+   */
+  @Test
+  void anUnforeseenFailureInACampaignIsLoggedAndTheJobCampaignedForAgain() throws Exception {
+    PrintStream err = System.err;
+    ByteArrayOutputStream logged = new ByteArrayOutputStream();
+    System.setErr(new PrintStream(new OutputStream() { // slf4j-simple's stderr, kept and passed on
+      @Override
+      public void write(int b) {
+        synchronized (logged) {
+          logged.write(b);
+        }
+        err.write(b);
+      }
+
+      @Override
+      public void write(byte[] b, int off, int len) {
+        synchronized (logged) {
+          logged.write(b, off, len);
+        }
+        err.write(b, off, len);
+      }
+    }, true, StandardCharsets.UTF_8));
+    String job = "unforeseen";
+    Events events = new Events();
+    AtomicInteger failures = new AtomicInteger();
+    try (ServerProcess server = new ServerProcess(); Client client = Client.connect(server.target)) {
+      try (ElectorSet set = ElectorSet.builder(client, "fleet").ttl(Duration.ofSeconds(5)).listener(events).start()) {
+        ElectorSet.Anchor anchor = set.anchorHook;
+        set.anchorHook = (j, token, sent) -> {
+          if (failures.compareAndSet(0, 1)) {
+            throw new IllegalStateException("injected");
+          }
+          return anchor.at(j, token, sent);
+        };
+        set.campaign(job);
+        ServerProcess.waitUntil(PATIENCE, "the job led", () -> set.isLeader(job));
+        assertEquals(1, failures.get(), "the failure was injected");
+        assertEquals(1, set.token(job).getAsLong());
+        assertTrue(set.error(job).isEmpty(), () -> set.error(job).toString());
+        assertEquals(set.holder(), client.getLease(job).holder());
+      }
+    } finally {
+      System.setErr(err);
+    }
+    String log;
+    synchronized (logged) {
+      log = logged.toString(StandardCharsets.UTF_8);
+    }
+    assertTrue(log.lines().anyMatch(l -> l.contains(" ERROR ") && l.contains(job) && l.contains("campaigning again")),
+        "an ERROR log says the job is campaigned for again");
+    assertTrue(log.contains("injected"), "the log has the failure");
+    assertEquals(List.of(1L), events.of("elected", job).stream().map(Events.Event::token).toList());
+    assertEquals(List.of(1L), events.of("lost", job).stream().map(Events.Event::token).toList());
   }
 
   @Test
